@@ -1,0 +1,128 @@
+"""Importing the backend never loads torch_npu; detection loads it only when asked."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+
+from tileops_ascend.platform import ASCEND_310P, arch_from_soc_name, detect
+
+BACKEND_ROOT = Path(__file__).resolve().parents[1]
+CPU_REF_ROOT = BACKEND_ROOT.parent / "cpu_ref"
+MODULES = [
+    "tileops_ascend", "tileops_ascend.platform", "tileops_ascend.tiling", "tileops_ascend.tiling_struct",
+    "tileops_ascend.refusal", "tileops_ascend.launch", "tileops_ascend.schedule_model",
+]
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BACKEND_ROOT), str(CPU_REF_ROOT)])}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True)
+
+
+def test_every_module_imports_with_torch_npu_absent_and_never_asks_for_it():
+    result = _run(
+        f"""
+        import importlib, sys
+
+        attempts = []
+
+        class Blocker:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "torch_npu":
+                    attempts.append(name)
+                    raise ImportError("torch_npu is blocked in this test")
+                return None
+
+        sys.meta_path.insert(0, Blocker())
+        for name in {MODULES!r}:
+            importlib.import_module(name)
+        assert attempts == [], attempts
+        assert "torch_npu" not in sys.modules
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_importing_the_package_does_not_import_torch():
+    """The facade is host arithmetic only; torch loads with the launch and the model."""
+    result = _run("import sys, tileops_ascend; print('torch' in sys.modules)")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    "soc, arch",
+    [
+        ("Ascend310P3", "ascend310p"),
+        ("Ascend310P1", "ascend310p"),
+        ("Ascend910B2", "ascend910b"),
+        ("Ascend910B4-1", "ascend910b"),
+        ("Ascend910_9391", "ascend910_93"),
+        ("Ascend910PremiumA", "ascend910"),
+        ("Ascend310B1", "ascend310b"),
+        ("Ascend310", "ascend310"),
+        ("Ascend950PR", None),
+        ("GeForce RTX 4090", None),
+    ],
+)
+def test_soc_name_maps_to_arch(soc, arch):
+    assert arch_from_soc_name(soc) == arch
+
+
+def test_detect_without_torch_npu_reports_why(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_npu", None)
+    found = detect()
+    assert not found.available
+    assert found.reason.startswith("torch_npu is not importable (")
+    assert found.reason.endswith("); install torch_npu with the CANN toolkit")
+    assert found.platform is None
+
+
+def _fake_torch_npu(soc_name, vector_cores, cube_cores, count=1):
+    props = types.SimpleNamespace(vector_core_num=vector_cores, cube_core_num=cube_cores)
+    npu = types.SimpleNamespace(
+        is_available=lambda: count > 0,
+        device_count=lambda: count,
+        get_device_name=lambda index: soc_name,
+        get_device_properties=lambda index: props,
+    )
+    return types.SimpleNamespace(npu=npu)
+
+
+def test_detect_maps_a_310p_and_falls_back_to_ai_cores(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_npu", _fake_torch_npu("Ascend310P3", 0, 10))
+    found = detect()
+    assert (found.available, found.soc_name, found.arch, found.core_count) == (True, "Ascend310P3", "ascend310p", 10)
+    assert found.reason == "found Ascend310P3 (ascend310p)"
+    assert found.platform.core_count == 10
+    assert found.platform.schedulable_cores == 8
+    assert found.platform.ub_bytes == ASCEND_310P.ub_bytes
+
+
+def test_detect_other_ascend_has_no_rgdr_platform(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_npu", _fake_torch_npu("Ascend910B2", 48, 24))
+    found = detect()
+    assert (found.available, found.arch, found.core_count) == (True, "ascend910b", 48)
+    assert found.platform is None
+
+
+def test_detect_unknown_soc_keeps_the_device_but_no_arch(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_npu", _fake_torch_npu("Ascend950PR", 32, 32))
+    found = detect()
+    assert (found.available, found.arch) == (True, None)
+    assert found.reason == "found 'Ascend950PR', a SoC name this backend does not map to an arch"
+
+
+def test_detect_with_no_device(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_npu", _fake_torch_npu("Ascend310P3", 8, 8, count=0))
+    found = detect()
+    assert (found.available, found.reason) == (False, "torch_npu reports no NPU at index 0")
