@@ -1,0 +1,1 @@
+"""Roofline evaluation, hardware profiles and the benchmark runner."""

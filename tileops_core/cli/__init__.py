@@ -1,0 +1,1 @@
+"""The ``tileops`` command line (see :mod:`tileops_core.cli.main`)."""

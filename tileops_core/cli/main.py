@@ -1,0 +1,91 @@
+"""The ``tileops`` command line: one module per sub-command, one set of conventions.
+
+Conventions every sub-command follows: ``--help`` everywhere; exit code 0 when all is
+well, 1 for findings or failures, 2 for usage errors; ``--format json`` where the output is
+data; a user error (a :class:`TileOpsError`) prints one clear message, never a traceback.
+
+A sub-command module defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and
+``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from types import ModuleType
+from typing import Sequence
+
+from .._version import __version__
+from ..errors import TileOpsError
+
+__all__ = ["main", "COMMANDS", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE"]
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+#: Sub-command modules, in the order ``--help`` lists them.
+COMMANDS = ("ops", "validate", "bench", "calibrate", "backends", "explain", "docs")
+
+
+def _command_modules() -> list[ModuleType]:
+    modules = []
+    for name in COMMANDS:
+        try:
+            modules.append(importlib.import_module(f"{__package__}.cmd_{name}"))
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.cmd_{name}":
+                raise
+    return modules
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on usage errors already; keep its message short and on stderr."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tileops", description="TileOPs: spec-driven operators for PyTorch.")
+    parser.add_argument("--version", action="store_true", help="print every installed TileOPs distribution's version")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module in _command_modules():
+        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def _print_version() -> None:
+    from importlib import metadata
+    print(f"tileops {__version__}")
+    for dist in sorted(metadata.distributions(), key=lambda d: d.metadata["Name"] or ""):
+        name = dist.metadata["Name"] or ""
+        if name.lower().startswith("tileops-") or any(ep.group == "tileops" for ep in dist.entry_points):
+            if name.lower() != "tileops":
+                print(f"{name} {dist.version}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tileops`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        _print_version()
+        return EXIT_OK
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args._run(args) or EXIT_OK)
+    except TileOpsError as exc:
+        print(f"tileops {args.command}: {exc}", file=sys.stderr)
+        return EXIT_FINDINGS
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,121 @@
+"""Kernel interfaces, implementations' declarations, and the hashable call spec.
+
+An op declares *interfaces*: the places where it calls a kernel. A kernel is a class that
+inherits an interface and declares, on itself, where it can run (``devices``,
+``supported_archs``), what it refuses (``refusal``), whether it is the ``general`` fallback,
+and which implementations it is ``preferred_over``. :meth:`KernelInterface.entry_for` gives a
+:class:`KernelEntry`: the build identity (what gets compiled; many call specs can share one)
+and the function that builds the launchable kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Hashable, Mapping
+
+__all__ = ["CallSpec", "KernelEntry", "KernelInterface"]
+
+
+class CallSpec:
+    """What a kernel may specialise on, as hashable data (never tensors).
+
+    ``dtypes`` maps tensor names to dtype names; ``dims`` holds the index values the
+    interface specialises on; ``flags`` the discriminants (optional-input presence, bool
+    and enum params, out buffers passed); ``device_type`` and ``arch`` the calling device.
+    """
+
+    __slots__ = ("op", "interface", "device_type", "arch", "dtypes", "dims", "flags", "_hash")
+
+    def __init__(self, op: str, interface: str, device_type: str, arch: str, dtypes: Mapping[str, str],
+                 dims: Mapping[str, Hashable], flags: Mapping[str, Hashable]) -> None:
+        self.op = op
+        self.interface = interface
+        self.device_type = device_type
+        self.arch = arch
+        self.dtypes = dict(dtypes)
+        self.dims = dict(dims)
+        self.flags = dict(flags)
+        self._hash = hash(self._key())
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.op, self.interface, self.device_type, self.arch, tuple(sorted(self.dtypes.items())),
+                tuple(sorted(self.dims.items())), tuple(sorted(self.flags.items())))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CallSpec) and self._hash == other._hash and self._key() == other._key()
+
+    def __repr__(self) -> str:
+        return (f"CallSpec({self.op}.{self.interface} on {self.device_type}/{self.arch}, dtypes={self.dtypes}, "
+                f"dims={self.dims}, flags={self.flags})")
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view (``tileops explain``)."""
+        return {"op": self.op, "interface": self.interface, "device_type": self.device_type, "arch": self.arch,
+                "dtypes": self.dtypes, "dims": {k: list(v) if isinstance(v, tuple) else v for k, v in self.dims.items()},
+                "flags": self.flags}
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """A build identity and how to build it: ``build()`` returns the launchable kernel."""
+
+    build_key: Hashable
+    build: Callable[[], Callable[..., Any]]
+
+
+class KernelInterface:
+    """Base of every kernel interface; implementations subclass an interface.
+
+    An interface class (a direct subclass of this one) sets ``op`` (the op class name) and
+    ``specialise_on`` (names of indices/params whose values enter the call spec). Each
+    implementation sets the class attributes below and overrides :meth:`entry_for` (and
+    :meth:`refusal` when it does not serve every call).
+    """
+
+    #: Op class name (= manifest key) this interface belongs to.
+    op: ClassVar[str] = ""
+    #: Index/param/let names whose values enter the call spec (e.g. ("DK", "DV")).
+    specialise_on: ClassVar[tuple[str, ...]] = ()
+    #: True when kernels need contiguous tensors; the op copies (and copies back mutated ones).
+    needs_contiguous: ClassVar[bool] = False
+
+    #: Device types the implementation runs on ("cpu", "cuda", "npu", ...).
+    devices: ClassVar[tuple[str, ...]] = ()
+    #: Opaque backend-defined arch strings ("sm_90", "ascend310p"), or "*" for any.
+    supported_archs: ClassVar[tuple[str, ...]] = ("*",)
+    #: The fallback that serves everything on its devices (specialised kernels beat it).
+    general: ClassVar[bool] = False
+    #: Implementations this one removes when both are left (classes or "module:qualname").
+    preferred_over: ClassVar[tuple[Any, ...]] = ()
+    #: Name of the backend that registered the implementation (set at registration).
+    backend: ClassVar[str] = ""
+
+    @classmethod
+    def interface(cls) -> type["KernelInterface"]:
+        """The interface an implementation implements (the class right below KernelInterface)."""
+        for klass in cls.__mro__:
+            if KernelInterface in klass.__bases__:
+                return klass
+        raise TypeError(f"{cls.__name__} is KernelInterface itself")
+
+    @classmethod
+    def is_interface(cls) -> bool:
+        return KernelInterface in cls.__bases__
+
+    @classmethod
+    def qualname(cls) -> str:
+        """``module:QualName``, how selection messages and ``preferred_over`` strings name it."""
+        return f"{cls.__module__}:{cls.__qualname__}"
+
+    @classmethod
+    def refusal(cls, call: CallSpec) -> str | None:
+        """Why this implementation cannot serve ``call`` (None: it can)."""
+        return None
+
+    @classmethod
+    def entry_for(cls, call: CallSpec) -> KernelEntry:
+        """The build identity for ``call`` and the function that builds it."""
+        raise NotImplementedError(f"{cls.qualname()} does not define entry_for()")

@@ -1,0 +1,179 @@
+"""The one selection rule, and building each chosen kernel exactly once.
+
+For an interface and a call spec, among the registered implementations:
+
+1. availability: the call's device type is in ``devices`` (or ``devices`` has ``"*"``) and its
+   arch is in ``supported_archs`` (or that has ``"*"``); an explicit target narrows further;
+2. applicability: ``refusal(call)`` is None;
+3. priority: specialised (non-general) implementations beat general ones; among those
+   left, one ``preferred_over`` another removes it; more than one left is an ambiguity
+   error; none left is an error listing every candidate and why it dropped out.
+
+Candidates are considered sorted by name, so registration and install order decide
+nothing. A repeated (interface, call spec, target) costs one dict lookup; a new build
+identity is built once, under a per-identity lock, however many threads race for it.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+from ..errors import SelectionError
+from . import registry
+from .interface import CallSpec, KernelInterface
+from .targets import Target
+
+__all__ = ["Candidate", "Selection", "select_kernel", "kernel_for", "clear_caches", "build_count"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One implementation considered for a call, and its fate."""
+
+    impl: type[KernelInterface]
+    kept: bool
+    reason: str
+
+    def line(self) -> str:
+        mark = "kept   " if self.kept else "dropped"
+        return f"{mark} {self.impl.qualname()} [{self.impl.backend}]: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The chosen implementation and every candidate's story (for errors and ``explain``)."""
+
+    interface: type[KernelInterface]
+    call: CallSpec
+    target: Target | None
+    chosen: type[KernelInterface] | None
+    candidates: tuple[Candidate, ...]
+
+    def report(self) -> str:
+        lines = [f"{self.interface.qualname()} for {self.call!r}"]
+        lines.append(f"target: {self.target if self.target is not None else 'automatic'}")
+        lines.extend("  " + c.line() for c in self.candidates)
+        failures = registry.failures()
+        if failures:
+            lines.append("plugins that failed to load:")
+            lines.extend(f"  {f}" for f in failures)
+        return "\n".join(lines)
+
+
+def _available(impl: type[KernelInterface], call: CallSpec, target: Target | None) -> str | None:
+    if "*" not in impl.devices and call.device_type not in impl.devices:
+        return f"runs on {', '.join(impl.devices)}, the call is on {call.device_type}"
+    if "*" not in impl.supported_archs and call.arch not in impl.supported_archs:
+        return f"supports archs {', '.join(impl.supported_archs)}, the device is {call.arch}"
+    if target is not None:
+        why = target.allows(call.device_type, call.arch, impl.backend)
+        if why:
+            return why
+    return None
+
+
+def select_kernel(interface: type[KernelInterface], call: CallSpec, target: Target | None = None) -> Selection:
+    """Apply the selection rule (no caching; ``kernel_for`` caches)."""
+    candidates: dict[type[KernelInterface], Candidate] = {}
+    survivors: list[type[KernelInterface]] = []
+    for impl in registry.implementations(interface):
+        why = _available(impl, call, target)
+        if why is None:
+            try:
+                refusal = impl.refusal(call)
+            except Exception as exc:  # a refusal that crashes is reported as such, not swallowed
+                refusal = f"refusal() raised {type(exc).__name__}: {exc}"
+            why = None if refusal is None else f"refused: {refusal}"
+        if why is not None:
+            candidates[impl] = Candidate(impl, False, why)
+        else:
+            survivors.append(impl)
+    specialised = [s for s in survivors if not s.general]
+    if specialised:
+        for s in survivors:
+            if s.general:
+                candidates[s] = Candidate(s, False, "general; a specialised implementation applies")
+        survivors = specialised
+    removed: set[type[KernelInterface]] = set()
+    for s in survivors:
+        for loser in registry.resolve_preferred(s):
+            if loser in survivors and loser is not s:
+                removed.add(loser)
+                candidates[loser] = Candidate(loser, False, f"{s.qualname()} is preferred over it")
+    survivors = [s for s in survivors if s not in removed]
+    if len(survivors) == 1:
+        candidates[survivors[0]] = Candidate(survivors[0], True, "general" if survivors[0].general
+                                             else "specialised and applicable")
+    else:
+        for s in survivors:
+            candidates[s] = Candidate(s, False, "ambiguous: another applicable implementation has the same priority")
+    ordered = tuple(candidates[c] for c in sorted(candidates, key=lambda c: c.qualname()))
+    return Selection(interface, call, target, survivors[0] if len(survivors) == 1 else None, ordered)
+
+
+_select_cache: dict[tuple[Any, ...], Callable[..., Any]] = {}
+_build_cache: dict[tuple[type[KernelInterface], Hashable], Callable[..., Any]] = {}
+_build_locks: dict[tuple[type[KernelInterface], Hashable], threading.Lock] = {}
+_locks_guard = threading.Lock()
+_builds = [0]
+_warned: set[tuple[Any, ...]] = set()
+
+
+def build_count() -> int:
+    """How many kernels were built in this process (tests of build-once)."""
+    return _builds[0]
+
+
+def clear_caches() -> None:
+    """Forget selections and built kernels."""
+    with _locks_guard:
+        _select_cache.clear()
+        _build_cache.clear()
+        _build_locks.clear()
+        _warned.clear()
+
+
+def kernel_for(interface: type[KernelInterface], call: CallSpec, target: Target | None = None) -> Callable[..., Any]:
+    """The launchable kernel for ``call``: selected once, built once per build identity."""
+    key = (interface, call, target, registry.generation())
+    kernel = _select_cache.get(key)
+    if kernel is not None:
+        return kernel
+    selection = select_kernel(interface, call, target)
+    if selection.chosen is None:
+        ambiguous = [c for c in selection.candidates if c.reason.startswith("ambiguous")]
+        what = "more than one implementation applies" if ambiguous else "no implementation can serve this call"
+        if target is not None:
+            what += f" within the explicit target {target}"
+        raise SelectionError(f"{call.op}: {what}\n{selection.report()}")
+    chosen = selection.chosen
+    if chosen.general and call.device_type != "cpu" and target is None:
+        _warn_fallback(selection)
+    entry = chosen.entry_for(call)
+    build_key = (chosen, entry.build_key)
+    kernel = _build_cache.get(build_key)
+    if kernel is None:
+        with _locks_guard:
+            lock = _build_locks.setdefault(build_key, threading.Lock())
+        with lock:
+            kernel = _build_cache.get(build_key)
+            if kernel is None:
+                kernel = entry.build()
+                _builds[0] += 1
+                _build_cache[build_key] = kernel
+    _select_cache[key] = kernel
+    return kernel
+
+
+def _warn_fallback(selection: Selection) -> None:
+    refused = [c for c in selection.candidates if not c.kept and not c.impl.general]
+    key = (selection.interface, selection.call.device_type, tuple(c.impl for c in refused))
+    if key in _warned:
+        return
+    _warned.add(key)
+    why = "; ".join(f"{c.impl.qualname()}: {c.reason}" for c in refused) or "no specialised implementation is installed"
+    warnings.warn(f"{selection.call.op}: falling back to the general {selection.chosen.qualname()} on "  # type: ignore[union-attr]
+                  f"{selection.call.device_type} ({why})", RuntimeWarning, stacklevel=4)

@@ -1,0 +1,130 @@
+"""Targets: which device class, arch and backend a process, a scope or an op asks for.
+
+A target is written ``device[:arch][@backend]``, each part optional: ``"cuda"``,
+``"cuda:sm_90"``, ``"cpu@cpu_ref"``, ``"@example"``. Layers, each visible and each
+overriding the next: an op's ``target=`` > the innermost ``with use_target(...)`` >
+:func:`set_target` > the ``TILEOPS_TARGET`` environment variable > none (automatic: the
+selection rule alone decides, and a fallback to the reference on an accelerator warns once).
+An explicit target that cannot serve a call is an error, never a silent fallback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Iterator
+
+from ..errors import TileOpsError
+
+__all__ = [
+    "Target", "parse_target", "set_target", "use_target", "current_target", "active_target_source",
+    "refresh_env_target",
+]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A requested device type, arch and/or backend (None: no constraint)."""
+
+    device_type: str | None = None
+    arch: str | None = None
+    backend: str | None = None
+    source: str = "explicit"
+
+    def __str__(self) -> str:
+        text = self.device_type or ""
+        if self.arch:
+            text += f":{self.arch}"
+        if self.backend:
+            text += f"@{self.backend}"
+        return text or "<any>"
+
+    def allows(self, device_type: str, arch: str, backend: str) -> str | None:
+        """Why an implementation (on ``device_type``/``arch``, from ``backend``) is outside the target."""
+        if self.backend is not None and backend != self.backend:
+            return f"target {self} asks for backend {self.backend!r}, this is {backend!r}"
+        if self.device_type is not None and device_type != self.device_type:
+            return f"target {self} asks for device {self.device_type!r}, the call is on {device_type!r}"
+        if self.arch is not None and arch != self.arch:
+            return f"target {self} asks for arch {self.arch!r}, the device is {arch!r}"
+        return None
+
+
+def parse_target(text: str | Target | None, source: str = "explicit") -> Target | None:
+    """Parse ``device[:arch][@backend]`` (None or "" means no target)."""
+    if text is None or isinstance(text, Target):
+        return text
+    text = text.strip()
+    if not text:
+        return None
+    body, _, backend = text.partition("@")
+    device, _, arch = body.partition(":")
+    for part in (device, arch, backend):
+        if part and not all(c.isalnum() or c in "_-." for c in part):
+            raise TileOpsError(f"invalid target {text!r}: write device[:arch][@backend], e.g. 'cuda:sm_90' or "
+                               "'cpu@cpu_ref'")
+    if not (device or arch or backend):
+        raise TileOpsError(f"invalid target {text!r}")
+    return Target(device or None, arch or None, backend or None, source)
+
+
+_scoped: ContextVar[Target | None] = ContextVar("tileops_target", default=None)
+_process: list[Target | None] = [None]
+
+
+def set_target(target: str | Target | None) -> None:
+    """Pin (or with None, unpin) the target for the whole process."""
+    _process[0] = parse_target(target, "set_target()")
+
+
+@contextlib.contextmanager
+def use_target(target: str | Target | None) -> Iterator[Target | None]:
+    """Pin a target within a ``with`` block (per thread / async task)."""
+    token = _scoped.set(parse_target(target, "use_target()"))
+    try:
+        yield _scoped.get()
+    finally:
+        _scoped.reset(token)
+
+
+def current_target(op_target: Target | None = None) -> Target | None:
+    """The effective target: op's > scoped > process > TILEOPS_TARGET > None."""
+    if op_target is not None:
+        return op_target
+    scoped = _scoped.get()
+    if scoped is not None:
+        return scoped
+    if _process[0] is not None:
+        return _process[0]
+    env_target = _env_target[0]
+    if isinstance(env_target, TileOpsError):
+        raise env_target
+    return env_target
+
+
+_env_target: list[Target | TileOpsError | None] = [None]
+
+
+def refresh_env_target() -> None:
+    """Read ``TILEOPS_TARGET`` again (it is read once, when this module is imported).
+
+    A malformed value does not break the import; it is raised at the first selection.
+    """
+    env = os.environ.get("TILEOPS_TARGET")
+    try:
+        _env_target[0] = parse_target(env, "TILEOPS_TARGET") if env else None
+    except TileOpsError as exc:
+        _env_target[0] = TileOpsError(f"TILEOPS_TARGET: {exc}")
+
+
+refresh_env_target()
+
+
+def active_target_source(op_target: Target | None = None) -> str:
+    """Which layer the effective target comes from (for ``tileops explain``)."""
+    target = current_target(op_target)
+    if target is None:
+        return "automatic (no target set)"
+    return f"{target} from {'the op' if op_target is not None else target.source}"

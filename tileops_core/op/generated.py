@@ -1,0 +1,598 @@
+"""Every check of an op, generated from its spec: construction, the seven call steps, outputs.
+
+:class:`OpChecks` is built once per op class from the :class:`OpSpec`. It checks an op's
+construction (:meth:`OpChecks.construct`) and, for a call with shapes/dtypes/devices not
+seen before by that instance, runs seed 000's steps 1-5 (:meth:`OpChecks.plan_call`) and
+returns a :class:`CallPlan`: the expected outputs, the calling device, the call spec of
+each kernel interface and whether the call writes nothing. Repeated calls reuse the plan
+(the checks depend only on what the plan's key holds) and run only the output check of
+step 7, :meth:`CallPlan.check_outputs`.
+
+Every failure raises :class:`CheckError` naming the op, the declaration as written in the
+YAML with ``file:line``, and the actual values.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from ..errors import CheckError, Location
+from ..kernels.interface import CallSpec, KernelInterface
+from ..kernels.registry import device_arch
+from ..lang import ir
+from ..lang.dtypes import DTypeExpr, DTypeIf, DTypeRef, DTypeSet, PromoteIntToFloat, SameAs, promote_int_to_float
+from ..lang.evaluate import Unbound
+from ..lang.shapes import Axis, ShapePattern
+from ..lang.types import ADTRef, Enum, Prim, UnionT, is_maybe
+from ..lang.unify import SolvePlan, UnifyError, plan_solve, run_solve
+from ..spec.nodes import REQUIRED, Expr, FamilyRef, FamilySpec, OpSpec, TensorSpec
+from .torchtypes import TORCH_DTYPES, name_of
+
+__all__ = ["OpChecks", "Branch", "CallPlan", "fail"]
+
+
+def fail(op: str, message: str, loc: Location | None) -> None:
+    """Raise the one error type of a failed check: ``Op: message (file:line)``."""
+    where = f" ({loc.where()})" if loc is not None and loc.file else ""
+    raise CheckError(f"{op}: {message}{where}")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"tensor{list(value.shape)}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_fmt(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    return repr(value)
+
+
+@dataclass
+class Branch:
+    """What is fixed once the discriminants are: shapes, dtypes and the solve plan."""
+
+    shapes: dict[str, ShapePattern | None]
+    dtypes: dict[str, DTypeExpr]
+    solve: SolvePlan
+    rules: tuple[Expr, ...]
+    lets: tuple[tuple[str, Expr], ...]
+    static_checks: tuple[tuple[str, Any], ...]
+
+
+@dataclass
+class CallPlan:
+    """Everything a repeated call with the same key needs; built by :meth:`OpChecks.plan_call`."""
+
+    op: str
+    device: torch.device
+    out_shapes: tuple[tuple[int, ...], ...]
+    out_dtypes: tuple[torch.dtype, ...]
+    out_names: tuple[str, ...]
+    buffer_index: tuple[int | None, ...]  # per output: index into the forward args of its buffer
+    alias_index: tuple[int | None, ...]  # per output: index into the forward args of its aliased input
+    contiguous_outputs: tuple[bool, ...]
+    empty: bool
+    call_specs: dict[type[KernelInterface], CallSpec]
+    env: dict[str, Any]
+    construction: dict[str, torch.Tensor]
+    loc: Location
+    kernels: dict[Any, Any] = field(default_factory=dict)
+
+    def empty_result(self, values: Sequence[Any]) -> Any:
+        """The rule for calls that write nothing: fresh empty outputs, buffers as given."""
+        outs = []
+        for i, (shape, dtype) in enumerate(zip(self.out_shapes, self.out_dtypes)):
+            b, a = self.buffer_index[i], self.alias_index[i]
+            if b is not None and values[b] is not None:
+                outs.append(values[b])
+            elif a is not None:
+                outs.append(values[a])
+            else:
+                outs.append(torch.empty(shape, dtype=dtype, device=self.device))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def check_outputs(self, result: Any, values: Sequence[Any]) -> Any:
+        """Step 7: count, None-ness, shape, dtype, device, layout, identity, storage sharing."""
+        n = len(self.out_shapes)
+        outs = (result,) if n == 1 else result
+        if n != 1 and (not isinstance(result, (tuple, list)) or len(result) != n):
+            fail(self.op, f"the implementation returned {type(result).__name__}, expected {n} outputs "
+                          f"({', '.join(self.out_names)})", self.loc)
+        storages = None
+        for i, out in enumerate(outs):
+            name = self.out_names[i]
+            if not isinstance(out, torch.Tensor):
+                fail(self.op, f"output {name} is {type(out).__name__}, expected a tensor", self.loc)
+            b, a = self.buffer_index[i], self.alias_index[i]
+            if b is not None and values[b] is not None:
+                if out is not values[b]:
+                    fail(self.op, f"output {name} must be the out buffer passed by the caller", self.loc)
+                continue
+            if a is not None:
+                if out is not values[a]:
+                    fail(self.op, f"output {name} must be the very input it aliases", self.loc)
+                continue
+            if out.shape != self.out_shapes[i]:
+                fail(self.op, f"output {name} has shape {list(out.shape)}, the spec gives "
+                              f"{list(self.out_shapes[i])}", self.loc)
+            if out.dtype != self.out_dtypes[i]:
+                fail(self.op, f"output {name} has dtype {name_of(out.dtype)}, the spec gives "
+                              f"{name_of(self.out_dtypes[i])}", self.loc)
+            if out.device != self.device:
+                fail(self.op, f"output {name} is on {out.device}, the call is on {self.device}", self.loc)
+            if out.layout is not torch.strided:
+                fail(self.op, f"output {name} has layout {out.layout}, expected strided", self.loc)
+            if self.contiguous_outputs[i] and not out.is_contiguous():
+                fail(self.op, f"output {name} must be contiguous", self.loc)
+            if out.numel():
+                if storages is None:
+                    storages = {v.untyped_storage().data_ptr() for v in values
+                                if isinstance(v, torch.Tensor) and v.numel()}
+                if out.untyped_storage().data_ptr() in storages:
+                    fail(self.op, f"output {name} shares storage with an input", self.loc)
+        return result
+
+
+class OpChecks:
+    """The checks of one op class, generated from its spec once."""
+
+    def __init__(self, spec: OpSpec) -> None:
+        self.spec = spec
+        self.op = spec.name
+        self.loc = spec.location
+        self.call_inputs = spec.call_inputs
+        self.buffers = tuple(o for o in spec.outputs.values() if o.buffer)
+        self.arg_names: tuple[str, ...] = tuple(t.name for t in self.call_inputs) + tuple(
+            o.buffer for o in self.buffers)  # type: ignore[misc]
+        self.arg_index = {n: i for i, n in enumerate(self.arg_names)}
+        self.contiguous_args = tuple(t.contiguous for t in self.call_inputs) + (False,) * len(self.buffers)
+        self.mutated_or_buffer = frozenset(t.name for t in self.call_inputs if t.mutated) | frozenset(
+            o.buffer for o in self.buffers)  # type: ignore[misc]
+        known = set(spec.params) | set(spec.static_dims)
+        lets_of_params: list[tuple[str, Expr]] = []
+        pending = dict(spec.lets)
+        progress = True
+        while progress:
+            progress = False
+            for name, e in list(pending.items()):
+                if e.names <= known:
+                    lets_of_params.append((name, e))
+                    known.add(name)
+                    del pending[name]
+                    progress = True
+        self.construction_lets = tuple(lets_of_params)
+        self.call_lets = tuple(pending.items())
+        self.construction_known = frozenset(known)
+        tensors = set(spec.inputs) | set(spec.outputs)
+
+        def decidable(e: Expr) -> bool:
+            return e.names <= known and not (e.names & tensors)
+
+        self.construction_rules = tuple(e for e in (*spec.requires, *spec.shape_rules) if decidable(e))
+        self.call_requires = tuple(e for e in spec.requires if not decidable(e))
+        self.call_rules = tuple(e for e in spec.shape_rules if not decidable(e))
+
+    # -- construction -----------------------------------------------------------------------
+
+    def construct(self, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """Check and normalise construction arguments; return the env and construction tensors."""
+        spec = self.spec
+        known = set(spec.params) | set(spec.static_dims) | {t.name for t in spec.construction_inputs}
+        for name in values:
+            if name not in known:
+                fail(self.op, f"unexpected argument {name!r} (the spec declares: {', '.join(sorted(known)) or 'none'})",
+                     self.loc)
+        env: dict[str, Any] = {}
+        for name, param in spec.params.items():
+            if name in values:
+                value = values[name]
+            elif param.default is not REQUIRED:
+                value = param.default
+            else:
+                fail(self.op, f"param {name} ({param.type_text}) is required", param.loc)
+            if not param.type.accepts(value):
+                fail(self.op, f"param {name}={_fmt(value)} is not a {param.type_text}", param.loc)
+            value = param.type.normalise(value)
+            self._check_adt(name, value, param.type, param.loc)
+            env[name] = value
+        for name, sd in spec.static_dims.items():
+            if name not in values:
+                fail(self.op, f"static dim {name} (promised {sd.expr.text}) is a required keyword argument", sd.expr.loc)
+            value = values[name]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                fail(self.op, f"static dim {name}={_fmt(value)} must be a non-negative int", sd.expr.loc)
+            env[name] = value
+        tensors: dict[str, torch.Tensor] = {}
+        for t in spec.construction_inputs:
+            value = values.get(t.name)
+            if value is None:
+                if not t.optional:
+                    fail(self.op, f"construction-time input {t.name} is required", t.loc)
+                continue
+            if not isinstance(value, torch.Tensor):
+                fail(self.op, f"construction-time input {t.name} must be a tensor, got {type(value).__name__}", t.loc)
+            tensors[t.name] = value
+        for name, e in self.construction_lets:
+            env[name] = self._eval(e, env, f"let {name}")
+        for e in self.construction_rules:
+            if not self._eval(e, env, "rule"):
+                fail(self.op, f"{e.text} does not hold with {self._values(e, env)}", e.loc)
+        return env, tensors
+
+    def _check_adt(self, name: str, value: Any, ptype: Any, loc: Location) -> None:
+        options = ptype.options if isinstance(ptype, UnionT) else (ptype,)
+        for option in options:
+            if isinstance(option, ADTRef) and getattr(value, "adt", None) == option.name:
+                adt = self.spec.types[option.name]
+                variant = adt.variants.get(value.tag)
+                if variant is None:
+                    fail(self.op, f"param {name}: {option.name} has no variant {value.tag!r}", adt.loc)
+                for fname, ftype in variant.fields.items():
+                    if not ftype.accepts(getattr(value, fname, None)):
+                        fail(self.op, f"param {name}: field {fname}={_fmt(getattr(value, fname, None))} of "
+                                      f"{option.name}.{value.tag} is not a {ftype}", adt.loc)
+                fenv = {f: getattr(value, f) for f in variant.fields}
+                for inv in variant.invariants:
+                    if not inv.fn(fenv):
+                        fail(self.op, f"param {name}: invariant {inv.text} of {option.name}.{value.tag} does not "
+                                      f"hold with {self._values(inv, fenv)}", inv.loc)
+
+    def _eval(self, e: Expr, env: Mapping[str, Any], what: str) -> Any:
+        try:
+            return e.fn(env)
+        except Unbound as exc:
+            fail(self.op, f"{what} {e.text!r} refers to {exc.name}, which has no value on this call "
+                          f"(guard it with present(...))", e.loc)
+        except (ZeroDivisionError, TypeError, ValueError, IndexError) as exc:
+            fail(self.op, f"{what} {e.text!r} cannot be evaluated: {exc}", e.loc)
+
+    def _values(self, e: Expr, env: Mapping[str, Any]) -> str:
+        parts = []
+        for n in sorted(e.names):
+            if n in env:
+                parts.append(f"{n}={_fmt(env[n])}")
+        return ", ".join(parts) or "no values"
+
+    # -- the discriminant branch ------------------------------------------------------------
+
+    def branch(self, env: Mapping[str, Any], present: frozenset[str]) -> Branch:
+        """Steps 2 and 3: the domain restriction, then each type family's case."""
+        spec = self.spec
+        denv = dict(env)
+        for t in spec.inputs.values():
+            denv[t.name] = True if t.name in present else None
+        for e in self.call_requires:
+            if not self._eval(e, denv, "requires"):
+                fail(self.op, f"requires {e.text}: not satisfied with {self._presence(e, denv)}", e.loc)
+        shapes: dict[str, ShapePattern | None] = {}
+        dtypes: dict[str, DTypeExpr] = {}
+        for t in [*spec.inputs.values(), *spec.outputs.values()]:
+            if t.role == "input" and t.name not in present:
+                continue
+            shapes[t.name] = self._resolve(t.shape, denv, t) if t.shape is not None else None
+            if t.dtype is not None:
+                dtypes[t.name] = self._resolve(t.dtype, denv, t)
+        patterns = {n: p for n, p in shapes.items() if p is not None and n in spec.inputs}
+        solve = plan_solve(patterns, self.construction_known, {n: e.node for n, e in self.call_lets})
+        if solve.unsolved:
+            name = sorted(solve.unsolved)[0]
+            if any(name in p.names() for p in patterns.values()):
+                fail(self.op, f"index {name} cannot be inferred on this call: {solve.reasons[name]}", self.loc)
+        return Branch(shapes, dtypes, solve, self.call_rules, self.call_lets, ())
+
+    def _presence(self, e: Expr, denv: Mapping[str, Any]) -> str:
+        parts = []
+        for n in sorted(e.names):
+            if n in self.spec.inputs:
+                parts.append(f"{n} {'present' if denv.get(n) is not None else 'absent'}")
+            elif n in denv:
+                parts.append(f"{n}={_fmt(denv[n])}")
+        return ", ".join(parts)
+
+    def _resolve(self, decl: Any, denv: Mapping[str, Any], tensor: TensorSpec) -> Any:
+        seen: list[str] = []
+        while isinstance(decl, FamilyRef):
+            if decl.name in seen:
+                fail(self.op, f"type families refer to each other in a cycle: {' -> '.join(seen + [decl.name])}",
+                     tensor.loc)
+            seen.append(decl.name)
+            family: FamilySpec = self.spec.families[decl.name]
+            value = self._eval(family.match, denv, "family match")
+            try:
+                decl = family.case_for(value)
+            except KeyError:
+                keys = ", ".join(repr(k) for k, _ in family.cases)
+                fail(self.op, f"{tensor.name}: match {family.match.text} = {_fmt(value)} has no case (cases: {keys})",
+                     family.loc)
+        return decl
+
+    # -- a call with new shapes (steps 1-5) -------------------------------------------------
+
+    def plan_call(self, op_obj: Any, values: Sequence[Any], env0: Mapping[str, Any],
+                  construction: Mapping[str, torch.Tensor], interfaces: Sequence[type[KernelInterface]],
+                  branches: dict[frozenset[str], Branch]) -> CallPlan:
+        spec = self.spec
+        args = dict(zip(self.arg_names, values))
+        # Step 1: which call-time tensors are present (None = absent).
+        present = set(construction)
+        for t in self.call_inputs:
+            v = args.get(t.name)
+            if v is None:
+                if not t.optional:
+                    fail(self.op, f"input {t.name} is required but was not given", t.loc)
+                continue
+            if not isinstance(v, torch.Tensor):
+                fail(self.op, f"input {t.name} must be a tensor, got {type(v).__name__}", t.loc)
+            present.add(t.name)
+        for o in self.buffers:
+            v = args.get(o.buffer)  # type: ignore[arg-type]
+            if v is not None and not isinstance(v, torch.Tensor):
+                fail(self.op, f"out buffer {o.buffer} must be a tensor, got {type(v).__name__}", o.loc)
+        presence = frozenset(present)
+        # Steps 2 and 3.
+        branch = branches.get(presence)
+        if branch is None:
+            branch = self.branch(env0, presence)
+            branches[presence] = branch
+        device = self._calling_device(args, construction, env0)
+        tensors: dict[str, torch.Tensor] = {n: args[n] for n in present if n in args}
+        # Step 4: dtypes of inputs, then indices, lets and refinements.
+        dtype_env: dict[str, str] = {}
+        converted: dict[str, torch.Tensor] = {}
+        actual_dtypes = {n: name_of(t.dtype) for n, t in tensors.items()}
+        for n, t in construction.items():
+            actual_dtypes[n] = name_of(t.dtype)
+        for t in spec.inputs.values():
+            if t.name not in presence:
+                continue
+            expr = branch.dtypes.get(t.name)
+            if expr is None:
+                continue
+            if t.construction:
+                want = self._dtype_value(expr, actual_dtypes, dtype_env, env0, tensors, t)
+                if want is not None:
+                    actual_dtypes[t.name] = want
+                continue
+            self._check_dtype(t, expr, actual_dtypes[t.name], actual_dtypes, dtype_env, env0, tensors)
+        for n, ctensor in construction.items():
+            want_dtype = TORCH_DTYPES[actual_dtypes[n]]
+            target_device = torch.device("cpu") if spec.inputs[n].device == "cpu" else device
+            converted[n] = ctensor.to(device=target_device, dtype=want_dtype)
+            tensors[n] = converted[n]
+        self._check_combos(actual_dtypes)
+        self._check_placement(tensors, args)
+        env: dict[str, Any] = dict(env0)
+        env.update(tensors)
+        for t in spec.inputs.values():
+            env.setdefault(t.name, None)
+        origin: dict[str, str] = {n: f"let {n} = {e.text}" for n, e in self.construction_lets}
+        origin.update({n: f"static dim {n}" for n in spec.static_dims})
+        shapes = {n: tuple(t.shape) for n, t in tensors.items()}
+        patterns = {n: p for n, p in branch.shapes.items() if p is not None and n in spec.inputs and n in presence}
+        try:
+            run_solve(branch.solve, patterns, shapes, env, origin)
+        except UnifyError as exc:
+            fail(self.op, exc.message, spec.inputs[exc.tensor].loc)
+        for name, sd in spec.static_dims.items():
+            tensor = tensors.get(sd.tensor)
+            if tensor is None:
+                continue
+            axis = self._eval(Expr(sd.axis, ir.unparse(sd.axis), sd.expr.loc), env, "static dim axis")
+            if not -tensor.dim() <= axis < max(tensor.dim(), 1):
+                fail(self.op, f"static dim {name}: {sd.expr.text} with axis {axis} is out of range for "
+                              f"{sd.tensor} of rank {tensor.dim()}", sd.expr.loc)
+            if tensor.shape[axis] != env[name]:
+                fail(self.op, f"static dim {name} was promised as {env[name]} at construction, but {sd.expr.text} is "
+                              f"{tensor.shape[axis]}", sd.expr.loc)
+        for name, e in branch.lets:
+            if name not in env:
+                env[name] = self._eval(e, env, f"let {name}")
+        for e in branch.rules:
+            if not self._eval(e, env, "shape rule"):
+                fail(self.op, f"{e.text} does not hold with {self._values(e, env)}", e.loc)
+        # Outputs: shapes and dtypes, then step 5 (out buffers).
+        out_shapes, out_dtypes, out_names, buffer_index, alias_index, contiguous = [], [], [], [], [], []
+        for o in spec.outputs.values():
+            out_names.append(o.name)
+            buffer_index.append(self.arg_index.get(o.buffer) if o.buffer else None)
+            alias_index.append(self.arg_index.get(o.alias) if o.alias else None)
+            contiguous.append(o.contiguous)
+            if o.alias:
+                src = tensors[o.alias]
+                out_shapes.append(tuple(src.shape))
+                out_dtypes.append(src.dtype)
+                continue
+            out_shapes.append(self._output_shape(o, branch.shapes[o.name], env))
+            want = self._dtype_value(branch.dtypes[o.name], actual_dtypes, dtype_env, env0, tensors, o)
+            if want is None:
+                buf = args.get(o.buffer) if o.buffer else None
+                options = self._dtype_options(branch.dtypes[o.name])
+                if buf is None or name_of(buf.dtype) not in options:
+                    fail(self.op, f"output {o.name} dtype {o.dtype_text} is not determined by the inputs; pass an "
+                                  "out buffer of one of " + ", ".join(options), o.loc)
+                want = name_of(buf.dtype)
+            out_dtypes.append(TORCH_DTYPES[want])
+        for i, o in enumerate(spec.outputs.values()):
+            if not o.buffer:
+                continue
+            buf = args.get(o.buffer)
+            if buf is None:
+                continue
+            if tuple(buf.shape) != out_shapes[i]:
+                fail(self.op, f"out buffer {o.buffer} has shape {list(buf.shape)}, output {o.name} {o.shape_text} is "
+                              f"{list(out_shapes[i])}", o.loc)
+            if buf.dtype != out_dtypes[i]:
+                fail(self.op, f"out buffer {o.buffer} has dtype {name_of(buf.dtype)}, output {o.name} "
+                              f"{o.dtype_text} is {name_of(out_dtypes[i])}", o.loc)
+            if buf.device != device:
+                fail(self.op, f"out buffer {o.buffer} is on {buf.device}, the call is on {device}", o.loc)
+            if o.contiguous and not buf.is_contiguous():
+                fail(self.op, f"out buffer {o.buffer} must be contiguous", o.loc)
+            for t in tensors.values():
+                if buf.numel() and t.numel() and buf.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+                    fail(self.op, f"out buffer {o.buffer} shares storage with an input", o.loc)
+        written = [s for s in out_shapes] + [tuple(tensors[t.name].shape) for t in spec.inputs.values()
+                                             if t.mutated and t.name in tensors]
+        empty = all(_numel(s) == 0 for s in written)
+        arch = device_arch(device)
+        call_specs = {i: self._call_spec(i, device.type, arch, actual_dtypes, out_names, out_dtypes, env, presence,
+                                         args) for i in interfaces}
+        return CallPlan(self.op, device, tuple(out_shapes), tuple(out_dtypes), tuple(out_names), tuple(buffer_index),
+                        tuple(alias_index), tuple(contiguous), empty, call_specs, env, converted, self.loc)
+
+    def _calling_device(self, args: Mapping[str, Any], construction: Mapping[str, torch.Tensor],
+                        env0: Mapping[str, Any]) -> torch.device:
+        voters: dict[str, torch.device] = {}
+        for t in self.spec.inputs.values():
+            v = construction.get(t.name) if t.construction else args.get(t.name)
+            if v is None or t.device == "cpu":
+                continue
+            voters[t.name] = v.device
+        devices = set(voters.values())
+        if len(devices) > 1:
+            listed = ", ".join(f"{n} on {d}" for n, d in voters.items())
+            fail(self.op, f"inputs are on different devices: {listed}", self.loc)
+        if devices:
+            return devices.pop()
+        for name, p in self.spec.params.items():
+            opts = p.type.options if isinstance(p.type, UnionT) else (p.type,)
+            if any(isinstance(o, Prim) and o.kind == "device" for o in opts) and env0.get(name) is not None:
+                return torch.device(env0[name])
+        for o in self.buffers:
+            buf = args.get(o.buffer)  # type: ignore[arg-type]
+            if buf is not None:
+                return buf.device
+        acc = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
+        if acc is not None:
+            return torch.device(acc.type, torch.accelerator.current_device_index())
+        return torch.device("cpu")
+
+    def _check_placement(self, tensors: Mapping[str, torch.Tensor], args: Mapping[str, Any]) -> None:
+        for t in self.spec.inputs.values():
+            v = tensors.get(t.name)
+            if v is None:
+                continue
+            if t.device == "cpu" and v.device.type != "cpu":
+                fail(self.op, f"input {t.name} is declared device: cpu but is on {v.device}", t.loc)
+            if t.contiguous and not v.is_contiguous():
+                fail(self.op, f"input {t.name} is declared contiguous: true but is not contiguous "
+                              f"(strides {list(v.stride())})", t.loc)
+            if v.layout is not torch.strided:
+                fail(self.op, f"input {t.name} has layout {v.layout}, expected strided", t.loc)
+
+    def _check_dtype(self, t: TensorSpec, expr: DTypeExpr, actual: str, actual_dtypes: Mapping[str, str],
+                     dtype_env: dict[str, str], env0: Mapping[str, Any], tensors: Mapping[str, Any]) -> None:
+        if isinstance(expr, DTypeSet):
+            if actual not in expr.names:
+                fail(self.op, f"input {t.name} has dtype {actual}, expected {expr}", t.loc)
+            return
+        if isinstance(expr, DTypeRef) and expr.name not in self.spec.params and expr.name not in dtype_env:
+            dtype_env[expr.name] = actual  # a DType index binds to the first dtype it meets
+            return
+        want = self._dtype_value(expr, actual_dtypes, dtype_env, env0, tensors, t)
+        if want is None:
+            options = self._dtype_options(expr)
+            if actual not in options:
+                fail(self.op, f"input {t.name} has dtype {actual}, expected {' | '.join(options)}", t.loc)
+        elif want != actual:
+            fail(self.op, f"input {t.name} has dtype {actual}, but {t.dtype_text} is {want}", t.loc)
+
+    def _dtype_value(self, expr: DTypeExpr, actual: Mapping[str, str], dtype_env: Mapping[str, str],
+                     env0: Mapping[str, Any], tensors: Mapping[str, Any], t: TensorSpec) -> str | None:
+        """The single dtype a declaration gives on this call (None when it is a choice)."""
+        if isinstance(expr, DTypeSet):
+            return expr.names[0] if len(expr.names) == 1 else None
+        if isinstance(expr, SameAs):
+            return actual.get(expr.tensor)
+        if isinstance(expr, PromoteIntToFloat):
+            src = actual.get(expr.tensor)
+            return None if src is None else promote_int_to_float(src)
+        if isinstance(expr, DTypeRef):
+            if expr.name in self.spec.params:
+                return env0.get(expr.name)
+            return dtype_env.get(expr.name)
+        denv = dict(env0)
+        for n in self.spec.inputs:
+            denv[n] = tensors.get(n)
+        test = Expr(expr.test, ir.unparse(expr.test), t.loc)
+        branch = expr.body if self._eval(test, denv, "dtype condition") else expr.orelse
+        return self._dtype_value(branch, actual, dtype_env, env0, tensors, t)
+
+    def _dtype_options(self, expr: DTypeExpr) -> list[str]:
+        if isinstance(expr, DTypeSet):
+            return list(expr.names)
+        if isinstance(expr, DTypeIf):
+            return self._dtype_options(expr.body) + self._dtype_options(expr.orelse)
+        return []
+
+    def _check_combos(self, actual: Mapping[str, str]) -> None:
+        combos = self.spec.dtype_combos
+        if not combos:
+            return
+        for combo in combos:
+            if all(actual.get(t) == d for t, d in combo.items()):
+                return
+        listed = "; ".join(", ".join(f"{t}={d}" for t, d in c.items()) for c in combos)
+        got = ", ".join(f"{t}={actual.get(t)}" for t in combos[0])
+        fail(self.op, f"dtypes {got} are not one of the dtype_combos ({listed})", self.loc.child("signature.dtype_combos"))
+
+    def _output_shape(self, o: TensorSpec, pattern: ShapePattern | None, env: Mapping[str, Any]) -> tuple[int, ...]:
+        if pattern is None:
+            fail(self.op, f"output {o.name} has no shape declaration", o.loc)
+        dims: list[Any] = []
+        for item in pattern.items:  # type: ignore[union-attr]
+            try:
+                if isinstance(item, Axis):
+                    value = Expr(item.node, item.text, o.loc).fn(env)
+                    dims.append(value)
+                else:
+                    dims.extend(env[item.name])
+            except (Unbound, KeyError) as exc:
+                name = exc.name if isinstance(exc, Unbound) else exc.args[0]
+                fail(self.op, f"output {o.name} shape {o.shape_text} needs {name}, which no input determines", o.loc)
+        for d in dims:
+            if isinstance(d, int) and d < 0:
+                fail(self.op, f"output {o.name} shape {o.shape_text} = {dims} has a negative axis", o.loc)
+        return tuple(dims)
+
+    def _call_spec(self, interface: type[KernelInterface], device_type: str, arch: str,
+                   actual_dtypes: Mapping[str, str], out_names: Sequence[str], out_dtypes: Sequence[torch.dtype],
+                   env: Mapping[str, Any], presence: frozenset[str], args: Mapping[str, Any]) -> CallSpec:
+        dtypes = dict(actual_dtypes)
+        for name, dt in zip(out_names, out_dtypes):
+            dtypes[name] = name_of(dt)
+        dims = {}
+        for name in interface.specialise_on:
+            value = env.get(name)
+            dims[name] = tuple(value) if isinstance(value, (list, tuple)) else value
+        flags: dict[str, Any] = {}
+        for t in self.spec.inputs.values():
+            if t.optional:
+                flags[f"has_{t.name}"] = t.name in presence
+        for o in self.buffers:
+            flags[f"has_{o.buffer}"] = args.get(o.buffer) is not None  # type: ignore[arg-type]
+        for name, p in self.spec.params.items():
+            value = env.get(name)
+            options = p.type.options if isinstance(p.type, UnionT) else (p.type,)
+            if any(isinstance(o, Prim) and o.kind == "bool" for o in options) or any(isinstance(o, Enum)
+                                                                                  for o in options):
+                flags[name] = value
+            elif is_maybe(p.type):
+                flags[f"has_{name}"] = value is not None
+            if any(isinstance(o, ADTRef) for o in options) and value is not None:
+                flags[f"{name}.tag"] = value.tag
+        return CallSpec(self.op, interface.__name__, device_type, arch, dtypes, dims, flags)
+
+
+def _numel(shape: Sequence[Any]) -> Any:
+    n = 1
+    for s in shape:
+        n = n * s
+    return n
+
+
+def contents_checking_default() -> bool:
+    """``TILEOPS_CHECK_CONTENTS=1`` turns on the checks that read tensor contents (a sync)."""
+    return os.environ.get("TILEOPS_CHECK_CONTENTS", "") not in ("", "0", "false", "no")

@@ -1,0 +1,1 @@
+"""Pluggy hook specifications and the entry-point plugin loader."""

@@ -1,0 +1,106 @@
+"""YAML reading that keeps line numbers and refuses duplicate keys.
+
+PyYAML silently keeps the last of two equal keys; a manifest that says the same thing
+twice is almost always a merge accident, so here it is an error naming both lines.
+Mappings come back as :class:`LineDict` (a ``dict`` that remembers the line of each key)
+and sequences as :class:`LineList`, so that every later error can say ``file:line``.
+The C loader is used when PyYAML was built with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from ..errors import Location, SpecError
+
+__all__ = ["LineDict", "LineList", "load_yaml_text", "line_of"]
+
+_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class LineDict(dict):
+    """A mapping that remembers the 1-based line of itself and of each key."""
+
+    __slots__ = ("line", "key_lines")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.line: int | None = None
+        self.key_lines: dict[Any, int] = {}
+
+
+class LineList(list):
+    """A sequence that remembers the 1-based line of itself and of each item."""
+
+    __slots__ = ("line", "item_lines")
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.line: int | None = None
+        self.item_lines: list[int] = []
+
+
+class _Loader(_Base):  # type: ignore[misc, valid-type]
+    """Safe loader building LineDict/LineList and rejecting duplicate keys."""
+
+    file_name = "<string>"
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
+    loader.flatten_mapping(node)
+    result = LineDict()
+    result.line = node.start_mark.line + 1
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            raise SpecError("a mapping key must be a scalar", Location(loader.file_name, key_node.start_mark.line + 1),
+                            rule="L0.yaml") from None
+        line = key_node.start_mark.line + 1
+        if key in result:
+            first = result.key_lines[key]
+            raise SpecError(f"duplicate key {key!r} (first written at line {first})",
+                            Location(loader.file_name, line), rule="L0.duplicate-key")
+        result[key] = loader.construct_object(value_node, deep=True)
+        result.key_lines[key] = line
+    return result
+
+
+def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
+    result = LineList(loader.construct_object(child, deep=True) for child in node.value)
+    result.line = node.start_mark.line + 1
+    result.item_lines = [child.start_mark.line + 1 for child in node.value]
+    return result
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+
+
+def load_yaml_text(text: str, file_name: str) -> Any:
+    """Parse one YAML document; syntax errors become SpecError with the file and line."""
+    loader = _Loader(text)
+    loader.file_name = file_name
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        raise SpecError(f"YAML syntax error: {exc.problem or exc.context}", Location(file_name, line),
+                        rule="L0.yaml") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"YAML error: {exc}", Location(file_name), rule="L0.yaml") from None
+    finally:
+        loader.dispose()
+
+
+def line_of(container: Any, key: Any, default: int | None = None) -> int | None:
+    """The line of ``key`` in a LineDict / index in a LineList, else ``default``."""
+    if isinstance(container, LineDict):
+        return container.key_lines.get(key, default)
+    if isinstance(container, LineList) and isinstance(key, int) and 0 <= key < len(container.item_lines):
+        return container.item_lines[key]
+    return default
