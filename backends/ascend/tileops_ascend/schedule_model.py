@@ -23,7 +23,8 @@ to fp16 after every token and the output taken from it; that is the default here
 (``requantize_running_state=True``). The public kernel source read for this port
 keeps the slice in fp32 UB across the tokens of one call and casts only the copy it
 writes back (and takes ``out`` from the fp32 slice); ``requantize_running_state=False``
-models that. Across calls the two agree exactly: the state lives in fp16 between calls.
+models that. With one token per sequence per call (plain decode) both write the same
+fp16 state; only ``out`` differs, by the rounding of the state it is read from.
 
 Where the kernel would go silently wrong (a sequence longer than ``MAX_MTP``: it
 returns; a negative slot; index dtypes that disagree with the tiling bits) the
