@@ -15,6 +15,7 @@ the kernel and step 7's output check; it never goes through the dispatcher.
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any, Callable, ClassVar, Sequence
 
 import torch
@@ -30,6 +31,7 @@ from .generated import Branch, CallPlan, OpChecks, contents_checking_default, fa
 __all__ = ["Op", "current_call"]
 
 _tls = threading.local()
+_warned_full_shape: set[type] = set()
 #: Plans kept per op instance before the oldest are dropped (dynamic shapes).
 MAX_PLANS = 4096
 
@@ -134,6 +136,24 @@ class Op:
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def specialisation(self, interface: type[KernelInterface], env: dict[str, Any]) -> dict[str, Any]:
+        """The values a kernel may specialise on (the call spec's ``dims``).
+
+        By default, the interface's ``specialise_on`` names. An arbitrary-rank op with empty
+        ``static_dims`` whose interface would specialise on a whole Shape index overrides this
+        (seed 001: its own cache key), or every new shape would build a new kernel.
+        """
+        dims = {name: env.get(name) for name in interface.specialise_on}
+        if type(self).specialisation is Op.specialisation and not self._checks.spec.static_dims:  # type: ignore[union-attr]
+            shape_indices = [n for n in interface.specialise_on if self._checks.spec.indices.get(n) == "shape"]  # type: ignore[union-attr]
+            if shape_indices and interface not in _warned_full_shape:
+                _warned_full_shape.add(interface)
+                warnings.warn(f"{type(self).__name__}: {interface.__name__} specialises on the whole shape "
+                              f"{', '.join(shape_indices)} and the spec promises no static_dims, so every new shape "
+                              "builds a new kernel; override Op.specialisation with a coarser key", RuntimeWarning,
+                              stacklevel=2)
+        return dims
 
     def check_contents(self, **tensors: Any) -> None:
         """Checks that read tensor contents (off by default; ops override where contents matter)."""

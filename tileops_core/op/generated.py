@@ -437,7 +437,7 @@ class OpChecks:
                                              if t.mutated and t.name in tensors]
         empty = all(_numel(s) == 0 for s in written)
         arch = device_arch(device)
-        call_specs = {i: self._call_spec(i, device.type, arch, actual_dtypes, out_names, out_dtypes, env, presence,
+        call_specs = {i: self._call_spec(op_obj, i, device.type, arch, actual_dtypes, out_names, out_dtypes, env, presence,
                                          args) for i in interfaces}
         return CallPlan(self.op, device, tuple(out_shapes), tuple(out_dtypes), tuple(out_names), tuple(buffer_index),
                         tuple(alias_index), tuple(contiguous), empty, call_specs, env, converted, self.loc)
@@ -557,16 +557,13 @@ class OpChecks:
                 fail(self.op, f"output {o.name} shape {o.shape_text} = {dims} has a negative axis", o.loc)
         return tuple(dims)
 
-    def _call_spec(self, interface: type[KernelInterface], device_type: str, arch: str,
+    def _call_spec(self, op_obj: Any, interface: type[KernelInterface], device_type: str, arch: str,
                    actual_dtypes: Mapping[str, str], out_names: Sequence[str], out_dtypes: Sequence[torch.dtype],
                    env: Mapping[str, Any], presence: frozenset[str], args: Mapping[str, Any]) -> CallSpec:
         dtypes = dict(actual_dtypes)
         for name, dt in zip(out_names, out_dtypes):
             dtypes[name] = name_of(dt)
-        dims = {}
-        for name in interface.specialise_on:
-            value = env.get(name)
-            dims[name] = tuple(value) if isinstance(value, (list, tuple)) else value
+        dims = {k: tuple(v) if isinstance(v, list) else v for k, v in op_obj.specialisation(interface, env).items()}
         flags: dict[str, Any] = {}
         for t in self.spec.inputs.values():
             if t.optional:

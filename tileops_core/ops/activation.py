@@ -1,0 +1,29 @@
+"""Gated activations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..kernels.interface import KernelInterface
+from ..op.base import Op
+
+__all__ = ["SiluAndMulKernel", "SiluAndMulFwdOp"]
+
+
+class SiluAndMulKernel(KernelInterface):
+    """``kernel(x) -> out`` with ``out = silu(x[..., :N]) * x[..., N:]``."""
+
+    op = "SiluAndMulFwdOp"
+    specialise_on = ("N",)
+
+
+class SiluAndMulFwdOp(Op):
+    """The SwiGLU gate: the last axis holds gate and up halves (even length)."""
+
+    interfaces = (SiluAndMulKernel,)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+
+    def forward(self, x: Any) -> Any:
+        return self.launch(SiluAndMulKernel, x)

@@ -1,0 +1,65 @@
+"""Matrix products: batched, general (with transposes) and linear."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..kernels.interface import KernelInterface
+from ..op.base import Op
+
+__all__ = ["BmmKernel", "BmmFwdOp", "GemmKernel", "GemmFwdOp", "LinearKernel", "LinearFwdOp"]
+
+
+class BmmKernel(KernelInterface):
+    """``kernel(a, b) -> d``."""
+
+    op = "BmmFwdOp"
+
+
+class BmmFwdOp(Op):
+    """``torch.bmm``."""
+
+    interfaces = (BmmKernel,)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+
+    def forward(self, a: Any, b: Any) -> Any:
+        return self.launch(BmmKernel, a, b)
+
+
+class GemmKernel(KernelInterface):
+    """``kernel(a, b, trans_a, trans_b) -> d``; the flags are in the call spec's flags."""
+
+    op = "GemmFwdOp"
+
+
+class GemmFwdOp(Op):
+    """``d = op(a) @ op(b)``, op transposing when its flag is set."""
+
+    interfaces = (GemmKernel,)
+
+    def __init__(self, trans_a: bool = False, trans_b: bool = True, **options: Any) -> None:
+        super().__init__(trans_a=trans_a, trans_b=trans_b, **options)
+
+    def forward(self, a: Any, b: Any) -> Any:
+        return self.launch(GemmKernel, a, b, self.trans_a, self.trans_b)
+
+
+class LinearKernel(KernelInterface):
+    """``kernel(input, weight, bias | None) -> output``."""
+
+    op = "LinearFwdOp"
+    specialise_on = ("in_features", "out_features")
+
+
+class LinearFwdOp(Op):
+    """``torch.nn.functional.linear`` with in/out features promised at construction."""
+
+    interfaces = (LinearKernel,)
+
+    def __init__(self, *, in_features: int, out_features: int, **options: Any) -> None:
+        super().__init__(in_features=in_features, out_features=out_features, **options)
+
+    def forward(self, input: Any, weight: Any, bias: Any = None) -> Any:
+        return self.launch(LinearKernel, input, weight, bias)

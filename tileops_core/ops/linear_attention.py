@@ -1,0 +1,110 @@
+"""RecurrentGatedDeltaRuleFwdOp: the Gated DeltaNet decode step, and its workload generator."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from ..bench.generators import Generated, register_generator
+from ..kernels.interface import KernelInterface
+from ..op.base import Op
+from ..op.generated import fail
+
+__all__ = ["RGDRKernel", "RecurrentGatedDeltaRuleFwdOp", "rgdr_decode_workload"]
+
+
+class RGDRKernel(KernelInterface):
+    """``kernel(query, key, value, beta, state, actual_seq_lengths, ssm_state_indices, g, gk,
+    num_accepted_tokens, scale, seq_lens_style, use_qk_l2norm_in_kernel) -> out``.
+
+    Writes one state slot per token (``state`` is mutated). Kernels specialise on head
+    counts and sizes, never on B or T.
+    """
+
+    op = "RecurrentGatedDeltaRuleFwdOp"
+    specialise_on = ("NK", "NV", "DK", "DV", "G")
+
+
+class RecurrentGatedDeltaRuleFwdOp(Op):
+    """The RGDR decode step (RGDR.md); optionally checks metadata contents before writing."""
+
+    interfaces = (RGDRKernel,)
+
+    def __init__(self, scale: float | None = None, seq_lens_style: str = "lengths",
+                 use_qk_l2norm_in_kernel: bool = False, **options: Any) -> None:
+        super().__init__(scale=scale, seq_lens_style=seq_lens_style, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                         **options)
+
+    def forward(self, query: Any, key: Any, value: Any, beta: Any, state: Any, actual_seq_lengths: Any,
+                ssm_state_indices: Any, g: Any = None, gk: Any = None, num_accepted_tokens: Any = None) -> Any:
+        return self.launch(RGDRKernel, query, key, value, beta, state, actual_seq_lengths, ssm_state_indices, g, gk,
+                           num_accepted_tokens, self.scale, self.seq_lens_style, self.use_qk_l2norm_in_kernel)
+
+    def check_contents(self, **tensors: Any) -> None:
+        """Metadata contents the shapes cannot show (one device sync): RGDR.md "Contents"."""
+        op, loc = type(self).__name__, self.op_spec().inputs["actual_seq_lengths"].loc
+        meta = tensors.get("actual_seq_lengths")
+        slots = tensors.get("ssm_state_indices")
+        state = tensors.get("state")
+        if meta is None or slots is None or state is None:
+            return
+        meta = meta.to("cpu", torch.int64)
+        slots = slots.to("cpu", torch.int64)
+        T = slots.shape[0]
+        if self.seq_lens_style == "cu_seqlens":
+            if meta.numel() == 0 or int(meta[0]) != 0:
+                fail(op, f"actual_seq_lengths (cu_seqlens) must start at 0, got {meta[:1].tolist()}", loc)
+            lengths = meta[1:] - meta[:-1]
+        else:
+            lengths = meta
+        if bool((lengths < 0).any()):
+            fail(op, f"actual_seq_lengths gives negative sequence lengths {lengths.tolist()}", loc)
+        if int(lengths.sum()) != T:
+            fail(op, f"actual_seq_lengths sums to {int(lengths.sum())} tokens, but T={T}", loc)
+        pool = state.shape[0]
+        slot_loc = self.op_spec().inputs["ssm_state_indices"].loc
+        bad = (slots < -1) | (slots >= pool)
+        if bool(bad.any()):
+            fail(op, f"ssm_state_indices {slots[bad][:8].tolist()} lie outside [-1, {pool})", slot_loc)
+        owner = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+        written = slots >= 0
+        pairs = {(int(s), int(b)) for s, b in zip(slots[written].tolist(), owner[written].tolist())}
+        by_slot: dict[int, int] = {}
+        for s, b in sorted(pairs):
+            if s in by_slot and by_slot[s] != b:
+                fail(op, f"sequences {by_slot[s]} and {b} both write state slot {s}", slot_loc)
+            by_slot[s] = b
+        accepted = tensors.get("num_accepted_tokens")
+        if accepted is not None:
+            acc = accepted.to("cpu", torch.int64)
+            live = lengths > 0
+            wrong = live & ((acc < 1) | (acc > lengths))
+            if bool(wrong.any()):
+                b = int(torch.nonzero(wrong)[0])
+                fail(op, f"num_accepted_tokens[{b}]={int(acc[b])} is outside [1, {int(lengths[b])}]",
+                     self.op_spec().inputs["num_accepted_tokens"].loc)
+
+
+@register_generator("rgdr_decode")
+def rgdr_decode_workload(row: Mapping[str, Any], rng: torch.Generator) -> Generated:
+    """A decode batch: B sequences of ``tokens_per_seq`` tokens (or the ``lengths`` list), each
+    token writing its own slot of a pool with spare slots no token touches."""
+    if "lengths" in row:
+        lengths = torch.tensor(list(row["lengths"]), dtype=torch.int64)
+    else:
+        lengths = torch.full((int(row["B"]),), int(row.get("tokens_per_seq", 1)), dtype=torch.int64)
+    B, T = lengths.numel(), int(lengths.sum())
+    pool = int(row.get("S", T + B + 8))
+    meta_dtype = getattr(torch, str(row.get("actual_seq_lengths_dtype", "int32")))
+    if row.get("seq_lens_style", "lengths") == "cu_seqlens":
+        meta = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
+    else:
+        meta = lengths
+    slot_dtype = getattr(torch, str(row.get("ssm_state_indices_dtype", "int32")))
+    slots = torch.randperm(pool, generator=rng)[:T]
+    tensors = {"actual_seq_lengths": meta.to(meta_dtype), "ssm_state_indices": slots.to(slot_dtype)}
+    if "num_accepted_tokens_shape" in row:
+        acc = torch.stack([1 + torch.randint(int(max(L, 1)), (1,), generator=rng)[0] for L in lengths.tolist()])
+        tensors["num_accepted_tokens"] = acc.to(getattr(torch, str(row.get("num_accepted_tokens_dtype", "int32"))))
+    return Generated({"B": B, "T": T, "S": pool}, tensors)

@@ -1,0 +1,30 @@
+"""State-space model decode steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..kernels.interface import KernelInterface
+from ..op.base import Op
+
+__all__ = ["SSDDecodeKernel", "SSDDecodeFwdOp"]
+
+
+class SSDDecodeKernel(KernelInterface):
+    """``kernel(A, dt, x, B_in, C_in, state) -> y_out``; writes ``state`` in place."""
+
+    op = "SSDDecodeFwdOp"
+    specialise_on = ("H", "P", "N", "G")
+    needs_contiguous = True
+
+
+class SSDDecodeFwdOp(Op):
+    """One Mamba2 decode step; the state is a mutated input, only ``y_out`` is returned."""
+
+    interfaces = (SSDDecodeKernel,)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+
+    def forward(self, A: Any, dt: Any, x: Any, B_in: Any, C_in: Any, state: Any) -> Any:
+        return self.launch(SSDDecodeKernel, A, dt, x, B_in, C_in, state)

@@ -1,0 +1,48 @@
+"""Normalisation ops and their kernel interfaces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..kernels.interface import KernelInterface
+from ..op.base import Op
+
+__all__ = ["RMSNormKernel", "RMSNormFwdOp", "GroupNormKernel", "GroupNormFwdOp"]
+
+
+class RMSNormKernel(KernelInterface):
+    """``kernel(x, weight | None, normalized_shape, eps | None) -> output``."""
+
+    op = "RMSNormFwdOp"
+    specialise_on = ("N",)
+
+
+class RMSNormFwdOp(Op):
+    """``torch.nn.functional.rms_norm`` as a spec-checked op."""
+
+    interfaces = (RMSNormKernel,)
+
+    def __init__(self, normalized_shape: Any, eps: float | None = None, **options: Any) -> None:
+        super().__init__(normalized_shape=normalized_shape, eps=eps, **options)
+
+    def forward(self, x: Any, weight: Any = None) -> Any:
+        return self.launch(RMSNormKernel, x, weight, self.normalized_shape, self.eps)
+
+
+class GroupNormKernel(KernelInterface):
+    """``kernel(x, weight | None, bias | None, num_groups, eps) -> output``."""
+
+    op = "GroupNormFwdOp"
+    specialise_on = ("C",)
+
+
+class GroupNormFwdOp(Op):
+    """``torch.nn.functional.group_norm``; weight and bias are present together or not at all."""
+
+    interfaces = (GroupNormKernel,)
+
+    def __init__(self, num_groups: int, eps: float = 1e-05, **options: Any) -> None:
+        super().__init__(num_groups=num_groups, eps=eps, **options)
+
+    def forward(self, x: Any, weight: Any = None, bias: Any = None) -> Any:
+        return self.launch(GroupNormKernel, x, weight, bias, self.num_groups, self.eps)

@@ -1,0 +1,71 @@
+"""Softmax and sum: reductions over axes of an arbitrary-rank input."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..kernels.interface import KernelInterface
+from ..op.base import Op
+from ..op.torchtypes import to_torch
+
+__all__ = ["SoftmaxKernel", "SoftmaxFwdOp", "SumKernel", "SumFwdOp", "reduction_extent"]
+
+
+class SoftmaxKernel(KernelInterface):
+    """``kernel(input, dim, dtype: torch.dtype | None) -> output``; ``N`` is the promised axis length."""
+
+    op = "SoftmaxFwdOp"
+    specialise_on = ("N", "dim")
+
+
+class SoftmaxFwdOp(Op):
+    """``torch.softmax(input, dim, dtype)`` with the softmax axis length promised at construction."""
+
+    interfaces = (SoftmaxKernel,)
+
+    def __init__(self, dim: int, dtype: Any = None, *, N: int, **options: Any) -> None:
+        super().__init__(dim=dim, dtype=dtype, N=N, **options)
+
+    def forward(self, input: Any) -> Any:
+        dtype = None if self.dtype is None else to_torch(self.dtype)
+        return self.launch(SoftmaxKernel, input, self.dim, dtype)
+
+
+class SumKernel(KernelInterface):
+    """``kernel(input, dim, keepdim, dtype: torch.dtype | None) -> output``."""
+
+    op = "SumFwdOp"
+
+
+def reduction_extent(shape: tuple[int, ...], dim: Any) -> tuple[int, int, int]:
+    """(outer, reduced, inner) element counts when the reduced axes are contiguous, else
+    (1, reduced, 1) with the reduced count only: enough to key a reduction kernel."""
+    n = len(shape)
+    if dim is None or (isinstance(dim, tuple) and not dim):
+        return 1, math.prod(shape), 1
+    axes = sorted({d % n if n else 0 for d in (dim if isinstance(dim, tuple) else (dim,))})
+    reduced = math.prod(shape[a] for a in axes) if n else 1
+    if axes == list(range(axes[0], axes[-1] + 1)):
+        return math.prod(shape[: axes[0]]), reduced, math.prod(shape[axes[-1] + 1:])
+    return 1, reduced, 1
+
+
+class SumFwdOp(Op):
+    """``torch.sum(input, dim, keepdim, dtype)``; ``dim=None`` reduces everything.
+
+    ``static_dims`` is empty (nothing can be promised), so the op keys its kernels on the
+    reduction's (outer, reduced, inner) extent rather than the whole input shape.
+    """
+
+    interfaces = (SumKernel,)
+
+    def __init__(self, dim: Any = None, keepdim: bool = False, dtype: Any = None, **options: Any) -> None:
+        super().__init__(dim=dim, keepdim=keepdim, dtype=dtype, **options)
+
+    def specialisation(self, interface: type[KernelInterface], env: dict[str, Any]) -> dict[str, Any]:
+        return {"extent": reduction_extent(tuple(env["S"]), env["dim"])}
+
+    def forward(self, input: Any) -> Any:
+        dtype = None if self.dtype is None else to_torch(self.dtype)
+        return self.launch(SumKernel, input, self.dim, self.keepdim, dtype)
