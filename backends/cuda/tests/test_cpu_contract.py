@@ -1,0 +1,112 @@
+"""What holds without a GPU: light imports, build-key validation, refusal reasons."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tileops_cuda.kernels import gemm, group_norm, reduce_sum, rgdr, rmsnorm, silu_and_mul, softmax
+
+
+def _key(**kw):
+    base = dict(input_dtype="bfloat16", state_dtype="float32", num_k_heads=16, num_v_heads=32, head_k_dim=128, head_v_dim=128)
+    base.update(kw)
+    return rgdr.RGDRBuildKey(**base)
+
+
+def test_package_imports_without_tilelang_or_torch():
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["tilelang"] = None
+        sys.modules["torch"] = None
+        import tileops_cuda
+        from tileops_cuda.kernels import rgdr, rmsnorm, softmax, silu_and_mul, gemm, reduce_sum, group_norm
+        print("ok")
+        """
+    )
+    import tileops_cuda
+
+    root = str(__import__("pathlib").Path(tileops_cuda.__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_rgdr_key_rejects_value_heads_not_a_multiple_of_key_heads():
+    with pytest.raises(ValueError, match="num_v_heads=12 must be a multiple of num_k_heads=8"):
+        _key(num_k_heads=8, num_v_heads=12)
+
+
+def test_rgdr_key_rejects_unknown_state_dtype():
+    with pytest.raises(ValueError, match="state_dtype='float64' is not one of"):
+        _key(state_dtype="float64")
+
+
+def test_rgdr_key_is_hashable_and_frozen():
+    k = _key()
+    assert {k: 1}[_key()] == 1
+    with pytest.raises(AttributeError):
+        k.head_k_dim = 64  # type: ignore[misc]
+
+
+def test_rgdr_serves_the_qwen_shapes():
+    assert rgdr.rgdr_refusal(_key()) is None
+    assert rgdr.rgdr_refusal(_key(num_k_heads=8, num_v_heads=16, state_dtype="bfloat16")) is None
+
+
+def test_rgdr_refuses_head_k_dim_that_is_not_eight_times_a_power_of_two():
+    assert "head_k_dim=96 must be 8 times a power of two" in rgdr.rgdr_refusal(_key(head_k_dim=96))
+
+
+def test_rgdr_refuses_head_v_dim_off_the_value_tile():
+    assert "head_v_dim=40 must be a multiple of the value tile (16)" in rgdr.rgdr_refusal(_key(head_v_dim=40))
+
+
+def test_rgdr_refuses_unknown_arch():
+    assert "arch sm_75 is not supported" in rgdr.rgdr_refusal(_key(arch="sm_75"))
+
+
+def test_rgdr_build_raises_the_refusal_reason():
+    with pytest.raises(ValueError, match="head_k_dim=96"):
+        rgdr.build_rgdr(_key(head_k_dim=96))
+
+
+def test_rmsnorm_refuses_misaligned_hidden_size():
+    assert "hidden=4090 must be a multiple of 8" in rmsnorm.rmsnorm_refusal(rmsnorm.RMSNormBuildKey("bfloat16", 4090))
+
+
+def test_rmsnorm_refuses_rows_too_long_for_registers():
+    assert "does not fit in registers" in rmsnorm.rmsnorm_refusal(rmsnorm.RMSNormBuildKey("float32", 65536))
+
+
+def test_softmax_refuses_a_dim_other_than_the_last():
+    key = softmax.SoftmaxBuildKey("float16", 1024)
+    assert "dim=0 is not the last dim" in softmax.softmax_refusal(key, dim=0, ndim=2)
+
+
+def test_silu_and_mul_refuses_float64():
+    assert "dtype float64 is not one of" in silu_and_mul.silu_and_mul_refusal(silu_and_mul.SiluAndMulBuildKey("float64", 128))
+
+
+def test_gemm_refuses_float32_and_pre_hopper():
+    assert "dtype float32 is not one of" in gemm.gemm_refusal(gemm.GemmBuildKey("float32", 128, 128))
+    assert "arch sm_80 is not supported" in gemm.gemm_refusal(gemm.GemmBuildKey("bfloat16", 128, 128, arch="sm_80"))
+
+
+def test_sum_refuses_non_adjacent_dims():
+    assert "dims (0, 2) are not adjacent" in reduce_sum.sum_refusal("float32", (0, 2), 3, True)
+
+
+def test_sum_plans_adjacent_dims_as_a_k_b():
+    assert reduce_sum.plan_sum((2, 3, 4, 5), (1, 2)) == (2, 12, 5)
+    assert reduce_sum.plan_sum((2, 3, 4, 5), None) == (1, 120, 1)
+    assert reduce_sum.plan_sum((2, 3, 4, 5), (-1,)) == (24, 5, 1)
+
+
+def test_group_norm_refuses_channels_not_divisible_by_groups():
+    key = group_norm.GroupNormBuildKey("bfloat16", 3, 32, 16)
+    assert "channels=32 is not a multiple of num_groups=3" in group_norm.group_norm_refusal(key)

@@ -1,0 +1,149 @@
+"""RGDR TileLang kernel against the float64 reference on the GPU (skips without one)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tileops_cuda.kernels.rgdr import RGDRBuildKey, build_rgdr
+from tileops_cuda.kernels._common import compile_many
+from tileops_cuda.testing import check_rgdr, rgdr_case
+
+# Each key covers a different corner of the build identity (dtypes, metadata style and
+# width, g / gk forms, accepted tokens, l2 norm, head dims).
+KEYS = {
+    "qwen_bf16_in_fp32_state": RGDRBuildKey("bfloat16", "float32", 4, 8, 128, 128),
+    "fp16_state_cu_i64_vector_gk_accepted_l2": RGDRBuildKey(
+        "float16", "float16", 2, 4, 128, 64, "cu_seqlens", "int64", "int64", "int32", True, "vector", True
+    ),
+    "fp32_in_bf16_state_scalar_gk_only": RGDRBuildKey(
+        "float32", "bfloat16", 2, 2, 64, 32, "lengths", "int64", "int32", "int64", False, "scalar", True
+    ),
+    "bf16_state_g_and_scalar_gk": RGDRBuildKey(
+        "bfloat16", "bfloat16", 1, 4, 64, 48, "cu_seqlens", "int32", "int64", None, True, "scalar", False
+    ),
+    "fp32_everything_no_decay_dk256": RGDRBuildKey("float32", "float32", 2, 2, 256, 16, has_g=False),
+    "fp16_in_fp32_state_vector_gk_only_accepted": RGDRBuildKey(
+        "float16", "float32", 2, 6, 128, 32, "lengths", "int32", "int32", "int64", False, "vector", False
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def arch(cuda_device):
+    _, a = cuda_device
+    errors = [r for r in compile_many(lambda k=k: build_rgdr(_with_arch(k, a)) for k in KEYS.values()) if isinstance(r, Exception)]
+    if errors:
+        raise errors[0]
+    return a
+
+
+def _with_arch(key: RGDRBuildKey, arch: str) -> RGDRBuildKey:
+    from dataclasses import replace
+
+    return replace(key, arch=arch)
+
+
+@pytest.mark.parametrize("name", list(KEYS))
+def test_matches_float64_reference_on_ragged_batch_with_padding(name, arch, cuda_device, gen):
+    key = _with_arch(KEYS[name], arch)
+    lengths = [3, 0, 1, 37, 2, 8, 1, 16, 17]  # empty, single, multi-chunk sequences
+    case = rgdr_case(key, lengths, device=cuda_device[0], generator=gen, padding=0.15, pad_first_of=4, repeat_slots_of=5)
+    res = check_rgdr(build_rgdr(key), case)
+    assert res["ok"], res
+
+
+@pytest.mark.parametrize("name", ["qwen_bf16_in_fp32_state", "bf16_state_g_and_scalar_gk"])
+def test_explicit_scale_is_used(name, arch, cuda_device, gen):
+    key = _with_arch(KEYS[name], arch)
+    case = rgdr_case(key, [2, 5], device=cuda_device[0], generator=gen, scale=0.37)
+    res = check_rgdr(build_rgdr(key), case)
+    assert res["ok"], res
+
+
+@pytest.mark.parametrize("name", ["qwen_bf16_in_fp32_state", "fp32_in_bf16_state_scalar_gk_only"])
+def test_one_call_of_l_tokens_equals_l_calls_of_one_token_on_one_slot(name, arch, cuda_device, gen):
+    """The decode pattern: every token of a sequence reads and writes one slot."""
+    import torch
+
+    key = _with_arch(KEYS[name], arch)
+    if key.accepted_dtype is not None:
+        from dataclasses import replace
+
+        key = replace(key, accepted_dtype=None)
+        build_rgdr(key)
+    L = 6
+    case = rgdr_case(key, [L], device=cuda_device[0], generator=gen)
+    case["ssm_state_indices"].fill_(2)
+    launcher = build_rgdr(key)
+
+    def run(c, state, out):
+        launcher(c["query"], c["key"], c["value"], c["beta"], state, c["actual_seq_lengths"], c["ssm_state_indices"],
+                 c["g"], c["gk"], c["num_accepted_tokens"], out, c["scale"])  # fmt: skip
+
+    state_all = case["state"].clone()
+    out_all = torch.full_like(case["value"], float("nan"))
+    run(case, state_all, out_all)
+    state_one = case["state"].clone()
+    out_one = torch.full_like(case["value"], float("nan"))
+    for t in range(L):
+        step = {
+            k: (v[t : t + 1] if k in ("query", "key", "value", "beta", "g", "gk", "ssm_state_indices") and v is not None else v)
+            for k, v in case.items()
+        }
+        meta = [1] if key.seq_lens_style == "lengths" else [0, 1]
+        step["actual_seq_lengths"] = torch.tensor(meta, dtype=case["actual_seq_lengths"].dtype, device=cuda_device[0])
+        run(step, state_one, out_one[t : t + 1])
+    torch.cuda.synchronize()
+    assert torch.equal(state_all, state_one)
+    assert torch.equal(out_all, out_one)
+
+
+def test_zero_sequences_launch_nothing(arch, cuda_device, gen):
+    import torch
+
+    key = _with_arch(KEYS["qwen_bf16_in_fp32_state"], arch)
+    case = rgdr_case(key, [0, 0], device=cuda_device[0], generator=gen)
+    state = case["state"].clone()
+    out = torch.empty_like(case["value"])
+    build_rgdr(key)(case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
+                    case["ssm_state_indices"], case["g"], None, None, out, None)  # fmt: skip
+    torch.cuda.synchronize()
+    assert torch.equal(state, case["state"])
+
+
+def test_missing_optional_input_is_a_clear_error(arch, cuda_device, gen):
+    key = _with_arch(KEYS["qwen_bf16_in_fp32_state"], arch)
+    case = rgdr_case(key, [1], device=cuda_device[0], generator=gen)
+    with pytest.raises(ValueError, match="built with has_g=True but g is absent"):
+        build_rgdr(key)(case["query"], case["key"], case["value"], case["beta"], case["state"], case["actual_seq_lengths"],
+                        case["ssm_state_indices"], None, None, None, case["value"].clone(), None)  # fmt: skip
+
+
+def test_captures_in_a_cuda_graph(arch, cuda_device, gen):
+    import torch
+
+    key = _with_arch(KEYS["qwen_bf16_in_fp32_state"], arch)
+    case = rgdr_case(key, [2, 3], device=cuda_device[0], generator=gen)
+    launcher = build_rgdr(key)
+    state = case["state"].clone()
+    out = torch.full_like(case["value"], float("nan"))
+    args = (case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
+            case["ssm_state_indices"], case["g"], None, None, out, None)  # fmt: skip
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        launcher(*args)  # warm-up on the capture stream
+    torch.cuda.current_stream().wait_stream(s)
+    state.copy_(case["state"])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launcher(*args)
+    state.copy_(case["state"])
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    eager_state = case["state"].clone()
+    eager_out = torch.full_like(out, float("nan"))
+    launcher(*args[:4], eager_state, *args[5:10], eager_out, None)
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager_out) and torch.equal(state, eager_state)

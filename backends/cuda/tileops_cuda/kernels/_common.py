@@ -1,0 +1,88 @@
+"""Shared plumbing for the TileLang kernels: dtype names, targets, the build cache.
+
+Nothing here imports tilelang or torch at module import; both load on first build.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+__all__ = [
+    "ELEM_BYTES",
+    "SUPPORTED_ARCHS",
+    "arch_refusal",
+    "cached_build",
+    "compile_many",
+    "compile_prim_func",
+    "dtype_name",
+]
+
+ELEM_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "int64": 8}
+
+#: What the kernels were written for: generic SIMT / wgmma-free code runs on sm_80+;
+#: only sm_90 (H200) has been measured.
+SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+
+
+def dtype_name(t: Any) -> str:
+    """``torch.bfloat16`` (or a tensor of it) -> ``"bfloat16"``."""
+    dt = getattr(t, "dtype", t)
+    return str(dt).replace("torch.", "")
+
+
+def arch_refusal(kernel: str, arch: str, archs: Iterable[str] = SUPPORTED_ARCHS) -> str | None:
+    archs = tuple(archs)
+    if arch not in archs:
+        return f"{kernel}: arch {arch} is not supported (written for {', '.join(archs)}); use the reference"
+    return None
+
+
+def compile_prim_func(func: Any, arch: str, pass_configs: dict[str, Any] | None = None) -> Any:
+    """Compile a TileLang PrimFunc for ``arch`` with the tvm_ffi launcher (current torch stream)."""
+    import tilelang  # lazy: importing tileops_cuda must not need tilelang or a GPU
+
+    return tilelang.compile(
+        func,
+        target={"kind": "cuda", "arch": arch},
+        execution_backend="tvm_ffi",
+        pass_configs=pass_configs or None,
+    )
+
+
+_LOCK = threading.Lock()
+_BUILT: dict[Any, Any] = {}
+
+
+def cached_build(identity: Any, build: Callable[[], Any]) -> Any:
+    """Build once per process per identity (tilelang's disk cache spans processes)."""
+    with _LOCK:
+        hit = _BUILT.get(identity)
+    if hit is not None:
+        return hit
+    made = build()
+    with _LOCK:
+        return _BUILT.setdefault(identity, made)
+
+
+def compile_many(thunks: Iterable[Callable[[], Any]], workers: int | None = None) -> list[Any]:
+    """Run build thunks concurrently (TVM lowering releases the GIL; nvcc is a subprocess).
+
+    Exceptions are returned in place of results so one bad build does not hide the others.
+    """
+    thunks = list(thunks)
+    if not thunks:
+        return []
+    workers = workers or min(len(thunks), max(1, (os.cpu_count() or 2)))
+
+    def run(th: Callable[[], Any]) -> Any:
+        try:
+            return th()
+        except Exception as exc:  # reported to the caller, never swallowed
+            return exc
+
+    with concurrent.futures.ThreadPoolExecutor(workers, "tileops-build") as pool:
+        return list(pool.map(run, thunks))

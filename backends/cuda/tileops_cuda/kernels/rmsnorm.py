@@ -1,0 +1,139 @@
+"""RMSNorm as a TileLang kernel: ``y = x * rsqrt(mean(x**2, -1) + eps) * weight``.
+
+One program normalises ``rows`` rows held entirely in registers (fp32 math), so ``x`` is
+read once and ``y`` written once: the bytes floor. Specialised on dtype, hidden size and
+weight presence; the number of rows is dynamic.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, dtype_name
+
+__all__ = ["RMSNormBuildKey", "RMSNormLauncher", "build_rmsnorm", "rmsnorm_refusal", "rms_norm"]
+
+_DTYPES = ("float16", "bfloat16", "float32")
+_MAX_ELEMS_PER_THREAD = 32
+
+
+@dataclass(frozen=True)
+class RMSNormBuildKey:
+    """Build identity: element dtype (x, weight and y share it), hidden size, weight presence."""
+
+    dtype: str
+    hidden: int
+    has_weight: bool = True
+    arch: str = "sm_90"
+
+
+def _plan(key: RMSNormBuildKey) -> tuple[int, int]:
+    """(threads, rows per program): 16-byte vectors, at most 32 fp32 values per thread."""
+    vec = 16 // ELEM_BYTES[key.dtype]
+    threads = 128
+    while threads < 1024 and key.hidden > threads * _MAX_ELEMS_PER_THREAD // 2:
+        threads *= 2
+    rows = 1
+    while rows * key.hidden < threads * vec * 2 and rows < 64:
+        rows *= 2
+    return threads, rows
+
+
+def rmsnorm_refusal(key: RMSNormBuildKey) -> str | None:
+    """Why this kernel cannot serve ``key`` (with the fix), or None."""
+    if key.dtype not in _DTYPES:
+        return f"RMSNorm TileLang kernel: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
+    vec = 16 // ELEM_BYTES[key.dtype]
+    if key.hidden % vec:
+        return (
+            f"RMSNorm TileLang kernel: hidden={key.hidden} must be a multiple of {vec} "
+            "(16-byte vectors); use the reference"
+        )
+    if key.hidden > 1024 * _MAX_ELEMS_PER_THREAD:
+        return (
+            f"RMSNorm TileLang kernel: hidden={key.hidden} > {1024 * _MAX_ELEMS_PER_THREAD} does not fit in "
+            "registers of one program; use the reference"
+        )
+    return arch_refusal("RMSNorm TileLang kernel", key.arch)
+
+
+def _program(key: RMSNormBuildKey):
+    import tilelang.language as T
+
+    N, dt, f32 = key.hidden, key.dtype, "float32"
+    threads, BM = _plan(key)
+    M = T.dynamic("M")
+
+    @T.macro
+    def body(X, W, Y, eps):
+        with T.Kernel(T.ceildiv(M, BM), threads=threads) as bx:
+            xf = T.alloc_fragment((BM, N), f32)
+            sq = T.alloc_fragment((BM, N), f32)
+            rs = T.alloc_fragment((BM,), f32)
+            T.copy(X[bx * BM : (bx + 1) * BM, :], xf)
+            for i, j in T.Parallel(BM, N):
+                sq[i, j] = xf[i, j] * xf[i, j]
+            T.reduce_sum(sq, rs, dim=1)
+            for i in T.Parallel(BM):
+                rs[i] = T.rsqrt(rs[i] / T.float32(N) + eps)
+            for i, j in T.Parallel(BM, N):
+                if key.has_weight:
+                    xf[i, j] = (xf[i, j] * rs[i]) * T.cast(W[j], f32)
+                else:
+                    xf[i, j] = xf[i, j] * rs[i]
+            T.copy(xf, Y[bx * BM : (bx + 1) * BM, :])
+
+    x_t = T.Tensor((M, N), dt)
+    w_t = T.Tensor((N,), dt)
+    y_t = T.Tensor((M, N), dt)
+    if key.has_weight:
+
+        @T.prim_func
+        def rmsnorm(x: x_t, weight: w_t, y: y_t, eps: T.float32):
+            body(x, weight, y, eps)
+
+    else:
+
+        @T.prim_func
+        def rmsnorm(x: x_t, y: y_t, eps: T.float32):
+            body(x, None, y, eps)
+
+    return rmsnorm
+
+
+class RMSNormLauncher:
+    """``launcher(x2d, weight, out, eps)``: x2d ``[M, hidden]`` contiguous; writes ``out``."""
+
+    def __init__(self, key: RMSNormBuildKey, kernel: Any) -> None:
+        self.key = key
+        self.kernel = kernel
+
+    def __call__(self, x: Any, weight: Any, out: Any, eps: float) -> Any:
+        if (weight is not None) != self.key.has_weight:
+            raise ValueError(f"RMSNorm kernel built with has_weight={self.key.has_weight}")
+        if x.shape[0] == 0:
+            return out
+        if self.key.has_weight:
+            self.kernel(x, weight, out, float(eps))
+        else:
+            self.kernel(x, out, float(eps))
+        return out
+
+
+def build_rmsnorm(key: RMSNormBuildKey) -> RMSNormLauncher:
+    """Compile once per process and return the launcher; ValueError with the refusal reason."""
+    reason = rmsnorm_refusal(key)
+    if reason is not None:
+        raise ValueError(reason)
+    return cached_build(("rmsnorm", key), lambda: RMSNormLauncher(key, compile_prim_func(_program(key), key.arch)))
+
+
+def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6, out: Any = None, arch: str = "sm_90") -> Any:
+    """RMSNorm over the last dim of a contiguous CUDA tensor (any leading shape)."""
+    n = x.shape[-1]
+    key = RMSNormBuildKey(dtype_name(x), int(n), weight is not None, arch)
+    x2 = x.reshape(-1, n)
+    y = out if out is not None else x.new_empty(x.shape)
+    build_rmsnorm(key)(x2, weight, y.view(-1, n), eps)
+    return y

@@ -1,0 +1,99 @@
+"""SiluAndMul as a TileLang kernel: ``x [M, 2N] -> silu(x[:, :N]) * x[:, N:]`` (fp32 math).
+
+Pure streaming: each element of ``x`` read once, each output written once, 16-byte
+accesses. Specialised on dtype and N; M is dynamic.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, dtype_name
+
+__all__ = ["SiluAndMulBuildKey", "SiluAndMulLauncher", "build_silu_and_mul", "silu_and_mul_refusal", "silu_and_mul"]
+
+_DTYPES = ("float16", "bfloat16", "float32")
+
+
+@dataclass(frozen=True)
+class SiluAndMulBuildKey:
+    """Build identity: dtype and the output width N (the input is ``[M, 2N]``)."""
+
+    dtype: str
+    width: int
+    arch: str = "sm_90"
+
+
+def _plan(key: SiluAndMulBuildKey) -> tuple[int, int, int]:
+    """(threads, rows, cols) of one program's output tile: 4 vectors of 16 bytes per thread."""
+    vec = 16 // ELEM_BYTES[key.dtype]
+    threads = 128
+    cols = 1
+    while cols * 2 <= key.width and key.width % (cols * 2) == 0 and cols < threads * vec:
+        cols *= 2
+    rows = max(1, threads * vec * 4 // cols)
+    return threads, rows, cols
+
+
+def silu_and_mul_refusal(key: SiluAndMulBuildKey) -> str | None:
+    """Why this kernel cannot serve ``key`` (with the fix), or None."""
+    if key.dtype not in _DTYPES:
+        return f"SiluAndMul TileLang kernel: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
+    vec = 16 // ELEM_BYTES[key.dtype]
+    if key.width % vec:
+        return f"SiluAndMul TileLang kernel: N={key.width} must be a multiple of {vec} (16-byte vectors)"
+    return arch_refusal("SiluAndMul TileLang kernel", key.arch)
+
+
+def _program(key: SiluAndMulBuildKey):
+    import tilelang.language as T
+
+    N, dt, f32 = key.width, key.dtype, "float32"
+    threads, BM, BN = _plan(key)
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def silu_and_mul_fwd(x: T.Tensor((M, 2 * N), dt), y: T.Tensor((M, N), dt)):
+        with T.Kernel(T.ceildiv(N, BN), T.ceildiv(M, BM), threads=threads) as (bx, by):
+            for i, j in T.Parallel(BM, BN):
+                a = T.cast(x[by * BM + i, bx * BN + j], f32)
+                b = T.cast(x[by * BM + i, N + bx * BN + j], f32)
+                y[by * BM + i, bx * BN + j] = T.cast(a / (T.float32(1) + T.exp(-a)) * b, dt)
+
+    return silu_and_mul_fwd
+
+
+class SiluAndMulLauncher:
+    """``launcher(x2d, out)``: x2d ``[M, 2N]`` contiguous; writes ``out`` ``[M, N]``."""
+
+    def __init__(self, key: SiluAndMulBuildKey, kernel: Any) -> None:
+        self.key = key
+        self.kernel = kernel
+
+    def __call__(self, x: Any, out: Any) -> Any:
+        if x.shape[0]:
+            self.kernel(x, out)
+        return out
+
+
+def build_silu_and_mul(key: SiluAndMulBuildKey) -> SiluAndMulLauncher:
+    """Compile once per process and return the launcher; ValueError with the refusal reason."""
+    reason = silu_and_mul_refusal(key)
+    if reason is not None:
+        raise ValueError(reason)
+    return cached_build(
+        ("silu_and_mul", key), lambda: SiluAndMulLauncher(key, compile_prim_func(_program(key), key.arch))
+    )
+
+
+def silu_and_mul(x: Any, out: Any = None, arch: str = "sm_90") -> Any:
+    """``silu(x[..., :N]) * x[..., N:]`` for a contiguous CUDA tensor with last dim 2N."""
+    two_n = x.shape[-1]
+    if two_n % 2:
+        raise ValueError(f"SiluAndMul: last dim {two_n} is odd; it must be 2N")
+    n = two_n // 2
+    key = SiluAndMulBuildKey(dtype_name(x), int(n), arch)
+    y = out if out is not None else x.new_empty((*x.shape[:-1], n))
+    build_silu_and_mul(key)(x.reshape(-1, two_n), y.view(-1, n))
+    return y

@@ -1,0 +1,115 @@
+"""Softmax over the last (contiguous) dim as a TileLang kernel.
+
+Rows live in registers for the whole program (max, exp, sum, scale), so ``x`` is read once
+and ``y`` written once. Other dims are refused: move the dim last (one copy) or use the
+reference. Specialised on dtype and row length; the number of rows is dynamic.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, dtype_name
+
+__all__ = ["SoftmaxBuildKey", "SoftmaxLauncher", "build_softmax", "softmax_refusal", "softmax"]
+
+_DTYPES = ("float16", "bfloat16", "float32")
+_MAX_ELEMS_PER_THREAD = 32
+
+
+@dataclass(frozen=True)
+class SoftmaxBuildKey:
+    """Build identity: dtype (input and output) and the length of the softmax dim."""
+
+    dtype: str
+    length: int
+    arch: str = "sm_90"
+
+
+def _plan(key: SoftmaxBuildKey) -> tuple[int, int]:
+    vec = 16 // ELEM_BYTES[key.dtype]
+    threads = 128
+    while threads < 1024 and key.length > threads * _MAX_ELEMS_PER_THREAD // 2:
+        threads *= 2
+    rows = 1
+    while rows * key.length < threads * vec * 2 and rows < 64:
+        rows *= 2
+    return threads, rows
+
+
+def softmax_refusal(key: SoftmaxBuildKey, dim: int = -1, ndim: int = 2, contiguous: bool = True) -> str | None:
+    """Why this kernel cannot serve the call (with the fix), or None."""
+    if dim not in (-1, ndim - 1):
+        return f"Softmax TileLang kernel: dim={dim} is not the last dim; it handles only the last, contiguous dim"
+    if not contiguous:
+        return "Softmax TileLang kernel: input is not contiguous; call .contiguous() or use the reference"
+    if key.dtype not in _DTYPES:
+        return f"Softmax TileLang kernel: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
+    vec = 16 // ELEM_BYTES[key.dtype]
+    if key.length % vec:
+        return f"Softmax TileLang kernel: length={key.length} must be a multiple of {vec} (16-byte vectors)"
+    if key.length > 1024 * _MAX_ELEMS_PER_THREAD:
+        return f"Softmax TileLang kernel: length={key.length} > {1024 * _MAX_ELEMS_PER_THREAD} does not fit in registers"
+    return arch_refusal("Softmax TileLang kernel", key.arch)
+
+
+def _program(key: SoftmaxBuildKey):
+    import tilelang.language as T
+
+    N, dt, f32 = key.length, key.dtype, "float32"
+    threads, BM = _plan(key)
+    M = T.dynamic("M")
+    LOG2E = 1.4426950408889634
+
+    @T.prim_func
+    def softmax_fwd(x: T.Tensor((M, N), dt), y: T.Tensor((M, N), dt)):
+        with T.Kernel(T.ceildiv(M, BM), threads=threads) as bx:
+            xf = T.alloc_fragment((BM, N), f32)
+            mx = T.alloc_fragment((BM,), f32)
+            sm = T.alloc_fragment((BM,), f32)
+            T.copy(x[bx * BM : (bx + 1) * BM, :], xf)
+            T.reduce_max(xf, mx, dim=1, clear=True)
+            for i, j in T.Parallel(BM, N):
+                xf[i, j] = T.exp2((xf[i, j] - mx[i]) * LOG2E)
+            T.reduce_sum(xf, sm, dim=1)
+            for i in T.Parallel(BM):
+                sm[i] = T.float32(1) / sm[i]
+            for i, j in T.Parallel(BM, N):
+                xf[i, j] = xf[i, j] * sm[i]
+            T.copy(xf, y[bx * BM : (bx + 1) * BM, :])
+
+    return softmax_fwd
+
+
+class SoftmaxLauncher:
+    """``launcher(x2d, out)``: x2d ``[M, length]`` contiguous; writes ``out``."""
+
+    def __init__(self, key: SoftmaxBuildKey, kernel: Any) -> None:
+        self.key = key
+        self.kernel = kernel
+
+    def __call__(self, x: Any, out: Any) -> Any:
+        if x.shape[0]:
+            self.kernel(x, out)
+        return out
+
+
+def build_softmax(key: SoftmaxBuildKey) -> SoftmaxLauncher:
+    """Compile once per process and return the launcher; ValueError with the refusal reason."""
+    reason = softmax_refusal(key)
+    if reason is not None:
+        raise ValueError(reason)
+    return cached_build(("softmax", key), lambda: SoftmaxLauncher(key, compile_prim_func(_program(key), key.arch)))
+
+
+def softmax(x: Any, dim: int = -1, out: Any = None, arch: str = "sm_90") -> Any:
+    """Softmax of a contiguous CUDA tensor over its last dim; refuses other dims loudly."""
+    n = x.shape[-1]
+    key = SoftmaxBuildKey(dtype_name(x), int(n), arch)
+    reason = softmax_refusal(key, dim, x.dim(), x.is_contiguous())
+    if reason is not None:
+        raise ValueError(reason)
+    y = out if out is not None else x.new_empty(x.shape)
+    build_softmax(key)(x.reshape(-1, n), y.view(-1, n))
+    return y
