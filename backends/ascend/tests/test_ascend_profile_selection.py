@@ -77,6 +77,27 @@ def test_fewer_repeats_budget_is_refused_because_the_scratch_would_overflow():
     )
 
 
+def test_upstream_budget_would_overflow_the_scratch_at_the_real_ub_for_dk_80_dv_256():
+    """Not only crafted budgets: at 262144 bytes, DK=80/DV=256 gets vStep 256 and 8320 bytes too little scratch."""
+    with pytest.raises(TilingError) as err:
+        compute_tiling(t=8, nk=16, dk=80, nv=32, dv=256, state_slots=8, seq_lens_len=1, has_g=True)
+    assert str(err.value) == (
+        "the kernel's fp32 scratch needs 180224 bytes but profile 1x2 with vStep 256 leaves 171904 "
+        "(DK=80, DV=256, UB 262144 bytes): the vStep budget omits stateInQueue_'s 2*aDk bytes per row"
+    )
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("gk", [None, "scalar", "vector"])
+def test_scratch_check_never_refuses_square_power_of_two_heads_at_the_real_ub(d, gk):
+    for nv in range(1, 129):
+        gk_shape = None if gk is None else ((8, nv) if gk == "scalar" else (8, nv, d))
+        tiling = compute_tiling(
+            t=8, nk=1, dk=d, nv=nv, dv=d, state_slots=8, seq_lens_len=1, has_g=True, gk_shape=gk_shape
+        )
+        assert tiling.scratch_bytes <= tiling.ub_rest_bytes
+
+
 def test_equal_repeats_prefer_the_deeper_profile():
     selection = select_buffer_profile(262144, nv=32, dv=128, dk=128, inputs=G_ONLY)
     assert selection.considered[:2] == (((1, 1), "vStep 128, repeat 1"), ((1, 2), "vStep 128, repeat 1"))

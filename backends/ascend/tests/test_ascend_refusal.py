@@ -72,6 +72,15 @@ def test_head_dims_the_ub_cannot_tile_are_refused():
     )
 
 
+def test_tiling_whose_scratch_would_overflow_is_refused():
+    call = _call(nk=16, dk=80, nv=32, dv=256, gk_dtype="float32", gk_shape=(4, 32))
+    assert refusal_reason(call) == (
+        "the kernel's fp32 scratch needs 181248 bytes but profile 1x2 with vStep 256 leaves 170880 (DK=80, DV=256, "
+        "UB 262144 bytes): the vStep budget omits stateInQueue_'s 2*aDk bytes per row, and the scalar gk buffer is "
+        "billed with the queues but carved from the scratch"
+    )
+
+
 def test_nv_not_a_multiple_of_nk_is_refused():
     assert refusal_reason(_call(nk=3, nv=4)) == (
         "NV=4 is not a multiple of NK=3: value head h reads key head h // (NV // NK)"

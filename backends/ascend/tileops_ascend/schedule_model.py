@@ -109,7 +109,7 @@ def run_schedule(
         if inputs.num_accepted_tokens is None:
             raise ScheduleError("the tiling says num_accepted_tokens is present but it is None")
         _check_index_dtype("num_accepted_tokens", inputs.num_accepted_tokens, 0)
-    if td.has_gama and inputs.g is None or td.has_gama_k and inputs.gk is None:
+    if (td.has_gama and inputs.g is None) or (td.has_gama_k and inputs.gk is None):
         raise ScheduleError("the tiling says g/gk is present but the tensor is None")
     cu = [int(x) for x in inputs.actual_seq_lengths.tolist()]
     slots = [int(x) for x in inputs.ssm_state_indices.tolist()]
@@ -150,7 +150,7 @@ def run_schedule(
                 if (b * nv + h) % block_dim != core:
                     continue
                 _process_head(
-                    inputs, td, out, state, slices, core, b, h, tokens, slots[state_token], slots,
+                    out, state, slices, core, b, h, tokens, slots[state_token], slots,
                     q=q_all[seq0:seq1, h // group].float() * scale,
                     k=k_all[seq0:seq1, h // group].float(),
                     v=v_all[seq0:seq1, h].float(),
@@ -163,7 +163,14 @@ def run_schedule(
     return out
 
 
-def _gama_k(gk_flat: torch.Tensor | None, td: RecurrentGatedDeltaRuleTilingData, tokens, h, nv, dk):
+def _gama_k(
+    gk_flat: torch.Tensor | None,
+    td: RecurrentGatedDeltaRuleTilingData,
+    tokens: tuple[int, ...],
+    h: int,
+    nv: int,
+    dk: int,
+) -> torch.Tensor | None:
     """``exp(gk)`` per token, read at the kernel's flat offsets: ``[L]`` if scalar, ``[L, DK]`` if per column."""
     if gk_flat is None:
         return None
@@ -174,9 +181,25 @@ def _gama_k(gk_flat: torch.Tensor | None, td: RecurrentGatedDeltaRuleTilingData,
 
 
 def _process_head(
-    inputs, td, out, state, slices, core, b, h, tokens, read_slot, slots, *, q, k, v, beta, gama, gama_k,
-    requantize, trace,
-):
+    out: torch.Tensor,
+    state: torch.Tensor,
+    slices: list[tuple[int, int]],
+    core: int,
+    b: int,
+    h: int,
+    tokens: tuple[int, ...],
+    read_slot: int,
+    slots: list[int],
+    *,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    gama: torch.Tensor | None,
+    gama_k: torch.Tensor | None,
+    requantize: bool,
+    trace: list[ScheduleStep] | None,
+) -> None:
     """``ProcessHead`` + ``ProcessSequenceChunk`` for one work item, all its DV slices."""
     for v_start, rows in slices:
         if trace is not None:

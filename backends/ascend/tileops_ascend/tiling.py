@@ -18,7 +18,9 @@ all fixes of pitfalls RGDR.md lists:
 * ``scale`` None means ``DK ** -0.5`` (upstream ``GetScale`` falls back to 1.0);
 * after selection, the kernel's fp32 scratch carve-out is checked against
   ``ubRestBytes`` (upstream only checks ``ubRestBytes >= 0``; its ``vStep`` budget
-  omits the ``2·aDk`` bytes per row of ``stateInQueue_``, seed 003 §6.5).
+  omits the ``2·aDk`` bytes per row of ``stateInQueue_``, seed 003 §6.5, and it bills
+  a scalar ``gk`` buffer with the queues although the kernel carves it from the
+  scratch).
 """
 
 from __future__ import annotations
@@ -466,10 +468,13 @@ def compute_tiling(
         )
     scratch = kernel_scratch_bytes(nv=nv, dv=dv, dk=dk, v_step=profile.v_step, inputs=inputs, platform=platform)
     if scratch > selection.ub_rest_bytes:
+        causes = "the vStep budget omits stateInQueue_'s 2*aDk bytes per row"
+        if inputs.has_gama_k and inputs.gama_k_scalar:
+            causes += ", and the scalar gk buffer is billed with the queues but carved from the scratch"
         raise TilingError(
             f"the kernel's fp32 scratch needs {scratch} bytes but profile {profile.state_out_buffer_num}x"
             f"{profile.attn_out_buffer_num} with vStep {profile.v_step} leaves {selection.ub_rest_bytes} "
-            f"(DK={dk}, DV={dv}, UB {ub} bytes): the vStep budget omits stateInQueue_'s 2*aDk bytes per row"
+            f"(DK={dk}, DV={dv}, UB {ub} bytes): {causes}"
         )
     cores = platform.schedulable_cores
     data = RecurrentGatedDeltaRuleTilingData(
