@@ -146,7 +146,10 @@ class Op:
         """
         dims = {name: env.get(name) for name in interface.specialise_on}
         if type(self).specialisation is Op.specialisation and not self._checks.spec.static_dims:  # type: ignore[union-attr]
-            shape_indices = [n for n in interface.specialise_on if self._checks.spec.indices.get(n) == "shape"]  # type: ignore[union-attr]
+            spec = self._checks.spec  # type: ignore[union-attr]
+            arbitrary = {v for t in spec.inputs.values() if not t.optional and hasattr(t.shape, "variadics")
+                         for v in t.shape.variadics}  # type: ignore[union-attr]
+            shape_indices = [n for n in interface.specialise_on if n in arbitrary and spec.indices.get(n) == "shape"]
             if shape_indices and interface not in _warned_full_shape:
                 _warned_full_shape.add(interface)
                 warnings.warn(f"{type(self).__name__}: {interface.__name__} specialises on the whole shape "

@@ -104,6 +104,16 @@ def rgdr_decode_workload(row: Mapping[str, Any], rng: torch.Generator) -> Genera
     slot_dtype = getattr(torch, str(row.get("ssm_state_indices_dtype", "int32")))
     slots = torch.randperm(pool, generator=rng)[:T]
     tensors = {"actual_seq_lengths": meta.to(meta_dtype), "ssm_state_indices": slots.to(slot_dtype)}
+    NV, DK = int(row["NV"]), int(row["DK"])
+    # Realistic contents (never zeros): gates in (0, 1), decays negative, unit-norm q/k rows.
+    tensors["beta"] = torch.sigmoid(torch.randn(T, NV, generator=rng))
+    for name in ("query", "key"):
+        x = torch.randn(T, int(row["NK"]), DK, generator=rng)
+        tensors[name] = x / x.norm(dim=-1, keepdim=True)
+    for name in ("g", "gk"):
+        if f"{name}_shape" in row:
+            shape = [T if d == "T" else int(row[d]) if isinstance(d, str) else int(d) for d in row[f"{name}_shape"]]
+            tensors[name] = -(0.05 + 0.5 * torch.rand(shape, generator=rng))
     if "num_accepted_tokens_shape" in row:
         acc = torch.stack([1 + torch.randint(int(max(L, 1)), (1,), generator=rng)[0] for L in lengths.tolist()])
         tensors["num_accepted_tokens"] = acc.to(getattr(torch, str(row.get("num_accepted_tokens_dtype", "int32"))))

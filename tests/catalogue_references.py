@@ -1,0 +1,135 @@
+"""Float64 references for the catalogue, one small argument adapter per op.
+
+An op whose spec names a ``ref_api`` is checked against that very function, resolved from
+the spec text by attribute lookup (``torch.nn.functional.rms_norm``), called on float64
+copies of the inputs. Ops whose ``ref_api`` is ``none`` use the float64 form of their
+reference semantics (RGDR.md; the SSD step). An adapter returns the expected outputs and
+the expected final values of mutated inputs.
+
+Tolerances, as ``||out - ref|| / ||ref||`` against the float64 result, by the dtype of the
+tensor compared: float64 1e-10, float32 2e-5, float16 2e-3, bfloat16 1.6e-2.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from tileops_cpu_ref.rgdr import recurrent_gated_delta_rule
+from tileops_cpu_ref.ssd import ssd_decode
+
+__all__ = ["REFERENCES", "TOLERANCE", "resolve_ref_api", "relative_error"]
+
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def resolve_ref_api(text: str) -> Callable[..., Any]:
+    """``torch.nn.functional.rms_norm`` -> the function, by import + getattr (never eval)."""
+    parts = text.split(".")
+    obj: Any = importlib.import_module(parts[0])
+    for part in parts[1:]:
+        obj = getattr(obj, part)
+    return obj
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out64, ref64 = out.detach().double().cpu(), ref.detach().double().cpu()
+    if not torch.isfinite(out64).all():
+        return float("inf")
+    denom = ref64.norm().item()
+    diff = (out64 - ref64).norm().item()
+    return diff if denom == 0 else diff / denom
+
+
+def _d(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else (t.double() if t.is_floating_point() else t)
+
+
+def _rms_norm(api, i, p):
+    eps = p.get("eps")
+    if eps is None:
+        eps = torch.finfo(i["x"].dtype).eps
+    return {"output": api(_d(i["x"]), tuple(p["normalized_shape"]), _d(i.get("weight")), eps)}
+
+
+def _group_norm(api, i, p):
+    return {"output": api(_d(i["x"]), p["num_groups"], _d(i.get("weight")), _d(i.get("bias")), p.get("eps", 1e-5))}
+
+
+def _softmax(api, i, p):
+    x = i["input"]
+    if p.get("dtype") is not None:
+        x = x.to(getattr(torch, p["dtype"]))
+    return {"output": api(x.double(), p["dim"])}
+
+
+def _sum(api, i, p):
+    x = _d(i["input"])
+    dim, keepdim = p.get("dim"), p.get("keepdim", False)
+    if dim is None:
+        out = api(x)
+        return {"output": out.reshape((1,) * x.dim()) if keepdim else out}
+    return {"output": api(x, dim, keepdim=keepdim)}
+
+
+def _reciprocal(api, i, p):
+    return {"output": api(i["input"].double())}
+
+
+def _silu_and_mul(api, i, p):
+    gate, up = _d(i["x"]).chunk(2, dim=-1)
+    return {"out": F.silu(gate) * up}
+
+
+def _bmm(api, i, p):
+    return {"d": api(_d(i["a"]), _d(i["b"]))}
+
+
+def _gemm(api, i, p):
+    a, b = _d(i["a"]), _d(i["b"])
+    a = a.t() if p.get("trans_a", False) else a
+    b = b.t() if p.get("trans_b", True) else b
+    return {"d": api(a, b)}
+
+
+def _linear(api, i, p):
+    return {"output": api(_d(i["input"]), _d(i["weight"]), _d(i.get("bias")))}
+
+
+def _ssd(api, i, p):
+    state = i["state"].double().clone()
+    y = ssd_decode(i["A"], i["dt"], i["x"], i["B_in"], i["C_in"], state, torch.float64)
+    return {"y_out": y, "state": state}
+
+
+def _rgdr(api, i, p):
+    state = i["state"].clone()
+    T, NV, DV = i["value"].shape
+    out = torch.empty(T, NV, DV, dtype=torch.float64)
+    recurrent_gated_delta_rule(
+        i["query"], i["key"], i["value"], i["beta"], state, i["actual_seq_lengths"], i["ssm_state_indices"],
+        i.get("g"), i.get("gk"), i.get("num_accepted_tokens"), scale=p.get("scale"),
+        seq_lens_style=p.get("seq_lens_style", "lengths"), use_qk_l2norm_in_kernel=p.get("use_qk_l2norm_in_kernel",
+                                                                                          False),
+        compute_dtype=torch.float64, out=out,
+    )
+    return {"out": out, "state": state}
+
+
+#: op name -> adapter(ref_api_function_or_None, inputs, params) -> {name: expected tensor}
+REFERENCES: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
+    "RMSNormFwdOp": _rms_norm,
+    "GroupNormFwdOp": _group_norm,
+    "SoftmaxFwdOp": _softmax,
+    "SumFwdOp": _sum,
+    "ReciprocalFwdOp": _reciprocal,
+    "SiluAndMulFwdOp": _silu_and_mul,
+    "BmmFwdOp": _bmm,
+    "GemmFwdOp": _gemm,
+    "LinearFwdOp": _linear,
+    "SSDDecodeFwdOp": _ssd,
+    "RecurrentGatedDeltaRuleFwdOp": _rgdr,
+}
