@@ -142,6 +142,7 @@ def kernel_for(interface: type[KernelInterface], call: CallSpec, target: Target 
     kernel = _select_cache.get(key)
     if kernel is not None:
         return kernel
+    _ensure_plugins_loaded()
     selection = select_kernel(interface, call, target)
     if selection.chosen is None:
         ambiguous = [c for c in selection.candidates if c.reason.startswith("ambiguous")]
@@ -166,6 +167,13 @@ def kernel_for(interface: type[KernelInterface], call: CallSpec, target: Target 
                 _build_cache[build_key] = kernel
     _select_cache[key] = kernel
     return kernel
+
+
+def _ensure_plugins_loaded() -> None:
+    """First use discovers the installed backends (imported here: the plugin loader imports this package)."""
+    from ..plugins.loader import ensure_plugins_loaded
+
+    ensure_plugins_loaded()
 
 
 def _warn_fallback(selection: Selection) -> None:
