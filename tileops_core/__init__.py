@@ -4,11 +4,25 @@ Importing this package compiles nothing and loads no backend; plugins are discov
 first use (a call, ``tileops backends``) or explicitly with :func:`load_plugins`.
 """
 
+from typing import TYPE_CHECKING
+
 from ._version import __version__
 from .errors import CheckError, ExprError, PluginError, SelectionError, SpecError, TileOpsError
+from .kernels.targets import Target, current_target, set_target, use_target
 from .spec import OpSpec, get_spec, load_manifest, load_workloads
 
+if TYPE_CHECKING:
+    from .plugins import PluginRecord
+
 __all__ = [
-    "__version__", "CheckError", "ExprError", "OpSpec", "PluginError", "SelectionError", "SpecError",
-    "TileOpsError", "get_spec", "load_manifest", "load_workloads",
+    "__version__", "CheckError", "ExprError", "OpSpec", "PluginError", "SelectionError", "SpecError", "Target",
+    "TileOpsError", "current_target", "get_spec", "load_manifest", "load_plugins", "load_workloads", "set_target",
+    "use_target",
 ]
+
+
+def load_plugins() -> list["PluginRecord"]:
+    """Load every installed backend now (normally done on first use); returns their records."""
+    from .plugins import load_plugins as _load
+
+    return _load()

@@ -14,13 +14,13 @@ import contextlib
 import os
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..errors import TileOpsError
 
 __all__ = [
     "Target", "parse_target", "set_target", "use_target", "current_target", "active_target_source",
-    "refresh_env_target",
+    "refresh_env_target", "target_layers", "default_device",
 ]
 
 
@@ -128,3 +128,35 @@ def active_target_source(op_target: Target | None = None) -> str:
     if target is None:
         return "automatic (no target set)"
     return f"{target} from {'the op' if op_target is not None else target.source}"
+
+
+def target_layers(op_target: Target | None = None) -> list[tuple[str, Target | str | None]]:
+    """Every layer, highest precedence first, with what it holds (None: not set).
+
+    ``tileops explain`` prints all of them so that an override is never invisible; a
+    malformed ``TILEOPS_TARGET`` shows as its error text.
+    """
+    env_target = _env_target[0]
+    return [("op target=", op_target), ("use_target()", _scoped.get()), ("set_target()", _process[0]),
+            ("TILEOPS_TARGET", str(env_target) if isinstance(env_target, TileOpsError) else env_target)]
+
+
+def default_device(target: Target | None = None) -> Any:
+    """The device a call lands on when no tensor decides it: the target's class, else detection.
+
+    A target naming a device type picks that type's current device (index 0 when it is not
+    the process accelerator); with no device type, the process accelerator's current device
+    (``torch.accelerator``), else the CPU.
+    """
+    import torch  # this module stays importable without torch
+
+    acc = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
+    if target is not None and target.device_type is not None:
+        if target.device_type == "cpu":
+            return torch.device("cpu")
+        if acc is not None and acc.type == target.device_type:
+            return torch.device(acc.type, torch.accelerator.current_device_index())
+        return torch.device(target.device_type, 0)
+    if acc is not None:
+        return torch.device(acc.type, torch.accelerator.current_device_index())
+    return torch.device("cpu")
