@@ -79,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        from ..plugins import ensure_plugins_loaded
+
+        ensure_plugins_loaded()  # every command sees the installed backends and the specs they ship
         return int(args._run(args) or EXIT_OK)
     except TileOpsError as exc:
         print(f"tileops {args.command}: {exc}", file=sys.stderr)

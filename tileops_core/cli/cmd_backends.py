@@ -1,0 +1,98 @@
+"""``tileops backends``: what is installed, what it sees, and what failed to load.
+
+Lists every registered backend (distribution, version, device types, kernels, ops it
+ships, the devices its ``detect()`` reports), the plugins that the environment disabled,
+and every load failure with its reason. Exit code 1 when a plugin failed to load, so CI
+can assert a clean install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .._version import CORE_MAJOR, __version__
+from ..kernels import registry
+from ..plugins import plugin_records
+from .main import EXIT_FINDINGS, EXIT_OK
+
+__all__ = ["NAME", "HELP", "add_arguments", "run", "collect"]
+
+NAME = "backends"
+HELP = "list installed backends, their versions, detected devices/archs and plugin load failures"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+
+
+def _detected(info: registry.BackendInfo) -> tuple[list[dict[str, Any]], str | None]:
+    if info.detect is None:
+        return [], None
+    try:
+        return [dict(d) for d in info.detect()], None
+    except Exception as exc:  # a broken detect() is a finding about that backend, not a crash of the command
+        return [], f"detect() raised {type(exc).__name__}: {exc}"
+
+
+def collect() -> dict[str, Any]:
+    """Everything the command shows, as JSON-friendly data."""
+    backends = []
+    for name, info in sorted(registry.backends().items()):
+        devices, error = _detected(info)
+        backends.append({
+            "name": name, "distribution": info.distribution, "version": info.version,
+            "device_types": list(info.device_types), "description": info.description,
+            "kernels": [k.qualname() for k in sorted(info.kernels, key=lambda k: k.qualname())],
+            "kernel_devices": sorted({d for k in info.kernels for d in k.devices}),
+            "ops": list(info.ops), "detected": devices, "detect_error": error,
+        })
+    records = plugin_records()
+    return {
+        "core": {"distribution": "tileops", "version": __version__, "major": CORE_MAJOR},
+        "backends": backends,
+        "disabled": [r.as_dict() for r in records if r.status == "disabled"],
+        "failures": [{"name": f.name, "distribution": f.distribution, "version": f.version, "reason": f.reason}
+                     for f in registry.failures()],
+    }
+
+
+def _text(data: dict[str, Any]) -> str:
+    core = data["core"]
+    lines = [f"tileops {core['version']} (core major {core['major']})", ""]
+    lines.append(f"backends ({len(data['backends'])}):" if data["backends"] else "backends: none installed")
+    for b in data["backends"]:
+        dist = f"{b['distribution']} {b['version']}" if b["distribution"] else f"in-process, version {b['version']}"
+        lines.append(f"  {b['name']}  ({dist})")
+        if b["description"]:
+            lines.append(f"    {b['description']}")
+        extra = [d for d in b["kernel_devices"] if d not in b["device_types"]]
+        devices = ", ".join(b["device_types"]) + (f" (kernels also declare: {', '.join(extra)})" if extra else "")
+        lines.append(f"    device types: {devices}")
+        lines.append(f"    kernels: {len(b['kernels'])}" + (f"  ops shipped: {', '.join(b['ops'])}" if b["ops"] else ""))
+        if b["detect_error"]:
+            lines.append(f"    detected: error: {b['detect_error']}")
+        for d in b["detected"]:
+            rest = ", ".join(f"{k}={v}" for k, v in d.items() if k not in ("device", "arch"))
+            lines.append(f"    detected: {d.get('device', '?')}  arch {d.get('arch', 'unknown')}"
+                         + (f"  ({rest})" if rest else ""))
+    if data["disabled"]:
+        lines.append("")
+        lines.append("disabled plugins:")
+        lines.extend(f"  {r['name']} ({r['distribution'] or r['origin']}): {r['reason']}" for r in data["disabled"])
+    lines.append("")
+    if data["failures"]:
+        lines.append(f"load failures ({len(data['failures'])}):")
+        for f in data["failures"]:
+            dist = f" ({f['distribution']} {f['version']})" if f["distribution"] else ""
+            lines.append(f"  {f['name']}{dist}: {f['reason']}")
+    else:
+        lines.append("load failures: none")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    data = collect()
+    print(json.dumps(data, indent=2) if args.format == "json" else _text(data))
+    return EXIT_FINDINGS if data["failures"] else EXIT_OK

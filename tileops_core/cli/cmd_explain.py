@@ -1,0 +1,178 @@
+"""``tileops explain OP``: which kernel a call would get, and why each candidate was kept or dropped.
+
+The call is built as the op itself builds it: a workload row of the op's spec is
+instantiated (fresh random tensors on the device), the op is constructed with the row's
+params, and the op's own call planning (steps 1-5) gives the call spec of each interface.
+No kernel is built or run. For each interface the selection rule's report is printed,
+together with the active target and every target layer, so that an override is visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+from typing import Any
+
+import torch
+
+from ..bench.workloads import Instance, dtype_cases, instantiate
+from ..errors import TileOpsError
+from ..kernels import registry
+from ..kernels.select import Selection, select_kernel
+from ..kernels.targets import Target, active_target_source, current_target, default_device, parse_target, \
+    target_layers, use_target
+from ..spec.manifest import get_spec
+from ..spec.nodes import OpSpec, WorkloadRow
+from .main import EXIT_FINDINGS, EXIT_OK
+
+__all__ = ["NAME", "HELP", "add_arguments", "run", "explain", "op_class"]
+
+NAME = "explain"
+HELP = "show the call spec an op builds for a workload row, every candidate kernel and why it was kept or dropped"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("op", metavar="OP", help="op class name, e.g. RMSNormFwdOp")
+    parser.add_argument("--workload", metavar="LABEL", help="workload row label (default: the first row)")
+    parser.add_argument("--dtype", metavar="DTYPE", help="entry of the row's dtypes (default: the first)")
+    parser.add_argument("--device", metavar="D", help="device to build the call on (default: the target's device "
+                                                      "class, else the process accelerator, else cpu)")
+    parser.add_argument("--target", metavar="T", help="explain under use_target(T) (device[:arch][@backend])")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+
+
+def op_class(spec: OpSpec) -> type:
+    """The op class of ``spec``: ``source.op`` names its module (core or plugin)."""
+    module_name = spec.source.get("op")
+    if not module_name:
+        raise TileOpsError(f"{spec.name}: the spec has no source.op naming the module of its op class "
+                           f"({spec.file}:{spec.line})")
+    module = importlib.import_module(module_name)
+    cls = getattr(module, spec.name, None)
+    if cls is None:
+        raise TileOpsError(f"{spec.name}: module {module_name} (source.op) defines no class {spec.name}")
+    return cls
+
+
+def _row(spec: OpSpec, label: str | None) -> WorkloadRow:
+    if not spec.workloads:
+        raise TileOpsError(f"{spec.name} has no workload rows to build a call from ({spec.file}:{spec.line})")
+    if label is None:
+        return spec.workloads[0]
+    for row in spec.workloads:
+        if row.label == label:
+            return row
+    known = ", ".join(r.label for r in spec.workloads)
+    raise TileOpsError(f"{spec.name} has no workload labelled {label!r} (labels: {known})")
+
+
+def _case(row: WorkloadRow, dtype: str | None) -> Any:
+    cases = dtype_cases(row)
+    if dtype is None:
+        return cases[0]
+    for case in cases:
+        if str(case) == dtype:
+            return case
+    raise TileOpsError(f"workload {row.label} has no dtypes entry {dtype!r} (entries: "
+                       f"{', '.join(str(c) for c in cases)})")
+
+
+def _device(text: str | None, target: Target | None) -> torch.device:
+    if text is None:
+        return default_device(target)
+    try:
+        device = torch.device(text)
+    except RuntimeError as exc:
+        raise TileOpsError(f"--device {text!r} is not a device: {exc}") from None
+    if device.type != "cpu":
+        acc = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
+        if acc is None or acc.type != device.type:
+            raise TileOpsError(f"device {device} is not available on this machine (accelerator: "
+                               f"{acc.type if acc is not None else 'none'}); explain builds the call on the device")
+    return device
+
+
+def _plan(op: Any, instance: Instance, spec: OpSpec) -> Any:
+    # The op's own call planning (steps 1-5), without launching: Op._bind_call/_plan are the
+    # same code __call__ runs, so the call spec shown is exactly the one a call would select on.
+    values = op._bind_call(tuple(instance.call_args(spec)), {})
+    return op._plan(values)
+
+
+def explain(op_name: str, *, workload: str | None = None, dtype: str | None = None, device: str | None = None,
+            ) -> dict[str, Any]:
+    """Build the call of ``op_name`` for a workload row and apply the selection rule to each interface."""
+    spec = get_spec(op_name)
+    cls = op_class(spec)
+    row = _row(spec, workload)
+    case = _case(row, dtype)
+    dev = _device(device, current_target())
+    rng = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
+    instance = instantiate(spec, row, case, device=dev, rng=rng)
+    op = cls(**instance.op_kwargs)
+    plan = _plan(op, instance, spec)
+    target = current_target(op.target)
+    selections: list[Selection] = [select_kernel(i, plan.call_specs[i], target) for i in cls.interfaces]
+    return {
+        "op": spec.name, "spec": f"{spec.file}:{spec.line}", "workload": row.label, "case": instance.case,
+        "row": row.loc.where(), "device": str(plan.device),
+        "inputs": {n: {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "device": str(t.device)}
+                   for n, t in instance.inputs.items()},
+        "target": {"active": None if target is None else str(target), "source": active_target_source(op.target),
+                   "layers": {layer: None if value is None else str(value) for layer, value in target_layers(op.target)},
+                   "problem": _target_problem(target)},
+        "interfaces": [_selection_data(s) for s in selections],
+        "report": [s.report() for s in selections],
+    }
+
+
+def _target_problem(target: Target | None) -> str | None:
+    """A target naming a backend that is not installed can never be served; say so up front."""
+    if target is None or target.backend is None:
+        return None
+    installed = registry.backends()
+    if target.backend in installed:
+        return None
+    return (f"no backend named {target.backend!r} is installed (installed: {', '.join(sorted(installed)) or 'none'}); "
+            "see `tileops backends`")
+
+
+def _selection_data(selection: Selection) -> dict[str, Any]:
+    return {
+        "interface": selection.interface.qualname(), "call": selection.call.as_dict(),
+        "chosen": None if selection.chosen is None else selection.chosen.qualname(),
+        "chosen_backend": None if selection.chosen is None else selection.chosen.backend,
+        "candidates": [{"impl": c.impl.qualname(), "backend": c.impl.backend, "kept": c.kept, "reason": c.reason}
+                       for c in selection.candidates],
+    }
+
+
+def _text(data: dict[str, Any]) -> str:
+    lines = [f"{data['op']}  ({data['spec']})",
+             f"workload: {data['workload']} [{data['case']}]  ({data['row']})"]
+    for name, t in data["inputs"].items():
+        lines.append(f"  input {name}: {t['dtype']}{t['shape']} on {t['device']}")
+    lines.append(f"device: {data['device']}")
+    lines.append(f"target: {data['target']['source']}")
+    if data["target"]["problem"]:
+        lines.append(f"  problem: {data['target']['problem']}")
+    lines.append("  layers (highest first): " + "; ".join(f"{k} {v or '-'}" for k, v in data["target"]["layers"].items()))
+    for report, sel in zip(data["report"], data["interfaces"]):
+        lines.append("")
+        lines.append(report)
+        if sel["chosen"]:
+            lines.append(f"chosen: {sel['chosen']} (backend {sel['chosen_backend']})")
+        else:
+            lines.append("chosen: none (a call would raise SelectionError with the reasons above)")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    scoped = parse_target(args.target, "--target") if args.target else None
+    with use_target(scoped) if scoped is not None else contextlib.nullcontext():
+        data = explain(args.op, workload=args.workload, dtype=args.dtype, device=args.device)
+    print(json.dumps(data, indent=2, default=str) if args.format == "json" else _text(data))
+    return EXIT_OK if all(s["chosen"] for s in data["interfaces"]) else EXIT_FINDINGS
+
