@@ -85,6 +85,9 @@ class Op:
         checks = cls.__dict__.get("_checks")
         if checks is not None:
             return checks
+        if cls.__name__ not in load_manifest():
+            from ..plugins.loader import ensure_plugins_loaded  # an op shipped by a plugin brings its spec with it
+            ensure_plugins_loaded()
         spec = get_spec(cls.__name__)
         if not spec.usable:
             problems = "\n  ".join(str(p) for p in spec.problems)
@@ -115,6 +118,7 @@ class Op:
         self._branches: dict[frozenset[str], Branch] = {}
         self._last_plan: CallPlan | None = None
         self._init_values = dict(values)
+        self._n_args = len(checks.arg_names)
         for name in (*checks.spec.params, *checks.spec.static_dims):
             if not hasattr(type(self), name):
                 setattr(self, name, env[name])
@@ -182,16 +186,17 @@ class Op:
         return values
 
     def _key(self, values: Sequence[Any]) -> tuple[Any, ...] | None:
+        """What the checks of steps 1-5 depend on: per argument its shape, dtype and device.
+
+        Contiguity enters only for arguments declared ``contiguous: true``. None when an
+        argument is not a tensor (the slow path then names it).
+        """
         try:
-            key = []
-            for v, contiguous in zip(values, self._checks.contiguous_args):  # type: ignore[union-attr]
-                if v is None:
-                    key.append(None)
-                elif contiguous:
-                    key.append((v.shape, v.dtype, v.device, v.is_contiguous()))
-                else:
-                    key.append((v.shape, v.dtype, v.device))
-            return tuple(key)
+            if not self._checks.any_contiguous_arg:  # type: ignore[union-attr]
+                return tuple([None if v is None else (v.shape, v.dtype, v.device) for v in values])
+            return tuple([None if v is None else (v.shape, v.dtype, v.device, v.is_contiguous()) if contiguous
+                          else (v.shape, v.dtype, v.device)
+                          for v, contiguous in zip(values, self._checks.contiguous_args)])  # type: ignore[union-attr]
         except AttributeError:
             return None  # not a tensor: the slow path names the argument
 
@@ -199,35 +204,46 @@ class Op:
         key = self._key(values)
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
-            checks = self._checks
-            plan = checks.plan_call(self, values, self._env, self._construction, type(self).interfaces,  # type: ignore[union-attr]
-                                    self._branches)
-            if key is not None:
-                if len(self._plans) >= MAX_PLANS:
-                    self._plans.clear()
-                self._plans[key] = plan
+            plan = self._new_plan(values, key)
+        return plan
+
+    def _new_plan(self, values: Sequence[Any], key: tuple[Any, ...] | None) -> CallPlan:
+        checks = self._checks
+        plan = checks.plan_call(self, values, self._env, self._construction, type(self).interfaces,  # type: ignore[union-attr]
+                                self._branches)
+        if key is not None:
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            self._plans[key] = plan
         return plan
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if _is_compiling() and type(self)._boundary is not None:
             from .boundary import call_boundary
             return call_boundary(self, args, kwargs)
-        return self._eager(self._bind_call(args, kwargs))
+        # Every argument given by position (the common call) needs no binding.
+        return self._eager(args if not kwargs and len(args) == self._n_args else self._bind_call(args, kwargs))
 
-    def _eager(self, values: list[Any]) -> Any:
-        plan = self._plan(values)
+    def _eager(self, values: Sequence[Any]) -> Any:
+        # The hot path: one key, one dict lookup, the kernel, step 7 (see the module docstring).
+        key = self._key(values)
+        plan = self._plans.get(key) if key is not None else None
+        if plan is None:
+            plan = self._new_plan(values, key)
         self._last_plan = plan
+        if plan.buffer_args:
+            plan.check_buffers(values)  # step 5's storage check reads the buffer object, not the key
         if self._check_contents:
             self.check_contents(**dict(zip(self._checks.arg_names, values)))  # type: ignore[union-attr]
         if plan.empty:
             return plan.empty_result(values)
-        n_inputs = len(self._checks.call_inputs)  # type: ignore[union-attr]
         previous = getattr(_tls, "call", None)
         _tls.call = (self, plan, values)
         try:
-            if n_inputs == len(values):
+            if plan.n_buffers == 0:
                 result = self.forward(*values)
             else:
+                n_inputs = len(values) - plan.n_buffers
                 buffers = dict(zip(self._checks.arg_names[n_inputs:], values[n_inputs:]))  # type: ignore[union-attr]
                 result = self.forward(*values[:n_inputs], **buffers)
         finally:
@@ -238,7 +254,11 @@ class Op:
 
     def launch(self, interface: type[KernelInterface], *args: Any, **kwargs: Any) -> Any:
         """Call the kernel selected for ``interface`` on the current call."""
-        op, plan, values = current_call()
+        state = getattr(_tls, "call", None)
+        if state is None:
+            raise RuntimeError("Op.launch() is only valid inside an op's forward()")
+        plan = state[1]
+        values = state[2]
         target = current_target(self._target)
         kernel = plan.kernels.get((interface, target))
         if kernel is None:
