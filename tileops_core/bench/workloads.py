@@ -29,7 +29,7 @@ from ..lang.unify import UnifyError, plan_solve, run_solve
 from ..spec.nodes import FamilyRef, OpSpec, WorkloadRow
 from .generators import Generated, get_generator
 
-__all__ = ["TensorMeta", "Instance", "dtype_cases", "instantiate", "RESERVED_KEYS"]
+__all__ = ["TensorMeta", "Instance", "dtype_cases", "instantiate", "output_shapes", "RESERVED_KEYS"]
 
 #: Row keys that are neither params, static dims nor indices.
 RESERVED_KEYS = frozenset({"dtypes", "label", "generator"})
@@ -199,6 +199,28 @@ def instantiate(spec: OpSpec, row: WorkloadRow, case: Any = None, *, device: str
             op_kwargs[t.name] = TensorMeta(shapes[t.name], dtypes[t.name]) if meta_only else random_tensor(
                 shapes[t.name], dtypes[t.name], rng).to(device)
     return Instance(spec.name, row.label, _case_name(case), op_kwargs, inputs, env, dtypes, shapes)
+
+
+def output_shapes(spec: OpSpec, row: WorkloadRow, inst: Instance) -> dict[str, tuple[int, ...]]:
+    """The shape of every output of ``inst`` (made from ``row``), from the declarations and indices.
+
+    The roofline of a workload row reads outputs (``product(output.shape)``) without
+    running the op, so the shapes come from the spec exactly as a call would give them:
+    the output's pattern (its type-family case for this row) over the row's indices, or
+    the shape of the input an alias output is.
+    """
+    denv = dict(inst.indices)
+    denv.update({t: (True if t in inst.shapes else None) for t in spec.inputs})
+    out: dict[str, tuple[int, ...]] = {}
+    for o in spec.outputs.values():
+        if o.alias is not None:
+            out[o.name] = inst.shapes[o.alias]
+            continue
+        pattern = _resolve(o.shape, spec, denv) if o.shape is not None else None
+        if pattern is None:
+            raise TileOpsError(f"{spec.name}: output {o.name} declares no shape")
+        out[o.name] = _pattern_shape(pattern, inst.indices, spec, row, o.name)
+    return out
 
 
 def random_tensor(shape: tuple[int, ...], dtype: torch.dtype, rng: torch.Generator) -> torch.Tensor:

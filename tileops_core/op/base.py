@@ -221,13 +221,24 @@ class Op:
         if _is_compiling() and type(self)._boundary is not None:
             from .boundary import call_boundary
             return call_boundary(self, args, kwargs)
-        # Every argument given by position (the common call) needs no binding.
-        return self._eager(args if not kwargs and len(args) == self._n_args else self._bind_call(args, kwargs))
+        if not kwargs:  # arguments by position only (the common call) need no binding
+            missing = self._n_args - len(args)
+            if missing == 0:
+                return self._eager(args)
+            if missing > 0:
+                return self._eager(args + (None,) * missing)  # omitted == None (seed 001 rule 2)
+        return self._eager(self._bind_call(args, kwargs))
 
     def _eager(self, values: Sequence[Any]) -> Any:
         # The hot path: one key, one dict lookup, the kernel, step 7 (see the module docstring).
-        key = self._key(values)
-        plan = self._plans.get(key) if key is not None else None
+        if self._checks.any_contiguous_arg:  # type: ignore[union-attr]
+            key = self._key(values)
+        else:
+            try:  # _key inlined: this line is most of the cost of a repeated call
+                key = tuple([None if v is None else (v.shape, v.dtype, v.device) for v in values])
+            except AttributeError:
+                key = None  # not a tensor: the slow path names the argument
+        plan = self._plans.get(key)  # a None key is never stored
         if plan is None:
             plan = self._new_plan(values, key)
         self._last_plan = plan
@@ -290,6 +301,24 @@ class Op:
     @property
     def last_plan(self) -> CallPlan | None:
         return self._last_plan
+
+    def plan_for(self, *args: Any, **kwargs: Any) -> CallPlan:
+        """Steps 1-5 for these arguments, without running a kernel: the plan a call would use.
+
+        Works on ``meta`` tensors, so tools (the support matrix of ``tileops docs``) can build
+        the call specs of a workload row without allocating it or selecting a kernel.
+        """
+        return self._plan(self._bind_call(args, kwargs))
+
+    def eval_roofline(self) -> Any:
+        """The spec's roofline (FLOPs, bytes) for this instance's last call.
+
+        Delegates to :func:`tileops_core.bench.roofline.roofline_of_call`: the formula is the
+        spec's, never the op's.
+        """
+        from ..bench.roofline import roofline_of_call  # the bench package is not needed by a plain call
+
+        return roofline_of_call(self)
 
 
 def _launch_contiguous(kernel: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
