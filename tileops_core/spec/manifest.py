@@ -27,7 +27,7 @@ from .yamlload import LineDict, load_yaml_text
 
 __all__ = [
     "Manifest", "ManifestError", "ManifestSource", "load_manifest", "load_workloads", "get_spec",
-    "core_manifest_dir", "set_source_provider", "clear_cache",
+    "core_manifest_dir", "set_source_provider", "clear_cache", "manifest_sources", "load_files",
 ]
 
 CORE_LABEL = "manifest"
@@ -86,6 +86,11 @@ def _default_sources() -> list[ManifestSource]:
     if _source_provider is not None:
         sources.extend(_source_provider())
     return sources
+
+
+def manifest_sources() -> list[ManifestSource]:
+    """The directories :func:`load_manifest` reads by default: the core's, then plugins'."""
+    return _default_sources()
 
 
 _source_provider: Callable[[], list[ManifestSource]] | None = None
@@ -152,6 +157,14 @@ def load_manifest(*, strict: bool = False, sources: list[ManifestSource] | None 
         if problems:
             raise ManifestError(problems)
     return cached
+
+
+def load_files(files: list[tuple[Path, str]]) -> Manifest:
+    """Load and merge exactly these YAML files, each shown under its label (``tileops validate FILE``).
+
+    Uses the same per-file cache as :func:`load_manifest`; the merged result is not cached.
+    """
+    return _merge(files, tuple((_stamp(p), shown) for p, shown in files))
 
 
 def _merge(files: list[tuple[Path, str]], stamps: tuple[Any, ...]) -> Manifest:
