@@ -17,17 +17,17 @@ from .hookspecs import ENTRY_POINT_GROUP, HOOK_NAME, PROJECT_NAME, hookimpl, hoo
 from .loader import (ENV_DISABLE, ENV_NO_AUTOLOAD, ENV_ONLY, PluginsSnapshot, ensure_plugins_loaded, load_plugins,
                      plugin_records, register_plugin, reset_plugins, restore, snapshot, unregister_plugin)
 from .registrar import BackendDecl, Contribution, Registrar
-from .store import STORE, HardwareProfile, PluginRecord
+from .store import STORE, PluginRecord, ProfileSource
 
 __all__ = [
     "BackendDecl", "Contribution", "ENTRY_POINT_GROUP", "ENV_DISABLE", "ENV_NO_AUTOLOAD", "ENV_ONLY", "HOOK_NAME",
-    "HardwareProfile", "PROJECT_NAME", "PluginRecord", "PluginsSnapshot", "Registrar", "ensure_plugins_loaded",
+    "PROJECT_NAME", "PluginRecord", "PluginsSnapshot", "ProfileSource", "Registrar", "STORE", "ensure_plugins_loaded",
     "hardware_profiles", "hookimpl", "hookspec", "load_plugins", "plugin_records", "register_plugin",
     "reset_plugins", "restore", "snapshot", "unregister_plugin",
 ]
 
 
-def hardware_profiles() -> list[HardwareProfile]:
+def hardware_profiles() -> list[ProfileSource]:
     """Hardware profiles contributed by loaded plugins (read by the roofline and bench)."""
     ensure_plugins_loaded()
     return STORE.hardware_profiles()

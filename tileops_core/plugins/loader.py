@@ -54,7 +54,8 @@ ENV_ONLY = "TILEOPS_PLUGINS"
 ENV_DISABLE = "TILEOPS_DISABLE_PLUGINS"
 ENV_NO_AUTOLOAD = "TILEOPS_DISABLE_PLUGIN_AUTOLOAD"
 
-_PLUGINS_DIR = str(Path(__file__).resolve().parent)
+#: Frames in these places are ours (or pluggy's, or the import machinery's), never the plugin's line.
+_NOT_PLUGIN_CODE = (str(Path(__file__).resolve().parents[1]), str(Path(pluggy.__file__).resolve().parent), "<frozen ")
 
 
 class _Manager(pluggy.PluginManager):
@@ -129,8 +130,8 @@ def _autoload_disabled() -> bool:
 # -- one plugin -----------------------------------------------------------------------------------
 
 def _why(exc: BaseException) -> str:
-    """The exception and the plugin-side line that raised it (frames of this package skipped)."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_PLUGINS_DIR)]
+    """The exception and the plugin-side line that raised it, if any (the core's own checks need none)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_NOT_PLUGIN_CODE)]
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
     text = str(exc) if isinstance(exc, PluginError) else f"{type(exc).__name__}: {exc}"
     return text + where

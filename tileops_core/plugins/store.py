@@ -23,7 +23,7 @@ from ..spec import manifest
 from ..spec.manifest import ManifestSource
 from .registrar import ArchDetector
 
-__all__ = ["PluginRecord", "HardwareProfile", "PluginStore", "STORE"]
+__all__ = ["PluginRecord", "ProfileSource", "PluginStore", "STORE"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class PluginRecord:
 
 
 @dataclass(frozen=True)
-class HardwareProfile:
+class ProfileSource:
     """A hardware profile file and the backend that shipped it."""
 
     backend: str
@@ -160,10 +160,10 @@ class PluginStore:
         with self._lock:
             return [s for name in sorted(self._state.sources) for s in self._state.sources[name]]
 
-    def hardware_profiles(self) -> list[HardwareProfile]:
+    def hardware_profiles(self) -> list[ProfileSource]:
         """Hardware profiles contributed by loaded plugins, by backend name."""
         with self._lock:
-            return [HardwareProfile(name, p) for name in sorted(self._state.profiles)
+            return [ProfileSource(name, p) for name in sorted(self._state.profiles)
                     for p in self._state.profiles[name]]
 
     # -- test seams -------------------------------------------------------------------------
