@@ -14,7 +14,7 @@ from typing import Any
 
 from .._version import CORE_MAJOR, __version__
 from ..kernels import registry
-from ..plugins import plugin_records
+from ..plugins import STORE, plugin_records
 from .main import EXIT_FINDINGS, EXIT_OK
 
 __all__ = ["NAME", "HELP", "add_arguments", "run", "collect"]
@@ -39,6 +39,9 @@ def _detected(info: registry.BackendInfo) -> tuple[list[dict[str, Any]], str | N
 def collect() -> dict[str, Any]:
     """Everything the command shows, as JSON-friendly data."""
     backends = []
+    profiles: dict[str, list[str]] = {}
+    for profile in STORE.hardware_profiles():
+        profiles.setdefault(profile.backend, []).append(str(profile.path))
     for name, info in sorted(registry.backends().items()):
         devices, error = _detected(info)
         backends.append({
@@ -46,7 +49,8 @@ def collect() -> dict[str, Any]:
             "device_types": list(info.device_types), "description": info.description,
             "kernels": [k.qualname() for k in sorted(info.kernels, key=lambda k: k.qualname())],
             "kernel_devices": sorted({d for k in info.kernels for d in k.devices}),
-            "ops": list(info.ops), "detected": devices, "detect_error": error,
+            "ops": list(info.ops), "hardware_profiles": profiles.get(name, []), "detected": devices,
+            "detect_error": error,
         })
     records = plugin_records()
     return {
@@ -71,6 +75,7 @@ def _text(data: dict[str, Any]) -> str:
         devices = ", ".join(b["device_types"]) + (f" (kernels also declare: {', '.join(extra)})" if extra else "")
         lines.append(f"    device types: {devices}")
         lines.append(f"    kernels: {len(b['kernels'])}" + (f"  ops shipped: {', '.join(b['ops'])}" if b["ops"] else ""))
+        lines.extend(f"    hardware profile: {p}" for p in b["hardware_profiles"])
         if b["detect_error"]:
             lines.append(f"    detected: error: {b['detect_error']}")
         for d in b["detected"]:
