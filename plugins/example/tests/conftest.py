@@ -11,6 +11,7 @@ import pathlib
 import sys
 
 import pytest
+import torch
 
 EXAMPLE_ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(EXAMPLE_ROOT) not in sys.path:
@@ -35,10 +36,8 @@ def isolated_plugins():
 
 
 @pytest.fixture
-def rng() -> "torch.Generator":  # noqa: F821
+def rng() -> torch.Generator:
     """A generator seeded from entropy: every run draws fresh data."""
-    import torch
-
     g = torch.Generator()
     g.seed()
     return g

@@ -19,11 +19,13 @@ __all__ = ["tileops_register"]
 
 @hookimpl
 def tileops_register(registrar: Registrar) -> None:
-    """Describe the ``example`` backend; contribute its specs, its op module and its kernels."""
+    """Describe the ``example`` backend; contribute its specs, op module, kernels and a hardware profile."""
     from .kernels import KERNELS  # the interfaces only; the op class is imported by TileOPs below
 
     registrar.backend("example", device_types=("cpu",), core_major=BUILT_FOR_CORE_MAJOR, version=__version__,
                       description="worked third-party example: a narrow fast RMSNorm and the SquaredReluFwdOp op")
-    registrar.manifest_dir(Path(__file__).resolve().parent / "manifest")
+    here = Path(__file__).resolve().parent
+    registrar.manifest_dir(here / "manifest")
     registrar.ops("tileops_example.ops")  # imported after the spec directory above is visible
     registrar.kernels(*KERNELS)
+    registrar.hardware_profile(here / "profiles" / "example-epyc-9654.yaml")
