@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -61,6 +61,71 @@ class Branch:
     static_checks: tuple[tuple[str, Any], ...]
 
 
+class TensorMeta:
+    """What a plan keeps of a call's tensor: metadata only, so a cached plan never keeps data alive.
+
+    Expressions evaluated later on a plan's env (roofline ``vars``, ``tileops explain``) read
+    ``shape``, ``ndim``, ``itemsize``, ``dtype`` and ``device``, all of which are here.
+    """
+
+    __slots__ = ("shape", "dtype", "device", "itemsize")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.shape = tuple(tensor.shape)
+        self.dtype = tensor.dtype
+        self.device = tensor.device
+        self.itemsize = tensor.element_size()
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"TensorMeta({list(self.shape)}, {name_of(self.dtype)}, {self.device})"
+
+
+def _storage_id(t: torch.Tensor) -> int:
+    # The identity of the storage itself (not its data pointer: every meta tensor and many
+    # empty ones have data pointer 0, while views keep their base's storage).
+    return t.untyped_storage()._cdata
+
+
+_Tensor = torch.Tensor
+_STRIDED = torch.strided
+
+
+def _one_fresh_output_check(plan: "CallPlan") -> Callable[[Any, Sequence[Any]], Any]:
+    """Step 7 for the common plan, one freshly allocated output, as a closure over its facts.
+
+    Anything that looks off goes to the full check, which names what is wrong; a result
+    that passes here passes there too (the same conditions, in cheaper spellings).
+    """
+    shape, dtype, device = plan.out_shapes[0], plan.out_dtypes[0], plan.device
+    on_cpu = device.type == "cpu"
+    contiguous = plan.contiguous_outputs[0]
+    nonempty = plan._slots[0][3]
+    full = plan.check_outputs_in_full
+    op, name, loc = plan.op, plan.out_names[0], plan.out_locs[0]
+
+    def check(result: Any, values: Sequence[Any]) -> Any:
+        if ((type(result) is not _Tensor and not isinstance(result, _Tensor)) or result.shape != shape
+                or result.dtype is not dtype or result.layout is not _STRIDED
+                or (not result.is_cpu if on_cpu else result.device != device)
+                or (contiguous and not result.is_contiguous())):
+            return full(result, values)
+        if nonempty:
+            sid = result.untyped_storage()._cdata
+            for v in values:
+                if v is not None and v.untyped_storage()._cdata == sid:
+                    fail(op, f"output {name} shares storage with an input", loc)
+        return result
+
+    return check
+
+
 @dataclass
 class CallPlan:
     """Everything a repeated call with the same key needs; built by :meth:`OpChecks.plan_call`."""
@@ -79,6 +144,31 @@ class CallPlan:
     construction: dict[str, torch.Tensor]
     loc: Location
     kernels: dict[Any, Any] = field(default_factory=dict)
+    #: Per output: where it is declared (step 7 names the output's declaration).
+    out_locs: tuple[Location, ...] = ()
+    #: Forward args that are out buffers (declared), and those passed on this plan's calls.
+    n_buffers: int = 0
+    buffer_args: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.out_locs:
+            self.out_locs = (self.loc,) * len(self.out_shapes)
+        passed = set(self.buffer_args)
+        # Per output, decided once per plan (the key fixes which buffers are passed):
+        # (index, identity arg or None, what the identity is, non-empty).
+        slots = []
+        for i, shape in enumerate(self.out_shapes):
+            b, a = self.buffer_index[i], self.alias_index[i]
+            if b is not None and b in passed:
+                slots.append((i, b, "the out buffer passed by the caller", False))
+            elif a is not None:
+                slots.append((i, a, "the very input it aliases", False))
+            else:
+                slots.append((i, None, "", not _is_zero(_numel(shape))))
+        self._slots = tuple(slots)
+        self._single = len(self.out_shapes) == 1
+        if self._single and slots[0][1] is None:
+            self.check_outputs = _one_fresh_output_check(self)  # type: ignore[method-assign]
 
     def empty_result(self, values: Sequence[Any]) -> Any:
         """The rule for calls that write nothing: fresh empty outputs, buffers as given."""
@@ -93,46 +183,66 @@ class CallPlan:
                 outs.append(torch.empty(shape, dtype=dtype, device=self.device))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def check_buffers(self, values: Sequence[Any]) -> None:
+        """Step 5's precondition that depends on the objects, not on the plan key: a passed
+        out buffer shares no storage with an input (re-run on every call that passes one)."""
+        n_inputs = len(values) - self.n_buffers
+        for j in self.buffer_args:
+            buf = values[j]
+            if buf is None or not buf.numel():
+                continue
+            sid = _storage_id(buf)
+            for v in values[:n_inputs]:
+                if v is not None and v.numel() and _storage_id(v) == sid:
+                    i = self.buffer_index.index(j)
+                    fail(self.op, f"out buffer {self.out_names[i]} shares storage with an input", self.out_locs[i])
+
     def check_outputs(self, result: Any, values: Sequence[Any]) -> Any:
         """Step 7: count, None-ness, shape, dtype, device, layout, identity, storage sharing."""
-        n = len(self.out_shapes)
-        outs = (result,) if n == 1 else result
-        if n != 1 and (not isinstance(result, (tuple, list)) or len(result) != n):
+        if self._single:
+            outs: Sequence[Any] = (result,)
+        elif isinstance(result, (tuple, list)) and len(result) == len(self.out_shapes):
+            outs = result
+        else:
+            n = len(self.out_shapes)
             fail(self.op, f"the implementation returned {type(result).__name__}, expected {n} outputs "
                           f"({', '.join(self.out_names)})", self.loc)
         storages = None
-        for i, out in enumerate(outs):
-            name = self.out_names[i]
+        for i, identity, what, nonempty in self._slots:
+            out = outs[i]
             if not isinstance(out, torch.Tensor):
-                fail(self.op, f"output {name} is {type(out).__name__}, expected a tensor", self.loc)
-            b, a = self.buffer_index[i], self.alias_index[i]
-            if b is not None and values[b] is not None:
-                if out is not values[b]:
-                    fail(self.op, f"output {name} must be the out buffer passed by the caller", self.loc)
+                fail(self.op, f"output {self.out_names[i]} is {type(out).__name__}, expected a tensor",
+                     self.out_locs[i])
+            if identity is not None:
+                if out is not values[identity]:
+                    fail(self.op, f"output {self.out_names[i]} must be {what}", self.out_locs[i])
                 continue
-            if a is not None:
-                if out is not values[a]:
-                    fail(self.op, f"output {name} must be the very input it aliases", self.loc)
-                continue
-            if out.shape != self.out_shapes[i]:
-                fail(self.op, f"output {name} has shape {list(out.shape)}, the spec gives "
-                              f"{list(self.out_shapes[i])}", self.loc)
-            if out.dtype != self.out_dtypes[i]:
-                fail(self.op, f"output {name} has dtype {name_of(out.dtype)}, the spec gives "
-                              f"{name_of(self.out_dtypes[i])}", self.loc)
-            if out.device != self.device:
-                fail(self.op, f"output {name} is on {out.device}, the call is on {self.device}", self.loc)
-            if out.layout is not torch.strided:
-                fail(self.op, f"output {name} has layout {out.layout}, expected strided", self.loc)
-            if self.contiguous_outputs[i] and not out.is_contiguous():
-                fail(self.op, f"output {name} must be contiguous", self.loc)
-            if out.numel():
+            if (out.shape != self.out_shapes[i] or out.dtype is not self.out_dtypes[i] or out.device != self.device
+                    or out.layout is not torch.strided or (self.contiguous_outputs[i] and not out.is_contiguous())):
+                self._mismatch(i, out)
+            if nonempty:
                 if storages is None:
-                    storages = {v.untyped_storage().data_ptr() for v in values
-                                if isinstance(v, torch.Tensor) and v.numel()}
-                if out.untyped_storage().data_ptr() in storages:
-                    fail(self.op, f"output {name} shares storage with an input", self.loc)
+                    storages = {_storage_id(v) for v in values if v is not None}
+                if _storage_id(out) in storages:
+                    fail(self.op, f"output {self.out_names[i]} shares storage with an input", self.out_locs[i])
         return result
+
+    def check_outputs_in_full(self, result: Any, values: Sequence[Any]) -> Any:
+        """Step 7 without any fast path (what a specialised check falls back to for its message)."""
+        return CallPlan.check_outputs(self, result, values)
+
+    def _mismatch(self, i: int, out: torch.Tensor) -> None:
+        name, loc = self.out_names[i], self.out_locs[i]
+        if out.shape != self.out_shapes[i]:
+            fail(self.op, f"output {name} has shape {list(out.shape)}, the spec gives {list(self.out_shapes[i])}", loc)
+        if out.dtype != self.out_dtypes[i]:
+            fail(self.op, f"output {name} has dtype {name_of(out.dtype)}, the spec gives "
+                          f"{name_of(self.out_dtypes[i])}", loc)
+        if out.device != self.device:
+            fail(self.op, f"output {name} is on {out.device}, the call is on {self.device}", loc)
+        if out.layout is not torch.strided:
+            fail(self.op, f"output {name} has layout {out.layout}, expected strided", loc)
+        fail(self.op, f"output {name} must be contiguous", loc)
 
 
 class OpChecks:
@@ -147,7 +257,10 @@ class OpChecks:
         self.arg_names: tuple[str, ...] = tuple(t.name for t in self.call_inputs) + tuple(
             o.buffer for o in self.buffers)  # type: ignore[misc]
         self.arg_index = {n: i for i, n in enumerate(self.arg_names)}
-        self.contiguous_args = tuple(t.contiguous for t in self.call_inputs) + (False,) * len(self.buffers)
+        # The plan key holds contiguity for these (the check of a contiguous: true input or
+        # out buffer depends on it).
+        self.contiguous_args = tuple(t.contiguous for t in self.call_inputs) + tuple(o.contiguous for o in self.buffers)
+        self.any_contiguous_arg = any(self.contiguous_args)
         self.mutated_or_buffer = frozenset(t.name for t in self.call_inputs if t.mutated) | frozenset(
             o.buffer for o in self.buffers)  # type: ignore[misc]
         known = set(spec.params) | set(spec.static_dims)
@@ -245,7 +358,7 @@ class OpChecks:
         except Unbound as exc:
             fail(self.op, f"{what} {e.text!r} refers to {exc.name}, which has no value on this call "
                           f"(guard it with present(...))", e.loc)
-        except (ZeroDivisionError, TypeError, ValueError, IndexError) as exc:
+        except (ArithmeticError, TypeError, ValueError, LookupError) as exc:
             fail(self.op, f"{what} {e.text!r} cannot be evaluated: {exc}", e.loc)
 
     def _values(self, e: Expr, env: Mapping[str, Any]) -> str:
@@ -367,7 +480,8 @@ class OpChecks:
         env.update(tensors)
         for t in spec.inputs.values():
             env.setdefault(t.name, None)
-        origin: dict[str, str] = {n: f"let {n} = {e.text}" for n, e in self.construction_lets}
+        origin: dict[str, str] = {n: f"param {n}" for n in spec.params}
+        origin.update({n: f"let {n} = {e.text}" for n, e in self.construction_lets})
         origin.update({n: f"static dim {n}" for n in spec.static_dims})
         shapes = {n: tuple(t.shape) for n, t in tensors.items()}
         patterns = {n: p for n, p in branch.shapes.items() if p is not None and n in spec.inputs and n in presence}
@@ -431,16 +545,22 @@ class OpChecks:
             if o.contiguous and not buf.is_contiguous():
                 fail(self.op, f"out buffer {o.buffer} must be contiguous", o.loc)
             for t in tensors.values():
-                if buf.numel() and t.numel() and buf.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+                if buf.numel() and t.numel() and _storage_id(buf) == _storage_id(t):
                     fail(self.op, f"out buffer {o.buffer} shares storage with an input", o.loc)
         written = [s for s in out_shapes] + [tuple(tensors[t.name].shape) for t in spec.inputs.values()
                                              if t.mutated and t.name in tensors]
-        empty = all(_numel(s) == 0 for s in written)
+        empty = all(_is_zero(_numel(s)) for s in written)
         arch = device_arch(device)
         call_specs = {i: self._call_spec(op_obj, i, device.type, arch, actual_dtypes, out_names, out_dtypes, env, presence,
                                          args) for i in interfaces}
+        # The plan outlives the call: keep tensor metadata, never the tensors (their memory).
+        kept_env = {k: TensorMeta(v) if isinstance(v, torch.Tensor) else v for k, v in env.items()}
+        buffer_args = tuple(self.arg_index[o.buffer] for o in self.buffers  # type: ignore[index]
+                            if args.get(o.buffer) is not None)  # type: ignore[arg-type]
         return CallPlan(self.op, device, tuple(out_shapes), tuple(out_dtypes), tuple(out_names), tuple(buffer_index),
-                        tuple(alias_index), tuple(contiguous), empty, call_specs, env, converted, self.loc)
+                        tuple(alias_index), tuple(contiguous), empty, call_specs, kept_env, converted, self.loc,
+                        out_locs=tuple(o.loc for o in spec.outputs.values()), n_buffers=len(self.buffers),
+                        buffer_args=buffer_args)
 
     def _calling_device(self, args: Mapping[str, Any], construction: Mapping[str, torch.Tensor],
                         env0: Mapping[str, Any]) -> torch.device:
@@ -581,6 +701,11 @@ class OpChecks:
             if any(isinstance(o, ADTRef) for o in options) and value is not None:
                 flags[f"{name}.tag"] = value.tag
         return CallSpec(self.op, interface.__name__, device_type, arch, dtypes, dims, flags)
+
+
+def _is_zero(n: Any) -> bool:
+    """``n == 0`` for an int; False for a symbolic size (never a guard on a SymInt)."""
+    return type(n) is int and n == 0
 
 
 def _numel(shape: Sequence[Any]) -> Any:
