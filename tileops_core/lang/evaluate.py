@@ -23,13 +23,23 @@ Closure = Callable[[Env], Any]
 
 #: Largest exponent ``**`` evaluates: formulas need squares and roots, not towers.
 MAX_EXPONENT = 64
+#: Longest tuple or string a repetition (``(1,) * n``, ``"a" * n``) may build: shapes have a
+#: handful of axes, and ``(1,) * 10**9`` would otherwise allocate gigabytes.
+MAX_SEQUENCE = 4096
+#: Largest integer (in bits) a product or power may produce: sizes and flop counts need far
+#: fewer, and unbounded products of big integers cost seconds to compute.
+MAX_INT_BITS = 4096
 
 
-class Unbound(LookupError):
-    """An expression referred to a name that has no value yet (e.g. an unsolved index)."""
+class Unbound(ExprError, LookupError):
+    """An expression referred to a name that has no value yet (e.g. an unsolved index).
+
+    An :class:`ExprError` (so evaluating spec text only ever raises the language's own
+    error) and a ``LookupError`` (what it is).
+    """
 
     def __init__(self, name: str) -> None:
-        super().__init__(name)
+        super().__init__(f"{name!r} has no value")
         self.name = name
 
 
@@ -60,8 +70,24 @@ def _max(*args: Any) -> Any:
 def _product(items: Any) -> Any:
     result: Any = 1
     for item in items:
-        result = result * item
+        result = _mul(result, item)
     return result
+
+
+def _mul(a: Any, b: Any) -> Any:
+    if isinstance(a, (str, tuple, list)) or isinstance(b, (str, tuple, list)):
+        seq, n = (a, b) if isinstance(a, (str, tuple, list)) else (b, a)
+        if isinstance(n, int) and len(seq) * n > MAX_SEQUENCE:
+            raise ExprError(f"a repetition of {len(seq)} items {n} times is longer than {MAX_SEQUENCE}")
+    elif type(a) is int and type(b) is int and a.bit_length() + b.bit_length() > MAX_INT_BITS:
+        raise ExprError(f"a product larger than 2**{MAX_INT_BITS}")
+    return a * b
+
+
+def _mod(a: Any, b: Any) -> Any:
+    if isinstance(a, str):  # "%s" % x is string formatting, not arithmetic
+        raise ExprError("string formatting with % is not in the language")
+    return a % b
 
 
 def _as_axes(dim: Any) -> tuple[Any, ...]:
@@ -86,7 +112,7 @@ def _dims_in_range(dim: Any, n: Any) -> bool:
 def _unique_axes(dim: Any, n: Any) -> bool:
     if dim is None:
         return True
-    axes = [d % n if n else 0 for d in _as_axes(dim)]
+    axes = [_mod(d, n) if n else 0 for d in _as_axes(dim)]
     return len(set(axes)) == len(axes)
 
 
@@ -96,7 +122,7 @@ def _reduced_shape(shape: Any, dim: Any, keepdim: Any) -> tuple[Any, ...]:
     if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
         axes = set(range(n))
     else:
-        axes = {d % n if n else 0 for d in _as_axes(dim)}
+        axes = {_mod(d, n) if n else 0 for d in _as_axes(dim)}
     if keepdim:
         return tuple(1 if i in axes else s for i, s in enumerate(shape))
     return tuple(s for i, s in enumerate(shape) if i not in axes)
@@ -105,8 +131,9 @@ def _reduced_shape(shape: Any, dim: Any, keepdim: Any) -> tuple[Any, ...]:
 def _pow(base: Any, exponent: Any) -> Any:
     if isinstance(exponent, (int, float)) and abs(exponent) > MAX_EXPONENT:
         raise ExprError(f"exponent {exponent} is larger than {MAX_EXPONENT}")
-    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 2**32:
-        raise ExprError("power of a base larger than 2**32")
+    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 \
+            and abs(base).bit_length() * exponent > MAX_INT_BITS:
+        raise ExprError(f"a power larger than 2**{MAX_INT_BITS}")
     return base**exponent
 
 
@@ -124,8 +151,8 @@ PRIMITIVE_IMPLS: dict[str, Callable[..., Any]] = {
 }
 
 _BIN: dict[str, Callable[[Any, Any], Any]] = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-    "//": operator.floordiv, "%": operator.mod, "**": _pow,
+    "+": operator.add, "-": operator.sub, "*": _mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": _mod, "**": _pow,
 }
 _CMP: dict[str, Callable[[Any, Any], Any]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
@@ -241,8 +268,16 @@ def _compile_compare(node: ir.Compare) -> Closure:
 
 
 def evaluate(node: ir.Node, env: Env) -> Any:
-    """Evaluate an IR tree once (convenience for tools; hot paths keep the compiled closure)."""
+    """Evaluate an IR tree once (convenience for tools; hot paths keep the compiled closure).
+
+    Whatever goes wrong comes out as :class:`ExprError` (:class:`Unbound` for a name
+    without a value), never as the Python error of the operation that failed.
+    """
     try:
         return compile_node(node)(env)
+    except ExprError:
+        raise
     except RecursionError:
         raise ExprError("expression too deep to evaluate") from None
+    except (ArithmeticError, TypeError, ValueError, LookupError, AttributeError, MemoryError) as exc:
+        raise ExprError(f"cannot be evaluated: {type(exc).__name__}: {exc}", ir.unparse(node)) from None

@@ -86,11 +86,22 @@ def parse_shape(text: str) -> ShapePattern:
             items.append(Variadic(elt.value.id))
         else:
             axis = to_ir(elt, text, 1)
-            if isinstance(axis, ir.Const) and not (isinstance(axis.value, int) and not isinstance(axis.value, bool)
-                                                    and axis.value >= 0):
-                raise ExprError(f"axis length {axis.value!r} is not a non-negative integer", text)
+            constant = _constant(axis)
+            if constant is not None and not (isinstance(constant.value, int) and not isinstance(constant.value, bool)
+                                             and constant.value >= 0):
+                raise ExprError(f"axis length {constant.value!r} is not a non-negative integer", text)
             items.append(Axis(axis))
     return ShapePattern(tuple(items), text)
+
+
+def _constant(node: ir.Node) -> ir.Const | None:
+    """A literal axis, with its sign folded in (``-1`` parses as minus one, not as a literal)."""
+    if isinstance(node, ir.Const):
+        return node
+    if isinstance(node, ir.Unary) and node.op in "+-" and isinstance(node.operand, ir.Const) \
+            and isinstance(node.operand.value, (int, float)):
+        return ir.Const(-node.operand.value if node.op == "-" else node.operand.value)
+    return None
 
 
 def affine_in(node: ir.Node, unknown: str) -> tuple[int, ir.Node] | None:
