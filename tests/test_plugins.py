@@ -533,3 +533,19 @@ def test_reset_forgets_plugin_failures_and_the_next_use_loads_again(site):
     with pytest.warns(RuntimeWarning):
         plugins.ensure_plugins_loaded()
     assert "cpu_ref" in registry.backends()
+
+
+def test_two_distributions_claiming_one_plugin_name_load_only_the_first_by_distribution_name(site):
+    body = """
+        def tileops_register(registrar):
+            registrar.backend("{backend}", device_types=("cpu",), core_major=%d)
+    """ % CORE_MAJOR
+    first = install(site, body.format(backend="twin_a"), dist="tileops-twin-a", entry="twin")
+    second = install(site, body.format(backend="twin_b"), dist="tileops-twin-b", entry="twin")
+    with pytest.warns(RuntimeWarning):
+        records = reload_all()
+    assert records["twin"].backend == "twin_a"
+    shadowed = records[f"twin (entry point twin = {second})"]
+    assert shadowed.reason == (f"not loaded: a plugin named 'twin' is already loaded (from entry point twin = "
+                               f"{first}, tileops-twin-a)")
+    assert "twin_b" not in registry.backends()
