@@ -245,3 +245,11 @@ def test_two_general_implementations_for_one_device_are_reported():
     add_backend("b", make_impl(iface, "RefB", general=True))
     assert registry.check_consistency("b") == [
         f"fakes:{iface.__name__}: two general implementations for device 'cpu': fakes:RefA (a), fakes:RefB (b)"]
+
+
+def test_a_general_implementation_for_any_device_overlaps_one_for_a_named_device():
+    iface = make_interface()
+    add_backend("a", make_impl(iface, "RefAny", general=True, devices=("*",)))
+    add_backend("b", make_impl(iface, "RefCpu", general=True, devices=("cpu",)))
+    assert registry.check_consistency("b") == [
+        f"fakes:{iface.__name__}: two general implementations for device 'cpu': fakes:RefCpu (b), fakes:RefAny (a)"]

@@ -88,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FINDINGS
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `tileops ... | head`: the reader left; not an error of ours
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

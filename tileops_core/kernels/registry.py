@@ -162,6 +162,11 @@ def check_consistency(backend: str | None = None) -> list[str]:
             if impl.general:
                 for device in impl.devices:
                     general_by_device.setdefault(device, []).append(impl)
+        wildcard = general_by_device.pop("*", [])
+        for device in list(general_by_device):
+            general_by_device[device] = general_by_device[device] + wildcard  # "*" serves every device too
+        if wildcard:
+            general_by_device["*"] = wildcard
         for device, generals in sorted(general_by_device.items()):
             if len(generals) > 1 and (backend is None or any(g.backend == backend for g in generals)):
                 names = ", ".join(f"{g.qualname()} ({g.backend})" for g in generals)
