@@ -50,6 +50,10 @@ class _Compiler:
         self.line = line
         self.problems: list[SpecError] = []
         self.broken: set[str] = set()
+        #: Declared names whose declaration did not compile, with their kind: checks that
+        #: only depend on them are skipped (field isolation) instead of reporting the name
+        #: as unknown a second time.
+        self.unparsed: dict[str, str] = {}
 
     # -- locations and problems -------------------------------------------------------------
 
@@ -239,6 +243,7 @@ class _Compiler:
             if not _is_identifier(name):
                 self.problem(f"{name!r} is not a valid param name", field, ln)
                 continue
+            self.unparsed[name] = "param"  # until it compiles
             model = self.validated(ParamModel, value, field, ln)
             if model is None:
                 continue
@@ -252,6 +257,7 @@ class _Compiler:
                                  str(model.default))
                     continue
                 default = ptype.normalise(model.default)
+            del self.unparsed[name]
             out[name] = ParamSpec(name, ptype, model.type, default, model.kw_only, self.loc(field, ln),
                                   model.description)
         return out
@@ -265,6 +271,7 @@ class _Compiler:
             if not _is_identifier(name):
                 self.problem(f"{name!r} is not a valid tensor name", field, ln)
                 continue
+            self.unparsed[name] = "tensor"  # until it compiles
             model = self.validated(model_cls, value, field, ln)
             if model is None:
                 continue
@@ -277,6 +284,7 @@ class _Compiler:
                     self.problem("an output must declare its dtype", f"{field}.dtype", ln, rule="L3.output-dtype")
             if (dtype is None and model.dtype is not None) or (shape is None and model.shape is not None):
                 continue
+            del self.unparsed[name]
             out[name] = TensorSpec(
                 name=name, role=role, dtype=dtype, shape=shape, loc=self.loc(field, ln), dtype_text=dtype_text,
                 shape_text=shape_text, optional=getattr(model, "optional", False),
@@ -343,11 +351,11 @@ class _Compiler:
         for name, value, ln in self._section_items(raw, line, "signature.families"):
             field = f"signature.families.{name}"
             model = self.validated(FamilyModel, value, field, ln)
-            if model is None:
-                continue
-            spec = self._family(name, model, None, field, ln)
+            spec = None if model is None else self._family(name, model, None, field, ln)
             if spec is not None:
                 out[name] = spec
+            else:
+                self.unparsed[name] = "family"
         return out
 
     def _anonymous_families(self, inputs: Mapping[str, TensorSpec], outputs: Mapping[str, TensorSpec],
@@ -356,19 +364,22 @@ class _Compiler:
             families[spec.name] = spec
         for tensor in list(inputs.values()) + list(outputs.values()):
             for ref, what in ((tensor.shape, "shape"), (tensor.dtype, "dtype")):
-                if isinstance(ref, FamilyRef) and ref.name not in families:
+                if isinstance(ref, FamilyRef) and ref.name not in families and ref.name not in self.unparsed:
                     self.problem(f"{ref.name!r} is neither a {what} declaration nor a declared family",
                                  f"{tensor.loc.field}.{what}", tensor.loc.line, ref.name, rule="C1")
 
-    def _mapping_of_exprs(self, raw: Any, line: int | None, field: str) -> dict[str, Expr]:
+    def _mapping_of_exprs(self, raw: Any, line: int | None, field: str, kind: str) -> dict[str, Expr]:
         out: dict[str, Expr] = {}
         for name, text, ln in self._section_items(raw, line, field):
             if not isinstance(text, str):
                 self.problem("expected an expression string", f"{field}.{name}", ln, str(text))
+                self.unparsed[name] = kind
                 continue
             e = self.expr(text, f"{field}.{name}", ln)
             if e is not None:
                 out[name] = e
+            else:
+                self.unparsed[name] = kind
         return out
 
     def _expr_list(self, raw: Any, line: int | None, field: str) -> list[Expr]:
@@ -398,6 +409,7 @@ class _Compiler:
                          (isinstance(node.index, ir.Unary) and isinstance(node.index.operand, ir.Const)))):
                 self.problem("a static dim is one axis of one input: <tensor>.shape[<int or param>]",
                              e.loc.field or "signature.static_dims", e.loc.line, e.text, rule="L2.static-dims")
+                self.unparsed[name] = "static_dim"
                 continue
             out[name] = StaticDim(name, node.value.value.id, node.index, e)
         return out
@@ -446,6 +458,8 @@ class _Compiler:
             claim(n, "let", e.loc.field or "", e.loc.line)
         for n, s in static_dims.items():
             claim(n, "static_dim", s.expr.loc.field or "", s.expr.loc.line)
+        for n, k in self.unparsed.items():
+            kinds.setdefault(n, k)  # declared, but its declaration is reported already
 
         indices: dict[str, str] = {}
         patterns = self._all_patterns(tensors, families)
@@ -525,6 +539,8 @@ class _Compiler:
         field, line = f"{tensor.loc.field}.dtype", tensor.loc.line
         if isinstance(dexpr, (SameAs, PromoteIntToFloat)):
             ref = tensors.get(dexpr.tensor)
+            if ref is None and self.unparsed.get(dexpr.tensor) == "tensor":
+                return
             if ref is None or ref.role != "input":
                 self.problem(f"{dexpr} refers to {dexpr.tensor!r}, which is not an input", field, line,
                              tensor.dtype_text, rule="L3.same-as")
@@ -599,6 +615,8 @@ class _Compiler:
             self.problem(f"tensor attribute {node.attr!r} is not in the language (known: "
                          f"{', '.join(sorted(TENSOR_ATTRS))})", field, line, e.text, rule="C5")
             return False
+        if isinstance(target, ir.Name) and target.id in self.unparsed:
+            return True  # its declaration did not compile (reported there)
         if isinstance(target, ir.Name) and kinds.get(target.id) == "param":
             from ..lang.types import ADTRef, UnionT
             ptype = params[target.id].type
@@ -678,12 +696,14 @@ class _Compiler:
             self.problem("roofline is either inline (vars/flops/bytes) or a func, not both", "roofline", line)
         if model.func is None and (model.flops is None or model.bytes is None):
             self.problem("an inline roofline needs both flops and bytes", "roofline", line)
-        variables = self._mapping_of_exprs(raw.get("vars"), line_of(raw, "vars", line), "roofline.vars")
+        variables = self._mapping_of_exprs(raw.get("vars"), line_of(raw, "vars", line), "roofline.vars", "var")
         kinds: dict[str, str] = {n: "tensor" for n in [*parts["inputs"], *parts["outputs"]]}
         kinds.update({n: "param" for n in parts["params"]})
         kinds.update({n: "let" for n in parts["lets"]})
         kinds.update({n: "static_dim" for n in parts["static_dims"]})
         kinds.update({n: "index" for n in parts["indices"]})
+        for n, k in self.unparsed.items():
+            kinds.setdefault(n, k)
         tensors = {**parts["inputs"], **parts["outputs"]}
         for e in variables.values():
             self._check_names(e, kinds, {"tensor", "param", "let", "static_dim", "index"}, parts["params"], tensors,

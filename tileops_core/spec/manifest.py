@@ -47,8 +47,10 @@ class ManifestError(SpecError):
     def __init__(self, problems: list[SpecError]) -> None:
         self.problems = problems
         first = problems[0]
-        super().__init__(f"{len(problems)} problem(s) in the manifest:\n" + "\n".join(str(p) for p in problems),
-                         first.location, rule=first.rule)
+        super().__init__(f"{len(problems)} problem(s) in the manifest", first.location, rule=first.rule)
+        # The text is the list itself: each line carries its own file:line, op and field
+        # (SpecError would prefix the first problem's location to the count).
+        self.args = (f"{len(problems)} problem(s) in the manifest:\n" + "\n".join(str(p) for p in problems),)
 
 
 class Manifest(Mapping[str, OpSpec]):
