@@ -185,7 +185,7 @@ class _Compiler:
         inputs = self._tensors(*section("inputs"), "input")
         outputs = self._tensors(*section("outputs"), "output")
         families = self._families(*section("families"))
-        lets = self._mapping_of_exprs(*section("let"), "signature.let")
+        lets = self._mapping_of_exprs(*section("let"), "signature.let", "let")
         static_dims = self._static_dims(*section("static_dims"))
         shape_rules = self._expr_list(*section("shape_rules"), "signature.shape_rules")
         requires = self._expr_list(*section("requires"), "signature.requires")
@@ -401,7 +401,7 @@ class _Compiler:
 
     def _static_dims(self, raw: Any, line: int | None) -> dict[str, StaticDim]:
         out: dict[str, StaticDim] = {}
-        for name, e in self._mapping_of_exprs(raw, line, "signature.static_dims").items():
+        for name, e in self._mapping_of_exprs(raw, line, "signature.static_dims", "static_dim").items():
             node = e.node
             if not (isinstance(node, ir.Index) and isinstance(node.value, ir.Attr) and node.value.attr == "shape"
                     and isinstance(node.value.value, ir.Name)
@@ -555,6 +555,8 @@ class _Compiler:
             kind = kinds.get(dexpr.name)
             if kind == "param":
                 from ..lang.types import DTypeParam, UnionT
+                if dexpr.name not in params:
+                    return  # its declaration did not compile (reported there)
                 ptype = params[dexpr.name].type
                 opts = ptype.options if isinstance(ptype, UnionT) else (ptype,)
                 if not any(isinstance(o, DTypeParam) for o in opts):
