@@ -6,10 +6,16 @@ which is every CI machine; on the H200 they run against the float64 reference.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 
 import pytest
+
+# Under pytest-xdist each worker compiles into its own TileLang cache directory, so two
+# workers never write the same cache entry at once.
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("TILELANG_CACHE_DIR"):
+    os.environ["TILELANG_CACHE_DIR"] = os.path.join(os.environ["TILELANG_CACHE_DIR"], os.environ["PYTEST_XDIST_WORKER"])
 
 _BACKENDS = pathlib.Path(__file__).resolve().parents[2]
 for _p in (_BACKENDS / "cuda", _BACKENDS / "cpu_ref"):

@@ -80,7 +80,7 @@ def test_rmsnorm_refuses_misaligned_hidden_size():
 
 
 def test_rmsnorm_refuses_rows_too_long_for_registers():
-    assert "does not fit in registers" in rmsnorm.rmsnorm_refusal(rmsnorm.RMSNormBuildKey("float32", 65536))
+    assert "does not fit in the registers of one program" in rmsnorm.rmsnorm_refusal(rmsnorm.RMSNormBuildKey("float32", 65536))
 
 
 def test_softmax_refuses_a_dim_other_than_the_last():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from tileops_cuda.kernels.rgdr import RGDRBuildKey, build_rgdr
-from tileops_cuda.kernels._common import compile_many
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
 # Each key covers a different corner of the build identity (dtypes, metadata style and
@@ -30,11 +29,8 @@ KEYS = {
 
 @pytest.fixture(scope="module")
 def arch(cuda_device):
-    _, a = cuda_device
-    errors = [r for r in compile_many(lambda k=k: build_rgdr(_with_arch(k, a)) for k in KEYS.values()) if isinstance(r, Exception)]
-    if errors:
-        raise errors[0]
-    return a
+    """The device's arch (kernels build on first use; run with pytest-xdist to spread builds)."""
+    return cuda_device[1]
 
 
 def _with_arch(key: RGDRBuildKey, arch: str) -> RGDRBuildKey:

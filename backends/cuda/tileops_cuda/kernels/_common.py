@@ -86,3 +86,30 @@ def compile_many(thunks: Iterable[Callable[[], Any]], workers: int | None = None
 
     with concurrent.futures.ThreadPoolExecutor(workers, "tileops-build") as pool:
         return list(pool.map(run, thunks))
+
+
+def row_plan(n: int, vec: int, max_per_thread: int = 48) -> tuple[int, int, int] | None:
+    """How register-resident rows of ``n`` elements (``vec`` per 16-byte access) are laid on a
+    block: ``(threads, padded_n, rows_per_program)``, or None when no block holds a row.
+
+    Threads are a power of two in [64, 1024] (TileLang's block all-reduce wants that) and
+    ``rows * padded_n`` is a multiple of ``threads * vec`` so every thread owns whole
+    vectors (padding is masked in the kernels). Least padding wins, then about 16 values
+    per thread, then fewer rows per program.
+    """
+    best = None
+    for t in (64, 128, 256, 512, 1024):
+        r = 1
+        while r <= 64:
+            if (t * vec) % r == 0 and ((t * vec) // r) % vec == 0:
+                unit = (t * vec) // r
+                padded = -(-n // unit) * unit
+                per = r * padded // t
+                if vec <= per <= max_per_thread:
+                    score = (padded - n, abs(per - 16), r)
+                    if best is None or score < best[0]:
+                        best = (score, t, padded, r)
+            r *= 2
+    if best is None:
+        return None
+    return best[1], best[2], best[3]

@@ -37,10 +37,14 @@ class SumBuildKey:
     arch: str = "sm_90"
 
 
-def sum_refusal(dtype: str, dims: tuple[int, ...] | None, ndim: int, contiguous: bool, arch: str = "sm_90") -> str | None:
+def sum_refusal(
+    dtype: str, dims: tuple[int, ...] | None, ndim: int, contiguous: bool, arch: str = "sm_90", out_dtype: str | None = None
+) -> str | None:
     """Why a Sum call cannot be served (with the fix), or None."""
     if dtype not in _DTYPES:
         return f"Sum TileLang kernel: dtype {dtype} is not one of {_DTYPES}; use the reference"
+    if out_dtype is not None and out_dtype not in _DTYPES:
+        return f"Sum TileLang kernel: output dtype {out_dtype} is not one of {_DTYPES} (it accumulates in float32)"
     if not contiguous:
         return "Sum TileLang kernel: input is not contiguous; call .contiguous() or use the reference"
     if dims is not None and dims:
@@ -78,15 +82,20 @@ def _rows_program(key: SumBuildKey):
     return sum_rows
 
 
+def _col_tile(b: int, vec: int) -> tuple[int, int]:
+    """(columns, rows) of a cols program's tile: powers of two, 16-byte vectors across B."""
+    bb = 1
+    while b % (bb * 2) == 0 and bb * 2 <= 64 * vec:
+        bb *= 2
+    return bb, max(1, _THREADS * vec // bb)
+
+
 def _cols_program(key: SumBuildKey):
     import tilelang.language as T
 
     B, f32 = key.inner, "float32"
     vec = 16 // ELEM_BYTES[key.dtype]
-    BB = min(B, 64 * vec)
-    while B % BB:
-        BB //= 2
-    RK = max(1, _THREADS * vec // BB)  # rows of K per step
+    BB, RK = _col_tile(B, vec)  # RK rows of K per step
     A, K, P = T.dynamic("A"), T.dynamic("K"), T.dynamic("P")
 
     @T.prim_func
@@ -145,12 +154,15 @@ def _splits(work_items: int, k_tiles: int, sms: int = 132) -> int:
     return max(1, min(want, k_tiles))
 
 
-def reduce_sum(x: Any, dims: tuple[int, ...] | None = None, keepdim: bool = False, arch: str = "sm_90") -> Any:
-    """``torch.sum(x, dims, keepdim)`` for a contiguous CUDA tensor and adjacent dims."""
+def reduce_sum(
+    x: Any, dims: tuple[int, ...] | None = None, keepdim: bool = False, dtype: Any = None, arch: str = "sm_90"
+) -> Any:
+    """``torch.sum(x, dims, keepdim, dtype=dtype)`` for a contiguous CUDA tensor and adjacent dims."""
     import torch
 
     dt = dtype_name(x)
-    reason = sum_refusal(dt, dims, x.dim(), x.is_contiguous(), arch)
+    odt = dt if dtype is None else dtype_name(dtype)
+    reason = sum_refusal(dt, dims, x.dim(), x.is_contiguous(), arch, odt)
     if reason is not None:
         raise ValueError(reason)
     A, K, B = plan_sum(tuple(x.shape), dims)
@@ -160,7 +172,7 @@ def reduce_sum(x: Any, dims: tuple[int, ...] | None = None, keepdim: bool = Fals
         oshape = tuple(1 if i in red else s for i, s in enumerate(x.shape))
     else:
         oshape = tuple(s for i, s in enumerate(x.shape) if i not in red)
-    out = torch.empty(oshape, dtype=x.dtype, device=x.device)
+    out = torch.empty(oshape, dtype=getattr(torch, odt), device=x.device)
     if out.numel() == 0:
         return out
     if K == 0:
@@ -171,16 +183,13 @@ def reduce_sum(x: Any, dims: tuple[int, ...] | None = None, keepdim: bool = Fals
         P = _splits(A, k_tiles)
         part = torch.empty((A, P), dtype=torch.float32, device=x.device)
         build_sum(SumBuildKey("rows", dt, "float32", K, arch))(x.view(A, K), part)
-        build_sum(SumBuildKey("cols", "float32", dt, 1, arch))(part.view(A, P, 1), out.view(A, 1, 1))
+        build_sum(SumBuildKey("cols", "float32", odt, 1, arch))(part.view(A, P, 1), out.view(A, 1, 1))
     else:
         key = SumBuildKey("cols", dt, "float32", B, arch)
         vec = 16 // ELEM_BYTES[dt]
-        bb = min(B, 64 * vec)
-        while B % bb:
-            bb //= 2
-        rk = max(1, _THREADS * vec // bb)
+        bb, rk = _col_tile(B, vec)
         P = _splits(A * (B // bb), (K + rk - 1) // rk)
         part = torch.empty((A, P, B), dtype=torch.float32, device=x.device)
         build_sum(key)(x.view(A, K, B), part)
-        build_sum(SumBuildKey("cols", "float32", dt, B, arch))(part, out.view(A, 1, B))
+        build_sum(SumBuildKey("cols", "float32", odt, B, arch))(part, out.view(A, 1, B))
     return out

@@ -10,12 +10,11 @@ weight presence; the number of rows is dynamic.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, dtype_name
+from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, dtype_name, row_plan
 
 __all__ = ["RMSNormBuildKey", "RMSNormLauncher", "build_rmsnorm", "rmsnorm_refusal", "rms_norm"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
-_MAX_ELEMS_PER_THREAD = 32
 
 
 @dataclass(frozen=True)
@@ -28,18 +27,6 @@ class RMSNormBuildKey:
     arch: str = "sm_90"
 
 
-def _plan(key: RMSNormBuildKey) -> tuple[int, int]:
-    """(threads, rows per program): 16-byte vectors, at most 32 fp32 values per thread."""
-    vec = 16 // ELEM_BYTES[key.dtype]
-    threads = 128
-    while threads < 1024 and key.hidden > threads * _MAX_ELEMS_PER_THREAD // 2:
-        threads *= 2
-    rows = 1
-    while rows * key.hidden < threads * vec * 2 and rows < 64:
-        rows *= 2
-    return threads, rows
-
-
 def rmsnorm_refusal(key: RMSNormBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
     if key.dtype not in _DTYPES:
@@ -50,10 +37,10 @@ def rmsnorm_refusal(key: RMSNormBuildKey) -> str | None:
             f"RMSNorm TileLang kernel: hidden={key.hidden} must be a multiple of {vec} "
             "(16-byte vectors); use the reference"
         )
-    if key.hidden > 1024 * _MAX_ELEMS_PER_THREAD:
+    if row_plan(key.hidden, vec) is None:
         return (
-            f"RMSNorm TileLang kernel: hidden={key.hidden} > {1024 * _MAX_ELEMS_PER_THREAD} does not fit in "
-            "registers of one program; use the reference"
+            f"RMSNorm TileLang kernel: hidden={key.hidden} does not fit in the registers of one program "
+            "(at most 48 values per thread, 1024 threads); use the reference"
         )
     return arch_refusal("RMSNorm TileLang kernel", key.arch)
 
@@ -62,27 +49,29 @@ def _program(key: RMSNormBuildKey):
     import tilelang.language as T
 
     N, dt, f32 = key.hidden, key.dtype, "float32"
-    threads, BM = _plan(key)
+    threads, NP, BM = row_plan(N, 16 // ELEM_BYTES[dt])
     M = T.dynamic("M")
 
     @T.macro
     def body(X, W, Y, eps):
         with T.Kernel(T.ceildiv(M, BM), threads=threads) as bx:
-            xf = T.alloc_fragment((BM, N), f32)
-            sq = T.alloc_fragment((BM, N), f32)
+            xf = T.alloc_fragment((BM, NP), f32)
+            sq = T.alloc_fragment((BM, NP), f32)
             rs = T.alloc_fragment((BM,), f32)
-            T.copy(X[bx * BM : (bx + 1) * BM, :], xf)
-            for i, j in T.Parallel(BM, N):
+            # Columns past N (padding to whole vectors per thread) read as 0: no effect on the sum.
+            for i, j in T.Parallel(BM, NP):
+                xf[i, j] = T.if_then_else(j < N, T.cast(X[bx * BM + i, j], f32), T.float32(0))
+            for i, j in T.Parallel(BM, NP):
                 sq[i, j] = xf[i, j] * xf[i, j]
             T.reduce_sum(sq, rs, dim=1)
             for i in T.Parallel(BM):
                 rs[i] = T.rsqrt(rs[i] / T.float32(N) + eps)
-            for i, j in T.Parallel(BM, N):
-                if key.has_weight:
-                    xf[i, j] = (xf[i, j] * rs[i]) * T.cast(W[j], f32)
-                else:
-                    xf[i, j] = xf[i, j] * rs[i]
-            T.copy(xf, Y[bx * BM : (bx + 1) * BM, :])
+            for i, j in T.Parallel(BM, NP):
+                if j < N:
+                    if key.has_weight:
+                        Y[bx * BM + i, j] = T.cast((xf[i, j] * rs[i]) * T.cast(W[j], f32), dt)
+                    else:
+                        Y[bx * BM + i, j] = T.cast(xf[i, j] * rs[i], dt)
 
     x_t = T.Tensor((M, N), dt)
     w_t = T.Tensor((N,), dt)

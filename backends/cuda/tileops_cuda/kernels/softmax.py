@@ -10,12 +10,11 @@ reference. Specialised on dtype and row length; the number of rows is dynamic.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, dtype_name
+from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, dtype_name, row_plan
 
 __all__ = ["SoftmaxBuildKey", "SoftmaxLauncher", "build_softmax", "softmax_refusal", "softmax"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
-_MAX_ELEMS_PER_THREAD = 32
 
 
 @dataclass(frozen=True)
@@ -25,17 +24,6 @@ class SoftmaxBuildKey:
     dtype: str
     length: int
     arch: str = "sm_90"
-
-
-def _plan(key: SoftmaxBuildKey) -> tuple[int, int]:
-    vec = 16 // ELEM_BYTES[key.dtype]
-    threads = 128
-    while threads < 1024 and key.length > threads * _MAX_ELEMS_PER_THREAD // 2:
-        threads *= 2
-    rows = 1
-    while rows * key.length < threads * vec * 2 and rows < 64:
-        rows *= 2
-    return threads, rows
 
 
 def softmax_refusal(key: SoftmaxBuildKey, dim: int = -1, ndim: int = 2, contiguous: bool = True) -> str | None:
@@ -49,8 +37,11 @@ def softmax_refusal(key: SoftmaxBuildKey, dim: int = -1, ndim: int = 2, contiguo
     vec = 16 // ELEM_BYTES[key.dtype]
     if key.length % vec:
         return f"Softmax TileLang kernel: length={key.length} must be a multiple of {vec} (16-byte vectors)"
-    if key.length > 1024 * _MAX_ELEMS_PER_THREAD:
-        return f"Softmax TileLang kernel: length={key.length} > {1024 * _MAX_ELEMS_PER_THREAD} does not fit in registers"
+    if row_plan(key.length, vec) is None:
+        return (
+            f"Softmax TileLang kernel: length={key.length} does not fit in the registers of one program "
+            "(at most 48 values per thread, 1024 threads); use the reference"
+        )
     return arch_refusal("Softmax TileLang kernel", key.arch)
 
 
@@ -58,26 +49,28 @@ def _program(key: SoftmaxBuildKey):
     import tilelang.language as T
 
     N, dt, f32 = key.length, key.dtype, "float32"
-    threads, BM = _plan(key)
+    threads, NP, BM = row_plan(N, 16 // ELEM_BYTES[dt])
     M = T.dynamic("M")
     LOG2E = 1.4426950408889634
 
     @T.prim_func
     def softmax_fwd(x: T.Tensor((M, N), dt), y: T.Tensor((M, N), dt)):
         with T.Kernel(T.ceildiv(M, BM), threads=threads) as bx:
-            xf = T.alloc_fragment((BM, N), f32)
+            xf = T.alloc_fragment((BM, NP), f32)
             mx = T.alloc_fragment((BM,), f32)
             sm = T.alloc_fragment((BM,), f32)
-            T.copy(x[bx * BM : (bx + 1) * BM, :], xf)
+            # Padding columns read as -inf: they neither raise the max nor add to the sum.
+            for i, j in T.Parallel(BM, NP):
+                xf[i, j] = T.if_then_else(j < N, T.cast(x[bx * BM + i, j], f32), -T.infinity(f32))
             T.reduce_max(xf, mx, dim=1, clear=True)
-            for i, j in T.Parallel(BM, N):
+            for i, j in T.Parallel(BM, NP):
                 xf[i, j] = T.exp2((xf[i, j] - mx[i]) * LOG2E)
             T.reduce_sum(xf, sm, dim=1)
             for i in T.Parallel(BM):
                 sm[i] = T.float32(1) / sm[i]
-            for i, j in T.Parallel(BM, N):
-                xf[i, j] = xf[i, j] * sm[i]
-            T.copy(xf, y[bx * BM : (bx + 1) * BM, :])
+            for i, j in T.Parallel(BM, NP):
+                if j < N:
+                    y[bx * BM + i, j] = T.cast(xf[i, j] * sm[i], dt)
 
     return softmax_fwd
 

@@ -1,0 +1,550 @@
+"""One-call benchmark of the TileLang CUDA kernels on the device (H200).
+
+For every RGDR workload row (NK/NV in {16/32, 8/16}, DK=DV=128, B in {1,8,32,128,256},
+tokens per sequence in {1,2,4,8}, state fp32 and bf16, inputs bf16, g present, q/k l2norm
+in kernel): a correctness check on fresh random inputs at the row's full shape against
+the float64 reference (and the float32 reference, whose drift bounds a 16-bit state),
+then device time by CUDA-graph replay (median; input sets rotated so the state pool is not
+L2-resident) beside flash-linear-attention 0.6.0's fused_recurrent_gated_delta_rule in its
+native layout, and the D2D copy ceiling. Then a tiling sweep on a subset of rows, the
+per-call host overhead, and the other kernels against torch eager / torch.compile /
+torch.matmul on the manifest's largest workloads.
+
+Writes $OUT/bench.json (or --json) and prints a compact table last.
+
+    PYTHONPATH=backends/cuda:backends/cpu_ref python3 backends/cuda/bench/bench_cuda.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2] / "cpu_ref")]
+
+from tileops_cuda.kernels import gemm as kg  # noqa: E402
+from tileops_cuda.kernels import group_norm as kgn  # noqa: E402
+from tileops_cuda.kernels import reduce_sum as ks  # noqa: E402
+from tileops_cuda.kernels import rmsnorm as kr  # noqa: E402
+from tileops_cuda.kernels import silu_and_mul as ksm  # noqa: E402
+from tileops_cuda.kernels import softmax as ksf  # noqa: E402
+from tileops_cuda.kernels._common import compile_many  # noqa: E402
+from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRTiling, build_rgdr  # noqa: E402
+from tileops_cuda.testing import check_rgdr, rel_err, rgdr_case  # noqa: E402
+
+L2_BYTES = 60 * 2**20
+ROTATE_BYTES = 4 * L2_BYTES  # each timed graph touches at least this much distinct memory
+RESULTS: dict = {"rgdr": [], "sweep": [], "other": [], "errors": []}
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+# ----------------------------------------------------------------------------- timing
+def time_graph(calls, target_ms: float = 40.0, max_replays: int = 200) -> float:
+    """Median device time per call (µs): one CUDA graph holds all ``calls`` (one per input
+    set); replayed many times, each replay timed with events."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for c in calls:
+            c()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    g.replay()
+    torch.cuda.synchronize()
+    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    st.record()
+    g.replay()
+    en.record()
+    en.synchronize()
+    est = max(st.elapsed_time(en), 1e-3)
+    n = int(max(10, min(max_replays, target_ms / est)))
+    times = []
+    for _ in range(n):
+        st.record()
+        g.replay()
+        en.record()
+        en.synchronize()
+        times.append(st.elapsed_time(en))
+    del g
+    return statistics.median(times) / len(calls) * 1e3
+
+
+def copy_ceiling() -> dict:
+    n = 2**30  # 1 GiB per buffer, 4 GiB of traffic per pair of copies
+    a = torch.randn(n // 4, device="cuda")
+    b = torch.empty_like(a)
+    us = time_graph([lambda a=a, b=b: b.copy_(a)], target_ms=200)
+    gbps = 2 * n / (us * 1e-6) / 1e9
+    del a, b
+    torch.cuda.empty_cache()
+    return {"bytes_per_copy": 2 * n, "us": us, "GBps": gbps}
+
+
+# ----------------------------------------------------------------------------- RGDR
+def rgdr_key(nk: int, nv: int, state: str) -> RGDRBuildKey:
+    """The workload rows' key: bf16 inputs, g present, in-kernel q/k l2norm (as Qwen3-Next)."""
+    return RGDRBuildKey("bfloat16", state, nk, nv, 128, 128, "lengths", "int32", "int32", None, True, None, True)
+
+
+def rgdr_bytes(B, tb, nk, nv, state_bytes, in_bytes=2, dk=128, dv=128):
+    slot = nv * dv * dk * state_bytes
+    T = B * tb
+    return B * (1 + tb) * slot + T * (2 * nk * dk + 2 * nv * dv + nv) * in_bytes + T * nv * 4  # + g (fp32)
+
+
+def fla_bytes(B, tb, nk, nv, state_bytes, in_bytes=2, dk=128, dv=128):
+    slot = nv * dv * dk
+    T = B * tb
+    return B * slot * (state_bytes + 4) + T * (2 * nk * dk + 2 * nv * dv + nv) * in_bytes + T * nv * 4
+
+
+def rgdr_calls(launcher, key, B, tb, gen, nsets):
+    """``nsets`` independent input sets (own pools), one launcher call each."""
+    sets = []
+    for _ in range(nsets):
+        c = rgdr_case(key, [tb] * B, device="cuda", generator=gen, extra_slots=1)
+        c["out"] = torch.empty_like(c["value"])
+        sets.append(c)
+
+    def call(c):
+        return lambda: launcher(c["query"], c["key"], c["value"], c["beta"], c["state"], c["actual_seq_lengths"],
+                                c["ssm_state_indices"], c["g"], c["gk"], c["num_accepted_tokens"], c["out"], None)  # fmt: skip
+
+    return sets, [call(c) for c in sets]
+
+
+def fla_calls(fla_fn, sets, B, tb):
+    """FLA in its native layout: [B, T_b, H, K] inputs, initial_state [B, HV, K, V] gathered
+    from the same pool (fp32 or bf16, as our state), final state out (fp32)."""
+    calls = []
+    for c in sets:
+        nk, dk = c["query"].shape[1:]
+        nv, dv = c["value"].shape[1:]
+        q = c["query"].view(B, tb, nk, dk)
+        k = c["key"].view(B, tb, nk, dk)
+        v = c["value"].view(B, tb, nv, dv)
+        beta = c["beta"].view(B, tb, nv)
+        g = c["g"].view(B, tb, nv)
+        first = c["ssm_state_indices"].view(B, tb)[:, 0].long()
+        h0 = c["state"][first].transpose(-1, -2).contiguous()  # [B, HV, K, V]
+        c["fla"] = (q, k, v, g, beta, h0)
+
+        def run(q=q, k=k, v=v, g=g, beta=beta, h0=h0):
+            return fla_fn(q, k, v, g=g, beta=beta, initial_state=h0, output_final_state=True,
+                          use_qk_l2norm_in_kernel=True)  # fmt: skip
+
+        calls.append(run)
+    return calls
+
+
+def host_overhead(fn, n=2000) -> float:
+    """Host µs per eager call (enqueue cost; the device work is tiny and asynchronous)."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - t) / n * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def bench_rgdr(copy_gbps: float, fla_fn, gen, heads, batches, tbs, states, tiling=None, record="rgdr", check=True):
+    for nk, nv in heads:
+        for state in states:
+            key = rgdr_key(nk, nv, state)
+            launcher = build_rgdr(key, tiling)
+            sbytes = 4 if state == "float32" else 2
+            for B in batches:
+                for tb in tbs:
+                    row = dict(NK=nk, NV=nv, state=state, B=B, Tb=tb)
+                    if tiling is not None:
+                        row["tiling"] = asdict(tiling)
+                    try:
+                        if check:
+                            case = rgdr_case(key, [tb] * B, device="cuda", generator=gen)
+                            res = check_rgdr(launcher, case)
+                            row.update({k: res[k] for k in ("ok", "why", "state_err", "state_err_ref32", "out_err",
+                                                            "out_err_ref32", "unwritten_outputs",
+                                                            "untouched_slots_identical")})  # fmt: skip
+                            del case
+                        foot = rgdr_bytes(B, tb, nk, nv, sbytes)
+                        nsets = max(1, min(64, math.ceil(ROTATE_BYTES / foot)))
+                        sets, calls = rgdr_calls(launcher, key, B, tb, gen, nsets)
+                        fcalls = None
+                        if fla_fn is not None:
+                            try:
+                                fcalls = fla_calls(fla_fn, sets, B, tb)  # gathers h0 from the untouched pools
+                                if state == "float32" and record == "rgdr":
+                                    c = sets[0]
+                                    pool = c["state"].clone()
+                                    mine = torch.empty_like(c["value"])
+                                    launcher(c["query"], c["key"], c["value"], c["beta"], pool, c["actual_seq_lengths"],
+                                             c["ssm_state_indices"], c["g"], None, None, mine, None)  # fmt: skip
+                                    o, _ = fcalls[0]()
+                                    row["fla_vs_ours_out_err"] = rel_err(o.reshape(mine.shape).float(), mine.float())
+                                    del pool, mine, o
+                            except Exception as exc:  # reported, not hidden
+                                row["fla_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                                fcalls = None
+                        us = time_graph(calls)
+                        row.update(us=us, bytes=foot, GBps=foot / (us * 1e-6) / 1e9, nsets=nsets)
+                        row["frac_copy"] = row["GBps"] / copy_gbps
+                        if fcalls is not None:
+                            try:
+                                fus = time_graph(fcalls)
+                                fb = fla_bytes(B, tb, nk, nv, sbytes)
+                                row.update(fla_us=fus, fla_bytes=fb, fla_GBps=fb / (fus * 1e-6) / 1e9,
+                                           speedup_vs_fla=fus / us)  # fmt: skip
+                            except Exception as exc:
+                                row["fla_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                        if B == 1 and tb == 1 and record == "rgdr":
+                            c = sets[0]
+                            row["host_us"] = host_overhead(calls[0])
+                            if fcalls is not None:
+                                row["fla_host_us"] = host_overhead(fla_calls(fla_fn, [c], B, tb)[0], n=500)
+                        del sets, calls
+                    except Exception as exc:
+                        row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+                        RESULTS["errors"].append(traceback.format_exc()[-2000:])
+                    torch.cuda.empty_cache()
+                    RESULTS[record].append(row)
+                    log(record, json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
+                                            if k not in ("tiling",)}))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- other kernels
+def other_row(name, ours, eager, compiled, ref64, bytes_moved, flops=None, out_dtype=None):
+    row = {"name": name}
+    try:
+        got = ours()
+        torch.cuda.synchronize()
+        want = ref64()
+        row["nan"] = int(torch.isnan(got.float()).sum())
+        row["err"] = rel_err(got, want)
+        row["rounding"] = rel_err(want.to(got.dtype), want) if got.dtype != torch.float64 else 0.0
+        row["ok"] = row["nan"] == 0 and row["err"] <= 2 * row["rounding"] + 2e-5
+        row["us"] = time_graph([ours])
+        row["GBps"] = bytes_moved / (row["us"] * 1e-6) / 1e9
+        if flops:
+            row["TFLOPs"] = flops / (row["us"] * 1e-6) / 1e12
+        if eager is not None:
+            row["eager_us"] = time_graph([eager])
+        if compiled is not None:
+            try:
+                row["compile_us"] = time_graph([compiled])
+            except Exception as exc:
+                row["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        RESULTS["errors"].append(traceback.format_exc()[-2000:])
+    RESULTS["other"].append(row)
+    log("other", json.dumps({k: (round(v, 5) if isinstance(v, float) else v) for k, v in row.items()}))
+    torch.cuda.empty_cache()
+
+
+def bench_others(copy_gbps, use_compile: bool):
+    dev = "cuda"
+
+    def comp(fn):
+        return torch.compile(fn, dynamic=False) if use_compile else None
+
+    # RMSNorm: llama3-70b-prefill-16k (no weight) and llama3-8b-prefill-2k (weight)
+    for shape, w, dt in [((16384, 8192), False, torch.bfloat16), ((8192, 4096), True, torch.bfloat16),
+                         ((8192, 4096), True, torch.float32)]:  # fmt: skip
+        x = torch.randn(shape, device=dev, dtype=dt)
+        wt = torch.randn(shape[-1], device=dev, dtype=dt) if w else None
+        y = torch.empty_like(x)
+        key = kr.RMSNormBuildKey(str(dt)[6:], shape[-1], w)
+        L = kr.build_rmsnorm(key)
+
+        def ref(x=x, wt=wt):
+            return F.rms_norm(x, (x.shape[-1],), wt, 1e-6)
+
+        def ref64(x=x, wt=wt):
+            return F.rms_norm(x.double(), (x.shape[-1],), None if wt is None else wt.double(), 1e-6)
+
+        cref = comp(ref)
+        other_row(f"rmsnorm{list(shape)}{'+w' if w else ''}/{key.dtype}", lambda L=L, x=x, wt=wt, y=y: L(x, wt, y, 1e-6), ref, cref, ref64,
+                  2 * x.numel() * x.element_size())  # fmt: skip
+        del x, y, wt
+    # SiluAndMul: llama3-8b-mlp-prefill-8k
+    for shape, dt in [((8192, 28672), torch.bfloat16), ((256, 28672), torch.float16)]:
+        x = torch.randn(shape, device=dev, dtype=dt)
+        n = shape[-1] // 2
+        y = torch.empty(shape[0], n, device=dev, dtype=dt)
+        L = ksm.build_silu_and_mul(ksm.SiluAndMulBuildKey(str(dt)[6:], n))
+
+        def ref(x=x, n=n):
+            return F.silu(x[:, :n]) * x[:, n:]
+
+        def ref64(x=x, n=n):
+            x64 = x.double()
+            return F.silu(x64[:, :n]) * x64[:, n:]
+
+        other_row(f"silu_and_mul{list(shape)}/{str(dt)[6:]}", lambda L=L, x=x, y=y: L(x, y), ref, comp(ref), ref64,
+                  3 * y.numel() * y.element_size())  # fmt: skip
+        del x, y
+    # Softmax: llama2-vocab-4k-rows, attn-probs-2k
+    for shape, dt in [((4096, 32000), torch.bfloat16), ((32 * 32, 2048), torch.float16), ((16384, 4096), torch.bfloat16)]:
+        x = torch.randn(shape, device=dev, dtype=dt) * 3
+        y = torch.empty_like(x)
+        L = ksf.build_softmax(ksf.SoftmaxBuildKey(str(dt)[6:], shape[-1]))
+
+        def ref(x=x):
+            return torch.softmax(x, -1)
+
+        def ref64(x=x):
+            return torch.softmax(x.double(), -1)
+
+        other_row(f"softmax{list(shape)}/{str(dt)[6:]}", lambda L=L, x=x, y=y: L(x, y), ref, comp(ref), ref64,
+                  2 * x.numel() * x.element_size())  # fmt: skip
+        del x, y
+    # GEMM: square-4k NT (bf16, fp16), NN bf16, down-prefill, up-decode, batched attention scores
+    gemms = [
+        ("gemm4096^3 NT", (4096, 4096, 4096), False, True, torch.bfloat16, None),
+        ("gemm4096^3 NN", (4096, 4096, 4096), False, False, torch.bfloat16, None),
+        ("gemm4096^3 NT", (4096, 4096, 4096), False, True, torch.float16, None),
+        ("gemm down-prefill", (8192, 4096, 14336), False, False, torch.bfloat16, None),
+        ("gemm up-decode M16", (16, 14336, 4096), False, True, torch.bfloat16, None),
+        ("bmm 32x2048x2048x128", (2048, 2048, 128), False, False, torch.bfloat16, 32),
+    ]
+    for name, (M, N, K), ta, tb, dt, nb in gemms:
+        lead = (nb,) if nb else ()
+        a = torch.randn(*lead, *((K, M) if ta else (M, K)), device=dev, dtype=dt)
+        b = torch.randn(*lead, *((N, K) if tb else (K, N)), device=dev, dtype=dt)
+        c = torch.empty(*lead, M, N, device=dev, dtype=dt)
+        L = kg.build_gemm(kg.GemmBuildKey(str(dt)[6:], N, K, ta, tb, bool(nb)))
+
+        def opa(a=a):
+            return a.transpose(-1, -2) if ta else a
+
+        def opb(b=b):
+            return b.transpose(-1, -2) if tb else b
+
+        def ref(a=a, b=b):
+            return torch.matmul(opa(a), opb(b))
+
+        def ref64(a=a, b=b):
+            return torch.matmul(opa(a).double(), opb(b).double())
+
+        fl = 2 * M * N * K * (nb or 1)
+        by = (M * K + K * N + M * N) * (nb or 1) * a.element_size()
+        other_row(f"{name}/{str(dt)[6:]}", lambda L=L, a=a, b=b, c=c: L(a, b, c), ref, None, ref64, by, flops=fl)
+        del a, b, c
+    # Sum: rows-16m (bf16), full-64m (fp32), columns (dim 0), upcast
+    sums = [((4096, 4096), (-1,), torch.bfloat16, None), ((67108864,), None, torch.float32, None),
+            ((4096, 4096), (0,), torch.bfloat16, None), ((4096, 32000), (-1,), torch.bfloat16, torch.float32)]  # fmt: skip
+    for shape, dims, dt, odt in sums:
+        x = torch.randn(shape, device=dev, dtype=dt)
+
+        def ours(x=x, dims=dims, odt=odt):
+            return ks.reduce_sum(x, dims, dtype=odt)
+
+        def ref(x=x, dims=dims, odt=odt):
+            return torch.sum(x, dims, dtype=odt) if dims else torch.sum(x, dtype=odt)
+
+        def ref64(x=x, dims=dims):
+            return torch.sum(x.double(), dims) if dims else torch.sum(x.double())
+
+        other_row(f"sum{list(shape)} dims={dims}/{str(dt)[6:]}->{odt}", ours, ref, None, ref64, x.numel() * x.element_size())
+        del x
+    # GroupNorm: sd-unet-mid-affine, image-g32-affine
+    for shape, G, dt in [((2, 512, 64, 64), 32, torch.bfloat16), ((8, 128, 32, 32), 32, torch.float16)]:
+        x = torch.randn(shape, device=dev, dtype=dt)
+        w = torch.randn(shape[1], device=dev, dtype=dt)
+        bias = torch.randn(shape[1], device=dev, dtype=dt)
+
+        def ours(x=x, w=w, bias=bias, G=G):
+            return kgn.group_norm(x, G, w, bias, 1e-5)
+
+        def ref(x=x, w=w, bias=bias, G=G):
+            return F.group_norm(x, G, w, bias, 1e-5)
+
+        def ref64(x=x, w=w, bias=bias, G=G):
+            return F.group_norm(x.double(), G, w.double(), bias.double(), 1e-5)
+
+        other_row(f"group_norm{list(shape)} G={G}/{str(dt)[6:]}", ours, ref, None, ref64, 2 * x.numel() * x.element_size())
+        del x
+
+
+def precompile(sweep_tilings):
+    """Every kernel this run uses, compiled concurrently (TVM lowering and nvcc run in parallel)."""
+    thunks = []
+    for nk, nv in ((16, 32), (8, 16)):
+        for st in ("float32", "bfloat16"):
+            thunks.append(lambda k=rgdr_key(nk, nv, st): build_rgdr(k))
+    for st in ("float32", "bfloat16"):
+        for t in sweep_tilings:
+            thunks.append(lambda k=rgdr_key(16, 32, st), t=t: build_rgdr(k, t))
+    thunks += [
+        lambda: kr.build_rmsnorm(kr.RMSNormBuildKey("bfloat16", 8192, False)),
+        lambda: kr.build_rmsnorm(kr.RMSNormBuildKey("bfloat16", 4096, True)),
+        lambda: kr.build_rmsnorm(kr.RMSNormBuildKey("float32", 4096, True)),
+        lambda: ksm.build_silu_and_mul(ksm.SiluAndMulBuildKey("bfloat16", 14336)),
+        lambda: ksm.build_silu_and_mul(ksm.SiluAndMulBuildKey("float16", 14336)),
+        lambda: ksf.build_softmax(ksf.SoftmaxBuildKey("bfloat16", 32000)),
+        lambda: ksf.build_softmax(ksf.SoftmaxBuildKey("float16", 2048)),
+        lambda: ksf.build_softmax(ksf.SoftmaxBuildKey("bfloat16", 4096)),
+        lambda: kg.build_gemm(kg.GemmBuildKey("bfloat16", 4096, 4096, False, True)),
+        lambda: kg.build_gemm(kg.GemmBuildKey("bfloat16", 4096, 4096, False, False)),
+        lambda: kg.build_gemm(kg.GemmBuildKey("float16", 4096, 4096, False, True)),
+        lambda: kg.build_gemm(kg.GemmBuildKey("bfloat16", 4096, 14336, False, False)),
+        lambda: kg.build_gemm(kg.GemmBuildKey("bfloat16", 14336, 4096, False, True)),
+        lambda: kg.build_gemm(kg.GemmBuildKey("bfloat16", 2048, 128, False, False, True)),
+        lambda: ks.build_sum(ks.SumBuildKey("rows", "bfloat16", "float32", 4096)),
+        lambda: ks.build_sum(ks.SumBuildKey("rows", "bfloat16", "float32", 32000)),
+        lambda: ks.build_sum(ks.SumBuildKey("rows", "float32", "float32", 67108864)),
+        lambda: ks.build_sum(ks.SumBuildKey("cols", "float32", "bfloat16", 1)),
+        lambda: ks.build_sum(ks.SumBuildKey("cols", "float32", "float32", 1)),
+        lambda: ks.build_sum(ks.SumBuildKey("cols", "bfloat16", "float32", 4096)),
+        lambda: ks.build_sum(ks.SumBuildKey("cols", "float32", "bfloat16", 4096)),
+        lambda: kgn.build_group_norm(kgn.GroupNormBuildKey("bfloat16", 32, 512, 4096)),
+        lambda: kgn.build_group_norm(kgn.GroupNormBuildKey("float16", 32, 128, 1024)),
+    ]
+    t = time.time()
+    res = compile_many(thunks)
+    bad = [r for r in res if isinstance(r, Exception)]
+    for r in bad:
+        RESULTS["errors"].append(f"build: {type(r).__name__}: {r}"[:3000])
+        log("BUILD ERROR", f"{type(r).__name__}: {str(r)[-1500:]}")
+    log(f"precompiled {len(thunks)} kernels in {time.time() - t:.1f}s, {len(bad)} failed")
+    RESULTS["compile_s"] = time.time() - t
+
+
+SWEEP = [
+    RGDRTiling(128, 8, 1, 8),
+    RGDRTiling(128, 8, 2, 4),
+    RGDRTiling(128, 16, 2, 4),
+    RGDRTiling(128, 16, 4, 4),
+    RGDRTiling(128, 4, 1, 4),
+]
+
+
+def table() -> str:
+    lines = []
+    cp = RESULTS.get("copy", {}).get("GBps", float("nan"))
+    lines.append(f"copy ceiling {cp:.0f} GB/s (read+write)   compile {RESULTS.get('compile_s', 0):.0f}s")
+    lines.append("RGDR  NK/NV state  B  Tb |   us    GB/s  %copy |  FLA us  x-vs-FLA | ok  state_err  (ref32)   out_err (ref32)")
+    for r in RESULTS["rgdr"]:
+        if "us" not in r:
+            lines.append(f"      {r['NK']}/{r['NV']} {r['state'][:4]} {r['B']:>3} {r['Tb']} | ERROR {r.get('error', '')[:80]}")
+            continue
+        lines.append(
+            f"      {r['NK']:>2}/{r['NV']:<2} {r['state'][:4]} {r['B']:>3} {r['Tb']} | {r['us']:7.1f} {r['GBps']:6.0f} "
+            f"{100 * r['frac_copy']:5.1f} | {r.get('fla_us', float('nan')):7.1f} {r.get('speedup_vs_fla', float('nan')):6.2f} | "
+            f"{'Y' if r.get('ok') else 'N'} {r.get('state_err', float('nan')):9.2e} ({r.get('state_err_ref32', float('nan')):.1e}) "
+            f"{r.get('out_err', float('nan')):8.2e} ({r.get('out_err_ref32', float('nan')):.1e})"
+        )
+    for r in RESULTS["rgdr"]:
+        if "host_us" in r:
+            lines.append(f"host overhead per eager call: ours {r['host_us']:.1f} us, FLA {r.get('fla_host_us', float('nan')):.1f} us "
+                         f"(NK/NV {r['NK']}/{r['NV']} {r['state']})")  # fmt: skip
+    if RESULTS["sweep"]:
+        lines.append("sweep tiling(tpr,rows,minblk) state B Tb: us")
+        for r in RESULTS["sweep"]:
+            t = r.get("tiling", {})
+            lines.append(f"   ({t.get('threads_per_row')},{t.get('rows_per_thread')},{t.get('min_blocks')}) {r['state'][:4]} "
+                         f"{r['B']:>3} {r['Tb']}: {r.get('us', float('nan')):8.1f} {100 * r.get('frac_copy', float('nan')):5.1f}% "
+                         f"{r.get('error', '')[:60]}")  # fmt: skip
+    lines.append("other kernels: us  GB/s(%copy) [TFLOP/s] | eager  compile | ok err")
+    for r in RESULTS["other"]:
+        if "us" not in r:
+            lines.append(f"  {r['name']}: ERROR {r.get('error', '')[:100]}")
+            continue
+        tf = f" {r['TFLOPs']:.0f}TF" if "TFLOPs" in r else ""
+        lines.append(
+            f"  {r['name']:<40} {r['us']:9.1f} {r['GBps']:6.0f}({100 * r['GBps'] / cp:4.1f}%){tf} | "
+            f"{r.get('eager_us', float('nan')):9.1f} {r.get('compile_us', float('nan')):9.1f} | "
+            f"{'Y' if r.get('ok') else 'N'} {r.get('err', float('nan')):.1e}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "bench.json"))
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
+    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--no-others", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="a few rows only")
+    args = ap.parse_args()
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    props = torch.cuda.get_device_properties(0)
+    RESULTS["device"] = {"name": props.name, "sms": props.multi_processor_count, "torch": torch.__version__}
+    try:
+        import tilelang
+
+        RESULTS["device"]["tilelang"] = tilelang.__version__
+    except Exception as exc:
+        RESULTS["device"]["tilelang"] = repr(exc)
+    log("device", RESULTS["device"])
+    fla_fn = None
+    try:
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_fn  # noqa: N813
+
+        import fla
+
+        RESULTS["device"]["fla"] = getattr(fla, "__version__", "?")
+    except Exception as exc:
+        RESULTS["errors"].append(f"fla import: {exc!r}")
+        log("FLA import failed:", repr(exc))
+
+    precompile([] if args.no_sweep else SWEEP)
+    RESULTS["copy"] = copy_ceiling()
+    cp = RESULTS["copy"]["GBps"]
+    log("copy", RESULTS["copy"])
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+
+    batches, tbs = ([1, 256], [1, 8]) if args.quick else ([1, 8, 32, 128, 256], [1, 2, 4, 8])
+    bench_rgdr(cp, fla_fn, gen, [(16, 32), (8, 16)], batches, tbs, ["float32", "bfloat16"])
+    _dump(args.json)
+    if not args.no_sweep:
+        for t in SWEEP:
+            bench_rgdr(cp, None, gen, [(16, 32)], [1, 32, 256], [1, 8], ["float32", "bfloat16"], tiling=t,
+                       record="sweep", check=False)  # fmt: skip
+        # One correctness check per swept tiling, at a ragged small shape.
+        for t in SWEEP:
+            for st in ("float32", "bfloat16"):
+                key = rgdr_key(16, 32, st)
+                res = check_rgdr(build_rgdr(key, t), rgdr_case(key, [3, 1, 9, 0, 17], device="cuda", generator=gen, padding=0.1))
+                RESULTS["sweep"].append({"tiling": asdict(t), "state": st, "B": 5, "Tb": 0, "check_ok": res["ok"],
+                                         "why": res["why"]})  # fmt: skip
+                log("sweep-check", asdict(t), st, res["ok"], res["why"])
+        _dump(args.json)
+    if not args.no_others:
+        bench_others(cp, not args.no_compile)
+    _dump(args.json)
+    log(table())
+    return 0
+
+
+def _dump(path):
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(RESULTS, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

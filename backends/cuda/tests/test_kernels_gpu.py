@@ -1,0 +1,133 @@
+"""RMSNorm, Softmax, SiluAndMul, GEMM, Sum and GroupNorm kernels against float64 torch on the GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from tileops_cuda.kernels import gemm as kg
+from tileops_cuda.kernels import group_norm as kgn
+from tileops_cuda.kernels import reduce_sum as ks
+from tileops_cuda.kernels import rmsnorm as kr
+from tileops_cuda.kernels import silu_and_mul as ksm
+from tileops_cuda.kernels import softmax as ksf
+from tileops_cuda.testing import rel_err
+
+
+def _within_rounding(got, want64, slack=2e-5):
+    """Error no more than twice the output dtype's own rounding of the exact result."""
+    import torch
+
+    assert not torch.isnan(got.float()).any(), "output has NaN (unwritten or wrong)"
+    err = rel_err(got, want64)
+    rounding = rel_err(want64.to(got.dtype), want64)
+    assert err <= 2 * rounding + slack, (err, rounding)
+
+
+def _dt(name):
+    import torch
+
+    return getattr(torch, name)
+
+
+@pytest.mark.parametrize(
+    "shape,dtype,weight",
+    [((37, 4096), "bfloat16", True), ((5, 5120), "float16", True), ((64, 1000), "float32", False), ((3, 8192), "bfloat16", False)],
+)
+def test_rmsnorm_matches_float64(shape, dtype, weight, cuda_device, gen):
+    import torch
+    import torch.nn.functional as F
+
+    dev = cuda_device[0]
+    x = torch.randn(shape, device=dev, generator=gen).to(_dt(dtype))
+    w = torch.randn(shape[-1], device=dev, generator=gen).to(_dt(dtype)) if weight else None
+    y = kr.rms_norm(x, w, 1e-6)
+    want = F.rms_norm(x.double(), (shape[-1],), None if w is None else w.double(), 1e-6)
+    _within_rounding(y, want)
+
+
+@pytest.mark.parametrize("shape,dtype", [((7, 32000), "bfloat16"), ((33, 2048), "float16"), ((9, 1000), "float32"), ((2, 3, 48), "float32")])
+def test_softmax_matches_float64(shape, dtype, cuda_device, gen):
+    import torch
+
+    x = (torch.randn(shape, device=cuda_device[0], generator=gen) * 4).to(_dt(dtype))
+    _within_rounding(ksf.softmax(x), torch.softmax(x.double(), -1))
+
+
+def test_softmax_refuses_other_dims(cuda_device, gen):
+    import torch
+
+    x = torch.randn(4, 8, device=cuda_device[0], generator=gen)
+    with pytest.raises(ValueError, match="dim=0 is not the last dim"):
+        ksf.softmax(x, dim=0)
+
+
+@pytest.mark.parametrize("shape,dtype", [((37, 2 * 14336), "bfloat16"), ((3, 2 * 256), "float32"), ((2, 5, 2 * 88), "float16")])
+def test_silu_and_mul_matches_float64(shape, dtype, cuda_device, gen):
+    import torch
+    import torch.nn.functional as F
+
+    x = (torch.randn(shape, device=cuda_device[0], generator=gen) * 3).to(_dt(dtype))
+    n = shape[-1] // 2
+    x64 = x.double()
+    _within_rounding(ksm.silu_and_mul(x), F.silu(x64[..., :n]) * x64[..., n:])
+
+
+@pytest.mark.parametrize(
+    "m,n,k,ta,tb,dtype,batch",
+    [(256, 512, 384, False, True, "bfloat16", None), (200, 384, 256, False, False, "float16", None),
+     (128, 256, 512, True, False, "bfloat16", None), (64, 256, 128, True, True, "float16", None),
+     (300, 256, 128, False, False, "bfloat16", 3)],  # fmt: skip
+)
+def test_gemm_matches_float64(m, n, k, ta, tb, dtype, batch, cuda_device, gen):
+    import torch
+
+    dev = cuda_device[0]
+    lead = (batch,) if batch else ()
+    a = torch.randn(*lead, *((k, m) if ta else (m, k)), device=dev, generator=gen).to(_dt(dtype))
+    b = torch.randn(*lead, *((n, k) if tb else (k, n)), device=dev, generator=gen).to(_dt(dtype))
+    c = kg.matmul(a, b, trans_a=ta, trans_b=tb)
+    a64 = a.double().transpose(-1, -2) if ta else a.double()
+    b64 = b.double().transpose(-1, -2) if tb else b.double()
+    _within_rounding(c, a64 @ b64, slack=1e-4)
+
+
+@pytest.mark.parametrize(
+    "shape,dims,dtype,out",
+    [((64, 4096), (-1,), "bfloat16", None), ((1 << 20,), None, "float32", None), ((300, 64), (0,), "float16", None),
+     ((8, 32, 4, 128), (2,), "float32", None), ((6, 1000), (1,), "bfloat16", "float32"), ((4, 5, 6), (0, 1), "float32", None)],  # fmt: skip
+)
+def test_sum_matches_float64(shape, dims, dtype, out, cuda_device, gen):
+    import torch
+
+    x = torch.randn(shape, device=cuda_device[0], generator=gen).to(_dt(dtype))
+    got = ks.reduce_sum(x, dims, dtype=None if out is None else _dt(out))
+    want = torch.sum(x.double(), dims) if dims else torch.sum(x.double())
+    assert got.dtype == (x.dtype if out is None else _dt(out))
+    assert got.shape == want.shape
+    _within_rounding(got, want, slack=1e-5)
+
+
+def test_sum_refuses_non_adjacent_dims(cuda_device, gen):
+    import torch
+
+    x = torch.randn(2, 3, 4, device=cuda_device[0], generator=gen)
+    with pytest.raises(ValueError, match="not adjacent"):
+        ks.reduce_sum(x, (0, 2))
+
+
+@pytest.mark.parametrize(
+    "shape,groups,dtype,affine",
+    [((2, 64, 16, 16), 8, "float32", False), ((2, 64, 16, 16), 8, "float32", True), ((3, 128, 32, 32), 32, "bfloat16", True),
+     ((2, 32, 40), 4, "float16", True)],  # fmt: skip
+)
+def test_group_norm_matches_float64(shape, groups, dtype, affine, cuda_device, gen):
+    import torch
+    import torch.nn.functional as F
+
+    dev = cuda_device[0]
+    x = (torch.randn(shape, device=dev, generator=gen) * 2 + 3).to(_dt(dtype))  # offset mean: the shift matters
+    w = torch.randn(shape[1], device=dev, generator=gen).to(_dt(dtype)) if affine else None
+    b = torch.randn(shape[1], device=dev, generator=gen).to(_dt(dtype)) if affine else None
+    got = kgn.group_norm(x, groups, w, b, 1e-5)
+    want = F.group_norm(x.double(), groups, None if w is None else w.double(), None if b is None else b.double(), 1e-5)
+    _within_rounding(got, want, slack=1e-5)
