@@ -128,6 +128,7 @@ class _Compiler:
         return OpSpec(
             name=self.name, file=self.file, line=self.line, **scalars, **parts, workloads=workloads,
             roofline=roofline, source=source, problems=tuple(self.problems), broken=frozenset(self.broken),
+            field_lines=dict(raw.key_lines) if isinstance(raw, LineDict) else {},
         )
 
     def _empty_parts(self) -> dict[str, Any]:
@@ -332,8 +333,9 @@ class _Compiler:
         match = self.expr(model.match, f"{field}.match", line)
         if match is None:
             return None
-        if kind is None:
-            shapes = [v.lstrip().startswith("[") for v in model.cases.values()]
+        if kind is None:  # a case naming another family says nothing about the kind
+            shapes = [v.lstrip().startswith("[") for v in model.cases.values()
+                      if not (_is_identifier(v) and v in self._declared_families())]
             kind = "shape" if shapes and all(shapes) else "dtype"
         cases = []
         for key, text in model.cases.items():

@@ -193,6 +193,7 @@ class OpSpec:
     indices: Mapping[str, str]  # name -> "dim" | "shape" | "dtype"
     problems: tuple[SpecError, ...]
     broken: frozenset[str]  # fields that did not parse
+    field_lines: Mapping[str, int] = field(default_factory=dict)  # top-level field -> line (source, status, ...)
 
     @property
     def location(self) -> Location:
