@@ -17,11 +17,15 @@ from ..errors import TileOpsError
 from ..spec.manifest import load_manifest
 from ..spec.nodes import OpSpec
 
-__all__ = ["UnknownName", "benchable_specs", "import_op_module", "op_class", "resolve_specs"]
+__all__ = ["UsageError", "UnknownName", "benchable_specs", "import_op_module", "op_class", "resolve_specs"]
 
 
-class UnknownName(TileOpsError):
-    """A name the user typed (op, workload label) that does not exist; the CLI exits 2 on it."""
+class UsageError(TileOpsError):
+    """What the user asked for cannot be done as asked (a bad value); the CLI exits 2 on it."""
+
+
+class UnknownName(UsageError):
+    """A name the user typed (op, workload label, device) that does not exist."""
 
 
 def benchable_specs() -> dict[str, OpSpec]:

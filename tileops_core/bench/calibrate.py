@@ -1,0 +1,103 @@
+"""Measure a device's ceilings on the spot: a large copy and a large matmul.
+
+A datasheet says what a device could do; efficiency against what it *does* do on this
+machine (this memory configuration, this clock, this driver) is the figure a kernel
+author can act on. ``tileops calibrate`` times, with the bench's own timer:
+
+* a device-to-device copy of a buffer far larger than any cache, counting read and write
+  (``2 * bytes / time``), as memory bandwidth;
+* a square matmul per dtype (``2 * n**3 / time``) as the compute ceiling of that dtype.
+
+The result is a :class:`HardwareProfile` whose ``measured`` figures are these and whose
+``peak`` figures come from the profile that describes this device by name, if any (a
+generic profile's nominal figures are not this device's datasheet, so they are not copied).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+from typing import Any, Sequence
+
+from .catalog import UsageError
+from .profiles import HardwareProfile, Rate, device_name, profile_for
+from .timing import DEFAULT, Subject, TimingOptions, time_subjects
+
+__all__ = ["CalibrationSizes", "default_sizes", "calibrate"]
+
+
+class CalibrationSizes:
+    """Sizes of the two measurements (big enough to leave caches and launch costs behind)."""
+
+    def __init__(self, copy_bytes: int, matmul_n: int, dtypes: Sequence[str]) -> None:
+        import torch
+
+        if copy_bytes < 1 << 20:
+            raise UsageError(f"the copy must be at least 1 MiB to measure memory, got {copy_bytes} bytes")
+        if matmul_n < 64:
+            raise UsageError(f"the matmul size must be at least 64, got {matmul_n}")
+        for name in dtypes:
+            dtype = getattr(torch, name, None)
+            if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+                raise UsageError(f"cannot calibrate a matmul in {name!r}: give floating dtypes such as bfloat16")
+        self.copy_bytes = copy_bytes
+        self.matmul_n = matmul_n
+        self.dtypes = tuple(dtypes)
+
+
+def default_sizes(device_type: str) -> CalibrationSizes:
+    """A GPU: a 1 GiB copy and n=8192 matmuls in bf16/fp16/fp32; a CPU: 256 MiB and n=1024 fp32."""
+    if device_type == "cpu":
+        return CalibrationSizes(256 << 20, 1024, ("float32",))
+    return CalibrationSizes(1 << 30, 8192, ("bfloat16", "float16", "float32"))
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "device"
+
+
+def calibrate(device: Any, sizes: CalibrationSizes | None = None, options: TimingOptions = DEFAULT,
+              base: HardwareProfile | None = None) -> HardwareProfile:
+    """Measure ``device`` and return a profile of it (peaks taken from ``base`` or the known profile)."""
+    import torch
+
+    device = torch.device(device)
+    sizes = sizes or default_sizes(device.type)
+    name = device_name(device)
+    if base is None:
+        known = profile_for(device.type, name)
+        base = known.profile if known is not None and known.profile.describes(device.type, name) == 2 else None
+    gen = torch.Generator(device="cpu").manual_seed(int.from_bytes(os.urandom(4), "little"))
+    elems = sizes.copy_bytes // 4
+    src = torch.randn(elems, generator=gen).to(device)
+    dst = torch.empty_like(src)
+    subjects = [Subject("copy", [lambda: dst.copy_(src)])]
+    matmuls = []
+    for dtype_name in sizes.dtypes:
+        dtype = getattr(torch, dtype_name)
+        n = sizes.matmul_n
+        a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+        b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+        c = torch.empty(n, n, device=device, dtype=dtype)
+        matmuls.append((dtype_name, a, b, c))
+        subjects.append(Subject(f"matmul-{dtype_name}", [lambda a=a, b=b, c=c: torch.matmul(a, b, out=c)]))
+    measured = time_subjects(subjects, device, options)
+    bandwidth = 2 * elems * 4 / measured[0].median_s
+    when = datetime.date.today().isoformat()
+    compute: dict[str, Rate] = dict(base.compute) if base is not None else {}
+    for (dtype_name, *_), m in zip(matmuls, measured[1:]):
+        rate = 2 * sizes.matmul_n ** 3 / m.median_s
+        peak = base.compute[dtype_name].peak if base is not None and dtype_name in base.compute else None
+        compute[dtype_name] = Rate(peak=peak, measured=rate, note=f"torch.matmul n={sizes.matmul_n}, {when}")
+    memory = Rate(peak=base.memory.peak if base is not None else None, measured=bandwidth,
+                  note=f"copy of {sizes.copy_bytes >> 20} MiB, read + write counted, {when}")
+    l2 = base.l2_bytes if base is not None else None
+    if device.type == "cuda":
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", None) or l2
+    sources = [f"tileops calibrate on {name} ({device}), {when}, torch {torch.__version__}"]
+    if base is not None:
+        sources.append(f"peaks from profile {base.name}")
+    return HardwareProfile(name=f"calibrated-{_slug(name)}", description=f"{name}, measured by tileops calibrate",
+                           device_type=device.type, match=[name], memory=memory, compute=compute, l2_bytes=l2,
+                           sources=sources)
