@@ -1,0 +1,142 @@
+"""``tileops bench``: time ops on their workload rows and place them under the device's roofline.
+
+Every workload row of every selected op (``--quick``: the smallest row of each op) is
+instantiated with fresh random inputs, the op's selected kernel is timed (CPU: wall
+clock, median of many repetitions after warm-up; CUDA: CUDA-graph replays between
+events, inputs rotated beyond L2), and each case reports its time, achieved bandwidth
+and FLOP/s, arithmetic intensity, bound and efficiency against the hardware profile,
+and its speedup over the baseline measured in the same run.
+
+Exit codes: 0 every case ran; 1 a case or its baseline failed (the others still ran and
+are reported); 2 a usage error (unknown op, workload label, device or profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from ..bench.baselines import BASELINES
+from ..bench.catalog import UnknownName, UsageError, resolve_specs
+from ..bench.profiles import device_name, profile_for
+from ..bench.progress import Progress
+from ..bench.report import build_document, format_table
+from ..bench.runner import BenchConfig, plan_cases, run_bench
+from ..bench.timing import DEFAULT, QUICK, TimingOptions
+from ..errors import TileOpsError
+from .main import EXIT_FINDINGS, EXIT_OK
+from .usage import parse_device, usage_error
+
+__all__ = ["NAME", "HELP", "add_arguments", "run"]
+
+NAME = "bench"
+HELP = "time ops on their workload rows: time, bandwidth, FLOP/s, roofline bound and efficiency, baseline ratio"
+
+#: L2 size assumed for input rotation when neither torch nor the profile knows it (H100/H200).
+DEFAULT_L2_BYTES = 50 << 20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("ops", nargs="*", metavar="OP", help="op class names (default: every implemented op)")
+    parser.add_argument("--workload", action="append", default=[], metavar="LABEL",
+                        help="only rows with this label (repeatable)")
+    parser.add_argument("--quick", action="store_true",
+                        help="the smallest row of each op, its first dtype, short timing: a representative run")
+    parser.add_argument("--device", metavar="D", help="cpu (default), cuda, cuda:N")
+    parser.add_argument("--baseline", choices=BASELINES, default="ref",
+                        help="what the op is compared with, measured in the same run (default: ref, the reference "
+                             "kernel called directly)")
+    parser.add_argument("--profile", metavar="NAME|PATH", help="hardware profile (default: the one for the device)")
+    parser.add_argument("--ceiling", choices=("measured", "peak"), default="measured",
+                        help="efficiency against measured ceilings (default; datasheet where none) or datasheet peaks")
+    parser.add_argument("--format", choices=("table", "json"), default="table", help="what to print on stdout")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON (schema tileops-bench/1)")
+    parser.add_argument("--plot", metavar="FILE.png", help="also draw the roofline chart (needs matplotlib)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar on stderr (default: when stderr is a terminal)")
+    timing = parser.add_argument_group("timing")
+    timing.add_argument("--min-time", type=float, metavar="S", help="timed seconds per subject and case")
+    timing.add_argument("--min-samples", type=int, metavar="N", help="samples per subject and case")
+    timing.add_argument("--warmup", type=int, metavar="N", help="warm-up calls before timing")
+    timing.add_argument("--threads", type=int, metavar="N", help="torch intra-op threads (CPU)")
+    timing.add_argument("--seed", type=int, metavar="N", help="seed of the random inputs (default: fresh)")
+
+
+def _timing(args: argparse.Namespace) -> TimingOptions:
+    options = QUICK if args.quick else DEFAULT
+    if args.min_time is not None:
+        if args.min_time <= 0:
+            raise UsageError("--min-time must be positive")
+        options = replace(options, min_time_s=args.min_time, max_time_s=max(options.max_time_s, args.min_time))
+    if args.min_samples is not None:
+        if args.min_samples < 1:
+            raise UsageError("--min-samples must be at least 1")
+        options = replace(options, min_samples=args.min_samples, max_samples=max(options.max_samples,
+                                                                                  args.min_samples))
+    if args.warmup is not None:
+        if args.warmup < 0:
+            raise UsageError("--warmup cannot be negative")
+        options = replace(options, warmup=args.warmup)
+    return options
+
+
+def _rotate_bytes(device: torch.device, l2_from_profile: int | None) -> int | None:
+    """Twice the L2 on a GPU (consecutive calls must not hit in it); no rotation on the CPU."""
+    if device.type != "cuda":
+        return None
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or l2_from_profile or DEFAULT_L2_BYTES
+    return 2 * int(l2)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..plugins import ensure_plugins_loaded
+
+    started = time.monotonic()
+    ensure_plugins_loaded()
+    try:
+        device = parse_device(args.device)
+        if args.threads is not None:
+            if args.threads < 1:
+                raise UsageError("--threads must be at least 1")
+            torch.set_num_threads(args.threads)
+        options = _timing(args)
+        specs = resolve_specs(args.ops)
+        cases = plan_cases(specs, args.workload, quick=args.quick)
+        name = device_name(device)
+        profile = profile_for(device.type, name, args.profile)
+    except UsageError as exc:
+        return usage_error(NAME, str(exc))
+    if args.plot and not args.plot.lower().endswith(".png"):
+        return usage_error(NAME, f"--plot writes a PNG file; give a name ending in .png, got {args.plot!r}")
+    if not cases:
+        return usage_error(NAME, "no workload rows to run")
+    config = BenchConfig(device, args.baseline, options, profile, args.ceiling,
+                         _rotate_bytes(device, profile.profile.l2_bytes if profile else None))
+    results = run_bench(cases, config, Progress(args.progress), args.seed)
+    doc = build_document(results, config, name)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    plot_failed = False
+    if args.plot:
+        from ..bench.plot import plot_roofline
+        try:
+            plot_roofline(doc, args.plot)
+        except TileOpsError as exc:
+            plot_failed = True
+            print(f"tileops bench: no plot: {exc}", file=sys.stderr)
+    if args.format == "json":
+        print(json.dumps(doc, indent=2))
+    else:
+        print(format_table(doc))
+        failed = sum(1 for r in results if not r.ok)
+        print(f"\n{len(results)} case(s), {failed} failed, in {time.monotonic() - started:.1f} s"
+              + (f"; results in {args.json}" if args.json else "") + (f"; chart in {args.plot}" if args.plot else ""))
+    bad = plot_failed or any(not r.ok or r.baseline_error for r in results)
+    return EXIT_FINDINGS if bad else EXIT_OK
