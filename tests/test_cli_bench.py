@@ -1,0 +1,140 @@
+"""The bench, calibrate, ops and docs commands: exit codes, one-line usage errors, data output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+
+from tileops_core.bench.catalog import benchable_specs
+from tileops_core.bench.profiles import load_profile
+from tileops_core.bench.report import RESULT_SCHEMA
+from tileops_core.cli.main import main
+
+FAST = ["--min-samples", "3", "--min-time", "0.005", "--warmup", "1"]
+
+
+@pytest.fixture(autouse=True)
+def no_saved_profiles(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEOPS_PROFILE_DIR", str(tmp_path / "user-profiles"))
+
+
+def _usage_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_bench_writes_json_that_matches_the_schema_and_a_plot(tmp_path, capsys):
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    code = main(["bench", "--quick", "RMSNormFwdOp", "RecurrentGatedDeltaRuleFwdOp", *FAST, "--json", str(out),
+                 "--plot", str(png)])
+    assert code == 0
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, RESULT_SCHEMA)
+    assert [r["op"] for r in doc["results"]] == ["RMSNormFwdOp", "RecurrentGatedDeltaRuleFwdOp"]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    text = capsys.readouterr().out
+    assert "RecurrentGatedDeltaRuleFwdOp" in text and "2 case(s), 0 failed" in text
+
+
+def test_bench_format_json_prints_only_the_document(capsys):
+    assert main(["bench", "SumFwdOp", "--workload", "small-full", *FAST, "--baseline", "none",
+                 "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    jsonschema.validate(doc, RESULT_SCHEMA)
+    assert doc["baseline"] == "none" and doc["results"][0]["baseline"] is None
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["bench", "NoSuchOp"], "tileops bench: error: unknown op 'NoSuchOp'"),
+    (["bench", "RMSNormFwdOp", "--workload", "nope"], "tileops bench: error: no workload labelled 'nope'"),
+    (["bench", "--device", "cuda"], "tileops bench: error: device 'cuda' is not available"),
+    (["bench", "--device", "bogus"], "tileops bench: error: 'bogus' is not a device"),
+    (["bench", "--profile", "h900"], "tileops bench: error: no hardware profile named 'h900'"),
+    (["bench", "--min-time", "0"], "tileops bench: error: --min-time must be positive"),
+    (["bench", "--plot", "chart.svg"], "tileops bench: error: --plot writes a PNG file"),
+    (["ops", "Nope"], "tileops ops: error: unknown op 'Nope'"),
+    (["calibrate", "--device", "cuda:0"], "tileops calibrate: error: device 'cuda:0' is not available"),
+    (["calibrate", "--matmul-n", "8"], "tileops calibrate: error: the matmul size must be at least 64"),
+])
+def test_a_user_error_is_one_line_and_exit_code_2(argv, message, capsys):
+    assert main(argv) == 2
+    assert _usage_line(capsys).startswith(message)
+
+
+def test_an_unknown_baseline_is_rejected_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--baseline", "numpy"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'numpy'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["bench", "calibrate", "ops", "docs"])
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    assert f"usage: tileops {command}" in capsys.readouterr().out
+
+
+def test_ops_json_holds_every_implemented_op_with_its_cells(capsys):
+    assert main(["ops", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {o["op"] for o in data["ops"]} == set(benchable_specs())
+    rgdr = next(o for o in data["ops"] if o["op"] == "RecurrentGatedDeltaRuleFwdOp")
+    reference = [c for c in rgdr["cells"] if c["backend"] == "cpu_ref"]
+    assert {c["dtype"] for c in reference} == {"float16", "bfloat16", "float32"}
+    assert all(c["status"] == "yes" and len(c["served"]) == len(rgdr_rows()) for c in reference)
+
+
+def rgdr_rows() -> list:
+    return list(benchable_specs()["RecurrentGatedDeltaRuleFwdOp"].workloads)
+
+
+def test_ops_text_has_a_table_per_op(capsys):
+    assert main(["ops", "SSDDecodeFwdOp"]) == 0
+    text = capsys.readouterr().out
+    assert "SSDDecodeFwdOp  (manifest/mamba.yaml" in text
+    assert "RefSSDDecode (general)  cpu_ref  any     cpu   3/3      3/3" in text
+
+
+def test_docs_writes_a_page_per_op(tmp_path, capsys):
+    assert main(["docs", "--out", str(tmp_path), "--format", "html"]) == 0
+    for name in benchable_specs():
+        assert (tmp_path / "ops" / f"{name}.html").is_file()
+    assert not (tmp_path / "index.md").exists()
+    assert "under" in capsys.readouterr().out
+
+
+def test_docs_refuses_a_file_as_output_folder(tmp_path, capsys):
+    target = tmp_path / "file"
+    target.write_text("x")
+    assert main(["docs", "--out", str(target)]) == 2
+    assert _usage_line(capsys).startswith("tileops docs: error: --out")
+
+
+def test_calibrate_writes_a_profile_bench_can_use(tmp_path, capsys):
+    out = tmp_path / "cpu.yaml"
+    assert main(["calibrate", "--quick", "--copy-mib", "4", "--matmul-n", "128", "--out", str(out)]) == 0
+    profile = load_profile(out)
+    assert profile.memory.measured > 0 and profile.compute["float32"].measured > 0
+    capsys.readouterr()
+    assert main(["bench", "ReciprocalFwdOp", "--workload", "small", *FAST, "--profile", str(out),
+                 "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["profile"]["origin"] == "file" and doc["profile"]["name"] == profile.name
+    assert doc["profile"]["bandwidth"] == profile.memory.measured
+
+
+def test_no_traceback_reaches_the_terminal_for_a_user_error():
+    proc = subprocess.run([sys.executable, "-m", "tileops_core", "bench", "NoSuchOp"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("tileops bench: error: unknown op 'NoSuchOp'")
