@@ -1,0 +1,137 @@
+"""Run the validator over the manifest, or over given files and directories.
+
+Which checks run depends on the spec's ``status`` (seed 001): ``spec-only`` gets the pure
+lint, ``implemented`` the lint and the conformance pass (the op class, its generated
+checks on every workload row, its compile boundary, its benchmark); ``check_op`` forces
+everything for one op and reports only that op. The conformance pass imports torch and
+op modules, so it is imported only when some spec needs it; ``conformance=False`` runs the
+lint alone (torch-free).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import TileOpsError
+from ..spec.manifest import Manifest, load_files, manifest_sources
+from .diagnostics import ERROR, Diagnostic, from_spec_error, merge, sort_key
+from .lint import DEFAULT_MAX_COMBINATIONS, LintResult, lint_spec
+
+__all__ = ["Report", "validate", "target_files"]
+
+
+@dataclass
+class Report:
+    """Everything one validator run found, and what it looked at."""
+
+    diagnostics: list[Diagnostic]
+    ops: dict[str, dict[str, Any]] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)  # shown label -> path on disk
+    seconds: float = 0.0
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == ERROR]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def as_dict(self) -> dict[str, Any]:
+        counts = {s: sum(1 for d in self.diagnostics if d.severity == s) for s in ("error", "warning", "advisory")}
+        return {"ok": self.ok, "counts": counts, "seconds": round(self.seconds, 3), "files": sorted(self.files),
+                "ops": self.ops, "diagnostics": [d.as_dict() for d in self.diagnostics]}
+
+
+class UsageError(TileOpsError):
+    """A path or op name that does not exist (the CLI exits 2)."""
+
+
+def target_files(paths: Sequence[str | Path] | None) -> list[tuple[Path, str]]:
+    """(path, label) of every YAML file to validate: the manifest's, or those under ``paths``."""
+    if not paths:
+        out = []
+        for source in manifest_sources():
+            if source.directory.is_dir():
+                out.extend((p, f"{source.label}/{p.name}") for p in sorted(source.directory.glob("*.yaml")))
+        return out
+    files: list[tuple[Path, str]] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files.extend((p, str(Path(raw) / p.name)) for p in sorted(path.glob("*.yaml")))
+        elif path.is_file():
+            files.append((path, str(raw)))
+        else:
+            raise UsageError(f"no such file or directory: {raw}")
+    return files
+
+
+def validate(paths: Sequence[str | Path] | None = None, *, check_op: str | None = None,
+             max_combinations: int = DEFAULT_MAX_COMBINATIONS, conformance: bool = True) -> Report:
+    """Validate the manifest (or ``paths``); see the module docstring for what runs on which spec."""
+    start = time.perf_counter()
+    files = target_files(paths)
+    manifest = load_files(files)
+    if check_op is not None and check_op not in manifest:
+        raise UsageError(f"no op named {check_op!r} in {len(files)} file(s) (known: {', '.join(sorted(manifest))})")
+    diagnostics = [from_spec_error(p) for p in manifest.problems] if check_op is None else []
+    report = Report([], files={shown: path for path, shown in files})
+    modules: dict[str, Any] = {}
+    for name, spec in manifest.items():
+        if check_op is not None and name != check_op:
+            continue
+        result = lint_spec(spec, max_combinations=max_combinations)
+        diagnostics.extend(result.diagnostics)
+        full = conformance and (spec.status == "implemented" or name == check_op)
+        if full:
+            diagnostics.extend(_conformance(result, manifest if not paths else None, modules))
+        report.ops[name] = {"file": spec.file, "line": spec.line, "status": spec.status,
+                            "checks": "all" if full else "spec", "combinations": result.combinations,
+                            "excluded": result.excluded,
+                            "solve_orders": [list(o) for o in dict.fromkeys(result.solve_orders)]}
+    report.diagnostics = sorted(merge(diagnostics), key=sort_key)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _conformance(result: LintResult, catalogue: Manifest | None, modules: dict[str, Any]) -> list[Diagnostic]:
+    """The code checks of one spec (imports torch and the op module on first use).
+
+    ``catalogue`` is the whole manifest when that is what is validated: only then can an Op
+    class without a spec be told apart from one whose spec is simply not among the files given.
+    """
+    from . import conformance as conf
+    from .inference import check_bench_instantiation, check_inference, generator_rows
+
+    ctx = result.context
+    assert ctx is not None
+    out: list[Diagnostic] = []
+    cls, module, found = conf.find_op_class(ctx)
+    out.extend(found)
+    if catalogue is not None and module is not None and module.__name__ not in modules:
+        modules[module.__name__] = module
+        for orphan in conf.orphan_classes(module, set(catalogue)):
+            out.append(ctx.diag("L1.orphan", f"{module.__name__}.{orphan.__name__} is an Op class with no manifest "
+                                f"entry named {orphan.__name__}; it cannot bind a spec", field="source.op",
+                                line=ctx.spec.field_lines.get("source"),
+                                key=f"orphan:{module.__name__}.{orphan.__name__}"))
+    out.extend(conf.check_bench(ctx))
+    if cls is None:
+        return out
+    if not ctx.broken("signature.inputs", "signature.outputs", "signature.params", "signature.static_dims"):
+        out.extend(conf.check_init(ctx, cls))
+        out.extend(conf.check_forward(ctx, cls))
+    if not ctx.spec.usable:
+        return out
+    with conf.bound_to(cls, ctx.spec) as bound:
+        out.extend(conf.check_schema(ctx, bound))
+        rows, found = generator_rows(ctx)
+        out.extend(found)
+        rows = result.rows + rows
+        out.extend(check_bench_instantiation(ctx, rows))
+        out.extend(check_inference(ctx, bound, rows))
+    return out
