@@ -4,35 +4,49 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
 from tileops_core.kernels import registry
-from tileops_core.kernels.interface import KernelInterface
+from tileops_core.kernels.interface import KernelEntry, KernelInterface
 from tileops_core.kernels.select import clear_caches
 from tileops_core.spec import manifest as manifest_module
 from tileops_core.spec.manifest import ManifestSource
 
 
+class FakeBackend:
+    """A backend named ``fake`` whose kernels a test defines (see the ``fake_backend`` fixture)."""
+
+    name = "fake"
+
+    def register(self, *impls: type[KernelInterface]) -> None:
+        """Register implementation classes written by the test."""
+        for impl in impls:
+            registry.register_kernel(impl, self.name)
+
+    def kernel(self, interface: type[KernelInterface], fn: Callable[..., Any], **declarations: Any) -> type:
+        """Register ``fn`` as the general implementation of ``interface`` on every device (or as declared)."""
+        attrs: dict[str, Any] = {"devices": ("*",), "general": True, **declarations,
+                                 "entry_for": classmethod(lambda cls, call: KernelEntry((cls.__name__,), lambda: fn))}
+        impl = type(f"Test{interface.__name__}", (interface,), attrs)
+        self.register(impl)
+        return impl
+
+
 @pytest.fixture
-def fake_backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
-    """``register(*impls)`` registers kernel classes under a backend named ``fake``.
+def fake_backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:
+    """In-test kernels under a fake backend.
 
     Installed plugins are not loaded during the test (what a test selects is only what it
     registered); the registry and the selection caches are restored afterwards.
     """
     monkeypatch.setenv("TILEOPS_DISABLE_PLUGIN_AUTOLOAD", "1")
     snap = registry.snapshot()
-    registry.register_backend(registry.BackendInfo("fake", description="kernels defined in a test"))
+    registry.register_backend(registry.BackendInfo(FakeBackend.name, description="kernels defined in a test"))
     clear_caches()
-
-    def register(*impls: type[KernelInterface]) -> None:
-        for impl in impls:
-            registry.register_kernel(impl, "fake")
-
     try:
-        yield register
+        yield FakeBackend()
     finally:
         registry.restore(snap)
         clear_caches()

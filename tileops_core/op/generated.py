@@ -149,6 +149,8 @@ class CallPlan:
     #: Forward args that are out buffers (declared), and those passed on this plan's calls.
     n_buffers: int = 0
     buffer_args: tuple[int, ...] = ()
+    #: The forward argument names (messages name an out buffer by its keyword).
+    arg_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.out_locs:
@@ -195,7 +197,7 @@ class CallPlan:
             for v in values[:n_inputs]:
                 if v is not None and v.numel() and _storage_id(v) == sid:
                     i = self.buffer_index.index(j)
-                    fail(self.op, f"out buffer {self.out_names[i]} shares storage with an input", self.out_locs[i])
+                    fail(self.op, f"out buffer {self.arg_names[j]} shares storage with an input", self.out_locs[i])
 
     def check_outputs(self, result: Any, values: Sequence[Any]) -> Any:
         """Step 7: count, None-ness, shape, dtype, device, layout, identity, storage sharing."""
@@ -560,7 +562,7 @@ class OpChecks:
         return CallPlan(self.op, device, tuple(out_shapes), tuple(out_dtypes), tuple(out_names), tuple(buffer_index),
                         tuple(alias_index), tuple(contiguous), empty, call_specs, kept_env, converted, self.loc,
                         out_locs=tuple(o.loc for o in spec.outputs.values()), n_buffers=len(self.buffers),
-                        buffer_args=buffer_args)
+                        buffer_args=buffer_args, arg_names=self.arg_names)
 
     def _calling_device(self, args: Mapping[str, Any], construction: Mapping[str, torch.Tensor],
                         env0: Mapping[str, Any]) -> torch.device:

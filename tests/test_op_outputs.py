@@ -1,0 +1,471 @@
+"""Step 7 (the output check), the empty-call rule, mutated inputs and ``out`` buffers.
+
+Each test registers the one kernel it needs (a correct one, or one that breaks exactly the
+property under test) for an in-test interface of a seed-001 example op; a small test-only
+spec adds two outputs, an alias output and a contiguous output.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import weakref
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tileops_core.errors import CheckError
+from tileops_core.kernels import KernelInterface
+from tileops_core.op import Op
+
+
+class BmmKernel(KernelInterface):
+    op = "BmmFwdOp"
+
+
+class RMSNormKernel(KernelInterface):
+    op = "RMSNormFwdOp"
+
+
+class GroupNormKernel(KernelInterface):
+    op = "GroupNormFwdOp"
+
+
+class SSDDecodeKernel(KernelInterface):
+    op = "SSDDecodeFwdOp"
+
+
+class ReciprocalKernel(KernelInterface):
+    op = "ReciprocalFwdOp"
+
+
+class ContiguousSSDDecodeKernel(KernelInterface):
+    op = "SSDDecodeFwdOp"
+    needs_contiguous = True
+
+
+class BmmFwdOp(Op):
+    interfaces = (BmmKernel,)
+
+    def forward(self, a, b):
+        return self.launch(BmmKernel, a, b)
+
+
+class RMSNormFwdOp(Op):
+    interfaces = (RMSNormKernel,)
+
+    def __init__(self, normalized_shape, eps=None):
+        super().__init__(normalized_shape=normalized_shape, eps=eps)
+
+    def forward(self, x, weight=None):
+        return self.launch(RMSNormKernel, x, weight, self.normalized_shape, self.eps)
+
+
+class GroupNormFwdOp(Op):
+    interfaces = (GroupNormKernel,)
+
+    def __init__(self, num_groups, eps=1e-5):
+        super().__init__(num_groups=num_groups, eps=eps)
+
+    def forward(self, x, weight=None, bias=None):
+        return self.launch(GroupNormKernel, x, weight, bias, self.num_groups, self.eps)
+
+
+class SSDDecodeFwdOp(Op):
+    interfaces = (SSDDecodeKernel, ContiguousSSDDecodeKernel)
+
+    def __init__(self, contiguous_kernel=False):
+        super().__init__()
+        self.kernel = ContiguousSSDDecodeKernel if contiguous_kernel else SSDDecodeKernel
+
+    def forward(self, A, dt, x, B_in, C_in, state):
+        return self.launch(self.kernel, A, dt, x, B_in, C_in, state)
+
+
+class ReciprocalFwdOp(Op):
+    interfaces = (ReciprocalKernel,)
+
+    def forward(self, input, out=None):
+        return self.launch(ReciprocalKernel, input, out=out)
+
+
+RUNS: list[str] = []
+
+
+def ssd(A, dt, x, B_in, C_in, state):
+    RUNS.append("ssd")
+    group = torch.arange(A.shape[0]) // (A.shape[0] // B_in.shape[1])
+    b, c = B_in[:, group].float(), C_in[:, group].float()
+    state.mul_(torch.exp(dt[..., None] * A)).add_(dt[..., None] * x.float()[..., None] * b[:, :, None, :])
+    return (state * c[:, :, None, :]).sum(-1)
+
+
+def reciprocal(input, out=None):
+    RUNS.append("reciprocal")
+    result = torch.reciprocal(input)
+    return result if out is None else out.copy_(result)
+
+
+def rms(x, w, shape, eps):
+    RUNS.append("rms")
+    return F.rms_norm(x, shape, w, eps)
+
+
+def group_norm(x, w, b, groups, eps):
+    RUNS.append("gn")
+    return F.group_norm(x, groups, w, b, eps)
+
+
+def bmm(a, b):
+    RUNS.append("bmm")
+    return torch.bmm(a, b)
+
+
+@pytest.fixture
+def use(fake_backend):
+    """``use(interface, fn)``: the kernel this test runs."""
+    RUNS.clear()
+    return fake_backend.kernel
+
+
+def at(decl) -> str:
+    return f" ({decl.loc.where()})"
+
+
+def failure(call) -> str:
+    with pytest.raises(CheckError) as info:
+        call()
+    return str(info.value)
+
+
+def rand(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+def ssd_args(b=2, h=4, p=3, n=5, g=2):
+    return (rand(h, p, n), rand(b, h, p).abs(), rand(b, h, p, dtype=torch.float16), rand(b, g, n, dtype=torch.float16),
+            rand(b, g, n, dtype=torch.float16), rand(b, h, p, n))
+
+
+# -- step 7: count, None-ness, shape, dtype, device, layout --------------------------------------------
+
+def test_output_of_the_wrong_shape_names_the_output_declaration(use):
+    use(BmmKernel, lambda a, b: torch.bmm(a, b)[:, :-1])
+    op = BmmFwdOp()
+    assert failure(lambda: op(rand(2, 3, 4), rand(2, 4, 5))) == (
+        "BmmFwdOp: output d has shape [2, 2, 5], the spec gives [2, 3, 5]" + at(op.op_spec().outputs["d"]))
+
+
+def test_output_of_the_wrong_dtype(use):
+    use(BmmKernel, lambda a, b: torch.bmm(a, b).double())
+    op = BmmFwdOp()
+    assert failure(lambda: op(rand(2, 3, 4), rand(2, 4, 5))) == (
+        "BmmFwdOp: output d has dtype float64, the spec gives float32" + at(op.op_spec().outputs["d"]))
+
+
+def test_output_on_another_device(use):
+    use(BmmKernel, lambda a, b: torch.empty(2, 3, 5, device="meta"))
+    op = BmmFwdOp()
+    assert failure(lambda: op(rand(2, 3, 4), rand(2, 4, 5))) == (
+        "BmmFwdOp: output d is on meta, the call is on cpu" + at(op.op_spec().outputs["d"]))
+
+
+def test_output_with_a_sparse_layout(use):
+    use(BmmKernel, lambda a, b: torch.bmm(a, b).to_sparse())
+    op = BmmFwdOp()
+    assert failure(lambda: op(rand(2, 3, 4), rand(2, 4, 5))) == (
+        "BmmFwdOp: output d has layout torch.sparse_coo, expected strided" + at(op.op_spec().outputs["d"]))
+
+
+@pytest.mark.parametrize("result, shown", [(None, "NoneType"), ((torch.empty(2, 3, 5),), "tuple"), (3.0, "float")])
+def test_output_that_is_not_a_tensor(use, result, shown):
+    use(BmmKernel, lambda a, b: result)
+    op = BmmFwdOp()
+    assert failure(lambda: op(rand(2, 3, 4), rand(2, 4, 5))) == (
+        f"BmmFwdOp: output d is {shown}, expected a tensor" + at(op.op_spec().outputs["d"]))
+
+
+def test_output_is_checked_on_every_call_not_only_the_first(use):
+    results = iter([lambda a, b: torch.bmm(a, b), lambda a, b: torch.bmm(a, b).half()])
+    use(BmmKernel, lambda a, b: next(results)(a, b))
+    op = BmmFwdOp()
+    a, b = rand(2, 3, 4), rand(2, 4, 5)
+    op(a, b)
+    assert failure(lambda: op(a, b)).startswith("BmmFwdOp: output d has dtype float16")
+
+
+def test_output_that_is_a_view_of_an_input_shares_storage(use):
+    use(RMSNormKernel, lambda x, w, shape, eps: x.view_as(x))
+    op = RMSNormFwdOp([8])
+    assert failure(lambda: op(rand(4, 8))) == (
+        "RMSNormFwdOp: output output shares storage with an input" + at(op.op_spec().outputs["output"]))
+
+
+@pytest.mark.parametrize("alias", [
+    lambda x: x,
+    lambda x: x.detach(),  # no _base, same data pointer
+    lambda x: torch.empty(0).set_(x.untyped_storage(), 0, x.shape, x.stride()),  # no _base, no view relation at all
+], ids=["itself", "detached", "set_to_its_storage"])
+def test_output_sharing_the_input_storage_in_any_disguise_is_rejected(use, alias):
+    use(ReciprocalKernel, lambda input, out=None: alias(input.reciprocal_()))
+    op = ReciprocalFwdOp()
+    assert failure(lambda: op(rand(3, 4))) == (
+        "ReciprocalFwdOp: output output shares storage with an input" + at(op.op_spec().outputs["output"]))
+
+
+def test_output_sharing_the_storage_of_the_weight_is_rejected(use):
+    use(RMSNormKernel, lambda x, w, shape, eps: w.expand(x.shape))
+    op = RMSNormFwdOp([8])
+    assert failure(lambda: op(rand(4, 8), rand(8))).startswith("RMSNormFwdOp: output output shares storage with an input")
+
+
+def test_fresh_output_passes_step_7(use):
+    use(RMSNormKernel, rms)
+    x, w = rand(4, 8), rand(8)
+    torch.testing.assert_close(RMSNormFwdOp([8], eps=1e-6)(x, w), F.rms_norm(x, [8], w, 1e-6))
+
+
+# -- out buffers: the very object, on every call ---------------------------------------------------
+
+def test_out_buffer_is_returned_as_the_very_object_written(use):
+    use(ReciprocalKernel, reciprocal)
+    x, out = rand(3, 4), torch.empty(3, 4)
+    assert ReciprocalFwdOp()(x, out=out) is out
+    torch.testing.assert_close(out, 1 / x)
+
+
+def test_out_buffer_given_by_position(use):
+    use(ReciprocalKernel, reciprocal)
+    x, out = torch.randint(1, 9, (5,)), torch.empty(5)
+    assert ReciprocalFwdOp()(x, out) is out
+
+
+def test_kernel_that_returns_a_new_tensor_instead_of_the_out_buffer(use):
+    use(ReciprocalKernel, lambda input, out=None: torch.reciprocal(input))
+    op = ReciprocalFwdOp()
+    assert failure(lambda: op(rand(3, 4), out=torch.empty(3, 4))) == (
+        "ReciprocalFwdOp: output output must be the out buffer passed by the caller" + at(op.op_spec().outputs["output"]))
+
+
+def test_out_buffer_sharing_storage_is_caught_on_a_call_with_known_shapes(use):
+    use(ReciprocalKernel, reciprocal)
+    op = ReciprocalFwdOp()
+    x = rand(2, 3)
+    op(x[0], out=torch.empty(3))  # the plan of this key exists now
+    before = x.clone()
+    assert failure(lambda: op(x[0], out=x[1])).startswith("ReciprocalFwdOp: out buffer out shares storage with an input")
+    assert torch.equal(x, before)
+
+
+def test_no_out_buffer_gives_a_fresh_output(use):
+    use(ReciprocalKernel, reciprocal)
+    x = rand(6)
+    y = ReciprocalFwdOp()(x)
+    assert y.untyped_storage()._cdata != x.untyped_storage()._cdata
+
+
+# -- the empty-call rule -----------------------------------------------------------------------------
+
+def test_empty_call_runs_no_kernel_and_returns_a_fresh_output_of_the_checked_shape_and_dtype(use):
+    use(ReciprocalKernel, reciprocal)
+    x = torch.randint(1, 9, (0, random.randint(1, 5)), dtype=torch.int16)
+    y = ReciprocalFwdOp()(x)
+    assert RUNS == []
+    assert (y.shape, y.dtype, y.device) == (x.shape, torch.float32, torch.device("cpu"))
+
+
+def test_empty_call_returns_the_out_buffer_untouched(use):
+    use(ReciprocalKernel, reciprocal)
+    out = torch.empty(4, 0)
+    assert ReciprocalFwdOp()(rand(4, 0), out=out) is out
+    assert RUNS == []
+
+
+def test_empty_call_still_checks_the_out_buffer(use):
+    use(ReciprocalKernel, reciprocal)
+    op = ReciprocalFwdOp()
+    assert failure(lambda: op(rand(4, 0), out=torch.empty(0, 4))) == (
+        "ReciprocalFwdOp: out buffer out has shape [0, 4], output output [*S] is [4, 0]" + at(op.op_spec().outputs["output"]))
+
+
+def test_empty_call_still_checks_the_inputs(use):
+    use(BmmKernel, bmm)
+    op = BmmFwdOp()
+    assert failure(lambda: op(rand(0, 3, 4), rand(0, 5, 6))).startswith("BmmFwdOp: b shape [B, K, N]")
+
+
+def test_empty_call_leaves_a_mutated_input_untouched_and_returns_only_the_outputs(use):
+    use(SSDDecodeKernel, ssd)
+    args = ssd_args(b=0)
+    state = args[-1]
+    y = SSDDecodeFwdOp()(*args)
+    assert RUNS == [] and y.shape == (0, 4, 3) and y.dtype == torch.float32
+    assert args[-1] is state and state.shape == (0, 4, 3, 5)
+
+
+def test_call_whose_written_tensors_are_all_empty_runs_nothing_even_with_non_empty_inputs(use):
+    use(SSDDecodeKernel, ssd)
+    A, dt, x, B_in, C_in, state = ssd_args(p=0)
+    assert A.numel() == 0 and B_in.numel() > 0
+    assert SSDDecodeFwdOp()(A, dt, x, B_in, C_in, state).shape == (2, 4, 0)
+    assert RUNS == []
+
+
+def test_empty_inputs_with_a_non_empty_output_run_the_kernel(use):
+    use(BmmKernel, bmm)
+    d = BmmFwdOp()(rand(2, 3, 0), rand(2, 0, 5))
+    assert RUNS == ["bmm"]
+    torch.testing.assert_close(d, torch.zeros(2, 3, 5))
+
+
+def test_empty_normalisation_input_runs_nothing(use):
+    use(RMSNormKernel, rms)
+    use(GroupNormKernel, group_norm)
+    assert RMSNormFwdOp([8])(rand(0, 8)).shape == (0, 8)
+    assert GroupNormFwdOp(2)(rand(3, 4, 0), rand(4), rand(4)).shape == (3, 4, 0)
+    assert RUNS == []
+
+
+# -- mutated inputs -------------------------------------------------------------------------------
+
+def test_mutated_input_is_written_in_place_and_only_the_outputs_are_returned(use):
+    use(SSDDecodeKernel, ssd)
+    args = ssd_args()
+    expected_state = args[-1].clone()
+    expected_y = ssd(*args[:-1], expected_state)
+    y = SSDDecodeFwdOp()(*args)
+    assert isinstance(y, torch.Tensor)
+    torch.testing.assert_close(y, expected_y)
+    torch.testing.assert_close(args[-1], expected_state)
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (dict(g=3), "H % G == 0 does not hold"),
+    (dict(p=2), "does not match"),
+])
+def test_mutated_input_is_untouched_when_a_check_fails(use, breakage, message):
+    use(SSDDecodeKernel, ssd)
+    args = list(ssd_args())
+    if "g" in breakage:
+        args[3], args[4] = rand(2, 3, 5, dtype=torch.float16), rand(2, 3, 5, dtype=torch.float16)
+    else:
+        args[1] = rand(2, 4, 2)
+    before = args[-1].clone()
+    assert message in failure(lambda: SSDDecodeFwdOp()(*args))
+    assert torch.equal(args[-1], before) and RUNS == []
+
+
+def test_mutated_input_of_the_wrong_dtype_is_untouched(use):
+    use(SSDDecodeKernel, ssd)
+    args = list(ssd_args())
+    args[-1] = args[-1].double()
+    before = args[-1].clone()
+    assert failure(lambda: SSDDecodeFwdOp()(*args)).startswith("SSDDecodeFwdOp: input state has dtype float64")
+    assert torch.equal(args[-1], before)
+
+
+def test_non_contiguous_mutated_input_gets_the_result_copied_back(use):
+    seen = []
+
+    def kernel(*args):
+        seen.append(args[-1].is_contiguous())
+        return ssd(*args)
+
+    use(ContiguousSSDDecodeKernel, kernel)
+    A, dt, x, B_in, C_in, _ = ssd_args()
+    state = rand(5, 3, 4, 2).permute(3, 2, 1, 0)  # [B, H, P, N], not contiguous
+    expected = state.clone()
+    expected_y = ssd(A, dt, x, B_in, C_in, expected)
+    y = SSDDecodeFwdOp(contiguous_kernel=True)(A, dt, x, B_in, C_in, state)
+    assert seen == [True] and not state.is_contiguous()
+    torch.testing.assert_close(state, expected)
+    torch.testing.assert_close(y, expected_y)
+
+
+# -- plans keep no tensor alive ----------------------------------------------------------------------
+
+def test_a_cached_plan_keeps_no_reference_to_the_call_tensors(use):
+    use(ReciprocalKernel, reciprocal)
+    op = ReciprocalFwdOp()
+    x = rand(64)
+    ref = weakref.ref(x)
+    op(x)
+    del x
+    gc.collect()
+    assert ref() is None
+    assert op.last_call_env["S"] == (64,) and op.last_call_env["input"].shape == (64,)
+
+
+# -- two outputs, an alias output, a contiguous output (test-only spec) ---------------------------------
+
+PROBES = """
+ProbeOutputsFwdOp:
+  family: probe
+  ref_api: "none"
+  status: spec-only
+  signature:
+    inputs:
+      x: {dtype: float32, shape: "[M, N]", mutated: true}
+    outputs:
+      total: {dtype: float32, shape: "[M]", contiguous: true}
+      x_out: {alias: x}
+  workloads: []
+  roofline: {flops: "1", bytes: "1"}
+  source: {}
+"""
+
+
+class ProbeOutputsKernel(KernelInterface):
+    op = "ProbeOutputsFwdOp"
+
+
+class ProbeOutputsFwdOp(Op):
+    interfaces = (ProbeOutputsKernel,)
+
+    def forward(self, x):
+        return self.launch(ProbeOutputsKernel, x)
+
+
+@pytest.fixture
+def probes(extra_manifest):
+    extra_manifest(PROBES)
+
+
+def test_alias_output_is_the_very_input(use, probes):
+    use(ProbeOutputsKernel, lambda x: (x.sum(1), x.mul_(2)))
+    x = rand(3, 4)
+    expected = x.sum(1)
+    total, x_out = ProbeOutputsFwdOp()(x)
+    assert x_out is x
+    torch.testing.assert_close(total, expected)
+
+
+def test_alias_output_that_is_a_copy(use, probes):
+    use(ProbeOutputsKernel, lambda x: (x.sum(1), x.clone()))
+    op = ProbeOutputsFwdOp()
+    assert failure(lambda: op(rand(3, 4))) == (
+        "ProbeOutputsFwdOp: output x_out must be the very input it aliases" + at(op.op_spec().outputs["x_out"]))
+
+
+@pytest.mark.parametrize("result, shown", [(None, "NoneType"), ((torch.empty(3),), "tuple")])
+def test_wrong_number_of_outputs(use, probes, result, shown):
+    use(ProbeOutputsKernel, lambda x: result)
+    op = ProbeOutputsFwdOp()
+    assert failure(lambda: op(rand(3, 4))) == (
+        f"ProbeOutputsFwdOp: the implementation returned {shown}, expected 2 outputs (total, x_out) "
+        f"({op.op_spec().location.where()})")
+
+
+def test_none_among_the_outputs(use, probes):
+    use(ProbeOutputsKernel, lambda x: (None, x))
+    op = ProbeOutputsFwdOp()
+    assert failure(lambda: op(rand(3, 4))) == (
+        "ProbeOutputsFwdOp: output total is NoneType, expected a tensor" + at(op.op_spec().outputs["total"]))
+
+
+def test_output_declared_contiguous_must_be(use, probes):
+    use(ProbeOutputsKernel, lambda x: (torch.empty(6)[::2], x))
+    op = ProbeOutputsFwdOp()
+    assert failure(lambda: op(rand(3, 4))) == (
+        "ProbeOutputsFwdOp: output total must be contiguous" + at(op.op_spec().outputs["total"]))
