@@ -242,3 +242,44 @@ def test_fix_adds_lets_to_an_existing_block_and_empties_shape_rules(tmp_path: Pa
 ])
 def test_is_none_rewrite_keeps_the_rest_of_the_text(text: str, fixed: str) -> None:
     assert rewrite_is_none_text(text) == fixed
+
+
+MOE_LEGACY = '''\
+# seed 001's MoePermuteNopadFwdOp, written in the legacy forms seed 000 rejects
+MoePermuteNopadFwdOp:
+  family: moe
+  ref_api: "none"
+  status: spec-only
+  signature:
+    inputs:
+      hidden_states: {dtype: "float16 | bfloat16", shape: "[T, H]"}
+      topk_ids: {dtype: "int32", shape: "[T, K]"}
+      expert_map: {dtype: "int32", optional: true}   # presence picks the scan kernel
+    outputs:
+      out: {dtype: "same_as(hidden_states)", shape: "[T, K, H]"}
+    params:
+      num_experts: {type: int}
+      num_experts_local: {type: int}
+    shape_rules:
+      - "expert_map is None or expert_map.shape == (num_experts,)"
+      - "num_experts_local <= num_experts"
+  workloads:
+    - {hidden_states_shape: [1, 7168], topk_ids_shape: [1, 8], num_experts: 384,
+       num_experts_local: 384, dtypes: [bfloat16], label: "kimi-k2-decode"}
+    - {hidden_states_shape: [1, 7168], topk_ids_shape: [1, 8], num_experts: 256,
+       num_experts_local: 128, expert_map_shape: [256], dtypes: [bfloat16], label: "deepseek-v3-ep2-decode"}
+  roofline: {vars: {elem: "hidden_states.itemsize"}, flops: "T * K * H", bytes: "2 * T * K * H * elem"}
+  source: {}
+'''
+
+
+def test_fix_moves_a_guarded_shape_read_onto_the_optional_tensor_keeping_its_comment(tmp_path: Path) -> None:
+    path = tmp_path / "moe.yaml"
+    path.write_text(MOE_LEGACY)
+    assert [(d.rule, d.line) for d in validate([str(path)]).diagnostics] == [("T3.1", 17)]
+    assert main(["validate", "--fix", str(path)]) == 0
+    removed, added = _changed_lines(MOE_LEGACY, path.read_text())
+    assert removed == ['      expert_map: {dtype: "int32", optional: true}   # presence picks the scan kernel',
+                       '      - "expert_map is None or expert_map.shape == (num_experts,)"']
+    assert added == ['      expert_map: {dtype: "int32", optional: true, shape: "[num_experts]"}   # presence picks the '
+                     'scan kernel']

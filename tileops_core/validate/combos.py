@@ -11,10 +11,13 @@ An *axis* is one discriminant and the values it can take:
   param, say): the values its cases name, plus "any other value" (so a missing ``_`` case
   shows up), or ``True``/``False`` when the match is a boolean expression.
 
-A :class:`Combination` is one value per axis. Its *discriminant environment* binds
+A mutated input is written on exactly the combinations where it is present, so the effect
+branches of check 8 are the presence axes. A :class:`Combination` is one value per axis.
+Its *discriminant environment* binds
 everything an expression may read on it: absent things to ``None`` (as at a call), present
 things of unknown content to :data:`~tileops_core.validate.symbolic.UNKNOWN`, and
-discriminants to their values; ``requires`` evaluated there says whether the combination
+discriminants to their values; ``requires`` evaluated there (and any shape rule that reads
+only discriminants, which restricts the domain just the same) says whether the combination
 is excluded. Type families are resolved with :meth:`FamilySpec.case_for`, the same rule the
 runtime uses.
 """
@@ -156,6 +159,7 @@ class Discriminants:
             if o.buffer:
                 axes.append(Axis("buffer", o.buffer, (False, True)))
         self.param_axes: set[str] = set()
+        self.presence_params: set[str] = set()
         for name, p in spec.params.items():
             values = _param_values(name, p.type)
             if values is None:
@@ -169,6 +173,8 @@ class Discriminants:
                     expanded.append(v)
             axes.append(Axis("param", name, tuple(expanded)))
             self.param_axes.add(name)
+            if any(v is UNKNOWN for v in expanded):
+                self.presence_params.add(name)  # only whether it is given is a discriminant, not its value
         self.match_text = {name: ir.unparse(fam.match.node) for name, fam in spec.families.items()}
         self.match_axes: dict[str, FamilySpec] = {}
         for fam in spec.families.values():
@@ -188,22 +194,23 @@ class Discriminants:
                 values = tuple(keys) + (OTHER,)
             axes.append(Axis("match", text, values))
         self.axes = tuple(axes)
+        #: shape rules that read only discriminants: domain restrictions written in the wrong place.
+        self.domain_rules = tuple(e for e in spec.shape_rules if e.names and self._decided(e))
 
     # -- what is a discriminant --------------------------------------------------------------
 
     def _decided(self, e: Expr, seen: frozenset[str] = frozenset()) -> bool:
         """True when ``e`` reads only discriminants (presence, param axes, lets of those)."""
         spec = self.spec
-        present_args = {n.args[0].id for n in ir.walk(e.node)  # type: ignore[union-attr]
-                        if isinstance(n, ir.Call) and n.func == "present"}
-        other_uses = {n.id for n in ir.walk(e.node) if isinstance(n, ir.Name)}
-        for node in ir.walk(e.node):
-            if isinstance(node, ir.Call) and node.func == "present":
-                other_uses.discard(node.args[0].id)  # type: ignore[union-attr]
+        present_nodes = [n.args[0] for n in ir.walk(e.node) if isinstance(n, ir.Call) and n.func == "present"]
+        present_args = {n.id for n in present_nodes}  # type: ignore[union-attr]
+        other_uses = {n.id for n in ir.walk(e.node)
+                      if isinstance(n, ir.Name) and not any(n is p for p in present_nodes)}
         for name in e.names:
-            if name in spec.inputs and name in present_args and name not in other_uses:
+            presence_only = name in spec.inputs or name in self.presence_params
+            if presence_only and name in present_args and name not in other_uses:
                 continue
-            if name in self.param_axes:
+            if name in self.param_axes and not presence_only:
                 continue
             let = spec.lets.get(name)
             if let is not None and name not in seen and self._decided(let, seen | {name}):
@@ -228,7 +235,7 @@ class Discriminants:
     def combination(self, index: int, values: tuple[Any, ...]) -> Combination:
         env, matches = self._env(values)
         excluded_by = None
-        for e in self.spec.requires:
+        for e in (*self.spec.requires, *self.domain_rules):
             out = attempt(e.fn, env)
             if out.decided and not out.value:
                 excluded_by = e

@@ -6,8 +6,10 @@ Rewritten (each only when the rewrite is mechanical):
   ``C_in_g: "C_in // groups"`` is added under ``signature.let``;
 * T3.4/T3.5 ``x is None`` / ``x is not None``: replaced in place by ``not present(x)`` /
   ``present(x)``, the rest of the rule's text kept character for character;
-* T3.1 ``x.shape == (B, S)``: the rule is removed and ``shape: "[B, S]"`` is declared on
-  ``x`` (only when ``x`` declares no shape yet and every item is an axis expression).
+* T3.1 ``x.shape == (B, S)`` (or, for an optional ``x``, ``x is None or x.shape == (B, S)``):
+  the rule is removed and ``shape: "[B, S]"`` is declared on ``x`` (only when ``x`` declares
+  no shape yet and every item is an axis expression; a declared shape is checked only when
+  the tensor is passed, so the guard goes with the rule).
 
 T3.2, T3.6 and T3.7 need a decision (which shape items, which axis count) and are only
 reported. The file is edited as text at the exact spans of the YAML nodes involved
@@ -200,6 +202,15 @@ class _OpFixer:
     def _declare_shape(self, index: int, source: str) -> None:
         tree = ast.parse(source.strip(), mode="eval").body
         body = source.strip()
+        guarded = None  # `t is None or t.shape == (...)`: a declared shape is checked only when t is passed
+        if isinstance(tree, ast.BoolOp) and isinstance(tree.op, ast.Or) and len(tree.values) == 2:
+            guard, tree = tree.values
+            if not (isinstance(guard, ast.Compare) and isinstance(guard.left, ast.Name) and len(guard.ops) == 1
+                    and isinstance(guard.ops[0], ast.Is) and isinstance(guard.comparators[0], ast.Constant)
+                    and guard.comparators[0].value is None):
+                self.skip("T3.1", index, "not of the form x.shape == (...) or x is None or x.shape == (...)")
+                return
+            guarded = guard.left.id
         if not (isinstance(tree, ast.Compare) and len(tree.ops) == 1 and isinstance(tree.ops[0], ast.Eq)):
             self.skip("T3.1", index, "not of the form x.shape == (...)")
             return
@@ -213,6 +224,9 @@ class _OpFixer:
             self.skip("T3.1", index, "the other side is not a tuple of axes")
             return
         t = self.spec.inputs.get(tensor) or self.spec.outputs.get(tensor)
+        if guarded is not None and (guarded != tensor or t is None or not t.optional):
+            self.skip("T3.1", index, f"the guard tests {guarded}, not the optional input {tensor}")
+            return
         if t is None or t.shape is not None or t.alias:
             self.skip("T3.1", index, f"{tensor} already declares a shape (or is not a tensor): merge by hand")
             return

@@ -52,7 +52,7 @@ class GuardCheck:
             return out  # the family check reports why the branch has no declarations
         absent = self._absent(combo)
         for e in spec.shape_rules:
-            if not ctx.flagged(e.loc):
+            if not ctx.flagged(e.loc) and e not in ctx.disc.domain_rules:
                 out.extend(self._rule(combo, branch, e, absent))
         env = dict(branch.env)
         for name, e in spec.lets.items():
@@ -75,12 +75,16 @@ class GuardCheck:
         return out
 
     def finish(self) -> list[Diagnostic]:
-        spec = self.ctx.spec
-        if self.seen and not self.allowed and spec.requires:
-            first = spec.requires[0]
-            return [self.ctx.diag("C2.empty-domain", "requires excludes every discriminant combination: the spec "
-                                  "describes no call", loc=first.loc, text=first.text)]
-        return []
+        ctx, spec = self.ctx, self.ctx.spec
+        out = [ctx.diag("L2.domain-rule", f"shape rule {e.text!r} reads only discriminants: it restricts which calls "
+                        "exist (a domain restriction), which requires states", loc=e.loc, text=e.text,
+                        fix=f'requires: ["{e.text}"]') for e in ctx.disc.domain_rules if not ctx.flagged(e.loc)]
+        restrictions = (*spec.requires, *ctx.disc.domain_rules)
+        if self.seen and not self.allowed and restrictions:
+            first = restrictions[0]
+            out.append(ctx.diag("C2.empty-domain", "requires excludes every discriminant combination: the spec "
+                                "describes no call", loc=first.loc, text=first.text))
+        return out
 
     # -- helpers ----------------------------------------------------------------------------
 

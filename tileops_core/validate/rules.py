@@ -72,6 +72,8 @@ RULES: dict[str, tuple[str, str]] = {
     "L1.orphan": ("warning", "L1: an Op class in an op module has no manifest entry of its name"),
     "L2.output-shape": ("error", "L2: an output does not declare its shape"),
     "L2.static-dims": ("error", "L2: a static dim is not one axis of one input (<tensor>.shape[<int or param>])"),
+    "L2.domain-rule": ("warning", "L2: a shape rule reads only discriminants; it is a domain restriction and "
+                                  "belongs in requires"),
     "L2.rule-false": ("error", "L2: a refinement is false on every call of a legal combination"),
     "L2.inference": ("error", "L2: the op's generated checks disagree with the spec on a workload row"),
     "L3.dtype-name": ("error", "L3: a dtype name that does not exist"),

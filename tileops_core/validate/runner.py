@@ -5,7 +5,7 @@ lint, ``implemented`` the lint and the conformance pass (the op class, its gener
 checks on every workload row, its compile boundary, its benchmark); ``check_op`` forces
 everything for one op and reports only that op. The conformance pass imports torch and
 op modules, so it is imported only when some spec needs it; ``conformance=False`` runs the
-lint alone (torch-free).
+lint alone (torch-free; plugins are then not loaded, so only directories already known count).
 """
 
 from __future__ import annotations
@@ -74,6 +74,10 @@ def validate(paths: Sequence[str | Path] | None = None, *, check_op: str | None 
              max_combinations: int = DEFAULT_MAX_COMBINATIONS, conformance: bool = True) -> Report:
     """Validate the manifest (or ``paths``); see the module docstring for what runs on which spec."""
     start = time.perf_counter()
+    if not paths and conformance:
+        from ..plugins import ensure_plugins_loaded
+
+        ensure_plugins_loaded()  # the manifest is the core's specs and those installed plugins ship
     files = target_files(paths)
     manifest = load_files(files)
     if check_op is not None and check_op not in manifest:
