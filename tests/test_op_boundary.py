@@ -1,0 +1,250 @@
+"""The compile boundary: one ``torch.library`` op per op class, made from the spec.
+
+For each seed-001 example: the schema holds the call-time tensors and every param,
+``mutates_args`` is exactly the ``mutated`` inputs, ``torch.library.opcheck`` passes, and
+an op with ``torch_compile_fullgraph: true`` compiles cold with ``fullgraph=True`` (no graph
+break), runs twice on the same shapes without recompiling, and agrees with eager. One
+compile per op, with the ``aot_eager`` backend (functionalisation and the fake
+implementation are exercised; Inductor's C++ build would add half a minute to CI).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+import torch.nn.functional as F
+from torch._dynamo.testing import CompileCounterWithBackend
+
+from tileops_core.kernels import KernelInterface
+from tileops_core.op import Op
+
+
+class BmmKernel(KernelInterface):
+    op = "BmmFwdOp"
+
+
+class GemmKernel(KernelInterface):
+    op = "GemmFwdOp"
+
+
+class RMSNormKernel(KernelInterface):
+    op = "RMSNormFwdOp"
+
+
+class GroupNormKernel(KernelInterface):
+    op = "GroupNormFwdOp"
+
+
+class SSDDecodeKernel(KernelInterface):
+    op = "SSDDecodeFwdOp"
+
+
+class ReciprocalKernel(KernelInterface):
+    op = "ReciprocalFwdOp"
+
+
+class BmmFwdOp(Op):
+    interfaces = (BmmKernel,)
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return self.launch(BmmKernel, a, b)
+
+
+class GemmFwdOp(Op):
+    interfaces = (GemmKernel,)
+
+    def __init__(self, trans_a=False, trans_b=True):
+        super().__init__(trans_a=trans_a, trans_b=trans_b)
+
+    def forward(self, a, b):
+        return self.launch(GemmKernel, a, b, self.trans_a, self.trans_b)
+
+
+class RMSNormFwdOp(Op):
+    interfaces = (RMSNormKernel,)
+
+    def __init__(self, normalized_shape, eps=None):
+        super().__init__(normalized_shape=normalized_shape, eps=eps)
+
+    def forward(self, x, weight=None):
+        return self.launch(RMSNormKernel, x, weight, self.normalized_shape, self.eps)
+
+
+class GroupNormFwdOp(Op):
+    interfaces = (GroupNormKernel,)
+
+    def __init__(self, num_groups, eps=1e-5):
+        super().__init__(num_groups=num_groups, eps=eps)
+
+    def forward(self, x, weight=None, bias=None):
+        return self.launch(GroupNormKernel, x, weight, bias, self.num_groups, self.eps)
+
+
+class SSDDecodeFwdOp(Op):
+    interfaces = (SSDDecodeKernel,)
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, dt, x, B_in, C_in, state):
+        return self.launch(SSDDecodeKernel, A, dt, x, B_in, C_in, state)
+
+
+class ReciprocalFwdOp(Op):
+    interfaces = (ReciprocalKernel,)
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, input, out=None):
+        return self.launch(ReciprocalKernel, input, out)
+
+
+def _ssd(A, dt, x, B_in, C_in, state):
+    group = torch.arange(A.shape[0]) // (A.shape[0] // B_in.shape[1])
+    b, c = B_in[:, group].float(), C_in[:, group].float()
+    state.mul_(torch.exp(dt[..., None] * A)).add_(dt[..., None] * x.float()[..., None] * b[:, :, None, :])
+    return (state * c[:, :, None, :]).sum(-1)
+
+
+def _reciprocal(input, out):
+    result = torch.reciprocal(input)
+    return result if out is None else out.copy_(result)
+
+
+@pytest.fixture(autouse=True)
+def kernels(fake_backend):
+    fake_backend.kernel(BmmKernel, torch.bmm)
+    fake_backend.kernel(GemmKernel, lambda a, b, ta, tb: (a.T if ta else a) @ (b.T if tb else b))
+    fake_backend.kernel(RMSNormKernel, lambda x, w, shape, eps: F.rms_norm(x, shape, w, eps))
+    fake_backend.kernel(GroupNormKernel, lambda x, w, b, groups, eps: F.group_norm(x, groups, w, b, eps))
+    fake_backend.kernel(SSDDecodeKernel, _ssd)
+    fake_backend.kernel(ReciprocalKernel, _reciprocal)
+
+
+def r(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+def cases():
+    """(id, op factory, argument factory): each example op, optional inputs both ways."""
+    return [
+        ("bmm", BmmFwdOp, lambda: (r(2, 3, 4), r(2, 4, 5))),
+        ("gemm-nt", lambda: GemmFwdOp(False, True), lambda: (r(3, 4), r(5, 4))),
+        ("gemm-tn", lambda: GemmFwdOp(True, False), lambda: (r(4, 3), r(4, 5))),
+        ("rmsnorm", lambda: RMSNormFwdOp([16], eps=1e-6), lambda: (r(4, 16), r(16))),
+        ("rmsnorm-no-weight", lambda: RMSNormFwdOp([4, 8]), lambda: (r(2, 4, 8), None)),
+        ("groupnorm-affine", lambda: GroupNormFwdOp(2), lambda: (r(2, 4, 3, 3), r(4), r(4))),
+        ("groupnorm", lambda: GroupNormFwdOp(4), lambda: (r(2, 8, 5), None, None)),
+        ("ssd-decode", SSDDecodeFwdOp, lambda: (r(4, 3, 5), r(2, 4, 3).abs(), r(2, 4, 3, dtype=torch.float16),
+                                                r(2, 2, 5, dtype=torch.float16), r(2, 2, 5, dtype=torch.float16),
+                                                r(2, 4, 3, 5))),
+        ("reciprocal", ReciprocalFwdOp, lambda: (r(3, 4) + 3,)),
+        ("reciprocal-int", ReciprocalFwdOp, lambda: (torch.randint(1, 9, (5,), dtype=torch.int32),)),
+    ]
+
+
+CASES = [pytest.param(make_op, make_args, id=name) for name, make_op, make_args in cases()]
+
+
+def clone(args):
+    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+
+# -- the schema ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cls, schema", [
+    (BmmFwdOp, "(Tensor a, Tensor b) -> Tensor"),
+    (GemmFwdOp, "(Tensor a, Tensor b, bool trans_a, bool trans_b) -> Tensor"),
+    (RMSNormFwdOp, "(Tensor x, Tensor? weight, SymInt[] normalized_shape, float? eps) -> Tensor"),
+    (GroupNormFwdOp, "(Tensor x, Tensor? weight, Tensor? bias, SymInt num_groups, float eps) -> Tensor"),
+    (SSDDecodeFwdOp, "(Tensor A, Tensor dt, Tensor x, Tensor B_in, Tensor C_in, Tensor(a5!) state) -> Tensor"),
+    (ReciprocalFwdOp, "(Tensor input) -> Tensor"),
+])
+def test_schema_holds_the_call_tensors_and_the_params_and_marks_only_mutated_inputs(cls, schema):
+    overload = cls._boundary.opoverload
+    namespace, name = cls._boundary.qualname.split("::")
+    assert namespace == "tileops" and name.startswith(cls.__name__.replace("FwdOp", "").lower()[:3])
+    assert str(overload._schema) == f"{cls._boundary.qualname}{schema}"
+
+
+def test_boundary_exists_from_class_definition():
+    assert all(cls._boundary is not None and cls._boundary_reason is None
+               for cls in (BmmFwdOp, GemmFwdOp, RMSNormFwdOp, GroupNormFwdOp, SSDDecodeFwdOp, ReciprocalFwdOp))
+
+
+def test_redefining_an_op_class_registers_a_second_custom_op_under_a_new_name():
+    class BmmFwdOp(Op):  # noqa: F811
+        interfaces = (BmmKernel,)
+
+    assert BmmFwdOp._boundary.qualname != globals()["BmmFwdOp"]._boundary.qualname
+
+
+# -- opcheck ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("make_op, make_args", CASES)
+def test_opcheck_passes(make_op, make_args):
+    op = make_op()
+    boundary = type(op)._boundary
+    n_inputs = boundary.n_inputs
+    args = make_args()
+    args = args + (None,) * (n_inputs - len(args))
+    torch.library.opcheck(boundary.opoverload, (*args, *boundary.encode(op)))
+
+
+def test_eager_calls_do_not_go_through_the_dispatcher(monkeypatch):
+    op = BmmFwdOp()
+
+    def dispatched(*args):
+        raise AssertionError("the custom op was called in eager mode")
+
+    monkeypatch.setattr(type(op)._boundary, "fn", dispatched)
+    assert op(r(2, 3, 4), r(2, 4, 5)).shape == (2, 3, 5)
+
+
+# -- torch.compile(fullgraph=True) ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("make_op, make_args", CASES[::2] + [CASES[-1]])
+def test_cold_fullgraph_compile_runs_twice_without_recompiling_and_matches_eager(make_op, make_args):
+    op = make_op()
+    assert op.op_spec().torch_compile_fullgraph
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(lambda *a: op(*a), fullgraph=True, backend=counter)
+    args = make_args()
+    expected_args = clone(args)
+    expected = op(*expected_args)
+    first = compiled(*clone(args))
+    again_args = clone(args)
+    second = compiled(*again_args)
+    assert counter.frame_count == 1
+    torch.testing.assert_close(first, expected)
+    torch.testing.assert_close(second, expected)
+    for given, eager in zip(again_args, expected_args):  # mutated inputs are written as in eager mode
+        if isinstance(given, torch.Tensor):
+            torch.testing.assert_close(given, eager)
+
+
+def test_out_buffer_under_compile_is_written_and_returned():
+    op = ReciprocalFwdOp()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, o: op(x, out=o), fullgraph=True, backend="aot_eager")
+    x, out = r(3, 4) + 3, torch.empty(3, 4)
+    assert compiled(x, out) is out
+    torch.testing.assert_close(out, 1 / x)
+
+
+def test_check_failure_under_compile_names_the_declaration_at_trace_time():
+    op = BmmFwdOp()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b: op(a, b), fullgraph=True, backend="eager")
+    with pytest.raises(Exception) as info:
+        compiled(r(2, 3, 4), r(2, 5, 5))
+    expected = ("BmmFwdOp: b shape [B, K, N] with B=2, K=5 does not match a shape [B, M, K] with K=4 "
+                f"({op.op_spec().inputs['b'].loc.where()})")
+    # Dynamo wraps what the fake implementation raised (TorchRuntimeError): the text survives.
+    assert f"CheckError({expected!r})" in str(info.value)
