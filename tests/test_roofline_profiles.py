@@ -122,3 +122,22 @@ def load_profile_roundtrip(profile: HardwareProfile) -> HardwareProfile:
 def test_calibration_sizes_that_cannot_measure_anything_are_usage_errors(copy_bytes, n, dtypes, message):
     with pytest.raises(UsageError, match=message):
         CalibrationSizes(copy_bytes, n, dtypes)
+
+
+def test_a_broken_user_profile_is_skipped_with_a_warning_not_fatal(empty_user_profiles):
+    empty_user_profiles.mkdir()
+    (empty_user_profiles / "broken.yaml").write_text("name: broken\ndevice_type: cpu\n")
+    with pytest.warns(RuntimeWarning, match=r"skipping a hardware profile \(user\): .*broken.yaml"):
+        assert profile_for("cpu", "Some CPU").profile.name == "generic-cpu"
+
+
+def test_a_plugin_profile_is_found_for_its_device(monkeypatch, tmp_path):
+    from tileops_core import plugins
+    from tileops_core.plugins.store import ProfileSource
+
+    path = tmp_path / "vendor.yaml"
+    path.write_text(dump_profile(HardwareProfile(name="vendor-npu", device_type="npu", match=["Ascend 310P"],
+                                                 memory=Rate(peak=2e11), compute={"float16": Rate(peak=2e13)})))
+    monkeypatch.setattr(plugins, "hardware_profiles", lambda: [ProfileSource("vendorbackend", path)])
+    entry = profile_for("npu", "Ascend 310P3")
+    assert entry.origin == "plugin:vendorbackend" and entry.profile.name == "vendor-npu"

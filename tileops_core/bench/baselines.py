@@ -50,11 +50,15 @@ class Launch:
 def capture_launches(op: Any, args: Sequence[Any]) -> list[Launch]:
     """Call ``op(*args)`` once and record every kernel launch it makes (and its arguments).
 
-    The op must have been called with arguments of this shape before, so that its plan
-    holds the selected kernels; they are wrapped for one call and put back afterwards.
+    The kernels the op's plan holds for these arguments are wrapped for that one call and
+    put back afterwards. The op should have been called with arguments of this shape
+    before (the bench has, outside timing); if its plan holds no kernel yet, it is called
+    once more first, so that it does.
     """
-    op(*args)
     plan = op.last_plan
+    if plan is None or not plan.kernels:
+        op(*args)
+        plan = op.last_plan
     originals = dict(plan.kernels)
     launches: list[Launch] = []
 

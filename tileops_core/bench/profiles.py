@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -150,10 +151,23 @@ def load_profile(path: str | Path) -> HardwareProfile:
         raise TileOpsError(f"hardware profile {p}: {problems}") from None
 
 
+def _entry(path: Path, origin: str) -> ProfileEntry | None:
+    """A plugin's or the user's profile that does not load is skipped with a warning naming the
+    file and the field: it must not take the bench down for every other device."""
+    try:
+        return ProfileEntry(load_profile(path), origin, path)
+    except TileOpsError as exc:
+        if origin == "shipped":
+            raise
+        warnings.warn(f"skipping a hardware profile ({origin}): {exc}", RuntimeWarning, stacklevel=3)
+        return None
+
+
 def _dir_entries(directory: Path, origin: str) -> list[ProfileEntry]:
     if not directory.is_dir():
         return []
-    return [ProfileEntry(load_profile(p), origin, p) for p in sorted(directory.glob("*.y*ml"))]
+    found = (_entry(p, origin) for p in sorted(directory.glob("*.y*ml")))
+    return [e for e in found if e is not None]
 
 
 def available_profiles() -> list[ProfileEntry]:
@@ -162,8 +176,9 @@ def available_profiles() -> list[ProfileEntry]:
 
     entries = _dir_entries(SHIPPED_DIR, "shipped")
     for contributed in hardware_profiles():
-        entries.append(ProfileEntry(load_profile(contributed.path), f"plugin:{contributed.backend}",
-                                    contributed.path))
+        entry = _entry(contributed.path, f"plugin:{contributed.backend}")
+        if entry is not None:
+            entries.append(entry)
     entries.extend(_dir_entries(user_profile_dir(), "user"))
     return entries
 

@@ -247,9 +247,14 @@ def format_rate(value: float | None, unit: str) -> str:
     return f"{value:.3g} {unit}/s"
 
 
+def _short(kernel: str | None) -> str:
+    """``tileops_cpu_ref.kernels:RefRMSNorm`` -> ``RefRMSNorm`` (the JSON keeps the full name)."""
+    return "+".join(k.split(":")[-1] for k in kernel.split("+")) if kernel else "-"
+
+
 def _row_cells(r: dict[str, Any]) -> list[str]:
     if r["status"] != "ok":
-        return [r["op"], f"{r['workload']}[{r['case']}]", r["kernel"] or "-", "error: " + (r["error"] or "?")]
+        return [r["op"], f"{r['workload']}[{r['case']}]", _short(r["kernel"]), "error: " + (r["error"] or "?")]
     base = r["baseline"]
     if base is None:
         vs = "-"
@@ -259,7 +264,7 @@ def _row_cells(r: dict[str, Any]) -> list[str]:
         vs = f"{base['speedup']:.2f}x" if base["speedup"] is not None else "-"
     eff = "-" if r["efficiency"] is None else f"{100 * r['efficiency']:.1f}%"
     intensity = "-" if r["intensity"] is None else f"{r['intensity']:.3g}"
-    return [r["op"], f"{r['workload']}[{r['case']}]", r["kernel"] or "-", format_time(r["time"]["median_s"]),
+    return [r["op"], f"{r['workload']}[{r['case']}]", _short(r["kernel"]), format_time(r["time"]["median_s"]),
             format_rate(r["achieved_bytes_per_s"], "B"), format_rate(r["achieved_flops_per_s"], "FLOP"), intensity,
             r["bound"] or "-", eff, format_time(base["time"]["median_s"]) if base and base["time"] else "-", vs]
 

@@ -38,7 +38,7 @@ from .roofline import Roofline
 from .timing import DEFAULT, Measurement, Subject, TimingOptions, time_subjects
 from .workloads import Instance, dtype_cases, instantiate
 
-__all__ = ["BenchCase", "BenchConfig", "CaseResult", "plan_cases", "run_case", "run_bench", "input_bytes", "mutated_restorer"]
+__all__ = ["BenchCase", "BenchConfig", "CaseResult", "plan_cases", "run_case", "run_bench", "input_bytes", "mutated_restorer", "Interrupted"]
 
 #: Errors a case can end with without ending the run (torch raises RuntimeError subclasses,
 #: out-of-memory included; kernels may raise NotImplementedError for what they lack).
@@ -178,7 +178,7 @@ def _kernel_of(op: Any) -> tuple[str, str]:
     for interface, call in plan.call_specs.items():
         chosen = select_kernel(interface, call, current_target(op.target)).chosen
         if chosen is not None:
-            names.append(chosen.__qualname__)
+            names.append(chosen.qualname())
             backends.append(chosen.backend)
     return "+".join(names) or "?", "+".join(dict.fromkeys(backends)) or "?"
 
@@ -205,8 +205,9 @@ def run_case(case: BenchCase, config: BenchConfig, seed: int) -> CaseResult:
         if config.baseline != "none":
             try:
                 calls, graph = make_baseline(config.baseline, op, args_sets)
-                for call in calls:
-                    call()  # torch.compile compiles here, outside timing
+                if config.baseline == "torch.compile":
+                    for call in calls:
+                        call()  # compiles here, outside timing
                 subjects.append(Subject(config.baseline, calls, reset, graph))
             except CASE_ERRORS as exc:
                 result.baseline_error = _why(exc)
@@ -228,17 +229,32 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+class Interrupted(Exception):
+    """Ctrl-C during a run: carries the cases finished so far, so they can still be reported."""
+
+    def __init__(self, results: list[CaseResult], total: int) -> None:
+        super().__init__(f"interrupted after {len(results)} of {total} case(s)")
+        self.results = results
+        self.total = total
+
+
 def run_bench(cases: Sequence[BenchCase], config: BenchConfig, progress: Progress | None = None,
               seed: int | None = None) -> list[CaseResult]:
-    """Run every case in order (fresh random inputs; the seed of each is recorded)."""
+    """Run every case in order (fresh random inputs; the seed of each is recorded).
+
+    Ctrl-C raises :class:`Interrupted` holding the finished cases: a long run stopped by
+    hand still reports what it measured.
+    """
     base = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     progress = progress or Progress(enabled=False)
     progress.start(len(cases))
-    results = []
+    results: list[CaseResult] = []
     try:
         for i, case in enumerate(cases):
             progress.step(case.name)
             results.append(run_case(case, config, base + 1000 * i))
+    except KeyboardInterrupt:
+        raise Interrupted(results, len(cases)) from None
     finally:
         progress.close()
     return results

@@ -119,23 +119,36 @@ def _run(subject: Subject, start: int, count: int) -> None:
         calls[i % n]()
 
 
+def _warm_up(subject: Subject, options: TimingOptions) -> None:
+    """``warmup`` passes over the input sets, but no more than ``min_time_s`` of them after the
+    first: a call that takes seconds (a prefill row on a CPU) is warm after one pass."""
+    t0 = time.perf_counter()
+    for i in range(max(options.warmup, 1)):
+        if i and time.perf_counter() - t0 >= options.min_time_s:
+            break
+        if subject.reset:
+            subject.reset()
+        _run(subject, 0, len(subject.calls))
+
+
 def time_cpu(subjects: Sequence[Subject], options: TimingOptions = DEFAULT) -> list[Measurement]:
     """Wall-clock medians of each subject's calls on the CPU, sampled interleaved."""
     batch: list[int] = []
-    for subject in subjects:
-        _run(subject, 0, max(options.warmup, 1) * len(subject.calls))
+    samplers = [_Sampler(options) for _ in subjects]
+    for subject, sampler in zip(subjects, samplers):
+        _warm_up(subject, options)
         calls = max(1, len(subject.calls))
-        while True:  # calls per sample: double until one sample lasts sample_s
+        while True:  # calls per sample: double until one sample lasts sample_s; that one counts
             if subject.reset:
                 subject.reset()
             t0 = time.perf_counter()
             _run(subject, 0, calls)
             elapsed = time.perf_counter() - t0
             if elapsed >= options.sample_s or calls >= options.max_calls_per_sample:
+                sampler.add(elapsed, calls)
                 break
             calls = min(calls * 2, options.max_calls_per_sample)
         batch.append(calls)
-    samplers = [_Sampler(options) for _ in subjects]
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -8,7 +8,8 @@ and FLOP/s, arithmetic intensity, bound and efficiency against the hardware prof
 and its speedup over the baseline measured in the same run.
 
 Exit codes: 0 every case ran; 1 a case or its baseline failed (the others still ran and
-are reported); 2 a usage error (unknown op, workload label, device or profile).
+are reported); 2 a usage error (unknown op, workload label, device or profile); 130
+stopped by Ctrl-C (the cases finished so far are still printed and written).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..bench.catalog import UnknownName, UsageError, resolve_specs
 from ..bench.profiles import device_name, profile_for
 from ..bench.progress import Progress
 from ..bench.report import build_document, format_table
-from ..bench.runner import BenchConfig, plan_cases, run_bench
+from ..bench.runner import BenchConfig, Interrupted, plan_cases, run_bench
 from ..bench.timing import DEFAULT, QUICK, TimingOptions
 from ..errors import TileOpsError
 from .main import EXIT_FINDINGS, EXIT_OK
@@ -37,6 +38,9 @@ __all__ = ["NAME", "HELP", "add_arguments", "run"]
 
 NAME = "bench"
 HELP = "time ops on their workload rows: time, bandwidth, FLOP/s, roofline bound and efficiency, baseline ratio"
+
+#: The shell's code for a run stopped by Ctrl-C (what ``tileops`` returns on KeyboardInterrupt too).
+EXIT_INTERRUPTED = 130
 
 #: L2 size assumed for input rotation when neither torch nor the profile knows it (H100/H200).
 DEFAULT_L2_BYTES = 50 << 20
@@ -118,7 +122,11 @@ def run(args: argparse.Namespace) -> int:
         return usage_error(NAME, "no workload rows to run")
     config = BenchConfig(device, args.baseline, options, profile, args.ceiling,
                          _rotate_bytes(device, profile.profile.l2_bytes if profile else None))
-    results = run_bench(cases, config, Progress(args.progress), args.seed)
+    interrupted = None
+    try:
+        results = run_bench(cases, config, Progress(args.progress), args.seed)
+    except Interrupted as stop:
+        interrupted, results = stop, stop.results
     doc = build_document(results, config, name)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -138,5 +146,8 @@ def run(args: argparse.Namespace) -> int:
         failed = sum(1 for r in results if not r.ok)
         print(f"\n{len(results)} case(s), {failed} failed, in {time.monotonic() - started:.1f} s"
               + (f"; results in {args.json}" if args.json else "") + (f"; chart in {args.plot}" if args.plot else ""))
+    if interrupted is not None:
+        print(f"tileops bench: {interrupted}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     bad = plot_failed or any(not r.ok or r.baseline_error for r in results)
     return EXIT_FINDINGS if bad else EXIT_OK

@@ -29,29 +29,39 @@ Inline = Union[str, Link, Sequence[Union[str, Link]]]
 
 @dataclass(frozen=True)
 class Heading:
+    """A section heading; level 1 is a page's section (the page title is above it)."""
+
     level: int
     text: str
 
 
 @dataclass(frozen=True)
 class Para:
+    """A paragraph of inline content."""
+
     content: Inline
 
 
 @dataclass(frozen=True)
 class Table:
+    """A table: header texts and rows of inline cells."""
+
     headers: Sequence[str]
     rows: Sequence[Sequence[Inline]]
 
 
 @dataclass(frozen=True)
 class Code:
+    """A preformatted block (a signature, a formula)."""
+
     text: str
     language: str = ""
 
 
 @dataclass(frozen=True)
 class Bullets:
+    """An unordered list of inline items."""
+
     items: Sequence[Inline]
 
 
@@ -67,6 +77,7 @@ class Page:
     blocks: list[Block] = field(default_factory=list)
 
     def add(self, *blocks: Block) -> "Page":
+        """Append blocks (returns the page, so pages read as one expression)."""
         self.blocks.extend(blocks)
         return self
 
