@@ -81,6 +81,28 @@ def test_real_manifest_validates_clean_with_every_check() -> None:
     assert all(report.ops[name]["checks"] == "all" for name in implemented)
 
 
+def test_conformance_judges_the_real_op_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tileops_core.op.base import Op
+    from tileops_core.ops.gemm import GemmFwdOp
+
+    def flipped(self: Op, trans_a: bool = False, trans_b: bool = True, **options: object) -> None:
+        Op.__init__(self, trans_a=not trans_a, trans_b=trans_b, **options)
+
+    monkeypatch.setattr(GemmFwdOp, "__init__", flipped)
+    report = validate([str(Path(__file__).parents[1] / "manifest" / "gemm.yaml")], check_op="GemmFwdOp")
+    rules = {d.rule for d in report.errors}
+    assert rules == {"L2.inference"}, [str(d) for d in report.errors]
+    assert "the op's generated checks reject the row" in report.errors[0].message
+
+
+def test_example_plugin_specs_validate_clean_with_every_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    plugin = Path(__file__).parents[1] / "plugins" / "example"
+    monkeypatch.syspath_prepend(str(plugin))  # its op module, whether or not the plugin is installed
+    report = validate([str(plugin / "tileops_example" / "manifest")])
+    assert report.ops and all(info["checks"] == "all" for info in report.ops.values())
+    assert [str(d) for d in report.diagnostics] == []
+
+
 def test_real_manifest_validation_takes_seconds_not_minutes() -> None:
     validate()  # imports and caches warm
     report = validate()
