@@ -31,7 +31,7 @@ def render_text(report: Report) -> str:
         for d in group:
             where = f"{d.line}" if d.line is not None else "-"
             target = (d.op or "") + (f".{d.field}" if d.field else "")
-            count = f" [{d.hits} combinations]" if d.hits > 1 else ""
+            count = f" [x{d.hits}: found on {d.hits} combinations or rows]" if d.hits > 1 else ""
             lines.append(f"  {where}: {d.severity} {d.rule} {target}: {d.message}{count}")
             if d.fix:
                 lines.append(f"      fix: {d.fix}")
