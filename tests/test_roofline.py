@@ -60,7 +60,7 @@ def test_rgdr_bytes_are_slots_read_and_written_plus_token_vectors(label):
     spec, row = _row("RecurrentGatedDeltaRuleFwdOp", label)
     v = row.values
     B, NK, NV, DK, DV = v["B"], v["NK"], v["NV"], v["DK"], v["DV"]
-    T = B * v["tokens_per_seq"]
+    T = B * v["generator"]["tokens_per_seq"]
     elem = torch.empty((), dtype=getattr(torch, dtype_cases(row)[0])).element_size()
     slot_bytes = NV * DV * DK * torch.empty((), dtype=getattr(torch, v["state_dtype"])).element_size()
     roof = roofline_of_row(spec, row, dtype_cases(row)[0])
