@@ -89,6 +89,8 @@ def test_rgdr_page_lists_its_mutated_state_and_optional_gates(site):
     page = (out / "ops" / "RecurrentGatedDeltaRuleFwdOp.md").read_text()
     assert "| state | float16 \\| bfloat16 \\| float32 | [S, NV, DV, DK] | mutated |" in page
     assert "| gk | float32 | [T, NV, *G] | optional |" in page
+    assert "| tiny-fp32 | float32 | B=3, NK=2, NV=4, DK=16, DV=32, state_dtype=float32 (generator rgdr_decode: " \
+           "tokens_per_seq=2) | 73,728 | 81,504 |" in page
 
 
 def test_the_matrix_probes_every_row_in_every_declared_dtype():

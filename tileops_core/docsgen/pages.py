@@ -81,8 +81,11 @@ def _workload_rows(spec: OpSpec) -> list[list[str]]:
     for row in spec.workloads:
         args = ", ".join(f"{k}={_value(v)}" for k, v in row.values.items() if k not in _RESERVED)
         gen = row.values.get("generator")
-        if gen:
-            args += f" (generator {gen if isinstance(gen, str) else gen.get('name')})"
+        if isinstance(gen, dict):
+            extra = ", ".join(f"{k}={_value(v)}" for k, v in gen.items() if k != "name")
+            args += f" (generator {gen.get('name')}" + (f": {extra})" if extra else ")")
+        elif gen:
+            args += f" (generator {gen})"
         for case in dtype_cases(row):
             try:
                 roof = roofline_of_row(spec, row, case)
