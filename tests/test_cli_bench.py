@@ -138,3 +138,14 @@ def test_no_traceback_reaches_the_terminal_for_a_user_error():
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("tileops bench: error: unknown op 'NoSuchOp'")
+
+
+def test_an_unwritable_output_is_one_line_not_a_traceback(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["docs", "--out", str(blocker / "sub")]) == 2
+    assert _usage_line(capsys).startswith(f"tileops docs: error: cannot write under --out {blocker / 'sub'}")
+    assert main(["bench", "SumFwdOp", "--quick", *FAST, "--baseline", "none", "--json", str(blocker / "r.json")]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == f"tileops bench: cannot write --json {blocker / 'r.json'}: Not a directory"
+    assert "results in" not in captured.out

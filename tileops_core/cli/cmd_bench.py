@@ -128,26 +128,33 @@ def run(args: argparse.Namespace) -> int:
     except Interrupted as stop:
         interrupted, results = stop, stop.results
     doc = build_document(results, config, name)
+    wrote: list[str] = []
+    write_failed = False
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-    plot_failed = False
+        try:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+            wrote.append(f"results in {args.json}")
+        except OSError as exc:
+            write_failed = True
+            print(f"tileops bench: cannot write --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
     if args.plot:
         from ..bench.plot import plot_roofline
         try:
             plot_roofline(doc, args.plot)
-        except TileOpsError as exc:
-            plot_failed = True
-            print(f"tileops bench: no plot: {exc}", file=sys.stderr)
+            wrote.append(f"chart in {args.plot}")
+        except (TileOpsError, OSError) as exc:
+            write_failed = True
+            print(f"tileops bench: no plot: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
     if args.format == "json":
         print(json.dumps(doc, indent=2))
     else:
         print(format_table(doc))
         failed = sum(1 for r in results if not r.ok)
         print(f"\n{len(results)} case(s), {failed} failed, in {time.monotonic() - started:.1f} s"
-              + (f"; results in {args.json}" if args.json else "") + (f"; chart in {args.plot}" if args.plot else ""))
+              + "".join(f"; {w}" for w in wrote))
     if interrupted is not None:
         print(f"tileops bench: {interrupted}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    bad = plot_failed or any(not r.ok or r.baseline_error for r in results)
+    bad = write_failed or any(not r.ok or r.baseline_error for r in results)
     return EXIT_FINDINGS if bad else EXIT_OK

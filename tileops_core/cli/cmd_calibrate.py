@@ -17,7 +17,7 @@ from ..bench.calibrate import CalibrationSizes, calibrate, default_sizes
 from ..bench.catalog import UsageError
 from ..bench.profiles import device_name, dump_profile, profile_for, user_profile_dir
 from ..bench.timing import DEFAULT, QUICK
-from .main import EXIT_OK
+from .main import EXIT_FINDINGS, EXIT_OK
 from .usage import parse_device, usage_error
 
 __all__ = ["NAME", "HELP", "add_arguments", "run"]
@@ -62,20 +62,19 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     profile = calibrate(device, sizes, QUICK if args.quick else DEFAULT, known.profile if known else None)
     text = dump_profile(profile)
-    written = []
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
-        written.append(args.out)
-    if args.save:
-        target = user_profile_dir() / f"{profile.name}.yaml"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-        written.append(str(target))
     if args.format == "json":
         print(json.dumps(profile.model_dump(exclude_none=True), indent=2))
     else:
         print(text, end="")
-    for path in written:
-        print(f"wrote {path}", file=sys.stderr)
-    return EXIT_OK
+    targets = ([Path(args.out)] if args.out else []) + ([user_profile_dir() / f"{profile.name}.yaml"]
+                                                        if args.save else [])
+    code = EXIT_OK
+    for target in targets:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            print(f"wrote {target}", file=sys.stderr)
+        except OSError as exc:
+            print(f"tileops calibrate: cannot write {target}: {exc.strerror or exc}", file=sys.stderr)
+            code = EXIT_FINDINGS
+    return code

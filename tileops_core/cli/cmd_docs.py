@@ -38,7 +38,10 @@ def run(args: argparse.Namespace) -> int:
         return usage_error(NAME, f"--out {out} exists and is not a folder")
     formats = tuple(dict.fromkeys(args.format or ("md", "html")))
     matrix = support_matrix(benchable_specs().values())
-    written = write_docs(out, formats, matrix)
+    try:
+        written = write_docs(out, formats, matrix)
+    except OSError as exc:
+        return usage_error(NAME, f"cannot write under --out {out}: {exc.strerror or exc}")
     pages = len(written) // len(formats)
     print(f"wrote {pages} page(s) x {', '.join(formats)} under {out}/ (start at {out / ('index' + FORMATS[formats[0]][0])})")
     gaps = [s.spec.name for s in matrix if s.unserved or s.problems]
