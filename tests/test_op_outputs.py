@@ -241,6 +241,20 @@ def test_out_buffer_given_by_position(use):
     assert ReciprocalFwdOp()(x, out) is out
 
 
+def test_forward_taking_the_out_buffer_by_keyword_only_gets_it_by_keyword(use):
+    use(ReciprocalKernel, reciprocal)
+
+    class ReciprocalFwdOp(Op):  # noqa: F811  (forward(input, *, out=None))
+        interfaces = (ReciprocalKernel,)
+
+        def forward(self, input, *, out=None):
+            return self.launch(ReciprocalKernel, input, out=out)
+
+    x, out = rand(4), torch.empty(4)
+    assert ReciprocalFwdOp()(x, out=out) is out
+    torch.testing.assert_close(ReciprocalFwdOp()(x), 1 / x)
+
+
 def test_kernel_that_returns_a_new_tensor_instead_of_the_out_buffer(use):
     use(ReciprocalKernel, lambda input, out=None: torch.reciprocal(input))
     op = ReciprocalFwdOp()

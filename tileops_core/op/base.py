@@ -14,6 +14,8 @@ the kernel and step 7's output check; it never goes through the dispatcher.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 import warnings
 from typing import Any, Callable, ClassVar, Sequence
@@ -119,6 +121,8 @@ class Op:
         self._last_plan: CallPlan | None = None
         self._init_values = dict(values)
         self._n_args = len(checks.arg_names)
+        self._buffers_by_position = bool(checks.buffers) and _forward_takes_buffers_by_position(type(self),
+                                                                                              checks.arg_names)
         for name in (*checks.spec.params, *checks.spec.static_dims):
             if not hasattr(type(self), name):
                 setattr(self, name, env[name])
@@ -251,7 +255,7 @@ class Op:
         previous = getattr(_tls, "call", None)
         _tls.call = (self, plan, values)
         try:
-            if plan.n_buffers == 0:
+            if plan.n_buffers == 0 or self._buffers_by_position:
                 result = self.forward(*values)
             else:
                 n_inputs = len(values) - plan.n_buffers
@@ -268,8 +272,7 @@ class Op:
         state = getattr(_tls, "call", None)
         if state is None:
             raise RuntimeError("Op.launch() is only valid inside an op's forward()")
-        plan = state[1]
-        values = state[2]
+        _, plan, values = state
         target = current_target(self._target)
         kernel = plan.kernels.get((interface, target))
         if kernel is None:
@@ -279,7 +282,7 @@ class Op:
             kernel = kernel_for(interface, call, target)
             plan.kernels[(interface, target)] = kernel
         if not interface.needs_contiguous:
-            return kernel(*args, **kwargs)
+            return kernel(*args, **kwargs) if kwargs else kernel(*args)
         checks = self._checks
         written = {id(v) for v, name in zip(values, checks.arg_names)  # type: ignore[union-attr]
                    if v is not None and (name in checks.mutated_or_buffer)}  # type: ignore[union-attr]
@@ -319,6 +322,19 @@ class Op:
         from ..bench.roofline import roofline_of_call  # the bench package is not needed by a plain call
 
         return roofline_of_call(self)
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_takes_buffers_by_position(cls: type, arg_names: tuple[str, ...]) -> bool:
+    """Whether ``cls.forward`` names its parameters exactly like the spec's forward arguments, in order,
+    out buffers included, and takes them by position: then a call passes them positionally (cheaper
+    than building keyword arguments on every call); otherwise buffers go by keyword."""
+    try:
+        params = list(inspect.signature(cls.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return False
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return positional[: len(arg_names)] == list(arg_names)
 
 
 def _launch_contiguous(kernel: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
