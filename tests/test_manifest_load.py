@@ -129,6 +129,25 @@ def test_duplicate_yaml_key_is_an_error_naming_both_lines(tmp_path):
     assert problem.rule == "L0.duplicate-key"
 
 
+def test_key_overriding_a_merged_key_is_not_a_duplicate(tmp_path):
+    text = GOOD.replace('      x: {dtype: "float16 | float32", shape: "[M, 2 * N]"}\n',
+                        '      x: &x {dtype: "float16 | float32", shape: "[M, 2 * N]"}\n'
+                        '      w: {<<: *x, shape: "[N]", optional: true}\n')
+    write(tmp_path / "one", "probe.yaml", text)
+    spec = load_dirs(tmp_path, "one")["ProbeFwdOp"]
+    assert spec.problems == ()
+    assert (spec.inputs["w"].shape_text, spec.inputs["w"].dtype_text) == ("[N]", "float16 | float32")
+
+
+def test_key_written_twice_next_to_a_merge_is_still_a_duplicate(tmp_path):
+    text = GOOD.replace('      x: {dtype: "float16 | float32", shape: "[M, 2 * N]"}\n',
+                        '      x: &x {dtype: "float16 | float32", shape: "[M, 2 * N]"}\n'
+                        '      w:\n        <<: *x\n        shape: "[N]"\n        shape: "[M]"\n')
+    write(tmp_path / "one", "probe.yaml", text)
+    (problem,) = load_dirs(tmp_path, "one").problems
+    assert str(problem) == "one/probe.yaml:11: duplicate key 'shape' (first written at line 10)"
+
+
 def test_duplicate_op_key_in_one_file_is_an_error_naming_both_lines(tmp_path):
     write(tmp_path / "one", "probe.yaml", GOOD + GOOD)
     (problem,) = load_dirs(tmp_path, "one").problems

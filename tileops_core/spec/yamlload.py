@@ -48,10 +48,18 @@ class _Loader(_Base):  # type: ignore[misc, valid-type]
     file_name = "<string>"
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
+    # Keys written in this mapping must be unique. Keys brought in by a merge (``<<: *base``)
+    # come first after flattening and may be overridden by a key written here: that is
+    # what a merge is for, not a key said twice.
+    written = {id(k) for k, _ in node.value if k.tag != _MERGE_TAG}
     loader.flatten_mapping(node)
     result = LineDict()
     result.line = node.start_mark.line + 1
+    merged: set[Any] = set()
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         try:
@@ -60,10 +68,13 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
             raise SpecError("a mapping key must be a scalar", Location(loader.file_name, key_node.start_mark.line + 1),
                             rule="L0.yaml") from None
         line = key_node.start_mark.line + 1
-        if key in result:
+        if key in result and key not in merged:
             first = result.key_lines[key]
             raise SpecError(f"duplicate key {key!r} (first written at line {first})",
                             Location(loader.file_name, line), rule="L0.duplicate-key")
+        merged.discard(key)
+        if id(key_node) not in written:
+            merged.add(key)
         result[key] = loader.construct_object(value_node, deep=True)
         result.key_lines[key] = line
     return result
