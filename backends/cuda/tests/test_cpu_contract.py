@@ -58,8 +58,8 @@ def test_rgdr_serves_the_qwen_shapes():
     assert rgdr.rgdr_refusal(_key(num_k_heads=8, num_v_heads=16, state_dtype="bfloat16")) is None
 
 
-def test_rgdr_refuses_head_k_dim_that_is_not_eight_times_a_power_of_two():
-    assert "head_k_dim=96 must be 8 times a power of two" in rgdr.rgdr_refusal(_key(head_k_dim=96))
+def test_rgdr_refuses_head_k_dim_that_is_not_sixteen_times_a_power_of_two():
+    assert "head_k_dim=96 must be 16 times a power of two" in rgdr.rgdr_refusal(_key(head_k_dim=96))
 
 
 def test_rgdr_refuses_head_v_dim_off_the_value_tile():
@@ -110,3 +110,11 @@ def test_sum_plans_adjacent_dims_as_a_k_b():
 def test_group_norm_refuses_channels_not_divisible_by_groups():
     key = group_norm.GroupNormBuildKey("bfloat16", 3, 32, 16)
     assert "channels=32 is not a multiple of num_groups=3" in group_norm.group_norm_refusal(key)
+
+
+def test_rgdr_schedule_uses_the_large_tile_only_where_it_divides_head_v_dim():
+    sched = rgdr.default_schedule(_key(head_v_dim=48))
+    assert sched.large == sched.small
+    sched = rgdr.default_schedule(_key())
+    assert sched.large.block_v > sched.small.block_v
+    assert sched.pick(1) == sched.small and sched.pick(10_000) == sched.large

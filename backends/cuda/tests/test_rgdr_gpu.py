@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tileops_cuda.kernels.rgdr import RGDRBuildKey, build_rgdr
+from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRTiling, build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
 # Each key covers a different corner of the build identity (dtypes, metadata style and
@@ -143,3 +143,16 @@ def test_captures_in_a_cuda_graph(arch, cuda_device, gen):
     launcher(*args[:4], eager_state, *args[5:10], eager_out, None)
     torch.cuda.synchronize()
     assert torch.equal(out, eager_out) and torch.equal(state, eager_state)
+
+
+@pytest.mark.parametrize(
+    "tiling",
+    [RGDRTiling(128, 8, 1, 4), RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), RGDRTiling(128, 16, 8, 4),
+     RGDRTiling(128, 8, 4, 4), RGDRTiling(128, 32, 8, 4), RGDRTiling(128, 4, 1, 4)],  # fmt: skip
+)
+@pytest.mark.parametrize("state", ["float32", "bfloat16"])
+def test_every_tiling_computes_the_same_function(tiling, state, arch, cuda_device, gen):
+    key = _with_arch(RGDRBuildKey("bfloat16", state, 2, 4, 128, 128, use_qk_l2norm=True), arch)
+    case = rgdr_case(key, [3, 1, 9, 0, 17], device=cuda_device[0], generator=gen, padding=0.1, pad_first_of=1)
+    res = check_rgdr(build_rgdr(key, tiling), case)
+    assert res["ok"], res

@@ -155,7 +155,7 @@ def check_rgdr(launcher: Any, case: dict[str, Any]) -> dict[str, Any]:
     every output element written (NaN poison), slots no token writes bit-identical,
     fp32 state within 1e-5 of float64, 16-bit state within twice the float32 reference's
     own drift (floor 1e-4), outputs within twice the larger of that drift and the output
-    dtype's rounding (plus 1e-5).
+    dtype's rounding, plus the state tolerance for a 16-bit state (plus 1e-5).
     """
     import torch
 
@@ -205,7 +205,9 @@ def check_rgdr(launcher: Any, case: dict[str, Any]) -> dict[str, Any]:
         state_tol = 1e-5
     else:
         state_tol = max(2.0 * res["state_err_ref32"], 1e-4)
-    out_tol = 2.0 * max(res["out_err_ref32"], res["out_rounding"]) + 1e-5
+    # The output is linear in the state: a 16-bit state's rounding flips (bounded by
+    # state_tol) carry into the output at the same relative size.
+    out_tol = 2.0 * max(res["out_err_ref32"], res["out_rounding"]) + (state_tol if key.state_dtype != "float32" else 0.0) + 1e-5
     res["state_tol"], res["out_tol"] = state_tol, out_tol
     if not res["state_err"] <= state_tol:
         why.append(f"state error {res['state_err']:.3g} > {state_tol:.3g}")

@@ -88,7 +88,7 @@ def compile_many(thunks: Iterable[Callable[[], Any]], workers: int | None = None
         return list(pool.map(run, thunks))
 
 
-def row_plan(n: int, vec: int, max_per_thread: int = 48) -> tuple[int, int, int] | None:
+def row_plan(n: int, vec: int, max_per_thread: int = 48, ideal_per_thread: int = 16) -> tuple[int, int, int] | None:
     """How register-resident rows of ``n`` elements (``vec`` per 16-byte access) are laid on a
     block: ``(threads, padded_n, rows_per_program)``, or None when no block holds a row.
 
@@ -106,7 +106,7 @@ def row_plan(n: int, vec: int, max_per_thread: int = 48) -> tuple[int, int, int]
                 padded = -(-n // unit) * unit
                 per = r * padded // t
                 if vec <= per <= max_per_thread:
-                    score = (padded - n, abs(per - 16), r)
+                    score = (padded - n, abs(per - ideal_per_thread), r)
                     if best is None or score < best[0]:
                         best = (score, t, padded, r)
             r *= 2

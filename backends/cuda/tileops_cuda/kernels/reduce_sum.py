@@ -22,6 +22,7 @@ __all__ = ["SumBuildKey", "build_sum", "sum_refusal", "reduce_sum", "plan_sum"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
 _THREADS = 256
+_UNROLL = 4
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def _rows_program(key: SumBuildKey):
 
     K, f32 = key.inner, "float32"
     vec = 16 // ELEM_BYTES[key.dtype]
-    BK = _THREADS * vec
+    BK = _THREADS * vec * _UNROLL  # several 16-byte loads per thread in flight per step
     NT = (K + BK - 1) // BK
     A, P = T.dynamic("A"), T.dynamic("P")
 
@@ -87,7 +88,7 @@ def _col_tile(b: int, vec: int) -> tuple[int, int]:
     bb = 1
     while b % (bb * 2) == 0 and bb * 2 <= 64 * vec:
         bb *= 2
-    return bb, max(1, _THREADS * vec // bb)
+    return bb, max(1, _THREADS * vec * _UNROLL // bb)
 
 
 def _cols_program(key: SumBuildKey):
@@ -179,7 +180,7 @@ def reduce_sum(
         return out.zero_()
     if B == 1:
         vec = 16 // ELEM_BYTES[dt]
-        k_tiles = (K + _THREADS * vec - 1) // (_THREADS * vec)
+        k_tiles = (K + _THREADS * vec * _UNROLL - 1) // (_THREADS * vec * _UNROLL)
         P = _splits(A, k_tiles)
         part = torch.empty((A, P), dtype=torch.float32, device=x.device)
         build_sum(SumBuildKey("rows", dt, "float32", K, arch))(x.view(A, K), part)

@@ -37,9 +37,11 @@ from ._common import cached_build, compile_prim_func
 
 __all__ = [
     "RGDRBuildKey",
+    "RGDRSchedule",
     "RGDRTiling",
     "RGDRLauncher",
     "build_rgdr",
+    "default_schedule",
     "default_tiling",
     "rgdr_refusal",
     "build_key_for",
@@ -127,13 +129,42 @@ class RGDRTiling:
         return self.threads // self.threads_per_row
 
 
-def default_tiling(key: RGDRBuildKey) -> RGDRTiling:
-    """The tiling rule (data, one place): 8 lanes per row, one row per thread.
+@dataclass(frozen=True)
+class RGDRSchedule:
+    """Two tilings of one build key, chosen per call by the number of sequences.
 
-    16-row tiles give 256 programs for one sequence at NV=32 (enough for 132 SMs at B=1)
-    and 8/4 KiB of fp32/bf16 state per program.
+    The count comes from a tensor shape on the host, so the choice is free, and the compile
+    never specialises on B: both variants accept any B and T. Small batches want many small
+    programs (latency); large ones want big tiles (bytes in flight per register).
     """
-    return RGDRTiling()
+
+    small: RGDRTiling
+    large: RGDRTiling
+    large_from_seqs: int
+
+    def pick(self, n_seq: int) -> RGDRTiling:
+        return self.large if n_seq >= self.large_from_seqs else self.small
+
+
+# The tiling rule, as data: (state bytes) -> (small, large, sequences from which large wins).
+_SCHEDULES = {
+    4: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), 8),
+    2: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 4), 8),
+}
+
+
+def default_tiling(key: RGDRBuildKey) -> RGDRTiling:
+    """The small-batch tiling (16-row tiles; the most permissive about head_v_dim)."""
+    return default_schedule(key).small
+
+
+def default_schedule(key: RGDRBuildKey) -> RGDRSchedule:
+    """The schedule rule: the table above, falling back to the small tiling alone when the
+    large tile does not divide head_v_dim."""
+    small, large, n = _SCHEDULES[_ELEM_BYTES[key.state_dtype]]
+    if key.head_v_dim % large.block_v or key.head_k_dim // large.threads_per_row < 2:
+        large = small
+    return RGDRSchedule(small, large, n)
 
 
 def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | None:
@@ -226,7 +257,7 @@ def _rgdr_program(key: RGDRBuildKey, tiling: RGDRTiling):  # noqa: C901 - one ke
     GV = _pow2_at_most(EPT, 4)  # gk (fp32) vector width
     NVT = DV // BV
     NWARP = THREADS // 32
-    PS = 4 if EPT % 4 == 0 else 1  # partial sums per dot product (shortens the add chain)
+    PS = max(1, min(4, EPT // 4))  # partial sums per dot product (shortens the add chain)
     NSH = TPR.bit_length() - 1  # xor-shuffle rounds: offsets TPR/2 .. 1
     sdt, idt = key.state_dtype, key.input_dtype
     lengths_style = key.seq_lens_style == "lengths"
@@ -234,6 +265,16 @@ def _rgdr_program(key: RGDRBuildKey, tiling: RGDRTiling):  # noqa: C901 - one ke
     scalar_decay = has_g or gk_form == "scalar"
     vector_decay = gk_form == "vector"
     requant = sdt != f32
+    rdt = sdt  # registers hold the state in its own dtype: a 16-bit state is exact there
+
+    def decayed(x, dsc, dvec, e):
+        """fp32 value of state element ``x`` after this token's decays (same op order each time)."""
+        v = T.cast(x, f32)
+        if scalar_decay:
+            v = v * dsc
+        if vector_decay:
+            v = v * dvec[e]
+        return v
 
     Tn, S, BM, NA = T.dynamic("T"), T.dynamic("S"), T.dynamic("BM"), T.dynamic("NA")
     NB = BM if lengths_style else BM - 1
@@ -263,21 +304,26 @@ def _rgdr_program(key: RGDRBuildKey, tiling: RGDRTiling):  # noqa: C901 - one ke
             if vector_decay:
                 dv_s = T.alloc_shared((C, DK), f32)
 
-            Sx = T.alloc_local((R, EPT), f32)
+            Sx = T.alloc_local((R, EPT), rdt)  # the running state, in the state dtype's bits
             kq = T.alloc_local((EPT,), f32)
             xq = T.alloc_local((EPT,), f32)
             xk = T.alloc_local((EPT,), f32)
-            if vector_decay:
-                dvec = T.alloc_local((EPT,), f32)
+            dvec = T.alloc_local((EPT,), f32) if vector_decay else None
             pacc = T.alloc_local((R, PS), f32)
             acc = T.alloc_local((R,), f32)
             start = T.alloc_var(i32)
             L = T.alloc_var(i32)
 
             # -- where sequence `by` starts and how long it is --------------------------
+            # Latency is the cost at small B: every load below is issued as early as its
+            # inputs allow (L and the accepted count beside the prefix sum, the first slot
+            # without waiting on L), so the chain to the state load is two round trips.
+            acc_n = T.alloc_var(i32)
+            acc_n = T.cast(nacc[by], i32) if has_acc else 1
             if lengths_style:
                 part = T.alloc_var(i32)
                 part = 0
+                L = T.cast(seq_meta[by], i32)
                 for it in T.serial(T.ceildiv(by, THREADS)):
                     if it * THREADS + tid < by:
                         part = part + T.cast(seq_meta[it * THREADS + tid], i32)
@@ -289,27 +335,24 @@ def _rgdr_program(key: RGDRBuildKey, tiling: RGDRTiling):  # noqa: C901 - one ke
                 start = 0
                 for w in T.unroll(NWARP):
                     start = start + red[w]
-                L = T.cast(seq_meta[by], i32)
             else:
                 start = T.cast(seq_meta[by], i32)
                 L = T.cast(seq_meta[by + 1], i32) - start
 
-            if L > 0:
-                # -- initial state: the slot of the first accepted token, zeros if padding --
-                if has_acc:
-                    first = start + T.cast(nacc[by], i32) - 1
-                else:
-                    first = start
-                slot0 = T.cast(slots[first], i32)
-                for r in T.unroll(R):
-                    for cc in T.unroll(EPT // SV):
-                        for e in T.vectorized(SV):
-                            Sx[r, cc * SV + e] = T.if_then_else(
-                                slot0 >= 0,
-                                T.cast(state[slot0, h, vt * BV + r * ROWS + rg, col(cc, lane, SV, e)], f32),
-                                T.float32(0),
-                            )
+            # -- initial state: the slot of the first accepted token, zeros if padding ------
+            # (the index is clamped so the load need not wait for L; an empty sequence skips
+            # everything below through the L > 0 predicate)
+            slot0 = T.cast(slots[T.max(T.min(start + acc_n - 1, Tn - 1), 0)], i32)
+            for r in T.unroll(R):
+                for cc in T.unroll(EPT // SV):
+                    for e in T.vectorized(SV):
+                        Sx[r, cc * SV + e] = T.if_then_else(
+                            slot0 >= 0 and L > 0,
+                            state[slot0, h, vt * BV + r * ROWS + rg, col(cc, lane, SV, e)],
+                            T.cast(0, rdt),
+                        )
 
+            if L > 0:
                 for ch in T.serial(T.ceildiv(L, C)):
                     base = ch * C
                     T.sync_threads()  # the previous chunk's staging buffers are free
@@ -388,15 +431,18 @@ def _rgdr_program(key: RGDRBuildKey, tiling: RGDRTiling):  # noqa: C901 - one ke
                                 for cc in T.unroll(EPT // SV):
                                     for e in T.vectorized(SV):
                                         dvec[cc * SV + e] = dv_s[c2, col(cc, lane, SV, e)]
+                            dsc = d_s[c2] if scalar_decay else T.float32(1)
                             for r in T.unroll(R):
                                 for p in T.unroll(PS):
                                     pacc[r, p] = 0.0
                                 for e in T.unroll(EPT):
-                                    if scalar_decay:
-                                        Sx[r, e] = Sx[r, e] * d_s[c2]
-                                    if vector_decay:
-                                        Sx[r, e] = Sx[r, e] * dvec[e]
-                                    pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * kq[e]
+                                    if requant:
+                                        # 16-bit state stays packed in registers; the decayed value
+                                        # is recomputed (bit-identically) for the update below.
+                                        pacc[r, e % PS] = pacc[r, e % PS] + decayed(Sx[r, e], dsc, dvec, e) * kq[e]
+                                    else:
+                                        Sx[r, e] = decayed(Sx[r, e], dsc, dvec, e)
+                                        pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * kq[e]
                                 acc[r] = pacc[r, 0]
                                 for p in T.unroll(PS - 1):
                                     acc[r] = acc[r] + pacc[r, p + 1]
@@ -407,7 +453,8 @@ def _rgdr_program(key: RGDRBuildKey, tiling: RGDRTiling):  # noqa: C901 - one ke
                                 dl = b_s[c2] * (v_s[c2, r * ROWS + rg] - acc[r])
                                 for e in T.unroll(EPT):
                                     if requant:
-                                        Sx[r, e] = T.cast(T.cast(Sx[r, e] + dl * kq[e], sdt), f32)
+                                        # Re-quantise: the recurrence continues from the rounded value.
+                                        Sx[r, e] = T.cast(decayed(Sx[r, e], dsc, dvec, e) + dl * kq[e], sdt)
                                     else:
                                         Sx[r, e] = Sx[r, e] + dl * kq[e]
                             for cc in T.unroll(EPT // SV):
@@ -417,7 +464,7 @@ def _rgdr_program(key: RGDRBuildKey, tiling: RGDRTiling):  # noqa: C901 - one ke
                                 for p in T.unroll(PS):
                                     pacc[r, p] = 0.0
                                 for e in T.unroll(EPT):
-                                    pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * kq[e]
+                                    pacc[r, e % PS] = pacc[r, e % PS] + T.cast(Sx[r, e], f32) * kq[e]
                                 acc[r] = pacc[r, 0]
                                 for p in T.unroll(PS - 1):
                                     acc[r] = acc[r] + pacc[r, p + 1]
@@ -431,9 +478,9 @@ def _rgdr_program(key: RGDRBuildKey, tiling: RGDRTiling):  # noqa: C901 - one ke
                                 for r in T.unroll(R):
                                     for cc in T.unroll(EPT // SV):
                                         for e in T.vectorized(SV):
-                                            state[sl_s[c2], h, vt * BV + r * ROWS + rg, col(cc, lane, SV, e)] = T.cast(
-                                                Sx[r, cc * SV + e], sdt
-                                            )
+                                            state[sl_s[c2], h, vt * BV + r * ROWS + rg, col(cc, lane, SV, e)] = Sx[
+                                                r, cc * SV + e
+                                            ]
 
     # The signature carries only the tensors this key uses. Each parameter needs its own
     # annotation object: TileLang binds one buffer per annotation instance.
@@ -520,16 +567,19 @@ class RGDRLauncher:
     says so. B and T may change from call to call.
     """
 
-    def __init__(self, key: RGDRBuildKey, tiling: RGDRTiling, kernel: Any) -> None:
+    def __init__(self, key: RGDRBuildKey, schedule: RGDRSchedule, kernels: dict[RGDRTiling, Any]) -> None:
         self.key = key
-        self.tiling = tiling
-        self.kernel = kernel
+        self.schedule = schedule
+        self.kernels = kernels
+        self._small = kernels[schedule.small]
+        self._large = kernels[schedule.large]
+        self._from = schedule.large_from_seqs
         self._default_scale = float(key.head_k_dim) ** -0.5
         self._cu = key.seq_lens_style == "cu_seqlens"
 
-    def source(self) -> str:
-        """The generated CUDA source (for inspection and notes)."""
-        return self.kernel.get_kernel_source()
+    def source(self, tiling: RGDRTiling | None = None) -> str:
+        """The generated CUDA source of one variant (the small-batch one by default)."""
+        return self.kernels[tiling or self.schedule.small].get_kernel_source()
 
     def __call__(
         self,
@@ -570,20 +620,31 @@ class RGDRLauncher:
             args.append(num_accepted_tokens)
         args.append(out)
         args.append(self._default_scale if scale is None else float(scale))
-        self.kernel(*args)
+        (self._large if n_seq >= self._from else self._small)(*args)
         return out
 
 
-def build_rgdr(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> RGDRLauncher:
+def build_rgdr(key: RGDRBuildKey, tiling: RGDRTiling | RGDRSchedule | None = None) -> RGDRLauncher:
     """Compile (once per process; tilelang's disk cache across processes) and return the launcher.
 
+    ``tiling`` pins one tiling or a schedule (benchmarks); by default :func:`default_schedule`.
     Raises ValueError with the refusal reason if the kernel was not written for ``key``.
     """
-    tiling = tiling or default_tiling(key)
-    reason = rgdr_refusal(key, tiling)
-    if reason is not None:
-        raise ValueError(reason)
-    return cached_build(
-        ("rgdr", key, tiling),
-        lambda: RGDRLauncher(key, tiling, compile_prim_func(_rgdr_program(key, tiling), key.arch)),
-    )
+    if tiling is None:
+        schedule = default_schedule(key)
+    elif isinstance(tiling, RGDRTiling):
+        schedule = RGDRSchedule(tiling, tiling, 1 << 62)
+    else:
+        schedule = tiling
+    for t in {schedule.small, schedule.large}:
+        reason = rgdr_refusal(key, t)
+        if reason is not None:
+            raise ValueError(reason)
+
+    def compile_one(t: RGDRTiling) -> Any:
+        return cached_build(("rgdr-kernel", key, t), lambda: compile_prim_func(_rgdr_program(key, t), key.arch))
+
+    def make() -> RGDRLauncher:
+        return RGDRLauncher(key, schedule, {t: compile_one(t) for t in {schedule.small, schedule.large}})
+
+    return cached_build(("rgdr", key, schedule), make)

@@ -27,6 +27,13 @@ class RMSNormBuildKey:
     arch: str = "sm_90"
 
 
+def _plan(key: RMSNormBuildKey) -> tuple[int, int, int] | None:
+    """Row layout: 16-bit rows aim at 32 values (16 registers) per thread, fp32 at 16."""
+    vec = 16 // ELEM_BYTES[key.dtype]
+    wide = ELEM_BYTES[key.dtype] == 2
+    return row_plan(key.hidden, vec, 64 if wide else 48, 32 if wide else 16)
+
+
 def rmsnorm_refusal(key: RMSNormBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
     if key.dtype not in _DTYPES:
@@ -37,10 +44,10 @@ def rmsnorm_refusal(key: RMSNormBuildKey) -> str | None:
             f"RMSNorm TileLang kernel: hidden={key.hidden} must be a multiple of {vec} "
             "(16-byte vectors); use the reference"
         )
-    if row_plan(key.hidden, vec) is None:
+    if _plan(key) is None:
         return (
             f"RMSNorm TileLang kernel: hidden={key.hidden} does not fit in the registers of one program "
-            "(at most 48 values per thread, 1024 threads); use the reference"
+            "(at most 48 fp32 / 64 16-bit values per thread, 1024 threads); use the reference"
         )
     return arch_refusal("RMSNorm TileLang kernel", key.arch)
 
@@ -49,29 +56,32 @@ def _program(key: RMSNormBuildKey):
     import tilelang.language as T
 
     N, dt, f32 = key.hidden, key.dtype, "float32"
-    threads, NP, BM = row_plan(N, 16 // ELEM_BYTES[dt])
+    threads, NP, BM = _plan(key)
     M = T.dynamic("M")
 
     @T.macro
     def body(X, W, Y, eps):
         with T.Kernel(T.ceildiv(M, BM), threads=threads) as bx:
-            xf = T.alloc_fragment((BM, NP), f32)
+            T.annotate_min_blocks_per_sm(max(1, 65536 // (threads * 56)))  # <= 56 registers: occupancy
+            # The row stays in registers in its own dtype (a 16-bit row packs two values per
+            # register, so twice the bytes are in flight per thread); math is fp32.
+            xr = T.alloc_fragment((BM, NP), dt)
             sq = T.alloc_fragment((BM, NP), f32)
             rs = T.alloc_fragment((BM,), f32)
             # Columns past N (padding to whole vectors per thread) read as 0: no effect on the sum.
             for i, j in T.Parallel(BM, NP):
-                xf[i, j] = T.if_then_else(j < N, T.cast(X[bx * BM + i, j], f32), T.float32(0))
+                xr[i, j] = T.if_then_else(j < N, X[bx * BM + i, j], T.cast(0, dt))
             for i, j in T.Parallel(BM, NP):
-                sq[i, j] = xf[i, j] * xf[i, j]
+                sq[i, j] = T.cast(xr[i, j], f32) * T.cast(xr[i, j], f32)
             T.reduce_sum(sq, rs, dim=1)
             for i in T.Parallel(BM):
                 rs[i] = T.rsqrt(rs[i] / T.float32(N) + eps)
             for i, j in T.Parallel(BM, NP):
                 if j < N:
                     if key.has_weight:
-                        Y[bx * BM + i, j] = T.cast((xf[i, j] * rs[i]) * T.cast(W[j], f32), dt)
+                        Y[bx * BM + i, j] = T.cast((T.cast(xr[i, j], f32) * rs[i]) * T.cast(W[j], f32), dt)
                     else:
-                        Y[bx * BM + i, j] = T.cast(xf[i, j] * rs[i], dt)
+                        Y[bx * BM + i, j] = T.cast(T.cast(xr[i, j], f32) * rs[i], dt)
 
     x_t = T.Tensor((M, N), dt)
     w_t = T.Tensor((N,), dt)

@@ -56,6 +56,7 @@ def _program(key: SoftmaxBuildKey):
     @T.prim_func
     def softmax_fwd(x: T.Tensor((M, N), dt), y: T.Tensor((M, N), dt)):
         with T.Kernel(T.ceildiv(M, BM), threads=threads) as bx:
+            T.annotate_min_blocks_per_sm(max(1, 65536 // (threads * 56)))  # <= 56 registers: occupancy
             xf = T.alloc_fragment((BM, NP), f32)
             mx = T.alloc_fragment((BM,), f32)
             sm = T.alloc_fragment((BM,), f32)
