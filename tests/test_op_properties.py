@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tileops_core.errors import CheckError
-from tileops_core.kernels import KernelInterface
+from tileops_core.kernels import KernelEntry, KernelInterface, registry
+from tileops_core.kernels.select import clear_caches
 from tileops_core.op import Op
 from tileops_core.spec.manifest import core_manifest_dir
 
@@ -141,37 +142,30 @@ def _reciprocal(input, out):
 
 @pytest.fixture(scope="module")
 def kernels():
-    # Module scope (hypothesis examples share it): the fake backend, restored at the end.
-    from tileops_core.kernels import registry
-    from tileops_core.kernels.select import clear_caches
-    import os
-
-    previous = os.environ.get("TILEOPS_DISABLE_PLUGIN_AUTOLOAD")
-    os.environ["TILEOPS_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    """The fake backend for the whole module (hypothesis examples share it), restored at the end."""
     snap = registry.snapshot()
-    registry.register_backend(registry.BackendInfo("fake-properties"))
-    impls = {
-        BmmKernel: _f32(torch.bmm),
-        GemmKernel: _f32(lambda a, b, ta, tb: (a.T if ta else a) @ (b.T if tb else b)),
-        RMSNormKernel: _f32(lambda x, w, shape, eps: F.rms_norm(x, shape, w, eps)),
-        GroupNormKernel: _f32(_group_norm),
-        SSDDecodeKernel: _ssd,
-        ReciprocalKernel: _reciprocal,
-    }
-    for interface, fn in impls.items():
-        impl = type(f"Prop{interface.__name__}", (interface,), {
-            "devices": ("cpu",), "general": True,
-            "entry_for": classmethod(lambda cls, call, fn=fn: __import__("tileops_core").kernels.KernelEntry(
-                (cls.__name__,), lambda: fn))})
-        registry.register_kernel(impl, "fake-properties")
-    clear_caches()
-    yield
-    registry.restore(snap)
-    clear_caches()
-    if previous is None:
-        os.environ.pop("TILEOPS_DISABLE_PLUGIN_AUTOLOAD", None)
-    else:
-        os.environ["TILEOPS_DISABLE_PLUGIN_AUTOLOAD"] = previous
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TILEOPS_DISABLE_PLUGIN_AUTOLOAD", "1")
+        registry.register_backend(registry.BackendInfo("fake-properties"))
+        impls = {
+            BmmKernel: _f32(torch.bmm),
+            GemmKernel: _f32(lambda a, b, ta, tb: (a.T if ta else a) @ (b.T if tb else b)),
+            RMSNormKernel: _f32(lambda x, w, shape, eps: F.rms_norm(x, shape, w, eps)),
+            GroupNormKernel: _f32(_group_norm),
+            SSDDecodeKernel: _ssd,
+            ReciprocalKernel: _reciprocal,
+        }
+        for interface, fn in impls.items():
+            impl = type(f"Prop{interface.__name__}", (interface,), {
+                "devices": ("cpu",), "general": True,
+                "entry_for": classmethod(lambda cls, call, fn=fn: KernelEntry((cls.__name__,), lambda: fn))})
+            registry.register_kernel(impl, "fake-properties")
+        clear_caches()
+        try:
+            yield
+        finally:
+            registry.restore(snap)
+            clear_caches()
 
 
 @dataclass
