@@ -32,6 +32,7 @@ positional call ``op(*inputs, ...)`` cannot be written in a wrong order.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any, Callable, NamedTuple
 
@@ -47,11 +48,13 @@ __all__ = [
     "BINDING_SCHEMA",
     "KERNEL_INPUT_ORDER",
     "KernelInputs",
+    "RefusedCall",
     "call_binding",
     "describe_call",
     "launch",
     "prepare_kernel_inputs",
     "recurrent_gated_delta_rule_npu",
+    "resolve_binding",
     "tiling_for",
 ]
 
@@ -86,6 +89,10 @@ class KernelInputs(NamedTuple):
 
 #: The kernel's input order, for tests and for the binding schema.
 KERNEL_INPUT_ORDER: tuple[str, ...] = KernelInputs._fields
+
+
+class RefusedCall(ValueError):
+    """The 310P kernel refuses this call; raised before anything is written, the message says why."""
 
 
 def prepare_kernel_inputs(
@@ -176,11 +183,22 @@ def call_binding(op: Callable[..., torch.Tensor], inputs: KernelInputs, tiling: 
     Separate from :func:`launch` so tests can pass a CPU stand-in registered with the
     same schema and check, end to end, that each tensor lands in its slot.
     """
-    packed = torch.frombuffer(bytearray(tiling.data.pack()), dtype=torch.uint8)
+    packed = torch.frombuffer(bytearray(tiling.packed), dtype=torch.uint8)
     return op(*inputs, packed, tiling.block_dim, tiling.workspace_bytes)
 
 
-def _resolve_binding() -> Any:
+@functools.lru_cache(maxsize=256)
+def _refusal(call: RgdrCall, platform: AscendPlatform) -> str | None:
+    return refusal_reason(call, platform=platform)
+
+
+@functools.lru_cache(maxsize=256)
+def _tiling(call: RgdrCall, scale: float | None, platform: AscendPlatform) -> RgdrTiling:
+    return compute_tiling(**call.tiling_arguments(), scale=scale, platform=platform)
+
+
+def resolve_binding() -> Any:
+    """The registered ``torch.ops.tileops_ascend.recurrent_gated_delta_rule``, or a RuntimeError saying how to get it."""
     namespace = getattr(torch.ops, BINDING_NAMESPACE)
     try:
         return getattr(namespace, BINDING_OP)
@@ -199,7 +217,7 @@ def launch(inputs: KernelInputs, tiling: RgdrTiling) -> torch.Tensor:
     in the package. Never run in this repository's CI: there is no NPU.
     """
     importlib.import_module("torch_npu")
-    return call_binding(_resolve_binding(), inputs, tiling)
+    return call_binding(resolve_binding(), inputs, tiling)
 
 
 def recurrent_gated_delta_rule_npu(
@@ -219,14 +237,19 @@ def recurrent_gated_delta_rule_npu(
     use_qk_l2norm_in_kernel: bool = False,
     check_contents: bool = True,
     platform: AscendPlatform = ASCEND_310P,
+    binding: Callable[..., torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """One RGDR call on a 310P: refuse, guard contents, tile, launch.
+    """One RGDR call on a 310P: refuse, guard contents, tile, launch; raises :class:`RefusedCall`.
 
     ``check_contents`` (default on) reads ``actual_seq_lengths`` and
     ``ssm_state_indices`` back to the host (one device sync) and raises before launch
     if a sequence is longer than ``MAX_MTP`` or a slot is negative: the kernel would
     otherwise stop silently or write outside the state pool. Turn it off only where
     the caller guarantees both (for example vLLM-Ascend's decode metadata).
+
+    ``binding``: an already resolved binding (the built kernel of
+    :mod:`tileops_ascend.launcher` resolves it once); None resolves it here through
+    :func:`launch`, which imports ``torch_npu``.
     """
     inputs = prepare_kernel_inputs(
         query=query,
@@ -241,9 +264,10 @@ def recurrent_gated_delta_rule_npu(
         num_accepted_tokens=num_accepted_tokens,
     )
     call = describe_call(inputs, seq_lens_style=seq_lens_style, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
-    reason = refusal_reason(call, platform=platform)
+    # Both are pure functions of plain values; a decode loop repeats the same few shapes, so they are cached.
+    reason = _refusal(call, platform)
     if reason is not None:
-        raise ValueError(f"RGDR on {platform.arch} refuses this call: {reason}")
+        raise RefusedCall(f"RGDR on {platform.arch} refuses this call: {reason}")
     if call.t == 0:
         # No token: nothing is computed and no slot is written; the kernel is not launched.
         return torch.empty_like(value)
@@ -252,6 +276,8 @@ def recurrent_gated_delta_rule_npu(
             inputs.actual_seq_lengths, inputs.ssm_state_indices, seq_lens_style=seq_lens_style, platform=platform
         )
         if reason is not None:
-            raise ValueError(f"RGDR on {platform.arch} refuses this call: {reason}")
-    tiling = compute_tiling(**call.tiling_arguments(), scale=scale, platform=platform)
-    return launch(inputs, tiling)
+            raise RefusedCall(f"RGDR on {platform.arch} refuses this call: {reason}")
+    tiling = _tiling(call, scale, platform)
+    if binding is None:
+        return launch(inputs, tiling)
+    return call_binding(binding, inputs, tiling)

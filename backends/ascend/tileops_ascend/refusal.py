@@ -1,13 +1,17 @@
 """When the 310P RGDR kernel must not run, and why (reasons are shown by ``tileops explain``).
 
-Two kinds of limits, because selection sees shapes and dtypes, not data:
+Three kinds of limits, because selection sees a call spec (dtypes, head counts and
+sizes, gate presence, params), not ``T``, ``B`` or data:
 
-* :func:`refusal_reason` decides from shapes, dtypes and params alone, so its answer
-  can be cached per call spec. It refuses: any of query/key/value/beta/state not
-  float16 (the kernel is built only as ``RGDR<half, half>``); ``g``/``gk`` not float32;
-  index tensors not int32/int64; ``use_qk_l2norm_in_kernel`` (the kernel has no such
-  step); ``NV % NK != 0``; ``T > B·MAX_MTP`` (then some sequence must be longer than
-  8 tokens); DK or DV that no UB buffer profile can tile.
+* :func:`signature_refusal_reasons` decides from what a call spec carries
+  (:class:`RgdrSignature`), so kernel selection can cache its answer. It refuses:
+  any of query/key/value/beta/state not float16 (the kernel is built only as
+  ``RGDR<half, half>``); ``g``/``gk`` not float32; index tensors not int32/int64;
+  ``use_qk_l2norm_in_kernel`` (the kernel has no such step); ``NV % NK != 0``; DK or
+  DV that no UB buffer profile can tile.
+* :func:`token_refusal_reason` needs ``T`` and ``B``: ``T > B·MAX_MTP`` means some
+  sequence must be longer than 8 tokens. :func:`refusal_reason` is both, for a call
+  whose tensors are at hand (the launch path).
 * :func:`contents_refusal_reason` needs the metadata's values. A single sequence may
   exceed ``MAX_MTP`` even when ``T <= B·MAX_MTP`` (lengths ``[1, 9]``, ``T = 10 <= 16``),
   and the kernel meets such a sequence with a bare ``return``: that sequence and every
@@ -24,9 +28,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .platform import ASCEND_310P, AscendPlatform
-from .tiling import TilingError, compute_tiling
+from .tiling import OptionalInputFlags, TilingError, check_head_dims, fit_ub_budget, get_optional_inputs
 
-__all__ = ["RgdrCall", "contents_refusal_reason", "refusal_reason"]
+__all__ = [
+    "RgdrCall",
+    "RgdrSignature",
+    "contents_refusal_reason",
+    "refusal_reason",
+    "signature_refusal_reasons",
+    "token_refusal_reason",
+]
 
 _FP16_INPUTS = ("query", "key", "value", "beta")
 _INDEX_DTYPES = ("int32", "int64")
@@ -34,6 +45,63 @@ _INDEX_DTYPES = ("int32", "int64")
 
 def _name(dtype: object) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+_DTYPE_FIELDS = (
+    "query_dtype", "key_dtype", "value_dtype", "beta_dtype", "state_dtype", "seq_lens_dtype",
+    "ssm_state_indices_dtype", "g_dtype", "gk_dtype", "num_accepted_tokens_dtype",
+)
+
+
+def _normalise_dtypes(obj: object) -> None:
+    for name in _DTYPE_FIELDS:
+        value = getattr(obj, name)
+        if value is not None:
+            object.__setattr__(obj, name, _name(value))
+
+
+@dataclass(frozen=True)
+class RgdrSignature:
+    """What a kernel call spec shows of an RGDR call: dtypes, heads, gate kinds, params.
+
+    No ``T``, ``B`` or pool size: kernels specialise on head counts and sizes only
+    (``RGDRKernel.specialise_on``). ``gk_tail`` is ``G``, the axes of ``gk`` after
+    ``[T, NV]``: ``()`` for a per-head scalar, ``(DK,)`` per channel, None when ``gk``
+    is absent. Dtypes may be ``torch.dtype`` or names.
+    """
+
+    query_dtype: str
+    key_dtype: str
+    value_dtype: str
+    beta_dtype: str
+    state_dtype: str
+    seq_lens_dtype: str
+    ssm_state_indices_dtype: str
+    nk: int
+    dk: int
+    nv: int
+    dv: int
+    g_dtype: str | None = None
+    gk_dtype: str | None = None
+    num_accepted_tokens_dtype: str | None = None
+    gk_tail: tuple[int, ...] | None = None
+    use_qk_l2norm_in_kernel: bool = False
+
+    def __post_init__(self) -> None:
+        _normalise_dtypes(self)
+
+    def optional_inputs(self) -> OptionalInputFlags:
+        """The presence bits the tiling will set, from ``G`` alone.
+
+        The C++ calls ``gk`` scalar when ``numel(gk) < T·NV·DK``; with ``gk = [T, NV, *G]``
+        that is ``prod(G) < DK`` for every ``T >= 1``, so one token stands for any ``T``
+        (a call with no token launches nothing).
+        """
+        gk_shape = None if self.gk_tail is None else (1, self.nv, *self.gk_tail)
+        return get_optional_inputs(
+            t=1, nv=self.nv, dk=self.dk, has_g=self.g_dtype is not None, gk_shape=gk_shape,
+            has_num_accepted_tokens=self.num_accepted_tokens_dtype is not None,
+        )
 
 
 @dataclass(frozen=True)
@@ -66,13 +134,16 @@ class RgdrCall:
     use_qk_l2norm_in_kernel: bool = False
 
     def __post_init__(self) -> None:
-        for name in (
-            "query_dtype", "key_dtype", "value_dtype", "beta_dtype", "state_dtype", "seq_lens_dtype",
-            "ssm_state_indices_dtype", "g_dtype", "gk_dtype", "num_accepted_tokens_dtype",
-        ):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, _name(value))
+        _normalise_dtypes(self)
+
+    def signature(self) -> RgdrSignature:
+        """The part of this call a kernel call spec would show (no T, B or pool size)."""
+        return RgdrSignature(
+            **{name: getattr(self, name) for name in _DTYPE_FIELDS},
+            nk=self.nk, dk=self.dk, nv=self.nv, dv=self.dv,
+            gk_tail=None if self.gk_shape is None else tuple(self.gk_shape[2:]),
+            use_qk_l2norm_in_kernel=self.use_qk_l2norm_in_kernel,
+        )
 
     @property
     def batch(self) -> int:
@@ -98,46 +169,69 @@ class RgdrCall:
         }
 
 
-def refusal_reason(call: RgdrCall, *, platform: AscendPlatform = ASCEND_310P) -> str | None:
-    """Why the 310P kernel cannot take ``call`` (every reason, ``"; "``-joined), or None.
+def signature_refusal_reasons(sig: RgdrSignature, *, platform: AscendPlatform = ASCEND_310P) -> list[str]:
+    """Every reason the 310P kernel cannot take a call with this signature (empty: it can).
 
-    Decided from shapes, dtypes and params only; see the module docstring for what
-    needs contents.
+    Decided from dtypes, head counts and sizes, gate kinds and params only, so the
+    answer holds for every ``T`` and ``B``; kernel selection calls it through
+    ``AscendRGDR310P.refusal``.
     """
     reasons: list[str] = []
     for name in _FP16_INPUTS:
-        dtype = getattr(call, f"{name}_dtype")
+        dtype = getattr(sig, f"{name}_dtype")
         if dtype != "float16":
             reasons.append(f"{name} is {dtype}, not float16: the 310P kernel is built only as RGDR<half, half>")
-    state = call.state_dtype
+    state = sig.state_dtype
     if state != "float16":
         reasons.append(f"state is {state}, not float16: the 310P kernel reads and writes the state pool as fp16")
     for name in ("g", "gk"):
-        dtype = getattr(call, f"{name}_dtype")
+        dtype = getattr(sig, f"{name}_dtype")
         if dtype is not None and dtype != "float32":
             reasons.append(f"{name} is {dtype}, not float32: the 310P kernel reads {name} as float")
     for name in ("seq_lens", "ssm_state_indices", "num_accepted_tokens"):
-        dtype = getattr(call, f"{name}_dtype")
+        dtype = getattr(sig, f"{name}_dtype")
         if dtype is not None and dtype not in _INDEX_DTYPES:
             reasons.append(f"{name} is {dtype}, not int32 or int64")
-    if call.use_qk_l2norm_in_kernel:
+    if sig.use_qk_l2norm_in_kernel:
         reasons.append(
             "use_qk_l2norm_in_kernel=True: the 310P kernel has no q/k l2 normalisation (normalise before the call)"
         )
-    if call.nk > 0 and call.nv % call.nk != 0:
-        reasons.append(f"NV={call.nv} is not a multiple of NK={call.nk}: value head h reads key head h // (NV // NK)")
-    limit = call.batch * platform.max_mtp
-    if call.t > limit:
-        reasons.append(
-            f"T={call.t} tokens exceed B*MAX_MTP={limit} (B={call.batch}, MAX_MTP={platform.max_mtp}): "
-            f"some sequence is longer than the {platform.max_mtp} tokens the 310P kernel takes"
-        )
-    # The tiling reads the index dtypes; with one already refused its error would repeat that reason.
-    if call.seq_lens_dtype in _INDEX_DTYPES and call.ssm_state_indices_dtype in _INDEX_DTYPES:
-        try:
-            compute_tiling(**call.tiling_arguments(), platform=platform)
-        except TilingError as exc:
-            reasons.append(str(exc))
+    if sig.nk > 0 and sig.nv % sig.nk != 0:
+        reasons.append(f"NV={sig.nv} is not a multiple of NK={sig.nk}: value head h reads key head h // (NV // NK)")
+    try:
+        check_head_dims(nk=sig.nk, dk=sig.dk, nv=sig.nv, dv=sig.dv)
+        fit_ub_budget(nv=sig.nv, dv=sig.dv, dk=sig.dk, inputs=sig.optional_inputs(), platform=platform)
+    except TilingError as exc:
+        reasons.append(str(exc))
+    return reasons
+
+
+def token_refusal_reason(t: int, batch: int, *, platform: AscendPlatform = ASCEND_310P) -> str | None:
+    """``T > B·MAX_MTP``: then some sequence is longer than the kernel takes, whatever the lengths say.
+
+    The shape-visible half of the per-sequence limit; the other half (one sequence over
+    the limit while ``T <= B·MAX_MTP``) is :func:`contents_refusal_reason`. A call spec
+    carries neither ``T`` nor ``B``, so both are checked at launch.
+    """
+    limit = batch * platform.max_mtp
+    if t <= limit:
+        return None
+    return (
+        f"T={t} tokens exceed B*MAX_MTP={limit} (B={batch}, MAX_MTP={platform.max_mtp}): "
+        f"some sequence is longer than the {platform.max_mtp} tokens the 310P kernel takes"
+    )
+
+
+def refusal_reason(call: RgdrCall, *, platform: AscendPlatform = ASCEND_310P) -> str | None:
+    """Why the 310P kernel cannot take ``call`` (every reason, ``"; "``-joined), or None.
+
+    The signature's reasons, then the token limit. Decided from shapes, dtypes and
+    params only; see the module docstring for what needs contents.
+    """
+    reasons = signature_refusal_reasons(call.signature(), platform=platform)
+    tokens = token_refusal_reason(call.t, call.batch, platform=platform)
+    if tokens is not None:
+        reasons.append(tokens)
     return "; ".join(reasons) if reasons else None
 
 

@@ -26,6 +26,7 @@ all fixes of pitfalls RGDR.md lists:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from .platform import ASCEND_310P, AscendPlatform
 from .tiling_struct import RecurrentGatedDeltaRuleTilingData
@@ -38,14 +39,17 @@ __all__ = [
     "ProfileSelection",
     "RgdrTiling",
     "TilingError",
+    "UbBudget",
     "calc_fixed_ub_bytes",
     "calc_v_step_coeff",
     "calc_working_ub_bytes",
     "ceil_align",
     "ceil_div",
+    "check_head_dims",
     "compute_tiling",
     "core_of_work_item",
     "evaluate_buffer_profile",
+    "fit_ub_budget",
     "get_block_dim",
     "get_optional_inputs",
     "is_better_profile",
@@ -347,6 +351,64 @@ def kernel_scratch_bytes(
     return need
 
 
+def check_head_dims(*, nk: int, dk: int, nv: int, dv: int) -> None:
+    """Every head count and head dim must be positive (the kernel divides and aligns by them)."""
+    for name, value in (("NK", nk), ("DK", dk), ("NV", nv), ("DV", dv)):
+        if value <= 0:
+            raise TilingError(f"{name}={value}: the 310P kernel needs every head count and head dim positive")
+
+
+@dataclass(frozen=True)
+class UbBudget:
+    """A buffer profile that fits the UB, with the scratch it leaves and the scratch the kernel needs."""
+
+    selection: ProfileSelection
+    profile: BufferProfile
+    ub_rest_bytes: int
+    scratch_bytes: int
+
+
+def fit_ub_budget(
+    *,
+    nv: int,
+    dv: int,
+    dk: int,
+    inputs: OptionalInputFlags,
+    platform: AscendPlatform = ASCEND_310P,
+) -> UbBudget:
+    """``SelectBufferProfile`` plus this port's scratch check; raises :class:`TilingError` saying why not.
+
+    Depends only on head counts, head dims, the presence bits and the platform, never on
+    ``T``, ``B`` or the pool size: it is the part of the tiling that kernel selection can
+    decide from a call spec, and :func:`compute_tiling` runs the same function at launch.
+    """
+    ub = platform.ub_bytes
+    selection = select_buffer_profile(ub, nv=nv, dv=dv, dk=dk, inputs=inputs, platform=platform)
+    profile = selection.profile
+    if profile is None:
+        why = "; ".join(f"{s}x{a}: {outcome}" for (s, a), outcome in selection.considered)
+        raise TilingError(
+            f"no UB buffer profile tiles DK={dk}, DV={dv}: {ub} UB bytes less the {selection.working_ub_bytes}-byte "
+            f"working set leave no vStep >= {platform.fp16_num_per_block} ({why})"
+        )
+    if selection.ub_rest_bytes is None:
+        raise TilingError(
+            f"profile {profile.state_out_buffer_num}x{profile.attn_out_buffer_num} with vStep {profile.v_step} "
+            f"leaves a negative UB remainder for DK={dk}, DV={dv} in {ub} UB bytes"
+        )
+    scratch = kernel_scratch_bytes(nv=nv, dv=dv, dk=dk, v_step=profile.v_step, inputs=inputs, platform=platform)
+    if scratch > selection.ub_rest_bytes:
+        causes = "the vStep budget omits stateInQueue_'s 2*aDk bytes per row"
+        if inputs.has_gama_k and inputs.gama_k_scalar:
+            causes += ", and the scalar gk buffer is billed with the queues but carved from the scratch"
+        raise TilingError(
+            f"the kernel's fp32 scratch needs {scratch} bytes but profile {profile.state_out_buffer_num}x"
+            f"{profile.attn_out_buffer_num} with vStep {profile.v_step} leaves {selection.ub_rest_bytes} "
+            f"(DK={dk}, DV={dv}, UB {ub} bytes): {causes}"
+        )
+    return UbBudget(selection, profile, selection.ub_rest_bytes, scratch)
+
+
 def get_block_dim(b: int, nv: int, core_num: int) -> int:
     """Port of ``GetBlockDim``: ``min(B·NV, cores)``, never 0 (the kernel recomputes the same)."""
     task_units = b * nv
@@ -408,6 +470,11 @@ class RgdrTiling:
         """The kernel's fp32 scratch size (``tmpBuff``)."""
         return self.data.ub_rest_bytes
 
+    @cached_property
+    def packed(self) -> bytes:
+        """``data.pack()``, computed once: the launch path reuses a cached tiling across calls."""
+        return self.data.pack()
+
 
 def compute_tiling(
     *,
@@ -444,43 +511,20 @@ def compute_tiling(
         raise TilingError(f"seq_lens_style must be 'lengths' or 'cu_seqlens', got {seq_lens_style!r}")
     if batch == 0:
         batch = 1
-    for name, value in (("NK", nk), ("DK", dk), ("NV", nv), ("DV", dv)):
-        if value <= 0:
-            raise TilingError(f"{name}={value}: the 310P kernel needs every head count and head dim positive")
+    check_head_dims(nk=nk, dk=dk, nv=nv, dv=dv)
     cu_int64 = is_int64(seq_lens_dtype)
     ssm_int64 = is_int64(ssm_state_indices_dtype)
     inputs = get_optional_inputs(
         t=t, nv=nv, dk=dk, has_g=has_g, gk_shape=gk_shape, has_num_accepted_tokens=has_num_accepted_tokens
     )
+    budget = fit_ub_budget(nv=nv, dv=dv, dk=dk, inputs=inputs, platform=platform)
+    selection, profile = budget.selection, budget.profile
     ub = platform.ub_bytes
-    selection = select_buffer_profile(ub, nv=nv, dv=dv, dk=dk, inputs=inputs, platform=platform)
-    profile = selection.profile
-    if profile is None:
-        why = "; ".join(f"{s}x{a}: {outcome}" for (s, a), outcome in selection.considered)
-        raise TilingError(
-            f"no UB buffer profile tiles DK={dk}, DV={dv}: {ub} UB bytes less the {selection.working_ub_bytes}-byte "
-            f"working set leave no vStep >= {platform.fp16_num_per_block} ({why})"
-        )
-    if selection.ub_rest_bytes is None:
-        raise TilingError(
-            f"profile {profile.state_out_buffer_num}x{profile.attn_out_buffer_num} with vStep {profile.v_step} "
-            f"leaves a negative UB remainder for DK={dk}, DV={dv} in {ub} UB bytes"
-        )
-    scratch = kernel_scratch_bytes(nv=nv, dv=dv, dk=dk, v_step=profile.v_step, inputs=inputs, platform=platform)
-    if scratch > selection.ub_rest_bytes:
-        causes = "the vStep budget omits stateInQueue_'s 2*aDk bytes per row"
-        if inputs.has_gama_k and inputs.gama_k_scalar:
-            causes += ", and the scalar gk buffer is billed with the queues but carved from the scratch"
-        raise TilingError(
-            f"the kernel's fp32 scratch needs {scratch} bytes but profile {profile.state_out_buffer_num}x"
-            f"{profile.attn_out_buffer_num} with vStep {profile.v_step} leaves {selection.ub_rest_bytes} "
-            f"(DK={dk}, DV={dv}, UB {ub} bytes): {causes}"
-        )
     cores = platform.schedulable_cores
     data = RecurrentGatedDeltaRuleTilingData(
         vector_core_num=cores,
         ub_cal_size=ub,
-        ub_rest_bytes=selection.ub_rest_bytes,
+        ub_rest_bytes=budget.ub_rest_bytes,
         t=t,
         nk=nk,
         dk=dk,
@@ -509,6 +553,6 @@ def compute_tiling(
         fixed_ub_bytes=selection.fixed_ub_bytes,
         working_ub_bytes=selection.working_ub_bytes,
         profile=profile,
-        scratch_bytes=scratch,
+        scratch_bytes=budget.scratch_bytes,
         considered=selection.considered,
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 
 __all__ = [
     "C_FIELDS",
@@ -106,7 +106,7 @@ class RecurrentGatedDeltaRuleTilingData:
     """One kernel launch's tiling, field for field the C struct (snake_case names).
 
     The attribute order is the C member order (checked against :data:`C_FIELDS`),
-    so :meth:`pack` can serialise ``astuple(self)`` directly. Values are validated
+    so :meth:`pack` can serialise the fields in order directly. Values are validated
     on construction: every ``uint32_t`` must fit 32 bits (the C++ host narrows
     ``int64_t`` with ``static_cast`` and would wrap silently), and ``scale`` is stored
     already rounded to float32, which is what the kernel multiplies by.
@@ -151,7 +151,8 @@ class RecurrentGatedDeltaRuleTilingData:
 
     def pack(self) -> bytes:
         """The struct's bytes as the kernel reads them (``STRUCT_SIZE`` bytes)."""
-        return struct.pack(STRUCT_FORMAT, *astuple(self))
+        # Fields are flat scalars: read them directly (dataclasses.astuple deep-copies, a cost on every launch).
+        return struct.pack(STRUCT_FORMAT, *(getattr(self, f.name) for f in fields(self)))
 
     @classmethod
     def unpack(cls, data: bytes | bytearray | memoryview) -> RecurrentGatedDeltaRuleTilingData:
