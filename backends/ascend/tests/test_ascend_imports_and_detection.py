@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tileops_ascend.platform import ASCEND_310P, arch_from_soc_name, detect
+from fake_torch_npu import fake_torch_npu
+from tileops_ascend.platform import ASCEND_310P, arch_from_soc_name, arch_of_device, detect, visible_devices
 
 BACKEND_ROOT = Path(__file__).resolve().parents[1]
 CPU_REF_ROOT = BACKEND_ROOT.parent / "cpu_ref"
 MODULES = [
     "tileops_ascend", "tileops_ascend.platform", "tileops_ascend.tiling", "tileops_ascend.tiling_struct",
-    "tileops_ascend.refusal", "tileops_ascend.launch", "tileops_ascend.schedule_model",
+    "tileops_ascend.refusal", "tileops_ascend.launch", "tileops_ascend.schedule_model", "tileops_ascend.plugin",
+    "tileops_ascend.kernel", "tileops_ascend.launcher",
 ]
 
 
@@ -87,19 +89,8 @@ def test_detect_without_torch_npu_reports_why(monkeypatch):
     assert found.platform is None
 
 
-def _fake_torch_npu(soc_name, vector_cores, cube_cores, count=1):
-    props = types.SimpleNamespace(vector_core_num=vector_cores, cube_core_num=cube_cores)
-    npu = types.SimpleNamespace(
-        is_available=lambda: count > 0,
-        device_count=lambda: count,
-        get_device_name=lambda index: soc_name,
-        get_device_properties=lambda index: props,
-    )
-    return types.SimpleNamespace(npu=npu)
-
-
 def test_detect_maps_a_310p_and_falls_back_to_ai_cores(monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch_npu", _fake_torch_npu("Ascend310P3", 0, 10))
+    monkeypatch.setitem(sys.modules, "torch_npu", fake_torch_npu("Ascend310P3", 0, 10))
     found = detect()
     assert (found.available, found.soc_name, found.arch, found.core_count) == (True, "Ascend310P3", "ascend310p", 10)
     assert found.reason == "found Ascend310P3 (ascend310p)"
@@ -109,20 +100,71 @@ def test_detect_maps_a_310p_and_falls_back_to_ai_cores(monkeypatch):
 
 
 def test_detect_other_ascend_has_no_rgdr_platform(monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch_npu", _fake_torch_npu("Ascend910B2", 48, 24))
+    monkeypatch.setitem(sys.modules, "torch_npu", fake_torch_npu("Ascend910B2", 48, 24))
     found = detect()
     assert (found.available, found.arch, found.core_count) == (True, "ascend910b", 48)
     assert found.platform is None
 
 
 def test_detect_unknown_soc_keeps_the_device_but_no_arch(monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch_npu", _fake_torch_npu("Ascend950PR", 32, 32))
+    monkeypatch.setitem(sys.modules, "torch_npu", fake_torch_npu("Ascend950PR", 32, 32))
     found = detect()
     assert (found.available, found.arch) == (True, None)
     assert found.reason == "found 'Ascend950PR', a SoC name this backend does not map to an arch"
 
 
 def test_detect_with_no_device(monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch_npu", _fake_torch_npu("Ascend310P3", 8, 8, count=0))
+    monkeypatch.setitem(sys.modules, "torch_npu", fake_torch_npu("Ascend310P3", 8, 8, count=0))
     found = detect()
     assert (found.available, found.reason) == (False, "torch_npu reports no NPU at index 0")
+
+
+class _ImportRecorder:
+    """A meta-path finder that records (and refuses) any attempt to import torch_npu."""
+
+    def __init__(self):
+        self.attempts = []
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "torch_npu":
+            self.attempts.append(name)
+            raise ImportError("torch_npu is blocked in this test")
+        return None
+
+
+def _npu(index=None):
+    return types.SimpleNamespace(type="npu", index=index)
+
+
+def test_arch_detector_and_listing_never_import_torch_npu(monkeypatch):
+    recorder = _ImportRecorder()
+    monkeypatch.delitem(sys.modules, "torch_npu", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [recorder, *sys.meta_path])
+    assert arch_of_device(_npu(0)) == "unknown"
+    assert visible_devices() == []
+    assert recorder.attempts == []
+
+
+def test_arch_detector_reads_a_loaded_torch_npu(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_npu", fake_torch_npu("Ascend310P3", 8, 8, count=2, current=1))
+    assert arch_of_device(_npu(0)) == "ascend310p"
+    assert arch_of_device(_npu()) == "ascend310p"  # no index: the current device
+    assert arch_of_device(_npu(2)) == "unknown"  # past device_count
+
+
+def test_arch_detector_says_unknown_for_a_soc_it_cannot_name(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_npu", fake_torch_npu("Ascend950PR", 32, 32))
+    assert arch_of_device(_npu(0)) == "unknown"
+
+
+def test_visible_devices_lists_each_npu_with_its_arch(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_npu", fake_torch_npu("Ascend910B2", 48, 24, count=2))
+    assert visible_devices() == [
+        {"device": f"npu:{i}", "arch": "ascend910b", "name": "Ascend910B2", "cores": 48,
+         "rgdr": "no kernel for this arch"}
+        for i in range(2)
+    ]
+    monkeypatch.setitem(sys.modules, "torch_npu", fake_torch_npu("Ascend310P3", 8, 8))
+    assert visible_devices() == [
+        {"device": "npu:0", "arch": "ascend310p", "name": "Ascend310P3", "cores": 8, "rgdr": "ascend310p kernel"}
+    ]

@@ -8,13 +8,19 @@ hardware, and a detected device can override the defaults without touching the t
 
 Importing this module never imports ``torch_npu``: installing ``torch_npu`` without the
 CANN toolkit breaks ``import torch`` itself (unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``),
-so only :func:`detect`, called explicitly, loads it.
+so only :func:`detect`, called explicitly, loads it. :func:`arch_of_device` and
+:func:`visible_devices` (what the plugin hands the core: the arch detector and the
+``tileops backends`` listing) only look at a ``torch_npu`` that is already loaded: an
+``npu`` tensor cannot exist without it, and where torch's device-backend autoload is
+on, ``import torch`` has loaded it already.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "ARCH_ASCEND310P",
@@ -22,8 +28,10 @@ __all__ = [
     "AscendPlatform",
     "NpuDetection",
     "arch_from_soc_name",
+    "arch_of_device",
     "detect",
     "platform_for_arch",
+    "visible_devices",
 ]
 
 #: The arch string of the only chip the RGDR kernel of seed 003 is compiled for.
@@ -157,6 +165,11 @@ def detect(device_index: int = 0) -> NpuDetection:
         return NpuDetection(False, f"torch_npu is not importable ({exc}); install torch_npu with the CANN toolkit")
     except OSError as exc:  # a torch_npu wheel without CANN fails while loading its shared libraries
         return NpuDetection(False, f"torch_npu failed to load its native libraries ({exc}); is CANN installed and sourced?")
+    return _inspect(torch_npu, device_index)
+
+
+def _inspect(torch_npu: Any, device_index: int) -> NpuDetection:
+    """What a loaded ``torch_npu`` says of the NPU at ``device_index``."""
     npu = torch_npu.npu
     if not npu.is_available() or npu.device_count() <= device_index:
         return NpuDetection(False, f"torch_npu reports no NPU at index {device_index}")
@@ -169,3 +182,39 @@ def detect(device_index: int = 0) -> NpuDetection:
         reason = f"found {soc_name!r}, a SoC name this backend does not map to an arch"
         return NpuDetection(True, reason, soc_name=soc_name, core_count=cores)
     return NpuDetection(True, f"found {soc_name} ({arch})", soc_name=soc_name, arch=arch, core_count=cores)
+
+
+def _loaded_torch_npu() -> Any | None:
+    """``torch_npu`` if something already imported it, else None; never imports it."""
+    return sys.modules.get("torch_npu")
+
+
+def arch_of_device(device: Any) -> str:
+    """The arch of an ``npu`` ``torch.device`` (the core's arch detector); ``"unknown"`` if not known.
+
+    Runs while a call is planned, before any build, so it must not import ``torch_npu``:
+    a tensor on an NPU means it is loaded already. A device without an index is the
+    current device.
+    """
+    torch_npu = _loaded_torch_npu()
+    if torch_npu is None:
+        return "unknown"
+    index = device.index if device.index is not None else int(torch_npu.npu.current_device())
+    found = _inspect(torch_npu, index)
+    return found.arch if found.arch is not None else "unknown"
+
+
+def visible_devices() -> list[dict[str, Any]]:
+    """The NPUs a loaded ``torch_npu`` reports, for ``tileops backends``; empty when it is not loaded."""
+    torch_npu = _loaded_torch_npu()
+    if torch_npu is None or not torch_npu.npu.is_available():
+        return []
+    devices = []
+    for index in range(int(torch_npu.npu.device_count())):
+        found = _inspect(torch_npu, index)
+        devices.append({
+            "device": f"npu:{index}", "arch": found.arch or "unknown", "name": found.soc_name,
+            "cores": found.core_count,
+            "rgdr": "ascend310p kernel" if found.arch == ARCH_ASCEND310P else "no kernel for this arch",
+        })
+    return devices
