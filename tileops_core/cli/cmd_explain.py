@@ -5,6 +5,11 @@ instantiated (fresh random tensors on the device), the op is constructed with th
 params, and the op's own call planning (steps 1-5) gives the call spec of each interface.
 No kernel is built or run. For each interface the selection rule's report is printed,
 together with the active target and every target layer, so that an override is visible.
+
+``--arch`` simulates a device this machine does not have (``--device npu --arch
+ascend310p``): the call is planned on ``meta`` tensors (nothing is allocated, no device
+is touched) and each call spec gets ``--device``'s type and ``--arch`` in place of
+``meta``'s, so selection runs exactly as it would on that device.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from typing import Any
 
 import torch
 
-from ..bench.workloads import Instance, dtype_cases, instantiate
+from ..bench.workloads import Instance, TensorMeta, dtype_cases, instantiate
 from ..errors import TileOpsError
 from ..kernels import registry
+from ..kernels.interface import CallSpec
 from ..kernels.select import Selection, select_kernel
 from ..kernels.targets import Target, active_target_source, current_target, default_device, parse_target, \
     target_layers, use_target
@@ -39,6 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", metavar="DTYPE", help="entry of the row's dtypes (default: the first)")
     parser.add_argument("--device", metavar="D", help="device to build the call on (default: the target's device "
                                                       "class, else the process accelerator, else cpu)")
+    parser.add_argument("--arch", metavar="ARCH", help="simulate a --device of this arch (e.g. ascend310p): plan on "
+                                                       "meta tensors, select as on that device; no hardware needed")
     parser.add_argument("--target", metavar="T", help="explain under use_target(T) (device[:arch][@backend])")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
@@ -79,18 +87,36 @@ def _case(row: WorkloadRow, dtype: str | None) -> Any:
                        f"{', '.join(str(c) for c in cases)})")
 
 
+def _simulated_device_type(text: str | None, arch: str) -> str:
+    """The device type ``--arch`` simulates, from ``--device type[:index]``.
+
+    Read as text, not ``torch.device``: torch knows a backend's device type (``npu``) only
+    once that backend's extension is loaded, and simulating means not having it.
+    """
+    if text is None:
+        raise TileOpsError(f"--arch {arch} simulates a device: name its type with --device (e.g. --device npu)")
+    device_type, _, index = text.partition(":")
+    if not device_type.isidentifier() or (index and not index.isdigit()):
+        raise TileOpsError(f"--device {text!r} is not a device: write type[:index], e.g. npu or npu:0")
+    if device_type in ("cpu", "meta"):
+        raise TileOpsError(f"--arch simulates an accelerator; {device_type} has no arch to choose")
+    return device_type
+
+
 def _device(text: str | None, target: Target | None) -> torch.device:
     if text is None:
         return default_device(target)
     try:
         device = torch.device(text)
     except RuntimeError as exc:
-        raise TileOpsError(f"--device {text!r} is not a device: {exc}") from None
+        raise TileOpsError(f"--device {text!r} is not a device: {exc} (--arch ARCH simulates a device type "
+                           "this torch does not know)") from None
     if device.type != "cpu":
         acc = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
         if acc is None or acc.type != device.type:
             raise TileOpsError(f"device {device} is not available on this machine (accelerator: "
-                               f"{acc.type if acc is not None else 'none'}); explain builds the call on the device")
+                               f"{acc.type if acc is not None else 'none'}); explain builds the call on the device "
+                               "(--arch ARCH simulates one)")
     return device
 
 
@@ -101,23 +127,49 @@ def _plan(op: Any, instance: Instance, spec: OpSpec) -> Any:
     return op._plan(values)
 
 
+def _on_meta(instance: Instance) -> Instance:
+    """A ``meta_only`` instance with ``meta`` tensors in place of its shapes: plannable, nothing allocated."""
+    def meta(value: Any) -> Any:
+        return torch.empty(value.shape, dtype=value.dtype, device="meta") if isinstance(value, TensorMeta) else value
+
+    instance.inputs = {n: meta(v) for n, v in instance.inputs.items()}
+    instance.op_kwargs = {n: meta(v) for n, v in instance.op_kwargs.items()}
+    return instance
+
+
+def _as_if_on(call: CallSpec, device_type: str, arch: str) -> CallSpec:
+    """``call`` (planned on meta tensors) as the same call on a ``device_type`` device of ``arch``."""
+    return CallSpec(call.op, call.interface, device_type, arch, call.dtypes, call.dims, call.flags)
+
+
 def explain(op_name: str, *, workload: str | None = None, dtype: str | None = None, device: str | None = None,
-            ) -> dict[str, Any]:
-    """Build the call of ``op_name`` for a workload row and apply the selection rule to each interface."""
+            arch: str | None = None) -> dict[str, Any]:
+    """Build the call of ``op_name`` for a workload row and apply the selection rule to each interface.
+
+    With ``arch``, the ``device`` is simulated (module docstring).
+    """
     spec = get_spec(op_name)
     cls = op_class(spec)
     row = _row(spec, workload)
     case = _case(row, dtype)
-    dev = _device(device, current_target())
+    simulated = _simulated_device_type(device, arch) if arch is not None else None
     rng = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
-    instance = instantiate(spec, row, case, device=dev, rng=rng)
+    if simulated is None:
+        instance = instantiate(spec, row, case, device=_device(device, current_target()), rng=rng)
+    else:
+        instance = _on_meta(instantiate(spec, row, case, rng=rng, meta_only=True))
     op = cls(**instance.op_kwargs)
     plan = _plan(op, instance, spec)
     target = current_target(op.target)
-    selections: list[Selection] = [select_kernel(i, plan.call_specs[i], target) for i in cls.interfaces]
+    calls = {i: plan.call_specs[i] for i in cls.interfaces}
+    if simulated is not None and arch is not None:
+        calls = {i: _as_if_on(call, simulated, arch) for i, call in calls.items()}
+    selections: list[Selection] = [select_kernel(i, calls[i], target) for i in cls.interfaces]
     return {
         "op": spec.name, "spec": f"{spec.file}:{spec.line}", "workload": row.label, "case": instance.case,
-        "row": row.loc.where(), "device": str(plan.device),
+        "row": row.loc.where(),
+        "device": str(plan.device) if simulated is None else f"{device} (simulated, arch {arch}; planned on meta "
+                                                              "tensors)",
         "inputs": {n: {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "device": str(t.device)}
                    for n, t in instance.inputs.items()},
         "target": {"active": None if target is None else str(target), "source": active_target_source(op.target),
@@ -172,7 +224,7 @@ def _text(data: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     scoped = parse_target(args.target, "--target") if args.target else None
     with use_target(scoped) if scoped is not None else contextlib.nullcontext():
-        data = explain(args.op, workload=args.workload, dtype=args.dtype, device=args.device)
+        data = explain(args.op, workload=args.workload, dtype=args.dtype, device=args.device, arch=args.arch)
     print(json.dumps(data, indent=2, default=str) if args.format == "json" else _text(data))
     return EXIT_OK if all(s["chosen"] for s in data["interfaces"]) else EXIT_FINDINGS
 
