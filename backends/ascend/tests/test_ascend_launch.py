@@ -8,24 +8,15 @@ import types
 import pytest
 import torch
 
+from binding_stand_in import SEED_INPUT_ORDER, SEEN, STAND_IN, reference
 from rgdr_cases import make_case
 from tileops_ascend.launch import (
     BINDING_SCHEMA,
     KERNEL_INPUT_ORDER,
-    KernelInputs,
     call_binding,
     launch,
     prepare_kernel_inputs,
     tiling_for,
-)
-from tileops_ascend.schedule_model import run_schedule
-from tileops_ascend.tiling_struct import RecurrentGatedDeltaRuleTilingData
-from tileops_cpu_ref.rgdr import recurrent_gated_delta_rule
-
-# Seed 003 §2, the def.cpp inputs #0..#9.
-SEED_INPUT_ORDER = (
-    "query", "key", "value", "beta", "state", "actual_seq_lengths", "ssm_state_indices", "g", "gk",
-    "num_accepted_tokens",
 )
 
 
@@ -76,55 +67,22 @@ def test_non_contiguous_state_is_refused():
     )
 
 
-# A CPU stand-in for the binding: parameters transcribed from the kernel entry of seed 003 §6.1,
-# mapped onto KernelInputs by keyword, then the schedule model plays the kernel.
-_LIB = torch.library.Library("tileops_ascend_test", "DEF")
-_LIB.define(BINDING_SCHEMA)
-_SEEN: dict = {}
-
-
-def _stand_in(query, key, value, beta, state, cu_seqlens, ssm_state_indices, g, gk, num_accepted_tokens, tiling,
-              block_dim, workspace_bytes):
-    data = RecurrentGatedDeltaRuleTilingData.unpack(tiling.numpy().tobytes())
-    _SEEN.update(block_dim=block_dim, workspace_bytes=workspace_bytes, data=data)
-    inputs = KernelInputs(
-        query=query, key=key, value=value, beta=beta, state=state, actual_seq_lengths=cu_seqlens,
-        ssm_state_indices=ssm_state_indices, g=g, gk=gk, num_accepted_tokens=num_accepted_tokens,
-    )
-    return run_schedule(inputs, data)
-
-
-_LIB.impl("recurrent_gated_delta_rule", _stand_in, "CPU")
-STAND_IN = torch.ops.tileops_ascend_test.recurrent_gated_delta_rule
-
-
-def _reference(case):
-    state = case["state"].clone()
-    out = torch.empty(case["value"].shape, dtype=torch.float64)
-    recurrent_gated_delta_rule(
-        case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
-        case["ssm_state_indices"], case["g"], case["gk"], case["num_accepted_tokens"], compute_dtype=torch.float64,
-        out=out,
-    )
-    return out, state
-
-
 def test_binding_call_puts_every_tensor_in_its_slot():
     case = make_case([3, 1, 2], gk="vector", accepted=True, seed=3)
-    want_out, want_state = _reference(case)
+    want_out, want_state = reference(case)
     inputs = prepare_kernel_inputs(**case)
     tiling = tiling_for(inputs)
     out = call_binding(STAND_IN, inputs, tiling)
     torch.testing.assert_close(out.double(), want_out, rtol=4e-3, atol=1e-3)
     torch.testing.assert_close(inputs.state.double(), want_state.double(), rtol=2e-3, atol=1e-3)
-    assert _SEEN["data"] == tiling.data
-    assert (_SEEN["block_dim"], _SEEN["workspace_bytes"]) == (tiling.block_dim, 16 << 20)
+    assert SEEN["data"] == tiling.data
+    assert (SEEN["block_dim"], SEEN["workspace_bytes"]) == (tiling.block_dim, 16 << 20)
 
 
 def test_swapping_beta_and_g_is_caught_by_the_stand_in_check():
     """beta and g are both [T, NV]: the §6.1 reorder type-checks, and only the numbers reveal it."""
     case = make_case([3, 2], seed=4)
-    want_out, _ = _reference(case)
+    want_out, _ = reference(case)
     inputs = prepare_kernel_inputs(**case)
     tiling = tiling_for(inputs)
     swapped = inputs._replace(beta=inputs.g.half(), g=inputs.beta.float())
