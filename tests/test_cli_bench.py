@@ -150,3 +150,17 @@ def test_an_unwritable_output_is_one_line_not_a_traceback(tmp_path, capsys):
     assert captured.err.count("\n") == 1
     assert captured.err.startswith(f"tileops bench: cannot write --json {blocker / 'r.json'}: ")
     assert "results in" not in captured.out
+
+
+@pytest.mark.parametrize("load,warned", [(3.0, True), (0.0, False)])
+def test_a_busy_cpu_is_pointed_out_before_multi_threaded_timing(load, warned, monkeypatch, capsys):
+    import torch
+
+    from tileops_core.cli import cmd_bench
+
+    monkeypatch.setattr(cmd_bench.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(cmd_bench.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    cmd_bench._warn_if_busy(torch.device("cpu"))
+    err = capsys.readouterr().err
+    assert ("the CPU is busy (1-minute load 3.0 on 2 cores)" in err) is warned

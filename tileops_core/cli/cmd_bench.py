@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -98,6 +99,19 @@ def _rotate_bytes(device: torch.device, l2_from_profile: int | None) -> int | No
     return 2 * int(l2)
 
 
+def _warn_if_busy(device: torch.device) -> None:
+    """On a CPU shared with other work, each parallel region of a multi-threaded kernel can wait
+    a whole scheduler slice for its second thread: medians of milliseconds for microsecond ops.
+    Say so (once, on stderr) rather than let such figures pass for the kernel's."""
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads < 2 or not hasattr(os, "getloadavg"):
+        return
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load + threads > cores + 0.5:
+        print(f"tileops bench: the CPU is busy (1-minute load {load:.1f} on {cores} cores): timings with {threads} "
+              "threads may include scheduling stalls; --threads 1 is steadier on a shared machine", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..plugins import ensure_plugins_loaded
 
@@ -120,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         return usage_error(NAME, f"--plot writes a PNG file; give a name ending in .png, got {args.plot!r}")
     if not cases:
         return usage_error(NAME, "no workload rows to run")
+    _warn_if_busy(device)
     config = BenchConfig(device, args.baseline, options, profile, args.ceiling,
                          _rotate_bytes(device, profile.profile.l2_bytes if profile else None))
     interrupted = None
