@@ -147,8 +147,9 @@ def test_an_unwritable_output_is_one_line_not_a_traceback(tmp_path, capsys):
     assert _usage_line(capsys).startswith(f"tileops docs: error: cannot write under --out {blocker / 'sub'}")
     assert main(["bench", "SumFwdOp", "--quick", *FAST, "--baseline", "none", "--json", str(blocker / "r.json")]) == 1
     captured = capsys.readouterr()
-    assert captured.err.count("\n") == 1
-    assert captured.err.startswith(f"tileops bench: cannot write --json {blocker / 'r.json'}: ")
+    lines = [line for line in captured.err.splitlines() if "the CPU is busy" not in line]  # depends on the machine
+    assert len(lines) == 1 and "Traceback" not in captured.err
+    assert lines[0].startswith(f"tileops bench: cannot write --json {blocker / 'r.json'}: ")
     assert "results in" not in captured.out
 
 
