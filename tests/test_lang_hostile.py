@@ -32,7 +32,7 @@ from tileops_core.lang.dtypes import parse_dtype
 from tileops_core.lang.types import parse_type
 
 #: CPU seconds one parse (or one evaluation) may take; typical is well under a millisecond.
-PARSE_BOUND_S = 0.1
+PARSE_BOUND_S = 0.5
 EVAL_BOUND_S = 0.25
 
 ENTRY_POINTS: dict[str, Callable[[str], Any]] = {

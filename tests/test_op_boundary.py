@@ -160,16 +160,16 @@ def clone(args):
 # -- the schema ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("cls, name, schema", [
-    (BmmFwdOp, "bmm_fwd_op", "(Tensor a, Tensor b) -> Tensor"),
-    (GemmFwdOp, "gemm_fwd_op", "(Tensor a, Tensor b, bool trans_a, bool trans_b) -> Tensor"),
-    (RMSNormFwdOp, "rms_norm_fwd_op", "(Tensor x, Tensor? weight, SymInt[] normalized_shape, float? eps) -> Tensor"),
+    (BmmFwdOp, "bmm_fwd_op", "(Tensor a, Tensor b, str? tileops_target) -> Tensor"),
+    (GemmFwdOp, "gemm_fwd_op", "(Tensor a, Tensor b, bool trans_a, bool trans_b, str? tileops_target) -> Tensor"),
+    (RMSNormFwdOp, "rms_norm_fwd_op", "(Tensor x, Tensor? weight, SymInt[] normalized_shape, float? eps, str? tileops_target) -> Tensor"),
     (GroupNormFwdOp, "group_norm_fwd_op",
-     "(Tensor x, Tensor? weight, Tensor? bias, SymInt num_groups, float eps) -> Tensor"),
+     "(Tensor x, Tensor? weight, Tensor? bias, SymInt num_groups, float eps, str? tileops_target) -> Tensor"),
     (SSDDecodeFwdOp, "ssd_decode_fwd_op",
-     "(Tensor A, Tensor dt, Tensor x, Tensor B_in, Tensor C_in, Tensor(a5!) state) -> Tensor"),
-    (ReciprocalFwdOp, "reciprocal_fwd_op", "(Tensor input) -> Tensor"),
+     "(Tensor A, Tensor dt, Tensor x, Tensor B_in, Tensor C_in, Tensor(a5!) state, str? tileops_target) -> Tensor"),
+    (ReciprocalFwdOp, "reciprocal_fwd_op", "(Tensor input, str? tileops_target) -> Tensor"),
 ])
-def test_schema_holds_the_call_tensors_and_the_params_and_marks_only_mutated_inputs(cls, name, schema):
+def test_schema_holds_the_call_tensors_params_and_target_and_marks_only_mutated_inputs(cls, name, schema):
     # (a suffix _2, _3, ... when another class of the same name registered first in this process)
     qualname = cls._boundary.qualname
     assert re.fullmatch(rf"tileops::{name}(_\d+)?", qualname), qualname

@@ -117,8 +117,8 @@ class ProbeLengthsKernel(KernelInterface):
 class ProbeLengthsFwdOp(Op):
     interfaces = (ProbeLengthsKernel,)
 
-    def __init__(self, device=None):
-        super().__init__(device=device)
+    def __init__(self, device=None, **options):
+        super().__init__(device=device, **options)
 
     def forward(self, lengths):
         return self.launch(ProbeLengthsKernel, lengths)
@@ -227,7 +227,13 @@ def test_nothing_to_vote_gives_the_current_device_of_the_process_accelerator(mon
     monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 1)
     op = ProbeLengthsFwdOp()
     assert op._checks._calling_device({"lengths": torch.ones(3, dtype=torch.int64)}, {}, op._env) == \
-        torch.device("cuda", 1)
+        (torch.device("cuda", 1), True)
+
+
+def test_nothing_to_vote_gives_the_device_of_the_targets_class():
+    op = ProbeLengthsFwdOp(target="meta")
+    assert op._checks._calling_device({"lengths": torch.ones(3, dtype=torch.int64)}, {}, op._env, op.target) == \
+        (torch.device("meta", 0), True)
 
 
 def test_device_param_decides_when_no_tensor_votes():

@@ -24,6 +24,7 @@ import torch
 
 from ..errors import CheckError, SpecError
 from ..kernels.interface import KernelInterface
+from ..kernels.registry import _generation as _registry_generation
 from ..kernels.select import kernel_for
 from ..kernels.targets import Target, current_target, parse_target
 from ..spec.manifest import get_spec, load_manifest
@@ -215,7 +216,7 @@ class Op:
         checks = self._checks
         plan = checks.plan_call(self, values, self._env, self._construction, type(self).interfaces,  # type: ignore[union-attr]
                                 self._branches)
-        if key is not None:
+        if key is not None and not plan.device_by_default:
             if len(self._plans) >= MAX_PLANS:
                 self._plans.clear()
             self._plans[key] = plan
@@ -274,13 +275,14 @@ class Op:
             raise RuntimeError("Op.launch() is only valid inside an op's forward()")
         _, plan, values = state
         target = current_target(self._target)
-        kernel = plan.kernels.get((interface, target))
+        slot = (interface, target, _registry_generation[0])  # a newly loaded backend may serve better
+        kernel = plan.kernels.get(slot)
         if kernel is None:
             call = plan.call_specs.get(interface)
             if call is None:
                 raise TypeError(f"{type(self).__name__}: {interface.__name__} is not listed in interfaces")
             kernel = kernel_for(interface, call, target)
-            plan.kernels[(interface, target)] = kernel
+            plan.kernels[slot] = kernel
         if not interface.needs_contiguous:
             return kernel(*args, **kwargs) if kwargs else kernel(*args)
         checks = self._checks

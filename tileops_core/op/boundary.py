@@ -23,7 +23,10 @@ import torch
 from ..lang.types import DTypeParam, Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
 from ..spec.nodes import OpSpec
 
-__all__ = ["Boundary", "make_boundary", "call_boundary"]
+__all__ = ["Boundary", "make_boundary", "call_boundary", "TARGET_ARG"]
+
+#: The schema argument carrying an op's per-op target (a name no spec param may take).
+TARGET_ARG = "tileops_target"
 
 _names_lock = threading.Lock()
 _used_names: set[str] = set()
@@ -51,20 +54,23 @@ class Boundary:
         return getattr(getattr(torch.ops, ns), name).default
 
     def encode(self, op: Any) -> tuple[Any, ...]:
-        """The schema arguments for an op instance's params and static dims."""
+        """The schema arguments for an op instance: params, static dims, then its own target."""
         names = [*self.spec.params, *self.spec.static_dims]
-        return tuple(enc(op._env[n]) for enc, n in zip(self.encoders, names))
+        target = None if op._target is None else str(op._target)
+        return (*(enc(op._env[n]) for enc, n in zip(self.encoders, names)), target)
 
-    def instance(self, params: Sequence[Any]) -> Any:
-        """An op instance for schema param values (cached: the impl runs per call)."""
-        key = tuple(tuple(p) if isinstance(p, list) else p for p in params)
+    def instance(self, args: Sequence[Any]) -> Any:
+        """An op instance for schema argument values (cached: the impl runs per call)."""
+        key = tuple(tuple(p) if isinstance(p, list) else p for p in args)
         op = self._instances.get(key)
         if op is None:
             names = [*self.spec.params, *self.spec.static_dims]
+            *params, target = args
             with self._lock:
                 op = self._instances.get(key)
                 if op is None:
-                    op = self.op_cls(**dict(zip(names, params)))
+                    options = {} if target is None else {"target": target}
+                    op = self.op_cls(**dict(zip(names, params)), **options)
                     self._instances[key] = op
         return op
 
@@ -126,6 +132,8 @@ def make_boundary(op_cls: type, spec: OpSpec) -> tuple[Boundary | None, str | No
     for name in spec.static_dims:
         params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=int))
         encoders.append(int)
+    # The op's own target= travels with the call, so a compiled call selects as the eager one.
+    params.append(inspect.Parameter(TARGET_ARG, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[str]))
     returned = [i for i, o in enumerate(spec.outputs.values()) if o.alias is None]
     ret_ann: Any = None
     if len(returned) == 1:

@@ -23,6 +23,7 @@ import torch
 from ..errors import CheckError, Location
 from ..kernels.interface import CallSpec, KernelInterface
 from ..kernels.registry import device_arch
+from ..kernels.targets import current_target, default_device
 from ..lang import ir
 from ..lang.dtypes import DTypeExpr, DTypeIf, DTypeRef, DTypeSet, PromoteIntToFloat, SameAs, promote_int_to_float
 from ..lang.evaluate import Unbound
@@ -151,6 +152,9 @@ class CallPlan:
     buffer_args: tuple[int, ...] = ()
     #: The forward argument names (messages name an out buffer by its keyword).
     arg_names: tuple[str, ...] = ()
+    #: True when no tensor decided the device (the target or the accelerator did): such a
+    #: plan depends on more than its key and is not cached.
+    device_by_default: bool = False
 
     def __post_init__(self) -> None:
         if not self.out_locs:
@@ -451,7 +455,8 @@ class OpChecks:
         if branch is None:
             branch = self.branch(env0, presence)
             branches[presence] = branch
-        device = self._calling_device(args, construction, env0)
+        device, device_by_default = self._calling_device(args, construction, env0,
+                                                         getattr(op_obj, "_target", None))
         tensors: dict[str, torch.Tensor] = {n: args[n] for n in present if n in args}
         # Step 4: dtypes of inputs, then indices, lets and refinements.
         dtype_env: dict[str, str] = {}
@@ -562,10 +567,12 @@ class OpChecks:
         return CallPlan(self.op, device, tuple(out_shapes), tuple(out_dtypes), tuple(out_names), tuple(buffer_index),
                         tuple(alias_index), tuple(contiguous), empty, call_specs, kept_env, converted, self.loc,
                         out_locs=tuple(o.loc for o in spec.outputs.values()), n_buffers=len(self.buffers),
-                        buffer_args=buffer_args, arg_names=self.arg_names)
+                        buffer_args=buffer_args, arg_names=self.arg_names, device_by_default=device_by_default)
 
     def _calling_device(self, args: Mapping[str, Any], construction: Mapping[str, torch.Tensor],
-                        env0: Mapping[str, Any]) -> torch.device:
+                        env0: Mapping[str, Any], op_target: Any = None) -> tuple[torch.device, bool]:
+        """Seed 000 §4: the tensors' common device; else a device param or an out buffer; else the
+        device the effective target's class points to (the process accelerator when none)."""
         voters: dict[str, torch.device] = {}
         for t in self.spec.inputs.values():
             v = construction.get(t.name) if t.construction else args.get(t.name)
@@ -577,19 +584,16 @@ class OpChecks:
             listed = ", ".join(f"{n} on {d}" for n, d in voters.items())
             fail(self.op, f"inputs are on different devices: {listed}", self.loc)
         if devices:
-            return devices.pop()
+            return devices.pop(), False
         for name, p in self.spec.params.items():
             opts = p.type.options if isinstance(p.type, UnionT) else (p.type,)
             if any(isinstance(o, Prim) and o.kind == "device" for o in opts) and env0.get(name) is not None:
-                return torch.device(env0[name])
+                return torch.device(env0[name]), False
         for o in self.buffers:
             buf = args.get(o.buffer)  # type: ignore[arg-type]
             if buf is not None:
-                return buf.device
-        acc = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
-        if acc is not None:
-            return torch.device(acc.type, torch.accelerator.current_device_index())
-        return torch.device("cpu")
+                return buf.device, False
+        return default_device(current_target(op_target)), True
 
     def _check_placement(self, tensors: Mapping[str, torch.Tensor], args: Mapping[str, Any]) -> None:
         for t in self.spec.inputs.values():

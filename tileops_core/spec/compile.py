@@ -29,8 +29,10 @@ from .nodes import (
 )
 from .yamlload import LineDict, line_of
 
-__all__ = ["compile_op", "TENSOR_ATTRS"]
+__all__ = ["compile_op", "TENSOR_ATTRS", "RESERVED_PARAMS"]
 
+#: Keyword arguments of Op.__init__ and the compile boundary that no spec param may shadow.
+RESERVED_PARAMS = frozenset({"target", "check_contents", "tileops_target"})
 #: Attributes an expression may read from a tensor.
 TENSOR_ATTRS = frozenset({"shape", "ndim", "itemsize"})
 
@@ -243,6 +245,10 @@ class _Compiler:
             field = f"signature.params.{name}"
             if not _is_identifier(name):
                 self.problem(f"{name!r} is not a valid param name", field, ln)
+                continue
+            if name in RESERVED_PARAMS:
+                self.problem(f"{name!r} is reserved for the Op base class's own keyword arguments "
+                             f"({', '.join(sorted(RESERVED_PARAMS))}); choose another name", field, ln, name, rule="C1")
                 continue
             self.unparsed[name] = "param"  # until it compiles
             model = self.validated(ParamModel, value, field, ln)
@@ -507,6 +513,9 @@ class _Compiler:
                 if tname not in tensors:
                     self.problem(f"dtype_combos names {tname!r}, which is not a tensor",
                                  f"signature.dtype_combos[{i}]", None, tname, rule="L3.dtype-combos")
+                elif tname in outputs:
+                    self.problem(f"dtype_combos names output {tname!r}; combos constrain inputs (an output's dtype "
+                                 "is derived)", f"signature.dtype_combos[{i}]", None, tname, rule="L3.dtype-combos")
         return indices
 
     def _all_patterns(self, tensors: Mapping[str, TensorSpec],
