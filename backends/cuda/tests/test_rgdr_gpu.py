@@ -148,11 +148,24 @@ def test_captures_in_a_cuda_graph(arch, cuda_device, gen):
 @pytest.mark.parametrize(
     "tiling",
     [RGDRTiling(128, 8, 1, 4), RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), RGDRTiling(128, 16, 8, 4),
-     RGDRTiling(128, 8, 4, 4), RGDRTiling(128, 32, 8, 4), RGDRTiling(128, 4, 1, 4)],  # fmt: skip
+     RGDRTiling(128, 8, 4, 4), RGDRTiling(128, 32, 8, 4), RGDRTiling(128, 4, 1, 4),
+     RGDRTiling(128, 16, 2, 8, True), RGDRTiling(128, 16, 4, 5, True), RGDRTiling(128, 16, 8, 3, True),
+     RGDRTiling(128, 8, 1, 4, True)],  # fmt: skip
 )
 @pytest.mark.parametrize("state", ["float32", "bfloat16"])
 def test_every_tiling_computes_the_same_function(tiling, state, arch, cuda_device, gen):
     key = _with_arch(RGDRBuildKey("bfloat16", state, 2, 4, 128, 128, use_qk_l2norm=True), arch)
     case = rgdr_case(key, [3, 1, 9, 0, 17], device=cuda_device[0], generator=gen, padding=0.1, pad_first_of=1)
     res = check_rgdr(build_rgdr(key, tiling), case)
+    assert res["ok"], res
+
+
+@pytest.mark.parametrize("name", list(KEYS))
+def test_stream_layout_matches_float64_reference(name, arch, cuda_device, gen):
+    """The streaming layout (rows of a key-head group through registers) on every key corner,
+    with long sequences that need several token chunks per row chunk."""
+    key = _with_arch(KEYS[name], arch)
+    case = rgdr_case(key, [3, 0, 1, 37, 2, 8, 1, 16, 17], device=cuda_device[0], generator=gen, padding=0.15,
+                     pad_first_of=4, repeat_slots_of=5)  # fmt: skip
+    res = check_rgdr(build_rgdr(key, RGDRTiling(128, 16, 2, 8, True)), case)
     assert res["ok"], res

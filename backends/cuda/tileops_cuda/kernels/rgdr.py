@@ -112,12 +112,19 @@ class RGDRTiling:
     ``threads_per_row`` lanes share one state row; each thread holds ``rows_per_thread``
     rows, so a program covers ``BV = rows_per_thread * threads / threads_per_row`` rows.
     ``min_blocks`` is the ``__launch_bounds__`` occupancy hint (caps registers).
+
+    ``stream``: a program owns a (sequence, key head) pair, or a runtime-chosen share of
+    its ``GRP * DV`` rows, and streams them through registers ``BV`` rows at a time, the next
+    chunk's state loading while the current one runs all tokens (rows of the state evolve
+    independently). The metadata chain and the q/k staging are then paid once per program
+    instead of once per tile. Otherwise one program per (sequence, value head, tile).
     """
 
     threads: int = 128
     threads_per_row: int = 8
     rows_per_thread: int = 1
     min_blocks: int = 4
+    stream: bool = False
 
     @property
     def block_v(self) -> int:
@@ -145,6 +152,8 @@ class RGDRSchedule:
     def pick(self, n_seq: int) -> RGDRTiling:
         return self.large if n_seq >= self.large_from_seqs else self.small
 
+
+_STREAM_SMEM_LIMIT = 48 * 1024
 
 # The tiling rule, as data: (state bytes) -> (small, large, sequences from which large wins).
 _SCHEDULES = {
@@ -190,6 +199,12 @@ def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | N
         return (
             f"RGDR TileLang kernel: head_v_dim={key.head_v_dim} must be a multiple of the "
             f"value tile ({tiling.block_v}); use the reference"
+        )
+    group_rows = key.num_v_heads // key.num_k_heads * key.head_v_dim
+    if tiling.stream and tiling.chunk * group_rows * 4 > _STREAM_SMEM_LIMIT:
+        return (
+            f"RGDR TileLang kernel (stream layout): {group_rows} value rows per key head need "
+            f"{tiling.chunk * group_rows * 4} bytes of staged values (> {_STREAM_SMEM_LIMIT}); use a tiled layout"
         )
     return None
 
@@ -284,7 +299,7 @@ def _rgdr_program(key: RGDRBuildKey, tiling: RGDRTiling):  # noqa: C901 - one ke
         return (cc * TPR + lane) * vec + e
 
     @T.macro
-    def body(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale):
+    def body_tiled(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
         with T.Kernel(NV * NVT, NB, threads=THREADS) as (bx, by):
             T.annotate_min_blocks_per_sm(tiling.min_blocks)
             tid = T.get_thread_binding()
@@ -482,6 +497,239 @@ def _rgdr_program(key: RGDRBuildKey, tiling: RGDRTiling):  # noqa: C901 - one ke
                                                 r, cc * SV + e
                                             ]
 
+    NCH = GRP * DV // BV  # row chunks of one key-head group (stream mode)
+    GR = GRP * DV  # rows of one key-head group
+    VV = _pow2_at_most(GR, 16 // _ELEM_BYTES[key.input_dtype])  # value staging vector width
+
+    @T.macro
+    def body_stream(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
+        with T.Kernel(NK * splits, NB, threads=THREADS) as (bx, by):
+            T.annotate_min_blocks_per_sm(tiling.min_blocks)
+            tid = T.get_thread_binding()
+            lane = tid % TPR
+            rg = tid // TPR
+            # Materialised once: with `splits` a runtime value, TileLang would otherwise expand
+            # these floor divisions at every use.
+            hk = T.alloc_var(i32)
+            c_lo = T.alloc_var(i32)
+            nch = T.alloc_var(i32)
+            hk = T.truncdiv(bx, splits)
+            c_lo = T.truncmod(bx, splits) * T.truncdiv(NCH + splits - 1, splits)
+            nch = T.max(T.min(NCH - c_lo, T.truncdiv(NCH + splits - 1, splits)), 0)
+
+            red = T.alloc_shared((NWARP,), i32)
+            qk_s = T.alloc_shared((C, 2, DK), f32)
+            v_s = T.alloc_shared((C, GR), f32)
+            b_s = T.alloc_shared((C, GRP), f32)
+            d_s = T.alloc_shared((C, GRP), f32)
+            sl_s = T.alloc_shared((C,), i32)
+            w_s = T.alloc_shared((C,), i32)
+            dv_s = T.alloc_shared((C, GRP, DK), f32) if vector_decay else None
+
+            Sa = T.alloc_local((R, EPT), rdt)  # the chunk being run, in the state dtype's bits
+            Sb = T.alloc_local((R, EPT), rdt)  # the next chunk, loading meanwhile
+            kq = T.alloc_local((EPT,), f32)
+            xq = T.alloc_local((EPT,), f32)
+            xk = T.alloc_local((EPT,), f32)
+            dvec = T.alloc_local((EPT,), f32) if vector_decay else None
+            pacc = T.alloc_local((R, PS), f32)
+            acc = T.alloc_local((R,), f32)
+            start = T.alloc_var(i32)
+            L = T.alloc_var(i32)
+            acc_n = T.alloc_var(i32)
+            acc_n = T.cast(nacc[by], i32) if has_acc else 1
+            if lengths_style:
+                part = T.alloc_var(i32)
+                part = 0
+                L = T.cast(seq_meta[by], i32)
+                for it in T.serial(T.ceildiv(by, THREADS)):
+                    if it * THREADS + tid < by:
+                        part = part + T.cast(seq_meta[it * THREADS + tid], i32)
+                for off in T.unroll(5):
+                    part = part + T.shfl_xor(part, 16 >> off)
+                if tid % 32 == 0:
+                    red[tid // 32] = part
+                T.sync_threads()
+                start = 0
+                for w in T.unroll(NWARP):
+                    start = start + red[w]
+            else:
+                start = T.cast(seq_meta[by], i32)
+                L = T.cast(seq_meta[by + 1], i32) - start
+            slot0 = T.cast(slots[T.max(T.min(start + acc_n - 1, Tn - 1), 0)], i32)
+
+            # first chunk of this program's rows
+            for r in T.unroll(R):
+                for cc in T.unroll(EPT // SV):
+                    for e in T.vectorized(SV):
+                        Sa[r, cc * SV + e] = T.if_then_else(
+                            slot0 >= 0 and L > 0 and nch > 0,
+                            state[slot0, hk * GRP + T.truncdiv(c_lo * BV, DV), T.truncmod(c_lo * BV, DV) + r * ROWS + rg,
+                                  col(cc, lane, SV, e)],
+                            T.cast(0, rdt),
+                        )  # fmt: skip
+            ntc = T.ceildiv(L, C)
+            if L > 0:
+                rc = T.alloc_var(i32)
+                hl = T.alloc_var(i32)
+                h = T.alloc_var(i32)
+                v0 = T.alloc_var(i32)
+                for ci in T.serial(nch):
+                    rc = c_lo + ci
+                    hl = T.truncdiv(rc * BV, DV)
+                    h = hk * GRP + hl
+                    v0 = T.truncmod(rc * BV, DV)
+                    # Prefetch: the next chunk's state is in flight while this one runs.
+                    for r in T.unroll(R):
+                        for cc in T.unroll(EPT // SV):
+                            for e in T.vectorized(SV):
+                                Sb[r, cc * SV + e] = T.if_then_else(
+                                    slot0 >= 0 and ci + 1 < nch,
+                                    state[slot0, hk * GRP + T.truncdiv((rc + 1) * BV, DV),
+                                          T.truncmod((rc + 1) * BV, DV) + r * ROWS + rg, col(cc, lane, SV, e)],
+                                    T.cast(0, rdt),
+                                )  # fmt: skip
+                    for tc in T.serial(ntc):
+                        base = tc * C
+                        # Stage a token chunk: once per program when the sequence fits one chunk.
+                        if ntc > 1 or ci == 0:
+                            T.sync_threads()
+                            tok = start + base + rg
+                            live = base + rg < L
+                            for cc in T.unroll(EPT // IV):
+                                for e in T.vectorized(IV):
+                                    xq[cc * IV + e] = T.if_then_else(
+                                        live, T.cast(query[tok, hk, col(cc, lane, IV, e)], f32), T.float32(0)
+                                    )
+                                    xk[cc * IV + e] = T.if_then_else(
+                                        live, T.cast(key_[tok, hk, col(cc, lane, IV, e)], f32), T.float32(0)
+                                    )
+                            fq = T.alloc_var(f32)
+                            fk = T.alloc_var(f32)
+                            fq = scale
+                            fk = T.float32(1)
+                            if l2:
+                                ssq = T.alloc_var(f32)
+                                ssk = T.alloc_var(f32)
+                                ssq = 0.0
+                                ssk = 0.0
+                                for e in T.unroll(EPT):
+                                    ssq = ssq + xq[e] * xq[e]
+                                    ssk = ssk + xk[e] * xk[e]
+                                for s in T.unroll(NSH):
+                                    ssq = ssq + T.shfl_xor(ssq, TPR >> (s + 1))
+                                    ssk = ssk + T.shfl_xor(ssk, TPR >> (s + 1))
+                                fq = T.rsqrt(ssq + T.float32(L2NORM_EPS)) * scale
+                                fk = T.rsqrt(ssk + T.float32(L2NORM_EPS))
+                            if live:
+                                for cc in T.unroll(EPT // IV):
+                                    for e in T.vectorized(IV):
+                                        qk_s[rg, 0, col(cc, lane, IV, e)] = xq[cc * IV + e] * fq
+                                        qk_s[rg, 1, col(cc, lane, IV, e)] = xk[cc * IV + e] * fk
+                            for it in T.unroll((C * GR // VV + THREADS - 1) // THREADS):
+                                for e in T.vectorized(VV):
+                                    idx = (it * THREADS + tid) * VV + e
+                                    if idx < C * GR and base + idx // GR < L:
+                                        v_s[idx // GR, idx % GR] = T.cast(
+                                            value[start + base + idx // GR, hk * GRP + (idx % GR) // DV, (idx % GR) % DV], f32
+                                        )
+                            for it in T.unroll((C * GRP + THREADS - 1) // THREADS):
+                                idx = it * THREADS + tid
+                                if idx < C * GRP and base + idx // GRP < L:
+                                    tt = start + base + idx // GRP
+                                    hh = hk * GRP + idx % GRP
+                                    b_s[idx // GRP, idx % GRP] = T.cast(beta[tt, hh], f32)
+                                    if scalar_decay:
+                                        if has_g and gk_form == "scalar":
+                                            d_s[idx // GRP, idx % GRP] = T.exp(g[tt, hh]) * T.exp(gk[tt, hh])
+                                        elif has_g:
+                                            d_s[idx // GRP, idx % GRP] = T.exp(g[tt, hh])
+                                        else:
+                                            d_s[idx // GRP, idx % GRP] = T.exp(gk[tt, hh])
+                            if vector_decay:
+                                for it in T.unroll((C * GRP * DK // GV + THREADS - 1) // THREADS):
+                                    for e in T.vectorized(GV):
+                                        idx = (it * THREADS + tid) * GV + e
+                                        if idx < C * GRP * DK and base + idx // (GRP * DK) < L:
+                                            dv_s[idx // (GRP * DK), (idx // DK) % GRP, idx % DK] = T.exp(
+                                                gk[start + base + idx // (GRP * DK), hk * GRP + (idx // DK) % GRP, idx % DK]
+                                            )
+                            if tid < C and base + tid < L:
+                                tt = start + base + tid
+                                sl = T.cast(slots[tt], i32)
+                                sl_s[tid] = sl
+                                # A slot the next token of this sequence writes again is skipped:
+                                # nothing reads it in between, so the final contents are identical.
+                                nxt = T.if_then_else(base + tid + 1 < L, T.cast(slots[T.min(tt + 1, Tn - 1)], i32), -1)
+                                w_s[tid] = T.if_then_else(sl >= 0 and sl != nxt, 1, 0)
+                            T.sync_threads()
+
+                        # -- the recurrence on this chunk's rows, token by token --------------
+                        for c2 in T.serial(C):
+                            if base + c2 < L:
+                                for cc in T.unroll(EPT // SV):
+                                    for e in T.vectorized(SV):
+                                        kq[cc * SV + e] = qk_s[c2, 1, col(cc, lane, SV, e)]
+                                if vector_decay:
+                                    for cc in T.unroll(EPT // SV):
+                                        for e in T.vectorized(SV):
+                                            dvec[cc * SV + e] = dv_s[c2, hl, col(cc, lane, SV, e)]
+                                dsc = d_s[c2, hl] if scalar_decay else T.float32(1)
+                                for r in T.unroll(R):
+                                    for p in T.unroll(PS):
+                                        pacc[r, p] = 0.0
+                                    for e in T.unroll(EPT):
+                                        if requant:
+                                            pacc[r, e % PS] = pacc[r, e % PS] + decayed(Sa[r, e], dsc, dvec, e) * kq[e]
+                                        else:
+                                            Sa[r, e] = decayed(Sa[r, e], dsc, dvec, e)
+                                            pacc[r, e % PS] = pacc[r, e % PS] + Sa[r, e] * kq[e]
+                                    acc[r] = pacc[r, 0]
+                                    for p in T.unroll(PS - 1):
+                                        acc[r] = acc[r] + pacc[r, p + 1]
+                                for r in T.unroll(R):
+                                    for s in T.unroll(NSH):
+                                        acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
+                                for r in T.unroll(R):
+                                    dl = b_s[c2, hl] * (v_s[c2, rc * BV + r * ROWS + rg] - acc[r])
+                                    for e in T.unroll(EPT):
+                                        if requant:
+                                            Sa[r, e] = T.cast(decayed(Sa[r, e], dsc, dvec, e) + dl * kq[e], sdt)
+                                        else:
+                                            Sa[r, e] = Sa[r, e] + dl * kq[e]
+                                for cc in T.unroll(EPT // SV):
+                                    for e in T.vectorized(SV):
+                                        kq[cc * SV + e] = qk_s[c2, 0, col(cc, lane, SV, e)]
+                                for r in T.unroll(R):
+                                    for p in T.unroll(PS):
+                                        pacc[r, p] = 0.0
+                                    for e in T.unroll(EPT):
+                                        pacc[r, e % PS] = pacc[r, e % PS] + T.cast(Sa[r, e], f32) * kq[e]
+                                    acc[r] = pacc[r, 0]
+                                    for p in T.unroll(PS - 1):
+                                        acc[r] = acc[r] + pacc[r, p + 1]
+                                for r in T.unroll(R):
+                                    for s in T.unroll(NSH):
+                                        acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
+                                if lane == 0:
+                                    for r in T.unroll(R):
+                                        out[start + base + c2, h, v0 + r * ROWS + rg] = T.cast(acc[r], idt)
+                                if w_s[c2] != 0:
+                                    for r in T.unroll(R):
+                                        for cc in T.unroll(EPT // SV):
+                                            for e in T.vectorized(SV):
+                                                state[sl_s[c2], h, v0 + r * ROWS + rg, col(cc, lane, SV, e)] = Sa[
+                                                    r, cc * SV + e
+                                                ]
+                    for r in T.unroll(R):
+                        for i in T.unroll(EPT):
+                            Sa[r, i] = Sb[r, i]
+
+    if tiling.stream:
+        body = body_stream  # noqa: F811 - the streaming layout replaces the tiled one
+    else:
+        body = body_tiled
+
     # The signature carries only the tensors this key uses. Each parameter needs its own
     # annotation object: TileLang binds one buffer per annotation instance.
     q_t = T.Tensor((Tn, NK, DK), idt)
@@ -502,57 +750,57 @@ def _rgdr_program(key: RGDRBuildKey, tiling: RGDRTiling):  # noqa: C901 - one ke
 
         @T.prim_func
         def rgdr(query: q_t, key: k_t, value: v_t, beta: b_t, state: s_t, seq_meta: m_t, slots: i_t,
-                 g: g_t, gk: gk_t, nacc: a_t, out: o_t, scale: T.float32):  # fmt: skip
-            body(query, key, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale)
+                 g: g_t, gk: gk_t, nacc: a_t, out: o_t, scale: T.float32, splits: T.int32):  # fmt: skip
+            body(query, key, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits)
 
     elif has_g and gk_form:
 
         @T.prim_func
         def rgdr(query: q_t, key: k_t, value: v_t, beta: b_t, state: s_t, seq_meta: m_t, slots: i_t,
-                 g: g_t, gk: gk_t, out: o_t, scale: T.float32):  # fmt: skip
-            body(query, key, value, beta, state, seq_meta, slots, g, gk, None, out, scale)
+                 g: g_t, gk: gk_t, out: o_t, scale: T.float32, splits: T.int32):  # fmt: skip
+            body(query, key, value, beta, state, seq_meta, slots, g, gk, None, out, scale, splits)
 
     elif has_g and has_acc:
 
         @T.prim_func
         def rgdr(query: q_t, key: k_t, value: v_t, beta: b_t, state: s_t, seq_meta: m_t, slots: i_t,
-                 g: g_t, nacc: a_t, out: o_t, scale: T.float32):  # fmt: skip
-            body(query, key, value, beta, state, seq_meta, slots, g, None, nacc, out, scale)
+                 g: g_t, nacc: a_t, out: o_t, scale: T.float32, splits: T.int32):  # fmt: skip
+            body(query, key, value, beta, state, seq_meta, slots, g, None, nacc, out, scale, splits)
 
     elif has_g:
 
         @T.prim_func
         def rgdr(query: q_t, key: k_t, value: v_t, beta: b_t, state: s_t, seq_meta: m_t, slots: i_t,
-                 g: g_t, out: o_t, scale: T.float32):  # fmt: skip
-            body(query, key, value, beta, state, seq_meta, slots, g, None, None, out, scale)
+                 g: g_t, out: o_t, scale: T.float32, splits: T.int32):  # fmt: skip
+            body(query, key, value, beta, state, seq_meta, slots, g, None, None, out, scale, splits)
 
     elif gk_form and has_acc:
 
         @T.prim_func
         def rgdr(query: q_t, key: k_t, value: v_t, beta: b_t, state: s_t, seq_meta: m_t, slots: i_t,
-                 gk: gk_t, nacc: a_t, out: o_t, scale: T.float32):  # fmt: skip
-            body(query, key, value, beta, state, seq_meta, slots, None, gk, nacc, out, scale)
+                 gk: gk_t, nacc: a_t, out: o_t, scale: T.float32, splits: T.int32):  # fmt: skip
+            body(query, key, value, beta, state, seq_meta, slots, None, gk, nacc, out, scale, splits)
 
     elif gk_form:
 
         @T.prim_func
         def rgdr(query: q_t, key: k_t, value: v_t, beta: b_t, state: s_t, seq_meta: m_t, slots: i_t,
-                 gk: gk_t, out: o_t, scale: T.float32):  # fmt: skip
-            body(query, key, value, beta, state, seq_meta, slots, None, gk, None, out, scale)
+                 gk: gk_t, out: o_t, scale: T.float32, splits: T.int32):  # fmt: skip
+            body(query, key, value, beta, state, seq_meta, slots, None, gk, None, out, scale, splits)
 
     elif has_acc:
 
         @T.prim_func
         def rgdr(query: q_t, key: k_t, value: v_t, beta: b_t, state: s_t, seq_meta: m_t, slots: i_t,
-                 nacc: a_t, out: o_t, scale: T.float32):  # fmt: skip
-            body(query, key, value, beta, state, seq_meta, slots, None, None, nacc, out, scale)
+                 nacc: a_t, out: o_t, scale: T.float32, splits: T.int32):  # fmt: skip
+            body(query, key, value, beta, state, seq_meta, slots, None, None, nacc, out, scale, splits)
 
     else:
 
         @T.prim_func
         def rgdr(query: q_t, key: k_t, value: v_t, beta: b_t, state: s_t, seq_meta: m_t, slots: i_t,
-                 out: o_t, scale: T.float32):  # fmt: skip
-            body(query, key, value, beta, state, seq_meta, slots, None, None, None, out, scale)
+                 out: o_t, scale: T.float32, splits: T.int32):  # fmt: skip
+            body(query, key, value, beta, state, seq_meta, slots, None, None, None, out, scale, splits)
 
     return rgdr
 
@@ -576,6 +824,7 @@ class RGDRLauncher:
         self._from = schedule.large_from_seqs
         self._default_scale = float(key.head_k_dim) ** -0.5
         self._cu = key.seq_lens_style == "cu_seqlens"
+        self._programs_wanted = 0  # set on the first call from the device's SM count
 
     def source(self, tiling: RGDRTiling | None = None) -> str:
         """The generated CUDA source of one variant (the small-batch one by default)."""
@@ -620,8 +869,23 @@ class RGDRLauncher:
             args.append(num_accepted_tokens)
         args.append(out)
         args.append(self._default_scale if scale is None else float(scale))
+        tiling = self.schedule.large if n_seq >= self._from else self.schedule.small
+        args.append(self._splits(tiling, n_seq, query))
         (self._large if n_seq >= self._from else self._small)(*args)
         return out
+
+    def _splits(self, tiling: RGDRTiling, n_seq: int, query: Any) -> int:
+        """Stream layout: programs per (sequence, key head), enough to fill the GPU at small B."""
+        if not tiling.stream:
+            return 1
+        if not self._programs_wanted:
+            import torch
+
+            self._programs_wanted = 8 * torch.cuda.get_device_properties(query.device).multi_processor_count
+        k = self.key
+        chunks = k.num_v_heads // k.num_k_heads * k.head_v_dim // tiling.block_v
+        base = n_seq * k.num_k_heads
+        return max(1, min(chunks, -(-self._programs_wanted // base)))
 
 
 def build_rgdr(key: RGDRBuildKey, tiling: RGDRTiling | RGDRSchedule | None = None) -> RGDRLauncher:
