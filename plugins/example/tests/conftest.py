@@ -1,8 +1,7 @@
-"""The example plugin's tests: its source tree importable, and the ``install`` marker.
+"""The example plugin's tests: its source tree importable.
 
-The in-process tests load the plugin through ``register_plugin`` from the source tree; the
-``install`` test builds the wheel and installs it into a fresh virtual environment
-(about 15 s; deselect with ``-m 'not install'``).
+The tests load the plugin in-process through ``register_plugin`` from the source tree; its
+wheel is installed and used in a fresh virtual environment by ``tests/test_packaging.py``.
 """
 
 from __future__ import annotations
@@ -16,10 +15,6 @@ import torch
 EXAMPLE_ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(EXAMPLE_ROOT) not in sys.path:
     sys.path.insert(0, str(EXAMPLE_ROOT))
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "install: builds a wheel and installs it into a fresh virtual environment")
 
 
 @pytest.fixture

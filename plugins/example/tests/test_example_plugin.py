@@ -1,21 +1,11 @@
-"""The example plugin: discovered, applied whole, selected where it applies, and installable."""
+"""The example plugin: discovered, applied whole, and selected where it applies (in-process)."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
 import torch
 
 from tileops_core.cli.cmd_explain import explain
 from tileops_core.kernels import registry
-
-EXAMPLE_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _register(isolated_plugins):
@@ -84,49 +74,5 @@ def test_plugin_rolled_back_leaves_core_ops_on_the_reference(isolated_plugins, r
     assert data["interfaces"][0]["chosen"] == "tileops_cpu_ref.kernels:RefRMSNorm"
 
 
-def _clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TILEOPS_") or k == "TILEOPS_CHECK_CONTENTS"}
-    env.pop("PYTHONPATH", None)
-    return env
-
-
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(args, cwd=cwd, env=_clean_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    return proc
-
-
-_USE_IN_VENV = """
-import torch
-from tileops_example.ops import SquaredReluFwdOp   # constructed before any plugin was loaded explicitly
-x = torch.randn(4, 9)
-assert torch.equal(SquaredReluFwdOp()(x), torch.relu(x) ** 2)
-print("ok")
-"""
-
-
-@pytest.mark.install
-def test_wheel_installed_into_a_fresh_venv_is_discovered_and_selected(tmp_path):
-    src = tmp_path / "src"
-    shutil.copytree(EXAMPLE_ROOT, src, ignore=shutil.ignore_patterns("tests", "build", "*.egg-info", "__pycache__"))
-    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(tmp_path / "dist"), str(src)], tmp_path)
-    venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], tmp_path)
-    python = str(venv / "bin" / "python")
-    _run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--find-links", str(tmp_path / "dist"),
-          "tileops-example"], tmp_path)
-
-    backends = json.loads(_run([python, "-m", "tileops_core", "backends", "--format", "json"], tmp_path).stdout)
-    example = {b["name"]: b for b in backends["backends"]}["example"]
-    assert (example["distribution"], example["version"], example["ops"]) == ("tileops-example", "0.1.0",
-                                                                             ["SquaredReluFwdOp"])
-    assert backends["failures"] == []
-
-    rms = json.loads(_run([python, "-m", "tileops_core", "explain", "RMSNormFwdOp", "--workload", "small-fp32",
-                           "--format", "json"], tmp_path).stdout)
-    assert rms["interfaces"][0]["chosen"] == "tileops_example.kernels:ExampleRMSNormLastAxis"
-    relu = json.loads(_run([python, "-m", "tileops_core", "explain", "SquaredReluFwdOp", "--format", "json"],
-                           tmp_path).stdout)
-    assert relu["spec"].startswith("example:manifest/squared_relu.yaml")
-    assert relu["interfaces"][0]["chosen"] == "tileops_example.kernels:RefSquaredRelu"
-    assert _run([python, "-c", _USE_IN_VENV], tmp_path).stdout.strip() == "ok"
+# Installed from its wheel on top of a wheel-installed tileops, discovered, selected and uninstalled:
+# tests/test_packaging.py::test_a_third_party_plugin_installs_on_top_is_selected_and_uninstalls_cleanly.
