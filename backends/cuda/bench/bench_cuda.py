@@ -521,12 +521,13 @@ def table() -> str:
     cp_end = RESULTS.get("copy_end", {}).get("GBps", float("nan"))
     lines.append(f"copy ceiling {cp:.0f} GB/s at start, {cp_end:.0f} GB/s at end (read+write; %copy uses the start value)"
                  f"   compile {RESULTS.get('compile_s', 0):.0f}s")  # fmt: skip
-    for st, sc in RESULTS.get("schedules", {}).items():
+    for st, sc in (RESULTS.get("schedules") or RESULTS.get("default_schedules", {})).items():
         sm, lg = sc["small"], sc["large"]
         lines.append(f"schedule {st}: small (tpr {sm['threads_per_row']}, rows {sm['rows_per_thread']}, minblk {sm['min_blocks']}, "
                      f"stream {sm['stream']}) large (tpr {lg['threads_per_row']}, rows {lg['rows_per_thread']}, "
                      f"minblk {lg['min_blocks']}, stream {lg['stream']}) "
-                     f"from B>={sc['large_from_seqs']}")  # fmt: skip
+                     f"from B>={sc['large_from_seqs']}; short {sc.get('short')} from B>={sc.get('short_from_seqs')} "
+                     f"up to {sc.get('short_max_tokens')} tokens/seq")  # fmt: skip
     bad = [c for c in RESULTS.get("sweep_checks", []) if not c["ok"]]
     lines.append(f"sweep correctness checks: {len(RESULTS.get('sweep_checks', [])) - len(bad)} ok, {len(bad)} failed {bad[:2]}")
     lines.append("RGDR  NK/NV state  B  Tb |   us    GB/s  %copy |  FLA us  x-vs-FLA | ok  state_err  (ref32)   out_err (ref32)")

@@ -118,3 +118,15 @@ def test_rgdr_schedule_uses_the_large_tile_only_where_it_divides_head_v_dim():
     sched = rgdr.default_schedule(_key())
     assert sched.large.block_v > sched.small.block_v
     assert sched.pick(1) == sched.small and sched.pick(10_000) == sched.large
+
+
+def test_rgdr_schedule_streams_large_batches_of_short_bf16_sequences():
+    sched = rgdr.default_schedule(_key(state_dtype="bfloat16"))
+    assert sched.pick(256, 256).stream  # decode: one token per sequence
+    assert not sched.pick(256, 8 * 256).stream  # eight tokens per sequence: tiled
+    assert sched.pick(1, 1) == sched.small
+
+
+def test_rgdr_schedule_drops_the_streaming_layout_when_too_many_value_rows_per_key_head():
+    sched = rgdr.default_schedule(_key(state_dtype="bfloat16", num_k_heads=1, num_v_heads=64))
+    assert sched.short is None

@@ -138,27 +138,43 @@ class RGDRTiling:
 
 @dataclass(frozen=True)
 class RGDRSchedule:
-    """Two tilings of one build key, chosen per call by the number of sequences.
+    """Tilings of one build key, chosen per call from the number of sequences and tokens.
 
-    The count comes from a tensor shape on the host, so the choice is free, and the compile
-    never specialises on B: both variants accept any B and T. Small batches want many small
-    programs (latency); large ones want big tiles (bytes in flight per register).
+    Both counts are tensor shapes on the host, so the choice is free, and the compile never
+    specialises on B or T: every variant accepts any B and T. Small batches want many small
+    programs (latency); large ones want big tiles (bytes in flight per register); large
+    batches of short sequences (decode) can use ``short``, typically the streaming layout.
     """
 
     small: RGDRTiling
     large: RGDRTiling
     large_from_seqs: int
+    short: RGDRTiling | None = None
+    short_from_seqs: int = 1 << 62
+    short_max_tokens: int = 0  # average tokens per sequence at or below which ``short`` runs
 
-    def pick(self, n_seq: int) -> RGDRTiling:
+    def pick(self, n_seq: int, n_tokens: int | None = None) -> RGDRTiling:
+        if (
+            self.short is not None
+            and n_seq >= self.short_from_seqs
+            and n_tokens is not None
+            and n_tokens <= self.short_max_tokens * n_seq
+        ):
+            return self.short
         return self.large if n_seq >= self.large_from_seqs else self.small
+
+    def tilings(self) -> tuple[RGDRTiling, ...]:
+        return tuple(dict.fromkeys(t for t in (self.small, self.large, self.short) if t is not None))
 
 
 _STREAM_SMEM_LIMIT = 48 * 1024
 
-# The tiling rule, as data: (state bytes) -> (small, large, sequences from which large wins).
+# The schedule rule, as data (measured on the H200, see NOTES.md): state bytes ->
+# (small, large, sequences from which large runs, short, sequences from which short runs,
+#  average tokens per sequence up to which short runs).
 _SCHEDULES = {
-    4: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), 8),
-    2: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 4), 8),
+    4: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 3), 8, None, 1 << 62, 0),
+    2: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), 8, RGDRTiling(128, 16, 4, 5, True), 32, 4),
 }
 
 
@@ -168,12 +184,15 @@ def default_tiling(key: RGDRBuildKey) -> RGDRTiling:
 
 
 def default_schedule(key: RGDRBuildKey) -> RGDRSchedule:
-    """The schedule rule: the table above, falling back to the small tiling alone when the
-    large tile does not divide head_v_dim."""
-    small, large, n = _SCHEDULES[_ELEM_BYTES[key.state_dtype]]
-    if key.head_v_dim % large.block_v or key.head_k_dim // large.threads_per_row < 2:
+    """The schedule rule: the table above; a variant the key cannot use (its tile does not
+    divide head_v_dim, or the streaming layout would stage too many value rows) falls back
+    to the small tiling."""
+    small, large, n, short, short_n, short_tokens = _SCHEDULES[_ELEM_BYTES[key.state_dtype]]
+    if rgdr_refusal(key, large) is not None:
         large = small
-    return RGDRSchedule(small, large, n)
+    if short is not None and rgdr_refusal(key, short) is not None:
+        short = None
+    return RGDRSchedule(small, large, n, short, short_n, short_tokens)
 
 
 def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | None:
@@ -819,9 +838,6 @@ class RGDRLauncher:
         self.key = key
         self.schedule = schedule
         self.kernels = kernels
-        self._small = kernels[schedule.small]
-        self._large = kernels[schedule.large]
-        self._from = schedule.large_from_seqs
         self._default_scale = float(key.head_k_dim) ** -0.5
         self._cu = key.seq_lens_style == "cu_seqlens"
         self._programs_wanted = 0  # set on the first call from the device's SM count
@@ -869,9 +885,9 @@ class RGDRLauncher:
             args.append(num_accepted_tokens)
         args.append(out)
         args.append(self._default_scale if scale is None else float(scale))
-        tiling = self.schedule.large if n_seq >= self._from else self.schedule.small
+        tiling = self.schedule.pick(n_seq, query.shape[0])
         args.append(self._splits(tiling, n_seq, query))
-        (self._large if n_seq >= self._from else self._small)(*args)
+        self.kernels[tiling](*args)
         return out
 
     def _splits(self, tiling: RGDRTiling, n_seq: int, query: Any) -> int:
@@ -900,7 +916,7 @@ def build_rgdr(key: RGDRBuildKey, tiling: RGDRTiling | RGDRSchedule | None = Non
         schedule = RGDRSchedule(tiling, tiling, 1 << 62)
     else:
         schedule = tiling
-    for t in {schedule.small, schedule.large}:
+    for t in schedule.tilings():
         reason = rgdr_refusal(key, t)
         if reason is not None:
             raise ValueError(reason)
@@ -909,6 +925,6 @@ def build_rgdr(key: RGDRBuildKey, tiling: RGDRTiling | RGDRSchedule | None = Non
         return cached_build(("rgdr-kernel", key, t), lambda: compile_prim_func(_rgdr_program(key, t), key.arch))
 
     def make() -> RGDRLauncher:
-        return RGDRLauncher(key, schedule, {t: compile_one(t) for t in {schedule.small, schedule.large}})
+        return RGDRLauncher(key, schedule, {t: compile_one(t) for t in schedule.tilings()})
 
     return cached_build(("rgdr", key, schedule), make)
