@@ -6,20 +6,25 @@ packed variable-length sequences, GQA, per-token slot writes into a state pool
 in-kernel q/k l2 normalisation, padding slots, ``num_accepted_tokens``, and the running
 state re-quantised to the state dtype after every token.
 
-Kernel shape (why it looks like this):
+Kernel shape (why it looks like this; numbers in backends/cuda/NOTES.md):
 
-* One program per (sequence, value head, tile of ``BV`` value rows). The ``[BV, DK]``
-  state tile is read once, kept in registers for all tokens of the sequence, and written
-  once per token, so the kernel moves ``B*(1+T_b)`` state tiles: the bytes floor.
-* Inside a program, a row of the tile belongs to ``threads_per_row`` consecutive lanes; a
-  lane owns ``DK / threads_per_row`` columns, interleaved in 16-byte vectors so every warp
-  access is coalesced. Both row dot products (``S @ k`` and ``S @ q``) end in
-  ``log2(threads_per_row)`` xor-shuffles: no shared memory, no block barrier per token.
-* Tokens are staged in chunks of ``threads / threads_per_row``: q and k (l2-normalised and
-  scaled once per chunk, not once per value tile row), the value rows of the tile, beta,
-  the decays and the slots are all loaded in one burst, overlapping the state load.
+* Tiled layout: one program per (sequence, value head, tile of ``BV`` value rows). The
+  ``[BV, DK]`` state tile is read once, kept in registers (16-bit states stay packed: they
+  are re-quantised every token, so registers lose nothing) for all tokens of the sequence,
+  and written once per token: the kernel moves ``B*(1+T_b)`` state tiles, the bytes floor.
+* Streaming layout: one program per (sequence, key head) or a runtime share of its
+  ``GRP*DV`` rows; rows of the state evolve independently, so the program streams
+  ``BV``-row chunks through registers, the next chunk's state loading while the current one
+  runs every token. The metadata chain and q/k staging are paid once per program.
+* Inside a program a state row belongs to ``threads_per_row`` consecutive lanes, each owning
+  16-byte runs interleaved across the lanes (coalesced); both row dot products end in xor
+  shuffles: no shared memory or barrier per token.
+* Tokens are staged in chunks: q and k (l2-normalised and scaled once), values, beta, decays
+  and slots in one burst, overlapping the state load; the first slot is loaded without
+  waiting for the sequence length, so the chain to the state is two round trips.
 * Nothing depends on B or T at compile time: both are dynamic shapes; the prefix sum of
-  ``lengths``-style metadata is computed in the kernel (one block reduction).
+  ``lengths``-style metadata is computed in the kernel. :class:`RGDRSchedule` picks among
+  compiled tilings per call from the number of sequences and tokens (host-side shapes).
 
 The build identity is :class:`RGDRBuildKey`; :func:`build_rgdr` compiles it (tilelang is
 imported there, never at module import) and returns an :class:`RGDRLauncher`.

@@ -1,0 +1,332 @@
+"""The TileLang kernels as implementations of the core's kernel interfaces.
+
+Each class maps a call spec onto its kernel's build key (what gets compiled: dtypes, head
+and feature sizes, presence flags, the arch; never batch or token counts), refuses what
+its kernel was not written for with the kernel's own reason, and builds the launcher on
+first use. Inputs are made contiguous on the way in (a no-op when they already are);
+outputs are fresh tensors.
+
+Nothing here imports tilelang: ``build()`` does, the first time a call needs the kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from tileops_core.kernels import CallSpec, KernelEntry
+from tileops_core.ops.activation import SiluAndMulKernel
+from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
+from tileops_core.ops.linear_attention import RGDRKernel
+from tileops_core.ops.normalization import GroupNormKernel, RMSNormKernel
+from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
+
+from .kernels._common import SUPPORTED_ARCHS
+from .kernels.gemm import GemmBuildKey, build_gemm, gemm_refusal
+from .kernels.group_norm import GroupNormBuildKey, build_group_norm, group_norm, group_norm_refusal
+from .kernels.reduce_sum import reduce_sum, sum_refusal
+from .kernels.rgdr import RGDRBuildKey, build_rgdr, rgdr_refusal
+from .kernels.rmsnorm import RMSNormBuildKey, build_rmsnorm, rmsnorm_refusal
+from .kernels.silu_and_mul import SiluAndMulBuildKey, build_silu_and_mul, silu_and_mul_refusal
+from .kernels.softmax import SoftmaxBuildKey, build_softmax, softmax_refusal
+
+__all__ = ["KERNELS"]
+
+
+class _TileLang:
+    """Declarations shared by every TileLang kernel: CUDA devices, the archs written for."""
+
+    devices = ("cuda",)
+    supported_archs = SUPPORTED_ARCHS
+    general = False
+
+    @classmethod
+    def key(cls, call: CallSpec) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: Any) -> str | None:
+        raise NotImplementedError
+
+    @classmethod
+    def launcher(cls, key: Any) -> Callable[..., Any]:
+        """Compile (tilelang is imported here) and return the interface-shaped kernel."""
+        raise NotImplementedError
+
+    @classmethod
+    def refusal(cls, call: CallSpec) -> str | None:
+        try:
+            key = cls.key(call)
+        except ValueError as exc:  # a build key that cannot even be formed names why
+            return str(exc)
+        return cls.reason(call, key)
+
+    @classmethod
+    def entry_for(cls, call: CallSpec) -> KernelEntry:
+        key = cls.key(call)
+        return KernelEntry((cls.__name__, key), lambda: cls.launcher(key))
+
+
+def _contiguous(t: Any) -> Any:
+    return None if t is None else t.contiguous()
+
+
+class TileLangRMSNorm(_TileLang, RMSNormKernel):
+    """RMSNorm over the flattened normalised axes (they are trailing and contiguous)."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> RMSNormBuildKey:
+        return RMSNormBuildKey(call.dtypes["x"], math.prod(call.dims["N"]), bool(call.flags["has_weight"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: RMSNormBuildKey) -> str | None:
+        return rmsnorm_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: RMSNormBuildKey) -> Callable[..., Any]:
+        import torch
+
+        kernel = build_rmsnorm(key)
+        eps_default = torch.finfo(getattr(torch, key.dtype)).eps
+
+        def rms_norm(x: Any, weight: Any, normalized_shape: Any, eps: float | None) -> Any:
+            x = x.contiguous()
+            y = torch.empty_like(x)
+            w = None if weight is None else weight.contiguous().view(-1)
+            kernel(x.view(-1, key.hidden), w, y.view(-1, key.hidden), eps_default if eps is None else eps)
+            return y
+
+        return rms_norm
+
+
+class TileLangSoftmax(_TileLang, SoftmaxKernel):
+    """Softmax over the last axis, in the input dtype (fp32 math inside)."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> SoftmaxBuildKey:
+        return SoftmaxBuildKey(call.dtypes["input"], int(call.dims["N"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: SoftmaxBuildKey) -> str | None:
+        if call.dims["dim"] != -1:
+            return (f"Softmax TileLang kernel: dim={call.dims['dim']} is not written as -1 (it serves the last, "
+                    "contiguous axis only)")
+        if call.flags.get("has_dtype") and call.dtypes["output"] != key.dtype:
+            return "Softmax TileLang kernel: dtype= casts the input, which this kernel does not do"
+        return softmax_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: SoftmaxBuildKey) -> Callable[..., Any]:
+        import torch
+
+        kernel = build_softmax(key)
+
+        def softmax(x: Any, dim: int, dtype: Any) -> Any:
+            x = x.contiguous()
+            y = torch.empty_like(x)
+            kernel(x.view(-1, key.length), y.view(-1, key.length))
+            return y
+
+        return softmax
+
+
+class TileLangSiluAndMul(_TileLang, SiluAndMulKernel):
+    """``silu(x[..., :N]) * x[..., N:]``."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> SiluAndMulBuildKey:
+        return SiluAndMulBuildKey(call.dtypes["x"], int(call.dims["N"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: SiluAndMulBuildKey) -> str | None:
+        return silu_and_mul_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: SiluAndMulBuildKey) -> Callable[..., Any]:
+        import torch
+
+        kernel = build_silu_and_mul(key)
+
+        def silu_and_mul(x: Any) -> Any:
+            x = x.contiguous()
+            y = torch.empty((*x.shape[:-1], key.width), dtype=x.dtype, device=x.device)
+            kernel(x.view(-1, 2 * key.width), y.view(-1, key.width))
+            return y
+
+        return silu_and_mul
+
+
+class TileLangSum(_TileLang, SumKernel):
+    """Sums over one run of adjacent axes (or everything), accumulating in float32."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> tuple[str, str, str]:
+        return (call.dtypes["input"], call.dtypes["output"], call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: tuple[str, str, str]) -> str | None:
+        if not call.dims.get("adjacent", True):
+            return "Sum TileLang kernel: the reduced axes are not adjacent; reduce them one run at a time"
+        dtype, out_dtype, arch = key
+        return sum_refusal(dtype, None, 1, True, arch, out_dtype)
+
+    @classmethod
+    def launcher(cls, key: tuple[str, str, str]) -> Callable[..., Any]:
+        arch = key[2]
+
+        def total(x: Any, dim: Any, keepdim: bool, dtype: Any) -> Any:
+            dims = None if dim is None else (tuple(dim) if isinstance(dim, (tuple, list)) else (dim,))
+            return reduce_sum(x.contiguous(), dims or None, keepdim, dtype, arch)
+
+        return total
+
+
+class TileLangGroupNorm(_TileLang, GroupNormKernel):
+    """GroupNorm over ``[N, C, *]``; one build per (channels, groups, spatial size)."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> GroupNormBuildKey:
+        return GroupNormBuildKey(call.dtypes["x"], int(call.dims["num_groups"]), int(call.dims["C"]),
+                                 int(call.dims["spatial"]), bool(call.flags["has_weight"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: GroupNormBuildKey) -> str | None:
+        return group_norm_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: GroupNormBuildKey) -> Callable[..., Any]:
+        build_group_norm(key)  # compile now; the call below finds it cached
+
+        def run(x: Any, weight: Any, bias: Any, num_groups: int, eps: float) -> Any:
+            return group_norm(x.contiguous(), num_groups, _contiguous(weight), _contiguous(bias), eps, key.arch)
+
+        return run
+
+
+def _gemm_key(dtype: str, n: int, k: int, trans_a: bool, trans_b: bool, batched: bool, arch: str) -> GemmBuildKey:
+    return GemmBuildKey(dtype, int(n), int(k), bool(trans_a), bool(trans_b), batched, arch)
+
+
+class TileLangGemm(_TileLang, GemmKernel):
+    """fp16/bf16 GEMM with both transpose flags (a wgmma pipeline for sm_90)."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> GemmBuildKey:
+        return _gemm_key(call.dtypes["a"], call.dims["N"], call.dims["K"], call.flags["trans_a"],
+                         call.flags["trans_b"], False, call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: GemmBuildKey) -> str | None:
+        return gemm_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: GemmBuildKey) -> Callable[..., Any]:
+        import torch
+
+        kernel = build_gemm(key)
+
+        def gemm(a: Any, b: Any, trans_a: bool, trans_b: bool) -> Any:
+            a, b = a.contiguous(), b.contiguous()
+            m = a.shape[1] if trans_a else a.shape[0]
+            out = torch.empty((m, key.n), dtype=a.dtype, device=a.device)
+            return kernel(a, b, out)
+
+        return gemm
+
+
+class TileLangBmm(_TileLang, BmmKernel):
+    """The GEMM kernel with a leading batch axis."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> GemmBuildKey:
+        return _gemm_key(call.dtypes["a"], call.dims["N"], call.dims["K"], False, False, True, call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: GemmBuildKey) -> str | None:
+        return gemm_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: GemmBuildKey) -> Callable[..., Any]:
+        import torch
+
+        kernel = build_gemm(key)
+
+        def bmm(a: Any, b: Any) -> Any:
+            a, b = a.contiguous(), b.contiguous()
+            out = torch.empty((a.shape[0], a.shape[1], key.n), dtype=a.dtype, device=a.device)
+            return kernel(a, b, out)
+
+        return bmm
+
+
+class TileLangLinear(_TileLang, LinearKernel):
+    """``input @ weight.T`` on the GEMM kernel (weight read transposed); bias added after."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> GemmBuildKey:
+        return _gemm_key(call.dtypes["input"], call.dims["out_features"], call.dims["in_features"], False, True,
+                         False, call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: GemmBuildKey) -> str | None:
+        return gemm_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: GemmBuildKey) -> Callable[..., Any]:
+        import torch
+
+        kernel = build_gemm(key)
+
+        def linear(x: Any, weight: Any, bias: Any) -> Any:
+            rows = x.contiguous().view(-1, key.k)
+            out = torch.empty((rows.shape[0], key.n), dtype=x.dtype, device=x.device)
+            kernel(rows, weight.contiguous(), out)
+            if bias is not None:
+                out += bias
+            return out.view(*x.shape[:-1], key.n)
+
+        return linear
+
+
+class TileLangRGDR(_TileLang, RGDRKernel):
+    """The RGDR decode kernel: one build per dtypes, head sizes and presence flags."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> RGDRBuildKey:
+        d, f = call.dtypes, call.flags
+        gk_form = None
+        if f.get("has_gk"):
+            gk_form = "scalar" if call.dims.get("G") == () else "vector"
+        return RGDRBuildKey(
+            input_dtype=d["query"], state_dtype=d["state"], num_k_heads=int(call.dims["NK"]),
+            num_v_heads=int(call.dims["NV"]), head_k_dim=int(call.dims["DK"]), head_v_dim=int(call.dims["DV"]),
+            seq_lens_style=f["seq_lens_style"], seq_lens_dtype=d["actual_seq_lengths"],
+            slot_dtype=d["ssm_state_indices"], accepted_dtype=d.get("num_accepted_tokens"),
+            has_g=bool(f.get("has_g")), gk_form=gk_form, use_qk_l2norm=bool(f["use_qk_l2norm_in_kernel"]),
+            arch=call.arch,
+        )
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: RGDRBuildKey) -> str | None:
+        return rgdr_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: RGDRBuildKey) -> Callable[..., Any]:
+        import torch
+
+        kernel = build_rgdr(key)
+
+        def rgdr(query: Any, key_: Any, value: Any, beta: Any, state: Any, actual_seq_lengths: Any,
+                 ssm_state_indices: Any, g: Any, gk: Any, num_accepted_tokens: Any, scale: float | None,
+                 seq_lens_style: str, use_qk_l2norm_in_kernel: bool) -> Any:
+            out = torch.empty_like(value)
+            return kernel(query, key_, value, beta, state, actual_seq_lengths, ssm_state_indices, g, gk,
+                          num_accepted_tokens, out, scale)
+
+        return rgdr
+
+
+KERNELS = (
+    TileLangRMSNorm, TileLangSoftmax, TileLangSiluAndMul, TileLangSum, TileLangGroupNorm, TileLangGemm, TileLangBmm,
+    TileLangLinear, TileLangRGDR,
+)
