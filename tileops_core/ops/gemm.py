@@ -14,6 +14,7 @@ class BmmKernel(KernelInterface):
     """``kernel(a, b) -> d``."""
 
     op = "BmmFwdOp"
+    specialise_on = ("N", "K")
 
 
 class BmmFwdOp(Op):
@@ -32,6 +33,7 @@ class GemmKernel(KernelInterface):
     """``kernel(a, b, trans_a, trans_b) -> d``; the flags are in the call spec's flags."""
 
     op = "GemmFwdOp"
+    specialise_on = ("N", "K")
 
 
 class GemmFwdOp(Op):

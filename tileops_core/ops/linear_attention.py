@@ -24,6 +24,8 @@ class RGDRKernel(KernelInterface):
 
     op = "RecurrentGatedDeltaRuleFwdOp"
     specialise_on = ("NK", "NV", "DK", "DV", "G")
+    #: Kernels index packed rows; a strided state pool is written through a copy, then copied back.
+    needs_contiguous = True
 
 
 class RecurrentGatedDeltaRuleFwdOp(Op):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..kernels.interface import KernelInterface
@@ -33,7 +34,6 @@ class GroupNormKernel(KernelInterface):
     """``kernel(x, weight | None, bias | None, num_groups, eps) -> output``."""
 
     op = "GroupNormFwdOp"
-    specialise_on = ("C",)
 
 
 class GroupNormFwdOp(Op):
@@ -43,6 +43,10 @@ class GroupNormFwdOp(Op):
 
     def __init__(self, num_groups: int, eps: float = 1e-05, **options: Any) -> None:
         super().__init__(num_groups=num_groups, eps=eps, **options)
+
+    def specialisation(self, interface: type[KernelInterface], env: dict[str, Any]) -> dict[str, Any]:
+        """Channels, groups and the spatial size (not the spatial shape: a kernel sees it flat)."""
+        return {"C": env["C"], "num_groups": env["num_groups"], "spatial": math.prod(env["R"])}
 
     def forward(self, x: Any, weight: Any = None, bias: Any = None) -> Any:
         return self.launch(GroupNormKernel, x, weight, bias, self.num_groups, self.eps)

@@ -9,7 +9,9 @@ from ..kernels.interface import KernelInterface
 from ..op.base import Op
 from ..op.torchtypes import to_torch
 
-__all__ = ["SoftmaxKernel", "SoftmaxFwdOp", "SumKernel", "SumFwdOp", "reduction_extent"]
+__all__ = [
+    "SoftmaxKernel", "SoftmaxFwdOp", "SumKernel", "SumFwdOp", "reduction_extent", "reduced_axes_adjacent",
+]
 
 
 class SoftmaxKernel(KernelInterface):
@@ -51,6 +53,14 @@ def reduction_extent(shape: tuple[int, ...], dim: Any) -> tuple[int, int, int]:
     return 1, reduced, 1
 
 
+def reduced_axes_adjacent(ndim: int, dim: Any) -> bool:
+    """True when the reduced axes form one run (everything counts as one run)."""
+    if dim is None or (isinstance(dim, tuple) and not dim) or ndim == 0:
+        return True
+    axes = sorted({d % ndim for d in (dim if isinstance(dim, tuple) else (dim,))})
+    return axes == list(range(axes[0], axes[-1] + 1))
+
+
 class SumFwdOp(Op):
     """``torch.sum(input, dim, keepdim, dtype)``; ``dim=None`` reduces everything.
 
@@ -64,7 +74,8 @@ class SumFwdOp(Op):
         super().__init__(dim=dim, keepdim=keepdim, dtype=dtype, **options)
 
     def specialisation(self, interface: type[KernelInterface], env: dict[str, Any]) -> dict[str, Any]:
-        return {"extent": reduction_extent(tuple(env["S"]), env["dim"])}
+        shape, dim = tuple(env["S"]), env["dim"]
+        return {"extent": reduction_extent(shape, dim), "adjacent": reduced_axes_adjacent(len(shape), dim)}
 
     def forward(self, input: Any) -> Any:
         dtype = None if self.dtype is None else to_torch(self.dtype)
