@@ -177,7 +177,8 @@ def _ensure_plugins_loaded() -> None:
 
 
 def _warn_fallback(selection: Selection) -> None:
-    refused = [c for c in selection.candidates if not c.kept and not c.impl.general]
+    # Only what could have run here and refused says why; kernels for other devices do not.
+    refused = [c for c in selection.candidates if not c.kept and not c.impl.general and c.reason.startswith("refused:")]
     key = (selection.interface, selection.call.device_type, tuple(c.impl for c in refused))
     if key in _warned:
         return
