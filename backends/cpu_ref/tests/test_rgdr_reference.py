@@ -41,8 +41,8 @@ def _literal(query, key, value, beta, state, lengths, slots, g, gk, accepted, sc
                     S = S * torch.exp(gk[t, h].double())
                 d = float(beta[t, h]) * (value[t, h].double() - S @ k)
                 S = S + torch.outer(d, k)
-                S = S.to(state.dtype).double()
                 out[t, h] = S @ (scale * q)
+                S = S.to(state.dtype).double()
                 if slots[t] >= 0:
                     state[int(slots[t]), h] = S.to(state.dtype)
         start += L

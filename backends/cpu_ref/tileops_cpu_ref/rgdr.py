@@ -8,9 +8,9 @@ accelerator kernel is checked against. The math follows ``RGDR.md`` literally:
 * value head ``h`` reads query/key head ``h // (NV // NK)``;
 * the state of a sequence is read once, from the slot of its first accepted token,
   before this call writes anything;
-* after every token the running state is rounded to the state's dtype and the
-  recurrence continues from the rounded value (the fp16/bf16 drift is part of the
-  semantics, not an error of the kernel);
+* each token's output reads the updated state; then the running state is rounded to
+  the state's dtype and the recurrence continues from the rounded value (the fp16/bf16
+  drift is part of the semantics, not an error of the kernel);
 * a negative slot index is padding: that token writes nothing, and a sequence whose
   first slot is negative starts from zeros.
 
@@ -124,9 +124,9 @@ def recurrent_gated_delta_rule(
         predicted = torch.einsum("nhvk,nhk->nhv", Sb, k)
         delta = beta_all[t].unsqueeze(-1) * (v_all[t] - predicted)
         Sb = Sb + delta.unsqueeze(-1) * k.unsqueeze(-2)
+        out[t] = torch.einsum("nhvk,nhk->nhv", Sb, q_all[t]).to(out.dtype)  # the updated state, unrounded
         # Re-quantise: the recurrence continues from what the state buffer can hold.
         Sb = Sb.to(state.dtype).to(compute_dtype)
-        out[t] = torch.einsum("nhvk,nhk->nhv", Sb, q_all[t]).to(out.dtype)
         write_slot = slots[t]
         keep = write_slot >= 0
         if bool(keep.any()):

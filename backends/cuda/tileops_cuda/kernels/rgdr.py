@@ -488,22 +488,23 @@ def _rgdr_program(key: RGDRBuildKey, tiling: RGDRTiling):  # noqa: C901 - one ke
                             for r in T.unroll(R):
                                 for s in T.unroll(NSH):
                                     acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
-                            for r in T.unroll(R):
-                                dl = b_s[c2] * (v_s[c2, r * ROWS + rg] - acc[r])
-                                for e in T.unroll(EPT):
-                                    if requant:
-                                        # Re-quantise: the recurrence continues from the rounded value.
-                                        Sx[r, e] = T.cast(decayed(Sx[r, e], dsc, dvec, e) + dl * kq[e], sdt)
-                                    else:
-                                        Sx[r, e] = Sx[r, e] + dl * kq[e]
                             for cc in T.unroll(EPT // SV):
                                 for e in T.vectorized(SV):
-                                    kq[cc * SV + e] = qk_s[c2, 0, col(cc, lane, SV, e)]
+                                    xq[cc * SV + e] = qk_s[c2, 0, col(cc, lane, SV, e)]
                             for r in T.unroll(R):
+                                dl = b_s[c2] * (v_s[c2, r * ROWS + rg] - acc[r])
                                 for p in T.unroll(PS):
                                     pacc[r, p] = 0.0
                                 for e in T.unroll(EPT):
-                                    pacc[r, e % PS] = pacc[r, e % PS] + T.cast(Sx[r, e], f32) * kq[e]
+                                    if requant:
+                                        # The output reads the updated state before it is re-quantised; the
+                                        # recurrence continues from the rounded value (RGDR.md).
+                                        nv = decayed(Sx[r, e], dsc, dvec, e) + dl * kq[e]
+                                        pacc[r, e % PS] = pacc[r, e % PS] + nv * xq[e]
+                                        Sx[r, e] = T.cast(nv, sdt)
+                                    else:
+                                        Sx[r, e] = Sx[r, e] + dl * kq[e]
+                                        pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * xq[e]
                                 acc[r] = pacc[r, 0]
                                 for p in T.unroll(PS - 1):
                                     acc[r] = acc[r] + pacc[r, p + 1]
@@ -714,21 +715,23 @@ def _rgdr_program(key: RGDRBuildKey, tiling: RGDRTiling):  # noqa: C901 - one ke
                                 for r in T.unroll(R):
                                     for s in T.unroll(NSH):
                                         acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
-                                for r in T.unroll(R):
-                                    dl = b_s[c2, hl] * (v_s[c2, rc * BV + r * ROWS + rg] - acc[r])
-                                    for e in T.unroll(EPT):
-                                        if requant:
-                                            Sa[r, e] = T.cast(decayed(Sa[r, e], dsc, dvec, e) + dl * kq[e], sdt)
-                                        else:
-                                            Sa[r, e] = Sa[r, e] + dl * kq[e]
                                 for cc in T.unroll(EPT // SV):
                                     for e in T.vectorized(SV):
-                                        kq[cc * SV + e] = qk_s[c2, 0, col(cc, lane, SV, e)]
+                                        xq[cc * SV + e] = qk_s[c2, 0, col(cc, lane, SV, e)]
                                 for r in T.unroll(R):
+                                    dl = b_s[c2, hl] * (v_s[c2, rc * BV + r * ROWS + rg] - acc[r])
                                     for p in T.unroll(PS):
                                         pacc[r, p] = 0.0
                                     for e in T.unroll(EPT):
-                                        pacc[r, e % PS] = pacc[r, e % PS] + T.cast(Sa[r, e], f32) * kq[e]
+                                        if requant:
+                                            # The output reads the updated state before it is re-quantised; the
+                                            # recurrence continues from the rounded value (RGDR.md).
+                                            nv = decayed(Sa[r, e], dsc, dvec, e) + dl * kq[e]
+                                            pacc[r, e % PS] = pacc[r, e % PS] + nv * xq[e]
+                                            Sa[r, e] = T.cast(nv, sdt)
+                                        else:
+                                            Sa[r, e] = Sa[r, e] + dl * kq[e]
+                                            pacc[r, e % PS] = pacc[r, e % PS] + Sa[r, e] * xq[e]
                                     acc[r] = pacc[r, 0]
                                     for p in T.unroll(PS - 1):
                                         acc[r] = acc[r] + pacc[r, p + 1]
