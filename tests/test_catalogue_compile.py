@@ -52,3 +52,17 @@ def test_op_compiles_cold_with_inductor_fullgraph_once_and_matches_eager(name):
     for i, t in enumerate(spec.call_inputs):
         if t.mutated and i < len(args) and args[i] is not None:
             assert torch.equal(first_args[i], eager_args[i]), f"{name}: mutated {t.name} differs under compile"
+
+
+@pytest.mark.parametrize("name", _promised())
+def test_the_compile_boundary_of_every_catalogue_op_passes_opcheck(name):
+    spec = load_manifest()[name]
+    module = importlib.import_module(spec.source["op"])
+    row = _smallest_row(spec)
+    inst = instantiate(spec, row, dtype_cases(row)[0], rng=torch.Generator().manual_seed(4321))
+    cls = getattr(module, name)
+    op = cls(**inst.op_kwargs, check_contents=False)
+    boundary = cls._boundary
+    args = [a for a in inst.call_args(spec)]
+    args += [None] * (len(spec.call_inputs) - len(args))
+    torch.library.opcheck(boundary.opoverload, (*args, *boundary.encode(op)))
