@@ -15,121 +15,18 @@ import re
 import pytest
 import torch
 import torch._dynamo
-import torch.nn.functional as F
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from tileops_core.kernels import KernelInterface
+from example_ops import (REFERENCE_KERNELS, BmmFwdOp, BmmKernel, GemmFwdOp, GroupNormFwdOp, ReciprocalFwdOp,
+                         RMSNormFwdOp, SSDDecodeFwdOp)
+from example_ops import rand as r
 from tileops_core.op import Op
-
-
-class BmmKernel(KernelInterface):
-    op = "BmmFwdOp"
-
-
-class GemmKernel(KernelInterface):
-    op = "GemmFwdOp"
-
-
-class RMSNormKernel(KernelInterface):
-    op = "RMSNormFwdOp"
-
-
-class GroupNormKernel(KernelInterface):
-    op = "GroupNormFwdOp"
-
-
-class SSDDecodeKernel(KernelInterface):
-    op = "SSDDecodeFwdOp"
-
-
-class ReciprocalKernel(KernelInterface):
-    op = "ReciprocalFwdOp"
-
-
-class BmmFwdOp(Op):
-    interfaces = (BmmKernel,)
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, a, b):
-        return self.launch(BmmKernel, a, b)
-
-
-class GemmFwdOp(Op):
-    interfaces = (GemmKernel,)
-
-    def __init__(self, trans_a=False, trans_b=True):
-        super().__init__(trans_a=trans_a, trans_b=trans_b)
-
-    def forward(self, a, b):
-        return self.launch(GemmKernel, a, b, self.trans_a, self.trans_b)
-
-
-class RMSNormFwdOp(Op):
-    interfaces = (RMSNormKernel,)
-
-    def __init__(self, normalized_shape, eps=None):
-        super().__init__(normalized_shape=normalized_shape, eps=eps)
-
-    def forward(self, x, weight=None):
-        return self.launch(RMSNormKernel, x, weight, self.normalized_shape, self.eps)
-
-
-class GroupNormFwdOp(Op):
-    interfaces = (GroupNormKernel,)
-
-    def __init__(self, num_groups, eps=1e-5):
-        super().__init__(num_groups=num_groups, eps=eps)
-
-    def forward(self, x, weight=None, bias=None):
-        return self.launch(GroupNormKernel, x, weight, bias, self.num_groups, self.eps)
-
-
-class SSDDecodeFwdOp(Op):
-    interfaces = (SSDDecodeKernel,)
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, A, dt, x, B_in, C_in, state):
-        return self.launch(SSDDecodeKernel, A, dt, x, B_in, C_in, state)
-
-
-class ReciprocalFwdOp(Op):
-    interfaces = (ReciprocalKernel,)
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, input, out=None):
-        return self.launch(ReciprocalKernel, input, out)
-
-
-def _ssd(A, dt, x, B_in, C_in, state):
-    group = torch.arange(A.shape[0]) // (A.shape[0] // B_in.shape[1])
-    b, c = B_in[:, group].float(), C_in[:, group].float()
-    state.mul_(torch.exp(dt[..., None] * A)).add_(dt[..., None] * x.float()[..., None] * b[:, :, None, :])
-    return (state * c[:, :, None, :]).sum(-1)
-
-
-def _reciprocal(input, out):
-    result = torch.reciprocal(input)
-    return result if out is None else out.copy_(result)
 
 
 @pytest.fixture(autouse=True)
 def kernels(fake_backend):
-    fake_backend.kernel(BmmKernel, torch.bmm)
-    fake_backend.kernel(GemmKernel, lambda a, b, ta, tb: (a.T if ta else a) @ (b.T if tb else b))
-    fake_backend.kernel(RMSNormKernel, lambda x, w, shape, eps: F.rms_norm(x, shape, w, eps))
-    fake_backend.kernel(GroupNormKernel, lambda x, w, b, groups, eps: F.group_norm(x, groups, w, b, eps))
-    fake_backend.kernel(SSDDecodeKernel, _ssd)
-    fake_backend.kernel(ReciprocalKernel, _reciprocal)
-
-
-def r(*shape, dtype=torch.float32):
-    return torch.randn(*shape).to(dtype)
+    for interface, fn in REFERENCE_KERNELS.items():
+        fake_backend.kernel(interface, fn)
 
 
 def cases():

@@ -16,122 +16,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from example_ops import (REFERENCE_KERNELS, BmmFwdOp, BmmKernel, GemmFwdOp, GemmKernel, GroupNormFwdOp,
+                         GroupNormKernel, ReciprocalFwdOp, ReciprocalKernel, RMSNormFwdOp, RMSNormKernel,
+                         SSDDecodeFwdOp, SSDDecodeKernel, at, failure, probe_specs, rand, recording, ssd_args)
 from tileops_core.errors import CheckError, SelectionError
 from tileops_core.kernels import KernelInterface
 from tileops_core.op import Op
 
-# -- the six examples: interfaces and op classes ---------------------------------------------------
-
-
-class BmmKernel(KernelInterface):
-    op = "BmmFwdOp"
-
-
-class GemmKernel(KernelInterface):
-    op = "GemmFwdOp"
-
-
-class RMSNormKernel(KernelInterface):
-    op = "RMSNormFwdOp"
-
-
-class GroupNormKernel(KernelInterface):
-    op = "GroupNormFwdOp"
-
-
-class SSDDecodeKernel(KernelInterface):
-    op = "SSDDecodeFwdOp"
-
-
-class ReciprocalKernel(KernelInterface):
-    op = "ReciprocalFwdOp"
-
-
-class BmmFwdOp(Op):
-    interfaces = (BmmKernel,)
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, a, b):
-        return self.launch(BmmKernel, a, b)
-
-
-class GemmFwdOp(Op):
-    interfaces = (GemmKernel,)
-
-    def __init__(self, trans_a=False, trans_b=True):
-        super().__init__(trans_a=trans_a, trans_b=trans_b)
-
-    def forward(self, a, b):
-        return self.launch(GemmKernel, a, b, self.trans_a, self.trans_b)
-
-
-class RMSNormFwdOp(Op):
-    interfaces = (RMSNormKernel,)
-
-    def __init__(self, normalized_shape, eps=None):
-        super().__init__(normalized_shape=normalized_shape, eps=eps)
-
-    def forward(self, x, weight=None):
-        return self.launch(RMSNormKernel, x, weight, self.normalized_shape, self.eps)
-
-
-class GroupNormFwdOp(Op):
-    interfaces = (GroupNormKernel,)
-
-    def __init__(self, num_groups, eps=1e-5):
-        super().__init__(num_groups=num_groups, eps=eps)
-
-    def forward(self, x, weight=None, bias=None):
-        return self.launch(GroupNormKernel, x, weight, bias, self.num_groups, self.eps)
-
-
-class SSDDecodeFwdOp(Op):
-    interfaces = (SSDDecodeKernel,)
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, A, dt, x, B_in, C_in, state):
-        return self.launch(SSDDecodeKernel, A, dt, x, B_in, C_in, state)
-
-
-class ReciprocalFwdOp(Op):
-    interfaces = (ReciprocalKernel,)
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, input, out=None):
-        return self.launch(ReciprocalKernel, input, out)
-
+# -- the six examples (example_ops), with kernels that record that they ran ---------------------------
 
 RUNS: list[str] = []
 
+LABELS = {BmmKernel: "bmm", GemmKernel: "gemm", RMSNormKernel: "rms", GroupNormKernel: "gn",
+          SSDDecodeKernel: "ssd", ReciprocalKernel: "reciprocal"}
 
-def _ssd(A, dt, x, B_in, C_in, state):
-    RUNS.append("ssd")
-    group = torch.arange(A.shape[0]) // (A.shape[0] // B_in.shape[1])
-    b, c = B_in[:, group].float(), C_in[:, group].float()
-    state.mul_(torch.exp(dt[..., None] * A)).add_(dt[..., None] * x.float()[..., None] * b[:, :, None, :])
-    return (state * c[:, :, None, :]).sum(-1)
-
-
-def _reciprocal(input, out):
-    RUNS.append("reciprocal")
-    result = torch.reciprocal(input)
-    return result if out is None else out.copy_(result)
-
-
-KERNELS = {
-    BmmKernel: lambda a, b: RUNS.append("bmm") or torch.bmm(a, b),
-    GemmKernel: lambda a, b, ta, tb: RUNS.append("gemm") or (a.T if ta else a) @ (b.T if tb else b),
-    RMSNormKernel: lambda x, w, shape, eps: RUNS.append("rms") or F.rms_norm(x, shape, w, eps),
-    GroupNormKernel: lambda x, w, b, groups, eps: RUNS.append("gn") or F.group_norm(x, groups, w, b, eps),
-    SSDDecodeKernel: _ssd,
-    ReciprocalKernel: _reciprocal,
-}
+KERNELS = {interface: recording(RUNS, LABELS[interface], fn) for interface, fn in REFERENCE_KERNELS.items()}
 
 
 @pytest.fixture(autouse=True)
@@ -142,60 +41,24 @@ def kernels(fake_backend):
     yield
 
 
-def at(decl) -> str:
-    """`` (file:line)`` of a declaration, as messages end."""
-    return f" ({decl.loc.where()})"
-
-
-def failure(call) -> str:
-    with pytest.raises(CheckError) as info:
-        call()
-    return str(info.value)
-
-
-def rand(*shape, dtype=torch.float32):
-    return torch.randn(*shape).to(dtype)
-
-
-def ssd_args(b=2, h=4, p=3, n=5, g=2, x_dtype=torch.float16):
-    return (rand(h, p, n), rand(b, h, p).abs(), rand(b, h, p, dtype=x_dtype), rand(b, g, n, dtype=x_dtype),
-            rand(b, g, n, dtype=x_dtype), rand(b, h, p, n))
-
-
 # -- the test-only spec: features the six examples do not use ---------------------------------------
 
-PROBES = """
-ProbeAffineFwdOp:
-  family: probe
-  ref_api: "none"
-  status: spec-only
-  signature:
+PROBES = probe_specs(
+    ProbeAffineFwdOp="""
     inputs:
       x: {dtype: "float32 | float16", shape: "[M, 2 * N]"}
     outputs:
       y: {dtype: "same_as(x)", shape: "[M, N]"}
-  workloads: []
-  roofline: {flops: "1", bytes: "1"}
-  source: {}
-ProbeDTypeIndexFwdOp:
-  family: probe
-  ref_api: "none"
-  status: spec-only
-  signature:
+""",
+    ProbeDTypeIndexFwdOp="""
     inputs:
       x: {dtype: T, shape: "[*S]"}
       y: {dtype: T, shape: "[*S]"}
       w: {dtype: float64, shape: "[*S]", optional: true}
     outputs:
       z: {dtype: "float64 if present(w) else T", shape: "[*S]"}
-  workloads: []
-  roofline: {flops: "1", bytes: "1"}
-  source: {}
-ProbeFamilyFwdOp:
-  family: probe
-  ref_api: "none"
-  status: spec-only
-  signature:
+""",
+    ProbeFamilyFwdOp="""
     inputs:
       x:
         dtype: float32
@@ -204,10 +67,7 @@ ProbeFamilyFwdOp:
       y: {dtype: float32, shape: "[B, C]"}
     params:
       layout: {type: '"nlc" | "ncl" | "lnc"', default: nlc}
-  workloads: []
-  roofline: {flops: "1", bytes: "1"}
-  source: {}
-"""
+""")
 
 
 class ProbeKernel(KernelInterface):
@@ -519,12 +379,8 @@ def test_new_shapes_are_checked_again():
 
 # -- optional inputs (seed 001 rules 1-10, as far as a call sees them) ------------------------------------
 
-OPTIONAL_PROBE = """
-ProbeOptionalFwdOp:
-  family: probe
-  ref_api: "none"
-  status: spec-only
-  signature:
+OPTIONAL_PROBE = probe_specs(
+    ProbeOptionalFwdOp="""
     inputs:
       x: {dtype: float32, shape: "[M]"}
       w: {dtype: "same_as(x)", shape: "[W]", optional: true}
@@ -533,10 +389,7 @@ ProbeOptionalFwdOp:
     shape_rules:
       - "not present(w) or W == M"
       - "W > 0"
-  workloads: []
-  roofline: {flops: "1", bytes: "1"}
-  source: {}
-"""
+""")
 
 
 class ProbeOptionalKernel(KernelInterface):

@@ -14,44 +14,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tileops_core.errors import CheckError
+from example_ops import (REFERENCE_KERNELS, GemmFwdOp, GroupNormKernel, RMSNormFwdOp, RMSNormKernel, at, failure,
+                         probe_specs)
 from tileops_core.kernels import KernelInterface
 from tileops_core.op import Op
 
 
-class GemmKernel(KernelInterface):
-    op = "GemmFwdOp"
-
-
-class RMSNormKernel(KernelInterface):
-    op = "RMSNormFwdOp"
-
-
-class GroupNormKernel(KernelInterface):
-    op = "GroupNormFwdOp"
-
-
-class GemmFwdOp(Op):
-    interfaces = (GemmKernel,)
-
-    def __init__(self, trans_a=False, trans_b=True):
-        super().__init__(trans_a=trans_a, trans_b=trans_b)
-
-    def forward(self, a, b):
-        return self.launch(GemmKernel, a, b, self.trans_a, self.trans_b)
-
-
-class RMSNormFwdOp(Op):
-    interfaces = (RMSNormKernel,)
-
-    def __init__(self, normalized_shape, eps=None):
-        super().__init__(normalized_shape=normalized_shape, eps=eps)
-
-    def forward(self, x, weight=None):
-        return self.launch(RMSNormKernel, x, weight, self.normalized_shape, self.eps)
-
-
-class GroupNormFwdOp(Op):
+class GroupNormFwdOp(Op):  # not example_ops.GroupNormFwdOp: its __init__ takes no named params
     interfaces = (GroupNormKernel,)
 
     def __init__(self, **params):  # passes whatever it is given, so the base's checks see it all
@@ -61,20 +30,10 @@ class GroupNormFwdOp(Op):
         return self.launch(GroupNormKernel, x, weight, bias, self.num_groups, self.eps)
 
 
-def at(decl) -> str:
-    return f" ({decl.loc.where()})"
-
-
-def failure(call) -> str:
-    with pytest.raises(CheckError) as info:
-        call()
-    return str(info.value)
-
-
 @pytest.fixture
 def kernels(fake_backend):
-    fake_backend.kernel(GroupNormKernel, lambda x, w, b, g, eps: torch.nn.functional.group_norm(x, g, w, b, eps))
-    fake_backend.kernel(RMSNormKernel, lambda x, w, s, eps: torch.nn.functional.rms_norm(x, s, w, eps))
+    fake_backend.kernel(GroupNormKernel, REFERENCE_KERNELS[GroupNormKernel])
+    fake_backend.kernel(RMSNormKernel, REFERENCE_KERNELS[RMSNormKernel])
 
 
 def spec_of(cls):
@@ -171,12 +130,8 @@ def test_rule_needing_a_call_is_deferred_to_the_call(kernels):
 
 # -- a test-only spec: enum, dtype param, ADT, static dims, construction-time tensor -------------------
 
-PROBES = """
-ProbeParamsFwdOp:
-  family: probe
-  ref_api: "none"
-  status: spec-only
-  signature:
+PROBES = probe_specs(
+    ProbeParamsFwdOp="""
     inputs:
       x: {dtype: "float16 | bfloat16 | float32", shape: "[*S, N]"}
     outputs:
@@ -191,14 +146,8 @@ ProbeParamsFwdOp:
         variants:
           same: {}
           explicit: {fields: {left: int, right: int}, invariant: ["left >= 0", "right >= left"]}
-  workloads: []
-  roofline: {flops: "1", bytes: "1"}
-  source: {}
-ProbeStaticFwdOp:
-  family: probe
-  ref_api: "none"
-  status: spec-only
-  signature:
+""",
+    ProbeStaticFwdOp="""
     inputs:
       x: {dtype: float32}
     outputs:
@@ -207,23 +156,14 @@ ProbeStaticFwdOp:
       dim: {type: int, default: -1}
     static_dims:
       D: "x.shape[dim]"
-  workloads: []
-  roofline: {flops: "1", bytes: "1"}
-  source: {}
-ProbeTableFwdOp:
-  family: probe
-  ref_api: "none"
-  status: spec-only
-  signature:
+""",
+    ProbeTableFwdOp="""
     inputs:
       table: {dtype: "float32 | float64", shape: "[V, D]", construction: true}
       x: {dtype: "float32", shape: "[K, D]"}
     outputs:
       y: {dtype: float32, shape: "[K, D]"}
-  workloads: []
-  roofline: {flops: "1", bytes: "1"}
-  source: {}
-"""
+""")
 
 
 class ProbeParamsKernel(KernelInterface):

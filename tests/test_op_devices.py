@@ -12,91 +12,42 @@ import functools
 import pytest
 import torch
 
+from example_ops import REFERENCE_KERNELS, BmmFwdOp, BmmKernel, RMSNormFwdOp, RMSNormKernel, failure, probe_specs
 from tileops_core.errors import CheckError
 from tileops_core.kernels import KernelInterface
 from tileops_core.op import Op, current_call
 
 
-class BmmKernel(KernelInterface):
-    op = "BmmFwdOp"
-
-
-class BmmFwdOp(Op):
-    interfaces = (BmmKernel,)
-
-    def forward(self, a, b):
-        return self.launch(BmmKernel, a, b)
-
-
-class RMSNormKernel(KernelInterface):
-    op = "RMSNormFwdOp"
-
-
-class RMSNormFwdOp(Op):
-    interfaces = (RMSNormKernel,)
-
-    def __init__(self, normalized_shape, eps=None):
-        super().__init__(normalized_shape=normalized_shape, eps=eps)
-
-    def forward(self, x, weight=None):
-        return self.launch(RMSNormKernel, x, weight, self.normalized_shape, self.eps)
-
-
-PROBES = """
-ProbeGatherFwdOp:
-  family: probe
-  ref_api: "none"
-  status: spec-only
-  signature:
+PROBES = probe_specs(
+    ProbeGatherFwdOp="""
     inputs:
       ids: {dtype: int64, shape: "[K]", device: cpu}
       x: {dtype: "float32 | float16", shape: "[V, D]"}
     outputs:
       y: {dtype: "same_as(x)", shape: "[K, D]"}
-  workloads: []
-  roofline: {flops: "1", bytes: "1"}
-  source: {}
-ProbeLengthsFwdOp:
-  family: probe
-  ref_api: "none"
-  status: spec-only
-  signature:
+""",
+    ProbeLengthsFwdOp="""
     inputs:
       lengths: {dtype: int64, shape: "[B]", device: cpu}
     outputs:
       y: {dtype: float32, shape: "[B]"}
     params:
       device: {type: "device | None", default: null}
-  workloads: []
-  roofline: {flops: "1", bytes: "1"}
-  source: {}
-ProbeTableFwdOp:
-  family: probe
-  ref_api: "none"
-  status: spec-only
-  signature:
+""",
+    ProbeTableFwdOp="""
     inputs:
       table: {dtype: "same_as(x)", shape: "[V, D]", construction: true}
       pinned: {dtype: int64, shape: "[V]", construction: true, device: cpu}
       x: {dtype: "float32 | float16", shape: "[K, D]"}
     outputs:
       y: {dtype: "same_as(x)", shape: "[K, D]"}
-  workloads: []
-  roofline: {flops: "1", bytes: "1"}
-  source: {}
-ProbeContiguousFwdOp:
-  family: probe
-  ref_api: "none"
-  status: spec-only
-  signature:
+""",
+    ProbeContiguousFwdOp="""
     inputs:
       x: {dtype: float32, shape: "[M, N]", contiguous: true}
     outputs:
       y: {dtype: float32, shape: "[M, N]"}
-  workloads: []
-  roofline: {flops: "1", bytes: "1"}
-  source: {}
-"""
+""")
 
 
 class ProbeGatherKernel(KernelInterface):
@@ -167,19 +118,13 @@ def kernels(fake_backend, extra_manifest):
     extra_manifest(PROBES)
     SEEN.clear()
     kernel = functools.partial(fake_backend.kernel, general=False)  # specialised: no fallback warning on meta
-    kernel(BmmKernel, torch.bmm)
-    kernel(RMSNormKernel, lambda x, w, s, eps: torch.nn.functional.rms_norm(x, s, w, eps))
+    kernel(BmmKernel, REFERENCE_KERNELS[BmmKernel])
+    kernel(RMSNormKernel, REFERENCE_KERNELS[RMSNormKernel])
     kernel(ProbeGatherKernel, lambda ids, x: torch.empty(ids.shape[0], x.shape[1], dtype=x.dtype,
                                                                        device=x.device))
     kernel(ProbeLengthsKernel, _lengths_kernel)
     kernel(ProbeTableKernel, _table_kernel)
     kernel(ProbeContiguousKernel, lambda x: x + 1)
-
-
-def failure(call) -> str:
-    with pytest.raises(CheckError) as info:
-        call()
-    return str(info.value)
 
 
 def test_tensors_on_one_device_make_it_the_calling_device():

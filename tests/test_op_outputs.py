@@ -15,29 +15,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tileops_core.errors import CheckError
+from example_ops import (REFERENCE_KERNELS, BmmFwdOp, BmmKernel, GroupNormFwdOp, GroupNormKernel, ReciprocalKernel,
+                         RMSNormFwdOp, RMSNormKernel, SSDDecodeKernel, at, failure, probe_specs, rand,
+                         reciprocal_reference, recording, ssd_args, ssd_reference)
 from tileops_core.kernels import KernelInterface
 from tileops_core.op import Op
-
-
-class BmmKernel(KernelInterface):
-    op = "BmmFwdOp"
-
-
-class RMSNormKernel(KernelInterface):
-    op = "RMSNormFwdOp"
-
-
-class GroupNormKernel(KernelInterface):
-    op = "GroupNormFwdOp"
-
-
-class SSDDecodeKernel(KernelInterface):
-    op = "SSDDecodeFwdOp"
-
-
-class ReciprocalKernel(KernelInterface):
-    op = "ReciprocalFwdOp"
 
 
 class ContiguousSSDDecodeKernel(KernelInterface):
@@ -45,34 +27,7 @@ class ContiguousSSDDecodeKernel(KernelInterface):
     needs_contiguous = True
 
 
-class BmmFwdOp(Op):
-    interfaces = (BmmKernel,)
-
-    def forward(self, a, b):
-        return self.launch(BmmKernel, a, b)
-
-
-class RMSNormFwdOp(Op):
-    interfaces = (RMSNormKernel,)
-
-    def __init__(self, normalized_shape, eps=None):
-        super().__init__(normalized_shape=normalized_shape, eps=eps)
-
-    def forward(self, x, weight=None):
-        return self.launch(RMSNormKernel, x, weight, self.normalized_shape, self.eps)
-
-
-class GroupNormFwdOp(Op):
-    interfaces = (GroupNormKernel,)
-
-    def __init__(self, num_groups, eps=1e-5):
-        super().__init__(num_groups=num_groups, eps=eps)
-
-    def forward(self, x, weight=None, bias=None):
-        return self.launch(GroupNormKernel, x, weight, bias, self.num_groups, self.eps)
-
-
-class SSDDecodeFwdOp(Op):
+class SSDDecodeFwdOp(Op):  # its own: a second interface, that needs contiguous tensors
     interfaces = (SSDDecodeKernel, ContiguousSSDDecodeKernel)
 
     def __init__(self, contiguous_kernel=False):
@@ -83,7 +38,7 @@ class SSDDecodeFwdOp(Op):
         return self.launch(self.kernel, A, dt, x, B_in, C_in, state)
 
 
-class ReciprocalFwdOp(Op):
+class ReciprocalFwdOp(Op):  # its own: passes the out buffer to the kernel by keyword
     interfaces = (ReciprocalKernel,)
 
     def forward(self, input, out=None):
@@ -92,34 +47,11 @@ class ReciprocalFwdOp(Op):
 
 RUNS: list[str] = []
 
-
-def ssd(A, dt, x, B_in, C_in, state):
-    RUNS.append("ssd")
-    group = torch.arange(A.shape[0]) // (A.shape[0] // B_in.shape[1])
-    b, c = B_in[:, group].float(), C_in[:, group].float()
-    state.mul_(torch.exp(dt[..., None] * A)).add_(dt[..., None] * x.float()[..., None] * b[:, :, None, :])
-    return (state * c[:, :, None, :]).sum(-1)
-
-
-def reciprocal(input, out=None):
-    RUNS.append("reciprocal")
-    result = torch.reciprocal(input)
-    return result if out is None else out.copy_(result)
-
-
-def rms(x, w, shape, eps):
-    RUNS.append("rms")
-    return F.rms_norm(x, shape, w, eps)
-
-
-def group_norm(x, w, b, groups, eps):
-    RUNS.append("gn")
-    return F.group_norm(x, groups, w, b, eps)
-
-
-def bmm(a, b):
-    RUNS.append("bmm")
-    return torch.bmm(a, b)
+ssd = recording(RUNS, "ssd", ssd_reference)
+reciprocal = recording(RUNS, "reciprocal", reciprocal_reference)
+rms = recording(RUNS, "rms", REFERENCE_KERNELS[RMSNormKernel])
+group_norm = recording(RUNS, "gn", REFERENCE_KERNELS[GroupNormKernel])
+bmm = recording(RUNS, "bmm", REFERENCE_KERNELS[BmmKernel])
 
 
 @pytest.fixture
@@ -127,25 +59,6 @@ def use(fake_backend):
     """``use(interface, fn)``: the kernel this test runs."""
     RUNS.clear()
     return fake_backend.kernel
-
-
-def at(decl) -> str:
-    return f" ({decl.loc.where()})"
-
-
-def failure(call) -> str:
-    with pytest.raises(CheckError) as info:
-        call()
-    return str(info.value)
-
-
-def rand(*shape, dtype=torch.float32):
-    return torch.randn(*shape).to(dtype)
-
-
-def ssd_args(b=2, h=4, p=3, n=5, g=2):
-    return (rand(h, p, n), rand(b, h, p).abs(), rand(b, h, p, dtype=torch.float16), rand(b, g, n, dtype=torch.float16),
-            rand(b, g, n, dtype=torch.float16), rand(b, h, p, n))
 
 
 # -- step 7: count, None-ness, shape, dtype, device, layout --------------------------------------------
@@ -413,21 +326,14 @@ def test_a_cached_plan_keeps_no_reference_to_the_call_tensors(use):
 
 # -- two outputs, an alias output, a contiguous output (test-only spec) ---------------------------------
 
-PROBES = """
-ProbeOutputsFwdOp:
-  family: probe
-  ref_api: "none"
-  status: spec-only
-  signature:
+PROBES = probe_specs(
+    ProbeOutputsFwdOp="""
     inputs:
       x: {dtype: float32, shape: "[M, N]", mutated: true}
     outputs:
       total: {dtype: float32, shape: "[M]", contiguous: true}
       x_out: {alias: x}
-  workloads: []
-  roofline: {flops: "1", bytes: "1"}
-  source: {}
-"""
+""")
 
 
 class ProbeOutputsKernel(KernelInterface):

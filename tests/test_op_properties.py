@@ -14,99 +14,17 @@ from typing import Any, Callable
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from example_ops import (REFERENCE_KERNELS, BmmFwdOp, BmmKernel, GemmFwdOp, GemmKernel, GroupNormFwdOp,
+                         GroupNormKernel, ReciprocalFwdOp, ReciprocalKernel, RMSNormFwdOp, RMSNormKernel,
+                         SSDDecodeFwdOp, SSDDecodeKernel)
 from tileops_core.errors import CheckError
-from tileops_core.kernels import KernelEntry, KernelInterface, registry
+from tileops_core.kernels import KernelEntry, registry
 from tileops_core.kernels.select import clear_caches
 from tileops_core.op import Op
 from tileops_core.spec.manifest import core_manifest_dir
-
-
-class BmmKernel(KernelInterface):
-    op = "BmmFwdOp"
-
-
-class GemmKernel(KernelInterface):
-    op = "GemmFwdOp"
-
-
-class RMSNormKernel(KernelInterface):
-    op = "RMSNormFwdOp"
-
-
-class GroupNormKernel(KernelInterface):
-    op = "GroupNormFwdOp"
-
-
-class SSDDecodeKernel(KernelInterface):
-    op = "SSDDecodeFwdOp"
-
-
-class ReciprocalKernel(KernelInterface):
-    op = "ReciprocalFwdOp"
-
-
-class BmmFwdOp(Op):
-    interfaces = (BmmKernel,)
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, a, b):
-        return self.launch(BmmKernel, a, b)
-
-
-class GemmFwdOp(Op):
-    interfaces = (GemmKernel,)
-
-    def __init__(self, trans_a=False, trans_b=True):
-        super().__init__(trans_a=trans_a, trans_b=trans_b)
-
-    def forward(self, a, b):
-        return self.launch(GemmKernel, a, b, self.trans_a, self.trans_b)
-
-
-class RMSNormFwdOp(Op):
-    interfaces = (RMSNormKernel,)
-
-    def __init__(self, normalized_shape, eps=None):
-        super().__init__(normalized_shape=normalized_shape, eps=eps)
-
-    def forward(self, x, weight=None):
-        return self.launch(RMSNormKernel, x, weight, self.normalized_shape, self.eps)
-
-
-class GroupNormFwdOp(Op):
-    interfaces = (GroupNormKernel,)
-
-    def __init__(self, num_groups, eps=1e-5):
-        super().__init__(num_groups=num_groups, eps=eps)
-
-    def forward(self, x, weight=None, bias=None):
-        return self.launch(GroupNormKernel, x, weight, bias, self.num_groups, self.eps)
-
-
-class SSDDecodeFwdOp(Op):
-    interfaces = (SSDDecodeKernel,)
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, A, dt, x, B_in, C_in, state):
-        return self.launch(SSDDecodeKernel, A, dt, x, B_in, C_in, state)
-
-
-class ReciprocalFwdOp(Op):
-    interfaces = (ReciprocalKernel,)
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, input, out=None):
-        return self.launch(ReciprocalKernel, input, out)
 
 
 def _f32(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -135,11 +53,6 @@ def _group_norm(x, w, b, groups, eps):
     return y * w.view(view) + b.view(view)
 
 
-def _reciprocal(input, out):
-    result = torch.reciprocal(input)
-    return result if out is None else out.copy_(result)
-
-
 @pytest.fixture(scope="module")
 def kernels():
     """The fake backend for the whole module (hypothesis examples share it), restored at the end."""
@@ -148,12 +61,12 @@ def kernels():
         patch.setenv("TILEOPS_DISABLE_PLUGIN_AUTOLOAD", "1")
         registry.register_backend(registry.BackendInfo("fake-properties"))
         impls = {
-            BmmKernel: _f32(torch.bmm),
-            GemmKernel: _f32(lambda a, b, ta, tb: (a.T if ta else a) @ (b.T if tb else b)),
-            RMSNormKernel: _f32(lambda x, w, shape, eps: F.rms_norm(x, shape, w, eps)),
+            BmmKernel: _f32(REFERENCE_KERNELS[BmmKernel]),
+            GemmKernel: _f32(REFERENCE_KERNELS[GemmKernel]),
+            RMSNormKernel: _f32(REFERENCE_KERNELS[RMSNormKernel]),
             GroupNormKernel: _f32(_group_norm),
             SSDDecodeKernel: _ssd,
-            ReciprocalKernel: _reciprocal,
+            ReciprocalKernel: REFERENCE_KERNELS[ReciprocalKernel],
         }
         for interface, fn in impls.items():
             impl = type(f"Prop{interface.__name__}", (interface,), {
