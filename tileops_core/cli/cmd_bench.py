@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from ..bench.baselines import BASELINES
-from ..bench.catalog import UnknownName, UsageError, resolve_specs
+from ..bench.catalog import UsageError, resolve_specs
 from ..bench.profiles import device_name, profile_for
 from ..bench.progress import Progress
 from ..bench.report import build_document, format_table

@@ -28,14 +28,7 @@ COMMANDS = ("ops", "validate", "bench", "calibrate", "backends", "explain", "doc
 
 
 def _command_modules() -> list[ModuleType]:
-    modules = []
-    for name in COMMANDS:
-        try:
-            modules.append(importlib.import_module(f"{__package__}.cmd_{name}"))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.cmd_{name}":
-                raise
-    return modules
+    return [importlib.import_module(f"{__package__}.cmd_{name}") for name in COMMANDS]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -18,7 +18,7 @@ from ..errors import ExprError, Location, SpecError
 from ..lang import ir
 from ..lang.dtypes import DTypeExpr, DTypeIf, DTypeRef, DTypeSet, PromoteIntToFloat, SameAs, parse_dtype
 from ..lang.parse import parse_expr
-from ..lang.shapes import Axis, ShapePattern, Variadic, parse_shape
+from ..lang.shapes import ShapePattern, Variadic, parse_shape
 from ..lang.types import ParamType, parse_type
 from .model import (
     NO_DEFAULT, FamilyModel, OpModel, OutputModel, ParamModel, RooflineModel, TensorModel, TypeModel,

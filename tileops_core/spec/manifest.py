@@ -13,7 +13,6 @@ by path, modification time and size, so a repeated load costs a few ``stat`` cal
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from importlib import resources
@@ -207,8 +206,3 @@ def get_spec(name: str) -> OpSpec:
 def load_workloads(op: str) -> tuple[WorkloadRow, ...]:
     """The workload rows of ``op`` as written in the manifest."""
     return get_spec(op).workloads
-
-
-def manifest_root_env() -> str | None:
-    """An extra manifest directory named by ``TILEOPS_MANIFEST_PATH`` (for spec authors)."""
-    return os.environ.get("TILEOPS_MANIFEST_PATH")
