@@ -10,13 +10,12 @@ a path written in the manifest.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import torch
 
-from ..errors import TileOpsError
+from .named import NamedFunctions
 
 __all__ = ["Generated", "register_generator", "get_generator", "generator_names"]
 
@@ -31,33 +30,18 @@ class Generated:
 
 Generator = Callable[[Mapping[str, Any], torch.Generator], Generated]
 
-_lock = threading.Lock()
-_generators: dict[str, Generator] = {}
+_generators: NamedFunctions[Generator] = NamedFunctions(
+    "workload generator", "the op's module or a plugin registers it with @register_generator")
 
 
 def register_generator(name: str) -> Callable[[Generator], Generator]:
     """Decorator: register ``fn(row, rng) -> Generated`` under ``name``."""
-
-    def decorate(fn: Generator) -> Generator:
-        with _lock:
-            existing = _generators.get(name)
-            if existing is not None and existing is not fn:
-                raise TileOpsError(f"workload generator {name!r} is registered twice "
-                                   f"({existing.__module__} and {fn.__module__})")
-            _generators[name] = fn
-        return fn
-
-    return decorate
+    return _generators.register(name)
 
 
 def get_generator(name: str) -> Generator:
-    with _lock:
-        fn = _generators.get(name)
-    if fn is None:
-        raise TileOpsError(f"no workload generator named {name!r} (known: {', '.join(sorted(_generators)) or 'none'})")
-    return fn
+    return _generators.get(name)
 
 
 def generator_names() -> list[str]:
-    with _lock:
-        return sorted(_generators)
+    return _generators.names()

@@ -23,7 +23,6 @@ same read-only environment and returns ``(flops, bytes)``.
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -32,6 +31,7 @@ from ..errors import SpecError, TileOpsError
 from ..lang.evaluate import Unbound
 from ..spec.nodes import Expr, OpSpec, WorkloadRow
 from .catalog import import_op_module
+from .named import NamedFunctions
 from .workloads import TensorMeta, instantiate, output_shapes
 
 if TYPE_CHECKING:
@@ -47,8 +47,8 @@ __all__ = [
 #: (None when absent) and index, param, let and static-dim names to their values.
 RooflineFunc = Callable[[Mapping[str, Any]], tuple[float, float]]
 
-_lock = threading.Lock()
-_funcs: dict[str, RooflineFunc] = {}
+_funcs: NamedFunctions[RooflineFunc] = NamedFunctions(
+    "roofline function", "the op's module or a plugin registers it with @register_roofline")
 
 
 @dataclass(frozen=True)
@@ -68,34 +68,17 @@ class Roofline:
 
 def register_roofline(name: str) -> Callable[[RooflineFunc], RooflineFunc]:
     """Decorator: register ``fn(env) -> (flops, bytes)`` as the roofline ``func: name``."""
-
-    def decorate(fn: RooflineFunc) -> RooflineFunc:
-        with _lock:
-            existing = _funcs.get(name)
-            if existing is not None and existing is not fn:
-                raise TileOpsError(f"roofline function {name!r} is registered twice "
-                                   f"({existing.__module__} and {fn.__module__})")
-            _funcs[name] = fn
-        return fn
-
-    return decorate
+    return _funcs.register(name)
 
 
 def get_roofline(name: str) -> RooflineFunc:
     """The roofline function registered under ``name``."""
-    with _lock:
-        fn = _funcs.get(name)
-        known = sorted(_funcs)
-    if fn is None:
-        raise TileOpsError(f"no roofline function named {name!r} (registered: {', '.join(known) or 'none'}); "
-                           "the op's module or a plugin registers it with @register_roofline")
-    return fn
+    return _funcs.get(name)
 
 
 def roofline_names() -> list[str]:
     """Names of the registered roofline functions."""
-    with _lock:
-        return sorted(_funcs)
+    return _funcs.names()
 
 
 def _number(value: Any, spec: OpSpec, what: str) -> float:

@@ -286,8 +286,7 @@ class Op:
         if not interface.needs_contiguous:
             return kernel(*args, **kwargs) if kwargs else kernel(*args)
         checks = self._checks
-        written = {id(v) for v, name in zip(values, checks.arg_names)  # type: ignore[union-attr]
-                   if v is not None and (name in checks.mutated_or_buffer)}  # type: ignore[union-attr]
+        written = {id(values[i]) for i in checks.written_args if values[i] is not None}  # type: ignore[union-attr]
         return _launch_contiguous(kernel, args, kwargs, written)
 
     def bound(self, name: str) -> Any:

@@ -267,8 +267,10 @@ class OpChecks:
         # out buffer depends on it).
         self.contiguous_args = tuple(t.contiguous for t in self.call_inputs) + tuple(o.contiguous for o in self.buffers)
         self.any_contiguous_arg = any(self.contiguous_args)
-        self.mutated_or_buffer = frozenset(t.name for t in self.call_inputs if t.mutated) | frozenset(
-            o.buffer for o in self.buffers)  # type: ignore[misc]
+        #: Positions of the forward arguments a kernel writes (mutated inputs, out buffers).
+        self.written_args = tuple(i for i, n in enumerate(self.arg_names)
+                                  if n in {t.name for t in self.call_inputs if t.mutated} or
+                                  n in {o.buffer for o in self.buffers})
         known = set(spec.params) | set(spec.static_dims)
         lets_of_params: list[tuple[str, Expr]] = []
         pending = dict(spec.lets)
