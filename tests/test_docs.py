@@ -109,11 +109,11 @@ def test_refusal_regions_name_each_reason_and_the_calls_refused(fake_gpu_kernel)
     _, rows = kernel_rows(support)
     fake = {r.archs: r.cells for r in rows if r.kernel.endswith("FakeFastRMSNorm")}
     assert support.dtypes == ["float16", "bfloat16", "float32"]
-    assert fake == {("sm_80",): ("3/5", "3/5", "0/5"), ("sm_90",): ("5/5", "5/5", "0/5")}
+    assert fake == {("sm_80",): ("4/6", "4/6", "0/6"), ("sm_90",): ("6/6", "6/6", "0/6")}
     regions = {(r.archs, r.reason): r.calls for r in refusal_regions(support)}
     assert regions[(("sm_80", "sm_90"), "float32 was not written")] == (
         "small-fp32[float32]", "small-fp32-weight[float32]", "llama3-8b-prefill-2k[float32]",
-        "qwen3-14b-decode-256[float32]", "llama3-70b-prefill-16k[float32]")
+        "qwen3-14b-decode-256[float32]", "decode-m1-4096[float32]", "llama3-70b-prefill-16k[float32]")
     assert regions[(("sm_80",), "hidden 8192 > 4096 does not fit sm_80 registers")] == (
         "llama3-70b-prefill-16k[float16]", "llama3-70b-prefill-16k[bfloat16]")
 

@@ -214,7 +214,7 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
 
 def call_boundary(op: "Op", values: Sequence[Any]) -> Any:
     """An op call under ``torch.compile``: the torch.library op, then buffers and aliases."""
-    boundary = op.definition().boundary
+    boundary = op._def.boundary  # the instance's own reference: dynamo guards on it, not on a registry dict
     assert boundary is not None  # callers check
     tensors = values[: boundary.n_inputs]
     result = boundary.fn(*tensors, *boundary.encode(op))

@@ -42,7 +42,7 @@ from ..errors import PluginError
 from ..kernels import registry
 from ..spec.manifest import ManifestSource, load_manifest
 from .hookspecs import ENTRY_POINT_GROUP, HOOK_NAME, PROJECT_NAME, TileOpsHookSpec
-from .registrar import Contribution, Registrar
+from .registrar import Contribution, Registrar, is_op_class
 from .store import STORE, PluginRecord
 
 __all__ = [
@@ -253,13 +253,11 @@ def _import_ops(backend: str, contribution: Contribution) -> list[str]:
     """Import op modules (after the manifest dirs are live) and check each class has its own spec."""
     if not contribution.ops:
         return []
-    from ..op.base import Op
-
     classes: list[type] = []
     for item in contribution.ops:
         if isinstance(item, str):
             module = importlib.import_module(item)
-            found = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, Op)
+            found = [v for v in vars(module).values() if is_op_class(v)
                      and v.__module__ == module.__name__ and not v.__dict__.get("abstract", False)]
             if not found:
                 raise PluginError(f"op module {item} defines no Op subclass")

@@ -143,7 +143,7 @@ class Registrar:
             if isinstance(item, str):
                 if not all(part.isidentifier() for part in item.split(".")):
                     raise self._fail(f"registrar.ops(): {item!r} is not a module name")
-            elif not _is_op_class(item):
+            elif not is_op_class(item):
                 raise self._fail(f"registrar.ops() takes module names or Op subclasses, got {item!r}")
             self._ops.append(item)
 
@@ -163,7 +163,7 @@ class Registrar:
                             tuple(self._manifest_dirs), tuple(self._ops), tuple(self._profiles))
 
 
-def _is_op_class(item: Any) -> bool:
+def is_op_class(item: Any) -> bool:
     """An ``Op`` subclass, recognised by the marker the base class carries (the plugin layer sits
     below the op layer and does not import it)."""
     return isinstance(item, type) and getattr(item, "__tileops_op__", False) and "__tileops_op__" not in vars(item)
