@@ -441,14 +441,17 @@ def bench_others(copy_gbps, use_compile: bool):
         other_row(f"group_norm{list(shape)} G={G}/{str(dt)[6:]}", make, ours, ref, None, ref64, 2 * math.prod(shape) * 2)
 
 
-def precompile(sweep_tilings):
+def precompile(sweep_tilings, others: bool = True):
     """Every kernel this run uses, compiled concurrently (TVM lowering and nvcc run in parallel)."""
     thunks = []
     for st, tilings in sweep_tilings.items():
         for t in tilings:
-            for nk, nv in ((16, 32), (8, 16)):
+            thunks.append(lambda k=rgdr_key(16, 32, st), t=t: build_rgdr(k, t))
+    for st in ("float32", "bfloat16"):
+        for nk, nv in ((16, 32), (8, 16)):
+            for t in default_schedule(rgdr_key(nk, nv, st)).tilings():
                 thunks.append(lambda k=rgdr_key(nk, nv, st), t=t: build_rgdr(k, t))
-    thunks += [
+    thunks += [] if not others else [
         lambda: kr.build_rmsnorm(kr.RMSNormBuildKey("bfloat16", 8192, False)),
         lambda: kr.build_rmsnorm(kr.RMSNormBuildKey("bfloat16", 4096, True)),
         lambda: kr.build_rmsnorm(kr.RMSNormBuildKey("float32", 4096, True)),
@@ -483,36 +486,161 @@ def precompile(sweep_tilings):
     RESULTS["compile_s"] = time.time() - t
 
 
+# Tilings swept per state dtype (NK16/NV32 rows): the current schedule's tilings first, then
+# variants of block shape (rows per program), lanes per row, threads and the streaming layout.
 SWEEP = {
-    "float32": [RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 3), RGDRTiling(128, 16, 2, 8, True),
-                RGDRTiling(128, 16, 4, 4, True), RGDRTiling(128, 16, 8, 3, True)],
-    "bfloat16": [RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), RGDRTiling(128, 16, 2, 8, True),
-                 RGDRTiling(128, 16, 4, 5, True), RGDRTiling(128, 16, 8, 3, True)],
+    "float32": [RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 3), RGDRTiling(128, 16, 1, 8),
+                RGDRTiling(128, 16, 4, 4), RGDRTiling(256, 16, 8, 2), RGDRTiling(128, 8, 4, 4),
+                RGDRTiling(128, 32, 8, 4), RGDRTiling(128, 16, 4, 4, True), RGDRTiling(256, 16, 4, 3, True)],
+    "bfloat16": [RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), RGDRTiling(128, 16, 4, 5, True),
+                 RGDRTiling(128, 16, 1, 8), RGDRTiling(128, 16, 8, 3), RGDRTiling(256, 16, 8, 2),
+                 RGDRTiling(128, 8, 8, 3), RGDRTiling(128, 16, 8, 3, True), RGDRTiling(256, 16, 4, 3, True),
+                 RGDRTiling(128, 8, 4, 4, True)],
 }  # fmt: skip
-SWEEP_B = [1, 8, 32, 256]
-SWEEP_TB = [1, 8]
+SWEEP_B = [1, 8, 32, 128, 256]
+SWEEP_TB = [1, 2, 4]
 
 
-def choose_schedule(state: str) -> RGDRSchedule:
-    """From the sweep rows: the fastest tiling at B=1, the fastest at B=256, and the smallest
-    swept B from which the large one is no slower at every larger swept B."""
-    rows = [r for r in RESULTS["sweep"] if r["state"] == state and "us" in r]
+def sweep_rgdr(gen, states=("float32", "bfloat16"), batches=SWEEP_B, tbs=SWEEP_TB):
+    """Every swept tiling on the same input sets per row (rows outer), after one correctness
+    check per tiling (ragged, padded, against float64); a tiling that fails is not timed."""
+    for st in states:
+        key = rgdr_key(16, 32, st)
+        launchers = {}
+        for t in SWEEP[st]:
+            try:
+                L = build_rgdr(key, t)
+                res = check_rgdr(L, rgdr_case(key, [3, 1, 9, 0, 17, 1, 2], device="cuda", generator=gen, padding=0.1,
+                                              pad_first_of=1, repeat_slots_of=2))  # fmt: skip
+            except Exception as exc:
+                res = {"ok": False, "why": f"{type(exc).__name__}: {exc}"[:300]}
+            RESULTS["sweep_checks"].append({"tiling": asdict(t), "state": st, "ok": res["ok"], "why": res["why"]})
+            log("sweep-check", asdict(t), st, res["ok"], res["why"])
+            if res["ok"]:
+                launchers[t] = L
+        for B in batches:
+            for tb in tbs:
+                foot = rgdr_bytes(B, tb, 16, 32, 4 if st == "float32" else 2)
+                nsets = max(1, min(64, math.ceil(ROTATE_BYTES / foot)))
+                sets = None
+                for t, L in launchers.items():
+                    row = dict(NK=16, NV=32, state=st, B=B, Tb=tb, tiling=asdict(t))
+                    try:
+                        if sets is None:
+                            sets, _ = rgdr_calls(L, key, B, tb, gen, nsets)
+                        _, calls = _calls_on(L, sets)
+                        us = time_graph(calls)
+                        row.update(us=us, GBps=foot / (us * 1e-6) / 1e9)
+                    except Exception as exc:
+                        row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                    RESULTS["sweep"].append(row)
+                log("sweep", st, B, tb, " ".join(f"{r['us']:.1f}" for r in RESULTS["sweep"][-len(launchers):] if "us" in r))
+                del sets
+                torch.cuda.empty_cache()
 
-    def total(t, B):
-        v = [r["us"] for r in rows if r["tiling"] == asdict(t) and r["B"] == B]
-        return sum(v) if len(v) == len(SWEEP_TB) else float("inf")
 
-    failed = [c["tiling"] for c in RESULTS["sweep_checks"] if c["state"] == state and not c["ok"]]
-    cands = [t for t in SWEEP[state] if asdict(t) not in failed]
-    small = min(cands, key=lambda t: total(t, SWEEP_B[0]))
-    large = min(cands, key=lambda t: total(t, SWEEP_B[-1]))
-    start = SWEEP_B[-1]
-    for B in reversed(SWEEP_B):
-        if total(large, B) <= total(small, B):
-            start = B
-        else:
-            break
-    return RGDRSchedule(small, large, start)
+def _calls_on(launcher, sets):
+    def call(c):
+        return lambda: launcher(c["query"], c["key"], c["value"], c["beta"], c["state"], c["actual_seq_lengths"],
+                                c["ssm_state_indices"], c["g"], c["gk"], c["num_accepted_tokens"], c["out"], None)  # fmt: skip
+
+    return sets, [call(c) for c in sets]
+
+
+def choose_schedule(state: str) -> tuple[RGDRSchedule, dict]:
+    """The three-slot schedule (small / large from n sequences / short for >= m sequences of
+    <= k tokens) that minimises the summed log of (its time / the row's best swept time),
+    among those no row of which is more than 2 % slower than the current default schedule's
+    tiling for that row (when any is; otherwise unconstrained)."""
+    tilings = SWEEP[state]
+    cells = sorted({(r["B"], r["Tb"]) for r in RESULTS["sweep"] if r["state"] == state and "us" in r})
+    us = {(tilings.index(RGDRTiling(**r["tiling"])), r["B"], r["Tb"]): r["us"]
+          for r in RESULTS["sweep"] if r["state"] == state and "us" in r}  # fmt: skip
+    ok = sorted({i for i, _, _ in us})
+    inf = float("inf")
+    best = {c: min(us.get((i, *c), inf) for i in ok) for c in cells}
+    default = default_schedule(rgdr_key(16, 32, state))
+    idx = {t: i for i, t in enumerate(tilings)}
+    base = {c: us.get((idx.get(default.pick(c[0], c[0] * c[1]), -1), *c), inf) for c in cells}
+    cands = []
+    for n in (8, 32, 128):
+        for sn, sk in [(1 << 62, 0)] + [(m, k) for m in (8, 32, 128) for k in (1, 2)]:
+            rule = RGDRSchedule(tilings[0], tilings[0], n, None, sn, sk)
+            slot = {c: rule.select(c[0], c[0] * c[1], 0, 1, None if sk == 0 else 2) for c in cells}
+            for small in ok:
+                for large in ok:
+                    for short in ([None] if sk == 0 else ok):
+                        pick = (small, large, short)
+                        ts = {c: us.get((pick[slot[c]], *c), inf) for c in cells}
+                        if any(math.isinf(v) for v in ts.values()):
+                            continue
+                        score = sum(math.log(ts[c] / best[c]) for c in cells)
+                        worst = max(ts[c] / base[c] for c in cells)
+                        cands.append((score, worst, (small, large, n, short, sn, sk), ts))
+    feasible = [c for c in cands if c[1] <= 1.02] or cands
+    score, worst, (small, large, n, short, sn, sk), ts = min(feasible, key=lambda c: c[0])
+    sc = RGDRSchedule(tilings[small], tilings[large], n, None if short is None else tilings[short], sn, sk)
+    info = {"score": score, "worst_vs_default": worst, "rows": {f"{B}x{tb}": {"chosen": ts[(B, tb)], "best": best[(B, tb)],
+            "default": base[(B, tb)]} for B, tb in cells}}  # fmt: skip
+    return sc, info
+
+
+def bench_host(gen) -> dict:
+    """Host µs per eager call, each launch layer of RGDR (B=1, T=1, NK16/NV32) and RMSNorm
+    (M=1, N=4096, bf16): TileLang's JITKernel, the compiled TVM-FFI function called directly,
+    the backend's launch function (what the core calls), the op, and torch's own op."""
+    from tileops_core.kernels import select_kernel
+    from tileops_core.ops.linear_attention import RecurrentGatedDeltaRuleFwdOp
+    from tileops_core.ops.normalization import RMSNormFwdOp
+    from tileops_core.plugins import ensure_plugins_loaded
+
+    from tileops_cuda.registered import TileLangRMSNorm
+
+    ensure_plugins_loaded()
+    res = {}
+
+    def measure(name, fn, reps=5, n=1000):
+        vals = [host_overhead(fn, n) for _ in range(reps)]
+        res[name] = statistics.median(vals)
+
+    for st in ("float32", "bfloat16"):
+        key = rgdr_key(16, 32, st)
+        L = build_rgdr(key)
+        c = rgdr_case(key, [1], device="cuda", generator=gen)
+        q, k, v, beta, state, meta, slots, g = (c[n] for n in ("query", "key", "value", "beta", "state",
+                                                               "actual_seq_lengths", "ssm_state_indices", "g"))  # fmt: skip
+        out = torch.empty_like(v)
+        t = L.schedule.pick(1, 1)
+        compiled = (q, k, v, beta, state, meta, slots, g, out, 128 ** -0.5, 1)
+        jit, fn = L.kernels[t], L.entries[t]
+        iface = (q, k, v, beta, state, meta, slots, g, None, None, None, "lengths", True, out)
+        op = RecurrentGatedDeltaRuleFwdOp(use_qk_l2norm_in_kernel=True, check_contents=False)
+        op(q, k, v, beta, state, meta, slots, g)
+        for interface, call in op.last_plan.call_specs.items():
+            res[f"rgdr_{st}_op_kernel"] = select_kernel(interface, call).chosen.qualname()
+        measure(f"rgdr_{st}_jit_kernel", lambda: jit(*compiled))
+        measure(f"rgdr_{st}_direct", lambda: fn(*compiled))
+        measure(f"rgdr_{st}_launcher_run", lambda: L.run(*iface))
+        measure(f"rgdr_{st}_op", lambda: op(q, k, v, beta, state, meta, slots, g))
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    key = kr.RMSNormBuildKey("bfloat16", 4096, True)
+    N = kr.build_rmsnorm(key)
+    closure = TileLangRMSNorm.launcher(key)
+    op = RMSNormFwdOp([4096], eps=1e-6, check_contents=False)
+    op(x, w)
+    for interface, call in op.last_plan.call_specs.items():
+        res["rmsnorm_op_kernel"] = select_kernel(interface, call).chosen.qualname()
+    measure("rmsnorm_jit_kernel", lambda: N.kernel(x, w, y, 1e-6))
+    measure("rmsnorm_direct", lambda: N.fn(x, w, y, 1e-6))
+    measure("rmsnorm_launch_fn", lambda: closure(x, w, [4096], 1e-6, y))
+    measure("rmsnorm_op", lambda: op(x, w))
+    measure("rmsnorm_F.rms_norm", lambda: F.rms_norm(x, (4096,), w, 1e-6))
+    measure("torch.neg_out", lambda: torch.neg(x, out=y))
+    RESULTS["host"] = res
+    log("host", json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in res.items()}))
+    return res
 
 
 def table() -> str:
@@ -546,18 +674,23 @@ def table() -> str:
             lines.append(f"host overhead per eager call: ours {r['host_us']:.1f} us, FLA {r.get('fla_host_us', float('nan')):.1f} us "
                          f"(NK/NV {r['NK']}/{r['NV']} {r['state']})")  # fmt: skip
     if RESULTS["sweep"]:
-        lines.append("sweep (NK16/NV32) tiling(tpr,rows,minblk): us at B x Tb = " + " ".join(f"{b}x{t}" for b in SWEEP_B for t in SWEEP_TB))
-        seen = []
-        for r in RESULTS["sweep"]:
-            k = (r["state"], json.dumps(r.get("tiling")))
-            if k in seen:
-                continue
-            seen.append(k)
-            t = r["tiling"]
-            us = [x.get("us", float("nan")) for x in RESULTS["sweep"] if (x["state"], json.dumps(x.get("tiling"))) == k]
-            lines.append(f"   {r['state'][:4]} ({t['threads_per_row']},{t['rows_per_thread']},{t['min_blocks']}"
-                         f"{',stream' if t.get('stream') else ''}): "
-                         + " ".join(f"{u:7.1f}" for u in us))  # fmt: skip
+        cells = sorted({(r["B"], r["Tb"]) for r in RESULTS["sweep"]})
+        lines.append("sweep (NK16/NV32) tiling(threads,tpr,rows,minblk[,stream]): us at B x Tb = "
+                     + " ".join(f"{b}x{t}" for b, t in cells))  # fmt: skip
+        for st in ("float32", "bfloat16"):
+            for t in SWEEP[st]:
+                ta = asdict(t)
+                us = {(r["B"], r["Tb"]): r.get("us", float("nan")) for r in RESULTS["sweep"]
+                      if r["state"] == st and r["tiling"] == ta}  # fmt: skip
+                if us:
+                    lines.append(f"   {st[:4]} ({t.threads},{t.threads_per_row},{t.rows_per_thread},{t.min_blocks}"
+                                 f"{',s' if t.stream else ''}): " + " ".join(f"{us.get(c, float('nan')):7.1f}" for c in cells))  # fmt: skip
+        for st, info in RESULTS.get("chosen", {}).items():
+            lines.append(f"chosen {st}: score {info['score']:.3f} worst-vs-default {info['worst_vs_default']:.3f} "
+                         + " ".join(f"{k}:{v['chosen']:.1f}/{v['default']:.1f}" for k, v in info["rows"].items()))  # fmt: skip
+    if "host" in RESULTS:
+        lines.append("host us per call: " + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                                                    for k, v in RESULTS["host"].items()))  # fmt: skip
     lines.append("other kernels: us  GB/s(%copy) [TFLOP/s] | eager  compile | ok err")
     for r in RESULTS["other"]:
         if "us" not in r:
@@ -579,6 +712,8 @@ def main() -> int:
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--no-others", action="store_true")
     ap.add_argument("--quick", action="store_true", help="a few rows only")
+    ap.add_argument("--host", action="store_true", help="host µs per call of each launch layer")
+    ap.add_argument("--no-table", action="store_true", help="stop after the host numbers and the sweep")
     args = ap.parse_args()
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -602,25 +737,26 @@ def main() -> int:
         RESULTS["errors"].append(f"fla import: {exc!r}")
         log("FLA import failed:", repr(exc))
 
-    precompile({} if args.no_sweep else SWEEP)
+    precompile({} if args.no_sweep else SWEEP, others=not args.no_others)
     RESULTS["copy"] = copy_ceiling("start")
     cp = RESULTS["copy"]["GBps"]
     gen = torch.Generator(device="cuda")
     gen.seed()
 
     schedules = {}
-    if not args.no_sweep:
-        for st, tilings in SWEEP.items():
-            for t in tilings:
-                bench_rgdr(cp, None, gen, [(16, 32)], SWEEP_B, SWEEP_TB, [st], tiling=t, record="sweep", check=False)
-                # One correctness check per swept tiling, ragged and padded.
-                key = rgdr_key(16, 32, st)
-                res = check_rgdr(build_rgdr(key, t), rgdr_case(key, [3, 1, 9, 0, 17], device="cuda", generator=gen, padding=0.1))
-                RESULTS["sweep_checks"].append({"tiling": asdict(t), "state": st, "ok": res["ok"], "why": res["why"]})
-                log("sweep-check", asdict(t), st, res["ok"], res["why"])
-            schedules[st] = choose_schedule(st)
-            log("chosen", st, schedules[st])
+    if args.host:
+        bench_host(gen)
         _dump(args.json)
+    if not args.no_sweep:
+        sweep_rgdr(gen)
+        RESULTS["chosen"] = {}
+        for st in SWEEP:
+            schedules[st], RESULTS["chosen"][st] = choose_schedule(st)
+            log("chosen", st, schedules[st], json.dumps(RESULTS["chosen"][st]))
+        _dump(args.json)
+    if args.no_table:
+        log(table())
+        return 0
     RESULTS["schedules"] = {st: asdict(sc) for st, sc in schedules.items()}
     RESULTS["default_schedules"] = {st: asdict(default_schedule(rgdr_key(16, 32, st))) for st in ("float32", "bfloat16")}
 
