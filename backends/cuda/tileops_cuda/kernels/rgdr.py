@@ -163,12 +163,12 @@ class RGDRSchedule:
 
 _STREAM_SMEM_LIMIT = 48 * 1024
 
-# The schedule rule, as data (measured on the H200, see NOTES.md): state bytes ->
-# (small, large, sequences from which large runs, short, sequences from which short runs,
-#  average tokens per sequence up to which short runs).
+# The schedule rule, as data (chosen by bench_cuda.py's sweep on the H200, see NOTES.md):
+# state bytes -> (small, large, sequences from which large runs, short, sequences from which
+# short runs, average tokens per sequence up to which short runs).
 _SCHEDULES = {
-    4: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 3), 8, None, 1 << 62, 0),
-    2: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), 8, RGDRTiling(128, 16, 4, 5, True), 32, 4),
+    4: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 3), 8, RGDRTiling(128, 16, 4, 4, True), 32, 1),
+    2: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 3), 8, RGDRTiling(128, 16, 4, 5, True), 32, 4),
 }
 
 
