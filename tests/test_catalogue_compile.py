@@ -62,7 +62,7 @@ def test_the_compile_boundary_of_every_catalogue_op_passes_opcheck(name):
     inst = instantiate(spec, row, dtype_cases(row)[0], rng=torch.Generator().manual_seed(4321))
     cls = getattr(module, name)
     op = cls(**inst.op_kwargs, check_contents=False)
-    boundary = cls._boundary
+    boundary = cls.definition().boundary
     args = [a for a in inst.call_args(spec)]
     args += [None] * (len(spec.call_inputs) - len(args))
     torch.library.opcheck(boundary.opoverload, (*args, *boundary.encode(op)))

@@ -68,13 +68,13 @@ def clone(args):
 ])
 def test_schema_holds_the_call_tensors_params_and_target_and_marks_only_mutated_inputs(cls, name, schema):
     # (a suffix _2, _3, ... when another class of the same name registered first in this process)
-    qualname = cls._boundary.qualname
+    qualname = cls.definition().boundary.qualname
     assert re.fullmatch(rf"tileops::{name}(_\d+)?", qualname), qualname
-    assert str(cls._boundary.opoverload._schema) == f"{qualname}{schema}"
+    assert str(cls.definition().boundary.opoverload._schema) == f"{qualname}{schema}"
 
 
 def test_boundary_exists_from_class_definition():
-    assert all(cls._boundary is not None and cls._boundary_reason is None
+    assert all(cls.definition().boundary is not None and cls.definition().boundary_reason is None
                for cls in (BmmFwdOp, GemmFwdOp, RMSNormFwdOp, GroupNormFwdOp, SSDDecodeFwdOp, ReciprocalFwdOp))
 
 
@@ -82,7 +82,7 @@ def test_redefining_an_op_class_registers_a_second_custom_op_under_a_new_name():
     class BmmFwdOp(Op):  # noqa: F811
         interfaces = (BmmKernel,)
 
-    assert BmmFwdOp._boundary.qualname != globals()["BmmFwdOp"]._boundary.qualname
+    assert BmmFwdOp.definition().boundary.qualname != globals()["BmmFwdOp"].definition().boundary.qualname
 
 
 # -- opcheck ------------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ def test_redefining_an_op_class_registers_a_second_custom_op_under_a_new_name():
 @pytest.mark.parametrize("make_op, make_args", CASES)
 def test_opcheck_passes(make_op, make_args):
     op = make_op()
-    boundary = type(op)._boundary
+    boundary = type(op).definition().boundary
     n_inputs = boundary.n_inputs
     args = make_args()
     args = args + (None,) * (n_inputs - len(args))
@@ -103,7 +103,7 @@ def test_eager_calls_do_not_go_through_the_dispatcher(monkeypatch):
     def dispatched(*args):
         raise AssertionError("the custom op was called in eager mode")
 
-    monkeypatch.setattr(type(op)._boundary, "fn", dispatched)
+    monkeypatch.setattr(type(op).definition().boundary, "fn", dispatched)
     assert op(r(2, 3, 4), r(2, 4, 5)).shape == (2, 3, 5)
 
 

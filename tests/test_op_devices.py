@@ -171,13 +171,13 @@ def test_nothing_to_vote_gives_the_current_device_of_the_process_accelerator(mon
     monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a, **k: torch.device("cuda"))
     monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 1)
     op = ProbeLengthsFwdOp()
-    assert op._checks._calling_device({"lengths": torch.ones(3, dtype=torch.int64)}, {}, op._env) == \
+    assert op.definition().checks._calling_device({"lengths": torch.ones(3, dtype=torch.int64)}, {}, op.params_env()) == \
         (torch.device("cuda", 1), True)
 
 
 def test_nothing_to_vote_gives_the_device_of_the_targets_class():
     op = ProbeLengthsFwdOp(target="meta")
-    assert op._checks._calling_device({"lengths": torch.ones(3, dtype=torch.int64)}, {}, op._env, op.target) == \
+    assert op.definition().checks._calling_device({"lengths": torch.ones(3, dtype=torch.int64)}, {}, op.params_env(), op.target) == \
         (torch.device("meta", 0), True)
 
 

@@ -415,6 +415,7 @@ def test_plugin_op_module_binds_to_its_spec_at_import_without_recursing(site):
     ops = """
         from tileops_core.kernels import KernelInterface
         from tileops_core.op.base import Op
+        from tileops_core.op.definition import is_bound
         from tileops_core.plugins import ensure_plugins_loaded
 
         ensure_plugins_loaded()  # re-entrant on the loading thread: returns at once
@@ -427,7 +428,7 @@ def test_plugin_op_module_binds_to_its_spec_at_import_without_recursing(site):
             def forward(self, x):
                 return self.launch(NegateKernel, x)
 
-        BOUND_AT_DEFINITION = FakeNegateFwdOp._checks is not None
+        BOUND_AT_DEFINITION = is_bound(FakeNegateFwdOp)
     """
     source = """
         from pathlib import Path

@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from tileops_core.op.definition import is_bound
 from tileops_core.cli.main import main
 from tileops_core.validate.fix import rewrite_is_none_text
 from tileops_core.validate.rules import RULES
@@ -66,8 +68,9 @@ def test_corpus_fixture_classes_are_restored_after_conformance(corpus_path: Path
     import corpus_ops
 
     validate([str(CORPUS / "l2_inference.yaml")])
-    assert corpus_ops.CorpusInferenceFwdOp.__dict__["_checks"] is None
-    assert corpus_ops.CorpusInferenceFwdOp.__dict__["_boundary"] is None
+    assert not is_bound(corpus_ops.CorpusInferenceFwdOp)
+    left = [s.name for s in torch._C._jit_get_all_schemas() if s.name.startswith("tileops::corpus_inference")]
+    assert left == []  # its torch.library op is gone with the binding
 
 
 # -- the real manifest ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ them, or the narrower classes below.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NoReturn
 
 __all__ = [
     "Location",
@@ -18,6 +19,8 @@ __all__ = [
     "CheckError",
     "SelectionError",
     "PluginError",
+    "KernelError",
+    "fail",
 ]
 
 
@@ -95,3 +98,17 @@ class SelectionError(TileOpsError, RuntimeError):
 
 class PluginError(TileOpsError, RuntimeError):
     """A plugin that could not be loaded or whose declarations contradict each other."""
+
+
+class KernelError(TileOpsError, RuntimeError):
+    """A kernel raised while it ran; names the kernel, its backend and the call spec.
+
+    The kernel's own exception is kept as ``__cause__``: the message says where the fault
+    is, the cause says what it was.
+    """
+
+
+def fail(op: str, message: str, loc: Location | None) -> NoReturn:
+    """Raise the one error type of a failed check: ``Op: message (file:line)``."""
+    where = f" ({loc.where()})" if loc is not None and loc.file else ""
+    raise CheckError(f"{op}: {message}{where}")

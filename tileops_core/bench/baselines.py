@@ -56,24 +56,26 @@ def capture_launches(op: Any, args: Sequence[Any]) -> list[Launch]:
     once more first, so that it does.
     """
     plan = op.last_plan
-    if plan is None or not plan.kernels:
+    if plan is None or not any(plan.bound.values()):
         op(*args)
         plan = op.last_plan
-    originals = dict(plan.kernels)
     launches: list[Launch] = []
 
-    def recorder(interface: type[KernelInterface], kernel: Callable[..., Any]) -> Callable[..., Any]:
-        def record(*a: Any, **kw: Any) -> Any:
-            launches.append(Launch(interface, plan.call_specs[interface], a, kw))
-            return kernel(*a, **kw)
+    def recorder(interface: type[KernelInterface], launcher: Callable[..., Any]) -> Callable[..., Any]:
+        def record(*a: Any) -> Any:
+            launches.append(Launch(interface, plan.call_specs[interface], a, {}))
+            return launcher(*a)
         return record
 
-    for key, kernel in originals.items():
-        plan.kernels[key] = recorder(key[0], kernel)
+    originals = {target: dict(bound) for target, bound in plan.bound.items()}
+    for target, bound in plan.bound.items():
+        for interface, launcher in originals[target].items():
+            bound[interface] = recorder(interface, launcher)
     try:
         op(*args)
     finally:
-        plan.kernels.update(originals)
+        for target, bound in plan.bound.items():
+            bound.update(originals.get(target, {}))
     if not launches:
         raise TileOpsError(f"{type(op).__name__}: the call launched no kernel, so there is nothing to compare with")
     return launches

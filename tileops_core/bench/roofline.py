@@ -36,7 +36,7 @@ from .workloads import TensorMeta, instantiate, output_shapes
 
 if TYPE_CHECKING:
     from ..op.base import Op
-    from ..op.generated import CallPlan
+    from ..op.plan import CallPlan
 
 __all__ = [
     "Roofline", "RooflineFunc", "register_roofline", "get_roofline", "roofline_names", "evaluate_roofline",

@@ -121,10 +121,9 @@ def _device(text: str | None, target: Target | None) -> torch.device:
 
 
 def _plan(op: Any, instance: Instance, spec: OpSpec) -> Any:
-    # The op's own call planning (steps 1-5), without launching: Op._bind_call/_plan are the
-    # same code __call__ runs, so the call spec shown is exactly the one a call would select on.
-    values = op._bind_call(tuple(instance.call_args(spec)), {})
-    return op._plan(values)
+    # The op's own call planning (steps 1-5), without launching: plan_for is the same code
+    # __call__ runs, so the call spec shown is exactly the one a call would select on.
+    return op.plan_for(*instance.call_args(spec))
 
 
 def _on_meta(instance: Instance) -> Instance:

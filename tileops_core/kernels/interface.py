@@ -90,6 +90,10 @@ class KernelInterface:
     general: ClassVar[bool] = False
     #: Implementations this one removes when both are left (classes or "module:qualname").
     preferred_over: ClassVar[tuple[Any, ...]] = ()
+    #: True when the built kernel is called ``kernel(*launch_args, *outs)`` with the op's
+    #: (non-alias) outputs allocated by the core from the plan, and writes them; its return
+    #: value is ignored. The core then knows the outputs are right by construction.
+    writes_outputs: ClassVar[bool] = False
     #: Name of the backend that registered the implementation (set at registration).
     backend: ClassVar[str] = ""
 

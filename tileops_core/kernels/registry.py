@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ..errors import PluginError
 from .interface import KernelInterface
@@ -19,7 +19,7 @@ from .interface import KernelInterface
 __all__ = [
     "BackendInfo", "LoadFailure", "register_backend", "register_kernel", "unregister_backend", "implementations",
     "backends", "failures", "record_failure", "check_consistency", "snapshot", "restore", "generation",
-    "device_arch", "register_arch_detector", "resolve_preferred",
+    "device_arch", "register_arch_detector", "resolve_preferred", "GENERATION",
 ]
 
 
@@ -57,16 +57,18 @@ _backends: dict[str, BackendInfo] = {}
 _failures: list[LoadFailure] = []
 _arch_detectors: dict[str, Callable[[Any], str]] = {}
 _arch_cache: dict[Any, str] = {}
-_generation = [0]
+#: The registry generation, bumped at every change: selection caches and op plans made under
+#: another generation are made again. A one-element list, read on every op call.
+GENERATION = [0]
 
 
 def generation() -> int:
-    """Bumped at every change, so selection caches know to forget."""
-    return _generation[0]
+    """Bumped at every change, so selection caches and plans know to forget."""
+    return GENERATION[0]
 
 
 def _bump() -> None:
-    _generation[0] += 1
+    GENERATION[0] += 1
 
 
 def register_backend(info: BackendInfo) -> None:
@@ -115,11 +117,6 @@ def implementations(interface: type[KernelInterface]) -> list[type[KernelInterfa
     """Registered implementations of ``interface``, sorted by name (never by registration order)."""
     with _lock:
         return sorted(_impls.get(interface, []), key=lambda c: c.qualname())
-
-
-def all_interfaces() -> list[type[KernelInterface]]:
-    with _lock:
-        return sorted(_impls, key=lambda c: c.qualname())
 
 
 def backends() -> dict[str, BackendInfo]:
@@ -264,10 +261,3 @@ def restore(snap: _Snapshot) -> None:
         for impl, name in snap.backend_of.items():
             impl.backend = name
         _bump()
-
-
-def iter_kernels() -> Iterator[type[KernelInterface]]:
-    """Every registered implementation."""
-    with _lock:
-        items = [impl for lst in _impls.values() for impl in lst]
-    yield from sorted(items, key=lambda c: c.qualname())

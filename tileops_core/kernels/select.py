@@ -26,7 +26,7 @@ from . import registry
 from .interface import CallSpec, KernelInterface
 from .targets import Target
 
-__all__ = ["Candidate", "Selection", "select_kernel", "kernel_for", "clear_caches", "build_count"]
+__all__ = ["Candidate", "Selection", "select_kernel", "kernel_for", "choose_kernel", "clear_caches", "build_count"]
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def select_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
     return Selection(interface, call, target, survivors[0] if len(survivors) == 1 else None, ordered)
 
 
-_select_cache: dict[tuple[Any, ...], Callable[..., Any]] = {}
+_select_cache: dict[tuple[Any, ...], tuple[type[KernelInterface], Callable[..., Any]]] = {}
 _build_cache: dict[tuple[type[KernelInterface], Hashable], Callable[..., Any]] = {}
 _build_locks: dict[tuple[type[KernelInterface], Hashable], threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -138,11 +138,20 @@ def clear_caches() -> None:
 
 def kernel_for(interface: type[KernelInterface], call: CallSpec, target: Target | None = None) -> Callable[..., Any]:
     """The launchable kernel for ``call``: selected once, built once per build identity."""
+    return choose_kernel(interface, call, target)[1]
+
+
+def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Target | None = None
+                  ) -> tuple[type[KernelInterface], Callable[..., Any]]:
+    """The implementation chosen for ``call`` and its built kernel (cached per registry generation).
+
+    Selection reads the registry as it is: loading plugins is the caller's job, done before
+    any call spec is built (:meth:`OpDef.plan <tileops_core.op.definition.OpDef.plan>`).
+    """
     key = (interface, call, target, registry.generation())
-    kernel = _select_cache.get(key)
-    if kernel is not None:
-        return kernel
-    _ensure_plugins_loaded()
+    chosen_kernel = _select_cache.get(key)
+    if chosen_kernel is not None:
+        return chosen_kernel
     selection = select_kernel(interface, call, target)
     if selection.chosen is None:
         ambiguous = [c for c in selection.candidates if c.reason.startswith("ambiguous")]
@@ -165,24 +174,30 @@ def kernel_for(interface: type[KernelInterface], call: CallSpec, target: Target 
                 kernel = entry.build()
                 _builds[0] += 1
                 _build_cache[build_key] = kernel
-    _select_cache[key] = kernel
-    return kernel
-
-
-def _ensure_plugins_loaded() -> None:
-    """First use discovers the installed backends (imported here: the plugin loader imports this package)."""
-    from ..plugins.loader import ensure_plugins_loaded
-
-    ensure_plugins_loaded()
+    chosen_kernel = (chosen, kernel)
+    _select_cache[key] = chosen_kernel
+    return chosen_kernel
 
 
 def _warn_fallback(selection: Selection) -> None:
-    # Only what could have run here and refused says why; kernels for other devices do not.
-    refused = [c for c in selection.candidates if not c.kept and not c.impl.general and c.reason.startswith("refused:")]
-    key = (selection.interface, selection.call.device_type, tuple(c.impl for c in refused))
+    """Warn once per op, device type and reason that the general kernel serves an accelerator call.
+
+    The reason is the real one: each specialised kernel for this device type that dropped
+    out and why (a refusal, an arch it was not written for, a target), and the plugins
+    that failed to load; only when there is none of those is no specialised kernel installed.
+    """
+    device = selection.call.device_type
+    dropped = [c for c in selection.candidates if not c.kept and not c.impl.general
+               and ("*" in c.impl.devices or device in c.impl.devices)]
+    failures = registry.failures()
+    reasons = [f"{c.impl.qualname()}: {c.reason}" for c in dropped]
+    reasons += [str(f) for f in failures]
+    # Once per op, device type and cause: which kernels dropped out (not their texts, which
+    # carry the call's sizes) and which plugins failed.
+    key = (selection.call.op, selection.interface, device, tuple(c.impl for c in dropped), tuple(failures))
     if key in _warned:
         return
     _warned.add(key)
-    why = "; ".join(f"{c.impl.qualname()}: {c.reason}" for c in refused) or "no specialised implementation is installed"
+    why = "; ".join(reasons) or f"no specialised implementation for {device} is installed"
     warnings.warn(f"{selection.call.op}: falling back to the general {selection.chosen.qualname()} on "  # type: ignore[union-attr]
-                  f"{selection.call.device_type} ({why})", RuntimeWarning, stacklevel=4)
+                  f"{device} ({why})", RuntimeWarning, stacklevel=5)

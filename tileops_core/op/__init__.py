@@ -1,6 +1,8 @@
-"""The Op base class: checks generated from the spec, the two-phase call, the compile boundary."""
+"""The Op base class, its definition (spec, checks, boundary, planning), and the call plan."""
 
 from .base import Op, current_call
-from .generated import CallPlan, OpChecks
+from .checks import OpChecks
+from .definition import OpDef
+from .plan import CallPlan
 
-__all__ = ["CallPlan", "Op", "OpChecks", "current_call"]
+__all__ = ["CallPlan", "Op", "OpChecks", "OpDef", "current_call"]

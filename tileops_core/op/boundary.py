@@ -1,10 +1,17 @@
-"""The compile boundary: one ``torch.library`` custom op per op class, made from the spec.
+"""The compile boundary: one ``torch.library`` op per op class, made from the spec.
 
 Under ``torch.compile`` an op call becomes a call of ``torch.ops.tileops.<name>``: the
 schema holds the call-time tensors and every param (and static dim) as real arguments,
-``mutates_args`` is exactly the inputs marked ``mutated``, and the fake implementation
-runs the generated checks on fake tensors (SymInt shapes) to produce the outputs' shapes
-and dtypes without reading data. Eager calls never pass through here (no dispatcher cost).
+the mutated inputs are exactly those marked ``mutated``, and the fake implementation runs
+the generated checks on fake tensors (SymInt shapes) to produce the outputs' shapes and
+dtypes without reading data. Eager calls never pass through here (no dispatcher cost).
+
+The op is defined through a :class:`torch.library.Library` fragment rather than
+``torch.library.custom_op``: a compiled graph then reaches our implementation straight from
+the dispatcher, without custom_op's Python layers, and the implementation runs the plan
+the checks already made (the kernel that selection chose for that call spec, bound once)
+instead of the whole eager path. The fragment is the registration handle: removing the
+boundary destroys it.
 
 Custom ops may not return their inputs, so outputs written into an ``out=`` buffer are
 returned fresh by the boundary and copied into the buffer by the traced wrapper, and
@@ -16,51 +23,58 @@ from __future__ import annotations
 import inspect
 import re
 import threading
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 
 from ..lang.types import DTypeParam, Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
-from ..spec.nodes import OpSpec
 
-__all__ = ["Boundary", "make_boundary", "call_boundary", "TARGET_ARG"]
+if TYPE_CHECKING:
+    from .base import Op
+    from .definition import OpDef
+
+__all__ = ["Boundary", "make_boundary", "call_boundary", "TARGET_ARG", "NAMESPACE"]
 
 #: The schema argument carrying an op's per-op target (a name no spec param may take).
 TARGET_ARG = "tileops_target"
+#: The torch.library namespace of every op.
+NAMESPACE = "tileops"
 
 _names_lock = threading.Lock()
 _used_names: set[str] = set()
 
 
 class Boundary:
-    """The custom op of one op class and how to map an op call onto it."""
+    """The torch.library op of one op class and how to map an op call onto it."""
 
-    def __init__(self, op_cls: type, spec: OpSpec, qualname: str, fn: Any, encoders: list[Callable[[Any], Any]],
+    def __init__(self, definition: "OpDef", qualname: str, library: Any, encoders: list[Callable[[Any], Any]],
                  returned: list[int]) -> None:
-        self.op_cls = op_cls
-        self.spec = spec
+        self.definition = definition
+        self.spec = definition.spec
         self.qualname = qualname
-        self.fn = fn
+        self.library = library
         self.encoders = encoders
-        self.returned = returned  # indices of outputs the custom op returns
-        self.n_inputs = len(spec.call_inputs)
+        self.returned = returned  # indices of outputs the op returns
+        self.n_inputs = len(self.spec.call_inputs)
         self._instances: dict[Any, Any] = {}
         self._lock = threading.Lock()
+        ns, name = qualname.split("::")
+        self.fn = getattr(getattr(torch.ops, ns), name).default
 
     @property
     def opoverload(self) -> Any:
         """``torch.ops.tileops.<name>.default`` (for ``torch.library.opcheck``)."""
-        ns, name = self.qualname.split("::")
-        return getattr(getattr(torch.ops, ns), name).default
+        return self.fn
 
-    def encode(self, op: Any) -> tuple[Any, ...]:
+    def encode(self, op: "Op") -> tuple[Any, ...]:
         """The schema arguments for an op instance: params, static dims, then its own target."""
         names = [*self.spec.params, *self.spec.static_dims]
-        target = None if op._target is None else str(op._target)
-        return (*(enc(op._env[n]) for enc, n in zip(self.encoders, names)), target)
+        env = op.params_env()
+        target = None if op.target is None else str(op.target)
+        return (*(enc(env[n]) for enc, n in zip(self.encoders, names)), target)
 
     def instance(self, args: Sequence[Any]) -> Any:
-        """An op instance for schema argument values (cached: the impl runs per call)."""
+        """An op instance for schema argument values (cached: the implementation runs per call)."""
         key = tuple(tuple(p) if isinstance(p, list) else p for p in args)
         op = self._instances.get(key)
         if op is None:
@@ -70,9 +84,15 @@ class Boundary:
                 op = self._instances.get(key)
                 if op is None:
                     options = {} if target is None else {"target": target}
-                    op = self.op_cls(**dict(zip(names, params)), **options)
+                    op = self.definition.op_cls(**dict(zip(names, params)), **options)
                     self._instances[key] = op
         return op
+
+    def remove(self) -> None:
+        """Undo the registration (the validator binds specs for a while)."""
+        self.library._destroy()
+        with _names_lock:
+            _used_names.discard(self.qualname)
 
 
 def _snake(name: str) -> str:
@@ -114,8 +134,9 @@ def _annotation(ptype: ParamType) -> tuple[Any, Callable[[Any], Any]] | None:
     return ann, enc
 
 
-def make_boundary(op_cls: type, spec: OpSpec) -> tuple[Boundary | None, str | None]:
-    """Register the custom op for ``op_cls``; return it, or None and why there is none."""
+def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
+    """Define the torch.library op of an op class; return it, or None and why there is none."""
+    spec = definition.spec
     if not spec.call_inputs:
         return None, "no call-time tensor inputs"
     params: list[inspect.Parameter] = []
@@ -140,63 +161,68 @@ def make_boundary(op_cls: type, spec: OpSpec) -> tuple[Boundary | None, str | No
         ret_ann = torch.Tensor
     elif returned:
         ret_ann = tuple[tuple(torch.Tensor for _ in returned)]  # type: ignore[misc]
-    base = f"tileops::{_snake(spec.name)}"
-    with _names_lock:
-        qualname, n = base, 1
-        while qualname in _used_names:
-            n += 1
-            qualname = f"{base}_{n}"
-        _used_names.add(qualname)
-    boundary_ref: list[Boundary] = []
     n_inputs = len(spec.call_inputs)
     n_buffers = sum(1 for o in spec.outputs.values() if o.buffer)
+    boundary_ref: list[Boundary] = []
 
-    def impl(*args: Any) -> Any:
-        b = boundary_ref[0]
-        op = b.instance(args[n_inputs:])
-        values = list(args[:n_inputs]) + [None] * n_buffers
-        result = op._eager(values)
-        outs = (result,) if len(spec.outputs) == 1 else tuple(result)
-        picked = tuple(outs[i] for i in b.returned)
+    def pick(outs: tuple[Any, ...]) -> Any:
+        picked = tuple(outs[i] for i in boundary_ref[0].returned)
         if not picked:
             return None
         return picked[0] if len(picked) == 1 else picked
 
-    def fake(*args: Any) -> Any:
-        b = boundary_ref[0]
-        op = b.instance(args[n_inputs:])
-        values = list(args[:n_inputs]) + [None] * n_buffers
-        plan = op._checks.plan_call(op, values, op._env, op._construction, (), {})
-        outs = tuple(torch.empty(plan.out_shapes[i], dtype=plan.out_dtypes[i], device=plan.device)
-                     for i in b.returned)
-        if not outs:
-            return None
-        return outs[0] if len(outs) == 1 else outs
+    def impl(*args: Any) -> Any:
+        op = boundary_ref[0].instance(args[n_inputs:])
+        result = op.run_planned(list(args[:n_inputs]) + [None] * n_buffers)
+        return pick((result,) if len(spec.outputs) == 1 else tuple(result))
 
-    impl.__signature__ = inspect.Signature(params, return_annotation=ret_ann)  # type: ignore[attr-defined]
-    impl.__name__ = qualname.split("::")[1]
+    def fake(*args: Any) -> Any:
+        op = boundary_ref[0].instance(args[n_inputs:])
+        plan = definition.plan(op, list(args[:n_inputs]) + [None] * n_buffers, kernels=False)
+        return pick(tuple(torch.empty(s, dtype=d, device=plan.device) for s, d in zip(plan.out_shapes,
+                                                                                     plan.out_dtypes)))
+
+    signature = inspect.Signature(params, return_annotation=ret_ann)
+    impl.__signature__ = signature  # type: ignore[attr-defined]
     mutated = [t.name for t in spec.call_inputs if t.mutated]
     try:
-        fn = torch.library.custom_op(qualname, impl, mutates_args=mutated)
-        fn.register_fake(fake)
+        schema = torch.library.infer_schema(impl, mutates_args=mutated)
     except Exception as exc:  # a schema torch cannot express: eager still works, say why
         return None, f"torch.library refused the schema: {exc}"
-    boundary = Boundary(op_cls, spec, qualname, fn, encoders, returned)
+    base = _snake(spec.name)
+    with _names_lock:
+        name, n = base, 1
+        while f"{NAMESPACE}::{name}" in _used_names:
+            n += 1
+            name = f"{base}_{n}"
+        qualname = f"{NAMESPACE}::{name}"
+        _used_names.add(qualname)
+    library = torch.library.Library(NAMESPACE, "FRAGMENT")
+    try:
+        library.define(name + schema)
+        library.impl(name, impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(qualname, fake, lib=library)
+    except Exception as exc:
+        library._destroy()
+        with _names_lock:
+            _used_names.discard(qualname)
+        return None, f"torch.library refused the schema: {exc}"
+    boundary = Boundary(definition, qualname, library, encoders, returned)
     boundary_ref.append(boundary)
     return boundary, None
 
 
-def call_boundary(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """An op call under ``torch.compile``: the custom op, then buffers and aliases."""
-    boundary: Boundary = type(op)._boundary
-    values = op._bind_call(args, kwargs)
+def call_boundary(op: "Op", values: Sequence[Any]) -> Any:
+    """An op call under ``torch.compile``: the torch.library op, then buffers and aliases."""
+    boundary = op.definition().boundary
+    assert boundary is not None  # callers check
     tensors = values[: boundary.n_inputs]
     result = boundary.fn(*tensors, *boundary.encode(op))
     spec = boundary.spec
     fresh = list((result,) if len(boundary.returned) == 1 else (result or ()))
     outs = []
-    arg_index = op._checks.arg_index
-    for i, o in enumerate(spec.outputs.values()):
+    arg_index = boundary.definition.arg_index
+    for o in spec.outputs.values():
         if o.alias is not None:
             outs.append(values[arg_index[o.alias]])
             continue

@@ -9,7 +9,7 @@ import torch
 from ..bench.generators import Generated, register_generator
 from ..kernels.interface import KernelInterface
 from ..op.base import Op
-from ..op.generated import fail
+from ..errors import fail
 
 __all__ = ["RGDRKernel", "RecurrentGatedDeltaRuleFwdOp", "rgdr_decode_workload"]
 

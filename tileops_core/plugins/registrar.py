@@ -139,13 +139,11 @@ class Registrar:
         Prefer module names: the module's ``Op`` subclasses then bind to their specs at class
         definition, because this plugin's manifest directories are already visible.
         """
-        from ..op.base import Op  # torch is needed only by plugins that ship ops
-
         for item in items:
             if isinstance(item, str):
                 if not all(part.isidentifier() for part in item.split(".")):
                     raise self._fail(f"registrar.ops(): {item!r} is not a module name")
-            elif not (isinstance(item, type) and issubclass(item, Op) and item is not Op):
+            elif not _is_op_class(item):
                 raise self._fail(f"registrar.ops() takes module names or Op subclasses, got {item!r}")
             self._ops.append(item)
 
@@ -164,3 +162,8 @@ class Registrar:
         return Contribution(self._backend, tuple(self._kernels), tuple(self._detectors),
                             tuple(self._manifest_dirs), tuple(self._ops), tuple(self._profiles))
 
+
+def _is_op_class(item: Any) -> bool:
+    """An ``Op`` subclass, recognised by the marker the base class carries (the plugin layer sits
+    below the op layer and does not import it)."""
+    return isinstance(item, type) and getattr(item, "__tileops_op__", False) and "__tileops_op__" not in vars(item)

@@ -30,8 +30,7 @@ from typing import Any, Iterable, Iterator
 
 from ..errors import CheckError, SpecError
 from ..op.base import Op
-from ..op.boundary import make_boundary
-from ..op.generated import OpChecks
+from ..op.definition import OpDef, definition_of, rebind
 from ..spec.nodes import REQUIRED, OpSpec
 from .context import SpecContext
 from .diagnostics import Diagnostic
@@ -209,46 +208,40 @@ def check_forward(ctx: SpecContext, cls: type) -> list[Diagnostic]:
 
 
 @contextmanager
-def bound_to(cls: type, spec: OpSpec) -> Iterator[type]:
-    """``cls`` with its generated checks and compile boundary made from ``spec``.
+def bound_to(cls: type, spec: OpSpec) -> Iterator[OpDef]:
+    """The definition of ``cls`` made from ``spec``: its generated checks and compile boundary.
 
     An op class binds to the manifest entry of its name when it is defined. When the spec
     under validation is another one (a file given on the command line, a plugin's spec not
     installed yet), the class is bound to it for the duration of the checks and restored
-    afterwards, so the conformance pass always judges the class against the text it reads.
+    afterwards, its torch.library registration removed, so the conformance pass always
+    judges the class against the text it reads and leaves nothing registered behind.
     """
-    current = cls.__dict__.get("_checks")
-    if current is None:
-        try:
-            current = cls._bind()  # type: ignore[attr-defined]
-        except (SpecError, CheckError):
-            current = None
+    current: OpDef | None
+    try:
+        current = definition_of(cls)
+    except (SpecError, CheckError):
+        current = None
     if current is not None and (current.spec is spec or (current.spec.file, current.spec.line) == (spec.file,
                                                                                                     spec.line)):
-        yield cls
+        yield current
         return
-    names = ("_checks", "_boundary", "_boundary_reason")
-    saved = {n: cls.__dict__[n] for n in names if n in cls.__dict__}
-    cls._checks = OpChecks(spec)  # type: ignore[attr-defined]
-    cls._boundary, cls._boundary_reason = make_boundary(cls, spec)  # type: ignore[attr-defined]
+    definition, undo = rebind(cls, spec)
     try:
-        yield cls
+        yield definition
     finally:
-        for n in names:
-            if n in saved:
-                setattr(cls, n, saved[n])
-            elif n in cls.__dict__:
-                delattr(cls, n)
+        undo()
 
 
-def check_schema(ctx: SpecContext, cls: type) -> list[Diagnostic]:
-    """Check 8: the compile boundary's written arguments are exactly the mutated inputs (``cls`` bound)."""
+def check_schema(ctx: SpecContext, definition: OpDef) -> list[Diagnostic]:
+    """Check 8: the compile boundary's written arguments are exactly the mutated inputs."""
     spec = ctx.spec
-    boundary = cls._boundary  # type: ignore[attr-defined]
+    cls = definition.op_cls
+    boundary = definition.boundary
     if boundary is None:
         if spec.torch_compile_fullgraph and spec.call_inputs:
             return [ctx.diag("C8.schema", f"the spec promises torch_compile_fullgraph, but {cls.__name__} has no "
-                             f"torch.library boundary: {cls._boundary_reason}",  # type: ignore[attr-defined]
+                             f"torch.library boundary: {definition.boundary_reason}",
                              field="torch_compile_fullgraph", line=spec.field_lines.get("torch_compile_fullgraph"))]
         return []
     schema = boundary.opoverload._schema

@@ -2,7 +2,7 @@
 
 For each row the lint instantiated (and each row with a generator, instantiated here after
 running the generator), the op is constructed with the row's params and static dims and
-its generated call checks (:meth:`OpChecks.plan_call`, exactly what a call runs, and what
+its generated call checks (:meth:`OpDef.plan`, exactly what a call runs, and what
 the compile boundary's fake runs) are applied to *meta* tensors of the row's shapes and
 dtypes: nothing is allocated, so the largest benchmark shape costs as little as the
 smallest. The checks must accept the row and produce the output shapes (L2) and dtypes
@@ -94,8 +94,7 @@ def _construct(ctx: SpecContext, cls: type, row: RowInstance, dtypes: dict[str, 
 
 
 def _plan(op: Any, values: list[Any]) -> Any:
-    checks = op._checks
-    return checks.plan_call(op, values, op._env, op._construction, (), {})
+    return op.definition().plan(op, values, kernels=False)
 
 
 def _call_values(ctx: SpecContext, row: RowInstance, dtypes: dict[str, str],

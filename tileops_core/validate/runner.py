@@ -137,5 +137,5 @@ def _conformance(result: LintResult, catalogue: Manifest | None, modules: dict[s
         out.extend(found)
         rows = result.rows + rows
         out.extend(check_bench_instantiation(ctx, rows))
-        out.extend(check_inference(ctx, bound, rows))
+        out.extend(check_inference(ctx, bound.op_cls, rows))
     return out

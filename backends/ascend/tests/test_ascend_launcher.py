@@ -17,6 +17,7 @@ import tileops_core.op.base as op_base
 from binding_stand_in import SEED_INPUT_ORDER, STAND_IN, reference
 from fake_torch_npu import fake_torch_npu
 from rgdr_cases import make_case
+from tileops_ascend.kernel import AscendRGDR310P
 from tileops_ascend.launch import BINDING_SCHEMA, RefusedCall
 from tileops_ascend.launcher import DevicePlatforms, Rgdr310PLauncher, build
 from tileops_ascend.platform import ASCEND_310P
@@ -57,7 +58,7 @@ def test_the_op_reaches_the_binding_with_every_tensor_in_its_slot(monkeypatch, s
     input and param must land where the kernel reads it for the numbers to match.
     """
     launcher = _launcher()
-    monkeypatch.setattr(op_base, "kernel_for", lambda interface, call, target=None: launcher)
+    monkeypatch.setattr(op_base, "choose_kernel", lambda interface, call, target=None: (AscendRGDR310P, launcher))
     case = make_case([3, 1, 8, 2], gk="vector", accepted=True, seq_lens_style="cu_seqlens", seed=seed + 10)
     want_out, want_state = reference(case, "cu_seqlens", scale=0.3)
     op = RecurrentGatedDeltaRuleFwdOp(scale=0.3, seq_lens_style="cu_seqlens", check_contents=True)

@@ -1,12 +1,11 @@
-"""Every check of an op, generated from its spec: construction, the seven call steps, outputs.
+"""Every check of an op, generated from its spec: construction and seed 000's steps 1-5.
 
-:class:`OpChecks` is built once per op class from the :class:`OpSpec`. It checks an op's
-construction (:meth:`OpChecks.construct`) and, for a call with shapes/dtypes/devices not
-seen before by that instance, runs seed 000's steps 1-5 (:meth:`OpChecks.plan_call`) and
-returns a :class:`CallPlan`: the expected outputs, the calling device, the call spec of
-each kernel interface and whether the call writes nothing. Repeated calls reuse the plan
-(the checks depend only on what the plan's key holds) and run only the output check of
-step 7, :meth:`CallPlan.check_outputs`.
+:class:`OpChecks` is built once per op class from the :class:`OpSpec` (it is part of the
+class's :class:`~tileops_core.op.definition.OpDef`). It checks an op's construction
+(:meth:`OpChecks.construct`) and, for a call with a key not seen before by that instance,
+runs steps 1-5 as named methods (:meth:`OpChecks.plan_call`) and returns a
+:class:`~tileops_core.op.plan.CallPlan`. Step 6 (the kernel) and step 7 (the outputs) live
+with the plan.
 
 Every failure raises :class:`CheckError` naming the op, the declaration as written in the
 YAML with ``file:line``, and the actual values.
@@ -15,14 +14,13 @@ YAML with ``file:line``, and the actual values.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..errors import CheckError, Location
+from ..errors import Location, fail
 from ..kernels.interface import CallSpec, KernelInterface
-from ..kernels.registry import device_arch
 from ..kernels.targets import current_target, default_device
 from ..lang import ir
 from ..lang.dtypes import DTypeExpr, DTypeIf, DTypeRef, DTypeSet, PromoteIntToFloat, SameAs, promote_int_to_float
@@ -31,15 +29,10 @@ from ..lang.shapes import Axis, ShapePattern
 from ..lang.types import ADTRef, Enum, Prim, UnionT, is_maybe
 from ..lang.unify import SolvePlan, UnifyError, plan_solve, run_solve
 from ..spec.nodes import REQUIRED, Expr, FamilyRef, FamilySpec, OpSpec, TensorSpec
+from .plan import CallPlan, TensorMeta, is_zero, numel, storage_id
 from .torchtypes import TORCH_DTYPES, name_of
 
-__all__ = ["OpChecks", "Branch", "CallPlan", "fail"]
-
-
-def fail(op: str, message: str, loc: Location | None) -> None:
-    """Raise the one error type of a failed check: ``Op: message (file:line)``."""
-    where = f" ({loc.where()})" if loc is not None and loc.file else ""
-    raise CheckError(f"{op}: {message}{where}")
+__all__ = ["Branch", "OpChecks", "OutputTypes", "contents_checking_default"]
 
 
 def _fmt(value: Any) -> str:
@@ -50,7 +43,7 @@ def _fmt(value: Any) -> str:
     return repr(value)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Branch:
     """What is fixed once the discriminants are: shapes, dtypes and the solve plan."""
 
@@ -59,196 +52,18 @@ class Branch:
     solve: SolvePlan
     rules: tuple[Expr, ...]
     lets: tuple[tuple[str, Expr], ...]
-    static_checks: tuple[tuple[str, Any], ...]
 
 
-class TensorMeta:
-    """What a plan keeps of a call's tensor: metadata only, so a cached plan never keeps data alive.
+@dataclass(frozen=True)
+class OutputTypes:
+    """Per output, in manifest order: name, shape, dtype, its buffer's and alias's argument index."""
 
-    Expressions evaluated later on a plan's env (roofline ``vars``, ``tileops explain``) read
-    ``shape``, ``ndim``, ``itemsize``, ``dtype`` and ``device``, all of which are here.
-    """
-
-    __slots__ = ("shape", "dtype", "device", "itemsize")
-
-    def __init__(self, tensor: torch.Tensor) -> None:
-        self.shape = tuple(tensor.shape)
-        self.dtype = tensor.dtype
-        self.device = tensor.device
-        self.itemsize = tensor.element_size()
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    def dim(self) -> int:
-        return len(self.shape)
-
-    def __repr__(self) -> str:
-        return f"TensorMeta({list(self.shape)}, {name_of(self.dtype)}, {self.device})"
-
-
-def _storage_id(t: torch.Tensor) -> int:
-    # The identity of the storage itself (not its data pointer: every meta tensor and many
-    # empty ones have data pointer 0, while views keep their base's storage).
-    return t.untyped_storage()._cdata
-
-
-_Tensor = torch.Tensor
-_STRIDED = torch.strided
-
-
-def _one_fresh_output_check(plan: "CallPlan") -> Callable[[Any, Sequence[Any]], Any]:
-    """Step 7 for the common plan, one freshly allocated output, as a closure over its facts.
-
-    Anything that looks off goes to the full check, which names what is wrong; a result
-    that passes here passes there too (the same conditions, in cheaper spellings).
-    """
-    shape, dtype, device = plan.out_shapes[0], plan.out_dtypes[0], plan.device
-    on_cpu = device.type == "cpu"
-    contiguous = plan.contiguous_outputs[0]
-    nonempty = plan._slots[0][3]
-    full = plan.check_outputs_in_full
-    op, name, loc = plan.op, plan.out_names[0], plan.out_locs[0]
-
-    def check(result: Any, values: Sequence[Any]) -> Any:
-        if ((type(result) is not _Tensor and not isinstance(result, _Tensor)) or result.shape != shape
-                or result.dtype is not dtype or result.layout is not _STRIDED
-                or (not result.is_cpu if on_cpu else result.device != device)
-                or (contiguous and not result.is_contiguous())):
-            return full(result, values)
-        if nonempty:
-            sid = result.untyped_storage()._cdata
-            for v in values:
-                if v is not None and v.untyped_storage()._cdata == sid:
-                    fail(op, f"output {name} shares storage with an input", loc)
-        return result
-
-    return check
-
-
-@dataclass
-class CallPlan:
-    """Everything a repeated call with the same key needs; built by :meth:`OpChecks.plan_call`."""
-
-    op: str
-    device: torch.device
-    out_shapes: tuple[tuple[int, ...], ...]
-    out_dtypes: tuple[torch.dtype, ...]
-    out_names: tuple[str, ...]
-    buffer_index: tuple[int | None, ...]  # per output: index into the forward args of its buffer
-    alias_index: tuple[int | None, ...]  # per output: index into the forward args of its aliased input
-    contiguous_outputs: tuple[bool, ...]
-    empty: bool
-    call_specs: dict[type[KernelInterface], CallSpec]
-    env: dict[str, Any]
-    construction: dict[str, torch.Tensor]
-    loc: Location
-    kernels: dict[Any, Any] = field(default_factory=dict)
-    #: Per output: where it is declared (step 7 names the output's declaration).
-    out_locs: tuple[Location, ...] = ()
-    #: Forward args that are out buffers (declared), and those passed on this plan's calls.
-    n_buffers: int = 0
-    buffer_args: tuple[int, ...] = ()
-    #: The forward argument names (messages name an out buffer by its keyword).
-    arg_names: tuple[str, ...] = ()
-    #: True when no tensor decided the device (the target or the accelerator did): such a
-    #: plan depends on more than its key and is not cached.
-    device_by_default: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.out_locs:
-            self.out_locs = (self.loc,) * len(self.out_shapes)
-        passed = set(self.buffer_args)
-        # Per output, decided once per plan (the key fixes which buffers are passed):
-        # (index, identity arg or None, what the identity is, non-empty).
-        slots = []
-        for i, shape in enumerate(self.out_shapes):
-            b, a = self.buffer_index[i], self.alias_index[i]
-            if b is not None and b in passed:
-                slots.append((i, b, "the out buffer passed by the caller", False))
-            elif a is not None:
-                slots.append((i, a, "the very input it aliases", False))
-            else:
-                slots.append((i, None, "", not _is_zero(_numel(shape))))
-        self._slots = tuple(slots)
-        self._single = len(self.out_shapes) == 1
-        if self._single and slots[0][1] is None:
-            self.check_outputs = _one_fresh_output_check(self)  # type: ignore[method-assign]
-
-    def empty_result(self, values: Sequence[Any]) -> Any:
-        """The rule for calls that write nothing: fresh empty outputs, buffers as given."""
-        outs = []
-        for i, (shape, dtype) in enumerate(zip(self.out_shapes, self.out_dtypes)):
-            b, a = self.buffer_index[i], self.alias_index[i]
-            if b is not None and values[b] is not None:
-                outs.append(values[b])
-            elif a is not None:
-                outs.append(values[a])
-            else:
-                outs.append(torch.empty(shape, dtype=dtype, device=self.device))
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-    def check_buffers(self, values: Sequence[Any]) -> None:
-        """Step 5's precondition that depends on the objects, not on the plan key: a passed
-        out buffer shares no storage with an input (re-run on every call that passes one)."""
-        n_inputs = len(values) - self.n_buffers
-        for j in self.buffer_args:
-            buf = values[j]
-            if buf is None or not buf.numel():
-                continue
-            sid = _storage_id(buf)
-            for v in values[:n_inputs]:
-                if v is not None and v.numel() and _storage_id(v) == sid:
-                    i = self.buffer_index.index(j)
-                    fail(self.op, f"out buffer {self.arg_names[j]} shares storage with an input", self.out_locs[i])
-
-    def check_outputs(self, result: Any, values: Sequence[Any]) -> Any:
-        """Step 7: count, None-ness, shape, dtype, device, layout, identity, storage sharing."""
-        if self._single:
-            outs: Sequence[Any] = (result,)
-        elif isinstance(result, (tuple, list)) and len(result) == len(self.out_shapes):
-            outs = result
-        else:
-            n = len(self.out_shapes)
-            fail(self.op, f"the implementation returned {type(result).__name__}, expected {n} outputs "
-                          f"({', '.join(self.out_names)})", self.loc)
-        storages = None
-        for i, identity, what, nonempty in self._slots:
-            out = outs[i]
-            if not isinstance(out, torch.Tensor):
-                fail(self.op, f"output {self.out_names[i]} is {type(out).__name__}, expected a tensor",
-                     self.out_locs[i])
-            if identity is not None:
-                if out is not values[identity]:
-                    fail(self.op, f"output {self.out_names[i]} must be {what}", self.out_locs[i])
-                continue
-            if (out.shape != self.out_shapes[i] or out.dtype is not self.out_dtypes[i] or out.device != self.device
-                    or out.layout is not torch.strided or (self.contiguous_outputs[i] and not out.is_contiguous())):
-                self._mismatch(i, out)
-            if nonempty:
-                if storages is None:
-                    storages = {_storage_id(v) for v in values if v is not None}
-                if _storage_id(out) in storages:
-                    fail(self.op, f"output {self.out_names[i]} shares storage with an input", self.out_locs[i])
-        return result
-
-    def check_outputs_in_full(self, result: Any, values: Sequence[Any]) -> Any:
-        """Step 7 without any fast path (what a specialised check falls back to for its message)."""
-        return CallPlan.check_outputs(self, result, values)
-
-    def _mismatch(self, i: int, out: torch.Tensor) -> None:
-        name, loc = self.out_names[i], self.out_locs[i]
-        if out.shape != self.out_shapes[i]:
-            fail(self.op, f"output {name} has shape {list(out.shape)}, the spec gives {list(self.out_shapes[i])}", loc)
-        if out.dtype != self.out_dtypes[i]:
-            fail(self.op, f"output {name} has dtype {name_of(out.dtype)}, the spec gives "
-                          f"{name_of(self.out_dtypes[i])}", loc)
-        if out.device != self.device:
-            fail(self.op, f"output {name} is on {out.device}, the call is on {self.device}", loc)
-        if out.layout is not torch.strided:
-            fail(self.op, f"output {name} has layout {out.layout}, expected strided", loc)
-        fail(self.op, f"output {name} must be contiguous", loc)
+    names: tuple[str, ...]
+    shapes: tuple[tuple[Any, ...], ...]
+    dtypes: tuple[torch.dtype, ...]
+    buffer_index: tuple[int | None, ...]
+    alias_index: tuple[int | None, ...]
+    contiguous: tuple[bool, ...]
 
 
 class OpChecks:
@@ -401,7 +216,7 @@ class OpChecks:
             name = sorted(solve.unsolved)[0]
             if any(name in p.names() for p in patterns.values()):
                 fail(self.op, f"index {name} cannot be inferred on this call: {solve.reasons[name]}", self.loc)
-        return Branch(shapes, dtypes, solve, self.call_rules, self.call_lets, ())
+        return Branch(shapes, dtypes, solve, self.call_rules, self.call_lets)
 
     def _presence(self, e: Expr, denv: Mapping[str, Any]) -> str:
         parts = []
@@ -433,10 +248,41 @@ class OpChecks:
 
     def plan_call(self, op_obj: Any, values: Sequence[Any], env0: Mapping[str, Any],
                   construction: Mapping[str, torch.Tensor], interfaces: Sequence[type[KernelInterface]],
-                  branches: dict[frozenset[str], Branch]) -> CallPlan:
-        spec = self.spec
+                  branches: dict[frozenset[str], Branch], arch_of: Callable[[torch.device], str]) -> CallPlan:
+        """Seed 000's steps 1-5 for a call with new shapes, one named step each; the plan they give."""
         args = dict(zip(self.arg_names, values))
-        # Step 1: which call-time tensors are present (None = absent).
+        presence = self.step1_presence(args, construction)
+        branch = branches.get(presence)
+        if branch is None:
+            branch = self.branch(env0, presence)  # steps 2 and 3
+            branches[presence] = branch
+        device, device_by_default = self._calling_device(args, construction, env0, getattr(op_obj, "_target", None))
+        env, tensors, converted, actual_dtypes, dtype_env = self.step4_infer(args, construction, env0, presence,
+                                                                              branch, device)
+        outputs = self.output_types(branch, env, env0, tensors, actual_dtypes, dtype_env, args)
+        self.step5_out_buffers(outputs, args, tensors, device)
+        out_names, out_shapes, out_dtypes = outputs.names, outputs.shapes, outputs.dtypes
+        written = [s for s in out_shapes] + [tuple(tensors[t.name].shape) for t in self.spec.inputs.values()
+                                             if t.mutated and t.name in tensors]
+        empty = all(is_zero(numel(s)) for s in written)
+        arch = arch_of(device) if interfaces else "unknown"
+        call_specs = {i: self._call_spec(op_obj, i, device.type, arch, actual_dtypes, out_names, out_dtypes, env,
+                                         presence, args) for i in interfaces}
+        # The plan outlives the call: keep tensor metadata, never the tensors (their memory).
+        kept_env = {k: TensorMeta(v) if isinstance(v, torch.Tensor) else v for k, v in env.items()}
+        buffer_args = tuple(self.arg_index[o.buffer] for o in self.buffers  # type: ignore[index]
+                            if args.get(o.buffer) is not None)  # type: ignore[arg-type]
+        noncontiguous = tuple(i for i, v in enumerate(values)
+                              if isinstance(v, torch.Tensor) and v.layout is torch.strided and not v.is_contiguous())
+        return CallPlan(self.op, device, tuple(out_shapes), tuple(out_dtypes), tuple(out_names),
+                        outputs.buffer_index, outputs.alias_index, outputs.contiguous, empty, call_specs, kept_env,
+                        converted, self.loc, out_locs=tuple(o.loc for o in self.spec.outputs.values()),
+                        n_buffers=len(self.buffers), buffer_args=buffer_args, arg_names=self.arg_names,
+                        device_by_default=device_by_default, noncontiguous_args=noncontiguous,
+                        written_args=self.written_args)
+
+    def step1_presence(self, args: Mapping[str, Any], construction: Mapping[str, torch.Tensor]) -> frozenset[str]:
+        """Step 1: which call-time tensors are present (None = absent); every given one is a tensor."""
         present = set(construction)
         for t in self.call_inputs:
             v = args.get(t.name)
@@ -451,16 +297,16 @@ class OpChecks:
             v = args.get(o.buffer)  # type: ignore[arg-type]
             if v is not None and not isinstance(v, torch.Tensor):
                 fail(self.op, f"out buffer {o.buffer} must be a tensor, got {type(v).__name__}", o.loc)
-        presence = frozenset(present)
-        # Steps 2 and 3.
-        branch = branches.get(presence)
-        if branch is None:
-            branch = self.branch(env0, presence)
-            branches[presence] = branch
-        device, device_by_default = self._calling_device(args, construction, env0,
-                                                         getattr(op_obj, "_target", None))
-        tensors: dict[str, torch.Tensor] = {n: args[n] for n in present if n in args}
-        # Step 4: dtypes of inputs, then indices, lets and refinements.
+        return frozenset(present)
+
+    def step4_infer(self, args: Mapping[str, Any], construction: Mapping[str, torch.Tensor], env0: Mapping[str, Any],
+                    presence: frozenset[str], branch: Branch, device: torch.device
+                    ) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, str],
+                               dict[str, str]]:
+        """Step 4: input dtypes, construction tensors moved and cast, placement, then the indices,
+        static dims, lets and refinements. Returns the env and what the output step reads."""
+        spec = self.spec
+        tensors: dict[str, torch.Tensor] = {n: args[n] for n in presence if n in args}
         dtype_env: dict[str, str] = {}
         converted: dict[str, torch.Tensor] = {}
         actual_dtypes = {n: name_of(t.dtype) for n, t in tensors.items()}
@@ -498,7 +344,17 @@ class OpChecks:
             run_solve(branch.solve, patterns, shapes, env, origin)
         except UnifyError as exc:
             fail(self.op, exc.message, spec.inputs[exc.tensor].loc)
-        for name, sd in spec.static_dims.items():
+        self._check_static_dims(tensors, env)
+        for name, e in branch.lets:
+            if name not in env:
+                env[name] = self._eval(e, env, f"let {name}")
+        for e in branch.rules:
+            if not self._eval(e, env, "shape rule"):
+                fail(self.op, f"{e.text} does not hold with {self._values(e, env)}", e.loc)
+        return env, tensors, converted, actual_dtypes, dtype_env
+
+    def _check_static_dims(self, tensors: Mapping[str, torch.Tensor], env: Mapping[str, Any]) -> None:
+        for name, sd in self.spec.static_dims.items():
             tensor = tensors.get(sd.tensor)
             if tensor is None:
                 continue
@@ -509,19 +365,15 @@ class OpChecks:
             if tensor.shape[axis] != env[name]:
                 fail(self.op, f"static dim {name} was promised as {env[name]} at construction, but {sd.expr.text} is "
                               f"{tensor.shape[axis]}", sd.expr.loc)
-        for name, e in branch.lets:
-            if name not in env:
-                env[name] = self._eval(e, env, f"let {name}")
-        for e in branch.rules:
-            if not self._eval(e, env, "shape rule"):
-                fail(self.op, f"{e.text} does not hold with {self._values(e, env)}", e.loc)
-        # Outputs: shapes and dtypes, then step 5 (out buffers).
-        out_shapes, out_dtypes, out_names, buffer_index, alias_index, contiguous = [], [], [], [], [], []
+
+    def output_types(self, branch: Branch, env: Mapping[str, Any], env0: Mapping[str, Any],
+                     tensors: Mapping[str, torch.Tensor], actual_dtypes: Mapping[str, str],
+                     dtype_env: Mapping[str, str], args: Mapping[str, Any]) -> "OutputTypes":
+        """The outputs' shapes and dtypes on this call (an output whose dtype is a choice takes its buffer's)."""
+        spec = self.spec
+        out_shapes: list[tuple[Any, ...]] = []
+        out_dtypes: list[torch.dtype] = []
         for o in spec.outputs.values():
-            out_names.append(o.name)
-            buffer_index.append(self.arg_index.get(o.buffer) if o.buffer else None)
-            alias_index.append(self.arg_index.get(o.alias) if o.alias else None)
-            contiguous.append(o.contiguous)
             if o.alias:
                 src = tensors[o.alias]
                 out_shapes.append(tuple(src.shape))
@@ -537,39 +389,36 @@ class OpChecks:
                                   "out buffer of one of " + ", ".join(options), o.loc)
                 want = name_of(buf.dtype)
             out_dtypes.append(TORCH_DTYPES[want])
-        for i, o in enumerate(spec.outputs.values()):
+        outs = list(spec.outputs.values())
+        return OutputTypes(tuple(o.name for o in outs), tuple(out_shapes), tuple(out_dtypes),
+                           tuple(self.arg_index.get(o.buffer) if o.buffer else None for o in outs),
+                           tuple(self.arg_index.get(o.alias) if o.alias else None for o in outs),
+                           tuple(o.contiguous for o in outs))
+
+    def step5_out_buffers(self, outputs: "OutputTypes", args: Mapping[str, Any], tensors: Mapping[str, torch.Tensor],
+                          device: torch.device) -> None:
+        """Step 5: a passed out buffer has the output's shape, dtype, device, layout and its own storage."""
+        for i, o in enumerate(self.spec.outputs.values()):
             if not o.buffer:
                 continue
             buf = args.get(o.buffer)
             if buf is None:
                 continue
-            if tuple(buf.shape) != out_shapes[i]:
+            if tuple(buf.shape) != outputs.shapes[i]:
                 fail(self.op, f"out buffer {o.buffer} has shape {list(buf.shape)}, output {o.name} {o.shape_text} is "
-                              f"{list(out_shapes[i])}", o.loc)
-            if buf.dtype != out_dtypes[i]:
+                              f"{list(outputs.shapes[i])}", o.loc)
+            if buf.dtype != outputs.dtypes[i]:
                 fail(self.op, f"out buffer {o.buffer} has dtype {name_of(buf.dtype)}, output {o.name} "
-                              f"{o.dtype_text} is {name_of(out_dtypes[i])}", o.loc)
+                              f"{o.dtype_text} is {name_of(outputs.dtypes[i])}", o.loc)
             if buf.device != device:
                 fail(self.op, f"out buffer {o.buffer} is on {buf.device}, the call is on {device}", o.loc)
+            if buf.layout is not torch.strided:
+                fail(self.op, f"out buffer {o.buffer} has layout {buf.layout}, expected strided", o.loc)
             if o.contiguous and not buf.is_contiguous():
                 fail(self.op, f"out buffer {o.buffer} must be contiguous", o.loc)
             for t in tensors.values():
-                if buf.numel() and t.numel() and _storage_id(buf) == _storage_id(t):
+                if buf.numel() and t.numel() and storage_id(buf) == storage_id(t):
                     fail(self.op, f"out buffer {o.buffer} shares storage with an input", o.loc)
-        written = [s for s in out_shapes] + [tuple(tensors[t.name].shape) for t in spec.inputs.values()
-                                             if t.mutated and t.name in tensors]
-        empty = all(_is_zero(_numel(s)) for s in written)
-        arch = device_arch(device)
-        call_specs = {i: self._call_spec(op_obj, i, device.type, arch, actual_dtypes, out_names, out_dtypes, env, presence,
-                                         args) for i in interfaces}
-        # The plan outlives the call: keep tensor metadata, never the tensors (their memory).
-        kept_env = {k: TensorMeta(v) if isinstance(v, torch.Tensor) else v for k, v in env.items()}
-        buffer_args = tuple(self.arg_index[o.buffer] for o in self.buffers  # type: ignore[index]
-                            if args.get(o.buffer) is not None)  # type: ignore[arg-type]
-        return CallPlan(self.op, device, tuple(out_shapes), tuple(out_dtypes), tuple(out_names), tuple(buffer_index),
-                        tuple(alias_index), tuple(contiguous), empty, call_specs, kept_env, converted, self.loc,
-                        out_locs=tuple(o.loc for o in spec.outputs.values()), n_buffers=len(self.buffers),
-                        buffer_args=buffer_args, arg_names=self.arg_names, device_by_default=device_by_default)
 
     def _calling_device(self, args: Mapping[str, Any], construction: Mapping[str, torch.Tensor],
                         env0: Mapping[str, Any], op_target: Any = None) -> tuple[torch.device, bool]:
@@ -709,18 +558,6 @@ class OpChecks:
             if any(isinstance(o, ADTRef) for o in options) and value is not None:
                 flags[f"{name}.tag"] = value.tag
         return CallSpec(self.op, interface.__name__, device_type, arch, dtypes, dims, flags)
-
-
-def _is_zero(n: Any) -> bool:
-    """``n == 0`` for an int; False for a symbolic size (never a guard on a SymInt)."""
-    return type(n) is int and n == 0
-
-
-def _numel(shape: Sequence[Any]) -> Any:
-    n = 1
-    for s in shape:
-        n = n * s
-    return n
 
 
 def contents_checking_default() -> bool:

@@ -1,0 +1,392 @@
+"""A call plan: what steps 1-5 decided for one call key, and everything a repeated call needs.
+
+:meth:`OpDef.plan <tileops_core.op.definition.OpDef.plan>` builds a :class:`CallPlan` the
+first time an op instance meets a key (per argument: shape, dtype, device, contiguity;
+None for an absent one). Everything that depends only on the plan is decided there, once:
+the expected outputs, the call spec of each kernel interface, which arguments need a
+contiguity copy, and, per target, the launcher bound to its kernel (:class:`BoundKernels`).
+A repeated call then does only per-call work: the key, one dict lookup, the kernel, and the
+part of step 7 that a kernel could have broken.
+
+A kernel declaring ``writes_outputs`` receives outputs that the plan allocates (right shape,
+dtype, device, fresh storage), so step 7 has nothing left to check for them; any other
+result goes through :meth:`CallPlan.check_outputs`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..errors import KernelError, Location, TileOpsError, fail
+from ..kernels.interface import CallSpec, KernelInterface
+from ..kernels.targets import Target
+from .torchtypes import name_of
+
+__all__ = ["BoundKernels", "CallPlan", "CURRENT", "TensorMeta", "is_zero", "numel"]
+
+#: The call being executed on this thread: ``CURRENT.call = (op, plan, bound, values)`` while
+#: ``forward`` runs (set by :class:`~tileops_core.op.base.Op`, read by ``Op.launch``).
+CURRENT = threading.local()
+
+
+class TensorMeta:
+    """What a plan keeps of a call's tensor: metadata only, so a cached plan never keeps data alive.
+
+    Expressions evaluated later on a plan's env (roofline ``vars``, ``tileops explain``) read
+    ``shape``, ``ndim``, ``itemsize``, ``dtype`` and ``device``, all of which are here.
+    """
+
+    __slots__ = ("shape", "dtype", "device", "itemsize")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.shape = tuple(tensor.shape)
+        self.dtype = tensor.dtype
+        self.device = tensor.device
+        self.itemsize = tensor.element_size()
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"TensorMeta({list(self.shape)}, {name_of(self.dtype)}, {self.device})"
+
+
+def storage_id(t: torch.Tensor) -> int:
+    """The identity of a tensor's storage (not its data pointer: every meta tensor and many
+    empty ones have data pointer 0, while views keep their base's storage)."""
+    return t.untyped_storage()._cdata
+
+
+def is_zero(n: Any) -> bool:
+    """``n == 0`` for an int; False for a symbolic size (never a guard on a SymInt)."""
+    return type(n) is int and n == 0
+
+
+def numel(shape: Sequence[Any]) -> Any:
+    n = 1
+    for s in shape:
+        n = n * s
+    return n
+
+
+_Tensor = torch.Tensor
+_STRIDED = torch.strided
+_empty = torch.empty
+
+
+#: ``select(interface, call, target) -> (implementation, built kernel)``.
+Select = Callable[[type[KernelInterface], CallSpec, "Target | None"], tuple[type[KernelInterface], Callable[..., Any]]]
+
+
+class BoundKernels(dict):  # type: ignore[type-arg]  # interface -> launcher; a dict for the hot path's lookup
+    """The launchers of one plan under one target, per interface: a callable taking the
+    arguments ``forward`` passes to :meth:`Op.launch`. An interface is bound the first time
+    a call launches it (an op need not launch every interface it lists on every call)."""
+
+    def __init__(self, plan: "CallPlan", target: "Target | None", select: Select) -> None:
+        super().__init__()
+        self.plan = plan
+        self.target = target
+        self.select = select
+        #: Which implementation serves each bound interface (``tileops explain``, tests).
+        self.kernels: dict[type[KernelInterface], type[KernelInterface]] = {}
+
+    def __missing__(self, interface: type[KernelInterface]) -> Callable[..., Any]:
+        call = self.plan.call_specs.get(interface)
+        if call is None:
+            raise TypeError(f"{self.plan.op}: {getattr(interface, '__name__', interface)} is not listed in "
+                            "interfaces")
+        impl, kernel = self.select(interface, call, self.target)
+        launcher = _launcher(self.plan, interface, impl, kernel, call, self.plan.written_args)
+        self.kernels[interface] = impl
+        self[interface] = launcher
+        return launcher
+
+
+def _launcher(plan: "CallPlan", interface: type[KernelInterface], impl: type[KernelInterface],
+              kernel: Callable[..., Any], call: CallSpec, written: tuple[int, ...]) -> Callable[..., Any]:
+    """The launch of one kernel for one plan, decided once: output allocation, contiguity copies,
+    and the translation of a kernel's own exception into a :class:`KernelError` naming it."""
+
+    def raised(exc: Exception) -> KernelError:
+        return KernelError(f"{plan.op}: kernel {impl.qualname()} [{impl.backend}] raised {type(exc).__name__}: "
+                           f"{exc}\n  call spec: {call!r}")
+
+    if plan.copies_needed and interface.needs_contiguous:
+        def launch_copying(*args: Any, **kwargs: Any) -> Any:
+            values = CURRENT.call[3]
+            written_ids = {id(values[i]) for i in written if values[i] is not None}
+            return _launch_contiguous(kernel, args, kwargs, written_ids, raised)
+        return launch_copying
+    if getattr(impl, "writes_outputs", False) and plan.fresh_outputs:
+        shapes, dtypes, device = plan.fresh_shapes, plan.fresh_dtypes, plan.device
+        if len(shapes) == 1:
+            shape, dtype = shapes[0], dtypes[0]
+
+            def launch_into_one(*args: Any, **kwargs: Any) -> Any:
+                out = _empty(shape, dtype=dtype, device=device)
+                try:
+                    kernel(*args, out, **kwargs)
+                except TileOpsError:
+                    raise
+                except Exception as exc:
+                    raise raised(exc) from exc
+                plan.made.out = out
+                return out
+            return launch_into_one
+
+        def launch_into(*args: Any, **kwargs: Any) -> Any:
+            outs = tuple(_empty(s, dtype=d, device=device) for s, d in zip(shapes, dtypes))
+            try:
+                kernel(*args, *outs, **kwargs)
+            except TileOpsError:
+                raise
+            except Exception as exc:
+                raise raised(exc) from exc
+            plan.made.out = outs
+            return outs
+        return launch_into
+
+    def launch(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return kernel(*args, **kwargs) if kwargs else kernel(*args)
+        except TileOpsError:
+            raise
+        except Exception as exc:
+            raise raised(exc) from exc
+    return launch
+
+
+class _Made:
+    """The output a ``writes_outputs`` launcher allocated on this thread's current call."""
+
+    __slots__ = ("out",)
+
+    def __init__(self) -> None:
+        self.out: Any = None
+
+
+@dataclass
+class CallPlan:
+    """Everything a repeated call with the same key needs; built by :meth:`OpDef.plan`."""
+
+    op: str
+    device: torch.device
+    out_shapes: tuple[tuple[int, ...], ...]
+    out_dtypes: tuple[torch.dtype, ...]
+    out_names: tuple[str, ...]
+    buffer_index: tuple[int | None, ...]  # per output: index into the forward args of its buffer
+    alias_index: tuple[int | None, ...]  # per output: index into the forward args of its aliased input
+    contiguous_outputs: tuple[bool, ...]
+    empty: bool
+    call_specs: dict[type[KernelInterface], CallSpec]
+    env: dict[str, Any]
+    construction: dict[str, torch.Tensor]
+    loc: Location
+    #: Per output: where it is declared (step 7 names the output's declaration).
+    out_locs: tuple[Location, ...] = ()
+    #: Forward args that are out buffers (declared), and those passed on this plan's calls.
+    n_buffers: int = 0
+    buffer_args: tuple[int, ...] = ()
+    #: The forward argument names (messages name an out buffer by its keyword).
+    arg_names: tuple[str, ...] = ()
+    #: True when no tensor decided the device (the target or the accelerator did): such a
+    #: plan depends on more than its key and is not cached.
+    device_by_default: bool = False
+    #: Forward args that are tensors and not contiguous on this plan's calls (from the key).
+    noncontiguous_args: tuple[int, ...] = ()
+    #: Forward args a kernel writes (mutated inputs, out buffers).
+    written_args: tuple[int, ...] = ()
+    #: The registry generation the plan was made under; another one means plan again.
+    generation: int = -1
+    #: Per target: the launchers bound to their kernels.
+    bound: dict[Target | None, BoundKernels] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.out_locs:
+            self.out_locs = (self.loc,) * len(self.out_shapes)
+        passed = set(self.buffer_args)
+        # Per output, decided once per plan (the key fixes which buffers are passed):
+        # (index, identity arg or None, what the identity is, non-empty).
+        slots = []
+        for i, shape in enumerate(self.out_shapes):
+            b, a = self.buffer_index[i], self.alias_index[i]
+            if b is not None and b in passed:
+                slots.append((i, b, "the out buffer passed by the caller", False))
+            elif a is not None:
+                slots.append((i, a, "the very input it aliases", False))
+            else:
+                slots.append((i, None, "", not is_zero(numel(shape))))
+        self._slots = tuple(slots)
+        self._single = len(self.out_shapes) == 1
+        # Outputs a writes_outputs kernel gets from the plan: every output when none is a
+        # passed buffer or an alias (otherwise the kernel returns them itself).
+        fresh = [i for i, ident, _, _ in slots if ident is None]
+        self.fresh_outputs = len(fresh) == len(slots)
+        self.fresh_shapes = tuple(self.out_shapes[i] for i in fresh)
+        self.fresh_dtypes = tuple(self.out_dtypes[i] for i in fresh)
+        self.copies_needed = bool(self.noncontiguous_args)
+        self.made = _Made()
+        if self._single and slots[0][1] is None:
+            self.check_outputs = self._one_fresh_output_check()  # type: ignore[method-assign]
+
+    # -- kernels ----------------------------------------------------------------------------
+
+    def bind(self, target: Target | None, select: Select) -> BoundKernels:
+        """The launchers of this plan under ``target`` (made once per target, bound lazily)."""
+        bound = BoundKernels(self, target, select)
+        self.bound[target] = bound
+        return bound
+
+    # -- empty calls and step 5 -------------------------------------------------------------
+
+    def empty_result(self, values: Sequence[Any]) -> Any:
+        """The rule for calls that write nothing: fresh empty outputs, buffers as given."""
+        outs = []
+        for i, (shape, dtype) in enumerate(zip(self.out_shapes, self.out_dtypes)):
+            b, a = self.buffer_index[i], self.alias_index[i]
+            if b is not None and values[b] is not None:
+                outs.append(values[b])
+            elif a is not None:
+                outs.append(values[a])
+            else:
+                outs.append(torch.empty(shape, dtype=dtype, device=self.device))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def check_buffers(self, values: Sequence[Any]) -> None:
+        """Step 5's precondition that depends on the objects, not on the plan key: a passed
+        out buffer shares no storage with an input (re-run on every call that passes one)."""
+        n_inputs = len(values) - self.n_buffers
+        for j in self.buffer_args:
+            buf = values[j]
+            if buf is None or not buf.numel():
+                continue
+            sid = storage_id(buf)
+            for v in values[:n_inputs]:
+                if v is not None and v.numel() and storage_id(v) == sid:
+                    i = self.buffer_index.index(j)
+                    fail(self.op, f"out buffer {self.arg_names[j]} shares storage with an input", self.out_locs[i])
+
+    # -- step 7 -----------------------------------------------------------------------------
+
+    def _one_fresh_output_check(self) -> Callable[[Any, Sequence[Any]], Any]:
+        """Step 7 for the common plan, one freshly allocated output, as a closure over its facts.
+
+        A result the plan itself allocated (a ``writes_outputs`` kernel) passes at once: its
+        metadata is right by construction and its storage is new. Anything else that looks
+        off goes to the full check, which names what is wrong.
+        """
+        shape, dtype, device = self.out_shapes[0], self.out_dtypes[0], self.device
+        on_cpu = device.type == "cpu"
+        contiguous = self.contiguous_outputs[0]
+        nonempty = self._slots[0][3]
+        full = self.check_outputs_in_full
+        op, name, loc = self.op, self.out_names[0], self.out_locs[0]
+        made = self.made
+
+        def check(result: Any, values: Sequence[Any]) -> Any:
+            if result is made.out and result is not None:
+                made.out = None
+                return result
+            if ((type(result) is not _Tensor and not isinstance(result, _Tensor)) or result.shape != shape
+                    or result.dtype is not dtype or result.layout is not _STRIDED
+                    or (not result.is_cpu if on_cpu else result.device != device)
+                    or (contiguous and not result.is_contiguous())):
+                return full(result, values)
+            if nonempty:
+                sid = result.untyped_storage()._cdata
+                for v in values:
+                    if v is not None and v.untyped_storage()._cdata == sid:
+                        fail(op, f"output {name} shares storage with an input", loc)
+            return result
+
+        return check
+
+    def check_outputs(self, result: Any, values: Sequence[Any]) -> Any:
+        """Step 7: count, None-ness, shape, dtype, device, layout, identity, storage sharing."""
+        if result is not None and result is self.made.out:
+            self.made.out = None
+            return result
+        if self._single:
+            outs: Sequence[Any] = (result,)
+        elif isinstance(result, (tuple, list)) and len(result) == len(self.out_shapes):
+            outs = result
+        else:
+            n = len(self.out_shapes)
+            fail(self.op, f"the implementation returned {type(result).__name__}, expected {n} outputs "
+                          f"({', '.join(self.out_names)})", self.loc)
+        storages = None
+        for i, identity, what, nonempty in self._slots:
+            out = outs[i]
+            if not isinstance(out, torch.Tensor):
+                fail(self.op, f"output {self.out_names[i]} is {type(out).__name__}, expected a tensor",
+                     self.out_locs[i])
+            if identity is not None:
+                if out is not values[identity]:
+                    fail(self.op, f"output {self.out_names[i]} must be {what}", self.out_locs[i])
+                continue
+            if (out.shape != self.out_shapes[i] or out.dtype is not self.out_dtypes[i] or out.device != self.device
+                    or out.layout is not torch.strided or (self.contiguous_outputs[i] and not out.is_contiguous())):
+                self._mismatch(i, out)
+            if nonempty:
+                if storages is None:
+                    storages = {storage_id(v) for v in values if v is not None}
+                if storage_id(out) in storages:
+                    fail(self.op, f"output {self.out_names[i]} shares storage with an input", self.out_locs[i])
+        return result
+
+    def check_outputs_in_full(self, result: Any, values: Sequence[Any]) -> Any:
+        """Step 7 without any fast path (what a specialised check falls back to for its message)."""
+        self.made.out = None
+        return CallPlan.check_outputs(self, result, values)
+
+    def _mismatch(self, i: int, out: torch.Tensor) -> None:
+        name, loc = self.out_names[i], self.out_locs[i]
+        if out.shape != self.out_shapes[i]:
+            fail(self.op, f"output {name} has shape {list(out.shape)}, the spec gives {list(self.out_shapes[i])}", loc)
+        if out.dtype != self.out_dtypes[i]:
+            fail(self.op, f"output {name} has dtype {name_of(out.dtype)}, the spec gives "
+                          f"{name_of(self.out_dtypes[i])}", loc)
+        if out.device != self.device:
+            fail(self.op, f"output {name} is on {out.device}, the call is on {self.device}", loc)
+        if out.layout is not torch.strided:
+            fail(self.op, f"output {name} has layout {out.layout}, expected strided", loc)
+        fail(self.op, f"output {name} must be contiguous", loc)
+
+
+def _launch_contiguous(kernel: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], written: set[int],
+                       raised: Callable[[Exception], KernelError]) -> Any:
+    """Give the kernel contiguous tensors; copy results back into written non-contiguous originals.
+
+    Only plans whose key recorded a non-contiguous argument come here; the common call goes
+    straight to the kernel.
+    """
+    copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def fix(v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and not v.is_contiguous():
+            c = v.contiguous()
+            if id(v) in written:
+                copies.append((v, c))
+            return c
+        return v
+
+    try:
+        result = kernel(*(fix(a) for a in args), **{k: fix(v) for k, v in kwargs.items()})
+    except TileOpsError:
+        raise
+    except Exception as exc:
+        raise raised(exc) from exc
+    for original, copy in copies:
+        original.copy_(copy)  # a mutated input (or out buffer) written through its contiguous copy
+    if any(result is c for _, c in copies):
+        return next(o for o, c in copies if result is c)
+    return result
