@@ -167,8 +167,8 @@ _STREAM_SMEM_LIMIT = 48 * 1024
 # state bytes -> (small, large, sequences from which large runs, short, sequences from which
 # short runs, average tokens per sequence up to which short runs).
 _SCHEDULES = {
-    4: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 3), 8, RGDRTiling(128, 16, 4, 4, True), 32, 1),
-    2: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 3), 8, RGDRTiling(128, 16, 4, 5, True), 32, 4),
+    4: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 4), 8, RGDRTiling(128, 16, 4, 4, True), 32, 1),
+    2: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), 32, RGDRTiling(128, 16, 4, 6, True), 32, 4),
 }
 
 
