@@ -50,7 +50,7 @@ _RESULT = {
     "additionalProperties": False,
     "required": ["op", "workload", "case", "status", "error", "seed", "dtype", "kernel", "backend", "input_sets",
                  "time", "flops", "bytes", "intensity", "achieved_flops_per_s", "achieved_bytes_per_s", "bound",
-                 "efficiency", "attainable_flops_per_s", "compute_dtype", "baseline", "notes"],
+                 "efficiency", "attainable_flops_per_s", "compute_dtype", "baseline", "host_time", "notes"],
     "properties": {
         "op": {"type": "string"},
         "workload": {"type": "string"},
@@ -85,6 +85,18 @@ _RESULT = {
                         "speedup": _NUM_OR_NULL,
                         "error": _STR_OR_NULL,
                     },
+                },
+            ]
+        },
+        "host_time": {
+            "oneOf": [
+                {"type": "null"},
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["op_s", "launch_s", "torch_s", "torch_api", "error"],
+                    "properties": {"op_s": _NUM_OR_NULL, "launch_s": _NUM_OR_NULL, "torch_s": _NUM_OR_NULL,
+                                   "torch_api": _STR_OR_NULL, "error": _STR_OR_NULL},
                 },
             ]
         },
@@ -193,8 +205,17 @@ def _result(r: CaseResult) -> dict[str, Any]:
         "attainable_flops_per_s": None if a is None else a.attainable_flops_per_s,
         "compute_dtype": None if a is None else a.compute_dtype,
         "baseline": baseline,
+        "host_time": _host_time(r),
         "notes": list(r.notes),
     }
+
+
+def _host_time(r: CaseResult) -> dict[str, Any] | None:
+    if r.host_error is not None:
+        return {"op_s": None, "launch_s": None, "torch_s": None, "torch_api": None, "error": r.host_error}
+    if r.host is None:
+        return None
+    return {**r.host.as_dict(), "error": None}
 
 
 def _profile(entry: ProfileEntry | None, config: BenchConfig) -> dict[str, Any] | None:
@@ -269,6 +290,27 @@ def _row_cells(r: dict[str, Any]) -> list[str]:
             r["bound"] or "-", eff, format_time(base["time"]["median_s"]) if base and base["time"] else "-", vs]
 
 
+def _us(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:.1f} µs"
+
+
+def _host_lines(results: list[dict[str, Any]]) -> list[str]:
+    """Host time per eager call beside the raw launch and torch's op (only rows that measured it)."""
+    rows = [r for r in results if r.get("host_time")]
+    if not rows:
+        return []
+    out = ["", "host time per call (eager; the launch queue never fills):"]
+    for r in rows:
+        h = r["host_time"]
+        name = f"  {r['op']} {r['workload']}[{r['case']}]"
+        if h["error"]:
+            out.append(f"{name}: not measured: {h['error']}")
+            continue
+        torch_part = f", {h['torch_api']} {_us(h['torch_s'])}" if h["torch_api"] else ""
+        out.append(f"{name}: op {_us(h['op_s'])}, raw launch {_us(h['launch_s'])}{torch_part}")
+    return out
+
+
 def format_table(doc: dict[str, Any]) -> str:
     """The terminal table: a header naming device, profile and baseline, one line per case."""
     kind = doc["baseline"]
@@ -300,6 +342,7 @@ def format_table(doc: dict[str, Any]) -> str:
            f"time = median per call; speedup = {kind} time / op time" if kind != "none" else "time = median per call",
            "", line(headers), line(["-" * w for w in widths])]
     out.extend(line(cells) for cells in rows)
+    out.extend(_host_lines(doc["results"]))
     failed = [r for r in doc["results"] if r["baseline"] and r["baseline"]["error"]]
     for r in failed:
         out.append(f"note: {r['op']} {r['workload']}: baseline {kind} failed: {r['baseline']['error']}")

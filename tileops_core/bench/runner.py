@@ -31,6 +31,7 @@ from ..op.torchtypes import name_of
 from ..spec.nodes import OpSpec, WorkloadRow
 from .baselines import BASELINES, make_baseline
 from .catalog import UnknownName, import_op_module, op_class
+from .host_time import HostTimes, measure_host_times
 from .metrics import Analysis, analyse
 from .profiles import Basis, ProfileEntry
 from .progress import Progress
@@ -75,6 +76,12 @@ class BenchConfig:
     rotate_bytes: int | None = None
     max_sets: int = 32
     memory_budget: int = 8 << 30
+    #: Measure host time per call (op, raw launch, torch's op): None = on any device but the CPU.
+    host_time: bool | None = None
+
+    @property
+    def measures_host_time(self) -> bool:
+        return self.device.type != "cpu" if self.host_time is None else self.host_time
 
     def __post_init__(self) -> None:
         if self.baseline not in BASELINES:
@@ -98,6 +105,8 @@ class CaseResult:
     baseline_measurement: Measurement | None = None
     baseline_error: str | None = None
     error: str | None = None
+    host: HostTimes | None = None
+    host_error: str | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -219,6 +228,13 @@ def run_case(case: BenchCase, config: BenchConfig, seed: int) -> CaseResult:
         profile = config.profile.profile if config.profile is not None else None
         result.analysis = analyse(result.roofline, measured[0].median_s, profile, result.dtype or "float32",
                                   config.basis)
+        if config.measures_host_time:
+            try:
+                if reset:
+                    reset()
+                result.host = measure_host_times(op, args_sets[0], config.device)
+            except CASE_ERRORS as exc:
+                result.host_error = _why(exc)
     except CASE_ERRORS as exc:
         result.error = _why(exc)
     return result

@@ -63,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("table", "json"), default="table", help="what to print on stdout")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON (schema tileops-bench/1)")
     parser.add_argument("--plot", metavar="FILE.png", help="also draw the roofline chart (needs matplotlib)")
+    parser.add_argument("--host-time", action=argparse.BooleanOptionalAction, default=None,
+                        help="host time per eager call beside the raw kernel launch and torch's own op (default: on "
+                             "any device but the CPU)")
+    parser.add_argument("--decode-step", action="store_true",
+                        help="instead of op rows: a decode step (RMSNorm -> RGDR -> SiluAndMul, B=32 Qwen3.5 heads on "
+                             "a GPU, tiny on the CPU) eager, in a CUDA graph, compiled fullgraph and reduce-overhead")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar on stderr (default: when stderr is a terminal)")
     timing = parser.add_argument_group("timing")
@@ -112,6 +118,22 @@ def _warn_if_busy(device: torch.device) -> None:
               "threads may include scheduling stalls; --threads 1 is steadier on a shared machine", file=sys.stderr)
 
 
+def _decode_step(device: torch.device, args: argparse.Namespace) -> int:
+    from ..bench.decode_step import TINY, DecodeStepConfig, format_decode_step, run_decode_step
+
+    cfg = DecodeStepConfig() if device.type == "cuda" else TINY
+    if args.quick:
+        cfg = replace(cfg, steps=min(cfg.steps, 50), repeats=min(cfg.repeats, 5))
+    result = run_decode_step(device, cfg, seed=args.seed or 0)
+    doc = result.as_dict()
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc, indent=2) if args.format == "json" else format_decode_step(result))
+    bad = any(w.error or not w.equal_to_eager for w in result.ways)
+    return EXIT_FINDINGS if bad else EXIT_OK
+
+
 def run(args: argparse.Namespace) -> int:
     from ..plugins import ensure_plugins_loaded
 
@@ -124,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError("--threads must be at least 1")
             torch.set_num_threads(args.threads)
         options = _timing(args)
+        if args.decode_step:
+            return _decode_step(device, args)
         specs = resolve_specs(args.ops)
         cases = plan_cases(specs, args.workload, quick=args.quick)
         name = device_name(device)
@@ -136,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         return usage_error(NAME, "no workload rows to run")
     _warn_if_busy(device)
     config = BenchConfig(device, args.baseline, options, profile, args.ceiling,
-                         _rotate_bytes(device, profile.profile.l2_bytes if profile else None))
+                         _rotate_bytes(device, profile.profile.l2_bytes if profile else None), host_time=args.host_time)
     interrupted = None
     try:
         results = run_bench(cases, config, Progress(args.progress), args.seed)

@@ -1,0 +1,237 @@
+"""A decode step as serving systems run it, four ways: eager, CUDA graph, compiled, reduce-overhead.
+
+The step is a slice of a Gated DeltaNet layer at decode: ``RMSNorm`` over the hidden state,
+the recurrent gated delta rule over a state pool with one slot per sequence (slot indices,
+as a serving system's cache manager gives them), and ``SiluAndMul`` on its output. Each
+way starts from the same state pool and inputs; after ``steps`` steps its state pool and
+last output must equal eager's bit for bit (a compiled graph or a captured one must compute
+exactly what eager does, and write the state exactly where eager does).
+
+Per way, two numbers: **host** seconds per step (back-to-back steps timed by the host
+clock, no synchronize inside the loop: what the framework costs) and **wall** seconds per
+step once the device is the limit (the host loop's total over the steps, synchronized at
+the end). The step's **device** time is a CUDA graph's replay timed by events: the kernels
+alone, no host in between. On the CPU only eager and compiled run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ..errors import TileOpsError
+
+__all__ = ["DecodeStepConfig", "DecodeStepResult", "TINY", "WAYS", "WayResult", "format_decode_step", "run_decode_step"]
+
+WAYS = ("eager", "cuda_graph", "compile_fullgraph", "compile_reduce_overhead")
+
+
+@dataclass(frozen=True)
+class DecodeStepConfig:
+    """Sizes of the step (Qwen3.5 heads by default; :data:`TINY` for a CPU) and how long to time it."""
+
+    B: int = 32
+    NK: int = 16
+    NV: int = 32
+    DK: int = 128
+    DV: int = 128
+    dtype: str = "bfloat16"
+    state_dtype: str = "float32"
+    steps: int = 200
+    repeats: int = 15
+
+
+#: A step small enough for the CPU reference (CI, a laptop).
+TINY = DecodeStepConfig(B=4, NK=2, NV=4, DK=16, DV=16, steps=20, repeats=5)
+
+
+@dataclass
+class WayResult:
+    """One way of running the step: its times and whether it equals eager bit for bit."""
+
+    way: str
+    host_s: float | None = None
+    wall_s: float | None = None
+    equal_to_eager: bool | None = None
+    error: str | None = None
+
+
+@dataclass
+class DecodeStepResult:
+    """The step's device time and every way's result."""
+
+    config: DecodeStepConfig
+    device: str
+    device_s: float | None
+    ways: list[WayResult] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"config": asdict(self.config), "device": self.device, "device_s": self.device_s,
+                "ways": [asdict(w) for w in self.ways]}
+
+
+class _Step:
+    """The ops and inputs of one step; ``__call__`` runs it on the inputs it holds."""
+
+    def __init__(self, cfg: DecodeStepConfig, device: torch.device, seed: int) -> None:
+        from ..ops.activation import SiluAndMulFwdOp
+        from ..ops.linear_attention import RecurrentGatedDeltaRuleFwdOp
+        from ..ops.normalization import RMSNormFwdOp
+
+        g = torch.Generator().manual_seed(seed)
+        dt, sdt = getattr(torch, cfg.dtype), getattr(torch, cfg.state_dtype)
+        B, NK, NV, DK, DV = cfg.B, cfg.NK, cfg.NV, cfg.DK, cfg.DV
+        hidden = NV * DV
+        pool = 2 * B + 8
+
+        def rand(*shape: int) -> torch.Tensor:
+            return torch.randn(*shape, generator=g)
+
+        self.norm = RMSNormFwdOp(normalized_shape=[hidden], eps=1e-6)
+        self.rgdr = RecurrentGatedDeltaRuleFwdOp(use_qk_l2norm_in_kernel=True)
+        self.act = SiluAndMulFwdOp()
+        self.x = rand(B, hidden).to(device, dt)
+        self.weight = (1 + 0.1 * rand(hidden)).to(device, dt)
+        self.q = rand(B, NK, DK).to(device, dt)
+        self.k = rand(B, NK, DK).to(device, dt)
+        self.beta = torch.sigmoid(rand(B, NV)).to(device, dt)
+        self.g = (-(0.05 + 0.5 * torch.rand(B, NV, generator=g))).to(device)
+        self.state0 = (0.1 * rand(pool, NV, DV, DK)).to(device, sdt)
+        self.state = self.state0.clone()
+        self.lengths = torch.ones(B, dtype=torch.int32, device=device)
+        self.slots = torch.randperm(pool, generator=g)[:B].to(device, torch.int32)
+        self.shape = (B, NV, DV)
+
+    def step(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x, self.weight)
+        out = self.rgdr(self.q, self.k, h.view(self.shape), self.beta, state, self.lengths, self.slots, self.g)
+        return self.act(out.view(x.shape[0], -1))
+
+    def reset(self) -> None:
+        self.state.copy_(self.state0)
+
+
+def _time_loop(fn: Callable[[], Any], steps: int, repeats: int, sync: Callable[[], None]) -> tuple[float, float]:
+    """(median host seconds per step with no sync inside, median wall seconds per step synced at the end)."""
+    host, wall = [], []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        t1 = time.perf_counter()
+        sync()
+        t2 = time.perf_counter()
+        host.append((t1 - t0) / steps)
+        wall.append((t2 - t0) / steps)
+    return statistics.median(host), statistics.median(wall)
+
+
+def _graph_device_time(run: Callable[[], Any], device: torch.device, steps: int) -> float:
+    """Device seconds per step: ``steps`` steps captured in one CUDA graph, replay timed by events."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            run()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(steps):
+            run()
+    times = []
+    for _ in range(10):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / steps)
+    return statistics.median(times)
+
+
+def run_decode_step(device: torch.device, cfg: DecodeStepConfig = DecodeStepConfig(), seed: int = 0,
+                    ways: tuple[str, ...] = WAYS) -> DecodeStepResult:
+    """Run the step every way in ``ways`` that ``device`` supports; see the module docstring."""
+    on_cuda = device.type == "cuda"
+    sync = (lambda: torch.cuda.synchronize(device)) if on_cuda else (lambda: None)
+    s = _Step(cfg, device, seed)
+    # Eager: the reference every other way must equal, bit for bit.
+    s.reset()
+    for _ in range(cfg.steps):
+        want_out = s.step(s.x, s.state)
+    sync()
+    want_state = s.state.clone()
+    device_s = None
+    if on_cuda:
+        device_s = _graph_device_time(lambda: s.step(s.x, s.state), device, cfg.steps)
+    result = DecodeStepResult(cfg, str(device), device_s)
+    for way in ways:
+        if way in ("cuda_graph", "compile_reduce_overhead") and not on_cuda:
+            continue
+        w = WayResult(way)
+        try:
+            run = _prepare(way, s, device)
+            s.reset()
+            for _ in range(cfg.steps):
+                out = run()
+            sync()
+            w.equal_to_eager = bool(torch.equal(s.state, want_state) and torch.equal(out, want_out))
+            w.host_s, w.wall_s = _time_loop(run, cfg.steps, cfg.repeats, sync)
+        except (TileOpsError, RuntimeError, AssertionError) as exc:
+            w.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        result.ways.append(w)
+        torch._dynamo.reset()
+    return result
+
+
+def _prepare(way: str, s: _Step, device: torch.device) -> Callable[[], Any]:
+    """A no-argument callable running one step the given way (compiled and warmed up)."""
+    if way == "eager":
+        return lambda: s.step(s.x, s.state)
+    if way == "cuda_graph":
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                s.step(s.x, s.state)
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = s.step(s.x, s.state)
+
+        def replay() -> torch.Tensor:
+            graph.replay()
+            return captured
+        return replay
+    if way == "compile_fullgraph":
+        compiled = torch.compile(s.step, fullgraph=True)
+    elif way == "compile_reduce_overhead":
+        torch._dynamo.mark_static_address(s.state)  # a mutated pool in a captured graph must keep its address
+        compiled = torch.compile(s.step, mode="reduce-overhead", fullgraph=True)
+    else:
+        raise TileOpsError(f"unknown way {way!r} (known: {', '.join(WAYS)})")
+    for _ in range(3):
+        compiled(s.x, s.state)  # compile and warm up (reduce-overhead records its graph here)
+    return lambda: compiled(s.x, s.state)
+
+
+def format_decode_step(result: DecodeStepResult) -> str:
+    """The terminal table: per way host and wall time per step, ratio to device time, equality."""
+    c = result.config
+    dev = "-" if result.device_s is None else f"{result.device_s * 1e6:.1f} µs"
+    lines = [f"decode step on {result.device}: RMSNorm -> RGDR -> SiluAndMul, B={c.B} NK={c.NK} NV={c.NV} DK={c.DK} "
+             f"DV={c.DV} {c.dtype}, {c.state_dtype} state; device time per step {dev} (CUDA graph replay, events)",
+             f"{'way':26s} {'host/step':>11s} {'wall/step':>11s} {'wall/device':>11s}  equal to eager"]
+    for w in result.ways:
+        if w.error:
+            lines.append(f"{w.way:26s} error: {w.error}")
+            continue
+        ratio = "-" if result.device_s is None or w.wall_s is None else f"{w.wall_s / result.device_s:.2f}x"
+        lines.append(f"{w.way:26s} {w.host_s * 1e6:9.1f} µs {w.wall_s * 1e6:9.1f} µs {ratio:>11s}  "
+                     f"{'bit for bit' if w.equal_to_eager else 'NO'}")
+    return "\n".join(lines)
