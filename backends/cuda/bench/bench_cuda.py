@@ -10,7 +10,9 @@ native layout, and the D2D copy ceiling. Then a tiling sweep on a subset of rows
 per-call host overhead, and the other kernels against torch eager / torch.compile /
 torch.matmul on the manifest's largest workloads.
 
-Writes $OUT/bench.json (or --json) and prints a compact table last.
+Writes $OUT/bench.json (or --json) and prints a compact table last. Shared timing and the
+RGDR rows' inputs are in cuda_bench_common.py; the tiling sweep, the schedule search and the
+host time per launch layer in rgdr_sweep.py.
 
     PYTHONPATH=backends/cuda:backends/cpu_ref python3 backends/cuda/bench/bench_cuda.py
 """
@@ -21,7 +23,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -40,52 +41,13 @@ from tileops_cuda.kernels import rmsnorm as kr  # noqa: E402
 from tileops_cuda.kernels import silu_and_mul as ksm  # noqa: E402
 from tileops_cuda.kernels import softmax as ksf  # noqa: E402
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
-from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRSchedule, RGDRTiling, build_rgdr, default_schedule  # noqa: E402
+from tileops_cuda.kernels.rgdr import build_rgdr, default_schedule  # noqa: E402
 from tileops_cuda.testing import check_rgdr, rel_err, rgdr_case  # noqa: E402
 
-L2_BYTES = 60 * 2**20
-ROTATE_BYTES = 4 * L2_BYTES  # each timed graph touches at least this much distinct memory
-RESULTS: dict = {"rgdr": [], "sweep": [], "sweep_checks": [], "other": [], "errors": []}
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-# ----------------------------------------------------------------------------- timing
-def time_graph(calls, target_ms: float = 40.0, max_replays: int = 200) -> float:
-    """Median device time per call (µs): one CUDA graph holds all ``calls`` (one per input
-    set); replayed many times, each replay timed with events."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for c in calls:
-            c()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c in calls:
-            c()
-    g.replay()
-    torch.cuda.synchronize()
-    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    st.record()
-    g.replay()
-    en.record()
-    en.synchronize()
-    est = max(st.elapsed_time(en), 1e-3)
-    n = int(max(10, min(max_replays, target_ms / est)))
-    times = []
-    for _ in range(n):
-        st.record()
-        g.replay()
-        en.record()
-        en.synchronize()
-        times.append(st.elapsed_time(en))
-    del g
-    return statistics.median(times) / len(calls) * 1e3
-
+from cuda_bench_common import (  # noqa: E402
+    RESULTS, ROTATE_BYTES, fla_bytes, host_overhead, log, rgdr_bytes, rgdr_calls, rgdr_key, time_graph,
+)
+from rgdr_sweep import SWEEP, bench_host, choose_schedule, sweep_rgdr  # noqa: E402
 
 _SM_COPY = None
 
@@ -137,39 +99,6 @@ def copy_ceiling(tag: str) -> dict:
     return res
 
 
-# ----------------------------------------------------------------------------- RGDR
-def rgdr_key(nk: int, nv: int, state: str) -> RGDRBuildKey:
-    """The workload rows' key: bf16 inputs, g present, in-kernel q/k l2norm (as Qwen3-Next)."""
-    return RGDRBuildKey("bfloat16", state, nk, nv, 128, 128, "lengths", "int32", "int32", None, True, None, True)
-
-
-def rgdr_bytes(B, tb, nk, nv, state_bytes, in_bytes=2, dk=128, dv=128):
-    slot = nv * dv * dk * state_bytes
-    T = B * tb
-    return B * (1 + tb) * slot + T * (2 * nk * dk + 2 * nv * dv + nv) * in_bytes + T * nv * 4  # + g (fp32)
-
-
-def fla_bytes(B, tb, nk, nv, state_bytes, in_bytes=2, dk=128, dv=128):
-    slot = nv * dv * dk
-    T = B * tb
-    return B * slot * (state_bytes + 4) + T * (2 * nk * dk + 2 * nv * dv + nv) * in_bytes + T * nv * 4
-
-
-def rgdr_calls(launcher, key, B, tb, gen, nsets):
-    """``nsets`` independent input sets (own pools), one launcher call each."""
-    sets = []
-    for _ in range(nsets):
-        c = rgdr_case(key, [tb] * B, device="cuda", generator=gen, extra_slots=1)
-        c["out"] = torch.empty_like(c["value"])
-        sets.append(c)
-
-    def call(c):
-        return lambda: launcher(c["query"], c["key"], c["value"], c["beta"], c["state"], c["actual_seq_lengths"],
-                                c["ssm_state_indices"], c["g"], c["gk"], c["num_accepted_tokens"], c["out"], None)  # fmt: skip
-
-    return sets, [call(c) for c in sets]
-
-
 def fla_calls(fla_fn, sets, B, tb):
     """FLA in its native layout: [B, T_b, H, K] inputs, initial_state [B, HV, K, V] gathered
     from the same pool (fp32 or bf16, as our state), final state out (fp32)."""
@@ -192,19 +121,6 @@ def fla_calls(fla_fn, sets, B, tb):
 
         calls.append(run)
     return calls
-
-
-def host_overhead(fn, n=2000) -> float:
-    """Host µs per eager call (enqueue cost; the device work is tiny and asynchronous)."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    host = (time.perf_counter() - t) / n * 1e6
-    torch.cuda.synchronize()
-    return host
 
 
 def bench_rgdr(copy_gbps: float, fla_fn, gen, heads, batches, tbs, states, tiling=None, record="rgdr", check=True):
@@ -441,14 +357,17 @@ def bench_others(copy_gbps, use_compile: bool):
         other_row(f"group_norm{list(shape)} G={G}/{str(dt)[6:]}", make, ours, ref, None, ref64, 2 * math.prod(shape) * 2)
 
 
-def precompile(sweep_tilings):
+def precompile(sweep_tilings, others: bool = True):
     """Every kernel this run uses, compiled concurrently (TVM lowering and nvcc run in parallel)."""
     thunks = []
     for st, tilings in sweep_tilings.items():
         for t in tilings:
-            for nk, nv in ((16, 32), (8, 16)):
+            thunks.append(lambda k=rgdr_key(16, 32, st), t=t: build_rgdr(k, t))
+    for st in ("float32", "bfloat16"):
+        for nk, nv in ((16, 32), (8, 16)):
+            for t in default_schedule(rgdr_key(nk, nv, st)).tilings():
                 thunks.append(lambda k=rgdr_key(nk, nv, st), t=t: build_rgdr(k, t))
-    thunks += [
+    thunks += [] if not others else [
         lambda: kr.build_rmsnorm(kr.RMSNormBuildKey("bfloat16", 8192, False)),
         lambda: kr.build_rmsnorm(kr.RMSNormBuildKey("bfloat16", 4096, True)),
         lambda: kr.build_rmsnorm(kr.RMSNormBuildKey("float32", 4096, True)),
@@ -483,38 +402,6 @@ def precompile(sweep_tilings):
     RESULTS["compile_s"] = time.time() - t
 
 
-SWEEP = {
-    "float32": [RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 3), RGDRTiling(128, 16, 2, 8, True),
-                RGDRTiling(128, 16, 4, 4, True), RGDRTiling(128, 16, 8, 3, True)],
-    "bfloat16": [RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), RGDRTiling(128, 16, 2, 8, True),
-                 RGDRTiling(128, 16, 4, 5, True), RGDRTiling(128, 16, 8, 3, True)],
-}  # fmt: skip
-SWEEP_B = [1, 8, 32, 256]
-SWEEP_TB = [1, 8]
-
-
-def choose_schedule(state: str) -> RGDRSchedule:
-    """From the sweep rows: the fastest tiling at B=1, the fastest at B=256, and the smallest
-    swept B from which the large one is no slower at every larger swept B."""
-    rows = [r for r in RESULTS["sweep"] if r["state"] == state and "us" in r]
-
-    def total(t, B):
-        v = [r["us"] for r in rows if r["tiling"] == asdict(t) and r["B"] == B]
-        return sum(v) if len(v) == len(SWEEP_TB) else float("inf")
-
-    failed = [c["tiling"] for c in RESULTS["sweep_checks"] if c["state"] == state and not c["ok"]]
-    cands = [t for t in SWEEP[state] if asdict(t) not in failed]
-    small = min(cands, key=lambda t: total(t, SWEEP_B[0]))
-    large = min(cands, key=lambda t: total(t, SWEEP_B[-1]))
-    start = SWEEP_B[-1]
-    for B in reversed(SWEEP_B):
-        if total(large, B) <= total(small, B):
-            start = B
-        else:
-            break
-    return RGDRSchedule(small, large, start)
-
-
 def table() -> str:
     lines = []
     cp = RESULTS.get("copy", {}).get("GBps", float("nan"))
@@ -546,18 +433,23 @@ def table() -> str:
             lines.append(f"host overhead per eager call: ours {r['host_us']:.1f} us, FLA {r.get('fla_host_us', float('nan')):.1f} us "
                          f"(NK/NV {r['NK']}/{r['NV']} {r['state']})")  # fmt: skip
     if RESULTS["sweep"]:
-        lines.append("sweep (NK16/NV32) tiling(tpr,rows,minblk): us at B x Tb = " + " ".join(f"{b}x{t}" for b in SWEEP_B for t in SWEEP_TB))
-        seen = []
-        for r in RESULTS["sweep"]:
-            k = (r["state"], json.dumps(r.get("tiling")))
-            if k in seen:
-                continue
-            seen.append(k)
-            t = r["tiling"]
-            us = [x.get("us", float("nan")) for x in RESULTS["sweep"] if (x["state"], json.dumps(x.get("tiling"))) == k]
-            lines.append(f"   {r['state'][:4]} ({t['threads_per_row']},{t['rows_per_thread']},{t['min_blocks']}"
-                         f"{',stream' if t.get('stream') else ''}): "
-                         + " ".join(f"{u:7.1f}" for u in us))  # fmt: skip
+        cells = sorted({(r["B"], r["Tb"]) for r in RESULTS["sweep"]})
+        lines.append("sweep (NK16/NV32) tiling(threads,tpr,rows,minblk[,stream]): us at B x Tb = "
+                     + " ".join(f"{b}x{t}" for b, t in cells))  # fmt: skip
+        for st in ("float32", "bfloat16"):
+            for t in SWEEP[st]:
+                ta = asdict(t)
+                us = {(r["B"], r["Tb"]): r.get("us", float("nan")) for r in RESULTS["sweep"]
+                      if r["state"] == st and r["tiling"] == ta}  # fmt: skip
+                if us:
+                    lines.append(f"   {st[:4]} ({t.threads},{t.threads_per_row},{t.rows_per_thread},{t.min_blocks}"
+                                 f"{',s' if t.stream else ''}): " + " ".join(f"{us.get(c, float('nan')):7.1f}" for c in cells))  # fmt: skip
+        for st, info in RESULTS.get("chosen", {}).items():
+            lines.append(f"chosen {st}: score {info['score']:.3f} worst-vs-default {info['worst_vs_default']:.3f} "
+                         + " ".join(f"{k}:{v['chosen']:.1f}/{v['default']:.1f}" for k, v in info["rows"].items()))  # fmt: skip
+    if "host" in RESULTS:
+        lines.append("host us per call: " + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                                                    for k, v in RESULTS["host"].items()))  # fmt: skip
     lines.append("other kernels: us  GB/s(%copy) [TFLOP/s] | eager  compile | ok err")
     for r in RESULTS["other"]:
         if "us" not in r:
@@ -579,6 +471,8 @@ def main() -> int:
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--no-others", action="store_true")
     ap.add_argument("--quick", action="store_true", help="a few rows only")
+    ap.add_argument("--host", action="store_true", help="host µs per call of each launch layer")
+    ap.add_argument("--no-table", action="store_true", help="stop after the host numbers and the sweep")
     args = ap.parse_args()
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -602,25 +496,26 @@ def main() -> int:
         RESULTS["errors"].append(f"fla import: {exc!r}")
         log("FLA import failed:", repr(exc))
 
-    precompile({} if args.no_sweep else SWEEP)
+    precompile({} if args.no_sweep else SWEEP, others=not args.no_others)
     RESULTS["copy"] = copy_ceiling("start")
     cp = RESULTS["copy"]["GBps"]
     gen = torch.Generator(device="cuda")
     gen.seed()
 
     schedules = {}
-    if not args.no_sweep:
-        for st, tilings in SWEEP.items():
-            for t in tilings:
-                bench_rgdr(cp, None, gen, [(16, 32)], SWEEP_B, SWEEP_TB, [st], tiling=t, record="sweep", check=False)
-                # One correctness check per swept tiling, ragged and padded.
-                key = rgdr_key(16, 32, st)
-                res = check_rgdr(build_rgdr(key, t), rgdr_case(key, [3, 1, 9, 0, 17], device="cuda", generator=gen, padding=0.1))
-                RESULTS["sweep_checks"].append({"tiling": asdict(t), "state": st, "ok": res["ok"], "why": res["why"]})
-                log("sweep-check", asdict(t), st, res["ok"], res["why"])
-            schedules[st] = choose_schedule(st)
-            log("chosen", st, schedules[st])
+    if args.host:
+        bench_host(gen)
         _dump(args.json)
+    if not args.no_sweep:
+        sweep_rgdr(gen)
+        RESULTS["chosen"] = {}
+        for st in SWEEP:
+            schedules[st], RESULTS["chosen"][st] = choose_schedule(st)
+            log("chosen", st, schedules[st], json.dumps(RESULTS["chosen"][st]))
+        _dump(args.json)
+    if args.no_table:
+        log(table())
+        return 0
     RESULTS["schedules"] = {st: asdict(sc) for st, sc in schedules.items()}
     RESULTS["default_schedules"] = {st: asdict(default_schedule(rgdr_key(16, 32, st))) for st in ("float32", "bfloat16")}
 

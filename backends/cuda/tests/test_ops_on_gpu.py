@@ -125,3 +125,13 @@ def test_rgdr_captures_in_a_cuda_graph_and_replays_like_eager(cuda_device):
     torch.cuda.synchronize()
     assert torch.equal(out, expected)
     assert torch.equal(args[4], expected_state)
+
+
+def test_launchers_call_the_compiled_tvm_ffi_function_not_the_jit_kernel(cuda_device):
+    from tileops_cuda.kernels import rmsnorm
+    from tileops_cuda.kernels.rgdr import RGDRBuildKey, build_rgdr
+
+    launcher = build_rgdr(RGDRBuildKey("bfloat16", "float32", 16, 32, 128, 128, arch=cuda_device[1]))
+    norm = rmsnorm.build_rmsnorm(rmsnorm.RMSNormBuildKey("bfloat16", 4096, True, cuda_device[1]))
+    assert norm.fn is not norm.kernel and type(norm.fn).__module__.startswith("tvm_ffi"), type(norm.fn)
+    assert all(type(fn).__module__.startswith("tvm_ffi") for fn in launcher.entries.values()), launcher.entries

@@ -2,9 +2,18 @@
 
 Each class maps a call spec onto its kernel's build key (what gets compiled: dtypes, head
 and feature sizes, presence flags, the arch; never batch or token counts), refuses what
-its kernel was not written for with the kernel's own reason, and builds the launcher on
-first use. Inputs are made contiguous on the way in (a no-op when they already are);
-outputs are fresh tensors.
+its kernel was not written for with the kernel's own reason, and builds the launch
+function on first use.
+
+Every class declares ``writes_outputs``: the core calls the built function as
+``launch(*launch_args, *outs)`` with the op's fresh outputs allocated (contiguous, planned
+shape and dtype), and the function writes them. The function is the one launch layer: it
+calls the compiled TVM-FFI function directly (:func:`~.kernels._common.direct_entry`), with
+everything that depends only on the build (the kernel, defaults, the compiled signature)
+bound when it was made. Per call it does only what depends on the call: a contiguity copy
+where the interface does not guarantee one (a no-op when already contiguous), a 2-D view
+where the kernel's tensor rank differs from the call's. Called without the outputs (a core
+that allocates nothing) it allocates them itself, so it serves either contract.
 
 Nothing here imports tilelang: ``build()`` does, the first time a call needs the kernel.
 """
@@ -39,6 +48,8 @@ class _TileLang:
     devices = ("cuda",)
     supported_archs = SUPPORTED_ARCHS
     general = False
+    #: The launch functions write the outputs the core allocates (see the module docstring).
+    writes_outputs = True
 
     @classmethod
     def key(cls, call: CallSpec) -> Any:
@@ -71,6 +82,11 @@ def _contiguous(t: Any) -> Any:
     return None if t is None else t.contiguous()
 
 
+def _rows(t: Any, width: int) -> Any:
+    """``t`` as ``[rows, width]`` (a view; ``t`` itself when it already is 2-D that way)."""
+    return t if t.dim() == 2 and t.shape[1] == width else t.view(-1, width)
+
+
 class TileLangRMSNorm(_TileLang, RMSNormKernel):
     """RMSNorm over the flattened normalised axes (they are trailing and contiguous)."""
 
@@ -86,15 +102,30 @@ class TileLangRMSNorm(_TileLang, RMSNormKernel):
     def launcher(cls, key: RMSNormBuildKey) -> Callable[..., Any]:
         import torch
 
-        kernel = build_rmsnorm(key)
+        fn = build_rmsnorm(key).fn
         eps_default = torch.finfo(getattr(torch, key.dtype)).eps
+        hidden = key.hidden
+        empty_like = torch.empty_like
 
-        def rms_norm(x: Any, weight: Any, normalized_shape: Any, eps: float | None) -> Any:
-            x = x.contiguous()
-            y = torch.empty_like(x)
-            w = None if weight is None else weight.contiguous().view(-1)
-            kernel(x.view(-1, key.hidden), w, y.view(-1, key.hidden), eps_default if eps is None else eps)
-            return y
+        if key.has_weight:
+
+            def rms_norm(x: Any, weight: Any, normalized_shape: Any, eps: float | None, out: Any = None) -> Any:
+                x = x.contiguous()
+                if out is None:
+                    out = empty_like(x)
+                w = weight.contiguous()
+                fn(_rows(x, hidden), w if w.dim() == 1 else w.view(-1), _rows(out, hidden),
+                   eps_default if eps is None else float(eps))  # fmt: skip
+                return out
+
+        else:
+
+            def rms_norm(x: Any, weight: Any, normalized_shape: Any, eps: float | None, out: Any = None) -> Any:
+                x = x.contiguous()
+                if out is None:
+                    out = empty_like(x)
+                fn(_rows(x, hidden), _rows(out, hidden), eps_default if eps is None else float(eps))
+                return out
 
         return rms_norm
 
@@ -119,13 +150,16 @@ class TileLangSoftmax(_TileLang, SoftmaxKernel):
     def launcher(cls, key: SoftmaxBuildKey) -> Callable[..., Any]:
         import torch
 
-        kernel = build_softmax(key)
+        fn = build_softmax(key).fn
+        length = key.length
+        empty_like = torch.empty_like
 
-        def softmax(x: Any, dim: int, dtype: Any) -> Any:
+        def softmax(x: Any, dim: int, dtype: Any, out: Any = None) -> Any:
             x = x.contiguous()
-            y = torch.empty_like(x)
-            kernel(x.view(-1, key.length), y.view(-1, key.length))
-            return y
+            if out is None:
+                out = empty_like(x)
+            fn(_rows(x, length), _rows(out, length))
+            return out
 
         return softmax
 
@@ -145,13 +179,15 @@ class TileLangSiluAndMul(_TileLang, SiluAndMulKernel):
     def launcher(cls, key: SiluAndMulBuildKey) -> Callable[..., Any]:
         import torch
 
-        kernel = build_silu_and_mul(key)
+        fn = build_silu_and_mul(key).fn
+        width = key.width
 
-        def silu_and_mul(x: Any) -> Any:
+        def silu_and_mul(x: Any, out: Any = None) -> Any:
             x = x.contiguous()
-            y = torch.empty((*x.shape[:-1], key.width), dtype=x.dtype, device=x.device)
-            kernel(x.view(-1, 2 * key.width), y.view(-1, key.width))
-            return y
+            if out is None:
+                out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
+            fn(_rows(x, 2 * width), _rows(out, width))
+            return out
 
         return silu_and_mul
 
@@ -174,9 +210,9 @@ class TileLangSum(_TileLang, SumKernel):
     def launcher(cls, key: tuple[str, str, str]) -> Callable[..., Any]:
         arch = key[2]
 
-        def total(x: Any, dim: Any, keepdim: bool, dtype: Any) -> Any:
+        def total(x: Any, dim: Any, keepdim: bool, dtype: Any, out: Any = None) -> Any:
             dims = None if dim is None else (tuple(dim) if isinstance(dim, (tuple, list)) else (dim,))
-            return reduce_sum(x.contiguous(), dims or None, keepdim, dtype, arch)
+            return reduce_sum(x.contiguous(), dims or None, keepdim, dtype, arch, out)
 
         return total
 
@@ -197,8 +233,8 @@ class TileLangGroupNorm(_TileLang, GroupNormKernel):
     def launcher(cls, key: GroupNormBuildKey) -> Callable[..., Any]:
         build_group_norm(key)  # compile now; the call below finds it cached
 
-        def run(x: Any, weight: Any, bias: Any, num_groups: int, eps: float) -> Any:
-            return group_norm(x.contiguous(), num_groups, _contiguous(weight), _contiguous(bias), eps, key.arch)
+        def run(x: Any, weight: Any, bias: Any, num_groups: int, eps: float, out: Any = None) -> Any:
+            return group_norm(x.contiguous(), num_groups, _contiguous(weight), _contiguous(bias), eps, key.arch, out)
 
         return run
 
@@ -223,13 +259,15 @@ class TileLangGemm(_TileLang, GemmKernel):
     def launcher(cls, key: GemmBuildKey) -> Callable[..., Any]:
         import torch
 
-        kernel = build_gemm(key)
+        fn = build_gemm(key).fn
+        n = key.n
 
-        def gemm(a: Any, b: Any, trans_a: bool, trans_b: bool) -> Any:
+        def gemm(a: Any, b: Any, trans_a: bool, trans_b: bool, out: Any = None) -> Any:
             a, b = a.contiguous(), b.contiguous()
-            m = a.shape[1] if trans_a else a.shape[0]
-            out = torch.empty((m, key.n), dtype=a.dtype, device=a.device)
-            return kernel(a, b, out)
+            if out is None:
+                out = torch.empty((a.shape[1] if trans_a else a.shape[0], n), dtype=a.dtype, device=a.device)
+            fn(a, b, out)
+            return out
 
         return gemm
 
@@ -249,12 +287,15 @@ class TileLangBmm(_TileLang, BmmKernel):
     def launcher(cls, key: GemmBuildKey) -> Callable[..., Any]:
         import torch
 
-        kernel = build_gemm(key)
+        fn = build_gemm(key).fn
+        n = key.n
 
-        def bmm(a: Any, b: Any) -> Any:
+        def bmm(a: Any, b: Any, out: Any = None) -> Any:
             a, b = a.contiguous(), b.contiguous()
-            out = torch.empty((a.shape[0], a.shape[1], key.n), dtype=a.dtype, device=a.device)
-            return kernel(a, b, out)
+            if out is None:
+                out = torch.empty((a.shape[0], a.shape[1], n), dtype=a.dtype, device=a.device)
+            fn(a, b, out)
+            return out
 
         return bmm
 
@@ -275,15 +316,17 @@ class TileLangLinear(_TileLang, LinearKernel):
     def launcher(cls, key: GemmBuildKey) -> Callable[..., Any]:
         import torch
 
-        kernel = build_gemm(key)
+        fn = build_gemm(key).fn
+        n, k = key.n, key.k
 
-        def linear(x: Any, weight: Any, bias: Any) -> Any:
-            rows = x.contiguous().view(-1, key.k)
-            out = torch.empty((rows.shape[0], key.n), dtype=x.dtype, device=x.device)
-            kernel(rows, weight.contiguous(), out)
+        def linear(x: Any, weight: Any, bias: Any, out: Any = None) -> Any:
+            if out is None:
+                out = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
+            out2d = _rows(out, n)
+            fn(_rows(x.contiguous(), k), weight.contiguous(), out2d)
             if bias is not None:
-                out += bias
-            return out.view(*x.shape[:-1], key.n)
+                out2d += bias
+            return out
 
         return linear
 
@@ -312,18 +355,9 @@ class TileLangRGDR(_TileLang, RGDRKernel):
 
     @classmethod
     def launcher(cls, key: RGDRBuildKey) -> Callable[..., Any]:
-        import torch
-
-        kernel = build_rgdr(key)
-
-        def rgdr(query: Any, key_: Any, value: Any, beta: Any, state: Any, actual_seq_lengths: Any,
-                 ssm_state_indices: Any, g: Any, gk: Any, num_accepted_tokens: Any, scale: float | None,
-                 seq_lens_style: str, use_qk_l2norm_in_kernel: bool) -> Any:
-            out = torch.empty_like(value)
-            return kernel(query, key_, value, beta, state, actual_seq_lengths, ssm_state_indices, g, gk,
-                          num_accepted_tokens, out, scale)
-
-        return rgdr
+        # The launcher's `run` takes exactly this interface's arguments, then `out`; the
+        # interface's needs_contiguous means the core already made every tensor contiguous.
+        return build_rgdr(key).run
 
 
 KERNELS = (

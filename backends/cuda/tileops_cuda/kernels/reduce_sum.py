@@ -16,7 +16,7 @@ refused.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, dtype_name
+from ._common import ELEM_BYTES, Compiled, arch_refusal, cached_build, compile_prim_func, dtype_name
 
 __all__ = ["SumBuildKey", "build_sum", "sum_refusal", "reduce_sum", "plan_sum"]
 
@@ -120,13 +120,13 @@ def _cols_program(key: SumBuildKey):
     return sum_cols
 
 
-def build_sum(key: SumBuildKey) -> Any:
-    """Compile one pass once per process; returns the TileLang kernel (called with tensors)."""
+def build_sum(key: SumBuildKey) -> Compiled:
+    """Compile one pass once per process; ``.fn(x, part)`` launches it."""
     reason = arch_refusal("Sum TileLang kernel", key.arch)
     if reason is not None:
         raise ValueError(reason)
     prog = _rows_program if key.kind == "rows" else _cols_program
-    return cached_build(("sum", key), lambda: compile_prim_func(prog(key), key.arch))
+    return cached_build(("sum", key), lambda: Compiled(compile_prim_func(prog(key), key.arch)))
 
 
 def plan_sum(shape: tuple[int, ...], dims: tuple[int, ...] | None) -> tuple[int, int, int]:
@@ -156,9 +156,11 @@ def _splits(work_items: int, k_tiles: int, sms: int = 132) -> int:
 
 
 def reduce_sum(
-    x: Any, dims: tuple[int, ...] | None = None, keepdim: bool = False, dtype: Any = None, arch: str = "sm_90"
+    x: Any, dims: tuple[int, ...] | None = None, keepdim: bool = False, dtype: Any = None, arch: str = "sm_90",
+    out: Any = None,
 ) -> Any:
-    """``torch.sum(x, dims, keepdim, dtype=dtype)`` for a contiguous CUDA tensor and adjacent dims."""
+    """``torch.sum(x, dims, keepdim, dtype=dtype)`` for a contiguous CUDA tensor and adjacent dims,
+    written into ``out`` (contiguous, the result's shape and dtype) when given."""
     import torch
 
     dt = dtype_name(x)
@@ -173,7 +175,8 @@ def reduce_sum(
         oshape = tuple(1 if i in red else s for i, s in enumerate(x.shape))
     else:
         oshape = tuple(s for i, s in enumerate(x.shape) if i not in red)
-    out = torch.empty(oshape, dtype=getattr(torch, odt), device=x.device)
+    if out is None:
+        out = torch.empty(oshape, dtype=getattr(torch, odt), device=x.device)
     if out.numel() == 0:
         return out
     if K == 0:
@@ -183,14 +186,14 @@ def reduce_sum(
         k_tiles = (K + _THREADS * vec * _UNROLL - 1) // (_THREADS * vec * _UNROLL)
         P = _splits(A, k_tiles)
         part = torch.empty((A, P), dtype=torch.float32, device=x.device)
-        build_sum(SumBuildKey("rows", dt, "float32", K, arch))(x.view(A, K), part)
-        build_sum(SumBuildKey("cols", "float32", odt, 1, arch))(part.view(A, P, 1), out.view(A, 1, 1))
+        build_sum(SumBuildKey("rows", dt, "float32", K, arch)).fn(x.view(A, K), part)
+        build_sum(SumBuildKey("cols", "float32", odt, 1, arch)).fn(part.view(A, P, 1), out.view(A, 1, 1))
     else:
         key = SumBuildKey("cols", dt, "float32", B, arch)
         vec = 16 // ELEM_BYTES[dt]
         bb, rk = _col_tile(B, vec)
         P = _splits(A * (B // bb), (K + rk - 1) // rk)
         part = torch.empty((A, P, B), dtype=torch.float32, device=x.device)
-        build_sum(key)(x.view(A, K, B), part)
-        build_sum(SumBuildKey("cols", "float32", odt, B, arch))(part, out.view(A, 1, B))
+        build_sum(key).fn(x.view(A, K, B), part)
+        build_sum(SumBuildKey("cols", "float32", odt, B, arch)).fn(part, out.view(A, 1, B))
     return out

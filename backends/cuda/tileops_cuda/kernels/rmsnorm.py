@@ -10,7 +10,7 @@ weight presence; the number of rows is dynamic.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, dtype_name, row_plan
+from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry, dtype_name, row_plan
 
 __all__ = ["RMSNormBuildKey", "RMSNormLauncher", "build_rmsnorm", "rmsnorm_refusal", "rms_norm"]
 
@@ -102,11 +102,16 @@ def _program(key: RMSNormBuildKey):
 
 
 class RMSNormLauncher:
-    """``launcher(x2d, weight, out, eps)``: x2d ``[M, hidden]`` contiguous; writes ``out``."""
+    """``launcher(x2d, weight, out, eps)``: x2d ``[M, hidden]`` contiguous; writes ``out``.
+
+    ``fn`` is the compiled function itself: ``fn(x2d, weight, out2d, eps)``, or
+    ``fn(x2d, out2d, eps)`` when the key has no weight; M must be positive.
+    """
 
     def __init__(self, key: RMSNormBuildKey, kernel: Any) -> None:
         self.key = key
         self.kernel = kernel
+        self.fn = direct_entry(kernel)
 
     def __call__(self, x: Any, weight: Any, out: Any, eps: float) -> Any:
         if (weight is not None) != self.key.has_weight:
@@ -114,9 +119,9 @@ class RMSNormLauncher:
         if x.shape[0] == 0:
             return out
         if self.key.has_weight:
-            self.kernel(x, weight, out, float(eps))
+            self.fn(x, weight, out, float(eps))
         else:
-            self.kernel(x, out, float(eps))
+            self.fn(x, out, float(eps))
         return out
 
 

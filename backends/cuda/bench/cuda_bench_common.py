@@ -1,0 +1,115 @@
+"""What the CUDA benchmarks share: the results record, CUDA-graph timing, host timing, and the
+RGDR workload rows' keys, byte counts and input sets (see bench_cuda.py)."""
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+_BACKENDS = Path(__file__).resolve().parents[2]
+for _p in (str(_BACKENDS / "cuda"), str(_BACKENDS / "cpu_ref")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from tileops_cuda.kernels.rgdr import RGDRBuildKey  # noqa: E402
+from tileops_cuda.testing import rgdr_case  # noqa: E402
+
+__all__ = ["L2_BYTES", "RESULTS", "ROTATE_BYTES", "calls_on", "fla_bytes", "host_overhead", "log", "rgdr_bytes",
+           "rgdr_calls", "rgdr_key", "time_graph"]
+
+L2_BYTES = 60 * 2**20
+ROTATE_BYTES = 4 * L2_BYTES  # each timed graph touches at least this much distinct memory
+RESULTS: dict = {"rgdr": [], "sweep": [], "sweep_checks": [], "other": [], "errors": []}
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+# ----------------------------------------------------------------------------- timing
+def time_graph(calls, target_ms: float = 40.0, max_replays: int = 200) -> float:
+    """Median device time per call (µs): one CUDA graph holds all ``calls`` (one per input
+    set); replayed many times, each replay timed with events."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for c in calls:
+            c()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    g.replay()
+    torch.cuda.synchronize()
+    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    st.record()
+    g.replay()
+    en.record()
+    en.synchronize()
+    est = max(st.elapsed_time(en), 1e-3)
+    n = int(max(10, min(max_replays, target_ms / est)))
+    times = []
+    for _ in range(n):
+        st.record()
+        g.replay()
+        en.record()
+        en.synchronize()
+        times.append(st.elapsed_time(en))
+    del g
+    return statistics.median(times) / len(calls) * 1e3
+
+
+# ----------------------------------------------------------------------------- RGDR
+def rgdr_key(nk: int, nv: int, state: str) -> RGDRBuildKey:
+    """The workload rows' key: bf16 inputs, g present, in-kernel q/k l2norm (as Qwen3-Next)."""
+    return RGDRBuildKey("bfloat16", state, nk, nv, 128, 128, "lengths", "int32", "int32", None, True, None, True)
+
+
+def rgdr_bytes(B, tb, nk, nv, state_bytes, in_bytes=2, dk=128, dv=128):
+    slot = nv * dv * dk * state_bytes
+    T = B * tb
+    return B * (1 + tb) * slot + T * (2 * nk * dk + 2 * nv * dv + nv) * in_bytes + T * nv * 4  # + g (fp32)
+
+
+def fla_bytes(B, tb, nk, nv, state_bytes, in_bytes=2, dk=128, dv=128):
+    slot = nv * dv * dk
+    T = B * tb
+    return B * slot * (state_bytes + 4) + T * (2 * nk * dk + 2 * nv * dv + nv) * in_bytes + T * nv * 4
+
+
+def rgdr_calls(launcher, key, B, tb, gen, nsets):
+    """``nsets`` independent input sets (own pools), one launcher call each."""
+    sets = []
+    for _ in range(nsets):
+        c = rgdr_case(key, [tb] * B, device="cuda", generator=gen, extra_slots=1)
+        c["out"] = torch.empty_like(c["value"])
+        sets.append(c)
+
+    return sets, calls_on(launcher, sets)
+
+
+def calls_on(launcher, sets):
+    """One checked launcher call per input set (what the timed graphs hold)."""
+
+    def call(c):
+        return lambda: launcher(c["query"], c["key"], c["value"], c["beta"], c["state"], c["actual_seq_lengths"],
+                                c["ssm_state_indices"], c["g"], c["gk"], c["num_accepted_tokens"], c["out"], None)  # fmt: skip
+
+    return [call(c) for c in sets]
+
+
+def host_overhead(fn, n=2000) -> float:
+    """Host µs per eager call (enqueue cost; the device work is tiny and asynchronous)."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - t) / n * 1e6
+    torch.cuda.synchronize()
+    return host
