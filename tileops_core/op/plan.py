@@ -209,6 +209,8 @@ class CallPlan:
     generation: int = -1
     #: Per target: the launchers bound to their kernels.
     bound: dict[Target | None, BoundKernels] = field(default_factory=dict)
+    #: The fast same-metadata check of this plan's key (:mod:`.same_call`), when there is one.
+    matches: Callable[[Sequence[Any]], bool] | None = None
 
     def __post_init__(self) -> None:
         if not self.out_locs:

@@ -43,9 +43,10 @@ from tileops_core import load_manifest
 from tileops_core.bench.workloads import dtype_cases, instantiate
 name, label = sys.argv[1], sys.argv[2]
 spec = load_manifest()[name]
+cls = getattr(importlib.import_module(spec.source["op"]), name)  # the op's module registers its row generators
 row = next(r for r in spec.workloads if r.label == label)
 inst = instantiate(spec, row, dtype_cases(row)[0], device=torch.device("cuda"), rng=torch.Generator().manual_seed(1))
-op = getattr(importlib.import_module(spec.source["op"]), name)(**inst.op_kwargs)
+op = cls(**inst.op_kwargs)
 op(*inst.call_args(spec))
 torch.cuda.synchronize()
 bound = op.last_plan.bound[None]

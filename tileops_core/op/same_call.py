@@ -1,0 +1,82 @@
+"""The fast check that a call has exactly the tensor metadata of the plan's first call.
+
+The plan key is built from Python attribute reads, about four per tensor: on an op with ten
+tensor arguments that alone costs more host time than launching the kernel. When an
+instance is called again with tensors like those of its last call (the common case: every
+decode step of a layer), one C++ check answers the same question for all of them at once:
+torch's own ``TensorGuards`` (what ``torch.compile`` guards tensors with) compares dtype,
+device, sizes, strides, ``requires_grad`` and dispatch keys. It is stricter than the key
+(strides rather than contiguity), so a hit means the key is the same; a miss only means
+the key is built and looked up as usual. Where torch lacks that check, or it does not
+behave as expected on this build, no matcher is made and every call builds the key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+__all__ = ["Matcher", "make_matcher"]
+
+#: ``matches(values) -> bool``: the values have the metadata of the call the plan was made for.
+Matcher = Callable[[Sequence[Any]], bool]
+
+
+def _load_guards() -> Any:
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+    except ImportError:
+        return None
+    try:  # it must accept the same metadata and refuse another shape, dtype or stride
+        a, b = torch.empty(2, 3), torch.empty(2, 3)
+        guard = TensorGuards(a, dynamic_dims_sizes=[[2, 3]], dynamic_dims_strides=[[3, 1]])
+        ok = (guard.check(b) and not guard.check(torch.empty(2, 4)) and not guard.check(torch.empty(3, 2).t())
+              and not guard.check(torch.empty(2, 3, dtype=torch.float64)))
+    except Exception:
+        return None
+    return TensorGuards if ok else None
+
+
+_TensorGuards = _load_guards()
+
+
+def make_matcher(values: Sequence[Any]) -> Matcher | None:
+    """A matcher for calls whose arguments have the metadata of ``values``, or None (no fast check)."""
+    if _TensorGuards is None:
+        return None
+    present = tuple(i for i, v in enumerate(values) if v is not None)
+    absent = tuple(i for i, v in enumerate(values) if v is None)
+    tensors = [values[i] for i in present]
+    if not tensors or not all(isinstance(t, torch.Tensor) and t.layout is torch.strided for t in tensors):
+        return None
+    try:
+        guard = _TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                              dynamic_dims_strides=[list(t.stride()) for t in tensors])
+    except Exception:  # a tensor torch's guard does not take: the key path serves it
+        return None
+    check = guard.check
+    n = len(values)
+    if len(present) == 1:
+        only = present[0]
+
+        def matches_one(vals: Sequence[Any]) -> bool:
+            if len(vals) != n:
+                return False
+            for i in absent:
+                if vals[i] is not None:
+                    return False
+            return check(vals[only])
+        return matches_one
+    from operator import itemgetter
+
+    pick = itemgetter(*present)
+
+    def matches(vals: Sequence[Any]) -> bool:
+        if len(vals) != n:
+            return False
+        for i in absent:
+            if vals[i] is not None:
+                return False
+        return check(*pick(vals))
+    return matches
