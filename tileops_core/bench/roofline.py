@@ -29,17 +29,18 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import SpecError, TileOpsError
 from ..lang.evaluate import Unbound
+from ..lang.tensor_meta import TensorMeta
 from ..spec.nodes import Expr, OpSpec, WorkloadRow
 from .catalog import import_op_module
 from .named import NamedFunctions
-from .workloads import TensorMeta, instantiate, output_shapes
+from .workloads import instantiate
 
 if TYPE_CHECKING:
     from ..op.base import Op
     from ..op.generated import CallPlan
 
 __all__ = [
-    "Roofline", "RooflineFunc", "register_roofline", "get_roofline", "roofline_names", "evaluate_roofline",
+    "Roofline", "RooflineFunc", "register_roofline", "get_roofline", "evaluate_roofline",
     "roofline_of_call", "roofline_of_row", "call_env", "row_env",
 ]
 
@@ -74,11 +75,6 @@ def register_roofline(name: str) -> Callable[[RooflineFunc], RooflineFunc]:
 def get_roofline(name: str) -> RooflineFunc:
     """The roofline function registered under ``name``."""
     return _funcs.get(name)
-
-
-def roofline_names() -> list[str]:
-    """Names of the registered roofline functions."""
-    return _funcs.names()
 
 
 def _number(value: Any, spec: OpSpec, what: str) -> float:
@@ -149,7 +145,7 @@ def row_env(spec: OpSpec, row: WorkloadRow, case: Any = None) -> dict[str, Any]:
     for t in spec.inputs.values():
         value = inst.inputs.get(t.name, inst.op_kwargs.get(t.name) if t.construction else None)
         env[t.name] = value
-    for name, shape in output_shapes(spec, row, inst).items():
+    for name, shape in inst.outputs.items():
         env[name] = TensorMeta(shape, inst.dtypes[name])
     return env
 

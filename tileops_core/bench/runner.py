@@ -29,6 +29,7 @@ from ..kernels.select import select_kernel
 from ..kernels.targets import current_target
 from ..op.torchtypes import name_of
 from ..spec.nodes import OpSpec, WorkloadRow
+from ..workloads import dtype_cases
 from .baselines import BASELINES, make_baseline
 from .catalog import UnknownName, import_op_module, op_class
 from .metrics import Analysis, analyse
@@ -36,7 +37,7 @@ from .profiles import Basis, ProfileEntry
 from .progress import Progress
 from .roofline import Roofline
 from .timing import DEFAULT, Measurement, Subject, TimingOptions, time_subjects
-from .workloads import Instance, dtype_cases, instantiate
+from .workloads import Instance, instantiate
 
 __all__ = ["BenchCase", "BenchConfig", "CaseResult", "plan_cases", "run_case", "run_bench", "input_bytes", "mutated_restorer", "Interrupted"]
 

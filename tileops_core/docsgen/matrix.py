@@ -22,13 +22,15 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from ..bench.catalog import benchable_specs, op_class
-from ..bench.workloads import TensorMeta, dtype_cases, instantiate
+from ..bench.workloads import instantiate
 from ..errors import TileOpsError
 from ..kernels import registry
 from ..kernels.interface import CallSpec, KernelInterface
 from ..lang.dtypes import DTypeSet
+from ..lang.tensor_meta import TensorMeta
 from ..op.torchtypes import name_of
 from ..spec.nodes import OpSpec
+from ..workloads import dtype_cases
 
 __all__ = ["Probe", "RefusalRegion", "SupportCell", "OpSupport", "probes_for", "support_matrix"]
 

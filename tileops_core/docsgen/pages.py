@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..bench.roofline import roofline_of_row
 from ..errors import TileOpsError
 from ..kernels import registry
 from ..spec.nodes import REQUIRED, FamilyRef, OpSpec, TensorSpec
-from ..bench.roofline import roofline_of_row
-from ..bench.workloads import dtype_cases
+from ..workloads import dtype_cases
 from .blocks import Bullets, Code, Heading, Link, Page, Para, Table
 from .matrix import OpSupport
 from .summary import kernel_rows, refusal_regions

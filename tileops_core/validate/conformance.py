@@ -30,7 +30,8 @@ from typing import Any, Iterable, Iterator
 
 from ..errors import CheckError, SpecError
 from ..op.base import Op
-from ..op.boundary import make_boundary
+from ..op import boundary as boundary_module
+from ..op.boundary import Boundary, make_boundary
 from ..op.generated import OpChecks
 from ..spec.nodes import REQUIRED, OpSpec
 from .context import SpecContext
@@ -229,8 +230,10 @@ def bound_to(cls: type, spec: OpSpec) -> Iterator[type]:
         return
     names = ("_checks", "_boundary", "_boundary_reason")
     saved = {n: cls.__dict__[n] for n in names if n in cls.__dict__}
-    cls._checks = OpChecks(spec)  # type: ignore[attr-defined]
-    cls._boundary, cls._boundary_reason = make_boundary(cls, spec)  # type: ignore[attr-defined]
+    boundary, reason = make_boundary(cls, spec)
+    setattr(cls, "_checks", OpChecks(spec))
+    setattr(cls, "_boundary", boundary)
+    setattr(cls, "_boundary_reason", reason)
     try:
         yield cls
     finally:
@@ -239,6 +242,26 @@ def bound_to(cls: type, spec: OpSpec) -> Iterator[type]:
                 setattr(cls, n, saved[n])
             elif n in cls.__dict__:
                 delattr(cls, n)
+        if boundary is not None:
+            _unregister(boundary)
+
+
+def _unregister(boundary: Boundary) -> None:
+    """Remove a boundary made for one validation: its ``torch.library`` op and its reserved name.
+
+    Without this every validation of a spec that is not the class's own left a custom op
+    registered for the life of the process (and the next one got the name ``<op>_2``).
+    torch has no public call that deletes a ``custom_op``; its private registry
+    (``OPDEF_TO_LIB``, the ``Library`` fragment holding the definition) is what
+    ``custom_op`` itself uses to replace one.
+    """
+    from torch._library import custom_ops
+
+    library = custom_ops.OPDEF_TO_LIB.pop(boundary.qualname, None)
+    if library is not None:
+        library._destroy()
+    with boundary_module._names_lock:
+        boundary_module._used_names.discard(boundary.qualname)
 
 
 def check_schema(ctx: SpecContext, cls: type) -> list[Diagnostic]:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..spec.discriminants import Combination
 from ..spec.nodes import FamilyRef, FamilySpec
-from .combos import Combination
+from ..spec.symbolic import OTHER
 from .context import Branch, SpecContext
 from .diagnostics import Diagnostic
-from .symbolic import OTHER
 
 __all__ = ["FamilyCheck"]
 

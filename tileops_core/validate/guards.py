@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from ..spec.discriminants import Combination
 from ..spec.nodes import Expr
-from .combos import Combination
+from ..spec.symbolic import UNKNOWN, attempt
 from .context import Branch, SpecContext
 from .diagnostics import Diagnostic
-from .symbolic import UNKNOWN, attempt
 
 __all__ = ["GuardCheck"]
 

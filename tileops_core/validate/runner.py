@@ -109,7 +109,7 @@ def _conformance(result: LintResult, catalogue: Manifest | None, modules: dict[s
     class without a spec be told apart from one whose spec is simply not among the files given.
     """
     from . import conformance as conf
-    from .inference import check_bench_instantiation, check_inference, generator_rows
+    from .inference import check_inference, generator_rows
 
     ctx = result.context
     assert ctx is not None
@@ -136,6 +136,5 @@ def _conformance(result: LintResult, catalogue: Manifest | None, modules: dict[s
         rows, found = generator_rows(ctx)
         out.extend(found)
         rows = result.rows + rows
-        out.extend(check_bench_instantiation(ctx, rows))
         out.extend(check_inference(ctx, bound, rows))
     return out

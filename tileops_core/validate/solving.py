@@ -19,8 +19,8 @@ from typing import Mapping
 
 from ..lang.dtypes import DTypeExpr, DTypeIf, DTypeRef
 from ..lang.shapes import ShapePattern
+from ..spec.discriminants import Combination
 from ..spec.nodes import FamilyRef, FamilySpec, TensorSpec
-from .combos import Combination
 from .context import Branch, SpecContext
 from .diagnostics import Diagnostic
 

@@ -15,7 +15,7 @@ A mutated input is written on exactly the combinations where it is present, so t
 branches of check 8 are the presence axes. A :class:`Combination` is one value per axis.
 Its *discriminant environment* binds
 everything an expression may read on it: absent things to ``None`` (as at a call), present
-things of unknown content to :data:`~tileops_core.validate.symbolic.UNKNOWN`, and
+things of unknown content to :data:`~tileops_core.spec.symbolic.UNKNOWN`, and
 discriminants to their values; ``requires`` evaluated there (and any shape rule that reads
 only discriminants, which restricts the domain just the same) says whether the combination
 is excluded. Type families are resolved with :meth:`FamilySpec.case_for`, the same rule the
@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping
 
 from ..lang import ir
 from ..lang.types import ADTRef, Enum, NoneT, ParamType, Prim, UnionT
-from ..spec.nodes import Expr, FamilyRef, FamilySpec, OpSpec
+from .nodes import Expr, FamilyRef, FamilySpec, OpSpec
 from .symbolic import OTHER, UNKNOWN, Undecided, attempt
 
 __all__ = ["Axis", "Combination", "Missing", "Resolution", "Variant", "Discriminants", "BOOLEAN_NODES"]
