@@ -88,6 +88,13 @@ def _number(value: Any, spec: OpSpec, what: str) -> float:
     return value
 
 
+def _formula(e: Expr | None, spec: OpSpec, what: str) -> Expr:
+    # An inline roofline without flops or bytes is a load problem that marks it broken.
+    if e is None:
+        raise TileOpsError(f"{spec.name}: its roofline declares no {what}; run `tileops validate {spec.name}`")
+    return e
+
+
 def _eval(e: Expr, env: Mapping[str, Any], spec: OpSpec, what: str) -> Any:
     try:
         return e.fn(env)
@@ -113,8 +120,8 @@ def evaluate_roofline(spec: OpSpec, env: Mapping[str, Any]) -> Roofline:
     values: dict[str, Any] = {}
     for name, e in roof.vars.items():
         values[name] = scope[name] = _eval(e, scope, spec, f"var {name}")
-    flops = _number(_eval(roof.flops, scope, spec, "flops"), spec, "flops")  # type: ignore[arg-type]
-    moved = _number(_eval(roof.bytes, scope, spec, "bytes"), spec, "bytes")  # type: ignore[arg-type]
+    flops = _number(_eval(_formula(roof.flops, spec, "flops"), scope, spec, "flops"), spec, "flops")
+    moved = _number(_eval(_formula(roof.bytes, spec, "bytes"), scope, spec, "bytes"), spec, "bytes")
     return Roofline(spec.name, flops, moved, MappingProxyType(values))
 
 

@@ -17,6 +17,7 @@ recorded with its error and the run goes on; the CLI exits 1 when any case faile
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -202,7 +203,7 @@ def run_case(case: BenchCase, config: BenchConfig, seed: int) -> CaseResult:
             op(*args)  # plan, select, build: outside timing
         result.kernel, result.backend = _kernel_of(op)
         result.roofline = op.eval_roofline()
-        subjects = [Subject("op", [lambda a=tuple(a): op(*a) for a in args_sets], reset)]
+        subjects = [Subject("op", [functools.partial(op, *a) for a in args_sets], reset)]
         if config.baseline != "none":
             try:
                 calls, graph = make_baseline(config.baseline, op, args_sets)

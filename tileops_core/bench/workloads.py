@@ -18,10 +18,12 @@ import torch
 
 from ..lang.tensor_meta import TensorMeta
 from ..spec.nodes import OpSpec, WorkloadRow
-from ..workloads import RESERVED_KEYS, dtype_cases, instantiate_case
+from ..workloads import dtype_cases, instantiate_case
 from .generators import run_generator
 
-__all__ = ["TensorMeta", "Instance", "dtype_cases", "instantiate", "random_tensor", "RESERVED_KEYS"]
+# TensorMeta and dtype_cases are re-exported for tileops_core.cli.cmd_explain until it imports
+# them from tileops_core.lang.tensor_meta and tileops_core.workloads.
+__all__ = ["TensorMeta", "Instance", "dtype_cases", "instantiate", "random_tensor"]
 
 
 @dataclass

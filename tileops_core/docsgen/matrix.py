@@ -112,11 +112,11 @@ def _primary_dtypes(spec: OpSpec) -> tuple[str | None, list[str]]:
     The first call input declaring a choice of dtypes (SSD's ``x``, not its float32-only
     ``A``); failing that, the first input with a declared set; else none.
     """
-    sets = [t for t in spec.call_inputs if isinstance(t.dtype, DTypeSet)]
-    chosen = next((t for t in sets if len(t.dtype.names) > 1), sets[0] if sets else None)  # type: ignore[union-attr]
+    sets = [(t.name, t.dtype) for t in spec.call_inputs if isinstance(t.dtype, DTypeSet)]
+    chosen = next((s for s in sets if len(s[1].names) > 1), sets[0] if sets else None)
     if chosen is None:
         return (spec.call_inputs[0].name if spec.call_inputs else None), []
-    return chosen.name, list(chosen.dtype.names)  # type: ignore[union-attr]
+    return chosen[0], list(chosen[1].names)
 
 
 def _meta(value: Any) -> Any:

@@ -202,8 +202,8 @@ class Discriminants:
     def _decided(self, e: Expr, seen: frozenset[str] = frozenset()) -> bool:
         """True when ``e`` reads only discriminants (presence, param axes, lets of those)."""
         spec = self.spec
-        present_nodes = [n.args[0] for n in ir.walk(e.node) if isinstance(n, ir.Call) and n.func == "present"]
-        present_args = {n.id for n in present_nodes}  # type: ignore[union-attr]
+        present_nodes = ir.presence_tests(e.node)
+        present_args = {n.id for n in present_nodes}
         other_uses = {n.id for n in ir.walk(e.node)
                       if isinstance(n, ir.Name) and not any(n is p for p in present_nodes)}
         for name in e.names:
@@ -288,7 +288,7 @@ class Discriminants:
     def match_value(self, fam: FamilySpec, combo: Combination) -> Any:
         """The value ``fam``'s match takes on ``combo`` (UNKNOWN when undecided)."""
         text = self.match_text.get(fam.name)
-        if text in combo.matches:
+        if text is not None and text in combo.matches:
             return combo.matches[text]
         out = attempt(fam.match.fn, combo.env)
         return out.value if out.decided else UNKNOWN

@@ -90,7 +90,7 @@ def _default_matches(spec: OpSpec, name: str, default: Any) -> bool:
     return value == p.default
 
 
-def check_init(ctx: SpecContext, cls: type) -> list[Diagnostic]:
+def check_init(ctx: SpecContext, cls: type[Op]) -> list[Diagnostic]:
     """L1: ``__init__`` against params (order, defaults, kw_only) and static dims (keyword-only, required)."""
     spec = ctx.spec
     where = f"{cls.__module__}.{cls.__qualname__}.__init__"
@@ -161,7 +161,7 @@ def _expected_init(spec: OpSpec) -> str:
     return ", ".join(parts)
 
 
-def check_forward(ctx: SpecContext, cls: type) -> list[Diagnostic]:
+def check_forward(ctx: SpecContext, cls: type[Op]) -> list[Diagnostic]:
     """L1: ``forward`` against the call-time inputs (order, optional = None) and out buffers."""
     spec = ctx.spec
     where = f"{cls.__module__}.{cls.__qualname__}.forward"
@@ -210,7 +210,7 @@ def check_forward(ctx: SpecContext, cls: type) -> list[Diagnostic]:
 
 
 @contextmanager
-def bound_to(cls: type, spec: OpSpec) -> Iterator[type]:
+def bound_to(cls: type[Op], spec: OpSpec) -> Iterator[type[Op]]:
     """``cls`` with its generated checks and compile boundary made from ``spec``.
 
     An op class binds to the manifest entry of its name when it is defined. When the spec
@@ -221,7 +221,7 @@ def bound_to(cls: type, spec: OpSpec) -> Iterator[type]:
     current = cls.__dict__.get("_checks")
     if current is None:
         try:
-            current = cls._bind()  # type: ignore[attr-defined]
+            current = cls._bind()
         except (SpecError, CheckError):
             current = None
     if current is not None and (current.spec is spec or (current.spec.file, current.spec.line) == (spec.file,
@@ -231,9 +231,8 @@ def bound_to(cls: type, spec: OpSpec) -> Iterator[type]:
     names = ("_checks", "_boundary", "_boundary_reason")
     saved = {n: cls.__dict__[n] for n in names if n in cls.__dict__}
     boundary, reason = make_boundary(cls, spec)
-    setattr(cls, "_checks", OpChecks(spec))
-    setattr(cls, "_boundary", boundary)
-    setattr(cls, "_boundary_reason", reason)
+    cls._checks = OpChecks(spec)
+    cls._boundary, cls._boundary_reason = boundary, reason
     try:
         yield cls
     finally:
@@ -264,14 +263,14 @@ def _unregister(boundary: Boundary) -> None:
         boundary_module._used_names.discard(boundary.qualname)
 
 
-def check_schema(ctx: SpecContext, cls: type) -> list[Diagnostic]:
+def check_schema(ctx: SpecContext, cls: type[Op]) -> list[Diagnostic]:
     """Check 8: the compile boundary's written arguments are exactly the mutated inputs (``cls`` bound)."""
     spec = ctx.spec
-    boundary = cls._boundary  # type: ignore[attr-defined]
+    boundary = cls._boundary
     if boundary is None:
         if spec.torch_compile_fullgraph and spec.call_inputs:
             return [ctx.diag("C8.schema", f"the spec promises torch_compile_fullgraph, but {cls.__name__} has no "
-                             f"torch.library boundary: {cls._boundary_reason}",  # type: ignore[attr-defined]
+                             f"torch.library boundary: {cls._boundary_reason}",
                              field="torch_compile_fullgraph", line=spec.field_lines.get("torch_compile_fullgraph"))]
         return []
     schema = boundary.opoverload._schema

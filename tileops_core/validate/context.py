@@ -21,7 +21,7 @@ from ..spec.nodes import FamilySpec, OpSpec, TensorSpec
 from ..spec.symbolic import UNKNOWN
 from .diagnostics import Diagnostic, make
 
-__all__ = ["Branch", "SpecContext", "tensor_of"]
+__all__ = ["Branch", "SpecContext"]
 
 
 @dataclass
@@ -101,9 +101,3 @@ class SpecContext(SpecAnalysis):
             env.setdefault(name, UNKNOWN)
         self.disc.settle_lets(env)
         return Branch(combo, present, shapes, dtypes, missing, cases, plan, determined, env, incomplete)
-
-
-def tensor_of(spec: OpSpec, name: str) -> TensorSpec | None:
-    """The input or output named ``name``."""
-    return spec.inputs.get(name) or spec.outputs.get(name)
-

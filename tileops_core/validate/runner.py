@@ -53,7 +53,7 @@ class UsageError(TileOpsError):
 def target_files(paths: Sequence[str | Path] | None) -> list[tuple[Path, str]]:
     """(path, label) of every YAML file to validate: the manifest's, or those under ``paths``."""
     if not paths:
-        out = []
+        out: list[tuple[Path, str]] = []
         for source in manifest_sources():
             if source.directory.is_dir():
                 out.extend((p, f"{source.label}/{p.name}") for p in sorted(source.directory.glob("*.yaml")))

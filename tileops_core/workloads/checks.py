@@ -58,11 +58,11 @@ def check_roofline(spec: OpSpec, instance: RowInstance, case: DTypeCase) -> list
     if roof is None or roof.func is not None:
         return []
     renv: dict[str, Any] = {**instance.env, **{n: None for n in spec.inputs}, **instance.metas(case)}
-    for name, e in roof.vars.items():
+    for name, var in roof.vars.items():
         try:
-            renv[name] = e.fn(renv)
+            renv[name] = var.fn(renv)
         except EVAL_ERRORS as exc:
-            return [RowFinding("C7.roofline", f"roofline var {name} = {e.text!r} cannot be evaluated: {_why(exc)}",
+            return [RowFinding("C7.roofline", f"roofline var {name} = {var.text!r} cannot be evaluated: {_why(exc)}",
                                key=f"roofline:{name}")]
     out = []
     for e in (roof.flops, roof.bytes):
