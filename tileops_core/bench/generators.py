@@ -15,9 +15,9 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from ..spec.named import NamedFunctions
 from ..spec.nodes import WorkloadRow
 from ..workloads import GeneratedMeta, generator_args, generator_name
-from .named import NamedFunctions
 
 __all__ = ["Generated", "register_generator", "get_generator", "run_generator"]
 

@@ -29,6 +29,7 @@ from ..errors import TileOpsError
 from ..kernels.select import select_kernel
 from ..kernels.targets import current_target
 from ..op.torchtypes import name_of
+from ..roofline import Roofline
 from ..spec.nodes import OpSpec, WorkloadRow
 from ..workloads import dtype_cases
 from .baselines import BASELINES, make_baseline
@@ -36,7 +37,6 @@ from .catalog import UnknownName, import_op_module, op_class
 from .metrics import Analysis, analyse
 from .profiles import Basis, ProfileEntry
 from .progress import Progress
-from .roofline import Roofline
 from .timing import DEFAULT, Measurement, Subject, TimingOptions, time_subjects
 from .workloads import Instance, instantiate
 
