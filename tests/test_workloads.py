@@ -81,15 +81,19 @@ def test_tensor_meta_of_a_tensor_and_of_a_dtype_name_read_alike() -> None:
         TensorMeta((3,)).itemsize
 
 
-def test_the_instantiator_imports_no_torch() -> None:
+def test_the_instantiator_and_the_roofline_import_no_torch() -> None:
     code = (
         "import sys\n"
+        "from tileops_core.roofline import evaluate_roofline\n"
         "from tileops_core.spec import load_manifest\n"
         "from tileops_core.workloads import instantiate_case, dtype_cases\n"
         "for spec in load_manifest().values():\n"
         "    for row in spec.workloads:\n"
         "        if 'generator' not in row.values:\n"
-        "            instantiate_case(spec, row, dtype_cases(row)[0])\n"
+        "            inst, case = instantiate_case(spec, row, dtype_cases(row)[0])\n"
+        "            if spec.roofline is not None and spec.roofline.func is None:\n"
+        "                env = {**inst.env, **{n: None for n in spec.inputs}, **inst.metas(case)}\n"
+        "                assert evaluate_roofline(spec, env).flops >= 0\n"
         "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:5]\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
