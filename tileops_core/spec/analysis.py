@@ -9,6 +9,7 @@ and memoises the solve plans: many discriminant combinations and workload rows s
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ..lang.shapes import ShapePattern
@@ -28,6 +29,7 @@ class SpecAnalysis:
         self.disc = Discriminants(spec)
         self.known = frozenset(spec.params) | frozenset(spec.static_dims)
         self._plans: dict[tuple[Any, ...], SolvePlan] = {}
+        self._lock = threading.Lock()  # one analysis per spec is shared by every thread that instantiates its rows
 
     def broken(self, *fields: str) -> bool:
         """True when one of ``fields`` (or the whole signature) did not parse: skip what needs it."""
@@ -36,13 +38,14 @@ class SpecAnalysis:
     def plan(self, patterns: dict[str, ShapePattern]) -> SolvePlan:
         """The solve plan of these input declarations (memoised: branches and rows share plans)."""
         key = tuple((n, id(p)) for n, p in patterns.items())
-        plan = self._plans.get(key)
-        if plan is None:
-            lets = {n: e.node for n, e in self.spec.lets.items()}
-            plan = plan_solve(patterns, self.known, lets)
-            self._plans[key] = plan
-        return plan
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is None:
+                lets = {n: e.node for n, e in self.spec.lets.items()}
+                plan = self._plans[key] = plan_solve(patterns, self.known, lets)
+            return plan
 
     def solve_orders(self) -> list[tuple[str, ...]]:
         """The distinct solve orders met so far (for the validator's JSON report)."""
-        return [plan.order for plan in self._plans.values()]
+        with self._lock:
+            return [plan.order for plan in self._plans.values()]
