@@ -21,9 +21,10 @@ import torch
 
 from catalogue_references import REFERENCES, TOLERANCE, relative_error, resolve_ref_api
 from tileops_core import CheckError, load_manifest
-from tileops_core.bench.workloads import dtype_cases, instantiate
+from tileops_core.bench.workloads import instantiate
 from tileops_core.lang.dtypes import DTYPE_NAMES, DTypeSet
 from tileops_core.spec.nodes import OpSpec
+from tileops_core.workloads import dtype_cases
 
 #: Rows above this many input bytes run only with ``-m all_workloads``.
 SMALL_BYTES = 4 << 20

@@ -16,7 +16,8 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from tileops_core import load_manifest
-from tileops_core.bench.workloads import dtype_cases, instantiate
+from tileops_core.bench.workloads import instantiate
+from tileops_core.workloads import dtype_cases
 
 
 def _promised() -> list[str]:

@@ -15,11 +15,13 @@ import yaml
 
 from tileops_core import TileOpsError, get_spec
 from tileops_core.bench.catalog import op_class
-from tileops_core.bench.roofline import (evaluate_roofline, register_roofline, roofline_of_call, roofline_of_row,
-                                         row_env)
-from tileops_core.bench.workloads import TensorMeta, dtype_cases, instantiate
+from tileops_core.bench.roofline import roofline_of_row, row_env
+from tileops_core.bench.workloads import instantiate
 from tileops_core.errors import SpecError
+from tileops_core.lang.tensor_meta import TensorMeta
+from tileops_core.roofline import evaluate_roofline, register_roofline, roofline_of_call
 from tileops_core.spec.compile import compile_op
+from tileops_core.workloads import dtype_cases
 
 
 def _row(op: str, label: str):

@@ -9,7 +9,7 @@ from tileops_core.bench.calibrate import CalibrationSizes, calibrate
 from tileops_core.bench.catalog import UsageError
 from tileops_core.bench.metrics import analyse
 from tileops_core.bench.profiles import HardwareProfile, Rate, dump_profile, load_profile, profile_for
-from tileops_core.bench.roofline import Roofline
+from tileops_core.roofline import Roofline
 from tileops_core.bench.timing import TimingOptions
 
 

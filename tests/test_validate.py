@@ -308,3 +308,15 @@ def test_fix_moves_a_guarded_shape_read_onto_the_optional_tensor_keeping_its_com
                        '      - "expert_map is None or expert_map.shape == (num_experts,)"']
     assert added == ['      expert_map: {dtype: "int32", optional: true, shape: "[num_experts]"}   # presence picks the '
                      'scan kernel']
+
+
+def test_validating_a_spec_leaves_no_torch_library_op_registered(corpus_path: Path) -> None:
+    import torch
+
+    from tileops_core.op import boundary
+
+    qualname = "tileops::corpus_inference_fwd_op"
+    for _ in range(2):  # the second run gets the same name: the first gave it back
+        validate([str(CORPUS / "l2_inference.yaml")])
+        assert qualname not in torch._C._dispatch_get_all_op_names()
+        assert not any(name.startswith(qualname) for name in boundary._used_names)

@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tileops_core.spec.compile import compile_op
+from tileops_core.spec.discriminants import Discriminants
 from tileops_core.spec.nodes import OpSpec
+from tileops_core.spec.symbolic import OTHER, UNKNOWN
 from tileops_core.spec.yamlload import load_yaml_text
-from tileops_core.validate.combos import Discriminants
 from tileops_core.validate.lint import lint_spec
-from tileops_core.validate.symbolic import OTHER, UNKNOWN
 
 
 def make_spec(signature: str, workloads: str = '[{M: 4, K: 8, dtypes: [float32], label: "tiny"}]') -> OpSpec:

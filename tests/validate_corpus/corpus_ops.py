@@ -79,3 +79,13 @@ class CorpusSchemaFwdOp(Op):
 
     def forward(self, x: Any) -> Any:
         return x
+
+
+class CorpusDTypesPairingFwdOp(Op):
+    """Correct; its spec's row has a dtypes entry that is not a dtype name before one that is."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+
+    def forward(self, x: Any) -> Any:
+        return x

@@ -25,6 +25,7 @@ recording wrapper in place of the kernel its plan caches (:func:`capture_launche
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -115,7 +116,7 @@ def _reference_call(launches: Sequence[Launch], compile_it: bool) -> Callable[[]
 def make_baseline(kind: str, op: Any, args_sets: Sequence[Sequence[Any]]) -> tuple[list[Callable[[], Any]], bool]:
     """One baseline call per rotated input set, and whether it may be captured in a CUDA graph."""
     if kind == "eager":
-        return [lambda a=tuple(a): op(*a) for a in args_sets], False
+        return [functools.partial(op, *a) for a in args_sets], False
     if kind in ("ref", "torch.compile"):
         calls = [_reference_call(capture_launches(op, a), kind == "torch.compile") for a in args_sets]
         return calls, True

@@ -16,6 +16,7 @@ generic profile's nominal figures are not this device's datasheet, so they are n
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import re
 from typing import Any, Sequence
@@ -81,7 +82,7 @@ def calibrate(device: Any, sizes: CalibrationSizes | None = None, options: Timin
         b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
         c = torch.empty(n, n, device=device, dtype=dtype)
         matmuls.append((dtype_name, a, b, c))
-        subjects.append(Subject(f"matmul-{dtype_name}", [lambda a=a, b=b, c=c: torch.matmul(a, b, out=c)]))
+        subjects.append(Subject(f"matmul-{dtype_name}", [functools.partial(torch.matmul, a, b, out=c)]))
     measured = time_subjects(subjects, device, options)
     bandwidth = 2 * elems * 4 / measured[0].median_s
     when = datetime.date.today().isoformat()

@@ -11,11 +11,14 @@ from __future__ import annotations
 import difflib
 import importlib
 from types import ModuleType
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from ..errors import TileOpsError
 from ..spec.manifest import load_manifest
 from ..spec.nodes import OpSpec
+
+if TYPE_CHECKING:
+    from ..op.base import Op
 
 __all__ = ["UsageError", "UnknownName", "benchable_specs", "import_op_module", "op_class", "resolve_specs"]
 
@@ -45,14 +48,16 @@ def import_op_module(spec: OpSpec) -> ModuleType | None:
         raise TileOpsError(f"{spec.name}: cannot import its op module {module_name} (source.op): {exc}") from exc
 
 
-def op_class(spec: OpSpec) -> type:
+def op_class(spec: OpSpec) -> type[Op]:
     """The op class of ``spec``, importing its module (which registers its generators)."""
+    from ..op.base import Op  # torch: only once an op is actually wanted (the CLI's usage errors need none)
+
     module = import_op_module(spec)
     if module is None:
         raise TileOpsError(f"{spec.name}: the spec names no op module (source.op) ({spec.location.where()})")
     module_name = module.__name__
     cls = getattr(module, spec.name, None)
-    if not isinstance(cls, type):
+    if not (isinstance(cls, type) and issubclass(cls, Op)):
         raise TileOpsError(f"{spec.name}: module {module_name} (source.op) defines no class {spec.name}")
     return cls
 

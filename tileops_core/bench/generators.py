@@ -15,9 +15,11 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from .named import NamedFunctions
+from ..spec.named import NamedFunctions
+from ..spec.nodes import WorkloadRow
+from ..workloads import GeneratedMeta, generator_args, generator_name
 
-__all__ = ["Generated", "register_generator", "get_generator", "generator_names"]
+__all__ = ["Generated", "register_generator", "get_generator", "run_generator"]
 
 
 @dataclass
@@ -26,6 +28,10 @@ class Generated:
 
     indices: dict[str, Any] = field(default_factory=dict)
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def meta(self) -> GeneratedMeta:
+        """What the instantiator reads of it: the index values and the tensors' shapes."""
+        return GeneratedMeta(dict(self.indices), {n: tuple(t.shape) for n, t in self.tensors.items()})
 
 
 Generator = Callable[[Mapping[str, Any], torch.Generator], Generated]
@@ -40,8 +46,13 @@ def register_generator(name: str) -> Callable[[Generator], Generator]:
 
 
 def get_generator(name: str) -> Generator:
+    """The generator registered under ``name`` (an error that says who registers it, if none is)."""
     return _generators.get(name)
 
 
-def generator_names() -> list[str]:
-    return _generators.names()
+def run_generator(row: WorkloadRow, rng: torch.Generator) -> Generated:
+    """Run the row's generator on its values (nothing, for a row without one)."""
+    name = generator_name(row)
+    if name is None:
+        return Generated()
+    return get_generator(name)(generator_args(row), rng)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..roofline import Roofline
 from .profiles import Basis, HardwareProfile
-from .roofline import Roofline
 
 __all__ = ["Analysis", "analyse"]
 

@@ -17,6 +17,7 @@ recorded with its error and the run goes on; the CLI exits 1 when any case faile
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -28,16 +29,17 @@ from ..errors import TileOpsError
 from ..kernels.select import select_kernel
 from ..kernels.targets import current_target
 from ..op.torchtypes import name_of
+from ..roofline import Roofline
 from ..spec.nodes import OpSpec, WorkloadRow
+from ..workloads import dtype_cases
 from .baselines import BASELINES, make_baseline
 from .catalog import UnknownName, import_op_module, op_class
 from .host_time import HostTimes, measure_host_times
 from .metrics import Analysis, analyse
 from .profiles import Basis, ProfileEntry
 from .progress import Progress
-from .roofline import Roofline
 from .timing import DEFAULT, Measurement, Subject, TimingOptions, time_subjects
-from .workloads import Instance, dtype_cases, instantiate
+from .workloads import Instance, instantiate
 
 __all__ = ["BenchCase", "BenchConfig", "CaseResult", "plan_cases", "run_case", "run_bench", "input_bytes", "mutated_restorer", "Interrupted"]
 
@@ -210,7 +212,7 @@ def run_case(case: BenchCase, config: BenchConfig, seed: int) -> CaseResult:
             op(*args)  # plan, select, build: outside timing
         result.kernel, result.backend = _kernel_of(op)
         result.roofline = op.eval_roofline()
-        subjects = [Subject("op", [lambda a=tuple(a): op(*a) for a in args_sets], reset)]
+        subjects = [Subject("op", [functools.partial(op, *a) for a in args_sets], reset)]
         if config.baseline != "none":
             try:
                 calls, graph = make_baseline(config.baseline, op, args_sets)

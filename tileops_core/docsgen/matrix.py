@@ -22,13 +22,15 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from ..bench.catalog import benchable_specs, op_class
-from ..bench.workloads import TensorMeta, dtype_cases, instantiate
+from ..bench.workloads import instantiate
 from ..errors import TileOpsError
 from ..kernels import registry
 from ..kernels.interface import CallSpec, KernelInterface
 from ..lang.dtypes import DTypeSet
+from ..lang.tensor_meta import TensorMeta
 from ..op.torchtypes import name_of
 from ..spec.nodes import OpSpec
+from ..workloads import dtype_cases
 
 __all__ = ["Probe", "RefusalRegion", "SupportCell", "OpSupport", "probes_for", "support_matrix"]
 
@@ -110,11 +112,11 @@ def _primary_dtypes(spec: OpSpec) -> tuple[str | None, list[str]]:
     The first call input declaring a choice of dtypes (SSD's ``x``, not its float32-only
     ``A``); failing that, the first input with a declared set; else none.
     """
-    sets = [t for t in spec.call_inputs if isinstance(t.dtype, DTypeSet)]
-    chosen = next((t for t in sets if len(t.dtype.names) > 1), sets[0] if sets else None)  # type: ignore[union-attr]
+    sets = [(t.name, t.dtype) for t in spec.call_inputs if isinstance(t.dtype, DTypeSet)]
+    chosen = next((s for s in sets if len(s[1].names) > 1), sets[0] if sets else None)
     if chosen is None:
         return (spec.call_inputs[0].name if spec.call_inputs else None), []
-    return chosen.name, list(chosen.dtype.names)  # type: ignore[union-attr]
+    return chosen[0], list(chosen[1].names)
 
 
 def _meta(value: Any) -> Any:

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..bench.roofline import roofline_of_row
 from ..errors import TileOpsError
 from ..kernels import registry
 from ..spec.nodes import REQUIRED, FamilyRef, OpSpec, TensorSpec
-from ..bench.roofline import roofline_of_row
-from ..bench.workloads import dtype_cases
+from ..workloads import RESERVED_KEYS, dtype_cases
 from .blocks import Bullets, Code, Heading, Link, Page, Para, Table
 from .matrix import OpSupport
 from .summary import kernel_rows, refusal_regions
 
 __all__ = ["index_page", "op_page", "signature_text"]
-
-_RESERVED = ("label", "dtypes", "generator")
 
 
 def _decl(spec: OpSpec, decl: Any, text: str | None) -> str:
@@ -79,7 +77,7 @@ def _value(value: Any) -> str:
 def _workload_rows(spec: OpSpec) -> list[list[str]]:
     rows = []
     for row in spec.workloads:
-        args = ", ".join(f"{k}={_value(v)}" for k, v in row.values.items() if k not in _RESERVED)
+        args = ", ".join(f"{k}={_value(v)}" for k, v in row.values.items() if k not in RESERVED_KEYS)
         gen = row.values.get("generator")
         if isinstance(gen, dict):
             extra = ", ".join(f"{k}={_value(v)}" for k, v in gen.items() if k != "name")

@@ -232,8 +232,8 @@ def compile_node(node: ir.Node) -> Closure:
         return lambda env: tuple(i(env) for i in items)
     if isinstance(node, ir.Call):
         if node.func == "present":
-            name = node.args[0].id  # type: ignore[union-attr]
-            return lambda env: env.get(name) is not None
+            tested = ir.tested_name(node)
+            return lambda env: env.get(tested) is not None
         fn = PRIMITIVE_IMPLS[node.func]
         args = tuple(compile_node(a) for a in node.args)
         return lambda env: fn(*(a(env) for a in args))

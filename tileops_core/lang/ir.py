@@ -12,7 +12,8 @@ from typing import Any, Iterator, Union
 
 __all__ = [
     "Node", "Const", "Name", "Attr", "Index", "Slice", "Unary", "Binary", "BoolOp", "Compare",
-    "IfExp", "Tuple", "Call", "IsNone", "walk", "free_names", "called", "unparse",
+    "IfExp", "Tuple", "Call", "IsNone", "walk", "free_names", "called", "presence_tests", "tested_name",
+    "unparse",
 ]
 
 
@@ -174,6 +175,20 @@ def walk(node: Node) -> Iterator[Node]:
 def free_names(node: Node) -> frozenset[str]:
     """The names an expression refers to."""
     return frozenset(n.id for n in walk(node) if isinstance(n, Name))
+
+
+def tested_name(call: Call) -> str:
+    """The name a ``present(x)`` call tests (the parser admits only a name there)."""
+    arg = call.args[0]
+    if not isinstance(arg, Name):
+        raise TypeError(f"present({unparse(arg)}): the parser admits only a name")
+    return arg.id
+
+
+def presence_tests(node: Node) -> list[Name]:
+    """The name nodes that ``present(...)`` tests in an expression (the parser admits only a name there)."""
+    return [a for n in walk(node) if isinstance(n, Call) and n.func == "present" for a in n.args[:1]
+            if isinstance(a, Name)]
 
 
 def called(node: Node) -> frozenset[str]:

@@ -208,7 +208,7 @@ def _convert(node: ast.expr, text: str, adts: frozenset[str]) -> ParamType:
     parts = _flatten_union(node)
     if len(parts) > 1:
         if all(isinstance(p, ast.Constant) and isinstance(p.value, str) for p in parts):
-            values = tuple(p.value for p in parts)  # type: ignore[attr-defined]
+            values = tuple(p.value for p in parts if isinstance(p, ast.Constant) and isinstance(p.value, str))
             if len(set(values)) != len(values):
                 raise ExprError("an enum value is listed twice", text)
             return Enum(values)

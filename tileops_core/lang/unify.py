@@ -47,6 +47,29 @@ class Step:
     fn: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
     text: str = ""
 
+    # The plan fills ``name``, ``item`` and ``fn`` for exactly the kinds that use them; these
+    # accessors say so to the type checker (and fail loudly on a malformed step).
+
+    @property
+    def target(self) -> str:
+        """The name a bind/solve/let step binds or a check_shape step checks."""
+        if self.name is None:
+            raise TypeError(f"a {self.kind} step binds no name")
+        return self.name
+
+    @property
+    def position(self) -> int:
+        """The index of the pattern item an axis step reads."""
+        if self.item is None:
+            raise TypeError(f"a {self.kind} step reads no axis")
+        return self.item
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        """The value of the expression a let/solve/check step computes."""
+        if self.fn is None:
+            raise TypeError(f"a {self.kind} step computes nothing")
+        return self.fn(env)
+
 
 @dataclass(frozen=True)
 class SolvePlan:
@@ -178,8 +201,9 @@ def item_spans(pattern: ShapePattern, rank: int, env: Mapping[str, Any]) -> list
         lengths[unknown[0]] = free
     spans, pos = [], 0
     for n in lengths:
-        spans.append((pos, pos + n))  # type: ignore[operator]
-        pos += n  # type: ignore[operator]
+        width = free if n is None else n  # the one unknown length is the free rank
+        spans.append((pos, pos + width))
+        pos += width
     return spans
 
 
@@ -220,10 +244,10 @@ def run_solve(plan: SolvePlan, patterns: Mapping[str, ShapePattern], shapes: Map
     for step in plan.steps:
         if step.kind == "let":
             try:
-                env[step.name] = step.fn(env)  # type: ignore[misc, index]
+                env[step.target] = step.evaluate(env)
             except Unbound:
                 continue
-            origin.setdefault(step.name, f"let {step.name} = {step.text}")  # type: ignore[arg-type]
+            origin.setdefault(step.target, f"let {step.target} = {step.text}")
             continue
         tensor = step.tensor
         assert tensor is not None
@@ -233,31 +257,31 @@ def run_solve(plan: SolvePlan, patterns: Mapping[str, ShapePattern], shapes: Map
         if step.kind == "rank":
             spans(tensor)
             continue
-        lo, hi = spans(tensor)[step.item]  # type: ignore[index]
+        lo, hi = spans(tensor)[step.position]
         if step.kind == "bind":
-            env[step.name] = shape[lo]  # type: ignore[index]
-            origin[step.name] = f"{tensor} shape {pattern.text}"  # type: ignore[index]
+            env[step.target] = shape[lo]
+            origin[step.target] = f"{tensor} shape {pattern.text}"
         elif step.kind == "solve":
-            rest = step.fn(env)  # type: ignore[misc]
+            rest = step.evaluate(env)
             num = shape[lo] - rest
             if num % step.coeff != 0 or num < 0:
                 why = "negative" if num < 0 else f"not divisible by {step.coeff}"
                 raise UnifyError(tensor, f"{tensor} shape {list(shape)} does not fit {pattern.text}: axis {lo} is "
-                                         f"{shape[lo]}, so {step.name} = ({shape[lo]} - {rest}) / {step.coeff} is "
+                                         f"{shape[lo]}, so {step.target} = ({shape[lo]} - {rest}) / {step.coeff} is "
                                          f"{why}")
-            env[step.name] = num // step.coeff  # type: ignore[index]
-            origin[step.name] = f"{tensor} shape {pattern.text}"  # type: ignore[index]
+            env[step.target] = num // step.coeff
+            origin[step.target] = f"{tensor} shape {pattern.text}"
         elif step.kind == "bind_shape":
-            env[step.name] = tuple(shape[lo:hi])  # type: ignore[index]
-            origin[step.name] = f"{tensor} shape {pattern.text}"  # type: ignore[index]
+            env[step.target] = tuple(shape[lo:hi])
+            origin[step.target] = f"{tensor} shape {pattern.text}"
         elif step.kind == "check_shape":
             actual = tuple(shape[lo:hi])
-            if actual != tuple(env[step.name]):  # type: ignore[index]
-                _mismatch(tensor, pattern, shape, step.name, actual, env, origin)  # type: ignore[arg-type]
+            if actual != tuple(env[step.target]):
+                _mismatch(tensor, pattern, shape, step.target, actual, env, origin)
         elif step.kind == "check":
-            expected = step.fn(env)  # type: ignore[misc]
+            expected = step.evaluate(env)
             if shape[lo] != expected:
-                item = pattern.items[step.item]  # type: ignore[index]
+                item = pattern.items[step.position]
                 names = ir.free_names(item.node) if isinstance(item, Axis) else frozenset()
                 if isinstance(item, Axis) and isinstance(item.node, ir.Name):
                     _mismatch(tensor, pattern, shape, item.node.id, shape[lo], env, origin)

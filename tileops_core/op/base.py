@@ -23,6 +23,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import torch
 
 from ..kernels.interface import KernelInterface
+from ..roofline import roofline_of_call
 from ..kernels.registry import GENERATION
 from ..kernels.select import choose_kernel
 from ..kernels.targets import Target, current_target, parse_target
@@ -283,9 +284,7 @@ class Op:
     def eval_roofline(self) -> Any:
         """The spec's roofline (FLOPs, bytes) for this instance's last call.
 
-        Delegates to :func:`tileops_core.bench.roofline.roofline_of_call`: the formula is the
+        Delegates to :func:`tileops_core.roofline.roofline_of_call`: the formula is the
         spec's, never the op's.
         """
-        from ..bench.roofline import roofline_of_call  # the bench package is not needed by a plain call
-
         return roofline_of_call(self)

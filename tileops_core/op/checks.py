@@ -269,7 +269,7 @@ class OpChecks:
         call_specs = {i: self._call_spec(op_obj, i, device.type, arch, actual_dtypes, out_names, out_dtypes, env,
                                          presence, args) for i in interfaces}
         # The plan outlives the call: keep tensor metadata, never the tensors (their memory).
-        kept_env = {k: TensorMeta(v) if isinstance(v, torch.Tensor) else v for k, v in env.items()}
+        kept_env = {k: TensorMeta.of(v) if isinstance(v, torch.Tensor) else v for k, v in env.items()}
         buffer_args = tuple(self.arg_index[o.buffer] for o in self.buffers  # type: ignore[index]
                             if args.get(o.buffer) is not None)  # type: ignore[arg-type]
         noncontiguous = tuple(i for i, v in enumerate(values)

@@ -24,6 +24,7 @@ import torch
 from ..errors import KernelError, Location, TileOpsError, fail
 from ..kernels.interface import CallSpec, KernelInterface
 from ..kernels.targets import Target
+from ..lang.tensor_meta import TensorMeta
 from .torchtypes import name_of
 
 __all__ = ["BoundKernels", "CallPlan", "CURRENT", "TensorMeta", "is_zero", "numel"]
@@ -31,32 +32,6 @@ __all__ = ["BoundKernels", "CallPlan", "CURRENT", "TensorMeta", "is_zero", "nume
 #: The call being executed on this thread: ``CURRENT.call = (op, plan, bound, values)`` while
 #: ``forward`` runs (set by :class:`~tileops_core.op.base.Op`, read by ``Op.launch``).
 CURRENT = threading.local()
-
-
-class TensorMeta:
-    """What a plan keeps of a call's tensor: metadata only, so a cached plan never keeps data alive.
-
-    Expressions evaluated later on a plan's env (roofline ``vars``, ``tileops explain``) read
-    ``shape``, ``ndim``, ``itemsize``, ``dtype`` and ``device``, all of which are here.
-    """
-
-    __slots__ = ("shape", "dtype", "device", "itemsize")
-
-    def __init__(self, tensor: torch.Tensor) -> None:
-        self.shape = tuple(tensor.shape)
-        self.dtype = tensor.dtype
-        self.device = tensor.device
-        self.itemsize = tensor.element_size()
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    def dim(self) -> int:
-        return len(self.shape)
-
-    def __repr__(self) -> str:
-        return f"TensorMeta({list(self.shape)}, {name_of(self.dtype)}, {self.device})"
 
 
 def storage_id(t: torch.Tensor) -> int:

@@ -38,11 +38,10 @@ class Expr:
     node: ir.Node
     text: str
     loc: Location
-    fn: Callable[[Mapping[str, Any]], Any] = field(repr=False, default=None)  # type: ignore[assignment]
+    fn: Callable[[Mapping[str, Any]], Any] = field(init=False, repr=False)  # compiled from ``node``, once
 
     def __post_init__(self) -> None:
-        if self.fn is None:
-            object.__setattr__(self, "fn", compile_node(self.node))
+        object.__setattr__(self, "fn", compile_node(self.node))
 
     @property
     def names(self) -> frozenset[str]:

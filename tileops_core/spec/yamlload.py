@@ -42,7 +42,7 @@ class LineList(list):
         self.item_lines: list[int] = []
 
 
-class _Loader(_Base):  # type: ignore[misc, valid-type]
+class _Loader(_Base):  # type: ignore[misc, valid-type]  # the C loader when built, else the Python one
     """Safe loader building LineDict/LineList and rejecting duplicate keys."""
 
     file_name = "<string>"

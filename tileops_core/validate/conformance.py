@@ -88,7 +88,7 @@ def _default_matches(spec: OpSpec, name: str, default: Any) -> bool:
     return value == p.default
 
 
-def check_init(ctx: SpecContext, cls: type) -> list[Diagnostic]:
+def check_init(ctx: SpecContext, cls: type[Op]) -> list[Diagnostic]:
     """L1: ``__init__`` against params (order, defaults, kw_only) and static dims (keyword-only, required)."""
     spec = ctx.spec
     where = f"{cls.__module__}.{cls.__qualname__}.__init__"
@@ -159,7 +159,7 @@ def _expected_init(spec: OpSpec) -> str:
     return ", ".join(parts)
 
 
-def check_forward(ctx: SpecContext, cls: type) -> list[Diagnostic]:
+def check_forward(ctx: SpecContext, cls: type[Op]) -> list[Diagnostic]:
     """L1: ``forward`` against the call-time inputs (order, optional = None) and out buffers."""
     spec = ctx.spec
     where = f"{cls.__module__}.{cls.__qualname__}.forward"

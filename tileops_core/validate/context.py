@@ -2,9 +2,8 @@
 
 A *branch* is what a combination selects: the present tensors, the shape and dtype each
 one declares after type families are resolved, and the solve plan (seed 000 §3) for the
-indices of the present inputs. Plans are computed with :func:`tileops_core.lang.unify.plan_solve`,
-the function the runtime uses, and memoised by the declarations they depend on: many
-combinations (a bool that only selects a kernel, say) share one plan.
+indices of the present inputs. Plans come from :class:`~tileops_core.spec.analysis.SpecAnalysis`,
+which memoises them: many combinations (a bool that only selects a kernel, say) share one.
 """
 
 from __future__ import annotations
@@ -15,13 +14,14 @@ from typing import Any
 from ..errors import Location
 from ..lang.dtypes import DTypeExpr
 from ..lang.shapes import ShapePattern
-from ..lang.unify import SolvePlan, plan_solve
+from ..lang.unify import SolvePlan
+from ..spec.analysis import SpecAnalysis
+from ..spec.discriminants import Combination, Missing
 from ..spec.nodes import FamilySpec, OpSpec, TensorSpec
-from .combos import Combination, Discriminants, Missing
+from ..spec.symbolic import UNKNOWN
 from .diagnostics import Diagnostic, make
-from .symbolic import UNKNOWN
 
-__all__ = ["Branch", "SpecContext", "tensor_of"]
+__all__ = ["Branch", "SpecContext"]
 
 
 @dataclass
@@ -43,15 +43,12 @@ class Branch:
         return {n: p for n, p in self.shapes.items() if n in spec.inputs}
 
 
-class SpecContext:
+class SpecContext(SpecAnalysis):
     """One spec under validation: its combinations, branches and a diagnostic factory."""
 
     def __init__(self, spec: OpSpec) -> None:
-        self.spec = spec
-        self.disc = Discriminants(spec)
-        self.known = frozenset(spec.params) | frozenset(spec.static_dims)
+        super().__init__(spec)
         self.flagged_fields = frozenset(p.location.field for p in spec.problems if p.location.field)
-        self._plans: dict[tuple[Any, ...], SolvePlan] = {}
 
     # -- diagnostics ------------------------------------------------------------------------
 
@@ -68,10 +65,6 @@ class SpecContext:
     def flagged(self, loc: Location) -> bool:
         """True when the compiler already reported a problem at this declaration (do not pile on)."""
         return loc.field in self.flagged_fields
-
-    def broken(self, *fields: str) -> bool:
-        """True when one of ``fields`` (or the whole signature) did not parse: skip what needs it."""
-        return bool(self.spec.broken & ({"signature", *fields}))
 
     # -- branches ---------------------------------------------------------------------------
 
@@ -108,23 +101,3 @@ class SpecContext:
             env.setdefault(name, UNKNOWN)
         self.disc.settle_lets(env)
         return Branch(combo, present, shapes, dtypes, missing, cases, plan, determined, env, incomplete)
-
-    def plan(self, patterns: dict[str, ShapePattern]) -> SolvePlan:
-        """The solve plan of these input declarations (memoised: branches and rows share plans)."""
-        key = tuple((n, id(p)) for n, p in patterns.items())
-        plan = self._plans.get(key)
-        if plan is None:
-            lets = {n: e.node for n, e in self.spec.lets.items()}
-            plan = plan_solve(patterns, self.known, lets)
-            self._plans[key] = plan
-        return plan
-
-    def solve_orders(self) -> list[tuple[str, ...]]:
-        """The distinct solve orders met so far (for the JSON report)."""
-        return [plan.order for plan in self._plans.values()]
-
-
-def tensor_of(spec: OpSpec, name: str) -> TensorSpec | None:
-    """The input or output named ``name``."""
-    return spec.inputs.get(name) or spec.outputs.get(name)
-

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import difflib
 
-from ..lang.evaluate import compile_node
 from ..lang.dtypes import DTYPE_NAMES, DTypeExpr, DTypeIf, DTypeRef, DTypeSet
-from .combos import Combination
+from ..lang.evaluate import compile_node
+from ..spec.discriminants import Combination
+from ..spec.symbolic import attempt
 from .context import Branch, SpecContext
 from .diagnostics import Diagnostic
-from .symbolic import attempt
 
 __all__ = ["check_dtype_names", "check_dtype_combos", "OutputDTypeCheck", "close_dtype"]
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..spec.discriminants import Combination
 from ..spec.nodes import FamilyRef, FamilySpec
-from .combos import Combination
+from ..spec.symbolic import OTHER
 from .context import Branch, SpecContext
+from .cycles import find_cycles
 from .diagnostics import Diagnostic
-from .symbolic import OTHER
 
 __all__ = ["FamilyCheck"]
 
@@ -78,29 +79,8 @@ class FamilyCheck:
         families = self.ctx.spec.families
         edges = {n: [c.name for _, c in f.cases if isinstance(c, FamilyRef) and c.name in families]
                  for n, f in families.items()}
-        out: list[Diagnostic] = []
-        state: dict[str, int] = {}
-        reported: set[frozenset[str]] = set()
-
-        def visit(name: str, path: list[str]) -> None:
-            state[name] = 1
-            path.append(name)
-            for nxt in edges[name]:
-                if state.get(nxt) == 1:
-                    cycle = path[path.index(nxt):] + [nxt]
-                    if frozenset(cycle) not in reported:
-                        reported.add(frozenset(cycle))
-                        out.append(self.ctx.diag("C2.cycle", "type families refer to each other in a cycle: "
-                                                 + " -> ".join(cycle), loc=families[cycle[0]].loc))
-                elif state.get(nxt) is None:
-                    visit(nxt, path)
-            path.pop()
-            state[name] = 2
-
-        for name in families:
-            if state.get(name) is None:
-                visit(name, [])
-        return out
+        return [self.ctx.diag("C2.cycle", "type families refer to each other in a cycle: " + " -> ".join(cycle),
+                              loc=families[cycle[0]].loc) for cycle in find_cycles(edges)]
 
     def _kinds(self) -> list[Diagnostic]:
         spec = self.ctx.spec

@@ -33,7 +33,7 @@ import yaml
 
 from ..lang import ir
 from ..lang.parse import parse_expr
-from ..spec.compile import rewrite_is_none
+from ..spec.legacy import rewrite_is_none
 from ..spec.manifest import load_files
 from ..spec.nodes import OpSpec
 
@@ -113,7 +113,8 @@ def rewrite_is_none_text(text: str) -> str | None:
                 and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None
                 and isinstance(node.left, ast.Name)):
             continue
-        if node.lineno != node.end_lineno:
+        end = node.end_col_offset
+        if node.lineno != node.end_lineno or end is None:
             return None
         name = node.left.id
         if isinstance(node.ops[0], ast.IsNot):
@@ -123,11 +124,11 @@ def rewrite_is_none_text(text: str) -> str | None:
             parent = parents.get(id(node))
             bare_ok = isinstance(parent, (ast.Expression, ast.BoolOp, ast.IfExp)) or (
                 isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not))
-            start, end = node.col_offset, node.end_col_offset
+            start = node.col_offset
             wrapped = body[:start].rstrip().endswith("(") and body[end:].lstrip().startswith(")")
             if not bare_ok and not wrapped:
                 new = f"({new})"
-        spans.append((node.col_offset, node.end_col_offset, new))  # type: ignore[arg-type]
+        spans.append((node.col_offset, end, new))
     if not spans:
         return None
     for start, end, new in sorted(spans, reverse=True):
@@ -151,7 +152,9 @@ class _OpFixer:
         self.text = text
         self.spec = spec
         self.result = result
-        self.sig_key, self.sig = _child(op_node, "signature") or (None, None)
+        found = _child(op_node, "signature")
+        self.sig_key: Any = found[0] if found else None  # yaml nodes (the yaml stubs are not installed)
+        self.sig: Any = found[1] if found else None
         self.rules_kv = _child(self.sig, "shape_rules") if self.sig is not None else None
         self.edits: list[_Edit] = []
         self.removed: set[int] = set()
@@ -194,7 +197,7 @@ class _OpFixer:
             self.skip("T3.3", index, f"let {name} already exists")
             return
         right = tree.comparators[0]
-        expr = source.strip()[right.col_offset:right.end_col_offset]  # type: ignore[index]
+        expr = source.strip()[right.col_offset:right.end_col_offset]
         self.lets.append((name, expr))
         self.removed.add(index)
         self.result.applied.append(f"{self.spec.name} shape_rules[{index}] (T3.3): {source!r} -> let {name}: {expr!r}")
@@ -235,7 +238,7 @@ class _OpFixer:
             if any(isinstance(n, (ast.Attribute, ast.Subscript, ast.Call)) for n in ast.walk(elt)):
                 self.skip("T3.1", index, "an item reads a tensor or calls a function: not a shape item")
                 return
-            items.append(body[elt.col_offset:elt.end_col_offset])  # type: ignore[index]
+            items.append(body[elt.col_offset:elt.end_col_offset])
         shape = "[" + ", ".join(items) + "]"
         self.shapes.append((tensor, shape))
         self.removed.add(index)
@@ -255,7 +258,8 @@ class _OpFixer:
         return edits
 
     def _removals(self) -> list[_Edit]:
-        key, seq = self.rules_kv  # type: ignore[misc]
+        assert self.rules_kv is not None  # only called after _rules() found the shape_rules list
+        key, seq = self.rules_kv
         text = self.text
         kept = [n for i, n in enumerate(seq.value) if i not in self.removed]
         if seq.flow_style:

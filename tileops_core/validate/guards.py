@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from ..spec.discriminants import Combination
 from ..spec.nodes import Expr
-from .combos import Combination
+from ..spec.symbolic import UNKNOWN, attempt
 from .context import Branch, SpecContext
 from .diagnostics import Diagnostic
-from .symbolic import UNKNOWN, attempt
 
 __all__ = ["GuardCheck"]
 
@@ -68,10 +68,10 @@ class GuardCheck:
                     renv[name] = res.value
                 elif res.absent is None and res.unbound is None:
                     renv[name] = UNKNOWN
-            for e in (spec.roofline.flops, spec.roofline.bytes):
-                if e is not None and not ctx.flagged(e.loc) and all(n in renv or n not in spec.roofline.vars
-                                                                     for n in e.names):
-                    out.extend(self._value(combo, branch, e, e.loc.field or "roofline", renv, absent))
+            for formula in (spec.roofline.flops, spec.roofline.bytes):
+                if formula is not None and not ctx.flagged(formula.loc) and all(
+                        n in renv or n not in spec.roofline.vars for n in formula.names):
+                    out.extend(self._value(combo, branch, formula, formula.loc.field or "roofline", renv, absent))
         return out
 
     def finish(self) -> list[Diagnostic]:

@@ -18,16 +18,15 @@ from typing import Any
 import torch
 
 from ..bench.generators import get_generator
-from ..bench.workloads import instantiate
 from ..errors import TileOpsError
 from ..lang.dtypes import DTYPE_NAMES, DTypeSet, SameAs
 from ..op.torchtypes import TORCH_DTYPES, name_of
 from .context import SpecContext
 from .diagnostics import Diagnostic
-from .rows import Generated, RowInstance, instantiate_row
+from .rows import RowInstance, instantiate_row
 from .workloads import generator_name
 
-__all__ = ["check_inference", "generator_rows", "check_bench_instantiation"]
+__all__ = ["check_inference", "generator_rows"]
 
 _META = torch.device("meta")
 
@@ -59,7 +58,7 @@ def generator_rows(ctx: SpecContext) -> tuple[list[RowInstance], list[Diagnostic
             out.append(ctx.diag("L4.generator", f"workload row {row.label!r}: generator {name} failed: "
                                 f"{type(exc).__name__}: {exc}", loc=row.loc, key=f"gen-failed:{name}"))
             continue
-        generated = Generated(dict(got.indices), {n: tuple(t.shape) for n, t in got.tensors.items()})
+        generated = got.meta()
         instance, found = instantiate_row(ctx, row, generated)
         out.extend(found)
         if instance is not None and not found:
@@ -167,29 +166,3 @@ def _probe_rejects(ctx: SpecContext, cls: type, row: RowInstance, dtypes: dict[s
                          f"its declaration {t.dtype_text} excludes (workload row {row.row.label!r})",
                          loc=t.loc.child("dtype"), key=f"probe:{t.name}")]
     return []
-
-
-def check_bench_instantiation(ctx: SpecContext, rows: list[RowInstance]) -> list[Diagnostic]:
-    """Check 7 from the benchmark's side: ``tileops_core.bench.workloads.instantiate`` (what the
-    benchmarks and tests run) gives the same input shapes and dtypes as the validator."""
-    out: list[Diagnostic] = []
-    spec = ctx.spec
-    for row in rows:
-        cases = row.row.values.get("dtypes") or [None]
-        for case, dtypes in zip(cases, row.dtypes):
-            where = f"workload row {row.row.label!r} (dtypes entry {case!r})"
-            try:
-                inst = instantiate(spec, row.row, case, meta_only=True)
-            except TileOpsError as exc:
-                out.append(ctx.diag("C7.instantiate", f"{where}: the benchmarks' instantiation fails: {exc}",
-                                    loc=row.row.loc, key=f"bench:{case!r}"))
-                continue
-            diffs = [f"{n} shape {list(inst.shapes.get(n, ()))} vs {list(s)}" for n, s in row.shapes.items()
-                     if tuple(inst.shapes.get(n, ())) != tuple(s)]
-            diffs += [f"{n} dtype {name_of(inst.dtypes[n])} vs {d}" for n, d in dtypes.items()
-                      if n in inst.dtypes and name_of(inst.dtypes[n]) != d]
-            if diffs:
-                out.append(ctx.diag("C7.instantiate", f"{where}: the benchmarks' instantiation disagrees with the spec "
-                                    f"(benchmark vs spec): {'; '.join(diffs)}", loc=row.row.loc,
-                                    key=f"bench-diff:{case!r}"))
-    return out

@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..spec.discriminants import Combination
 from ..spec.nodes import OpSpec
-from .combos import Combination
+from ..workloads import RowInstance
 from .context import Branch, SpecContext
 from .diagnostics import Diagnostic, from_spec_error
 from .dtypes import OutputDTypeCheck, check_dtype_combos, check_dtype_names
@@ -25,7 +26,6 @@ from .effects import check_effects
 from .families import FamilyCheck
 from .guards import GuardCheck
 from .names import check_let_cycles, check_param_usage
-from .rows import RowInstance
 from .solving import SolveCheck
 from .workloads import check_workloads
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ..errors import Location
 from ..lang import ir
 from ..lang.dtypes import DTypeIf
 from ..lang.shapes import ShapePattern, Variadic
 from ..lang.types import Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
 from ..spec.nodes import Expr
 from .context import SpecContext
+from .cycles import find_cycles
 from .diagnostics import Diagnostic
 
 __all__ = ["check_param_usage", "check_let_cycles", "spec_expressions"]
@@ -59,7 +61,7 @@ def spec_expressions(ctx: SpecContext) -> Iterator[Expr]:
                 yield e
 
 
-def _shape_declarations(ctx: SpecContext) -> Iterator[tuple[ShapePattern, object]]:
+def _shape_declarations(ctx: SpecContext) -> Iterator[tuple[ShapePattern, Location]]:
     spec = ctx.spec
     for t in [*spec.inputs.values(), *spec.outputs.values()]:
         if isinstance(t.shape, ShapePattern):
@@ -112,7 +114,7 @@ def _expression_usage(ctx: SpecContext, e: Expr) -> Iterator[Diagnostic]:
     params = spec.params
     for node in ir.walk(e.node):
         if isinstance(node, ir.Call) and node.func == "present":
-            name = node.args[0].id  # type: ignore[union-attr]
+            name = ir.tested_name(node)
             t = spec.inputs.get(name)
             p = params.get(name)
             if t is not None and not t.optional:
@@ -160,29 +162,6 @@ def check_let_cycles(ctx: SpecContext) -> list[Diagnostic]:
     """Check 4: let entries do not depend on each other in a cycle (each cycle reported once)."""
     lets = ctx.spec.lets
     deps = {n: sorted(e.names & set(lets)) for n, e in lets.items()}
-    out: list[Diagnostic] = []
-    reported: set[frozenset[str]] = set()
-    state: dict[str, int] = {}  # 1 = on the path, 2 = done
-
-    def visit(name: str, path: list[str]) -> None:
-        state[name] = 1
-        path.append(name)
-        for dep in deps[name]:
-            if state.get(dep) == 1:
-                cycle = path[path.index(dep):] + [dep]
-                members = frozenset(cycle)
-                if members not in reported:
-                    reported.add(members)
-                    first = lets[cycle[0]]
-                    out.append(ctx.diag("C4.cycle", "let entries depend on each other in a cycle: "
-                                        + " -> ".join(cycle), loc=first.loc, text=first.text))
-            elif state.get(dep) is None:
-                visit(dep, path)
-        path.pop()
-        state[name] = 2
-
-    for name in lets:
-        if state.get(name) is None:
-            visit(name, [])
-    return out
+    return [ctx.diag("C4.cycle", "let entries depend on each other in a cycle: " + " -> ".join(cycle),
+                     loc=lets[cycle[0]].loc, text=lets[cycle[0]].text) for cycle in find_cycles(deps)]
 

@@ -53,7 +53,7 @@ class UsageError(TileOpsError):
 def target_files(paths: Sequence[str | Path] | None) -> list[tuple[Path, str]]:
     """(path, label) of every YAML file to validate: the manifest's, or those under ``paths``."""
     if not paths:
-        out = []
+        out: list[tuple[Path, str]] = []
         for source in manifest_sources():
             if source.directory.is_dir():
                 out.extend((p, f"{source.label}/{p.name}") for p in sorted(source.directory.glob("*.yaml")))
@@ -109,7 +109,7 @@ def _conformance(result: LintResult, catalogue: Manifest | None, modules: dict[s
     class without a spec be told apart from one whose spec is simply not among the files given.
     """
     from . import conformance as conf
-    from .inference import check_bench_instantiation, check_inference, generator_rows
+    from .inference import check_inference, generator_rows
 
     ctx = result.context
     assert ctx is not None
@@ -136,6 +136,5 @@ def _conformance(result: LintResult, catalogue: Manifest | None, modules: dict[s
         rows, found = generator_rows(ctx)
         out.extend(found)
         rows = result.rows + rows
-        out.extend(check_bench_instantiation(ctx, rows))
         out.extend(check_inference(ctx, bound.op_cls, rows))
     return out

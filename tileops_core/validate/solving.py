@@ -19,8 +19,8 @@ from typing import Mapping
 
 from ..lang.dtypes import DTypeExpr, DTypeIf, DTypeRef
 from ..lang.shapes import ShapePattern
+from ..spec.discriminants import Combination
 from ..spec.nodes import FamilyRef, FamilySpec, TensorSpec
-from .combos import Combination
 from .context import Branch, SpecContext
 from .diagnostics import Diagnostic
 
@@ -103,7 +103,8 @@ class SolveCheck:
                 continue
             decls = _declarations(t, spec.families, "dtype" if dtype else "shape")
             if dtype:
-                hit = any(name in dtype_index_refs(d, self.dtype_indices) for d in decls)
+                hit = any(name in dtype_index_refs(d, self.dtype_indices) for d in decls
+                          if not isinstance(d, ShapePattern))
             else:
                 hit = any(isinstance(d, ShapePattern) and name in d.names() for d in decls)
             if hit:
@@ -134,10 +135,10 @@ class SolveCheck:
                          fix=f"declare {name} as a param or a let, or name it in an input's shape")]
 
 
-def _declarations(t: TensorSpec, families: Mapping[str, FamilySpec], what: str) -> list[object]:
+def _declarations(t: TensorSpec, families: Mapping[str, FamilySpec], what: str) -> list[ShapePattern | DTypeExpr]:
     """Every declaration a tensor's shape/dtype field can lead to, through all family cases."""
     decl = t.shape if what == "shape" else t.dtype
-    out: list[object] = []
+    out: list[ShapePattern | DTypeExpr] = []
     todo, seen = [decl], set()
     while todo:
         d = todo.pop()

@@ -4,7 +4,7 @@ L4 (seed 001): a row's keys are ``<input>_shape``, ``<input>_dtype``, params, st
 index names, ``dtypes``, ``label`` and ``generator``; each optional input has at least one
 row where it is passed and one where it is not (counted per input, rule 7: n optional
 inputs need 2n states covered, not 2**n); labels are distinct. Each row without a
-generator is then instantiated and unified (:mod:`tileops_core.validate.rows`); rows with
+generator is then instantiated and unified (:func:`tileops_core.workloads.check_row`); rows with
 a generator need the generator's code, so the conformance pass checks them.
 """
 
@@ -16,14 +16,12 @@ from typing import Any
 
 from ..lang.dtypes import DTYPE_NAMES
 from ..spec.nodes import WorkloadRow
+from ..workloads import RESERVED_KEYS, RowInstance, generator_name, row_presence
 from .context import SpecContext
 from .diagnostics import Diagnostic
-from .rows import RowInstance, instantiate_row, row_presence
+from .rows import instantiate_row
 
-__all__ = ["RESERVED_KEYS", "check_workloads", "allowed_keys", "generator_name"]
-
-#: Row keys that are neither tensors, params nor indices.
-RESERVED_KEYS = ("dtypes", "label", "generator")
+__all__ = ["check_workloads", "allowed_keys", "generator_name"]
 
 
 def allowed_keys(ctx: SpecContext) -> set[str]:
@@ -33,14 +31,6 @@ def allowed_keys(ctx: SpecContext) -> set[str]:
     for t in spec.inputs:
         keys |= {f"{t}_shape", f"{t}_dtype"}
     return keys
-
-
-def generator_name(row: WorkloadRow) -> str | None:
-    """The generator a row names (``generator: name`` or ``generator: {name: ..., ...}``)."""
-    g = row.values.get("generator")
-    if isinstance(g, dict):
-        g = g.get("name")
-    return g if isinstance(g, str) else None
 
 
 def check_workloads(ctx: SpecContext) -> tuple[list[Diagnostic], list[RowInstance]]:

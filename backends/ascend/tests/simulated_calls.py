@@ -12,11 +12,12 @@ import os
 
 import torch
 
-from tileops_core.bench.workloads import Instance, dtype_cases, instantiate
+from tileops_core.bench.workloads import Instance, instantiate
 from tileops_core.kernels import CallSpec
 from tileops_core.ops.linear_attention import RecurrentGatedDeltaRuleFwdOp, RGDRKernel
 from tileops_core.spec.manifest import get_spec
 from tileops_core.spec.nodes import WorkloadRow
+from tileops_core.workloads import dtype_cases
 
 __all__ = ["FP16_INPUTS", "SPEC", "fresh_seed", "instance", "meta_instance", "simulated", "simulated_call"]
 

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from tileops_core import load_manifest
-from tileops_core.bench.workloads import dtype_cases, instantiate
+from tileops_core.bench.workloads import instantiate
 from tileops_core.kernels import select_kernel
+from tileops_core.workloads import dtype_cases
 
 TOL = {torch.float32: 1e-4, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 

@@ -17,9 +17,10 @@ import pytest
 import torch
 
 from tileops_core import load_manifest
-from tileops_core.bench.workloads import dtype_cases, instantiate
+from tileops_core.bench.workloads import instantiate
 from tileops_core.kernels import CallSpec, registry, select_kernel
 from tileops_core.plugins import ensure_plugins_loaded
+from tileops_core.workloads import dtype_cases
 
 ensure_plugins_loaded()
 pytestmark = pytest.mark.skipif("cuda" not in registry.backends(), reason="tileops-cuda is not installed")

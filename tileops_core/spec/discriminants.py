@@ -15,7 +15,7 @@ A mutated input is written on exactly the combinations where it is present, so t
 branches of check 8 are the presence axes. A :class:`Combination` is one value per axis.
 Its *discriminant environment* binds
 everything an expression may read on it: absent things to ``None`` (as at a call), present
-things of unknown content to :data:`~tileops_core.validate.symbolic.UNKNOWN`, and
+things of unknown content to :data:`~tileops_core.spec.symbolic.UNKNOWN`, and
 discriminants to their values; ``requires`` evaluated there (and any shape rule that reads
 only discriminants, which restricts the domain just the same) says whether the combination
 is excluded. Type families are resolved with :meth:`FamilySpec.case_for`, the same rule the
@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping
 
 from ..lang import ir
 from ..lang.types import ADTRef, Enum, NoneT, ParamType, Prim, UnionT
-from ..spec.nodes import Expr, FamilyRef, FamilySpec, OpSpec
+from .nodes import Expr, FamilyRef, FamilySpec, OpSpec
 from .symbolic import OTHER, UNKNOWN, Undecided, attempt
 
 __all__ = ["Axis", "Combination", "Missing", "Resolution", "Variant", "Discriminants", "BOOLEAN_NODES"]
@@ -202,8 +202,8 @@ class Discriminants:
     def _decided(self, e: Expr, seen: frozenset[str] = frozenset()) -> bool:
         """True when ``e`` reads only discriminants (presence, param axes, lets of those)."""
         spec = self.spec
-        present_nodes = [n.args[0] for n in ir.walk(e.node) if isinstance(n, ir.Call) and n.func == "present"]
-        present_args = {n.id for n in present_nodes}  # type: ignore[union-attr]
+        present_nodes = ir.presence_tests(e.node)
+        present_args = {n.id for n in present_nodes}
         other_uses = {n.id for n in ir.walk(e.node)
                       if isinstance(n, ir.Name) and not any(n is p for p in present_nodes)}
         for name in e.names:
@@ -288,7 +288,7 @@ class Discriminants:
     def match_value(self, fam: FamilySpec, combo: Combination) -> Any:
         """The value ``fam``'s match takes on ``combo`` (UNKNOWN when undecided)."""
         text = self.match_text.get(fam.name)
-        if text in combo.matches:
+        if text is not None and text in combo.matches:
             return combo.matches[text]
         out = attempt(fam.match.fn, combo.env)
         return out.value if out.decided else UNKNOWN

@@ -49,7 +49,3 @@ class NamedFunctions(Generic[F]):
             raise TileOpsError(f"no {self.kind} named {name!r} (registered: {', '.join(known) or 'none'})"
                                + (f"; {self.hint}" if self.hint else ""))
         return fn
-
-    def names(self) -> list[str]:
-        with self._lock:
-            return sorted(self._fns)
