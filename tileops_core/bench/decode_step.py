@@ -230,8 +230,8 @@ def format_decode_step(result: DecodeStepResult) -> str:
              f"DV={c.DV} {c.dtype}, {c.state_dtype} state; device time per step {dev} (CUDA graph replay, events)",
              f"{'way':26s} {'host/step':>11s} {'wall/step':>11s} {'wall/device':>11s}  equal to eager"]
     for w in result.ways:
-        if w.error:
-            lines.append(f"{w.way:26s} error: {w.error}")
+        if w.error or w.host_s is None or w.wall_s is None:
+            lines.append(f"{w.way:26s} error: {w.error or 'not timed'}")
             continue
         ratio = "-" if result.device_s is None or w.wall_s is None else f"{w.wall_s / result.device_s:.2f}x"
         lines.append(f"{w.way:26s} {w.host_s * 1e6:9.1f} µs {w.wall_s * 1e6:9.1f} µs {ratio:>11s}  "

@@ -19,7 +19,7 @@ import torch
 from ..lang.tensor_meta import TensorMeta
 from ..spec.nodes import OpSpec, WorkloadRow
 from ..workloads import dtype_cases, instantiate_case
-from .generators import run_generator
+from ..workloads.generators import run_generator
 
 # TensorMeta and dtype_cases are re-exported for tileops_core.cli.cmd_explain until it imports
 # them from tileops_core.lang.tensor_meta and tileops_core.workloads.

@@ -160,10 +160,11 @@ def explain(op_name: str, *, workload: str | None = None, dtype: str | None = No
     op = cls(**instance.op_kwargs)
     plan = _plan(op, instance, spec)
     target = current_target(op.target)
-    calls = {i: plan.call_specs[i] for i in cls.interfaces}
+    interfaces = op.definition().interfaces
+    calls = {i: plan.call_specs[i] for i in interfaces}
     if simulated is not None and arch is not None:
         calls = {i: _as_if_on(call, simulated, arch) for i, call in calls.items()}
-    selections: list[Selection] = [select_kernel(i, calls[i], target) for i in cls.interfaces]
+    selections: list[Selection] = [select_kernel(i, calls[i], target) for i in interfaces]
     return {
         "op": spec.name, "spec": f"{spec.file}:{spec.line}", "workload": row.label, "case": instance.case,
         "row": row.loc.where(),

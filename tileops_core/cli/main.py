@@ -14,7 +14,7 @@ import argparse
 import importlib
 import sys
 from types import ModuleType
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from .._version import __version__
 from ..errors import TileOpsError
@@ -34,7 +34,7 @@ def _command_modules() -> list[ModuleType]:
 class _Parser(argparse.ArgumentParser):
     """argparse exits 2 on usage errors already; keep its message short and on stderr."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)

@@ -32,9 +32,11 @@ class CallSpec:
         self.interface = interface
         self.device_type = device_type
         self.arch = arch
-        self.dtypes = dict(dtypes)
-        self.dims = dict(dims)
-        self.flags = dict(flags)
+        self.dtypes: dict[str, str] = dict(dtypes)
+        # Values are hashable ints, tuples of ints, strs, bools, None: what a kernel reads with
+        # int(), math.prod() or a comparison, so they are typed as what they are read as.
+        self.dims: dict[str, Any] = dict(dims)
+        self.flags: dict[str, Any] = dict(flags)
         self._hash = hash(self._key())
 
     def _key(self) -> tuple[Any, ...]:

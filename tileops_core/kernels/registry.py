@@ -137,7 +137,7 @@ def record_failure(failure: LoadFailure) -> None:
 
 def resolve_preferred(impl: type[KernelInterface]) -> list[type[KernelInterface]]:
     """The registered classes ``impl.preferred_over`` names (strings are ``module:qualname``)."""
-    out = []
+    out: list[type[KernelInterface]] = []
     candidates = implementations(impl.interface())
     for target in impl.preferred_over:
         if isinstance(target, str):

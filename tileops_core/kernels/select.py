@@ -199,5 +199,7 @@ def _warn_fallback(selection: Selection) -> None:
         return
     _warned.add(key)
     why = "; ".join(reasons) or f"no specialised implementation for {device} is installed"
-    warnings.warn(f"{selection.call.op}: falling back to the general {selection.chosen.qualname()} on "  # type: ignore[union-attr]
-                  f"{device} ({why})", RuntimeWarning, stacklevel=5)
+    chosen = selection.chosen
+    assert chosen is not None  # only a chosen general kernel falls back
+    warnings.warn(f"{selection.call.op}: falling back to the general {chosen.qualname()} on {device} ({why})",
+                  RuntimeWarning, stacklevel=5)

@@ -160,7 +160,7 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
     if len(returned) == 1:
         ret_ann = torch.Tensor
     elif returned:
-        ret_ann = tuple[tuple(torch.Tensor for _ in returned)]  # type: ignore[misc]
+        ret_ann = tuple[tuple(torch.Tensor for _ in returned)]  # type: ignore[misc]  # a tuple type of a length known at run time
     n_inputs = len(spec.call_inputs)
     n_buffers = sum(1 for o in spec.outputs.values() if o.buffer)
     boundary_ref: list[Boundary] = []
@@ -183,7 +183,7 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
                                                                                      plan.out_dtypes)))
 
     signature = inspect.Signature(params, return_annotation=ret_ann)
-    impl.__signature__ = signature  # type: ignore[attr-defined]
+    setattr(impl, "__signature__", signature)  # what infer_schema reads (no such attribute on a function type)
     mutated = [t.name for t in spec.call_inputs if t.mutated]
     try:
         schema = torch.library.infer_schema(impl, mutates_args=mutated)

@@ -75,8 +75,9 @@ class OpChecks:
         self.loc = spec.location
         self.call_inputs = spec.call_inputs
         self.buffers = tuple(o for o in spec.outputs.values() if o.buffer)
-        self.arg_names: tuple[str, ...] = tuple(t.name for t in self.call_inputs) + tuple(
-            o.buffer for o in self.buffers)  # type: ignore[misc]
+        #: Per buffered output, the forward keyword of its buffer (``buffer: out``).
+        self.buffer_names: tuple[str, ...] = tuple(o.buffer for o in self.buffers if o.buffer)
+        self.arg_names: tuple[str, ...] = tuple(t.name for t in self.call_inputs) + self.buffer_names
         self.arg_index = {n: i for i, n in enumerate(self.arg_names)}
         # The plan key holds contiguity for these (the check of a contiguous: true input or
         # out buffer depends on it).
@@ -270,8 +271,7 @@ class OpChecks:
                                          presence, args) for i in interfaces}
         # The plan outlives the call: keep tensor metadata, never the tensors (their memory).
         kept_env = {k: TensorMeta.of(v) if isinstance(v, torch.Tensor) else v for k, v in env.items()}
-        buffer_args = tuple(self.arg_index[o.buffer] for o in self.buffers  # type: ignore[index]
-                            if args.get(o.buffer) is not None)  # type: ignore[arg-type]
+        buffer_args = tuple(self.arg_index[b] for b in self.buffer_names if args.get(b) is not None)
         noncontiguous = tuple(i for i, v in enumerate(values)
                               if isinstance(v, torch.Tensor) and v.layout is torch.strided and not v.is_contiguous())
         return CallPlan(self.op, device, tuple(out_shapes), tuple(out_dtypes), tuple(out_names),
@@ -293,10 +293,10 @@ class OpChecks:
             if not isinstance(v, torch.Tensor):
                 fail(self.op, f"input {t.name} must be a tensor, got {type(v).__name__}", t.loc)
             present.add(t.name)
-        for o in self.buffers:
-            v = args.get(o.buffer)  # type: ignore[arg-type]
+        for o, b in zip(self.buffers, self.buffer_names):
+            v = args.get(b)
             if v is not None and not isinstance(v, torch.Tensor):
-                fail(self.op, f"out buffer {o.buffer} must be a tensor, got {type(v).__name__}", o.loc)
+                fail(self.op, f"out buffer {b} must be a tensor, got {type(v).__name__}", o.loc)
         return frozenset(present)
 
     def step4_infer(self, args: Mapping[str, Any], construction: Mapping[str, torch.Tensor], env0: Mapping[str, Any],
@@ -309,21 +309,21 @@ class OpChecks:
         tensors: dict[str, torch.Tensor] = {n: args[n] for n in presence if n in args}
         dtype_env: dict[str, str] = {}
         converted: dict[str, torch.Tensor] = {}
-        actual_dtypes = {n: name_of(t.dtype) for n, t in tensors.items()}
-        for n, t in construction.items():
-            actual_dtypes[n] = name_of(t.dtype)
-        for t in spec.inputs.values():
-            if t.name not in presence:
+        actual_dtypes = {n: name_of(v.dtype) for n, v in tensors.items()}
+        for n, v in construction.items():
+            actual_dtypes[n] = name_of(v.dtype)
+        for decl in spec.inputs.values():
+            if decl.name not in presence:
                 continue
-            expr = branch.dtypes.get(t.name)
+            expr = branch.dtypes.get(decl.name)
             if expr is None:
                 continue
-            if t.construction:
-                want = self._dtype_value(expr, actual_dtypes, dtype_env, env0, tensors, t)
+            if decl.construction:
+                want = self._dtype_value(expr, actual_dtypes, dtype_env, env0, tensors, decl)
                 if want is not None:
-                    actual_dtypes[t.name] = want
+                    actual_dtypes[decl.name] = want
                 continue
-            self._check_dtype(t, expr, actual_dtypes[t.name], actual_dtypes, dtype_env, env0, tensors)
+            self._check_dtype(decl, expr, actual_dtypes[decl.name], actual_dtypes, dtype_env, env0, tensors)
         for n, ctensor in construction.items():
             want_dtype = TORCH_DTYPES[actual_dtypes[n]]
             target_device = torch.device("cpu") if spec.inputs[n].device == "cpu" else device
@@ -333,8 +333,8 @@ class OpChecks:
         self._check_placement(tensors, args)
         env: dict[str, Any] = dict(env0)
         env.update(tensors)
-        for t in spec.inputs.values():
-            env.setdefault(t.name, None)
+        for decl in spec.inputs.values():
+            env.setdefault(decl.name, None)
         origin: dict[str, str] = {n: f"param {n}" for n in spec.params}
         origin.update({n: f"let {n} = {e.text}" for n, e in self.construction_lets})
         origin.update({n: f"static dim {n}" for n in spec.static_dims})
@@ -440,8 +440,8 @@ class OpChecks:
             opts = p.type.options if isinstance(p.type, UnionT) else (p.type,)
             if any(isinstance(o, Prim) and o.kind == "device" for o in opts) and env0.get(name) is not None:
                 return torch.device(env0[name]), False
-        for o in self.buffers:
-            buf = args.get(o.buffer)  # type: ignore[arg-type]
+        for b in self.buffer_names:
+            buf = args.get(b)
             if buf is not None:
                 return buf.device, False
         return default_device(current_target(op_target)), True
@@ -519,7 +519,7 @@ class OpChecks:
         if pattern is None:
             fail(self.op, f"output {o.name} has no shape declaration", o.loc)
         dims: list[Any] = []
-        for item in pattern.items:  # type: ignore[union-attr]
+        for item in pattern.items:
             try:
                 if isinstance(item, Axis):
                     value = Expr(item.node, item.text, o.loc).fn(env)
@@ -545,8 +545,8 @@ class OpChecks:
         for t in self.spec.inputs.values():
             if t.optional:
                 flags[f"has_{t.name}"] = t.name in presence
-        for o in self.buffers:
-            flags[f"has_{o.buffer}"] = args.get(o.buffer) is not None  # type: ignore[arg-type]
+        for b in self.buffer_names:
+            flags[f"has_{b}"] = args.get(b) is not None
         for name, p in self.spec.params.items():
             value = env.get(name)
             options = p.type.options if isinstance(p.type, UnionT) else (p.type,)

@@ -151,7 +151,7 @@ def bind_at_definition(op_cls: type) -> None:
             pass
 
 
-def rebind(op_cls: type, spec: OpSpec) -> tuple[OpDef | None, Callable[[], None]]:
+def rebind(op_cls: type, spec: OpSpec) -> tuple[OpDef, Callable[[], None]]:
     """Bind ``op_cls`` to ``spec`` for a while (the validator's code checks); returns the new
     definition and the function that puts the previous state back, boundary included."""
     with _lock:
@@ -176,7 +176,7 @@ def _forward_takes_buffers_by_position(cls: type, arg_names: tuple[str, ...]) ->
     out buffers included, and takes them by position: then a call passes them positionally (cheaper
     than building keyword arguments on every call); otherwise buffers go by keyword."""
     try:
-        params = list(inspect.signature(cls.forward).parameters.values())[1:]  # type: ignore[attr-defined]
+        params = list(inspect.signature(getattr(cls, "forward")).parameters.values())[1:]
     except (TypeError, ValueError):
         return False
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

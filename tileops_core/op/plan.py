@@ -61,7 +61,7 @@ _empty = torch.empty
 Select = Callable[[type[KernelInterface], CallSpec, "Target | None"], tuple[type[KernelInterface], Callable[..., Any]]]
 
 
-class BoundKernels(dict):  # type: ignore[type-arg]  # interface -> launcher; a dict for the hot path's lookup
+class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: one lookup per launch
     """The launchers of one plan under one target, per interface: a callable taking the
     arguments ``forward`` passes to :meth:`Op.launch`. An interface is bound the first time
     a call launches it (an op need not launch every interface it lists on every call)."""
@@ -193,7 +193,7 @@ class CallPlan:
         passed = set(self.buffer_args)
         # Per output, decided once per plan (the key fixes which buffers are passed):
         # (index, identity arg or None, what the identity is, non-empty).
-        slots = []
+        slots: list[tuple[int, int | None, str, bool]] = []
         for i, shape in enumerate(self.out_shapes):
             b, a = self.buffer_index[i], self.alias_index[i]
             if b is not None and b in passed:
@@ -212,8 +212,9 @@ class CallPlan:
         self.fresh_dtypes = tuple(self.out_dtypes[i] for i in fresh)
         self.copies_needed = bool(self.noncontiguous_args)
         self.made = _Made()
-        if self._single and slots[0][1] is None:
-            self.check_outputs = self._one_fresh_output_check()  # type: ignore[method-assign]
+        #: Step 7 for this plan: the fast closure for one fresh output, else the full check.
+        self.check_outputs: Callable[[Any, Sequence[Any]], Any] = (
+            self._one_fresh_output_check() if self._single and slots[0][1] is None else self.check_outputs_in_full)
 
     # -- kernels ----------------------------------------------------------------------------
 
@@ -287,7 +288,7 @@ class CallPlan:
 
         return check
 
-    def check_outputs(self, result: Any, values: Sequence[Any]) -> Any:
+    def check_outputs_in_full(self, result: Any, values: Sequence[Any]) -> Any:
         """Step 7: count, None-ness, shape, dtype, device, layout, identity, storage sharing."""
         if result is not None and result is self.made.out:
             self.made.out = None
@@ -319,11 +320,6 @@ class CallPlan:
                 if storage_id(out) in storages:
                     fail(self.op, f"output {self.out_names[i]} shares storage with an input", self.out_locs[i])
         return result
-
-    def check_outputs_in_full(self, result: Any, values: Sequence[Any]) -> Any:
-        """Step 7 without any fast path (what a specialised check falls back to for its message)."""
-        self.made.out = None
-        return CallPlan.check_outputs(self, result, values)
 
     def _mismatch(self, i: int, out: torch.Tensor) -> None:
         name, loc = self.out_names[i], self.out_locs[i]

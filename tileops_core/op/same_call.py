@@ -25,9 +25,10 @@ Matcher = Callable[[Sequence[Any]], bool]
 
 def _load_guards() -> Any:
     try:
-        from torch._C._dynamo.guards import TensorGuards
+        from torch._C._dynamo.guards import TensorGuards as guards
     except ImportError:
         return None
+    TensorGuards: Any = guards  # its stub declares keyword arguments only; it takes the tensors positionally
     try:  # it must accept the same metadata and refuse another shape, dtype or stride
         a, b = torch.empty(2, 3), torch.empty(2, 3)
         guard = TensorGuards(a, dynamic_dims_sizes=[[2, 3]], dynamic_dims_strides=[[3, 1]])

@@ -40,6 +40,8 @@ class GemmFwdOp(Op):
     """``d = op(a) @ op(b)``, op transposing when its flag is set."""
 
     interfaces = (GemmKernel,)
+    trans_a: bool  # params: set from the checked values at construction
+    trans_b: bool
 
     def __init__(self, trans_a: bool = False, trans_b: bool = True, **options: Any) -> None:
         super().__init__(trans_a=trans_a, trans_b=trans_b, **options)

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..bench.generators import Generated, register_generator
+from ..workloads.generators import Generated, register_generator
 from ..kernels.interface import KernelInterface
 from ..op.base import Op
 from ..errors import fail
@@ -32,6 +32,9 @@ class RecurrentGatedDeltaRuleFwdOp(Op):
     """The RGDR decode step (RGDR.md); optionally checks metadata contents before writing."""
 
     interfaces = (RGDRKernel,)
+    scale: float | None  # params: set from the checked values at construction
+    seq_lens_style: str
+    use_qk_l2norm_in_kernel: bool
 
     def __init__(self, scale: float | None = None, seq_lens_style: str = "lengths",
                  use_qk_l2norm_in_kernel: bool = False, **options: Any) -> None:

@@ -22,6 +22,8 @@ class RMSNormFwdOp(Op):
     """``torch.nn.functional.rms_norm`` as a spec-checked op."""
 
     interfaces = (RMSNormKernel,)
+    normalized_shape: tuple[int, ...]  # params: set from the checked values at construction
+    eps: float | None
 
     def __init__(self, normalized_shape: Any, eps: float | None = None, **options: Any) -> None:
         super().__init__(normalized_shape=normalized_shape, eps=eps, **options)
@@ -40,6 +42,8 @@ class GroupNormFwdOp(Op):
     """``torch.nn.functional.group_norm``; weight and bias are present together or not at all."""
 
     interfaces = (GroupNormKernel,)
+    num_groups: int
+    eps: float
 
     def __init__(self, num_groups: int, eps: float = 1e-05, **options: Any) -> None:
         super().__init__(num_groups=num_groups, eps=eps, **options)

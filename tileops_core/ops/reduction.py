@@ -25,6 +25,8 @@ class SoftmaxFwdOp(Op):
     """``torch.softmax(input, dim, dtype)`` with the softmax axis length promised at construction."""
 
     interfaces = (SoftmaxKernel,)
+    dim: int  # params: set from the checked values at construction
+    dtype: str | None
 
     def __init__(self, dim: int, dtype: Any = None, *, N: int, **options: Any) -> None:
         super().__init__(dim=dim, dtype=dtype, N=N, **options)
@@ -69,6 +71,9 @@ class SumFwdOp(Op):
     """
 
     interfaces = (SumKernel,)
+    dim: int | tuple[int, ...] | None  # params: set from the checked values at construction
+    keepdim: bool
+    dtype: str | None
 
     def __init__(self, dim: Any = None, keepdim: bool = False, dtype: Any = None, **options: Any) -> None:
         super().__init__(dim=dim, keepdim=keepdim, dtype=dtype, **options)

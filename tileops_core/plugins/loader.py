@@ -331,7 +331,7 @@ def register_plugin(plugin: Any, name: str | None = None, *, distribution: str |
     The allow/deny environment variables apply to it too. A failure is recorded and warned
     about, never raised; the returned record says what happened.
     """
-    label = name or getattr(plugin, "__name__", type(plugin).__name__)
+    label = str(name or getattr(plugin, "__name__", type(plugin).__name__))
     with _status.lock:
         return _load_candidate(_Candidate(label, distribution, version, f"registered in-process ({label})",
                                           lambda: plugin))

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..bench.generators import get_generator
+from ..workloads.generators import get_generator
 from ..errors import TileOpsError
 from ..lang.dtypes import DTYPE_NAMES, DTypeSet, SameAs
 from ..op.torchtypes import TORCH_DTYPES, name_of
@@ -101,7 +101,7 @@ def _call_values(ctx: SpecContext, row: RowInstance, dtypes: dict[str, str],
     spec = ctx.spec
     values: list[Any] = [_meta(row.shapes[t.name], dtypes[t.name]) if t.name in row.present else None
                          for t in spec.call_inputs]
-    values.extend((buffers or {}).get(o.buffer) for o in spec.outputs.values() if o.buffer)  # type: ignore[arg-type]
+    values.extend((buffers or {}).get(o.buffer) for o in spec.outputs.values() if o.buffer)
     return values
 
 

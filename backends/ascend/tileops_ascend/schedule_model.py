@@ -113,9 +113,10 @@ def run_schedule(
         raise ScheduleError("the tiling says g/gk is present but the tensor is None")
     cu = [int(x) for x in inputs.actual_seq_lengths.tolist()]
     slots = [int(x) for x in inputs.ssm_state_indices.tolist()]
-    accepted = [int(x) for x in inputs.num_accepted_tokens.tolist()] if td.has_accepted_tokens else []
-    g_flat = inputs.g.reshape(-1) if td.has_gama else None
-    gk_flat = inputs.gk.reshape(-1) if td.has_gama_k else None
+    accepted = ([int(x) for x in inputs.num_accepted_tokens.tolist()]
+                if td.has_accepted_tokens and inputs.num_accepted_tokens is not None else [])
+    g_flat = inputs.g.reshape(-1) if td.has_gama and inputs.g is not None else None
+    gk_flat = inputs.gk.reshape(-1) if td.has_gama_k and inputs.gk is not None else None
 
     nv, nk, dk = td.nv, td.nk, td.dk
     group = nv // nk

@@ -21,7 +21,7 @@ Nothing here imports tilelang: ``build()`` does, the first time a call needs the
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from tileops_core.kernels import CallSpec, KernelEntry
 from tileops_core.ops.activation import SiluAndMulKernel
@@ -45,11 +45,11 @@ __all__ = ["KERNELS"]
 class _TileLang:
     """Declarations shared by every TileLang kernel: CUDA devices, the archs written for."""
 
-    devices = ("cuda",)
-    supported_archs = SUPPORTED_ARCHS
-    general = False
+    devices: ClassVar[tuple[str, ...]] = ("cuda",)
+    supported_archs: ClassVar[tuple[str, ...]] = SUPPORTED_ARCHS
+    general: ClassVar[bool] = False
     #: The launch functions write the outputs the core allocates (see the module docstring).
-    writes_outputs = True
+    writes_outputs: ClassVar[bool] = True
 
     @classmethod
     def key(cls, call: CallSpec) -> Any:

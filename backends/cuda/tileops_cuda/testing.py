@@ -115,7 +115,7 @@ def rgdr_case(
         ssm_state_indices=dev(slots, _torch_dtype(key.slot_dtype)),
         g=dev(g, torch.float32),
         gk=dev(gk, torch.float32),
-        num_accepted_tokens=None if accepted is None else dev(accepted, _torch_dtype(key.accepted_dtype)),
+        num_accepted_tokens=None if accepted is None else dev(accepted, _torch_dtype(key.accepted_dtype or "int32")),
         scale=scale,
     )
 

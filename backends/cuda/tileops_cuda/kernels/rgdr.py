@@ -181,7 +181,8 @@ def default_schedule(key: RGDRBuildKey) -> RGDRSchedule:
     """The schedule rule: the table above; a variant the key cannot use (its tile does not
     divide head_v_dim, or the streaming layout would stage too many value rows) falls back
     to the small tiling."""
-    small, large, n, short, short_n, short_tokens = _SCHEDULES[_ELEM_BYTES[key.state_dtype]]
+    small, large, n, short_or_none, short_n, short_tokens = _SCHEDULES[_ELEM_BYTES[key.state_dtype]]
+    short: RGDRTiling | None = short_or_none
     if rgdr_refusal(key, large) is not None:
         large = small
     if short is not None and rgdr_refusal(key, short) is not None:

@@ -117,7 +117,7 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
             kq = T.alloc_local((EPT,), f32)
             xq = T.alloc_local((EPT,), f32)
             xk = T.alloc_local((EPT,), f32)
-            dvec = T.alloc_local((EPT,), f32) if vector_decay else None
+            dvec: Any = T.alloc_local((EPT,), f32) if vector_decay else None  # read only when vector_decay
             pacc = T.alloc_local((R, PS), f32)
             acc = T.alloc_local((R,), f32)
             start = T.alloc_var(i32)
@@ -319,14 +319,14 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
             d_s = T.alloc_shared((C, GRP), f32)
             sl_s = T.alloc_shared((C,), i32)
             w_s = T.alloc_shared((C,), i32)
-            dv_s = T.alloc_shared((C, GRP, DK), f32) if vector_decay else None
+            dv_s: Any = T.alloc_shared((C, GRP, DK), f32) if vector_decay else None  # read only when vector_decay
 
             Sa = T.alloc_local((R, EPT), rdt)  # the chunk being run, in the state dtype's bits
             Sb = T.alloc_local((R, EPT), rdt)  # the next chunk, loading meanwhile
             kq = T.alloc_local((EPT,), f32)
             xq = T.alloc_local((EPT,), f32)
             xk = T.alloc_local((EPT,), f32)
-            dvec = T.alloc_local((EPT,), f32) if vector_decay else None
+            dvec: Any = T.alloc_local((EPT,), f32) if vector_decay else None  # read only when vector_decay
             pacc = T.alloc_local((R, PS), f32)
             acc = T.alloc_local((R,), f32)
             start = T.alloc_var(i32)

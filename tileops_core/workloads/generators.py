@@ -6,6 +6,10 @@ The generator reads the row, returns the index values the row leaves out (``T`` 
 lengths, slot indices) that random data cannot stand in for. Generators are registered
 by name (by the op modules that need them, or by plugins), never looked up by importing
 a path written in the manifest.
+
+The registry sits in the workloads layer, below the ops that register into it; it never
+imports torch (the tensors a generator makes, and the ``torch.Generator`` it is given,
+pass through it untouched).
 """
 
 from __future__ import annotations
@@ -13,11 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-import torch
-
 from ..spec.named import NamedFunctions
 from ..spec.nodes import WorkloadRow
-from ..workloads import GeneratedMeta, generator_args, generator_name
+from .instance import GeneratedMeta
+from .keys import generator_args, generator_name
 
 __all__ = ["Generated", "register_generator", "get_generator", "run_generator"]
 
@@ -27,14 +30,15 @@ class Generated:
     """What a generator contributes: index values and metadata tensors (on the CPU)."""
 
     indices: dict[str, Any] = field(default_factory=dict)
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    tensors: dict[str, Any] = field(default_factory=dict)  # name -> torch.Tensor
 
     def meta(self) -> GeneratedMeta:
         """What the instantiator reads of it: the index values and the tensors' shapes."""
         return GeneratedMeta(dict(self.indices), {n: tuple(t.shape) for n, t in self.tensors.items()})
 
 
-Generator = Callable[[Mapping[str, Any], torch.Generator], Generated]
+#: ``fn(row values, rng: torch.Generator) -> Generated``.
+Generator = Callable[[Mapping[str, Any], Any], Generated]
 
 _generators: NamedFunctions[Generator] = NamedFunctions(
     "workload generator", "the op's module or a plugin registers it with @register_generator")
@@ -50,7 +54,7 @@ def get_generator(name: str) -> Generator:
     return _generators.get(name)
 
 
-def run_generator(row: WorkloadRow, rng: torch.Generator) -> Generated:
+def run_generator(row: WorkloadRow, rng: Any) -> Generated:
     """Run the row's generator on its values (nothing, for a row without one)."""
     name = generator_name(row)
     if name is None:
