@@ -221,31 +221,14 @@ class Op:
         buffers = dict(zip(self._def.arg_names[n_inputs:], values[n_inputs:]))
         return self.forward(*values[:n_inputs], **buffers)
 
-    def _run(self, plan: CallPlan, values: Sequence[Any]) -> Any:
-        """Step 6: ``forward`` with the plan's launchers for the current target."""
-        target = self._target or current_target()
-        bound = plan.bound.get(target)
-        if bound is None:
-            bound = plan.bind(target, choose_kernel)
-        previous = getattr(CURRENT, "call", None)
-        CURRENT.call = (self, plan, bound, values)
-        try:
-            if plan.n_buffers == 0 or self._def.buffers_by_position:
-                return self.forward(*values)
-            return self._forward_with_buffers(plan, values)
-        finally:
-            CURRENT.call = previous
-
     def run_planned(self, values: Sequence[Any]) -> Any:
         """The compile boundary's implementation: the planned kernel on real tensors.
 
-        The fake implementation ran steps 1-5 on fake tensors at trace time; here a known key
-        goes straight to the kernel. Step 7 stays: it is what catches a kernel's mistake.
+        The fake implementation ran steps 1-5 on fake tensors at trace time; here the call
+        finds the plan made for its key and goes straight to the bound launcher, as an eager
+        call does. Step 7 stays: it is what catches a kernel's mistake.
         """
-        plan = self._plan_of(values)
-        if plan.empty:
-            return plan.empty_result(values)
-        return plan.check_outputs(self._run(plan, values), values)
+        return self._call(values)
 
     # -- what forward uses ------------------------------------------------------------------
 

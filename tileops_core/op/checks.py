@@ -144,13 +144,8 @@ class OpChecks:
         tensors: dict[str, torch.Tensor] = {}
         for t in spec.construction_inputs:
             value = values.get(t.name)
-            if value is None:
-                if not t.optional:
-                    fail(self.op, f"construction-time input {t.name} is required", t.loc)
-                continue
-            if not isinstance(value, torch.Tensor):
-                fail(self.op, f"construction-time input {t.name} must be a tensor, got {type(value).__name__}", t.loc)
-            tensors[t.name] = value
+            if self._given(t, value, "construction-time input", "is required"):
+                tensors[t.name] = value
         for name, e in self.construction_lets:
             env[name] = self._eval(e, env, f"let {name}")
         for e in self.construction_rules:
@@ -285,19 +280,23 @@ class OpChecks:
         """Step 1: which call-time tensors are present (None = absent); every given one is a tensor."""
         present = set(construction)
         for t in self.call_inputs:
-            v = args.get(t.name)
-            if v is None:
-                if not t.optional:
-                    fail(self.op, f"input {t.name} is required but was not given", t.loc)
-                continue
-            if not isinstance(v, torch.Tensor):
-                fail(self.op, f"input {t.name} must be a tensor, got {type(v).__name__}", t.loc)
-            present.add(t.name)
+            if self._given(t, args.get(t.name), "input", "is required but was not given"):
+                present.add(t.name)
         for o, b in zip(self.buffers, self.buffer_names):
             v = args.get(b)
             if v is not None and not isinstance(v, torch.Tensor):
                 fail(self.op, f"out buffer {b} must be a tensor, got {type(v).__name__}", o.loc)
         return frozenset(present)
+
+    def _given(self, t: TensorSpec, value: Any, what: str, missing: str) -> bool:
+        """Whether input ``t`` was given (a tensor); absent is fine when it is optional."""
+        if value is None:
+            if not t.optional:
+                fail(self.op, f"{what} {t.name} {missing}", t.loc)
+            return False
+        if not isinstance(value, torch.Tensor):
+            fail(self.op, f"{what} {t.name} must be a tensor, got {type(value).__name__}", t.loc)
+        return True
 
     def step4_infer(self, args: Mapping[str, Any], construction: Mapping[str, torch.Tensor], env0: Mapping[str, Any],
                     presence: frozenset[str], branch: Branch, device: torch.device

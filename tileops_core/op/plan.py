@@ -106,7 +106,7 @@ def _launcher(plan: "CallPlan", interface: type[KernelInterface], impl: type[Ker
         if len(shapes) == 1:
             shape, dtype = shapes[0], dtypes[0]
 
-            def launch_into_one(*args: Any, **kwargs: Any) -> Any:
+            def launch_into_one(*args: Any, **kwargs: Any) -> Any:  # the common case, kept lean
                 out = _empty(shape, dtype=dtype, device=device)
                 try:
                     kernel(*args, out, **kwargs)
@@ -120,12 +120,7 @@ def _launcher(plan: "CallPlan", interface: type[KernelInterface], impl: type[Ker
 
         def launch_into(*args: Any, **kwargs: Any) -> Any:
             outs = tuple(_empty(s, dtype=d, device=device) for s, d in zip(shapes, dtypes))
-            try:
-                kernel(*args, *outs, **kwargs)
-            except TileOpsError:
-                raise
-            except Exception as exc:
-                raise raised(exc) from exc
+            _run_kernel(kernel, (*args, *outs), kwargs, raised)
             plan.made.out = outs
             return outs
         return launch_into
@@ -138,6 +133,17 @@ def _launcher(plan: "CallPlan", interface: type[KernelInterface], impl: type[Ker
         except Exception as exc:
             raise raised(exc) from exc
     return launch
+
+
+def _run_kernel(kernel: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                raised: Callable[[Exception], KernelError]) -> Any:
+    """Call a kernel, its own exception translated into a :class:`KernelError` that names it."""
+    try:
+        return kernel(*args, **kwargs)
+    except TileOpsError:
+        raise
+    except Exception as exc:
+        raise raised(exc) from exc
 
 
 class _Made:

@@ -13,6 +13,7 @@ behave as expected on this build, no matcher is made and every call builds the k
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Callable, Sequence
 
 import torch
@@ -61,17 +62,10 @@ def make_matcher(values: Sequence[Any]) -> Matcher | None:
     if len(present) == 1:
         only = present[0]
 
-        def matches_one(vals: Sequence[Any]) -> bool:
-            if len(vals) != n:
-                return False
-            for i in absent:
-                if vals[i] is not None:
-                    return False
-            return check(vals[only])
-        return matches_one
-    from operator import itemgetter
-
-    pick = itemgetter(*present)
+        def pick(vals: Sequence[Any]) -> tuple[Any, ...]:
+            return (vals[only],)
+    else:
+        pick = itemgetter(*present)
 
     def matches(vals: Sequence[Any]) -> bool:
         if len(vals) != n:
