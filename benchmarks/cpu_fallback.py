@@ -17,7 +17,8 @@ rotating), on the same inputs, after warm-up; a sample is a loop of enough calls
   sequence (no pool gather/scatter): its best case.
 * SSD decode: the reference kernel against the obvious torch statement of the step
   (``state.copy_(state * exp(dt * A) + dt * x * B)``, ``y = state @ C``) on the manifest rows.
-* Every other op: the reference kernel alone, and the whole op call, against the op's
+* Every other op: the reference kernel alone (the function its ``entry_for`` builds for the
+  op's call), and the whole op call, against the op's
   ``ref_api`` (or, for SiluAndMul, ``F.silu(gate) * up``) called on the native-dtype
   inputs, on the manifest's workload rows (rows above ``--max-mb`` of inputs are skipped).
 
@@ -107,9 +108,14 @@ def kernels_of_revision(rev: str, into: Path) -> ModuleType:
     return importlib.import_module(f"{name}.kernels")
 
 
-def kernel_fns(module: ModuleType) -> dict[str, Callable[..., Any]]:
-    """op name -> the reference kernel function of ``module`` (a ``tileops_cpu_ref.kernels``)."""
-    return {k.op: k.fn for k in module.KERNELS}
+def kernel_classes(module: ModuleType) -> dict[str, Any]:
+    """op name -> the reference kernel class of ``module`` (a ``tileops_cpu_ref.kernels``)."""
+    return {k.op: k for k in module.KERNELS}
+
+
+def kernel_for(kernel: Any, call: Any) -> Callable[..., Any]:
+    """What ``kernel`` runs for ``call``: the function its entry builds, as the op would get it."""
+    return kernel.entry_for(call).build()
 
 
 # -- RGDR against a Hugging Face style torch loop ------------------------------------------------------------
@@ -147,7 +153,7 @@ RGDR_ROWS = [("tiny model", 1, 1, 2, 4, 32, 32)] + [
     (f"qwen3.5 B={B} T_b={L}", B, L, 16, 32, 128, 128) for B in (1, 8, 32) for L in (1, 2)]
 
 
-def rgdr_table(kernels: dict[str, dict[str, Callable[..., Any]]], args: argparse.Namespace) -> list[list[str]]:
+def rgdr_table(kernels: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[list[str]]:
     rows = []
     gen = torch.Generator().manual_seed(0)
     for label, B, L, NK, NV, DK, DV in RGDR_ROWS:
@@ -168,7 +174,7 @@ def rgdr_table(kernels: dict[str, dict[str, Callable[..., Any]]], args: argparse
         expected, _ = hf_style_recurrent_gated_delta_rule(*hf_in)
         candidates = {"torch": lambda: hf_style_recurrent_gated_delta_rule(*hf_in)}
         for name, fns in kernels.items():
-            fn = fns["RecurrentGatedDeltaRuleFwdOp"]
+            fn = fns["RecurrentGatedDeltaRuleFwdOp"].fn
             pool_copy = state.clone()
             got = fn(q, k, v, beta, pool_copy, lengths, slots, g, None, None, None, "lengths", True)
             err = float((got.float() - expected.reshape(T, NV, DV).float()).norm() / expected.float().norm())
@@ -194,7 +200,7 @@ def torch_ssd_decode(A: torch.Tensor, dt: torch.Tensor, x: torch.Tensor, B_in: t
     return torch.einsum("bhpn,bhn->bhp", state, Ch)
 
 
-def ssd_table(kernels: dict[str, dict[str, Callable[..., Any]]], args: argparse.Namespace) -> list[list[str]]:
+def ssd_table(kernels: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[list[str]]:
     rows = []
     gen = torch.Generator().manual_seed(1)
     for label, B, H, P, N, G in [("small", 2, 8, 16, 16, 2), ("mamba2-2.7b B=1", 1, 128, 64, 128, 8),
@@ -208,7 +214,7 @@ def ssd_table(kernels: dict[str, dict[str, Callable[..., Any]]], args: argparse.
         reference_state = state.clone()
         candidates = {"torch": lambda s=reference_state: torch_ssd_decode(A, dt, x, B_in, C_in, s)}
         for name, fns in kernels.items():
-            fn, s = fns["SSDDecodeFwdOp"], state.clone()
+            fn, s = fns["SSDDecodeFwdOp"].fn, state.clone()
             torch.testing.assert_close(fn(A, dt, x, B_in, C_in, s), expected, rtol=1e-4, atol=1e-4)
             candidates[name] = lambda fn=fn, s=s: fn(A, dt, x, B_in, C_in, s)
         rows.append([label] + _figures(race(candidates, args.rounds, args.sample_s, args.budget_s), kernels))
@@ -244,7 +250,7 @@ TORCH_CALLS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-def ops_table(kernels: dict[str, dict[str, Callable[..., Any]]], args: argparse.Namespace) -> list[list[str]]:
+def ops_table(kernels: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[list[str]]:
     from tileops_core import load_manifest
     from tileops_core.bench.baselines import capture_launches
     from tileops_core.bench.workloads import dtype_cases, instantiate
@@ -271,8 +277,8 @@ def ops_table(kernels: dict[str, dict[str, Callable[..., Any]]], args: argparse.
                 (launch,) = capture_launches(op, call_args)
                 a = launch.args
                 candidates = {"torch": lambda a=a: TORCH_CALLS[name](*a)}
-                for kname, fns in kernels.items():
-                    candidates[kname] = lambda fn=fns[name], a=a: fn(*a)
+                for kname, classes in kernels.items():
+                    candidates[kname] = lambda fn=kernel_for(classes[name], launch.call), a=a: fn(*a)
                 candidates["op"] = lambda: op(*call_args)
                 rows.append([label] + _figures(race(candidates, args.rounds, args.sample_s, args.budget_s),
                                                kernels, with_op=True))
@@ -328,9 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     import tileops_cpu_ref.kernels as current
 
     with tempfile.TemporaryDirectory() as tmp:
-        kernels = {"after": kernel_fns(current)}
+        kernels = {"after": kernel_classes(current)}
         if args.before:
-            kernels = {"before": kernel_fns(kernels_of_revision(args.before, Path(tmp))), **kernels}
+            kernels = {"before": kernel_classes(kernels_of_revision(args.before, Path(tmp))), **kernels}
         names = list(kernels)
         print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.clock} clock; median µs per call of "
               f"{args.rounds} interleaved samples; ratio = torch / candidate (> 1: faster than torch)"
