@@ -9,9 +9,11 @@ Tolerances, as ``||got - oracle|| / ||oracle||``:
 * float64 kernel: 1e-9 (the same math, summed in another order);
 * float32 kernel, output: 2e-5 when the output is float32, else the output dtype's rounding
   (bfloat16 1.6e-2, float16 2e-3) -- the conformance suite's per-dtype tolerances;
-* float32 kernel, state: 1e-5 for a float32 state; for a 16-bit state 1e-4 -- both sides round
-  the state to its dtype after every token, so they differ only where float32 and float64
-  fall on opposite sides of a rounding boundary (a few elements by one ulp).
+* float32 kernel, state: 1e-5 for a float32 state.
+* a 16-bit state: 1e-3 for the state and at least that for the output. Both sides round the
+  state to its dtype after every token, so they differ only where float32 and float64 fall
+  on opposite sides of a rounding boundary; such an element moves by one ulp (2^-8 of it
+  in bfloat16) and the recurrence carries it on: in these small pools, up to a few 1e-4.
 
 Slots no token writes are compared bit for bit.
 """
@@ -29,7 +31,7 @@ from tileops_cpu_ref.kernels import RefRGDR
 from tileops_cpu_ref.rgdr import L2NORM_EPS, recurrent_gated_delta_rule
 
 OUT_TOL = {torch.float32: 2e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
-STATE_TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-4, torch.float16: 1e-4}
+STATE_TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-3, torch.float16: 1e-3}
 #: Workload rows whose state pool is above this run only with ``-m all_workloads``.
 SMALL_POOL_BYTES = 64 << 20
 
@@ -139,7 +141,8 @@ def _assert_matches_oracle(case, **params):
     out, state = _run_kernel(case, **params)
     assert out.dtype == case["value"].dtype and out.shape == case["value"].shape and out.is_contiguous()
     out_err = _relative(out, expected)
-    assert out_err <= OUT_TOL[out.dtype], f"out relative error {out_err:.3g}"
+    out_tol = max(OUT_TOL[out.dtype], STATE_TOL[state.dtype])
+    assert out_err <= out_tol, f"out relative error {out_err:.3g}"
     written = _written(case)
     if written.any():
         state_err = _relative(state[written], expected_state[written])
@@ -259,3 +262,14 @@ def test_no_sequence_with_tokens_writes_nothing():
     case["ssm_state_indices"] = torch.zeros(0, dtype=torch.int64)
     out, state = _run_kernel(case)
     assert out.shape == (0, 4, 16) and torch.equal(state, case["state"])
+
+
+@pytest.mark.parametrize("offset", [1, 4], ids=["unaligned", "aligned-offset"])
+def test_a_pool_at_an_offset_in_its_storage_is_written_like_any_other(offset):
+    # The pool write copies 16-byte elements only where the address allows it.
+    case = _case([1] * 5, DK=64, DV=64)
+    pool = case["state"]
+    storage = torch.empty(pool.numel() + offset)
+    case["state"] = storage[offset:].view(pool.shape)
+    case["state"].copy_(pool)
+    _assert_matches_oracle(case)

@@ -129,12 +129,15 @@ def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _gathered_states(state: torch.Tensor, slots: torch.Tensor, compute_dtype: torch.dtype,
-                     padded: bool) -> torch.Tensor:
-    """The initial states ``[n, NV, DV, DK]`` in ``compute_dtype``: zeros where the slot is padding."""
-    S = _cast(state.index_select(0, slots.clamp(min=0) if padded else slots), compute_dtype)
+                     padded: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The initial states ``[n, NV, DV, DK]`` in ``compute_dtype`` (zeros where the slot is
+    padding), and a buffer of their shape in the state's dtype when that differs (else None):
+    the gathered rows themselves, reused for the per-token re-quantisation."""
+    gathered = state.index_select(0, slots.clamp(min=0) if padded else slots)
+    S = _cast(gathered, compute_dtype)
     if padded:
         S.masked_fill_((slots < 0).view(-1, 1, 1, 1), 0)
-    return S
+    return S, None if S is gathered else gathered
 
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
@@ -143,8 +146,7 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     ``index_copy_`` costs per element, not per byte; a copy moves bits unchanged whatever the
     element type, so copying the rows as complex128 is bit-for-bit the same write, twice as fast.
     """
-    if t.numel() < 2**16 or not t.is_contiguous() or (t.shape[-1] * t.element_size()) % 16 or (
-            t.storage_offset() * t.element_size()) % 16:
+    if t.numel() < 2**16 or not t.is_contiguous() or (t.shape[-1] * t.element_size()) % 16 or t.data_ptr() % 16:
         return t
     return t.view(torch.complex128)
 
@@ -216,8 +218,7 @@ def recurrent_gated_delta_rule(
         channel = _cast(gk, compute_dtype).exp().unsqueeze(-2)
         decay = channel if decay is None else decay * channel
 
-    S = _gathered_states(state, schedule.first_rows(slots), compute_dtype, padded)  # read before any write
-    rounded = None if state.dtype == compute_dtype else torch.empty(S.shape, dtype=state.dtype, device=S.device)
+    S, rounded = _gathered_states(state, schedule.first_rows(slots), compute_dtype, padded)  # before any write
     for j, n in enumerate(schedule.live):
         Sj = S if n == S.shape[0] else S[:n]
         kq_j = schedule.rows(kq, j)
