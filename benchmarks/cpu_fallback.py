@@ -4,7 +4,7 @@ Run: ``python benchmarks/cpu_fallback.py`` (``--quick`` for a short run; ``--bef
 the reference kernels of git revision ``REV`` as a column, timed in the same run).
 
 Three tables, each row timing its candidates interleaved (round after round, the order
-rotating), on the same inputs, after warm-up; a sample is a loop of enough calls to last
+shuffled), on the same inputs, after warm-up; a sample is a loop of enough calls to last
 ``--sample-ms``; the figure is the median over ``--rounds`` samples of µs per call
 (``time.perf_counter``), and every ratio is ``torch / candidate`` (above 1: faster than torch):
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import random
 import subprocess
 import sys
 import tarfile
@@ -68,7 +69,7 @@ def _calls_per_sample(fn: Callable[[], Any], sample_s: float) -> int:
 
 def race(candidates: dict[str, Callable[[], Any]], rounds: int, sample_s: float,
          budget_s: float) -> dict[str, float]:
-    """Median µs per call of each candidate, sampled in interleaved rounds (the order rotates).
+    """Median µs per call of each candidate, sampled in interleaved rounds (in a shuffled order).
 
     Fewer rounds (at least 3) run when ``rounds`` of them would take over ``budget_s``.
     """
@@ -76,8 +77,11 @@ def race(candidates: dict[str, Callable[[], Any]], rounds: int, sample_s: float,
     calls = {n: _calls_per_sample(candidates[n], sample_s) for n in names}
     samples: dict[str, list[float]] = {n: [] for n in names}
     started = time.perf_counter()
+    order = random.Random(0)
     for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
+        # A fresh order each round: no candidate always runs right after the same one (a slow
+        # one that churns memory can slow the next).
+        for n in order.sample(names, len(names)):
             fn, k = candidates[n], calls[n]
             t0 = clock()
             for _ in range(k):
@@ -260,6 +264,8 @@ def ops_table(kernels: dict[str, dict[str, Any]], args: argparse.Namespace) -> l
     rows = []
     manifest = load_manifest()
     for name in TORCH_CALLS:
+        if args.op and name not in args.op:
+            continue
         spec = manifest[name]
         op_cls = getattr(importlib.import_module(spec.source["op"]), name)
         for row in spec.workloads:
@@ -315,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Reference kernels against the torch code they replace (CPU).")
     parser.add_argument("--before", metavar="REV", help="also time the reference kernels of this git revision")
     parser.add_argument("--only", choices=("rgdr", "ssd", "ops"), action="append", help="tables to run (default all)")
+    parser.add_argument("--op", action="append", choices=sorted(TORCH_CALLS),
+                        help="only this op in the ops table (repeatable)")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved samples per candidate; the median is shown")
     parser.add_argument("--sample-ms", type=float, default=20.0, help="length of one sample (a loop of calls)")
     parser.add_argument("--budget-s", type=float, default=20.0, help="stop sampling a row after this long (>= 3 rounds)")
