@@ -128,6 +128,11 @@ def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if t.dtype == dtype else t.to(dtype)
 
 
+def _promotes_to(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` itself where an op with a ``dtype`` operand computes in ``dtype`` (a narrower float), else cast."""
+    return t if torch.promote_types(t.dtype, dtype) == dtype else t.to(dtype)
+
+
 def _gathered_states(state: torch.Tensor, slots: torch.Tensor, compute_dtype: torch.dtype,
                      padded: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The initial states ``[n, NV, DV, DK]`` in ``compute_dtype`` (zeros where the slot is
@@ -196,7 +201,8 @@ def recurrent_gated_delta_rule(
     if schedule is None:
         return out
     padded = min(ssm_state_indices.tolist()) < 0  # host metadata, like the lengths
-    slots = _cast(ssm_state_indices.to(state.device), torch.int64)  # index_copy_ takes int64 indices
+    slots = ssm_state_indices if ssm_state_indices.device == state.device else ssm_state_indices.to(state.device)
+    slots = _cast(slots, torch.int64)  # index_copy_ takes int64 indices
 
     # [T, NV, 2, DK]: the key and scale·query rows of each token and head, side by side.
     kq = _cast(torch.stack((key, query), dim=-2), compute_dtype)
@@ -207,8 +213,9 @@ def recurrent_gated_delta_rule(
         kq = kq.unsqueeze(2).expand(T, NK, NV // NK, 2, DK).reshape(T, NV, 2, DK)
     k_rows = kq.narrow(-2, 0, 1)  # [T, NV, 1, DK]
     k_dot_q = kq.prod(-2).sum(-1, keepdim=True)  # [T, NV, 1]
-    v_all = _cast(value, compute_dtype)
-    beta_all = _cast(beta, compute_dtype).unsqueeze(-1)
+    # value and beta enter only binary ops with compute_dtype operands, which promote them exactly.
+    v_all = _promotes_to(value, compute_dtype)
+    beta_all = _promotes_to(beta, compute_dtype).unsqueeze(-1)
     # Each token's decay, shaped to scale both kq and the state: [T, NV, 1, 1] per head, [T, NV, 1, DK] per channel.
     log_decay = None if g is None else _cast(g, compute_dtype)
     if gk is not None and gk.dim() == 2:
