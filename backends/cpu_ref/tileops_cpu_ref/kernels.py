@@ -2,13 +2,30 @@
 
 Each class implements one core interface, declares ``general = True`` (it serves every
 call; specialised kernels beat it) and ``devices = ("*",)`` (PyTorch runs it wherever the
-tensors are). Half-precision inputs are computed in float32 and rounded once at the end.
-``KERNELS`` is what the plugin registers.
+tensors are). ``KERNELS`` is what the plugin registers.
+
+Each kernel has two forms, and :meth:`_Reference.entry_for` picks one per call spec, once
+(the plan caches it), never per call:
+
+``fn``, the portable form
+    Half-precision inputs are computed in float32 and rounded once at the end, whatever
+    the device's own half kernels do.
+``direct``, the plain torch call
+    What a user would write, with no conversions. It serves calls with no half-precision
+    tensor (there it is the same computation as ``fn``), and on the CPU the half dtypes
+    listed in ``cpu_half_in_float32``: those whose CPU torch kernel already computes in
+    float32 and rounds once, so the conversions of ``fn`` would only cost time (softmax,
+    sum, reciprocal and RMSNorm give the same bits; the matmul family and group norm
+    differ only in the order of their float32 sums). ``tests/test_reference_forms.py``
+    checks both claims. SiluAndMul's plain torch call rounds twice (after silu, after the
+    product), so its half-precision calls keep the portable form.
+
+Reciprocal has a third form, for integer inputs: promoted to float32 in the same pass.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +45,7 @@ from .ssd import ssd_decode
 __all__ = ["KERNELS"]
 
 _LOW = (torch.float16, torch.bfloat16)
+_HALF_NAMES = frozenset({"float16", "bfloat16"})
 
 
 def _acc(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -36,17 +54,31 @@ def _acc(t: torch.Tensor | None) -> torch.Tensor | None:
 
 
 class _Reference:
-    """Declarations shared by every reference kernel."""
+    """Declarations shared by every reference kernel, and the choice of its form."""
 
     devices = ("*",)
     supported_archs = ("*",)
     general = True
 
-    #: The kernel function; one build identity per interface (PyTorch needs no compilation).
+    #: The portable form: half precision computed in float32, rounded once.
     fn: Callable[..., Any]
+    #: The plain torch call, for the calls :meth:`direct_serves` (None: always ``fn``).
+    direct: Callable[..., Any] | None = None
+    #: Half dtypes whose CPU torch kernel computes in float32 and rounds once.
+    cpu_half_in_float32: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def direct_serves(cls, call: CallSpec) -> bool:
+        """Whether the plain torch call computes ``call`` as the portable form does."""
+        halves = _HALF_NAMES.intersection(call.dtypes.values())
+        return not halves or (call.device_type == "cpu" and halves <= cls.cpu_half_in_float32)
 
     @classmethod
     def entry_for(cls, call: CallSpec) -> KernelEntry:
+        # One build identity per form (PyTorch needs no compilation).
+        if cls.direct is not None and cls.direct_serves(call):
+            direct = cls.direct
+            return KernelEntry(("torch", cls.__name__, "direct"), lambda: direct)
         return KernelEntry(("torch", cls.__name__), lambda: cls.fn)
 
 
@@ -57,8 +89,17 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor | None, normalized_shape: tu
     return F.rms_norm(_acc(x), normalized_shape, _acc(weight), eps).to(x.dtype)
 
 
+def _rms_norm_direct(x: torch.Tensor, weight: torch.Tensor | None, normalized_shape: tuple[int, ...],
+                     eps: float | None) -> torch.Tensor:
+    if eps is None:  # explicit: given None, F.rms_norm on a half input takes float32's epsilon
+        eps = torch.finfo(x.dtype).eps
+    return F.rms_norm(x, normalized_shape, weight, eps)
+
+
 class RefRMSNorm(_Reference, RMSNormKernel):
     fn = staticmethod(_rms_norm)
+    direct = staticmethod(_rms_norm_direct)
+    cpu_half_in_float32 = _HALF_NAMES
 
 
 def _group_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, num_groups: int,
@@ -66,8 +107,17 @@ def _group_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor
     return F.group_norm(_acc(x), num_groups, _acc(weight), _acc(bias), eps).to(x.dtype)
 
 
+def _group_norm_direct(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, num_groups: int,
+                       eps: float) -> torch.Tensor:
+    return F.group_norm(x, num_groups, weight, bias, eps)
+
+
 class RefGroupNorm(_Reference, GroupNormKernel):
     fn = staticmethod(_group_norm)
+    direct = staticmethod(_group_norm_direct)
+    # float16 is left out: its CPU group norm also computes in float32, but slower than
+    # converting to float32 first (measured by benchmarks/cpu_fallback.py).
+    cpu_half_in_float32 = frozenset({"bfloat16"})
 
 
 def _softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
@@ -76,8 +126,14 @@ def _softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tens
     return torch.softmax(_acc(src), dim).to(out_dtype)
 
 
+def _softmax_direct(x: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
+    return torch.softmax(x, dim, dtype=dtype)  # like the portable form, casts to dtype first
+
+
 class RefSoftmax(_Reference, SoftmaxKernel):
     fn = staticmethod(_softmax)
+    direct = staticmethod(_softmax_direct)
+    cpu_half_in_float32 = _HALF_NAMES
 
 
 def _sum(x: torch.Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
@@ -92,8 +148,23 @@ def _sum(x: torch.Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None) ->
     return result.to(out_dtype)
 
 
+def _sum_direct(x: torch.Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
+    if dim is None:
+        result = torch.sum(x, dtype=dtype)
+        return result.reshape((1,) * x.dim()) if keepdim else result
+    return torch.sum(x, dim=dim, keepdim=keepdim, dtype=dtype)
+
+
 class RefSum(_Reference, SumKernel):
     fn = staticmethod(_sum)
+    direct = staticmethod(_sum_direct)
+    cpu_half_in_float32 = _HALF_NAMES
+
+    @classmethod
+    def direct_serves(cls, call: CallSpec) -> bool:
+        # torch.sum(x, dtype=half) rounds x to half before summing; the portable form does not.
+        narrowing = call.dtypes["output"] in _HALF_NAMES and call.dtypes["output"] != call.dtypes["input"]
+        return not narrowing and super().direct_serves(call)
 
 
 def _reciprocal(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
@@ -105,8 +176,29 @@ def _reciprocal(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     return out
 
 
+def _reciprocal_direct(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    return torch.reciprocal(x) if out is None else torch.reciprocal(x, out=out)
+
+
+def _reciprocal_of_integers(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    # torch promotes integers to its default dtype, the spec to float32: the same while they agree.
+    if out is None and torch.get_default_dtype() is torch.float32:
+        return torch.reciprocal(x)
+    if out is None:
+        out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+    return torch.reciprocal(x, out=out)
+
+
 class RefReciprocal(_Reference, ReciprocalKernel):
     fn = staticmethod(_reciprocal)
+    direct = staticmethod(_reciprocal_direct)
+    cpu_half_in_float32 = _HALF_NAMES
+
+    @classmethod
+    def entry_for(cls, call: CallSpec) -> KernelEntry:
+        if call.dtypes["input"] != call.dtypes["output"]:  # an integer input, computed in one pass
+            return KernelEntry(("torch", cls.__name__, "integer"), lambda: _reciprocal_of_integers)
+        return super().entry_for(call)
 
 
 def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
@@ -114,8 +206,14 @@ def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return (F.silu(gate) * up).to(x.dtype)
 
 
+def _silu_and_mul_direct(x: torch.Tensor) -> torch.Tensor:
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
 class RefSiluAndMul(_Reference, SiluAndMulKernel):
     fn = staticmethod(_silu_and_mul)
+    direct = staticmethod(_silu_and_mul_direct)  # float32/float64 only: in half it rounds twice
 
 
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -124,6 +222,8 @@ def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 class RefBmm(_Reference, BmmKernel):
     fn = staticmethod(_bmm)
+    direct = staticmethod(torch.bmm)
+    cpu_half_in_float32 = _HALF_NAMES
 
 
 def _gemm(a: torch.Tensor, b: torch.Tensor, trans_a: bool, trans_b: bool) -> torch.Tensor:
@@ -132,8 +232,14 @@ def _gemm(a: torch.Tensor, b: torch.Tensor, trans_a: bool, trans_b: bool) -> tor
     return torch.matmul(lhs, rhs).to(a.dtype)
 
 
+def _gemm_direct(a: torch.Tensor, b: torch.Tensor, trans_a: bool, trans_b: bool) -> torch.Tensor:
+    return torch.matmul(a.t() if trans_a else a, b.t() if trans_b else b)
+
+
 class RefGemm(_Reference, GemmKernel):
     fn = staticmethod(_gemm)
+    direct = staticmethod(_gemm_direct)
+    cpu_half_in_float32 = _HALF_NAMES
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -142,6 +248,8 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
 
 class RefLinear(_Reference, LinearKernel):
     fn = staticmethod(_linear)
+    direct = staticmethod(F.linear)
+    cpu_half_in_float32 = _HALF_NAMES
 
 
 def _ssd(A: torch.Tensor, dt: torch.Tensor, x: torch.Tensor, B_in: torch.Tensor, C_in: torch.Tensor,

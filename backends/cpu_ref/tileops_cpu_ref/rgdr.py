@@ -1,8 +1,8 @@
-"""Reference semantics of RecurrentGatedDeltaRuleFwdOp (the RGDR decode step).
+"""The RGDR decode step (RecurrentGatedDeltaRuleFwdOp), vectorised over sequences and heads.
 
 One function serves two roles: with ``compute_dtype=torch.float32`` it is the CPU
-reference kernel; with ``torch.float64`` it is the high-precision reference every
-accelerator kernel is checked against. The math follows ``RGDR.md`` literally:
+reference kernel; with ``torch.float64`` it is the high-precision reference the
+accelerator kernels are checked against. The semantics are ``RGDR.md``'s:
 
 * tokens are packed by sequence, sequence ``b`` owning ``[s_b, s_b + L_b)``;
 * value head ``h`` reads query/key head ``h // (NV // NK)``;
@@ -14,11 +14,27 @@ accelerator kernel is checked against. The math follows ``RGDR.md`` literally:
 * a negative slot index is padding: that token writes nothing, and a sequence whose
   first slot is negative starts from zeros.
 
-Sequences are processed together, one token position at a time, so a decode batch
-costs ``max(L_b)`` vectorised steps instead of ``T`` Python iterations.
+How it runs: the states of all sequences are gathered once from the pool into one
+``[B, NV, DV, DK]`` buffer, and a Python loop runs over token positions only
+(``max(L_b)`` steps; one for plain decode). Step ``j`` updates the sequences that have a
+``j``-th token together, with batched matrix products over ``B·NV`` heads, and scatters
+their states to the pool in one ``index_copy_``. Sequences are ordered by length, longest
+first, so the sequences alive at step ``j`` are a prefix of the buffer (a view, no copy).
+
+Each step touches the state as few times as the algebra allows, since on the CPU the
+state passes are the cost: with ``w`` the step's decay (``exp(g)``, ``exp(gk)``, per head
+or per key channel) and ``S`` the state before it,
+
+    predicted = (S ⊙ w) k = S (w ⊙ k)       out = (S ⊙ w + d kᵀ)(scale·q) = S (w ⊙ scale·q) + d (k · scale·q)
+
+so one batched product ``S @ [w⊙k, w⊙scale·q]ᵀ`` reads the state once for both, and the
+update is ``S ⊙= w`` then ``S += d kᵀ``, in place. No state-sized buffer is allocated
+inside the loop (the page faults of fresh large buffers cost as much as the math).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -34,20 +50,121 @@ def sequence_bounds(actual_seq_lengths: torch.Tensor, seq_lens_style: str) -> tu
     ``lengths`` style gives ``L_b`` directly; ``cu_seqlens`` style gives the ``B + 1``
     prefix sums, whose consecutive differences are the lengths.
     """
-    meta = actual_seq_lengths.to(device="cpu", dtype=torch.int64)
+    starts, lengths = _host_bounds(actual_seq_lengths, seq_lens_style)
+    return torch.tensor(starts, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64)
+
+
+def _host_bounds(actual_seq_lengths: torch.Tensor, seq_lens_style: str) -> tuple[list[int], list[int]]:
+    """``(starts, lengths)`` as Python lists: the metadata is a few hundred integers at most."""
+    meta = actual_seq_lengths.tolist()
     if seq_lens_style == "cu_seqlens":
-        lengths = meta[1:] - meta[:-1]
-        starts = meta[:-1].clone()
-    elif seq_lens_style == "lengths":
-        lengths = meta
-        starts = torch.cumsum(meta, 0) - meta
-    else:
-        raise ValueError(f"seq_lens_style must be 'lengths' or 'cu_seqlens', got {seq_lens_style!r}")
-    return starts, lengths
+        return meta[:-1], [b - a for a, b in zip(meta[:-1], meta[1:])]
+    if seq_lens_style == "lengths":
+        starts, running = [], 0
+        for n in meta:
+            starts.append(running)
+            running += n
+        return starts, meta
+    raise ValueError(f"seq_lens_style must be 'lengths' or 'cu_seqlens', got {seq_lens_style!r}")
 
 
-def _l2_normalise(x: torch.Tensor) -> torch.Tensor:
-    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + L2NORM_EPS)
+@dataclass(frozen=True)
+class _Schedule:
+    """Which tokens each step updates, for the sequences with at least one token.
+
+    ``uniform`` is the common decode layout (every sequence has the same length ``L`` and
+    they tile ``[0, T)``): step ``j``'s tokens are then ``j, L + j, 2L + j, ...``, a strided
+    slice of every token tensor. Otherwise ``tokens[j]`` indexes them, longest sequence first.
+    """
+
+    first_tokens: list[int] | None  # the token whose slot holds each sequence's initial state; None: s_b
+    live: list[int]  # live[j]: how many sequences have a j-th token (a prefix: longest first)
+    uniform: int  # L when uniform, else 0
+    tokens: list[torch.Tensor]  # tokens[j] (non-uniform only), on the tensors' device
+
+    @classmethod
+    def plan(cls, starts: list[int], lengths: list[int], accepted: list[int] | None, T: int,
+             device: torch.device) -> _Schedule | None:
+        B = len(lengths)
+        L = lengths[0] if B else 0
+        if L > 0 and L * B == T and starts[0] == 0 and lengths.count(L) == B:
+            first = None if accepted is None else [b * L + a - 1 for b, a in enumerate(accepted)]
+            return cls(first, [B] * L, L, [])
+        order = sorted((b for b, n in enumerate(lengths) if n > 0), key=lambda b: -lengths[b])
+        if not order:
+            return None
+        first = [starts[b] + (accepted[b] - 1 if accepted is not None else 0) for b in order]
+        by_length = [lengths[b] for b in order]
+        live = [sum(1 for n in by_length if n > j) for j in range(by_length[0])]
+        tokens = [torch.tensor([starts[b] + j for b in order[:n]], dtype=torch.int64, device=device)
+                  for j, n in enumerate(live)]
+        return cls(first, live, 0, tokens)
+
+    def rows(self, x: torch.Tensor | None, j: int) -> torch.Tensor | None:
+        """The rows of token tensor ``x`` that step ``j`` updates."""
+        if x is None or self.uniform == 1:
+            return x
+        if self.uniform:
+            return x[j :: self.uniform]
+        return x.index_select(0, self.tokens[j])
+
+    def first_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """The rows of ``x`` at each sequence's first accepted token."""
+        if self.first_tokens is None:
+            return self.rows(x, 0)
+        return x.index_select(0, torch.tensor(self.first_tokens, dtype=torch.int64, device=x.device))
+
+    def write_rows(self, out: torch.Tensor, j: int, read: torch.Tensor, delta: torch.Tensor,
+                   k_dot_q: torch.Tensor) -> None:
+        """Store step ``j``'s outputs, ``read + delta * k_dot_q``, into their token rows of ``out``."""
+        if self.uniform:
+            torch.addcmul(read, delta, k_dot_q, out=out if self.uniform == 1 else out[j :: self.uniform])
+        else:
+            out.index_copy_(0, self.tokens[j], read.addcmul_(delta, k_dot_q).to(out.dtype))
+
+
+def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` in ``dtype`` (itself when it already is: this skips a dispatch on the hot path)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
+def _promotes_to(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` itself where an op with a ``dtype`` operand computes in ``dtype`` (a narrower float), else cast."""
+    return t if torch.promote_types(t.dtype, dtype) == dtype else t.to(dtype)
+
+
+def _gathered_states(state: torch.Tensor, slots: torch.Tensor, compute_dtype: torch.dtype,
+                     padded: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The initial states ``[n, NV, DV, DK]`` in ``compute_dtype`` (zeros where the slot is
+    padding), and a buffer of their shape in the state's dtype when that differs (else None):
+    the gathered rows themselves, reused for the per-token re-quantisation."""
+    gathered = state.index_select(0, slots.clamp(min=0) if padded else slots)
+    S = _cast(gathered, compute_dtype)
+    if padded:
+        S.masked_fill_((slots < 0).view(-1, 1, 1, 1), 0)
+    return S, None if S is gathered else gathered
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` viewed as 16-byte elements where it is large and its layout allows (else ``t``).
+
+    ``index_copy_`` costs per element, not per byte; a copy moves bits unchanged whatever the
+    element type, so copying the rows as complex128 is bit-for-bit the same write, twice as fast.
+    """
+    if t.numel() < 2**16 or not t.is_contiguous() or (t.shape[-1] * t.element_size()) % 16 or t.data_ptr() % 16:
+        return t
+    return t.view(torch.complex128)
+
+
+def _write_states(state: torch.Tensor, slots: torch.Tensor, S: torch.Tensor, padded: bool) -> None:
+    """Store ``S[i]`` into ``state[slots[i]]``, skipping padding slots."""
+    if padded:
+        kept = torch.nonzero(slots >= 0).flatten()
+        slots, S = slots.index_select(0, kept), S.index_select(0, kept)
+    wide_state, wide_S = _wide(state), _wide(S)
+    if wide_state.dtype == wide_S.dtype:
+        state, S = wide_state, wide_S
+    state.index_copy_(0, slots, S)
 
 
 def recurrent_gated_delta_rule(
@@ -74,62 +191,58 @@ def recurrent_gated_delta_rule(
     passes a float64 buffer to keep full precision for comparisons).
     """
     T, NK, DK = query.shape
-    NV, DV = value.shape[1], value.shape[2]
-    group = NV // NK
+    NV = value.shape[1]
     scale = DK**-0.5 if scale is None else scale
-    device = state.device
     if out is None:
-        out = torch.empty((T, NV, DV), dtype=value.dtype, device=value.device)
-
-    starts, lengths = sequence_bounds(actual_seq_lengths, seq_lens_style)
-    slots = ssm_state_indices.to(device=device, dtype=torch.int64)
-    active = lengths > 0
-    if not bool(active.any()):
+        out = torch.empty(value.shape, dtype=value.dtype, device=value.device)
+    starts, lengths = _host_bounds(actual_seq_lengths, seq_lens_style)
+    accepted = None if num_accepted_tokens is None else num_accepted_tokens.tolist()
+    schedule = _Schedule.plan(starts, lengths, accepted, T, state.device)
+    if schedule is None:
         return out
-    starts, lengths = starts[active], lengths[active]
-    first = starts.clone()
-    if num_accepted_tokens is not None:
-        accepted = num_accepted_tokens.to(device="cpu", dtype=torch.int64)[active]
-        first += accepted - 1
+    padded = min(ssm_state_indices.tolist()) < 0  # host metadata, like the lengths
+    slots = ssm_state_indices if ssm_state_indices.device == state.device else ssm_state_indices.to(state.device)
+    slots = _cast(slots, torch.int64)  # index_copy_ takes int64 indices
 
-    # Every sequence's initial state is gathered before any slot is written.
-    first_slot = slots[first.to(device)]
-    S = state.index_select(0, first_slot.clamp(min=0)).to(compute_dtype)  # [b, NV, DV, DK]
-    S = torch.where((first_slot >= 0).view(-1, 1, 1, 1), S, torch.zeros_like(S))
-
-    q_all = query.to(compute_dtype)
-    k_all = key.to(compute_dtype)
+    # [T, NV, 2, DK]: the key and scale·query rows of each token and head, side by side.
+    kq = _cast(torch.stack((key, query), dim=-2), compute_dtype)
     if use_qk_l2norm_in_kernel:
-        q_all, k_all = _l2_normalise(q_all), _l2_normalise(k_all)
-    # GQA: expand query/key heads onto value heads once.
-    q_all = q_all.repeat_interleave(group, dim=1) * scale  # [T, NV, DK]
-    k_all = k_all.repeat_interleave(group, dim=1)
-    v_all = value.to(compute_dtype)
-    beta_all = beta.to(compute_dtype)
-    g_all = None if g is None else g.to(compute_dtype)
-    gk_all = None if gk is None else gk.to(compute_dtype)
+        kq = kq * (kq * kq).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()
+    kq.select(-2, 1).mul_(scale)  # kq is this call's own buffer (stack, or the l2norm product)
+    if NV != NK:  # GQA: value head h reads query/key head h // (NV // NK)
+        kq = kq.unsqueeze(2).expand(T, NK, NV // NK, 2, DK).reshape(T, NV, 2, DK)
+    k_rows = kq.narrow(-2, 0, 1)  # [T, NV, 1, DK]
+    k_dot_q = kq.prod(-2).sum(-1, keepdim=True)  # [T, NV, 1]
+    # value and beta enter only binary ops with compute_dtype operands, which promote them exactly.
+    v_all = _promotes_to(value, compute_dtype)
+    beta_all = _promotes_to(beta, compute_dtype).unsqueeze(-1)
+    # Each token's decay, shaped to scale both kq and the state: [T, NV, 1, 1] per head, [T, NV, 1, DK] per channel.
+    log_decay = None if g is None else _cast(g, compute_dtype)
+    if gk is not None and gk.dim() == 2:
+        log_decay = _cast(gk, compute_dtype) if log_decay is None else log_decay + _cast(gk, compute_dtype)
+    decay = None if log_decay is None else log_decay.exp().view(T, NV, 1, 1)
+    if gk is not None and gk.dim() == 3:
+        channel = _cast(gk, compute_dtype).exp().unsqueeze(-2)
+        decay = channel if decay is None else decay * channel
 
-    for step in range(int(lengths.max())):
-        live = lengths > step
-        idx = torch.nonzero(live).flatten()
-        t = (starts[idx] + step).to(device)
-        idx = idx.to(device)
-        Sb = S.index_select(0, idx)
-        if g_all is not None:
-            Sb = Sb * torch.exp(g_all[t]).view(-1, NV, 1, 1)
-        if gk_all is not None:
-            decay = torch.exp(gk_all[t])
-            Sb = Sb * (decay.view(-1, NV, 1, 1) if decay.dim() == 2 else decay.view(-1, NV, 1, DK))
-        k = k_all[t]  # [n, NV, DK]
-        predicted = torch.einsum("nhvk,nhk->nhv", Sb, k)
-        delta = beta_all[t].unsqueeze(-1) * (v_all[t] - predicted)
-        Sb = Sb + delta.unsqueeze(-1) * k.unsqueeze(-2)
-        out[t] = torch.einsum("nhvk,nhk->nhv", Sb, q_all[t]).to(out.dtype)  # the updated state, unrounded
-        # Re-quantise: the recurrence continues from what the state buffer can hold.
-        Sb = Sb.to(state.dtype).to(compute_dtype)
-        write_slot = slots[t]
-        keep = write_slot >= 0
-        if bool(keep.any()):
-            state[write_slot[keep]] = Sb[keep].to(state.dtype)
-        S[idx] = Sb
+    S, rounded = _gathered_states(state, schedule.first_rows(slots), compute_dtype, padded)  # before any write
+    for j, n in enumerate(schedule.live):
+        Sj = S if n == S.shape[0] else S[:n]
+        kq_j = schedule.rows(kq, j)
+        w = schedule.rows(decay, j)
+        x = kq_j if w is None else kq_j * w
+        # [n·NV, DV, 2]: S (w ⊙ k) and S (w ⊙ scale·q), one pass over the state.
+        product = torch.bmm(Sj.view(-1, Sj.shape[-2], DK), x.reshape(-1, 2, DK).transpose(1, 2))
+        predicted, read = product.view(n, NV, -1, 2).unbind(-1)
+        delta = (schedule.rows(v_all, j) - predicted).mul_(schedule.rows(beta_all, j))
+        schedule.write_rows(out, j, read, delta, schedule.rows(k_dot_q, j))
+        if w is not None:
+            Sj.mul_(w)
+        Sj.addcmul_(delta.unsqueeze(-1), schedule.rows(k_rows, j))
+        stored = Sj
+        if rounded is not None:  # the recurrence continues from what the state buffer can hold
+            stored = rounded if n == S.shape[0] else rounded[:n]
+            stored.copy_(Sj)
+            Sj.copy_(stored)
+        _write_states(state, schedule.rows(slots, j), stored, padded)
     return out

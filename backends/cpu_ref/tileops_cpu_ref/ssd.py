@@ -19,16 +19,22 @@ __all__ = ["ssd_decode"]
 
 def ssd_decode(A: torch.Tensor, dt: torch.Tensor, x: torch.Tensor, B_in: torch.Tensor, C_in: torch.Tensor,
                state: torch.Tensor, compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Update ``state`` in place and return ``y_out`` (float32, or ``compute_dtype`` if wider)."""
-    H, G = A.shape[0], B_in.shape[1]
-    group = H // G
-    Bg = B_in.to(compute_dtype).repeat_interleave(group, dim=1)  # [B, H, N]
-    Cg = C_in.to(compute_dtype).repeat_interleave(group, dim=1)
+    """Update ``state`` in place and return ``y_out`` (float32, or ``compute_dtype`` if wider).
+
+    The state is touched three times (decay, update, read-out), in place when it is already
+    contiguous in ``compute_dtype``; the only state-sized temporary is ``exp(dt * A)``. Heads share their
+    group's ``B_in``/``C_in`` through a ``[batch, G, H // G · P, N]`` view, never a copy.
+    """
+    batch, H, P = dt.shape
+    G, N = B_in.shape[1], B_in.shape[2]
     dt_c = dt.to(compute_dtype)
-    decay = torch.exp(dt_c.unsqueeze(-1) * A.to(compute_dtype).unsqueeze(0))  # [B, H, P, N]
-    update = (dt_c * x.to(compute_dtype)).unsqueeze(-1) * Bg.unsqueeze(2)
-    new_state = state.to(compute_dtype) * decay + update
-    y = torch.einsum("bhpn,bhn->bhp", new_state, Cg)
-    state.copy_(new_state.to(state.dtype))
+    in_place = state.dtype == compute_dtype and state.is_contiguous()
+    work = state if in_place else state.to(compute_dtype).contiguous()
+    work.mul_(torch.mul(dt_c.unsqueeze(-1), A.to(compute_dtype)).exp_())
+    grouped = work.view(batch, G, H // G * P, N)
+    grouped.addcmul_((dt_c * x.to(compute_dtype)).view(batch, G, -1, 1), B_in.to(compute_dtype).unsqueeze(2))
+    y = torch.matmul(grouped, C_in.to(compute_dtype).unsqueeze(-1)).view(batch, H, P)
+    if not in_place:
+        state.copy_(work)
     out_dtype = torch.float64 if compute_dtype == torch.float64 else torch.float32
     return y.to(out_dtype)

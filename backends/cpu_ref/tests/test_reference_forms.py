@@ -1,0 +1,151 @@
+"""Which form of a reference kernel serves a call, and that the plain torch form computes the same.
+
+``kernels.py`` runs the plain torch call (``direct``) where it computes what the portable
+float32 form (``fn``) computes: calls without half-precision tensors, and on the CPU the
+half dtypes whose torch kernel works in float32 and rounds once. These tests pin the
+choice and check the claim on fresh random data:
+
+* no half precision: both forms give the same bits;
+* CPU half precision, elementwise and reductions whose order torch fixes (softmax, sum,
+  reciprocal, RMSNorm): the same bits;
+* CPU half precision, the matmul family and group norm: within 1.25x of the portable form's
+  own error against float64 (both sum in float32, in other orders; a half-precision
+  accumulator would be many times worse at these K).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cpu_ref_rows import fresh_rng
+from tileops_core.kernels import CallSpec
+from tileops_cpu_ref import kernels as K
+
+
+def _call(kernel, device_type: str, **dtypes: str) -> CallSpec:
+    return CallSpec(kernel.op, "interface", device_type, device_type, dtypes, {}, {})
+
+
+def _form(kernel, call: CallSpec) -> str:
+    return "direct" if kernel.entry_for(call).build_key[-1] == "direct" else "portable"
+
+
+@pytest.mark.parametrize("kernel", [k for k in K.KERNELS if k.direct is not None], ids=lambda k: k.__name__)
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+def test_calls_without_half_precision_run_the_plain_torch_call(kernel, device_type):
+    assert _form(kernel, _call(kernel, device_type, input="float32", output="float32")) == "direct"
+
+
+@pytest.mark.parametrize("kernel", [k for k in K.KERNELS if k.direct is not None], ids=lambda k: k.__name__)
+def test_half_precision_off_the_cpu_runs_the_portable_float32_form(kernel):
+    assert _form(kernel, _call(kernel, "cuda", input="bfloat16", output="bfloat16")) == "portable"
+
+
+@pytest.mark.parametrize("kernel,dtype,form", [
+    (K.RefRMSNorm, "bfloat16", "direct"), (K.RefRMSNorm, "float16", "direct"),
+    (K.RefGroupNorm, "bfloat16", "direct"), (K.RefGroupNorm, "float16", "portable"),
+    (K.RefSiluAndMul, "bfloat16", "portable"), (K.RefLinear, "float16", "direct"),
+    (K.RefSSDDecode, "float32", "portable"), (K.RefRGDR, "float32", "portable"),
+])
+def test_cpu_half_precision_runs_the_plain_call_only_where_torch_computes_it_in_float32(kernel, dtype, form):
+    assert _form(kernel, _call(kernel, "cpu", input=dtype, output=dtype)) == form
+
+
+def test_a_sum_into_a_narrower_half_dtype_keeps_the_portable_form():
+    # torch.sum(x, dtype=bfloat16) rounds the float32 inputs before summing them.
+    assert _form(K.RefSum, _call(K.RefSum, "cpu", input="float32", output="bfloat16")) == "portable"
+    assert _form(K.RefSum, _call(K.RefSum, "cpu", input="bfloat16", output="float32")) == "direct"
+
+
+def _integer_reciprocal():
+    entry = K.RefReciprocal.entry_for(_call(K.RefReciprocal, "cpu", input="int32", output="float32"))
+    assert entry.build_key[-1] == "integer"
+    return entry.build()
+
+
+def _cases(gen: torch.Generator, dtype: torch.dtype):
+    """(kernel, args, exact) per op: the args a kernel gets, fresh random values."""
+    def r(*shape):
+        return torch.randn(*shape, generator=gen).to(dtype)
+
+    return [
+        (K.RefRMSNorm, (r(16, 1024), r(1024), (1024,), 1e-6), True),
+        (K.RefRMSNorm, (r(16, 1024), None, (1024,), None), True),
+        (K.RefSoftmax, (r(16, 2048), -1, None), True),
+        (K.RefSoftmax, (r(8, 6, 4), 1, torch.float32), True),
+        (K.RefSum, (r(64, 1024), -1, False, None), True),
+        (K.RefSum, (r(1 << 16), None, True, torch.float32), True),
+        (K.RefReciprocal, (r(64, 64), None), True),
+        (K.RefReciprocal, (r(64, 64), torch.empty(64, 64, dtype=dtype)), True),
+        (K.RefGroupNorm, (r(4, 64, 16, 16), r(64), r(64), 8, 1e-5), False),
+        (K.RefBmm, (r(4, 64, 2048), r(4, 2048, 32)), False),
+        (K.RefGemm, (r(64, 2048), r(96, 2048), False, True), False),
+        (K.RefGemm, (r(2048, 64), r(2048, 32), True, False), False),
+        (K.RefLinear, (r(16, 2048), r(128, 2048), r(128)), False),
+        (K.RefSiluAndMul, (r(16, 512),), True),
+    ]
+
+
+def _float64(args):
+    return tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+
+
+def _relative(got, expected):
+    return float((got.double() - expected).norm() / expected.norm())
+
+
+@pytest.mark.parametrize("index", range(14))
+def test_without_half_precision_the_plain_call_gives_the_portable_forms_bits(index):
+    kernel, args, _ = _cases(fresh_rng(), torch.float32)[index]
+    assert torch.equal(kernel.direct(*args).clone(), kernel.fn(*args))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("index", range(14))
+def test_on_the_cpu_the_plain_half_call_computes_in_float32(dtype, index):
+    kernel, args, exact = _cases(fresh_rng(), dtype)[index]
+    if str(dtype).removeprefix("torch.") not in kernel.cpu_half_in_float32:
+        pytest.skip(f"{kernel.__name__} runs its portable form for {dtype}")
+    direct, portable = kernel.direct(*args).clone(), kernel.fn(*args).clone()  # Reciprocal may write one out
+    assert direct.dtype == portable.dtype and direct.shape == portable.shape
+    if exact:
+        assert torch.equal(direct, portable)
+    else:
+        expected = kernel.fn(*_float64(args))
+        assert _relative(direct, expected) <= 1.25 * _relative(portable, expected) + 1e-7
+
+
+def test_a_silu_and_mul_in_half_precision_rounds_once():
+    # Rounded once, it is the float64 result rounded to bfloat16 except where float32 and
+    # float64 straddle a rounding boundary; the plain torch call, rounding twice, differs
+    # from it in about a quarter of the elements.
+    x = torch.randn(64, 1024, generator=fresh_rng()).bfloat16()
+    gate, up = x.double().chunk(2, dim=-1)
+    expected = (F.silu(gate) * up).to(torch.bfloat16)
+    assert (K.RefSiluAndMul.fn(x) != expected).double().mean() < 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("form", ["integer", "portable"])
+def test_an_integer_reciprocal_is_float32_and_writes_the_given_out(dtype, form):
+    fn = _integer_reciprocal() if form == "integer" else K.RefReciprocal.fn
+    x = torch.randint(-1000, 1000, (257,), generator=fresh_rng()).to(dtype)
+    expected = torch.reciprocal(x.to(torch.float32))
+    assert torch.equal(fn(x, None), expected)
+    out = torch.empty(257)
+    assert fn(x, out) is out and torch.equal(out, expected)
+
+
+def test_an_integer_reciprocal_is_float32_whatever_the_default_dtype():
+    fn = _integer_reciprocal()
+    x = torch.randint(1, 1000, (16,), generator=fresh_rng())
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        result = fn(x, None)
+    finally:
+        torch.set_default_dtype(previous)
+    assert result.dtype == torch.float32
+    torch.testing.assert_close(result, torch.reciprocal(x.double()).float(), rtol=0, atol=0)
