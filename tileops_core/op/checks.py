@@ -143,9 +143,9 @@ class OpChecks:
             env[name] = value
         tensors: dict[str, torch.Tensor] = {}
         for t in spec.construction_inputs:
-            value = values.get(t.name)
-            if self._given(t, value, "construction-time input", "is required"):
-                tensors[t.name] = value
+            given = self._given(t, values.get(t.name), "construction-time input", "is required")
+            if given is not None:
+                tensors[t.name] = given
         for name, e in self.construction_lets:
             env[name] = self._eval(e, env, f"let {name}")
         for e in self.construction_rules:
@@ -280,7 +280,7 @@ class OpChecks:
         """Step 1: which call-time tensors are present (None = absent); every given one is a tensor."""
         present = set(construction)
         for t in self.call_inputs:
-            if self._given(t, args.get(t.name), "input", "is required but was not given"):
+            if self._given(t, args.get(t.name), "input", "is required but was not given") is not None:
                 present.add(t.name)
         for o, b in zip(self.buffers, self.buffer_names):
             v = args.get(b)
@@ -288,15 +288,15 @@ class OpChecks:
                 fail(self.op, f"out buffer {b} must be a tensor, got {type(v).__name__}", o.loc)
         return frozenset(present)
 
-    def _given(self, t: TensorSpec, value: Any, what: str, missing: str) -> bool:
-        """Whether input ``t`` was given (a tensor); absent is fine when it is optional."""
+    def _given(self, t: TensorSpec, value: Any, what: str, missing: str) -> torch.Tensor | None:
+        """Input ``t`` as given (a tensor), or None when absent, which only an optional one may be."""
         if value is None:
             if not t.optional:
                 fail(self.op, f"{what} {t.name} {missing}", t.loc)
-            return False
+            return None
         if not isinstance(value, torch.Tensor):
             fail(self.op, f"{what} {t.name} must be a tensor, got {type(value).__name__}", t.loc)
-        return True
+        return value
 
     def step4_infer(self, args: Mapping[str, Any], construction: Mapping[str, torch.Tensor], env0: Mapping[str, Any],
                     presence: frozenset[str], branch: Branch, device: torch.device

@@ -59,13 +59,14 @@ def make_matcher(values: Sequence[Any]) -> Matcher | None:
         return None
     check = guard.check
     n = len(values)
+    pick: Callable[[Sequence[Any]], Any]
     if len(present) == 1:
         only = present[0]
 
         def pick(vals: Sequence[Any]) -> tuple[Any, ...]:
             return (vals[only],)
     else:
-        pick = itemgetter(*present)
+        pick = itemgetter(*present)  # a tuple of the present arguments
 
     def matches(vals: Sequence[Any]) -> bool:
         if len(vals) != n:

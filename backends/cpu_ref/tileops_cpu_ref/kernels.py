@@ -25,7 +25,7 @@ Reciprocal has a third form, for integer inputs: promoted to float32 in the same
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, overload
 
 import torch
 import torch.nn.functional as F
@@ -48,17 +48,25 @@ _LOW = (torch.float16, torch.bfloat16)
 _HALF_NAMES = frozenset({"float16", "bfloat16"})
 
 
+@overload
+def _acc(t: torch.Tensor) -> torch.Tensor: ...
+@overload
+def _acc(t: None) -> None: ...
+@overload
+def _acc(t: torch.Tensor | None) -> torch.Tensor | None: ...
+
+
 def _acc(t: torch.Tensor | None) -> torch.Tensor | None:
-    """Upcast half precision to float32 for accumulation."""
+    """Upcast half precision to float32 for accumulation (None stays None)."""
     return t.float() if t is not None and t.dtype in _LOW else t
 
 
 class _Reference:
     """Declarations shared by every reference kernel, and the choice of its form."""
 
-    devices = ("*",)
-    supported_archs = ("*",)
-    general = True
+    devices: ClassVar[tuple[str, ...]] = ("*",)
+    supported_archs: ClassVar[tuple[str, ...]] = ("*",)
+    general: ClassVar[bool] = True
 
     #: The portable form: half precision computed in float32, rounded once.
     fn: Callable[..., Any]

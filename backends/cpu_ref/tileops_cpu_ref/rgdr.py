@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import overload
+
 import torch
 
 __all__ = ["recurrent_gated_delta_rule", "sequence_bounds", "L2NORM_EPS"]
@@ -100,8 +102,15 @@ class _Schedule:
                   for j, n in enumerate(live)]
         return cls(first, live, 0, tokens)
 
+    @overload
+    def rows(self, x: torch.Tensor, j: int) -> torch.Tensor: ...
+    @overload
+    def rows(self, x: None, j: int) -> None: ...
+    @overload
+    def rows(self, x: torch.Tensor | None, j: int) -> torch.Tensor | None: ...
+
     def rows(self, x: torch.Tensor | None, j: int) -> torch.Tensor | None:
-        """The rows of token tensor ``x`` that step ``j`` updates."""
+        """The rows of token tensor ``x`` that step ``j`` updates (None stays None)."""
         if x is None or self.uniform == 1:
             return x
         if self.uniform:
