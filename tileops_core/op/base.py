@@ -100,6 +100,8 @@ class Op:
         self._last_plan: CallPlan | None = None
         self._n_args = definition.n_args
         self._key = definition.key
+        #: The schema arguments a compiled call passes after the tensors (params, static dims, target).
+        self._boundary_args = () if definition.boundary is None else definition.boundary.encode(self)
         for name in (*definition.spec.params, *definition.spec.static_dims):
             if not hasattr(type(self), name):
                 setattr(self, name, env[name])
@@ -177,6 +179,10 @@ class Op:
         except Exception:  # not a tensor, or a layout without strides: the slow path names it
             key = None
         plan = self._plans.get(key)  # a None key is never stored
+        if plan is not None and plan.generation == GENERATION[0] and key is not None:
+            # Same key, but the matcher was made where the dispatch state differs (an eager call
+            # versus the compile boundary's implementation, below autograd): make it here.
+            plan.matches = make_matcher(values)
         if plan is None or plan.generation != GENERATION[0]:
             plan = self._def.plan(self, values, branches=self._branches)
             if key is not None and not plan.device_by_default:

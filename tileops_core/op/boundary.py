@@ -60,6 +60,13 @@ class Boundary:
         self._lock = threading.Lock()
         ns, name = qualname.split("::")
         self.fn = getattr(getattr(torch.ops, ns), name).default
+        index = definition.arg_index
+        #: Per output: the forward-argument index of the input it aliases, and of its out buffer.
+        self.out_plan: tuple[tuple[int | None, int | None], ...] = tuple(
+            (index[o.alias] if o.alias else None, index[o.buffer] if o.buffer else None)
+            for o in self.spec.outputs.values())
+        #: One output that is neither an alias nor buffered: the op's result is the custom op's.
+        self.plain = len(self.out_plan) == 1 and self.out_plan[0] == (None, None)
 
     @property
     def opoverload(self) -> Any:
@@ -213,23 +220,26 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
 
 
 def call_boundary(op: "Op", values: Sequence[Any]) -> Any:
-    """An op call under ``torch.compile``: the torch.library op, then buffers and aliases."""
+    """An op call under ``torch.compile``: the torch.library op, then buffers and aliases.
+
+    Dynamo traces this function, and every attribute it reads becomes a guard checked on
+    each call of the compiled graph: it reads the boundary's few precomputed facts and the
+    op's encoded params (:meth:`Boundary.encode`, made once at construction), nothing else.
+    """
     boundary = op._def.boundary  # the instance's own reference: dynamo guards on it, not on a registry dict
     assert boundary is not None  # callers check
-    tensors = values[: boundary.n_inputs]
-    result = boundary.fn(*tensors, *boundary.encode(op))
-    spec = boundary.spec
+    result = boundary.fn(*values[: boundary.n_inputs], *op._boundary_args)
+    if boundary.plain:
+        return result
     fresh = list((result,) if len(boundary.returned) == 1 else (result or ()))
     outs = []
-    arg_index = boundary.definition.arg_index
-    for o in spec.outputs.values():
-        if o.alias is not None:
-            outs.append(values[arg_index[o.alias]])
+    for alias, buffer in boundary.out_plan:
+        if alias is not None:
+            outs.append(values[alias])
             continue
         value = fresh.pop(0)
-        if o.buffer is not None and values[arg_index[o.buffer]] is not None:
-            buf = values[arg_index[o.buffer]]
-            buf.copy_(value)
-            value = buf
+        if buffer is not None and values[buffer] is not None:
+            values[buffer].copy_(value)
+            value = values[buffer]
         outs.append(value)
     return outs[0] if len(outs) == 1 else tuple(outs)
