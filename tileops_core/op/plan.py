@@ -105,9 +105,10 @@ def _launcher(plan: "CallPlan", interface: type[KernelInterface], impl: type[Ker
         shapes, dtypes, device = plan.fresh_shapes, plan.fresh_dtypes, plan.device
         if len(shapes) == 1:
             shape, dtype = shapes[0], dtypes[0]
+            sizes = shape if shape else ((),)  # unpacked below (torch parses separate ints faster); 0-d: ()
 
             def launch_into_one(*args: Any, **kwargs: Any) -> Any:  # the common case, kept lean
-                out = _empty(shape, dtype=dtype, device=device)
+                out = _empty(*sizes, dtype=dtype, device=device)
                 try:
                     kernel(*args, out, **kwargs)
                 except TileOpsError:
