@@ -23,7 +23,7 @@ from ..workloads.generators import run_generator
 
 # TensorMeta and dtype_cases are re-exported for tileops_core.cli.cmd_explain until it imports
 # them from tileops_core.lang.tensor_meta and tileops_core.workloads.
-__all__ = ["TensorMeta", "Instance", "dtype_cases", "instantiate", "random_tensor"]
+__all__ = ["TensorMeta", "Instance", "dtype_cases", "instantiate", "on_meta", "plan_row", "random_tensor"]
 
 
 @dataclass
@@ -92,3 +92,30 @@ def random_tensor(shape: tuple[int, ...], dtype: torch.dtype, rng: torch.Generat
     low, high = (1, 100) if dtype != torch.uint8 else (1, 255)
     sign = torch.where(torch.rand(shape, generator=rng) < 0.5, -1, 1) if dtype not in (torch.uint8,) else 1
     return (torch.randint(low, high, shape, generator=rng) * sign).to(dtype)
+
+
+def _meta_tensor(value: Any) -> Any:
+    if isinstance(value, TensorMeta):
+        return torch.empty(value.shape, dtype=value.dtype, device="meta")
+    return value
+
+
+def on_meta(instance: Instance) -> Instance:
+    """A ``meta_only`` instance with ``meta`` tensors in place of its shapes: plannable, nothing allocated."""
+    instance.inputs = {n: _meta_tensor(v) for n, v in instance.inputs.items()}
+    instance.op_kwargs = {n: _meta_tensor(v) for n, v in instance.op_kwargs.items()}
+    return instance
+
+
+def plan_row(spec: OpSpec, cls: type, instance: Instance) -> tuple[Any, Any]:
+    """Plan a workload row's instance on ``meta`` tensors: ``(op, plan)``, nothing allocated.
+
+    ``instance`` is a row instantiated ``meta_only`` (or already :func:`on_meta`). The plan is
+    the op's own (steps 1-5 through :meth:`Op.plan_for`, the code a call runs), so the call
+    specs it holds are exactly what a call with these shapes would select on. The docs'
+    support matrix and ``tileops explain --arch`` read it.
+    """
+    instance = on_meta(instance)
+    op = cls(**instance.op_kwargs, check_contents=False)
+    return op, op.plan_for(*instance.call_args(spec))
+

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..bench.workloads import Instance, TensorMeta, dtype_cases, instantiate
+from ..bench.workloads import dtype_cases, instantiate, plan_row
 from ..errors import TileOpsError
 from ..kernels import registry
 from ..kernels.interface import CallSpec
@@ -120,22 +120,6 @@ def _device(text: str | None, target: Target | None) -> torch.device:
     return device
 
 
-def _plan(op: Any, instance: Instance, spec: OpSpec) -> Any:
-    # The op's own call planning (steps 1-5), without launching: plan_for is the same code
-    # __call__ runs, so the call spec shown is exactly the one a call would select on.
-    return op.plan_for(*instance.call_args(spec))
-
-
-def _on_meta(instance: Instance) -> Instance:
-    """A ``meta_only`` instance with ``meta`` tensors in place of its shapes: plannable, nothing allocated."""
-    def meta(value: Any) -> Any:
-        return torch.empty(value.shape, dtype=value.dtype, device="meta") if isinstance(value, TensorMeta) else value
-
-    instance.inputs = {n: meta(v) for n, v in instance.inputs.items()}
-    instance.op_kwargs = {n: meta(v) for n, v in instance.op_kwargs.items()}
-    return instance
-
-
 def _as_if_on(call: CallSpec, device_type: str, arch: str) -> CallSpec:
     """``call`` (planned on meta tensors) as the same call on a ``device_type`` device of ``arch``."""
     return CallSpec(call.op, call.interface, device_type, arch, call.dtypes, call.dims, call.flags)
@@ -155,10 +139,11 @@ def explain(op_name: str, *, workload: str | None = None, dtype: str | None = No
     rng = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
     if simulated is None:
         instance = instantiate(spec, row, case, device=_device(device, current_target()), rng=rng)
+        op = cls(**instance.op_kwargs)
+        plan = op.plan_for(*instance.call_args(spec))  # the code a call runs: the call spec it would select on
     else:
-        instance = _on_meta(instantiate(spec, row, case, rng=rng, meta_only=True))
-    op = cls(**instance.op_kwargs)
-    plan = _plan(op, instance, spec)
+        instance = instantiate(spec, row, case, rng=rng, meta_only=True)
+        op, plan = plan_row(spec, cls, instance)
     target = current_target(op.target)
     interfaces = op.definition().interfaces
     calls = {i: plan.call_specs[i] for i in interfaces}

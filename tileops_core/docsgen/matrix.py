@@ -19,15 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-import torch
 
 from ..bench.catalog import benchable_specs, op_class
-from ..bench.workloads import instantiate
+from ..bench.workloads import instantiate, plan_row
 from ..errors import TileOpsError
 from ..kernels import registry
 from ..kernels.interface import CallSpec, KernelInterface
 from ..lang.dtypes import DTypeSet
-from ..lang.tensor_meta import TensorMeta
 from ..op.torchtypes import name_of
 from ..spec.nodes import OpSpec
 from ..workloads import dtype_cases
@@ -119,12 +117,6 @@ def _primary_dtypes(spec: OpSpec) -> tuple[str | None, list[str]]:
     return chosen[0], list(chosen[1].names)
 
 
-def _meta(value: Any) -> Any:
-    if isinstance(value, TensorMeta):
-        return torch.empty(value.shape, dtype=value.dtype, device="meta")
-    return value
-
-
 def probes_for(spec: OpSpec) -> tuple[list[Probe], list[str]]:
     """The probes of every row x dtype, and the problems of rows that could not be planned."""
     cls = op_class(spec)
@@ -147,8 +139,7 @@ def probes_for(spec: OpSpec) -> tuple[list[Probe], list[str]]:
             if (row.index, dtype) in seen:
                 continue
             try:
-                op = cls(**{k: _meta(v) for k, v in inst.op_kwargs.items()}, check_contents=False)
-                plan = op.plan_for(*[_meta(a) for a in inst.call_args(spec)])
+                _, plan = plan_row(spec, cls, inst)
             except TileOpsError as exc:
                 if not swept:  # a swept dtype the spec does not allow (dtype_combos) is simply not a call
                     problems.append(f"{row.label}[{case}]: {str(exc).splitlines()[0]}")
