@@ -550,3 +550,69 @@ def test_two_distributions_claiming_one_plugin_name_load_only_the_first_by_distr
     assert shadowed.reason == (f"not loaded: a plugin named 'twin' is already loaded (from entry point twin = "
                                f"{first}, tileops-twin-a)")
     assert "twin_b" not in registry.backends()
+
+
+# -- containment: a newcomer never displaces a core backend; an interrupted load is retried ----------
+
+def test_a_plugin_taking_a_core_backend_name_is_the_one_rolled_back_whatever_its_name_sorts_like(site):
+    install(site, """
+        def tileops_register(registrar):
+            registrar.backend("cpu_ref", device_types=("cpu",), core_major=%d)
+    """ % CORE_MAJOR, dist="tileops-aaa-dupname", entry="aaa-dupname")
+    with pytest.warns(RuntimeWarning):
+        records = reload_all()
+    assert records["cpu_ref"].status == "loaded"
+    assert records["aaa-dupname"].status == "failed"
+    assert records["aaa-dupname"].reason.endswith("backend 'cpu_ref' is registered twice")
+    assert registry.backends()["cpu_ref"].distribution == "tileops-cpu-ref"
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(RMSNormFwdOp(normalized_shape=[8])(x), torch.nn.functional.rms_norm(x, [8]))
+
+
+def test_a_plugin_adding_a_second_general_kernel_to_a_core_op_is_rolled_back_not_the_reference(site):
+    install(site, """
+        import torch
+        from tileops_core.kernels import KernelEntry
+        from tileops_core.ops.normalization import RMSNormKernel
+
+        class ZerosRMSNorm(RMSNormKernel):
+            devices = ("*",)
+            general = True
+
+            @classmethod
+            def entry_for(cls, call):
+                return KernelEntry(("zeros",), lambda: (lambda x, w, shape, eps: torch.zeros_like(x)))
+
+        def tileops_register(registrar):
+            registrar.backend("aaa_general", device_types=("cpu",), core_major=%d)
+            registrar.kernels(ZerosRMSNorm)
+    """ % CORE_MAJOR, dist="tileops-aaa-general", entry="aaa-general")
+    with pytest.warns(RuntimeWarning):
+        records = reload_all()
+    assert records["cpu_ref"].status == "loaded"
+    assert records["aaa-general"].status == "failed"
+    assert "two general implementations" in records["aaa-general"].reason
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(RMSNormFwdOp(normalized_shape=[8])(x), torch.nn.functional.rms_norm(x, [8]))
+
+
+def test_an_interrupted_load_is_retried_on_the_next_use(site, tmp_path):
+    flag = tmp_path / "interrupt-once"
+    flag.write_text("")
+    install(site, f"""
+        import pathlib
+        flag = pathlib.Path({str(flag)!r})
+        if flag.exists():
+            flag.unlink()
+            raise KeyboardInterrupt  # Ctrl-C while this plugin imports
+        def tileops_register(registrar):
+            registrar.backend("slowpoke", device_types=("cpu",), core_major={CORE_MAJOR})
+    """, dist="tileops-slowpoke", entry="slowpoke")
+    plugins.reset_plugins()
+    with pytest.raises(KeyboardInterrupt):
+        plugins.load_plugins()
+    plugins.ensure_plugins_loaded()  # the next use loads again, from where it stopped
+    records = {r.name: r for r in plugins.plugin_records()}
+    assert records["slowpoke"].status == "loaded"
+    assert records["cpu_ref"].status == "loaded"
+    assert not [r for r in records.values() if r.status == "failed"]

@@ -294,7 +294,34 @@ def _entry_point_candidates() -> list[_Candidate]:
         seen.add(key)
         out.append(_Candidate(ep.name, dist_name, dist.version if dist is not None else None,
                               f"entry point {ep.name} = {ep.value}", ep.load))
-    return sorted(out, key=lambda c: (c.name, c.distribution or ""))
+    # The project's own backends first, then the rest by name: in a conflict (a backend name
+    # taken twice, a second general kernel) the one applied later is rolled back, so a
+    # newcomer can never displace a core backend whatever its name sorts like.
+    return sorted(out, key=lambda c: (not _is_own(c), c.name, c.distribution or ""))
+
+
+#: The distributions of the project's own backends (their plugins load before any other).
+OWN_DISTRIBUTIONS = frozenset({"tileops-cpu-ref", "tileops-cuda", "tileops-ascend"})
+
+
+def _is_own(candidate: _Candidate) -> bool:
+    return candidate.distribution is not None and _norm(candidate.distribution) in OWN_DISTRIBUTIONS
+
+
+def _already_loaded(candidate: _Candidate) -> bool:
+    """Loaded by an earlier, interrupted round of :func:`load_plugins` (then it is not met again)."""
+    record = STORE.record(candidate.name)
+    return record is not None and record.status == "loaded" and record.origin == candidate.origin
+
+
+def _forget_unapplied() -> None:
+    """After an interrupted load: drop pluggy registrations of plugins that were never applied, so
+    that the next round can register them again."""
+    pm = _status.pm
+    for plugin in list(pm.get_plugins()):
+        name = pm.get_name(plugin)
+        if name not in _status.objects:
+            pm.unregister(plugin)
 
 
 def load_plugins() -> list[PluginRecord]:
@@ -305,10 +332,14 @@ def load_plugins() -> list[PluginRecord]:
         _status.loading_thread = threading.get_ident()
         try:
             for candidate in _entry_point_candidates():
-                _load_candidate(candidate)
+                if not _already_loaded(candidate):
+                    _load_candidate(candidate)
+            _status.loaded = True  # only a round that finished: an interrupted one is retried on next use
+        except BaseException:
+            _forget_unapplied()
+            raise
         finally:
             _status.loading_thread = None
-            _status.loaded = True
     return STORE.records()
 
 
