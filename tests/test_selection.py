@@ -253,3 +253,15 @@ def test_a_general_implementation_for_any_device_overlaps_one_for_a_named_device
     add_backend("b", make_impl(iface, "RefCpu", general=True, devices=("cpu",)))
     assert registry.check_consistency("b") == [
         f"fakes:{iface.__name__}: two general implementations for device 'cpu': fakes:RefCpu (b), fakes:RefAny (a)"]
+
+
+def test_selections_of_older_registry_generations_are_dropped():
+    from tileops_core.kernels import select
+
+    iface = make_interface()
+    add_backend("ref", make_impl(iface, "RefK", devices=("*",), general=True))
+    for i in range(50):  # a process that registers and unregisters a backend again and again
+        add_backend(f"churn{i}", make_impl(iface, f"Churn{i}K", devices=("npu",)), device_types=("npu",))
+        assert kernel_for(iface, make_call(iface, N=8))() == "RefK"
+        registry.unregister_backend(f"churn{i}")
+    assert len(select._select_cache) <= 1

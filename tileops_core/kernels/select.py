@@ -114,7 +114,10 @@ def select_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
     return Selection(interface, call, target, survivors[0] if len(survivors) == 1 else None, ordered)
 
 
+#: Selections of the current registry generation only: a new generation empties it (a process
+#: that registers and unregisters plugins many times must not keep every old answer).
 _select_cache: dict[tuple[Any, ...], tuple[type[KernelInterface], Callable[..., Any]]] = {}
+_select_generation = [-1]
 _build_cache: dict[tuple[type[KernelInterface], Hashable], Callable[..., Any]] = {}
 _build_locks: dict[tuple[type[KernelInterface], Hashable], threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -148,7 +151,11 @@ def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
     Selection reads the registry as it is: loading plugins is the caller's job, done before
     any call spec is built (:meth:`OpDef.plan <tileops_core.op.definition.OpDef.plan>`).
     """
-    key = (interface, call, target, registry.generation())
+    generation = registry.generation()
+    if _select_generation[0] != generation:
+        _select_cache.clear()
+        _select_generation[0] = generation
+    key = (interface, call, target)
     chosen_kernel = _select_cache.get(key)
     if chosen_kernel is not None:
         return chosen_kernel
