@@ -265,3 +265,24 @@ def test_selections_of_older_registry_generations_are_dropped():
         assert kernel_for(iface, make_call(iface, N=8))() == "RefK"
         registry.unregister_backend(f"churn{i}")
     assert len(select._select_cache) <= 1
+
+
+def test_a_kernel_whose_build_raises_is_named_marked_failed_and_selection_falls_back():
+    iface = make_interface()
+
+    def broken_build():
+        raise ZeroDivisionError("tile size 0")
+
+    fast = make_impl(iface, "FastK", build=broken_build)
+    add_backend("vendor", fast)
+    add_backend("ref", make_impl(iface, "RefK", devices=("*",), general=True))
+    before = build_count()
+    with pytest.warns(RuntimeWarning) as caught:
+        assert kernel_for(iface, make_call(iface, N=8))() == "RefK"
+    assert [str(w.message) for w in caught] == [
+        "FakeOp: kernel fakes:FastK [vendor] build failed for ('FastK',): ZeroDivisionError: tile size 0; "
+        "selection falls back to the next implementation"]
+    assert [str(f) for f in registry.failures()] == [
+        "plugin kernel fakes:FastK [vendor] failed: build failed for ('FastK',): ZeroDivisionError: tile size 0"]
+    assert kernel_for(iface, make_call(iface, N=16))() == "RefK"  # the same identity is not built again
+    assert build_count() == before + 1  # the reference, once

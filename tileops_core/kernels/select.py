@@ -75,12 +75,16 @@ def _available(impl: type[KernelInterface], call: CallSpec, target: Target | Non
     return None
 
 
-def select_kernel(interface: type[KernelInterface], call: CallSpec, target: Target | None = None) -> Selection:
-    """Apply the selection rule (no caching; ``kernel_for`` caches)."""
+def select_kernel(interface: type[KernelInterface], call: CallSpec, target: Target | None = None,
+                  broken: dict[type[KernelInterface], str] | None = None) -> Selection:
+    """Apply the selection rule (no caching; ``kernel_for`` caches). ``broken``: implementations
+    whose build failed for this call, with why; they drop out like a refusal."""
     candidates: dict[type[KernelInterface], Candidate] = {}
     survivors: list[type[KernelInterface]] = []
     for impl in registry.implementations(interface):
         why = _available(impl, call, target)
+        if why is None and broken and impl in broken:
+            why = broken[impl]
         if why is None:
             try:
                 refusal = impl.refusal(call)
@@ -122,6 +126,8 @@ _build_cache: dict[tuple[type[KernelInterface], Hashable], Callable[..., Any]] =
 _build_locks: dict[tuple[type[KernelInterface], Hashable], threading.Lock] = {}
 _locks_guard = threading.Lock()
 _builds = [0]
+#: Build identities whose build raised, with why: never built again in this process.
+_failed_builds: dict[tuple[type[KernelInterface], Hashable], str] = {}
 _warned: set[tuple[Any, ...]] = set()
 
 
@@ -135,6 +141,7 @@ def clear_caches() -> None:
     with _locks_guard:
         _select_cache.clear()
         _build_cache.clear()
+        _failed_builds.clear()
         _build_locks.clear()
         _warned.clear()
 
@@ -159,31 +166,56 @@ def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
     chosen_kernel = _select_cache.get(key)
     if chosen_kernel is not None:
         return chosen_kernel
-    selection = select_kernel(interface, call, target)
-    if selection.chosen is None:
-        ambiguous = [c for c in selection.candidates if c.reason.startswith("ambiguous")]
-        what = "more than one implementation applies" if ambiguous else "no implementation can serve this call"
-        if target is not None:
-            what += f" within the explicit target {target}"
-        raise SelectionError(f"{call.op}: {what}\n{selection.report()}")
-    chosen = selection.chosen
+    broken: dict[type[KernelInterface], str] = {}
+    while True:  # a kernel whose build fails drops out, and the rule runs again without it
+        selection = select_kernel(interface, call, target, broken)
+        if selection.chosen is None:
+            ambiguous = [c for c in selection.candidates if c.reason.startswith("ambiguous")]
+            what = "more than one implementation applies" if ambiguous else "no implementation can serve this call"
+            if target is not None:
+                what += f" within the explicit target {target}"
+            raise SelectionError(f"{call.op}: {what}\n{selection.report()}")
+        chosen = selection.chosen
+        entry = chosen.entry_for(call)
+        build_key = (chosen, entry.build_key)
+        kernel = _build_cache.get(build_key)
+        if kernel is None:
+            kernel = _build_once(build_key, entry.build, call)
+        if kernel is not None:
+            break
+        broken[chosen] = _failed_builds[build_key]
     if chosen.general and call.device_type != "cpu" and target is None:
         _warn_fallback(selection)
-    entry = chosen.entry_for(call)
-    build_key = (chosen, entry.build_key)
-    kernel = _build_cache.get(build_key)
-    if kernel is None:
-        with _locks_guard:
-            lock = _build_locks.setdefault(build_key, threading.Lock())
-        with lock:
-            kernel = _build_cache.get(build_key)
-            if kernel is None:
-                kernel = entry.build()
-                _builds[0] += 1
-                _build_cache[build_key] = kernel
     chosen_kernel = (chosen, kernel)
     _select_cache[key] = chosen_kernel
     return chosen_kernel
+
+
+def _build_once(build_key: tuple[type[KernelInterface], Hashable], build: Callable[[], Callable[..., Any]],
+                call: CallSpec) -> Callable[..., Any] | None:
+    """Build one identity once, under its own lock; None when its build raised (then it is marked
+    failed for that identity, recorded as a failure naming kernel and backend, warned about once,
+    and selection falls back)."""
+    with _locks_guard:
+        lock = _build_locks.setdefault(build_key, threading.Lock())
+    with lock:
+        kernel = _build_cache.get(build_key)
+        if kernel is not None or build_key in _failed_builds:
+            return kernel
+        impl = build_key[0]
+        try:
+            kernel = build()
+        except Exception as exc:  # contained: this kernel is out for this build identity, the rest serve
+            reason = f"build failed for {build_key[1]!r}: {type(exc).__name__}: {exc}"
+            _failed_builds[build_key] = reason
+            registry.record_failure(registry.LoadFailure(f"kernel {impl.qualname()} [{impl.backend}]", None, None,
+                                                         reason))
+            warnings.warn(f"{call.op}: kernel {impl.qualname()} [{impl.backend}] {reason}; selection falls back to "
+                          "the next implementation", RuntimeWarning, stacklevel=6)
+            return None
+        _builds[0] += 1
+        _build_cache[build_key] = kernel
+        return kernel
 
 
 def _warn_fallback(selection: Selection) -> None:
