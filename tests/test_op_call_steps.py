@@ -475,3 +475,16 @@ def test_optional_output_is_not_in_the_spec_language(tmp_path):
     spec = compile_op("ProbeFwdOp", raw, "probe.yaml", 1)
     assert [(p.location.field, p.message) for p in spec.problems] == [
         ("signature.outputs.y.optional", "Extra inputs are not permitted")]
+
+
+def test_a_sparse_tensor_with_the_shape_of_a_cached_call_is_rejected_as_on_a_fresh_instance():
+    x = rand(2, 3, 4)
+    warm = BmmFwdOp()
+    warm(x, rand(2, 4, 5))  # the dense call's plan is cached
+    sparse = rand(2, 3, 4).to_sparse()
+    with pytest.raises(CheckError) as fresh_error:
+        BmmFwdOp()(sparse, rand(2, 4, 5))
+    with pytest.raises(CheckError) as warm_error:
+        warm(sparse, rand(2, 4, 5))
+    assert str(warm_error.value) == str(fresh_error.value)
+    assert "layout" in str(warm_error.value)
