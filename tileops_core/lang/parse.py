@@ -10,7 +10,7 @@ most a bounded parse and an error.
 from __future__ import annotations
 
 import ast
-from typing import Callable
+from typing import Any, Callable
 
 from ..errors import ExprError
 from . import ir
@@ -114,7 +114,10 @@ def to_ir(node: ast.expr, text: str, depth: int = 0,
         op = _BINOPS.get(type(node.op))
         if op is None:
             raise ExprError(f"operator {type(node.op).__name__} is not in the language", text, col=col)
-        return ir.Binary(op, sub(node.left), sub(node.right))
+        left, right = sub(node.left), sub(node.right)
+        if op == "**":
+            _check_exponent(right, text, col)
+        return ir.Binary(op, left, right)
     if isinstance(node, ast.BoolOp):
         return ir.BoolOp("and" if isinstance(node.op, ast.And) else "or", tuple(sub(v) for v in node.values))
     if isinstance(node, ast.Compare):
@@ -170,3 +173,28 @@ def _call(node: ast.Call, text: str, sub: Callable[[ast.expr], ir.Node]) -> ir.N
     if func == "present" and not isinstance(args[0], ir.Name):
         raise ExprError("present() takes the name of an input or a param", text, col=col)
     return ir.Call(func, args)
+
+
+#: Largest exponent the language accepts in a constant: formulas need squares and roots, not
+#: towers (the evaluator enforces the same bound on exponents known only at a call).
+MAX_CONST_EXPONENT = 64
+
+
+def _constant_value(node: ir.Node) -> Any:
+    """The value of a constant subexpression (literals, unary minus, and ``**`` of constants), else None."""
+    if isinstance(node, ir.Const):
+        return node.value if isinstance(node.value, (int, float)) and not isinstance(node.value, bool) else None
+    if isinstance(node, ir.Binary) and node.op == "**":
+        base, exponent = _constant_value(node.left), _constant_value(node.right)
+        if base is None or exponent is None:
+            return None
+        return base**exponent  # both checked: the exponent is at most MAX_CONST_EXPONENT
+    return None
+
+
+def _check_exponent(exponent: ir.Node, text: str, col: int | None) -> None:
+    """A constant exponent beyond the bound is a spec error at compile time, with its text and column."""
+    value = _constant_value(exponent)
+    if value is not None and abs(value) > MAX_CONST_EXPONENT:
+        raise ExprError(f"exponent {value} is larger than {MAX_CONST_EXPONENT}", text, col=col)
+

@@ -104,8 +104,23 @@ def load_yaml_text(text: str, file_name: str) -> Any:
                         rule="L0.yaml") from None
     except yaml.YAMLError as exc:
         raise SpecError(f"YAML error: {exc}", Location(file_name), rule="L0.yaml") from None
+    except SpecError:
+        raise  # the loader's own findings (a duplicate key) already carry file and line
+    except (ValueError, OverflowError, RecursionError) as exc:  # a scalar Python cannot hold (a 5000-digit int)
+        line = _current_line(loader)
+        raise SpecError(f"YAML value cannot be read: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+                        Location(file_name, line), rule="L0.yaml") from None
     finally:
         loader.dispose()
+
+
+def _current_line(loader: Any) -> int | None:
+    """The line the loader stopped at (1-based), when it knows it."""
+    mark = getattr(loader, "get_mark", None)
+    try:
+        return mark().line + 1 if mark is not None else None
+    except Exception:  # a loader without marks: the file alone still locates the problem
+        return None
 
 
 def line_of(container: Any, key: Any, default: int | None = None) -> int | None:
