@@ -273,3 +273,16 @@ def test_a_pool_at_an_offset_in_its_storage_is_written_like_any_other(offset):
     case["state"] = storage[offset:].view(pool.shape)
     case["state"].copy_(pool)
     _assert_matches_oracle(case)
+
+
+def test_a_slot_past_the_pool_is_refused_before_anything_is_written():
+    case = _case([3, 2])
+    pool = case["state"].shape[0]
+    case["ssm_state_indices"][4] = pool  # the last token of the second sequence, after four good writes
+    state = case["state"].clone()
+    with pytest.raises(IndexError, match=rf"ssm_state_indices \[{pool}\] lie past the state pool of {pool} slots; "
+                                         "nothing was written"):
+        RefRGDR.fn(case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
+                   case["ssm_state_indices"], case["g"], case["gk"], case["num_accepted_tokens"], None, "lengths",
+                   False)
+    assert torch.equal(state, case["state"])  # not one slot overwritten

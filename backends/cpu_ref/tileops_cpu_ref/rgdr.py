@@ -209,7 +209,12 @@ def recurrent_gated_delta_rule(
     schedule = _Schedule.plan(starts, lengths, accepted, T, state.device)
     if schedule is None:
         return out
-    padded = min(ssm_state_indices.tolist()) < 0  # host metadata, like the lengths
+    host_slots = ssm_state_indices.tolist()  # host metadata, like the lengths
+    padded = min(host_slots) < 0
+    outside = [s for s in host_slots if s >= state.shape[0]]
+    if outside:  # checked before the first write: a slot past the pool must never be written through
+        raise IndexError(f"ssm_state_indices {outside[:8]} lie past the state pool of {state.shape[0]} slots; "
+                         "nothing was written")
     slots = ssm_state_indices if ssm_state_indices.device == state.device else ssm_state_indices.to(state.device)
     slots = _cast(slots, torch.int64)  # index_copy_ takes int64 indices
 
