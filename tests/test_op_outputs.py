@@ -389,3 +389,18 @@ def test_output_declared_contiguous_must_be(use, probes):
     op = ProbeOutputsFwdOp()
     assert failure(lambda: op(rand(3, 4))) == (
         "ProbeOutputsFwdOp: output total must be contiguous" + at(op.op_spec().outputs["total"]))
+
+
+@pytest.mark.parametrize("make_out, why", [
+    (lambda: torch.empty(1, 4).expand(3, 4), "is expanded (stride 0 on an axis of size > 1): its elements overlap, "
+                                             "strides [0, 1]; pass a buffer of its own memory"),
+    (lambda: torch.empty(3, 4, requires_grad=True), "requires grad: torch writes no op's result into a tensor that "
+                                                    "autograd tracks; pass one with requires_grad=False"),
+])
+def test_an_out_buffer_that_cannot_be_written_is_named_on_a_fresh_and_a_warm_call(use, make_out, why):
+    use(ReciprocalKernel, reciprocal)
+    op = ReciprocalFwdOp()
+    op(rand(3, 4), out=torch.empty(3, 4))  # warm: the buffer's plan is cached
+    expected = f"ReciprocalFwdOp: out buffer out {why}" + at(op.op_spec().outputs["output"])
+    assert failure(lambda: op(rand(3, 4), out=make_out())) == expected
+    assert failure(lambda: ReciprocalFwdOp()(rand(3, 4), out=make_out())) == expected

@@ -247,12 +247,22 @@ class CallPlan:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def check_buffers(self, values: Sequence[Any]) -> None:
-        """Step 5's precondition that depends on the objects, not on the plan key: a passed
-        out buffer shares no storage with an input (re-run on every call that passes one)."""
+        """Step 5's preconditions that depend on the objects, not on the plan key (re-run on every
+        call that passes a buffer): a passed out buffer can be written (no leaf that requires
+        grad, no element written twice through an expanded view) and shares no storage with an input."""
         n_inputs = len(values) - self.n_buffers
         for j in self.buffer_args:
             buf = values[j]
-            if buf is None or not buf.numel():
+            if buf is None:
+                continue
+            name, loc = self.arg_names[j], self.out_locs[self.buffer_index.index(j)]
+            if buf.requires_grad:
+                fail(self.op, f"out buffer {name} requires grad: torch writes no op's result into a tensor that "
+                              "autograd tracks; pass one with requires_grad=False", loc)
+            if any(st == 0 and sz > 1 for st, sz in zip(buf.stride(), buf.shape)):
+                fail(self.op, f"out buffer {name} is expanded (stride 0 on an axis of size > 1): its elements "
+                              f"overlap, strides {list(buf.stride())}; pass a buffer of its own memory", loc)
+            if not buf.numel():
                 continue
             sid = storage_id(buf)
             for v in values[:n_inputs]:
