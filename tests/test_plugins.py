@@ -616,3 +616,34 @@ def test_an_interrupted_load_is_retried_on_the_next_use(site, tmp_path):
     assert records["slowpoke"].status == "loaded"
     assert records["cpu_ref"].status == "loaded"
     assert not [r for r in records.values() if r.status == "failed"]
+
+
+def test_a_plugin_whose_manifest_file_cannot_be_read_is_told_that_file_and_line(site):
+    ops = """
+        from tileops_core.kernels import KernelInterface
+        from tileops_core.op.base import Op
+
+        class BrokenKernel(KernelInterface):
+            op = "FakeBrokenFwdOp"
+
+        class FakeBrokenFwdOp(Op):
+            interfaces = (BrokenKernel,)
+            def forward(self, x):
+                return self.launch(BrokenKernel, x)
+    """
+    source = """
+        from pathlib import Path
+
+        def tileops_register(registrar):
+            registrar.backend("broken_spec", device_types=("cpu",), core_major=%d)
+            registrar.manifest_dir(Path(__file__).parent / "manifest")
+            registrar.ops(__name__ + ".ops")
+    """ % CORE_MAJOR
+    bad = "FakeBrokenFwdOp:\n  family: fake\n  signature: [unclosed\n"
+    install(site, source, files={"manifest/broken.yaml": bad, "ops.py": ops})
+    with pytest.warns(RuntimeWarning):
+        record = reload_all()["fakeplug"]
+    assert record.status == "failed"
+    assert "because this plugin's manifest could not be read: broken_spec:manifest/broken.yaml:" in record.reason
+    assert "YAML syntax error" in record.reason
+    assert "ship its spec in a directory" not in record.reason

@@ -271,6 +271,10 @@ def _import_ops(backend: str, contribution: Contribution) -> list[str]:
         spec = current.get(cls.__name__)
         where = f"{cls.__module__}.{cls.__qualname__}"
         if spec is None:
+            own = [str(p) for p in current.problems if (p.location.file or "").startswith(labels)]
+            if own:  # the directory was passed, but a file in it could not be read: that is the cause
+                raise PluginError(f"op class {where} has no manifest entry named {cls.__name__}, because this "
+                                  f"plugin's manifest could not be read: {'; '.join(own)}")
             raise PluginError(f"op class {where} has no manifest entry named {cls.__name__}; ship its spec in a "
                               "directory passed to registrar.manifest_dir()")
         if not spec.file.startswith(labels):
