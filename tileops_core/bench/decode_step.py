@@ -133,8 +133,10 @@ def _time_loop(fn: Callable[[], Any], steps: int, repeats: int, sync: Callable[[
     return statistics.median(host), statistics.median(wall)
 
 
-def _graph_device_time(run: Callable[[], Any], device: torch.device, steps: int) -> float:
-    """Device seconds per step: ``steps`` steps captured in one CUDA graph, replay timed by events."""
+def _capture(run: Callable[[], Any], device: torch.device, steps: int) -> tuple[Any, Any]:
+    """``steps`` calls of ``run`` captured in one CUDA graph, after a warm-up on a side stream
+    (capture needs warmed-up allocations and lazy inits off the capture stream); the graph
+    and the last call's output."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
@@ -142,9 +144,16 @@ def _graph_device_time(run: Callable[[], Any], device: torch.device, steps: int)
             run()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
+    out = None
     with torch.cuda.graph(graph):
         for _ in range(steps):
-            run()
+            out = run()
+    return graph, out
+
+
+def _graph_device_time(run: Callable[[], Any], device: torch.device, steps: int) -> float:
+    """Device seconds per step: ``steps`` steps captured in one CUDA graph, replay timed by events."""
+    graph, _ = _capture(run, device, steps)
     times = []
     for _ in range(10):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -196,15 +205,7 @@ def _prepare(way: str, s: _Step, device: torch.device) -> Callable[[], Any]:
     if way == "eager":
         return lambda: s.step(s.x, s.state)
     if way == "cuda_graph":
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                s.step(s.x, s.state)
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = s.step(s.x, s.state)
+        graph, captured = _capture(lambda: s.step(s.x, s.state), device, 1)
 
         def replay() -> torch.Tensor:
             graph.replay()

@@ -170,18 +170,21 @@ class Op:
         return self._call(values)
 
     def _plan_of(self, values: Sequence[Any]) -> CallPlan:
-        """Steps 1-5, or the plan a previous call with this key made (same registry generation)."""
+        """Steps 1-5, or the plan a previous call with this key made (same registry generation).
+
+        The hot path (:meth:`_call`) tries the last plan's same-call matcher first; this is
+        what runs when it misses.
+        """
         last = self._last_plan
-        if last is not None and last.generation == GENERATION[0] and last.matches is not None and last.matches(values):
-            return last  # the same tensor metadata as the last call (one C++ check, see same_call)
         try:
             key: Any = self._key(values)
         except Exception:  # not a tensor, or a layout without strides: the slow path names it
             key = None
         plan = self._plans.get(key)  # a None key is never stored
-        if plan is not None and plan.generation == GENERATION[0] and key is not None:
-            # Same key, but the matcher was made where the dispatch state differs (an eager call
-            # versus the compile boundary's implementation, below autograd): make it here.
+        if plan is not None and plan is last and plan.generation == GENERATION[0]:
+            # The last plan's own key, yet its matcher missed: it was made where the dispatch
+            # state differs (an eager call versus the compile boundary's implementation, below
+            # autograd). Make it here. (Calls alternating between shapes keep their matchers.)
             plan.matches = make_matcher(values)
         if plan is None or plan.generation != GENERATION[0]:
             plan = self._def.plan(self, values, branches=self._branches)

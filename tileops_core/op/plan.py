@@ -148,7 +148,10 @@ def _run_kernel(kernel: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
 
 
 class _Made:
-    """The output a ``writes_outputs`` launcher allocated on this thread's current call."""
+    """The output a ``writes_outputs`` launcher allocated on this plan's latest call.
+
+    Per plan, not per thread: two threads calling one plan at once can overwrite it, and then
+    the result simply goes to the full step-7 check (never a wrong answer, only a slower one)."""
 
     __slots__ = ("out",)
 
@@ -369,12 +372,7 @@ def _launch_contiguous(kernel: Callable[..., Any], args: tuple[Any, ...], kwargs
             return c
         return v
 
-    try:
-        result = kernel(*(fix(a) for a in args), **{k: fix(v) for k, v in kwargs.items()})
-    except TileOpsError:
-        raise
-    except Exception as exc:
-        raise raised(exc) from exc
+    result = _run_kernel(kernel, tuple(fix(a) for a in args), {k: fix(v) for k, v in kwargs.items()}, raised)
     for original, copy in copies:
         original.copy_(copy)  # a mutated input (or out buffer) written through its contiguous copy
     if any(result is c for _, c in copies):
