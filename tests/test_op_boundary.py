@@ -57,14 +57,14 @@ def clone(args):
 # -- the schema ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("cls, name, schema", [
-    (BmmFwdOp, "bmm_fwd_op", "(Tensor a, Tensor b, str? tileops_target) -> Tensor"),
-    (GemmFwdOp, "gemm_fwd_op", "(Tensor a, Tensor b, bool trans_a, bool trans_b, str? tileops_target) -> Tensor"),
-    (RMSNormFwdOp, "rms_norm_fwd_op", "(Tensor x, Tensor? weight, SymInt[] normalized_shape, float? eps, str? tileops_target) -> Tensor"),
+    (BmmFwdOp, "bmm_fwd_op", "(Tensor a, Tensor b, str? tileops_target, bool tileops_check_contents) -> Tensor"),
+    (GemmFwdOp, "gemm_fwd_op", "(Tensor a, Tensor b, bool trans_a, bool trans_b, str? tileops_target, bool tileops_check_contents) -> Tensor"),
+    (RMSNormFwdOp, "rms_norm_fwd_op", "(Tensor x, Tensor? weight, SymInt[] normalized_shape, float? eps, str? tileops_target, bool tileops_check_contents) -> Tensor"),
     (GroupNormFwdOp, "group_norm_fwd_op",
-     "(Tensor x, Tensor? weight, Tensor? bias, SymInt num_groups, float eps, str? tileops_target) -> Tensor"),
+     "(Tensor x, Tensor? weight, Tensor? bias, SymInt num_groups, float eps, str? tileops_target, bool tileops_check_contents) -> Tensor"),
     (SSDDecodeFwdOp, "ssd_decode_fwd_op",
-     "(Tensor A, Tensor dt, Tensor x, Tensor B_in, Tensor C_in, Tensor(a5!) state, str? tileops_target) -> Tensor"),
-    (ReciprocalFwdOp, "reciprocal_fwd_op", "(Tensor input, str? tileops_target) -> Tensor"),
+     "(Tensor A, Tensor dt, Tensor x, Tensor B_in, Tensor C_in, Tensor(a5!) state, str? tileops_target, bool tileops_check_contents) -> Tensor"),
+    (ReciprocalFwdOp, "reciprocal_fwd_op", "(Tensor input, str? tileops_target, bool tileops_check_contents) -> Tensor"),
 ])
 def test_schema_holds_the_call_tensors_params_and_target_and_marks_only_mutated_inputs(cls, name, schema):
     # (a suffix _2, _3, ... when another class of the same name registered first in this process)
@@ -149,3 +149,19 @@ def test_check_failure_under_compile_names_the_declaration_at_trace_time():
                 f"({op.op_spec().inputs['b'].loc.where()})")
     # Dynamo wraps what the fake implementation raised (TorchRuntimeError): the text survives.
     assert f"CheckError({expected!r})" in str(info.value)
+
+
+@pytest.mark.parametrize("checks", [False, True])
+def test_a_compiled_call_checks_contents_exactly_when_its_instance_does(monkeypatch, checks):
+    # The implementation's own instance inherits check_contents= from the traced one: a step
+    # made with it off never reads contents (a sync no CUDA graph can hold), whatever
+    # TILEOPS_CHECK_CONTENTS (on in this suite) says; one made with it on still checks.
+    seen = []
+    monkeypatch.setattr(BmmFwdOp, "check_contents", lambda self, **tensors: seen.append(sorted(tensors)))
+    op = BmmFwdOp()
+    op.checks_contents = checks
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b: op(a, b), fullgraph=True, backend="aot_eager")
+    a, b = r(2, 3, 4), r(2, 4, 5)
+    torch.testing.assert_close(compiled(a, b), torch.bmm(a, b))
+    assert seen == ([["a", "b"]] if checks else [])

@@ -12,12 +12,19 @@ clock, no synchronize inside the loop: what the framework costs) and **wall** se
 step once the device is the limit (the host loop's total over the steps, synchronized at
 the end). The step's **device** time is a CUDA graph's replay timed by events: the kernels
 alone, no host in between. On the CPU only eager and compiled run.
+
+A compiled way also reports **torch's floor**: the host time per call of a step that runs
+one trivial kernel (``x.neg()``) compiled the same way, on the same inputs, in the same
+run. It is what ``torch.compile`` itself costs per call on this host (guards, the AOT and
+Inductor wrappers, cudagraph-tree bookkeeping), which no op library can go below; the
+step's time over that floor is what the three ops cost inside the compiled graph.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -58,6 +65,7 @@ class WayResult:
     wall_s: float | None = None
     equal_to_eager: bool | None = None
     error: str | None = None
+    floor_host_s: float | None = None  # torch.compile's own cost per call, same way (see the module docstring)
 
 
 @dataclass
@@ -193,15 +201,34 @@ def run_decode_step(device: torch.device, cfg: DecodeStepConfig = DecodeStepConf
             sync()
             w.equal_to_eager = bool(torch.equal(s.state, want_state) and torch.equal(out, want_out))
             w.host_s, w.wall_s = _time_loop(run, cfg.steps, cfg.repeats, sync)
+            if way.startswith("compile"):
+                torch._dynamo.reset()
+                w.floor_host_s = _time_loop(_prepare(way, s, device, _trivial_step), cfg.steps, cfg.repeats, sync)[0]
         except (TileOpsError, RuntimeError, AssertionError) as exc:
-            w.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            w.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{_where(exc)}"
         result.ways.append(w)
         torch._dynamo.reset()
     return result
 
 
-def _prepare(way: str, s: _Step, device: torch.device) -> Callable[[], Any]:
-    """A no-argument callable running one step the given way (compiled and warmed up)."""
+def _where(exc: BaseException) -> str:
+    """`` (at file:line in function)`` of the innermost frame that raised: a way's error says where."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (at {f.filename}:{f.lineno} in {f.name})"
+
+
+def _trivial_step(x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    """One trivial kernel on the step's inputs: what a compiled call costs with no op in it."""
+    return x.neg()
+
+
+def _prepare(way: str, s: _Step, device: torch.device,
+             fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> Callable[[], Any]:
+    """A no-argument callable running one step the given way (compiled and warmed up);
+    ``fn`` replaces the step (torch's floor)."""
     if way == "eager":
         return lambda: s.step(s.x, s.state)
     if way == "cuda_graph":
@@ -211,15 +238,17 @@ def _prepare(way: str, s: _Step, device: torch.device) -> Callable[[], Any]:
             graph.replay()
             return captured
         return replay
+    step = fn or s.step
     if way == "compile_fullgraph":
-        compiled = torch.compile(s.step, fullgraph=True)
+        compiled = torch.compile(step, fullgraph=True)
     elif way == "compile_reduce_overhead":
         # What a serving system keeps in place between steps (weights, the state pool, the cache
-        # manager's metadata) has a static address: the captured graph reads it where it is,
-        # instead of copying it into its own buffers on every replay. Only x changes per step.
-        for t in (s.state, s.weight, s.q, s.k, s.beta, s.g, s.lengths, s.slots):
+        # manager's metadata, the persistent buffer the step's input is written into) has a
+        # static address: the captured graph reads it where it is, as the cuda_graph way does,
+        # instead of copying it into the graph's own buffers on every replay.
+        for t in (s.x, s.state, s.weight, s.q, s.k, s.beta, s.g, s.lengths, s.slots):
             torch._dynamo.mark_static_address(t)
-        compiled = torch.compile(s.step, mode="reduce-overhead", fullgraph=True)
+        compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
     else:
         raise TileOpsError(f"unknown way {way!r} (known: {', '.join(WAYS)})")
     for _ in range(3):
@@ -233,12 +262,14 @@ def format_decode_step(result: DecodeStepResult) -> str:
     dev = "-" if result.device_s is None else f"{result.device_s * 1e6:.1f} µs"
     lines = [f"decode step on {result.device}: RMSNorm -> RGDR -> SiluAndMul, B={c.B} NK={c.NK} NV={c.NV} DK={c.DK} "
              f"DV={c.DV} {c.dtype}, {c.state_dtype} state; device time per step {dev} (CUDA graph replay, events)",
-             f"{'way':26s} {'host/step':>11s} {'wall/step':>11s} {'wall/device':>11s}  equal to eager"]
+             f"{'way':26s} {'host/step':>11s} {'wall/step':>11s} {'wall/device':>11s}  {'torch floor':>11s}  "
+             "equal to eager"]
     for w in result.ways:
         if w.error or w.host_s is None or w.wall_s is None:
             lines.append(f"{w.way:26s} error: {w.error or 'not timed'}")
             continue
         ratio = "-" if result.device_s is None or w.wall_s is None else f"{w.wall_s / result.device_s:.2f}x"
-        lines.append(f"{w.way:26s} {w.host_s * 1e6:9.1f} µs {w.wall_s * 1e6:9.1f} µs {ratio:>11s}  "
+        floor = "-" if w.floor_host_s is None else f"{w.floor_host_s * 1e6:.1f} µs"
+        lines.append(f"{w.way:26s} {w.host_s * 1e6:9.1f} µs {w.wall_s * 1e6:9.1f} µs {ratio:>11s}  {floor:>11s}  "
                      f"{'bit for bit' if w.equal_to_eager else 'NO'}")
     return "\n".join(lines)

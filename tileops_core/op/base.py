@@ -124,6 +124,17 @@ class Op:
     def target(self) -> Target | None:
         return self._target
 
+    @property
+    def checks_contents(self) -> bool:
+        """Whether calls run the checks that read tensor contents (``check_contents=``)."""
+        return self._check_contents
+
+    @checks_contents.setter
+    def checks_contents(self, on: bool) -> None:
+        self._check_contents = bool(on)
+        if self._def.boundary is not None:  # a compiled call carries the setting in its schema
+            self._boundary_args = self._def.boundary.encode(self)
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
         return f"{type(self).__name__}({args})"

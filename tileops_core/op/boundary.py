@@ -2,6 +2,7 @@
 
 Under ``torch.compile`` an op call becomes a call of ``torch.ops.tileops.<name>``: the
 schema holds the call-time tensors and every param (and static dim) as real arguments,
+then the instance's own target and check_contents setting,
 the mutated inputs are exactly those marked ``mutated``, and the fake implementation runs
 the generated checks on fake tensors (SymInt shapes) to produce the outputs' shapes and
 dtypes without reading data. Eager calls never pass through here (no dispatcher cost).
@@ -33,10 +34,12 @@ if TYPE_CHECKING:
     from .base import Op
     from .definition import OpDef
 
-__all__ = ["Boundary", "make_boundary", "call_boundary", "TARGET_ARG", "NAMESPACE"]
+__all__ = ["Boundary", "make_boundary", "call_boundary", "TARGET_ARG", "CONTENTS_ARG", "NAMESPACE"]
 
 #: The schema argument carrying an op's per-op target (a name no spec param may take).
 TARGET_ARG = "tileops_target"
+#: The schema argument carrying an op's check_contents= setting.
+CONTENTS_ARG = "tileops_check_contents"
 #: The torch.library namespace of every op.
 NAMESPACE = "tileops"
 
@@ -74,11 +77,12 @@ class Boundary:
         return self.fn
 
     def encode(self, op: "Op") -> tuple[Any, ...]:
-        """The schema arguments for an op instance: params, static dims, then its own target."""
+        """The schema arguments for an op instance: params, static dims, its own target and
+        whether it checks tensor contents (what the implementation's instance must share)."""
         names = [*self.spec.params, *self.spec.static_dims]
         env = op.params_env()
         target = None if op.target is None else str(op.target)
-        return (*(enc(env[n]) for enc, n in zip(self.encoders, names)), target)
+        return (*(enc(env[n]) for enc, n in zip(self.encoders, names)), target, op.checks_contents)
 
     def instance(self, args: Sequence[Any]) -> Any:
         """An op instance for schema argument values (cached: the implementation runs per call)."""
@@ -86,12 +90,13 @@ class Boundary:
         op = self._instances.get(key)
         if op is None:
             names = [*self.spec.params, *self.spec.static_dims]
-            *params, target = args
+            *params, target, check_contents = args
             with self._lock:
                 op = self._instances.get(key)
                 if op is None:
                     options = {} if target is None else {"target": target}
                     op = self.definition.op_cls(**dict(zip(names, params)), **options)
+                    op.checks_contents = check_contents
                     self._instances[key] = op
         return op
 
@@ -162,6 +167,9 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
         encoders.append(int)
     # The op's own target= travels with the call, so a compiled call selects as the eager one.
     params.append(inspect.Parameter(TARGET_ARG, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[str]))
+    # So does check_contents=: a compiled call of an instance made with it off never reads
+    # contents (a sync, which a CUDA graph cannot hold), whatever TILEOPS_CHECK_CONTENTS says.
+    params.append(inspect.Parameter(CONTENTS_ARG, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=bool))
     returned = [i for i, o in enumerate(spec.outputs.values()) if o.alias is None]
     ret_ann: Any = None
     if len(returned) == 1:

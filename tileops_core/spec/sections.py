@@ -27,7 +27,7 @@ from .yamlload import line_of
 __all__ = ["RESERVED_PARAMS", "SectionCompiler"]
 
 #: Keyword arguments of Op.__init__ and the compile boundary that no spec param may shadow.
-RESERVED_PARAMS = frozenset({"target", "check_contents", "tileops_target"})
+RESERVED_PARAMS = frozenset({"target", "check_contents", "tileops_target", "tileops_check_contents"})
 
 
 class SectionCompiler(NameResolver):
