@@ -17,6 +17,7 @@ kernel could have broken; it never goes through the dispatcher.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any, Callable, ClassVar, Sequence
 
@@ -39,6 +40,8 @@ __all__ = ["Op", "current_call"]
 _warned_full_shape: set[type] = set()
 #: Plans kept per op instance before the oldest are dropped (dynamic shapes).
 MAX_PLANS = 4096
+#: Instance attributes a copy does not carry: caches rebuilt on use, and the class's definition.
+_PER_PROCESS = frozenset({"_def", "_key", "_plans", "_branches", "_last_plan", "_calls"})
 
 
 def current_call() -> tuple["Op", CallPlan, Sequence[Any]]:
@@ -97,7 +100,8 @@ class Op:
         self._check_contents = contents_checking_default() if check_contents is None else bool(check_contents)
         self._plans: dict[Any, CallPlan] = {}
         self._branches: dict[frozenset[str], Branch] = {}
-        self._last_plan: CallPlan | None = None
+        self._last_plan: CallPlan | None = None  # the hot path's first guess (any thread's last call)
+        self._calls = threading.local()  # .plan: this thread's last plan (last_plan, last_call_env)
         self._n_args = definition.n_args
         self._key = definition.key
         #: The schema arguments a compiled call passes after the tensors (params, static dims, target).
@@ -204,7 +208,7 @@ class Op:
                     self._plans.clear()
                 self._plans[key] = plan
                 plan.matches = make_matcher(values)
-        self._last_plan = plan
+        self._last_plan = self._calls.plan = plan
         return plan
 
     def _call(self, values: Sequence[Any]) -> Any:
@@ -214,6 +218,8 @@ class Op:
         if (plan is None or plan.generation != GENERATION[0] or plan.matches is None
                 or not plan.matches(values)):
             plan = self._plan_of(values)
+        else:
+            self._calls.plan = plan
         if plan.buffer_args:
             plan.check_buffers(values)  # step 5's storage check reads the buffer object, not the key
         if self._check_contents:
@@ -269,12 +275,32 @@ class Op:
 
     @property
     def last_call_env(self) -> dict[str, Any] | None:
-        """Index/param values of this instance's last call (roofline, explain)."""
-        return None if self._last_plan is None else self._last_plan.env
+        """Index/param values of this instance's last call on this thread (roofline, explain)."""
+        plan = self.last_plan
+        return None if plan is None else plan.env
 
     @property
     def last_plan(self) -> CallPlan | None:
-        return self._last_plan
+        """The plan of this instance's last call (or :meth:`plan_for`) on this thread.
+
+        Per thread: an instance shared by threads calling it with different shapes tells
+        each thread about its own call, never another's.
+        """
+        return getattr(self._calls, "plan", None)
+
+    # -- copies -----------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy or a pickle keeps: the checked construction, not the per-call caches
+        (plans hold launchers and C++ guards) nor the class's shared definition."""
+        return {k: v for k, v in self.__dict__.items() if k not in _PER_PROCESS}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        definition = type(self).definition()
+        self._def, self._key = definition, definition.key
+        self._plans, self._branches, self._last_plan = {}, {}, None
+        self._calls = threading.local()
 
     def plan_for(self, *args: Any, **kwargs: Any) -> CallPlan:
         """Steps 1-5 for these arguments, without running a kernel: the plan a call would use.
