@@ -10,7 +10,6 @@ import pytest
 
 from tileops_core.kernels import registry
 from tileops_core.kernels.interface import KernelEntry, KernelInterface
-from tileops_core.kernels.select import clear_caches
 from tileops_core.spec import manifest as manifest_module
 from tileops_core.spec.manifest import ManifestSource
 
@@ -35,21 +34,15 @@ class FakeBackend:
 
 
 @pytest.fixture
-def fake_backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:
-    """In-test kernels under a fake backend.
+def fake_backend(fresh_registry: registry.Registry, monkeypatch: pytest.MonkeyPatch) -> FakeBackend:
+    """In-test kernels under a fake backend, in the test's fresh registry.
 
     Installed plugins are not loaded during the test (what a test selects is only what it
-    registered); the registry and the selection caches are restored afterwards.
+    registered); the registry goes away with the test.
     """
     monkeypatch.setenv("TILEOPS_DISABLE_PLUGIN_AUTOLOAD", "1")
-    snap = registry.snapshot()
     registry.register_backend(registry.BackendInfo(FakeBackend.name, description="kernels defined in a test"))
-    clear_caches()
-    try:
-        yield FakeBackend()
-    finally:
-        registry.restore(snap)
-        clear_caches()
+    return FakeBackend()
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """Fake kernel interfaces, implementations and backends for the selection, plugin and target tests.
 
 Every test builds its own interface (a fresh class), so the installed backends never take
-part in what a test selects; the ``isolated`` fixture restores the registry, the plugin
-state and the selection caches afterwards.
+part in what a test selects; each test runs in a fresh registry (the ``fresh_registry``
+fixture of the root ``conftest.py``), so nothing it registers outlives it.
 """
 
 from __future__ import annotations
@@ -10,32 +10,12 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable
 
-import pytest
-
-from tileops_core import plugins
 from tileops_core.kernels import registry
 from tileops_core.kernels.interface import CallSpec, KernelEntry, KernelInterface
-from tileops_core.kernels.select import clear_caches
 
-__all__ = ["isolated", "make_interface", "make_impl", "make_call", "add_backend"]
+__all__ = ["make_interface", "make_impl", "make_call", "add_backend"]
 
 _serial = itertools.count()
-
-
-@pytest.fixture
-def isolated():
-    """Installed plugins loaded and no recorded failure; afterwards every registration undone."""
-    plugins.load_plugins()
-    snap = plugins.snapshot()
-    clean = registry.snapshot()
-    clean.failures = []  # exact error texts must not depend on what failed to load on this machine
-    registry.restore(clean)
-    clear_caches()
-    try:
-        yield
-    finally:
-        plugins.restore(snap)
-        clear_caches()
 
 
 def make_interface(op: str = "FakeOp", specialise_on: tuple[str, ...] = ("N",)) -> type[KernelInterface]:

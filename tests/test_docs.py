@@ -11,17 +11,15 @@ from tileops_core.docsgen.matrix import support_matrix
 from tileops_core.docsgen.site import write_docs
 from tileops_core.docsgen.summary import kernel_rows, refusal_regions
 from tileops_core.kernels import KernelEntry, registry
-from tileops_core.kernels.select import clear_caches
 from tileops_core.ops.normalization import RMSNormKernel
 from tileops_core.plugins import ensure_plugins_loaded
 
 
 @pytest.fixture
-def fake_gpu_kernel():
+def fake_gpu_kernel(fresh_registry):
     """A CUDA RMSNorm kernel (registered for the test only) that refuses float32 and, on sm_80,
     hidden sizes above 4096."""
     ensure_plugins_loaded()
-    snap = registry.snapshot()
 
     class FakeFastRMSNorm(RMSNormKernel):
         devices = ("cuda",)
@@ -41,12 +39,7 @@ def fake_gpu_kernel():
 
     registry.register_backend(registry.BackendInfo("fakegpu", device_types=("cuda",)))
     registry.register_kernel(FakeFastRMSNorm, "fakegpu")
-    clear_caches()
-    try:
-        yield FakeFastRMSNorm
-    finally:
-        registry.restore(snap)
-        clear_caches()
+    return FakeFastRMSNorm
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from fake_backends import isolated  # noqa: F401
 from tileops_core import plugins
 from tileops_core._version import CORE_MAJOR
 from tileops_core.errors import KernelError
@@ -80,7 +79,7 @@ def test_first_call_of_a_fresh_process_selects_the_plugin_kernel_with_the_arch_i
     assert done.stdout.split() == ["metaplug:MetaRMSNorm", "meta_v1", "(4,", "64)", "meta"]
 
 
-@pytest.mark.usefixtures("isolated")
+@pytest.mark.usefixtures("fresh_registry")
 def test_a_plugin_loaded_after_a_call_makes_the_cached_plan_again(tmp_path, monkeypatch):
     import importlib
 

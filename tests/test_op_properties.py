@@ -22,7 +22,6 @@ from example_ops import (REFERENCE_KERNELS, BmmFwdOp, BmmKernel, GemmFwdOp, Gemm
                          SSDDecodeFwdOp, SSDDecodeKernel)
 from tileops_core.errors import CheckError
 from tileops_core.kernels import KernelEntry, registry
-from tileops_core.kernels.select import clear_caches
 from tileops_core.op import Op
 from tileops_core.spec.manifest import core_manifest_dir
 
@@ -53,32 +52,24 @@ def _group_norm(x, w, b, groups, eps):
     return y * w.view(view) + b.view(view)
 
 
-@pytest.fixture(scope="module")
-def kernels():
-    """The fake backend for the whole module (hypothesis examples share it), restored at the end."""
-    snap = registry.snapshot()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TILEOPS_DISABLE_PLUGIN_AUTOLOAD", "1")
-        registry.register_backend(registry.BackendInfo("fake-properties"))
-        impls = {
-            BmmKernel: _f32(REFERENCE_KERNELS[BmmKernel]),
-            GemmKernel: _f32(REFERENCE_KERNELS[GemmKernel]),
-            RMSNormKernel: _f32(REFERENCE_KERNELS[RMSNormKernel]),
-            GroupNormKernel: _f32(_group_norm),
-            SSDDecodeKernel: _ssd,
-            ReciprocalKernel: REFERENCE_KERNELS[ReciprocalKernel],
-        }
-        for interface, fn in impls.items():
-            impl = type(f"Prop{interface.__name__}", (interface,), {
-                "devices": ("cpu",), "general": True,
-                "entry_for": classmethod(lambda cls, call, fn=fn: KernelEntry((cls.__name__,), lambda: fn))})
-            registry.register_kernel(impl, "fake-properties")
-        clear_caches()
-        try:
-            yield
-        finally:
-            registry.restore(snap)
-            clear_caches()
+@pytest.fixture
+def kernels(fresh_registry, monkeypatch):
+    """The fake backend in the test's fresh registry (the hypothesis examples of one test share it)."""
+    monkeypatch.setenv("TILEOPS_DISABLE_PLUGIN_AUTOLOAD", "1")
+    registry.register_backend(registry.BackendInfo("fake-properties"))
+    impls = {
+        BmmKernel: _f32(REFERENCE_KERNELS[BmmKernel]),
+        GemmKernel: _f32(REFERENCE_KERNELS[GemmKernel]),
+        RMSNormKernel: _f32(REFERENCE_KERNELS[RMSNormKernel]),
+        GroupNormKernel: _f32(_group_norm),
+        SSDDecodeKernel: _ssd,
+        ReciprocalKernel: REFERENCE_KERNELS[ReciprocalKernel],
+    }
+    for interface, fn in impls.items():
+        impl = type(f"Prop{interface.__name__}", (interface,), {
+            "devices": ("cpu",), "general": True,
+            "entry_for": classmethod(lambda cls, call, fn=fn: KernelEntry((cls.__name__,), lambda: fn))})
+        registry.register_kernel(impl, "fake-properties")
 
 
 @dataclass

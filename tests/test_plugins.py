@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fake_backends import add_backend, isolated, make_call, make_interface  # noqa: F401
+from fake_backends import add_backend, make_call, make_interface
 from tileops_core import SelectionError, plugins
 from tileops_core._version import CORE_MAJOR, __version__
 from tileops_core.cli.main import main
@@ -28,7 +28,7 @@ from tileops_core.kernels.select import kernel_for
 from tileops_core.ops.normalization import RMSNormFwdOp
 from tileops_core.spec.manifest import load_manifest
 
-pytestmark = pytest.mark.usefixtures("isolated")
+pytestmark = pytest.mark.usefixtures("fresh_registry")
 
 _serial = itertools.count()
 

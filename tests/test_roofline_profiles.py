@@ -133,7 +133,7 @@ def test_a_broken_user_profile_is_skipped_with_a_warning_not_fatal(empty_user_pr
 
 def test_a_plugin_profile_is_found_for_its_device(monkeypatch, tmp_path):
     from tileops_core import plugins
-    from tileops_core.plugins.store import ProfileSource
+    from tileops_core.plugins import ProfileSource
 
     path = tmp_path / "vendor.yaml"
     path.write_text(dump_profile(HardwareProfile(name="vendor-npu", device_type="npu", match=["Ascend 310P"],

@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from fake_backends import add_backend, isolated, make_call, make_impl, make_interface  # noqa: F401
+from fake_backends import add_backend, make_call, make_impl, make_interface
 from tileops_core import SelectionError
 from tileops_core.kernels import registry
 from tileops_core.kernels.select import build_count, kernel_for, select_kernel
 
-pytestmark = pytest.mark.usefixtures("isolated")
+pytestmark = pytest.mark.usefixtures("fresh_registry")
 
 
 def lines(selection):
@@ -158,13 +158,12 @@ def test_every_registration_order_selects_the_same_winner_with_the_same_story():
         "tuned": make_impl(iface, "TunedK", preferred_over=("fakes:PlainK",)),
     }
     call = make_call(iface, N=64)
-    base = registry.snapshot()
     outcomes = set()
     for order in itertools.permutations(sorted(impls)):
-        registry.restore(base)
-        for backend in order:
-            add_backend(backend, impls[backend])
-        selection = select_kernel(iface, call)
+        with registry.use_registry(registry.Registry()):
+            for backend in order:
+                add_backend(backend, impls[backend])
+            selection = select_kernel(iface, call)
         outcomes.add((selection.chosen, tuple(lines(selection))))
     [(chosen, story)] = outcomes
     assert chosen is impls["tuned"]
@@ -256,15 +255,13 @@ def test_a_general_implementation_for_any_device_overlaps_one_for_a_named_device
 
 
 def test_selections_of_older_registry_generations_are_dropped():
-    from tileops_core.kernels import select
-
     iface = make_interface()
     add_backend("ref", make_impl(iface, "RefK", devices=("*",), general=True))
     for i in range(50):  # a process that registers and unregisters a backend again and again
         add_backend(f"churn{i}", make_impl(iface, f"Churn{i}K", devices=("npu",)), device_types=("npu",))
         assert kernel_for(iface, make_call(iface, N=8))() == "RefK"
         registry.unregister_backend(f"churn{i}")
-    assert len(select._select_cache) <= 1
+    assert len(registry.active().caches.selections) <= 1
 
 
 def test_a_kernel_whose_build_raises_is_named_marked_failed_and_selection_falls_back():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tileops_core
-from fake_backends import add_backend, isolated, make_call, make_impl, make_interface  # noqa: F401
+from fake_backends import add_backend, make_call, make_impl, make_interface
 from tileops_core import SelectionError, TileOpsError
 from tileops_core.cli.main import main
 from tileops_core.kernels import targets
@@ -19,7 +19,7 @@ from tileops_core.kernels.targets import (Target, active_target_source, current_
                                           refresh_env_target, set_target, target_layers, use_target)
 from tileops_core.ops.normalization import RMSNormFwdOp
 
-pytestmark = pytest.mark.usefixtures("isolated")
+pytestmark = pytest.mark.usefixtures("fresh_registry")
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,9 @@
 """TileOPs core: specs, generated checks, kernel selection and plugins. No kernel code lives here.
 
 Importing this package compiles nothing and loads no backend; plugins are discovered on
-first use (a call, ``tileops backends``) or explicitly with :func:`load_plugins`. The plugin
-manager itself is imported here, so that its manifest source provider is in place before
-anyone composes another provider with it.
+first use (a call, ``tileops backends``) or explicitly with :func:`load_plugins`, into the
+one registry (:mod:`tileops_core.kernels.registry`), which is also where the manifest reads
+plugin spec directories from.
 """
 
 from typing import TYPE_CHECKING
@@ -12,7 +12,6 @@ from ._version import __version__
 from .errors import CheckError, ExprError, PluginError, SelectionError, SpecError, TileOpsError
 from .kernels.targets import Target, current_target, set_target, use_target
 from .spec import OpSpec, get_spec, load_manifest, load_workloads
-from . import plugins as _plugins  # noqa: F401  installs the plugin spec source; loads no plugin
 
 if TYPE_CHECKING:
     from .plugins import PluginRecord

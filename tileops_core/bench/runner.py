@@ -187,10 +187,10 @@ def _kernel_of(op: Any) -> tuple[str, str]:
     plan = op.last_plan
     names, backends = [], []
     for interface, call in plan.call_specs.items():
-        chosen = select_kernel(interface, call, current_target(op.target)).chosen
-        if chosen is not None:
-            names.append(chosen.qualname())
-            backends.append(chosen.backend)
+        selection = select_kernel(interface, call, current_target(op.target))
+        if selection.chosen is not None:
+            names.append(selection.chosen.qualname())
+            backends.append(selection.chosen_backend or "?")
     return "+".join(names) or "?", "+".join(dict.fromkeys(backends)) or "?"
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from .._version import CORE_MAJOR, __version__
 from ..kernels import registry
-from ..plugins import STORE, plugin_records
+from ..kernels.records import BackendInfo
+from ..plugins import plugin_records
 from .main import EXIT_FINDINGS, EXIT_OK
 
 __all__ = ["NAME", "HELP", "add_arguments", "run", "collect"]
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
 
-def _detected(info: registry.BackendInfo) -> tuple[list[dict[str, Any]], str | None]:
+def _detected(info: BackendInfo) -> tuple[list[dict[str, Any]], str | None]:
     if info.detect is None:
         return [], None
     try:
@@ -40,7 +41,7 @@ def collect() -> dict[str, Any]:
     """Everything the command shows, as JSON-friendly data."""
     backends = []
     profiles: dict[str, list[str]] = {}
-    for profile in STORE.hardware_profiles():
+    for profile in registry.active().hardware_profiles():
         profiles.setdefault(profile.backend, []).append(str(profile.path))
     for name, info in sorted(registry.backends().items()):
         devices, error = _detected(info)

@@ -180,8 +180,8 @@ def _selection_data(selection: Selection) -> dict[str, Any]:
     return {
         "interface": selection.interface.qualname(), "call": selection.call.as_dict(),
         "chosen": None if selection.chosen is None else selection.chosen.qualname(),
-        "chosen_backend": None if selection.chosen is None else selection.chosen.backend,
-        "candidates": [{"impl": c.impl.qualname(), "backend": c.impl.backend, "kept": c.kept, "reason": c.reason}
+        "chosen_backend": selection.chosen_backend,
+        "candidates": [{"impl": c.impl.qualname(), "backend": c.backend, "kept": c.kept, "reason": c.reason}
                        for c in selection.candidates],
     }
 

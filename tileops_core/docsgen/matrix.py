@@ -159,7 +159,7 @@ def _ask(impl: type[KernelInterface], call: CallSpec) -> str | None:
 
 def _targets(impl: type[KernelInterface]) -> list[tuple[str, str, list[str]]]:
     """(device shown, device type asked, archs to ask) for each device the kernel declares."""
-    info = registry.backends().get(impl.backend)
+    info = registry.backends().get(registry.backend_of(impl))
     home = (info.device_types[0] if info is not None and info.device_types else "cpu")
     out = []
     for device in impl.devices:
@@ -200,7 +200,7 @@ def _cells_for(spec: OpSpec, interface: type[KernelInterface], impl: type[Kernel
             groups.setdefault(key, []).append(arch)
         for outcomes, arch_group in groups.items():
             for dtype, (served, refused) in zip(dtypes, outcomes):
-                cells.append(SupportCell(spec.name, interface.__name__, impl.qualname(), impl.backend, impl.general,
+                cells.append(SupportCell(spec.name, interface.__name__, impl.qualname(), registry.backend_of(impl), impl.general,
                                          shown, tuple(arch_group), dtype, served,
                                          tuple(RefusalRegion(r, c) for r, c in refused)))
     return cells

@@ -96,8 +96,6 @@ class KernelInterface:
     #: (non-alias) outputs allocated by the core from the plan, and writes them; its return
     #: value is ignored. The core then knows the outputs are right by construction.
     writes_outputs: ClassVar[bool] = False
-    #: Name of the backend that registered the implementation (set at registration).
-    backend: ClassVar[str] = ""
 
     @classmethod
     def interface(cls) -> type["KernelInterface"]:

@@ -1,186 +1,381 @@
-"""The registry of kernel implementations, backends and device detectors.
+"""The one registry: all registration state of a process, behind one lock.
 
-All mutable global state of selection lives here, behind one lock. Registration order is
-recorded nowhere that selection reads: candidates are sorted by name before the rule runs.
-Contradictory declarations (a ``preferred_over`` cycle, two general implementations of one
-interface on one device type) are found by :func:`check_consistency` when a backend's
-registration completes, and that backend is rolled back whole.
+A :class:`Registry` owns the backends and the kernel implementations of each interface
+(which backend registered a kernel is recorded here, never written onto the class), the
+arch detectors and the archs they answered, the manifest directories and hardware
+profiles plugins contributed, the plugins met and the failures recorded, and the
+selection and build caches of :mod:`.select`. One re-entrant lock guards all of it,
+loading the plugins included.
+
+Registering a backend returns a :class:`Registration` handle. Everything of that backend
+is registered through it and lives in it, so :meth:`Registration.undo` removes exactly
+that and nothing another backend added (a plugin that fails half way, ``unregister_plugin``,
+``reset_plugins``), the way a ``torch.library.Library`` owns its registrations.
+
+One registry is active (:func:`active`); a test swaps in a fresh one with
+:func:`use_registry`, and the previous one comes back untouched afterwards. The functions
+at the bottom of this module are the facade over the active registry.
+
+Registration order is recorded nowhere that selection reads: candidates are sorted by name
+before the rule runs. Contradictory declarations (a ``preferred_over`` cycle, two general
+implementations of one interface on one device type) are found by
+:meth:`Registry.check_consistency` when a backend's registration completes, and that
+backend is rolled back whole.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Hashable, Iterator
 
 from ..errors import PluginError
+from ..spec import manifest
+from ..spec.manifest import ManifestSource
 from .interface import KernelInterface
+from .records import ArchDetector, BackendInfo, LoadFailure, PluginRecord, ProfileSource
 
 __all__ = [
-    "BackendInfo", "LoadFailure", "register_backend", "register_kernel", "unregister_backend", "implementations",
-    "backends", "failures", "record_failure", "check_consistency", "snapshot", "restore", "generation",
-    "device_arch", "register_arch_detector", "resolve_preferred", "GENERATION",
+    "GENERATION", "BackendInfo", "LoadFailure", "PluginState", "Registration", "Registry", "SelectionCaches",
+    "active", "backend_of", "backends", "check_consistency", "device_arch", "failures", "generation",
+    "implementations", "record_failure", "register_arch_detector", "register_backend", "register_kernel",
+    "resolve_preferred", "unregister_backend", "use_registry",
 ]
 
-
-@dataclass
-class BackendInfo:
-    """What a backend says of itself, and what it registered."""
-
-    name: str
-    distribution: str | None = None
-    version: str | None = None
-    device_types: tuple[str, ...] = ()
-    description: str = ""
-    kernels: list[type[KernelInterface]] = field(default_factory=list)
-    ops: list[str] = field(default_factory=list)
-    detect: Callable[[], list[dict[str, Any]]] | None = None
-
-
-@dataclass(frozen=True)
-class LoadFailure:
-    """A plugin that failed to load or register, with the reason."""
-
-    name: str
-    distribution: str | None
-    version: str | None
-    reason: str
-
-    def __str__(self) -> str:
-        dist = f" ({self.distribution} {self.version})" if self.distribution else ""
-        return f"plugin {self.name}{dist} failed: {self.reason}"
-
-
-_lock = threading.RLock()
-_impls: dict[type[KernelInterface], list[type[KernelInterface]]] = {}
-_backends: dict[str, BackendInfo] = {}
-_failures: list[LoadFailure] = []
-_arch_detectors: dict[str, Callable[[Any], str]] = {}
-_arch_cache: dict[Any, str] = {}
-#: The registry generation, bumped at every change: selection caches and op plans made under
-#: another generation are made again. A one-element list, read on every op call.
+#: Bumped at every change of any registry and whenever another registry becomes active, so
+#: selection caches and op plans made before know to forget. A one-element list, read on
+#: every op call (process-wide, so that the hot path never looks the active registry up).
 GENERATION = [0]
-
-
-def generation() -> int:
-    """Bumped at every change, so selection caches and plans know to forget."""
-    return GENERATION[0]
 
 
 def _bump() -> None:
     GENERATION[0] += 1
 
 
-def register_backend(info: BackendInfo) -> None:
-    """Record a backend (before its kernels)."""
-    with _lock:
-        if info.name in _backends:
-            raise PluginError(f"backend {info.name!r} is registered twice")
-        _backends[info.name] = info
+Impl = type[KernelInterface]
+BuildKey = tuple[Impl, Hashable]
+
+
+@dataclass
+class SelectionCaches:
+    """What selection remembers: read and written by :mod:`.select` under the registry's lock.
+
+    ``selections`` holds answers of one registry generation only (a process that registers
+    and unregisters plugins many times must not keep every old answer); built kernels are
+    kept per build identity, and a build that raised is never tried again.
+    """
+
+    generation: int = -1
+    selections: dict[tuple[Any, ...], tuple[Impl, Callable[..., Any]]] = field(default_factory=dict)
+    builds: dict[BuildKey, Callable[..., Any]] = field(default_factory=dict)
+    build_locks: dict[BuildKey, threading.Lock] = field(default_factory=dict)
+    failed_builds: dict[BuildKey, str] = field(default_factory=dict)
+    warned: set[tuple[Any, ...]] = field(default_factory=set)
+    built: int = 0
+
+    def clear(self) -> None:
+        """Forget selections, built kernels and warnings given (the count of builds stays)."""
+        self.generation = -1
+        self.selections.clear()
+        self.builds.clear()
+        self.build_locks.clear()
+        self.failed_builds.clear()
+        self.warned.clear()
+
+
+@dataclass
+class PluginState:
+    """Where loading plugins into this registry stands (kept by :mod:`tileops_core.plugins.loader`)."""
+
+    loaded: bool = False
+    loading_thread: int | None = None
+    #: plugin name -> the plugin object, and -> the handle of what it registered.
+    objects: dict[str, Any] = field(default_factory=dict)
+    handles: dict[str, "Registration"] = field(default_factory=dict)
+    records: dict[str, PluginRecord] = field(default_factory=dict)
+    #: Failures the loader recorded (``reset_plugins`` forgets them, not a kernel's build failure).
+    failures: list[LoadFailure] = field(default_factory=list)
+    warned: set[str] = field(default_factory=set)
+    #: The pluggy manager the loader made for this registry (None until the first plugin).
+    manager: Any = None
+
+
+class Registration:
+    """Everything one backend registered, and the undo of exactly that.
+
+    Made by :meth:`Registry.add_backend`; kernels, arch detectors, manifest directories and
+    hardware profiles are added through it and kept in it. :meth:`undo` removes precisely
+    those (the registry's index of kernels per interface included) and bumps the generation.
+    """
+
+    def __init__(self, registry: "Registry", info: BackendInfo) -> None:
+        self.registry = registry
+        self.info = info
+        self.kernels: list[Impl] = []
+        self.arch_detectors: dict[str, ArchDetector] = {}
+        self.manifest_sources: tuple[ManifestSource, ...] = ()
+        self.hardware_profiles: tuple[Path, ...] = ()
+        self.live = True
+
+    def __repr__(self) -> str:
+        return f"Registration({self.backend!r}, {len(self.kernels)} kernels{'' if self.live else ', undone'})"
+
+    @property
+    def backend(self) -> str:
+        return self.info.name
+
+    def kernel(self, impl: Impl) -> None:
+        """Register one implementation class for its interface, as part of this backend."""
+        self.registry._add_kernel(self, impl)
+
+    def arch_detector(self, device_type: str, detector: ArchDetector) -> None:
+        """How this backend names the arch of a ``device_type`` device (``sm_90``, ``ascend310p``)."""
+        with self.registry.lock:
+            self._check_live()
+            self.arch_detectors[device_type] = detector
+            self.registry._changed(archs=True)
+
+    def manifest_dirs(self, dirs: tuple[Path, ...]) -> None:
+        """Directories of YAML specs this backend ships (live for ``load_manifest`` from now on)."""
+        with self.registry.lock:
+            self._check_live()
+            self.manifest_sources = tuple(ManifestSource(source_label(self.backend, d), d) for d in dirs)
+            self.registry._changed()
+        if dirs:
+            # The manifest's parse cache is keyed by file, not by the label a file is shown under:
+            # a file read before under another label (``tileops validate DIR``) must be read again,
+            # so that this backend's specs name ``backend:dir/file.yaml``.
+            manifest.clear_cache()
+
+    def profiles(self, paths: tuple[Path, ...]) -> None:
+        """Hardware profiles this backend ships (read by the roofline and the bench)."""
+        with self.registry.lock:
+            self._check_live()
+            self.hardware_profiles = tuple(paths)
+            self.registry._changed()
+
+    def undo(self) -> None:
+        """Remove everything registered through this handle (a second undo does nothing)."""
+        self.registry._undo(self)
+
+    def _check_live(self) -> None:
+        if not self.live:
+            raise PluginError(f"backend {self.backend!r} was unregistered; its registration is closed")
+
+
+def source_label(backend: str, directory: Path) -> str:
+    """How a plugin's spec files are shown in messages: ``example:manifest/x.yaml``."""
+    return f"{backend}:{directory.name}"
+
+
+class Registry:
+    """Backends, kernels, detectors, plugin contributions, records, failures and selection caches."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._registrations: dict[str, Registration] = {}
+        self._impls: dict[Impl, list[Impl]] = {}
+        self._backend_of: dict[Impl, str] = {}
+        self._failures: list[LoadFailure] = []
+        self._arch_cache: dict[Any, str] = {}
+        self.plugins = PluginState()
+        self.caches = SelectionCaches()
+
+    def _changed(self, archs: bool = False) -> None:
+        if archs:
+            self._arch_cache.clear()
         _bump()
 
+    # -- registration -------------------------------------------------------------------------
 
-def register_kernel(impl: type[KernelInterface], backend: str) -> None:
-    """Register one implementation class for its interface, as part of ``backend``."""
-    if not isinstance(impl, type) or not issubclass(impl, KernelInterface) or impl.is_interface():
-        raise PluginError(f"{impl!r} is not a kernel implementation (a subclass of a kernel interface)")
-    if not impl.devices:
-        raise PluginError(f"{impl.qualname()} declares no devices")
-    with _lock:
-        info = _backends.get(backend)
-        if info is None:
+    def add_backend(self, info: BackendInfo) -> Registration:
+        """Record a backend (before its kernels); the handle registers the rest and undoes it all."""
+        with self.lock:
+            if info.name in self._registrations:
+                raise PluginError(f"backend {info.name!r} is registered twice")
+            registration = Registration(self, info)
+            self._registrations[info.name] = registration
+            self._changed()
+            return registration
+
+    def registration(self, backend: str) -> Registration:
+        """The handle of a registered backend."""
+        with self.lock:
+            found = self._registrations.get(backend)
+        if found is None:
             raise PluginError(f"backend {backend!r} must be registered before its kernels")
-        interface = impl.interface()
-        existing = _impls.setdefault(interface, [])
-        if impl in existing:
-            raise PluginError(f"{impl.qualname()} is registered twice")
-        impl.backend = backend
-        existing.append(impl)
-        info.kernels.append(impl)
-        _bump()
+        return found
+
+    def _add_kernel(self, registration: Registration, impl: Impl) -> None:
+        if not isinstance(impl, type) or not issubclass(impl, KernelInterface) or impl.is_interface():
+            raise PluginError(f"{impl!r} is not a kernel implementation (a subclass of a kernel interface)")
+        if not impl.devices:
+            raise PluginError(f"{impl.qualname()} declares no devices")
+        with self.lock:
+            registration._check_live()
+            existing = self._impls.setdefault(impl.interface(), [])
+            if impl in existing:
+                raise PluginError(f"{impl.qualname()} is registered twice")
+            existing.append(impl)
+            self._backend_of[impl] = registration.backend
+            registration.kernels.append(impl)
+            registration.info.kernels.append(impl)
+            self._changed()
+
+    def _undo(self, registration: Registration) -> None:
+        with self.lock:
+            if not registration.live or self._registrations.get(registration.backend) is not registration:
+                return
+            registration.live = False
+            del self._registrations[registration.backend]
+            for impl in registration.kernels:
+                lst = self._impls.get(impl.interface(), [])
+                if impl in lst:
+                    lst.remove(impl)
+                self._backend_of.pop(impl, None)
+            self._changed(archs=bool(registration.arch_detectors))
+        if registration.manifest_sources:
+            manifest.clear_cache()  # files of a removed plugin must not linger in the parse cache
+
+    # -- what selection and the CLI read ----------------------------------------------------------
+
+    def backends(self) -> dict[str, BackendInfo]:
+        with self.lock:
+            return {name: r.info for name, r in self._registrations.items()}
+
+    def implementations(self, interface: Impl) -> list[Impl]:
+        """Registered implementations of ``interface``, sorted by name (never by registration order)."""
+        with self.lock:
+            return sorted(self._impls.get(interface, []), key=lambda c: c.qualname())
+
+    def backend_of(self, impl: Impl) -> str:
+        """The backend that registered ``impl`` (``""`` when it is not registered here)."""
+        return self._backend_of.get(impl, "")
+
+    def manifest_sources(self) -> list[ManifestSource]:
+        """Plugin spec directories, by backend name (what ``load_manifest`` reads after the core's)."""
+        with self.lock:
+            return [s for name in sorted(self._registrations) for s in self._registrations[name].manifest_sources]
+
+    def hardware_profiles(self) -> list[ProfileSource]:
+        """Hardware profiles contributed by backends, by backend name."""
+        with self.lock:
+            return [ProfileSource(name, p) for name in sorted(self._registrations)
+                    for p in self._registrations[name].hardware_profiles]
+
+    def failures(self) -> list[LoadFailure]:
+        with self.lock:
+            return list(self._failures)
+
+    def record_failure(self, failure: LoadFailure) -> None:
+        with self.lock:
+            self._failures.append(failure)
+            self._changed()
+
+    def forget_failures(self, which: list[LoadFailure]) -> None:
+        """Drop exactly these recorded failures (the loader's, when plugins are reset)."""
+        with self.lock:
+            self._failures = [f for f in self._failures if not any(f is w for w in which)]
+            self._changed()
+
+    # -- archs ------------------------------------------------------------------------------------
+
+    def device_arch(self, device: Any) -> str:
+        """The arch string of a ``torch.device`` (cached; ``cpu`` is ``"cpu"``; unknown is ``"unknown"``).
+
+        Several backends may name the arch of one device type (two CUDA backends). They are
+        asked in backend-name order and the first answer other than ``"unknown"`` wins, so
+        install order never changes the arch a device is given. A detector that raises does
+        not break calls: if no other backend knows, the arch is unknown and the failure recorded.
+        """
+        arch = self._arch_cache.get(device)
+        if arch is not None:
+            return arch
+        if device.type == "cpu":
+            arch = "cpu"
+        else:
+            try:
+                arch = self._detect(device)
+            except Exception as exc:  # a broken detector must not break calls: the arch is unknown
+                arch = "unknown"
+                self.record_failure(LoadFailure(f"arch detector for {device.type}", None, None, repr(exc)))
+        with self.lock:
+            self._arch_cache[device] = arch
+        return arch
+
+    def _detect(self, device: Any) -> str:
+        with self.lock:
+            detectors = [self._registrations[name].arch_detectors[device.type] for name in sorted(self._registrations)
+                         if device.type in self._registrations[name].arch_detectors]
+        first_error: Exception | None = None
+        for fn in detectors:
+            try:
+                arch = fn(device)
+            except Exception as exc:  # another backend may still know; re-raised below if none does
+                first_error = first_error or exc
+                continue
+            if arch and arch != "unknown":
+                return str(arch)
+        if first_error is not None:
+            raise first_error
+        return "unknown"
+
+    # -- consistency --------------------------------------------------------------------------------
+
+    def resolve_preferred(self, impl: Impl) -> list[Impl]:
+        """The registered classes ``impl.preferred_over`` names (strings are ``module:qualname``)."""
+        out: list[Impl] = []
+        candidates = self.implementations(impl.interface())
+        for target in impl.preferred_over:
+            if isinstance(target, str):
+                out.extend(c for c in candidates if c.qualname() == target)
+            elif target in candidates:
+                out.append(target)
+        return out
+
+    def check_consistency(self, backend: str | None = None) -> list[str]:
+        """Contradictions among registered declarations (those involving ``backend`` if given)."""
+        problems: list[str] = []
+        with self.lock:
+            interfaces = list(self._impls)
+        involved = (lambda impls: True) if backend is None else (
+            lambda impls: any(self.backend_of(i) == backend for i in impls))
+        for interface in sorted(interfaces, key=lambda c: c.qualname()):
+            impls = self.implementations(interface)
+            for device, generals in sorted(_generals_by_device(impls).items()):
+                if len(generals) > 1 and involved(generals):
+                    names = ", ".join(f"{g.qualname()} ({self.backend_of(g)})" for g in generals)
+                    problems.append(f"{interface.qualname()}: two general implementations for device {device!r}: "
+                                    f"{names}")
+            cycle = _preference_cycle({impl: self.resolve_preferred(impl) for impl in impls})
+            if cycle and involved(cycle):
+                problems.append(f"{interface.qualname()}: preferred_over cycle: "
+                                + " -> ".join(c.qualname() for c in cycle + [cycle[0]]))
+        return problems
 
 
-def unregister_backend(name: str) -> None:
-    """Remove a backend and everything it registered (roll-back of a failed plugin)."""
-    with _lock:
-        info = _backends.pop(name, None)
-        if info is None:
-            return
-        for impl in info.kernels:
-            lst = _impls.get(impl.interface(), [])
-            if impl in lst:
-                lst.remove(impl)
-        _bump()
+def _generals_by_device(impls: list[Impl]) -> dict[str, list[Impl]]:
+    """General implementations per device type; one declaring ``"*"`` serves every device too."""
+    by_device: dict[str, list[Impl]] = {}
+    for impl in impls:
+        if impl.general:
+            for device in impl.devices:
+                by_device.setdefault(device, []).append(impl)
+    wildcard = by_device.pop("*", [])
+    for device in list(by_device):
+        by_device[device] = by_device[device] + wildcard
+    if wildcard:
+        by_device["*"] = wildcard
+    return by_device
 
 
-def implementations(interface: type[KernelInterface]) -> list[type[KernelInterface]]:
-    """Registered implementations of ``interface``, sorted by name (never by registration order)."""
-    with _lock:
-        return sorted(_impls.get(interface, []), key=lambda c: c.qualname())
+def _preference_cycle(graph: dict[Impl, list[Impl]]) -> list[Impl] | None:
+    state: dict[Impl, int] = {}
+    path: list[Impl] = []
 
-
-def backends() -> dict[str, BackendInfo]:
-    with _lock:
-        return dict(_backends)
-
-
-def failures() -> list[LoadFailure]:
-    with _lock:
-        return list(_failures)
-
-
-def record_failure(failure: LoadFailure) -> None:
-    with _lock:
-        _failures.append(failure)
-        _bump()
-
-
-def resolve_preferred(impl: type[KernelInterface]) -> list[type[KernelInterface]]:
-    """The registered classes ``impl.preferred_over`` names (strings are ``module:qualname``)."""
-    out: list[type[KernelInterface]] = []
-    candidates = implementations(impl.interface())
-    for target in impl.preferred_over:
-        if isinstance(target, str):
-            out.extend(c for c in candidates if c.qualname() == target)
-        elif target in candidates:
-            out.append(target)
-    return out
-
-
-def check_consistency(backend: str | None = None) -> list[str]:
-    """Contradictions among registered declarations (those involving ``backend`` if given)."""
-    problems: list[str] = []
-    with _lock:
-        interfaces = list(_impls)
-    for interface in sorted(interfaces, key=lambda c: c.qualname()):
-        impls = implementations(interface)
-        general_by_device: dict[str, list[type[KernelInterface]]] = {}
-        for impl in impls:
-            if impl.general:
-                for device in impl.devices:
-                    general_by_device.setdefault(device, []).append(impl)
-        wildcard = general_by_device.pop("*", [])
-        for device in list(general_by_device):
-            general_by_device[device] = general_by_device[device] + wildcard  # "*" serves every device too
-        if wildcard:
-            general_by_device["*"] = wildcard
-        for device, generals in sorted(general_by_device.items()):
-            if len(generals) > 1 and (backend is None or any(g.backend == backend for g in generals)):
-                names = ", ".join(f"{g.qualname()} ({g.backend})" for g in generals)
-                problems.append(f"{interface.qualname()}: two general implementations for device {device!r}: {names}")
-        cycle = _preference_cycle(impls)
-        if cycle and (backend is None or any(c.backend == backend for c in cycle)):
-            problems.append(f"{interface.qualname()}: preferred_over cycle: "
-                            + " -> ".join(c.qualname() for c in cycle + [cycle[0]]))
-    return problems
-
-
-def _preference_cycle(impls: list[type[KernelInterface]]) -> list[type[KernelInterface]] | None:
-    graph = {impl: resolve_preferred(impl) for impl in impls}
-    state: dict[type[KernelInterface], int] = {}
-    path: list[type[KernelInterface]] = []
-
-    def visit(node: type[KernelInterface]) -> list[type[KernelInterface]] | None:
+    def visit(node: Impl) -> list[Impl] | None:
         state[node] = 1
         path.append(node)
         for nxt in graph.get(node, []):
@@ -194,7 +389,7 @@ def _preference_cycle(impls: list[type[KernelInterface]]) -> list[type[KernelInt
         state[node] = 2
         return None
 
-    for impl in impls:
+    for impl in graph:
         if impl not in state:
             found = visit(impl)
             if found:
@@ -202,62 +397,100 @@ def _preference_cycle(impls: list[type[KernelInterface]]) -> list[type[KernelInt
     return None
 
 
-def register_arch_detector(device_type: str, detector: Callable[[Any], str]) -> None:
-    """A backend tells the core how to name the arch of its devices (``sm_90``, ``ascend310p``)."""
-    with _lock:
-        _arch_detectors[device_type] = detector
-        _arch_cache.clear()
+# -- the active registry ------------------------------------------------------------------------
+
+_active: list[Registry] = [Registry()]
+_swap_lock = threading.Lock()
+
+
+def active() -> Registry:
+    """The registry selection, planning and the CLI read now."""
+    return _active[0]
+
+
+@contextlib.contextmanager
+def use_registry(registry: Registry) -> Iterator[Registry]:
+    """Make ``registry`` the active one within the block; the previous one comes back after.
+
+    The test seam: a fresh :class:`Registry` per test isolates everything a test registers,
+    loads or caches, with nothing to snapshot or restore.
+    """
+    with _swap_lock:
+        previous = _active[0]
+        _active[0] = registry
         _bump()
+    try:
+        yield registry
+    finally:
+        with _swap_lock:
+            _active[0] = previous
+            _bump()
+
+
+# The manifest reads plugin spec directories from whichever registry is active.
+manifest.set_source_provider(lambda: _active[0].manifest_sources())
+
+
+# -- the facade over the active registry ---------------------------------------------------------
+
+def generation() -> int:
+    """Bumped at every change, so selection caches and plans know to forget."""
+    return GENERATION[0]
+
+
+def register_backend(info: BackendInfo) -> Registration:
+    """Record a backend (before its kernels); returns the handle that undoes all it registers."""
+    return active().add_backend(info)
+
+
+def register_kernel(impl: Impl, backend: str) -> None:
+    """Register one implementation class for its interface, as part of ``backend``."""
+    active().registration(backend).kernel(impl)
+
+
+def register_arch_detector(device_type: str, detector: ArchDetector, backend: str) -> None:
+    """``backend`` tells the core how to name the arch of its devices (``sm_90``, ``ascend310p``)."""
+    active().registration(backend).arch_detector(device_type, detector)
+
+
+def unregister_backend(name: str) -> None:
+    """Remove a backend and everything it registered (nothing when it is not registered)."""
+    registry = active()
+    with registry.lock:
+        found = registry._registrations.get(name)
+    if found is not None:
+        found.undo()
+
+
+def implementations(interface: Impl) -> list[Impl]:
+    """Registered implementations of ``interface``, sorted by name."""
+    return active().implementations(interface)
+
+
+def backend_of(impl: Impl) -> str:
+    """The backend that registered ``impl`` in the active registry."""
+    return active().backend_of(impl)
+
+
+def backends() -> dict[str, BackendInfo]:
+    return active().backends()
+
+
+def failures() -> list[LoadFailure]:
+    return active().failures()
+
+
+def record_failure(failure: LoadFailure) -> None:
+    active().record_failure(failure)
+
+
+def resolve_preferred(impl: Impl) -> list[Impl]:
+    return active().resolve_preferred(impl)
+
+
+def check_consistency(backend: str | None = None) -> list[str]:
+    return active().check_consistency(backend)
 
 
 def device_arch(device: Any) -> str:
-    """The arch string of a ``torch.device`` (cached; ``cpu`` is ``"cpu"``; unknown is ``"unknown"``)."""
-    arch = _arch_cache.get(device)
-    if arch is not None:
-        return arch
-    dtype = device.type
-    if dtype == "cpu":
-        arch = "cpu"
-    else:
-        detector = _arch_detectors.get(dtype)
-        try:
-            arch = detector(device) if detector is not None else "unknown"
-        except Exception as exc:  # a broken detector must not break calls: the arch is unknown
-            arch = "unknown"
-            record_failure(LoadFailure(f"arch detector for {dtype}", None, None, repr(exc)))
-    _arch_cache[device] = arch
-    return arch
-
-
-@dataclass
-class _Snapshot:
-    impls: dict[type[KernelInterface], list[type[KernelInterface]]]
-    backends: dict[str, BackendInfo]
-    failures: list[LoadFailure]
-    detectors: dict[str, Callable[[Any], str]]
-    backend_of: dict[type[KernelInterface], str]
-
-
-def snapshot() -> _Snapshot:
-    """Copy the registry (tests register fakes, then :func:`restore`)."""
-    with _lock:
-        backend_of = {impl: impl.backend for lst in _impls.values() for impl in lst}
-        return _Snapshot({k: list(v) for k, v in _impls.items()},
-                         {k: BackendInfo(**{**v.__dict__, "kernels": list(v.kernels), "ops": list(v.ops)})
-                          for k, v in _backends.items()},
-                         list(_failures), dict(_arch_detectors), backend_of)
-
-
-def restore(snap: _Snapshot) -> None:
-    with _lock:
-        _impls.clear()
-        _impls.update({k: list(v) for k, v in snap.impls.items()})
-        _backends.clear()
-        _backends.update(snap.backends)
-        _failures[:] = snap.failures
-        _arch_detectors.clear()
-        _arch_detectors.update(snap.detectors)
-        _arch_cache.clear()
-        for impl, name in snap.backend_of.items():
-            impl.backend = name
-        _bump()
+    return active().device_arch(device)

@@ -5,10 +5,11 @@ manifest entry, under one lock) and never changes after. Everything about an op 
 not depend on an instance lives here; other modules ask it (:meth:`OpDef.plan`,
 :attr:`OpDef.boundary`) instead of reaching into an op's attributes.
 
-Planning loads the plugins first, by construction: :meth:`OpDef.plan` calls
-:func:`~tileops_core.plugins.loader.ensure_plugins_loaded` before it builds a call spec, so
-the first call of a process already sees every backend and arch detector, and a plan
-records the registry generation it was made under (a later load means plan again).
+Planning loads the plugins first, by construction: :meth:`OpDef.plan` reads the registry
+(the arch of the calling device) only through
+:func:`~tileops_core.plugins.loader.loaded_registry`, which loads the plugins into it, so
+the first call of a process already sees every backend and arch detector; a plan records
+the registry generation it was made under (a later load means plan again).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import torch
 
 from ..errors import CheckError, SpecError, fail
-from ..kernels import registry
 from ..kernels.interface import KernelInterface
-from ..plugins.loader import ensure_plugins_loaded
+from ..kernels.registry import GENERATION, active
+from ..plugins.loader import ensure_plugins_loaded, loaded_registry
 from ..spec.manifest import get_spec, load_manifest
 from ..spec.nodes import OpSpec
 from .boundary import Boundary, make_boundary
@@ -79,9 +80,8 @@ class OpDef:
         built after the plugins are loaded; without, it carries none (fake tensors at trace
         time, the validator, the docs: nothing that selects a kernel).
         """
-        if kernels:
-            ensure_plugins_loaded()
-        generation = registry.generation()
+        registry = loaded_registry() if kernels else active()
+        generation = GENERATION[0]
         plan = self.checks.plan_call(op, values, op.params_env(), op.construction_tensors(),
                                      self.interfaces if kernels else (), {} if branches is None else branches,
                                      registry.device_arch)

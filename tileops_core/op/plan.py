@@ -23,6 +23,7 @@ import torch
 
 from ..errors import KernelError, Location, TileOpsError, fail
 from ..kernels.interface import CallSpec, KernelInterface
+from ..kernels.registry import backend_of
 from ..kernels.targets import Target
 from ..lang.tensor_meta import TensorMeta
 from .torchtypes import name_of
@@ -92,7 +93,7 @@ def _launcher(plan: "CallPlan", interface: type[KernelInterface], impl: type[Ker
     and the translation of a kernel's own exception into a :class:`KernelError` naming it."""
 
     def raised(exc: Exception) -> KernelError:
-        return KernelError(f"{plan.op}: kernel {impl.qualname()} [{impl.backend}] raised {type(exc).__name__}: "
+        return KernelError(f"{plan.op}: kernel {impl.qualname()} [{backend_of(impl)}] raised {type(exc).__name__}: "
                            f"{exc}\n  call spec: {call!r}")
 
     if plan.copies_needed and interface.needs_contiguous:

@@ -17,7 +17,10 @@ Environment (read at each load, so tests can set them):
     first use does not load entry points (tests register fakes instead); an explicit
     :func:`load_plugins` still does.
 
-Loading is idempotent and thread-safe (one re-entrant lock; a second thread waits for the
+Plugins are loaded into the active :class:`~tileops_core.kernels.registry.Registry`, and
+everything a plugin contributes is registered through the :class:`Registration` handle of its
+backend: a failure undoes that handle, and so does :func:`unregister_plugin`. Loading is
+idempotent and thread-safe (under the registry's one lock; a second thread waits for the
 first load to finish). A plugin's own imports may trigger :func:`ensure_plugins_loaded`
 again on the loading thread (an op module whose class definitions read the manifest); that
 call returns at once instead of recursing.
@@ -30,7 +33,7 @@ import os
 import threading
 import traceback
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
@@ -39,15 +42,16 @@ import pluggy
 
 from .._version import CORE_MAJOR, __version__
 from ..errors import PluginError
-from ..kernels import registry
+from ..kernels.records import BackendInfo, LoadFailure, PluginRecord
+from ..kernels.registry import PluginState, Registration, Registry, active, source_label
+from ..spec import manifest
 from ..spec.manifest import ManifestSource, load_manifest
 from .hookspecs import ENTRY_POINT_GROUP, HOOK_NAME, PROJECT_NAME, TileOpsHookSpec
 from .registrar import Contribution, Registrar, is_op_class
-from .store import STORE, PluginRecord
 
 __all__ = [
-    "ENV_ONLY", "ENV_DISABLE", "ENV_NO_AUTOLOAD", "load_plugins", "ensure_plugins_loaded", "register_plugin",
-    "unregister_plugin", "plugin_records", "reset_plugins", "snapshot", "restore", "PluginsSnapshot",
+    "ENV_ONLY", "ENV_DISABLE", "ENV_NO_AUTOLOAD", "load_plugins", "ensure_plugins_loaded", "loaded_registry",
+    "register_plugin", "unregister_plugin", "plugin_records", "reset_plugins",
 ]
 
 ENV_ONLY = "TILEOPS_PLUGINS"
@@ -85,17 +89,12 @@ class _Candidate:
     load: Callable[[], Any]
 
 
-class _Status:
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.loaded = False
-        self.loading_thread: int | None = None
-        self.pm = _new_manager()
-        self.objects: dict[str, Any] = {}
-        self.warned: set[str] = set()
-
-
-_status = _Status()
+def _manager(state: PluginState) -> _Manager:
+    """The pluggy manager of a registry's plugins (made with its first plugin)."""
+    if state.manager is None:
+        state.manager = _new_manager()
+    manager: _Manager = state.manager
+    return manager
 
 
 # -- environment --------------------------------------------------------------------------------
@@ -137,52 +136,57 @@ def _why(exc: BaseException) -> str:
     return text + where
 
 
-def _fail(candidate: _Candidate, stage: str, exc: BaseException) -> PluginRecord:
+def _fail(registry: Registry, candidate: _Candidate, stage: str, exc: BaseException) -> PluginRecord:
     reason = f"{stage}: {_why(exc)}"
     record = PluginRecord(candidate.name, candidate.distribution, candidate.version, candidate.origin, "failed",
                           reason)
-    STORE.set_record(record)
-    failure = registry.LoadFailure(candidate.name, candidate.distribution, candidate.version, reason)
-    STORE.add_failure(failure)
-    if str(failure) not in _status.warned:
-        _status.warned.add(str(failure))
+    state = registry.plugins
+    state.records[record.name] = record
+    failure = LoadFailure(candidate.name, candidate.distribution, candidate.version, reason)
+    state.failures.append(failure)
+    registry.record_failure(failure)  # selection errors list it
+    if str(failure) not in state.warned:
+        state.warned.add(str(failure))
         warnings.warn(f"TileOPs {failure}. It was rolled back; other backends are unaffected "
                       "(`tileops backends` lists load failures).", RuntimeWarning, stacklevel=4)
     return record
 
 
-def _load_candidate(candidate: _Candidate) -> PluginRecord:
-    """Import, register, ask and apply one plugin; any failure rolls it back whole."""
-    previous = STORE.record(candidate.name)
+def _load_candidate(registry: Registry, candidate: _Candidate) -> PluginRecord:
+    """Import, register, ask and apply one plugin; any failure rolls it back whole.
+
+    Called under the registry's lock."""
+    state = registry.plugins
+    previous = state.records.get(candidate.name)
     if previous is not None and previous.status == "loaded":
         # Recorded under its own key, so the loaded plugin's record stays as it is.
         shadowed = _Candidate(f"{candidate.name} ({candidate.origin})", candidate.distribution, candidate.version,
                               candidate.origin, candidate.load)
-        return _fail(shadowed, "not loaded", PluginError(
+        return _fail(registry, shadowed, "not loaded", PluginError(
             f"a plugin named {candidate.name!r} is already loaded (from {previous.origin}"
             f"{', ' + previous.distribution if previous.distribution else ''})"))
     excluded = _excluded(candidate)
     if excluded:
         record = PluginRecord(candidate.name, candidate.distribution, candidate.version, candidate.origin, "disabled",
                               excluded)
-        STORE.set_record(record)
+        state.records[record.name] = record
         return record
     try:
         plugin = candidate.load()
     except (Exception, SystemExit) as exc:
-        return _fail(candidate, "import failed", exc)
-    pm = _status.pm
+        return _fail(registry, candidate, "import failed", exc)
+    pm = _manager(state)
     try:
         pm.register(plugin, name=candidate.name)
     except (Exception, SystemExit) as exc:
-        return _fail(candidate, "not a valid plugin", exc)
+        return _fail(registry, candidate, "not a valid plugin", exc)
     try:
         pm.check_pending()
         if not any(impl.plugin is plugin for impl in pm.hook.tileops_register.get_hookimpls()):
             raise PluginError(f"{candidate.origin} defines no {HOOK_NAME}(registrar) hook")
     except (Exception, SystemExit) as exc:
         pm.unregister(plugin)
-        return _fail(candidate, "not a valid plugin", exc)
+        return _fail(registry, candidate, "not a valid plugin", exc)
     registrar = Registrar(candidate.name)
     try:
         others = [p for p in pm.get_plugins() if p is not plugin]
@@ -190,56 +194,58 @@ def _load_candidate(candidate: _Candidate) -> PluginRecord:
         contribution = registrar.contribution()
     except (Exception, SystemExit) as exc:
         pm.unregister(plugin)
-        return _fail(candidate, f"{HOOK_NAME} raised", exc)
+        return _fail(registry, candidate, f"{HOOK_NAME} raised", exc)
     try:
-        ops = _apply(candidate, contribution)
+        handle, ops = _apply(registry, candidate, contribution)
     except (Exception, SystemExit) as exc:
         pm.unregister(plugin)
-        return _fail(candidate, f"backend {contribution.backend.name!r} rolled back", exc)
-    _status.objects[candidate.name] = plugin
+        return _fail(registry, candidate, f"backend {contribution.backend.name!r} rolled back", exc)
+    state.objects[candidate.name] = plugin
+    state.handles[candidate.name] = handle
     backend = contribution.backend
     record = PluginRecord(candidate.name, candidate.distribution, backend.version or candidate.version,
                           candidate.origin, "loaded", "", backend.name, backend.core_major, contribution.manifest_dirs,
                           tuple(ops), contribution.hardware_profiles)
-    STORE.set_record(record)
+    state.records[record.name] = record
     return record
 
 
-def _apply(candidate: _Candidate, contribution: Contribution) -> list[str]:
-    """Register everything ``contribution`` declares, in an order that keeps roll-back exact."""
+def _apply(registry: Registry, candidate: _Candidate, contribution: Contribution) -> tuple[Registration, list[str]]:
+    """Register everything ``contribution`` declares through one handle; on any failure the handle
+    is undone, which removes exactly what was registered so far."""
     backend = contribution.backend
     if backend.core_major != CORE_MAJOR:
         who = candidate.distribution or f"the {backend.name} backend"
         raise PluginError(f"backend {backend.name!r} was built for tileops core major {backend.core_major}, but the "
                           f"installed core is tileops {__version__} (major {CORE_MAJOR}); install a release of {who} "
                           f"built for core {CORE_MAJOR}.x, or a tileops {backend.core_major}.x core")
-    info = registry.BackendInfo(backend.name, candidate.distribution, backend.version or candidate.version,
-                                backend.device_types, backend.description, detect=backend.detect)
-    registry.register_backend(info)  # a duplicate backend name raises here, before anything needs undoing
+    info = BackendInfo(backend.name, candidate.distribution, backend.version or candidate.version,
+                       backend.device_types, backend.description, detect=backend.detect)
+    handle = registry.add_backend(info)  # a duplicate backend name raises here, before anything needs undoing
     try:
         for impl in contribution.kernels:
-            registry.register_kernel(impl, backend.name)
+            handle.kernel(impl)
         _check_new_ops(backend.name, contribution.manifest_dirs)
-        STORE.add_manifest_dirs(backend.name, contribution.manifest_dirs)  # live before op modules import
+        handle.manifest_dirs(contribution.manifest_dirs)  # live before op modules import
         ops = _import_ops(backend.name, contribution)
         info.ops.extend(ops)
-        STORE.add_profiles(backend.name, contribution.hardware_profiles)
+        handle.profiles(contribution.hardware_profiles)
         problems = registry.check_consistency(backend.name)
         if problems:
             raise PluginError("contradictory declarations: " + "; ".join(problems))
-        STORE.add_detectors(backend.name, contribution.arch_detectors)
+        for device_type, detector in contribution.arch_detectors:
+            handle.arch_detector(device_type, detector)
     except BaseException:
-        registry.unregister_backend(backend.name)
-        STORE.remove_backend(backend.name)
+        handle.undo()
         raise
-    return ops
+    return handle, ops
 
 
 def _check_new_ops(backend: str, dirs: tuple[Path, ...]) -> None:
     """A plugin ships new ops only: none of its specs may redefine an op already known."""
     if not dirs:
         return
-    own = load_manifest(sources=[ManifestSource(STORE.source_label(backend, d), d) for d in dirs])
+    own = load_manifest(sources=[ManifestSource(source_label(backend, d), d) for d in dirs])
     current = load_manifest()
     clashes = sorted(set(own) & set(current))
     if clashes:
@@ -265,7 +271,7 @@ def _import_ops(backend: str, contribution: Contribution) -> list[str]:
         else:
             classes.append(item)
     current = load_manifest()
-    labels = tuple(STORE.source_label(backend, d) + "/" for d in contribution.manifest_dirs)
+    labels = tuple(source_label(backend, d) + "/" for d in contribution.manifest_dirs)
     names = []
     for cls in classes:
         spec = current.get(cls.__name__)
@@ -312,39 +318,60 @@ def _is_own(candidate: _Candidate) -> bool:
     return candidate.distribution is not None and _norm(candidate.distribution) in OWN_DISTRIBUTIONS
 
 
-def _already_loaded(candidate: _Candidate) -> bool:
+def _already_loaded(state: PluginState, candidate: _Candidate) -> bool:
     """Loaded by an earlier, interrupted round of :func:`load_plugins` (then it is not met again)."""
-    record = STORE.record(candidate.name)
+    record = state.records.get(candidate.name)
     return record is not None and record.status == "loaded" and record.origin == candidate.origin
 
 
-def _forget_unapplied() -> None:
+def _forget_unapplied(state: PluginState) -> None:
     """After an interrupted load: drop pluggy registrations of plugins that were never applied, so
     that the next round can register them again."""
-    pm = _status.pm
+    pm = _manager(state)
     for plugin in list(pm.get_plugins()):
         name = pm.get_name(plugin)
-        if name not in _status.objects:
+        if name not in state.objects:
             pm.unregister(plugin)
 
 
+def _records(state: PluginState) -> list[PluginRecord]:
+    return [state.records[k] for k in sorted(state.records)]
+
+
 def load_plugins() -> list[PluginRecord]:
-    """Load every installed plugin once (later calls return the records); thread-safe."""
-    with _status.lock:
-        if _status.loaded or _status.loading_thread == threading.get_ident():
-            return STORE.records()
-        _status.loading_thread = threading.get_ident()
+    """Load every installed plugin into the active registry once (later calls return the records)."""
+    registry = active()
+    state = registry.plugins
+    with registry.lock:
+        if state.loaded or state.loading_thread == threading.get_ident():
+            return _records(state)
+        state.loading_thread = threading.get_ident()
         try:
             for candidate in _entry_point_candidates():
-                if not _already_loaded(candidate):
-                    _load_candidate(candidate)
-            _status.loaded = True  # only a round that finished: an interrupted one is retried on next use
+                if not _already_loaded(state, candidate):
+                    _load_candidate(registry, candidate)
+            state.loaded = True  # only a round that finished: an interrupted one is retried on next use
         except BaseException:
-            _forget_unapplied()
+            _forget_unapplied(state)
             raise
         finally:
-            _status.loading_thread = None
-    return STORE.records()
+            state.loading_thread = None
+        return _records(state)
+
+
+def loaded_registry() -> Registry:
+    """The active registry, with the installed plugins loaded into it: what planning reads.
+
+    Planning obtains the registry (the arch of a device, the generation a plan is made
+    under) only through this function, so no call spec is ever built before the plugins are
+    loaded. Loads nothing when ``TILEOPS_DISABLE_PLUGIN_AUTOLOAD`` is set, and returns at
+    once on the loading thread itself (a plugin's op module being imported).
+    """
+    registry = active()
+    state = registry.plugins
+    if not (state.loaded or state.loading_thread == threading.get_ident() or _autoload_disabled()):
+        load_plugins()
+    return registry
 
 
 def ensure_plugins_loaded() -> None:
@@ -352,11 +379,7 @@ def ensure_plugins_loaded() -> None:
 
     Does nothing when ``TILEOPS_DISABLE_PLUGIN_AUTOLOAD`` is set.
     """
-    if _status.loaded or _status.loading_thread == threading.get_ident():
-        return
-    if _autoload_disabled():
-        return
-    load_plugins()
+    loaded_registry()
 
 
 def register_plugin(plugin: Any, name: str | None = None, *, distribution: str | None = None,
@@ -367,73 +390,45 @@ def register_plugin(plugin: Any, name: str | None = None, *, distribution: str |
     about, never raised; the returned record says what happened.
     """
     label = str(name or getattr(plugin, "__name__", type(plugin).__name__))
-    with _status.lock:
-        return _load_candidate(_Candidate(label, distribution, version, f"registered in-process ({label})",
-                                          lambda: plugin))
+    registry = active()
+    with registry.lock:
+        return _load_candidate(registry, _Candidate(label, distribution, version, f"registered in-process ({label})",
+                                                    lambda: plugin))
 
 
 def unregister_plugin(name: str) -> None:
-    """Remove a loaded plugin and everything it registered."""
-    with _status.lock:
-        record = STORE.record(name)
+    """Remove a loaded plugin: its handle undoes exactly what it registered."""
+    registry = active()
+    state = registry.plugins
+    with registry.lock:
+        record = state.records.get(name)
         if record is None or record.status != "loaded":
             raise PluginError(f"no loaded plugin named {name!r}")
-        if record.backend:
-            registry.unregister_backend(record.backend)
-            STORE.remove_backend(record.backend)
-        plugin = _status.objects.pop(name, None)
-        if plugin is not None and _status.pm.is_registered(plugin):
-            _status.pm.unregister(plugin)
-        STORE.with_status(name, status="disabled", reason="unregistered in-process")
+        state.handles.pop(name).undo()
+        plugin = state.objects.pop(name, None)
+        if plugin is not None and _manager(state).is_registered(plugin):
+            _manager(state).unregister(plugin)
+        state.records[name] = replace(record, status="disabled", reason="unregistered in-process")
 
 
 def plugin_records() -> list[PluginRecord]:
     """Every plugin met so far (loaded, failed or disabled), sorted by name."""
-    return STORE.records()
-
-
-@dataclass(frozen=True)
-class PluginsSnapshot:
-    """The whole plugin and kernel-registry state, for tests to restore."""
-
-    registry: Any
-    store: Any
-    loaded: bool
-    objects: dict[str, Any]
-
-
-def snapshot() -> PluginsSnapshot:
-    """Capture the plugin state and the kernel registry (restore with :func:`restore`)."""
-    with _status.lock:
-        return PluginsSnapshot(registry.snapshot(), STORE.snapshot(), _status.loaded, dict(_status.objects))
-
-
-def restore(snap: PluginsSnapshot) -> None:
-    """Put back what :func:`snapshot` captured (kernels, backends, failures, plugin contributions)."""
-    with _status.lock:
-        registry.restore(snap.registry)
-        STORE.restore(snap.store)
-        _status.loaded = snap.loaded
-        _status.objects = dict(snap.objects)
-        _status.pm = _new_manager()
-        for name, plugin in sorted(snap.objects.items()):
-            _status.pm.register(plugin, name=name)
+    registry = active()
+    with registry.lock:
+        return _records(registry.plugins)
 
 
 def reset_plugins() -> None:
-    """Forget every plugin: their backends, kernels, contributions and recorded failures.
+    """Forget every plugin of the active registry: each handle is undone, their records and the
+    failures the loader recorded are dropped (backends registered directly stay).
 
     The next :func:`ensure_plugins_loaded` loads entry points again (warnings too).
     """
-    with _status.lock:
-        for backend in STORE.loaded_backends():
-            registry.unregister_backend(backend)
-            STORE.remove_backend(backend)
-        ours = STORE.clear()
-        snap = registry.snapshot()
-        snap.failures = [f for f in snap.failures if f not in ours]
-        registry.restore(snap)
-        _status.loaded = False
-        _status.objects = {}
-        _status.pm = _new_manager()
-        _status.warned.clear()
+    registry = active()
+    with registry.lock:
+        state = registry.plugins
+        for name in sorted(state.handles):
+            state.handles[name].undo()
+        registry.forget_failures(state.failures)
+        registry.plugins = PluginState()
+    manifest.clear_cache()

@@ -11,17 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from ..errors import PluginError
 from ..kernels.interface import KernelInterface
+from ..kernels.records import ArchDetector, Detector
 
 __all__ = ["BackendDecl", "Contribution", "Registrar", "Detector", "ArchDetector"]
-
-#: ``detect()`` lists the devices a backend sees: ``[{"device": "cuda:0", "arch": "sm_90", "name": ...}]``.
-Detector = Callable[[], list[dict[str, Any]]]
-#: ``detector(torch.device) -> arch string`` (``"sm_90"``, ``"ascend310p"``).
-ArchDetector = Callable[[Any], str]
 
 
 def _is_name(text: object) -> bool:

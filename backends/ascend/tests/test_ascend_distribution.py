@@ -32,21 +32,16 @@ def test_the_entry_point_registers_the_310p_kernel_as_the_ascend_backend():
     assert (info.distribution, info.device_types, info.kernels) == ("tileops-ascend", ("npu",), [AscendRGDR310P])
 
 
-def test_a_core_of_another_major_refuses_the_backend(monkeypatch):
-    snap = plugins.snapshot()
-    try:
-        plugins.reset_plugins()
-        monkeypatch.setenv("TILEOPS_DISABLE_PLUGIN_AUTOLOAD", "1")
-        monkeypatch.setattr(plugin_module, "BUILT_FOR_CORE_MAJOR", CORE_MAJOR + 1)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            record = plugins.register_plugin(plugin_module, name="ascend", distribution="tileops-ascend")
-        assert record.status == "failed"
-        assert (f"backend 'ascend' was built for tileops core major {CORE_MAJOR + 1}, but the installed core is "
-                f"tileops {CORE_VERSION} (major {CORE_MAJOR})") in record.reason
-        assert "ascend" not in registry.backends()
-    finally:
-        plugins.restore(snap)
+def test_a_core_of_another_major_refuses_the_backend(fresh_registry, monkeypatch):
+    monkeypatch.setenv("TILEOPS_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setattr(plugin_module, "BUILT_FOR_CORE_MAJOR", CORE_MAJOR + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        record = plugins.register_plugin(plugin_module, name="ascend", distribution="tileops-ascend")
+    assert record.status == "failed"
+    assert (f"backend 'ascend' was built for tileops core major {CORE_MAJOR + 1}, but the installed core is "
+            f"tileops {CORE_VERSION} (major {CORE_MAJOR})") in record.reason
+    assert "ascend" not in registry.backends()
 
 
 def test_loading_selecting_and_explaining_never_import_torch_npu_and_the_build_does():

@@ -15,7 +15,7 @@ import pytest
 from simulated_calls import meta_instance, simulated, simulated_call
 from tileops_ascend.kernel import BUILD, AscendRGDR310P
 from tileops_core.cli.main import main
-from tileops_core.kernels.select import clear_caches, kernel_for, select_kernel
+from tileops_core.kernels.select import kernel_for, select_kernel
 from tileops_core.ops.linear_attention import RGDRKernel
 from tileops_core.plugins import ensure_plugins_loaded
 from tileops_cpu_ref.kernels import RefRGDR
@@ -30,16 +30,13 @@ BF16_REASON = "; ".join(
 
 
 @pytest.fixture(autouse=True)
-def _installed_backends():
+def _installed_backends(fresh_registry):
     ensure_plugins_loaded()
-    clear_caches()
-    yield
-    clear_caches()
 
 
 def _lines(selection):
     # Kernels of other installed backends for other devices (e.g. cuda) are not this test's subject.
-    return [c.line() for c in selection.candidates if c.impl.backend in ("ascend", "cpu_ref")]
+    return [c.line() for c in selection.candidates if c.backend in ("ascend", "cpu_ref")]
 
 
 @pytest.mark.parametrize("label", ["tiny-fp16-scalar-gk", "qwen3.5-b1-t1-fp32state", "qwen3.5-b32-t4-mtp"])

@@ -56,8 +56,8 @@ def test_op_on_cuda_selects_tilelang_and_matches_the_reference(cuda_device, name
     op = cls(**inst.op_kwargs)
     out = op(*gpu_args)
     for interface, call in op.last_plan.call_specs.items():
-        chosen = select_kernel(interface, call).chosen
-        assert chosen.backend == "cuda", f"{label}: {select_kernel(interface, call).report()}"
+        selection = select_kernel(interface, call)
+        assert selection.chosen_backend == "cuda", f"{label}: {selection.report()}"
     ref = cls(**inst.op_kwargs, target="cpu@cpu_ref")(*cpu_args)
     assert out.device.type == "cuda" and out.dtype == ref.dtype and out.shape == ref.shape
     assert _rel(out, ref) <= TOL[out.dtype], f"{label} seed={seed}: out error {_rel(out, ref):.3g}"

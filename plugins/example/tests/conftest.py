@@ -18,16 +18,12 @@ if str(EXAMPLE_ROOT) not in sys.path:
 
 
 @pytest.fixture
-def isolated_plugins():
-    """Installed plugins loaded, then everything registered by the test rolled back."""
+def isolated_plugins(fresh_registry):
+    """The plugin API, with the installed plugins loaded into the test's fresh registry."""
     from tileops_core import plugins
 
     plugins.load_plugins()
-    snap = plugins.snapshot()
-    try:
-        yield plugins
-    finally:
-        plugins.restore(snap)
+    return plugins
 
 
 @pytest.fixture
