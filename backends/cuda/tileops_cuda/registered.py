@@ -25,12 +25,14 @@ from typing import Any, Callable, ClassVar
 
 from tileops_core.kernels import CallSpec, KernelEntry
 from tileops_core.ops.activation import SiluAndMulKernel
+from tileops_core.ops.conv import CausalConv1dUpdateKernel, CausalConv1dVarlenKernel
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRKernel
 from tileops_core.ops.normalization import GroupNormKernel, RMSNormKernel
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
 from .kernels._common import SUPPORTED_ARCHS
+from .kernels.conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen, conv_refusal
 from .kernels.gemm import GemmBuildKey, build_gemm, gemm_refusal
 from .kernels.group_norm import GroupNormBuildKey, build_group_norm, group_norm, group_norm_refusal
 from .kernels.reduce_sum import reduce_sum, sum_refusal
@@ -360,7 +362,47 @@ class TileLangRGDR(_TileLang, RGDRKernel):
         return build_rgdr(key).run
 
 
+class TileLangCausalConv1dUpdate(_TileLang, CausalConv1dUpdateKernel):
+    """The causal conv1d decode kernel: reads a strided ``x`` and the pool in place (see kernels.conv1d)."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> ConvUpdateBuildKey:
+        d, f = call.dtypes, call.flags
+        return ConvUpdateBuildKey(d["x"], int(call.dims["D"]), int(call.dims["W"]), f["activation"] == "silu",
+                                  bool(f["has_bias"]), f["seq_lens_style"], d["actual_seq_lengths"],
+                                  d["conv_state_indices"], d.get("num_accepted_tokens"), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: ConvUpdateBuildKey) -> str | None:
+        return conv_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: ConvUpdateBuildKey) -> Callable[..., Any]:
+        return build_conv_update(key).run
+
+
+class TileLangCausalConv1dVarlen(_TileLang, CausalConv1dVarlenKernel):
+    """The causal conv1d prefill kernels (outputs, then final windows)."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> ConvVarlenBuildKey:
+        d, f = call.dtypes, call.flags
+        # lengths-style metadata reaches the kernels as int64 prefix sums made on the device
+        cu_dtype = d["actual_seq_lengths"] if f["seq_lens_style"] == "cu_seqlens" else "int64"
+        return ConvVarlenBuildKey(d["x"], int(call.dims["D"]), int(call.dims["W"]), f["activation"] == "silu",
+                                  bool(f["has_bias"]), bool(f["has_has_initial_state"]), cu_dtype,
+                                  d["conv_state_indices"], call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: ConvVarlenBuildKey) -> str | None:
+        return conv_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: ConvVarlenBuildKey) -> Callable[..., Any]:
+        return build_conv_varlen(key).run
+
+
 KERNELS = (
     TileLangRMSNorm, TileLangSoftmax, TileLangSiluAndMul, TileLangSum, TileLangGroupNorm, TileLangGemm, TileLangBmm,
-    TileLangLinear, TileLangRGDR,
+    TileLangLinear, TileLangRGDR, TileLangCausalConv1dUpdate, TileLangCausalConv1dVarlen,
 )

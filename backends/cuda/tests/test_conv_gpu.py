@@ -1,0 +1,184 @@
+"""Causal conv1d TileLang kernels against the float64 references on the GPU (skips without one).
+
+Every workload row of both ops runs through the launcher with a NaN-poisoned ``out``; outputs
+are compared at the conformance suite's tolerances (float32 2e-5, float16 2e-3, bfloat16
+1.6e-2, relative) and the pool bit for bit (windows are copies of inputs, so written slots
+equal the reference exactly and untouched slots keep their bits).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+from tileops_cuda.kernels.conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
+from catalogue_references import REFERENCES, TOLERANCE, relative_error  # noqa: E402
+
+UPDATE, VARLEN = "CausalConv1dUpdateFwdOp", "CausalConv1dVarlenFwdOp"
+
+
+def _rows(op: str) -> list:
+    from tileops_core import load_manifest
+    from tileops_core.workloads import dtype_cases
+
+    spec = load_manifest()[op]
+    return [pytest.param(op, row.index, case, id=f"{row.label}[{case}]") for row in spec.workloads
+            for case in dtype_cases(row)]
+
+
+def _instance(op: str, row_index: int, case, device, seed: int):
+    import importlib
+
+    import torch
+
+    from tileops_core import load_manifest
+    from tileops_core.bench.workloads import instantiate
+
+    spec = load_manifest()[op]
+    importlib.import_module(spec.source["op"])  # registers the workload generators
+    inst = instantiate(spec, spec.workloads[row_index], case, device=device, rng=torch.Generator().manual_seed(seed))
+    params = {"activation": None, "seq_lens_style": "lengths", **inst.op_kwargs}
+    return inst.inputs, params
+
+
+def _launcher(op: str, inputs, params, arch: str):
+    d = lambda n: None if inputs.get(n) is None else str(inputs[n].dtype).replace("torch.", "")  # noqa: E731
+    D, W = inputs["weight"].shape
+    silu, bias = params["activation"] == "silu", inputs.get("bias") is not None
+    if op == UPDATE:
+        key = ConvUpdateBuildKey(d("x"), D, W, silu, bias, params["seq_lens_style"], d("actual_seq_lengths"),
+                                 d("conv_state_indices"), d("num_accepted_tokens"), arch)
+        return build_conv_update(key).run
+    cu = d("actual_seq_lengths") if params["seq_lens_style"] == "cu_seqlens" else "int64"
+    key = ConvVarlenBuildKey(d("x"), D, W, silu, bias, inputs.get("has_initial_state") is not None, cu,
+                             d("conv_state_indices"), arch)
+    return build_conv_varlen(key).run
+
+
+def _call(op: str, run, inputs, params, out):
+    i = inputs
+    if op == UPDATE:
+        return run(i["x"], i["conv_state"], i["weight"], i["actual_seq_lengths"], i["conv_state_indices"],
+                   i.get("bias"), i.get("num_accepted_tokens"), params["activation"], params["seq_lens_style"], out)
+    return run(i["x"], i["conv_state"], i["weight"], i["actual_seq_lengths"], i["conv_state_indices"],
+               i.get("has_initial_state"), i.get("bias"), params["activation"], params["seq_lens_style"], out)
+
+
+def _check(op: str, inputs, params, arch: str) -> None:
+    import torch
+
+    originals = {n: t.cpu().clone() for n, t in inputs.items()}
+    out = torch.full_like(inputs["x"], float("nan"), memory_format=torch.contiguous_format)
+    _call(op, _launcher(op, inputs, params, arch), inputs, params, out)
+    torch.cuda.synchronize()
+    expected = REFERENCES[op](None, originals, params)
+    err = relative_error(out.cpu(), expected["out"])
+    assert err <= TOLERANCE[out.dtype], f"out relative error {err:.3g}"
+    got = inputs["conv_state"].cpu()
+    assert torch.equal(got.view(torch.uint8), expected["conv_state"].to(got.dtype).view(torch.uint8))
+
+
+@pytest.fixture(scope="module")
+def arch(cuda_device):
+    return cuda_device[1]
+
+
+@pytest.mark.parametrize("op,row_index,case", _rows(UPDATE) + _rows(VARLEN))
+def test_every_workload_row_matches_the_float64_reference(op, row_index, case, arch, cuda_device, gen):
+    seed = int(__import__("torch").randint(1 << 30, (1,), generator=gen, device=cuda_device[0]))
+    inputs, params = _instance(op, row_index, case, cuda_device[0], seed)
+    _check(op, inputs, params, arch)
+
+
+@pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(style, dtype, arch, cuda_device, gen):
+    import torch
+
+    dev = cuda_device[0]
+    lengths = [1, 0, 2, 17, 3, 33, 16, 5]  # shorter than W - 1, empty, across 16-token tiles
+    B, T, D, W = len(lengths), sum(lengths), 1024 + 64, 4
+    meta = torch.tensor(lengths, device=dev)
+    if style == "cu_seqlens":
+        meta = torch.nn.functional.pad(meta.cumsum(0), (1, 0))
+    slots = torch.randperm(B + 3, device=dev, generator=gen)[:B]
+    slots[4] = -1
+    tdt = getattr(torch, dtype)
+    inputs = dict(x=torch.randn(T, D, device=dev, generator=gen).to(tdt),
+                  conv_state=torch.randn(B + 3, D, W - 1, device=dev, generator=gen).to(tdt),
+                  weight=torch.randn(D, W, device=dev, generator=gen).to(tdt), actual_seq_lengths=meta.int(),
+                  conv_state_indices=slots.int(), has_initial_state=torch.rand(B, device=dev, generator=gen) < 0.6,
+                  bias=torch.randn(D, device=dev, generator=gen).to(tdt))
+    _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": style}, arch)
+
+
+@pytest.mark.parametrize("op", [UPDATE, VARLEN])
+def test_a_strided_slice_of_a_projection_is_read_in_place_and_gives_the_same_result(op, arch, cuda_device, gen):
+    import torch
+
+    dev = cuda_device[0]
+    T, D, W = 9, 256, 4
+    projection = torch.randn(T, 3 * D, device=dev, generator=gen).to(torch.bfloat16)
+    n = T if op == UPDATE else 2
+    base = dict(x=projection[:, D : 2 * D], conv_state=torch.randn(n + 2, D, W - 1, device=dev, generator=gen)
+                .to(torch.bfloat16), weight=torch.randn(D, W, device=dev, generator=gen).to(torch.bfloat16),
+                actual_seq_lengths=torch.tensor([4, 5], device=dev, dtype=torch.int32),
+                conv_state_indices=torch.randperm(n + 2, device=dev, generator=gen)[:n].int())
+    params = {"activation": "silu", "seq_lens_style": "lengths"}
+    _check(op, dict(base, conv_state=base["conv_state"].clone()), params, arch)
+    contiguous = dict(base, x=base["x"].contiguous(), conv_state=base["conv_state"].clone())
+    strided = dict(base, conv_state=base["conv_state"].clone())
+    run = _launcher(op, base, params, arch)
+    out_c = _call(op, run, contiguous, params, torch.full_like(contiguous["x"], float("nan")))
+    out_s = _call(op, run, strided, params, torch.full_like(contiguous["x"], float("nan")))
+    assert torch.equal(out_c, out_s) and torch.equal(contiguous["conv_state"], strided["conv_state"])
+
+
+@pytest.mark.parametrize("op", [UPDATE, VARLEN])
+@pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
+def test_garbage_metadata_never_leaves_an_output_element_unwritten(op, style, arch, cuda_device, gen):
+    """Lengths short of T, empty and padding sequences, accepted counts out of range."""
+    import torch
+
+    dev = cuda_device[0]
+    T, D, W = 12, 128, 4
+    lengths = torch.tensor([2, 0, 3, 1], device=dev)  # covers 6 of 12 tokens
+    meta = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)) if style == "cu_seqlens" else lengths
+    n = T if op == UPDATE else 4
+    pool = torch.randn(n + 2, D, W - 1, device=dev, generator=gen)
+    slots = torch.randperm(n + 2, device=dev, generator=gen)[:n].int()
+    slots[2] = -1
+    inputs = dict(x=torch.randn(T, D, device=dev, generator=gen), conv_state=pool.clone(),
+                  weight=torch.randn(D, W, device=dev, generator=gen), actual_seq_lengths=meta.int(),
+                  conv_state_indices=slots)
+    if op == UPDATE:
+        inputs["num_accepted_tokens"] = torch.tensor([0, 7, 9, -3], device=dev, dtype=torch.int32)
+    params = {"activation": "silu", "seq_lens_style": style}
+    out = _call(op, _launcher(op, inputs, params, arch), inputs, params, torch.full((T, D), float("nan"), device=dev))
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all()
+    assert torch.equal(out[6:], torch.zeros_like(out[6:]))
+
+
+def test_decode_captures_in_a_cuda_graph(arch, cuda_device, gen):
+    import torch
+
+    inputs, params = _instance(UPDATE, 1, "bfloat16", cuda_device[0], 7)
+    run = _launcher(UPDATE, inputs, params, arch)
+    eager_state = inputs["conv_state"].clone()
+    eager_out = _call(UPDATE, run, dict(inputs, conv_state=eager_state), params,
+                      torch.full_like(inputs["x"], float("nan")))
+    out = torch.full_like(inputs["x"], float("nan"))
+    _call(UPDATE, run, dict(inputs, conv_state=inputs["conv_state"].clone()), params, out)  # warm up
+    state = inputs["conv_state"].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _call(UPDATE, run, dict(inputs, conv_state=state), params, out)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager_out) and torch.equal(state, eager_state)

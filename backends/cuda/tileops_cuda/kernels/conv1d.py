@@ -1,0 +1,227 @@
+"""Causal conv1d (CausalConv1dUpdateFwdOp, CausalConv1dVarlenFwdOp) on NVIDIA GPUs: the host side.
+
+What gets compiled (the build keys: dtype, channels, width, activation, optional-input
+presence, metadata dtypes; never B, T or the pool size), what the kernels were not written for
+(:func:`conv_refusal`), and how a call is launched. The programs are
+:mod:`tileops_cuda.kernels.conv1d_program`.
+
+A launch passes ``x`` as it is where its rows have unit stride, a 16-byte aligned start and a
+row stride of whole 16-byte vectors (a slice of a projection output usually has all three),
+else a contiguous copy. The pool is passed flat (``[S, D * (W - 1)]``); a strided or misaligned
+pool goes through a contiguous copy that is copied back (correct, not fast). Absent optional
+inputs are one-element dummies the compiled program never reads, so one program serves every
+presence pattern's signature. Nothing here synchronises: launches capture into CUDA graphs.
+"""
+
+# No `from __future__ import annotations`: dataclass field types stay plain classes here.
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry
+from .conv1d_program import conv_update_program, conv_varlen_out_program, conv_varlen_state_program
+
+__all__ = ["ConvUpdateBuildKey", "ConvVarlenBuildKey", "build_conv_update", "build_conv_varlen", "conv_refusal"]
+
+_DTYPES = ("float16", "bfloat16", "float32")
+_INDEX_DTYPES = ("int32", "int64")
+_MAX_WIDTH = 8
+_INT32_LIMIT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class ConvUpdateBuildKey:
+    """The decode kernel's build identity. ``accepted_dtype`` is None without ``num_accepted_tokens``."""
+
+    dtype: str
+    dim: int
+    width: int
+    silu: bool = True
+    has_bias: bool = False
+    seq_lens_style: str = "lengths"
+    seq_lens_dtype: str = "int32"
+    slot_dtype: str = "int32"
+    accepted_dtype: str | None = None
+    arch: str = "sm_90"
+
+
+@dataclass(frozen=True)
+class ConvVarlenBuildKey:
+    """The varlen kernels' build identity. ``cu_dtype`` is the dtype of the cu_seqlens the kernels
+    read (lengths-style metadata is turned into int64 prefix sums on the device first)."""
+
+    dtype: str
+    dim: int
+    width: int
+    silu: bool = True
+    has_bias: bool = False
+    has_init: bool = False
+    cu_dtype: str = "int32"
+    slot_dtype: str = "int32"
+    arch: str = "sm_90"
+
+
+def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
+    """Why the conv kernels cannot serve ``key`` (a sentence naming the fix), or None."""
+    name = "causal conv1d TileLang kernel"
+    if key.dtype not in _DTYPES:
+        return f"{name}: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
+    for field in ("seq_lens_dtype", "cu_dtype", "slot_dtype", "accepted_dtype"):
+        value = getattr(key, field, None)
+        if value is not None and value not in _INDEX_DTYPES:
+            return f"{name}: {field} {value} is not one of {_INDEX_DTYPES}; use the reference"
+    vec = 16 // ELEM_BYTES[key.dtype]
+    if key.dim % vec:
+        return f"{name}: D={key.dim} must be a multiple of {vec} (16-byte vectors of channels); use the reference"
+    if not 2 <= key.width <= _MAX_WIDTH:
+        return f"{name}: width W={key.width} is outside [2, {_MAX_WIDTH}] (taps are unrolled); use the reference"
+    return arch_refusal(name, key.arch)
+
+
+def _aligned_rows(x: Any, vec: int) -> bool:
+    """Rows readable in place as 16-byte vectors: unit channel stride, aligned start and row stride."""
+    return (x.shape[1] <= 1 or x.stride(1) == 1) and x.stride(0) % vec == 0 and x.data_ptr() % 16 == 0
+
+
+class _Launch:
+    """Per-call plumbing shared by both launchers (everything here is host-side shapes and pointers)."""
+
+    def __init__(self, dtype: str, dim: int, width: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.vec = 16 // ELEM_BYTES[dtype]
+        self.dim, self.width = dim, width
+        self.dtype = getattr(torch, dtype)
+        self._dummies: dict[Any, Any] = {}
+
+    def x_view(self, x: Any) -> Any:
+        return x if _aligned_rows(x, self.vec) else x.contiguous()
+
+    def pool_view(self, pool: Any) -> tuple[Any, bool]:
+        """``(flat pool, whether it is a copy to write back)``."""
+        S = pool.shape[0]
+        if S * self.dim * (self.width - 1) > _INT32_LIMIT:
+            raise ValueError(f"causal conv1d TileLang kernel: a pool of {S} slots x {self.dim} channels x "
+                             f"{self.width - 1} exceeds int32 indexing; use fewer slots per pool")
+        if pool.is_contiguous() and pool.data_ptr() % 16 == 0:
+            return pool.view(S, -1), False
+        return pool.contiguous().view(S, -1), True
+
+    def dummy(self, device: Any, dtype: Any) -> Any:
+        """A one-element tensor standing for an absent input (never read by the program)."""
+        d = self._dummies.get((device, dtype))
+        if d is None:
+            d = self._dummies[(device, dtype)] = self.torch.zeros(1, dtype=dtype, device=device)
+        return d
+
+    def weight_flat(self, weight: Any) -> Any:
+        return weight.contiguous().view(-1)
+
+    def out_of(self, x: Any, out: Any) -> Any:
+        return self.torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
+
+    def check_x(self, x: Any) -> None:
+        if x.shape[0] * max(x.stride(0), x.shape[1]) > _INT32_LIMIT:
+            raise ValueError(f"causal conv1d TileLang kernel: x of {x.shape[0]} rows exceeds int32 indexing")
+
+
+def _make_update_run(key: ConvUpdateBuildKey, fn: Callable[..., Any]) -> Callable[..., Any]:
+    launch = _Launch(key.dtype, key.dim, key.width)
+    torch = launch.torch
+    acc_dtype = getattr(torch, key.accepted_dtype or "int32")
+
+    def run(x: Any, conv_state: Any, weight: Any, actual_seq_lengths: Any, conv_state_indices: Any, bias: Any = None,
+            num_accepted_tokens: Any = None, activation: Any = None, seq_lens_style: Any = None, out: Any = None) -> Any:
+        out = launch.out_of(x, out)
+        if x.shape[0] == 0:
+            return out  # nothing to write; a zero-sized grid is not launchable
+        launch.check_x(x)
+        pool, copied = launch.pool_view(conv_state)
+        dev = x.device
+        fn(launch.x_view(x), pool, launch.weight_flat(weight),
+           bias if bias is not None else launch.dummy(dev, launch.dtype), actual_seq_lengths, conv_state_indices,
+           num_accepted_tokens if num_accepted_tokens is not None else launch.dummy(dev, acc_dtype), out)
+        if copied:
+            conv_state.copy_(pool.view(conv_state.shape))
+        return out
+
+    return run
+
+
+def _make_varlen_run(key: ConvVarlenBuildKey, out_fn: Callable[..., Any],
+                     state_fn: Callable[..., Any]) -> Callable[..., Any]:
+    launch = _Launch(key.dtype, key.dim, key.width)
+    torch = launch.torch
+
+    def run(x: Any, conv_state: Any, weight: Any, actual_seq_lengths: Any, conv_state_indices: Any,
+            has_initial_state: Any = None, bias: Any = None, activation: Any = None, seq_lens_style: Any = None,
+            out: Any = None) -> Any:
+        out = launch.out_of(x, out)
+        if x.shape[0] == 0:
+            return out
+        launch.check_x(x)
+        dev = x.device
+        if seq_lens_style == "cu_seqlens":
+            cu = actual_seq_lengths
+        else:  # prefix sums on the device (int64), no sync
+            cu = torch.nn.functional.pad(torch.cumsum(actual_seq_lengths, 0), (1, 0))
+        B = cu.shape[0] - 1
+        pool, copied = launch.pool_view(conv_state)
+        xv = launch.x_view(x)
+        init = (has_initial_state.view(torch.uint8) if has_initial_state is not None
+                else launch.dummy(dev, torch.uint8))
+        top = 1 << (B.bit_length() - 1) if B > 0 else 0
+        out_fn(xv, pool, launch.weight_flat(weight), bias if bias is not None else launch.dummy(dev, launch.dtype),
+               cu, conv_state_indices, init, out, top, top.bit_length())
+        if B > 0:  # after pass A on the stream: every initial window was read before this writes
+            state_fn(xv, pool, cu, conv_state_indices, init)
+        if copied:
+            conv_state.copy_(pool.view(conv_state.shape))
+        return out
+
+    return run
+
+
+class ConvLauncher:
+    """The compiled kernels of one build key and ``run``, the launch path: the op interface's
+    arguments followed by ``out`` (allocated when None); writes ``out`` and the pool in place on
+    the current CUDA stream and returns ``out``."""
+
+    def __init__(self, key: Any, kernels: tuple[Any, ...], run: Callable[..., Any]) -> None:
+        self.key = key
+        self.kernels = kernels
+        self.run = run
+
+    def source(self, index: int = 0) -> str:
+        """The generated CUDA source of one kernel (the varlen key has two passes)."""
+        return self.kernels[index].get_kernel_source()
+
+
+def build_conv_update(key: ConvUpdateBuildKey) -> ConvLauncher:
+    """Compile the decode kernel (once per process) and return its launcher; ValueError with the
+    refusal reason if it was not written for ``key``."""
+    reason = conv_refusal(key)
+    if reason is not None:
+        raise ValueError(reason)
+
+    def make() -> ConvLauncher:
+        kernel = compile_prim_func(conv_update_program(key), key.arch)
+        return ConvLauncher(key, (kernel,), _make_update_run(key, direct_entry(kernel)))
+
+    return cached_build(("conv_update", key), make)
+
+
+def build_conv_varlen(key: ConvVarlenBuildKey) -> ConvLauncher:
+    """Compile the two varlen passes (once per process) and return their launcher."""
+    reason = conv_refusal(key)
+    if reason is not None:
+        raise ValueError(reason)
+
+    def make() -> ConvLauncher:
+        out_kernel = compile_prim_func(conv_varlen_out_program(key), key.arch)
+        state_kernel = compile_prim_func(conv_varlen_state_program(key), key.arch)
+        run = _make_varlen_run(key, direct_entry(out_kernel), direct_entry(state_kernel))
+        return ConvLauncher(key, (out_kernel, state_kernel), run)
+
+    return cached_build(("conv_varlen", key), make)
