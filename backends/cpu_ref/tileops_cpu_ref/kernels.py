@@ -33,12 +33,16 @@ import torch.nn.functional as F
 from tileops_core.kernels import CallSpec, KernelEntry
 from tileops_core.ops.activation import SiluAndMulKernel
 from tileops_core.ops.elementwise import ReciprocalKernel
+from tileops_core.ops.gated_delta_net import (
+    FusedAddZeroCentredRMSNormKernel, GatedRMSNormKernel, GDNGatingKernel, ZeroCentredRMSNormKernel,
+)
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRKernel
 from tileops_core.ops.mamba import SSDDecodeKernel
 from tileops_core.ops.normalization import GroupNormKernel, RMSNormKernel
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
+from .gated_delta_net import fused_add_zero_centred_rms_norm, gated_rms_norm, gdn_gating, zero_centred_rms_norm
 from .rgdr import recurrent_gated_delta_rule
 from .ssd import ssd_decode
 
@@ -284,7 +288,23 @@ class RefRGDR(_Reference, RGDRKernel):
     fn = staticmethod(_rgdr)
 
 
+class RefZeroCentredRMSNorm(_Reference, ZeroCentredRMSNormKernel):
+    fn = staticmethod(zero_centred_rms_norm)
+
+
+class RefFusedAddZeroCentredRMSNorm(_Reference, FusedAddZeroCentredRMSNormKernel):
+    fn = staticmethod(fused_add_zero_centred_rms_norm)
+
+
+class RefGatedRMSNorm(_Reference, GatedRMSNormKernel):
+    fn = staticmethod(gated_rms_norm)
+
+
+class RefGDNGating(_Reference, GDNGatingKernel):
+    fn = staticmethod(gdn_gating)
+
+
 KERNELS = (
     RefRMSNorm, RefGroupNorm, RefSoftmax, RefSum, RefReciprocal, RefSiluAndMul, RefBmm, RefGemm, RefLinear,
-    RefSSDDecode, RefRGDR,
+    RefSSDDecode, RefRGDR, RefZeroCentredRMSNorm, RefFusedAddZeroCentredRMSNorm, RefGatedRMSNorm, RefGDNGating,
 )
