@@ -25,6 +25,7 @@ def test_package_imports_without_tilelang_or_torch():
         sys.modules["torch"] = None
         import tileops_cuda
         from tileops_cuda.kernels import rgdr, rmsnorm, softmax, silu_and_mul, gemm, reduce_sum, group_norm
+        from tileops_cuda.kernels import gated_rmsnorm, gdn_gating, zero_centred_rmsnorm, _row_views
         print("ok")
         """
     )

@@ -26,6 +26,9 @@ from typing import Any, Callable, ClassVar
 from tileops_core.kernels import CallSpec, KernelEntry
 from tileops_core.ops.activation import SiluAndMulKernel
 from tileops_core.ops.conv import CausalConv1dUpdateKernel, CausalConv1dVarlenKernel
+from tileops_core.ops.gated_delta_net import (
+    FusedAddZeroCentredRMSNormKernel, GatedRMSNormKernel, GDNGatingKernel, ZeroCentredRMSNormKernel,
+)
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRKernel
 from tileops_core.ops.normalization import GroupNormKernel, RMSNormKernel
@@ -33,6 +36,9 @@ from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
 from .kernels._common import SUPPORTED_ARCHS
 from .kernels.conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen, conv_refusal
+from .kernels._row_views import head_view, row_view
+from .kernels.gated_rmsnorm import GatedRMSNormBuildKey, build_gated_rmsnorm, gated_rmsnorm_refusal
+from .kernels.gdn_gating import GDNGatingBuildKey, build_gdn_gating, gdn_gating_refusal
 from .kernels.gemm import GemmBuildKey, build_gemm, gemm_refusal
 from .kernels.group_norm import GroupNormBuildKey, build_group_norm, group_norm, group_norm_refusal
 from .kernels.reduce_sum import reduce_sum, sum_refusal
@@ -40,6 +46,9 @@ from .kernels.rgdr import RGDRBuildKey, build_rgdr, rgdr_refusal
 from .kernels.rmsnorm import RMSNormBuildKey, build_rmsnorm, rmsnorm_refusal
 from .kernels.silu_and_mul import SiluAndMulBuildKey, build_silu_and_mul, silu_and_mul_refusal
 from .kernels.softmax import SoftmaxBuildKey, build_softmax, softmax_refusal
+from .kernels.zero_centred_rmsnorm import (
+    ZeroCentredRMSNormBuildKey, build_zero_centred_rmsnorm, zero_centred_rmsnorm_refusal,
+)
 
 __all__ = ["KERNELS"]
 
@@ -400,9 +409,126 @@ class TileLangCausalConv1dVarlen(_TileLang, CausalConv1dVarlenKernel):
     @classmethod
     def launcher(cls, key: ConvVarlenBuildKey) -> Callable[..., Any]:
         return build_conv_varlen(key).run
+class TileLangZeroCentredRMSNorm(_TileLang, ZeroCentredRMSNormKernel):
+    """Zero-centred RMSNorm over the last axis; x is read in place as strided rows where it can be."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> ZeroCentredRMSNormBuildKey:
+        return ZeroCentredRMSNormBuildKey(call.dtypes["x"], int(call.dims["N"]), False, call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: ZeroCentredRMSNormBuildKey) -> str | None:
+        return zero_centred_rmsnorm_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: ZeroCentredRMSNormBuildKey) -> Callable[..., Any]:
+        import torch
+
+        fn = build_zero_centred_rmsnorm(key).fn
+        hidden = key.hidden
+
+        def zero_centred_rms_norm(x: Any, weight: Any, eps: float, out: Any = None) -> Any:
+            if out is None:
+                out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            fn(row_view(x, hidden)[0], weight.contiguous(), _rows(out, hidden), float(eps))
+            return out
+
+        return zero_centred_rms_norm
+
+
+class TileLangFusedAddZeroCentredRMSNorm(_TileLang, FusedAddZeroCentredRMSNormKernel):
+    """The residual add fused into the zero-centred norm; the residual is written in place (a view
+    the kernel cannot read in place is written through a copy, then copied back)."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> ZeroCentredRMSNormBuildKey:
+        return ZeroCentredRMSNormBuildKey(call.dtypes["x"], int(call.dims["N"]), True, call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: ZeroCentredRMSNormBuildKey) -> str | None:
+        return zero_centred_rmsnorm_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: ZeroCentredRMSNormBuildKey) -> Callable[..., Any]:
+        import torch
+
+        fn = build_zero_centred_rmsnorm(key).fn
+        hidden = key.hidden
+
+        def fused_add_zero_centred_rms_norm(x: Any, residual: Any, weight: Any, eps: float, out: Any = None) -> Any:
+            if out is None:
+                out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            rows, copied = row_view(residual, hidden)
+            fn(row_view(x, hidden)[0], rows, weight.contiguous(), _rows(out, hidden), float(eps))
+            if copied:
+                residual.copy_(rows.view(residual.shape))
+            return out
+
+        return fused_add_zero_centred_rms_norm
+
+
+class TileLangGatedRMSNorm(_TileLang, GatedRMSNormKernel):
+    """RMSNorm per head, weight, SiLU gate; x and the gate are read in place as [outer, heads, D]."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> GatedRMSNormBuildKey:
+        return GatedRMSNormBuildKey(call.dtypes["x"], int(call.dims["D"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: GatedRMSNormBuildKey) -> str | None:
+        return gated_rmsnorm_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: GatedRMSNormBuildKey) -> Callable[..., Any]:
+        import torch
+
+        fn = build_gated_rmsnorm(key).fn
+        width = key.width
+
+        def gated_rms_norm(x: Any, gate: Any, weight: Any, eps: float, out: Any = None) -> Any:
+            if out is None:
+                out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            x3 = head_view(x, width)[0]
+            fn(x3, head_view(gate, width)[0], weight.contiguous(), out.view(x3.shape), float(eps))
+            return out
+
+        return gated_rms_norm
+
+
+class TileLangGDNGating(_TileLang, GDNGatingKernel):
+    """g and beta from the a/b projections; a and b are read in place as strided rows."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> GDNGatingBuildKey:
+        d = call.dtypes
+        return GDNGatingBuildKey(d["a"], d["A_log"], d["dt_bias"], int(call.dims["NV"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: GDNGatingBuildKey) -> str | None:
+        return gdn_gating_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: GDNGatingBuildKey) -> Callable[..., Any]:
+        import torch
+
+        fn = build_gdn_gating(key).fn
+        heads = key.heads
+
+        def gdn_gating(a: Any, b: Any, A_log: Any, dt_bias: Any, g: Any = None, beta: Any = None) -> Any:
+            if g is None:
+                g = torch.empty(a.shape, dtype=torch.float32, device=a.device)
+            if beta is None:
+                beta = torch.empty(b.shape, dtype=b.dtype, device=b.device)
+            fn(row_view(a, heads)[0], row_view(b, heads)[0], A_log.contiguous(), dt_bias.contiguous(),
+               _rows(g, heads), _rows(beta, heads))
+            return g, beta
+
+        return gdn_gating
 
 
 KERNELS = (
     TileLangRMSNorm, TileLangSoftmax, TileLangSiluAndMul, TileLangSum, TileLangGroupNorm, TileLangGemm, TileLangBmm,
     TileLangLinear, TileLangRGDR, TileLangCausalConv1dUpdate, TileLangCausalConv1dVarlen,
+    TileLangZeroCentredRMSNorm, TileLangFusedAddZeroCentredRMSNorm,
+    TileLangGatedRMSNorm, TileLangGDNGating,
 )

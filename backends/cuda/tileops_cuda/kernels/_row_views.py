@@ -1,0 +1,62 @@
+"""Views of strided inputs as the row layouts the strided kernels read, without a copy.
+
+The gated-delta-net kernels take ``T.StridedTensor`` rows: the last axis contiguous, the
+other strides free (runtime values), assumed to be whole 16-byte vectors so loads stay
+vectorised. A slice of a fused projection or a chunk of q_proj's output is such a view
+and is read in place. Anything else (a last axis that is not contiguous, strides that are
+not whole vectors, leading axes that do not collapse into one stride, a misaligned start)
+is copied once into a contiguous tensor, which always qualifies. torch loads lazily.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["readable", "row_view", "head_view"]
+
+_VECTOR_BYTES = 16
+
+
+def readable(t: Any) -> bool:
+    """Whether the strided kernels can read ``t`` in place: last axis contiguous, every other
+    stride a whole number of 16-byte vectors (axes of size 1 are never stepped along, so
+    their strides do not count), the start 16-byte aligned."""
+    elems = _VECTOR_BYTES // t.element_size()
+    if t.dim() and t.stride(-1) != 1:
+        return False
+    strides = [s for s, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1]
+    return t.data_ptr() % _VECTOR_BYTES == 0 and all(s % elems == 0 for s in strides)
+
+
+def row_view(t: Any, width: int) -> tuple[Any, bool]:
+    """``t`` as ``[rows, width]`` read in place where it can be, else a contiguous copy.
+
+    Returns ``(view, copied)``: a caller that writes the view copies it back when ``copied``.
+    """
+    view = _view(t, (-1, width))
+    if view is not None and readable(view):
+        return view, False
+    return t.contiguous().view(-1, width), True
+
+
+def head_view(t: Any, width: int) -> tuple[Any, bool]:
+    """``t`` (``[*S, width]``) as ``[outer, heads, width]``: the axis before the last is the
+    head axis, everything before it collapses into one. A 2-D ``[M, width]`` is one outer row
+    of M heads, so ``[T, NV*DV]`` column slices and ``[T, NV, DV]`` head slices both read in place."""
+    if t.dim() == 1:
+        shape: tuple[int, ...] = (1, 1, width)
+    elif t.dim() == 2:
+        shape = (1, t.shape[0], width)
+    else:
+        shape = (-1, t.shape[-2], width)
+    view = _view(t, shape)
+    if view is not None and readable(view):
+        return view, False
+    return t.contiguous().view(shape), True
+
+
+def _view(t: Any, shape: tuple[int, ...]) -> Any:
+    try:
+        return t.view(shape)
+    except RuntimeError:  # leading axes that do not collapse into one stride
+        return None
