@@ -4,7 +4,9 @@ PyYAML silently keeps the last of two equal keys; a manifest that says the same 
 twice is almost always a merge accident, so here it is an error naming both lines.
 Mappings come back as :class:`LineDict` (a ``dict`` that remembers the line of each key)
 and sequences as :class:`LineList`, so that every later error can say ``file:line``.
-The C loader is used when PyYAML was built with it.
+The C loader is used when PyYAML was built with it. The node graph is composed within the
+bounds of :mod:`.yamlbounds` (file size, nesting, nodes counted through aliases), so a
+hostile file costs at most a bounded read before it is reported.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import yaml
 
 from ..errors import Location, SpecError
+from .yamlbounds import MAX_FILE_BYTES, compose_bounded, oversize_problem
 
 __all__ = ["LineDict", "LineList", "load_yaml_text", "line_of"]
 
@@ -92,11 +95,14 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _constr
 
 
 def load_yaml_text(text: str, file_name: str) -> Any:
-    """Parse one YAML document; syntax errors become SpecError with the file and line."""
+    """Parse one YAML document; syntax errors and passed bounds become SpecError with the file and line."""
+    if len(text) > MAX_FILE_BYTES:
+        raise oversize_problem(text[:MAX_FILE_BYTES], len(text.encode("utf-8")), file_name)
     loader = _Loader(text)
     loader.file_name = file_name
     try:
-        return loader.get_single_data()
+        root = compose_bounded(loader, file_name)
+        return None if root is None else loader.construct_document(root)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None

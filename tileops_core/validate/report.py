@@ -19,7 +19,9 @@ def summary_line(report: Report) -> str:
 
     words = (n(counts["error"], "error", "errors"), n(counts["warning"], "warning", "warnings"),
              n(counts["advisory"], "advisory", "advisories"))
-    return (f"{len(report.ops)} op(s), {len(report.files)} file(s): {', '.join(words)} "
+    sampled = sorted(name for name, op in report.ops.items() if op.get("coverage") == "sampled")
+    note = f"; SAMPLED, not every combination checked: {', '.join(sampled)}" if sampled else ""
+    return (f"{len(report.ops)} op(s), {len(report.files)} file(s): {', '.join(words)}{note} "
             f"({report.seconds:.2f} s)")
 
 

@@ -95,7 +95,7 @@ def validate(paths: Sequence[str | Path] | None = None, *, check_op: str | None 
             diagnostics.extend(_conformance(result, manifest if not paths else None, modules))
         report.ops[name] = {"file": spec.file, "line": spec.line, "status": spec.status,
                             "checks": "all" if full else "spec", "combinations": result.combinations,
-                            "excluded": result.excluded,
+                            "checked": result.checked, "coverage": result.coverage, "excluded": result.excluded,
                             "solve_orders": [list(o) for o in dict.fromkeys(result.solve_orders)]}
     report.diagnostics = sorted(merge(diagnostics), key=sort_key)
     report.seconds = time.perf_counter() - start
