@@ -38,6 +38,7 @@ def render_text(report: Report) -> str:
             if d.fix:
                 lines.append(f"      fix: {d.fix}")
         lines.append("")
+    lines.extend(f"note: {note}" for note in report.notes)
     lines.append(summary_line(report))
     return "\n".join(lines)
 
