@@ -50,6 +50,16 @@ class _Loader(_Base):  # type: ignore[misc, valid-type]  # the C loader when bui
 
     file_name = "<string>"
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """Construct ``node``; a scalar Python cannot hold (a 5000-digit int) is a problem at its line."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except SpecError:
+            raise
+        except (ValueError, OverflowError) as exc:
+            raise SpecError(f"YAML value cannot be read: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+                            Location(self.file_name, node.start_mark.line + 1), rule="L0.yaml") from None
+
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -112,21 +122,11 @@ def load_yaml_text(text: str, file_name: str) -> Any:
         raise SpecError(f"YAML error: {exc}", Location(file_name), rule="L0.yaml") from None
     except SpecError:
         raise  # the loader's own findings (a duplicate key) already carry file and line
-    except (ValueError, OverflowError, RecursionError) as exc:  # a scalar Python cannot hold (a 5000-digit int)
-        line = _current_line(loader)
+    except (ValueError, OverflowError, RecursionError) as exc:  # not from one node (those name their line)
         raise SpecError(f"YAML value cannot be read: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-                        Location(file_name, line), rule="L0.yaml") from None
+                        Location(file_name), rule="L0.yaml") from None
     finally:
         loader.dispose()
-
-
-def _current_line(loader: Any) -> int | None:
-    """The line the loader stopped at (1-based), when it knows it."""
-    mark = getattr(loader, "get_mark", None)
-    try:
-        return mark().line + 1 if mark is not None else None
-    except Exception:  # a loader without marks: the file alone still locates the problem
-        return None
 
 
 def line_of(container: Any, key: Any, default: int | None = None) -> int | None:

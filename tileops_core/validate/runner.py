@@ -13,6 +13,7 @@ and their specs are read from the directories they declare in package metadata
 from __future__ import annotations
 
 import importlib.util
+import sys
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -80,6 +81,8 @@ def target_files(paths: Sequence[str | Path] | None,
 
 def torch_available() -> bool:
     """Whether torch can be imported here (found by its finder; nothing is imported)."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"] is not None  # None: blocked on purpose (``import torch`` raises)
     return importlib.util.find_spec("torch") is not None
 
 
