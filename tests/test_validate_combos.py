@@ -123,3 +123,42 @@ def test_every_combination_is_checked_and_past_the_cap_an_advisory_says_so(n: in
     advisories = [d for d in result.diagnostics if d.rule == "C0.combinations"]
     assert len(advisories) == (1 if 2 ** n > cap else 0)
     assert all(d.severity == "advisory" for d in advisories)
+
+
+def _flags(n: int, requires: str = "", shape: str = '"[M, K]"') -> OpSpec:
+    params = "".join(f"  f{i}: {{type: bool, default: false}}\n" for i in range(n))
+    return make_spec(f'inputs:\n  x: {{dtype: float32, shape: {shape}}}\noutputs:\n  y: {{dtype: float32, shape: "[M, K]"}}\n'
+                     f"params:\n{params}" + (f'requires:\n  - "{requires}"\n' if requires else ""))
+
+
+def test_up_to_the_limit_every_combination_of_read_params_is_checked_one_by_one() -> None:
+    result = lint_spec(_flags(12, requires=" or ".join(f"not f{i}" for i in range(12))))
+    assert (result.coverage, result.combinations, result.checked, result.excluded) == ("all", 4096, 4096, 1)
+
+
+def test_past_the_limit_params_nothing_reads_are_projected_away_and_every_combination_is_still_covered() -> None:
+    result = lint_spec(_flags(20, requires="not (f0 and f1)"))
+    assert (result.coverage, result.combinations, result.checked) == ("projected", 2**20, 4)
+    assert result.excluded == 2**18  # the one excluded branch stands for every value of the 18 unread flags
+    (note,) = [d for d in result.diagnostics if d.rule == "C0.combinations"]
+    assert note.message.startswith(f"{2**20} discriminant combinations, more than the cap of 256; all are covered by "
+                                   "checking 4: the params f2, f3, ")
+
+
+def test_past_the_limit_read_params_are_checked_on_a_seeded_sample_labelled_as_one() -> None:
+    spec = _flags(20, requires=" or ".join(f"not f{i}" for i in range(20)))
+    first, second = lint_spec(spec), lint_spec(spec)
+    assert (first.coverage, first.combinations, first.checked) == ("sampled", 2**20, 4096)
+    assert first.excluded == second.excluded  # the same sample each time: a report can be reproduced
+    (note,) = [d for d in first.diagnostics if d.rule == "C0.sampled"]
+    assert (note.severity, note.message.split(" (axes:")[0]) == (
+        "advisory", f"SAMPLED: {2**20} discriminant combinations, more than the 4096 checked one by one; the "
+        "per-combination checks ran on 4096 combinations drawn with seed 0, not on all: a problem on another "
+        "combination may be missed")
+
+
+def test_a_sampled_walk_still_finds_a_problem_of_a_family_on_the_combinations_it_checks() -> None:
+    flags = " or ".join(f"not f{i}" for i in range(1, 20))
+    result = lint_spec(_flags(20, requires=flags, shape='{match: f0, cases: {false: "[M, K]"}}'))
+    assert result.coverage == "sampled"
+    assert {d.rule for d in result.diagnostics if d.rule.startswith("C2")} == {"C2.missing"}
