@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,17 @@ def test_the_bounds_admit_the_shipped_manifest_a_hundred_times_over():
         text = path.read_text()
         assert 100 * len(text.encode()) < MAX_FILE_BYTES, path.name
         assert 100 * text.count("\n") < MAX_NODES, path.name  # a line holds at most a few nodes
+
+
+def test_an_alias_bomb_in_a_plugin_hardware_profile_is_refused_like_one_in_a_manifest(tmp_path):
+    from tileops_core.bench.profiles import load_profile
+    from tileops_core.errors import TileOpsError
+
+    path = tmp_path / "profile.yaml"
+    path.write_text("x-anchors:\n" + "\n".join(laughs(9)) + "\nname: bomb\n")
+    start = time.process_time()
+    with pytest.raises(TileOpsError) as info:
+        load_profile(path)
+    assert time.process_time() - start < CPU_BOUND_S
+    assert str(info.value).startswith(f"hardware profile {path}:6: alias *lol3 (11111 nodes) brings the file past "
+                                      f"{MAX_NODES} YAML nodes")

@@ -118,3 +118,23 @@ def test_a_declared_spec_directory_that_does_not_exist_is_an_error_naming_the_en
     assert ("acme:acme_plugin.missing\n  -: error L0.file : entry point tileops.manifests acme = 'acme_plugin.missing' "
             "(distribution acme-plugin 1.0) names no package directory; its value is the dotted path of a directory "
             "of YAML specs inside an installed package") in out
+
+
+def test_a_plugin_spec_directory_known_only_from_its_hook_gets_an_advisory_naming_the_fix(monkeypatch):
+    from tileops_core import plugins
+
+    example = Path(__file__).resolve().parents[1] / "plugins" / "example"
+    monkeypatch.syspath_prepend(str(example))
+    plugins.load_plugins()
+    snap = plugins.snapshot()
+    try:
+        import tileops_example.plugin
+
+        plugins.register_plugin(tileops_example.plugin, "example")  # from the source tree: no metadata declares it
+        (found,) = [d for d in runner.validate().diagnostics if d.rule == "L0.undeclared-specs"]
+    finally:
+        plugins.restore(snap)
+    assert str(found) == (f"example:manifest: advisory L0.undeclared-specs: plugin example contributes the spec "
+                          f"directory {example / 'tileops_example' / 'manifest'} from its hook only; the lint alone "
+                          "(--no-conformance, or where torch is not installed) cannot see it; fix: declare it: "
+                          '[project.entry-points."tileops.manifests"] example = "<package>.manifest"')

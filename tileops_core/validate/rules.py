@@ -19,6 +19,8 @@ RULES: dict[str, tuple[str, str]] = {
     "L0.file": ("error", "the file cannot be read or is not a mapping of op names to specs"),
     "L0.limit": ("error", "the file passes a bound on what reading it may cost (bytes, nesting, nodes counted "
                           "through aliases, scalar length, ops per file)"),
+    "L0.undeclared-specs": ("advisory", "a loaded plugin's spec directory is not declared in the entry-point group "
+                                        "tileops.manifests, so the lint alone (without torch) does not read it"),
     "L0.duplicate-key": ("error", "a YAML mapping repeats a key"),
     "L0.duplicate-op": ("error", "an op is defined in two files"),
     "L0.unknown-field": ("error", "a field that the spec format does not have"),

@@ -20,10 +20,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import SpecError, TileOpsError
+from ..errors import Location, SpecError, TileOpsError
 from ..plugins.hookspecs import ENTRY_POINT_GROUP
 from ..spec.declared import MANIFEST_ENTRY_POINT_GROUP, declared_sources
-from ..spec.manifest import Manifest, ManifestSource, load_files, manifest_sources
+from ..spec.manifest import Manifest, ManifestSource, core_manifest_dir, load_files, manifest_sources
 from .diagnostics import ERROR, Diagnostic, from_spec_error, merge, sort_key
 from .lint import DEFAULT_MAX_COMBINATIONS, LintResult, lint_spec
 
@@ -103,6 +103,7 @@ def validate(paths: Sequence[str | Path] | None = None, *, check_op: str | None 
         from ..plugins import ensure_plugins_loaded
 
         ensure_plugins_loaded()  # the manifest is the core's specs and those installed plugins ship
+        problems = _undeclared_plugin_specs()
     elif not paths:
         sources, problems, note = _lint_sources()
         notes.append(note)
@@ -128,6 +129,22 @@ def validate(paths: Sequence[str | Path] | None = None, *, check_op: str | None 
     report.diagnostics = sorted(merge(diagnostics), key=sort_key)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _undeclared_plugin_specs() -> list[SpecError]:
+    """A loaded plugin's spec directory that its metadata does not declare: the lint alone would miss it."""
+    declared, problems = declared_sources()
+    seen = {s.directory for s in declared} | {core_manifest_dir().resolve()}
+    for source in manifest_sources():
+        if source.directory.resolve() not in seen:
+            plugin = source.label.split(":")[0]
+            problems.append(SpecError(
+                f"plugin {plugin} contributes the spec directory {source.directory} from its hook only; the lint "
+                f"alone (--no-conformance, or where torch is not installed) cannot see it", Location(source.label),
+                rule="L0.undeclared-specs",
+                fix=f'declare it: [project.entry-points."{MANIFEST_ENTRY_POINT_GROUP}"] {plugin} = '
+                    f'"<package>.{source.directory.name}"'))
+    return problems
 
 
 def _lint_sources() -> tuple[list[ManifestSource], list[SpecError], str]:
