@@ -12,6 +12,7 @@ from tileops_core.spec.discriminants import Discriminants
 from tileops_core.spec.nodes import OpSpec
 from tileops_core.spec.symbolic import OTHER, UNKNOWN
 from tileops_core.spec.yamlload import load_yaml_text
+from tileops_core.validate.coverage import plan_coverage
 from tileops_core.validate.lint import lint_spec
 
 
@@ -150,6 +151,8 @@ def test_past_the_limit_read_params_are_checked_on_a_seeded_sample_labelled_as_o
     first, second = lint_spec(spec), lint_spec(spec)
     assert (first.coverage, first.combinations, first.checked) == ("sampled", 2**20, 4096)
     assert first.excluded == second.excluded  # the same sample each time: a report can be reproduced
+    drawn = [c.index for c in plan_coverage(Discriminants(spec)).combinations()]
+    assert len(set(drawn)) == len(drawn) == 4096 and drawn[0] == 0 and drawn[-1] == 2**20 - 1
     (note,) = [d for d in first.diagnostics if d.rule == "C0.sampled"]
     assert (note.severity, note.message.split(" (axes:")[0]) == (
         "advisory", f"SAMPLED: {2**20} discriminant combinations, more than the 4096 checked one by one; the "

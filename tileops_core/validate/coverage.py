@@ -73,23 +73,19 @@ class Coverage:
         kept_total = math.prod(len(axes[i].values) for i in kept)
         if self.mode == PROJECTED:
             indices: Any = range(kept_total)
-        else:
-            drawn = set(random.Random(SAMPLE_SEED).sample(range(kept_total), self.checked - 2))
-            indices = sorted(drawn | {0, kept_total - 1})[:self.checked]
+        else:  # the first and last combinations, then seeded draws until there are ``checked`` of them
+            rng, chosen = random.Random(SAMPLE_SEED), {0, kept_total - 1}
+            while len(chosen) < self.checked:
+                chosen.add(rng.randrange(kept_total))
+            indices = sorted(chosen)
         for k in indices:
-            values = [a.values[0] for a in axes]
+            digits = [0] * len(axes)  # an unread axis keeps its first value
             for i in reversed(kept):
-                k, digit = divmod(k, len(axes[i].values))
-                values[i] = axes[i].values[digit]
-            yield self.disc.combination(_product_index(axes, values), tuple(values))
-
-
-def _product_index(axes: tuple[Axis, ...], values: list[Any]) -> int:
-    """The position of ``values`` in the full product of ``axes`` (first axis slowest)."""
-    index = 0
-    for axis, value in zip(axes, values):
-        index = index * len(axis.values) + next(i for i, v in enumerate(axis.values) if v is value or v == value)
-    return index
+                k, digits[i] = divmod(k, len(axes[i].values))
+            index = 0
+            for axis, digit in zip(axes, digits):
+                index = index * len(axis.values) + digit
+            yield self.disc.combination(index, tuple(a.values[d] for a, d in zip(axes, digits)))
 
 
 def plan_coverage(disc: Discriminants, limit: int = EXHAUSTIVE_LIMIT) -> Coverage:
