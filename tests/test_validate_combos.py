@@ -165,3 +165,32 @@ def test_a_sampled_walk_still_finds_a_problem_of_a_family_on_the_combinations_it
     result = lint_spec(_flags(20, requires=flags, shape='{match: f0, cases: {false: "[M, K]"}}'))
     assert result.coverage == "sampled"
     assert {d.rule for d in result.diagnostics if d.rule.startswith("C2")} == {"C2.missing"}
+
+
+def test_the_printed_report_says_which_ops_were_checked_on_a_sample_only(tmp_path) -> None:
+    from tileops_core.validate.report import render_text
+    from tileops_core.validate.runner import validate
+
+    flags = "".join(f"      f{i}: {{type: bool, default: false}}\n" for i in range(14))
+    read = " or ".join(f"not f{i}" for i in range(14))
+    path = tmp_path / "flags.yaml"
+    path.write_text(f"""\
+FlagsFwdOp:
+  family: test
+  ref_api: "none"
+  status: spec-only
+  signature:
+    inputs:
+      x: {{dtype: float32, shape: "[M, K]"}}
+    outputs:
+      y: {{dtype: float32, shape: "[M, K]"}}
+    params:
+{flags}    requires: ["{read}"]
+  workloads: [{{M: 4, K: 8, dtypes: [float32], label: tiny}}]
+  roofline: {{flops: "M * K", bytes: "8 * M * K"}}
+  source: {{}}
+""")
+    report = validate([path], conformance=False)
+    assert (report.ops["FlagsFwdOp"]["coverage"], report.ops["FlagsFwdOp"]["checked"]) == ("sampled", 4096)
+    assert render_text(report).splitlines()[-1].startswith(
+        "1 op(s), 1 file(s): 0 errors, 0 warnings, 1 advisory; SAMPLED, not every combination checked: FlagsFwdOp (")

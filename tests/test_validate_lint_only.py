@@ -14,6 +14,7 @@ import resource
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 from test_manifest_load import GOOD
@@ -120,21 +121,29 @@ def test_a_declared_spec_directory_that_does_not_exist_is_an_error_naming_the_en
             "of YAML specs inside an installed package") in out
 
 
-def test_a_plugin_spec_directory_known_only_from_its_hook_gets_an_advisory_naming_the_fix(monkeypatch):
+def test_a_plugin_spec_directory_known_only_from_its_hook_gets_an_advisory_naming_the_fix(tmp_path):
     from tileops_core import plugins
+    from tileops_core._version import CORE_MAJOR
 
-    example = Path(__file__).resolve().parents[1] / "plugins" / "example"
-    monkeypatch.syspath_prepend(str(example))
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "acme.yaml").write_text(GOOD.replace("ProbeFwdOp", "AcmeHookFwdOp"))
+    hook = types.ModuleType("acme_hook_plugin")
+
+    def tileops_register(registrar):
+        registrar.backend("acmehook", device_types=("cpu",), core_major=CORE_MAJOR)
+        registrar.manifest_dir(specs)
+
+    hook.tileops_register = tileops_register
     plugins.load_plugins()
     snap = plugins.snapshot()
     try:
-        import tileops_example.plugin
-
-        plugins.register_plugin(tileops_example.plugin, "example")  # from the source tree: no metadata declares it
+        record = plugins.register_plugin(hook, "acmehook")  # no metadata declares its spec directory
+        assert record.status == "loaded", record.reason
         (found,) = [d for d in runner.validate().diagnostics if d.rule == "L0.undeclared-specs"]
     finally:
         plugins.restore(snap)
-    assert str(found) == (f"example:manifest: advisory L0.undeclared-specs: plugin example contributes the spec "
-                          f"directory {example / 'tileops_example' / 'manifest'} from its hook only; the lint alone "
-                          "(--no-conformance, or where torch is not installed) cannot see it; fix: declare it: "
-                          '[project.entry-points."tileops.manifests"] example = "<package>.manifest"')
+    assert str(found) == (f"acmehook:specs: advisory L0.undeclared-specs: plugin acmehook contributes the spec "
+                          f"directory {specs.resolve()} from its hook only; the lint alone (--no-conformance, or where "
+                          "torch is not installed) cannot see it; fix: declare it: "
+                          '[project.entry-points."tileops.manifests"] acmehook = "<package>.specs"')
