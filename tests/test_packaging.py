@@ -293,6 +293,8 @@ def test_a_third_party_plugin_installs_on_top_is_selected_and_uninstalls_cleanly
     assert relu["interfaces"][0]["chosen"] == "tileops_example.kernels:RefSquaredRelu"
     assert venv.python(_EXAMPLE_OP) == "ok"
     assert " 0 errors" in venv.tileops("validate")  # the plugin's spec included
+    lint = json.loads(venv.tileops("validate", "--no-conformance", "--format", "json"))
+    assert "example:manifest/squared_relu.yaml" in lint["files"]  # declared in metadata: seen without the plugin
 
     venv.pip("uninstall", "--yes", "tileops-example")
     assert venv.versions() == [f"tileops {VERSION}", f"tileops-cpu-ref {VERSION}"]

@@ -31,7 +31,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..errors import TileOpsError
+from ..errors import SpecError, TileOpsError
+from ..spec.yamlload import load_yaml_text
 from .catalog import UnknownName
 
 __all__ = [
@@ -140,11 +141,11 @@ def load_profile(path: str | Path) -> HardwareProfile:
     """Read and validate one profile file; errors name the file and the field."""
     p = Path(path)
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = load_yaml_text(p.read_text(), str(p))  # bounded like a manifest: a plugin ships profiles too
     except OSError as exc:
         raise TileOpsError(f"cannot read hardware profile {p}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise TileOpsError(f"hardware profile {p} is not valid YAML: {exc}") from None
+    except SpecError as exc:
+        raise TileOpsError(f"hardware profile {exc}") from None
     try:
         return HardwareProfile.model_validate(raw)
     except ValidationError as exc:

@@ -4,7 +4,8 @@ With no path it validates the whole manifest: the core's specs and every directo
 loaded plugin contributes. Paths (files or directories of ``*.yaml``) validate just those.
 ``spec-only`` specs get the spec lint; ``implemented`` ones also the conformance pass
 against their op class; ``--check-op NAME`` runs everything for one op and reports only
-it. ``--fix`` applies the mechanical rewrites of table 3 in place, then validates again.
+it. ``--no-conformance`` runs the lint alone, without loading plugins or importing torch
+(also what happens, with a note, where torch is not installed). ``--fix`` applies the mechanical rewrites of table 3 in place, then validates again.
 
 Exit code: 0 when no error is left (warnings and advisories do not fail), 1 when errors
 remain, 2 for a usage error (a missing path, an unknown op).
@@ -17,10 +18,10 @@ import sys
 
 from ..validate.lint import DEFAULT_MAX_COMBINATIONS
 from ..validate.report import render_json, render_text
-from ..validate.runner import Report, UsageError, validate
+from ..validate.runner import Report, UsageError, torch_available, validate
 from .main import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 
-__all__ = ["NAME", "HELP", "add_arguments", "run"]
+__all__ = ["NAME", "HELP", "add_arguments", "needs_plugins", "run"]
 
 NAME = "validate"
 HELP = "check specs (structure, the eight checks on every discriminant combination, code conformance)"
@@ -40,18 +41,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fix", action="store_true",
                         help="rewrite table 3's mechanical forms (==-definitions, 'is None', x.shape == (...)) in place")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument("--no-conformance", dest="conformance", action="store_false",
+                        help="run the spec lint alone: no op classes, no plugins loaded, torch not imported")
     parser.add_argument("--max-combinations", type=_positive, default=DEFAULT_MAX_COMBINATIONS, metavar="N",
                         help="advisory note past N discriminant combinations (all are still checked; default "
                              f"{DEFAULT_MAX_COMBINATIONS})")
 
 
+def needs_plugins(args: argparse.Namespace) -> bool:
+    """Plugins (and with them torch) are loaded only for the conformance pass."""
+    return bool(args.conformance) and torch_available()
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        report = validate(args.paths, check_op=args.check_op, max_combinations=args.max_combinations)
-        if args.fix:
-            fixed = _fix(report)
-            if fixed:
-                report = validate(args.paths, check_op=args.check_op, max_combinations=args.max_combinations)
+        def once() -> Report:
+            return validate(args.paths, check_op=args.check_op, max_combinations=args.max_combinations,
+                            conformance=args.conformance)
+
+        report = once()
+        if args.fix and _fix(report):
+            report = once()
     except UsageError as exc:
         print(f"tileops validate: {exc}", file=sys.stderr)
         return EXIT_USAGE

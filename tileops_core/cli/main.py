@@ -5,7 +5,9 @@ well, 1 for findings or failures, 2 for usage errors; ``--format json`` where th
 data; a user error (a :class:`TileOpsError`) prints one clear message, never a traceback.
 
 A sub-command module defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and
-``run(args) -> int``.
+``run(args) -> int``, and may define ``needs_plugins(args) -> bool`` (default: true) when it
+can run without the installed plugins (``tileops validate --no-conformance`` imports no
+torch). Only the module of the command asked for is imported (all of them for ``--help``).
 """
 
 from __future__ import annotations
@@ -27,8 +29,18 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 COMMANDS = ("ops", "validate", "bench", "calibrate", "backends", "explain", "docs")
 
 
-def _command_modules() -> list[ModuleType]:
-    return [importlib.import_module(f"{__package__}.cmd_{name}") for name in COMMANDS]
+def _command_modules(names: Sequence[str] = COMMANDS) -> list[ModuleType]:
+    return [importlib.import_module(f"{__package__}.cmd_{name}") for name in names]
+
+
+def _requested(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command named on the line (its module alone is imported), else every command."""
+    first = next((token for token in argv if not token.startswith("-")), None)
+    return (first,) if first in COMMANDS else COMMANDS
+
+
+def _needs_plugins(args: argparse.Namespace) -> bool:
+    return True
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,14 +52,14 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     parser = _Parser(prog="tileops", description="TileOPs: spec-driven operators for PyTorch.")
     parser.add_argument("--version", action="store_true", help="print every installed TileOPs distribution's version")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in _command_modules():
+    for module in _command_modules(commands):
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _needs_plugins=getattr(module, "needs_plugins", _needs_plugins))
     return parser
 
 
@@ -63,7 +75,8 @@ def _print_version() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tileops`` console script."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_requested(argv))
     args = parser.parse_args(argv)
     if args.version:
         _print_version()
@@ -72,9 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        from ..plugins import ensure_plugins_loaded
+        if args._needs_plugins(args):
+            from ..plugins import ensure_plugins_loaded
 
-        ensure_plugins_loaded()  # every command sees the installed backends and the specs they ship
+            ensure_plugins_loaded()  # the command sees the installed backends and the specs they ship
         return int(args._run(args) or EXIT_OK)
     except TileOpsError as exc:
         print(f"tileops {args.command}: {exc}", file=sys.stderr)

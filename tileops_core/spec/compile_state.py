@@ -13,7 +13,10 @@ from typing import Any, Callable
 from pydantic import BaseModel, ValidationError
 
 from ..errors import ExprError, Location, SpecError
+from ..lang import ir
+from ..lang.dtypes import DTypeIf
 from ..lang.parse import parse_expr
+from .legacy import presence_form
 from .nodes import Expr, FamilySpec
 from .yamlload import line_of
 
@@ -70,17 +73,45 @@ class CompileState:
 
     def expr(self, text: str, field: str, line: int | None) -> Expr | None:
         try:
-            return Expr(parse_expr(text), text, self.loc(field, line))
+            e = Expr(parse_expr(text), text, self.loc(field, line))
         except ExprError as exc:
             self.problem(exc.message, field, line, text, rule=exc.rule or "L0.expr", fix=exc.rewrite)
             return None
+        if not field.startswith("signature.shape_rules"):  # shape rules get all of table 3 (NameResolver)
+            self.presence(e.node, text, field, line)
+        return e
 
     def parsed(self, parse: Callable[[str], Any], text: str, field: str, line: int | None) -> Any:
         try:
-            return parse(text)
+            value = parse(text)
         except ExprError as exc:
             self.problem(exc.message, field, line, text, rule=exc.rule or "L0.expr", fix=exc.rewrite)
             return None
+        for condition in _conditions(value):
+            self.presence(condition, text, field, line)
+        return value
+
+    def presence(self, node: ir.Node, text: str, field: str, line: int | None) -> None:
+        """Report ``x is None`` in any expression (table 3 rows 4-5); it still evaluates, so not fatal."""
+        found = presence_form(node, self._tensor_names())
+        if found is not None:
+            self.problem(found.message, field, line, text, rule=found.rule, fix=found.fix, fatal=False)
+
+    def _tensor_names(self) -> frozenset[str]:
+        sig = self.raw.get("signature") if isinstance(self.raw, dict) else None
+        if not isinstance(sig, dict):
+            return frozenset()
+        return frozenset(n for key in ("inputs", "outputs") if isinstance(sig.get(key), dict) for n in sig[key])
+
+
+def _conditions(value: Any) -> list[ir.Node]:
+    """The conditions of a parsed conditional dtype (``T if cond else U``), outermost first."""
+    out: list[ir.Node] = []
+    while isinstance(value, DTypeIf):
+        out.append(value.test)
+        out.extend(_conditions(value.body))
+        value = value.orelse
+    return out
 
 
 def is_identifier(text: Any) -> bool:

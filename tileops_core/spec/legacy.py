@@ -4,18 +4,19 @@ A shape rule is a refinement only. Written the seed-001 way it may instead read 
 shape (``x.shape[0] == M``: T3.1), compare two shapes (T3.2), define a name with ``==``
 (T3.3) or test presence with ``is None`` (T3.4 for a tensor, T3.5 for a value). Each is
 reported with the canonical form to write instead; all but T3.3 still evaluate, so a lenient
-load keeps working (the problem is not fatal).
+load keeps working (the problem is not fatal). The presence forms (T3.4, T3.5) are rejected
+in every expression field, not only in shape rules (:func:`presence_form`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import AbstractSet, Mapping
 
 from ..lang import ir
 from .nodes import Expr
 
-__all__ = ["LegacyForm", "legacy_form", "rewrite_is_none"]
+__all__ = ["LegacyForm", "legacy_form", "presence_form", "rewrite_is_none"]
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,20 @@ def legacy_form(e: Expr, kinds: Mapping[str, str]) -> LegacyForm | None:
            and kinds.get(s.value.id) == "tensor" for s in ir.walk(node)):
         return LegacyForm("a shape rule reads a tensor's shape", "T3.1",
                           "declare the tensor's shape and refer to its index names")
+    return presence_form(node, frozenset(n for n, k in kinds.items() if k == "tensor"))
+
+
+def presence_form(node: ir.Node, tensors: AbstractSet[str]) -> LegacyForm | None:
+    """``x is None`` / ``x is not None`` anywhere in ``node`` (T3.4 on a tensor, T3.5 on a value), or None.
+
+    Every expression field gets this check, not only ``shape_rules``: presence is
+    ``present(x)`` wherever it is tested (``requires``, ``let``, a family's ``match``, a
+    dtype condition, the roofline).
+    """
     for sub in ir.walk(node):
         if isinstance(sub, ir.IsNone) and isinstance(sub.operand, ir.Name):
-            kind = kinds.get(sub.operand.id)
             return LegacyForm(f"'{ir.unparse(sub)}' tests presence with 'is None'",
-                              "T3.4" if kind == "tensor" else "T3.5", ir.unparse(rewrite_is_none(node)))
+                              "T3.4" if sub.operand.id in tensors else "T3.5", ir.unparse(rewrite_is_none(node)))
     return None
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Mapping
 from ..errors import Location, SpecError
 from .compile import compile_op
 from .nodes import OpSpec, WorkloadRow
+from .yamlbounds import MAX_FILE_BYTES, MAX_OPS_PER_FILE, oversize_problem
 from .yamlload import LineDict, load_yaml_text
 
 __all__ = [
@@ -118,7 +119,11 @@ def clear_cache() -> None:
 
 def _read_file(path: Path, shown: str) -> tuple[list[tuple[str, Any, int | None]], list[SpecError]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            head = f.read(MAX_FILE_BYTES + 1)  # never more: a 50 MB file costs what its limit does
+            if len(head) > MAX_FILE_BYTES:
+                return [], [oversize_problem(head, path.stat().st_size, shown)]
+        text = head.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return [], [SpecError(f"cannot read: {exc}", Location(shown), rule="L0.file")]
     try:
@@ -129,6 +134,10 @@ def _read_file(path: Path, shown: str) -> tuple[list[tuple[str, Any, int | None]
         return [], []
     if not isinstance(data, LineDict):
         return [], [SpecError("a manifest file maps op names to specs", Location(shown, 1), rule="L0.file")]
+    if len(data) > MAX_OPS_PER_FILE:
+        extra = list(data)[MAX_OPS_PER_FILE]
+        return [], [SpecError(f"{len(data)} ops in one file, more than {MAX_OPS_PER_FILE}; split it, one family per "
+                              "file", Location(shown, data.key_lines.get(extra), str(extra)), rule="L0.limit")]
     return [(str(name), raw, data.key_lines.get(name)) for name, raw in data.items()], []
 
 

@@ -4,7 +4,9 @@ PyYAML silently keeps the last of two equal keys; a manifest that says the same 
 twice is almost always a merge accident, so here it is an error naming both lines.
 Mappings come back as :class:`LineDict` (a ``dict`` that remembers the line of each key)
 and sequences as :class:`LineList`, so that every later error can say ``file:line``.
-The C loader is used when PyYAML was built with it.
+The C loader is used when PyYAML was built with it. The node graph is composed within the
+bounds of :mod:`.yamlbounds` (file size, nesting, nodes counted through aliases), so a
+hostile file costs at most a bounded read before it is reported.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import yaml
 
 from ..errors import Location, SpecError
+from .yamlbounds import MAX_FILE_BYTES, compose_bounded, oversize_problem
 
 __all__ = ["LineDict", "LineList", "load_yaml_text", "line_of"]
 
@@ -46,6 +49,16 @@ class _Loader(_Base):  # type: ignore[misc, valid-type]  # the C loader when bui
     """Safe loader building LineDict/LineList and rejecting duplicate keys."""
 
     file_name = "<string>"
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """Construct ``node``; a scalar Python cannot hold (a 5000-digit int) is a problem at its line."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except SpecError:
+            raise
+        except (ValueError, OverflowError) as exc:
+            raise SpecError(f"YAML value cannot be read: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+                            Location(self.file_name, node.start_mark.line + 1), rule="L0.yaml") from None
 
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -92,11 +105,14 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _constr
 
 
 def load_yaml_text(text: str, file_name: str) -> Any:
-    """Parse one YAML document; syntax errors become SpecError with the file and line."""
+    """Parse one YAML document; syntax errors and passed bounds become SpecError with the file and line."""
+    if len(text) > MAX_FILE_BYTES:
+        raise oversize_problem(text[:MAX_FILE_BYTES], len(text.encode("utf-8")), file_name)
     loader = _Loader(text)
     loader.file_name = file_name
     try:
-        return loader.get_single_data()
+        root = compose_bounded(loader, file_name)
+        return None if root is None else loader.construct_document(root)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -106,21 +122,11 @@ def load_yaml_text(text: str, file_name: str) -> Any:
         raise SpecError(f"YAML error: {exc}", Location(file_name), rule="L0.yaml") from None
     except SpecError:
         raise  # the loader's own findings (a duplicate key) already carry file and line
-    except (ValueError, OverflowError, RecursionError) as exc:  # a scalar Python cannot hold (a 5000-digit int)
-        line = _current_line(loader)
+    except (ValueError, OverflowError, RecursionError) as exc:  # not from one node (those name their line)
         raise SpecError(f"YAML value cannot be read: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-                        Location(file_name, line), rule="L0.yaml") from None
+                        Location(file_name), rule="L0.yaml") from None
     finally:
         loader.dispose()
-
-
-def _current_line(loader: Any) -> int | None:
-    """The line the loader stopped at (1-based), when it knows it."""
-    mark = getattr(loader, "get_mark", None)
-    try:
-        return mark().line + 1 if mark is not None else None
-    except Exception:  # a loader without marks: the file alone still locates the problem
-        return None
 
 
 def line_of(container: Any, key: Any, default: int | None = None) -> int | None:

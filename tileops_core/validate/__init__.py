@@ -1,8 +1,9 @@
 """The validator (``tileops validate``): a pure spec lint and a conformance pass over op classes.
 
 * :func:`lint_spec` checks one spec from its YAML alone (no torch): seed 001's L0 and the
-  spec halves of L2-L4, seed 000 §6's eight checks on every discriminant combination, and
-  the rejected forms of seed 000 table 3.
+  spec halves of L2-L4, seed 000 §6's eight checks on every discriminant combination (past
+  a bound: projected over the params something reads, else a labelled sample; see
+  :mod:`.coverage`), and the rejected forms of seed 000 table 3.
 * :func:`validate` runs the lint on every spec of the manifest (or of given files) and, for
   ``implemented`` specs, the conformance pass (:mod:`.conformance`, :mod:`.inference`): the
   op class found through ``source.op``, its ``__init__``/``forward``, its generated checks

@@ -5,7 +5,9 @@ Rewritten (each only when the rewrite is mechanical):
 * T3.3 ``C_in_g == C_in // groups`` defining a name: the rule is removed and
   ``C_in_g: "C_in // groups"`` is added under ``signature.let``;
 * T3.4/T3.5 ``x is None`` / ``x is not None``: replaced in place by ``not present(x)`` /
-  ``present(x)``, the rest of the rule's text kept character for character;
+  ``present(x)``, the rest of the text kept character for character, in a shape rule and in
+  every other expression field (``requires``, ``let``, ``match``, the roofline, a dtype's
+  condition);
 * T3.1 ``x.shape == (B, S)`` (or, for an optional ``x``, ``x is None or x.shape == (B, S)``):
   the rule is removed and ``shape: "[B, S]"`` is declared on ``x`` (only when ``x`` declares
   no shape yet and every item is an axis expression; a declared shape is checked only when
@@ -74,6 +76,24 @@ def _child(node: Any, key: str) -> tuple[Any, Any] | None:
             if isinstance(k, yaml.ScalarNode) and k.value == key:
                 return k, v
     return None
+
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _node_at(node: Any, field: str) -> Any:
+    """The YAML node at a diagnostic's field path (``signature.requires[0]``, ``roofline.bytes``), or None."""
+    for name, index in _PATH_PART.findall(field):
+        if name:
+            found = _child(node, name)
+            node = found[1] if found else None
+        elif isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
+            node = node.value[int(index)]
+        else:
+            node = None
+        if node is None:
+            return None
+    return node
 
 
 def _line_start(text: str, index: int) -> int:
@@ -177,15 +197,28 @@ class _OpFixer:
             return
         source = node.value
         if rule in ("T3.4", "T3.5"):
-            new = rewrite_is_none_text(source)
-            if new is None or not _same_ir(source, new):
-                new = ir.unparse(rewrite_is_none(parse_expr(source)))
-            self.edits.append(_Edit(node.start_mark.index, node.end_mark.index, _quote(new, node.style)))
-            self.result.applied.append(f"{self.spec.name} shape_rules[{index}] ({rule}): {source!r} -> {new!r}")
+            self.presence(rule, node, f"shape_rules[{index}]")
         elif rule == "T3.3":
             self._define(index, source)
         elif rule == "T3.1":
             self._declare_shape(index, source)
+
+    def presence(self, rule: str, node: Any, where: str) -> None:
+        """Rewrite ``x is None`` in the expression scalar ``node`` (any expression field, or a dtype condition)."""
+        if not isinstance(node, yaml.ScalarNode):
+            self.result.skipped.append(f"{self.spec.file}: {self.spec.name} {where} ({rule}): not a scalar string "
+                                       "in the file")
+            return
+        source = node.value
+        new = rewrite_is_none_text(source)
+        if not where.endswith(".dtype") and (new is None or not _same_ir(source, new)):
+            new = ir.unparse(rewrite_is_none(parse_expr(source)))
+        if new is None:
+            self.result.skipped.append(f"{self.spec.file}: {self.spec.name} {where} ({rule}): not of the form "
+                                       "x is None")
+            return
+        self.edits.append(_Edit(node.start_mark.index, node.end_mark.index, _quote(new, node.style)))
+        self.result.applied.append(f"{self.spec.name} {where} ({rule}): {source!r} -> {new!r}")
 
     def _define(self, index: int, source: str) -> None:
         tree = ast.parse(source.strip(), mode="eval").body
@@ -348,6 +381,8 @@ def fix_text(text: str, specs: dict[str, OpSpec]) -> FixResult:
             match = _RULE_FIELD.match(problem.location.field or "")
             if problem.rule in FIXABLE and match:
                 fixer.apply(problem.rule, int(match.group(1)))
+            elif problem.rule in ("T3.4", "T3.5") and problem.location.field:  # every other expression field
+                fixer.presence(problem.rule, _node_at(op_node, problem.location.field), problem.location.field)
             elif problem.rule.startswith("T3.") and match:
                 fixer.skip(problem.rule, int(match.group(1)), "needs a decision; rewrite by hand: "
                            + (problem.fix or ""))

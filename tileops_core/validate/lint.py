@@ -4,7 +4,8 @@ For one :class:`~tileops_core.spec.OpSpec` it reports the compiler's own finding
 names, language, table 3), then walks every discriminant combination once and runs the
 per-combination checks on it (type-family coverage, solvability, guards, settled output
 dtypes), then the checks that need no combination (param usage, let cycles, effects,
-dtype names and combos, workloads). Checks that depend on a field that did not parse are
+dtype names and combos, workloads). Past a bound the walk is projected onto the params
+something reads, or sampled and labelled so (:mod:`.coverage`). Checks that depend on a field that did not parse are
 skipped; the field's own problem is already reported.
 
 Importing this module imports no torch (a test asserts it): CI can lint specs on a
@@ -20,6 +21,7 @@ from ..spec.discriminants import Combination
 from ..spec.nodes import OpSpec
 from ..workloads import RowInstance
 from .context import Branch, SpecContext
+from .coverage import plan_coverage
 from .diagnostics import Diagnostic, from_spec_error
 from .dtypes import OutputDTypeCheck, check_dtype_combos, check_dtype_names
 from .effects import check_effects
@@ -51,8 +53,10 @@ class LintResult:
 
     spec: OpSpec
     diagnostics: list[Diagnostic]
-    combinations: int = 0
-    excluded: int = 0
+    combinations: int = 0  # of the spec, whether checked one by one or not (see ``coverage``)
+    checked: int = 0  # visited one by one
+    coverage: str = "all"  # all | projected (every one, through unread params) | sampled (``checked`` of them)
+    excluded: int = 0  # excluded by requires, among those covered (all, or the sample)
     solve_orders: list[tuple[str, ...]] = field(default_factory=list)
     rows: list[RowInstance] = field(default_factory=list)
     context: SpecContext | None = None
@@ -80,17 +84,19 @@ def lint_spec(spec: OpSpec, *, max_combinations: int = DEFAULT_MAX_COMBINATIONS)
 
 def _walk(ctx: SpecContext, result: LintResult, cap: int) -> list[Diagnostic]:
     out: list[Diagnostic] = []
-    total = ctx.disc.count
-    if total > cap:
-        axes = ", ".join(f"{a.name} ({len(a.values)})" for a in ctx.disc.axes)
-        out.append(ctx.diag("C0.combinations", f"{total} discriminant combinations, more than the cap of {cap}; all "
-                            f"are checked (axes: {axes})", key="combinations"))
+    coverage = plan_coverage(ctx.disc)
+    result.combinations, result.checked, result.coverage = coverage.total, coverage.checked, coverage.mode
+    axes = ", ".join(f"{a.name} ({len(a.values)})" for a in ctx.disc.axes)
+    if coverage.mode == "sampled":
+        out.append(ctx.diag("C0.sampled", f"{coverage.describe()} (axes: {axes})", key="combinations"))
+    elif coverage.total > cap:
+        out.append(ctx.diag("C0.combinations", f"{coverage.total} discriminant combinations, more than the cap of "
+                            f"{cap}; {coverage.describe()} (axes: {axes})", key="combinations"))
     checks: list[_ComboCheck] = [FamilyCheck(ctx), SolveCheck(ctx), GuardCheck(ctx), OutputDTypeCheck(ctx)]
-    for combo in ctx.disc.combinations():
-        result.combinations += 1
+    for combo in coverage.combinations():
         branch = None
         if combo.excluded:
-            result.excluded += 1
+            result.excluded += coverage.weight
         else:
             branch = ctx.branch(combo)
         for check in checks:

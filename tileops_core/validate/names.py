@@ -16,7 +16,7 @@ from ..lang import ir
 from ..lang.dtypes import DTypeIf
 from ..lang.shapes import ShapePattern, Variadic
 from ..lang.types import Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
-from ..spec.nodes import Expr
+from ..spec.nodes import Expr, OpSpec
 from .context import SpecContext
 from .cycles import find_cycles
 from .diagnostics import Diagnostic
@@ -44,9 +44,8 @@ def _is_maybe(t: ParamType) -> bool:
     return isinstance(t, UnionT) and any(isinstance(o, NoneT) for o in t.options)
 
 
-def spec_expressions(ctx: SpecContext) -> Iterator[Expr]:
+def spec_expressions(spec: OpSpec) -> Iterator[Expr]:
     """Every parsed expression of the spec (refinements, lets, matches, roofline, static dims)."""
-    spec = ctx.spec
     yield from spec.shape_rules
     yield from spec.requires
     yield from spec.lets.values()
@@ -99,7 +98,7 @@ def check_param_usage(ctx: SpecContext) -> list[Diagnostic]:
                 out.append(ctx.diag("C1.param-usage", f"static dim {sd.name} indexes {sd.tensor}.shape with param "
                                     f"{sd.axis.id} ({p.type_text}), which must be an int", loc=sd.expr.loc,
                                     text=sd.expr.text))
-    for e in spec_expressions(ctx):
+    for e in spec_expressions(ctx.spec):
         if not ctx.flagged(e.loc):
             out.extend(_expression_usage(ctx, e))
     for t in [*spec.inputs.values(), *spec.outputs.values()]:

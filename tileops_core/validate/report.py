@@ -19,7 +19,9 @@ def summary_line(report: Report) -> str:
 
     words = (n(counts["error"], "error", "errors"), n(counts["warning"], "warning", "warnings"),
              n(counts["advisory"], "advisory", "advisories"))
-    return (f"{len(report.ops)} op(s), {len(report.files)} file(s): {', '.join(words)} "
+    sampled = sorted(name for name, op in report.ops.items() if op.get("coverage") == "sampled")
+    note = f"; SAMPLED, not every combination checked: {', '.join(sampled)}" if sampled else ""
+    return (f"{len(report.ops)} op(s), {len(report.files)} file(s): {', '.join(words)}{note} "
             f"({report.seconds:.2f} s)")
 
 
@@ -36,6 +38,7 @@ def render_text(report: Report) -> str:
             if d.fix:
                 lines.append(f"      fix: {d.fix}")
         lines.append("")
+    lines.extend(f"note: {note}" for note in report.notes)
     lines.append(summary_line(report))
     return "\n".join(lines)
 

@@ -17,6 +17,10 @@ RULES: dict[str, tuple[str, str]] = {
     "L0": ("error", "a field has the wrong structure or type (pydantic model of seed 001's fields)"),
     "L0.yaml": ("error", "the file is not valid YAML"),
     "L0.file": ("error", "the file cannot be read or is not a mapping of op names to specs"),
+    "L0.limit": ("error", "the file passes a bound on what reading it may cost (bytes, nesting, nodes counted "
+                          "through aliases, scalar length, ops per file)"),
+    "L0.undeclared-specs": ("advisory", "a loaded plugin's spec directory is not declared in the entry-point group "
+                                        "tileops.manifests, so the lint alone (without torch) does not read it"),
     "L0.duplicate-key": ("error", "a YAML mapping repeats a key"),
     "L0.duplicate-op": ("error", "an op is defined in two files"),
     "L0.unknown-field": ("error", "a field that the spec format does not have"),
@@ -24,6 +28,8 @@ RULES: dict[str, tuple[str, str]] = {
     "L0.expr": ("error", "check 5: an expression does not parse in the closed language (syntax or primitive)"),
     # Seed 000 §6: the eight checks, on every discriminant combination.
     "C0.combinations": ("advisory", "more discriminant combinations than the configured cap (all still checked)"),
+    "C0.sampled": ("advisory", "too many discriminant combinations to check each: the per-combination checks ran "
+                               "on a stated sample only"),
     "C1": ("error", "check 1: a name used as a kind it is not (tensor, param, index, let, static dim)"),
     "C1.param-usage": ("error", "check 1: a param's type does not fit where it is used"),
     "C1.guard": ("error", "check 1: an expression reads an absent optional input, Maybe param or unbound index "

@@ -4,19 +4,26 @@ Which checks run depends on the spec's ``status`` (seed 001): ``spec-only`` gets
 lint, ``implemented`` the lint and the conformance pass (the op class, its generated
 checks on every workload row, its compile boundary, its benchmark); ``check_op`` forces
 everything for one op and reports only that op. The conformance pass imports torch and
-op modules, so it is imported only when some spec needs it; ``conformance=False`` runs the
-lint alone (torch-free; plugins are then not loaded, so only directories already known count).
+op modules, so it is imported only when some spec needs it; ``conformance=False`` (or no
+torch installed) runs the lint alone without importing torch: plugins are then not loaded,
+and their specs are read from the directories they declare in package metadata
+(:mod:`tileops_core.spec.declared`). The report's notes say what was skipped and why.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import time
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import TileOpsError
-from ..spec.manifest import Manifest, load_files, manifest_sources
+from ..errors import Location, SpecError, TileOpsError
+from ..plugins.hookspecs import ENTRY_POINT_GROUP
+from ..spec.declared import MANIFEST_ENTRY_POINT_GROUP, declared_sources
+from ..spec.manifest import Manifest, ManifestSource, core_manifest_dir, load_files, manifest_sources
 from .diagnostics import ERROR, Diagnostic, from_spec_error, merge, sort_key
 from .lint import DEFAULT_MAX_COMBINATIONS, LintResult, lint_spec
 
@@ -31,6 +38,7 @@ class Report:
     ops: dict[str, dict[str, Any]] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)  # shown label -> path on disk
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # what did not run, and why (the conformance pass, plugins)
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -43,18 +51,19 @@ class Report:
     def as_dict(self) -> dict[str, Any]:
         counts = {s: sum(1 for d in self.diagnostics if d.severity == s) for s in ("error", "warning", "advisory")}
         return {"ok": self.ok, "counts": counts, "seconds": round(self.seconds, 3), "files": sorted(self.files),
-                "ops": self.ops, "diagnostics": [d.as_dict() for d in self.diagnostics]}
+                "notes": self.notes, "ops": self.ops, "diagnostics": [d.as_dict() for d in self.diagnostics]}
 
 
 class UsageError(TileOpsError):
     """A path or op name that does not exist (the CLI exits 2)."""
 
 
-def target_files(paths: Sequence[str | Path] | None) -> list[tuple[Path, str]]:
-    """(path, label) of every YAML file to validate: the manifest's, or those under ``paths``."""
+def target_files(paths: Sequence[str | Path] | None,
+                 sources: Sequence[ManifestSource] | None = None) -> list[tuple[Path, str]]:
+    """(path, label) of every YAML file to validate: those under ``paths``, else the manifest's (or ``sources``')."""
     if not paths:
         out: list[tuple[Path, str]] = []
-        for source in manifest_sources():
+        for source in (manifest_sources() if sources is None else sources):
             if source.directory.is_dir():
                 out.extend((p, f"{source.label}/{p.name}") for p in sorted(source.directory.glob("*.yaml")))
         return out
@@ -70,20 +79,40 @@ def target_files(paths: Sequence[str | Path] | None) -> list[tuple[Path, str]]:
     return files
 
 
+def torch_available() -> bool:
+    """Whether torch can be imported here (found by its finder; nothing is imported)."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"] is not None  # None: blocked on purpose (``import torch`` raises)
+    return importlib.util.find_spec("torch") is not None
+
+
 def validate(paths: Sequence[str | Path] | None = None, *, check_op: str | None = None,
              max_combinations: int = DEFAULT_MAX_COMBINATIONS, conformance: bool = True) -> Report:
     """Validate the manifest (or ``paths``); see the module docstring for what runs on which spec."""
     start = time.perf_counter()
+    notes: list[str] = []
+    if not conformance:
+        notes.append("conformance pass skipped: not asked for (--no-conformance); the spec lint ran alone, "
+                     "without importing torch")
+    elif not torch_available():
+        conformance = False
+        notes.append("conformance pass skipped: torch is not installed; the spec lint ran alone")
+    sources: list[ManifestSource] | None = None
+    problems: list[SpecError] = []
     if not paths and conformance:
         from ..plugins import ensure_plugins_loaded
 
         ensure_plugins_loaded()  # the manifest is the core's specs and those installed plugins ship
-    files = target_files(paths)
+        problems = _undeclared_plugin_specs()
+    elif not paths:
+        sources, problems, note = _lint_sources()
+        notes.append(note)
+    files = target_files(paths, sources)
     manifest = load_files(files)
     if check_op is not None and check_op not in manifest:
         raise UsageError(f"no op named {check_op!r} in {len(files)} file(s) (known: {', '.join(sorted(manifest))})")
-    diagnostics = [from_spec_error(p) for p in manifest.problems] if check_op is None else []
-    report = Report([], files={shown: path for path, shown in files})
+    diagnostics = [from_spec_error(p) for p in [*problems, *manifest.problems]] if check_op is None else []
+    report = Report([], files={shown: path for path, shown in files}, notes=notes)
     modules: dict[str, Any] = {}
     for name, spec in manifest.items():
         if check_op is not None and name != check_op:
@@ -95,11 +124,46 @@ def validate(paths: Sequence[str | Path] | None = None, *, check_op: str | None 
             diagnostics.extend(_conformance(result, manifest if not paths else None, modules))
         report.ops[name] = {"file": spec.file, "line": spec.line, "status": spec.status,
                             "checks": "all" if full else "spec", "combinations": result.combinations,
-                            "excluded": result.excluded,
+                            "checked": result.checked, "coverage": result.coverage, "excluded": result.excluded,
                             "solve_orders": [list(o) for o in dict.fromkeys(result.solve_orders)]}
     report.diagnostics = sorted(merge(diagnostics), key=sort_key)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _undeclared_plugin_specs() -> list[SpecError]:
+    """A loaded plugin's spec directory that its metadata does not declare: the lint alone would miss it."""
+    declared, problems = declared_sources()
+    seen = {s.directory for s in declared} | {core_manifest_dir().resolve()}
+    for source in manifest_sources():
+        if source.directory.resolve() not in seen:
+            plugin = source.label.split(":")[0]
+            problems.append(SpecError(
+                f"plugin {plugin} contributes the spec directory {source.directory} from its hook only; the lint "
+                f"alone (--no-conformance, or where torch is not installed) cannot see it", Location(source.label),
+                rule="L0.undeclared-specs",
+                fix=f'declare it: [project.entry-points."{MANIFEST_ENTRY_POINT_GROUP}"] {plugin} = '
+                    f'"<package>.{source.directory.name}"'))
+    return problems
+
+
+def _lint_sources() -> tuple[list[ManifestSource], list[SpecError], str]:
+    """The spec directories the lint reads without loading plugins, the problems finding them, and a note.
+
+    The core's directory, those of plugins already loaded in this process, and those plugins
+    declare in package metadata (:mod:`tileops_core.spec.declared`); a plugin that ships specs
+    only through its hook cannot be seen without importing it, and the note says so.
+    """
+    sources = manifest_sources()
+    known = {s.directory.resolve() for s in sources}
+    declared, problems = declared_sources()
+    sources.extend(s for s in declared if s.directory not in known)
+    names = ", ".join(s.label for s in declared) or "none"
+    plugins = sorted(ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))
+    note = (f"plugins not loaded: plugin specs read are those declared in the entry-point group "
+            f"{MANIFEST_ENTRY_POINT_GROUP} ({names}); a plugin that adds specs only from its hook is not covered "
+            f"(installed plugins: {', '.join(plugins) or 'none'})")
+    return sources, problems, note
 
 
 def _conformance(result: LintResult, catalogue: Manifest | None, modules: dict[str, Any]) -> list[Diagnostic]:
