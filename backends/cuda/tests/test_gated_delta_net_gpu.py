@@ -62,8 +62,9 @@ def test_kernel_writes_every_element_of_poisoned_outputs_and_matches_float64(cud
     args = [None if a is None else a.to("cuda") for a in inst.call_args(spec)]
     op = cls(**inst.op_kwargs)
     launch = capture_launches(op, args)[0]  # calls the op (once or twice): args are spent after this
-    impl = select_kernel(launch.interface, launch.call).chosen
-    if impl.backend != "cuda":
+    selection = select_kernel(launch.interface, launch.call)
+    impl = selection.chosen
+    if selection.chosen_backend != "cuda":
         pytest.skip(f"{where}: the TileLang kernel refuses this row: {impl.refusal(launch.call)}")
     # The launch's tensors are the captured call's; give the kernel fresh copies of the originals.
     names = {id(a): t.name for a, t in zip(args, spec.call_inputs) if a is not None}
@@ -88,9 +89,9 @@ def test_op_on_cuda_selects_tilelang_unless_refused_and_matches_float64(cuda_dev
     result = op(*args)
     for interface, call in op.last_plan.call_specs.items():
         selection = select_kernel(interface, call)
-        tilelang = next(c.impl for c in selection.candidates if c.impl.backend == "cuda")
+        tilelang = next(c.impl for c in selection.candidates if c.backend == "cuda")
         expected_backend = "cuda" if tilelang.refusal(call) is None else "cpu_ref"
-        assert selection.chosen.backend == expected_backend, f"{where}: {selection.report()}"
+        assert selection.chosen_backend == expected_backend, f"{where}: {selection.report()}"
     got = dict(zip(spec.outputs, result if isinstance(result, tuple) else (result,)))
     for name_, out in got.items():
         assert out.device.type == "cuda" and out.dtype == inst.dtypes[name_], f"{where}: {name_}"
