@@ -128,6 +128,69 @@ def _rgdr(api, i, p):
     return {"out": out, "state": state}
 
 
+def _seq_bounds(meta: torch.Tensor, style: str) -> list[tuple[int, int]]:
+    """``[(start, length), ...]`` read literally from the metadata."""
+    m = meta.tolist()
+    if style == "cu_seqlens":
+        return [(a, b - a) for a, b in zip(m[:-1], m[1:])]
+    starts = [sum(m[:b]) for b in range(len(m))]
+    return list(zip(starts, m))
+
+
+def _conv_sequence(x, weight, bias, activation, window, start, length, out):
+    """Naive float64 causal conv of one sequence from ``window`` ([D, W - 1], oldest first); writes
+    ``out`` rows and returns the window after each token."""
+    W = weight.shape[1]
+    after = []
+    hist = [window[:, k] for k in range(W - 1)]  # per channel, oldest first
+    for t in range(start, start + length):
+        taps = hist + [x[t]]
+        acc = torch.zeros(x.shape[1], dtype=torch.float64) if bias is None else bias.clone()
+        for k in range(W):
+            acc = acc + weight[:, k] * taps[k]
+        out[t] = acc * torch.sigmoid(acc) if activation == "silu" else acc
+        hist = taps[1:]
+        after.append(torch.stack(hist, dim=1))
+    return after
+
+
+def _conv_update(api, i, p):
+    x, weight, bias = _d(i["x"]), _d(i["weight"]), _d(i.get("bias"))
+    state = i["conv_state"].double().clone()
+    initial = state.clone()  # every window is read before the call writes
+    slots = i["conv_state_indices"].tolist()
+    accepted = None if i.get("num_accepted_tokens") is None else i["num_accepted_tokens"].tolist()
+    out = torch.zeros(x.shape, dtype=torch.float64)
+    for b, (start, length) in enumerate(_seq_bounds(i["actual_seq_lengths"], p.get("seq_lens_style", "lengths"))):
+        if length <= 0:
+            continue
+        first = start + (accepted[b] - 1 if accepted is not None else 0)
+        window = initial[slots[first]] if slots[first] >= 0 else torch.zeros(initial.shape[1:], dtype=torch.float64)
+        after = _conv_sequence(x, weight, bias, p.get("activation"), window, start, length, out)
+        for j, w in enumerate(after):
+            if slots[start + j] >= 0:
+                state[slots[start + j]] = w
+    return {"out": out, "conv_state": state}
+
+
+def _conv_varlen(api, i, p):
+    x, weight, bias = _d(i["x"]), _d(i["weight"]), _d(i.get("bias"))
+    state = i["conv_state"].double().clone()
+    initial = state.clone()
+    slots = i["conv_state_indices"].tolist()
+    has_init = None if i.get("has_initial_state") is None else i["has_initial_state"].tolist()
+    out = torch.zeros(x.shape, dtype=torch.float64)
+    for b, (start, length) in enumerate(_seq_bounds(i["actual_seq_lengths"], p.get("seq_lens_style", "lengths"))):
+        if length <= 0:
+            continue
+        from_slot = slots[b] >= 0 and has_init is not None and has_init[b]
+        window = initial[slots[b]] if from_slot else torch.zeros(initial.shape[1:], dtype=torch.float64)
+        after = _conv_sequence(x, weight, bias, p.get("activation"), window, start, length, out)
+        if slots[b] >= 0:
+            state[slots[b]] = after[-1]
+    return {"out": out, "conv_state": state}
+
+
 #: op name -> adapter(ref_api_function_or_None, inputs, params) -> {name: expected tensor}
 REFERENCES: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
     "RMSNormFwdOp": _rms_norm,
@@ -141,4 +204,6 @@ REFERENCES: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
     "LinearFwdOp": _linear,
     "SSDDecodeFwdOp": _ssd,
     "RecurrentGatedDeltaRuleFwdOp": _rgdr,
+    "CausalConv1dUpdateFwdOp": _conv_update,
+    "CausalConv1dVarlenFwdOp": _conv_varlen,
 }

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from tileops_core.kernels import CallSpec, KernelEntry
 from tileops_core.ops.activation import SiluAndMulKernel
+from tileops_core.ops.conv import CausalConv1dUpdateKernel, CausalConv1dVarlenKernel
 from tileops_core.ops.elementwise import ReciprocalKernel
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRKernel
@@ -39,6 +40,7 @@ from tileops_core.ops.mamba import SSDDecodeKernel
 from tileops_core.ops.normalization import GroupNormKernel, RMSNormKernel
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
+from .conv import causal_conv1d_update, causal_conv1d_varlen
 from .rgdr import recurrent_gated_delta_rule
 from .ssd import ssd_decode
 
@@ -284,7 +286,29 @@ class RefRGDR(_Reference, RGDRKernel):
     fn = staticmethod(_rgdr)
 
 
+def _conv_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, actual_seq_lengths: torch.Tensor,
+                 conv_state_indices: torch.Tensor, bias: torch.Tensor | None, num_accepted_tokens: torch.Tensor | None,
+                 activation: str | None, seq_lens_style: str) -> torch.Tensor:
+    return causal_conv1d_update(x, conv_state, weight, actual_seq_lengths, conv_state_indices, bias,
+                                num_accepted_tokens, activation=activation, seq_lens_style=seq_lens_style)
+
+
+class RefCausalConv1dUpdate(_Reference, CausalConv1dUpdateKernel):
+    fn = staticmethod(_conv_update)
+
+
+def _conv_varlen(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, actual_seq_lengths: torch.Tensor,
+                 conv_state_indices: torch.Tensor, has_initial_state: torch.Tensor | None, bias: torch.Tensor | None,
+                 activation: str | None, seq_lens_style: str) -> torch.Tensor:
+    return causal_conv1d_varlen(x, conv_state, weight, actual_seq_lengths, conv_state_indices, has_initial_state,
+                                bias, activation=activation, seq_lens_style=seq_lens_style)
+
+
+class RefCausalConv1dVarlen(_Reference, CausalConv1dVarlenKernel):
+    fn = staticmethod(_conv_varlen)
+
+
 KERNELS = (
     RefRMSNorm, RefGroupNorm, RefSoftmax, RefSum, RefReciprocal, RefSiluAndMul, RefBmm, RefGemm, RefLinear,
-    RefSSDDecode, RefRGDR,
+    RefSSDDecode, RefRGDR, RefCausalConv1dUpdate, RefCausalConv1dVarlen,
 )

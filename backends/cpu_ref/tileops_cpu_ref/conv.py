@@ -1,0 +1,174 @@
+"""Depthwise causal conv1d over packed tokens (CausalConv1dUpdateFwdOp, CausalConv1dVarlenFwdOp),
+vectorised over sequences and tokens, float32 accumulation.
+
+The math is ``manifest/conv.yaml``'s. Both ops reduce to one computation: every covered token
+``t`` of sequence ``b`` (position ``j = t - s_b``) sees a window of ``W`` inputs whose tap ``k``
+is ``x[t - (W - 1) + k]`` when that row belongs to the sequence (``j - (W - 1) + k >= 0``) and
+entry ``W - 1 + j - (W - 1) + k`` of the sequence's initial window otherwise. So the initial
+windows of all sequences (``[n, D, W - 1]``, gathered from the pool before anything is
+written) are laid as rows in front of ``x`` in one buffer, a ``[tokens, W]`` table indexes each
+token's taps in it, and the output is ``W`` gathered multiply-adds: a Python loop over the
+taps only, never over sequences or tokens. A token's new window is its taps ``1 .. W - 1``,
+gathered the same way and scattered to the pool with one ``index_copy_``.
+
+Metadata is read on the host (a few hundred integers at most). Tokens no sequence covers get
+zeros; a sequence reaching outside ``[0, T)`` or of negative length, and a slot past the pool,
+raise before anything is written (the ops' contents checks name them first when enabled).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .rgdr import sequence_bounds
+
+__all__ = ["causal_conv1d_update", "causal_conv1d_varlen"]
+
+_ACC = torch.float32
+
+
+class _Tokens:
+    """The covered tokens of the non-empty sequences, in token order within each sequence.
+
+    ``seq`` is the index among the non-empty sequences (``live``), ``pos`` the position in
+    its sequence, ``token`` the row of ``x``; all int64 tensors on ``device``.
+    """
+
+    def __init__(self, starts: torch.Tensor, lengths: torch.Tensor, T: int, device: torch.device) -> None:
+        if bool((lengths < 0).any()):
+            raise ValueError(f"actual_seq_lengths gives negative sequence lengths {lengths.tolist()}")
+        ends = starts + lengths
+        outside = (lengths > 0) & ((starts < 0) | (ends > T))
+        if bool(outside.any()):
+            b = int(torch.nonzero(outside)[0])
+            raise ValueError(f"sequence {b} covers tokens [{int(starts[b])}, {int(ends[b])}), outside [0, {T}); "
+                             "nothing was written")
+        self.live = torch.nonzero(lengths > 0).flatten()
+        live_lengths = lengths[self.live]
+        n = int(live_lengths.sum())
+        seq = torch.repeat_interleave(torch.arange(self.live.numel()), live_lengths)
+        first_of_seq = torch.cumsum(live_lengths, 0) - live_lengths
+        self.pos = (torch.arange(n) - first_of_seq[seq]).to(device)
+        self.token = (starts[self.live][seq].to(device) + self.pos)
+        self.seq = seq.to(device)
+        self.last = (first_of_seq + live_lengths - 1).to(device)  # each live sequence's last entry
+
+    def taps(self, width: int, T: int) -> torch.Tensor:
+        """``[n, width]`` rows of the buffer ``cat(initial windows as rows, x)`` that each token reads."""
+        W1 = width - 1
+        rel = self.pos.unsqueeze(1) - W1 + torch.arange(width, device=self.pos.device)  # position of tap k
+        from_x = self.live.numel() * W1 + self.token.unsqueeze(1) - W1 + torch.arange(width, device=rel.device)
+        from_init = (self.seq * W1 + W1).unsqueeze(1) + rel
+        return torch.where(rel >= 0, from_x, from_init)
+
+
+def _check_pool(slots: Sequence[int], pool: int) -> None:
+    outside = [s for s in slots if s >= pool]
+    if outside:  # before the first write: a slot past the pool must never be written through
+        raise IndexError(f"conv_state_indices {outside[:8]} lie past the conv state pool of {pool} slots; "
+                         "nothing was written")
+
+
+def _initial_windows(conv_state: torch.Tensor, slots: torch.Tensor, use: torch.Tensor) -> torch.Tensor:
+    """``[n, D, W - 1]`` float32 windows of ``slots`` where ``use``, zeros elsewhere (read before any write)."""
+    if conv_state.shape[0] == 0:  # an empty pool: every slot is padding
+        return torch.zeros((slots.numel(), *conv_state.shape[1:]), dtype=_ACC, device=conv_state.device)
+    windows = conv_state.index_select(0, slots.clamp(min=0)).to(_ACC)
+    return windows.masked_fill_(~use.view(-1, 1, 1), 0)
+
+
+def _convolve(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str | None,
+              init: torch.Tensor, tokens: _Tokens, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write every row of ``out`` (zeros where no sequence covers it); return the tap table and the
+    buffer it indexes, for the window writes."""
+    T, D = x.shape
+    W = weight.shape[1]
+    rows = torch.cat((init.transpose(1, 2).reshape(-1, D), x.to(_ACC)))
+    taps = tokens.taps(W, T)
+    w = weight.to(_ACC)
+    acc = torch.zeros(taps.shape[0], D, dtype=_ACC, device=x.device) if bias is None else (
+        bias.to(_ACC).expand(taps.shape[0], D).clone())
+    for k in range(W):
+        acc.addcmul_(rows.index_select(0, taps[:, k]), w[:, k])
+    if activation == "silu":
+        acc = F.silu(acc)
+    elif activation is not None:
+        raise ValueError(f"activation must be 'silu' or None, got {activation!r}")
+    out.zero_()
+    out.index_copy_(0, tokens.token, acc.to(out.dtype))
+    return taps, rows
+
+
+def _write_windows(conv_state: torch.Tensor, slots: torch.Tensor, taps: torch.Tensor, rows: torch.Tensor) -> None:
+    """Store the window after each entry of ``taps`` (its taps ``1 .. W - 1``) in ``slots``; padding
+    slots write nothing and, where one slot is named twice, the later entry wins."""
+    keep = torch.nonzero(slots >= 0).flatten()
+    if keep.numel() == 0:
+        return
+    slots, taps = slots[keep], taps[keep]
+    order = torch.argsort(slots * taps.shape[0] + torch.arange(slots.numel(), device=slots.device))
+    slots, taps = slots[order], taps[order]
+    last = torch.ones_like(slots, dtype=torch.bool)
+    last[:-1] = slots[1:] != slots[:-1]
+    slots, taps = slots[last], taps[last]
+    windows = rows[taps[:, 1:]].transpose(1, 2)  # [n, D, W - 1]
+    conv_state.index_copy_(0, slots, windows.to(conv_state.dtype))
+
+
+def _out_buffer(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
+
+
+def causal_conv1d_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
+                         actual_seq_lengths: torch.Tensor, conv_state_indices: torch.Tensor,
+                         bias: torch.Tensor | None = None, num_accepted_tokens: torch.Tensor | None = None, *,
+                         activation: str | None = None, seq_lens_style: str = "lengths",
+                         out: torch.Tensor | None = None) -> torch.Tensor:
+    """The decode step: write one window per token with a non-negative slot; return ``out``.
+
+    A sequence's initial window is the slot of its first accepted token (an accepted count
+    outside ``[1, L_b]`` is clamped into it), zeros when that slot is padding.
+    """
+    T = x.shape[0]
+    out = _out_buffer(x, out)
+    starts, lengths = sequence_bounds(actual_seq_lengths, seq_lens_style)
+    tokens = _Tokens(starts, lengths, T, x.device)
+    slots = conv_state_indices.to(device=x.device, dtype=torch.int64)
+    _check_pool(conv_state_indices.tolist(), conv_state.shape[0])
+    live_lengths = lengths[tokens.live]
+    first = starts[tokens.live]
+    if num_accepted_tokens is not None:
+        accepted = num_accepted_tokens.to("cpu", torch.int64)[tokens.live]
+        first = first + torch.minimum(accepted.clamp(min=1), live_lengths) - 1
+    first_slots = slots.index_select(0, first.to(x.device))
+    init = _initial_windows(conv_state, first_slots, first_slots >= 0)
+    taps, rows = _convolve(x, weight, bias, activation, init, tokens, out)
+    _write_windows(conv_state, slots.index_select(0, tokens.token), taps, rows)
+    return out
+
+
+def causal_conv1d_varlen(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
+                         actual_seq_lengths: torch.Tensor, conv_state_indices: torch.Tensor,
+                         has_initial_state: torch.Tensor | None = None, bias: torch.Tensor | None = None, *,
+                         activation: str | None = None, seq_lens_style: str = "lengths",
+                         out: torch.Tensor | None = None) -> torch.Tensor:
+    """The prefill: one final window per non-empty sequence with a non-negative slot; return ``out``."""
+    T = x.shape[0]
+    out = _out_buffer(x, out)
+    starts, lengths = sequence_bounds(actual_seq_lengths, seq_lens_style)
+    tokens = _Tokens(starts, lengths, T, x.device)
+    live = tokens.live.to(x.device)
+    slots = conv_state_indices.to(device=x.device, dtype=torch.int64).index_select(0, live)
+    _check_pool(slots.tolist(), conv_state.shape[0])
+    use = slots >= 0
+    if has_initial_state is None:
+        use = torch.zeros_like(use)
+    else:
+        use &= has_initial_state.to(device=x.device, dtype=torch.bool).index_select(0, live)
+    init = _initial_windows(conv_state, slots, use)
+    taps, rows = _convolve(x, weight, bias, activation, init, tokens, out)
+    _write_windows(conv_state, slots, taps.index_select(0, tokens.last), rows)
+    return out

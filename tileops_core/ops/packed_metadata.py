@@ -1,0 +1,58 @@
+"""Contents checks of packed-sequence metadata, shared by the ops that take it.
+
+RecurrentGatedDeltaRuleFwdOp defined these conventions (RGDR.md, "Contents"): tokens of B
+sequences packed along T, ``actual_seq_lengths`` as lengths or cu_seqlens prefix sums, a pool of
+state slots where -1 is padding, and no slot written by two sequences. Each check reads tensor
+contents on the host (one device sync), so ops run them only with contents checking on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import fail
+
+__all__ = ["PackedMetadataChecks"]
+
+
+class PackedMetadataChecks:
+    """Mixin of an op with a ``seq_lens_style`` param: the checks, each failing with the op's
+    name and the location of the declaration it guards."""
+
+    seq_lens_style: str
+
+    def sequence_lengths(self, op: str, meta: torch.Tensor, T: int, loc: Any) -> torch.Tensor:
+        """The ``[B]`` lengths (int64, CPU); they must be non-negative and sum to ``T``."""
+        meta = meta.to("cpu", torch.int64)
+        if self.seq_lens_style == "cu_seqlens":
+            if meta.numel() == 0 or int(meta[0]) != 0:
+                fail(op, f"actual_seq_lengths (cu_seqlens) must start at 0, got {meta[:1].tolist()}", loc)
+            lengths = meta[1:] - meta[:-1]
+        else:
+            lengths = meta
+        if bool((lengths < 0).any()):
+            fail(op, f"actual_seq_lengths gives negative sequence lengths {lengths.tolist()}", loc)
+        if int(lengths.sum()) != T:
+            fail(op, f"actual_seq_lengths sums to {int(lengths.sum())} tokens, but T={T}", loc)
+        return lengths
+
+    @staticmethod
+    def slots_in_pool(op: str, name: str, slots: torch.Tensor, pool: int, loc: Any) -> None:
+        """Every slot of input ``name`` is -1 (padding) or names one of the pool's ``pool`` slots."""
+        bad = (slots < -1) | (slots >= pool)
+        if bool(bad.any()):
+            fail(op, f"{name} {slots[bad][:8].tolist()} lie outside [-1, {pool})", loc)
+
+    @staticmethod
+    def one_writer_per_slot(op: str, pool_name: str, slots: torch.Tensor, owner: torch.Tensor, loc: Any) -> None:
+        """Two sequences writing one slot would leave it to the kernel's schedule which one wins."""
+        written = slots >= 0
+        pairs = torch.unique(torch.stack((slots[written], owner[written]), dim=1), dim=0)
+        slot_col = pairs[:, 0]
+        clash = torch.nonzero(slot_col[1:] == slot_col[:-1]).flatten()
+        if clash.numel():
+            i = int(clash[0])
+            fail(op, f"sequences {int(pairs[i, 1])} and {int(pairs[i + 1, 1])} both write {pool_name} slot "
+                 f"{int(slot_col[i])}", loc)
