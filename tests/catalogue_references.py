@@ -3,7 +3,8 @@
 An op whose spec names a ``ref_api`` is checked against that very function, resolved from
 the spec text by attribute lookup (``torch.nn.functional.rms_norm``), called on float64
 copies of the inputs. Ops whose ``ref_api`` is ``none`` use the float64 form of their
-reference semantics (RGDR.md; the SSD step). An adapter returns the expected outputs and
+reference semantics (RGDR.md; the SSD step; the chunked prefill as the RGDR recurrence run token by
+token). An adapter returns the expected outputs and
 the expected final values of mutated inputs.
 
 Tolerances, as ``||out - ref|| / ||ref||`` against the float64 result, by the dtype of the
@@ -18,6 +19,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from tileops_cpu_ref.chunk_gdr import chunk_gated_delta_rule_by_recurrence
 from tileops_cpu_ref.rgdr import recurrent_gated_delta_rule
 from tileops_cpu_ref.ssd import ssd_decode
 
@@ -191,6 +193,15 @@ def _conv_varlen(api, i, p):
     return {"out": out, "conv_state": state}
 
 
+def _chunk_gdr(api, i, p):
+    out, state = chunk_gated_delta_rule_by_recurrence(
+        i["query"], i["key"], i["value"], i["g"], i["beta"], i["state"], i["cu_seqlens"], i["ssm_state_indices"],
+        i.get("has_initial_state"), scale=p.get("scale"), use_qk_l2norm_in_kernel=p.get("use_qk_l2norm_in_kernel",
+                                                                                       False),
+    )
+    return {"out": out, "state": state}
+
+
 #: op name -> adapter(ref_api_function_or_None, inputs, params) -> {name: expected tensor}
 REFERENCES: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
     "RMSNormFwdOp": _rms_norm,
@@ -206,4 +217,5 @@ REFERENCES: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
     "RecurrentGatedDeltaRuleFwdOp": _rgdr,
     "CausalConv1dUpdateFwdOp": _conv_update,
     "CausalConv1dVarlenFwdOp": _conv_varlen,
+    "ChunkGatedDeltaRuleFwdOp": _chunk_gdr,
 }

@@ -34,6 +34,7 @@ from tileops_core.kernels import CallSpec, KernelEntry
 from tileops_core.ops.activation import SiluAndMulKernel
 from tileops_core.ops.conv import CausalConv1dUpdateKernel, CausalConv1dVarlenKernel
 from tileops_core.ops.elementwise import ReciprocalKernel
+from tileops_core.ops.gated_delta_prefill import ChunkGDRKernel
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRKernel
 from tileops_core.ops.mamba import SSDDecodeKernel
@@ -41,6 +42,7 @@ from tileops_core.ops.normalization import GroupNormKernel, RMSNormKernel
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
 from .conv import causal_conv1d_update, causal_conv1d_varlen
+from .chunk_gdr import chunk_gated_delta_rule
 from .rgdr import recurrent_gated_delta_rule
 from .ssd import ssd_decode
 
@@ -308,7 +310,19 @@ class RefCausalConv1dVarlen(_Reference, CausalConv1dVarlenKernel):
     fn = staticmethod(_conv_varlen)
 
 
+def _chunk_gdr(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+               state: torch.Tensor, cu_seqlens: torch.Tensor, ssm_state_indices: torch.Tensor,
+               has_initial_state: torch.Tensor | None, scale: float | None,
+               use_qk_l2norm_in_kernel: bool) -> torch.Tensor:
+    return chunk_gated_delta_rule(query, key, value, g, beta, state, cu_seqlens, ssm_state_indices, has_initial_state,
+                                  scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+
+
+class RefChunkGDR(_Reference, ChunkGDRKernel):
+    fn = staticmethod(_chunk_gdr)
+
+
 KERNELS = (
     RefRMSNorm, RefGroupNorm, RefSoftmax, RefSum, RefReciprocal, RefSiluAndMul, RefBmm, RefGemm, RefLinear,
-    RefSSDDecode, RefRGDR, RefCausalConv1dUpdate, RefCausalConv1dVarlen,
+    RefSSDDecode, RefRGDR, RefCausalConv1dUpdate, RefCausalConv1dVarlen, RefChunkGDR,
 )

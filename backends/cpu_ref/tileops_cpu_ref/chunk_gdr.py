@@ -1,0 +1,200 @@
+"""The Gated DeltaNet prefill (ChunkGatedDeltaRuleFwdOp) in the chunked form, and its float64 oracle.
+
+The recurrence is the decode step's (``rgdr.py``, RGDR.md), per sequence and value head,
+with the state ``S`` ``[DV, DK]`` held in float32 across the whole sequence::
+
+    S = S · exp(g_t);  d_t = β_t (v_t − S k_t);  S = S + d_t k_tᵀ;  o_t = S (scale · q_t)
+
+The chunked form runs it 64 tokens at a time. Inside a chunk, with ``G_i`` the running sum
+of ``g`` from the chunk start and ``S₀`` the state before the chunk, every state the chunk
+passes through is ``S₀`` decayed plus a decayed sum of the chunk's own updates, so
+
+    d_i = β_i v_i − β_i e^{G_i} S₀ k_i − Σ_{j<i} β_i e^{G_i−G_j} (k_i·k_j) d_j
+
+which is the unit lower-triangular system ``(I + A) D = β V − (β e^G K) S₀ᵀ`` with
+``A_ij = β_i e^{G_i−G_j} k_i·k_j`` (j < i). Solving it once for the right-hand sides ``β V``
+and ``β e^G K`` gives ``U`` and ``W`` (the WY / UT transform), with ``D = U − W S₀ᵀ``; then
+
+    O = (e^G ⊙ Q) S₀ᵀ + (tril(e^{G_i−G_j}) ⊙ Q Kᵀ) D      S_next = e^{G_last} S₀ + Dᵀ (e^{G_last−G} ⊙ K)
+
+Only the last two lines touch the state, so the sequential part is one step per chunk.
+Decay factors are always formed from differences ``G_i − G_j`` (``j <= i``) and never
+divided, so a strongly decaying chunk underflows to zero instead of overflowing.
+
+How it runs: sequences are ordered by their number of chunks, longest first, so the
+sequences that have a ``j``-th chunk are a prefix of the batch; step ``j`` handles that
+chunk of each of them together, batched over sequences and value heads. A short last
+chunk is padded with tokens whose ``k``, ``q``, ``v``, ``β`` and ``g`` are zero: they add
+nothing to the state and their outputs are not stored.
+
+:func:`chunk_gated_delta_rule` is the reference kernel (``compute_dtype`` float32; float64
+checks the algebra). :func:`chunk_gated_delta_rule_by_recurrence` is the float64 oracle the
+kernels are checked against: the decode step's float64 form run token by token on a
+float64 copy of the initial states, whose final values are then rounded once and scattered.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .rgdr import L2NORM_EPS, recurrent_gated_delta_rule
+
+__all__ = ["CHUNK", "chunk_gated_delta_rule", "chunk_gated_delta_rule_by_recurrence"]
+
+#: Tokens per chunk (flash-linear-attention's and vLLM's value).
+CHUNK = 64
+
+
+def _per_value_head(x: torch.Tensor, NV: int, compute_dtype: torch.dtype, l2norm: bool) -> torch.Tensor:
+    """``[T, NK, D]`` query or key rows as ``[T, NV, D]`` in ``compute_dtype`` (value head ``h``
+    reads head ``h // (NV // NK)``), l2-normalised first where asked."""
+    x = x.to(compute_dtype)
+    if l2norm:
+        x = x * (x * x).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()
+    NK = x.shape[1]
+    return x if NK == NV else x.repeat_interleave(NV // NK, dim=1)
+
+
+def _initial_states(state: torch.Tensor, slots: list[int], reads: list[bool],
+                    compute_dtype: torch.dtype) -> torch.Tensor:
+    """``[n, NV, DV, DK]`` in ``compute_dtype``: ``state[slot]`` where a sequence reads its slot, else zeros."""
+    S = torch.zeros((len(slots), *state.shape[1:]), dtype=compute_dtype, device=state.device)
+    rows = [i for i, r in enumerate(reads) if r]
+    if rows:
+        where = torch.tensor(rows, dtype=torch.int64, device=state.device)
+        src = torch.tensor([slots[i] for i in rows], dtype=torch.int64, device=state.device)
+        S.index_copy_(0, where, state.index_select(0, src).to(compute_dtype))
+    return S
+
+
+def _write_final_states(state: torch.Tensor, slots: list[int], S: torch.Tensor) -> None:
+    """``state[slots[i]] = S[i]`` rounded to the state's dtype, skipping negative (padding) slots."""
+    rows = [i for i, s in enumerate(slots) if s >= 0]
+    if rows:
+        where = torch.tensor(rows, dtype=torch.int64, device=state.device)
+        dst = torch.tensor([slots[i] for i in rows], dtype=torch.int64, device=state.device)
+        state.index_copy_(0, dst, S.index_select(0, where).to(state.dtype))
+
+
+def _chunk_step(S0: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                beta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One chunk of ``n`` sequences: ``(outputs [n, NV, C, DV], next states [n, NV, DV, DK])``.
+
+    ``q`` (already scaled) and ``k`` are ``[n, NV, C, DK]``, ``v`` ``[n, NV, C, DV]``, ``g`` and
+    ``beta`` ``[n, NV, C]``; padded tokens are zero in all of them.
+    """
+    C = g.shape[-1]
+    G = g.cumsum(-1)
+    causal = torch.ones(C, C, dtype=torch.bool, device=g.device).tril()
+    decay = (G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~causal, float("-inf")).exp()  # e^{G_i−G_j}, j <= i
+    A = (k @ k.transpose(-1, -2)).mul_(decay).tril_(-1).mul_(beta.unsqueeze(-1))
+    A.diagonal(dim1=-2, dim2=-1).fill_(1.0)  # I + A, unit lower triangular
+    rhs = torch.cat((v * beta.unsqueeze(-1), k * (beta * G.exp()).unsqueeze(-1)), dim=-1)
+    UW = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)
+    U, W = UW.split((v.shape[-1], k.shape[-1]), dim=-1)
+    S0t = S0.transpose(-1, -2)  # [n, NV, DK, DV]
+    D = U - W @ S0t
+    out = (q * G.exp().unsqueeze(-1)) @ S0t + ((q @ k.transpose(-1, -2)).mul_(decay)) @ D
+    G_last = G[..., -1:]
+    S_next = S0 * G_last.exp().unsqueeze(-1) + D.transpose(-1, -2) @ (k * (G_last - G).exp().unsqueeze(-1))
+    return out, S_next
+
+
+def chunk_gated_delta_rule(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    ssm_state_indices: torch.Tensor,
+    has_initial_state: torch.Tensor | None = None,
+    *,
+    scale: float | None = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    compute_dtype: torch.dtype = torch.float32,
+    chunk_size: int = CHUNK,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Run the prefill: write the final states into ``state`` and return ``out``.
+
+    ``out`` has ``value``'s dtype unless a buffer is given. Every initial state is read
+    before any final state is written; a slot past the pool is refused before either.
+    """
+    T, NK, DK = query.shape
+    NV, DV = value.shape[1:]
+    scale = DK**-0.5 if scale is None else scale
+    if out is None:
+        out = torch.empty(value.shape, dtype=value.dtype, device=value.device)
+    bounds = cu_seqlens.tolist()
+    slot_list = ssm_state_indices.tolist()
+    outside = [s for s in slot_list if s >= state.shape[0]]
+    if outside:
+        raise IndexError(f"ssm_state_indices {outside[:8]} lie past the state pool of {state.shape[0]} slots; "
+                         "nothing was written")
+    has = [False] * len(slot_list) if has_initial_state is None else has_initial_state.tolist()
+    # Sequences with tokens, most chunks first: the ones alive at chunk step j are a prefix.
+    order = sorted((b for b in range(len(slot_list)) if bounds[b + 1] > bounds[b]),
+                   key=lambda b: bounds[b] - bounds[b + 1])
+    if not order:
+        return out
+    starts = torch.tensor([bounds[b] for b in order], dtype=torch.int64, device=value.device)
+    lengths = torch.tensor([bounds[b + 1] - bounds[b] for b in order], dtype=torch.int64, device=value.device)
+    slots = [slot_list[b] for b in order]
+    S = _initial_states(state, slots, [bool(has[b]) and slot_list[b] >= 0 for b in order], compute_dtype)
+
+    q_all = _per_value_head(query, NV, compute_dtype, use_qk_l2norm_in_kernel).mul_(scale)
+    k_all = _per_value_head(key, NV, compute_dtype, use_qk_l2norm_in_kernel)
+    v_all, g_all, beta_all = (x.to(compute_dtype) for x in (value, g, beta))
+    n_chunks = (lengths + chunk_size - 1) // chunk_size
+    offsets = torch.arange(chunk_size, device=value.device)
+    for j in range(int(n_chunks[0])):
+        n = int((n_chunks > j).sum())
+        position = j * chunk_size + offsets  # [C] within each sequence
+        valid = position < lengths[:n, None]  # [n, C]
+        tokens = (starts[:n, None] + position).masked_fill(~valid, 0).flatten()
+        keep = valid.flatten()
+
+        def chunk(x: torch.Tensor) -> torch.Tensor:
+            """Rows of the chunk, zero on padding, heads first: ``[T, NV, *D]`` -> ``[n, NV, C, *D]``."""
+            rows = x.index_select(0, tokens).view(n, chunk_size, *x.shape[1:])
+            rows = rows * valid.view(n, chunk_size, *([1] * (x.dim() - 1)))
+            return rows.movedim(1, 2)
+
+        o, S_next = _chunk_step(S[:n], chunk(q_all), chunk(k_all), chunk(v_all), chunk(g_all), chunk(beta_all))
+        S[:n] = S_next
+        rows = o.movedim(2, 1).reshape(n * chunk_size, NV, DV)
+        out.index_copy_(0, tokens[keep], rows[keep].to(out.dtype))
+    _write_final_states(state, slots, S)
+    return out
+
+
+def chunk_gated_delta_rule_by_recurrence(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+    state: torch.Tensor, cu_seqlens: torch.Tensor, ssm_state_indices: torch.Tensor,
+    has_initial_state: torch.Tensor | None = None, *, scale: float | None = None, use_qk_l2norm_in_kernel: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float64 oracle: ``(out [T, NV, DV] float64, expected state pool)``; ``state`` is not written.
+
+    Each sequence runs through the decode step's float64 reference token by token, on a
+    float64 working pool of one slot per sequence (so nothing is rounded between tokens);
+    the final states are rounded once to the pool's dtype and scattered into a copy of it.
+    """
+    B = ssm_state_indices.shape[0]
+    bounds = cu_seqlens.tolist()
+    slots = ssm_state_indices.tolist()
+    has = [False] * B if has_initial_state is None else has_initial_state.tolist()
+    work = _initial_states(state.cpu(), slots, [bool(h) and s >= 0 for h, s in zip(has, slots)], torch.float64)
+    lengths = torch.tensor([b - a for a, b in zip(bounds[:-1], bounds[1:])], dtype=torch.int64)
+    token_slots = torch.repeat_interleave(torch.arange(B), lengths)  # sequence b runs in working slot b
+    out = torch.empty(value.shape, dtype=torch.float64)
+    recurrent_gated_delta_rule(
+        query.cpu(), key.cpu(), value.cpu(), beta.cpu(), work, cu_seqlens.cpu(), token_slots, g.cpu(),
+        scale=scale, seq_lens_style="cu_seqlens", use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+        compute_dtype=torch.float64, out=out,
+    )
+    expected = state.detach().cpu().clone()
+    written = [b for b in range(B) if slots[b] >= 0 and lengths[b] > 0]
+    _write_final_states(expected, [slots[b] for b in written], work[written])
+    return out, expected
