@@ -51,7 +51,7 @@ def _linear_route(model: nn.Module, device: torch.device) -> Route | None:
     why = answer.reason if not answer.ok else (
         f"only the reference kernel ({answer.kernel}) serves LinearFwdOp on {device.type}: torch's own matmul is "
         "kept" if answer.general else f"{answer.kernel} would serve it; Linear routing is not wired yet")
-    return Route("*", "Linear", f"×{len(linears)} layers", "LinearFwdOp", None, why)
+    return Route("*", "Linear", f"matmul ({len(linears)} layers)", "LinearFwdOp", None, why)
 
 
 def apply_tileops(model: nn.Module) -> TileOpsReport:

@@ -49,7 +49,7 @@ class TileOpsReport:
             groups[key] = groups.get(key, 0) + 1
         lines = []
         for (kind, piece, op, kernel, reason), n in groups.items():
-            where = f"{kind}.{piece} ×{n}"
+            where = f"{kind}.{piece}" + (f" ×{n}" if n > 1 else "")
             if kernel is not None:
                 lines.append(f"  {where:<44} -> {op}: {kernel}" + (f"  ({reason})" if reason else ""))
             else:
