@@ -202,6 +202,29 @@ def _chunk_gdr(api, i, p):
     return {"out": out, "state": state}
 
 
+def _rms_normed(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _zero_centred_rms_norm(api, i, p):
+    return {"output": _rms_normed(_d(i["x"]), p.get("eps", 1e-6)) * (1.0 + _d(i["weight"]))}
+
+
+def _fused_add_zero_centred_rms_norm(api, i, p):
+    h = _d(i["x"]) + _d(i["residual"])
+    return {"output": _rms_normed(h, p.get("eps", 1e-6)) * (1.0 + _d(i["weight"])), "residual": h}
+
+
+def _gated_rms_norm(api, i, p):
+    normed = _rms_normed(_d(i["x"]), p.get("eps", 1e-6))
+    return {"output": normed * _d(i["weight"]) * F.silu(_d(i["gate"]))}
+
+
+def _gdn_gating(api, i, p):
+    g = -torch.exp(_d(i["A_log"])) * F.softplus(_d(i["a"]) + _d(i["dt_bias"]))
+    return {"g": g, "beta": torch.sigmoid(_d(i["b"]))}
+
+
 #: op name -> adapter(ref_api_function_or_None, inputs, params) -> {name: expected tensor}
 REFERENCES: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
     "RMSNormFwdOp": _rms_norm,
@@ -218,4 +241,8 @@ REFERENCES: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
     "CausalConv1dUpdateFwdOp": _conv_update,
     "CausalConv1dVarlenFwdOp": _conv_varlen,
     "ChunkGatedDeltaRuleFwdOp": _chunk_gdr,
+    "ZeroCentredRMSNormFwdOp": _zero_centred_rms_norm,
+    "FusedAddZeroCentredRMSNormFwdOp": _fused_add_zero_centred_rms_norm,
+    "GatedRMSNormFwdOp": _gated_rms_norm,
+    "GDNGatingFwdOp": _gdn_gating,
 }

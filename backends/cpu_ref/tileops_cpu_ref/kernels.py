@@ -35,6 +35,9 @@ from tileops_core.ops.activation import SiluAndMulKernel
 from tileops_core.ops.conv import CausalConv1dUpdateKernel, CausalConv1dVarlenKernel
 from tileops_core.ops.elementwise import ReciprocalKernel
 from tileops_core.ops.gated_delta_prefill import ChunkGDRKernel
+from tileops_core.ops.gated_delta_net import (
+    FusedAddZeroCentredRMSNormKernel, GatedRMSNormKernel, GDNGatingKernel, ZeroCentredRMSNormKernel,
+)
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRKernel
 from tileops_core.ops.mamba import SSDDecodeKernel
@@ -43,6 +46,7 @@ from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
 from .conv import causal_conv1d_update, causal_conv1d_varlen
 from .chunk_gdr import chunk_gated_delta_rule
+from .gated_delta_net import fused_add_zero_centred_rms_norm, gated_rms_norm, gdn_gating, zero_centred_rms_norm
 from .rgdr import recurrent_gated_delta_rule
 from .ssd import ssd_decode
 
@@ -322,7 +326,24 @@ class RefChunkGDR(_Reference, ChunkGDRKernel):
     fn = staticmethod(_chunk_gdr)
 
 
+class RefZeroCentredRMSNorm(_Reference, ZeroCentredRMSNormKernel):
+    fn = staticmethod(zero_centred_rms_norm)
+
+
+class RefFusedAddZeroCentredRMSNorm(_Reference, FusedAddZeroCentredRMSNormKernel):
+    fn = staticmethod(fused_add_zero_centred_rms_norm)
+
+
+class RefGatedRMSNorm(_Reference, GatedRMSNormKernel):
+    fn = staticmethod(gated_rms_norm)
+
+
+class RefGDNGating(_Reference, GDNGatingKernel):
+    fn = staticmethod(gdn_gating)
+
+
 KERNELS = (
     RefRMSNorm, RefGroupNorm, RefSoftmax, RefSum, RefReciprocal, RefSiluAndMul, RefBmm, RefGemm, RefLinear,
     RefSSDDecode, RefRGDR, RefCausalConv1dUpdate, RefCausalConv1dVarlen, RefChunkGDR,
+    RefZeroCentredRMSNorm, RefFusedAddZeroCentredRMSNorm, RefGatedRMSNorm, RefGDNGating,
 )

@@ -1,0 +1,47 @@
+"""Reference math of the Gated DeltaNet layer's norms and gating, with HF's rounding order.
+
+Each function is what a careful torch programmer writes for the fast path: float32 math
+on upcast inputs, rounded to the input dtype exactly where Qwen3-Next's HF modules round
+(``Qwen3NextRMSNorm``, ``Qwen3NextRMSNormGated``, ``Qwen3NextGatedDeltaNet.forward``), so
+a model patched with these ops gives HF's bits, not merely HF's values within a tolerance.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["zero_centred_rms_norm", "fused_add_zero_centred_rms_norm", "gated_rms_norm", "gdn_gating"]
+
+
+def zero_centred_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``rmsnorm(x) · (1 + weight)`` over the last axis in float32, rounded once to x's dtype."""
+    normed = F.rms_norm(x.float(), (x.shape[-1],), eps=eps)
+    return (normed * (1.0 + weight.float())).to(x.dtype)
+
+
+def fused_add_zero_centred_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                                    eps: float) -> torch.Tensor:
+    """``residual += x`` (rounded once, as HF's ``residual + hidden_states``), then the
+    zero-centred norm of the rounded sum."""
+    residual.add_(x)
+    return zero_centred_rms_norm(residual, weight, eps)
+
+
+def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``(weight · rmsnorm(x)) · silu(gate)`` over the last axis.
+
+    HF's order: the float32 norm is rounded to x's dtype, multiplied by the weight in that
+    dtype (a second rounding), then by ``silu(gate)`` in float32 and rounded once more.
+    """
+    normed = F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+    return ((weight * normed) * F.silu(gate.float())).to(x.dtype)
+
+
+def gdn_gating(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
+               dt_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``g = -exp(A_log) · softplus(a + dt_bias)`` in float32; ``beta = sigmoid(b)`` in b's dtype."""
+    g = F.softplus(a.float() + dt_bias.float())
+    g.mul_(-torch.exp(A_log.float()))  # in place on the fresh softplus result
+    beta = torch.sigmoid(b.float()).to(b.dtype)
+    return g, beta

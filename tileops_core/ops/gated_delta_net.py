@@ -1,0 +1,107 @@
+"""The pieces of a Gated DeltaNet layer around its recurrent core, and their kernel interfaces.
+
+``ZeroCentredRMSNormFwdOp`` (the decoder layer's norm) and
+``FusedAddZeroCentredRMSNormFwdOp`` (the same with the residual add fused),
+``GatedRMSNormFwdOp`` (the norm of the attention output, before the SiLU gate) and
+``GDNGatingFwdOp`` (g and beta for :class:`~.linear_attention.RecurrentGatedDeltaRuleFwdOp`).
+Their specs are in ``manifest/gated_delta_net.yaml``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..kernels.interface import KernelInterface
+from ..op.base import Op
+
+__all__ = [
+    "ZeroCentredRMSNormKernel", "ZeroCentredRMSNormFwdOp", "FusedAddZeroCentredRMSNormKernel",
+    "FusedAddZeroCentredRMSNormFwdOp", "GatedRMSNormKernel", "GatedRMSNormFwdOp",
+    "GDNGatingKernel", "GDNGatingFwdOp",
+]
+
+
+class ZeroCentredRMSNormKernel(KernelInterface):
+    """``kernel(x, weight, eps) -> output`` with ``output = rmsnorm(x) · (1 + weight)``."""
+
+    op = "ZeroCentredRMSNormFwdOp"
+    specialise_on = ("N",)
+
+
+class ZeroCentredRMSNormFwdOp(Op):
+    """``x̂ · (1 + weight)`` over the last axis (Gemma / Qwen3-Next RMSNorm).
+
+    The weight is passed as the checkpoint stores it (zero-centred); ``1 + weight`` is formed
+    inside the kernel in float32, never by the caller.
+    """
+
+    interfaces = (ZeroCentredRMSNormKernel,)
+    eps: float  # params: set from the checked values at construction
+
+    def __init__(self, eps: float = 1e-06, **options: Any) -> None:
+        super().__init__(eps=eps, **options)
+
+    def forward(self, x: Any, weight: Any) -> Any:
+        return self.launch(ZeroCentredRMSNormKernel, x, weight, self.eps)
+
+
+class FusedAddZeroCentredRMSNormKernel(KernelInterface):
+    """``kernel(x, residual, weight, eps) -> output``; writes ``x + residual`` into ``residual``
+    and normalises that sum."""
+
+    op = "FusedAddZeroCentredRMSNormFwdOp"
+    specialise_on = ("N",)
+
+
+class FusedAddZeroCentredRMSNormFwdOp(Op):
+    """The residual add and the zero-centred RMSNorm in one pass: ``residual`` becomes
+    ``x + residual`` (in place) and the op returns its norm times ``1 + weight``."""
+
+    interfaces = (FusedAddZeroCentredRMSNormKernel,)
+    eps: float
+
+    def __init__(self, eps: float = 1e-06, **options: Any) -> None:
+        super().__init__(eps=eps, **options)
+
+    def forward(self, x: Any, residual: Any, weight: Any) -> Any:
+        return self.launch(FusedAddZeroCentredRMSNormKernel, x, residual, weight, self.eps)
+
+
+class GatedRMSNormKernel(KernelInterface):
+    """``kernel(x, gate, weight, eps) -> output`` with ``output = (weight · rmsnorm(x)) · silu(gate)``."""
+
+    op = "GatedRMSNormFwdOp"
+    specialise_on = ("D",)
+
+
+class GatedRMSNormFwdOp(Op):
+    """RMSNorm over the last axis, then the weight, then the SiLU gate, in one pass."""
+
+    interfaces = (GatedRMSNormKernel,)
+    eps: float
+
+    def __init__(self, eps: float = 1e-06, **options: Any) -> None:
+        super().__init__(eps=eps, **options)
+
+    def forward(self, x: Any, gate: Any, weight: Any) -> Any:
+        return self.launch(GatedRMSNormKernel, x, gate, weight, self.eps)
+
+
+class GDNGatingKernel(KernelInterface):
+    """``kernel(a, b, A_log, dt_bias) -> (g, beta)``: ``g = -exp(A_log) · softplus(a + dt_bias)``
+    in float32, ``beta = sigmoid(b)`` in b's dtype."""
+
+    op = "GDNGatingFwdOp"
+    specialise_on = ("NV",)
+
+
+class GDNGatingFwdOp(Op):
+    """The gates of a Gated DeltaNet layer from its a/b projections (returns ``(g, beta)``)."""
+
+    interfaces = (GDNGatingKernel,)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+
+    def forward(self, a: Any, b: Any, A_log: Any, dt_bias: Any) -> Any:
+        return self.launch(GDNGatingKernel, a, b, A_log, dt_bias)
