@@ -16,6 +16,7 @@ from ...ops.activation import SiluAndMulFwdOp
 from ...ops.gemm import LinearFwdOp
 from ._gdn import GDNOps, _Metadata, patch_gated_delta_net
 from ._mlp import patch_experts, patch_mlp, patch_router
+from ._norms import patch_decoder_layer, patch_rms_norm
 from ._report import Route, TileOpsReport
 from ._serving import serving
 from ._state import cache_has_linear_attention_layers
@@ -36,7 +37,7 @@ SUPPORTED_MODEL_TYPES = tuple(_FAMILIES)
 def _classes(model_type: str) -> dict[str, type]:
     module_name, prefix = _FAMILIES[model_type]
     modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
-    wanted = ("GatedDeltaNet", "MLP", "Experts", "TopKRouter", "Attention")
+    wanted = ("GatedDeltaNet", "MLP", "Experts", "TopKRouter", "Attention", "RMSNorm", "DecoderLayer")
     return {role: getattr(modeling, prefix + role) for role in wanted if hasattr(modeling, prefix + role)}
 
 
@@ -68,7 +69,7 @@ def apply_tileops(model: nn.Module) -> TileOpsReport:
     device = next(model.parameters()).device
     classes = _classes(model_type)
     report = TileOpsReport(type(model).__name__, str(device))
-    gdn_ops, metadata, silu_and_mul = GDNOps(), _Metadata(), SiluAndMulFwdOp()
+    gdn_ops, metadata, silu_and_mul = GDNOps(float(config.rms_norm_eps)), _Metadata(), SiluAndMulFwdOp()
     cache_problem = cache_has_linear_attention_layers()
     experts_impl = getattr(config, "_experts_implementation", None)
     for name, m in model.named_modules():
@@ -80,6 +81,10 @@ def apply_tileops(model: nn.Module) -> TileOpsReport:
             report.routes += patch_experts(name, m, silu_and_mul, experts_impl)
         elif isinstance(m, classes.get("TopKRouter", ())):
             report.routes += patch_router(name, m)
+        elif isinstance(m, classes.get("RMSNorm", ())):
+            report.routes += patch_rms_norm(name, m)
+        elif isinstance(m, classes.get("DecoderLayer", ())):
+            report.routes += patch_decoder_layer(name, m)
         elif isinstance(m, classes.get("Attention", ())):
             report.routes.append(Route(name, type(m).__name__, "attention", None, None,
                                        "TileOPs has no attention op; HF's "

@@ -9,9 +9,9 @@ keeps the module's own projections (``in_proj_*``, ``fix_query_key_value_orderin
 
     conv1d (decode: CausalConv1dUpdateFwdOp, prefill: CausalConv1dVarlenFwdOp)
     -> q, k, v as strided views of the conv output (no copy)
-    -> gating g, beta
+    -> GDNGatingFwdOp: g, beta
     -> decode: RecurrentGatedDeltaRuleFwdOp, prefill: ChunkGatedDeltaRuleFwdOp (l2-normalised q/k in the kernel)
-    -> gated RMSNorm -> out_proj
+    -> GatedRMSNormFwdOp -> out_proj
 
 Batch row ``b`` is sequence ``b`` and owns pool slot ``b``. Left padding needs nothing more:
 HF zeroes the padded positions' hidden states (as this adapter does), which leaves a zero
@@ -23,9 +23,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 
 from ...ops.conv import CausalConv1dUpdateFwdOp, CausalConv1dVarlenFwdOp
+from ...ops.gated_delta_net import GatedRMSNormFwdOp, GDNGatingFwdOp
 from ...ops.gated_delta_prefill import ChunkGatedDeltaRuleFwdOp
 from ...ops.linear_attention import RecurrentGatedDeltaRuleFwdOp
 from ._report import Route
@@ -38,7 +38,9 @@ __all__ = ["GDNOps", "patch_gated_delta_net"]
 class GDNOps:
     """The op instances every GatedDeltaNet layer of one model shares (plans are per shape)."""
 
-    def __init__(self) -> None:
+    def __init__(self, norm_eps: float) -> None:
+        self.gating = GDNGatingFwdOp()
+        self.norm = GatedRMSNormFwdOp(eps=norm_eps)
         self.conv_update = CausalConv1dUpdateFwdOp(activation="silu")
         self.conv_varlen = CausalConv1dVarlenFwdOp(activation="silu", seq_lens_style="cu_seqlens")
         self.decode = RecurrentGatedDeltaRuleFwdOp(use_qk_l2norm_in_kernel=True)
@@ -105,13 +107,12 @@ def _gdn_forward(m: Any, ops: GDNOps, metadata: _Metadata) -> Callable[..., torc
         query = x[:, :kd].view(B * T, nk, dk)
         key = x[:, kd:2 * kd].view(B * T, nk, dk)
         value = x[:, 2 * kd:].view(B * T, nv, dv)
-        beta = b.reshape(B * T, nv).sigmoid()
-        g = -m.A_log.float().exp() * F.softplus(a.reshape(B * T, nv).float() + m.dt_bias)
+        g, beta = ops.gating(a.reshape(B * T, nv), b.reshape(B * T, nv), m.A_log, m.dt_bias)
         if decode:
             core = ops.decode(query, key, value, beta, pools.ssm, ones, rows, g)
         else:
             core = ops.prefill(query, key, value, g, beta, pools.ssm, cu, rows, has_init if pools.continuing else None)
-        core = m.norm(core.reshape(-1, dv), z.reshape(-1, dv))
+        core = ops.norm(core, z.reshape(B * T, nv, dv), m.norm.weight)
         return m.out_proj(core.reshape(B, T, nv * dv))
 
     return forward
@@ -133,10 +134,12 @@ def _example_calls(m: Any, ops: GDNOps) -> list[tuple[str, Any, tuple[Any, ...]]
     g = torch.empty(1, s.nv, dtype=torch.float32, device=dev)
     ssm = torch.empty(1, s.nv, s.dv, s.dk, dtype=torch.float32, device=dev)
     return [
+        ("gating", ops.gating, (beta, beta, m.A_log, m.dt_bias)),
         ("conv1d decode", ops.conv_update, (x, conv, w, one, zero, m.conv1d.bias)),
         ("conv1d prefill", ops.conv_varlen, (x, conv, w, cu, zero, None, m.conv1d.bias)),
         ("recurrent decode", ops.decode, (q, q, v, beta, ssm, one, zero, g)),
         ("chunked prefill", ops.prefill, (q, q, v, g, beta, ssm, cu, zero)),
+        ("gated norm", ops.norm, (v, v, m.norm.weight)),
     ]
 
 
@@ -155,6 +158,4 @@ def patch_gated_delta_net(name: str, m: Any, ops: GDNOps, metadata: _Metadata, w
         return [Route(name, kind, r.piece, r.op, None, r.reason or "another piece of the layer has no kernel here")
                 for r in routes]
     m.forward = _gdn_forward(m, ops, metadata)  # an instance attribute: nn.Module.__call__ finds it first
-    routes.append(Route(name, kind, "gating", None, None, "torch code (GDNGatingFwdOp not merged yet)"))
-    routes.append(Route(name, kind, "gated norm", None, None, "HF's module (GatedRMSNormFwdOp not merged yet)"))
     return routes
