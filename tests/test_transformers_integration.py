@@ -131,3 +131,12 @@ def test_a_model_of_another_type_is_refused_by_name() -> None:
                                                                    num_hidden_layers=1, num_attention_heads=2))
     with pytest.raises(ValueError, match="this model is 'llama'"):
         apply_tileops(model)
+
+
+def test_demo_command_prints_the_kernels_and_the_logit_difference(capsys: pytest.CaptureFixture[str]) -> None:
+    from tileops_core.cli.main import main
+
+    assert main(["demo", "--tokens", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "RecurrentGatedDeltaRuleFwdOp: RefRGDR [cpu_ref]" in out
+    assert "max |dlogits| over 3 steps" in out and "tokens equal" in out
