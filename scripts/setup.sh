@@ -13,3 +13,6 @@ pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # The CUDA backend's plugin imports without tilelang or a GPU; tilelang (large) is only
 # needed where kernels are built, so it is not installed here.
 "${pip[@]}" --no-deps -e ./backends/cuda
+# The Hugging Face integration's tests and the README's demo (the [transformers] extra), pinned to
+# the version CI tests. transformers does not depend on torch, so the CPU torch above stays.
+"${pip[@]}" transformers==5.24.0

@@ -200,6 +200,8 @@ def _chunk_gdr(api, i, p):
                                                                                        False),
     )
     return {"out": out, "state": state}
+
+
 def _rms_normed(x: torch.Tensor, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 

@@ -324,6 +324,8 @@ def _chunk_gdr(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: t
 
 class RefChunkGDR(_Reference, ChunkGDRKernel):
     fn = staticmethod(_chunk_gdr)
+
+
 class RefZeroCentredRMSNorm(_Reference, ZeroCentredRMSNormKernel):
     fn = staticmethod(zero_centred_rms_norm)
 

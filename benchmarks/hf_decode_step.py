@@ -1,0 +1,89 @@
+"""The tiny Qwen3-Next's decode step on the CPU: HF's own model beside the same model on TileOPs.
+
+Run: ``python benchmarks/hf_decode_step.py`` (``--quick`` for a short run). Needs
+``tileops[transformers]``. Issue 23's last point: with the transformers integration on the
+CPU, the decode step must be no slower than the unpatched model, measured in the same run.
+
+Two copies of one random-init tiny Qwen3-Next (``tileops_core.integrations.transformers``'s
+``tiny_model``: 3 GatedDeltaNet layers and 1 attention layer, dense and MoE MLPs), one moved
+onto TileOPs by ``apply_tileops``. Each prefills the same left-padded batch once; then a
+sample is ``--steps`` decode steps (``model(next_ids, cache=...)``, one token per row), and
+the two models' samples alternate round after round (the order shuffled), so both run under
+the same load. The figure is the median over ``--rounds`` samples of ms per step
+(``time.perf_counter``); the ratio is HF / TileOPs (above 1: TileOPs faster). Contents checks
+are off (``TILEOPS_CHECK_CONTENTS`` unset), as in serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import random
+import statistics
+import time
+from typing import Any
+
+import torch
+
+
+def _prefilled(model: Any, batch: int, prompt: int, seed: int) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, model.config.vocab_size, (batch, prompt), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1:, : prompt // 3] = 0  # left padding on every row but the first
+    out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+    return out.cache, out.logits[:, -1:].argmax(-1), mask
+
+
+def _sample(model: Any, state: list[Any], steps: int) -> float:
+    cache, ids, mask = state
+    start = time.perf_counter()
+    for _ in range(steps):
+        mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
+        out = model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
+        ids = out.logits[:, -1:].argmax(-1)
+    elapsed = time.perf_counter() - start
+    state[1], state[2] = ids, mask
+    return elapsed / steps * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 2, 8])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=8, help="decode steps per sample")
+    parser.add_argument("--quick", action="store_true", help="5 rounds of 4 steps")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.steps = 5, 4
+    import transformers
+
+    from tileops_core.integrations.transformers import apply_tileops
+    from tileops_core.integrations.transformers._tiny import tiny_model
+
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(1)
+    hf = tiny_model("qwen3_next")
+    ours = copy.deepcopy(hf)
+    apply_tileops(ours)
+    print(f"tiny Qwen3-Next decode step, CPU, torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"1 thread; median of {args.rounds} samples of {args.steps} steps")
+    print(f"{'B':>4} {'HF ms/step':>11} {'TileOPs ms/step':>16} {'HF/TileOPs':>11}")
+    with torch.no_grad():
+        for batch in args.batch:
+            states = {name: list(_prefilled(m, batch, 24, seed=batch)) for name, m in (("hf", hf), ("ours", ours))}
+            models = {"hf": hf, "ours": ours}
+            for name in models:  # warm-up: plans, kernel selection, allocator
+                _sample(models[name], states[name], 2)
+            times: dict[str, list[float]] = {"hf": [], "ours": []}
+            for _ in range(args.rounds):
+                order = list(models)
+                random.shuffle(order)
+                for name in order:
+                    times[name].append(_sample(models[name], states[name], args.steps))
+            h, o = statistics.median(times["hf"]), statistics.median(times["ours"])
+            print(f"{batch:>4} {h:>11.3f} {o:>16.3f} {h / o:>11.2f}")
+
+
+if __name__ == "__main__":
+    main()

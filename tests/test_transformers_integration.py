@@ -1,0 +1,142 @@
+"""apply_tileops on tiny random-init Qwen3-Next / Qwen3.5 / Qwen3.5-MoE models (nothing downloaded).
+
+The patched model is compared with an unpatched copy of the same weights: batch 2 with left
+padding, a prefill and decode steps, fp32 logits within 1e-4 and equal greedy tokens.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from tileops_core.integrations.transformers import apply_tileops  # noqa: E402
+from tileops_core.integrations.transformers._tiny import TINY_MODEL_TYPES, tiny_model  # noqa: E402
+from tileops_core.kernels.targets import use_target  # noqa: E402
+
+DECODE_STEPS = 4
+TOL = 1e-4
+
+
+def _pair(model_type: str, seed: int = 0):
+    ref = tiny_model(model_type, seed=seed)
+    patched = copy.deepcopy(ref)
+    return ref, patched, apply_tileops(patched)
+
+
+def _left_padded_batch(vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (2, 9), generator=g)
+    mask = torch.ones_like(ids)
+    ids[0, :4], mask[0, :4] = 0, 0  # row 0: 5 real tokens after 4 pads; row 1: 9 real tokens
+    return ids, mask
+
+
+@pytest.mark.parametrize("model_type", TINY_MODEL_TYPES)
+def test_patched_logits_match_hf_over_prefill_and_decode_steps(model_type: str) -> None:
+    ref, patched, _ = _pair(model_type)
+    ids, mask = _left_padded_batch(ref.config.vocab_size, seed=1)
+    caches: dict[str, object] = {"ref": None, "patched": None}
+    with torch.no_grad():
+        for step in range(1 + DECODE_STEPS):
+            outs = {}
+            for name, model in (("ref", ref), ("patched", patched)):
+                outs[name] = model(input_ids=ids, attention_mask=mask, cache=caches[name], use_cache=True)
+                caches[name] = outs[name].cache
+            a, b = outs["ref"].logits[:, -1], outs["patched"].logits[:, -1]
+            if step == 0:  # the prefill: every real position of both rows
+                real = mask.bool()
+                a, b = outs["ref"].logits[real], outs["patched"].logits[real]
+            assert (a - b).abs().max().item() <= TOL, f"step {step}"
+            next_ids = outs["ref"].logits[:, -1].argmax(-1, keepdim=True)
+            assert torch.equal(next_ids, outs["patched"].logits[:, -1].argmax(-1, keepdim=True)), f"step {step}"
+            ids, mask = next_ids, torch.cat([mask, torch.ones_like(next_ids)], dim=1)
+
+
+@pytest.mark.parametrize("model_type", TINY_MODEL_TYPES)
+def test_greedy_generate_gives_hf_tokens(model_type: str) -> None:
+    ref, patched, _ = _pair(model_type, seed=2)
+    ids, mask = _left_padded_batch(ref.config.vocab_size, seed=3)
+    kw = dict(attention_mask=mask, max_new_tokens=DECODE_STEPS + 1, do_sample=False, output_logits=True,
+              return_dict_in_generate=True)
+    with torch.no_grad():
+        a, b = ref.generate(ids, **kw), patched.generate(ids, **kw)
+    assert torch.equal(a.sequences, b.sequences)
+    assert max((x - y).abs().max().item() for x, y in zip(a.logits, b.logits)) <= TOL
+
+
+def test_sampling_generate_gives_hf_tokens_for_the_same_seed() -> None:
+    ref, patched, _ = _pair("qwen3_next", seed=4)
+    ids, mask = _left_padded_batch(ref.config.vocab_size, seed=5)
+    kw = dict(attention_mask=mask, max_new_tokens=DECODE_STEPS + 1, do_sample=True, top_k=0, temperature=1.0)
+    with torch.no_grad():
+        torch.manual_seed(6)
+        a = ref.generate(ids, **kw)
+        torch.manual_seed(6)
+        b = patched.generate(ids, **kw)
+    assert torch.equal(a, b)
+
+
+def test_gdn_state_lives_in_the_cache_in_pool_layout_without_reallocation() -> None:
+    _, patched, _ = _pair("qwen3_next")
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=7)
+    layer = next(m for m in patched.modules() if type(m).__name__ == "Qwen3NextGatedDeltaNet")
+    with torch.no_grad():
+        out = patched(input_ids=ids, attention_mask=mask, use_cache=True)
+        cache_layer = out.cache.layers[layer.layer_idx]
+        ssm, conv = cache_layer.recurrent_states[0], cache_layer.conv_states[0]
+        assert ssm.shape == (2, layer.num_v_heads, layer.head_v_dim, layer.head_k_dim)  # [S, NV, DV, DK]; DV != DK
+        assert conv.shape == (2, layer.conv_dim, layer.conv_kernel_size - 1)  # [S, D, W - 1]
+        before = ssm.clone()
+        patched(input_ids=ids[:, -1:], attention_mask=torch.cat([mask, mask[:, -1:]], 1), cache=out.cache)
+    assert cache_layer.recurrent_states[0] is ssm and cache_layer.conv_states[0] is conv  # written in place
+    assert not torch.equal(ssm, before)
+
+
+def test_report_names_the_kernel_serving_each_piece_on_this_device() -> None:
+    _, _, report = _pair("qwen3_next")
+    decode = [r for r in report.routes if r.piece == "recurrent decode"]
+    assert len(decode) == 3 and all(r.op == "RecurrentGatedDeltaRuleFwdOp" for r in decode)
+    assert all(r.kernel == "RefRGDR [cpu_ref]" for r in decode)
+    assert "RecurrentGatedDeltaRuleFwdOp: RefRGDR [cpu_ref]" in str(report)
+    attention = [r for r in report.left() if r.piece == "attention"]
+    assert attention and "no attention op" in attention[0].reason
+
+
+def test_a_module_no_kernel_serves_is_left_as_it_was_with_the_reason() -> None:
+    model = tiny_model("qwen3_5")
+    with use_target("cpu@nosuchbackend"):
+        report = apply_tileops(model)
+    assert not report.served()
+    assert all("forward" not in vars(m) for m in model.modules())  # nothing patched
+    gdn = [r for r in report.routes if r.kind == "Qwen3_5GatedDeltaNet"]
+    assert gdn and all("no kernel serves" in r.reason for r in gdn)
+
+
+def test_eager_experts_are_left_with_the_hook_they_lack() -> None:
+    model = tiny_model("qwen3_5_moe")
+    model.set_experts_implementation("eager")
+    report = apply_tileops(model)
+    experts = [r for r in report.routes if r.kind == "Qwen3_5MoeExperts"]
+    assert experts and all(not r.served and "no gate hook" in r.reason for r in experts)
+
+
+def test_a_model_of_another_type_is_refused_by_name() -> None:
+    import transformers
+
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+                                                                   num_hidden_layers=1, num_attention_heads=2))
+    with pytest.raises(ValueError, match="this model is 'llama'"):
+        apply_tileops(model)
+
+
+def test_demo_command_prints_the_kernels_and_the_logit_difference(capsys: pytest.CaptureFixture[str]) -> None:
+    from tileops_core.cli.main import main
+
+    assert main(["demo", "--tokens", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "RecurrentGatedDeltaRuleFwdOp: RefRGDR [cpu_ref]" in out
+    assert "max |dlogits| over 3 steps" in out and "tokens equal" in out

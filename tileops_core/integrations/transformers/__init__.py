@@ -1,0 +1,15 @@
+"""TileOPs for Hugging Face transformers: one call moves a Qwen3-Next / Qwen3.5 model onto TileOPs.
+
+    from tileops_core.integrations.transformers import apply_tileops
+    report = apply_tileops(model)      # in place; model.generate() works unchanged
+    print(report)                      # which module went to which op, which kernel serves it
+
+Needs ``pip install tileops[transformers]`` (transformers >= 5.17; CI tests 5.24).
+"""
+
+from __future__ import annotations
+
+from ._apply import SUPPORTED_MODEL_TYPES, apply_tileops
+from ._report import Route, TileOpsReport
+
+__all__ = ["SUPPORTED_MODEL_TYPES", "Route", "TileOpsReport", "apply_tileops"]

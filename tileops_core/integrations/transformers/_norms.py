@@ -1,0 +1,80 @@
+"""The zero-centred RMSNorms, and the decoder layer's residual add fused into its second norm.
+
+- ``*RMSNorm`` (``x̂ · (1 + w)``, the layer norms, the final norm, attention's q/k norms):
+  ZeroCentredRMSNormFwdOp, the weight passed as stored (no ``1 + w`` formed per call).
+- ``*DecoderLayer``: HF adds the mixer's output to the layer input and normalises the sum
+  with ``post_attention_layernorm``; the adapter does both in FusedAddZeroCentredRMSNormFwdOp,
+  which writes the sum into the mixer's output (a tensor the layer owns; the layer input,
+  which output capture may hold, is never written). The rest of the layer is HF's order.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+
+from ...ops.gated_delta_net import FusedAddZeroCentredRMSNormFwdOp, ZeroCentredRMSNormFwdOp
+from ._report import Route
+from ._serving import serving
+
+__all__ = ["patch_decoder_layer", "patch_rms_norm"]
+
+
+def _example(weight: torch.Tensor) -> torch.Tensor:
+    return torch.empty(1, weight.shape[0], dtype=weight.dtype, device=weight.device)
+
+
+def patch_rms_norm(name: str, m: Any) -> list[Route]:
+    """A zero-centred RMSNorm module as ZeroCentredRMSNormFwdOp, where a kernel serves it."""
+    kind = type(m).__name__
+    op = ZeroCentredRMSNormFwdOp(eps=float(m.eps))
+    answer = serving(op, _example(m.weight), m.weight)
+    if not answer.ok:
+        return [Route(name, kind, "norm", type(op).__name__, None, answer.reason)]
+    weight = m.weight
+    m.forward = lambda x: op(x, weight)
+    return [Route(name, kind, "norm", type(op).__name__, answer.kernel, "")]
+
+
+def _cache_name(forward: Any, new: str, old: str) -> str:
+    """The keyword a forward takes its cache under (transformers 5.2x renamed it to ``cache``)."""
+    return new if new in inspect.signature(forward).parameters else old
+
+
+def _layer_forward(layer: Any, op: FusedAddZeroCentredRMSNormFwdOp, cache_name: str) -> Callable[..., torch.Tensor]:
+    linear = getattr(layer, "block_type", getattr(layer, "layer_type", None)) == "linear_attention"
+    mixer_cache = _cache_name(type(layer.linear_attn).forward, "cache", "cache_params") if linear else cache_name
+    weight = layer.post_attention_layernorm.weight
+
+    def forward(hidden_states: torch.Tensor, position_embeddings: Any = None, attention_mask: Any = None,
+                position_ids: Any = None, **kwargs: Any) -> torch.Tensor:
+        h = layer.input_layernorm(hidden_states)
+        if linear:
+            kwargs[mixer_cache] = kwargs.pop(cache_name, None)
+            h = layer.linear_attn(hidden_states=h, attention_mask=attention_mask, **kwargs)
+        else:
+            h, _ = layer.self_attn(hidden_states=h, attention_mask=attention_mask, position_ids=position_ids,
+                                   position_embeddings=position_embeddings, **kwargs)
+        normed = op(hidden_states, h, weight)  # h <- hidden_states + h, as HF's residual add rounds it
+        out = layer.mlp(normed)
+        if isinstance(out, tuple):  # MoE blocks may return (hidden, router logits)
+            out = out[0]
+        return h + out
+
+    return forward
+
+
+def patch_decoder_layer(name: str, layer: Any) -> list[Route]:
+    """Fuse the first residual add into ``post_attention_layernorm``, where a kernel serves it."""
+    kind = type(layer).__name__
+    cache_name = _cache_name(type(layer).forward, "cache", "past_key_values")
+    norm = layer.post_attention_layernorm
+    op = FusedAddZeroCentredRMSNormFwdOp(eps=float(norm.eps))
+    x = _example(norm.weight)
+    answer = serving(op, x, x.clone(), norm.weight)
+    if not answer.ok:
+        return [Route(name, kind, "residual add + norm", type(op).__name__, None, answer.reason)]
+    layer.forward = _layer_forward(layer, op, cache_name)
+    return [Route(name, kind, "residual add + norm", type(op).__name__, answer.kernel, "")]
