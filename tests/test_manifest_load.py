@@ -425,3 +425,16 @@ def test_first_load_in_a_fresh_process_is_reported(record_property):
     record_property("manifest_cold_first_load_ms", load_ms)
     print(f"\nfresh process: import {import_ms:.1f} ms, first load and parse {load_ms:.1f} ms")
     assert load_ms < 2000  # the cold figure is reported, not a target; this only catches a pathology
+
+
+def test_a_file_read_under_one_label_then_another_names_the_second_label(tmp_path):
+    # (tileops validate DIR reads a plugin's specs under the directory's path; the plugin's own
+    # load shows them as backend:dir/file.yaml: the parse cache must not hand back the first)
+    from tileops_core.spec.manifest import load_files
+
+    path = tmp_path / "ops.yaml"
+    path.write_text(Path("manifest/elementwise.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    first = load_files([(path, "somewhere/ops.yaml")])
+    second = load_files([(path, "acme:specs/ops.yaml")])
+    assert {s.file for s in first.values()} == {"somewhere/ops.yaml"}
+    assert {s.file for s in second.values()} == {"acme:specs/ops.yaml"}

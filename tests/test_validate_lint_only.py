@@ -124,7 +124,7 @@ def test_a_declared_spec_directory_that_does_not_exist_is_an_error_naming_the_en
             "of YAML specs inside an installed package") in out
 
 
-def test_a_plugin_spec_directory_known_only_from_its_hook_gets_an_advisory_naming_the_fix(tmp_path):
+def test_a_plugin_spec_directory_known_only_from_its_hook_gets_an_advisory_naming_the_fix(tmp_path, fresh_registry):
     from tileops_core import plugins
     from tileops_core._version import CORE_MAJOR
 
@@ -138,14 +138,10 @@ def test_a_plugin_spec_directory_known_only_from_its_hook_gets_an_advisory_namin
         registrar.manifest_dir(specs)
 
     hook.tileops_register = tileops_register
-    plugins.load_plugins()
-    snap = plugins.snapshot()
-    try:
-        record = plugins.register_plugin(hook, "acmehook")  # no metadata declares its spec directory
-        assert record.status == "loaded", record.reason
-        (found,) = [d for d in runner.validate().diagnostics if d.rule == "L0.undeclared-specs"]
-    finally:
-        plugins.restore(snap)
+    plugins.load_plugins()  # into this test's own registry (the fresh_registry seam undoes it all)
+    record = plugins.register_plugin(hook, "acmehook")  # no metadata declares its spec directory
+    assert record.status == "loaded", record.reason
+    (found,) = [d for d in runner.validate().diagnostics if d.rule == "L0.undeclared-specs"]
     assert str(found) == (f"acmehook:specs: advisory L0.undeclared-specs: plugin acmehook contributes the spec "
                           f"directory {specs.resolve()} from its hook only; the lint alone (--no-conformance, or where "
                           "torch is not installed) cannot see it; fix: declare it: "

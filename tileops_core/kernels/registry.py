@@ -143,11 +143,6 @@ class Registration:
             self._check_live()
             self.manifest_sources = tuple(ManifestSource(source_label(self.backend, d), d) for d in dirs)
             self.registry._changed()
-        if dirs:
-            # The manifest's parse cache is keyed by file, not by the label a file is shown under:
-            # a file read before under another label (``tileops validate DIR``) must be read again,
-            # so that this backend's specs name ``backend:dir/file.yaml``.
-            manifest.clear_cache()
 
     def profiles(self, paths: tuple[Path, ...]) -> None:
         """Hardware profiles this backend ships (read by the roofline and the bench)."""

@@ -106,7 +106,9 @@ def set_source_provider(provider: Callable[[], list[ManifestSource]] | None) -> 
 
 
 _lock = threading.Lock()
-_file_cache: dict[tuple[str, int, int], tuple[list[tuple[str, Any, int | None]], list[SpecError]]] = {}
+#: Parsed files by (file stamp, the label the file is shown under): the label is part of every
+#: location a parsed spec carries, so one file read under two labels is two entries.
+_file_cache: dict[tuple[tuple[str, int, int], str], tuple[list[tuple[str, Any, int | None]], list[SpecError]]] = {}
 _manifest_cache: dict[tuple[Any, ...], Manifest] = {}
 
 
@@ -182,13 +184,13 @@ def _merge(files: list[tuple[Path, str]], stamps: tuple[Any, ...]) -> Manifest:
     problems: list[SpecError] = []
     for (path, shown), (stamp, _) in zip(files, stamps):
         with _lock:
-            entry = _file_cache.get(stamp)
+            entry = _file_cache.get((stamp, shown))
         if entry is None:
             entries, file_problems = _read_file(path, shown)
             compiled = [(name, compile_op(name, raw, shown, line), line) for name, raw, line in entries]
             entry = (compiled, file_problems)
             with _lock:
-                _file_cache[stamp] = entry
+                _file_cache[(stamp, shown)] = entry
         compiled, file_problems = entry
         problems.extend(file_problems)
         for name, spec, line in compiled:
