@@ -6,14 +6,20 @@ inherits an interface and declares, on itself, where it can run (``devices``,
 and which implementations it is ``preferred_over``. :meth:`KernelInterface.entry_for` gives a
 :class:`KernelEntry`: the build identity (what gets compiled; many call specs can share one)
 and the function that builds the launchable kernel.
+
+Each interface also declares its launch signature with :func:`launch_signature`: the
+parameters ``Op.forward`` passes to ``self.launch(Interface, ...)``, in order, annotated,
+which every launcher of every implementation must accept. :mod:`.contract` checks it when
+a kernel is registered and when a kernel is built.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Hashable, Mapping
 
-__all__ = ["CallSpec", "KernelEntry", "KernelInterface"]
+__all__ = ["CallSpec", "KernelEntry", "KernelInterface", "LaunchSignature", "launch_signature"]
 
 
 class CallSpec:
@@ -60,6 +66,58 @@ class CallSpec:
                 "flags": self.flags}
 
 
+class LaunchSignature:
+    """An interface's declared launch: what ``Op.forward`` passes and what a launcher accepts.
+
+    Made by :func:`launch_signature` from a stub function in the interface's class body. It
+    is a declaration, never called: reading it on the class gives this object, whose
+    :attr:`signature` is the stub's (annotations resolved lazily, the first time a kernel is
+    checked against it, so that they may name classes defined later in the module).
+    """
+
+    __slots__ = ("stub", "signature", "_resolved")
+
+    def __init__(self, stub: Callable[..., Any]) -> None:
+        self.stub = stub
+        self.signature = inspect.signature(stub)
+        self._resolved: inspect.Signature | None = None
+        for p in self.signature.parameters.values():
+            if p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD or p.default is not inspect.Parameter.empty:
+                raise TypeError(f"launch signature {stub.__qualname__}: parameter {p.name!r} must be a plain "
+                                "positional parameter without a default (Op.forward passes every one, in order)")
+
+    def resolved(self) -> inspect.Signature:
+        """The signature with its annotations evaluated (TypeError naming the stub if one does not resolve)."""
+        if self._resolved is None:
+            try:
+                self._resolved = inspect.signature(self.stub, eval_str=True)
+            except Exception as exc:  # an annotation naming nothing is the declaration's error
+                raise TypeError(f"launch signature {self.stub.__qualname__}: an annotation does not resolve "
+                                f"({type(exc).__name__}: {exc})") from exc
+        return self._resolved
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.signature.parameters)
+
+    def __repr__(self) -> str:
+        return f"LaunchSignature{self.signature}"
+
+
+def launch_signature(stub: Callable[..., Any]) -> LaunchSignature:
+    """Declare an interface's launch signature from an annotated stub, as its ``launch`` attribute::
+
+        class RMSNormKernel(KernelInterface):
+            op = "RMSNormFwdOp"
+
+            @launch_signature
+            def launch(x: torch.Tensor, weight: torch.Tensor | None, normalized_shape: tuple[int, ...],
+                       eps: float | None) -> torch.Tensor:
+                ...  # a declaration: the body never runs
+    """
+    return LaunchSignature(stub)
+
+
 @dataclass(frozen=True)
 class KernelEntry:
     """A build identity and how to build it: ``build()`` returns the launchable kernel."""
@@ -96,6 +154,8 @@ class KernelInterface:
     #: (non-alias) outputs allocated by the core from the plan, and writes them; its return
     #: value is ignored. The core then knows the outputs are right by construction.
     writes_outputs: ClassVar[bool] = False
+    #: The interface's declared launch signature (:func:`launch_signature`); None: undeclared.
+    launch: ClassVar[LaunchSignature | None] = None
 
     @classmethod
     def interface(cls) -> type["KernelInterface"]:
@@ -118,6 +178,15 @@ class KernelInterface:
     def refusal(cls, call: CallSpec) -> str | None:
         """Why this implementation cannot serve ``call`` (None: it can)."""
         return None
+
+    @classmethod
+    def launchers(cls) -> Mapping[str, Callable[..., Any]]:
+        """The launch functions this implementation's builds return that are known without
+        building, by a name for messages (``{"fn": ...}``); checked against the interface's
+        launch signature at registration. A launcher made per build (a closure over the
+        build key) is not listed here: it is checked when it is built.
+        """
+        return {}
 
     @classmethod
     def entry_for(cls, call: CallSpec) -> KernelEntry:

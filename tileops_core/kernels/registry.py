@@ -16,6 +16,9 @@ One registry is active (:func:`active`); a test swaps in a fresh one with
 :func:`use_registry`, and the previous one comes back untouched afterwards. The functions
 at the bottom of this module are the facade over the active registry.
 
+A kernel is checked against its interface's launch signature as it is registered
+(:mod:`.contract`); a kernel that does not conform is a :class:`PluginError`.
+
 Registration order is recorded nowhere that selection reads: candidates are sorted by name
 before the rule runs. Contradictory declarations (a ``preferred_over`` cycle, two general
 implementations of one interface on one device type) are found by
@@ -34,6 +37,7 @@ from typing import Any, Callable, Hashable, Iterator
 from ..errors import PluginError
 from ..spec import manifest
 from ..spec.manifest import ManifestSource
+from .contract import check_registered
 from .interface import KernelInterface
 from .records import ArchDetector, BackendInfo, LoadFailure, PluginRecord, ProfileSource
 
@@ -208,6 +212,7 @@ class Registry:
             raise PluginError(f"{impl!r} is not a kernel implementation (a subclass of a kernel interface)")
         if not impl.devices:
             raise PluginError(f"{impl.qualname()} declares no devices")
+        check_registered(impl)  # the launch contract (kernels.contract); its PluginError rolls the plugin back
         with self.lock:
             registration._check_live()
             existing = self._impls.setdefault(impl.interface(), [])

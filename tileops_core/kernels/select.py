@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import SelectionError
+from .contract import check_built
 from .interface import CallSpec, KernelInterface
 from .records import LoadFailure
 from .registry import GENERATION, BuildKey, Registry, active
@@ -218,6 +219,7 @@ def _build_once(registry: Registry, build_key: BuildKey, build: Callable[[], Cal
         named = f"kernel {impl.qualname()} [{registry.backend_of(impl)}]"
         try:
             kernel = build()
+            check_built(impl, kernel)  # the launch contract of launchers made per build (kernels.contract)
         except Exception as exc:  # contained: this kernel is out for this build identity, the rest serve
             reason = f"build failed for {build_key[1]!r}: {type(exc).__name__}: {exc}"
             with registry.lock:

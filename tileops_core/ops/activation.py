@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kernels.interface import KernelInterface
+import torch
+
+from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
 
 __all__ = ["SiluAndMulKernel", "SiluAndMulFwdOp"]
@@ -15,6 +17,10 @@ class SiluAndMulKernel(KernelInterface):
 
     op = "SiluAndMulFwdOp"
     specialise_on = ("N",)
+
+    @launch_signature
+    def launch(x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class SiluAndMulFwdOp(Op):

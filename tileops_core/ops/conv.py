@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import torch
 
 from ..errors import fail
-from ..kernels.interface import KernelInterface
+from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
 from ..workloads.generators import Generated, register_generator
 from .packed_metadata import PackedMetadataChecks
@@ -35,6 +35,12 @@ class CausalConv1dUpdateKernel(KernelInterface):
     op = "CausalConv1dUpdateFwdOp"
     specialise_on = ("D", "W")
 
+    @launch_signature
+    def launch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, actual_seq_lengths: torch.Tensor,
+               conv_state_indices: torch.Tensor, bias: torch.Tensor | None, num_accepted_tokens: torch.Tensor | None,
+               activation: str | None, seq_lens_style: str) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
+
 
 class CausalConv1dVarlenKernel(KernelInterface):
     """``kernel(x, conv_state, weight, actual_seq_lengths, conv_state_indices, has_initial_state, bias,
@@ -45,6 +51,12 @@ class CausalConv1dVarlenKernel(KernelInterface):
 
     op = "CausalConv1dVarlenFwdOp"
     specialise_on = ("D", "W")
+
+    @launch_signature
+    def launch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, actual_seq_lengths: torch.Tensor,
+               conv_state_indices: torch.Tensor, has_initial_state: torch.Tensor | None, bias: torch.Tensor | None,
+               activation: str | None, seq_lens_style: str) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class CausalConv1dUpdateFwdOp(PackedMetadataChecks, Op):

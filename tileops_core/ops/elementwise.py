@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kernels.interface import KernelInterface
+import torch
+
+from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
 
 __all__ = ["ReciprocalKernel", "ReciprocalFwdOp"]
@@ -14,6 +16,10 @@ class ReciprocalKernel(KernelInterface):
     """``kernel(input, out | None) -> output``; writes into ``out`` when it is given."""
 
     op = "ReciprocalFwdOp"
+
+    @launch_signature
+    def launch(input: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class ReciprocalFwdOp(Op):

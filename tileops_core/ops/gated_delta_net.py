@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kernels.interface import KernelInterface
+import torch
+
+from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
 
 __all__ = [
@@ -26,6 +28,10 @@ class ZeroCentredRMSNormKernel(KernelInterface):
 
     op = "ZeroCentredRMSNormFwdOp"
     specialise_on = ("N",)
+
+    @launch_signature
+    def launch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class ZeroCentredRMSNormFwdOp(Op):
@@ -52,6 +58,10 @@ class FusedAddZeroCentredRMSNormKernel(KernelInterface):
     op = "FusedAddZeroCentredRMSNormFwdOp"
     specialise_on = ("N",)
 
+    @launch_signature
+    def launch(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
+
 
 class FusedAddZeroCentredRMSNormFwdOp(Op):
     """The residual add and the zero-centred RMSNorm in one pass: ``residual`` becomes
@@ -73,6 +83,10 @@ class GatedRMSNormKernel(KernelInterface):
     op = "GatedRMSNormFwdOp"
     specialise_on = ("D",)
 
+    @launch_signature
+    def launch(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
+
 
 class GatedRMSNormFwdOp(Op):
     """RMSNorm over the last axis, then the weight, then the SiLU gate, in one pass."""
@@ -93,6 +107,10 @@ class GDNGatingKernel(KernelInterface):
 
     op = "GDNGatingFwdOp"
     specialise_on = ("NV",)
+
+    @launch_signature
+    def launch(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class GDNGatingFwdOp(Op):

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import torch
 
 from ..errors import fail
-from ..kernels.interface import KernelInterface
+from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
 from ..workloads.generators import Generated, register_generator
 
@@ -35,6 +35,12 @@ class ChunkGDRKernel(KernelInterface):
     specialise_on = ("NK", "NV", "DK", "DV")
     #: Kernels index packed rows; strided views (q/k/v sliced from one projection) are copied.
     needs_contiguous = True
+
+    @launch_signature
+    def launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+               state: torch.Tensor, cu_seqlens: torch.Tensor, ssm_state_indices: torch.Tensor,
+               has_initial_state: torch.Tensor | None, scale: float | None, use_qk_l2norm_in_kernel: bool) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class ChunkGatedDeltaRuleFwdOp(Op):

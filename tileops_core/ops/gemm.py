@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kernels.interface import KernelInterface
+import torch
+
+from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
 
 __all__ = ["BmmKernel", "BmmFwdOp", "GemmKernel", "GemmFwdOp", "LinearKernel", "LinearFwdOp"]
@@ -15,6 +17,10 @@ class BmmKernel(KernelInterface):
 
     op = "BmmFwdOp"
     specialise_on = ("N", "K")
+
+    @launch_signature
+    def launch(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class BmmFwdOp(Op):
@@ -34,6 +40,10 @@ class GemmKernel(KernelInterface):
 
     op = "GemmFwdOp"
     specialise_on = ("N", "K")
+
+    @launch_signature
+    def launch(a: torch.Tensor, b: torch.Tensor, trans_a: bool, trans_b: bool) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class GemmFwdOp(Op):
@@ -55,6 +65,10 @@ class LinearKernel(KernelInterface):
 
     op = "LinearFwdOp"
     specialise_on = ("in_features", "out_features")
+
+    @launch_signature
+    def launch(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class LinearFwdOp(Op):

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
 
 from ..workloads.generators import Generated, register_generator
-from ..kernels.interface import KernelInterface
+from ..kernels.call_view import CallView, dim, dtype, flag
+from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
 from ..errors import fail
 
-__all__ = ["RGDRKernel", "RecurrentGatedDeltaRuleFwdOp", "rgdr_decode_workload"]
+__all__ = ["RGDRCall", "RGDRKernel", "RecurrentGatedDeltaRuleFwdOp", "rgdr_decode_workload"]
 
 
 class RGDRKernel(KernelInterface):
@@ -26,6 +28,43 @@ class RGDRKernel(KernelInterface):
     specialise_on = ("NK", "NV", "DK", "DV", "G")
     #: Kernels index packed rows; a strided state pool is written through a copy, then copied back.
     needs_contiguous = True
+
+    @launch_signature
+    def launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, beta: torch.Tensor, state: torch.Tensor,
+               actual_seq_lengths: torch.Tensor, ssm_state_indices: torch.Tensor, g: torch.Tensor | None,
+               gk: torch.Tensor | None, num_accepted_tokens: torch.Tensor | None, scale: float | None,
+               seq_lens_style: str, use_qk_l2norm_in_kernel: bool) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
+
+
+@dataclass(frozen=True)
+class RGDRCall(CallView):
+    """What an RGDR kernel may specialise on, typed: ``RGDRCall.of(call)``.
+
+    Dtypes of absent optional inputs are None; ``gk_tail`` (the spec's ``G``: the axes of
+    ``gk`` after ``[T, NV]``, ``()`` for a scalar decay per head) is None without ``gk``.
+    """
+
+    query_dtype: str = dtype("query")
+    key_dtype: str = dtype("key")
+    value_dtype: str = dtype("value")
+    beta_dtype: str = dtype("beta")
+    state_dtype: str = dtype("state")
+    seq_lens_dtype: str = dtype("actual_seq_lengths")
+    slot_dtype: str = dtype("ssm_state_indices")
+    g_dtype: str | None = dtype("g", optional=True)
+    gk_dtype: str | None = dtype("gk", optional=True)
+    accepted_dtype: str | None = dtype("num_accepted_tokens", optional=True)
+    num_k_heads: int = dim("NK")
+    num_v_heads: int = dim("NV")
+    head_k_dim: int = dim("DK")
+    head_v_dim: int = dim("DV")
+    gk_tail: tuple[int, ...] | None = dim("G", optional=True)
+    has_g: bool = flag("has_g")
+    has_gk: bool = flag("has_gk")
+    has_num_accepted_tokens: bool = flag("has_num_accepted_tokens")
+    seq_lens_style: str = flag("seq_lens_style")
+    use_qk_l2norm_in_kernel: bool = flag("use_qk_l2norm_in_kernel")
 
 
 class RecurrentGatedDeltaRuleFwdOp(Op):

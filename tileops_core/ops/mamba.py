@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kernels.interface import KernelInterface
+import torch
+
+from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
 
 __all__ = ["SSDDecodeKernel", "SSDDecodeFwdOp"]
@@ -16,6 +18,10 @@ class SSDDecodeKernel(KernelInterface):
     op = "SSDDecodeFwdOp"
     specialise_on = ("H", "P", "N", "G")
     needs_contiguous = True
+
+    @launch_signature
+    def launch(A: torch.Tensor, dt: torch.Tensor, x: torch.Tensor, B_in: torch.Tensor, C_in: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class SSDDecodeFwdOp(Op):

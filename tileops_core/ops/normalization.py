@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from ..kernels.interface import KernelInterface
+import torch
+
+from ..kernels.call_view import CallView, dim, dtype, flag
+from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
 
-__all__ = ["RMSNormKernel", "RMSNormFwdOp", "GroupNormKernel", "GroupNormFwdOp"]
+__all__ = ["RMSNormCall", "RMSNormKernel", "RMSNormFwdOp", "GroupNormKernel", "GroupNormFwdOp"]
 
 
 class RMSNormKernel(KernelInterface):
@@ -16,6 +20,21 @@ class RMSNormKernel(KernelInterface):
 
     op = "RMSNormFwdOp"
     specialise_on = ("N",)
+
+    @launch_signature
+    def launch(x: torch.Tensor, weight: torch.Tensor | None, normalized_shape: tuple[int, ...],
+               eps: float | None) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
+
+
+@dataclass(frozen=True)
+class RMSNormCall(CallView):
+    """What an RMSNorm kernel may specialise on, typed: ``RMSNormCall.of(call)``."""
+
+    x_dtype: str = dtype("x")
+    #: The normalised trailing axes (the spec's ``N``, a Shape index).
+    normalized_shape: tuple[int, ...] = dim("N")
+    has_weight: bool = flag("has_weight")
 
 
 class RMSNormFwdOp(Op):
@@ -36,6 +55,11 @@ class GroupNormKernel(KernelInterface):
     """``kernel(x, weight | None, bias | None, num_groups, eps) -> output``."""
 
     op = "GroupNormFwdOp"
+
+    @launch_signature
+    def launch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, num_groups: int,
+               eps: float) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class GroupNormFwdOp(Op):

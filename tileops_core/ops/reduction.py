@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..kernels.interface import KernelInterface
+import torch
+
+from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
 from ..op.torchtypes import to_torch
 
@@ -19,6 +21,10 @@ class SoftmaxKernel(KernelInterface):
 
     op = "SoftmaxFwdOp"
     specialise_on = ("N", "dim")
+
+    @launch_signature
+    def launch(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class SoftmaxFwdOp(Op):
@@ -40,6 +46,11 @@ class SumKernel(KernelInterface):
     """``kernel(input, dim, keepdim, dtype: torch.dtype | None) -> output``."""
 
     op = "SumFwdOp"
+
+    @launch_signature
+    def launch(input: torch.Tensor, dim: int | tuple[int, ...] | None, keepdim: bool,
+               dtype: torch.dtype | None) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 def reduction_extent(shape: tuple[int, ...], dim: Any) -> tuple[int, int, int]:

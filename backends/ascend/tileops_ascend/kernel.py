@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tileops_core.kernels import CallSpec, KernelEntry
-from tileops_core.ops.linear_attention import RGDRKernel
+from tileops_core.ops.linear_attention import RGDRCall, RGDRKernel
 
 from .platform import ARCH_ASCEND310P
 from .refusal import RgdrSignature, signature_refusal_reasons
@@ -68,29 +68,26 @@ BUILD = KernelBuild(
 
 
 def signature_of(call: CallSpec) -> RgdrSignature:
-    """The refusal-relevant view of a call spec of ``RGDRKernel``.
-
-    ``G`` (the axes of ``gk`` after ``[T, NV]``) is in the dims when ``gk`` is passed;
-    absent optional inputs have no dtype entry.
-    """
-    d, dims, flags = call.dtypes, call.dims, call.flags
+    """The refusal-relevant view of a call spec of ``RGDRKernel``, read through the core's
+    typed :class:`~tileops_core.ops.linear_attention.RGDRCall`."""
+    view = RGDRCall.of(call)
     return RgdrSignature(
-        query_dtype=d["query"],
-        key_dtype=d["key"],
-        value_dtype=d["value"],
-        beta_dtype=d["beta"],
-        state_dtype=d["state"],
-        seq_lens_dtype=d["actual_seq_lengths"],
-        ssm_state_indices_dtype=d["ssm_state_indices"],
-        nk=int(dims["NK"]),
-        dk=int(dims["DK"]),
-        nv=int(dims["NV"]),
-        dv=int(dims["DV"]),
-        g_dtype=d.get("g") if flags.get("has_g") else None,
-        gk_dtype=d.get("gk") if flags.get("has_gk") else None,
-        num_accepted_tokens_dtype=d.get("num_accepted_tokens") if flags.get("has_num_accepted_tokens") else None,
-        gk_tail=tuple(dims["G"]) if flags.get("has_gk") else None,
-        use_qk_l2norm_in_kernel=bool(flags.get("use_qk_l2norm_in_kernel", False)),
+        query_dtype=view.query_dtype,
+        key_dtype=view.key_dtype,
+        value_dtype=view.value_dtype,
+        beta_dtype=view.beta_dtype,
+        state_dtype=view.state_dtype,
+        seq_lens_dtype=view.seq_lens_dtype,
+        ssm_state_indices_dtype=view.slot_dtype,
+        nk=int(view.num_k_heads),
+        dk=int(view.head_k_dim),
+        nv=int(view.num_v_heads),
+        dv=int(view.head_v_dim),
+        g_dtype=view.g_dtype if view.has_g else None,
+        gk_dtype=view.gk_dtype if view.has_gk else None,
+        num_accepted_tokens_dtype=view.accepted_dtype if view.has_num_accepted_tokens else None,
+        gk_tail=tuple(view.gk_tail or ()) if view.has_gk else None,
+        use_qk_l2norm_in_kernel=bool(view.use_qk_l2norm_in_kernel),
     )
 
 

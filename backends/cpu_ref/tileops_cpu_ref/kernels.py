@@ -84,6 +84,12 @@ class _Reference:
     cpu_half_in_float32: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
+    def launchers(cls) -> dict[str, Callable[..., Any]]:
+        """Both forms: each is checked against the interface's launch signature at registration."""
+        forms = {"fn": cls.fn, "direct": cls.direct}
+        return {name: form for name, form in forms.items() if form is not None}
+
+    @classmethod
     def direct_serves(cls, call: CallSpec) -> bool:
         """Whether the plain torch call computes ``call`` as the portable form does."""
         halves = _HALF_NAMES.intersection(call.dtypes.values())
@@ -136,14 +142,14 @@ class RefGroupNorm(_Reference, GroupNormKernel):
     cpu_half_in_float32 = frozenset({"bfloat16"})
 
 
-def _softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
-    out_dtype = dtype or x.dtype
-    src = x.to(out_dtype) if dtype is not None else x
+def _softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
+    out_dtype = dtype or input.dtype
+    src = input.to(out_dtype) if dtype is not None else input
     return torch.softmax(_acc(src), dim).to(out_dtype)
 
 
-def _softmax_direct(x: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
-    return torch.softmax(x, dim, dtype=dtype)  # like the portable form, casts to dtype first
+def _softmax_direct(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
+    return torch.softmax(input, dim, dtype=dtype)  # like the portable form, casts to dtype first
 
 
 class RefSoftmax(_Reference, SoftmaxKernel):
@@ -152,23 +158,23 @@ class RefSoftmax(_Reference, SoftmaxKernel):
     cpu_half_in_float32 = _HALF_NAMES
 
 
-def _sum(x: torch.Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
-    out_dtype = dtype or x.dtype
+def _sum(input: torch.Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
+    out_dtype = dtype or input.dtype
     acc = torch.float64 if out_dtype == torch.float64 else torch.float32
     if dim is None:
-        result = torch.sum(x, dtype=acc)
+        result = torch.sum(input, dtype=acc)
         if keepdim:
-            result = result.reshape((1,) * x.dim())
+            result = result.reshape((1,) * input.dim())
     else:
-        result = torch.sum(x, dim=dim, keepdim=keepdim, dtype=acc)
+        result = torch.sum(input, dim=dim, keepdim=keepdim, dtype=acc)
     return result.to(out_dtype)
 
 
-def _sum_direct(x: torch.Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
+def _sum_direct(input: torch.Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
     if dim is None:
-        result = torch.sum(x, dtype=dtype)
-        return result.reshape((1,) * x.dim()) if keepdim else result
-    return torch.sum(x, dim=dim, keepdim=keepdim, dtype=dtype)
+        result = torch.sum(input, dtype=dtype)
+        return result.reshape((1,) * input.dim()) if keepdim else result
+    return torch.sum(input, dim=dim, keepdim=keepdim, dtype=dtype)
 
 
 class RefSum(_Reference, SumKernel):
@@ -183,8 +189,8 @@ class RefSum(_Reference, SumKernel):
         return not narrowing and super().direct_serves(call)
 
 
-def _reciprocal(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    src = x if x.is_floating_point() else x.to(torch.float32)
+def _reciprocal(input: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    src = input if input.is_floating_point() else input.to(torch.float32)
     result = torch.reciprocal(_acc(src)).to(src.dtype)
     if out is None:
         return result
@@ -192,23 +198,27 @@ def _reciprocal(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     return out
 
 
-def _reciprocal_direct(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    return torch.reciprocal(x) if out is None else torch.reciprocal(x, out=out)
+def _reciprocal_direct(input: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    return torch.reciprocal(input) if out is None else torch.reciprocal(input, out=out)
 
 
-def _reciprocal_of_integers(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+def _reciprocal_of_integers(input: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     # torch promotes integers to its default dtype, the spec to float32: the same while they agree.
     if out is None and torch.get_default_dtype() is torch.float32:
-        return torch.reciprocal(x)
+        return torch.reciprocal(input)
     if out is None:
-        out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-    return torch.reciprocal(x, out=out)
+        out = torch.empty(input.shape, dtype=torch.float32, device=input.device)
+    return torch.reciprocal(input, out=out)
 
 
 class RefReciprocal(_Reference, ReciprocalKernel):
     fn = staticmethod(_reciprocal)
     direct = staticmethod(_reciprocal_direct)
     cpu_half_in_float32 = _HALF_NAMES
+
+    @classmethod
+    def launchers(cls) -> dict[str, Callable[..., Any]]:
+        return {**super().launchers(), "integer form": _reciprocal_of_integers}
 
     @classmethod
     def entry_for(cls, call: CallSpec) -> KernelEntry:
@@ -236,9 +246,13 @@ def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.bmm(_acc(a), _acc(b)).to(a.dtype)
 
 
+def _bmm_direct(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.bmm(a, b)  # a def, not torch.bmm itself: a C function's signature cannot be checked
+
+
 class RefBmm(_Reference, BmmKernel):
     fn = staticmethod(_bmm)
-    direct = staticmethod(torch.bmm)
+    direct = staticmethod(_bmm_direct)
     cpu_half_in_float32 = _HALF_NAMES
 
 
@@ -258,13 +272,17 @@ class RefGemm(_Reference, GemmKernel):
     cpu_half_in_float32 = _HALF_NAMES
 
 
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return F.linear(_acc(x), _acc(weight), _acc(bias)).to(x.dtype)
+def _linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return F.linear(_acc(input), _acc(weight), _acc(bias)).to(input.dtype)
+
+
+def _linear_direct(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return F.linear(input, weight, bias)  # a def: a C function's signature cannot be checked
 
 
 class RefLinear(_Reference, LinearKernel):
     fn = staticmethod(_linear)
-    direct = staticmethod(F.linear)
+    direct = staticmethod(_linear_direct)
     cpu_half_in_float32 = _HALF_NAMES
 
 

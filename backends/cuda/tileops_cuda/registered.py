@@ -30,8 +30,8 @@ from tileops_core.ops.gated_delta_net import (
     FusedAddZeroCentredRMSNormKernel, GatedRMSNormKernel, GDNGatingKernel, ZeroCentredRMSNormKernel,
 )
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
-from tileops_core.ops.linear_attention import RGDRKernel
-from tileops_core.ops.normalization import GroupNormKernel, RMSNormKernel
+from tileops_core.ops.linear_attention import RGDRCall, RGDRKernel
+from tileops_core.ops.normalization import GroupNormKernel, RMSNormCall, RMSNormKernel
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
 from .kernels._common import SUPPORTED_ARCHS
@@ -103,7 +103,8 @@ class TileLangRMSNorm(_TileLang, RMSNormKernel):
 
     @classmethod
     def key(cls, call: CallSpec) -> RMSNormBuildKey:
-        return RMSNormBuildKey(call.dtypes["x"], math.prod(call.dims["N"]), bool(call.flags["has_weight"]), call.arch)
+        view = RMSNormCall.of(call)
+        return RMSNormBuildKey(view.x_dtype, math.prod(view.normalized_shape), bool(view.has_weight), view.arch)
 
     @classmethod
     def reason(cls, call: CallSpec, key: RMSNormBuildKey) -> str | None:
@@ -165,11 +166,11 @@ class TileLangSoftmax(_TileLang, SoftmaxKernel):
         length = key.length
         empty_like = torch.empty_like
 
-        def softmax(x: Any, dim: int, dtype: Any, out: Any = None) -> Any:
-            x = x.contiguous()
+        def softmax(input: Any, dim: int, dtype: Any, out: Any = None) -> Any:
+            input = input.contiguous()
             if out is None:
-                out = empty_like(x)
-            fn(_rows(x, length), _rows(out, length))
+                out = empty_like(input)
+            fn(_rows(input, length), _rows(out, length))
             return out
 
         return softmax
@@ -221,9 +222,9 @@ class TileLangSum(_TileLang, SumKernel):
     def launcher(cls, key: tuple[str, str, str]) -> Callable[..., Any]:
         arch = key[2]
 
-        def total(x: Any, dim: Any, keepdim: bool, dtype: Any, out: Any = None) -> Any:
+        def total(input: Any, dim: Any, keepdim: bool, dtype: Any, out: Any = None) -> Any:
             dims = None if dim is None else (tuple(dim) if isinstance(dim, (tuple, list)) else (dim,))
-            return reduce_sum(x.contiguous(), dims or None, keepdim, dtype, arch, out)
+            return reduce_sum(input.contiguous(), dims or None, keepdim, dtype, arch, out)
 
         return total
 
@@ -330,11 +331,11 @@ class TileLangLinear(_TileLang, LinearKernel):
         fn = build_gemm(key).fn
         n, k = key.n, key.k
 
-        def linear(x: Any, weight: Any, bias: Any, out: Any = None) -> Any:
+        def linear(input: Any, weight: Any, bias: Any, out: Any = None) -> Any:
             if out is None:
-                out = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
+                out = torch.empty((*input.shape[:-1], n), dtype=input.dtype, device=input.device)
             out2d = _rows(out, n)
-            fn(_rows(x.contiguous(), k), weight.contiguous(), out2d)
+            fn(_rows(input.contiguous(), k), weight.contiguous(), out2d)
             if bias is not None:
                 out2d += bias
             return out
@@ -347,17 +348,16 @@ class TileLangRGDR(_TileLang, RGDRKernel):
 
     @classmethod
     def key(cls, call: CallSpec) -> RGDRBuildKey:
-        d, f = call.dtypes, call.flags
+        view = RGDRCall.of(call)
         gk_form = None
-        if f.get("has_gk"):
-            gk_form = "scalar" if call.dims.get("G") == () else "vector"
+        if view.has_gk:
+            gk_form = "scalar" if view.gk_tail == () else "vector"
         return RGDRBuildKey(
-            input_dtype=d["query"], state_dtype=d["state"], num_k_heads=int(call.dims["NK"]),
-            num_v_heads=int(call.dims["NV"]), head_k_dim=int(call.dims["DK"]), head_v_dim=int(call.dims["DV"]),
-            seq_lens_style=f["seq_lens_style"], seq_lens_dtype=d["actual_seq_lengths"],
-            slot_dtype=d["ssm_state_indices"], accepted_dtype=d.get("num_accepted_tokens"),
-            has_g=bool(f.get("has_g")), gk_form=gk_form, use_qk_l2norm=bool(f["use_qk_l2norm_in_kernel"]),
-            arch=call.arch,
+            input_dtype=view.query_dtype, state_dtype=view.state_dtype, num_k_heads=int(view.num_k_heads),
+            num_v_heads=int(view.num_v_heads), head_k_dim=int(view.head_k_dim), head_v_dim=int(view.head_v_dim),
+            seq_lens_style=view.seq_lens_style, seq_lens_dtype=view.seq_lens_dtype, slot_dtype=view.slot_dtype,
+            accepted_dtype=view.accepted_dtype, has_g=bool(view.has_g), gk_form=gk_form,
+            use_qk_l2norm=bool(view.use_qk_l2norm_in_kernel), arch=view.arch,
         )
 
     @classmethod

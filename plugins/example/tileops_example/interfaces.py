@@ -7,12 +7,23 @@ visible, and its class binds to its spec at definition.
 
 from __future__ import annotations
 
-from tileops_core.kernels import KernelInterface
+import torch
+
+from tileops_core.kernels import KernelInterface, launch_signature
 
 __all__ = ["SquaredReluKernel"]
 
 
 class SquaredReluKernel(KernelInterface):
-    """``kernel(x) -> y`` with ``y = relu(x) ** 2``."""
+    """The squared ReLU, ``relu(x) ** 2``, element-wise.
+
+    Its launch signature is what ``SquaredReluFwdOp.forward`` passes to
+    ``self.launch(SquaredReluKernel, ...)``; every kernel of it is checked against it when
+    registered (and, for a launcher made per build, when built).
+    """
 
     op = "SquaredReluFwdOp"
+
+    @launch_signature
+    def launch(x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it

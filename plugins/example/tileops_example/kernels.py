@@ -9,12 +9,12 @@ reference backend). ``RefSquaredRelu`` is the general kernel of the new op.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from tileops_core.kernels import CallSpec, KernelEntry
-from tileops_core.ops.normalization import RMSNormKernel
+from tileops_core.ops.normalization import RMSNormCall, RMSNormKernel
 
 from .interfaces import SquaredReluKernel
 
@@ -39,13 +39,18 @@ class ExampleRMSNormLastAxis(RMSNormKernel):
 
     @classmethod
     def refusal(cls, call: CallSpec) -> str | None:
-        dtype = call.dtypes.get("x")
-        if dtype != "float32":
-            return f"x is {dtype}: this kernel computes in the input dtype, so it serves float32 only"
-        axes = call.dims.get("N")
-        if not isinstance(axes, tuple) or len(axes) != 1:
-            return f"normalized_shape {axes} has more than one axis: this kernel reduces the last axis only"
+        view = RMSNormCall.of(call)  # the call spec, typed (no string keys)
+        if view.x_dtype != "float32":
+            return f"x is {view.x_dtype}: this kernel computes in the input dtype, so it serves float32 only"
+        if len(view.normalized_shape) != 1:
+            return (f"normalized_shape {view.normalized_shape} has more than one axis: this kernel reduces the "
+                    "last axis only")
         return None
+
+    @classmethod
+    def launchers(cls) -> dict[str, Callable[..., Any]]:
+        """Checked against RMSNormKernel's launch signature when the plugin registers it."""
+        return {"launcher": _rms_norm_last_axis}
 
     @classmethod
     def entry_for(cls, call: CallSpec) -> KernelEntry:
@@ -63,6 +68,10 @@ class RefSquaredRelu(SquaredReluKernel):
     devices = ("*",)
     supported_archs = ("*",)
     general = True
+
+    @classmethod
+    def launchers(cls) -> dict[str, Callable[..., Any]]:
+        return {"launcher": _squared_relu}
 
     @classmethod
     def entry_for(cls, call: CallSpec) -> KernelEntry:

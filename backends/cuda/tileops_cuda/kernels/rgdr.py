@@ -313,7 +313,7 @@ def _make_run(key: RGDRBuildKey, schedule: RGDRSchedule, entries: dict[RGDRTilin
     small, large, short = launch_of(schedule.small), launch_of(schedule.large), launch_of(schedule.short)
     select = schedule.select
 
-    def run(query: Any, key_: Any, value: Any, beta: Any, state: Any, actual_seq_lengths: Any, ssm_state_indices: Any,
+    def run(query: Any, key: Any, value: Any, beta: Any, state: Any, actual_seq_lengths: Any, ssm_state_indices: Any,
             g: Any = None, gk: Any = None, num_accepted_tokens: Any = None, scale: float | None = None,
             seq_lens_style: Any = None, use_qk_l2norm_in_kernel: Any = None, out: Any = None) -> Any:
         if out is None:
@@ -324,7 +324,7 @@ def _make_run(key: RGDRBuildKey, schedule: RGDRSchedule, entries: dict[RGDRTilin
             return out  # nothing to do; a zero-sized grid is not launchable
         fn, chunks = select(n_seq, n_tokens, small, large, short)
         splits = max(1, min(chunks, -(-wanted // (n_seq * nk)))) if chunks else 1
-        fn(*compiled_inputs((query, key_, value, beta, state, actual_seq_lengths, ssm_state_indices, g, gk,
+        fn(*compiled_inputs((query, key, value, beta, state, actual_seq_lengths, ssm_state_indices, g, gk,
                              num_accepted_tokens)),
            out, default_scale if scale is None else float(scale), splits)  # fmt: skip
         return out
