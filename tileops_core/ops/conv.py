@@ -12,7 +12,6 @@ from typing import Any, Mapping
 
 import torch
 
-from ..errors import fail
 from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
 from ..workloads.generators import Generated, register_generator
@@ -89,12 +88,7 @@ class CausalConv1dUpdateFwdOp(PackedMetadataChecks, Op):
         self.one_writer_per_slot(op, "conv_state", slots, owner, inputs["conv_state_indices"].loc)
         accepted = tensors.get("num_accepted_tokens")
         if accepted is not None:
-            acc = accepted.to("cpu", torch.int64)
-            wrong = (lengths > 0) & ((acc < 1) | (acc > lengths))
-            if bool(wrong.any()):
-                b = int(torch.nonzero(wrong)[0])
-                fail(op, f"num_accepted_tokens[{b}]={int(acc[b])} is outside [1, {int(lengths[b])}]",
-                     inputs["num_accepted_tokens"].loc)
+            self.accepted_within_lengths(op, accepted, lengths, inputs["num_accepted_tokens"].loc)
 
 
 class CausalConv1dVarlenFwdOp(PackedMetadataChecks, Op):

@@ -11,7 +11,7 @@ from ..workloads.generators import Generated, register_generator
 from ..kernels.call_view import CallView, dim, dtype, flag
 from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
-from ..errors import fail
+from .packed_metadata import PackedMetadataChecks
 
 __all__ = ["RGDRCall", "RGDRKernel", "RecurrentGatedDeltaRuleFwdOp", "rgdr_decode_workload"]
 
@@ -67,7 +67,7 @@ class RGDRCall(CallView):
     use_qk_l2norm_in_kernel: bool = flag("use_qk_l2norm_in_kernel")
 
 
-class RecurrentGatedDeltaRuleFwdOp(Op):
+class RecurrentGatedDeltaRuleFwdOp(PackedMetadataChecks, Op):
     """The RGDR decode step (RGDR.md); optionally checks metadata contents before writing."""
 
     interfaces = (RGDRKernel,)
@@ -87,47 +87,18 @@ class RecurrentGatedDeltaRuleFwdOp(Op):
 
     def check_contents(self, **tensors: Any) -> None:
         """Metadata contents the shapes cannot show (one device sync): RGDR.md "Contents"."""
-        op, loc = type(self).__name__, self.op_spec().inputs["actual_seq_lengths"].loc
-        meta = tensors.get("actual_seq_lengths")
-        slots = tensors.get("ssm_state_indices")
-        state = tensors.get("state")
+        meta, slots, state = (tensors.get(n) for n in ("actual_seq_lengths", "ssm_state_indices", "state"))
         if meta is None or slots is None or state is None:
             return
-        meta = meta.to("cpu", torch.int64)
+        op, inputs = type(self).__name__, self.op_spec().inputs
         slots = slots.to("cpu", torch.int64)
-        T = slots.shape[0]
-        if self.seq_lens_style == "cu_seqlens":
-            if meta.numel() == 0 or int(meta[0]) != 0:
-                fail(op, f"actual_seq_lengths (cu_seqlens) must start at 0, got {meta[:1].tolist()}", loc)
-            lengths = meta[1:] - meta[:-1]
-        else:
-            lengths = meta
-        if bool((lengths < 0).any()):
-            fail(op, f"actual_seq_lengths gives negative sequence lengths {lengths.tolist()}", loc)
-        if int(lengths.sum()) != T:
-            fail(op, f"actual_seq_lengths sums to {int(lengths.sum())} tokens, but T={T}", loc)
-        pool = state.shape[0]
-        slot_loc = self.op_spec().inputs["ssm_state_indices"].loc
-        bad = (slots < -1) | (slots >= pool)
-        if bool(bad.any()):
-            fail(op, f"ssm_state_indices {slots[bad][:8].tolist()} lie outside [-1, {pool})", slot_loc)
+        lengths = self.sequence_lengths(op, meta, slots.shape[0], inputs["actual_seq_lengths"].loc)
+        self.slots_in_pool(op, "ssm_state_indices", slots, state.shape[0], inputs["ssm_state_indices"].loc)
         owner = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
-        written = slots >= 0
-        pairs = {(int(s), int(b)) for s, b in zip(slots[written].tolist(), owner[written].tolist())}
-        by_slot: dict[int, int] = {}
-        for s, b in sorted(pairs):
-            if s in by_slot and by_slot[s] != b:
-                fail(op, f"sequences {by_slot[s]} and {b} both write state slot {s}", slot_loc)
-            by_slot[s] = b
+        self.one_writer_per_slot(op, "state", slots, owner, inputs["ssm_state_indices"].loc)
         accepted = tensors.get("num_accepted_tokens")
         if accepted is not None:
-            acc = accepted.to("cpu", torch.int64)
-            live = lengths > 0
-            wrong = live & ((acc < 1) | (acc > lengths))
-            if bool(wrong.any()):
-                b = int(torch.nonzero(wrong)[0])
-                fail(op, f"num_accepted_tokens[{b}]={int(acc[b])} is outside [1, {int(lengths[b])}]",
-                     self.op_spec().inputs["num_accepted_tokens"].loc)
+            self.accepted_within_lengths(op, accepted, lengths, inputs["num_accepted_tokens"].loc)
 
 
 @register_generator("rgdr_decode")

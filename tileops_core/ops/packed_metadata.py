@@ -56,3 +56,12 @@ class PackedMetadataChecks:
             i = int(clash[0])
             fail(op, f"sequences {int(pairs[i, 1])} and {int(pairs[i + 1, 1])} both write {pool_name} slot "
                  f"{int(slot_col[i])}", loc)
+
+    @staticmethod
+    def accepted_within_lengths(op: str, accepted: torch.Tensor, lengths: torch.Tensor, loc: Any) -> None:
+        """Each live sequence accepts between 1 and all of its tokens (speculative decoding)."""
+        acc = accepted.to("cpu", torch.int64)
+        wrong = (lengths > 0) & ((acc < 1) | (acc > lengths))
+        if bool(wrong.any()):
+            b = int(torch.nonzero(wrong)[0])
+            fail(op, f"num_accepted_tokens[{b}]={int(acc[b])} is outside [1, {int(lengths[b])}]", loc)

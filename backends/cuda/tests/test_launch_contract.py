@@ -1,0 +1,72 @@
+"""Every TileLang kernel's launcher conforms to its interface's launch signature, checked without a GPU.
+
+The launchers are closures made per build key, so the core checks them when they are built
+(``tileops_core.kernels.contract.check_built``), on a GPU. Here each class's ``launcher(key)``
+runs with its compiled functions stood in for (the build functions it calls are replaced), so a
+launcher that drifts from its interface fails on the CPU, before any GPU run.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tileops_core.kernels.contract import declared_launch, mismatches  # noqa: E402
+from tileops_cuda import registered  # noqa: E402
+from tileops_cuda.kernels import conv1d, rgdr  # noqa: E402
+
+
+def _unused(*args: Any) -> None:
+    raise AssertionError("a stand-in compiled function is never called here")
+
+
+def _rgdr_build(key: rgdr.RGDRBuildKey) -> SimpleNamespace:
+    schedule = rgdr.default_schedule(key)
+    return SimpleNamespace(run=rgdr._make_run(key, schedule, {t: _unused for t in schedule.tilings()}, 4))
+
+
+#: Each build function ``registered`` calls, replaced by one returning the compiled functions stood in for.
+STAND_INS = {
+    "build_rmsnorm": lambda key: SimpleNamespace(fn=_unused),
+    "build_softmax": lambda key: SimpleNamespace(fn=_unused),
+    "build_silu_and_mul": lambda key: SimpleNamespace(fn=_unused),
+    "build_group_norm": lambda key: SimpleNamespace(fn=_unused),
+    "build_gemm": lambda key: SimpleNamespace(fn=_unused),
+    "build_zero_centred_rmsnorm": lambda key: SimpleNamespace(fn=_unused),
+    "build_gated_rmsnorm": lambda key: SimpleNamespace(fn=_unused),
+    "build_gdn_gating": lambda key: SimpleNamespace(fn=_unused),
+    "build_rgdr": _rgdr_build,
+    "build_conv_update": lambda key: SimpleNamespace(run=conv1d._make_update_run(key, _unused)),
+    "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused, _unused)),
+}
+
+#: A build key each launcher can be made from (only the fields a launcher reads matter).
+ANY_KEY = SimpleNamespace(dtype="float16", hidden=256, has_weight=True, length=256, width=256, n=256, k=256, heads=8,
+                          arch="sm_90")
+KEYS: dict[str, Any] = {
+    "TileLangSum": ("float16", "float16", "sm_90"),
+    "TileLangRGDR": rgdr.RGDRBuildKey(input_dtype="bfloat16", state_dtype="bfloat16", num_k_heads=2, num_v_heads=4,
+                                      head_k_dim=128, head_v_dim=128),
+    "TileLangCausalConv1dUpdate": conv1d.ConvUpdateBuildKey("bfloat16", 256, 4),
+    "TileLangCausalConv1dVarlen": conv1d.ConvVarlenBuildKey("bfloat16", 256, 4),
+}
+
+
+@pytest.fixture
+def stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, build in STAND_INS.items():
+        monkeypatch.setattr(registered, name, build)
+
+
+@pytest.mark.parametrize("impl", registered.KERNELS, ids=lambda k: k.__name__)
+@pytest.mark.parametrize("has_weight", [True, False])
+def test_the_launcher_of_each_tilelang_kernel_conforms_to_its_interface(stand_ins: None, impl: Any,
+                                                                        has_weight: bool) -> None:
+    key = KEYS.get(impl.__name__, SimpleNamespace(**{**vars(ANY_KEY), "has_weight": has_weight}))
+    declared = declared_launch(impl.interface())
+    assert declared is not None
+    assert mismatches(declared, impl.launcher(key), impl.writes_outputs) == []
