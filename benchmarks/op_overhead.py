@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from tileops_core.kernels import BackendInfo, KernelEntry, KernelInterface, registry
+from tileops_core.kernels import BackendInfo, KernelEntry, KernelInterface, launch_signature, registry
 from tileops_core.op import Op
 
 OVERHEAD_TARGET_US = 5.0
@@ -64,6 +64,10 @@ class NoopKernel(KernelInterface):
 
     op = "ReciprocalFwdOp"
 
+    @launch_signature
+    def launch(input: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError  # a declaration, checked when the no-op kernel is built
+
 
 class ReciprocalFwdOp(Op):
     """``ReciprocalFwdOp`` bound to its manifest entry, launching :class:`NoopKernel`."""
@@ -81,6 +85,11 @@ class ScriptRMSNormKernel(KernelInterface):
     """The launch site of the fallback RMSNormFwdOp (when the catalogue or cpu_ref is absent)."""
 
     op = "RMSNormFwdOp"
+
+    @launch_signature
+    def launch(x: torch.Tensor, weight: torch.Tensor | None, normalized_shape: tuple[int, ...],
+               eps: float | None) -> torch.Tensor:
+        raise NotImplementedError  # a declaration, checked when the script kernel is built
 
 
 def _script_rms_norm(x: torch.Tensor, weight: torch.Tensor | None, normalized_shape: tuple[int, ...],

@@ -37,7 +37,7 @@ class MetaRMSNorm(RMSNormKernel):
 
     @classmethod
     def entry_for(cls, call):
-        return KernelEntry(("meta", call.dtypes["x"]), lambda: (lambda x, weight, shape, eps, out: None))
+        return KernelEntry(("meta", call.dtypes["x"]), lambda: (lambda x, weight, normalized_shape, eps, out=None: None))
 
 
 def tileops_register(registrar):
@@ -101,7 +101,7 @@ def test_a_plugin_loaded_after_a_call_makes_the_cached_plan_again(tmp_path, monk
 
 
 def test_a_kernel_that_raises_is_named_with_its_backend_and_call_spec(fake_backend):
-    def broken(x, weight, shape, eps):
+    def broken(x, weight, normalized_shape, eps):
         raise ZeroDivisionError("tile size 0")
 
     impl = fake_backend.kernel(RMSNormKernel, broken, general=False)
@@ -117,7 +117,7 @@ def test_a_kernel_that_raises_is_named_with_its_backend_and_call_spec(fake_backe
 def test_a_writes_outputs_kernel_gets_outputs_of_the_planned_shape_dtype_and_device(fake_backend):
     seen = []
 
-    def into(x, weight, shape, eps, out):
+    def into(x, weight, normalized_shape, eps, out=None):
         seen.append((tuple(out.shape), out.dtype, out.device, out.is_contiguous()))
         out.copy_(x * 2)
 

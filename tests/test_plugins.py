@@ -647,3 +647,45 @@ def test_a_plugin_whose_manifest_file_cannot_be_read_is_told_that_file_and_line(
     assert "because this plugin's manifest could not be read: broken_spec:manifest/broken.yaml:" in record.reason
     assert "YAML syntax error" in record.reason
     assert "ship its spec in a directory" not in record.reason
+
+
+def test_a_plugin_registering_a_kernel_that_does_not_conform_to_its_interface_is_rolled_back_whole(site):
+    module = install(site, """
+        import torch
+        from tileops_core.kernels import KernelInterface, launch_signature
+
+        class ProbeKernel(KernelInterface):
+            op = "ProbeOp"
+
+            @launch_signature
+            def launch(x: torch.Tensor, eps: float) -> torch.Tensor:
+                raise NotImplementedError
+
+        def good(x, eps):
+            return x
+
+        def bad(x, epsilon):
+            return x
+
+        class Good(ProbeKernel):
+            devices = ("cpu",)
+            launchers = classmethod(lambda cls: {"fn": good})
+
+        class Bad(ProbeKernel):
+            devices = ("cpu",)
+            launchers = classmethod(lambda cls: {"fn": bad})
+
+        def tileops_register(registrar):
+            registrar.backend("contractback", device_types=("cpu",), core_major=%d)
+            registrar.kernels(Good, Bad)
+    """ % CORE_MAJOR)
+    with pytest.warns(RuntimeWarning):
+        records = reload_all()
+    assert records["fakeplug"].status == "failed"
+    assert records["fakeplug"].reason == (
+        f"backend 'contractback' rolled back: kernel {module}:Bad does not conform to the launch signature of interface "
+        f"{module}:ProbeKernel (its fn): missing parameter 'eps'; extra required parameter 'epsilon' (only "
+        "parameters with a default, e.g. out=None, may follow the interface's)\n"
+        "  interface: launch(x: torch.Tensor, eps: float) -> torch.Tensor\n  kernel:    (x, epsilon)")
+    assert registry.implementations(sys.modules[module].ProbeKernel) == []
+    assert "contractback" not in registry.backends()
