@@ -145,7 +145,22 @@ def test_a_writes_outputs_kernel_must_take_the_outputs_after_the_declared_parame
 
 def test_a_c_function_is_refused_because_its_signature_cannot_be_read():
     assert mismatches(NormKernel.launch, torch.relu) == [
-        "its signature cannot be read (a C function?): wrap it in a def taking the interface's parameters"]
+        "its signature cannot be read (a C function?): wrap it in a def taking the interface's parameters, "
+        "or return the torch.ops overload (torch.ops.ns.op.default), whose schema names them"]
+
+
+def test_a_torch_ops_overload_is_read_from_its_schema():
+    class AddKernel(KernelInterface):
+        @launch_signature
+        def launch(self: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+            raise NotImplementedError
+
+    assert AddKernel.launch is not None
+    assert mismatches(AddKernel.launch, torch.ops.aten.add.Tensor) == []  # (self, other, *, alpha=1)
+    assert mismatches(NormKernel.launch, torch.ops.aten.add.Tensor) == [
+        "missing parameters 'x', 'weight', 'eps'",
+        "extra required parameters 'self', 'other' (only parameters with a default, e.g. out=None, may follow the "
+        "interface's)"]
 
 
 def test_a_launcher_made_per_build_is_checked_when_built_and_selection_falls_back():
@@ -216,7 +231,10 @@ def test_every_core_interface_declares_a_launch_signature_that_resolves():
     interfaces = _core_interfaces()
     assert len(interfaces) >= 18
     undeclared = [i.qualname() for i in interfaces if declared_launch(i) is None]
-    assert undeclared == []
+    assert undeclared == [], (
+        "add to each `@launch_signature def launch(...)` with the parameters its op's forward passes to "
+        "self.launch(Interface, ...), in order, named as the spec names them (plugins/README.md, 'The launch "
+        "contract'); the ContractWarning of its reference kernel prints a stub to start from")
     for interface in interfaces:
         launch = declared_launch(interface)
         assert launch is not None and launch.resolved().parameters
@@ -227,7 +245,7 @@ def test_every_reference_kernel_conforms_to_its_interface():
 
     for impl in KERNELS:
         assert impl.launchers(), impl
-        check_registered(impl)
+        check_registered(impl, set())
 
 
 def test_the_launch_signature_is_what_forward_passes():

@@ -9,7 +9,8 @@ from .select import Selection, kernel_for, select_kernel
 from .targets import Target, current_target, parse_target, set_target, use_target
 
 __all__ = [
-    "BackendInfo", "CallSpec", "ContractWarning", "KernelEntry", "KernelInterface", "LaunchSignature", "Registration", "Registry", "Selection", "Target",
-    "active", "backend_of", "current_target", "device_arch", "kernel_for", "launch_signature", "parse_target", "register_arch_detector",
+    "BackendInfo", "CallSpec", "ContractWarning", "KernelEntry", "KernelInterface", "LaunchSignature", "Registration",
+    "Registry", "Selection", "Target", "active", "backend_of", "current_target", "device_arch", "kernel_for",
+    "launch_signature", "parse_target", "register_arch_detector",
     "register_backend", "register_kernel", "select_kernel", "set_target", "use_registry", "use_target",
 ]

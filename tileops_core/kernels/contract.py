@@ -30,7 +30,6 @@ why it is not refused). Annotations a kernel's module cannot resolve (names impo
 from __future__ import annotations
 
 import inspect
-import threading
 import types
 import typing
 import warnings
@@ -55,16 +54,19 @@ def declared_launch(interface: type[KernelInterface]) -> LaunchSignature | None:
     return declared if isinstance(declared, LaunchSignature) else None
 
 
-def check_registered(impl: type[KernelInterface]) -> None:
+def check_registered(impl: type[KernelInterface], warned: set[type[KernelInterface]]) -> None:
     """The registration-time check: ``impl``'s static launchers against its interface.
 
     Raises :class:`PluginError` naming the kernel, the interface and the parameters that
-    differ; warns once per interface that declares no launch signature.
+    differ. Warns about an interface that declares no launch signature unless it is in
+    ``warned`` (the registry's set: once per interface and registry), then adds it.
     """
     interface = impl.interface()
     declared = declared_launch(interface)
     if declared is None:
-        _warn_undeclared(interface, impl)
+        if interface not in warned:
+            warned.add(interface)
+            _warn_undeclared(interface, impl)
         return
     _resolve_declared(interface, declared)
     for name, launcher in impl.launchers().items():
@@ -84,7 +86,8 @@ def mismatches(declared: LaunchSignature, launcher: Callable[..., Any], writes_o
     try:
         signature, resolved = _signature(launcher)
     except (TypeError, ValueError):
-        return ["its signature cannot be read (a C function?): wrap it in a def taking the interface's parameters"]
+        return ["its signature cannot be read (a C function?): wrap it in a def taking the interface's parameters, "
+                "or return the torch.ops overload (torch.ops.ns.op.default), whose schema names them"]
     expected = list(declared.resolved().parameters.values())
     names = [p.name for p in expected]
     params = signature.parameters
@@ -138,7 +141,16 @@ def _resolve_declared(interface: type[KernelInterface], declared: LaunchSignatur
 
 
 def _signature(launcher: Callable[..., Any]) -> tuple[inspect.Signature, bool]:
-    """The launcher's signature and whether its annotations resolved (TypeError/ValueError: unreadable)."""
+    """The launcher's signature and whether its annotations resolved (TypeError/ValueError: unreadable).
+
+    A ``torch.ops`` operator (an ``OpOverload``) is read from its schema: argument names,
+    keyword-only ones and defaults (its types are not compared).
+    """
+    schema = getattr(launcher, "_schema", None)
+    if schema is not None and hasattr(schema, "arguments"):
+        return inspect.Signature([
+            _P(a.name, _P.KEYWORD_ONLY if a.kwarg_only else _P.POSITIONAL_OR_KEYWORD,
+               default=None if a.has_default_value() else _P.empty) for a in schema.arguments]), False
     try:
         return inspect.signature(launcher, eval_str=True), True
     except (NameError, AttributeError, SyntaxError):  # names under TYPE_CHECKING: compare without annotations
@@ -175,15 +187,7 @@ def _show(annotation: Any) -> str:
     return inspect.formatannotation(annotation)
 
 
-_warned: set[type[KernelInterface]] = set()
-_warned_lock = threading.Lock()
-
-
 def _warn_undeclared(interface: type[KernelInterface], impl: type[KernelInterface]) -> None:
-    with _warned_lock:
-        if interface in _warned:
-            return
-        _warned.add(interface)
     example = next(iter(impl.launchers().values()), None)
     suggestion = f"def launch{_display(example)}" if example is not None else "def launch(<parameters>) -> <result>"
     warnings.warn(

@@ -179,6 +179,8 @@ class Registry:
         self._backend_of: dict[Impl, str] = {}
         self._failures: list[LoadFailure] = []
         self._arch_cache: dict[Any, str] = {}
+        #: Interfaces without a launch signature already warned about (once per interface).
+        self._contract_warned: set[Impl] = set()
         self.plugins = PluginState()
         self.caches = SelectionCaches()
 
@@ -212,12 +214,13 @@ class Registry:
             raise PluginError(f"{impl!r} is not a kernel implementation (a subclass of a kernel interface)")
         if not impl.devices:
             raise PluginError(f"{impl.qualname()} declares no devices")
-        check_registered(impl)  # the launch contract (kernels.contract); its PluginError rolls the plugin back
         with self.lock:
             registration._check_live()
             existing = self._impls.setdefault(impl.interface(), [])
             if impl in existing:
                 raise PluginError(f"{impl.qualname()} is registered twice")
+            # The launch contract (kernels.contract); its PluginError rolls the plugin back.
+            check_registered(impl, self._contract_warned)
             existing.append(impl)
             self._backend_of[impl] = registration.backend
             registration.kernels.append(impl)

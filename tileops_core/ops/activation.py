@@ -13,7 +13,7 @@ __all__ = ["SiluAndMulKernel", "SiluAndMulFwdOp"]
 
 
 class SiluAndMulKernel(KernelInterface):
-    """``kernel(x) -> out`` with ``out = silu(x[..., :N]) * x[..., N:]``."""
+    """``out = silu(x[..., :N]) * x[..., N:]``; called as ``launch`` declares."""
 
     op = "SiluAndMulFwdOp"
     specialise_on = ("N",)

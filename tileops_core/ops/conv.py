@@ -24,8 +24,8 @@ __all__ = [
 
 
 class CausalConv1dUpdateKernel(KernelInterface):
-    """``kernel(x, conv_state, weight, actual_seq_lengths, conv_state_indices, bias, num_accepted_tokens,
-    activation, seq_lens_style) -> out``; writes one pool slot per token (``conv_state`` is mutated).
+    """The decode step, called as ``launch`` declares; writes one pool slot per token (``conv_state``
+    is mutated).
 
     Kernels specialise on the channel count and width, never on B, T or the pool size. They
     read strided ``x`` and ``conv_state`` themselves (no contiguity copies by the core).
@@ -42,8 +42,7 @@ class CausalConv1dUpdateKernel(KernelInterface):
 
 
 class CausalConv1dVarlenKernel(KernelInterface):
-    """``kernel(x, conv_state, weight, actual_seq_lengths, conv_state_indices, has_initial_state, bias,
-    activation, seq_lens_style) -> out``; writes one pool slot per non-empty sequence.
+    """The varlen prefill, called as ``launch`` declares; writes one pool slot per non-empty sequence.
 
     Kernels specialise on the channel count and width, never on B, T or the pool size.
     """

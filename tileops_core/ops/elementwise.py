@@ -13,7 +13,7 @@ __all__ = ["ReciprocalKernel", "ReciprocalFwdOp"]
 
 
 class ReciprocalKernel(KernelInterface):
-    """``kernel(input, out | None) -> output``; writes into ``out`` when it is given."""
+    """``1 / input``, called as ``launch`` declares; writes into ``out`` when it is given."""
 
     op = "ReciprocalFwdOp"
 

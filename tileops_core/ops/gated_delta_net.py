@@ -24,7 +24,7 @@ __all__ = [
 
 
 class ZeroCentredRMSNormKernel(KernelInterface):
-    """``kernel(x, weight, eps) -> output`` with ``output = rmsnorm(x) · (1 + weight)``."""
+    """``output = rmsnorm(x) · (1 + weight)``; called as ``launch`` declares."""
 
     op = "ZeroCentredRMSNormFwdOp"
     specialise_on = ("N",)
@@ -52,8 +52,7 @@ class ZeroCentredRMSNormFwdOp(Op):
 
 
 class FusedAddZeroCentredRMSNormKernel(KernelInterface):
-    """``kernel(x, residual, weight, eps) -> output``; writes ``x + residual`` into ``residual``
-    and normalises that sum."""
+    """Writes ``x + residual`` into ``residual`` and normalises that sum; called as ``launch`` declares."""
 
     op = "FusedAddZeroCentredRMSNormFwdOp"
     specialise_on = ("N",)
@@ -78,7 +77,7 @@ class FusedAddZeroCentredRMSNormFwdOp(Op):
 
 
 class GatedRMSNormKernel(KernelInterface):
-    """``kernel(x, gate, weight, eps) -> output`` with ``output = (weight · rmsnorm(x)) · silu(gate)``."""
+    """``output = (weight · rmsnorm(x)) · silu(gate)``; called as ``launch`` declares."""
 
     op = "GatedRMSNormFwdOp"
     specialise_on = ("D",)
@@ -102,14 +101,15 @@ class GatedRMSNormFwdOp(Op):
 
 
 class GDNGatingKernel(KernelInterface):
-    """``kernel(a, b, A_log, dt_bias) -> (g, beta)``: ``g = -exp(A_log) · softplus(a + dt_bias)``
-    in float32, ``beta = sigmoid(b)`` in b's dtype."""
+    """``(g, beta)``: ``g = -exp(A_log) · softplus(a + dt_bias)`` in float32, ``beta = sigmoid(b)``
+    in b's dtype; called as ``launch`` declares."""
 
     op = "GDNGatingFwdOp"
     specialise_on = ("NV",)
 
     @launch_signature
-    def launch(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def launch(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
+               dt_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError  # a declaration: kernels implement it
 
 

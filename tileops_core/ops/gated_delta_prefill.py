@@ -23,8 +23,7 @@ __all__ = ["ChunkGDRKernel", "ChunkGatedDeltaRuleFwdOp", "chunk_gdr_prefill_work
 
 
 class ChunkGDRKernel(KernelInterface):
-    """``kernel(query, key, value, g, beta, state, cu_seqlens, ssm_state_indices, has_initial_state,
-    scale, use_qk_l2norm_in_kernel) -> out``.
+    """The chunked gated delta rule, called as ``launch`` declares.
 
     Reads each sequence's initial state before writing any, and writes one final state per
     sequence with tokens and a slot (``state`` is mutated). Kernels specialise on head counts
@@ -39,7 +38,8 @@ class ChunkGDRKernel(KernelInterface):
     @launch_signature
     def launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                state: torch.Tensor, cu_seqlens: torch.Tensor, ssm_state_indices: torch.Tensor,
-               has_initial_state: torch.Tensor | None, scale: float | None, use_qk_l2norm_in_kernel: bool) -> torch.Tensor:
+               has_initial_state: torch.Tensor | None, scale: float | None,
+               use_qk_l2norm_in_kernel: bool) -> torch.Tensor:
         raise NotImplementedError  # a declaration: kernels implement it
 
 

@@ -13,7 +13,7 @@ __all__ = ["BmmKernel", "BmmFwdOp", "GemmKernel", "GemmFwdOp", "LinearKernel", "
 
 
 class BmmKernel(KernelInterface):
-    """``kernel(a, b) -> d``."""
+    """``d = a @ b`` per batch; called as ``launch`` declares."""
 
     op = "BmmFwdOp"
     specialise_on = ("N", "K")
@@ -36,7 +36,7 @@ class BmmFwdOp(Op):
 
 
 class GemmKernel(KernelInterface):
-    """``kernel(a, b, trans_a, trans_b) -> d``; the flags are in the call spec's flags."""
+    """``d = op(a) @ op(b)``; the transpose flags are also in the call spec's flags."""
 
     op = "GemmFwdOp"
     specialise_on = ("N", "K")
@@ -61,7 +61,7 @@ class GemmFwdOp(Op):
 
 
 class LinearKernel(KernelInterface):
-    """``kernel(input, weight, bias | None) -> output``."""
+    """``output = input @ weight.T + bias``; called as ``launch`` declares."""
 
     op = "LinearFwdOp"
     specialise_on = ("in_features", "out_features")

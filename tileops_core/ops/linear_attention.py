@@ -17,8 +17,7 @@ __all__ = ["RGDRCall", "RGDRKernel", "RecurrentGatedDeltaRuleFwdOp", "rgdr_decod
 
 
 class RGDRKernel(KernelInterface):
-    """``kernel(query, key, value, beta, state, actual_seq_lengths, ssm_state_indices, g, gk,
-    num_accepted_tokens, scale, seq_lens_style, use_qk_l2norm_in_kernel) -> out``.
+    """The gated delta rule decode step, called as ``launch`` declares.
 
     Writes one state slot per token (``state`` is mutated). Kernels specialise on head
     counts and sizes, never on B or T.

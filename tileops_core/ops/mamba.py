@@ -13,14 +13,15 @@ __all__ = ["SSDDecodeKernel", "SSDDecodeFwdOp"]
 
 
 class SSDDecodeKernel(KernelInterface):
-    """``kernel(A, dt, x, B_in, C_in, state) -> y_out``; writes ``state`` in place."""
+    """The SSD decode step, called as ``launch`` declares; writes ``state`` in place."""
 
     op = "SSDDecodeFwdOp"
     specialise_on = ("H", "P", "N", "G")
     needs_contiguous = True
 
     @launch_signature
-    def launch(A: torch.Tensor, dt: torch.Tensor, x: torch.Tensor, B_in: torch.Tensor, C_in: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    def launch(A: torch.Tensor, dt: torch.Tensor, x: torch.Tensor, B_in: torch.Tensor, C_in: torch.Tensor,
+               state: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError  # a declaration: kernels implement it
 
 

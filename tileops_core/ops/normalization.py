@@ -16,7 +16,7 @@ __all__ = ["RMSNormCall", "RMSNormKernel", "RMSNormFwdOp", "GroupNormKernel", "G
 
 
 class RMSNormKernel(KernelInterface):
-    """``kernel(x, weight | None, normalized_shape, eps | None) -> output``."""
+    """RMSNorm over the trailing ``normalized_shape`` axes; called as ``launch`` declares."""
 
     op = "RMSNormFwdOp"
     specialise_on = ("N",)
@@ -52,7 +52,7 @@ class RMSNormFwdOp(Op):
 
 
 class GroupNormKernel(KernelInterface):
-    """``kernel(x, weight | None, bias | None, num_groups, eps) -> output``."""
+    """GroupNorm over ``[N, C, *]``; called as ``launch`` declares."""
 
     op = "GroupNormFwdOp"
 

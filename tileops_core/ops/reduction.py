@@ -17,7 +17,7 @@ __all__ = [
 
 
 class SoftmaxKernel(KernelInterface):
-    """``kernel(input, dim, dtype: torch.dtype | None) -> output``; ``N`` is the promised axis length."""
+    """Softmax along ``dim``, called as ``launch`` declares; ``N`` is the promised axis length."""
 
     op = "SoftmaxFwdOp"
     specialise_on = ("N", "dim")
@@ -43,7 +43,7 @@ class SoftmaxFwdOp(Op):
 
 
 class SumKernel(KernelInterface):
-    """``kernel(input, dim, keepdim, dtype: torch.dtype | None) -> output``."""
+    """``torch.sum`` over ``dim``; called as ``launch`` declares."""
 
     op = "SumFwdOp"
 

@@ -179,3 +179,11 @@ def test_selection_builds_the_launcher_once_and_it_launches_through_the_register
                             timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_the_built_launcher_conforms_to_rgdr_kernels_declared_launch_signature():
+    from tileops_core.kernels.contract import mismatches
+    from tileops_core.ops.linear_attention import RGDRKernel
+
+    assert RGDRKernel.launch is not None
+    assert mismatches(RGDRKernel.launch, _launcher(), AscendRGDR310P.writes_outputs) == []

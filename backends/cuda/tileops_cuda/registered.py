@@ -15,6 +15,13 @@ where the interface does not guarantee one (a no-op when already contiguous), a 
 where the kernel's tensor rank differs from the call's. Called without the outputs (a core
 that allocates nothing) it allocates them itself, so it serves either contract.
 
+The launch functions take their interface's declared launch signature (``RGDRKernel.launch``,
+...) by its names, then the outputs with defaults. Being closures over a build key, they are
+checked against it when built (``tileops_core.kernels.contract.check_built``), not at
+registration; ``tests/test_launch_contract.py`` makes each one on the CPU with the compiled
+functions stood in for. Call specs are read through the interfaces' typed views where the
+core offers one (``RMSNormCall``, ``RGDRCall``).
+
 Nothing here imports tilelang: ``build()`` does, the first time a call needs the kernel.
 """
 
