@@ -18,7 +18,7 @@ that allocates nothing) it allocates them itself, so it serves either contract.
 The launch functions take their interface's declared launch signature (``RGDRKernel.launch``,
 ...) by its names, then the outputs with defaults. Being closures over a build key, they are
 checked against it when built (``tileops_core.kernels.contract.check_built``), not at
-registration; ``tests/test_launch_contract.py`` makes each one on the CPU with the compiled
+registration; ``tests/test_cuda_launch_contract.py`` makes each one on the CPU with the compiled
 functions stood in for. Call specs are read through the interfaces' typed views where the
 core offers one (``RMSNormCall``, ``RGDRCall``).
 
