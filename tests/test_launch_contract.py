@@ -138,9 +138,29 @@ def test_a_writes_outputs_kernel_must_take_the_outputs_after_the_declared_parame
     def norm(x: Any, weight: Any, eps: Any) -> Any:
         return x
 
-    with pytest.raises(PluginError, match=r"it declares writes_outputs but takes no parameter after the "
-                                          r"interface's for the outputs the core passes \(add out=None\)"):
+    with pytest.raises(PluginError, match=r"it declares writes_outputs but takes 0 parameter\(s\) after the "
+                                          r"interface's for the 1 output\(s\) the core passes \(add out=None for "
+                                          r"each\)"):
         register(kernel_of(NormKernel, norm, writes_outputs=True))
+
+
+def test_a_writes_outputs_kernel_takes_one_parameter_per_declared_output():
+    class PairKernel(KernelInterface):
+        @launch_signature
+        def launch(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            raise NotImplementedError
+
+    def one(a: Any, g: Any = None) -> Any:
+        return g
+
+    def both(a: Any, g: Any = None, beta: Any = None) -> Any:
+        return g, beta
+
+    assert PairKernel.launch is not None
+    assert mismatches(PairKernel.launch, one, writes_outputs=True) == [
+        "it declares writes_outputs but takes 1 parameter(s) after the interface's for the 2 output(s) the core "
+        "passes (add out=None for each)"]
+    assert mismatches(PairKernel.launch, both, writes_outputs=True) == []
 
 
 def test_a_c_function_is_refused_because_its_signature_cannot_be_read():

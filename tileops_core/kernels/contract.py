@@ -6,8 +6,8 @@ launcher conforms when it takes those parameters, by those names, in that order,
 passable by position, with annotations that accept the declared ones (an unannotated or
 ``Any`` parameter accepts anything; a union accepts its members). After them it may take
 more parameters only with defaults (``out=None``); a kernel declaring ``writes_outputs``
-must take at least one there, since the core passes the outputs it allocated after the
-declared arguments.
+must take one there per output the declaration returns (``-> tuple[Tensor, Tensor]`` is
+two), since the core passes the outputs it allocated after the declared arguments.
 
 When each part is checked (pluggy's ``_verify_hook`` and torch's ``infer_schema`` are the
 models: a contract is checked when it is registered, never per call):
@@ -114,9 +114,10 @@ def mismatches(declared: LaunchSignature, launcher: Callable[..., Any], writes_o
             if have is not None and not _accepts(have.annotation, want.annotation):
                 problems.append(f"{want.name!r} is annotated {_show(have.annotation)} where the interface has "
                                 f"{_show(want.annotation)}")
-    if writes_outputs and len(positional) <= len(names) and not takes_varargs:
-        problems.append("it declares writes_outputs but takes no parameter after the interface's for the outputs "
-                        "the core passes (add out=None)")
+    outputs = _output_count(declared.resolved().return_annotation)
+    if writes_outputs and len(positional) - len(names) < outputs and not takes_varargs:
+        problems.append(f"it declares writes_outputs but takes {max(len(positional) - len(names), 0)} parameter(s) "
+                        f"after the interface's for the {outputs} output(s) the core passes (add out=None for each)")
     return problems
 
 
@@ -162,6 +163,14 @@ def _display(fn: Callable[..., Any]) -> str:
         return str(_signature(fn)[0])
     except (TypeError, ValueError):
         return repr(fn)
+
+
+def _output_count(returns: Any) -> int:
+    """How many outputs a declared return annotation names: ``tuple[Tensor, Tensor]`` is two."""
+    args = typing.get_args(returns)
+    if typing.get_origin(returns) is tuple and args and Ellipsis not in args:
+        return len(args)
+    return 1
 
 
 def _names(word: str, names: list[str]) -> str:
