@@ -17,7 +17,7 @@ import tileops_core.ops
 from tileops_core import PluginError
 from tileops_core.kernels import ContractWarning, KernelEntry, KernelInterface, launch_signature, registry
 from tileops_core.kernels.call_view import CallView, dim, flag
-from tileops_core.kernels.contract import check_registered, declared_launch, mismatches
+from tileops_core.kernels.contract import check_registered, declared_launch, mismatches, suggested_declaration
 from tileops_core.kernels.interface import CallSpec
 from tileops_core.ops.normalization import RMSNormCall, RMSNormFwdOp, RMSNormKernel
 
@@ -222,7 +222,7 @@ def test_an_interface_without_a_declaration_is_accepted_with_a_warning_saying_wh
         "every other kernel of it are registered unchecked. Add to class Undeclared, with the parameters its op's "
         "forward passes to self.launch(Undeclared, ...), in order:\n"
         "    @launch_signature  # from tileops_core.kernels\n"
-        "    def launch(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor: ...")
+        "    def launch(x: torch.Tensor) -> torch.Tensor: ...")
     assert registry.implementations(Undeclared) == [impl]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -250,11 +250,15 @@ def _core_interfaces() -> list[type[KernelInterface]]:
 def test_every_core_interface_declares_a_launch_signature_that_resolves():
     interfaces = _core_interfaces()
     assert len(interfaces) >= 18
-    undeclared = [i.qualname() for i in interfaces if declared_launch(i) is None]
-    assert undeclared == [], (
-        "add to each `@launch_signature def launch(...)` with the parameters its op's forward passes to "
-        "self.launch(Interface, ...), in order, named as the spec names them (plugins/README.md, 'The launch "
-        "contract'); the ContractWarning of its reference kernel prints a stub to start from")
+    from tileops_cpu_ref.kernels import KERNELS
+
+    reference = {impl.interface(): impl for impl in KERNELS}
+    undeclared = [i for i in interfaces if declared_launch(i) is None]
+    assert undeclared == [], "add to each, with the parameters its op's forward passes to self.launch(...), in " \
+        "order, named as the spec names them (plugins/README.md, 'The launch contract'):\n" + "\n".join(
+            f"  {i.qualname()}:\n    @launch_signature\n    "
+            + (suggested_declaration(reference[i]) if i in reference else "def launch(<parameters>) -> <result>: ...")
+            for i in undeclared)
     for interface in interfaces:
         launch = declared_launch(interface)
         assert launch is not None and launch.resolved().parameters

@@ -38,7 +38,8 @@ from typing import Any, Callable
 from ..errors import PluginError
 from .interface import KernelInterface, LaunchSignature
 
-__all__ = ["ContractWarning", "check_built", "check_registered", "declared_launch", "mismatches"]
+__all__ = ["ContractWarning", "check_built", "check_registered", "declared_launch", "mismatches",
+           "suggested_declaration"]
 
 _P = inspect.Parameter
 _POSITIONAL = (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)
@@ -196,12 +197,25 @@ def _show(annotation: Any) -> str:
     return inspect.formatannotation(annotation)
 
 
-def _warn_undeclared(interface: type[KernelInterface], impl: type[KernelInterface]) -> None:
+def suggested_declaration(impl: type[KernelInterface]) -> str:
+    """A ``launch`` stub for ``impl``'s interface, from the signature of ``impl``'s first static
+    launcher (what to start a missing declaration from; trailing defaults like ``out=None`` go)."""
     example = next(iter(impl.launchers().values()), None)
-    suggestion = f"def launch{_display(example)}" if example is not None else "def launch(<parameters>) -> <result>"
+    if example is None:
+        return "def launch(<parameters>) -> <result>: ..."
+    try:
+        signature = _signature(example)[0]
+    except (TypeError, ValueError):
+        return "def launch(<parameters>) -> <result>: ..."
+    kept = [p.replace(default=_P.empty) for p in signature.parameters.values()
+            if p.kind in _POSITIONAL and p.default is _P.empty]
+    return f"def launch{signature.replace(parameters=kept)}: ..."
+
+
+def _warn_undeclared(interface: type[KernelInterface], impl: type[KernelInterface]) -> None:
     warnings.warn(
         f"interface {interface.qualname()} declares no launch signature, so kernel {impl.qualname()} and every "
         f"other kernel of it are registered unchecked. Add to class {interface.__name__}, with the parameters "
         f"its op's forward passes to self.launch({interface.__name__}, ...), in order:\n"
-        f"    @launch_signature  # from tileops_core.kernels\n    {suggestion}: ...",
+        f"    @launch_signature  # from tileops_core.kernels\n    {suggested_declaration(impl)}",
         ContractWarning, stacklevel=4)
