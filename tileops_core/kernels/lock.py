@@ -18,18 +18,19 @@ distribution whose version differs from the lock's is warned about once, naming 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from ..errors import SelectionError, TileOpsError
 from .interface import CallSpec
 from .registry import GENERATION
 
-__all__ = ["LockEntry", "KernelLock", "call_key", "read_lock", "write_lock", "set_lock", "active_lock",
+__all__ = ["LockEntry", "KernelLock", "call_key", "read_lock", "write_lock", "set_lock", "use_lock", "active_lock",
            "refresh_env_lock", "ENV_VAR", "FORMAT"]
 
 ENV_VAR = "TILEOPS_LOCK"
@@ -143,6 +144,17 @@ def set_lock(path: str | Path | None) -> KernelLock | None:
     _loaded[0] = None if path is None else read_lock(path)
     GENERATION[0] += 1  # selections and plans made under the old lock are made again
     return _loaded[0] if isinstance(_loaded[0], KernelLock) else None
+
+
+@contextlib.contextmanager
+def use_lock(path: str | Path | None) -> Iterator[KernelLock | None]:
+    """:func:`set_lock` for the block (process-wide, like it); the previous lock comes back after."""
+    previous = (_path[0], _loaded[0])
+    try:
+        yield set_lock(path)
+    finally:
+        _path[0], _loaded[0] = previous
+        GENERATION[0] += 1
 
 
 def refresh_env_lock() -> None:

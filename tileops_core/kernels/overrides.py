@@ -25,10 +25,11 @@ generation, so cached selections and op plans are made again.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from ..errors import SelectionError, TileOpsError
 from .interface import KernelInterface
@@ -37,7 +38,7 @@ from .registry import GENERATION
 if TYPE_CHECKING:
     from .registry import Registry
 
-__all__ = ["KernelRule", "KernelOverrides", "parse_overrides", "set_kernel_overrides", "kernel_overrides",
+__all__ = ["KernelRule", "KernelOverrides", "parse_overrides", "set_kernel_overrides", "use_kernel_overrides", "kernel_overrides",
            "refresh_env_overrides", "override_problems", "check_overrides", "ENV_VAR"]
 
 ENV_VAR = "TILEOPS_KERNELS"
@@ -115,6 +116,17 @@ def set_kernel_overrides(text: str | None, source: str = "set_kernel_overrides()
     _process[0] = parse_overrides(text, source) if text else None
     _changed()
     return _process[0]
+
+
+@contextlib.contextmanager
+def use_kernel_overrides(text: str | None, source: str = "use_kernel_overrides()") -> Iterator[KernelOverrides | None]:
+    """:func:`set_kernel_overrides` for the block (process-wide, like it); the previous ones come back after."""
+    previous = _process[0]
+    try:
+        yield set_kernel_overrides(text, source)
+    finally:
+        _process[0] = previous
+        _changed()
 
 
 def refresh_env_overrides() -> None:

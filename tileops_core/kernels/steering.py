@@ -14,19 +14,20 @@ Each layer that took part, or was shadowed, is a line of :attr:`Steering.notes`,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
-from ..errors import SelectionError
+from ..errors import SelectionError, TileOpsError
+from .fingerprint import selection_fingerprint
 from .interface import CallSpec, KernelInterface
 from .lock import LockEntry, active_lock
-from .overrides import KernelRule, check_overrides
+from .overrides import KernelRule, check_overrides, kernel_overrides, override_problems
 from .targets import Target
 
 if TYPE_CHECKING:
     from .registry import Registry
 
-__all__ = ["Steering", "steering_for", "installed_distributions"]
+__all__ = ["Steering", "steering_for", "steering_layers", "installed_distributions"]
 
 Impl = type[KernelInterface]
 
@@ -108,3 +109,28 @@ def steering_for(interface: Impl, call: CallSpec, target: Target | None, registr
     pinned = frozenset(i for i in impls if pin.names(i, backend_of(i)))
     return Steering(None, denied, pinned, f"not what {overrides.source} pins for {call.op} ({pin.entry!r})", None, pin,
                     tuple(notes))
+
+
+def steering_layers(registry: "Registry") -> dict[str, Any]:
+    """The steering in force, for ``tileops explain`` and ``tileops backends``: the per-op
+    overrides and what in them names nothing installed, the lock followed (or why it cannot
+    be read) and the distributions that drifted from it, and the selection fingerprint."""
+    out: dict[str, Any] = {"overrides": None, "override_problems": [], "lock": None, "lock_drift": [],
+                           "lock_error": None, "fingerprint": selection_fingerprint(registry)}
+    try:
+        overrides = kernel_overrides()
+    except TileOpsError as exc:
+        out["override_problems"] = [str(exc)]
+    else:
+        if overrides is not None:
+            out["overrides"] = str(overrides)
+            out["override_problems"] = override_problems(overrides, registry)
+    try:
+        lock = active_lock()
+    except TileOpsError as exc:
+        out["lock_error"] = str(exc)
+    else:
+        if lock is not None:
+            out["lock"] = f"{lock.path} ({len(lock.entries)} call specs)"
+            out["lock_drift"] = lock.version_drift(installed_distributions(registry))
+    return out
