@@ -29,6 +29,7 @@ from ..kernels.interface import CallSpec
 from ..kernels.select import Selection, select_kernel
 from ..kernels.targets import Target, active_target_source, current_target, default_device, parse_target, \
     target_layers, use_target
+from ..op.definition import definition_of
 from ..spec.manifest import get_spec
 from ..spec.nodes import OpSpec, WorkloadRow
 from ..kernels.overrides import kernel_overrides
@@ -186,9 +187,10 @@ def _layers(op_name: str, op_target: Target | None) -> dict[str, str | None]:
 
 def _compiled_path(cls: type) -> str:
     """Which path a call of this op takes under ``torch.compile``."""
-    boundary = cls.definition().boundary
+    definition = definition_of(cls)
+    boundary = definition.boundary
     if boundary is None:
-        return f"traced as eager Python (no compile boundary: {cls.definition().boundary_reason})"
+        return f"traced as eager Python (no compile boundary: {definition.boundary_reason})"
     return f"the opaque custom op torch.ops.{boundary.qualname.replace('::', '.')} (its kernel chosen at run time)"
 
 
