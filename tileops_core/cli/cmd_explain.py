@@ -29,7 +29,7 @@ from ..kernels.interface import CallSpec
 from ..kernels.select import Selection, select_kernel
 from ..kernels.targets import Target, active_target_source, current_target, default_device, parse_target, \
     target_layers, use_target
-from ..op.definition import definition_of
+from ..op.decompose import compile_path
 from ..spec.manifest import get_spec
 from ..spec.nodes import OpSpec, WorkloadRow
 from ..kernels.overrides import kernel_overrides
@@ -166,7 +166,7 @@ def explain(op_name: str, *, workload: str | None = None, dtype: str | None = No
                    "layers": _layers(spec.name, op.target),
                    "problem": _target_problem(target)},
         "steering": steering_layers(registry.active()),
-        "compiled_path": _compiled_path(cls),
+        "compiled_path": compile_path(op.definition(), (s.chosen for s in selections)),
         "interfaces": [_selection_data(s) for s in selections],
         "report": [s.report() for s in selections],
     }
@@ -183,15 +183,6 @@ def _layers(op_name: str, op_target: Target | None) -> dict[str, str | None]:
         entry = str(exc)
     layers.insert(2, ("per-op overrides", entry))
     return dict(layers)
-
-
-def _compiled_path(cls: type) -> str:
-    """Which path a call of this op takes under ``torch.compile``."""
-    definition = definition_of(cls)
-    boundary = definition.boundary
-    if boundary is None:
-        return f"traced as eager Python (no compile boundary: {definition.boundary_reason})"
-    return f"the opaque custom op torch.ops.{boundary.qualname.replace('::', '.')} (its kernel chosen at run time)"
 
 
 def _target_problem(target: Target | None) -> str | None:

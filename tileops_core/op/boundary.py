@@ -31,6 +31,7 @@ import torch
 from ..kernels.fingerprint import selection_state_guard
 from ..lang.types import DTypeParam, Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
 from ..plugins.loader import ensure_plugins_loaded
+from .decompose import install_decomposition
 
 if TYPE_CHECKING:
     from .base import Op
@@ -208,9 +209,11 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
         return pick((result,) if len(spec.outputs) == 1 else tuple(result))
 
     def fake(*args: Any) -> Any:
-        # Hook (kernels/fingerprint.py): the trace sees the loaded selection state, so the guard
-        # that call_boundary reads after this op is not failed by the first call's plugin load.
+        # Hooks (kernels/fingerprint.py, op/decompose.py): the trace sees the loaded selection
+        # state, so the guard call_boundary reads after this op is not failed by the first call's
+        # plugin load; and Inductor's table holds this op's decomposition before it is consulted.
         ensure_plugins_loaded()
+        install_decomposition(boundary_ref[0])
         op = boundary_ref[0].instance(args[n_inputs:])
         plan = definition.plan(op, list(args[:n_inputs]) + [None] * n_buffers, kernels=False)
         return pick(tuple(torch.empty(s, dtype=d, device=plan.device) for s, d in zip(plan.out_shapes,

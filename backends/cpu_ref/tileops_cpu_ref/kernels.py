@@ -113,6 +113,7 @@ def _rms_norm_direct(x: torch.Tensor, weight: torch.Tensor | None, normalized_sh
 
 
 class RefRMSNorm(_Reference, RMSNormKernel):
+    traceable = True  # plain torch: a compiled graph may inline it (TILEOPS_COMPILE_DECOMPOSE)
     fn = staticmethod(_rms_norm)
     direct = staticmethod(_rms_norm_direct)
     cpu_half_in_float32 = _HALF_NAMES
@@ -228,6 +229,7 @@ def _silu_and_mul_direct(x: torch.Tensor) -> torch.Tensor:
 
 
 class RefSiluAndMul(_Reference, SiluAndMulKernel):
+    traceable = True  # plain torch: a compiled graph may inline it (TILEOPS_COMPILE_DECOMPOSE)
     fn = staticmethod(_silu_and_mul)
     direct = staticmethod(_silu_and_mul_direct)  # float32/float64 only: in half it rounds twice
 
