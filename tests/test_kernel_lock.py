@@ -11,7 +11,7 @@ import json
 import pytest
 
 from fake_backends import add_backend, make_call, make_impl, make_interface
-from tileops_core import SelectionError, TileOpsError
+from tileops_core import SelectionError, TileOpsError, __version__
 from tileops_core.cli.main import main
 from tileops_core.kernels import lock as lock_module
 from tileops_core.kernels.lock import call_key, read_lock, set_lock, use_lock, write_lock
@@ -41,10 +41,10 @@ def fast_and_ref(refuse_n=None):
     return iface, fast, ref
 
 
-def lock_file(path, *rows):
+def lock_file(path, *rows, versions=None):
     """A lock holding ``(call, kernel, backend)`` rows: line 1 is the header, row i is line i + 2."""
     write_lock(path, [{"op": c.op, "interface": c.interface, "call": c.as_dict(), "kernel": k, "backend": b}
-                      for c, k, b in rows], {"tileops": "0.1.0"}, "f")
+                      for c, k, b in rows], versions or {"tileops": __version__}, "f")
     return path
 
 
@@ -93,6 +93,18 @@ def test_a_locked_kernel_denied_by_an_override_is_an_error_naming_the_lock_line(
         kernel_for(iface, call)
     assert str(raised.value).startswith(f"{tmp_path}/t.lock:2: the lock names fakes:FastK [fast] for this call, and it "
                                         "cannot serve it: denied by use_kernel_overrides() ('LockOp=-FastK')\n")
+
+
+def test_a_distribution_at_another_version_than_the_lock_is_warned_about_once(tmp_path):
+    iface, fast, ref = fast_and_ref()
+    call = make_call(iface, N=8)
+    set_lock(lock_file(tmp_path / "t.lock", (call, "fakes:RefK", "ref"), versions={"tileops": "0.0.0-old"}))
+    with pytest.warns(RuntimeWarning) as record:
+        assert kernel_for(iface, call)() == "RefK"
+        kernel_for(iface, make_call(iface, N=16))
+    assert [str(w.message) for w in record] == [
+        f"lock {tmp_path}/t.lock:1 was made with tileops 0.0.0-old (installed: {__version__}); its kernels are "
+        "followed as locked"]
 
 
 def test_a_malformed_lock_line_is_named(tmp_path):

@@ -44,5 +44,6 @@ def steering_lines(steering: dict[str, Any]) -> list[str]:
     lines.extend(f"  problem: {p}" for p in steering["override_problems"])
     lines.append(f"lock: {steering['lock_error'] or steering['lock'] or '-'}")
     lines.extend(f"  drift: {d}" for d in steering["lock_drift"])
+    lines.append(f"torch.compile decomposes: {steering['decompose'] or '- (every op is an opaque custom op)'}")
     lines.append(f"selection fingerprint: {steering['fingerprint']}")
     return lines

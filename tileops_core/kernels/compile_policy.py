@@ -22,11 +22,10 @@ Every change bumps the registry generation, so a compiled graph is traced again.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from ..errors import TileOpsError
-from .registry import GENERATION
+from .settings import Setting
 
 __all__ = ["DecomposePolicy", "parse_decompose_policy", "set_decompose_policy", "decompose_policy",
            "refresh_env_decompose_policy", "ENV_VAR"]
@@ -71,35 +70,19 @@ def parse_decompose_policy(text: str, source: str) -> DecomposePolicy:
     return DecomposePolicy(frozenset(named), frozenset(excluded), every, source, text.strip())
 
 
-_process: list[DecomposePolicy | None] = [None]
-_env: list[DecomposePolicy | TileOpsError | None] = [None]
+_setting = Setting(ENV_VAR, parse_decompose_policy)
 
 
 def set_decompose_policy(text: str | None, source: str = "set_decompose_policy()") -> DecomposePolicy | None:
     """Set (or with None, clear) the decomposition policy; it replaces ``TILEOPS_COMPILE_DECOMPOSE``."""
-    _process[0] = parse_decompose_policy(text, source) if text else None
-    GENERATION[0] += 1  # compiled graphs are traced again under the new policy
-    return _process[0]
+    return _setting.set(text, source)
 
 
 def refresh_env_decompose_policy() -> None:
     """Read ``TILEOPS_COMPILE_DECOMPOSE`` again (read at import; a malformed value raises when compiling)."""
-    env = os.environ.get(ENV_VAR)
-    try:
-        _env[0] = parse_decompose_policy(env, ENV_VAR) if env else None
-    except TileOpsError as exc:
-        _env[0] = exc
-    GENERATION[0] += 1
-
-
-refresh_env_decompose_policy()
+    _setting.refresh_env()
 
 
 def decompose_policy() -> DecomposePolicy | None:
     """The policy in force (None: no op decomposes)."""
-    if _process[0] is not None:
-        return _process[0]
-    env = _env[0]
-    if isinstance(env, TileOpsError):
-        raise env
-    return env
+    return _setting.get()

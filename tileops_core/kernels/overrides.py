@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import SelectionError, TileOpsError
 from .interface import KernelInterface
 from .registry import GENERATION
+from .settings import Setting
 
 if TYPE_CHECKING:
     from .registry import Registry
@@ -103,53 +103,28 @@ def parse_overrides(text: str, source: str) -> KernelOverrides:
     return KernelOverrides(tuple(rules), source, text.strip())
 
 
-_env: list[KernelOverrides | TileOpsError | None] = [None]
-_process: list[KernelOverrides | None] = [None]
-
-
-def _changed() -> None:
-    GENERATION[0] += 1  # selections and plans made under the old overrides are made again
+_setting = Setting(ENV_VAR, parse_overrides)
 
 
 def set_kernel_overrides(text: str | None, source: str = "set_kernel_overrides()") -> KernelOverrides | None:
     """Set (or with None, clear) the per-op overrides of the process; they replace ``TILEOPS_KERNELS``."""
-    _process[0] = parse_overrides(text, source) if text else None
-    _changed()
-    return _process[0]
+    return _setting.set(text, source)
 
 
-@contextlib.contextmanager
-def use_kernel_overrides(text: str | None, source: str = "use_kernel_overrides()") -> Iterator[KernelOverrides | None]:
-    """:func:`set_kernel_overrides` for the block (process-wide, like it); the previous ones come back after."""
-    previous = _process[0]
-    try:
-        yield set_kernel_overrides(text, source)
-    finally:
-        _process[0] = previous
-        _changed()
+def use_kernel_overrides(text: str | None, source: str = "use_kernel_overrides()"
+                         ) -> contextlib.AbstractContextManager[KernelOverrides | None]:
+    """:func:`set_kernel_overrides` for a ``with`` block (process-wide, like it); the previous ones come back after."""
+    return _setting.use(text, source)
 
 
 def refresh_env_overrides() -> None:
     """Read ``TILEOPS_KERNELS`` again (read once at import; a malformed value raises at selection)."""
-    env = os.environ.get(ENV_VAR)
-    try:
-        _env[0] = parse_overrides(env, ENV_VAR) if env else None
-    except TileOpsError as exc:
-        _env[0] = exc
-    _changed()
-
-
-refresh_env_overrides()
+    _setting.refresh_env()
 
 
 def kernel_overrides() -> KernelOverrides | None:
     """The overrides in force: :func:`set_kernel_overrides`'s, else ``TILEOPS_KERNELS``'s (None: none)."""
-    if _process[0] is not None:
-        return _process[0]
-    env = _env[0]
-    if isinstance(env, TileOpsError):
-        raise env
-    return env
+    return _setting.get()
 
 
 def override_problems(overrides: KernelOverrides, registry: "Registry") -> list[str]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import SelectionError, TileOpsError
+from .compile_policy import decompose_policy
 from .fingerprint import selection_fingerprint
 from .interface import CallSpec, KernelInterface
 from .lock import LockEntry, active_lock
@@ -114,9 +115,15 @@ def steering_for(interface: Impl, call: CallSpec, target: Target | None, registr
 def steering_layers(registry: "Registry") -> dict[str, Any]:
     """The steering in force, for ``tileops explain`` and ``tileops backends``: the per-op
     overrides and what in them names nothing installed, the lock followed (or why it cannot
-    be read) and the distributions that drifted from it, and the selection fingerprint."""
+    be read) and the distributions that drifted from it, the compile decomposition policy, and
+    the selection fingerprint."""
     out: dict[str, Any] = {"overrides": None, "override_problems": [], "lock": None, "lock_drift": [],
-                           "lock_error": None, "fingerprint": selection_fingerprint(registry)}
+                           "lock_error": None, "decompose": None, "fingerprint": selection_fingerprint(registry)}
+    try:
+        policy = decompose_policy()
+        out["decompose"] = None if policy is None else str(policy)
+    except TileOpsError as exc:
+        out["decompose"] = str(exc)
     try:
         overrides = kernel_overrides()
     except TileOpsError as exc:
