@@ -151,3 +151,19 @@ def test_the_lock_tileops_lock_wrote_is_followed_by_an_op_call(tmp_path):
                                                                               match=f"{path}:\\d+: the lock names"):
             op(torch.randn(2, 4096))
     assert call_key(call) in read_lock(path).entries
+
+
+def test_a_recorded_run_locks_the_call_specs_it_bound_and_a_later_run_follows_it(tmp_path):
+    from tileops_core.kernels import dispatch_stats
+    from tileops_core.kernels.steering import lock_recorded_run
+
+    iface, fast, ref = fast_and_ref()
+    dispatch_stats.reset_dispatch_stats()
+    with use_kernel_overrides("LockOp=ref"):
+        kernel_for(iface, make_call(iface, N=8))
+        kernel_for(iface, make_call(iface, N=16))
+    assert lock_recorded_run(tmp_path / "run.lock") == 2
+    dispatch_stats.reset_dispatch_stats()
+    set_lock(tmp_path / "run.lock")
+    assert kernel_for(iface, make_call(iface, N=8))() == "RefK"  # the run's choice, not the rule's (FastK)
+    assert kernel_for(iface, make_call(iface, N=32))() == "FastK"  # a call the run never made

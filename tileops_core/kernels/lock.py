@@ -30,7 +30,7 @@ from ..errors import SelectionError, TileOpsError
 from .interface import CallSpec
 from .registry import GENERATION
 
-__all__ = ["LockEntry", "KernelLock", "call_key", "read_lock", "write_lock", "set_lock", "use_lock", "active_lock",
+__all__ = ["LockEntry", "KernelLock", "call_key", "read_lock", "write_lock", "set_lock", "use_lock", "active_lock", "warn_version_drift",
            "refresh_env_lock", "ENV_VAR", "FORMAT"]
 
 ENV_VAR = "TILEOPS_LOCK"
@@ -167,9 +167,8 @@ def refresh_env_lock() -> None:
 refresh_env_lock()
 
 
-def active_lock(installed: Mapping[str, str] | None = None) -> KernelLock | None:
-    """The lock selection follows (None: none). ``installed``: distribution versions to compare
-    with the lock's, each difference warned about once."""
+def active_lock() -> KernelLock | None:
+    """The lock selection follows (None: none); read on first use, its error raised at each use."""
     path = _path[0]
     if path is None:
         return None
@@ -182,10 +181,13 @@ def active_lock(installed: Mapping[str, str] | None = None) -> KernelLock | None
         _loaded[0] = loaded
     if isinstance(loaded, TileOpsError):
         raise loaded
-    if installed is not None:
-        for drift in loaded.version_drift(installed):
-            if (loaded.path, drift) not in _warned:
-                _warned.add((loaded.path, drift))
-                warnings.warn(f"lock {loaded.path}:1 was made with {drift}; its kernels are followed as locked",
-                              RuntimeWarning, stacklevel=4)
     return loaded
+
+
+def warn_version_drift(lock: KernelLock, installed: Mapping[str, str]) -> None:
+    """Warn, once per distribution, that it is installed at another version than ``lock`` records."""
+    for drift in lock.version_drift(installed):
+        if (lock.path, drift) not in _warned:
+            _warned.add((lock.path, drift))
+            warnings.warn(f"lock {lock.path}:1 was made with {drift}; its kernels are followed as locked",
+                          RuntimeWarning, stacklevel=5)

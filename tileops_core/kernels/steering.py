@@ -14,21 +14,24 @@ Each layer that took part, or was shadowed, is a line of :attr:`Steering.notes`,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import SelectionError, TileOpsError
 from .compile_policy import decompose_policy
+from .dispatch_stats import dispatch_report
 from .fingerprint import selection_fingerprint
 from .interface import CallSpec, KernelInterface
-from .lock import LockEntry, active_lock
+from .lock import LockEntry, active_lock, warn_version_drift, write_lock
 from .overrides import KernelRule, check_overrides, kernel_overrides, override_problems
+from .registry import active
 from .targets import Target
 
 if TYPE_CHECKING:
     from .registry import Registry
 
-__all__ = ["Steering", "steering_for", "steering_layers", "installed_distributions"]
+__all__ = ["Steering", "steering_for", "steering_layers", "installed_distributions", "lock_recorded_run"]
 
 Impl = type[KernelInterface]
 
@@ -86,7 +89,9 @@ def steering_for(interface: Impl, call: CallSpec, target: Target | None, registr
             if rule.names(impl, backend_of(impl)):
                 denied.setdefault(impl, f"denied by {overrides.source} ({rule.entry!r})")
     pin = next((r for r in rules if not r.deny), None)
-    lock = active_lock(installed_distributions(registry))
+    lock = active_lock()
+    if lock is not None:
+        warn_version_drift(lock, installed_distributions(registry))
     entry = lock.entry_for(call) if lock is not None else None
     if entry is not None:
         locked = frozenset(i for i in impls if i.qualname() == entry.kernel)
@@ -141,3 +146,22 @@ def steering_layers(registry: "Registry") -> dict[str, Any]:
             out["lock"] = f"{lock.path} ({len(lock.entries)} call specs)"
             out["lock_drift"] = lock.version_drift(installed_distributions(registry))
     return out
+
+
+def lock_recorded_run(path: str | Path, registry: "Registry | None" = None) -> int:
+    """Write a lock file from this process's dispatch report: each call spec a kernel was bound for
+    in this run, with the kernel that served it. Returns the number of call specs locked.
+
+    A run whose selection state changed between two bindings of one call spec (two kernels for
+    it) cannot be locked: that is an error naming both, not a lock that picks one.
+    """
+    registry = active() if registry is None else registry
+    chosen: dict[CallSpec, tuple[str, str]] = {}
+    for row in dispatch_report().rows:
+        previous = chosen.setdefault(row.call, (row.kernel, row.backend))
+        if previous != (row.kernel, row.backend):
+            raise SelectionError(f"the run bound {previous[0]} and {row.kernel} for one call spec {row.call!r}; "
+                                 "lock a run made under one selection state")
+    rows = [{"op": call.op, "interface": call.interface, "call": call.as_dict(), "kernel": kernel, "backend": backend,
+             "workload": "recorded run"} for call, (kernel, backend) in chosen.items()]
+    return write_lock(path, rows, installed_distributions(registry), selection_fingerprint(registry))
