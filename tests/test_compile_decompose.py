@@ -93,3 +93,18 @@ def test_changing_the_policy_traces_the_call_again_and_flips_its_path():
 def test_a_malformed_policy_names_the_forms():
     with pytest.raises(TileOpsError, match="X: 'RMS Norm' is not an op name, '-Op' or 'auto'"):
         parse_decompose_policy("RMS Norm", "X")
+
+
+def test_explain_says_which_path_a_compiled_call_takes(capsys):
+    import json
+
+    from tileops_core.cli.main import main
+
+    assert main(["explain", "RMSNormFwdOp", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["compiled_path"] == (
+        "the opaque custom op torch.ops.tileops.rms_norm_fwd_op (its kernel chosen at run time): the decomposition "
+        "policy does not name RMSNormFwdOp (TILEOPS_COMPILE_DECOMPOSE unset)")
+    set_decompose_policy("RMSNormFwdOp")
+    assert main(["explain", "RMSNormFwdOp", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["compiled_path"].startswith(
+        "decomposed into its traceable kernel tileops_cpu_ref.kernels:RefRMSNorm under backends that decompose")
