@@ -177,6 +177,6 @@ def test_explain_shows_the_active_target_and_the_layer_it_comes_from(capsys):
     assert main(["explain", "RMSNormFwdOp", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["target"]["source"] == "cpu@cpu_ref from set_target()"
-    assert data["target"]["layers"] == {"op target=": None, "use_target()": None, "set_target()": "cpu@cpu_ref",
-                                        "TILEOPS_TARGET": None}
+    assert data["target"]["layers"] == {"op target=": None, "use_target()": None, "per-op overrides": None,
+                                        "set_target()": "cpu@cpu_ref", "TILEOPS_TARGET": None}
     assert data["interfaces"][0]["chosen"] == "tileops_cpu_ref.kernels:RefRMSNorm"
