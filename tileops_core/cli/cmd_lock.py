@@ -99,5 +99,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"path": args.output, "call_specs": written, "problems": problems}, indent=2))
     else:
         print(f"{args.output}: {written} call specs locked for {args.device}/{arch}")
-        print("\n".join(f"problem: {p}" for p in problems))
+        for problem in problems:
+            print(f"problem: {problem}")
     return EXIT_FINDINGS if problems else EXIT_OK
