@@ -201,7 +201,8 @@ def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
     fallback = None
     if chosen.general and call.device_type != "cpu" and not (selection.steering and selection.steering.explicit):
         fallback = _fallback_reason(selection)
-        _warn_fallback(registry, selection, fallback)
+        if call.device_type != "meta":  # shape inference computes nothing: no speed is lost there
+            _warn_fallback(registry, selection, fallback)
     with registry.lock:
         if generation == GENERATION[0]:  # an answer made while the registry changed is not kept
             if caches.generation != generation or len(caches.selections) >= MAX_SELECTIONS:
