@@ -25,6 +25,7 @@ Reciprocal has a third form, for integer inputs: promoted to float32 in the same
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, ClassVar, overload
 
 import torch
@@ -312,13 +313,14 @@ def _shape_only_on_meta(fn: Callable[..., torch.Tensor], like: int) -> Callable[
     """``fn`` for references that read metadata contents (lengths, slots), which meta tensors
     do not have: on meta inputs the result is the output's shape and dtype (those of argument
     ``like``, as the spec infers them), nothing is computed and no state is written, as a
-    torch meta kernel behaves."""
+    torch meta kernel behaves. It carries ``fn``'s signature (``functools.wraps``), which the
+    launch contract checks."""
 
+    @functools.wraps(fn)
     def on_any_device(*args: Any) -> torch.Tensor:
         if args[like].is_meta:
             return torch.empty_like(args[like])
         return fn(*args)
-    on_any_device.__doc__ = fn.__doc__
     return on_any_device
 
 
