@@ -68,7 +68,7 @@ def test_a_call_served_by_a_kernel_that_is_not_traceable_stays_the_custom_op():
     register_backend(BackendInfo("opaque", device_types=("cpu",)))
     fast = type("OpaqueRMSNorm", (RMSNormKernel,), {
         "devices": ("cpu",), "entry_for": classmethod(lambda cls, call: KernelEntry(("opaque",), lambda: (
-            lambda x, w, shape, eps: torch.nn.functional.rms_norm(x, shape, w, eps))))})
+            lambda x, weight, normalized_shape, eps: torch.nn.functional.rms_norm(x, normalized_shape, weight, eps))))})
     from tileops_core.kernels.registry import register_kernel
     from tileops_core.plugins import ensure_plugins_loaded
 

@@ -32,7 +32,8 @@ def fresh_counts():
 
 @pytest.fixture
 def rms_kernel(fake_backend):
-    return fake_backend.kernel(RMSNormKernel, lambda x, w, shape, eps: torch.nn.functional.rms_norm(x, shape, w, eps))
+    return fake_backend.kernel(RMSNormKernel, lambda x, weight, normalized_shape, eps: torch.nn.functional.rms_norm(
+        x, normalized_shape, weight, eps))
 
 
 def run_threads(body):
