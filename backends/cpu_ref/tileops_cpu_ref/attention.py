@@ -112,7 +112,8 @@ def attention_decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         src_rows, src_at = live.unsqueeze(1).expand(-1, ctx), pos.expand(live.numel(), -1)
     else:
         blocks = table[live].gather(1, (pos // L).clamp(max=table.shape[1] - 1).expand(live.numel(), -1))
-        src_rows, src_at = blocks.clamp(min=0), (pos % L).expand(live.numel(), -1)
+        blocks = torch.where(pos.unsqueeze(0) <= n.unsqueeze(1), blocks, 0)  # entries past the last block: unread
+        src_rows, src_at = blocks, (pos % L).expand(live.numel(), -1)
     valid = (pos.unsqueeze(0) <= n.unsqueeze(1)).to(dev)  # [n_live, ctx]
     src_rows, src_at = src_rows.to(dev), src_at.to(dev)
     keep = valid.unsqueeze(-1).unsqueeze(-1)
