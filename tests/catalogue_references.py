@@ -5,8 +5,8 @@ the spec text by attribute lookup (``torch.nn.functional.rms_norm``), called on 
 copies of the inputs. Ops whose ``ref_api`` is ``none`` use the float64 form of their
 reference semantics (RGDR.md; the SSD step; the chunked prefill as the RGDR recurrence run token by
 token; attention as ``F.scaled_dot_product_attention`` per sequence in float64, the cache written slot by
-slot; the rotary embedding rotating one frequency at a time from HF's float32 angles). An adapter returns the expected outputs and
-the expected final values of mutated inputs.
+slot; the rotary embedding rotating one frequency at a time from HF's float32 angles). An adapter returns
+the expected outputs and the expected final values of mutated inputs.
 
 Tolerances, as ``||out - ref|| / ||ref||`` against the float64 result, by the dtype of the
 tensor compared: float64 1e-10, float32 2e-5, float16 2e-3, bfloat16 1.6e-2.

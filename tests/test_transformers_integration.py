@@ -102,8 +102,35 @@ def test_report_names_the_kernel_serving_each_piece_on_this_device() -> None:
     assert len(decode) == 3 and all(r.op == "RecurrentGatedDeltaRuleFwdOp" for r in decode)
     assert all(r.kernel == "RefRGDR [cpu_ref]" for r in decode)
     assert "RecurrentGatedDeltaRuleFwdOp: RefRGDR [cpu_ref]" in str(report)
-    attention = [r for r in report.left() if r.piece == "attention"]
-    assert attention and "no attention op" in attention[0].reason
+    pieces = {r.piece: r for r in report.routes if r.kind == "Qwen3NextAttention"}
+    assert pieces["attention decode"].kernel == "RefAttentionDecode [cpu_ref]"
+    assert pieces["q/k norm + rotary"].op == "QKNormRopeFwdOp" and pieces["output gate"].served
+    assert "AttentionPrefillFwdOp: RefAttentionPrefill [cpu_ref]" in str(report)
+
+
+@pytest.mark.parametrize("model_type", TINY_MODEL_TYPES)
+def test_attention_cache_holds_each_rows_real_tokens_left_aligned_behind_hfs_view(model_type: str) -> None:
+    _, patched, _ = _pair(model_type)
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=8)
+    layer = next(m for m in patched.modules() if type(m).__name__.endswith("Attention"))
+    with torch.no_grad():
+        out = patched(input_ids=ids, attention_mask=mask, use_cache=True)
+        cache_layer = out.cache.layers[layer.layer_idx]
+        store = cache_layer._tileops_kv
+        assert store.lengths.tolist() == [5, 9]  # row 0's four pads are dropped
+        assert out.cache.get_seq_length() == 9 and cache_layer.keys.shape[-2] == 9  # HF's count keeps the pads
+        patched(input_ids=ids[:, -1:], attention_mask=torch.cat([mask, mask[:, -1:]], 1), cache=out.cache)
+    assert store.lengths.tolist() == [6, 10] and out.cache.get_seq_length() == 10
+    assert cache_layer.keys.shape == (2, layer.config.num_key_value_heads, 10, layer.head_dim)
+
+
+def test_a_continued_prompt_into_a_filled_attention_cache_is_refused() -> None:
+    _, patched, _ = _pair("qwen3_5")
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=9)
+    with torch.no_grad():
+        out = patched(input_ids=ids, attention_mask=mask, use_cache=True)
+        with pytest.raises(NotImplementedError, match="2 new tokens after 9 cached ones"):
+            patched(input_ids=ids[:, -2:], attention_mask=torch.cat([mask, mask[:, -2:]], 1), cache=out.cache)
 
 
 def test_a_module_no_kernel_serves_is_left_as_it_was_with_the_reason() -> None:
