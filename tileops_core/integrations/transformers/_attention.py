@@ -134,6 +134,9 @@ def _real_tokens(attention_mask: torch.Tensor | None, batch: int, tokens: int, d
     """
     if attention_mask is None:
         return torch.full((batch,), tokens, dtype=torch.int32, device=device)
+    if not isinstance(attention_mask, torch.Tensor):
+        raise NotImplementedError(f"an attention mask of type {type(attention_mask).__name__}: the TileOPs attention "
+                                  "adapter reads the 4-D masks of the 'sdpa' and 'eager' implementations")
     last = attention_mask[:, 0, -1, :] if attention_mask.dtype == torch.bool else attention_mask[:, 0, -1, :] == 0
     n = last.sum(-1).to(torch.int32)
     suffix = torch.arange(tokens, device=device).unsqueeze(0) >= (tokens - n).unsqueeze(1)
