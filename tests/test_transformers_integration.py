@@ -167,3 +167,23 @@ def test_demo_command_prints_the_kernels_and_the_logit_difference(capsys: pytest
     out = capsys.readouterr().out
     assert "RecurrentGatedDeltaRuleFwdOp: RefRGDR [cpu_ref]" in out
     assert "max |dlogits| over 3 steps" in out and "tokens equal" in out
+
+
+def test_qwen3_5_attention_rotates_by_three_distinct_mrope_position_rows_as_hf_does() -> None:
+    ref, patched, _ = _pair("qwen3_5", seed=10)
+    g = torch.Generator().manual_seed(11)
+    ids = torch.randint(1, ref.config.vocab_size, (2, 7), generator=g)
+    positions = torch.randint(0, 50, (3, 2, 7), generator=g)  # temporal, height, width rows of an image prompt
+    with torch.no_grad():
+        a = ref(input_ids=ids, position_ids=positions).logits
+        b = patched(input_ids=ids, position_ids=positions).logits
+        neox = ref(input_ids=ids, position_ids=positions[0]).logits
+    assert (a - b).abs().max().item() <= TOL
+    assert (a - neox).abs().max().item() > 100 * TOL  # the rows matter: one row would not pass
+
+
+def test_right_padding_is_refused_by_the_attention_adapter() -> None:
+    _, patched, _ = _pair("qwen3_next")
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=12)
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="not causal with left padding"):
+        patched(input_ids=ids, attention_mask=mask.flip(1))
