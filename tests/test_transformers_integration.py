@@ -124,13 +124,28 @@ def test_attention_cache_holds_each_rows_real_tokens_left_aligned_behind_hfs_vie
     assert cache_layer.keys.shape == (2, layer.config.num_key_value_heads, 10, layer.head_dim)
 
 
-def test_a_continued_prompt_into_a_filled_attention_cache_is_refused() -> None:
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5"])
+def test_a_continued_prompt_runs_as_decode_steps_and_matches_hf(model_type: str) -> None:
+    ref, patched, _ = _pair(model_type, seed=9)
+    ids, mask = _left_padded_batch(ref.config.vocab_size, seed=9)
+    more = torch.randint(1, ref.config.vocab_size, (2, 3), generator=torch.Generator().manual_seed(13))
+    with torch.no_grad():
+        logits = []
+        for model in (ref, patched):
+            out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+            logits.append(model(input_ids=more, attention_mask=torch.cat([mask, torch.ones_like(more)], 1),
+                                cache=out.cache).logits)
+    assert (logits[0] - logits[1]).abs().max().item() <= TOL
+
+
+def test_padding_after_the_prompt_is_refused_by_the_attention_adapter() -> None:
     _, patched, _ = _pair("qwen3_5")
-    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=9)
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=14)
     with torch.no_grad():
         out = patched(input_ids=ids, attention_mask=mask, use_cache=True)
-        with pytest.raises(NotImplementedError, match="2 new tokens after 9 cached ones"):
-            patched(input_ids=ids[:, -2:], attention_mask=torch.cat([mask, mask[:, -2:]], 1), cache=out.cache)
+        late = torch.cat([mask, torch.tensor([[0], [1]])], 1)
+        with pytest.raises(NotImplementedError, match="the mask pads tokens after the prompt"):
+            patched(input_ids=ids[:, -1:], attention_mask=late, cache=out.cache)
 
 
 def test_a_module_no_kernel_serves_is_left_as_it_was_with_the_reason() -> None:

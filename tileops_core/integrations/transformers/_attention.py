@@ -20,9 +20,9 @@ The cache: each layer keeps a contiguous KV cache in the ops' layout (``[B, capa
 row b = batch row b, grown by doubling) in its HF cache layer, with each row's real tokens
 left-aligned (left padding is dropped at the prefill) and their count. The layer's ``keys`` /
 ``values`` are views of it shaped as HF's (``[B, NKV, S, D]``), so ``get_seq_length`` and the masks
-HF builds stay right; only the patched layer reads the contents. A prefill into a cache that
-already holds tokens (a continued prompt) and a cache rearranged by HF (beam search, cropping)
-are refused with the reason.
+HF builds stay right; only the patched layer reads the contents. Tokens after the prefill run as
+decode steps, one per token (a continued prompt of T tokens is T steps). Padding after the
+prompt, and a cache rearranged by HF (beam search, cropping), are refused with the reason.
 """
 
 from __future__ import annotations
@@ -146,6 +146,45 @@ def _real_tokens(attention_mask: torch.Tensor | None, batch: int, tokens: int, d
     return n
 
 
+def _prefill(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+             n: torch.Tensor) -> torch.Tensor:
+    """Each row's real (last ``n[b]``) tokens packed, attended causally and written to an empty cache;
+    padding positions get zeros (no real token attends to them)."""
+    B, dev = n.numel(), key.device
+    T = query.shape[0] // B
+    take = (torch.arange(B, device=dev) * T).repeat_interleave(n) + torch.cat(
+        [torch.arange(T - int(k), T, device=dev) for k in n.tolist()])
+    cu = torch.cat([torch.zeros(1, dtype=torch.int32, device=dev), torch.cumsum(n, 0, dtype=torch.int32)])
+    store.reserve(T)
+    packed = ops.prefill(query[take], key[take], value[take], store.keys, store.values, cu)
+    store.lengths.copy_(n)
+    return torch.zeros_like(query).index_copy_(0, take, packed)
+
+
+def _check_new_tokens_real(attention_mask: Any, lengths: torch.Tensor, tokens: int, layer_idx: int) -> None:
+    """After the prefill every token of every row is real: the last query sees its row's count plus them."""
+    if not isinstance(attention_mask, torch.Tensor):
+        return  # None: no padding anywhere (HF skips the mask)
+    last = attention_mask[:, 0, -1, :]
+    seen = (last if last.dtype == torch.bool else last == 0).sum(-1)
+    if not torch.equal(seen.to(lengths.dtype), lengths + tokens):
+        raise NotImplementedError(f"layer {layer_idx}: the mask pads tokens after the prompt; the TileOPs attention "
+                                  "adapter drops padding only at the prefill")
+
+
+def _decode_steps(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  B: int, T: int) -> torch.Tensor:
+    """``T`` new tokens a row after cached ones: one decode step per token (a continued prompt is
+    ``T`` steps; generation's ``T == 1`` is one)."""
+    store.reserve(int(store.lengths.max()) + T)
+    out = torch.empty_like(query).view(B, T, *query.shape[1:])
+    q, k, v = (x.view(B, T, *x.shape[1:]) for x in (query, key, value))
+    for t in range(T):
+        out[:, t] = ops.decode(q[:, t], k[:, t], v[:, t], store.keys, store.values, store.lengths)
+        store.lengths += 1
+    return out.view_as(query)
+
+
 def _attention_forward(m: Any, ops: AttentionOps, positions: Positions) -> Callable[..., tuple[torch.Tensor, None]]:
     nq, nkv, d = m.config.num_attention_heads, m.config.num_key_value_heads, m.head_dim
 
@@ -160,23 +199,10 @@ def _attention_forward(m: Any, ops: AttentionOps, positions: Positions) -> Calla
         query, key = ops.norm_rope(query, key, m.q_norm.weight, m.k_norm.weight, positions.flat(B, T, ops.rows))
         store, seen = _store_for(cache, m.layer_idx, B, T, nkv, d, key)
         if seen == 0:
-            n = _real_tokens(attention_mask, B, T, key.device)
-            dev = key.device
-            take = (torch.arange(B, device=dev) * T).repeat_interleave(n) + torch.cat(
-                [torch.arange(T - int(k), T, device=dev) for k in n.tolist()])  # each row's real (last) tokens
-            cu = torch.cat([torch.zeros(1, dtype=torch.int32, device=dev), torch.cumsum(n, 0, dtype=torch.int32)])
-            store.reserve(T)
-            packed = ops.prefill(query[take], key[take], value[take], store.keys, store.values, cu)
-            out = torch.zeros_like(query).index_copy_(0, take, packed)
-            store.lengths.copy_(n)
-        elif T == 1:
-            store.reserve(int(store.lengths.max()) + 1)
-            out = ops.decode(query, key, value, store.keys, store.values, store.lengths)
-            store.lengths += 1
+            out = _prefill(ops, store, query, key, value, _real_tokens(attention_mask, B, T, key.device))
         else:
-            raise NotImplementedError(f"layer {m.layer_idx}: {T} new tokens after {seen} cached ones (a continued "
-                                      "prompt); the TileOPs attention adapter runs a prefill into an empty cache "
-                                      "and one-token decode steps")
+            _check_new_tokens_real(attention_mask, store.lengths, T, m.layer_idx)
+            out = _decode_steps(ops, store, query, key, value, B, T)
         _publish(cache, m.layer_idx, store, seen + T)
         out = ops.gate(out, gate)
         return m.o_proj(out.reshape(B, T, nq * d)), None
