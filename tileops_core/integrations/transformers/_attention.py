@@ -27,6 +27,7 @@ prompt, and a cache rearranged by HF (beam search, cropping), are refused with t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
@@ -58,17 +59,21 @@ class Positions:
 
 
 class AttentionOps:
-    """The op instances of one model's attention layers (plans are per shape)."""
+    """The op instances of one model's attention layers (plans are per shape).
 
-    def __init__(self, config: Any, head_dim: int) -> None:
+    ``mrope_section`` is the rotary module's own (Qwen3.5's text rotary has one and rotates
+    by three position rows, interleaved); None: NeoX from one row.
+    """
+
+    def __init__(self, config: Any, head_dim: int, mrope_section: Any = None) -> None:
         rope = dict(getattr(config, "rope_parameters", None) or {})
         self.rotary_dim = int(head_dim * float(rope.get("partial_rotary_factor", 1.0)))
-        mrope = "mrope_section" in rope or getattr(config, "model_type", "").startswith("qwen3_5")
+        mrope = mrope_section is not None
         self.rows = 3 if mrope else 1
         self.norm_rope = QKNormRopeFwdOp(rotary_dim=self.rotary_dim, theta=float(rope.get("rope_theta", 10000.0)),
                                          eps=float(config.rms_norm_eps),
                                          rope_style="mrope_interleaved" if mrope else "neox",
-                                         mrope_section=tuple(rope.get("mrope_section", (11, 11, 10))))
+                                         mrope_section=tuple(mrope_section) if mrope else (11, 11, 10))
         self.rope_type = rope.get("rope_type", "default")
         self.prefill = AttentionPrefillFwdOp(scale=head_dim ** -0.5)
         self.decode = AttentionDecodeFwdOp(scale=head_dim ** -0.5)
@@ -241,7 +246,9 @@ def patch_attention(name: str, m: Any, ops: AttentionOps, positions: Positions) 
         return [Route(name, kind, r.piece, r.op, None, r.reason or "another piece of the layer has no kernel here")
                 for r in routes]
     m.forward = _attention_forward(m, ops, positions)
-    return routes
+    # q_norm / k_norm still get their own routes from the model walk; say that this op does their work.
+    fused = "q_norm and k_norm fused in: their own forwards are no longer called"
+    return [replace(r, reason=fused) if r.op == "QKNormRopeFwdOp" else r for r in routes]
 
 
 class AttentionPatcher:
@@ -259,7 +266,7 @@ class AttentionPatcher:
             return [Route(name, type(m).__name__, "layer", None, None,
                           f"{len(self._rotaries)} text rotary modules in the model, not one to record positions from")]
         if self._ops is None:
-            self._ops = AttentionOps(self._config, m.head_dim)
+            self._ops = AttentionOps(self._config, m.head_dim, getattr(self._rotaries[0], "mrope_section", None))
         positions = self._positions or Positions()
         routes = patch_attention(name, m, self._ops, positions)
         if self._positions is None and all(r.served for r in routes):
