@@ -198,7 +198,8 @@ def test_prefill_padding_slots_write_nothing_but_their_tokens_still_attend():
     written = args["slot_mapping"][3:]
     before.view(-1, NKV, D)[written] = args["key"][3:]
     assert torch.equal(args["key_cache"], before)
-    torch.testing.assert_close(out[:3].double(), _sdpa64(args["query"][:3], args["key"][:3], args["value"][:3], True))
+    expected = _sdpa64(args["query"][:3], args["key"][:3], args["value"][:3], True)
+    torch.testing.assert_close(out[:3].double(), expected, rtol=2e-5, atol=2e-6)
 
 
 def test_prefill_contiguous_fills_each_row_from_position_zero_and_nothing_else():
