@@ -4,8 +4,9 @@ An op whose spec names a ``ref_api`` is checked against that very function, reso
 the spec text by attribute lookup (``torch.nn.functional.rms_norm``), called on float64
 copies of the inputs. Ops whose ``ref_api`` is ``none`` use the float64 form of their
 reference semantics (RGDR.md; the SSD step; the chunked prefill as the RGDR recurrence run token by
-token). An adapter returns the expected outputs and
-the expected final values of mutated inputs.
+token; attention as ``F.scaled_dot_product_attention`` per sequence in float64, the cache written slot by
+slot; the rotary embedding rotating one frequency at a time from HF's float32 angles). An adapter returns
+the expected outputs and the expected final values of mutated inputs.
 
 Tolerances, as ``||out - ref|| / ||ref||`` against the float64 result, by the dtype of the
 tensor compared: float64 1e-10, float32 2e-5, float16 2e-3, bfloat16 1.6e-2.
@@ -225,6 +226,82 @@ def _gdn_gating(api, i, p):
     return {"g": g, "beta": torch.sigmoid(_d(i["b"]))}
 
 
+def _rope_angle(positions: torch.Tensor, i: int, p: dict) -> torch.Tensor:
+    """Frequency ``i``'s angle at every token, formed in float32 as HF forms it (the spec says so)."""
+    R = p["rotary_dim"]
+    inv = 1.0 / (p.get("theta", 10000.0) ** (torch.arange(0, R, 2, dtype=torch.float32) / R))
+    row = positions
+    if p.get("rope_style", "neox") == "mrope_interleaved":
+        section = p.get("mrope_section", (11, 11, 10))
+        which = 1 if i % 3 == 1 and i < 3 * section[1] else 2 if i % 3 == 2 and i < 3 * section[2] else 0
+        row = positions[which]
+    return (row.float() * inv[i]).double()
+
+
+def _qk_norm_rope(api, i, p):
+    out = {}
+    R, eps = p["rotary_dim"], p.get("eps", 1e-6)
+    for name, weight, result in (("query", "q_weight", "query_out"), ("key", "k_weight", "key_out")):
+        x = _rms_normed(_d(i[name]), eps) * (1.0 + _d(i[weight]))
+        y = x.clone()
+        for f in range(R // 2):
+            angle = _rope_angle(i["positions"], f, p).view(-1, 1)
+            a, b = x[..., f], x[..., f + R // 2]
+            y[..., f] = a * torch.cos(angle) - b * torch.sin(angle)
+            y[..., f + R // 2] = b * torch.cos(angle) + a * torch.sin(angle)
+        out[result] = y
+    return out
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, causal: bool) -> torch.Tensor:
+    """float64 SDPA of one sequence, ``[S, NQ, D]`` queries over ``[S', NKV, D]`` keys/values."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    o = F.scaled_dot_product_attention(q.double().transpose(0, 1), k.double().transpose(0, 1),
+                                       v.double().transpose(0, 1), is_causal=causal, scale=scale)
+    return o.transpose(0, 1)
+
+
+def _attention_decode(api, i, p):
+    kc, vc = i["key_cache"].double().clone(), i["value_cache"].double().clone()
+    L = kc.shape[1]
+    out = torch.zeros(i["query"].shape, dtype=torch.float64)
+    table = i.get("block_table")
+    for b, n in enumerate(i["cache_seqlens"].tolist()):
+        if n < 0:
+            continue
+        place = [(b, j) for j in range(n + 1)] if table is None else [(int(table[b, j // L]), j % L)
+                                                                     for j in range(n + 1)]
+        kc[place[n]], vc[place[n]] = _d(i["key"][b]), _d(i["value"][b])
+        keys = torch.stack([kc[r, a] for r, a in place])
+        values = torch.stack([vc[r, a] for r, a in place])
+        out[b] = _attend(i["query"][b : b + 1], keys, values, p.get("scale"), False)[0]
+    return {"out": out, "key_cache": kc, "value_cache": vc}
+
+
+def _attention_prefill(api, i, p):
+    kc, vc = i["key_cache"].double().clone(), i["value_cache"].double().clone()
+    L = kc.shape[1]
+    out = torch.zeros(i["query"].shape, dtype=torch.float64)
+    slots = i.get("slot_mapping")
+    for b, (start, length) in enumerate(_seq_bounds(i["cu_seqlens"], "cu_seqlens")):
+        for j in range(length):
+            t = start + j
+            if slots is None:
+                kc[b, j], vc[b, j] = _d(i["key"][t]), _d(i["value"][t])
+            elif slots[t] >= 0:
+                s = int(slots[t])
+                kc[s // L, s % L], vc[s // L, s % L] = _d(i["key"][t]), _d(i["value"][t])
+        if length:
+            rows = slice(start, start + length)
+            out[rows] = _attend(i["query"][rows], i["key"][rows], i["value"][rows], p.get("scale"), True)
+    return {"out": out, "key_cache": kc, "value_cache": vc}
+
+
+def _sigmoid_gate_mul(api, i, p):
+    return {"output": _d(i["attn"]) * torch.sigmoid(_d(i["gate"]))}
+
+
 #: op name -> adapter(ref_api_function_or_None, inputs, params) -> {name: expected tensor}
 REFERENCES: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
     "RMSNormFwdOp": _rms_norm,
@@ -245,4 +322,8 @@ REFERENCES: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
     "FusedAddZeroCentredRMSNormFwdOp": _fused_add_zero_centred_rms_norm,
     "GatedRMSNormFwdOp": _gated_rms_norm,
     "GDNGatingFwdOp": _gdn_gating,
+    "QKNormRopeFwdOp": _qk_norm_rope,
+    "AttentionDecodeFwdOp": _attention_decode,
+    "AttentionPrefillFwdOp": _attention_prefill,
+    "SigmoidGateMulFwdOp": _sigmoid_gate_mul,
 }

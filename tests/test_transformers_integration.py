@@ -102,8 +102,50 @@ def test_report_names_the_kernel_serving_each_piece_on_this_device() -> None:
     assert len(decode) == 3 and all(r.op == "RecurrentGatedDeltaRuleFwdOp" for r in decode)
     assert all(r.kernel == "RefRGDR [cpu_ref]" for r in decode)
     assert "RecurrentGatedDeltaRuleFwdOp: RefRGDR [cpu_ref]" in str(report)
-    attention = [r for r in report.left() if r.piece == "attention"]
-    assert attention and "no attention op" in attention[0].reason
+    pieces = {r.piece: r for r in report.routes if r.kind == "Qwen3NextAttention"}
+    assert pieces["attention decode"].kernel == "RefAttentionDecode [cpu_ref]"
+    assert pieces["q/k norm + rotary"].op == "QKNormRopeFwdOp" and pieces["output gate"].served
+    assert "AttentionPrefillFwdOp: RefAttentionPrefill [cpu_ref]" in str(report)
+
+
+@pytest.mark.parametrize("model_type", TINY_MODEL_TYPES)
+def test_attention_cache_holds_each_rows_real_tokens_left_aligned_behind_hfs_view(model_type: str) -> None:
+    _, patched, _ = _pair(model_type)
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=8)
+    layer = next(m for m in patched.modules() if type(m).__name__.endswith("Attention"))
+    with torch.no_grad():
+        out = patched(input_ids=ids, attention_mask=mask, use_cache=True)
+        cache_layer = out.cache.layers[layer.layer_idx]
+        store = cache_layer._tileops_kv
+        assert store.lengths.tolist() == [5, 9]  # row 0's four pads are dropped
+        assert out.cache.get_seq_length() == 9 and cache_layer.keys.shape[-2] == 9  # HF's count keeps the pads
+        patched(input_ids=ids[:, -1:], attention_mask=torch.cat([mask, mask[:, -1:]], 1), cache=out.cache)
+    assert store.lengths.tolist() == [6, 10] and out.cache.get_seq_length() == 10
+    assert cache_layer.keys.shape == (2, layer.config.num_key_value_heads, 10, layer.head_dim)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5"])
+def test_a_continued_prompt_runs_as_decode_steps_and_matches_hf(model_type: str) -> None:
+    ref, patched, _ = _pair(model_type, seed=9)
+    ids, mask = _left_padded_batch(ref.config.vocab_size, seed=9)
+    more = torch.randint(1, ref.config.vocab_size, (2, 3), generator=torch.Generator().manual_seed(13))
+    with torch.no_grad():
+        logits = []
+        for model in (ref, patched):
+            out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+            logits.append(model(input_ids=more, attention_mask=torch.cat([mask, torch.ones_like(more)], 1),
+                                cache=out.cache).logits)
+    assert (logits[0] - logits[1]).abs().max().item() <= TOL
+
+
+def test_padding_after_the_prompt_is_refused_by_the_attention_adapter() -> None:
+    _, patched, _ = _pair("qwen3_5")
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=14)
+    with torch.no_grad():
+        out = patched(input_ids=ids, attention_mask=mask, use_cache=True)
+        late = torch.cat([mask, torch.tensor([[0], [1]])], 1)
+        with pytest.raises(NotImplementedError, match="the mask pads tokens after the prompt"):
+            patched(input_ids=ids[:, -1:], attention_mask=late, cache=out.cache)
 
 
 def test_a_module_no_kernel_serves_is_left_as_it_was_with_the_reason() -> None:
@@ -140,3 +182,23 @@ def test_demo_command_prints_the_kernels_and_the_logit_difference(capsys: pytest
     out = capsys.readouterr().out
     assert "RecurrentGatedDeltaRuleFwdOp: RefRGDR [cpu_ref]" in out
     assert "max |dlogits| over 3 steps" in out and "tokens equal" in out
+
+
+def test_qwen3_5_attention_rotates_by_three_distinct_mrope_position_rows_as_hf_does() -> None:
+    ref, patched, _ = _pair("qwen3_5", seed=10)
+    g = torch.Generator().manual_seed(11)
+    ids = torch.randint(1, ref.config.vocab_size, (2, 7), generator=g)
+    positions = torch.randint(0, 50, (3, 2, 7), generator=g)  # temporal, height, width rows of an image prompt
+    with torch.no_grad():
+        a = ref(input_ids=ids, position_ids=positions).logits
+        b = patched(input_ids=ids, position_ids=positions).logits
+        neox = ref(input_ids=ids, position_ids=positions[0]).logits
+    assert (a - b).abs().max().item() <= TOL
+    assert (a - neox).abs().max().item() > 100 * TOL  # the rows matter: one row would not pass
+
+
+def test_right_padding_is_refused_by_the_attention_adapter() -> None:
+    _, patched, _ = _pair("qwen3_next")
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=12)
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="not causal with left padding"):
+        patched(input_ids=ids, attention_mask=mask.flip(1))

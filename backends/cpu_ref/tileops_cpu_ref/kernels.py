@@ -33,6 +33,9 @@ import torch.nn.functional as F
 
 from tileops_core.kernels import CallSpec, KernelEntry
 from tileops_core.ops.activation import SiluAndMulKernel
+from tileops_core.ops.attention import (
+    AttentionDecodeKernel, AttentionPrefillKernel, QKNormRopeKernel, SigmoidGateMulKernel,
+)
 from tileops_core.ops.conv import CausalConv1dUpdateKernel, CausalConv1dVarlenKernel
 from tileops_core.ops.elementwise import ReciprocalKernel
 from tileops_core.ops.gated_delta_prefill import ChunkGDRKernel
@@ -45,6 +48,7 @@ from tileops_core.ops.mamba import SSDDecodeKernel
 from tileops_core.ops.normalization import GroupNormKernel, RMSNormKernel
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
+from .attention import attention_decode, attention_prefill, qk_norm_rope, sigmoid_gate_mul
 from .conv import causal_conv1d_update, causal_conv1d_varlen
 from .chunk_gdr import chunk_gated_delta_rule
 from .gated_delta_net import fused_add_zero_centred_rms_norm, gated_rms_norm, gdn_gating, zero_centred_rms_norm
@@ -378,8 +382,25 @@ class RefGDNGating(_Reference, GDNGatingKernel):
     fn = staticmethod(gdn_gating)
 
 
+class RefQKNormRope(_Reference, QKNormRopeKernel):
+    fn = staticmethod(qk_norm_rope)
+
+
+class RefAttentionDecode(_Reference, AttentionDecodeKernel):
+    fn = staticmethod(attention_decode)
+
+
+class RefAttentionPrefill(_Reference, AttentionPrefillKernel):
+    fn = staticmethod(attention_prefill)
+
+
+class RefSigmoidGateMul(_Reference, SigmoidGateMulKernel):
+    fn = staticmethod(sigmoid_gate_mul)
+
+
 KERNELS = (
     RefRMSNorm, RefGroupNorm, RefSoftmax, RefSum, RefReciprocal, RefSiluAndMul, RefBmm, RefGemm, RefLinear,
     RefSSDDecode, RefRGDR, RefCausalConv1dUpdate, RefCausalConv1dVarlen, RefChunkGDR,
     RefZeroCentredRMSNorm, RefFusedAddZeroCentredRMSNorm, RefGatedRMSNorm, RefGDNGating,
+    RefQKNormRope, RefAttentionDecode, RefAttentionPrefill, RefSigmoidGateMul,
 )

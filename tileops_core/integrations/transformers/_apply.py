@@ -14,6 +14,7 @@ from torch import nn
 
 from ...ops.activation import SiluAndMulFwdOp
 from ...ops.gemm import LinearFwdOp
+from ._attention import AttentionPatcher
 from ._gdn import GDNOps, _Metadata, patch_gated_delta_net
 from ._mlp import patch_experts, patch_mlp, patch_router
 from ._norms import patch_decoder_layer, patch_rms_norm
@@ -37,7 +38,8 @@ SUPPORTED_MODEL_TYPES = tuple(_FAMILIES)
 def _classes(model_type: str) -> dict[str, type]:
     module_name, prefix = _FAMILIES[model_type]
     modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
-    wanted = ("GatedDeltaNet", "MLP", "Experts", "TopKRouter", "Attention", "RMSNorm", "DecoderLayer")
+    wanted = ("GatedDeltaNet", "MLP", "Experts", "TopKRouter", "Attention", "RMSNorm", "DecoderLayer",
+              "RotaryEmbedding", "TextRotaryEmbedding")
     return {role: getattr(modeling, prefix + role) for role in wanted if hasattr(modeling, prefix + role)}
 
 
@@ -72,6 +74,8 @@ def apply_tileops(model: nn.Module) -> TileOpsReport:
     gdn_ops, metadata, silu_and_mul = GDNOps(float(config.rms_norm_eps)), _Metadata(), SiluAndMulFwdOp()
     cache_problem = cache_has_linear_attention_layers()
     experts_impl = getattr(config, "_experts_implementation", None)
+    rotaries = tuple(c for role, c in classes.items() if role.endswith("RotaryEmbedding"))
+    patch_attention = AttentionPatcher(model, config, rotaries)
     for name, m in model.named_modules():
         if isinstance(m, classes.get("GatedDeltaNet", ())):
             report.routes += patch_gated_delta_net(name, m, gdn_ops, metadata, cache_problem)
@@ -86,9 +90,7 @@ def apply_tileops(model: nn.Module) -> TileOpsReport:
         elif isinstance(m, classes.get("DecoderLayer", ())):
             report.routes += patch_decoder_layer(name, m)
         elif isinstance(m, classes.get("Attention", ())):
-            report.routes.append(Route(name, type(m).__name__, "attention", None, None,
-                                       "TileOPs has no attention op; HF's "
-                                       f"{getattr(config, '_attn_implementation', None)!r} attention is kept"))
+            report.routes += patch_attention(name, m)
     linear = _linear_route(model, device)
     if linear is not None:
         report.routes.append(linear)

@@ -1,0 +1,181 @@
+"""Full attention of a hybrid model on the reference backend (QKNormRopeFwdOp,
+AttentionDecodeFwdOp, AttentionPrefillFwdOp, SigmoidGateMulFwdOp).
+
+The norm, the rotary embedding and the gate are HF's own expressions (``Qwen3NextRMSNorm``,
+``Qwen3NextRotaryEmbedding`` / ``Qwen3_5TextRotaryEmbedding``, ``apply_rotary_pos_emb``,
+``attn_output * torch.sigmoid(gate)``) evaluated in the input dtype where HF evaluates them in
+it, so a model patched with these kernels gives HF's bits. Attention is
+``F.scaled_dot_product_attention`` on float32 copies (grouped query heads through
+``enable_gqa``), rounded once: the decode step over all sequences in one call with a mask of
+each one's length, the prefill once per distinct prompt length (``is_causal``), so a batch of
+equal prompts is one call. Metadata is read on the host; a sequence or slot outside the cache
+raises before anything is written (the ops' contents checks name it first when enabled).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .gated_delta_net import zero_centred_rms_norm
+
+__all__ = ["qk_norm_rope", "attention_decode", "attention_prefill", "sigmoid_gate_mul", "rope_angles"]
+
+_ACC = torch.float32
+
+
+def rope_angles(positions: torch.Tensor, rotary_dim: int, theta: float, rope_style: str,
+                mrope_section: Sequence[int]) -> torch.Tensor:
+    """``[T, rotary_dim / 2]`` float32 angles, formed as HF forms them (float32 inv_freq and product).
+
+    Interleaved MRoPE takes frequency ``i``'s position from row 1 where ``i % 3 == 1`` and
+    ``i < 3 · section[1]``, from row 2 where ``i % 3 == 2`` and ``i < 3 · section[2]``, else row 0.
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
+    freqs = positions.to("cpu").float().unsqueeze(-1) * inv_freq  # [T, R/2] or [3, T, R/2]
+    if rope_style == "neox":
+        return freqs
+    if rope_style != "mrope_interleaved":
+        raise ValueError(f"rope_style must be 'neox' or 'mrope_interleaved', got {rope_style!r}")
+    i = torch.arange(rotary_dim // 2)
+    row = torch.zeros_like(i)
+    row[(i % 3 == 1) & (i < 3 * mrope_section[1])] = 1
+    row[(i % 3 == 2) & (i < 3 * mrope_section[2])] = 2
+    return freqs.gather(0, row.view(1, 1, -1).expand(1, *freqs.shape[1:]))[0]
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """HF's ``apply_rotary_pos_emb`` on ``[T, H, D]`` with ``cos``/``sin`` ``[T, R]`` in x's dtype."""
+    R = cos.shape[-1]
+    rot, rest = x[..., :R], x[..., R:]
+    half = torch.cat((-rot[..., R // 2:], rot[..., : R // 2]), dim=-1)
+    return torch.cat(((rot * cos.unsqueeze(1)) + (half * sin.unsqueeze(1)), rest), dim=-1)
+
+
+def qk_norm_rope(query: torch.Tensor, key: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                 positions: torch.Tensor, rotary_dim: int, theta: float, eps: float, rope_style: str,
+                 mrope_section: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero-centred RMSNorm per head (float32, rounded), then the rotary embedding in the input dtype."""
+    freqs = rope_angles(positions, rotary_dim, theta, rope_style, mrope_section).to(query.device)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(query.dtype), emb.sin().to(query.dtype)
+    q = zero_centred_rms_norm(query, q_weight, eps)
+    k = zero_centred_rms_norm(key, k_weight, eps)
+    return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def sigmoid_gate_mul(attn: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """``attn · sigmoid(gate)``: the sigmoid rounded to the input dtype, then the product (HF's order)."""
+    return attn * torch.sigmoid(gate)
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, *,
+          attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+    """Heads-first float32 attention; ``q`` ``[n, NQ, S, D]``, ``k``/``v`` ``[n, NKV, S', D]``."""
+    return F.scaled_dot_product_attention(q.to(_ACC), k.to(_ACC), v.to(_ACC), attn_mask=attn_mask,
+                                          is_causal=is_causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def attention_decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                     value_cache: torch.Tensor, cache_seqlens: torch.Tensor, block_table: torch.Tensor | None,
+                     scale: float | None) -> torch.Tensor:
+    """Write each live sequence's new key/value at its length, then attend over positions ``0 .. n``."""
+    N, L = key_cache.shape[0], key_cache.shape[1]
+    lengths = cache_seqlens.to("cpu", torch.int64)
+    live = torch.nonzero(lengths >= 0).flatten()
+    n = lengths[live]
+    if block_table is None:
+        rows, at = live, n
+        if bool((n >= L).any()) or (live.numel() and int(live.max()) >= N):
+            raise IndexError(f"cache_seqlens {lengths.tolist()} do not fit a contiguous cache of {N} rows of "
+                             f"{L} positions; nothing was written")
+    else:
+        table = block_table.to("cpu", torch.int64)
+        if bool((n >= table.shape[1] * L).any()):
+            raise IndexError(f"cache_seqlens {lengths.tolist()} exceed the block table's {table.shape[1]} blocks of "
+                             f"{L}; nothing was written")
+        rows, at = table[live, n // L], n % L
+        if bool(((rows < 0) | (rows >= N)).any()):
+            raise IndexError(f"the block table names blocks {rows.tolist()} outside [0, {N}); nothing was written")
+    dev = query.device
+    rows, at, live_d = rows.to(dev), at.to(dev), live.to(dev)
+    key_cache[rows, at] = key.index_select(0, live_d)
+    value_cache[rows, at] = value.index_select(0, live_d)
+    out = torch.zeros(query.shape, dtype=query.dtype, device=dev)
+    if live.numel() == 0:
+        return out
+    ctx = int(n.max()) + 1
+    pos = torch.arange(ctx)
+    if block_table is None:
+        src_rows, src_at = live.unsqueeze(1).expand(-1, ctx), pos.expand(live.numel(), -1)
+    else:
+        blocks = table[live].gather(1, (pos // L).clamp(max=table.shape[1] - 1).expand(live.numel(), -1))
+        blocks = torch.where(pos.unsqueeze(0) <= n.unsqueeze(1), blocks, 0)  # entries past the last block: unread
+        src_rows, src_at = blocks, (pos % L).expand(live.numel(), -1)
+    valid = (pos.unsqueeze(0) <= n.unsqueeze(1)).to(dev)  # [n_live, ctx]
+    src_rows, src_at = src_rows.to(dev), src_at.to(dev)
+    keep = valid.unsqueeze(-1).unsqueeze(-1)
+    # Positions past a sequence's length are zeroed, not only masked: whatever they hold never
+    # reaches the output (0 · NaN would).
+    k = torch.where(keep, key_cache[src_rows, src_at].to(_ACC), 0.0)  # [n_live, ctx, NKV, D]
+    v = torch.where(keep, value_cache[src_rows, src_at].to(_ACC), 0.0)
+    q = query.index_select(0, live_d).unsqueeze(2)  # [n_live, NQ, 1, D]
+    o = _sdpa(q, k.transpose(1, 2), v.transpose(1, 2), scale, attn_mask=valid.view(-1, 1, 1, ctx))
+    out.index_copy_(0, live_d, o.squeeze(2).to(out.dtype))
+    return out
+
+
+def _bounds(cu_seqlens: torch.Tensor, T: int) -> tuple[list[int], list[int]]:
+    cu = cu_seqlens.to("cpu", torch.int64).tolist()
+    starts, lengths = cu[:-1], [b - a for a, b in zip(cu[:-1], cu[1:])]
+    for b, (s, n) in enumerate(zip(starts, lengths)):
+        if n < 0 or s < 0 or s + n > T:
+            raise ValueError(f"cu_seqlens {cu} give sequence {b} the tokens [{s}, {s + n}), outside [0, {T}); "
+                             "nothing was written")
+    return starts, lengths
+
+
+def _token_slots(starts: list[int], lengths: list[int], slot_mapping: torch.Tensor | None, N: int,
+                 L: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(tokens, rows, positions)`` of every cache write, checked inside the cache."""
+    n = torch.tensor(lengths, dtype=torch.int64)
+    seq = torch.repeat_interleave(torch.arange(n.numel()), n)
+    pos = torch.arange(seq.numel()) - (torch.cumsum(n, 0) - n)[seq]  # position in its sequence
+    tokens = torch.tensor(starts, dtype=torch.int64)[seq] + pos
+    if slot_mapping is None:
+        rows, at = seq, pos
+        if bool((at >= L).any()) or (seq.numel() and int(seq.max()) >= N):
+            raise IndexError(f"sequence lengths {lengths} do not fit a contiguous cache of {N} rows of {L} "
+                             "positions; nothing was written")
+        return tokens, rows, at
+    slots = slot_mapping.to("cpu", torch.int64)[tokens]
+    if bool((slots >= N * L).any()):
+        raise IndexError(f"slot_mapping names slots past the cache's {N * L}; nothing was written")
+    written = slots >= 0
+    return tokens[written], slots[written] // L, slots[written] % L
+
+
+def attention_prefill(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                      value_cache: torch.Tensor, cu_seqlens: torch.Tensor, slot_mapping: torch.Tensor | None,
+                      scale: float | None) -> torch.Tensor:
+    """Write the prompts' keys/values into the cache, then causal attention within each prompt."""
+    T = query.shape[0]
+    starts, lengths = _bounds(cu_seqlens, T)
+    tokens, rows, at = _token_slots(starts, lengths, slot_mapping, key_cache.shape[0], key_cache.shape[1])
+    dev = query.device
+    tokens, rows, at = tokens.to(dev), rows.to(dev), at.to(dev)
+    key_cache[rows, at] = key.index_select(0, tokens)
+    value_cache[rows, at] = value.index_select(0, tokens)
+    out = torch.zeros(query.shape, dtype=query.dtype, device=dev)
+    for n in sorted({n for n in lengths if n > 0}):
+        first = torch.tensor([s for s, m in zip(starts, lengths) if m == n])
+        idx = (first.unsqueeze(1) + torch.arange(n)).flatten().to(dev)  # [same-length prompts · n]
+
+        def heads_first(x: torch.Tensor) -> torch.Tensor:
+            return x.index_select(0, idx).view(first.numel(), n, *x.shape[1:]).transpose(1, 2)
+
+        o = _sdpa(heads_first(query), heads_first(key), heads_first(value), scale, is_causal=True)
+        out.index_copy_(0, idx, o.transpose(1, 2).reshape(-1, *query.shape[1:]).to(out.dtype))
+    return out

@@ -1,0 +1,275 @@
+"""The full-attention adapter: a Qwen3-Next / Qwen3.5 ``*Attention`` layer on TileOPs ops.
+
+HF's layer normalises q and k, rotates them from cos/sin tables, appends k/v to its cache
+(``torch.cat`` every step, ``[B, NKV, S, D]``), calls the attention function registered for the
+config's implementation with a 4-D mask, then gates the output. The attention function alone
+(``AttentionInterface``) would get the cache's whole contents after HF has written them, in HF's
+layout, so it could not use ops that own the cache write. So, like the GatedDeltaNet adapter, the
+layer's ``forward`` is replaced on the instance, keeping the module's projections:
+
+    q_proj -> query, gate (strided views, no copy); k_proj, v_proj
+    -> QKNormRopeFwdOp (q_norm, k_norm, rotary from the integer positions)
+    -> prefill: AttentionPrefillFwdOp over the rows' real tokens packed; decode: AttentionDecodeFwdOp
+    -> SigmoidGateMulFwdOp -> o_proj
+
+Positions: the model's rotary module is given a forward pre-hook that records the integer
+positions it is called with (``[B, T]``, or ``[3, B, T]`` for Qwen3.5's MRoPE), which every
+attention layer of that forward reads; HF's cos/sin are not used.
+
+The cache: each layer keeps a contiguous KV cache in the ops' layout (``[B, capacity, NKV, D]``,
+row b = batch row b, grown by doubling) in its HF cache layer, with each row's real tokens
+left-aligned (left padding is dropped at the prefill) and their count. The layer's ``keys`` /
+``values`` are views of it shaped as HF's (``[B, NKV, S, D]``), so ``get_seq_length`` and the masks
+HF builds stay right; only the patched layer reads the contents. Tokens after the prefill run as
+decode steps, one per token (a continued prompt of T tokens is T steps). Padding after the
+prompt, and a cache rearranged by HF (beam search, cropping), are refused with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+import torch
+
+from ...ops.attention import AttentionDecodeFwdOp, AttentionPrefillFwdOp, QKNormRopeFwdOp, SigmoidGateMulFwdOp
+from ._report import Route
+from ._serving import serving
+
+__all__ = ["AttentionOps", "AttentionPatcher", "Positions", "patch_attention"]
+
+
+class Positions:
+    """The integer positions of the model's current forward, as its rotary module received them."""
+
+    def __init__(self) -> None:
+        self.current: torch.Tensor | None = None
+
+    def hook(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.current = args[1] if len(args) > 1 else kwargs["position_ids"]
+
+    def flat(self, batch: int, tokens: int, rows: int) -> torch.Tensor:
+        """``[B · T]`` (NeoX) or ``[3, B · T]`` (MRoPE) positions of this forward."""
+        if self.current is None:
+            raise RuntimeError("the attention adapter ran before the model's rotary module recorded positions")
+        p = self.current
+        if rows == 3:
+            return p.expand(3, batch, tokens).reshape(3, batch * tokens)
+        return p.expand(batch, tokens).reshape(batch * tokens)
+
+
+class AttentionOps:
+    """The op instances of one model's attention layers (plans are per shape).
+
+    ``mrope_section`` is the rotary module's own (Qwen3.5's text rotary has one and rotates
+    by three position rows, interleaved); None: NeoX from one row.
+    """
+
+    def __init__(self, config: Any, head_dim: int, mrope_section: Any = None) -> None:
+        rope = dict(getattr(config, "rope_parameters", None) or {})
+        self.rotary_dim = int(head_dim * float(rope.get("partial_rotary_factor", 1.0)))
+        mrope = mrope_section is not None
+        self.rows = 3 if mrope else 1
+        self.norm_rope = QKNormRopeFwdOp(rotary_dim=self.rotary_dim, theta=float(rope.get("rope_theta", 10000.0)),
+                                         eps=float(config.rms_norm_eps),
+                                         rope_style="mrope_interleaved" if mrope else "neox",
+                                         mrope_section=tuple(mrope_section) if mrope else (11, 11, 10))
+        self.rope_type = rope.get("rope_type", "default")
+        self.prefill = AttentionPrefillFwdOp(scale=head_dim ** -0.5)
+        self.decode = AttentionDecodeFwdOp(scale=head_dim ** -0.5)
+        self.gate = SigmoidGateMulFwdOp()
+
+
+class _KVStore:
+    """One layer's KV cache in the ops' layout, and each batch row's count of real tokens."""
+
+    def __init__(self, batch: int, capacity: int, nkv: int, d: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.keys = torch.zeros(batch, capacity, nkv, d, dtype=dtype, device=device)
+        self.values = torch.zeros_like(self.keys)
+        self.lengths = torch.zeros(batch, dtype=torch.int32, device=device)
+
+    def reserve(self, capacity: int) -> None:
+        """Room for ``capacity`` tokens a row, doubling (a copy only when it grows)."""
+        have = self.keys.shape[1]
+        if capacity <= have:
+            return
+        grown = max(capacity, 2 * have)
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = torch.zeros(old.shape[0], grown, *old.shape[2:], dtype=old.dtype, device=old.device)
+            new[:, :have] = old
+            setattr(self, name, new)
+
+
+def _store_for(cache: Any, layer_idx: int, batch: int, tokens: int, nkv: int, d: int, like: torch.Tensor) -> tuple[
+        _KVStore, int]:
+    """The layer's store and the tokens (padding included, as HF counts them) already in it."""
+    if cache is None:
+        return _KVStore(batch, tokens, nkv, d, like.dtype, like.device), 0
+    layer = cache.layers[layer_idx]
+    store = getattr(layer, "_tileops_kv", None)
+    seen = layer.get_seq_length() if getattr(layer, "is_initialized", False) else 0
+    if store is None or seen == 0:
+        if seen:
+            raise ValueError(f"layer {layer_idx}: the cache holds {seen} tokens written by an unpatched forward")
+        store = _KVStore(batch, tokens, nkv, d, like.dtype, like.device)
+        layer._tileops_kv = store
+        layer.is_initialized, layer.device = True, like.device
+    elif layer.keys is not getattr(layer, "_tileops_keys_view", None):
+        raise NotImplementedError(
+            f"layer {layer_idx}: HF rearranged the attention cache (beam search or cropping), which the TileOPs "
+            "adapter's left-aligned cache cannot follow; call this model without apply_tileops for that")
+    return store, seen
+
+
+def _publish(cache: Any, layer_idx: int, store: _KVStore, seen: int) -> None:
+    """Show HF the cache as ``[B, NKV, S, D]`` views of the store (``S`` counts padding, as HF's does)."""
+    if cache is None:
+        return
+    layer = cache.layers[layer_idx]
+    layer.keys = store.keys[:, :seen].permute(0, 2, 1, 3)
+    layer.values = store.values[:, :seen].permute(0, 2, 1, 3)
+    layer._tileops_keys_view = layer.keys
+
+
+def _real_tokens(attention_mask: torch.Tensor | None, batch: int, tokens: int, device: torch.device) -> torch.Tensor:
+    """Each row's count of real tokens in a prefill: the keys its last query may attend to.
+
+    They must be the row's last tokens (left padding); anything else is refused.
+    """
+    if attention_mask is None:
+        return torch.full((batch,), tokens, dtype=torch.int32, device=device)
+    if not isinstance(attention_mask, torch.Tensor):
+        raise NotImplementedError(f"an attention mask of type {type(attention_mask).__name__}: the TileOPs attention "
+                                  "adapter reads the 4-D masks of the 'sdpa' and 'eager' implementations")
+    last = attention_mask[:, 0, -1, :] if attention_mask.dtype == torch.bool else attention_mask[:, 0, -1, :] == 0
+    n = last.sum(-1).to(torch.int32)
+    suffix = torch.arange(tokens, device=device).unsqueeze(0) >= (tokens - n).unsqueeze(1)
+    if not torch.equal(last, suffix):
+        raise NotImplementedError("the attention mask is not causal with left padding; the TileOPs attention "
+                                  "adapter packs each row's real tokens as its last ones")
+    return n
+
+
+def _prefill(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+             n: torch.Tensor) -> torch.Tensor:
+    """Each row's real (last ``n[b]``) tokens packed, attended causally and written to an empty cache;
+    padding positions get zeros (no real token attends to them)."""
+    B, dev = n.numel(), key.device
+    T = query.shape[0] // B
+    take = (torch.arange(B, device=dev) * T).repeat_interleave(n) + torch.cat(
+        [torch.arange(T - int(k), T, device=dev) for k in n.tolist()])
+    cu = torch.cat([torch.zeros(1, dtype=torch.int32, device=dev), torch.cumsum(n, 0, dtype=torch.int32)])
+    store.reserve(T)
+    packed = ops.prefill(query[take], key[take], value[take], store.keys, store.values, cu)
+    store.lengths.copy_(n)
+    return torch.zeros_like(query).index_copy_(0, take, packed)
+
+
+def _check_new_tokens_real(attention_mask: Any, lengths: torch.Tensor, tokens: int, layer_idx: int) -> None:
+    """After the prefill every token of every row is real: the last query sees its row's count plus them."""
+    if not isinstance(attention_mask, torch.Tensor):
+        return  # None: no padding anywhere (HF skips the mask)
+    last = attention_mask[:, 0, -1, :]
+    seen = (last if last.dtype == torch.bool else last == 0).sum(-1)
+    if not torch.equal(seen.to(lengths.dtype), lengths + tokens):
+        raise NotImplementedError(f"layer {layer_idx}: the mask pads tokens after the prompt; the TileOPs attention "
+                                  "adapter drops padding only at the prefill")
+
+
+def _decode_steps(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  B: int, T: int) -> torch.Tensor:
+    """``T`` new tokens a row after cached ones: one decode step per token (a continued prompt is
+    ``T`` steps; generation's ``T == 1`` is one)."""
+    store.reserve(int(store.lengths.max()) + T)
+    out = torch.empty_like(query).view(B, T, *query.shape[1:])
+    q, k, v = (x.view(B, T, *x.shape[1:]) for x in (query, key, value))
+    for t in range(T):
+        out[:, t] = ops.decode(q[:, t], k[:, t], v[:, t], store.keys, store.values, store.lengths)
+        store.lengths += 1
+    return out.view_as(query)
+
+
+def _attention_forward(m: Any, ops: AttentionOps, positions: Positions) -> Callable[..., tuple[torch.Tensor, None]]:
+    nq, nkv, d = m.config.num_attention_heads, m.config.num_key_value_heads, m.head_dim
+
+    def forward(hidden_states: torch.Tensor, position_embeddings: Any = None, attention_mask: Any = None,
+                cache: Any = None, past_key_values: Any = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+        cache = cache if cache is not None else past_key_values
+        B, T, _ = hidden_states.shape
+        qg = m.q_proj(hidden_states).view(B * T, nq, 2 * d)
+        query, gate = qg[..., :d], qg[..., d:]
+        key = m.k_proj(hidden_states).view(B * T, nkv, d)
+        value = m.v_proj(hidden_states).view(B * T, nkv, d)
+        query, key = ops.norm_rope(query, key, m.q_norm.weight, m.k_norm.weight, positions.flat(B, T, ops.rows))
+        store, seen = _store_for(cache, m.layer_idx, B, T, nkv, d, key)
+        if seen == 0:
+            out = _prefill(ops, store, query, key, value, _real_tokens(attention_mask, B, T, key.device))
+        else:
+            _check_new_tokens_real(attention_mask, store.lengths, T, m.layer_idx)
+            out = _decode_steps(ops, store, query, key, value, B, T)
+        _publish(cache, m.layer_idx, store, seen + T)
+        out = ops.gate(out, gate)
+        return m.o_proj(out.reshape(B, T, nq * d)), None
+
+    return forward
+
+
+def _example_calls(m: Any, ops: AttentionOps) -> list[tuple[str, Any, tuple[Any, ...]]]:
+    """One small call of each op with the layer's sizes, dtype and device (planned, never run)."""
+    nq, nkv, d = m.config.num_attention_heads, m.config.num_key_value_heads, m.head_dim
+    w = m.q_norm.weight
+    dt, dev = w.dtype, w.device
+    q, k = torch.empty(1, nq, d, dtype=dt, device=dev), torch.empty(1, nkv, d, dtype=dt, device=dev)
+    cache = torch.empty(1, 1, nkv, d, dtype=dt, device=dev)
+    pos = torch.zeros((3, 1) if ops.rows == 3 else (1,), dtype=torch.int64, device=dev)
+    one, zero = torch.tensor([0, 1], dtype=torch.int32, device=dev), torch.zeros(1, dtype=torch.int32, device=dev)
+    return [
+        ("q/k norm + rotary", ops.norm_rope, (q, k, w, m.k_norm.weight, pos)),
+        ("attention prefill", ops.prefill, (q, k, k, cache, cache, one)),
+        ("attention decode", ops.decode, (q, k, k, cache, cache, zero)),
+        ("output gate", ops.gate, (q, q)),
+    ]
+
+
+def patch_attention(name: str, m: Any, ops: AttentionOps, positions: Positions) -> list[Route]:
+    """Replace ``m.forward`` when every op of the layer has a kernel here; the routes either way."""
+    kind = type(m).__name__
+    if ops.rope_type != "default":
+        return [Route(name, kind, "layer", None, None, f"rope_type {ops.rope_type!r}: the op rotates by "
+                      "theta^(-2i / rotary_dim) only")]
+    routes = []
+    for piece, op, args in _example_calls(m, ops):
+        answer = serving(op, *args)
+        routes.append(Route(name, kind, piece, type(op).__name__, answer.kernel, answer.reason))
+    if not all(r.served for r in routes):  # the cache's layout is all or nothing: leave the whole layer
+        return [Route(name, kind, r.piece, r.op, None, r.reason or "another piece of the layer has no kernel here")
+                for r in routes]
+    m.forward = _attention_forward(m, ops, positions)
+    # q_norm / k_norm still get their own routes from the model walk; say that this op does their work.
+    fused = "q_norm and k_norm fused in: their own forwards are no longer called"
+    return [replace(r, reason=fused) if r.op == "QKNormRopeFwdOp" else r for r in routes]
+
+
+class AttentionPatcher:
+    """Patches a model's attention layers: one set of ops for all of them, and the positions
+    recorded from the model's rotary module(s) once the first layer is patched."""
+
+    def __init__(self, model: Any, config: Any, rotary_classes: tuple[type, ...]) -> None:
+        self._config = config
+        self._rotaries: list[Any] = [x for x in model.modules() if rotary_classes and isinstance(x, rotary_classes)]
+        self._ops: AttentionOps | None = None
+        self._positions: Positions | None = None
+
+    def __call__(self, name: str, m: Any) -> list[Route]:
+        if len(self._rotaries) != 1:
+            return [Route(name, type(m).__name__, "layer", None, None,
+                          f"{len(self._rotaries)} text rotary modules in the model, not one to record positions from")]
+        if self._ops is None:
+            self._ops = AttentionOps(self._config, m.head_dim, getattr(self._rotaries[0], "mrope_section", None))
+        positions = self._positions or Positions()
+        routes = patch_attention(name, m, self._ops, positions)
+        if self._positions is None and all(r.served for r in routes):
+            self._rotaries[0].register_forward_pre_hook(positions.hook, with_kwargs=True)
+            self._positions = positions
+        return routes
