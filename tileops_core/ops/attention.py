@@ -8,12 +8,12 @@ order are in ``manifest/attention.yaml``.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from ..errors import fail
-from ..kernels.interface import KernelInterface
+from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
 from ..workloads.generators import Generated, register_generator
 from .packed_metadata import PackedMetadataChecks
@@ -31,6 +31,12 @@ class QKNormRopeKernel(KernelInterface):
 
     op = "QKNormRopeFwdOp"
     specialise_on = ("NQ", "NKV", "D")
+
+    @launch_signature
+    def launch(query: torch.Tensor, key: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+               positions: torch.Tensor, rotary_dim: int, theta: float, eps: float, rope_style: str,
+               mrope_section: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class QKNormRopeFwdOp(Op):
@@ -61,6 +67,12 @@ class AttentionDecodeKernel(KernelInterface):
 
     op = "AttentionDecodeFwdOp"
     specialise_on = ("NQ", "NKV", "D")
+
+    @launch_signature
+    def launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+               value_cache: torch.Tensor, cache_seqlens: torch.Tensor, block_table: torch.Tensor | None,
+               scale: float | None) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class AttentionDecodeFwdOp(Op):
@@ -116,6 +128,12 @@ class AttentionPrefillKernel(KernelInterface):
     op = "AttentionPrefillFwdOp"
     specialise_on = ("NQ", "NKV", "D")
 
+    @launch_signature
+    def launch(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+               value_cache: torch.Tensor, cu_seqlens: torch.Tensor, slot_mapping: torch.Tensor | None,
+               scale: float | None) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
+
 
 class AttentionPrefillFwdOp(PackedMetadataChecks, Op):
     """Varlen causal GQA attention over packed prompts, filling a contiguous or paged KV cache."""
@@ -170,6 +188,10 @@ class SigmoidGateMulKernel(KernelInterface):
 
     op = "SigmoidGateMulFwdOp"
     specialise_on = ("N",)
+
+    @launch_signature
+    def launch(attn: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it
 
 
 class SigmoidGateMulFwdOp(Op):
