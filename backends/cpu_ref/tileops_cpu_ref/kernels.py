@@ -25,6 +25,7 @@ Reciprocal has a third form, for integer inputs: promoted to float32 in the same
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, ClassVar, overload
 
 import torch
@@ -294,17 +295,21 @@ def _rgdr(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, beta: tor
     )
 
 
-def _shape_only_on_meta(fn: Callable[..., torch.Tensor], like: int) -> Callable[..., torch.Tensor]:
-    """``fn`` for references that read metadata contents (lengths, slots), which meta tensors
-    do not have: on meta inputs the result is the output's shape and dtype (those of argument
-    ``like``, as the spec infers them), nothing is computed and no state is written, as a
-    torch meta kernel behaves."""
+def _shape_only_on_meta(fn: Callable[..., Any], like: int | tuple[int, ...]) -> Callable[..., Any]:
+    """``fn`` for references that read metadata contents (lengths, slots, positions), which meta
+    tensors do not have: on meta inputs the result is the outputs' shapes and dtypes (those of
+    argument ``like``, or of each argument of a tuple ``like``, as the spec infers them), nothing
+    is computed and no state is written, as a torch meta kernel behaves. It carries ``fn``'s
+    signature (``functools.wraps``), which the launch contract checks."""
+    first = like if isinstance(like, int) else like[0]
 
-    def on_any_device(*args: Any) -> torch.Tensor:
-        if args[like].is_meta:
-            return torch.empty_like(args[like])
+    @functools.wraps(fn)
+    def on_any_device(*args: Any) -> Any:
+        if args[first].is_meta:
+            if isinstance(like, int):
+                return torch.empty_like(args[like])
+            return tuple(torch.empty_like(args[i]) for i in like)
         return fn(*args)
-    on_any_device.__doc__ = fn.__doc__
     return on_any_device
 
 
@@ -363,15 +368,15 @@ class RefGDNGating(_Reference, GDNGatingKernel):
 
 
 class RefQKNormRope(_Reference, QKNormRopeKernel):
-    fn = staticmethod(qk_norm_rope)
+    fn = staticmethod(_shape_only_on_meta(qk_norm_rope, (0, 1)))
 
 
 class RefAttentionDecode(_Reference, AttentionDecodeKernel):
-    fn = staticmethod(attention_decode)
+    fn = staticmethod(_shape_only_on_meta(attention_decode, 0))
 
 
 class RefAttentionPrefill(_Reference, AttentionPrefillKernel):
-    fn = staticmethod(attention_prefill)
+    fn = staticmethod(_shape_only_on_meta(attention_prefill, 0))
 
 
 class RefSigmoidGateMul(_Reference, SigmoidGateMulKernel):
