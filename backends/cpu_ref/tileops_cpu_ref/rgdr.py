@@ -40,7 +40,7 @@ from typing import overload
 
 import torch
 
-__all__ = ["recurrent_gated_delta_rule", "sequence_bounds", "L2NORM_EPS"]
+__all__ = ["recurrent_gated_delta_rule", "host_bounds", "sequence_bounds", "uniform_length", "L2NORM_EPS"]
 
 #: The epsilon of the in-kernel q/k l2 normalisation (flash-linear-attention's value).
 L2NORM_EPS = 1e-6
@@ -52,11 +52,11 @@ def sequence_bounds(actual_seq_lengths: torch.Tensor, seq_lens_style: str) -> tu
     ``lengths`` style gives ``L_b`` directly; ``cu_seqlens`` style gives the ``B + 1``
     prefix sums, whose consecutive differences are the lengths.
     """
-    starts, lengths = _host_bounds(actual_seq_lengths, seq_lens_style)
+    starts, lengths = host_bounds(actual_seq_lengths, seq_lens_style)
     return torch.tensor(starts, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64)
 
 
-def _host_bounds(actual_seq_lengths: torch.Tensor, seq_lens_style: str) -> tuple[list[int], list[int]]:
+def host_bounds(actual_seq_lengths: torch.Tensor, seq_lens_style: str) -> tuple[list[int], list[int]]:
     """``(starts, lengths)`` as Python lists: the metadata is a few hundred integers at most."""
     meta = actual_seq_lengths.tolist()
     if seq_lens_style == "cu_seqlens":
@@ -68,6 +68,17 @@ def _host_bounds(actual_seq_lengths: torch.Tensor, seq_lens_style: str) -> tuple
             running += n
         return starts, meta
     raise ValueError(f"seq_lens_style must be 'lengths' or 'cu_seqlens', got {seq_lens_style!r}")
+
+
+def uniform_length(starts: list[int], lengths: list[int], T: int) -> int:
+    """``L`` when every sequence has the same ``L > 0`` tokens and they tile ``[0, T)`` in order, else 0.
+
+    The common decode layout (``L = 1``; speculative decoding: ``L`` draft tokens each), where
+    step ``j``'s tokens are the strided rows ``j, L + j, 2L + j, ...``.
+    """
+    B = len(lengths)
+    L = lengths[0] if B else 0
+    return L if L > 0 and L * B == T and starts[0] == 0 and lengths.count(L) == B else 0
 
 
 @dataclass(frozen=True)
@@ -87,11 +98,10 @@ class _Schedule:
     @classmethod
     def plan(cls, starts: list[int], lengths: list[int], accepted: list[int] | None, T: int,
              device: torch.device) -> _Schedule | None:
-        B = len(lengths)
-        L = lengths[0] if B else 0
-        if L > 0 and L * B == T and starts[0] == 0 and lengths.count(L) == B:
+        L = uniform_length(starts, lengths, T)
+        if L:
             first = None if accepted is None else [b * L + a - 1 for b, a in enumerate(accepted)]
-            return cls(first, [B] * L, L, [])
+            return cls(first, [len(lengths)] * L, L, [])
         order = sorted((b for b, n in enumerate(lengths) if n > 0), key=lambda b: -lengths[b])
         if not order:
             return None
@@ -204,7 +214,7 @@ def recurrent_gated_delta_rule(
     scale = DK**-0.5 if scale is None else scale
     if out is None:
         out = torch.empty(value.shape, dtype=value.dtype, device=value.device)
-    starts, lengths = _host_bounds(actual_seq_lengths, seq_lens_style)
+    starts, lengths = host_bounds(actual_seq_lengths, seq_lens_style)
     accepted = None if num_accepted_tokens is None else num_accepted_tokens.tolist()
     schedule = _Schedule.plan(starts, lengths, accepted, T, state.device)
     if schedule is None:
