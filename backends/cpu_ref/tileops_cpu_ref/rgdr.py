@@ -40,6 +40,8 @@ from typing import overload
 
 import torch
 
+from .constants import constant
+
 __all__ = ["recurrent_gated_delta_rule", "host_bounds", "sequence_bounds", "uniform_length", "L2NORM_EPS"]
 
 #: The epsilon of the in-kernel q/k l2 normalisation (flash-linear-attention's value).
@@ -231,8 +233,8 @@ def recurrent_gated_delta_rule(
     # [T, NV, 2, DK]: the key and scale·query rows of each token and head, side by side.
     kq = _cast(torch.stack((key, query), dim=-2), compute_dtype)
     if use_qk_l2norm_in_kernel:
-        kq = kq * (kq * kq).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()
-    kq.select(-2, 1).mul_(scale)  # kq is this call's own buffer (stack, or the l2norm product)
+        kq = kq * (kq * kq).sum(-1, keepdim=True).add_(constant(L2NORM_EPS, compute_dtype)).rsqrt_()
+    kq.select(-2, 1).mul_(constant(scale, compute_dtype))  # kq is this call's own buffer (stack, or the l2norm product)
     if NV != NK:  # GQA: value head h reads query/key head h // (NV // NK)
         kq = kq.unsqueeze(2).expand(T, NK, NV // NK, 2, DK).reshape(T, NV, 2, DK)
     k_rows = kq.narrow(-2, 0, 1)  # [T, NV, 1, DK]
