@@ -23,13 +23,17 @@ first, so the sequences alive at step ``j`` are a prefix of the buffer (a view, 
 
 Each step touches the state as few times as the algebra allows, since on the CPU the
 state passes are the cost: with ``w`` the step's decay (``exp(g)``, ``exp(gk)``, per head
-or per key channel) and ``S`` the state before it,
+or per key channel), the state is first decayed in place, ``S ⊙= w``; then
 
-    predicted = (S ⊙ w) k = S (w ⊙ k)       out = (S ⊙ w + d kᵀ)(scale·q) = S (w ⊙ scale·q) + d (k · scale·q)
+    predicted = S k       out = (S + d kᵀ)(scale·q) = S (scale·q) + d (k · scale·q)
 
-so one batched product ``S @ [w⊙k, w⊙scale·q]ᵀ`` reads the state once for both, and the
-update is ``S ⊙= w`` then ``S += d kᵀ``, in place. No state-sized buffer is allocated
+so one batched product ``S @ [k, scale·q]ᵀ`` reads the state once for both, and the update
+``S += d kᵀ`` is in place: three passes over the state. No state-sized buffer is allocated
 inside the loop (the page faults of fresh large buffers cost as much as the math).
+
+Under GQA the ``G = NV / NK`` value heads of one key head are adjacent in the state, so the
+state is viewed as ``[n·NK, G·DV, DK]`` and multiplied by the key head's own ``[k, q]``:
+the query and key rows are never repeated onto the value heads.
 """
 
 from __future__ import annotations
@@ -212,7 +216,7 @@ def recurrent_gated_delta_rule(
     passes a float64 buffer to keep full precision for comparisons).
     """
     T, NK, DK = query.shape
-    NV = value.shape[1]
+    NV, DV = value.shape[1:]
     scale = DK**-0.5 if scale is None else scale
     if out is None:
         out = torch.empty(value.shape, dtype=value.dtype, device=value.device)
@@ -235,14 +239,15 @@ def recurrent_gated_delta_rule(
     if use_qk_l2norm_in_kernel:
         kq = kq * (kq * kq).sum(-1, keepdim=True).add_(constant(L2NORM_EPS, compute_dtype)).rsqrt_()
     kq.select(-2, 1).mul_(constant(scale, compute_dtype))  # kq is this call's own buffer (stack, or the l2norm product)
-    if NV != NK:  # GQA: value head h reads query/key head h // (NV // NK)
-        kq = kq.unsqueeze(2).expand(T, NK, NV // NK, 2, DK).reshape(T, NV, 2, DK)
-    k_rows = kq.narrow(-2, 0, 1)  # [T, NV, 1, DK]
-    k_dot_q = kq.prod(-2).sum(-1, keepdim=True)  # [T, NV, 1]
+    G = NV // NK  # GQA: value head h reads query/key head h // G
+    k_rows = kq.narrow(-2, 0, 1)  # [T, NK, 1, DK]
+    k_dot_q = kq.prod(-2).sum(-1, keepdim=True)  # [T, NK, 1]
+    if G > 1:
+        k_dot_q = k_dot_q.repeat_interleave(G, dim=1)  # [T, NV, 1]
     # value and beta enter only binary ops with compute_dtype operands, which promote them exactly.
     v_all = _promotes_to(value, compute_dtype)
     beta_all = _promotes_to(beta, compute_dtype).unsqueeze(-1)
-    # Each token's decay, shaped to scale both kq and the state: [T, NV, 1, 1] per head, [T, NV, 1, DK] per channel.
+    # Each token's decay, shaped to scale the state: [T, NV, 1, 1] per head, [T, NV, 1, DK] per channel.
     log_decay = None if g is None else _cast(g, compute_dtype)
     if gk is not None and gk.dim() == 2:
         log_decay = _cast(gk, compute_dtype) if log_decay is None else log_decay + _cast(gk, compute_dtype)
@@ -254,17 +259,16 @@ def recurrent_gated_delta_rule(
     S, rounded = _gathered_states(state, schedule.first_rows(slots), compute_dtype, padded)  # before any write
     for j, n in enumerate(schedule.live):
         Sj = S if n == S.shape[0] else S[:n]
-        kq_j = schedule.rows(kq, j)
         w = schedule.rows(decay, j)
-        x = kq_j if w is None else kq_j * w
-        # [n·NV, DV, 2]: S (w ⊙ k) and S (w ⊙ scale·q), one pass over the state.
-        product = torch.bmm(Sj.view(-1, Sj.shape[-2], DK), x.reshape(-1, 2, DK).transpose(1, 2))
-        predicted, read = product.view(n, NV, -1, 2).unbind(-1)
-        delta = (schedule.rows(v_all, j) - predicted).mul_(schedule.rows(beta_all, j))
-        schedule.write_rows(out, j, read, delta, schedule.rows(k_dot_q, j))
         if w is not None:
             Sj.mul_(w)
-        Sj.addcmul_(delta.unsqueeze(-1), schedule.rows(k_rows, j))
+        grouped = Sj.view(n, NK, G * DV, DK)  # the value heads of each key head, stacked
+        # [n·NK, G·DV, 2]: S k and S (scale·q), one pass over the state.
+        product = torch.bmm(grouped.view(n * NK, G * DV, DK), schedule.rows(kq, j).reshape(n * NK, 2, DK).transpose(1, 2))
+        predicted, read = product.view(n, NV, DV, 2).unbind(-1)
+        delta = (schedule.rows(v_all, j) - predicted).mul_(schedule.rows(beta_all, j))
+        schedule.write_rows(out, j, read, delta, schedule.rows(k_dot_q, j))
+        grouped.addcmul_(delta.view(n, NK, G * DV, 1), schedule.rows(k_rows, j))
         stored = Sj
         if rounded is not None:  # the recurrence continues from what the state buffer can hold
             stored = rounded if n == S.shape[0] else rounded[:n]
