@@ -141,25 +141,30 @@ def _last_writer_of_each_slot(slots: list[int]) -> list[int]:
 
 
 def _update_uniform(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                    activation: str | None, L: int, slots: list[int], accepted: list[int] | None,
-                    out: torch.Tensor | None) -> torch.Tensor:
-    """The update for ``B`` sequences of ``L`` tokens each, tiling ``x`` (see the module docstring)."""
+                    activation: str | None, L: int, slot_tensor: torch.Tensor, slots: list[int],
+                    accepted: list[int] | None, out: torch.Tensor | None) -> torch.Tensor:
+    """The update for ``B`` sequences of ``L`` tokens each, tiling ``x`` (see the module docstring).
+
+    ``slots`` is ``slot_tensor`` read on the host; the tensor itself indexes where it can (one
+    token per sequence, no padding), saving the host-to-tensor round trip.
+    """
     T, D = x.shape
     B, W = T // L, weight.shape[1]
+    every_token = L == 1 and accepted is None  # each token is its sequence's first
     first = range(0, T, L) if accepted is None else [b * L + min(max(a, 1), L) - 1 for b, a in enumerate(accepted)]
-    first_slots = slots if L == 1 and accepted is None else [slots[i] for i in first]
+    first_slots = slots if every_token else [slots[i] for i in first]
     padded = min(first_slots) < 0
     if conv_state.shape[0] == 0:  # an empty pool: every slot is padding (the pool check said so)
         init = x.new_zeros(B, D, W - 1)
     else:
-        index = torch.tensor([max(s, 0) for s in first_slots] if padded else first_slots, dtype=torch.int64,
-                             device=x.device)
+        index = slot_tensor.to(x.device) if every_token and not padded else torch.tensor(
+            [max(s, 0) for s in first_slots], dtype=torch.int64, device=x.device)
         init = conv_state.index_select(0, index)
         if padded:
             init.masked_fill_(torch.tensor([s < 0 for s in first_slots], device=x.device).view(-1, 1, 1), 0)
     row = torch.cat((_cast(init, x.dtype), x.view(B, L, D).transpose(1, 2)), dim=-1)  # [B, D, W - 1 + L]
     taps = _cast(row, _ACC).unfold(-1, W, 1)  # [B, D, L, W]: token t's taps, oldest first
-    acc = (taps * _cast(weight, _ACC).unsqueeze(1)).sum(-1)  # [B, D, L]
+    acc = torch.linalg.vecdot(taps, _cast(weight, _ACC).unsqueeze(1))  # [B, D, L]: sum over the taps
     if bias is not None:
         acc.add_(_cast(bias, _ACC).unsqueeze(-1))
     result = _activate(acc, activation).transpose(1, 2).reshape(T, D)
@@ -168,13 +173,18 @@ def _update_uniform(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Ten
     else:
         out.copy_(result)
     # Token t's window is its taps 1 .. W - 1: the row's length-(W - 1) windows after the first.
-    windows = row.unfold(-1, W - 1, 1).narrow(2, 1, L).transpose(1, 2).reshape(T, D, W - 1)
+    if L == 1:
+        windows = row.narrow(-1, 1, W - 1)
+    else:
+        windows = row.unfold(-1, W - 1, 1).narrow(2, 1, L).transpose(1, 2).reshape(T, D, W - 1)
     writers = _last_writer_of_each_slot(slots)
     if not writers:
         return out
-    if len(writers) < T:
+    if len(writers) == T:  # every token writes, in token order
+        written = _cast(slot_tensor.to(x.device), torch.int64)  # index_copy_ takes int64 indices
+    else:
         windows = windows.index_select(0, torch.tensor(writers, dtype=torch.int64, device=x.device))
-    written = torch.tensor([slots[i] for i in writers], dtype=torch.int64, device=x.device)
+        written = torch.tensor([slots[i] for i in writers], dtype=torch.int64, device=x.device)
     conv_state.index_copy_(0, written, _cast(windows, conv_state.dtype))
     return out
 
@@ -201,7 +211,8 @@ def causal_conv1d_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torc
     L = uniform_length(starts, lengths, T)
     if L:
         accepted = None if num_accepted_tokens is None else num_accepted_tokens.tolist()
-        return _update_uniform(x, conv_state, weight, bias, activation, L, host_slots, accepted, out)
+        return _update_uniform(x, conv_state, weight, bias, activation, L, conv_state_indices, host_slots, accepted,
+                               out)
     out = _out_buffer(x, out)
     starts_t, lengths_t = torch.tensor(starts, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64)
     tokens = _Tokens(starts_t, lengths_t, T, x.device)
