@@ -15,7 +15,8 @@ accelerator kernels are checked against. The semantics are ``RGDR.md``'s:
   first slot is negative starts from zeros.
 
 How it runs: the states of all sequences are gathered once from the pool into one
-``[B, NV, DV, DK]`` buffer, and a Python loop runs over token positions only
+``[B, NV, DV, DK]`` buffer (or, in plain decode where sequence ``b`` owns slot ``b`` and the
+pool holds the compute dtype, the pool's first ``B`` rows are that buffer, updated in place), and a Python loop runs over token positions only
 (``max(L_b)`` steps; one for plain decode). Step ``j`` updates the sequences that have a
 ``j``-th token together, with batched matrix products over ``B·NV`` heads, and scatters
 their states to the pool in one ``index_copy_``. Sequences are ordered by length, longest
@@ -231,8 +232,13 @@ def recurrent_gated_delta_rule(
     if outside:  # checked before the first write: a slot past the pool must never be written through
         raise IndexError(f"ssm_state_indices {outside[:8]} lie past the state pool of {state.shape[0]} slots; "
                          "nothing was written")
+    # One token per sequence, each in its own slot b = its row b, the state already in the compute dtype:
+    # the pool rows are the running states, updated in place (no gather, no scatter).
+    in_place = (schedule.uniform == 1 and schedule.first_tokens is None and state.dtype == compute_dtype
+                and state.is_contiguous() and host_slots == list(range(T)))
     slots = ssm_state_indices if ssm_state_indices.device == state.device else ssm_state_indices.to(state.device)
-    slots = _cast(slots, torch.int64)  # index_copy_ takes int64 indices
+    if not in_place:
+        slots = _cast(slots, torch.int64)  # index_copy_ takes int64 indices
 
     # [T, NV, 2, DK]: the key and scale·query rows of each token and head, side by side.
     kq = _cast(torch.stack((key, query), dim=-2), compute_dtype)
@@ -256,7 +262,10 @@ def recurrent_gated_delta_rule(
         channel = _cast(gk, compute_dtype).exp().unsqueeze(-2)
         decay = channel if decay is None else decay * channel
 
-    S, rounded = _gathered_states(state, schedule.first_rows(slots), compute_dtype, padded)  # before any write
+    if in_place:
+        S, rounded = state.narrow(0, 0, T), None
+    else:
+        S, rounded = _gathered_states(state, schedule.first_rows(slots), compute_dtype, padded)  # before any write
     for j, n in enumerate(schedule.live):
         Sj = S if n == S.shape[0] else S[:n]
         w = schedule.rows(decay, j)
@@ -274,5 +283,6 @@ def recurrent_gated_delta_rule(
             stored = rounded if n == S.shape[0] else rounded[:n]
             stored.copy_(Sj)
             Sj.copy_(stored)
-        _write_states(state, schedule.rows(slots, j), stored, padded)
+        if not in_place:
+            _write_states(state, schedule.rows(slots, j), stored, padded)
     return out
