@@ -247,12 +247,12 @@ def recurrent_gated_delta_rule(
     kq.select(-2, 1).mul_(constant(scale, compute_dtype))  # kq is this call's own buffer (stack, or the l2norm product)
     G = NV // NK  # GQA: value head h reads query/key head h // G
     k_rows = kq.narrow(-2, 0, 1)  # [T, NK, 1, DK]
-    k_dot_q = kq.prod(-2).sum(-1, keepdim=True)  # [T, NK, 1]
-    if G > 1:
-        k_dot_q = k_dot_q.repeat_interleave(G, dim=1)  # [T, NV, 1]
-    # value and beta enter only binary ops with compute_dtype operands, which promote them exactly.
-    v_all = _promotes_to(value, compute_dtype)
-    beta_all = _promotes_to(beta, compute_dtype).unsqueeze(-1)
+    k_dot_q = kq.prod(-2).sum(-1, keepdim=True).unsqueeze(-1)  # [T, NK, 1, 1]
+    # Per value head, grouped under the key heads: [T, NK, G, DV]. value and beta enter only binary
+    # ops with compute_dtype operands, which promote them exactly.
+    v_all = _promotes_to(value, compute_dtype).view(T, NK, G, DV)
+    beta_all = _promotes_to(beta, compute_dtype).view(T, NK, G, 1)
+    out_grouped = out.view(T, NK, G, DV)
     # Each token's decay, shaped to scale the state: [T, NV, 1, 1] per head, [T, NV, 1, DK] per channel.
     log_decay = None if g is None else _cast(g, compute_dtype)
     if gk is not None and gk.dim() == 2:
@@ -274,9 +274,9 @@ def recurrent_gated_delta_rule(
         grouped = Sj.view(n, NK, G * DV, DK)  # the value heads of each key head, stacked
         # [n·NK, G·DV, 2]: S k and S (scale·q), one pass over the state.
         product = torch.bmm(grouped.view(n * NK, G * DV, DK), schedule.rows(kq, j).reshape(n * NK, 2, DK).transpose(1, 2))
-        predicted, read = product.view(n, NV, DV, 2).unbind(-1)
+        predicted, read = product.view(n, NK, G, DV, 2).unbind(-1)
         delta = (schedule.rows(v_all, j) - predicted).mul_(schedule.rows(beta_all, j))
-        schedule.write_rows(out, j, read, delta, schedule.rows(k_dot_q, j))
+        schedule.write_rows(out_grouped, j, read, delta, schedule.rows(k_dot_q, j))
         grouped.addcmul_(delta.view(n, NK, G * DV, 1), schedule.rows(k_rows, j))
         stored = Sj
         if rounded is not None:  # the recurrence continues from what the state buffer can hold
