@@ -94,9 +94,10 @@ def test_update_matches_the_float64_oracle_on_a_ragged_batch_with_padding(dtype,
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 @pytest.mark.parametrize("accepted", [False, True], ids=["all-tokens", "accepted"])
 @pytest.mark.parametrize("per_seq", [1, 3])
-def test_update_matches_the_float64_oracle_when_every_sequence_has_the_same_length(dtype, style, accepted, per_seq):
+@pytest.mark.parametrize("D", [24, 2048], ids=["one-reduction", "tap-by-tap"])
+def test_update_matches_the_float64_oracle_when_every_sequence_has_the_same_length(dtype, style, accepted, per_seq, D):
     lengths = [per_seq] * 4
-    case = _case(lengths, dtype=dtype, bias=not accepted)
+    case = _case(lengths, D=D, dtype=dtype, bias=not accepted)
     slots = case["conv_state_indices"]
     slots[per_seq] = -1  # the first token of the second sequence
     slots[-1] = slots[0]  # one slot named twice: the later token's window is stored

@@ -34,6 +34,9 @@ from .rgdr import host_bounds, sequence_bounds, uniform_length
 __all__ = ["causal_conv1d_update", "causal_conv1d_varlen"]
 
 _ACC = torch.float32
+#: Outputs (tokens x channels) from which the uniform decode sums its taps one multiply-add per tap
+#: rather than in one reduction (measured: the crossover lies between 8x96 and 1x8192).
+_TAPS_AT_ONCE = 4096
 
 
 class _Tokens:
@@ -163,10 +166,17 @@ def _update_uniform(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Ten
         if padded:
             init.masked_fill_(torch.tensor([s < 0 for s in first_slots], device=x.device).view(-1, 1, 1), 0)
     row = torch.cat((_cast(init, x.dtype), x.view(B, L, D).transpose(1, 2)), dim=-1)  # [B, D, W - 1 + L]
-    taps = _cast(row, _ACC).unfold(-1, W, 1)  # [B, D, L, W]: token t's taps, oldest first
-    acc = torch.linalg.vecdot(taps, _cast(weight, _ACC).unsqueeze(1))  # [B, D, L]: sum over the taps
-    if bias is not None:
-        acc.add_(_cast(bias, _ACC).unsqueeze(-1))
+    row32, w = _cast(row, _ACC), _cast(weight, _ACC)
+    if T * D < _TAPS_AT_ONCE:  # one reduction over the taps: fewest calls
+        acc = torch.linalg.vecdot(row32.unfold(-1, W, 1), w.unsqueeze(1))  # [B, D, L]; taps oldest first
+        if bias is not None:
+            acc.add_(_cast(bias, _ACC).unsqueeze(-1))
+    else:  # a multiply-add per tap over whole [B, D, L] slices: a length-W reduction per output is slow
+        acc = (torch.zeros if bias is None else torch.empty)((B, D, L), dtype=_ACC, device=x.device)
+        if bias is not None:
+            acc.copy_(_cast(bias, _ACC).view(D, 1).expand(B, D, L))
+        for k in range(W):
+            acc.addcmul_(row32.narrow(-1, k, L), w[:, k : k + 1])
     result = _activate(acc, activation).transpose(1, 2).reshape(T, D)
     if out is None:
         out = _cast(result, x.dtype)
