@@ -220,9 +220,9 @@ def causal_conv1d_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torc
     starts, lengths = host_bounds(actual_seq_lengths, seq_lens_style)
     L = uniform_length(starts, lengths, T)
     if L:
-        accepted = None if num_accepted_tokens is None else num_accepted_tokens.tolist()
-        return _update_uniform(x, conv_state, weight, bias, activation, L, conv_state_indices, host_slots, accepted,
-                               out)
+        host_accepted = None if num_accepted_tokens is None else num_accepted_tokens.tolist()
+        return _update_uniform(x, conv_state, weight, bias, activation, L, conv_state_indices, host_slots,
+                               host_accepted, out)
     out = _out_buffer(x, out)
     starts_t, lengths_t = torch.tensor(starts, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64)
     tokens = _Tokens(starts_t, lengths_t, T, x.device)
