@@ -222,7 +222,8 @@ def conv_table(kernels: dict[str, dict[str, Any]], args: argparse.Namespace) -> 
         pool = hf_state[:, :, 1:].contiguous()  # TileOPs keeps the W - 1 inputs a step reads
         lengths, slots = torch.ones(B, dtype=torch.int32), torch.arange(B, dtype=torch.int32)
         expected = hf_style_causal_conv1d_update(x.unsqueeze(-1), hf_state.clone(), weight, bias).squeeze(-1)
-        candidates = {"torch": lambda s=hf_state.clone(): hf_style_causal_conv1d_update(x.unsqueeze(-1), s, weight, bias)}
+        hf_pool = hf_state.clone()
+        candidates = {"torch": lambda: hf_style_causal_conv1d_update(x.unsqueeze(-1), hf_pool, weight, bias)}
         for name, fns in kernels.items():
             fn, s = fns["CausalConv1dUpdateFwdOp"].fn, pool.clone()
             torch.testing.assert_close(fn(x, s, weight, lengths, slots, bias, None, "silu", "lengths"), expected,

@@ -15,10 +15,11 @@ accelerator kernels are checked against. The semantics are ``RGDR.md``'s:
   first slot is negative starts from zeros.
 
 How it runs: the states of all sequences are gathered once from the pool into one
-``[B, NV, DV, DK]`` buffer (or, in plain decode where sequence ``b`` owns slot ``b`` and the
-pool holds the compute dtype, the pool's first ``B`` rows are that buffer, updated in place), and a Python loop runs over token positions only
-(``max(L_b)`` steps; one for plain decode). Step ``j`` updates the sequences that have a
-``j``-th token together, with batched matrix products over ``B·NV`` heads, and scatters
+``[B, NV, DV, DK]`` buffer (in plain decode where sequence ``b`` owns slot ``b`` and the pool
+holds the compute dtype, the pool's first ``B`` rows are that buffer, updated in place), and
+a Python loop runs over token positions only (``max(L_b)`` steps; one for plain decode).
+Step ``j`` updates the sequences that have a ``j``-th token together, with batched matrix
+products over ``B·NK`` key heads (GQA below), and scatters
 their states to the pool in one ``index_copy_``. Sequences are ordered by length, longest
 first, so the sequences alive at step ``j`` are a prefix of the buffer (a view, no copy).
 
@@ -240,7 +241,7 @@ def recurrent_gated_delta_rule(
     if not in_place:
         slots = _cast(slots, torch.int64)  # index_copy_ takes int64 indices
 
-    # [T, NV, 2, DK]: the key and scale·query rows of each token and head, side by side.
+    # [T, NK, 2, DK]: the key and scale·query rows of each token and key head, side by side.
     kq = _cast(torch.stack((key, query), dim=-2), compute_dtype)
     if use_qk_l2norm_in_kernel:
         kq = kq * (kq * kq).sum(-1, keepdim=True).add_(constant(L2NORM_EPS, compute_dtype)).rsqrt_()
@@ -273,7 +274,8 @@ def recurrent_gated_delta_rule(
             Sj.mul_(w)
         grouped = Sj.view(n, NK, G * DV, DK)  # the value heads of each key head, stacked
         # [n·NK, G·DV, 2]: S k and S (scale·q), one pass over the state.
-        product = torch.bmm(grouped.view(n * NK, G * DV, DK), schedule.rows(kq, j).reshape(n * NK, 2, DK).transpose(1, 2))
+        kq_j = schedule.rows(kq, j).reshape(n * NK, 2, DK)
+        product = torch.bmm(grouped.view(n * NK, G * DV, DK), kq_j.transpose(1, 2))
         predicted, read = product.view(n, NK, G, DV, 2).unbind(-1)
         delta = (schedule.rows(v_all, j) - predicted).mul_(schedule.rows(beta_all, j))
         schedule.write_rows(out_grouped, j, read, delta, schedule.rows(k_dot_q, j))
