@@ -128,7 +128,9 @@ def test_automatic_fallback_to_the_general_kernel_on_an_accelerator_warns_once_w
     with pytest.warns(RuntimeWarning) as record:
         assert kernel_for(iface, make_call(iface, device_type="cuda", arch="sm_90", N=100))() == "RefK"
     assert [str(w.message) for w in record] == [
-        "FakeOp: falling back to the general fakes:RefK on cuda (fakes:FastK: refused: N=100 is not a multiple of 8)"]
+        "FakeOp: falling back to the general fakes:RefK on cuda (fakes:FastK: refused: N=100 is not a multiple of 8); "
+        "tileops_core.dispatch_report() counts every fallback of this process (TILEOPS_DISPATCH_REPORT=1 prints it "
+        "at exit)"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         kernel_for(iface, make_call(iface, device_type="cuda", arch="sm_90", N=101))  # the same fallback: silent
@@ -175,6 +177,6 @@ def test_explain_shows_the_active_target_and_the_layer_it_comes_from(capsys):
     assert main(["explain", "RMSNormFwdOp", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["target"]["source"] == "cpu@cpu_ref from set_target()"
-    assert data["target"]["layers"] == {"op target=": None, "use_target()": None, "set_target()": "cpu@cpu_ref",
-                                        "TILEOPS_TARGET": None}
+    assert data["target"]["layers"] == {"op target=": None, "use_target()": None, "per-op overrides": None,
+                                        "set_target()": "cpu@cpu_ref", "TILEOPS_TARGET": None}
     assert data["interfaces"][0]["chosen"] == "tileops_cpu_ref.kernels:RefRMSNorm"

@@ -14,13 +14,22 @@ from .kernels.targets import Target, current_target, set_target, use_target
 from .spec import OpSpec, get_spec, load_manifest, load_workloads
 
 if TYPE_CHECKING:
+    from .kernels.dispatch_stats import DispatchReport
     from .plugins import PluginRecord
 
 __all__ = [
     "__version__", "CheckError", "ExprError", "OpSpec", "PluginError", "SelectionError", "SpecError", "Target",
-    "TileOpsError", "current_target", "get_spec", "load_manifest", "load_plugins", "load_workloads", "set_target",
+    "TileOpsError", "current_target", "dispatch_report", "get_spec", "load_manifest", "load_plugins", "load_workloads", "set_target",
     "use_target",
 ]
+
+
+def dispatch_report() -> "DispatchReport":
+    """Which kernels served this process, how often, and every fallback with its reason
+    (:mod:`tileops_core.kernels.dispatch_stats`)."""
+    from .kernels.dispatch_stats import dispatch_report as _report
+
+    return _report()
 
 
 def load_plugins() -> list["PluginRecord"]:

@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import TileOpsError
 from ..kernels import registry
+from ..kernels.archs import arch_matches
 from ..kernels.interface import CallSpec, KernelInterface
 
 __all__ = ["BASELINES", "Launch", "capture_launches", "reference_implementation", "make_baseline"]
@@ -89,7 +90,7 @@ def reference_implementation(interface: type[KernelInterface], call: CallSpec) -
             continue
         if "*" not in impl.devices and call.device_type not in impl.devices:
             continue
-        if "*" not in impl.supported_archs and call.arch not in impl.supported_archs:
+        if not arch_matches(impl.supported_archs, call.arch):
             continue
         if impl.refusal(call) is None:
             return impl

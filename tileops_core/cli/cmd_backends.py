@@ -16,7 +16,10 @@ from .._version import CORE_MAJOR, __version__
 from ..kernels import registry
 from ..kernels.records import BackendInfo
 from ..plugins import plugin_records
+from ..kernels.steering import steering_layers
+from ..kernels.targets import target_layers
 from .main import EXIT_FINDINGS, EXIT_OK
+from .steer_options import add_kernels_argument, kernels_argument, steering_lines
 
 __all__ = ["NAME", "HELP", "add_arguments", "run", "collect"]
 
@@ -26,6 +29,7 @@ HELP = "list installed backends, their versions, detected devices/archs and plug
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    add_kernels_argument(parser)
 
 
 def _detected(info: BackendInfo) -> tuple[list[dict[str, Any]], str | None]:
@@ -60,6 +64,8 @@ def collect() -> dict[str, Any]:
         "disabled": [r.as_dict() for r in records if r.status == "disabled"],
         "failures": [{"name": f.name, "distribution": f.distribution, "version": f.version, "reason": f.reason}
                      for f in registry.failures()],
+        "target_layers": {layer: None if value is None else str(value) for layer, value in target_layers()},
+        "steering": steering_layers(registry.active()),
     }
 
 
@@ -88,6 +94,12 @@ def _text(data: dict[str, Any]) -> str:
         lines.append("disabled plugins:")
         lines.extend(f"  {r['name']} ({r['distribution'] or r['origin']}): {r['reason']}" for r in data["disabled"])
     lines.append("")
+    lines.append("selection layers (highest first): op target= (per op), use_target() (scope), per-op overrides, "
+                 "process target, automatic")
+    lines.append("  process target: " + "; ".join(f"{k} {v or '-'}" for k, v in data["target_layers"].items()
+                                                 if k in ("set_target()", "TILEOPS_TARGET")))
+    lines.extend("  " + line for line in steering_lines(data["steering"]))
+    lines.append("")
     if data["failures"]:
         lines.append(f"load failures ({len(data['failures'])}):")
         for f in data["failures"]:
@@ -99,6 +111,9 @@ def _text(data: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    data = collect()
+    with kernels_argument(args):
+        data = collect()
     print(json.dumps(data, indent=2) if args.format == "json" else _text(data))
-    return EXIT_FINDINGS if data["failures"] else EXIT_OK
+    steering = data["steering"]
+    problems = steering["override_problems"] or steering["lock_error"]
+    return EXIT_FINDINGS if data["failures"] or problems else EXIT_OK

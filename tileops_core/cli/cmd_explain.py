@@ -29,9 +29,13 @@ from ..kernels.interface import CallSpec
 from ..kernels.select import Selection, select_kernel
 from ..kernels.targets import Target, active_target_source, current_target, default_device, parse_target, \
     target_layers, use_target
+from ..op.decompose import compile_path
 from ..spec.manifest import get_spec
 from ..spec.nodes import OpSpec, WorkloadRow
+from ..kernels.overrides import kernel_overrides
+from ..kernels.steering import steering_layers
 from .main import EXIT_FINDINGS, EXIT_OK
+from .steer_options import add_kernels_argument, kernels_argument, steering_lines
 
 __all__ = ["NAME", "HELP", "add_arguments", "run", "explain", "op_class"]
 
@@ -48,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arch", metavar="ARCH", help="simulate a --device of this arch (e.g. ascend310p): plan on "
                                                        "meta tensors, select as on that device; no hardware needed")
     parser.add_argument("--target", metavar="T", help="explain under use_target(T) (device[:arch][@backend])")
+    add_kernels_argument(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
 
@@ -158,11 +163,26 @@ def explain(op_name: str, *, workload: str | None = None, dtype: str | None = No
         "inputs": {n: {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "device": str(t.device)}
                    for n, t in instance.inputs.items()},
         "target": {"active": None if target is None else str(target), "source": active_target_source(op.target),
-                   "layers": {layer: None if value is None else str(value) for layer, value in target_layers(op.target)},
+                   "layers": _layers(spec.name, op.target),
                    "problem": _target_problem(target)},
+        "steering": steering_layers(registry.active()),
+        "compiled_path": compile_path(op.definition(), (s.chosen for s in selections)),
         "interfaces": [_selection_data(s) for s in selections],
         "report": [s.report() for s in selections],
     }
+
+
+def _layers(op_name: str, op_target: Target | None) -> dict[str, str | None]:
+    """Every layer, highest first: the target layers with this op's override rules in their place."""
+    layers = [(layer, None if value is None else str(value)) for layer, value in target_layers(op_target)]
+    try:
+        overrides = kernel_overrides()
+        rules = ", ".join(r.entry for r in overrides.for_op(op_name)) if overrides is not None else ""
+        entry = f"{rules} ({overrides.source})" if rules and overrides is not None else None
+    except TileOpsError as exc:
+        entry = str(exc)
+    layers.insert(2, ("per-op overrides", entry))
+    return dict(layers)
 
 
 def _target_problem(target: Target | None) -> str | None:
@@ -181,6 +201,7 @@ def _selection_data(selection: Selection) -> dict[str, Any]:
         "interface": selection.interface.qualname(), "call": selection.call.as_dict(),
         "chosen": None if selection.chosen is None else selection.chosen.qualname(),
         "chosen_backend": selection.chosen_backend,
+        "steering": list(selection.steering.notes) if selection.steering is not None else [],
         "candidates": [{"impl": c.impl.qualname(), "backend": c.backend, "kept": c.kept, "reason": c.reason}
                        for c in selection.candidates],
     }
@@ -196,6 +217,8 @@ def _text(data: dict[str, Any]) -> str:
     if data["target"]["problem"]:
         lines.append(f"  problem: {data['target']['problem']}")
     lines.append("  layers (highest first): " + "; ".join(f"{k} {v or '-'}" for k, v in data["target"]["layers"].items()))
+    lines.extend(steering_lines(data["steering"]))
+    lines.append(f"under torch.compile: {data['compiled_path']}")
     for report, sel in zip(data["report"], data["interfaces"]):
         lines.append("")
         lines.append(report)
@@ -208,7 +231,7 @@ def _text(data: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     scoped = parse_target(args.target, "--target") if args.target else None
-    with use_target(scoped) if scoped is not None else contextlib.nullcontext():
+    with kernels_argument(args), use_target(scoped) if scoped is not None else contextlib.nullcontext():
         data = explain(args.op, workload=args.workload, dtype=args.dtype, device=args.device, arch=args.arch)
     print(json.dumps(data, indent=2, default=str) if args.format == "json" else _text(data))
     return EXIT_OK if all(s["chosen"] for s in data["interfaces"]) else EXIT_FINDINGS

@@ -26,7 +26,7 @@ __all__ = ["main", "COMMANDS", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE"]
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 #: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS = ("ops", "validate", "bench", "calibrate", "backends", "explain", "docs", "demo")
+COMMANDS = ("ops", "validate", "bench", "calibrate", "backends", "explain", "lock", "docs", "demo")
 
 
 def _command_modules(names: Sequence[str] = COMMANDS) -> list[ModuleType]:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Hashable, Iterator
 from ..errors import PluginError
 from ..spec import manifest
 from ..spec.manifest import ManifestSource
+from .archs import check_supported_archs, patterns_overlap
 from .interface import KernelInterface
 from .records import ArchDetector, BackendInfo, LoadFailure, PluginRecord, ProfileSource
 
@@ -68,7 +69,8 @@ class SelectionCaches:
     """
 
     generation: int = -1
-    selections: dict[tuple[Any, ...], tuple[Impl, Callable[..., Any]]] = field(default_factory=dict)
+    #: (interface, call, target) -> (implementation, built kernel, fallback reason or None)
+    selections: dict[tuple[Any, ...], tuple[Impl, Callable[..., Any], str | None]] = field(default_factory=dict)
     builds: dict[BuildKey, Callable[..., Any]] = field(default_factory=dict)
     build_locks: dict[BuildKey, threading.Lock] = field(default_factory=dict)
     failed_builds: dict[BuildKey, str] = field(default_factory=dict)
@@ -208,6 +210,7 @@ class Registry:
             raise PluginError(f"{impl!r} is not a kernel implementation (a subclass of a kernel interface)")
         if not impl.devices:
             raise PluginError(f"{impl.qualname()} declares no devices")
+        check_supported_archs(impl.qualname(), impl.supported_archs)
         with self.lock:
             registration._check_live()
             existing = self._impls.setdefault(impl.interface(), [])
@@ -244,6 +247,11 @@ class Registry:
         """Registered implementations of ``interface``, sorted by name (never by registration order)."""
         with self.lock:
             return sorted(self._impls.get(interface, []), key=lambda c: c.qualname())
+
+    def interfaces(self) -> list[Impl]:
+        """Interfaces with at least one registered implementation, sorted by name."""
+        with self.lock:
+            return sorted((i for i, impls in self._impls.items() if impls), key=lambda c: c.qualname())
 
     def backend_of(self, impl: Impl) -> str:
         """The backend that registered ``impl`` (``""`` when it is not registered here)."""
@@ -340,10 +348,13 @@ class Registry:
         for interface in sorted(interfaces, key=lambda c: c.qualname()):
             impls = self.implementations(interface)
             for device, generals in sorted(_generals_by_device(impls).items()):
-                if len(generals) > 1 and involved(generals):
-                    names = ", ".join(f"{g.qualname()} ({self.backend_of(g)})" for g in generals)
-                    problems.append(f"{interface.qualname()}: two general implementations for device {device!r}: "
-                                    f"{names}")
+                clashing = _overlapping_archs(generals)
+                if len(clashing) > 1 and involved(clashing):
+                    names = ", ".join(f"{g.qualname()} ({self.backend_of(g)})" for g in clashing)
+                    archs = "" if all(g.supported_archs == ("*",) for g in clashing) else " on overlapping archs " + (
+                        ", ".join(f"{' '.join(g.supported_archs)}" for g in clashing))
+                    problems.append(f"{interface.qualname()}: two general implementations for device {device!r}"
+                                    f"{archs}: {names}")
             cycle = _preference_cycle({impl: self.resolve_preferred(impl) for impl in impls})
             if cycle and involved(cycle):
                 problems.append(f"{interface.qualname()}: preferred_over cycle: "
@@ -364,6 +375,13 @@ def _generals_by_device(impls: list[Impl]) -> dict[str, list[Impl]]:
     if wildcard:
         by_device["*"] = wildcard
     return by_device
+
+
+def _overlapping_archs(generals: list[Impl]) -> list[Impl]:
+    """The general implementations whose ``supported_archs`` meet another's (ranges included):
+    general kernels for disjoint arch ranges of one device type do not contradict each other."""
+    return [g for g in generals if any(h is not g and patterns_overlap(g.supported_archs, h.supported_archs)
+                                       for h in generals)]
 
 
 def _preference_cycle(graph: dict[Impl, list[Impl]]) -> list[Impl] | None:

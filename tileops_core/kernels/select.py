@@ -9,8 +9,10 @@ For an interface and a call spec, among the registered implementations:
    left, one ``preferred_over`` another removes it; more than one left is an ambiguity
    error; none left is an error listing every candidate and why it dropped out.
 
-Candidates are considered sorted by name, so registration and install order decide
-nothing. A repeated (interface, call spec, target) costs one dict lookup; a new build
+Before the rule, the user's steering (:mod:`.steering`: per-op overrides, a lock file)
+drops denied kernels and, under a pin or a lock line, every kernel but the named one,
+each with its reason. Candidates are considered sorted by name, so registration and
+install order decide nothing. A repeated (interface, call spec, target) costs one dict lookup; a new build
 identity is built once, under a per-identity lock, however many threads race for it.
 """
 
@@ -22,12 +24,20 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import SelectionError
+from . import dispatch_stats
+from .archs import arch_matches
 from .interface import CallSpec, KernelInterface
 from .records import LoadFailure
 from .registry import GENERATION, BuildKey, Registry, active
+from .steering import Steering, steering_for
 from .targets import Target
 
-__all__ = ["Candidate", "Selection", "select_kernel", "kernel_for", "choose_kernel", "clear_caches", "build_count"]
+__all__ = ["Candidate", "Selection", "select_kernel", "kernel_for", "choose_kernel", "clear_caches", "build_count",
+           "MAX_SELECTIONS"]
+
+#: Selections kept before the cache starts again (a re-selection costs microseconds; the
+#: built kernels, keyed by build identity, are kept).
+MAX_SELECTIONS = 16384
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,8 @@ class Selection:
     chosen: type[KernelInterface] | None
     candidates: tuple[Candidate, ...]
     failures: tuple[LoadFailure, ...] = ()
+    #: The user's steering that applied (overrides, lock) and the target the rule honoured.
+    steering: Steering | None = None
 
     @property
     def chosen_backend(self) -> str | None:
@@ -63,6 +75,8 @@ class Selection:
     def report(self) -> str:
         lines = [f"{self.interface.qualname()} for {self.call!r}"]
         lines.append(f"target: {self.target if self.target is not None else 'automatic'}")
+        if self.steering is not None:
+            lines.extend(f"steering: {note}" for note in self.steering.notes)
         lines.extend("  " + c.line() for c in self.candidates)
         failures = self.failures
         if failures:
@@ -74,7 +88,7 @@ class Selection:
 def _available(impl: type[KernelInterface], backend: str, call: CallSpec, target: Target | None) -> str | None:
     if "*" not in impl.devices and call.device_type not in impl.devices:
         return f"runs on {', '.join(impl.devices)}, the call is on {call.device_type}"
-    if "*" not in impl.supported_archs and call.arch not in impl.supported_archs:
+    if not arch_matches(impl.supported_archs, call.arch):
         return f"supports archs {', '.join(impl.supported_archs)}, the device is {call.arch}"
     if target is not None:
         why = target.allows(call.device_type, call.arch, backend)
@@ -91,6 +105,8 @@ def select_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
     the one to read (the active one by default)."""
     registry = active() if registry is None else registry
     backend_of = registry.backend_of
+    steering = steering_for(interface, call, target, registry)
+    target = steering.target
     candidates: dict[type[KernelInterface], Candidate] = {}
 
     def drop(impl: type[KernelInterface], why: str) -> None:
@@ -98,7 +114,7 @@ def select_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
 
     survivors: list[type[KernelInterface]] = []
     for impl in registry.implementations(interface):
-        why = _available(impl, backend_of(impl), call, target)
+        why = steering.why_out(impl) or _available(impl, backend_of(impl), call, target)
         if why is None and broken and impl in broken:
             why = broken[impl]
         if why is None:
@@ -133,7 +149,7 @@ def select_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
             drop(s, "ambiguous: another applicable implementation has the same priority")
     ordered = tuple(candidates[c] for c in sorted(candidates, key=lambda c: c.qualname()))
     return Selection(interface, call, target, survivors[0] if len(survivors) == 1 else None, ordered,
-                     tuple(registry.failures()))
+                     tuple(registry.failures()), steering)
 
 
 def build_count() -> int:
@@ -164,19 +180,15 @@ def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
     caches = registry.caches
     key = (interface, call, target)
     if caches.generation == GENERATION[0]:
-        chosen_kernel = caches.selections.get(key)
-        if chosen_kernel is not None:
-            return chosen_kernel
+        cached = caches.selections.get(key)
+        if cached is not None:
+            return _counted(registry, call, *cached)
     broken: dict[type[KernelInterface], str] = {}
     while True:  # a kernel whose build fails drops out, and the rule runs again without it
         generation = GENERATION[0]
         selection = select_kernel(interface, call, target, broken, registry)
         if selection.chosen is None:
-            ambiguous = [c for c in selection.candidates if c.reason.startswith("ambiguous")]
-            what = "more than one implementation applies" if ambiguous else "no implementation can serve this call"
-            if target is not None:
-                what += f" within the explicit target {target}"
-            raise SelectionError(f"{call.op}: {what}\n{selection.report()}")
+            raise SelectionError(_no_choice(selection))
         chosen = selection.chosen
         entry = chosen.entry_for(call)
         build_key = (chosen, entry.build_key)
@@ -186,16 +198,47 @@ def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
         if kernel is not None:
             break
         broken[chosen] = caches.failed_builds[build_key]
-    if chosen.general and call.device_type != "cpu" and target is None:
-        _warn_fallback(registry, selection)
-    chosen_kernel = (chosen, kernel)
+    fallback = None
+    if chosen.general and call.device_type != "cpu" and not (selection.steering and selection.steering.explicit):
+        fallback = _fallback_reason(selection)
+        if call.device_type != "meta":  # shape inference computes nothing: no speed is lost there
+            _warn_fallback(registry, selection, fallback)
     with registry.lock:
         if generation == GENERATION[0]:  # an answer made while the registry changed is not kept
-            if caches.generation != generation:  # nor are those of an older generation
+            if caches.generation != generation or len(caches.selections) >= MAX_SELECTIONS:
+                # nor are those of an older generation; and an op called on ever-new shapes
+                # (call specs with new dims) does not grow the cache without bound
                 caches.selections.clear()
                 caches.generation = generation
-            caches.selections[key] = chosen_kernel
-    return chosen_kernel
+            caches.selections[key] = (chosen, kernel, fallback)
+    return _counted(registry, call, chosen, kernel, fallback)
+
+
+def _counted(registry: Registry, call: CallSpec, chosen: type[KernelInterface], kernel: Callable[..., Any],
+             fallback: str | None) -> tuple[type[KernelInterface], Callable[..., Any]]:
+    """Count a plan binding ``chosen`` (dispatch statistics); in per-call mode, a kernel counting its calls."""
+    backend = registry.backend_of(chosen)
+    if dispatch_stats.counts_calls():
+        return chosen, dispatch_stats.counting(kernel, chosen, backend, call, fallback)
+    dispatch_stats.count(chosen, backend, call, fallback)
+    return chosen, kernel
+
+
+def _no_choice(selection: Selection) -> str:
+    """The error text when nothing serves: a lock line that cannot be honoured is named first."""
+    call, target, steering = selection.call, selection.target, selection.steering
+    if steering is not None and steering.lock is not None:
+        entry = steering.lock
+        why = next((c.reason for c in selection.candidates if c.impl.qualname() == entry.kernel), "")
+        return (f"{entry.where}: the lock names {entry.kernel} [{entry.backend}] for this call, and it cannot serve "
+                f"it: {why}\n{selection.report()}")
+    ambiguous = [c for c in selection.candidates if c.reason.startswith("ambiguous")]
+    what = "more than one implementation applies" if ambiguous else "no implementation can serve this call"
+    if target is not None:
+        what += f" within the explicit target {target}"
+    if steering is not None and steering.pin is not None:
+        what += f" within the per-op pin {steering.pin.entry!r}"
+    return f"{call.op}: {what}\n{selection.report()}"
 
 
 def _build_once(registry: Registry, build_key: BuildKey, build: Callable[[], Callable[..., Any]],
@@ -232,28 +275,36 @@ def _build_once(registry: Registry, build_key: BuildKey, build: Callable[[], Cal
         return kernel
 
 
-def _warn_fallback(registry: Registry, selection: Selection) -> None:
-    """Warn once per op, device type and reason that the general kernel serves an accelerator call.
-
-    The reason is the real one: each specialised kernel for this device type that dropped
-    out and why (a refusal, an arch it was not written for, a target), and the plugins
-    that failed to load; only when there is none of those is no specialised kernel installed.
-    """
+def _dropped_specialised(selection: Selection) -> list[Candidate]:
     device = selection.call.device_type
-    dropped = [c for c in selection.candidates if not c.kept and not c.impl.general
-               and ("*" in c.impl.devices or device in c.impl.devices)]
-    failures = selection.failures
-    reasons = [f"{c.impl.qualname()}: {c.reason}" for c in dropped]
-    reasons += [str(f) for f in failures]
+    return [c for c in selection.candidates if not c.kept and not c.impl.general
+            and ("*" in c.impl.devices or device in c.impl.devices)]
+
+
+def _fallback_reason(selection: Selection) -> str:
+    """Why the general kernel serves an accelerator call: each specialised kernel for this
+    device type that dropped out and why (a refusal, an arch it was not written for, a deny),
+    and the plugins that failed to load; only when there is none of those is no specialised
+    kernel installed."""
+    reasons = [f"{c.impl.qualname()}: {c.reason}" for c in _dropped_specialised(selection)]
+    reasons += [str(f) for f in selection.failures]
+    return "; ".join(reasons) or f"no specialised implementation for {selection.call.device_type} is installed"
+
+
+def _warn_fallback(registry: Registry, selection: Selection, why: str) -> None:
+    """Warn once per op, device type and cause that the general kernel serves an accelerator call;
+    the warning points to the dispatch report, which counts every fallback of the process."""
+    device = selection.call.device_type
     # Once per op, device type and cause: which kernels dropped out (not their texts, which
     # carry the call's sizes) and which plugins failed.
-    key = (selection.call.op, selection.interface, device, tuple(c.impl for c in dropped), tuple(failures))
+    key = (selection.call.op, selection.interface, device, tuple(c.impl for c in _dropped_specialised(selection)),
+           selection.failures)
     with registry.lock:
         if key in registry.caches.warned:
             return
         registry.caches.warned.add(key)
-    why = "; ".join(reasons) or f"no specialised implementation for {device} is installed"
     chosen = selection.chosen
     assert chosen is not None  # only a chosen general kernel falls back
-    warnings.warn(f"{selection.call.op}: falling back to the general {chosen.qualname()} on {device} ({why})",
-                  RuntimeWarning, stacklevel=5)
+    warnings.warn(f"{selection.call.op}: falling back to the general {chosen.qualname()} on {device} ({why}); "
+                  "tileops_core.dispatch_report() counts every fallback of this process "
+                  "(TILEOPS_DISPATCH_REPORT=1 prints it at exit)", RuntimeWarning, stacklevel=5)

@@ -41,6 +41,11 @@ class Target:
             text += f"@{self.backend}"
         return text or "<any>"
 
+    @property
+    def process_wide(self) -> bool:
+        """Set for the whole process (``set_target()``, ``TILEOPS_TARGET``): a per-op pin outranks it."""
+        return self.source in ("set_target()", "TILEOPS_TARGET")
+
     def allows(self, device_type: str, arch: str, backend: str) -> str | None:
         """Why an implementation (on ``device_type``/``arch``, from ``backend``) is outside the target."""
         if self.backend is not None and backend != self.backend:

@@ -28,7 +28,10 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 
+from ..kernels.fingerprint import selection_state_guard
 from ..lang.types import DTypeParam, Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
+from ..plugins.loader import ensure_plugins_loaded
+from .decompose import install_decomposition
 
 if TYPE_CHECKING:
     from .base import Op
@@ -206,6 +209,11 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
         return pick((result,) if len(spec.outputs) == 1 else tuple(result))
 
     def fake(*args: Any) -> Any:
+        # Hooks (kernels/fingerprint.py, op/decompose.py): the trace sees the loaded selection
+        # state, so the guard call_boundary reads after this op is not failed by the first call's
+        # plugin load; and Inductor's table holds this op's decomposition before it is consulted.
+        ensure_plugins_loaded()
+        install_decomposition(boundary_ref[0])
         op = boundary_ref[0].instance(args[n_inputs:])
         plan = definition.plan(op, list(args[:n_inputs]) + [None] * n_buffers, kernels=False)
         return pick(tuple(torch.empty(s, dtype=d, device=plan.device) for s, d in zip(plan.out_shapes,
@@ -251,6 +259,9 @@ def call_boundary(op: "Op", values: Sequence[Any]) -> Any:
     boundary = op._def.boundary  # the instance's own reference: dynamo guards on it, not on a registry dict
     assert boundary is not None  # callers check
     result = boundary.fn(*values[: boundary.n_inputs], *op._boundary_args)
+    # Hook (kernels/fingerprint.py): dynamo guards on the selection state's generation, so a
+    # compiled graph is traced again after kernels, overrides or the lock change.
+    selection_state_guard()
     if boundary.plain:
         return result
     fresh = list((result,) if len(boundary.returned) == 1 else (result or ()))

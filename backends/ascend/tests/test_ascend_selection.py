@@ -77,7 +77,9 @@ def test_the_fallback_warns_once_with_the_reason_and_builds_the_reference_withou
     assert kernel is RefRGDR.fn
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert messages == [
-        f"RecurrentGatedDeltaRuleFwdOp: falling back to the general {REF} on npu ({OURS}: refused: {BF16_REASON})"
+        f"RecurrentGatedDeltaRuleFwdOp: falling back to the general {REF} on npu ({OURS}: refused: {BF16_REASON}); "
+        "tileops_core.dispatch_report() counts every fallback of this process (TILEOPS_DISPATCH_REPORT=1 prints it "
+        "at exit)"
     ]
 
 

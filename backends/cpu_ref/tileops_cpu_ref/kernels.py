@@ -113,6 +113,7 @@ def _rms_norm_direct(x: torch.Tensor, weight: torch.Tensor | None, normalized_sh
 
 
 class RefRMSNorm(_Reference, RMSNormKernel):
+    traceable = True  # plain torch: a compiled graph may inline it (TILEOPS_COMPILE_DECOMPOSE)
     fn = staticmethod(_rms_norm)
     direct = staticmethod(_rms_norm_direct)
     cpu_half_in_float32 = _HALF_NAMES
@@ -253,6 +254,7 @@ def _silu_and_mul_direct(x: torch.Tensor) -> torch.Tensor:
 
 
 class RefSiluAndMul(_Reference, SiluAndMulKernel):
+    traceable = True  # plain torch: a compiled graph may inline it (TILEOPS_COMPILE_DECOMPOSE)
     fn = staticmethod(_silu_and_mul)
     direct = staticmethod(_silu_and_mul_direct)  # float32/float64 only: in half it rounds twice
 
@@ -313,8 +315,22 @@ def _rgdr(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, beta: tor
     )
 
 
+def _shape_only_on_meta(fn: Callable[..., torch.Tensor], like: int) -> Callable[..., torch.Tensor]:
+    """``fn`` for references that read metadata contents (lengths, slots), which meta tensors
+    do not have: on meta inputs the result is the output's shape and dtype (those of argument
+    ``like``, as the spec infers them), nothing is computed and no state is written, as a
+    torch meta kernel behaves."""
+
+    def on_any_device(*args: Any) -> torch.Tensor:
+        if args[like].is_meta:
+            return torch.empty_like(args[like])
+        return fn(*args)
+    on_any_device.__doc__ = fn.__doc__
+    return on_any_device
+
+
 class RefRGDR(_Reference, RGDRKernel):
-    fn = staticmethod(_rgdr)
+    fn = staticmethod(_shape_only_on_meta(_rgdr, 2))
 
 
 def _conv_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, actual_seq_lengths: torch.Tensor,
@@ -325,7 +341,7 @@ def _conv_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor
 
 
 class RefCausalConv1dUpdate(_Reference, CausalConv1dUpdateKernel):
-    fn = staticmethod(_conv_update)
+    fn = staticmethod(_shape_only_on_meta(_conv_update, 0))
 
 
 def _conv_varlen(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, actual_seq_lengths: torch.Tensor,
@@ -336,7 +352,7 @@ def _conv_varlen(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor
 
 
 class RefCausalConv1dVarlen(_Reference, CausalConv1dVarlenKernel):
-    fn = staticmethod(_conv_varlen)
+    fn = staticmethod(_shape_only_on_meta(_conv_varlen, 0))
 
 
 def _chunk_gdr(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
@@ -348,7 +364,7 @@ def _chunk_gdr(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: t
 
 
 class RefChunkGDR(_Reference, ChunkGDRKernel):
-    fn = staticmethod(_chunk_gdr)
+    fn = staticmethod(_shape_only_on_meta(_chunk_gdr, 2))
 
 
 class RefZeroCentredRMSNorm(_Reference, ZeroCentredRMSNormKernel):
