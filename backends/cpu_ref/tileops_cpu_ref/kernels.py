@@ -229,11 +229,14 @@ def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     torch's own half-precision form (``F.silu(gate) * up``) rounds silu's result before the
     product, and no torch op computes the whole product in one pass with one rounding. So the
     float32 form is computed block by block of rows in one reused float32 buffer (convert,
-    silu, multiply, round), which keeps its extra passes in cache instead of memory.
+    silu, multiply, round), which keeps its extra passes in cache instead of memory. Traced
+    (a compiler fuses the plain statement into one pass) or off the CPU, it is that statement.
     """
     gate, up = x.chunk(2, dim=-1)
     if x.dtype not in _LOW:
         return F.silu(gate) * up
+    if type(x) is not torch.Tensor or x.device.type != "cpu":
+        return (F.silu(gate.float()) * up.float()).to(x.dtype)
     n = up.shape[-1]
     gate_rows, up_rows = gate.reshape(-1, n), up.reshape(-1, n)
     rows = gate_rows.shape[0]
