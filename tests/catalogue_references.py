@@ -8,7 +8,8 @@ token). An adapter returns the expected outputs and
 the expected final values of mutated inputs.
 
 Tolerances, as ``||out - ref|| / ||ref||`` against the float64 result, by the dtype of the
-tensor compared: float64 1e-10, float32 2e-5, float16 2e-3, bfloat16 1.6e-2.
+tensor compared: float64 1e-10, float32 2e-5, float16 2e-3, bfloat16 1.6e-2; integer outputs (expert ids, offsets,
+index maps) must be exact.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from tileops_cpu_ref.ssd import ssd_decode
 
 __all__ = ["REFERENCES", "TOLERANCE", "resolve_ref_api", "relative_error"]
 
-TOLERANCE = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2,
+             torch.int32: 0.0, torch.int64: 0.0}
 
 
 def resolve_ref_api(text: str) -> Callable[..., Any]:
@@ -225,6 +227,72 @@ def _gdn_gating(api, i, p):
     return {"g": g, "beta": torch.sigmoid(_d(i["b"]))}
 
 
+def _moe_topk_routing(api, i, p):
+    """Per token: float64 softmax, experts by descending probability then ascending id, top_k of them."""
+    probs = torch.softmax(_d(i["router_logits"]), dim=-1)
+    T, K = probs.shape[0], p["top_k"]
+    weights, ids = torch.empty(T, K, dtype=torch.float64), torch.empty(T, K, dtype=torch.int64)
+    for t in range(T):
+        row = probs[t].tolist()
+        chosen = sorted(range(len(row)), key=lambda e: (-row[e], e))[:K]
+        w = torch.tensor([row[e] for e in chosen], dtype=torch.float64)
+        weights[t] = w / w.sum() if p.get("renormalize", True) else w
+        ids[t] = torch.tensor(chosen)
+    return {"topk_weights": weights, "topk_ids": ids}
+
+
+def _moe_rows_by_expert(ids: list[list[int]], num_experts: int) -> list[tuple[int, int]]:
+    """``(t, k)`` of every copy in permuted order: experts ascending, copies in ``t * K + k`` order."""
+    return [(t, k) for e in range(num_experts) for t, row in enumerate(ids) for k, x in enumerate(row) if x == e]
+
+
+def _moe_permute(api, i, p):
+    ids, x, E = i["topk_ids"].tolist(), _d(i["hidden_states"]), p["num_experts"]
+    T, K = i["topk_ids"].shape
+    rows = _moe_rows_by_expert(ids, E)
+    permuted = torch.stack([x[t] for t, _ in rows]) if rows else x.new_empty((0, x.shape[1]))
+    inverse = torch.empty(T, K, dtype=torch.int64)
+    for r, (t, k) in enumerate(rows):
+        inverse[t, k] = r
+    counts = [sum(row.count(e) for row in ids) for e in range(E)]
+    offsets = torch.tensor([sum(counts[:e]) for e in range(E + 1)], dtype=torch.int64)
+    return {"permuted": permuted, "expert_offsets": offsets, "permuted_index": inverse}
+
+
+def _swiglu64(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    return down @ (F.silu(gate @ x) * (up @ x))
+
+
+def _moe_grouped_experts(api, i, p):
+    x, w_gu, w_down = _d(i["hidden_states"]), _d(i["gate_up_proj"]), _d(i["down_proj"])
+    offsets, I = i["expert_offsets"].tolist(), w_down.shape[2]
+    out = torch.empty(x.shape, dtype=torch.float64)
+    for e in range(w_gu.shape[0]):
+        for r in range(offsets[e], offsets[e + 1]):
+            out[r] = _swiglu64(x[r], w_gu[e, :I], w_gu[e, I:], w_down[e])
+    return {"out": out}
+
+
+def _moe_shared_expert(api, i, p):
+    x = _d(i["x"])
+    flat = x.reshape(-1, x.shape[-1])
+    out = torch.stack([_swiglu64(row, _d(i["gate_proj"]), _d(i["up_proj"]), _d(i["down_proj"])) for row in flat])
+    if i.get("expert_gate") is not None:
+        out = out * torch.sigmoid(flat @ _d(i["expert_gate"]).T)
+    return {"out": out.reshape(x.shape)}
+
+
+def _moe_unpermute(api, i, p):
+    y, index, w = _d(i["expert_output"]), i["permuted_index"].tolist(), _d(i["topk_weights"])
+    shared = _d(i.get("shared_output"))
+    out = torch.zeros(len(index), y.shape[1], dtype=torch.float64)
+    for t, rows in enumerate(index):
+        out[t] = shared[t] if shared is not None else 0.0
+        for k, r in enumerate(rows):
+            out[t] += w[t, k] * y[r]
+    return {"out": out}
+
+
 #: op name -> adapter(ref_api_function_or_None, inputs, params) -> {name: expected tensor}
 REFERENCES: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
     "RMSNormFwdOp": _rms_norm,
@@ -245,4 +313,9 @@ REFERENCES: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
     "FusedAddZeroCentredRMSNormFwdOp": _fused_add_zero_centred_rms_norm,
     "GatedRMSNormFwdOp": _gated_rms_norm,
     "GDNGatingFwdOp": _gdn_gating,
+    "MoETopKRoutingFwdOp": _moe_topk_routing,
+    "MoEPermuteFwdOp": _moe_permute,
+    "MoEGroupedExpertsFwdOp": _moe_grouped_experts,
+    "MoESharedExpertFwdOp": _moe_shared_expert,
+    "MoEUnpermuteFwdOp": _moe_unpermute,
 }
