@@ -76,10 +76,13 @@ def _host_offsets(expert_offsets: torch.Tensor, rows: int, experts: int) -> torc
     return offs
 
 
-def grouped_linear_by_loop(x: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+def grouped_linear_by_loop(x: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor,
+                           out: torch.Tensor | None = None) -> torch.Tensor:
     """``x[rows of e] @ weight[e].T`` for every expert ``e`` with rows (``offs``: host int64 offsets),
-    each rounded once to x's dtype: the path for devices without ``torch._grouped_mm``."""
-    out = x.new_empty((x.shape[0], weight.shape[1]))
+    each rounded once to x's dtype, into ``out`` (fresh when None): the path for devices without
+    ``torch._grouped_mm``. The offsets cover every row, so every row of ``out`` is written."""
+    if out is None:
+        out = x.new_empty((x.shape[0], weight.shape[1]))
     for e in torch.nonzero(offs.diff() > 0).flatten().tolist():
         lo, hi = int(offs[e]), int(offs[e + 1])
         out[lo:hi] = F.linear(x[lo:hi].to(_ACC), weight[e].to(_ACC)).to(x.dtype)
