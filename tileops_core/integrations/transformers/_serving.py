@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import TileOpsError
+from ...kernels.registry import backend_of
 from ...kernels.select import select_kernel
 from ...kernels.targets import current_target
 from ...op.base import Op
@@ -44,6 +45,6 @@ def serving(op: Op, *args: Any) -> Serving:
         if selection.chosen is None:
             dropped = "; ".join(f"{c.impl.qualname()}: {c.reason}" for c in selection.candidates) or "no candidates"
             return Serving(None, f"no kernel serves {type(op).__name__} here ({dropped})")
-        kernels.append(f"{selection.chosen.__name__} [{selection.chosen.backend}]")
+        kernels.append(f"{selection.chosen.__name__} [{backend_of(selection.chosen)}]")
         general = general and selection.chosen.general
     return Serving(", ".join(kernels), "", general)
