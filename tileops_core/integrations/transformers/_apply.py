@@ -15,7 +15,8 @@ from torch import nn
 from ...ops.activation import SiluAndMulFwdOp
 from ...ops.gemm import LinearFwdOp
 from ._gdn import GDNOps, _Metadata, patch_gated_delta_net
-from ._mlp import patch_experts, patch_mlp, patch_router
+from ._mlp import patch_mlp
+from ._moe import TILEOPS_EXPERTS, patch_experts, patch_router, patch_sparse_moe_block, register_experts
 from ._norms import patch_decoder_layer, patch_rms_norm
 from ._report import Route, TileOpsReport
 from ._serving import serving
@@ -37,7 +38,8 @@ SUPPORTED_MODEL_TYPES = tuple(_FAMILIES)
 def _classes(model_type: str) -> dict[str, type]:
     module_name, prefix = _FAMILIES[model_type]
     modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
-    wanted = ("GatedDeltaNet", "MLP", "Experts", "TopKRouter", "Attention", "RMSNorm", "DecoderLayer")
+    wanted = ("GatedDeltaNet", "MLP", "Experts", "TopKRouter", "SparseMoeBlock", "Attention", "RMSNorm",
+              "DecoderLayer")
     return {role: getattr(modeling, prefix + role) for role in wanted if hasattr(modeling, prefix + role)}
 
 
@@ -71,14 +73,18 @@ def apply_tileops(model: nn.Module) -> TileOpsReport:
     report = TileOpsReport(type(model).__name__, str(device))
     gdn_ops, metadata, silu_and_mul = GDNOps(float(config.rms_norm_eps)), _Metadata(), SiluAndMulFwdOp()
     cache_problem = cache_has_linear_attention_layers()
-    experts_impl = getattr(config, "_experts_implementation", None)
+    in_moe_blocks: set[int] = set()  # shared-expert MLPs whose block runs them as MoESharedExpertFwdOp
     for name, m in model.named_modules():
         if isinstance(m, classes.get("GatedDeltaNet", ())):
             report.routes += patch_gated_delta_net(name, m, gdn_ops, metadata, cache_problem)
-        elif isinstance(m, classes.get("MLP", ())):
+        elif isinstance(m, classes.get("SparseMoeBlock", ())):
+            report.routes += patch_sparse_moe_block(name, m)
+            if "forward" in vars(m):
+                in_moe_blocks.add(id(m.shared_expert))
+        elif isinstance(m, classes.get("MLP", ())) and id(m) not in in_moe_blocks:
             report.routes += patch_mlp(name, m, silu_and_mul)
         elif isinstance(m, classes.get("Experts", ())):
-            report.routes += patch_experts(name, m, silu_and_mul, experts_impl)
+            report.routes += patch_experts(name, m)
         elif isinstance(m, classes.get("TopKRouter", ())):
             report.routes += patch_router(name, m)
         elif isinstance(m, classes.get("RMSNorm", ())):
@@ -89,6 +95,9 @@ def apply_tileops(model: nn.Module) -> TileOpsReport:
             report.routes.append(Route(name, type(m).__name__, "attention", None, None,
                                        "TileOPs has no attention op; HF's "
                                        f"{getattr(config, '_attn_implementation', None)!r} attention is kept"))
+    if any(hasattr(m, "_tileops_experts") for m in model.modules()):
+        register_experts()
+        model.set_experts_implementation(TILEOPS_EXPERTS)
     linear = _linear_route(model, device)
     if linear is not None:
         report.routes.append(linear)
