@@ -16,7 +16,7 @@ from ...ops.activation import SiluAndMulFwdOp
 from ...ops.gemm import LinearFwdOp
 from ._gdn import GDNOps, _Metadata, patch_gated_delta_net
 from ._mlp import patch_mlp
-from ._moe import TILEOPS_EXPERTS, patch_experts, patch_router, patch_sparse_moe_block, register_experts
+from ._moe import patch_experts, patch_router, patch_sparse_moe_block, use_tileops_experts
 from ._norms import patch_decoder_layer, patch_rms_norm
 from ._report import Route, TileOpsReport
 from ._serving import serving
@@ -80,7 +80,7 @@ def apply_tileops(model: nn.Module) -> TileOpsReport:
         elif isinstance(m, classes.get("SparseMoeBlock", ())):
             report.routes += patch_sparse_moe_block(name, m)
             if "forward" in vars(m):
-                in_moe_blocks.add(id(m.shared_expert))
+                in_moe_blocks.add(id(getattr(m, "shared_expert")))
         elif isinstance(m, classes.get("MLP", ())) and id(m) not in in_moe_blocks:
             report.routes += patch_mlp(name, m, silu_and_mul)
         elif isinstance(m, classes.get("Experts", ())):
@@ -95,9 +95,7 @@ def apply_tileops(model: nn.Module) -> TileOpsReport:
             report.routes.append(Route(name, type(m).__name__, "attention", None, None,
                                        "TileOPs has no attention op; HF's "
                                        f"{getattr(config, '_attn_implementation', None)!r} attention is kept"))
-    if any(hasattr(m, "_tileops_experts") for m in model.modules()):
-        register_experts()
-        model.set_experts_implementation(TILEOPS_EXPERTS)
+    use_tileops_experts(model)
     linear = _linear_route(model, device)
     if linear is not None:
         report.routes.append(linear)

@@ -23,7 +23,10 @@ from ...ops.moe import (
 from ._report import Route
 from ._serving import serving
 
-__all__ = ["TILEOPS_EXPERTS", "patch_experts", "patch_router", "patch_sparse_moe_block", "register_experts"]
+__all__ = [
+    "TILEOPS_EXPERTS", "patch_experts", "patch_router", "patch_sparse_moe_block", "register_experts",
+    "use_tileops_experts",
+]
 
 #: The name TileOPs' experts forward is registered under in transformers' ExpertsInterface.
 TILEOPS_EXPERTS = "tileops"
@@ -81,6 +84,14 @@ def register_experts() -> None:
     ExpertsInterface.register(TILEOPS_EXPERTS, tileops_experts_forward)
 
 
+def use_tileops_experts(model: Any) -> None:
+    """Switch ``model`` to the ``"tileops"`` experts implementation when :func:`patch_experts` gave
+    any of its experts modules their ops (the choice is the model config's, for all its modules)."""
+    if any(hasattr(m, "_tileops_experts") for m in model.modules()):
+        register_experts()
+        model.set_experts_implementation(TILEOPS_EXPERTS)
+
+
 def _experts_layout_problem(m: Any) -> str | None:
     if not getattr(m, "has_gate", True) or _act_name(m) not in _SILU:
         return "the experts' activation is not a SiLU gate"
@@ -98,10 +109,10 @@ def patch_experts(name: str, m: Any) -> list[Route]:
     if problem is not None:
         return [Route(name, kind, piece, None, None, problem)]
     ops = _ExpertOps(m.num_experts)
-    kernels = []
+    kernels: list[str] = []
     for op, args in ops.example_calls(m):
         answer = serving(op, *args)
-        if not answer.ok:
+        if answer.kernel is None:
             return [Route(name, kind, piece, type(op).__name__, None, answer.reason)]
         kernels.append(answer.kernel)
     m._tileops_experts = ops
