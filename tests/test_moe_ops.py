@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tileops_core.errors import KernelError
+from tileops_core.errors import CheckError, KernelError
 from tileops_core.ops.moe import (
     MoEGroupedExpertsFwdOp, MoEPermuteFwdOp, MoESharedExpertFwdOp, MoETopKRoutingFwdOp, MoEUnpermuteFwdOp,
 )
@@ -141,22 +141,36 @@ def test_shared_expert_matches_qwen3_next_mlp_with_its_sigmoid_gate() -> None:
     torch.testing.assert_close(op(*args, gate), torch.sigmoid(F.linear(x, gate)) * mlp(x), rtol=1e-5, atol=1e-6)
 
 
-def test_an_expert_id_outside_the_experts_is_refused_before_writing() -> None:
+def test_with_contents_checks_off_the_kernel_refuses_an_expert_id_outside_the_experts() -> None:
     ids = torch.tensor([[0, 3], [1, 4]])
     with pytest.raises(KernelError, match=r"topk_ids \[4\] lie outside \[0, 4\); nothing was written"):
-        MoEPermuteFwdOp(num_experts=4)(torch.randn(2, 8), ids)
+        MoEPermuteFwdOp(num_experts=4, check_contents=False)(torch.randn(2, 8), ids)
 
 
-def test_offsets_that_do_not_end_at_the_row_count_are_refused() -> None:
+def test_with_contents_checks_off_the_kernel_refuses_offsets_not_ending_at_the_row_count() -> None:
     E, H, I = 3, 8, 4
     with pytest.raises(KernelError, match=r"expert_offsets must rise from 0 to 5 over 4 entries, got \[0, 2, 2, 4\]"):
-        MoEGroupedExpertsFwdOp()(torch.randn(5, H), torch.tensor([0, 2, 2, 4]), torch.randn(E, 2 * I, H),
-                                 torch.randn(E, H, I))
+        MoEGroupedExpertsFwdOp(check_contents=False)(torch.randn(5, H), torch.tensor([0, 2, 2, 4]),
+                                                     torch.randn(E, 2 * I, H), torch.randn(E, H, I))
 
 
-def test_an_unpermute_index_past_the_rows_is_refused() -> None:
+def test_with_contents_checks_off_the_kernel_refuses_an_unpermute_index_past_the_rows() -> None:
     with pytest.raises(KernelError, match=r"permuted_index \[6\] lie outside \[0, 6\)"):
-        MoEUnpermuteFwdOp()(torch.randn(6, 8), torch.tensor([[0, 1], [2, 6], [3, 4]]), torch.rand(3, 2))
+        MoEUnpermuteFwdOp(check_contents=False)(torch.randn(6, 8), torch.tensor([[0, 1], [2, 6], [3, 4]]),
+                                                torch.rand(3, 2))
+
+
+def test_contents_checks_name_the_declaration_of_the_index_out_of_range() -> None:
+    where = r" \(manifest/moe.yaml:\d+"
+    with pytest.raises(CheckError, match=r"MoEPermuteFwdOp: topk_ids \[-1\] lie outside \[0, 4\)" + where):
+        MoEPermuteFwdOp(num_experts=4, check_contents=True)(torch.randn(2, 8), torch.tensor([[0, 3], [1, -1]]))
+    with pytest.raises(CheckError, match=r"MoEGroupedExpertsFwdOp: expert_offsets must rise from 0 to N=5, got "
+                                         r"\[0, 3, 2, 5\]" + where):
+        MoEGroupedExpertsFwdOp(check_contents=True)(torch.randn(5, 8), torch.tensor([0, 3, 2, 5]),
+                                                    torch.randn(3, 8, 8), torch.randn(3, 8, 4))
+    with pytest.raises(CheckError, match=r"MoEUnpermuteFwdOp: permuted_index \[9\] lie outside \[0, 6\)" + where):
+        MoEUnpermuteFwdOp(check_contents=True)(torch.randn(6, 8), torch.tensor([[0, 1], [2, 9], [3, 4]]),
+                                               torch.rand(3, 2))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -175,3 +189,5 @@ def test_no_tokens_route_to_empty_outputs_and_zero_offsets() -> None:
     permuted, offsets, index = MoEPermuteFwdOp(num_experts=8)(torch.randn(0, 16), ids)
     assert weights.shape == ids.shape == index.shape == (0, 2) and permuted.shape == (0, 16)
     assert offsets.tolist() == [0] * 9
+    out = MoEGroupedExpertsFwdOp()(permuted, offsets, torch.randn(8, 12, 16), torch.randn(8, 16, 6))
+    assert MoEUnpermuteFwdOp()(out, index, weights).shape == (0, 16)

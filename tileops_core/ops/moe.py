@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 import torch
 
+from ..errors import fail
 from ..kernels.interface import KernelInterface
 from ..op.base import Op
 from ..op.torchtypes import to_torch
@@ -66,6 +67,10 @@ class MoEPermuteFwdOp(Op):
     def forward(self, hidden_states: Any, topk_ids: Any) -> Any:
         return self.launch(MoEPermuteKernel, hidden_states, topk_ids, self.num_experts)
 
+    def check_contents(self, **tensors: Any) -> None:
+        """Every expert id in ``[0, num_experts)``."""
+        _indices_in_range(self, "topk_ids", tensors.get("topk_ids"), self.num_experts)
+
 
 class MoEGroupedExpertsKernel(KernelInterface):
     """``kernel(hidden_states, expert_offsets, gate_up_proj, down_proj) -> out``: each expert's
@@ -85,6 +90,16 @@ class MoEGroupedExpertsFwdOp(Op):
 
     def forward(self, hidden_states: Any, expert_offsets: Any, gate_up_proj: Any, down_proj: Any) -> Any:
         return self.launch(MoEGroupedExpertsKernel, hidden_states, expert_offsets, gate_up_proj, down_proj)
+
+    def check_contents(self, **tensors: Any) -> None:
+        """Offsets that start at 0, never decrease and end at the row count N."""
+        offsets, x = tensors.get("expert_offsets"), tensors.get("hidden_states")
+        if offsets is None or x is None:
+            return
+        offs = offsets.to("cpu", torch.int64)
+        if offs.numel() and (int(offs[0]) != 0 or int(offs[-1]) != x.shape[0] or bool((offs.diff() < 0).any())):
+            fail(type(self).__name__, f"expert_offsets must rise from 0 to N={x.shape[0]}, got {offs[:8].tolist()}"
+                 f"{' ...' if offs.numel() > 8 else ''}", self.op_spec().inputs["expert_offsets"].loc)
 
 
 class MoESharedExpertKernel(KernelInterface):
@@ -124,6 +139,23 @@ class MoEUnpermuteFwdOp(Op):
 
     def forward(self, expert_output: Any, permuted_index: Any, topk_weights: Any, shared_output: Any = None) -> Any:
         return self.launch(MoEUnpermuteKernel, expert_output, permuted_index, topk_weights, shared_output)
+
+    def check_contents(self, **tensors: Any) -> None:
+        """Every index names a row of ``expert_output``."""
+        rows = tensors.get("expert_output")
+        if rows is not None:
+            _indices_in_range(self, "permuted_index", tensors.get("permuted_index"), rows.shape[0])
+
+
+def _indices_in_range(op: Op, name: str, values: Any, high: int) -> None:
+    """Fail, naming input ``name``'s declaration, unless every value lies in ``[0, high)``."""
+    if values is None or values.numel() == 0:
+        return
+    values = values.to("cpu", torch.int64)
+    bad = (values < 0) | (values >= high)
+    if bool(bad.any()):
+        fail(type(op).__name__, f"{name} {values[bad][:8].tolist()} lie outside [0, {high})",
+             op.op_spec().inputs[name].loc)
 
 
 # -- workload generator ---------------------------------------------------------------------------
