@@ -14,6 +14,7 @@ index maps) must be exact.
 
 from __future__ import annotations
 
+import bisect
 import importlib
 from typing import Any, Callable
 
@@ -241,42 +242,47 @@ def _moe_topk_routing(api, i, p):
     return {"topk_weights": weights, "topk_ids": ids}
 
 
-def _moe_rows_by_expert(ids: list[list[int]], num_experts: int) -> list[tuple[int, int]]:
-    """``(t, k)`` of every copy in permuted order: experts ascending, copies in ``t * K + k`` order."""
-    return [(t, k) for e in range(num_experts) for t, row in enumerate(ids) for k, x in enumerate(row) if x == e]
+def _moe_rows_by_expert(ids: list[list[int]]) -> list[tuple[int, int, int]]:
+    """``(e, t, k)`` of every copy in permuted order: experts ascending, copies in ``t * K + k`` order."""
+    return sorted((e, t, k) for t, row in enumerate(ids) for k, e in enumerate(row))
 
 
 def _moe_permute(api, i, p):
     ids, x, E = i["topk_ids"].tolist(), _d(i["hidden_states"]), p["num_experts"]
     T, K = i["topk_ids"].shape
-    rows = _moe_rows_by_expert(ids, E)
-    permuted = torch.stack([x[t] for t, _ in rows]) if rows else x.new_empty((0, x.shape[1]))
-    inverse = torch.empty(T, K, dtype=torch.int64)
-    for r, (t, k) in enumerate(rows):
-        inverse[t, k] = r
-    counts = [sum(row.count(e) for row in ids) for e in range(E)]
-    offsets = torch.tensor([sum(counts[:e]) for e in range(E + 1)], dtype=torch.int64)
+    rows = _moe_rows_by_expert(ids)
+    tokens = torch.tensor([t for _, t, _ in rows], dtype=torch.int64)
+    permuted = x[tokens]
+    inverse = torch.empty(T * K, dtype=torch.int64)
+    inverse[torch.tensor([t * K + k for _, t, k in rows], dtype=torch.int64)] = torch.arange(len(rows))
+    inverse = inverse.view(T, K)
+    experts = [e for e, _, _ in rows]
+    offsets = torch.tensor([bisect.bisect_left(experts, e) for e in range(E + 1)], dtype=torch.int64)
     return {"permuted": permuted, "expert_offsets": offsets, "permuted_index": inverse}
 
 
 def _swiglu64(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
-    return down @ (F.silu(gate @ x) * (up @ x))
+    """``x`` rows through a SwiGLU MLP whose weights are ``[out, in]``, all float64."""
+    return (F.silu(x @ gate.T) * (x @ up.T)) @ down.T
 
 
 def _moe_grouped_experts(api, i, p):
-    x, w_gu, w_down = _d(i["hidden_states"]), _d(i["gate_up_proj"]), _d(i["down_proj"])
+    """Expert by expert (weights converted one expert at a time: a real-size bank is gigabytes)."""
+    x, w_gu, w_down = _d(i["hidden_states"]), i["gate_up_proj"], i["down_proj"]
     offsets, I = i["expert_offsets"].tolist(), w_down.shape[2]
     out = torch.empty(x.shape, dtype=torch.float64)
     for e in range(w_gu.shape[0]):
-        for r in range(offsets[e], offsets[e + 1]):
-            out[r] = _swiglu64(x[r], w_gu[e, :I], w_gu[e, I:], w_down[e])
+        lo, hi = offsets[e], offsets[e + 1]
+        if hi > lo:
+            gu = w_gu[e].double()
+            out[lo:hi] = _swiglu64(x[lo:hi], gu[:I], gu[I:], w_down[e].double())
     return {"out": out}
 
 
 def _moe_shared_expert(api, i, p):
     x = _d(i["x"])
     flat = x.reshape(-1, x.shape[-1])
-    out = torch.stack([_swiglu64(row, _d(i["gate_proj"]), _d(i["up_proj"]), _d(i["down_proj"])) for row in flat])
+    out = _swiglu64(flat, _d(i["gate_proj"]), _d(i["up_proj"]), _d(i["down_proj"]))
     if i.get("expert_gate") is not None:
         out = out * torch.sigmoid(flat @ _d(i["expert_gate"]).T)
     return {"out": out.reshape(x.shape)}
