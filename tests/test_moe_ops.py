@@ -15,7 +15,7 @@ from tileops_core.errors import CheckError, KernelError
 from tileops_core.ops.moe import (
     MoEGroupedExpertsFwdOp, MoEPermuteFwdOp, MoESharedExpertFwdOp, MoETopKRoutingFwdOp, MoEUnpermuteFwdOp,
 )
-from tileops_cpu_ref.moe import grouped_linear_by_loop
+from tileops_cpu_ref.moe import grouped_mm_takes, grouped_linear_by_loop
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.qwen3_next.configuration_qwen3_next import Qwen3NextConfig  # noqa: E402
@@ -182,6 +182,12 @@ def test_the_expert_loop_for_other_devices_gives_grouped_mm_bits_and_writes_ever
     looped = grouped_linear_by_loop(x, w, offs, out=poisoned)
     assert looped is poisoned and bool(torch.isfinite(looped).all())
     assert torch.equal(looped, torch._grouped_mm(x, w.transpose(1, 2), offs=offs[1:].int()))
+
+
+def test_grouped_mm_is_taken_only_for_the_16_byte_aligned_operands_it_accepts() -> None:
+    assert grouped_mm_takes(torch.randn(3, 8), torch.randn(2, 4, 8))
+    assert not grouped_mm_takes(torch.randn(3, 7), torch.randn(2, 4, 7))  # rows of 28 bytes
+    assert not grouped_mm_takes(torch.randn(3, 16).bfloat16(), torch.randn(2, 5, 16).bfloat16())  # 10-byte rows out
 
 
 def test_no_tokens_route_to_empty_outputs_and_zero_offsets() -> None:

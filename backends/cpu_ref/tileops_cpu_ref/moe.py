@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
-    "moe_topk_routing", "moe_permute", "moe_grouped_experts", "grouped_linear_by_loop", "moe_shared_expert",
+    "moe_topk_routing", "moe_permute", "moe_grouped_experts", "grouped_linear_by_loop", "grouped_mm_takes",
+    "moe_shared_expert",
     "moe_unpermute",
 ]
 
@@ -89,10 +90,20 @@ def grouped_linear_by_loop(x: torch.Tensor, weight: torch.Tensor, offs: torch.Te
     return out
 
 
+def grouped_mm_takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether ``torch._grouped_mm`` runs ``x`` against ``weight[e].T`` here: on the CPU, with
+    every row stride, the output row and both base addresses a multiple of 16 bytes (it
+    refuses anything else, e.g. H = 7)."""
+    size = x.element_size()
+    strides = (x.stride(0), weight.stride(0), weight.stride(1), weight.shape[1])
+    return (x.device.type == "cpu" and hasattr(torch, "_grouped_mm") and all(s * size % 16 == 0 for s in strides)
+            and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0)
+
+
 def _grouped_linear(x: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """``grouped_linear_by_loop``'s result, through ``torch._grouped_mm`` on the CPU (same bits:
-    one float32 accumulator per output, rounded once)."""
-    if x.device.type == "cpu" and hasattr(torch, "_grouped_mm"):
+    """``grouped_linear_by_loop``'s result, through ``torch._grouped_mm`` where it takes the operands
+    (same bits: one float32 accumulator per output, rounded once)."""
+    if grouped_mm_takes(x, weight):
         ends = offs[1:].to(device=x.device, dtype=torch.int32)
         return torch._grouped_mm(x, weight.transpose(1, 2), offs=ends)
     return grouped_linear_by_loop(x, weight, offs)
