@@ -126,6 +126,15 @@ def test_every_piece_of_the_sparse_moe_blocks_is_served_by_the_moe_ops(model_typ
     assert not [r for r in report.routes if r.kind.endswith("MLP") and "shared_expert" in r.module]
 
 
+def test_a_moe_model_no_kernel_serves_keeps_its_experts_implementation_and_forwards() -> None:
+    model = tiny_model("qwen3_5_moe")
+    before = model.config._experts_implementation
+    with use_target("cpu@nosuchbackend"):
+        report = apply_tileops(model)
+    assert not report.served() and model.config._experts_implementation == before
+    assert all("forward" not in vars(m) and not hasattr(m, "_tileops_experts") for m in model.modules())
+
+
 def test_eager_experts_are_switched_to_the_tileops_implementation() -> None:
     ref = tiny_model("qwen3_5_moe", seed=8)
     ref.set_experts_implementation("eager")

@@ -24,8 +24,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "moe_topk_routing", "moe_permute", "moe_grouped_experts", "grouped_linear_by_loop", "grouped_mm_takes",
-    "moe_shared_expert",
-    "moe_unpermute",
+    "moe_shared_expert", "moe_unpermute",
 ]
 
 _ACC = torch.float32

@@ -78,8 +78,9 @@ def apply_tileops(model: nn.Module) -> TileOpsReport:
         if isinstance(m, classes.get("GatedDeltaNet", ())):
             report.routes += patch_gated_delta_net(name, m, gdn_ops, metadata, cache_problem)
         elif isinstance(m, classes.get("SparseMoeBlock", ())):
-            report.routes += patch_sparse_moe_block(name, m)
-            if "forward" in vars(m):
+            block_routes = patch_sparse_moe_block(name, m)
+            report.routes += block_routes
+            if all(r.served for r in block_routes):
                 in_moe_blocks.add(id(getattr(m, "shared_expert")))
         elif isinstance(m, classes.get("MLP", ())) and id(m) not in in_moe_blocks:
             report.routes += patch_mlp(name, m, silu_and_mul)
