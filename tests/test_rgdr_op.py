@@ -135,3 +135,23 @@ def test_prefix_sums_read_as_lengths_are_rejected_by_shape():
     args = _batch([2, 2], style="cu_seqlens")
     with pytest.raises(CheckError, match="num_accepted_tokens|actual_seq_lengths"):
         RecurrentGatedDeltaRuleFwdOp(seq_lens_style="lengths", check_contents=True)(**args)
+
+
+def test_a_mutated_state_that_requires_grad_is_a_check_error_on_fresh_and_warm_calls():
+    op = RecurrentGatedDeltaRuleFwdOp()
+    args = _batch([2, 1])
+    op(**args)  # warm: a plan exists for exactly these shapes
+    args["state"] = args["state"].clone().requires_grad_(True)
+    where = RecurrentGatedDeltaRuleFwdOp.op_spec().inputs["state"].loc.where()
+    expected = (f"RecurrentGatedDeltaRuleFwdOp: input state is mutated (written in place) and requires grad: no kernel "
+                f"records that write for autograd; pass a tensor with requires_grad=False (e.g. .detach()) ({where})")
+    for instance in (op, RecurrentGatedDeltaRuleFwdOp()):
+        with pytest.raises(CheckError) as info:
+            instance(**args)
+        assert str(info.value) == expected
+
+
+def test_a_call_on_meta_tensors_returns_the_inferred_output_on_meta():
+    args = {k: v.to("meta") for k, v in _batch([2, 1, 3], g=True).items()}
+    out = RecurrentGatedDeltaRuleFwdOp(check_contents=False)(**args)
+    assert out.device.type == "meta" and out.shape == args["value"].shape and out.dtype == args["value"].dtype

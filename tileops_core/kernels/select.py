@@ -27,7 +27,12 @@ from .records import LoadFailure
 from .registry import GENERATION, BuildKey, Registry, active
 from .targets import Target
 
-__all__ = ["Candidate", "Selection", "select_kernel", "kernel_for", "choose_kernel", "clear_caches", "build_count"]
+__all__ = ["Candidate", "Selection", "select_kernel", "kernel_for", "choose_kernel", "clear_caches", "build_count",
+           "MAX_SELECTIONS"]
+
+#: Selections kept before the cache starts again (a re-selection costs microseconds; the
+#: built kernels, keyed by build identity, are kept).
+MAX_SELECTIONS = 16384
 
 
 @dataclass(frozen=True)
@@ -191,7 +196,9 @@ def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
     chosen_kernel = (chosen, kernel)
     with registry.lock:
         if generation == GENERATION[0]:  # an answer made while the registry changed is not kept
-            if caches.generation != generation:  # nor are those of an older generation
+            if caches.generation != generation or len(caches.selections) >= MAX_SELECTIONS:
+                # nor are those of an older generation; and an op called on ever-new shapes
+                # (call specs with new dims) does not grow the cache without bound
                 caches.selections.clear()
                 caches.generation = generation
             caches.selections[key] = chosen_kernel

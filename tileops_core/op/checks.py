@@ -457,6 +457,10 @@ class OpChecks:
                               f"(strides {list(v.stride())})", t.loc)
             if v.layout is not torch.strided:
                 fail(self.op, f"input {t.name} has layout {v.layout}, expected strided", t.loc)
+            if t.mutated and v.requires_grad:
+                fail(self.op, f"input {t.name} is mutated (written in place) and requires grad: no kernel records "
+                              "that write for autograd; pass a tensor with requires_grad=False (e.g. .detach())",
+                     t.loc)
 
     def _check_dtype(self, t: TensorSpec, expr: DTypeExpr, actual: str, actual_dtypes: Mapping[str, str],
                      dtype_env: dict[str, str], env0: Mapping[str, Any], tensors: Mapping[str, Any]) -> None:

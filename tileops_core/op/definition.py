@@ -107,15 +107,17 @@ class OpDef:
 
 
 # What steps 1-5 read of a tensor, so a warm call is checked as a cold one: shape, dtype,
-# device and layout (a sparse tensor of a cached shape must not reach the kernel), and
+# device, layout (a sparse tensor of a cached shape must not reach the kernel), requires_grad
+# (a mutated input that requires it is refused at planning), and
 # contiguity where a check or a kernel depends on it. Built only when the C++ same-call
 # check of the last plan misses (see same_call).
 def _key(values: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple([None if v is None else (v.shape, v.dtype, v.device, v.layout) for v in values])
+    return tuple([None if v is None else (v.shape, v.dtype, v.device, v.layout, v.requires_grad) for v in values])
 
 
 def _key_with_contiguity(values: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple([None if v is None else (v.shape, v.dtype, v.device, v.layout, v.is_contiguous()) for v in values])
+    return tuple([None if v is None else (v.shape, v.dtype, v.device, v.layout, v.requires_grad, v.is_contiguous())
+                  for v in values])
 
 
 def is_bound(op_cls: type) -> bool:

@@ -292,8 +292,22 @@ def _rgdr(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, beta: tor
     )
 
 
+def _shape_only_on_meta(fn: Callable[..., torch.Tensor], like: int) -> Callable[..., torch.Tensor]:
+    """``fn`` for references that read metadata contents (lengths, slots), which meta tensors
+    do not have: on meta inputs the result is the output's shape and dtype (those of argument
+    ``like``, as the spec infers them), nothing is computed and no state is written, as a
+    torch meta kernel behaves."""
+
+    def on_any_device(*args: Any) -> torch.Tensor:
+        if args[like].is_meta:
+            return torch.empty_like(args[like])
+        return fn(*args)
+    on_any_device.__doc__ = fn.__doc__
+    return on_any_device
+
+
 class RefRGDR(_Reference, RGDRKernel):
-    fn = staticmethod(_rgdr)
+    fn = staticmethod(_shape_only_on_meta(_rgdr, 2))
 
 
 def _conv_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, actual_seq_lengths: torch.Tensor,
@@ -304,7 +318,7 @@ def _conv_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor
 
 
 class RefCausalConv1dUpdate(_Reference, CausalConv1dUpdateKernel):
-    fn = staticmethod(_conv_update)
+    fn = staticmethod(_shape_only_on_meta(_conv_update, 0))
 
 
 def _conv_varlen(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, actual_seq_lengths: torch.Tensor,
@@ -315,7 +329,7 @@ def _conv_varlen(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor
 
 
 class RefCausalConv1dVarlen(_Reference, CausalConv1dVarlenKernel):
-    fn = staticmethod(_conv_varlen)
+    fn = staticmethod(_shape_only_on_meta(_conv_varlen, 0))
 
 
 def _chunk_gdr(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
@@ -327,7 +341,7 @@ def _chunk_gdr(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: t
 
 
 class RefChunkGDR(_Reference, ChunkGDRKernel):
-    fn = staticmethod(_chunk_gdr)
+    fn = staticmethod(_shape_only_on_meta(_chunk_gdr, 2))
 
 
 class RefZeroCentredRMSNorm(_Reference, ZeroCentredRMSNormKernel):

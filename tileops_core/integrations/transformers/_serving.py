@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import TileOpsError
-from ...kernels.registry import backend_of
 from ...kernels.select import select_kernel
 from ...kernels.targets import current_target
 from ...op.base import Op
@@ -45,6 +44,6 @@ def serving(op: Op, *args: Any) -> Serving:
         if selection.chosen is None:
             dropped = "; ".join(f"{c.impl.qualname()}: {c.reason}" for c in selection.candidates) or "no candidates"
             return Serving(None, f"no kernel serves {type(op).__name__} here ({dropped})")
-        kernels.append(f"{selection.chosen.__name__} [{backend_of(selection.chosen)}]")
+        kernels.append(f"{selection.chosen.__name__} [{selection.chosen_backend}]")
         general = general and selection.chosen.general
     return Serving(", ".join(kernels), "", general)
