@@ -14,7 +14,9 @@ output is rounded to the input dtype as ``F.linear`` rounds it, and the SiLU pro
 shared expert's sigmoid gate) are formed in float32 and rounded once each.
 
 Index contents (expert ids, offsets, the inverse map) are read on the host before anything is
-written; a value outside its range raises ``ValueError`` and writes nothing.
+written; a value outside its range raises ``ValueError`` and writes nothing. Meta tensors have
+no contents: on them the kernels that read indices return outputs of the inferred shapes and
+compute nothing, as a torch meta kernel does.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ def moe_permute(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
     """``(permuted, expert_offsets, permuted_index)``: copy ``t * K + k`` of token ``t`` goes to row
     ``permuted_index[t, k]``, rows grouped by ascending expert id, stable within an expert."""
     T, K = topk_ids.shape
+    if topk_ids.is_meta:
+        return (hidden_states.new_empty((T * K, hidden_states.shape[1])),
+                topk_ids.new_empty(num_experts + 1, dtype=torch.int32), topk_ids.new_empty((T, K), dtype=torch.int32))
     flat = topk_ids.reshape(-1).to(torch.int64)
     _check_range("topk_ids", flat, num_experts)
     order = torch.argsort(flat, stable=True)  # row r of permuted holds copy order[r]
@@ -116,6 +121,8 @@ def _silu_and_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 def moe_grouped_experts(hidden_states: torch.Tensor, expert_offsets: torch.Tensor, gate_up_proj: torch.Tensor,
                         down_proj: torch.Tensor) -> torch.Tensor:
     """Each expert's SwiGLU MLP over its rows of the permuted ``hidden_states``."""
+    if expert_offsets.is_meta:
+        return torch.empty_like(hidden_states)
     offs = _host_offsets(expert_offsets, hidden_states.shape[0], gate_up_proj.shape[0])
     x = hidden_states.contiguous()
     act = _silu_and_mul(*_grouped_linear(x, gate_up_proj, offs).chunk(2, dim=-1))
@@ -138,6 +145,8 @@ def moe_unpermute(expert_output: torch.Tensor, permuted_index: torch.Tensor, top
     """``shared_output[t] + sum_k topk_weights[t, k] * expert_output[permuted_index[t, k]]`` in float32,
     in k order, rounded once."""
     T, K = permuted_index.shape
+    if permuted_index.is_meta:
+        return expert_output.new_empty((T, expert_output.shape[1]))
     index = permuted_index.to(device=expert_output.device, dtype=torch.int64)
     _check_range("permuted_index", index, expert_output.shape[0])
     H = expert_output.shape[1]
