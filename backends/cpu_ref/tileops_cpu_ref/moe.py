@@ -2,9 +2,10 @@
 
 Written the way the fast torch version is written: no Python loop over tokens. Routing is one
 softmax and one stable sort per call; permuting is one stable argsort and one row gather; the
-routed experts are two ``torch._grouped_mm`` calls over the permuted rows where torch has it for
-the device (the CPU has it for float32, bfloat16 and float16 and rounds each group's float32
-accumulator once, exactly like ``F.linear`` does), else a loop over the experts that have rows;
+routed experts are two ``torch._grouped_mm`` calls over the permuted rows where torch takes the
+operands (on the CPU: float32, bfloat16 and float16 with 16-byte-aligned strides; it rounds each
+group's float32 accumulator once, exactly like ``F.linear``), else a loop over the experts that
+have rows;
 un-permuting is a loop over the K copies of every token (K <= a few dozen), each a row gather and
 a fused multiply-add into a float32 accumulator.
 
