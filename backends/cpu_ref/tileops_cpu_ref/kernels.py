@@ -45,6 +45,9 @@ from tileops_core.ops.gated_delta_net import (
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRKernel
 from tileops_core.ops.mamba import SSDDecodeKernel
+from tileops_core.ops.moe import (
+    MoEGroupedExpertsKernel, MoEPermuteKernel, MoESharedExpertKernel, MoETopKRoutingKernel, MoEUnpermuteKernel,
+)
 from tileops_core.ops.normalization import GroupNormKernel, RMSNormKernel
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
@@ -52,6 +55,7 @@ from .attention import attention_decode, attention_prefill, qk_norm_rope, sigmoi
 from .conv import causal_conv1d_update, causal_conv1d_varlen
 from .chunk_gdr import chunk_gated_delta_rule
 from .gated_delta_net import fused_add_zero_centred_rms_norm, gated_rms_norm, gdn_gating, zero_centred_rms_norm
+from .moe import moe_grouped_experts, moe_permute, moe_shared_expert, moe_topk_routing, moe_unpermute
 from .rgdr import recurrent_gated_delta_rule
 from .ssd import ssd_decode
 
@@ -411,9 +415,30 @@ class RefSigmoidGateMul(_Reference, SigmoidGateMulKernel):
     fn = staticmethod(sigmoid_gate_mul)
 
 
+class RefMoETopKRouting(_Reference, MoETopKRoutingKernel):
+    fn = staticmethod(moe_topk_routing)
+
+
+class RefMoEPermute(_Reference, MoEPermuteKernel):
+    fn = staticmethod(moe_permute)
+
+
+class RefMoEGroupedExperts(_Reference, MoEGroupedExpertsKernel):
+    fn = staticmethod(moe_grouped_experts)
+
+
+class RefMoESharedExpert(_Reference, MoESharedExpertKernel):
+    fn = staticmethod(moe_shared_expert)
+
+
+class RefMoEUnpermute(_Reference, MoEUnpermuteKernel):
+    fn = staticmethod(moe_unpermute)
+
+
 KERNELS = (
     RefRMSNorm, RefGroupNorm, RefSoftmax, RefSum, RefReciprocal, RefSiluAndMul, RefBmm, RefGemm, RefLinear,
     RefSSDDecode, RefRGDR, RefCausalConv1dUpdate, RefCausalConv1dVarlen, RefChunkGDR,
     RefZeroCentredRMSNorm, RefFusedAddZeroCentredRMSNorm, RefGatedRMSNorm, RefGDNGating,
     RefQKNormRope, RefAttentionDecode, RefAttentionPrefill, RefSigmoidGateMul,
+    RefMoETopKRouting, RefMoEPermute, RefMoEGroupedExperts, RefMoESharedExpert, RefMoEUnpermute,
 )
