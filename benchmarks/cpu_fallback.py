@@ -15,6 +15,9 @@ shuffled), on the same inputs, after warm-up; a sample is a loop of enough calls
   Inputs bf16, state fp32, ``g`` and in-kernel l2norm on, as Qwen3-Next's decode calls it.
   The HF side gets query/key already repeated onto the value heads and a state per
   sequence (no pool gather/scatter): its best case.
+* Conv decode: the reference CausalConv1dUpdate kernel against Qwen3-Next's torch
+  ``causal_conv1d_update`` (written below from its math: the window shifted in place, a
+  depthwise ``F.conv1d``, SiLU) at the tiny model's and Qwen3.5's conv width, one token per sequence.
 * SSD decode: the reference kernel against the obvious torch statement of the step
   (``state.copy_(state * exp(dt * A) + dt * x * B)``, ``y = state @ C``) on the manifest rows.
 * Every other op: the reference kernel alone (the function its ``entry_for`` builds for the
@@ -189,6 +192,47 @@ def rgdr_table(kernels: dict[str, dict[str, Any]], args: argparse.Namespace) -> 
     return rows
 
 
+# -- the conv decode step against Hugging Face's torch causal_conv1d_update -----------------------------------
+
+
+def hf_style_causal_conv1d_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
+                                  bias: torch.Tensor) -> torch.Tensor:
+    """Qwen3-Next's torch ``causal_conv1d_update`` from its math: ``x`` ``[B, D, 1]``, ``conv_state``
+    ``[B, D, W]`` (HF keeps ``W`` inputs), ``weight`` ``[D, W]``; the window shifts in place and a
+    depthwise ``F.conv1d`` reads it, then SiLU."""
+    D, state_len = x.shape[1], conv_state.shape[-1]
+    window = torch.cat([conv_state, x], dim=-1).to(weight.dtype)
+    conv_state.copy_(window[:, :, -state_len:])
+    out = F.conv1d(window, weight.unsqueeze(1), bias, padding=0, groups=D)[:, :, -1:]
+    return F.silu(out).to(x.dtype)
+
+
+CONV_ROWS = [("tiny model B=1", 1, 96, "float32"), ("tiny model B=8", 8, 96, "float32"),
+             ("qwen3.5 B=1", 1, 8192, "bfloat16"), ("qwen3.5 B=32", 32, 8192, "bfloat16")]
+
+
+def conv_table(kernels: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[list[str]]:
+    rows = []
+    gen = torch.Generator().manual_seed(3)
+    W = 4
+    for label, B, D, dtype_name in CONV_ROWS:
+        dtype = getattr(torch, dtype_name)
+        x, weight, bias = (torch.randn(*s, generator=gen).to(dtype) for s in ((B, D), (D, W), (D,)))
+        hf_state = torch.randn(B, D, W, generator=gen).to(dtype)
+        pool = hf_state[:, :, 1:].contiguous()  # TileOPs keeps the W - 1 inputs a step reads
+        lengths, slots = torch.ones(B, dtype=torch.int32), torch.arange(B, dtype=torch.int32)
+        expected = hf_style_causal_conv1d_update(x.unsqueeze(-1), hf_state.clone(), weight, bias).squeeze(-1)
+        hf_pool = hf_state.clone()
+        candidates = {"torch": lambda: hf_style_causal_conv1d_update(x.unsqueeze(-1), hf_pool, weight, bias)}
+        for name, fns in kernels.items():
+            fn, s = fns["CausalConv1dUpdateFwdOp"].fn, pool.clone()
+            torch.testing.assert_close(fn(x, s, weight, lengths, slots, bias, None, "silu", "lengths"), expected,
+                                       rtol=2e-2, atol=2e-2)
+            candidates[name] = lambda fn=fn, s=s: fn(x, s, weight, lengths, slots, bias, None, "silu", "lengths")
+        rows.append([label] + _figures(race(candidates, args.rounds, args.sample_s, args.budget_s), kernels))
+    return rows
+
+
 # -- SSD decode against the obvious torch step ---------------------------------------------------------------
 
 
@@ -320,7 +364,8 @@ def _print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Reference kernels against the torch code they replace (CPU).")
     parser.add_argument("--before", metavar="REV", help="also time the reference kernels of this git revision")
-    parser.add_argument("--only", choices=("rgdr", "ssd", "ops"), action="append", help="tables to run (default all)")
+    parser.add_argument("--only", choices=("rgdr", "conv", "ssd", "ops"), action="append",
+                        help="tables to run (default all)")
     parser.add_argument("--op", action="append", choices=sorted(TORCH_CALLS),
                         help="only this op in the ops table (repeatable)")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved samples per candidate; the median is shown")
@@ -350,10 +395,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.rounds} interleaved samples; ratio = torch / candidate (> 1: faster than torch)"
               + (f"; before = {args.before}" if args.before else ""))
         cols = [c for n in names for c in (f"{n} µs", f"{n} ×")]
-        tables = args.only or ["rgdr", "ssd", "ops"]
+        tables = args.only or ["rgdr", "conv", "ssd", "ops"]
         if "rgdr" in tables:
             _print_table("RecurrentGatedDeltaRule: reference kernel vs HF-style torch loop (bf16 in, fp32 state, g, l2norm)",
                          ["row", "HF µs"] + cols, rgdr_table(kernels, args))
+        if "conv" in tables:
+            _print_table("CausalConv1dUpdate: reference kernel vs HF's torch causal_conv1d_update (decode, SiLU, bias)",
+                         ["row", "HF µs"] + cols, conv_table(kernels, args))
         if "ssd" in tables:
             _print_table("SSDDecode: reference kernel vs the obvious torch step (bf16 x/B/C, fp32 state)",
                          ["row", "torch µs"] + cols, ssd_table(kernels, args))

@@ -9,11 +9,13 @@ slot; the rotary embedding rotating one frequency at a time from HF's float32 an
 the expected outputs and the expected final values of mutated inputs.
 
 Tolerances, as ``||out - ref|| / ||ref||`` against the float64 result, by the dtype of the
-tensor compared: float64 1e-10, float32 2e-5, float16 2e-3, bfloat16 1.6e-2.
+tensor compared: float64 1e-10, float32 2e-5, float16 2e-3, bfloat16 1.6e-2; integer outputs (expert ids, offsets,
+index maps) must be exact.
 """
 
 from __future__ import annotations
 
+import bisect
 import importlib
 from typing import Any, Callable
 
@@ -26,7 +28,8 @@ from tileops_cpu_ref.ssd import ssd_decode
 
 __all__ = ["REFERENCES", "TOLERANCE", "resolve_ref_api", "relative_error"]
 
-TOLERANCE = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2,
+             torch.int32: 0.0, torch.int64: 0.0}
 
 
 def resolve_ref_api(text: str) -> Callable[..., Any]:
@@ -300,6 +303,75 @@ def _attention_prefill(api, i, p):
 
 def _sigmoid_gate_mul(api, i, p):
     return {"output": _d(i["attn"]) * torch.sigmoid(_d(i["gate"]))}
+def _moe_topk_routing(api, i, p):
+    """Per token: float64 softmax, experts by descending probability then ascending id, top_k of them."""
+    probs = torch.softmax(_d(i["router_logits"]), dim=-1)
+    T, K = probs.shape[0], p["top_k"]
+    weights, ids = torch.empty(T, K, dtype=torch.float64), torch.empty(T, K, dtype=torch.int64)
+    for t in range(T):
+        row = probs[t].tolist()
+        chosen = sorted(range(len(row)), key=lambda e: (-row[e], e))[:K]
+        w = torch.tensor([row[e] for e in chosen], dtype=torch.float64)
+        weights[t] = w / w.sum() if p.get("renormalize", True) else w
+        ids[t] = torch.tensor(chosen)
+    return {"topk_weights": weights, "topk_ids": ids}
+
+
+def _moe_rows_by_expert(ids: list[list[int]]) -> list[tuple[int, int, int]]:
+    """``(e, t, k)`` of every copy in permuted order: experts ascending, copies in ``t * K + k`` order."""
+    return sorted((e, t, k) for t, row in enumerate(ids) for k, e in enumerate(row))
+
+
+def _moe_permute(api, i, p):
+    ids, x, E = i["topk_ids"].tolist(), _d(i["hidden_states"]), p["num_experts"]
+    T, K = i["topk_ids"].shape
+    rows = _moe_rows_by_expert(ids)
+    tokens = torch.tensor([t for _, t, _ in rows], dtype=torch.int64)
+    permuted = x[tokens]
+    inverse = torch.empty(T * K, dtype=torch.int64)
+    inverse[torch.tensor([t * K + k for _, t, k in rows], dtype=torch.int64)] = torch.arange(len(rows))
+    inverse = inverse.view(T, K)
+    experts = [e for e, _, _ in rows]
+    offsets = torch.tensor([bisect.bisect_left(experts, e) for e in range(E + 1)], dtype=torch.int64)
+    return {"permuted": permuted, "expert_offsets": offsets, "permuted_index": inverse}
+
+
+def _swiglu64(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    """``x`` rows through a SwiGLU MLP whose weights are ``[out, in]``, all float64."""
+    return (F.silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+
+def _moe_grouped_experts(api, i, p):
+    """Expert by expert (weights converted one expert at a time: a real-size bank is gigabytes)."""
+    x, w_gu, w_down = _d(i["hidden_states"]), i["gate_up_proj"], i["down_proj"]
+    offsets, I = i["expert_offsets"].tolist(), w_down.shape[2]
+    out = torch.empty(x.shape, dtype=torch.float64)
+    for e in range(w_gu.shape[0]):
+        lo, hi = offsets[e], offsets[e + 1]
+        if hi > lo:
+            gu = w_gu[e].double()
+            out[lo:hi] = _swiglu64(x[lo:hi], gu[:I], gu[I:], w_down[e].double())
+    return {"out": out}
+
+
+def _moe_shared_expert(api, i, p):
+    x = _d(i["x"])
+    flat = x.reshape(-1, x.shape[-1])
+    out = _swiglu64(flat, _d(i["gate_proj"]), _d(i["up_proj"]), _d(i["down_proj"]))
+    if i.get("expert_gate") is not None:
+        out = out * torch.sigmoid(flat @ _d(i["expert_gate"]).T)
+    return {"out": out.reshape(x.shape)}
+
+
+def _moe_unpermute(api, i, p):
+    y, index, w = _d(i["expert_output"]), i["permuted_index"].tolist(), _d(i["topk_weights"])
+    shared = _d(i.get("shared_output"))
+    out = torch.zeros(len(index), y.shape[1], dtype=torch.float64)
+    for t, rows in enumerate(index):
+        out[t] = shared[t] if shared is not None else 0.0
+        for k, r in enumerate(rows):
+            out[t] += w[t, k] * y[r]
+    return {"out": out}
 
 
 #: op name -> adapter(ref_api_function_or_None, inputs, params) -> {name: expected tensor}
@@ -326,4 +398,9 @@ REFERENCES: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
     "AttentionDecodeFwdOp": _attention_decode,
     "AttentionPrefillFwdOp": _attention_prefill,
     "SigmoidGateMulFwdOp": _sigmoid_gate_mul,
+    "MoETopKRoutingFwdOp": _moe_topk_routing,
+    "MoEPermuteFwdOp": _moe_permute,
+    "MoEGroupedExpertsFwdOp": _moe_grouped_experts,
+    "MoESharedExpertFwdOp": _moe_shared_expert,
+    "MoEUnpermuteFwdOp": _moe_unpermute,
 }

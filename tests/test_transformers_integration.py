@@ -158,12 +158,51 @@ def test_a_module_no_kernel_serves_is_left_as_it_was_with_the_reason() -> None:
     assert gdn and all("no kernel serves" in r.reason for r in gdn)
 
 
-def test_eager_experts_are_left_with_the_hook_they_lack() -> None:
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe"])
+def test_every_piece_of_the_sparse_moe_blocks_is_served_by_the_moe_ops(model_type: str) -> None:
+    _, patched, report = _pair(model_type)
+    moe = [r for r in report.routes if "SparseMoeBlock" in r.kind or "Experts" in r.kind or "Router" in r.kind]
+    assert {r.piece for r in moe} == {"routing", "experts", "shared expert"}
+    assert all(r.served and r.op and r.op.startswith("MoE") for r in moe)
+    assert patched.config._experts_implementation == "tileops"
+    assert not [r for r in report.routes if r.kind.endswith("MLP") and "shared_expert" in r.module]
+
+
+def test_a_moe_model_no_kernel_serves_keeps_its_experts_implementation_and_forwards() -> None:
     model = tiny_model("qwen3_5_moe")
-    model.set_experts_implementation("eager")
-    report = apply_tileops(model)
-    experts = [r for r in report.routes if r.kind == "Qwen3_5MoeExperts"]
-    assert experts and all(not r.served and "no gate hook" in r.reason for r in experts)
+    before = model.config._experts_implementation
+    with use_target("cpu@nosuchbackend"):
+        report = apply_tileops(model)
+    assert not report.served() and model.config._experts_implementation == before
+    assert all("forward" not in vars(m) and not hasattr(m, "_tileops_experts") for m in model.modules())
+
+
+def test_eager_experts_are_switched_to_the_tileops_implementation() -> None:
+    ref = tiny_model("qwen3_5_moe", seed=8)
+    ref.set_experts_implementation("eager")
+    patched = copy.deepcopy(ref)
+    report = apply_tileops(patched)
+    assert all(r.served for r in report.routes if r.kind == "Qwen3_5MoeExperts")
+    ids, mask = _left_padded_batch(ref.config.vocab_size, seed=9)
+    with torch.no_grad():
+        a = ref(input_ids=ids, attention_mask=mask).logits
+        b = patched(input_ids=ids, attention_mask=mask).logits
+    assert (a - b).abs().max().item() <= TOL
+
+
+def test_experts_the_moe_ops_do_not_serve_keep_transformers_grouped_mm() -> None:
+    from tileops_core.integrations.transformers._moe import register_experts
+
+    model = tiny_model("qwen3_5_moe", seed=10)
+    experts = next(m for m in model.modules() if type(m).__name__ == "Qwen3_5MoeExperts")
+    ref = copy.deepcopy(experts)
+    register_experts()
+    model.set_experts_implementation("tileops")  # no module was given ops by apply_tileops
+    x = torch.randn(5, model.config.hidden_size)
+    ids = torch.randint(0, model.config.num_experts, (5, 2))
+    weights = torch.rand(5, 2)
+    assert ref.config._experts_implementation == "grouped_mm"  # copied before the switch
+    assert torch.equal(experts(x, ids, weights), ref(x, ids, weights))
 
 
 def test_a_model_of_another_type_is_refused_by_name() -> None:

@@ -90,6 +90,24 @@ def test_update_matches_the_float64_oracle_on_a_ragged_batch_with_padding(dtype,
     assert torch.equal(state, expected["conv_state"].to(dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
+@pytest.mark.parametrize("accepted", [False, True], ids=["all-tokens", "accepted"])
+@pytest.mark.parametrize("per_seq", [1, 3])
+@pytest.mark.parametrize("D", [24, 2048], ids=["one-reduction", "tap-by-tap"])
+def test_update_matches_the_float64_oracle_when_every_sequence_has_the_same_length(dtype, style, accepted, per_seq, D):
+    lengths = [per_seq] * 4
+    case = _case(lengths, D=D, dtype=dtype, bias=not accepted)
+    slots = case["conv_state_indices"]
+    slots[per_seq] = -1  # the first token of the second sequence
+    slots[-1] = slots[0]  # one slot named twice: the later token's window is stored
+    acc = torch.tensor([1, 3, 2, 1]).clamp(max=per_seq) if accepted else None
+    out, state = _run_update(case, accepted=acc, style=style)
+    expected = _oracle("CausalConv1dUpdateFwdOp", case, num_accepted_tokens=acc)
+    assert _relative(out, expected["out"]) <= OUT_TOL[dtype]
+    assert torch.equal(state, expected["conv_state"].to(dtype))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("width", [2, 3, 4, 6])
 def test_varlen_matches_the_float64_oracle_with_sequences_shorter_than_the_window(dtype, width):

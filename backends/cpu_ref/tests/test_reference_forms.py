@@ -149,3 +149,12 @@ def test_an_integer_reciprocal_is_float32_whatever_the_default_dtype():
         torch.set_default_dtype(previous)
     assert result.dtype == torch.float32
     torch.testing.assert_close(result, torch.reciprocal(x.double()).float(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_a_half_silu_and_mul_spanning_blocks_is_the_float32_product_rounded_once(dtype):
+    # Seven rows, two to a block (the last block short), under a leading batch axis.
+    n = K._SILU_BLOCK // 2 - 5
+    x = torch.randn(1, 7, 2 * n, generator=fresh_rng()).to(dtype)
+    gate, up = x.float().chunk(2, dim=-1)
+    assert torch.equal(K.RefSiluAndMul.fn(x), (F.silu(gate) * up).to(dtype))

@@ -76,8 +76,9 @@ def _literal(query, key, value, beta, state, lengths, slots, g, gk, accepted, sc
 
 
 def _case(lengths, *, state_dtype=torch.float32, dtype=torch.float32, with_g=True, gk_form=None, accepted=False,
-          padding=(), NK=2, NV=4, DK=8, DV=16, rng=None):
-    """Fresh random inputs (never zeros); ``padding`` lists the tokens whose slot is -1."""
+          padding=(), NK=2, NV=4, DK=8, DV=16, slot_b_is_row_b=False, rng=None):
+    """Fresh random inputs (never zeros); ``padding`` lists the tokens whose slot is -1;
+    ``slot_b_is_row_b``: token t's slot is t (the pool's spare slots follow)."""
     gen = rng or fresh_rng()
     T = sum(lengths)
     q = torch.randn(T, NK, DK, generator=gen).to(dtype)
@@ -86,7 +87,7 @@ def _case(lengths, *, state_dtype=torch.float32, dtype=torch.float32, with_g=Tru
     beta = torch.rand(T, NV, generator=gen).to(dtype)
     pool = T + 3
     state = torch.randn(pool, NV, DV, DK, generator=gen).to(state_dtype)
-    slots = torch.randperm(pool, generator=gen)[:T]
+    slots = torch.arange(T) if slot_b_is_row_b else torch.randperm(pool, generator=gen)[:T]
     for t in padding:
         slots[t] = -1
     g = -torch.rand(T, NV, generator=gen) if with_g else None
@@ -173,6 +174,10 @@ ODD_CASES = {
     "large-heads": dict(lengths=[1] * 5, DK=64, DV=64),
     "large-heads-bf16-state-mtp": dict(lengths=[2] * 4, state_dtype=torch.bfloat16, accepted=True, DK=64, DV=64),
     "large-heads-odd-row-bytes": dict(lengths=[1] * 5, DK=66, DV=64),
+    # Plain decode with slot b = row b: the pool rows are updated in place.
+    "decode-in-place": dict(lengths=[1] * 5, slot_b_is_row_b=True),
+    "decode-in-place-vector-gk": dict(lengths=[1] * 3, slot_b_is_row_b=True, gk_form="vector", NK=1),
+    "decode-slot-b-is-row-b-bf16-state": dict(lengths=[1] * 4, slot_b_is_row_b=True, state_dtype=torch.bfloat16),
 }
 
 

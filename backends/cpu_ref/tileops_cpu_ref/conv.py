@@ -11,6 +11,12 @@ token's taps in it, and the output is ``W`` gathered multiply-adds: a Python loo
 taps only, never over sequences or tokens. A token's new window is its taps ``1 .. W - 1``,
 gathered the same way and scattered to the pool with one ``index_copy_``.
 
+The decode step's common layout, every sequence with the same ``L`` tokens tiling ``[0, T)``
+(plain decode: ``L = 1``), takes a shorter road with the same math: each sequence's initial
+window and its ``L`` inputs are laid side by side as one ``[B, D, W - 1 + L]`` row, whose
+length-``W`` windows (an ``unfold`` view) are the taps of its tokens and whose length-``W - 1``
+windows after the first are the windows to store. A handful of torch calls, whatever ``B``.
+
 Metadata is read on the host (a few hundred integers at most). Tokens no sequence covers get
 zeros; a sequence reaching outside ``[0, T)`` or of negative length, and a slot past the pool,
 raise before anything is written (the ops' contents checks name them first when enabled).
@@ -23,11 +29,14 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from .rgdr import sequence_bounds
+from .rgdr import host_bounds, sequence_bounds, uniform_length
 
 __all__ = ["causal_conv1d_update", "causal_conv1d_varlen"]
 
 _ACC = torch.float32
+#: Outputs (tokens x channels) from which the uniform decode sums its taps one multiply-add per tap
+#: rather than in one reduction (measured: the crossover lies between 8x96 and 1x8192).
+_TAPS_AT_ONCE = 4096
 
 
 class _Tokens:
@@ -93,10 +102,7 @@ def _convolve(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, 
         bias.to(_ACC).expand(taps.shape[0], D).clone())
     for k in range(W):
         acc.addcmul_(rows.index_select(0, taps[:, k]), w[:, k])
-    if activation == "silu":
-        acc = F.silu(acc)
-    elif activation is not None:
-        raise ValueError(f"activation must be 'silu' or None, got {activation!r}")
+    acc = _activate(acc, activation)
     out.zero_()
     out.index_copy_(0, tokens.token, acc.to(out.dtype))
     return taps, rows
@@ -122,6 +128,82 @@ def _out_buffer(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
 
 
+def _activate(acc: torch.Tensor, activation: str | None) -> torch.Tensor:
+    """``activation`` applied in place on the float32 accumulator."""
+    if activation == "silu":
+        return F.silu(acc, inplace=True)
+    if activation is not None:
+        raise ValueError(f"activation must be 'silu' or None, got {activation!r}")
+    return acc
+
+
+def _last_writer_of_each_slot(slots: list[int]) -> list[int]:
+    """The entries that write: non-negative slots, the later entry where one slot is named twice."""
+    last = {s: i for i, s in enumerate(slots) if s >= 0}
+    return sorted(last.values())
+
+
+def _update_uniform(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    activation: str | None, L: int, slot_tensor: torch.Tensor, slots: list[int],
+                    accepted: list[int] | None, out: torch.Tensor | None) -> torch.Tensor:
+    """The update for ``B`` sequences of ``L`` tokens each, tiling ``x`` (see the module docstring).
+
+    ``slots`` is ``slot_tensor`` read on the host; the tensor itself indexes where it can (one
+    token per sequence, no padding), saving the host-to-tensor round trip.
+    """
+    T, D = x.shape
+    B, W = T // L, weight.shape[1]
+    every_token = L == 1 and accepted is None  # each token is its sequence's first
+    first = range(0, T, L) if accepted is None else [b * L + min(max(a, 1), L) - 1 for b, a in enumerate(accepted)]
+    first_slots = slots if every_token else [slots[i] for i in first]
+    padded = min(first_slots) < 0
+    if conv_state.shape[0] == 0:  # an empty pool: every slot is padding (the pool check said so)
+        init = x.new_zeros(B, D, W - 1)
+    else:
+        index = slot_tensor.to(x.device) if every_token and not padded else torch.tensor(
+            [max(s, 0) for s in first_slots], dtype=torch.int64, device=x.device)
+        init = conv_state.index_select(0, index)
+        if padded:
+            init.masked_fill_(torch.tensor([s < 0 for s in first_slots], device=x.device).view(-1, 1, 1), 0)
+    row = torch.cat((_cast(init, x.dtype), x.view(B, L, D).transpose(1, 2)), dim=-1)  # [B, D, W - 1 + L]
+    row32, w = _cast(row, _ACC), _cast(weight, _ACC)
+    if T * D < _TAPS_AT_ONCE:  # one reduction over the taps: fewest calls
+        acc = torch.linalg.vecdot(row32.unfold(-1, W, 1), w.unsqueeze(1))  # [B, D, L]; taps oldest first
+        if bias is not None:
+            acc.add_(_cast(bias, _ACC).unsqueeze(-1))
+    else:  # a multiply-add per tap over whole [B, D, L] slices: a length-W reduction per output is slow
+        acc = (torch.zeros if bias is None else torch.empty)((B, D, L), dtype=_ACC, device=x.device)
+        if bias is not None:
+            acc.copy_(_cast(bias, _ACC).view(D, 1).expand(B, D, L))
+        for k in range(W):
+            acc.addcmul_(row32.narrow(-1, k, L), w[:, k : k + 1])
+    result = _activate(acc, activation).transpose(1, 2).reshape(T, D)
+    if out is None:
+        out = _cast(result, x.dtype)
+    else:
+        out.copy_(result)
+    # Token t's window is its taps 1 .. W - 1: the row's length-(W - 1) windows after the first.
+    if L == 1:
+        windows = row.narrow(-1, 1, W - 1)
+    else:
+        windows = row.unfold(-1, W - 1, 1).narrow(2, 1, L).transpose(1, 2).reshape(T, D, W - 1)
+    writers = _last_writer_of_each_slot(slots)
+    if not writers:
+        return out
+    if len(writers) == T:  # every token writes, in token order
+        written = _cast(slot_tensor.to(x.device), torch.int64)  # index_copy_ takes int64 indices
+    else:
+        windows = windows.index_select(0, torch.tensor(writers, dtype=torch.int64, device=x.device))
+        written = torch.tensor([slots[i] for i in writers], dtype=torch.int64, device=x.device)
+    conv_state.index_copy_(0, written, _cast(windows, conv_state.dtype))
+    return out
+
+
+def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` in ``dtype`` (itself when it already is: no dispatch)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 def causal_conv1d_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
                          actual_seq_lengths: torch.Tensor, conv_state_indices: torch.Tensor,
                          bias: torch.Tensor | None = None, num_accepted_tokens: torch.Tensor | None = None, *,
@@ -133,13 +215,20 @@ def causal_conv1d_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torc
     outside ``[1, L_b]`` is clamped into it), zeros when that slot is padding.
     """
     T = x.shape[0]
+    host_slots = conv_state_indices.tolist()
+    _check_pool(host_slots, conv_state.shape[0])
+    starts, lengths = host_bounds(actual_seq_lengths, seq_lens_style)
+    L = uniform_length(starts, lengths, T)
+    if L:
+        host_accepted = None if num_accepted_tokens is None else num_accepted_tokens.tolist()
+        return _update_uniform(x, conv_state, weight, bias, activation, L, conv_state_indices, host_slots,
+                               host_accepted, out)
     out = _out_buffer(x, out)
-    starts, lengths = sequence_bounds(actual_seq_lengths, seq_lens_style)
-    tokens = _Tokens(starts, lengths, T, x.device)
+    starts_t, lengths_t = torch.tensor(starts, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64)
+    tokens = _Tokens(starts_t, lengths_t, T, x.device)
     slots = conv_state_indices.to(device=x.device, dtype=torch.int64)
-    _check_pool(conv_state_indices.tolist(), conv_state.shape[0])
-    live_lengths = lengths[tokens.live]
-    first = starts[tokens.live]
+    live_lengths = lengths_t[tokens.live]
+    first = starts_t[tokens.live]
     if num_accepted_tokens is not None:
         accepted = num_accepted_tokens.to("cpu", torch.int64)[tokens.live]
         first = first + torch.minimum(accepted.clamp(min=1), live_lengths) - 1

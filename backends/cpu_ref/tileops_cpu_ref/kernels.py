@@ -45,6 +45,9 @@ from tileops_core.ops.gated_delta_net import (
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRKernel
 from tileops_core.ops.mamba import SSDDecodeKernel
+from tileops_core.ops.moe import (
+    MoEGroupedExpertsKernel, MoEPermuteKernel, MoESharedExpertKernel, MoETopKRoutingKernel, MoEUnpermuteKernel,
+)
 from tileops_core.ops.normalization import GroupNormKernel, RMSNormKernel
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
@@ -52,6 +55,7 @@ from .attention import attention_decode, attention_prefill, qk_norm_rope, sigmoi
 from .conv import causal_conv1d_update, causal_conv1d_varlen
 from .chunk_gdr import chunk_gated_delta_rule
 from .gated_delta_net import fused_add_zero_centred_rms_norm, gated_rms_norm, gdn_gating, zero_centred_rms_norm
+from .moe import moe_grouped_experts, moe_permute, moe_shared_expert, moe_topk_routing, moe_unpermute
 from .rgdr import recurrent_gated_delta_rule
 from .ssd import ssd_decode
 
@@ -233,9 +237,37 @@ class RefReciprocal(_Reference, ReciprocalKernel):
         return super().entry_for(call)
 
 
+#: float32 elements of the gate per block of the half-precision SiluAndMul: small enough that the
+#: block's float32 temporary stays in cache between its four passes (measured on the llama3-8b row).
+_SILU_BLOCK = 1 << 17
+
+
 def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    gate, up = _acc(x).chunk(2, dim=-1)
-    return (F.silu(gate) * up).to(x.dtype)
+    """``silu(gate) · up`` in float32, rounded once to x's dtype.
+
+    torch's own half-precision form (``F.silu(gate) * up``) rounds silu's result before the
+    product, and no torch op computes the whole product in one pass with one rounding. So the
+    float32 form is computed block by block of rows in one reused float32 buffer (convert,
+    silu, multiply, round), which keeps its extra passes in cache instead of memory. Traced
+    (a compiler fuses the plain statement into one pass) or off the CPU, it is that statement.
+    """
+    gate, up = x.chunk(2, dim=-1)
+    if x.dtype not in _LOW:
+        return F.silu(gate) * up
+    if type(x) is not torch.Tensor or x.device.type != "cpu":
+        return (F.silu(gate.float()) * up.float()).to(x.dtype)
+    n = up.shape[-1]
+    gate_rows, up_rows = gate.reshape(-1, n), up.reshape(-1, n)
+    rows = gate_rows.shape[0]
+    out = torch.empty((rows, n), dtype=x.dtype, device=x.device)
+    step = max(1, _SILU_BLOCK // max(n, 1))
+    buffer = torch.empty((min(step, rows), n), dtype=torch.float32, device=x.device)
+    for r in range(0, rows, step):
+        block = buffer[: min(step, rows - r)]
+        block.copy_(gate_rows[r : r + step])
+        F.silu(block, inplace=True).mul_(up_rows[r : r + step])
+        out[r : r + step].copy_(block)
+    return out.view(up.shape)
 
 
 def _silu_and_mul_direct(x: torch.Tensor) -> torch.Tensor:
@@ -313,17 +345,20 @@ def _rgdr(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, beta: tor
     )
 
 
-def _shape_only_on_meta(fn: Callable[..., torch.Tensor], like: int) -> Callable[..., torch.Tensor]:
-    """``fn`` for references that read metadata contents (lengths, slots), which meta tensors
-    do not have: on meta inputs the result is the output's shape and dtype (those of argument
-    ``like``, as the spec infers them), nothing is computed and no state is written, as a
-    torch meta kernel behaves. It carries ``fn``'s signature (``functools.wraps``), which the
-    launch contract checks."""
+def _shape_only_on_meta(fn: Callable[..., Any], like: int | tuple[int, ...]) -> Callable[..., Any]:
+    """``fn`` for references that read metadata contents (lengths, slots, positions), which meta
+    tensors do not have: on meta inputs the result is the outputs' shapes and dtypes (those of
+    argument ``like``, or of each argument of a tuple ``like``, as the spec infers them), nothing
+    is computed and no state is written, as a torch meta kernel behaves. It carries ``fn``'s
+    signature (``functools.wraps``), which the launch contract checks."""
+    first = like if isinstance(like, int) else like[0]
 
     @functools.wraps(fn)
-    def on_any_device(*args: Any) -> torch.Tensor:
-        if args[like].is_meta:
-            return torch.empty_like(args[like])
+    def on_any_device(*args: Any) -> Any:
+        if args[first].is_meta:
+            if isinstance(like, int):
+                return torch.empty_like(args[like])
+            return tuple(torch.empty_like(args[i]) for i in like)
         return fn(*args)
     return on_any_device
 
@@ -383,19 +418,39 @@ class RefGDNGating(_Reference, GDNGatingKernel):
 
 
 class RefQKNormRope(_Reference, QKNormRopeKernel):
-    fn = staticmethod(qk_norm_rope)
+    fn = staticmethod(_shape_only_on_meta(qk_norm_rope, (0, 1)))
 
 
 class RefAttentionDecode(_Reference, AttentionDecodeKernel):
-    fn = staticmethod(attention_decode)
+    fn = staticmethod(_shape_only_on_meta(attention_decode, 0))
 
 
 class RefAttentionPrefill(_Reference, AttentionPrefillKernel):
-    fn = staticmethod(attention_prefill)
+    fn = staticmethod(_shape_only_on_meta(attention_prefill, 0))
 
 
 class RefSigmoidGateMul(_Reference, SigmoidGateMulKernel):
     fn = staticmethod(sigmoid_gate_mul)
+
+
+class RefMoETopKRouting(_Reference, MoETopKRoutingKernel):
+    fn = staticmethod(moe_topk_routing)
+
+
+class RefMoEPermute(_Reference, MoEPermuteKernel):
+    fn = staticmethod(moe_permute)
+
+
+class RefMoEGroupedExperts(_Reference, MoEGroupedExpertsKernel):
+    fn = staticmethod(moe_grouped_experts)
+
+
+class RefMoESharedExpert(_Reference, MoESharedExpertKernel):
+    fn = staticmethod(moe_shared_expert)
+
+
+class RefMoEUnpermute(_Reference, MoEUnpermuteKernel):
+    fn = staticmethod(moe_unpermute)
 
 
 KERNELS = (
@@ -403,4 +458,5 @@ KERNELS = (
     RefSSDDecode, RefRGDR, RefCausalConv1dUpdate, RefCausalConv1dVarlen, RefChunkGDR,
     RefZeroCentredRMSNorm, RefFusedAddZeroCentredRMSNorm, RefGatedRMSNorm, RefGDNGating,
     RefQKNormRope, RefAttentionDecode, RefAttentionPrefill, RefSigmoidGateMul,
+    RefMoETopKRouting, RefMoEPermute, RefMoEGroupedExperts, RefMoESharedExpert, RefMoEUnpermute,
 )

@@ -15,21 +15,27 @@ accelerator kernels are checked against. The semantics are ``RGDR.md``'s:
   first slot is negative starts from zeros.
 
 How it runs: the states of all sequences are gathered once from the pool into one
-``[B, NV, DV, DK]`` buffer, and a Python loop runs over token positions only
-(``max(L_b)`` steps; one for plain decode). Step ``j`` updates the sequences that have a
-``j``-th token together, with batched matrix products over ``B·NV`` heads, and scatters
+``[B, NV, DV, DK]`` buffer (in plain decode where sequence ``b`` owns slot ``b`` and the pool
+holds the compute dtype, the pool's first ``B`` rows are that buffer, updated in place), and
+a Python loop runs over token positions only (``max(L_b)`` steps; one for plain decode).
+Step ``j`` updates the sequences that have a ``j``-th token together, with batched matrix
+products over ``B·NK`` key heads (GQA below), and scatters
 their states to the pool in one ``index_copy_``. Sequences are ordered by length, longest
 first, so the sequences alive at step ``j`` are a prefix of the buffer (a view, no copy).
 
 Each step touches the state as few times as the algebra allows, since on the CPU the
 state passes are the cost: with ``w`` the step's decay (``exp(g)``, ``exp(gk)``, per head
-or per key channel) and ``S`` the state before it,
+or per key channel), the state is first decayed in place, ``S ⊙= w``; then
 
-    predicted = (S ⊙ w) k = S (w ⊙ k)       out = (S ⊙ w + d kᵀ)(scale·q) = S (w ⊙ scale·q) + d (k · scale·q)
+    predicted = S k       out = (S + d kᵀ)(scale·q) = S (scale·q) + d (k · scale·q)
 
-so one batched product ``S @ [w⊙k, w⊙scale·q]ᵀ`` reads the state once for both, and the
-update is ``S ⊙= w`` then ``S += d kᵀ``, in place. No state-sized buffer is allocated
+so one batched product ``S @ [k, scale·q]ᵀ`` reads the state once for both, and the update
+``S += d kᵀ`` is in place: three passes over the state. No state-sized buffer is allocated
 inside the loop (the page faults of fresh large buffers cost as much as the math).
+
+Under GQA the ``G = NV / NK`` value heads of one key head are adjacent in the state, so the
+state is viewed as ``[n·NK, G·DV, DK]`` and multiplied by the key head's own ``[k, q]``:
+the query and key rows are never repeated onto the value heads.
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ from typing import overload
 
 import torch
 
-__all__ = ["recurrent_gated_delta_rule", "sequence_bounds", "L2NORM_EPS"]
+from .constants import constant
+
+__all__ = ["recurrent_gated_delta_rule", "host_bounds", "sequence_bounds", "uniform_length", "L2NORM_EPS"]
 
 #: The epsilon of the in-kernel q/k l2 normalisation (flash-linear-attention's value).
 L2NORM_EPS = 1e-6
@@ -52,11 +60,11 @@ def sequence_bounds(actual_seq_lengths: torch.Tensor, seq_lens_style: str) -> tu
     ``lengths`` style gives ``L_b`` directly; ``cu_seqlens`` style gives the ``B + 1``
     prefix sums, whose consecutive differences are the lengths.
     """
-    starts, lengths = _host_bounds(actual_seq_lengths, seq_lens_style)
+    starts, lengths = host_bounds(actual_seq_lengths, seq_lens_style)
     return torch.tensor(starts, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64)
 
 
-def _host_bounds(actual_seq_lengths: torch.Tensor, seq_lens_style: str) -> tuple[list[int], list[int]]:
+def host_bounds(actual_seq_lengths: torch.Tensor, seq_lens_style: str) -> tuple[list[int], list[int]]:
     """``(starts, lengths)`` as Python lists: the metadata is a few hundred integers at most."""
     meta = actual_seq_lengths.tolist()
     if seq_lens_style == "cu_seqlens":
@@ -68,6 +76,17 @@ def _host_bounds(actual_seq_lengths: torch.Tensor, seq_lens_style: str) -> tuple
             running += n
         return starts, meta
     raise ValueError(f"seq_lens_style must be 'lengths' or 'cu_seqlens', got {seq_lens_style!r}")
+
+
+def uniform_length(starts: list[int], lengths: list[int], T: int) -> int:
+    """``L`` when every sequence has the same ``L > 0`` tokens and they tile ``[0, T)`` in order, else 0.
+
+    The common decode layout (``L = 1``; speculative decoding: ``L`` draft tokens each), where
+    step ``j``'s tokens are the strided rows ``j, L + j, 2L + j, ...``.
+    """
+    B = len(lengths)
+    L = lengths[0] if B else 0
+    return L if L > 0 and L * B == T and starts[0] == 0 and lengths.count(L) == B else 0
 
 
 @dataclass(frozen=True)
@@ -87,11 +106,10 @@ class _Schedule:
     @classmethod
     def plan(cls, starts: list[int], lengths: list[int], accepted: list[int] | None, T: int,
              device: torch.device) -> _Schedule | None:
-        B = len(lengths)
-        L = lengths[0] if B else 0
-        if L > 0 and L * B == T and starts[0] == 0 and lengths.count(L) == B:
+        L = uniform_length(starts, lengths, T)
+        if L:
             first = None if accepted is None else [b * L + a - 1 for b, a in enumerate(accepted)]
-            return cls(first, [B] * L, L, [])
+            return cls(first, [len(lengths)] * L, L, [])
         order = sorted((b for b, n in enumerate(lengths) if n > 0), key=lambda b: -lengths[b])
         if not order:
             return None
@@ -200,11 +218,11 @@ def recurrent_gated_delta_rule(
     passes a float64 buffer to keep full precision for comparisons).
     """
     T, NK, DK = query.shape
-    NV = value.shape[1]
+    NV, DV = value.shape[1:]
     scale = DK**-0.5 if scale is None else scale
     if out is None:
         out = torch.empty(value.shape, dtype=value.dtype, device=value.device)
-    starts, lengths = _host_bounds(actual_seq_lengths, seq_lens_style)
+    starts, lengths = host_bounds(actual_seq_lengths, seq_lens_style)
     accepted = None if num_accepted_tokens is None else num_accepted_tokens.tolist()
     schedule = _Schedule.plan(starts, lengths, accepted, T, state.device)
     if schedule is None:
@@ -215,22 +233,28 @@ def recurrent_gated_delta_rule(
     if outside:  # checked before the first write: a slot past the pool must never be written through
         raise IndexError(f"ssm_state_indices {outside[:8]} lie past the state pool of {state.shape[0]} slots; "
                          "nothing was written")
+    # One token per sequence, each in its own slot b = its row b, the state already in the compute dtype:
+    # the pool rows are the running states, updated in place (no gather, no scatter).
+    in_place = (schedule.uniform == 1 and schedule.first_tokens is None and state.dtype == compute_dtype
+                and state.is_contiguous() and host_slots == list(range(T)))
     slots = ssm_state_indices if ssm_state_indices.device == state.device else ssm_state_indices.to(state.device)
-    slots = _cast(slots, torch.int64)  # index_copy_ takes int64 indices
+    if not in_place:
+        slots = _cast(slots, torch.int64)  # index_copy_ takes int64 indices
 
-    # [T, NV, 2, DK]: the key and scale·query rows of each token and head, side by side.
+    # [T, NK, 2, DK]: the key and scale·query rows of each token and key head, side by side.
     kq = _cast(torch.stack((key, query), dim=-2), compute_dtype)
     if use_qk_l2norm_in_kernel:
-        kq = kq * (kq * kq).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()
-    kq.select(-2, 1).mul_(scale)  # kq is this call's own buffer (stack, or the l2norm product)
-    if NV != NK:  # GQA: value head h reads query/key head h // (NV // NK)
-        kq = kq.unsqueeze(2).expand(T, NK, NV // NK, 2, DK).reshape(T, NV, 2, DK)
-    k_rows = kq.narrow(-2, 0, 1)  # [T, NV, 1, DK]
-    k_dot_q = kq.prod(-2).sum(-1, keepdim=True)  # [T, NV, 1]
-    # value and beta enter only binary ops with compute_dtype operands, which promote them exactly.
-    v_all = _promotes_to(value, compute_dtype)
-    beta_all = _promotes_to(beta, compute_dtype).unsqueeze(-1)
-    # Each token's decay, shaped to scale both kq and the state: [T, NV, 1, 1] per head, [T, NV, 1, DK] per channel.
+        kq = kq * (kq * kq).sum(-1, keepdim=True).add_(constant(L2NORM_EPS, compute_dtype)).rsqrt_()
+    kq.select(-2, 1).mul_(constant(scale, compute_dtype))  # kq is this call's own buffer (stack, or the l2norm product)
+    G = NV // NK  # GQA: value head h reads query/key head h // G
+    k_rows = kq.narrow(-2, 0, 1)  # [T, NK, 1, DK]
+    k_dot_q = kq.prod(-2).sum(-1, keepdim=True).unsqueeze(-1)  # [T, NK, 1, 1]
+    # Per value head, grouped under the key heads: [T, NK, G, DV]. value and beta enter only binary
+    # ops with compute_dtype operands, which promote them exactly.
+    v_all = _promotes_to(value, compute_dtype).view(T, NK, G, DV)
+    beta_all = _promotes_to(beta, compute_dtype).view(T, NK, G, 1)
+    out_grouped = out.view(T, NK, G, DV)
+    # Each token's decay, shaped to scale the state: [T, NV, 1, 1] per head, [T, NV, 1, DK] per channel.
     log_decay = None if g is None else _cast(g, compute_dtype)
     if gk is not None and gk.dim() == 2:
         log_decay = _cast(gk, compute_dtype) if log_decay is None else log_decay + _cast(gk, compute_dtype)
@@ -239,24 +263,28 @@ def recurrent_gated_delta_rule(
         channel = _cast(gk, compute_dtype).exp().unsqueeze(-2)
         decay = channel if decay is None else decay * channel
 
-    S, rounded = _gathered_states(state, schedule.first_rows(slots), compute_dtype, padded)  # before any write
+    if in_place:
+        S, rounded = state.narrow(0, 0, T), None
+    else:
+        S, rounded = _gathered_states(state, schedule.first_rows(slots), compute_dtype, padded)  # before any write
     for j, n in enumerate(schedule.live):
         Sj = S if n == S.shape[0] else S[:n]
-        kq_j = schedule.rows(kq, j)
         w = schedule.rows(decay, j)
-        x = kq_j if w is None else kq_j * w
-        # [n·NV, DV, 2]: S (w ⊙ k) and S (w ⊙ scale·q), one pass over the state.
-        product = torch.bmm(Sj.view(-1, Sj.shape[-2], DK), x.reshape(-1, 2, DK).transpose(1, 2))
-        predicted, read = product.view(n, NV, -1, 2).unbind(-1)
-        delta = (schedule.rows(v_all, j) - predicted).mul_(schedule.rows(beta_all, j))
-        schedule.write_rows(out, j, read, delta, schedule.rows(k_dot_q, j))
         if w is not None:
             Sj.mul_(w)
-        Sj.addcmul_(delta.unsqueeze(-1), schedule.rows(k_rows, j))
+        grouped = Sj.view(n, NK, G * DV, DK)  # the value heads of each key head, stacked
+        # [n·NK, G·DV, 2]: S k and S (scale·q), one pass over the state.
+        kq_j = schedule.rows(kq, j).reshape(n * NK, 2, DK)
+        product = torch.bmm(grouped.view(n * NK, G * DV, DK), kq_j.transpose(1, 2))
+        predicted, read = product.view(n, NK, G, DV, 2).unbind(-1)
+        delta = (schedule.rows(v_all, j) - predicted).mul_(schedule.rows(beta_all, j))
+        schedule.write_rows(out_grouped, j, read, delta, schedule.rows(k_dot_q, j))
+        grouped.addcmul_(delta.view(n, NK, G * DV, 1), schedule.rows(k_rows, j))
         stored = Sj
         if rounded is not None:  # the recurrence continues from what the state buffer can hold
             stored = rounded if n == S.shape[0] else rounded[:n]
             stored.copy_(Sj)
             Sj.copy_(stored)
-        _write_states(state, schedule.rows(slots, j), stored, padded)
+        if not in_place:
+            _write_states(state, schedule.rows(slots, j), stored, padded)
     return out

@@ -16,7 +16,8 @@ from ...ops.activation import SiluAndMulFwdOp
 from ...ops.gemm import LinearFwdOp
 from ._attention import AttentionPatcher
 from ._gdn import GDNOps, _Metadata, patch_gated_delta_net
-from ._mlp import patch_experts, patch_mlp, patch_router
+from ._mlp import patch_mlp
+from ._moe import patch_experts, patch_router, patch_sparse_moe_block, use_tileops_experts
 from ._norms import patch_decoder_layer, patch_rms_norm
 from ._report import Route, TileOpsReport
 from ._serving import serving
@@ -38,8 +39,8 @@ SUPPORTED_MODEL_TYPES = tuple(_FAMILIES)
 def _classes(model_type: str) -> dict[str, type]:
     module_name, prefix = _FAMILIES[model_type]
     modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
-    wanted = ("GatedDeltaNet", "MLP", "Experts", "TopKRouter", "Attention", "RMSNorm", "DecoderLayer",
-              "RotaryEmbedding", "TextRotaryEmbedding")
+    wanted = ("GatedDeltaNet", "MLP", "Experts", "TopKRouter", "SparseMoeBlock", "Attention", "RMSNorm",
+              "DecoderLayer", "RotaryEmbedding", "TextRotaryEmbedding")
     return {role: getattr(modeling, prefix + role) for role in wanted if hasattr(modeling, prefix + role)}
 
 
@@ -73,16 +74,21 @@ def apply_tileops(model: nn.Module) -> TileOpsReport:
     report = TileOpsReport(type(model).__name__, str(device))
     gdn_ops, metadata, silu_and_mul = GDNOps(float(config.rms_norm_eps)), _Metadata(), SiluAndMulFwdOp()
     cache_problem = cache_has_linear_attention_layers()
-    experts_impl = getattr(config, "_experts_implementation", None)
     rotaries = tuple(c for role, c in classes.items() if role.endswith("RotaryEmbedding"))
     patch_attention = AttentionPatcher(model, config, rotaries)
+    in_moe_blocks: set[int] = set()  # shared-expert MLPs whose block runs them as MoESharedExpertFwdOp
     for name, m in model.named_modules():
         if isinstance(m, classes.get("GatedDeltaNet", ())):
             report.routes += patch_gated_delta_net(name, m, gdn_ops, metadata, cache_problem)
-        elif isinstance(m, classes.get("MLP", ())):
+        elif isinstance(m, classes.get("SparseMoeBlock", ())):
+            block_routes = patch_sparse_moe_block(name, m)
+            report.routes += block_routes
+            if all(r.served for r in block_routes):
+                in_moe_blocks.add(id(getattr(m, "shared_expert")))
+        elif isinstance(m, classes.get("MLP", ())) and id(m) not in in_moe_blocks:
             report.routes += patch_mlp(name, m, silu_and_mul)
         elif isinstance(m, classes.get("Experts", ())):
-            report.routes += patch_experts(name, m, silu_and_mul, experts_impl)
+            report.routes += patch_experts(name, m)
         elif isinstance(m, classes.get("TopKRouter", ())):
             report.routes += patch_router(name, m)
         elif isinstance(m, classes.get("RMSNorm", ())):
@@ -91,6 +97,7 @@ def apply_tileops(model: nn.Module) -> TileOpsReport:
             report.routes += patch_decoder_layer(name, m)
         elif isinstance(m, classes.get("Attention", ())):
             report.routes += patch_attention(name, m)
+    use_tileops_experts(model)
     linear = _linear_route(model, device)
     if linear is not None:
         report.routes.append(linear)
