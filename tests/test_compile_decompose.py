@@ -108,3 +108,31 @@ def test_explain_says_which_path_a_compiled_call_takes(capsys):
     assert main(["explain", "RMSNormFwdOp", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["compiled_path"].startswith(
         "decomposed into its traceable kernel tileops_cpu_ref.kernels:RefRMSNorm under backends that decompose")
+
+
+def test_ops_that_stay_custom_ops_compile_cold_under_inductor_beside_each_other(monkeypatch):
+    # Inductor refuses to fall back to an op that has a decomposition in its table, even one
+    # that declines ("both a fallback and a decomp for same op"): with no policy, no op may be
+    # in the table. (The H200's GPU test caught it; aot_eager never consults the table.)
+    import torch._inductor.config as inductor_config
+
+    from tileops_core.ops.linear_attention import RecurrentGatedDeltaRuleFwdOp
+    from tileops_core.ops.normalization import RMSNormFwdOp
+
+    monkeypatch.delenv("TILEOPS_COMPILE_DECOMPOSE", raising=False)
+    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)  # cold: lowered now, not read from disk
+    rgdr, norm = RecurrentGatedDeltaRuleFwdOp(check_contents=False), RMSNormFwdOp([16], eps=1e-6)
+
+    def block(q, k, v, beta, state, lengths, slots, w):
+        return norm(rgdr(q, k, v, beta, state, lengths, slots), w)
+
+    T, g = 3, torch.Generator().manual_seed(7)
+    q, k = (torch.nn.functional.normalize(torch.randn(T, 2, 16, generator=g), dim=-1) for _ in range(2))
+    args = [q, k, torch.randn(T, 4, 16, generator=g), torch.rand(T, 4, generator=g), torch.randn(5, 4, 16, 16),
+            torch.ones(T, dtype=torch.int32), torch.arange(T, dtype=torch.int32), torch.randn(16)]
+    eager_state = args[4].clone()
+    want = block(*args[:4], eager_state, *args[5:])
+    torch._dynamo.reset()
+    got = torch.compile(block, fullgraph=True)(*args)
+    torch.testing.assert_close(got, want)
+    assert torch.equal(args[4], eager_state)

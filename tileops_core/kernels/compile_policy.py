@@ -22,12 +22,14 @@ Every change bumps the registry generation, so a compiled graph is traced again.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from dataclasses import dataclass
 
 from ..errors import TileOpsError
 from .settings import Setting
 
-__all__ = ["DecomposePolicy", "parse_decompose_policy", "set_decompose_policy", "decompose_policy",
+__all__ = ["DecomposePolicy", "parse_decompose_policy", "set_decompose_policy", "decompose_policy", "on_policy_change",
            "refresh_env_decompose_policy", "ENV_VAR"]
 
 ENV_VAR = "TILEOPS_COMPILE_DECOMPOSE"
@@ -73,14 +75,29 @@ def parse_decompose_policy(text: str, source: str) -> DecomposePolicy:
 _setting = Setting(ENV_VAR, parse_decompose_policy)
 
 
+#: Called after every change of the policy (the op layer drops decompositions it no longer wants
+#: from Inductor's table; this layer cannot import it).
+_on_change: list[Callable[[], None]] = []
+
+
+def on_policy_change(listener: Callable[[], None]) -> None:
+    """Call ``listener`` after every change of the policy."""
+    _on_change.append(listener)
+
+
 def set_decompose_policy(text: str | None, source: str = "set_decompose_policy()") -> DecomposePolicy | None:
     """Set (or with None, clear) the decomposition policy; it replaces ``TILEOPS_COMPILE_DECOMPOSE``."""
-    return _setting.set(text, source)
+    policy = _setting.set(text, source)
+    for listener in _on_change:
+        listener()
+    return policy
 
 
 def refresh_env_decompose_policy() -> None:
     """Read ``TILEOPS_COMPILE_DECOMPOSE`` again (read at import; a malformed value raises when compiling)."""
     _setting.refresh_env()
+    for listener in _on_change:
+        listener()
 
 
 def decompose_policy() -> DecomposePolicy | None:

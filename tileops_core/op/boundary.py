@@ -31,7 +31,7 @@ import torch
 from ..kernels.fingerprint import selection_state_guard
 from ..lang.types import DTypeParam, Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
 from ..plugins.loader import ensure_plugins_loaded
-from .decompose import install_decomposition
+from .decompose import sync_decomposition
 
 if TYPE_CHECKING:
     from .base import Op
@@ -211,11 +211,13 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
     def fake(*args: Any) -> Any:
         # Hooks (kernels/fingerprint.py, op/decompose.py): the trace sees the loaded selection
         # state, so the guard call_boundary reads after this op is not failed by the first call's
-        # plugin load; and Inductor's table holds this op's decomposition before it is consulted.
+        # plugin load; and Inductor's table holds this op's decomposition exactly when this call
+        # decomposes, before Inductor consults it.
         ensure_plugins_loaded()
-        install_decomposition(boundary_ref[0])
         op = boundary_ref[0].instance(args[n_inputs:])
-        plan = definition.plan(op, list(args[:n_inputs]) + [None] * n_buffers, kernels=False)
+        values = list(args[:n_inputs]) + [None] * n_buffers
+        plan = definition.plan(op, values, kernels=False)
+        sync_decomposition(boundary_ref[0], op, values)
         return pick(tuple(torch.empty(s, dtype=d, device=plan.device) for s, d in zip(plan.out_shapes,
                                                                                      plan.out_dtypes)))
 

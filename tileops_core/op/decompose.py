@@ -3,8 +3,8 @@
 Inductor (and any backend that decomposes with its table) replaces a custom op by the
 function registered for it in ``torch._inductor.decomposition.decompositions``; a function
 that returns ``NotImplemented`` declines and the custom op stays. Each op's boundary gets
-one such function (installed by the boundary's fake the first time a call is traced, so
-importing an op imports nothing of Inductor). It runs while the graph is traced, on the
+one such function, in the table exactly while a traced call decomposes (the boundary's fake
+keeps it in step; importing an op imports nothing of Inductor). It runs while the graph is traced, on the
 tracing tensors: it plans the call exactly as an eager call does (steps 1-5), asks the
 selection rule for each interface's kernel, and when the policy
 (:mod:`tileops_core.kernels.compile_policy`) names the op and every chosen kernel is
@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ..kernels.compile_policy import decompose_policy
+from ..kernels.compile_policy import decompose_policy, on_policy_change
 from ..kernels.interface import KernelInterface
 from ..kernels.select import choose_kernel
 from ..kernels.targets import current_target
@@ -30,22 +30,64 @@ if TYPE_CHECKING:
     from .definition import OpDef
     from .plan import CallPlan
 
-__all__ = ["install_decomposition", "compile_path"]
+__all__ = ["sync_decomposition", "compile_path"]
 
 _installed: set[Any] = set()
 _lock = threading.Lock()
 
 
-def install_decomposition(boundary: "Boundary") -> None:
-    """Register the boundary's decomposition with Inductor's table (once per custom op)."""
-    if boundary.fn in _installed:
+def sync_decomposition(boundary: "Boundary", op: "Op", values: list[Any]) -> None:
+    """Make Inductor's table hold the boundary's decomposition exactly when this traced call
+    decomposes (the policy names the op and every kernel chosen for it is traceable).
+
+    Called by the boundary's fake, before Inductor consults the table. An op that stays the
+    custom op must not be in the table at all: Inductor refuses to fall back to an op that has
+    a decomposition ("both a fallback and a decomp for same op"), even one that declines.
+    """
+    wanted = _traceable_plan(op, values) is not None
+    if not wanted and boundary.fn not in _installed:
         return
-    from torch._inductor.decomposition import decompositions  # only when a call is being compiled
+    from torch._inductor.decomposition import decompositions  # only when a decomposition is in play
 
     with _lock:
-        if boundary.fn not in _installed:
+        if wanted:
             decompositions[boundary.fn] = _decomposition(boundary)
             _installed.add(boundary.fn)
+            fn_definitions[boundary.fn] = boundary.definition
+        else:
+            decompositions.pop(boundary.fn, None)
+            _installed.discard(boundary.fn)
+        _forget_inductor_copies()
+
+
+def _forget_inductor_copies() -> None:
+    """Inductor reads its table through a cached copy (``fast_random_decomps``): a change of the
+    table reaches it only once that copy is made again."""
+    from torch._inductor import decomposition
+
+    cached = getattr(decomposition, "fast_random_decomps", None)
+    if cached is not None and hasattr(cached, "cache_clear"):
+        cached.cache_clear()
+
+
+def _drop_unwanted() -> None:
+    """After a policy change: no decomposition the new policy does not name stays in the table
+    (an op left there would make Inductor refuse to fall back to it)."""
+    with _lock:
+        unwanted = [fn for fn in _installed if _declined(fn_definitions[fn], ()) is not None]
+        if not unwanted:
+            return
+        from torch._inductor.decomposition import decompositions
+
+        for fn in unwanted:
+            decompositions.pop(fn, None)
+            _installed.discard(fn)
+        _forget_inductor_copies()
+
+
+on_policy_change(_drop_unwanted)
+#: The definition behind each installed decomposition's custom op.
+fn_definitions: dict[Any, "OpDef"] = {}
 
 
 def _declined(definition: "OpDef", impls: Iterable[type[KernelInterface] | None]) -> str | None:
