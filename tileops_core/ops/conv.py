@@ -75,19 +75,7 @@ class CausalConv1dUpdateFwdOp(PackedMetadataChecks, Op):
     def check_contents(self, **tensors: Any) -> None:
         """Lengths that tile T, slots in ``[-1, S)`` written by one sequence each, accepted counts
         in ``[1, L_b]``: what RGDR checks, under the same names."""
-        meta, slots, pool = tensors.get("actual_seq_lengths"), tensors.get("conv_state_indices"), tensors.get(
-            "conv_state")
-        if meta is None or slots is None or pool is None:
-            return
-        op, inputs = type(self).__name__, self.op_spec().inputs
-        slots = slots.to("cpu", torch.int64)
-        lengths = self.sequence_lengths(op, meta, slots.shape[0], inputs["actual_seq_lengths"].loc)
-        self.slots_in_pool(op, "conv_state_indices", slots, pool.shape[0], inputs["conv_state_indices"].loc)
-        owner = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
-        self.one_writer_per_slot(op, "conv_state", slots, owner, inputs["conv_state_indices"].loc)
-        accepted = tensors.get("num_accepted_tokens")
-        if accepted is not None:
-            self.accepted_within_lengths(op, accepted, lengths, inputs["num_accepted_tokens"].loc)
+        self.check_per_token_slots(tensors, "conv_state_indices", "conv_state")
 
 
 class CausalConv1dVarlenFwdOp(PackedMetadataChecks, Op):

@@ -86,18 +86,7 @@ class RecurrentGatedDeltaRuleFwdOp(PackedMetadataChecks, Op):
 
     def check_contents(self, **tensors: Any) -> None:
         """Metadata contents the shapes cannot show (one device sync): RGDR.md "Contents"."""
-        meta, slots, state = (tensors.get(n) for n in ("actual_seq_lengths", "ssm_state_indices", "state"))
-        if meta is None or slots is None or state is None:
-            return
-        op, inputs = type(self).__name__, self.op_spec().inputs
-        slots = slots.to("cpu", torch.int64)
-        lengths = self.sequence_lengths(op, meta, slots.shape[0], inputs["actual_seq_lengths"].loc)
-        self.slots_in_pool(op, "ssm_state_indices", slots, state.shape[0], inputs["ssm_state_indices"].loc)
-        owner = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
-        self.one_writer_per_slot(op, "state", slots, owner, inputs["ssm_state_indices"].loc)
-        accepted = tensors.get("num_accepted_tokens")
-        if accepted is not None:
-            self.accepted_within_lengths(op, accepted, lengths, inputs["num_accepted_tokens"].loc)
+        self.check_per_token_slots(tensors, "ssm_state_indices", "state")
 
 
 @register_generator("rgdr_decode")

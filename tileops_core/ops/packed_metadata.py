@@ -23,6 +23,23 @@ class PackedMetadataChecks:
 
     seq_lens_style: str
 
+    def check_per_token_slots(self, tensors: dict[str, Any], slots_name: str, pool_name: str) -> None:
+        """The whole check of an op that writes one pool slot per token (RGDR, conv1d update):
+        lengths that tile T, slots in ``[-1, S)`` written by one sequence each, accepted counts in
+        ``[1, L_b]``. Absent metadata (a partial call the shape checks already refused) skips it."""
+        meta, slots, pool = (tensors.get(n) for n in ("actual_seq_lengths", slots_name, pool_name))
+        if meta is None or slots is None or pool is None:
+            return
+        op, inputs = type(self).__name__, getattr(self, "op_spec")().inputs  # the Op this mixes into
+        slots = slots.to("cpu", torch.int64)
+        lengths = self.sequence_lengths(op, meta, slots.shape[0], inputs["actual_seq_lengths"].loc)
+        self.slots_in_pool(op, slots_name, slots, pool.shape[0], inputs[slots_name].loc)
+        owner = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+        self.one_writer_per_slot(op, pool_name, slots, owner, inputs[slots_name].loc)
+        accepted = tensors.get("num_accepted_tokens")
+        if accepted is not None:
+            self.accepted_within_lengths(op, accepted, lengths, inputs["num_accepted_tokens"].loc)
+
     def sequence_lengths(self, op: str, meta: torch.Tensor, T: int, loc: Any) -> torch.Tensor:
         """The ``[B]`` lengths (int64, CPU); they must be non-negative and sum to ``T``."""
         meta = meta.to("cpu", torch.int64)
