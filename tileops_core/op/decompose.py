@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["sync_decomposition", "compile_path"]
 
-_installed: set[Any] = set()
+#: The custom ops whose decomposition is in Inductor's table, with their op's definition.
+_installed: dict[Any, "OpDef"] = {}
 _lock = threading.Lock()
 
 
@@ -52,11 +53,10 @@ def sync_decomposition(boundary: "Boundary", op: "Op", values: list[Any]) -> Non
     with _lock:
         if wanted:
             decompositions[boundary.fn] = _decomposition(boundary)
-            _installed.add(boundary.fn)
-            fn_definitions[boundary.fn] = boundary.definition
+            _installed[boundary.fn] = boundary.definition
         else:
             decompositions.pop(boundary.fn, None)
-            _installed.discard(boundary.fn)
+            _installed.pop(boundary.fn, None)
         _forget_inductor_copies()
 
 
@@ -74,20 +74,18 @@ def _drop_unwanted() -> None:
     """After a policy change: no decomposition the new policy does not name stays in the table
     (an op left there would make Inductor refuse to fall back to it)."""
     with _lock:
-        unwanted = [fn for fn in _installed if _declined(fn_definitions[fn], ()) is not None]
+        unwanted = [fn for fn, definition in _installed.items() if _declined(definition, ()) is not None]
         if not unwanted:
             return
         from torch._inductor.decomposition import decompositions
 
         for fn in unwanted:
             decompositions.pop(fn, None)
-            _installed.discard(fn)
+            del _installed[fn]
         _forget_inductor_copies()
 
 
 on_policy_change(_drop_unwanted)
-#: The definition behind each installed decomposition's custom op.
-fn_definitions: dict[Any, "OpDef"] = {}
 
 
 def _declined(definition: "OpDef", impls: Iterable[type[KernelInterface] | None]) -> str | None:
