@@ -11,7 +11,7 @@ tar -C /tmp/site -xJf .device/bundle.tar.xz
 export PYTHONPATH=/tmp/site TILELANG_CACHE_DIR=/tmp/tlc PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . -e backends/cpu_ref -e backends/cuda 2>&1 | tail -2
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
-python3 -m pytest -q -x backends/cuda/tests/test_call_path_gpu.py 2>&1 | tee "$out/call_path_tests.log" | tail -15
+python3 -m pytest -q -x -n 8 -p no:cacheprovider backends/cuda/tests/test_call_path_gpu.py 2>&1 | tee "$out/call_path_tests.log" | tail -15
 python3 -m tileops_core bench --device cuda --host-time --baseline none \
   RMSNormFwdOp RecurrentGatedDeltaRuleFwdOp SiluAndMulFwdOp SoftmaxFwdOp \
   --workload decode-m1-4096 --workload qwen3.5-b1-t1-fp32state --workload llama3-8b-mlp-decode-256 \
