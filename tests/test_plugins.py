@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from fake_backends import add_backend, make_call, make_interface
+from plugin_site import FakeDevice, install, reload_all, site  # noqa: F401  (site is a fixture)
 from tileops_core import SelectionError, plugins
 from tileops_core._version import CORE_MAJOR, __version__
 from tileops_core.cli.main import main
@@ -29,54 +30,6 @@ from tileops_core.ops.normalization import RMSNormFwdOp
 from tileops_core.spec.manifest import load_manifest
 
 pytestmark = pytest.mark.usefixtures("fresh_registry")
-
-_serial = itertools.count()
-
-
-@dataclass(frozen=True)
-class FakeDevice:
-    """A device of a type torch does not know (arch detection only reads ``.type``)."""
-
-    type: str
-    index: int = 0
-
-
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    """A directory on sys.path to install fake distributions into; their modules are forgotten after."""
-    root = tmp_path / "site"
-    root.mkdir()
-    monkeypatch.syspath_prepend(str(root))
-    for var in (plugins.ENV_ONLY, plugins.ENV_DISABLE, plugins.ENV_NO_AUTOLOAD):
-        monkeypatch.delenv(var, raising=False)
-    before = set(sys.modules)
-    yield root
-    for name in set(sys.modules) - before:
-        if name.startswith("fakeplug_"):
-            del sys.modules[name]
-
-
-def install(site: Path, source: str, *, dist: str = "tileops-fakeplug", version: str = "1.2.3",
-            entry: str = "fakeplug", files: dict[str, str] | None = None) -> str:
-    """Write a distribution whose entry point ``entry`` (group tileops) is a module with ``source``."""
-    module = f"fakeplug_{next(_serial)}"
-    package = site / module
-    package.mkdir()
-    (package / "__init__.py").write_text(textwrap.dedent(source))
-    for name, text in (files or {}).items():
-        (package / name).parent.mkdir(parents=True, exist_ok=True)
-        (package / name).write_text(textwrap.dedent(text))
-    info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(f"[tileops]\n{entry} = {module}\n")
-    return module
-
-
-def reload_all() -> dict[str, plugins.PluginRecord]:
-    plugins.reset_plugins()
-    return {r.name: r for r in plugins.load_plugins()}
-
 
 GOOD = """
     from fake_backends import make_impl, make_interface

@@ -2,8 +2,10 @@
 
 Lists every registered backend (distribution, version, device types, kernels, ops it
 ships, the devices its ``detect()`` reports), the plugins that the environment disabled,
-and every load failure with its reason. Exit code 1 when a plugin failed to load, so CI
-can assert a clean install.
+and every load failure with its reason, and what loading noticed (an allow-list naming no
+installed plugin, a plugin spec that does not load, a ``preferred_over`` naming no kernel).
+Exit code 1 when a plugin failed to load or loading noticed something, so CI can assert a
+clean install.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def collect() -> dict[str, Any]:
         "disabled": [r.as_dict() for r in records if r.status == "disabled"],
         "failures": [{"name": f.name, "distribution": f.distribution, "version": f.version, "reason": f.reason}
                      for f in registry.failures()],
+        "notices": list(registry.active().plugins.notices),
         "target_layers": {layer: None if value is None else str(value) for layer, value in target_layers()},
         "steering": steering_layers(registry.active()),
     }
@@ -107,6 +110,9 @@ def _text(data: dict[str, Any]) -> str:
             lines.append(f"  {f['name']}{dist}: {f['reason']}")
     else:
         lines.append("load failures: none")
+    if data["notices"]:
+        lines.append(f"loading notices ({len(data['notices'])}):")
+        lines.extend(f"  {n}" for n in data["notices"])
     return "\n".join(lines)
 
 
@@ -116,4 +122,4 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(data, indent=2) if args.format == "json" else _text(data))
     steering = data["steering"]
     problems = steering["override_problems"] or steering["lock_error"]
-    return EXIT_FINDINGS if data["failures"] or problems else EXIT_OK
+    return EXIT_FINDINGS if data["failures"] or data["notices"] or problems else EXIT_OK

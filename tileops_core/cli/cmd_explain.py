@@ -22,11 +22,12 @@ from typing import Any
 
 import torch
 
-from ..bench.workloads import dtype_cases, instantiate, plan_row
+from ..bench.workloads import dtype_cases, instantiate, plan_row, random_tensor
+from ..lang.tensor_meta import TensorMeta
 from ..errors import TileOpsError
 from ..kernels import registry
 from ..kernels.interface import CallSpec
-from ..kernels.select import Selection, select_kernel
+from ..kernels.select import Selection, select_kernel, target_problem
 from ..kernels.targets import Target, active_target_source, current_target, default_device, parse_target, \
     target_layers, use_target
 from ..op.decompose import compile_path
@@ -37,7 +38,7 @@ from ..kernels.steering import steering_layers
 from .main import EXIT_FINDINGS, EXIT_OK
 from .steer_options import add_kernels_argument, kernels_argument, steering_lines
 
-__all__ = ["NAME", "HELP", "add_arguments", "run", "explain", "op_class"]
+__all__ = ["NAME", "HELP", "add_arguments", "run", "explain", "op_class", "parse_shapes"]
 
 NAME = "explain"
 HELP = "show the call spec an op builds for a workload row, every candidate kernel and why it was kept or dropped"
@@ -52,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arch", metavar="ARCH", help="simulate a --device of this arch (e.g. ascend310p): plan on "
                                                        "meta tensors, select as on that device; no hardware needed")
     parser.add_argument("--target", metavar="T", help="explain under use_target(T) (device[:arch][@backend])")
+    parser.add_argument("--shape", metavar="NAME=D0,D1,...", action="append", default=[],
+                        help="give input NAME this shape (fresh random data of the row's dtype) instead of the "
+                             "row's; repeatable. The op checks the call as any call: a shape its spec refuses is "
+                             "an error naming the declaration")
     add_kernels_argument(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
@@ -130,11 +135,38 @@ def _as_if_on(call: CallSpec, device_type: str, arch: str) -> CallSpec:
     return CallSpec(call.op, call.interface, device_type, arch, call.dtypes, call.dims, call.flags)
 
 
+def parse_shapes(texts: list[str]) -> dict[str, tuple[int, ...]]:
+    """``["x=8,1000", "w=1000"]`` as ``{"x": (8, 1000), "w": (1000,)}`` (``x=`` is a 0-d tensor)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for text in texts:
+        name, eq, dims = text.partition("=")
+        parts = [p.strip() for p in dims.split(",")] if dims.strip() else []
+        if not eq or not name.strip().isidentifier() or not all(p.isdigit() for p in parts):
+            raise TileOpsError(f"--shape {text!r}: write NAME=D0,D1,... with non-negative integer sizes, "
+                               "e.g. --shape x=8,1000")
+        shapes[name.strip()] = tuple(int(p) for p in parts)
+    return shapes
+
+
+def _reshaped(spec: OpSpec, instance: Any, shapes: dict[str, tuple[int, ...]], rng: torch.Generator) -> None:
+    """Replace the inputs ``shapes`` names by fresh random tensors of those shapes (same dtype, device)."""
+    for name, shape in shapes.items():
+        current = instance.inputs.get(name)
+        if current is None:
+            known = ", ".join(instance.inputs) or "none"
+            raise TileOpsError(f"--shape {name}=...: {spec.name} ({spec.file}:{spec.line}) has no call-time input "
+                               f"{name!r} present in this row (inputs: {known})")
+        fresh = random_tensor(shape, current.dtype, rng) if not isinstance(current, TensorMeta) else None
+        instance.inputs[name] = (TensorMeta(shape, current.dtype) if fresh is None
+                                 else fresh.to(current.device))
+
+
 def explain(op_name: str, *, workload: str | None = None, dtype: str | None = None, device: str | None = None,
-            arch: str | None = None) -> dict[str, Any]:
+            arch: str | None = None, shapes: dict[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
     """Build the call of ``op_name`` for a workload row and apply the selection rule to each interface.
 
-    With ``arch``, the ``device`` is simulated (module docstring).
+    With ``arch``, the ``device`` is simulated (module docstring). ``shapes`` gives inputs other
+    shapes than the row's (``--shape``): any call a vendor wants explained, checked as a call is.
     """
     spec = get_spec(op_name)
     cls = op_class(spec)
@@ -144,10 +176,12 @@ def explain(op_name: str, *, workload: str | None = None, dtype: str | None = No
     rng = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
     if simulated is None:
         instance = instantiate(spec, row, case, device=_device(device, current_target()), rng=rng)
+        _reshaped(spec, instance, shapes or {}, rng)
         op = cls(**instance.op_kwargs)
         plan = op.plan_for(*instance.call_args(spec))  # the code a call runs: the call spec it would select on
     else:
         instance = instantiate(spec, row, case, rng=rng, meta_only=True)
+        _reshaped(spec, instance, shapes or {}, rng)
         op, plan = plan_row(spec, cls, instance)
     target = current_target(op.target)
     interfaces = op.definition().interfaces
@@ -164,7 +198,7 @@ def explain(op_name: str, *, workload: str | None = None, dtype: str | None = No
                    for n, t in instance.inputs.items()},
         "target": {"active": None if target is None else str(target), "source": active_target_source(op.target),
                    "layers": _layers(spec.name, op.target),
-                   "problem": _target_problem(target)},
+                   "problem": target_problem(registry.active(), target)},
         "steering": steering_layers(registry.active()),
         "compiled_path": compile_path(op.definition(), (s.chosen for s in selections)),
         "interfaces": [_selection_data(s) for s in selections],
@@ -183,17 +217,6 @@ def _layers(op_name: str, op_target: Target | None) -> dict[str, str | None]:
         entry = str(exc)
     layers.insert(2, ("per-op overrides", entry))
     return dict(layers)
-
-
-def _target_problem(target: Target | None) -> str | None:
-    """A target naming a backend that is not installed can never be served; say so up front."""
-    if target is None or target.backend is None:
-        return None
-    installed = registry.backends()
-    if target.backend in installed:
-        return None
-    return (f"no backend named {target.backend!r} is installed (installed: {', '.join(sorted(installed)) or 'none'}); "
-            "see `tileops backends`")
 
 
 def _selection_data(selection: Selection) -> dict[str, Any]:
@@ -232,7 +255,8 @@ def _text(data: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     scoped = parse_target(args.target, "--target") if args.target else None
     with kernels_argument(args), use_target(scoped) if scoped is not None else contextlib.nullcontext():
-        data = explain(args.op, workload=args.workload, dtype=args.dtype, device=args.device, arch=args.arch)
+        data = explain(args.op, workload=args.workload, dtype=args.dtype, device=args.device, arch=args.arch,
+                       shapes=parse_shapes(args.shape))
     print(json.dumps(data, indent=2, default=str) if args.format == "json" else _text(data))
     return EXIT_OK if all(s["chosen"] for s in data["interfaces"]) else EXIT_FINDINGS
 

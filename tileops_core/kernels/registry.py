@@ -104,6 +104,12 @@ class PluginState:
     #: Failures the loader recorded (``reset_plugins`` forgets them, not a kernel's build failure).
     failures: list[LoadFailure] = field(default_factory=list)
     warned: set[str] = field(default_factory=set)
+    #: What loading found wrong that is no plugin's failure (an allow-list naming nothing installed,
+    #: a plugin spec that does not load, a ``preferred_over`` naming no kernel): warned once each,
+    #: listed by ``tileops backends`` (exit 1) and by every selection error.
+    notices: list[str] = field(default_factory=list)
+    #: Set when a first use skipped loading because autoload is off: the text says which variable.
+    autoload_skipped: str | None = None
     #: The pluggy manager the loader made for this registry (None until the first plugin).
     manager: Any = None
 
@@ -346,6 +352,27 @@ class Registry:
                 out.append(target)
         return out
 
+    def unresolved_overlaps(self, backend: str) -> list[str]:
+        """Specialised kernels of ``backend`` that another backend's specialised kernel of the same
+        interface may meet (devices and archs overlap) with no ``preferred_over`` between them:
+        every call both accept fails as ambiguous. Not a contradiction (their refusals may keep
+        them apart), so loading reports it instead of rolling anything back."""
+        found: list[str] = []
+        mine = [i for i in self.backends()[backend].kernels if not i.general]
+        for impl in sorted(mine, key=lambda c: c.qualname()):
+            for other in self.implementations(impl.interface()):
+                if (other.general or self.backend_of(other) == backend or not _devices_meet(impl, other)
+                        or not patterns_overlap(impl.supported_archs, other.supported_archs)
+                        or other in self.resolve_preferred(impl) or impl in self.resolve_preferred(other)):
+                    continue
+                devices = sorted((set(impl.devices) & set(other.devices)) or set(impl.devices) | set(other.devices))
+                found.append(f"{impl.qualname()} [{backend}] and {other.qualname()} [{self.backend_of(other)}] both "
+                             f"specialise {impl.interface().qualname()} on {', '.join(devices)} (archs "
+                             f"{' '.join(impl.supported_archs)} / {' '.join(other.supported_archs)}), and neither is "
+                             "preferred_over the other: a call both accept fails as ambiguous (declare "
+                             "preferred_over, or refuse the calls the other serves)")
+        return found
+
     def check_consistency(self, backend: str | None = None) -> list[str]:
         """Contradictions among registered declarations (those involving ``backend`` if given)."""
         problems: list[str] = []
@@ -368,6 +395,10 @@ class Registry:
                 problems.append(f"{interface.qualname()}: preferred_over cycle: "
                                 + " -> ".join(c.qualname() for c in cycle + [cycle[0]]))
         return problems
+
+
+def _devices_meet(a: Impl, b: Impl) -> bool:
+    return "*" in a.devices or "*" in b.devices or bool(set(a.devices) & set(b.devices))
 
 
 def _generals_by_device(impls: list[Impl]) -> dict[str, list[Impl]]:

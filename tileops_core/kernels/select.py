@@ -67,6 +67,9 @@ class Selection:
     failures: tuple[LoadFailure, ...] = ()
     #: The user's steering that applied (overrides, lock) and the target the rule honoured.
     steering: Steering | None = None
+    #: Why kernels may be missing at all: plugins switched off and by what, a target naming no
+    #: installed backend, loading notices (see :func:`selection_context`).
+    context: tuple[str, ...] = ()
 
     @property
     def chosen_backend(self) -> str | None:
@@ -83,7 +86,36 @@ class Selection:
         if failures:
             lines.append("plugins that failed to load:")
             lines.extend(f"  {f}" for f in failures)
+        lines.extend(self.context)
         return "\n".join(lines)
+
+
+def target_problem(registry: Registry, target: Target | None) -> str | None:
+    """A target naming a backend that is not installed can never be served; say so up front."""
+    if target is None or target.backend is None:
+        return None
+    installed = registry.backends()
+    if target.backend in installed:
+        return None
+    return (f"target {target} names backend {target.backend!r}, which is not installed (installed: "
+            f"{', '.join(sorted(installed)) or 'none'}); see `tileops backends`")
+
+
+def selection_context(registry: Registry, target: Target | None) -> tuple[str, ...]:
+    """The lines that explain an empty or surprising candidate list by the installation itself:
+    the target's backend missing, plugins switched off on purpose (and by which variable), and
+    what loading noticed."""
+    lines = []
+    problem = target_problem(registry, target)
+    if problem:
+        lines.append(problem)
+    state = registry.plugins
+    if state.autoload_skipped:
+        lines.append(f"plugins: {state.autoload_skipped}")
+    lines.extend(f"plugins: {r.name} ({r.distribution or r.origin}) is switched off: {r.reason}"
+                 for r in sorted(state.records.values(), key=lambda r: r.name) if r.status == "disabled")
+    lines.extend(f"plugins: {n}" for n in state.notices)
+    return tuple(lines)
 
 
 def _available(impl: type[KernelInterface], backend: str, call: CallSpec, target: Target | None) -> str | None:
@@ -150,7 +182,7 @@ def select_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
             drop(s, "ambiguous: another applicable implementation has the same priority")
     ordered = tuple(candidates[c] for c in sorted(candidates, key=lambda c: c.qualname()))
     return Selection(interface, call, target, survivors[0] if len(survivors) == 1 else None, ordered,
-                     tuple(registry.failures()), steering)
+                     tuple(registry.failures()), steering, selection_context(registry, target))
 
 
 def build_count() -> int:

@@ -161,7 +161,12 @@ def default_device(target: Target | None = None) -> Any:
             return torch.device("cpu")
         if acc is not None and acc.type == target.device_type:
             return torch.device(acc.type, torch.accelerator.current_device_index())
-        return torch.device(target.device_type, 0)
+        try:
+            return torch.device(target.device_type, 0)
+        except RuntimeError:
+            raise TileOpsError(f"target {target} ({target.source}) names device type {target.device_type!r}, which "
+                               "this torch does not know: a typo, or its backend's torch extension (e.g. torch_npu) "
+                               "is not installed") from None
     if acc is not None:
         return torch.device(acc.type, torch.accelerator.current_device_index())
     return torch.device("cpu")

@@ -152,6 +152,48 @@ def _fail(registry: Registry, candidate: _Candidate, stage: str, exc: BaseExcept
     return record
 
 
+def _notice(state: PluginState, text: str) -> None:
+    """Record (and warn once about) something loading found wrong that rolls nothing back."""
+    if text not in state.notices:
+        state.notices.append(text)
+        warnings.warn(f"TileOPs: {text}. `tileops backends` lists it.", RuntimeWarning, stacklevel=5)
+
+
+def _check_loaded(registry: Registry, backend: str, dirs: tuple[Path, ...]) -> None:
+    """What a loaded plugin declares that cannot work, though nothing had to be rolled back:
+    a spec of its own that does not load (only ``tileops validate`` would have said so), a
+    specialised kernel overlapping another backend's with no ``preferred_over`` between them, and
+    a ``preferred_over`` naming no registered kernel (a typo, or a backend that is not installed)."""
+    labels = tuple(source_label(backend, d) + "/" for d in dirs)
+    if labels:
+        for problem in load_manifest().problems:
+            if (problem.location.file or "").startswith(labels):
+                _notice(registry.plugins, f"backend {backend!r} ships a spec that does not load: {problem}")
+    for overlap in registry.unresolved_overlaps(backend):
+        _notice(registry.plugins, overlap)
+    for impl in registry.backends()[backend].kernels:
+        found = registry.resolve_preferred(impl)
+        for named in impl.preferred_over:
+            text = named if isinstance(named, str) else getattr(named, "qualname", lambda: repr(named))()
+            if not any(f is named or f.qualname() == text for f in found):
+                _notice(registry.plugins, f"{impl.qualname()} [{backend}] is preferred_over {text}, which is no "
+                        f"registered kernel of {impl.interface().qualname()} (a typo, or its backend is not "
+                        "installed)")
+
+
+def _check_allow_list(state: PluginState, candidates: list[_Candidate]) -> None:
+    """An allow-list entry that matches no installed plugin is a typo the user must hear about."""
+    allow = _env_names(ENV_ONLY)
+    if allow is None:
+        return
+    known = {_norm(c.name) for c in candidates} | {_norm(c.distribution) for c in candidates if c.distribution}
+    unknown = sorted(allow - known)
+    if unknown:
+        installed = ", ".join(sorted({c.name for c in candidates})) or "none"
+        _notice(state, f"{ENV_ONLY} names {', '.join(repr(n) for n in unknown)}, which no installed plugin is "
+                f"(installed plugins: {installed})")
+
+
 def _load_candidate(registry: Registry, candidate: _Candidate) -> PluginRecord:
     """Import, register, ask and apply one plugin; any failure rolls it back whole.
 
@@ -203,6 +245,7 @@ def _load_candidate(registry: Registry, candidate: _Candidate) -> PluginRecord:
     state.objects[candidate.name] = plugin
     state.handles[candidate.name] = handle
     backend = contribution.backend
+    _check_loaded(registry, backend.name, contribution.manifest_dirs)
     record = PluginRecord(candidate.name, candidate.distribution, backend.version or candidate.version,
                           candidate.origin, "loaded", "", backend.name, backend.core_major, contribution.manifest_dirs,
                           tuple(ops), contribution.hardware_profiles)
@@ -347,10 +390,13 @@ def load_plugins() -> list[PluginRecord]:
             return _records(state)
         state.loading_thread = threading.get_ident()
         try:
-            for candidate in _entry_point_candidates():
+            candidates = _entry_point_candidates()
+            for candidate in candidates:
                 if not _already_loaded(state, candidate):
                     _load_candidate(registry, candidate)
-            state.loaded = True  # only a round that finished: an interrupted one is retried on next use
+            _check_allow_list(state, candidates)
+            state.loaded = True
+            state.autoload_skipped = None  # only a round that finished: an interrupted one is retried on next use
         except BaseException:
             _forget_unapplied(state)
             raise
@@ -369,7 +415,12 @@ def loaded_registry() -> Registry:
     """
     registry = active()
     state = registry.plugins
-    if not (state.loaded or state.loading_thread == threading.get_ident() or _autoload_disabled()):
+    if state.loaded or state.loading_thread == threading.get_ident():
+        return registry
+    if _autoload_disabled():
+        state.autoload_skipped = (f"{ENV_NO_AUTOLOAD} is set, so no installed plugin was loaded on first use "
+                                  "(tileops_core.plugins.load_plugins() loads them)")
+    else:
         load_plugins()
     return registry
 
