@@ -33,6 +33,7 @@ from .boundary import call_boundary
 from .checks import Branch, contents_checking_default
 from .definition import OpDef, bind_at_definition, definition_of
 from .plan import CURRENT, CallPlan
+from .overlap import extents_of
 from .same_call import make_matcher
 
 __all__ = ["Op", "current_call"]
@@ -218,10 +219,16 @@ class Op:
         if (plan is None or plan.generation != GENERATION[0] or plan.matches is None
                 or not plan.matches(values)):
             plan = self._plan_of(values)
+            extents = None
         else:
             self._calls.plan = plan
+            extents = plan.matches.extents
         if plan.buffer_args:
             plan.check_buffers(values)  # step 5's storage check reads the buffer object, not the key
+        if plan.noncontiguous_args:
+            plan.check_expanded_inputs(values)
+        if plan.mutated_inputs:  # step 5 for the inputs a kernel writes: it reads the objects too
+            plan.check_written_inputs(values, extents if extents is not None else extents_of(values))
         if self._check_contents:
             self.check_contents(**dict(zip(self._def.arg_names, values)))
         if plan.empty:

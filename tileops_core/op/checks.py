@@ -87,6 +87,10 @@ class OpChecks:
         self.written_args = tuple(i for i, n in enumerate(self.arg_names)
                                   if n in {t.name for t in self.call_inputs if t.mutated} or
                                   n in {o.buffer for o in self.buffers})
+        mutated = [(i, t.loc) for i, t in enumerate(self.call_inputs) if t.mutated]
+        #: Positions of the mutated inputs (out buffers are not among them) and their declarations.
+        self.mutated_inputs = tuple(i for i, _ in mutated)
+        self.mutated_locs = tuple(loc for _, loc in mutated)
         known = set(spec.params) | set(spec.static_dims)
         lets_of_params: list[tuple[str, Expr]] = []
         pending = dict(spec.lets)
@@ -274,7 +278,8 @@ class OpChecks:
                         converted, self.loc, out_locs=tuple(o.loc for o in self.spec.outputs.values()),
                         n_buffers=len(self.buffers), buffer_args=buffer_args, arg_names=self.arg_names,
                         device_by_default=device_by_default, noncontiguous_args=noncontiguous,
-                        written_args=self.written_args)
+                        written_args=self.written_args, mutated_inputs=self.mutated_inputs,
+                        mutated_locs=self.mutated_locs)
 
     def step1_presence(self, args: Mapping[str, Any], construction: Mapping[str, torch.Tensor]) -> frozenset[str]:
         """Step 1: which call-time tensors are present (None = absent); every given one is a tensor."""

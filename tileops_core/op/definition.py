@@ -58,8 +58,10 @@ class OpDef:
         self.written_args = self.checks.written_args
         self.buffers_by_position = bool(self.checks.buffers) and _forward_takes_buffers_by_position(
             op_cls, self.arg_names)
-        # Contiguity enters the key where a check or a kernel depends on it.
-        self.key_has_contiguity = self.checks.any_contiguous_arg or any(i.needs_contiguous for i in self.interfaces)
+        # Contiguity enters the key where a check or a kernel depends on it (a mutated input's
+        # check of overlapping itself runs only on plans where it is not contiguous).
+        self.key_has_contiguity = (self.checks.any_contiguous_arg or bool(self.checks.mutated_inputs)
+                                   or any(i.needs_contiguous for i in self.interfaces))
         self.key: KeyFn = _key_with_contiguity if self.key_has_contiguity else _key
         self.boundary: Boundary | None
         self.boundary_reason: str | None

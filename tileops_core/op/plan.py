@@ -26,6 +26,8 @@ from ..kernels.interface import CallSpec, KernelInterface
 from ..kernels.registry import backend_of
 from ..kernels.targets import Target
 from ..lang.tensor_meta import TensorMeta
+from .overlap import expanded_beyond_limit, overlapping_argument, overlaps_itself
+from .same_call import Matcher
 from .torchtypes import name_of
 
 __all__ = ["BoundKernels", "CallPlan", "CURRENT", "TensorMeta", "is_zero", "numel"]
@@ -191,12 +193,15 @@ class CallPlan:
     noncontiguous_args: tuple[int, ...] = ()
     #: Forward args a kernel writes (mutated inputs, out buffers).
     written_args: tuple[int, ...] = ()
+    #: Forward args that are mutated inputs (not out buffers), and where each is declared.
+    mutated_inputs: tuple[int, ...] = ()
+    mutated_locs: tuple[Location, ...] = ()
     #: The registry generation the plan was made under; another one means plan again.
     generation: int = -1
     #: Per target: the launchers bound to their kernels.
     bound: dict[Target | None, BoundKernels] = field(default_factory=dict)
     #: The fast same-metadata check of this plan's key (:mod:`.same_call`), when there is one.
-    matches: Callable[[Sequence[Any]], bool] | None = None
+    matches: Matcher | None = None
 
     def __post_init__(self) -> None:
         if not self.out_locs:
@@ -273,6 +278,39 @@ class CallPlan:
                 if v is not None and v.numel() and storage_id(v) == sid:
                     i = self.buffer_index.index(j)
                     fail(self.op, f"out buffer {self.arg_names[j]} shares storage with an input", self.out_locs[i])
+
+    def check_expanded_inputs(self, values: Sequence[Any]) -> None:
+        """On plans with non-contiguous arguments: an expanded (stride-0) input whose dense size
+        is out of all proportion to its memory is refused before any kernel materialises it
+        (a GEMM whose ``a`` is one element expanded to 2**31 columns asked for 8.6 GB)."""
+        for i in self.noncontiguous_args:
+            sizes = expanded_beyond_limit(values[i])
+            if sizes is not None:
+                dense, real = sizes
+                fail(self.op, f"input {self.arg_names[i]} is expanded (strides {list(values[i].stride())}): read "
+                              f"densely it is {dense / 2**30:.1f} GiB from {real} bytes of memory, and kernels "
+                              f"read inputs densely; pass {self.arg_names[i]}.contiguous() if that is meant, or "
+                              "the tensor it was expanded from where the op broadcasts", self.loc)
+
+    def check_written_inputs(self, values: Sequence[Any], extents: Sequence[int]) -> None:
+        """Step 5's rule for the inputs a kernel writes (see :mod:`.overlap`), on every call: a
+        mutated input neither overlaps itself nor shares memory with any other argument.
+        ``extents``: the byte extent of each argument (fixed by the sizes and strides)."""
+        for m, loc in zip(self.mutated_inputs, self.mutated_locs):
+            v = values[m]
+            if v is None:
+                continue
+            name = self.arg_names[m]
+            if m in self.noncontiguous_args and overlaps_itself(v):
+                fail(self.op, f"input {name} is mutated (written in place) and overlaps itself (strides "
+                              f"{list(v.stride())}, an expanded view): a kernel would write some elements more "
+                              "than once; pass a tensor of its own memory", loc)
+            j = overlapping_argument(values, m, extents)
+            if j is not None:
+                other = self.arg_names[j]
+                fail(self.op, f"input {name} is mutated (written in place) and shares memory with {other}: a kernel "
+                              f"would change {other} while reading it; pass arguments that do not overlap (e.g. "
+                              f"{other}.clone())", loc)
 
     # -- step 7 -----------------------------------------------------------------------------
 

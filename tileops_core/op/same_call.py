@@ -14,14 +14,23 @@ behave as expected on this build, no matcher is made and every call builds the k
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence, cast
 
 import torch
 
+from .overlap import extents_of
+
 __all__ = ["Matcher", "make_matcher"]
 
-#: ``matches(values) -> bool``: the values have the metadata of the call the plan was made for.
-Matcher = Callable[[Sequence[Any]], bool]
+
+class Matcher(Protocol):
+    """``matches(values) -> bool``: the values have the metadata of the call the plan was made
+    for. ``extents``: each argument's byte extent on such calls (sizes and strides fix it), what
+    the overlap check of mutated inputs reads on a matched call (:mod:`.overlap`)."""
+
+    extents: tuple[int, ...]
+
+    def __call__(self, vals: Sequence[Any], /) -> bool: ...
 
 
 def _load_guards() -> Any:
@@ -75,4 +84,5 @@ def make_matcher(values: Sequence[Any]) -> Matcher | None:
             if vals[i] is not None:
                 return False
         return check(*pick(vals))
-    return matches
+    setattr(matches, "extents", extents_of(values))
+    return cast(Matcher, matches)

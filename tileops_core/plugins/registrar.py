@@ -114,10 +114,9 @@ class Registrar:
         if not _is_name(device_type) or not callable(detector):
             raise self._fail(f"registrar.arch_detector(device_type, detector) takes a device type and a callable, "
                              f"got {device_type!r}, {detector!r}")
-        if device_type in ("cpu", "meta"):
-            raise self._fail(f"registrar.arch_detector({device_type!r}, ...): the core names the arch of a "
-                             f"{device_type} device itself ({device_type!r}) and would never ask this detector; "
-                             "detect accelerator device types only")
+        if device_type == "cpu":
+            raise self._fail("registrar.arch_detector('cpu', ...): the core names the arch of a cpu device itself "
+                             "('cpu') and would never ask this detector; detect accelerator device types only")
         self._detectors.append((device_type, detector))
 
     def manifest_dir(self, directory: str | Path | ModuleType) -> None:

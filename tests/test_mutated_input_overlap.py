@@ -1,0 +1,99 @@
+"""An input a kernel writes shares memory with no other argument and does not overlap itself.
+
+Issue 24: RGDR with ``value`` a view into the state slot it writes was accepted and gave
+results 0.13 off the unaliased run. Views of one arena that do not overlap stay accepted.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from test_rgdr_op import _batch
+from tileops_core import CheckError
+from tileops_core.ops.linear_attention import RecurrentGatedDeltaRuleFwdOp
+
+STATE_AT = RecurrentGatedDeltaRuleFwdOp.op_spec().inputs["state"].loc.where()
+
+
+def _fresh_and_warm(args: dict, bad: dict) -> list[str]:
+    """The errors a fresh instance and a warm one (it served ``args``) give for ``bad``."""
+    warm = RecurrentGatedDeltaRuleFwdOp()
+    warm(**{k: v.clone() for k, v in args.items()})
+    messages = []
+    for op in (RecurrentGatedDeltaRuleFwdOp(), warm):
+        with pytest.raises(CheckError) as info:
+            op(**bad)
+        messages.append(str(info.value))
+    return messages
+
+
+def test_a_value_that_is_a_view_into_the_state_pool_is_refused_fresh_and_warm():
+    args = _batch([2, 1])
+    bad = dict(args)
+    slot = int(args["ssm_state_indices"][0])  # a slot this call writes, its first elements read as values
+    bad["value"] = args["state"][slot].view(-1)[:args["value"].numel()].view(args["value"].shape)
+    fresh, warm = _fresh_and_warm(args, bad)
+    assert fresh == warm == (
+        "RecurrentGatedDeltaRuleFwdOp: input state is mutated (written in place) and shares memory with value: a "
+        f"kernel would change value while reading it; pass arguments that do not overlap (e.g. value.clone()) "
+        f"({STATE_AT})")
+
+
+def test_a_state_pool_that_overlaps_itself_is_refused_fresh_and_warm():
+    args = _batch([2, 1])
+    bad = dict(args)
+    bad["state"] = args["state"][:1].expand(args["state"].shape)  # every slot is slot 0
+    fresh, warm = _fresh_and_warm(args, bad)
+    assert fresh == warm
+    assert fresh.startswith("RecurrentGatedDeltaRuleFwdOp: input state is mutated (written in place) and overlaps "
+                            "itself (strides [0, ")
+    assert fresh.endswith(f"({STATE_AT})")
+
+
+def test_state_and_inputs_carved_out_of_one_arena_without_overlap_are_accepted():
+    args = _batch([2, 1])
+    state, value = args["state"], args["value"]
+    arena = torch.empty(state.numel() + value.numel())
+    args["state"] = arena[:state.numel()].view(state.shape).copy_(state)
+    args["value"] = arena[state.numel():].view(value.shape).copy_(value)
+    expected_state = state.clone()
+    expected = RecurrentGatedDeltaRuleFwdOp()(**{**args, "state": expected_state, "value": value.clone()})
+    out = RecurrentGatedDeltaRuleFwdOp()(**args)
+    assert torch.equal(out, expected) and torch.equal(args["state"], expected_state)
+
+
+def test_interleaved_views_whose_byte_ranges_meet_but_share_no_element_are_accepted():
+    # The state pool and the values as interleaved parts of one buffer: their byte ranges
+    # overlap, their elements do not.
+    args = _batch([2, 1])
+    state, value = args["state"], args["value"]
+    T, pool = value.shape[0], state.shape[0]
+    buf = torch.empty(*state.shape[:3], state.shape[3] + 1)
+    args["state"] = buf[..., :-1].copy_(state)
+    args["value"] = buf[:T, :, :, -1].copy_(value)
+    assert pool >= T and not args["state"].is_contiguous()
+    expected_state = state.clone()
+    expected = RecurrentGatedDeltaRuleFwdOp()(**{**args, "state": expected_state, "value": value.clone()})
+    out = RecurrentGatedDeltaRuleFwdOp()(**args)
+    assert torch.equal(out, expected) and torch.equal(args["state"], expected_state)
+
+
+def test_an_input_expanded_far_beyond_its_memory_is_refused_before_any_allocation():
+    from tileops_core.ops.gemm import GemmFwdOp
+
+    K = 2**31 + 7
+    a = torch.ones(1, 1).expand(1, K)
+    b = torch.ones(1, 1).expand(1, K)
+    for op in (GemmFwdOp(), GemmFwdOp()):
+        with pytest.raises(CheckError, match=r"GemmFwdOp: input a is expanded \(strides \[1, 0\]\): read densely it "
+                                             r"is 8\.0 GiB from 4 bytes of memory"):
+            op(a, b)
+
+
+def test_a_modestly_expanded_input_is_served():
+    from tileops_core.ops.gemm import GemmFwdOp
+
+    a = torch.randn(1, 64).expand(8, 64)
+    b = torch.randn(16, 64)
+    assert torch.allclose(GemmFwdOp()(a, b), a @ b.T, atol=1e-5)
