@@ -166,3 +166,44 @@ def test_a_preferred_over_between_the_two_plugins_settles_the_overlap_silently(s
     reload_all()
     assert not [w for w in recwarn if "TileOPs" in str(w.message)]
     assert registry.active().plugins.notices == []
+
+
+def test_backends_names_a_kernel_whose_build_failed_in_this_process_and_exits_1(site, capsys):
+    from fake_backends import add_backend, make_call, make_impl, make_interface
+    from tileops_core.kernels.select import kernel_for
+
+    reload_all()
+    iface = make_interface()
+
+    def broken_build():
+        raise ZeroDivisionError("tile size 0")
+
+    add_backend("vendor", make_impl(iface, "FastK", build=broken_build))
+    add_backend("ref", make_impl(iface, "RefK", devices=("*",), general=True))
+    with pytest.warns(RuntimeWarning, match="build failed"):
+        kernel_for(iface, make_call(iface, N=8))
+    assert main(["backends"]) == 1
+    assert "kernel fakes:FastK [vendor]: build failed for ('FastK',): ZeroDivisionError: tile size 0" in (
+        capsys.readouterr().out)
+
+
+def test_backends_names_the_plugin_whose_load_was_interrupted_and_exits_1(site, tmp_path, capsys):
+    flag = tmp_path / "interrupt-once"
+    flag.write_text("")
+    install(site, f"""
+        import pathlib
+        flag = pathlib.Path({str(flag)!r})
+        if flag.exists():
+            flag.unlink()
+            raise KeyboardInterrupt  # Ctrl-C while this plugin imports
+        def tileops_register(registrar):
+            registrar.backend("slowpoke", device_types=("cpu",), core_major={CORE_MAJOR})
+    """, dist="tileops-slowpoke", entry="slowpoke")
+    plugins.reset_plugins()
+    with pytest.raises(KeyboardInterrupt), pytest.warns(RuntimeWarning, match="interrupted"):
+        plugins.load_plugins()
+    assert main(["backends"]) == 1
+    out = capsys.readouterr().out
+    assert ("loading plugins was interrupted by KeyboardInterrupt while plugin slowpoke (tileops-slowpoke) loaded; "
+            "the next use loads the plugins again") in out
+    assert "slowpoke  (tileops-slowpoke 1.2.3)" in out

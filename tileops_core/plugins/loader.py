@@ -391,14 +391,19 @@ def load_plugins() -> list[PluginRecord]:
         state.loading_thread = threading.get_ident()
         try:
             candidates = _entry_point_candidates()
-            for candidate in candidates:
-                if not _already_loaded(state, candidate):
-                    _load_candidate(registry, candidate)
+            current = None
+            for current in candidates:
+                if not _already_loaded(state, current):
+                    _load_candidate(registry, current)
             _check_allow_list(state, candidates)
-            state.loaded = True
-            state.autoload_skipped = None  # only a round that finished: an interrupted one is retried on next use
-        except BaseException:
+            state.loaded = True  # only a round that finished: an interrupted one is retried on next use
+            state.autoload_skipped = None
+        except BaseException as exc:
             _forget_unapplied(state)
+            if current is not None:  # the culprit, for `tileops backends` (the next use loads again)
+                _notice(state, f"loading plugins was interrupted by {type(exc).__name__} while plugin "
+                               f"{current.name} ({current.distribution or current.origin}) loaded; the next use "
+                               "loads the plugins again")
             raise
         finally:
             state.loading_thread = None
