@@ -97,3 +97,17 @@ def test_a_modestly_expanded_input_is_served():
     a = torch.randn(1, 64).expand(8, 64)
     b = torch.randn(16, 64)
     assert torch.allclose(GemmFwdOp()(a, b), a @ b.T, atol=1e-5)
+
+
+def test_inputs_that_require_grad_are_read_without_recording_a_backward_on_fresh_and_warm_calls():
+    args = _batch([2, 1], g=True)
+    expected_state = args["state"].clone()
+    expected = RecurrentGatedDeltaRuleFwdOp()(**{**args, "state": expected_state})
+    for name in ("query", "key", "value", "beta", "g"):
+        args[name] = args[name].clone().requires_grad_(True)
+    warm = RecurrentGatedDeltaRuleFwdOp()
+    for op in (RecurrentGatedDeltaRuleFwdOp(), warm, warm):
+        state = args["state"].clone()
+        out = op(**{**args, "state": state})
+        assert not out.requires_grad
+        assert torch.equal(out, expected) and torch.equal(state, expected_state)

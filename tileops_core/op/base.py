@@ -240,13 +240,23 @@ class Op:
         previous = getattr(CURRENT, "call", None)
         CURRENT.call = (self, plan, bound, values)
         try:
-            if plan.n_buffers == 0 or self._def.buffers_by_position:
+            if plan.reads_grad:
+                result = self._forward_without_grad(plan, values)
+            elif plan.n_buffers == 0 or self._def.buffers_by_position:
                 result = self.forward(*values)
             else:
                 result = self._forward_with_buffers(plan, values)
         finally:
             CURRENT.call = previous
         return plan.check_outputs(result, values)
+
+    def _forward_without_grad(self, plan: CallPlan, values: Sequence[Any]) -> Any:
+        """``forward`` for a call where some argument requires grad: ops record no backward (they
+        are forward, inference ops), so no kernel sees autograd and no output requires grad."""
+        with torch.no_grad():
+            if plan.n_buffers == 0 or self._def.buffers_by_position:
+                return self.forward(*values)
+            return self._forward_with_buffers(plan, values)
 
     def _forward_with_buffers(self, plan: CallPlan, values: Sequence[Any]) -> Any:
         """``forward`` taking its out buffers by keyword (it does not list them positionally)."""

@@ -278,7 +278,10 @@ class OpChecks:
                         converted, self.loc, out_locs=tuple(o.loc for o in self.spec.outputs.values()),
                         n_buffers=len(self.buffers), buffer_args=buffer_args, arg_names=self.arg_names,
                         device_by_default=device_by_default, noncontiguous_args=noncontiguous,
-                        written_args=self.written_args, mutated_inputs=self.mutated_inputs,
+                        written_args=self.written_args, reads_grad=any(
+                            isinstance(v, torch.Tensor) and v.requires_grad
+                            for v in (*values, *construction.values())),
+                        mutated_inputs=self.mutated_inputs,
                         mutated_locs=self.mutated_locs)
 
     def step1_presence(self, args: Mapping[str, Any], construction: Mapping[str, torch.Tensor]) -> frozenset[str]:

@@ -193,6 +193,10 @@ class CallPlan:
     noncontiguous_args: tuple[int, ...] = ()
     #: Forward args a kernel writes (mutated inputs, out buffers).
     written_args: tuple[int, ...] = ()
+    #: Some argument requires grad (the key says so): the kernels run under ``torch.no_grad()``.
+    #: Ops are forward (inference) ops: they record no backward, so every kernel, the
+    #: reference's torch code included, sees the same thing and no output requires grad.
+    reads_grad: bool = False
     #: Forward args that are mutated inputs (not out buffers), and where each is declared.
     mutated_inputs: tuple[int, ...] = ()
     mutated_locs: tuple[Location, ...] = ()
