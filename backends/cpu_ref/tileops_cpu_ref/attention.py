@@ -14,6 +14,7 @@ raises before anything is written (the ops' contents checks name it first when e
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import torch
@@ -26,6 +27,14 @@ __all__ = ["qk_norm_rope", "attention_decode", "attention_prefill", "sigmoid_gat
 _ACC = torch.float32
 
 
+@functools.lru_cache(maxsize=64)
+def _inv_freq(rotary_dim: int, theta: float) -> torch.Tensor:
+    """HF's float32 ``inv_freq`` (``1 / theta^(2i / rotary_dim)``), made once per size and base
+    (shared: never write to it)."""
+    with torch.inference_mode(False):
+        return 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
+
+
 def rope_angles(positions: torch.Tensor, rotary_dim: int, theta: float, rope_style: str,
                 mrope_section: Sequence[int]) -> torch.Tensor:
     """``[T, rotary_dim / 2]`` float32 angles, formed as HF forms them (float32 inv_freq and product).
@@ -33,8 +42,7 @@ def rope_angles(positions: torch.Tensor, rotary_dim: int, theta: float, rope_sty
     Interleaved MRoPE takes frequency ``i``'s position from row 1 where ``i % 3 == 1`` and
     ``i < 3 · section[1]``, from row 2 where ``i % 3 == 2`` and ``i < 3 · section[2]``, else row 0.
     """
-    inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
-    freqs = positions.to("cpu").float().unsqueeze(-1) * inv_freq  # [T, R/2] or [3, T, R/2]
+    freqs = positions.to("cpu").float().unsqueeze(-1) * _inv_freq(rotary_dim, theta)  # [T, R/2] or [3, T, R/2]
     if rope_style == "neox":
         return freqs
     if rope_style != "mrope_interleaved":
@@ -49,9 +57,10 @@ def rope_angles(positions: torch.Tensor, rotary_dim: int, theta: float, rope_sty
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """HF's ``apply_rotary_pos_emb`` on ``[T, H, D]`` with ``cos``/``sin`` ``[T, R]`` in x's dtype."""
     R = cos.shape[-1]
-    rot, rest = x[..., :R], x[..., R:]
+    rot = x[..., :R]
     half = torch.cat((-rot[..., R // 2:], rot[..., : R // 2]), dim=-1)
-    return torch.cat(((rot * cos.unsqueeze(1)) + (half * sin.unsqueeze(1)), rest), dim=-1)
+    rotated = (rot * cos.unsqueeze(1)).add_(half.mul_(sin.unsqueeze(1)))
+    return rotated if R == x.shape[-1] else torch.cat((rotated, x[..., R:]), dim=-1)
 
 
 def qk_norm_rope(query: torch.Tensor, key: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
@@ -78,12 +87,39 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None
                                           is_causal=is_causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
 
+def _decode_every_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                      value_cache: torch.Tensor, lengths: torch.Tensor, shortest: int, longest: int,
+                      scale: float | None) -> torch.Tensor:
+    """The common decode step: sequence ``b`` is cache row ``b`` of a contiguous cache and every
+    one is live. The keys and values it reads are then the slices ``cache[:B, :longest + 1]`` (no
+    gather), and only a batch of unequal lengths needs a mask (and its positions past a length zeroed)."""
+    B, dev = query.shape[0], query.device
+    at = lengths.to(dev)
+    rows = torch.arange(B, device=dev)
+    key_cache.index_put_((rows, at), key)
+    value_cache.index_put_((rows, at), value)
+    ctx = longest + 1
+    k, v = key_cache[:B, :ctx].to(_ACC), value_cache[:B, :ctx].to(_ACC)  # [B, ctx, NKV, D]
+    mask = None
+    if shortest != longest:
+        mask = torch.arange(ctx, device=dev) <= at.unsqueeze(1)  # [B, ctx]
+        keep = mask.view(B, ctx, 1, 1)
+        k, v = torch.where(keep, k, 0.0), torch.where(keep, v, 0.0)
+        mask = mask.view(B, 1, 1, ctx)
+    o = _sdpa(query.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2), scale, attn_mask=mask)
+    return o.squeeze(2).to(query.dtype)
+
+
 def attention_decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
                      value_cache: torch.Tensor, cache_seqlens: torch.Tensor, block_table: torch.Tensor | None,
                      scale: float | None) -> torch.Tensor:
     """Write each live sequence's new key/value at its length, then attend over positions ``0 .. n``."""
     N, L = key_cache.shape[0], key_cache.shape[1]
     lengths = cache_seqlens.to("cpu", torch.int64)
+    if block_table is None and 0 < lengths.numel() <= N:
+        shortest, longest = (int(x) for x in torch.aminmax(lengths))
+        if shortest >= 0 and longest < L:
+            return _decode_every_row(query, key, value, key_cache, value_cache, lengths, shortest, longest, scale)
     live = torch.nonzero(lengths >= 0).flatten()
     n = lengths[live]
     if block_table is None:

@@ -81,12 +81,14 @@ class AttentionOps:
 
 
 class _KVStore:
-    """One layer's KV cache in the ops' layout, and each batch row's count of real tokens."""
+    """One layer's KV cache in the ops' layout, each batch row's count of real tokens, and the
+    largest count (kept on the host, so a decode step reads no tensor to size the cache)."""
 
     def __init__(self, batch: int, capacity: int, nkv: int, d: int, dtype: torch.dtype, device: torch.device) -> None:
         self.keys = torch.zeros(batch, capacity, nkv, d, dtype=dtype, device=device)
         self.values = torch.zeros_like(self.keys)
         self.lengths = torch.zeros(batch, dtype=torch.int32, device=device)
+        self.longest = 0
 
     def reserve(self, capacity: int) -> None:
         """Room for ``capacity`` tokens a row, doubling (a copy only when it grows)."""
@@ -157,12 +159,14 @@ def _prefill(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: torch
     padding positions get zeros (no real token attends to them)."""
     B, dev = n.numel(), key.device
     T = query.shape[0] // B
+    counts = n.tolist()
     take = (torch.arange(B, device=dev) * T).repeat_interleave(n) + torch.cat(
-        [torch.arange(T - int(k), T, device=dev) for k in n.tolist()])
+        [torch.arange(T - k, T, device=dev) for k in counts])
     cu = torch.cat([torch.zeros(1, dtype=torch.int32, device=dev), torch.cumsum(n, 0, dtype=torch.int32)])
     store.reserve(T)
     packed = ops.prefill(query[take], key[take], value[take], store.keys, store.values, cu)
     store.lengths.copy_(n)
+    store.longest = max(counts, default=0)
     return torch.zeros_like(query).index_copy_(0, take, packed)
 
 
@@ -181,7 +185,12 @@ def _decode_steps(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: 
                   B: int, T: int) -> torch.Tensor:
     """``T`` new tokens a row after cached ones: one decode step per token (a continued prompt is
     ``T`` steps; generation's ``T == 1`` is one)."""
-    store.reserve(int(store.lengths.max()) + T)
+    store.reserve(store.longest + T)
+    store.longest += T
+    if T == 1:  # generation: one step, its output as the op returns it
+        out = ops.decode(query, key, value, store.keys, store.values, store.lengths)
+        store.lengths += 1
+        return out
     out = torch.empty_like(query).view(B, T, *query.shape[1:])
     q, k, v = (x.view(B, T, *x.shape[1:]) for x in (query, key, value))
     for t in range(T):
