@@ -20,6 +20,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from .constants import constant
 from .gated_delta_net import zero_centred_rms_norm
 
 __all__ = ["qk_norm_rope", "attention_decode", "attention_prefill", "sigmoid_gate_mul", "rope_angles"]
@@ -54,12 +55,24 @@ def rope_angles(positions: torch.Tensor, rotary_dim: int, theta: float, rope_sty
     return freqs.gather(0, row.view(1, 1, -1).expand(1, *freqs.shape[1:]))[0]
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """HF's ``apply_rotary_pos_emb`` on ``[T, H, D]`` with ``cos``/``sin`` ``[T, R]`` in x's dtype."""
+@functools.lru_cache(maxsize=64)
+def _halves_swapped(rotary_dim: int) -> torch.Tensor:
+    """Indices ``R/2 .. R-1, 0 .. R/2-1``: a rotary vector with its halves swapped (shared: never write to it)."""
+    with torch.inference_mode(False):
+        return torch.arange(rotary_dim).roll(rotary_dim // 2)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """HF's ``apply_rotary_pos_emb`` on ``[T, H, D]``: ``x · cos + rotate_half(x) · sin``.
+
+    ``cos`` and ``signed_sin`` are ``[T, 1, R]`` in x's dtype, ``signed_sin`` with its first half
+    negated: ``rotate_half(x) · sin`` is ``(-x2, x1) · sin``, which is ``(x2, x1) · (-sin1, sin2)``
+    exactly (a sign flip rounds nothing), so the halves are swapped by one gather.
+    """
     R = cos.shape[-1]
     rot = x[..., :R]
-    half = torch.cat((-rot[..., R // 2:], rot[..., : R // 2]), dim=-1)
-    rotated = (rot * cos.unsqueeze(1)).add_(half.mul_(sin.unsqueeze(1)))
+    swapped = rot.index_select(-1, _halves_swapped(R).to(x.device))
+    rotated = (rot * cos).add_(swapped.mul_(signed_sin))
     return rotated if R == x.shape[-1] else torch.cat((rotated, x[..., R:]), dim=-1)
 
 
@@ -69,7 +82,9 @@ def qk_norm_rope(query: torch.Tensor, key: torch.Tensor, q_weight: torch.Tensor,
     """Zero-centred RMSNorm per head (float32, rounded), then the rotary embedding in the input dtype."""
     freqs = rope_angles(positions, rotary_dim, theta, rope_style, mrope_section).to(query.device)
     emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos().to(query.dtype), emb.sin().to(query.dtype)
+    sin = emb.sin()
+    sin[:, : freqs.shape[-1]].neg_()
+    cos, sin = emb.cos().to(query.dtype).unsqueeze(1), sin.to(query.dtype).unsqueeze(1)
     q = zero_centred_rms_norm(query, q_weight, eps)
     k = zero_centred_rms_norm(key, k_weight, eps)
     return _rotate(q, cos, sin), _rotate(k, cos, sin)
@@ -104,7 +119,8 @@ def _decode_every_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     if shortest != longest:
         mask = torch.arange(ctx, device=dev) <= at.unsqueeze(1)  # [B, ctx]
         keep = mask.view(B, ctx, 1, 1)
-        k, v = torch.where(keep, k, 0.0), torch.where(keep, v, 0.0)
+        zero = constant(0.0, _ACC)
+        k, v = torch.where(keep, k, zero), torch.where(keep, v, zero)
         mask = mask.view(B, 1, 1, ctx)
     o = _sdpa(query.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2), scale, attn_mask=mask)
     return o.squeeze(2).to(query.dtype)
