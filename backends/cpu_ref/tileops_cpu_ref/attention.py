@@ -107,7 +107,12 @@ def _decode_every_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
                       scale: float | None) -> torch.Tensor:
     """The common decode step: sequence ``b`` is cache row ``b`` of a contiguous cache and every
     one is live. The keys and values it reads are then the slices ``cache[:B, :longest + 1]`` (no
-    gather), and only a batch of unequal lengths needs a mask (and its positions past a length zeroed)."""
+    gather), and only a batch of unequal lengths needs a mask.
+
+    Masked positions get weight exactly 0, so whatever finite values they hold add exactly 0;
+    a non-finite one makes the output NaN (``0 · inf``), and only then are those positions read
+    as zeros (a second pass): the result is always that of zeroed positions.
+    """
     B, dev = query.shape[0], query.device
     at = lengths.to(dev)
     rows = torch.arange(B, device=dev)
@@ -115,14 +120,16 @@ def _decode_every_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     value_cache.index_put_((rows, at), value)
     ctx = longest + 1
     k, v = key_cache[:B, :ctx].to(_ACC), value_cache[:B, :ctx].to(_ACC)  # [B, ctx, NKV, D]
-    mask = None
-    if shortest != longest:
-        mask = torch.arange(ctx, device=dev) <= at.unsqueeze(1)  # [B, ctx]
-        keep = mask.view(B, ctx, 1, 1)
-        zero = constant(0.0, _ACC)
+    q = query.unsqueeze(2)
+    if shortest == longest:
+        return _sdpa(q, k.transpose(1, 2), v.transpose(1, 2), scale).squeeze(2).to(query.dtype)
+    valid = torch.arange(ctx, device=dev) <= at.unsqueeze(1)  # [B, ctx]
+    mask = valid.view(B, 1, 1, ctx)
+    o = _sdpa(q, k.transpose(1, 2), v.transpose(1, 2), scale, attn_mask=mask)
+    if bool(o.isnan().any()):
+        keep, zero = valid.view(B, ctx, 1, 1), constant(0.0, _ACC)
         k, v = torch.where(keep, k, zero), torch.where(keep, v, zero)
-        mask = mask.view(B, 1, 1, ctx)
-    o = _sdpa(query.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2), scale, attn_mask=mask)
+        o = _sdpa(q, k.transpose(1, 2), v.transpose(1, 2), scale, attn_mask=mask)
     return o.squeeze(2).to(query.dtype)
 
 
