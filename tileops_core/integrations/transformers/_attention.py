@@ -174,9 +174,9 @@ def _check_new_tokens_real(attention_mask: Any, lengths: torch.Tensor, tokens: i
     """After the prefill every token of every row is real: the last query sees its row's count plus them."""
     if not isinstance(attention_mask, torch.Tensor):
         return  # None: no padding anywhere (HF skips the mask)
-    last = attention_mask[:, 0, -1, :]
-    seen = (last if last.dtype == torch.bool else last == 0).sum(-1)
-    if not torch.equal(seen.to(lengths.dtype), lengths + tokens):
+    last = attention_mask[:, 0, -1]
+    seen = (last if last.dtype == torch.bool else last == 0).sum(-1, dtype=lengths.dtype)
+    if not torch.equal(seen.sub_(tokens), lengths):
         raise NotImplementedError(f"layer {layer_idx}: the mask pads tokens after the prompt; the TileOPs attention "
                                   "adapter drops padding only at the prefill")
 
@@ -201,25 +201,28 @@ def _decode_steps(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: 
 
 def _attention_forward(m: Any, ops: AttentionOps, positions: Positions) -> Callable[..., tuple[torch.Tensor, None]]:
     nq, nkv, d = m.config.num_attention_heads, m.config.num_key_value_heads, m.head_dim
+    # The layer's modules and norm weights, looked up once (nn.Module attribute lookups cost per call)
+    q_proj, k_proj, v_proj, o_proj, layer_idx = m.q_proj, m.k_proj, m.v_proj, m.o_proj, m.layer_idx
+    q_weight, k_weight = m.q_norm.weight, m.k_norm.weight
 
     def forward(hidden_states: torch.Tensor, position_embeddings: Any = None, attention_mask: Any = None,
                 cache: Any = None, past_key_values: Any = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
         cache = cache if cache is not None else past_key_values
         B, T, _ = hidden_states.shape
-        qg = m.q_proj(hidden_states).view(B * T, nq, 2 * d)
+        qg = q_proj(hidden_states).view(B * T, nq, 2 * d)
         query, gate = qg[..., :d], qg[..., d:]
-        key = m.k_proj(hidden_states).view(B * T, nkv, d)
-        value = m.v_proj(hidden_states).view(B * T, nkv, d)
-        query, key = ops.norm_rope(query, key, m.q_norm.weight, m.k_norm.weight, positions.flat(B, T, ops.rows))
-        store, seen = _store_for(cache, m.layer_idx, B, T, nkv, d, key)
+        key = k_proj(hidden_states).view(B * T, nkv, d)
+        value = v_proj(hidden_states).view(B * T, nkv, d)
+        query, key = ops.norm_rope(query, key, q_weight, k_weight, positions.flat(B, T, ops.rows))
+        store, seen = _store_for(cache, layer_idx, B, T, nkv, d, key)
         if seen == 0:
             out = _prefill(ops, store, query, key, value, _real_tokens(attention_mask, B, T, key.device))
         else:
-            _check_new_tokens_real(attention_mask, store.lengths, T, m.layer_idx)
+            _check_new_tokens_real(attention_mask, store.lengths, T, layer_idx)
             out = _decode_steps(ops, store, query, key, value, B, T)
-        _publish(cache, m.layer_idx, store, seen + T)
+        _publish(cache, layer_idx, store, seen + T)
         out = ops.gate(out, gate)
-        return m.o_proj(out.reshape(B, T, nq * d)), None
+        return o_proj(out.reshape(B, T, nq * d)), None
 
     return forward
 
