@@ -102,6 +102,13 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None
                                           is_causal=is_causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
 
+@functools.lru_cache(maxsize=64)
+def _rows(batch: int, device: torch.device) -> torch.Tensor:
+    """``arange(batch)`` on ``device``, made once per size (shared: never write to it)."""
+    with torch.inference_mode(False):
+        return torch.arange(batch, device=device)
+
+
 def _decode_every_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
                       value_cache: torch.Tensor, lengths: torch.Tensor, shortest: int, longest: int,
                       scale: float | None) -> torch.Tensor:
@@ -115,7 +122,7 @@ def _decode_every_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     """
     B, dev = query.shape[0], query.device
     at = lengths.to(dev)
-    rows = torch.arange(B, device=dev)
+    rows = _rows(B, dev)
     key_cache.index_put_((rows, at), key)
     value_cache.index_put_((rows, at), value)
     ctx = longest + 1
@@ -138,11 +145,12 @@ def attention_decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
                      scale: float | None) -> torch.Tensor:
     """Write each live sequence's new key/value at its length, then attend over positions ``0 .. n``."""
     N, L = key_cache.shape[0], key_cache.shape[1]
-    lengths = cache_seqlens.to("cpu", torch.int64)
-    if block_table is None and 0 < lengths.numel() <= N:
-        shortest, longest = (int(x) for x in torch.aminmax(lengths))
+    if block_table is None and 0 < cache_seqlens.numel() <= N:
+        shortest, longest = (int(x) for x in torch.aminmax(cache_seqlens))
         if shortest >= 0 and longest < L:
-            return _decode_every_row(query, key, value, key_cache, value_cache, lengths, shortest, longest, scale)
+            return _decode_every_row(query, key, value, key_cache, value_cache, cache_seqlens.long(), shortest,
+                                     longest, scale)
+    lengths = cache_seqlens.to("cpu", torch.int64)
     live = torch.nonzero(lengths >= 0).flatten()
     n = lengths[live]
     if block_table is None:
