@@ -8,7 +8,7 @@ keeps the module's own projections (``in_proj_*``, ``fix_query_key_value_orderin
 ``out_proj``) and runs the rest as TileOPs ops over the pools of ``_state``:
 
     conv1d (decode: CausalConv1dUpdateFwdOp, prefill: CausalConv1dVarlenFwdOp)
-    -> q, k, v as strided views of the conv output (no copy)
+    -> q, k, v: the conv output's column slices, each copied contiguous (what the recurrent ops read)
     -> GDNGatingFwdOp: g, beta
     -> decode: RecurrentGatedDeltaRuleFwdOp, prefill: ChunkGatedDeltaRuleFwdOp (l2-normalised q/k in the kernel)
     -> GatedRMSNormFwdOp -> out_proj
@@ -111,9 +111,11 @@ def _gdn_forward(m: Any, ops: GDNOps, metadata: _Metadata) -> Callable[..., torc
             x = ops.conv_update(x, pools.conv, weight, ones, rows, bias)
         else:
             x = ops.conv_varlen(x, pools.conv, weight, cu, rows, has_init if pools.continuing else None, bias)
-        query = x[:, :kd].view(B * T, nk, dk)
-        key = x[:, kd:2 * kd].view(B * T, nk, dk)
-        value = x[:, 2 * kd:].view(B * T, nv, dv)
+        # The recurrent ops read q, k, v contiguous (their interfaces say so): one copy of each
+        # column slice here costs less than the op layer's contiguity pass over every argument.
+        query = x[:, :kd].contiguous().view(B * T, nk, dk)
+        key = x[:, kd:2 * kd].contiguous().view(B * T, nk, dk)
+        value = x[:, 2 * kd:].contiguous().view(B * T, nv, dv)
         g, beta = ops.gating(a.reshape(B * T, nv), b.reshape(B * T, nv), A_log, dt_bias)
         if decode:
             core = ops.decode(query, key, value, beta, pools.ssm, ones, rows, g)
