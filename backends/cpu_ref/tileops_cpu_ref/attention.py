@@ -7,7 +7,8 @@ The norm, the rotary embedding and the gate are HF's own expressions (``Qwen3Nex
 it, so a model patched with these kernels gives HF's bits. Attention is
 ``F.scaled_dot_product_attention`` on float32 copies (grouped query heads through
 ``enable_gqa``), rounded once: the decode step over all sequences in one call with a mask of
-each one's length, the prefill once per distinct prompt length (``is_causal``), so a batch of
+each one's length (on a contiguous cache whose rows are the live sequences, over slices of the
+cache, no gather), the prefill once per distinct prompt length (``is_causal``), so a batch of
 equal prompts is one call. Metadata is read on the host; a sequence or slot outside the cache
 raises before anything is written (the ops' contents checks name it first when enabled).
 """

@@ -1,13 +1,14 @@
 """Reference kernels of the sparse MoE block (``manifest/moe.yaml``), float32 accumulation.
 
-Written the way the fast torch version is written: no Python loop over tokens. Routing is one
-softmax and one stable sort per call; permuting is one stable argsort and one row gather; the
-routed experts are two ``torch._grouped_mm`` calls over the permuted rows where torch takes the
-operands (on the CPU: float32, bfloat16 and float16 with 16-byte-aligned strides; it rounds each
-group's float32 accumulator once, exactly like ``F.linear``), else a loop over the experts that
-have rows;
-un-permuting is a loop over the K copies of every token (K <= a few dozen), each a row gather and
-a fused multiply-add into a float32 accumulator.
+Written the way the fast torch version is written: no Python loop over tokens, and at decode
+sizes as few torch calls as the math needs (each costs about a microsecond there). Routing is one
+softmax and one stable sort per call; permuting is one stable sort, one row gather and the
+experts' offsets by one ``searchsorted``; the routed experts are two ``torch._grouped_mm`` calls
+over the permuted rows where torch takes the operands (on the CPU: float32, bfloat16 and float16
+with 16-byte-aligned strides; it rounds each group's float32 accumulator once, exactly like
+``F.linear``), else a loop over the experts that have rows; un-permuting gathers every copy at
+once and sums the weighted copies in float32, or for large calls loops over the K copies of every
+token (K <= a few dozen), each a row gather and a multiply-add into a float32 accumulator.
 
 Rounding follows HF's Qwen3-Next modules where the spec says so: the router's float32 softmax,
 top-k and renormalisation are HF's own operations, so its weights have HF's bits; every GEMM
