@@ -134,16 +134,17 @@ def test_decode_writes_exactly_the_new_positions_and_leaves_every_other_slot(blo
     assert torch.equal(args["key_cache"], before[0]) and torch.equal(args["value_cache"], before[1])
 
 
+@pytest.mark.parametrize("poison", [(float("nan"), float("inf")), (float("inf"), float("-inf")), (1e30, -1e30)],
+                         ids=["nan-keys-inf-values", "inf-keys-and-values", "huge-finite"])
 @pytest.mark.parametrize("block_size", [None, 2])
-def test_decode_positions_past_a_sequence_hold_poison_that_never_reaches_the_output(block_size):
+def test_decode_positions_past_a_sequence_hold_poison_that_never_reaches_the_output(block_size, poison):
     lengths = [1, 3]
     args = _decode_args(lengths, capacity=6, block_size=block_size)
     clean = {k: v.clone() for k, v in args.items()}
     for b, n in enumerate(lengths):
         for p in range(n + 1, 6):
             row, at = (b, p) if block_size is None else (int(args["block_table"][b, p // block_size]), p % block_size)
-            args["key_cache"][row, at] = float("nan")
-            args["value_cache"][row, at] = float("inf")
+            args["key_cache"][row, at], args["value_cache"][row, at] = poison
     torch.testing.assert_close(AttentionDecodeFwdOp()(**args), AttentionDecodeFwdOp()(**clean), rtol=0, atol=0)
 
 

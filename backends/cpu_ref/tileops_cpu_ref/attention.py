@@ -7,23 +7,34 @@ The norm, the rotary embedding and the gate are HF's own expressions (``Qwen3Nex
 it, so a model patched with these kernels gives HF's bits. Attention is
 ``F.scaled_dot_product_attention`` on float32 copies (grouped query heads through
 ``enable_gqa``), rounded once: the decode step over all sequences in one call with a mask of
-each one's length, the prefill once per distinct prompt length (``is_causal``), so a batch of
+each one's length (on a contiguous cache whose rows are the live sequences, over slices of the
+cache, no gather), the prefill once per distinct prompt length (``is_causal``), so a batch of
 equal prompts is one call. Metadata is read on the host; a sequence or slot outside the cache
 raises before anything is written (the ops' contents checks name it first when enabled).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 
+from .constants import constant
 from .gated_delta_net import zero_centred_rms_norm
 
 __all__ = ["qk_norm_rope", "attention_decode", "attention_prefill", "sigmoid_gate_mul", "rope_angles"]
 
 _ACC = torch.float32
+
+
+@functools.lru_cache(maxsize=64)
+def _inv_freq(rotary_dim: int, theta: float) -> torch.Tensor:
+    """HF's float32 ``inv_freq`` (``1 / theta^(2i / rotary_dim)``), made once per size and base
+    (shared: never write to it)."""
+    with torch.inference_mode(False):
+        return 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
 
 
 def rope_angles(positions: torch.Tensor, rotary_dim: int, theta: float, rope_style: str,
@@ -33,8 +44,7 @@ def rope_angles(positions: torch.Tensor, rotary_dim: int, theta: float, rope_sty
     Interleaved MRoPE takes frequency ``i``'s position from row 1 where ``i % 3 == 1`` and
     ``i < 3 · section[1]``, from row 2 where ``i % 3 == 2`` and ``i < 3 · section[2]``, else row 0.
     """
-    inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
-    freqs = positions.to("cpu").float().unsqueeze(-1) * inv_freq  # [T, R/2] or [3, T, R/2]
+    freqs = positions.to("cpu").float().unsqueeze(-1) * _inv_freq(rotary_dim, theta)  # [T, R/2] or [3, T, R/2]
     if rope_style == "neox":
         return freqs
     if rope_style != "mrope_interleaved":
@@ -46,12 +56,25 @@ def rope_angles(positions: torch.Tensor, rotary_dim: int, theta: float, rope_sty
     return freqs.gather(0, row.view(1, 1, -1).expand(1, *freqs.shape[1:]))[0]
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """HF's ``apply_rotary_pos_emb`` on ``[T, H, D]`` with ``cos``/``sin`` ``[T, R]`` in x's dtype."""
+@functools.lru_cache(maxsize=64)
+def _halves_swapped(rotary_dim: int) -> torch.Tensor:
+    """Indices ``R/2 .. R-1, 0 .. R/2-1``: a rotary vector with its halves swapped (shared: never write to it)."""
+    with torch.inference_mode(False):
+        return torch.arange(rotary_dim).roll(rotary_dim // 2)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """HF's ``apply_rotary_pos_emb`` on ``[T, H, D]``: ``x · cos + rotate_half(x) · sin``.
+
+    ``cos`` and ``signed_sin`` are ``[T, 1, R]`` in x's dtype, ``signed_sin`` with its first half
+    negated: ``rotate_half(x) · sin`` is ``(-x2, x1) · sin``, which is ``(x2, x1) · (-sin1, sin2)``
+    exactly (a sign flip rounds nothing), so the halves are swapped by one gather.
+    """
     R = cos.shape[-1]
-    rot, rest = x[..., :R], x[..., R:]
-    half = torch.cat((-rot[..., R // 2:], rot[..., : R // 2]), dim=-1)
-    return torch.cat(((rot * cos.unsqueeze(1)) + (half * sin.unsqueeze(1)), rest), dim=-1)
+    rot = x[..., :R]
+    swapped = rot.index_select(-1, _halves_swapped(R).to(x.device))
+    rotated = (rot * cos).add_(swapped.mul_(signed_sin))
+    return rotated if R == x.shape[-1] else torch.cat((rotated, x[..., R:]), dim=-1)
 
 
 def qk_norm_rope(query: torch.Tensor, key: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
@@ -60,7 +83,9 @@ def qk_norm_rope(query: torch.Tensor, key: torch.Tensor, q_weight: torch.Tensor,
     """Zero-centred RMSNorm per head (float32, rounded), then the rotary embedding in the input dtype."""
     freqs = rope_angles(positions, rotary_dim, theta, rope_style, mrope_section).to(query.device)
     emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos().to(query.dtype), emb.sin().to(query.dtype)
+    sin = emb.sin()
+    sin[:, : freqs.shape[-1]].neg_()
+    cos, sin = emb.cos().to(query.dtype).unsqueeze(1), sin.to(query.dtype).unsqueeze(1)
     q = zero_centred_rms_norm(query, q_weight, eps)
     k = zero_centred_rms_norm(key, k_weight, eps)
     return _rotate(q, cos, sin), _rotate(k, cos, sin)
@@ -78,11 +103,54 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None
                                           is_causal=is_causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
 
+@functools.lru_cache(maxsize=64)
+def _rows(batch: int, device: torch.device) -> torch.Tensor:
+    """``arange(batch)`` on ``device``, made once per size (shared: never write to it)."""
+    with torch.inference_mode(False):
+        return torch.arange(batch, device=device)
+
+
+def _decode_every_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                      value_cache: torch.Tensor, lengths: torch.Tensor, shortest: int, longest: int,
+                      scale: float | None) -> torch.Tensor:
+    """The common decode step: sequence ``b`` is cache row ``b`` of a contiguous cache and every
+    one is live. The keys and values it reads are then the slices ``cache[:B, :longest + 1]`` (no
+    gather), and only a batch of unequal lengths needs a mask.
+
+    Masked positions get weight exactly 0, so whatever finite values they hold add exactly 0;
+    a non-finite one makes the output NaN (``0 · inf``), and only then are those positions read
+    as zeros (a second pass): the result is always that of zeroed positions.
+    """
+    B, dev = query.shape[0], query.device
+    at = lengths.to(dev)
+    rows = _rows(B, dev)
+    key_cache.index_put_((rows, at), key)
+    value_cache.index_put_((rows, at), value)
+    ctx = longest + 1
+    k, v = key_cache[:B, :ctx].to(_ACC), value_cache[:B, :ctx].to(_ACC)  # [B, ctx, NKV, D]
+    q = query.unsqueeze(2)
+    if shortest == longest:
+        return _sdpa(q, k.transpose(1, 2), v.transpose(1, 2), scale).squeeze(2).to(query.dtype)
+    valid = torch.arange(ctx, device=dev) <= at.unsqueeze(1)  # [B, ctx]
+    mask = valid.view(B, 1, 1, ctx)
+    o = _sdpa(q, k.transpose(1, 2), v.transpose(1, 2), scale, attn_mask=mask)
+    if bool(o.isnan().any()):
+        keep, zero = valid.view(B, ctx, 1, 1), constant(0.0, _ACC)
+        k, v = torch.where(keep, k, zero), torch.where(keep, v, zero)
+        o = _sdpa(q, k.transpose(1, 2), v.transpose(1, 2), scale, attn_mask=mask)
+    return o.squeeze(2).to(query.dtype)
+
+
 def attention_decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
                      value_cache: torch.Tensor, cache_seqlens: torch.Tensor, block_table: torch.Tensor | None,
                      scale: float | None) -> torch.Tensor:
     """Write each live sequence's new key/value at its length, then attend over positions ``0 .. n``."""
     N, L = key_cache.shape[0], key_cache.shape[1]
+    if block_table is None and 0 < cache_seqlens.numel() <= N:
+        shortest, longest = (int(x) for x in torch.aminmax(cache_seqlens))
+        if shortest >= 0 and longest < L:
+            return _decode_every_row(query, key, value, key_cache, value_cache, cache_seqlens.long(), shortest,
+                                     longest, scale)
     lengths = cache_seqlens.to("cpu", torch.int64)
     live = torch.nonzero(lengths >= 0).flatten()
     n = lengths[live]

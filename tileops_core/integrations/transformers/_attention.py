@@ -81,12 +81,14 @@ class AttentionOps:
 
 
 class _KVStore:
-    """One layer's KV cache in the ops' layout, and each batch row's count of real tokens."""
+    """One layer's KV cache in the ops' layout, each batch row's count of real tokens, and the
+    largest count (kept on the host, so a decode step reads no tensor to size the cache)."""
 
     def __init__(self, batch: int, capacity: int, nkv: int, d: int, dtype: torch.dtype, device: torch.device) -> None:
         self.keys = torch.zeros(batch, capacity, nkv, d, dtype=dtype, device=device)
         self.values = torch.zeros_like(self.keys)
         self.lengths = torch.zeros(batch, dtype=torch.int32, device=device)
+        self.longest = 0
 
     def reserve(self, capacity: int) -> None:
         """Room for ``capacity`` tokens a row, doubling (a copy only when it grows)."""
@@ -157,12 +159,14 @@ def _prefill(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: torch
     padding positions get zeros (no real token attends to them)."""
     B, dev = n.numel(), key.device
     T = query.shape[0] // B
+    counts = n.tolist()
     take = (torch.arange(B, device=dev) * T).repeat_interleave(n) + torch.cat(
-        [torch.arange(T - int(k), T, device=dev) for k in n.tolist()])
+        [torch.arange(T - k, T, device=dev) for k in counts])
     cu = torch.cat([torch.zeros(1, dtype=torch.int32, device=dev), torch.cumsum(n, 0, dtype=torch.int32)])
     store.reserve(T)
     packed = ops.prefill(query[take], key[take], value[take], store.keys, store.values, cu)
     store.lengths.copy_(n)
+    store.longest = max(counts, default=0)
     return torch.zeros_like(query).index_copy_(0, take, packed)
 
 
@@ -170,9 +174,9 @@ def _check_new_tokens_real(attention_mask: Any, lengths: torch.Tensor, tokens: i
     """After the prefill every token of every row is real: the last query sees its row's count plus them."""
     if not isinstance(attention_mask, torch.Tensor):
         return  # None: no padding anywhere (HF skips the mask)
-    last = attention_mask[:, 0, -1, :]
-    seen = (last if last.dtype == torch.bool else last == 0).sum(-1)
-    if not torch.equal(seen.to(lengths.dtype), lengths + tokens):
+    last = attention_mask[:, 0, -1]
+    seen = (last if last.dtype == torch.bool else last == 0).sum(-1, dtype=lengths.dtype)
+    if not torch.equal(seen.sub_(tokens), lengths):
         raise NotImplementedError(f"layer {layer_idx}: the mask pads tokens after the prompt; the TileOPs attention "
                                   "adapter drops padding only at the prefill")
 
@@ -181,7 +185,12 @@ def _decode_steps(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: 
                   B: int, T: int) -> torch.Tensor:
     """``T`` new tokens a row after cached ones: one decode step per token (a continued prompt is
     ``T`` steps; generation's ``T == 1`` is one)."""
-    store.reserve(int(store.lengths.max()) + T)
+    store.reserve(store.longest + T)
+    store.longest += T
+    if T == 1:  # generation: one step, its output as the op returns it
+        out = ops.decode(query, key, value, store.keys, store.values, store.lengths)
+        store.lengths += 1
+        return out
     out = torch.empty_like(query).view(B, T, *query.shape[1:])
     q, k, v = (x.view(B, T, *x.shape[1:]) for x in (query, key, value))
     for t in range(T):
@@ -192,25 +201,28 @@ def _decode_steps(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: 
 
 def _attention_forward(m: Any, ops: AttentionOps, positions: Positions) -> Callable[..., tuple[torch.Tensor, None]]:
     nq, nkv, d = m.config.num_attention_heads, m.config.num_key_value_heads, m.head_dim
+    # The layer's modules and norm weights, looked up once (nn.Module attribute lookups cost per call)
+    q_proj, k_proj, v_proj, o_proj, layer_idx = m.q_proj, m.k_proj, m.v_proj, m.o_proj, m.layer_idx
+    q_weight, k_weight = m.q_norm.weight, m.k_norm.weight
 
     def forward(hidden_states: torch.Tensor, position_embeddings: Any = None, attention_mask: Any = None,
                 cache: Any = None, past_key_values: Any = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
         cache = cache if cache is not None else past_key_values
         B, T, _ = hidden_states.shape
-        qg = m.q_proj(hidden_states).view(B * T, nq, 2 * d)
+        qg = q_proj(hidden_states).view(B * T, nq, 2 * d)
         query, gate = qg[..., :d], qg[..., d:]
-        key = m.k_proj(hidden_states).view(B * T, nkv, d)
-        value = m.v_proj(hidden_states).view(B * T, nkv, d)
-        query, key = ops.norm_rope(query, key, m.q_norm.weight, m.k_norm.weight, positions.flat(B, T, ops.rows))
-        store, seen = _store_for(cache, m.layer_idx, B, T, nkv, d, key)
+        key = k_proj(hidden_states).view(B * T, nkv, d)
+        value = v_proj(hidden_states).view(B * T, nkv, d)
+        query, key = ops.norm_rope(query, key, q_weight, k_weight, positions.flat(B, T, ops.rows))
+        store, seen = _store_for(cache, layer_idx, B, T, nkv, d, key)
         if seen == 0:
             out = _prefill(ops, store, query, key, value, _real_tokens(attention_mask, B, T, key.device))
         else:
-            _check_new_tokens_real(attention_mask, store.lengths, T, m.layer_idx)
+            _check_new_tokens_real(attention_mask, store.lengths, T, layer_idx)
             out = _decode_steps(ops, store, query, key, value, B, T)
-        _publish(cache, m.layer_idx, store, seen + T)
+        _publish(cache, layer_idx, store, seen + T)
         out = ops.gate(out, gate)
-        return m.o_proj(out.reshape(B, T, nq * d)), None
+        return o_proj(out.reshape(B, T, nq * d)), None
 
     return forward
 

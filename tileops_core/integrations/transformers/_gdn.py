@@ -8,7 +8,7 @@ keeps the module's own projections (``in_proj_*``, ``fix_query_key_value_orderin
 ``out_proj``) and runs the rest as TileOPs ops over the pools of ``_state``:
 
     conv1d (decode: CausalConv1dUpdateFwdOp, prefill: CausalConv1dVarlenFwdOp)
-    -> q, k, v as strided views of the conv output (no copy)
+    -> q, k, v: the conv output's column slices, each copied contiguous (what the recurrent ops read)
     -> GDNGatingFwdOp: g, beta
     -> decode: RecurrentGatedDeltaRuleFwdOp, prefill: ChunkGatedDeltaRuleFwdOp (l2-normalised q/k in the kernel)
     -> GatedRMSNormFwdOp -> out_proj
@@ -72,14 +72,18 @@ def _shapes(m: Any) -> GDNShapes:
 def _projections(m: Any) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
     """The layer's own projections: ``h -> (mixed_qkv [B, T, conv_dim], z, b, a)``."""
     if hasattr(m, "in_proj_qkvz"):  # Qwen3-Next: one fused qkvz and one ba projection, grouped per key head
+        qkvz, ba, fix_ordering = m.in_proj_qkvz, m.in_proj_ba, m.fix_query_key_value_ordering
+
         def qwen3_next(h: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            q, k, v, z, b, a = m.fix_query_key_value_ordering(m.in_proj_qkvz(h), m.in_proj_ba(h))
+            q, k, v, z, b, a = fix_ordering(qkvz(h), ba(h))
             B, T = h.shape[:2]
             return torch.cat((q.reshape(B, T, -1), k.reshape(B, T, -1), v.reshape(B, T, -1)), dim=-1), z, b, a
         return qwen3_next
 
+    in_qkv, in_z, in_b, in_a = m.in_proj_qkv, m.in_proj_z, m.in_proj_b, m.in_proj_a
+
     def qwen3_5(h: torch.Tensor) -> tuple[torch.Tensor, ...]:  # Qwen3.5: separate qkv, z, b, a projections
-        return m.in_proj_qkv(h), m.in_proj_z(h), m.in_proj_b(h), m.in_proj_a(h)
+        return in_qkv(h), in_z(h), in_b(h), in_a(h)
     return qwen3_5
 
 
@@ -87,6 +91,9 @@ def _gdn_forward(m: Any, ops: GDNOps, metadata: _Metadata) -> Callable[..., torc
     project = _projections(m)
     shapes = _shapes(m)
     kd, nk, dk, nv, dv = m.key_dim, m.num_k_heads, m.head_k_dim, m.num_v_heads, m.head_v_dim
+    # The layer's modules and parameters, looked up once (nn.Module attribute lookups cost per call)
+    conv1d, A_log, dt_bias, norm_weight, out_proj, layer_idx = (m.conv1d, m.A_log, m.dt_bias, m.norm.weight,
+                                                                m.out_proj, m.layer_idx)
 
     def forward(hidden_states: torch.Tensor, cache: Any = None, attention_mask: torch.Tensor | None = None,
                 cache_params: Any = None, **kwargs: Any) -> torch.Tensor:
@@ -96,24 +103,26 @@ def _gdn_forward(m: Any, ops: GDNOps, metadata: _Metadata) -> Callable[..., torc
         B, T, _ = hidden_states.shape
         mixed, z, b, a = project(hidden_states)
         x = mixed.reshape(B * T, shapes.conv_dim)
-        pools = pools_for(cache, m.layer_idx, B, shapes, x.dtype, x.device)
+        pools = pools_for(cache, layer_idx, B, shapes, x.dtype, x.device)
         rows, ones, cu, slots, has_init = metadata(B, T, x.device)
-        weight, bias = m.conv1d.weight.squeeze(1), m.conv1d.bias
+        weight, bias = conv1d.weight.squeeze(1), conv1d.bias
         decode = pools.continuing and T == 1
         if decode:
             x = ops.conv_update(x, pools.conv, weight, ones, rows, bias)
         else:
             x = ops.conv_varlen(x, pools.conv, weight, cu, rows, has_init if pools.continuing else None, bias)
-        query = x[:, :kd].view(B * T, nk, dk)
-        key = x[:, kd:2 * kd].view(B * T, nk, dk)
-        value = x[:, 2 * kd:].view(B * T, nv, dv)
-        g, beta = ops.gating(a.reshape(B * T, nv), b.reshape(B * T, nv), m.A_log, m.dt_bias)
+        # The recurrent ops read q, k, v contiguous (their interfaces say so): one copy of each
+        # column slice here costs less than the op layer's contiguity pass over every argument.
+        query = x[:, :kd].contiguous().view(B * T, nk, dk)
+        key = x[:, kd:2 * kd].contiguous().view(B * T, nk, dk)
+        value = x[:, 2 * kd:].contiguous().view(B * T, nv, dv)
+        g, beta = ops.gating(a.reshape(B * T, nv), b.reshape(B * T, nv), A_log, dt_bias)
         if decode:
             core = ops.decode(query, key, value, beta, pools.ssm, ones, rows, g)
         else:
             core = ops.prefill(query, key, value, g, beta, pools.ssm, cu, rows, has_init if pools.continuing else None)
-        core = ops.norm(core, z.reshape(B * T, nv, dv), m.norm.weight)
-        return m.out_proj(core.reshape(B, T, nv * dv))
+        core = ops.norm(core, z.reshape(B * T, nv, dv), norm_weight)
+        return out_proj(core.reshape(B, T, nv * dv))
 
     return forward
 

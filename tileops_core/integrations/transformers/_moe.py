@@ -38,17 +38,19 @@ def _act_name(m: Any) -> str | None:
 
 
 class _ExpertOps:
-    """The three ops of one experts module's forward (built per module: ``num_experts`` is a param)."""
+    """The three ops of one experts module's forward and its weights (built per module: ``num_experts``
+    is a param)."""
 
-    def __init__(self, num_experts: int) -> None:
-        self.permute = MoEPermuteFwdOp(num_experts=num_experts)
+    def __init__(self, m: Any) -> None:
+        self.permute = MoEPermuteFwdOp(num_experts=m.num_experts)
         self.grouped = MoEGroupedExpertsFwdOp()
         self.unpermute = MoEUnpermuteFwdOp()
+        self.weights = (m.gate_up_proj, m.down_proj)  # looked up once (nn.Module attribute lookups cost per call)
 
     def __call__(self, m: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                  top_k_weights: torch.Tensor) -> torch.Tensor:
         permuted, offsets, index = self.permute(hidden_states, top_k_index)
-        out = self.grouped(permuted, offsets, m.gate_up_proj, m.down_proj)
+        out = self.grouped(permuted, offsets, *self.weights)
         return self.unpermute(out, index, top_k_weights)
 
     def example_calls(self, m: Any) -> list[tuple[Any, tuple[Any, ...]]]:
@@ -108,7 +110,7 @@ def patch_experts(name: str, m: Any) -> list[Route]:
     problem = _experts_layout_problem(m)
     if problem is not None:
         return [Route(name, kind, piece, None, None, problem)]
-    ops = _ExpertOps(m.num_experts)
+    ops = _ExpertOps(m)
     kernels: list[str] = []
     for op, args in ops.example_calls(m):
         answer = serving(op, *args)
@@ -121,8 +123,10 @@ def patch_experts(name: str, m: Any) -> list[Route]:
 
 
 def _router_forward(m: Any, op: MoETopKRoutingFwdOp) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
+    weight, hidden_dim = m.weight, m.hidden_dim  # looked up once (nn.Module attribute lookups cost per call)
+
     def forward(hidden_states: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        logits = F.linear(hidden_states.reshape(-1, m.hidden_dim), m.weight)
+        logits = F.linear(hidden_states.reshape(-1, hidden_dim), weight)
         weights, ids = op(logits)
         return logits, weights, ids
     return forward
@@ -142,15 +146,18 @@ def patch_router(name: str, m: Any) -> list[Route]:
 
 
 def _block_forward(m: Any, op: MoESharedExpertFwdOp) -> Callable[[torch.Tensor], torch.Tensor]:
-    shared = m.shared_expert
+    # The block's modules and the shared expert's weights, looked up once (nn.Module attribute
+    # lookups cost per call)
+    shared, router, experts = m.shared_expert, m.gate, m.experts
+    weights_of_shared = (shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight,
+                         m.shared_expert_gate.weight)
 
     def forward(hidden_states: torch.Tensor) -> torch.Tensor:
         B, S, H = hidden_states.shape
         x = hidden_states.view(-1, H)
-        shared_out = op(x, shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight,
-                        m.shared_expert_gate.weight)
-        _, weights, ids = m.gate(x)
-        return (m.experts(x, ids, weights) + shared_out).reshape(B, S, H)
+        shared_out = op(x, *weights_of_shared)
+        _, weights, ids = router(x)
+        return (experts(x, ids, weights) + shared_out).reshape(B, S, H)
     return forward
 
 

@@ -47,18 +47,20 @@ def _layer_forward(layer: Any, op: FusedAddZeroCentredRMSNormFwdOp, cache_name: 
     linear = getattr(layer, "block_type", getattr(layer, "layer_type", None)) == "linear_attention"
     mixer_cache = _cache_name(type(layer.linear_attn).forward, "cache", "cache_params") if linear else cache_name
     weight = layer.post_attention_layernorm.weight
+    # The layer's modules, looked up once (nn.Module attribute lookups cost per call)
+    input_layernorm, mixer, mlp = layer.input_layernorm, layer.linear_attn if linear else layer.self_attn, layer.mlp
 
     def forward(hidden_states: torch.Tensor, position_embeddings: Any = None, attention_mask: Any = None,
                 position_ids: Any = None, **kwargs: Any) -> torch.Tensor:
-        h = layer.input_layernorm(hidden_states)
+        h = input_layernorm(hidden_states)
         if linear:
             kwargs[mixer_cache] = kwargs.pop(cache_name, None)
-            h = layer.linear_attn(hidden_states=h, attention_mask=attention_mask, **kwargs)
+            h = mixer(hidden_states=h, attention_mask=attention_mask, **kwargs)
         else:
-            h, _ = layer.self_attn(hidden_states=h, attention_mask=attention_mask, position_ids=position_ids,
-                                   position_embeddings=position_embeddings, **kwargs)
+            h, _ = mixer(hidden_states=h, attention_mask=attention_mask, position_ids=position_ids,
+                         position_embeddings=position_embeddings, **kwargs)
         normed = op(hidden_states, h, weight)  # h <- hidden_states + h, as HF's residual add rounds it
-        out = layer.mlp(normed)
+        out = mlp(normed)
         if isinstance(out, tuple):  # MoE blocks may return (hidden, router logits)
             out = out[0]
         return h + out
