@@ -194,6 +194,35 @@ def _write_states(state: torch.Tensor, slots: torch.Tensor, S: torch.Tensor, pad
     state.index_copy_(0, slots, S)
 
 
+def _within_tokens(starts: list[int], lengths: list[int], accepted: list[int] | None,
+                   T: int) -> tuple[list[int], list[int], list[int] | None]:
+    """Unchecked metadata made safe to follow: each sequence clipped to the tokens ``[0, T)``
+    and each accepted count to ``[1, its length]``. Checked metadata passes unchanged; garbage
+    then computes garbage, but never reads or writes past the tokens."""
+    clipped_starts, clipped_lengths = [], []
+    for start, n in zip(starts, lengths):
+        lo = min(max(start, 0), T)
+        clipped_starts.append(lo)
+        clipped_lengths.append(min(max(start + n, lo), T) - lo)
+    if accepted is not None:
+        accepted = [min(max(a, 1), n) if n > 0 else a for a, n in zip(accepted, clipped_lengths)]
+    return clipped_starts, clipped_lengths, accepted
+
+
+def _zero_uncovered_tokens(out: torch.Tensor, starts: list[int], lengths: list[int], tiled: bool) -> None:
+    """Rows no sequence covers (only unchecked metadata leaves any) are zeros, never left unwritten."""
+    if tiled:  # the sequences tile [0, T)
+        return
+    T = out.shape[0]
+    covered = [False] * T
+    for start, n in zip(starts, lengths):
+        for t in range(max(start, 0), min(start + max(n, 0), T)):
+            covered[t] = True
+    uncovered = [t for t, c in enumerate(covered) if not c]
+    if uncovered:
+        out[torch.tensor(uncovered, dtype=torch.int64, device=out.device)] = 0
+
+
 def recurrent_gated_delta_rule(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -224,7 +253,9 @@ def recurrent_gated_delta_rule(
         out = torch.empty(value.shape, dtype=value.dtype, device=value.device)
     starts, lengths = host_bounds(actual_seq_lengths, seq_lens_style)
     accepted = None if num_accepted_tokens is None else num_accepted_tokens.tolist()
+    starts, lengths, accepted = _within_tokens(starts, lengths, accepted, T)
     schedule = _Schedule.plan(starts, lengths, accepted, T, state.device)
+    _zero_uncovered_tokens(out, starts, lengths, schedule is not None and schedule.uniform > 0)
     if schedule is None:
         return out
     host_slots = ssm_state_indices.tolist()  # host metadata, like the lengths
