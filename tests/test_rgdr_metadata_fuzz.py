@@ -24,7 +24,7 @@ NK, NV, DK, DV = 1, 2, 8, 8
 
 
 @st.composite
-def metadata(draw: st.DrawFn) -> dict:
+def rgdr_metadata(draw: st.DrawFn) -> dict:
     T = draw(st.integers(1, 7))
     B = draw(st.integers(1, 4))
     pool = draw(st.integers(1, 9))
@@ -37,25 +37,28 @@ def metadata(draw: st.DrawFn) -> dict:
             "seed": draw(st.integers(0, 2**31 - 1))}
 
 
-def _tensors(m: dict) -> dict:
+def rgdr_tensors(m: dict, dims: tuple[int, int, int, int] = (NK, NV, DK, DV), dtype: torch.dtype = torch.float32,
+                 device: str | torch.device = "cpu") -> dict:
+    """The call's tensors for drawn metadata ``m`` (fresh random data from its seed)."""
+    nk, nv, dk, dv = dims
     rng = torch.Generator().manual_seed(m["seed"])
     T = m["T"]
     args = {
-        "query": torch.nn.functional.normalize(torch.randn(T, NK, DK, generator=rng), dim=-1),
-        "key": torch.nn.functional.normalize(torch.randn(T, NK, DK, generator=rng), dim=-1),
-        "value": torch.randn(T, NV, DV, generator=rng),
-        "beta": torch.sigmoid(torch.randn(T, NV, generator=rng)),
-        "state": torch.randn(m["pool"], NV, DV, DK, generator=rng),
+        "query": torch.nn.functional.normalize(torch.randn(T, nk, dk, generator=rng), dim=-1).to(dtype),
+        "key": torch.nn.functional.normalize(torch.randn(T, nk, dk, generator=rng), dim=-1).to(dtype),
+        "value": torch.randn(T, nv, dv, generator=rng).to(dtype),
+        "beta": torch.sigmoid(torch.randn(T, nv, generator=rng)).to(dtype),
+        "state": torch.randn(m["pool"], nv, dv, dk, generator=rng),
         "actual_seq_lengths": torch.tensor(m["seq"], dtype=torch.int64),
         "ssm_state_indices": torch.tensor(m["indices"], dtype=torch.int64),
-        "g": -(0.05 + 0.5 * torch.rand(T, NV, generator=rng)),
+        "g": -(0.05 + 0.5 * torch.rand(T, nv, generator=rng)),
     }
     if m["accepted"] is not None:
         args["num_accepted_tokens"] = torch.tensor(m["accepted"], dtype=torch.int64)
-    return args
+    return {k: v.to(device) for k, v in args.items()}
 
 
-def _unnamed(m: dict) -> torch.Tensor:
+def unnamed_slots(m: dict) -> torch.Tensor:
     """Pool slots that no index names (every one of them must stay as it was)."""
     keep = torch.ones(m["pool"], dtype=torch.bool)
     for i in m["indices"]:
@@ -65,9 +68,9 @@ def _unnamed(m: dict) -> torch.Tensor:
 
 
 @settings(max_examples=150, deadline=None)
-@given(m=metadata())
+@given(m=rgdr_metadata())
 def test_unchecked_garbage_metadata_writes_every_output_element_and_no_unnamed_slot(m: dict) -> None:
-    args = _tensors(m)
+    args = rgdr_tensors(m)
     before = args["state"].clone()
     out = torch.full_like(args["value"], float("nan"))
     try:
@@ -76,14 +79,14 @@ def test_unchecked_garbage_metadata_writes_every_output_element_and_no_unnamed_s
         assert torch.equal(args["state"].view(torch.uint8), before.view(torch.uint8)), "raised after writing"
         return
     assert not torch.isnan(out).any(), "an output element was left unwritten"
-    keep = _unnamed(m)
+    keep = unnamed_slots(m)
     assert torch.equal(args["state"][keep].view(torch.uint8), before[keep].view(torch.uint8))
 
 
 @settings(max_examples=150, deadline=None)
-@given(m=metadata())
+@given(m=rgdr_metadata())
 def test_checked_metadata_is_served_exactly_or_refused_before_any_write(m: dict) -> None:
-    args = _tensors(m)
+    args = rgdr_tensors(m)
     before = args["state"].clone()
     op = RecurrentGatedDeltaRuleFwdOp(seq_lens_style=m["style"], check_contents=True)
     try:
