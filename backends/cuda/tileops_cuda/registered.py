@@ -47,8 +47,8 @@ from .kernels._row_views import head_view, row_view
 from .kernels.gated_rmsnorm import GatedRMSNormBuildKey, build_gated_rmsnorm, gated_rmsnorm_refusal
 from .kernels.gdn_gating import GDNGatingBuildKey, build_gdn_gating, gdn_gating_refusal
 from .kernels.gemm import GemmBuildKey, build_gemm, gemm_refusal
-from .kernels.group_norm import GroupNormBuildKey, build_group_norm, group_norm, group_norm_refusal
-from .kernels.reduce_sum import reduce_sum, sum_refusal
+from .kernels.group_norm import GroupNormBuildKey, build_group_norm, group_norm_refusal
+from .kernels.reduce_sum import sum_launch, sum_refusal
 from .kernels.rgdr import RGDRBuildKey, build_rgdr, rgdr_refusal
 from .kernels.rmsnorm import RMSNormBuildKey, build_rmsnorm, rmsnorm_refusal
 from .kernels.silu_and_mul import SiluAndMulBuildKey, build_silu_and_mul, silu_and_mul_refusal
@@ -96,17 +96,15 @@ class _TileLang:
         return KernelEntry((cls.__name__, key), lambda: cls.launcher(key))
 
 
-def _contiguous(t: Any) -> Any:
-    return None if t is None else t.contiguous()
-
-
 def _rows(t: Any, width: int) -> Any:
     """``t`` as ``[rows, width]`` (a view; ``t`` itself when it already is 2-D that way)."""
     return t if t.dim() == 2 and t.shape[1] == width else t.view(-1, width)
 
 
 class TileLangRMSNorm(_TileLang, RMSNormKernel):
-    """RMSNorm over the flattened normalised axes (they are trailing and contiguous)."""
+    """RMSNorm over the flattened normalised axes (they are trailing; the interface's
+    ``needs_contiguous`` has the core pass x and weight contiguous, so a launch only views
+    them as rows)."""
 
     @classmethod
     def key(cls, call: CallSpec) -> RMSNormBuildKey:
@@ -122,28 +120,26 @@ class TileLangRMSNorm(_TileLang, RMSNormKernel):
         import torch
 
         fn = build_rmsnorm(key).fn
-        eps_default = torch.finfo(getattr(torch, key.dtype)).eps
+        eps_default = torch.finfo(getattr(torch, key.dtype)).eps  # eps=None: the dtype's epsilon, as torch
         hidden = key.hidden
         empty_like = torch.empty_like
 
+        # eps is the op's param, already a float (params are normalised when the op is made).
         if key.has_weight:
 
             def rms_norm(x: Any, weight: Any, normalized_shape: Any, eps: float | None, out: Any = None) -> Any:
-                x = x.contiguous()
                 if out is None:
                     out = empty_like(x)
-                w = weight.contiguous()
-                fn(_rows(x, hidden), w if w.dim() == 1 else w.view(-1), _rows(out, hidden),
-                   eps_default if eps is None else float(eps))  # fmt: skip
+                fn(_rows(x, hidden), weight if weight.dim() == 1 else weight.view(-1), _rows(out, hidden),
+                   eps_default if eps is None else eps)  # fmt: skip
                 return out
 
         else:
 
             def rms_norm(x: Any, weight: Any, normalized_shape: Any, eps: float | None, out: Any = None) -> Any:
-                x = x.contiguous()
                 if out is None:
                     out = empty_like(x)
-                fn(_rows(x, hidden), _rows(out, hidden), eps_default if eps is None else float(eps))
+                fn(_rows(x, hidden), _rows(out, hidden), eps_default if eps is None else eps)
                 return out
 
         return rms_norm
@@ -227,13 +223,7 @@ class TileLangSum(_TileLang, SumKernel):
 
     @classmethod
     def launcher(cls, key: tuple[str, str, str]) -> Callable[..., Any]:
-        arch = key[2]
-
-        def total(input: Any, dim: Any, keepdim: bool, dtype: Any, out: Any = None) -> Any:
-            dims = None if dim is None else (tuple(dim) if isinstance(dim, (tuple, list)) else (dim,))
-            return reduce_sum(input.contiguous(), dims or None, keepdim, dtype, arch, out)
-
-        return total
+        return sum_launch(*key)
 
 
 class TileLangGroupNorm(_TileLang, GroupNormKernel):
@@ -250,12 +240,34 @@ class TileLangGroupNorm(_TileLang, GroupNormKernel):
 
     @classmethod
     def launcher(cls, key: GroupNormBuildKey) -> Callable[..., Any]:
-        build_group_norm(key)  # compile now; the call below finds it cached
+        import torch
 
-        def run(x: Any, weight: Any, bias: Any, num_groups: int, eps: float, out: Any = None) -> Any:
-            return group_norm(x.contiguous(), num_groups, _contiguous(weight), _contiguous(bias), eps, key.arch, out)
+        fn = build_group_norm(key).fn
+        groups = key.num_groups
+        empty_like = torch.empty_like
 
-        return run
+        # x is viewed as [N, G, D] (the key fixes G and D); weight and bias come together or not
+        # at all (the spec checks it), so the key's affine flag decides the compiled signature.
+        if key.affine:
+
+            def group_norm(x: Any, weight: Any, bias: Any, num_groups: int, eps: float, out: Any = None) -> Any:
+                x = x.contiguous()
+                if out is None:
+                    out = empty_like(x)
+                fn(x.view(x.shape[0], groups, -1), weight.contiguous(), bias.contiguous(),
+                   out.view(x.shape[0], groups, -1), eps)  # fmt: skip
+                return out
+
+        else:
+
+            def group_norm(x: Any, weight: Any, bias: Any, num_groups: int, eps: float, out: Any = None) -> Any:
+                x = x.contiguous()
+                if out is None:
+                    out = empty_like(x)
+                fn(x.view(x.shape[0], groups, -1), out.view(x.shape[0], groups, -1), eps)
+                return out
+
+        return group_norm
 
 
 def _gemm_key(dtype: str, n: int, k: int, trans_a: bool, trans_b: bool, batched: bool, arch: str) -> GemmBuildKey:
@@ -437,7 +449,7 @@ class TileLangZeroCentredRMSNorm(_TileLang, ZeroCentredRMSNormKernel):
         def zero_centred_rms_norm(x: Any, weight: Any, eps: float, out: Any = None) -> Any:
             if out is None:
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-            fn(row_view(x, hidden)[0], weight.contiguous(), _rows(out, hidden), float(eps))
+            fn(row_view(x, hidden)[0], weight.contiguous(), _rows(out, hidden), eps)
             return out
 
         return zero_centred_rms_norm
@@ -466,7 +478,7 @@ class TileLangFusedAddZeroCentredRMSNorm(_TileLang, FusedAddZeroCentredRMSNormKe
             if out is None:
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
             rows, copied = row_view(residual, hidden)
-            fn(row_view(x, hidden)[0], rows, weight.contiguous(), _rows(out, hidden), float(eps))
+            fn(row_view(x, hidden)[0], rows, weight.contiguous(), _rows(out, hidden), eps)
             if copied:
                 residual.copy_(rows.view(residual.shape))
             return out
@@ -496,7 +508,7 @@ class TileLangGatedRMSNorm(_TileLang, GatedRMSNormKernel):
             if out is None:
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
             x3 = head_view(x, width)[0]
-            fn(x3, head_view(gate, width)[0], weight.contiguous(), out.view(x3.shape), float(eps))
+            fn(x3, head_view(gate, width)[0], weight.contiguous(), out.view(x3.shape), eps)
             return out
 
         return gated_rms_norm

@@ -18,6 +18,7 @@ __all__ = [
     "arch_refusal",
     "cached_build",
     "compile_many",
+    "compile_once",
     "compile_prim_func",
     "direct_entry",
     "dtype_name",
@@ -92,6 +93,14 @@ class Compiled:
     def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
         self.fn = direct_entry(kernel)
+
+
+def compile_once(identity: Any, refusal: str | None, program: Callable[[], Any], arch: str) -> Compiled:
+    """The kernel of one build identity, compiled once per process from ``program()`` for
+    ``arch``; a ValueError carrying ``refusal`` (the kernel's own reason) when it is not None."""
+    if refusal is not None:
+        raise ValueError(refusal)
+    return cached_build(identity, lambda: Compiled(compile_prim_func(program(), arch)))
 
 
 _LOCK = threading.Lock()

@@ -13,11 +13,10 @@ one outer row of M heads, so M is bounded by 65535 head blocks (over a million r
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
 from dataclasses import dataclass
-from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry, row_plan
+from ._common import ELEM_BYTES, Compiled, arch_refusal, compile_once, row_plan
 
-__all__ = ["GatedRMSNormBuildKey", "GatedRMSNormLauncher", "build_gated_rmsnorm", "gated_rmsnorm_refusal"]
+__all__ = ["GatedRMSNormBuildKey", "build_gated_rmsnorm", "gated_rmsnorm_refusal"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
 
@@ -104,27 +103,7 @@ def _program(key: GatedRMSNormBuildKey):
     return gated_rmsnorm
 
 
-class GatedRMSNormLauncher:
-    """``launcher(x3d, gate3d, weight, out3d, eps)``: ``[outer, heads, D]`` views; writes ``out3d``.
-
-    ``fn`` is the compiled function itself, same arguments; outer * heads must be positive.
-    """
-
-    def __init__(self, key: GatedRMSNormBuildKey, kernel: Any) -> None:
-        self.key = key
-        self.kernel = kernel
-        self.fn = direct_entry(kernel)
-
-    def __call__(self, x: Any, gate: Any, weight: Any, out: Any, eps: float) -> Any:
-        if x.numel():
-            self.fn(x, gate, weight, out, float(eps))
-        return out
-
-
-def build_gated_rmsnorm(key: GatedRMSNormBuildKey) -> GatedRMSNormLauncher:
-    """Compile once per process and return the launcher; ValueError with the refusal reason."""
-    reason = gated_rmsnorm_refusal(key)
-    if reason is not None:
-        raise ValueError(reason)
-    return cached_build(("gated_rmsnorm", key),
-                        lambda: GatedRMSNormLauncher(key, compile_prim_func(_program(key), key.arch)))
+def build_gated_rmsnorm(key: GatedRMSNormBuildKey) -> Compiled:
+    """Compile once per process; ``.fn(x3d, gate3d, weight, y3d, eps)`` launches it (``[outer,
+    heads, D]`` views, not empty). ValueError with the refusal reason."""
+    return compile_once(("gated_rmsnorm", key), gated_rmsnorm_refusal(key), lambda: _program(key), key.arch)
