@@ -73,9 +73,13 @@ class _TileLang:
     def key(cls, call: CallSpec) -> Any:
         raise NotImplementedError
 
+    #: The kernel module's refusal of a build key (``rmsnorm_refusal``, ...): what ``reason`` asks
+    #: unless a class also refuses on the call itself.
+    refuse_key: ClassVar[staticmethod[[Any], str | None]]
+
     @classmethod
     def reason(cls, call: CallSpec, key: Any) -> str | None:
-        raise NotImplementedError
+        return cls.refuse_key(key)
 
     @classmethod
     def launcher(cls, key: Any) -> Callable[..., Any]:
@@ -106,14 +110,12 @@ class TileLangRMSNorm(_TileLang, RMSNormKernel):
     ``needs_contiguous`` has the core pass x and weight contiguous, so a launch only views
     them as rows)."""
 
+    refuse_key = staticmethod(rmsnorm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> RMSNormBuildKey:
         view = RMSNormCall.of(call)
         return RMSNormBuildKey(view.x_dtype, math.prod(view.normalized_shape), bool(view.has_weight), view.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: RMSNormBuildKey) -> str | None:
-        return rmsnorm_refusal(key)
 
     @classmethod
     def launcher(cls, key: RMSNormBuildKey) -> Callable[..., Any]:
@@ -182,13 +184,11 @@ class TileLangSoftmax(_TileLang, SoftmaxKernel):
 class TileLangSiluAndMul(_TileLang, SiluAndMulKernel):
     """``silu(x[..., :N]) * x[..., N:]``."""
 
+    refuse_key = staticmethod(silu_and_mul_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> SiluAndMulBuildKey:
         return SiluAndMulBuildKey(call.dtypes["x"], int(call.dims["N"]), call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: SiluAndMulBuildKey) -> str | None:
-        return silu_and_mul_refusal(key)
 
     @classmethod
     def launcher(cls, key: SiluAndMulBuildKey) -> Callable[..., Any]:
@@ -229,14 +229,12 @@ class TileLangSum(_TileLang, SumKernel):
 class TileLangGroupNorm(_TileLang, GroupNormKernel):
     """GroupNorm over ``[N, C, *]``; one build per (channels, groups, spatial size)."""
 
+    refuse_key = staticmethod(group_norm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> GroupNormBuildKey:
         return GroupNormBuildKey(call.dtypes["x"], int(call.dims["num_groups"]), int(call.dims["C"]),
                                  int(call.dims["spatial"]), bool(call.flags["has_weight"]), call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: GroupNormBuildKey) -> str | None:
-        return group_norm_refusal(key)
 
     @classmethod
     def launcher(cls, key: GroupNormBuildKey) -> Callable[..., Any]:
@@ -277,14 +275,12 @@ def _gemm_key(dtype: str, n: int, k: int, trans_a: bool, trans_b: bool, batched:
 class TileLangGemm(_TileLang, GemmKernel):
     """fp16/bf16 GEMM with both transpose flags (a wgmma pipeline for sm_90)."""
 
+    refuse_key = staticmethod(gemm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> GemmBuildKey:
         return _gemm_key(call.dtypes["a"], call.dims["N"], call.dims["K"], call.flags["trans_a"],
                          call.flags["trans_b"], False, call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: GemmBuildKey) -> str | None:
-        return gemm_refusal(key)
 
     @classmethod
     def launcher(cls, key: GemmBuildKey) -> Callable[..., Any]:
@@ -306,13 +302,11 @@ class TileLangGemm(_TileLang, GemmKernel):
 class TileLangBmm(_TileLang, BmmKernel):
     """The GEMM kernel with a leading batch axis."""
 
+    refuse_key = staticmethod(gemm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> GemmBuildKey:
         return _gemm_key(call.dtypes["a"], call.dims["N"], call.dims["K"], False, False, True, call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: GemmBuildKey) -> str | None:
-        return gemm_refusal(key)
 
     @classmethod
     def launcher(cls, key: GemmBuildKey) -> Callable[..., Any]:
@@ -334,14 +328,12 @@ class TileLangBmm(_TileLang, BmmKernel):
 class TileLangLinear(_TileLang, LinearKernel):
     """``input @ weight.T`` on the GEMM kernel (weight read transposed); bias added after."""
 
+    refuse_key = staticmethod(gemm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> GemmBuildKey:
         return _gemm_key(call.dtypes["input"], call.dims["out_features"], call.dims["in_features"], False, True,
                          False, call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: GemmBuildKey) -> str | None:
-        return gemm_refusal(key)
 
     @classmethod
     def launcher(cls, key: GemmBuildKey) -> Callable[..., Any]:
@@ -365,6 +357,8 @@ class TileLangLinear(_TileLang, LinearKernel):
 class TileLangRGDR(_TileLang, RGDRKernel):
     """The RGDR decode kernel: one build per dtypes, head sizes and presence flags."""
 
+    refuse_key = staticmethod(rgdr_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> RGDRBuildKey:
         view = RGDRCall.of(call)
@@ -380,10 +374,6 @@ class TileLangRGDR(_TileLang, RGDRKernel):
         )
 
     @classmethod
-    def reason(cls, call: CallSpec, key: RGDRBuildKey) -> str | None:
-        return rgdr_refusal(key)
-
-    @classmethod
     def launcher(cls, key: RGDRBuildKey) -> Callable[..., Any]:
         # The launcher's `run` takes exactly this interface's arguments, then `out`; the
         # interface's needs_contiguous means the core already made every tensor contiguous.
@@ -393,6 +383,8 @@ class TileLangRGDR(_TileLang, RGDRKernel):
 class TileLangCausalConv1dUpdate(_TileLang, CausalConv1dUpdateKernel):
     """The causal conv1d decode kernel: reads a strided ``x`` and the pool in place (see kernels.conv1d)."""
 
+    refuse_key = staticmethod(conv_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> ConvUpdateBuildKey:
         d, f = call.dtypes, call.flags
@@ -401,16 +393,14 @@ class TileLangCausalConv1dUpdate(_TileLang, CausalConv1dUpdateKernel):
                                   d["conv_state_indices"], d.get("num_accepted_tokens"), call.arch)
 
     @classmethod
-    def reason(cls, call: CallSpec, key: ConvUpdateBuildKey) -> str | None:
-        return conv_refusal(key)
-
-    @classmethod
     def launcher(cls, key: ConvUpdateBuildKey) -> Callable[..., Any]:
         return build_conv_update(key).run
 
 
 class TileLangCausalConv1dVarlen(_TileLang, CausalConv1dVarlenKernel):
     """The causal conv1d prefill kernels (outputs, then final windows)."""
+
+    refuse_key = staticmethod(conv_refusal)
 
     @classmethod
     def key(cls, call: CallSpec) -> ConvVarlenBuildKey:
@@ -422,22 +412,16 @@ class TileLangCausalConv1dVarlen(_TileLang, CausalConv1dVarlenKernel):
                                   d["conv_state_indices"], call.arch)
 
     @classmethod
-    def reason(cls, call: CallSpec, key: ConvVarlenBuildKey) -> str | None:
-        return conv_refusal(key)
-
-    @classmethod
     def launcher(cls, key: ConvVarlenBuildKey) -> Callable[..., Any]:
         return build_conv_varlen(key).run
 class TileLangZeroCentredRMSNorm(_TileLang, ZeroCentredRMSNormKernel):
     """Zero-centred RMSNorm over the last axis; x is read in place as strided rows where it can be."""
 
+    refuse_key = staticmethod(zero_centred_rmsnorm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> ZeroCentredRMSNormBuildKey:
         return ZeroCentredRMSNormBuildKey(call.dtypes["x"], int(call.dims["N"]), False, call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: ZeroCentredRMSNormBuildKey) -> str | None:
-        return zero_centred_rmsnorm_refusal(key)
 
     @classmethod
     def launcher(cls, key: ZeroCentredRMSNormBuildKey) -> Callable[..., Any]:
@@ -459,13 +443,11 @@ class TileLangFusedAddZeroCentredRMSNorm(_TileLang, FusedAddZeroCentredRMSNormKe
     """The residual add fused into the zero-centred norm; the residual is written in place (a view
     the kernel cannot read in place is written through a copy, then copied back)."""
 
+    refuse_key = staticmethod(zero_centred_rmsnorm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> ZeroCentredRMSNormBuildKey:
         return ZeroCentredRMSNormBuildKey(call.dtypes["x"], int(call.dims["N"]), True, call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: ZeroCentredRMSNormBuildKey) -> str | None:
-        return zero_centred_rmsnorm_refusal(key)
 
     @classmethod
     def launcher(cls, key: ZeroCentredRMSNormBuildKey) -> Callable[..., Any]:
@@ -489,13 +471,11 @@ class TileLangFusedAddZeroCentredRMSNorm(_TileLang, FusedAddZeroCentredRMSNormKe
 class TileLangGatedRMSNorm(_TileLang, GatedRMSNormKernel):
     """RMSNorm per head, weight, SiLU gate; x and the gate are read in place as [outer, heads, D]."""
 
+    refuse_key = staticmethod(gated_rmsnorm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> GatedRMSNormBuildKey:
         return GatedRMSNormBuildKey(call.dtypes["x"], int(call.dims["D"]), call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: GatedRMSNormBuildKey) -> str | None:
-        return gated_rmsnorm_refusal(key)
 
     @classmethod
     def launcher(cls, key: GatedRMSNormBuildKey) -> Callable[..., Any]:
@@ -517,14 +497,12 @@ class TileLangGatedRMSNorm(_TileLang, GatedRMSNormKernel):
 class TileLangGDNGating(_TileLang, GDNGatingKernel):
     """g and beta from the a/b projections; a and b are read in place as strided rows."""
 
+    refuse_key = staticmethod(gdn_gating_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> GDNGatingBuildKey:
         d = call.dtypes
         return GDNGatingBuildKey(d["a"], d["A_log"], d["dt_bias"], int(call.dims["NV"]), call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: GDNGatingBuildKey) -> str | None:
-        return gdn_gating_refusal(key)
 
     @classmethod
     def launcher(cls, key: GDNGatingBuildKey) -> Callable[..., Any]:

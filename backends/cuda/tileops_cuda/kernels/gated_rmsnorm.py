@@ -14,12 +14,9 @@ one outer row of M heads, so M is bounded by 65535 head blocks (over a million r
 
 from dataclasses import dataclass
 
-from ._common import ELEM_BYTES, Compiled, arch_refusal, compile_once, row_plan
+from ._common import ELEM_BYTES, Compiled, compile_once, row_plan, row_refusal
 
 __all__ = ["GatedRMSNormBuildKey", "build_gated_rmsnorm", "gated_rmsnorm_refusal"]
-
-_DTYPES = ("float16", "bfloat16", "float32")
-
 
 @dataclass(frozen=True)
 class GatedRMSNormBuildKey:
@@ -42,15 +39,8 @@ def _plan(key: GatedRMSNormBuildKey) -> tuple[int, int, int] | None:
 
 def gated_rmsnorm_refusal(key: GatedRMSNormBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
-    name = "GatedRMSNorm TileLang kernel"
-    if key.dtype not in _DTYPES:
-        return f"{name}: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
-    if key.width % _vec(key.dtype):
-        return f"{name}: D={key.width} must be a multiple of {_vec(key.dtype)} (16-byte vectors); use the reference"
-    if _plan(key) is None:
-        return (f"{name}: D={key.width} does not fit in the registers of one program "
-                "(at most 24 fp32 / 32 16-bit values of each input per thread, 1024 threads); use the reference")
-    return arch_refusal(name, key.arch)
+    return row_refusal("GatedRMSNorm TileLang kernel", key.dtype, "D", key.width, key.arch, lambda: _plan(key),
+                       "at most 24 fp32 / 32 16-bit values of each input per thread, 1024 threads")
 
 
 def _program(key: GatedRMSNormBuildKey):

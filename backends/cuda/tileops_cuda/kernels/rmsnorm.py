@@ -9,12 +9,9 @@ weight presence; the number of rows is dynamic.
 
 from dataclasses import dataclass
 
-from ._common import ELEM_BYTES, Compiled, arch_refusal, compile_once, row_plan
+from ._common import ELEM_BYTES, Compiled, compile_once, row_plan, row_refusal
 
 __all__ = ["RMSNormBuildKey", "build_rmsnorm", "rmsnorm_refusal"]
-
-_DTYPES = ("float16", "bfloat16", "float32")
-
 
 @dataclass(frozen=True)
 class RMSNormBuildKey:
@@ -35,20 +32,8 @@ def _plan(key: RMSNormBuildKey) -> tuple[int, int, int] | None:
 
 def rmsnorm_refusal(key: RMSNormBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
-    if key.dtype not in _DTYPES:
-        return f"RMSNorm TileLang kernel: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
-    vec = 16 // ELEM_BYTES[key.dtype]
-    if key.hidden % vec:
-        return (
-            f"RMSNorm TileLang kernel: hidden={key.hidden} must be a multiple of {vec} "
-            "(16-byte vectors); use the reference"
-        )
-    if _plan(key) is None:
-        return (
-            f"RMSNorm TileLang kernel: hidden={key.hidden} does not fit in the registers of one program "
-            "(at most 48 fp32 / 64 16-bit values per thread, 1024 threads); use the reference"
-        )
-    return arch_refusal("RMSNorm TileLang kernel", key.arch)
+    return row_refusal("RMSNorm TileLang kernel", key.dtype, "hidden", key.hidden, key.arch, lambda: _plan(key),
+                       "at most 48 fp32 / 64 16-bit values per thread, 1024 threads")
 
 
 def _program(key: RMSNormBuildKey):

@@ -8,12 +8,9 @@ accesses. Specialised on dtype and N; M is dynamic.
 
 from dataclasses import dataclass
 
-from ._common import ELEM_BYTES, Compiled, arch_refusal, compile_once
+from ._common import ELEM_BYTES, Compiled, compile_once, row_refusal
 
 __all__ = ["SiluAndMulBuildKey", "build_silu_and_mul", "silu_and_mul_refusal"]
-
-_DTYPES = ("float16", "bfloat16", "float32")
-
 
 @dataclass(frozen=True)
 class SiluAndMulBuildKey:
@@ -37,12 +34,7 @@ def _plan(key: SiluAndMulBuildKey) -> tuple[int, int, int]:
 
 def silu_and_mul_refusal(key: SiluAndMulBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
-    if key.dtype not in _DTYPES:
-        return f"SiluAndMul TileLang kernel: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
-    vec = 16 // ELEM_BYTES[key.dtype]
-    if key.width % vec:
-        return f"SiluAndMul TileLang kernel: N={key.width} must be a multiple of {vec} (16-byte vectors)"
-    return arch_refusal("SiluAndMul TileLang kernel", key.arch)
+    return row_refusal("SiluAndMul TileLang kernel", key.dtype, "N", key.width, key.arch)
 
 
 def _program(key: SiluAndMulBuildKey):

@@ -9,12 +9,9 @@ reference. Specialised on dtype and row length; the number of rows is dynamic.
 
 from dataclasses import dataclass
 
-from ._common import ELEM_BYTES, Compiled, arch_refusal, compile_once, row_plan
+from ._common import ELEM_BYTES, Compiled, compile_once, row_plan, row_refusal
 
 __all__ = ["SoftmaxBuildKey", "build_softmax", "softmax_refusal"]
-
-_DTYPES = ("float16", "bfloat16", "float32")
-
 
 @dataclass(frozen=True)
 class SoftmaxBuildKey:
@@ -31,17 +28,9 @@ def softmax_refusal(key: SoftmaxBuildKey, dim: int = -1, ndim: int = 2, contiguo
         return f"Softmax TileLang kernel: dim={dim} is not the last dim; it handles only the last, contiguous dim"
     if not contiguous:
         return "Softmax TileLang kernel: input is not contiguous; call .contiguous() or use the reference"
-    if key.dtype not in _DTYPES:
-        return f"Softmax TileLang kernel: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
-    vec = 16 // ELEM_BYTES[key.dtype]
-    if key.length % vec:
-        return f"Softmax TileLang kernel: length={key.length} must be a multiple of {vec} (16-byte vectors)"
-    if row_plan(key.length, vec) is None:
-        return (
-            f"Softmax TileLang kernel: length={key.length} does not fit in the registers of one program "
-            "(at most 48 values per thread, 1024 threads); use the reference"
-        )
-    return arch_refusal("Softmax TileLang kernel", key.arch)
+    return row_refusal("Softmax TileLang kernel", key.dtype, "length", key.length, key.arch,
+                       lambda: row_plan(key.length, 16 // ELEM_BYTES[key.dtype]),
+                       "at most 48 values per thread, 1024 threads")
 
 
 def _program(key: SoftmaxBuildKey):

@@ -12,13 +12,10 @@ dtype, hidden size and the residual; the number of rows and the row strides are 
 
 from dataclasses import dataclass
 
-from ._common import ELEM_BYTES, Compiled, arch_refusal, compile_once, row_plan
+from ._common import ELEM_BYTES, Compiled, compile_once, row_plan, row_refusal
 
 __all__ = ["ZeroCentredRMSNormBuildKey", "build_zero_centred_rmsnorm",
            "zero_centred_rmsnorm_refusal"]
-
-_DTYPES = ("float16", "bfloat16", "float32")
-
 
 @dataclass(frozen=True)
 class ZeroCentredRMSNormBuildKey:
@@ -42,15 +39,8 @@ def _plan(key: ZeroCentredRMSNormBuildKey) -> tuple[int, int, int] | None:
 
 def zero_centred_rmsnorm_refusal(key: ZeroCentredRMSNormBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
-    name = "ZeroCentredRMSNorm TileLang kernel"
-    if key.dtype not in _DTYPES:
-        return f"{name}: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
-    if key.hidden % _vec(key.dtype):
-        return f"{name}: hidden={key.hidden} must be a multiple of {_vec(key.dtype)} (16-byte vectors); use the reference"
-    if _plan(key) is None:
-        return (f"{name}: hidden={key.hidden} does not fit in the registers of one program "
-                "(at most 48 fp32 / 64 16-bit values per thread, 1024 threads); use the reference")
-    return arch_refusal(name, key.arch)
+    return row_refusal("ZeroCentredRMSNorm TileLang kernel", key.dtype, "hidden", key.hidden, key.arch,
+                       lambda: _plan(key), "at most 48 fp32 / 64 16-bit values per thread, 1024 threads")
 
 
 def _program(key: ZeroCentredRMSNormBuildKey):
