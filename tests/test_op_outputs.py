@@ -310,6 +310,22 @@ def test_non_contiguous_mutated_input_gets_the_result_copied_back(use):
     torch.testing.assert_close(y, expected_y)
 
 
+def test_catalogue_rmsnorm_kernels_receive_contiguous_x_and_weight(use):
+    from tileops_core.ops import normalization
+
+    seen = []
+
+    def kernel(x, weight, normalized_shape, eps):
+        seen.append((x.is_contiguous(), weight.is_contiguous()))
+        return F.rms_norm(x, normalized_shape, weight, eps)
+
+    use(normalization.RMSNormKernel, kernel)
+    x, w = rand(6, 4).t(), rand(12)[::2]  # both strided views
+    y = normalization.RMSNormFwdOp((6,), eps=1e-6)(x, w)
+    assert seen == [(True, True)]
+    torch.testing.assert_close(y, F.rms_norm(x, (6,), w, 1e-6))
+
+
 # -- plans keep no tensor alive ----------------------------------------------------------------------
 
 def test_a_cached_plan_keeps_no_reference_to_the_call_tensors(use):

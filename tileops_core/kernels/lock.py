@@ -37,11 +37,6 @@ ENV_VAR = "TILEOPS_LOCK"
 FORMAT = 1
 
 
-def call_key(call: CallSpec) -> str:
-    """A call spec as a canonical string: what a lock line is looked up by."""
-    return json.dumps(call.as_dict(), sort_keys=True, default=str, separators=(",", ":"))
-
-
 @dataclass(frozen=True)
 class LockEntry:
     """One locked call spec: the kernel (``module:QualName``) and backend that serve it, and where."""
@@ -52,6 +47,11 @@ class LockEntry:
     kernel: str
     backend: str
     workload: str = ""
+
+
+def call_key(call: CallSpec) -> str:
+    """A call spec as a canonical string: what a lock line is looked up by."""
+    return json.dumps(call.as_dict(), sort_keys=True, default=str, separators=(",", ":"))
 
 
 @dataclass(frozen=True)

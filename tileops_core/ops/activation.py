@@ -28,8 +28,5 @@ class SiluAndMulFwdOp(Op):
 
     interfaces = (SiluAndMulKernel,)
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-
     def forward(self, x: Any) -> Any:
         return self.launch(SiluAndMulKernel, x)

@@ -75,14 +75,20 @@ class AttentionDecodeKernel(KernelInterface):
         raise NotImplementedError  # a declaration: kernels implement it
 
 
-class AttentionDecodeFwdOp(Op):
-    """A GQA decode step over a contiguous or paged KV cache; optionally checks metadata contents."""
+class _KVCacheAttentionOp(Op):
+    """The param both attention ops over a KV cache take: the softmax scale (None: ``D ** -0.5``)."""
 
-    interfaces = (AttentionDecodeKernel,)
-    scale: float | None
+    abstract = True
+    scale: float | None  # a param: set from the checked value at construction
 
     def __init__(self, scale: float | None = None, **options: Any) -> None:
         super().__init__(scale=scale, **options)
+
+
+class AttentionDecodeFwdOp(_KVCacheAttentionOp):
+    """A GQA decode step over a contiguous or paged KV cache; optionally checks metadata contents."""
+
+    interfaces = (AttentionDecodeKernel,)
 
     def forward(self, query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,
                 block_table: Any = None) -> Any:
@@ -135,15 +141,11 @@ class AttentionPrefillKernel(KernelInterface):
         raise NotImplementedError  # a declaration: kernels implement it
 
 
-class AttentionPrefillFwdOp(PackedMetadataChecks, Op):
+class AttentionPrefillFwdOp(PackedMetadataChecks, _KVCacheAttentionOp):
     """Varlen causal GQA attention over packed prompts, filling a contiguous or paged KV cache."""
 
     interfaces = (AttentionPrefillKernel,)
-    scale: float | None
     seq_lens_style = "cu_seqlens"  # what PackedMetadataChecks reads: the metadata is always prefix sums
-
-    def __init__(self, scale: float | None = None, **options: Any) -> None:
-        super().__init__(scale=scale, **options)
 
     def forward(self, query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cu_seqlens: Any,
                 slot_mapping: Any = None) -> Any:
@@ -198,9 +200,6 @@ class SigmoidGateMulFwdOp(Op):
     """The gated attention output ``attn · sigmoid(gate)`` (Qwen3-Next / Qwen3.5), per channel."""
 
     interfaces = (SigmoidGateMulKernel,)
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
 
     def forward(self, attn: Any, gate: Any) -> Any:
         return self.launch(SigmoidGateMulKernel, attn, gate)

@@ -57,15 +57,21 @@ class CausalConv1dVarlenKernel(KernelInterface):
         raise NotImplementedError  # a declaration: kernels implement it
 
 
-class CausalConv1dUpdateFwdOp(PackedMetadataChecks, Op):
-    """The causal conv1d decode step; optionally checks metadata contents before writing."""
+class _CausalConv1dOp(PackedMetadataChecks, Op):
+    """The params both conv ops take: the activation after the conv and the metadata style."""
 
-    interfaces = (CausalConv1dUpdateKernel,)
+    abstract = True
     activation: str | None  # params: set from the checked values at construction
     seq_lens_style: str
 
     def __init__(self, activation: str | None = None, seq_lens_style: str = "lengths", **options: Any) -> None:
         super().__init__(activation=activation, seq_lens_style=seq_lens_style, **options)
+
+
+class CausalConv1dUpdateFwdOp(_CausalConv1dOp):
+    """The causal conv1d decode step; optionally checks metadata contents before writing."""
+
+    interfaces = (CausalConv1dUpdateKernel,)
 
     def forward(self, x: Any, conv_state: Any, weight: Any, actual_seq_lengths: Any, conv_state_indices: Any,
                 bias: Any = None, num_accepted_tokens: Any = None) -> Any:
@@ -78,15 +84,10 @@ class CausalConv1dUpdateFwdOp(PackedMetadataChecks, Op):
         self.check_per_token_slots(tensors, "conv_state_indices", "conv_state")
 
 
-class CausalConv1dVarlenFwdOp(PackedMetadataChecks, Op):
+class CausalConv1dVarlenFwdOp(_CausalConv1dOp):
     """The causal conv1d over packed prefill sequences; optionally checks metadata contents."""
 
     interfaces = (CausalConv1dVarlenKernel,)
-    activation: str | None
-    seq_lens_style: str
-
-    def __init__(self, activation: str | None = None, seq_lens_style: str = "lengths", **options: Any) -> None:
-        super().__init__(activation=activation, seq_lens_style=seq_lens_style, **options)
 
     def forward(self, x: Any, conv_state: Any, weight: Any, actual_seq_lengths: Any, conv_state_indices: Any,
                 has_initial_state: Any = None, bias: Any = None) -> Any:

@@ -27,8 +27,5 @@ class ReciprocalFwdOp(Op):
 
     interfaces = (ReciprocalKernel,)
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-
     def forward(self, input: Any, *, out: Any = None) -> Any:
         return self.launch(ReciprocalKernel, input, out)

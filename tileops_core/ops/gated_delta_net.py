@@ -23,6 +23,16 @@ __all__ = [
 ]
 
 
+class _RMSNormEpsOp(Op):
+    """The param the three norms of the layer take: eps inside the square root (1e-6, Qwen3-Next's)."""
+
+    abstract = True
+    eps: float  # a param: set from the checked value at construction
+
+    def __init__(self, eps: float = 1e-06, **options: Any) -> None:
+        super().__init__(eps=eps, **options)
+
+
 class ZeroCentredRMSNormKernel(KernelInterface):
     """``output = rmsnorm(x) · (1 + weight)``; called as ``launch`` declares."""
 
@@ -34,7 +44,7 @@ class ZeroCentredRMSNormKernel(KernelInterface):
         raise NotImplementedError  # a declaration: kernels implement it
 
 
-class ZeroCentredRMSNormFwdOp(Op):
+class ZeroCentredRMSNormFwdOp(_RMSNormEpsOp):
     """``x̂ · (1 + weight)`` over the last axis (Gemma / Qwen3-Next RMSNorm).
 
     The weight is passed as the checkpoint stores it (zero-centred); ``1 + weight`` is formed
@@ -42,10 +52,6 @@ class ZeroCentredRMSNormFwdOp(Op):
     """
 
     interfaces = (ZeroCentredRMSNormKernel,)
-    eps: float  # params: set from the checked values at construction
-
-    def __init__(self, eps: float = 1e-06, **options: Any) -> None:
-        super().__init__(eps=eps, **options)
 
     def forward(self, x: Any, weight: Any) -> Any:
         return self.launch(ZeroCentredRMSNormKernel, x, weight, self.eps)
@@ -62,15 +68,11 @@ class FusedAddZeroCentredRMSNormKernel(KernelInterface):
         raise NotImplementedError  # a declaration: kernels implement it
 
 
-class FusedAddZeroCentredRMSNormFwdOp(Op):
+class FusedAddZeroCentredRMSNormFwdOp(_RMSNormEpsOp):
     """The residual add and the zero-centred RMSNorm in one pass: ``residual`` becomes
     ``x + residual`` (in place) and the op returns its norm times ``1 + weight``."""
 
     interfaces = (FusedAddZeroCentredRMSNormKernel,)
-    eps: float
-
-    def __init__(self, eps: float = 1e-06, **options: Any) -> None:
-        super().__init__(eps=eps, **options)
 
     def forward(self, x: Any, residual: Any, weight: Any) -> Any:
         return self.launch(FusedAddZeroCentredRMSNormKernel, x, residual, weight, self.eps)
@@ -87,14 +89,10 @@ class GatedRMSNormKernel(KernelInterface):
         raise NotImplementedError  # a declaration: kernels implement it
 
 
-class GatedRMSNormFwdOp(Op):
+class GatedRMSNormFwdOp(_RMSNormEpsOp):
     """RMSNorm over the last axis, then the weight, then the SiLU gate, in one pass."""
 
     interfaces = (GatedRMSNormKernel,)
-    eps: float
-
-    def __init__(self, eps: float = 1e-06, **options: Any) -> None:
-        super().__init__(eps=eps, **options)
 
     def forward(self, x: Any, gate: Any, weight: Any) -> Any:
         return self.launch(GatedRMSNormKernel, x, gate, weight, self.eps)
@@ -117,9 +115,6 @@ class GDNGatingFwdOp(Op):
     """The gates of a Gated DeltaNet layer from its a/b projections (returns ``(g, beta)``)."""
 
     interfaces = (GDNGatingKernel,)
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
 
     def forward(self, a: Any, b: Any, A_log: Any, dt_bias: Any) -> Any:
         return self.launch(GDNGatingKernel, a, b, A_log, dt_bias)

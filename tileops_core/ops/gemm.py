@@ -28,9 +28,6 @@ class BmmFwdOp(Op):
 
     interfaces = (BmmKernel,)
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-
     def forward(self, a: Any, b: Any) -> Any:
         return self.launch(BmmKernel, a, b)
 

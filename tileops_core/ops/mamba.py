@@ -30,8 +30,5 @@ class SSDDecodeFwdOp(Op):
 
     interfaces = (SSDDecodeKernel,)
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-
     def forward(self, A: Any, dt: Any, x: Any, B_in: Any, C_in: Any, state: Any) -> Any:
         return self.launch(SSDDecodeKernel, A, dt, x, B_in, C_in, state)

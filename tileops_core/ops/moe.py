@@ -100,9 +100,6 @@ class MoEGroupedExpertsFwdOp(Op):
 
     interfaces = (MoEGroupedExpertsKernel,)
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-
     def forward(self, hidden_states: Any, expert_offsets: Any, gate_up_proj: Any, down_proj: Any) -> Any:
         return self.launch(MoEGroupedExpertsKernel, hidden_states, expert_offsets, gate_up_proj, down_proj)
 
@@ -135,9 +132,6 @@ class MoESharedExpertFwdOp(Op):
 
     interfaces = (MoESharedExpertKernel,)
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-
     def forward(self, x: Any, gate_proj: Any, up_proj: Any, down_proj: Any, expert_gate: Any = None) -> Any:
         return self.launch(MoESharedExpertKernel, x, gate_proj, up_proj, down_proj, expert_gate)
 
@@ -158,9 +152,6 @@ class MoEUnpermuteFwdOp(Op):
     """Each token's expert rows, weighted and summed in float32 (plus the shared expert's output)."""
 
     interfaces = (MoEUnpermuteKernel,)
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
 
     def forward(self, expert_output: Any, permuted_index: Any, topk_weights: Any, shared_output: Any = None) -> Any:
         return self.launch(MoEUnpermuteKernel, expert_output, permuted_index, topk_weights, shared_output)

@@ -20,6 +20,8 @@ class RMSNormKernel(KernelInterface):
 
     op = "RMSNormFwdOp"
     specialise_on = ("N",)
+    #: Kernels read x and weight as flat rows; the core copies a non-contiguous one (decided per plan).
+    needs_contiguous = True
 
     @launch_signature
     def launch(x: torch.Tensor, weight: torch.Tensor | None, normalized_shape: tuple[int, ...],

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2] / "cpu_ref")]
 
+from tileops_cuda import registered  # noqa: E402
 from tileops_cuda.kernels import gemm as kg  # noqa: E402
 from tileops_cuda.kernels import group_norm as kgn  # noqa: E402
 from tileops_cuda.kernels import reduce_sum as ks  # noqa: E402
@@ -238,7 +239,7 @@ def bench_others(copy_gbps, use_compile: bool):
     for shape, w, dt in [((16384, 8192), False, torch.bfloat16), ((8192, 4096), True, torch.bfloat16),
                          ((8192, 4096), True, torch.float32)]:  # fmt: skip
         key = kr.RMSNormBuildKey(str(dt)[6:], shape[-1], w)
-        L = kr.build_rmsnorm(key)
+        L = registered.TileLangRMSNorm.launcher(key)
 
         def make(shape=shape, w=w, dt=dt):
             x = torch.randn(shape, device=dev, dtype=dt)
@@ -251,12 +252,12 @@ def bench_others(copy_gbps, use_compile: bool):
             return F.rms_norm(s["x"].double(), (s["x"].shape[-1],), None if s["w"] is None else s["w"].double(), 1e-6)
 
         other_row(f"rmsnorm{list(shape)}{'+w' if w else ''}/{key.dtype}", make,
-                  lambda s, L=L: L(s["x"], s["w"], s["y"], 1e-6), ref, comp(ref), ref64,
+                  lambda s, L=L: L(s["x"], s["w"], (s["x"].shape[-1],), 1e-6, s["y"]), ref, comp(ref), ref64,
                   2 * math.prod(shape) * (2 if dt != torch.float32 else 4))  # fmt: skip
     # SiluAndMul: llama3-8b-mlp-prefill-8k, decode-256
     for shape, dt in [((8192, 28672), torch.bfloat16), ((256, 28672), torch.float16)]:
         n = shape[-1] // 2
-        L = ksm.build_silu_and_mul(ksm.SiluAndMulBuildKey(str(dt)[6:], n))
+        L = registered.TileLangSiluAndMul.launcher(ksm.SiluAndMulBuildKey(str(dt)[6:], n))
 
         def make(shape=shape, dt=dt, n=n):
             return {"x": torch.randn(shape, device=dev, dtype=dt), "y": torch.empty(shape[0], n, device=dev, dtype=dt)}
@@ -272,7 +273,7 @@ def bench_others(copy_gbps, use_compile: bool):
                   ref64, 3 * shape[0] * n * 2)  # fmt: skip
     # Softmax: llama2-vocab-4k-rows, attn-probs-2k, a 16k x 4k
     for shape, dt in [((4096, 32000), torch.bfloat16), ((32 * 32, 2048), torch.float16), ((16384, 4096), torch.bfloat16)]:
-        L = ksf.build_softmax(ksf.SoftmaxBuildKey(str(dt)[6:], shape[-1]))
+        L = registered.TileLangSoftmax.launcher(ksf.SoftmaxBuildKey(str(dt)[6:], shape[-1]))
 
         def make(shape=shape, dt=dt):
             x = torch.randn(shape, device=dev, dtype=dt) * 3
@@ -284,8 +285,8 @@ def bench_others(copy_gbps, use_compile: bool):
         def ref64(s):
             return torch.softmax(s["x"].double(), -1)
 
-        other_row(f"softmax{list(shape)}/{str(dt)[6:]}", make, lambda s, L=L: L(s["x"], s["y"]), ref, comp(ref), ref64,
-                  2 * math.prod(shape) * 2)  # fmt: skip
+        other_row(f"softmax{list(shape)}/{str(dt)[6:]}", make, lambda s, L=L: L(s["x"], -1, None, s["y"]), ref, comp(ref),
+                  ref64, 2 * math.prod(shape) * 2)  # fmt: skip
     # GEMM: square-4k NT (bf16, fp16), NN bf16, down-prefill, up-decode, batched attention scores
     gemms = [
         ("gemm4096^3 NT", (4096, 4096, 4096), False, True, torch.bfloat16, None),
@@ -297,7 +298,10 @@ def bench_others(copy_gbps, use_compile: bool):
     ]
     for name, (M, N, K), ta, tb, dt, nb in gemms:
         lead = (nb,) if nb else ()
-        L = kg.build_gemm(kg.GemmBuildKey(str(dt)[6:], N, K, ta, tb, bool(nb)))
+        key = kg.GemmBuildKey(str(dt)[6:], N, K, ta, tb, bool(nb))
+        L = registered.TileLangBmm.launcher(key) if nb else registered.TileLangGemm.launcher(key)
+        if not nb:
+            L = lambda a, b, c, L=L, ta=ta, tb=tb: L(a, b, ta, tb, c)  # noqa: E731
 
         def make(M=M, N=N, K=K, ta=ta, tb=tb, dt=dt, lead=lead):
             return {"a": torch.randn(*lead, *((K, M) if ta else (M, K)), device=dev, dtype=dt),
@@ -323,12 +327,13 @@ def bench_others(copy_gbps, use_compile: bool):
     sums = [((4096, 4096), (-1,), torch.bfloat16, None), ((67108864,), None, torch.float32, None),
             ((4096, 4096), (0,), torch.bfloat16, None), ((4096, 32000), (-1,), torch.bfloat16, torch.float32)]  # fmt: skip
     for shape, dims, dt, odt in sums:
+        L = registered.TileLangSum.launcher((str(dt)[6:], str(odt or dt)[6:], "sm_90"))
 
         def make(shape=shape, dt=dt):
             return {"x": torch.randn(shape, device=dev, dtype=dt)}
 
-        def ours(s, dims=dims, odt=odt):
-            return ks.reduce_sum(s["x"], dims, dtype=odt)
+        def ours(s, dims=dims, odt=odt, L=L):
+            return L(s["x"], dims, False, odt)
 
         def ref(s, dims=dims, odt=odt):
             return torch.sum(s["x"], dims, dtype=odt) if dims else torch.sum(s["x"], dtype=odt)
@@ -340,13 +345,15 @@ def bench_others(copy_gbps, use_compile: bool):
                   math.prod(shape) * (2 if dt != torch.float32 else 4))  # fmt: skip
     # GroupNorm: sd-unet-mid-affine, image-g32-affine
     for shape, G, dt in [((2, 512, 64, 64), 32, torch.bfloat16), ((8, 128, 32, 32), 32, torch.float16)]:
+        L = registered.TileLangGroupNorm.launcher(
+            kgn.GroupNormBuildKey(str(dt)[6:], G, shape[1], math.prod(shape[2:]), True))
 
         def make(shape=shape, dt=dt):
             return {"x": torch.randn(shape, device=dev, dtype=dt), "w": torch.randn(shape[1], device=dev, dtype=dt),
                     "b": torch.randn(shape[1], device=dev, dtype=dt)}  # fmt: skip
 
-        def ours(s, G=G):
-            return kgn.group_norm(s["x"], G, s["w"], s["b"], 1e-5)
+        def ours(s, G=G, L=L):
+            return L(s["x"], s["w"], s["b"], G, 1e-5)
 
         def ref(s, G=G):
             return F.group_norm(s["x"], G, s["w"], s["b"], 1e-5)

@@ -46,7 +46,7 @@ STAND_INS = {
 
 #: A build key each launcher can be made from (only the fields a launcher reads matter).
 ANY_KEY = SimpleNamespace(dtype="float16", hidden=256, has_weight=True, length=256, width=256, n=256, k=256, heads=8,
-                          arch="sm_90")
+                          num_groups=8, affine=True, arch="sm_90")
 KEYS: dict[str, Any] = {
     "TileLangSum": ("float16", "float16", "sm_90"),
     "TileLangRGDR": rgdr.RGDRBuildKey(input_dtype="bfloat16", state_dtype="bfloat16", num_k_heads=2, num_v_heads=4,
@@ -66,7 +66,8 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("has_weight", [True, False])
 def test_the_launcher_of_each_tilelang_kernel_conforms_to_its_interface(stand_ins: None, impl: Any,
                                                                         has_weight: bool) -> None:
-    key = KEYS.get(impl.__name__, SimpleNamespace(**{**vars(ANY_KEY), "has_weight": has_weight}))
+    key = KEYS.get(impl.__name__, SimpleNamespace(**{**vars(ANY_KEY), "has_weight": has_weight,
+                                                                  "affine": has_weight}))
     declared = declared_launch(impl.interface())
     assert declared is not None
     assert mismatches(declared, impl.launcher(key), impl.writes_outputs) == []

@@ -1,12 +1,16 @@
-"""RMSNorm, Softmax, SiluAndMul, GEMM, Sum and GroupNorm kernels against float64 torch on the GPU."""
+"""RMSNorm, Softmax, SiluAndMul, GEMM, Sum and GroupNorm kernels against float64 torch on the GPU.
+
+Each kernel is called through its one launch layer, the launcher its registered class builds
+(``registered.TileLang*.launcher(key)``), with the interface's arguments, as the core calls it.
+"""
 
 from __future__ import annotations
 
 import pytest
 
+from tileops_cuda import registered
 from tileops_cuda.kernels import gemm as kg
 from tileops_cuda.kernels import group_norm as kgn
-from tileops_cuda.kernels import reduce_sum as ks
 from tileops_cuda.kernels import rmsnorm as kr
 from tileops_cuda.kernels import silu_and_mul as ksm
 from tileops_cuda.kernels import softmax as ksf
@@ -40,7 +44,8 @@ def test_rmsnorm_matches_float64(shape, dtype, weight, cuda_device, gen):
     dev = cuda_device[0]
     x = torch.randn(shape, device=dev, generator=gen).to(_dt(dtype))
     w = torch.randn(shape[-1], device=dev, generator=gen).to(_dt(dtype)) if weight else None
-    y = kr.rms_norm(x, w, 1e-6)
+    launch = registered.TileLangRMSNorm.launcher(kr.RMSNormBuildKey(dtype, shape[-1], weight, cuda_device[1]))
+    y = launch(x, w, (shape[-1],), 1e-6)
     want = F.rms_norm(x.double(), (shape[-1],), None if w is None else w.double(), 1e-6)
     _within_rounding(y, want)
 
@@ -50,15 +55,8 @@ def test_softmax_matches_float64(shape, dtype, cuda_device, gen):
     import torch
 
     x = (torch.randn(shape, device=cuda_device[0], generator=gen) * 4).to(_dt(dtype))
-    _within_rounding(ksf.softmax(x), torch.softmax(x.double(), -1))
-
-
-def test_softmax_refuses_other_dims(cuda_device, gen):
-    import torch
-
-    x = torch.randn(4, 8, device=cuda_device[0], generator=gen)
-    with pytest.raises(ValueError, match="dim=0 is not the last dim"):
-        ksf.softmax(x, dim=0)
+    launch = registered.TileLangSoftmax.launcher(ksf.SoftmaxBuildKey(dtype, shape[-1], cuda_device[1]))
+    _within_rounding(launch(x, -1, None), torch.softmax(x.double(), -1))
 
 
 @pytest.mark.parametrize("shape,dtype", [((37, 2 * 14336), "bfloat16"), ((3, 2 * 256), "float32"), ((2, 5, 2 * 88), "float16")])
@@ -69,7 +67,8 @@ def test_silu_and_mul_matches_float64(shape, dtype, cuda_device, gen):
     x = (torch.randn(shape, device=cuda_device[0], generator=gen) * 3).to(_dt(dtype))
     n = shape[-1] // 2
     x64 = x.double()
-    _within_rounding(ksm.silu_and_mul(x), F.silu(x64[..., :n]) * x64[..., n:])
+    launch = registered.TileLangSiluAndMul.launcher(ksm.SiluAndMulBuildKey(dtype, n, cuda_device[1]))
+    _within_rounding(launch(x), F.silu(x64[..., :n]) * x64[..., n:])
 
 
 @pytest.mark.parametrize(
@@ -85,7 +84,8 @@ def test_gemm_matches_float64(m, n, k, ta, tb, dtype, batch, cuda_device, gen):
     lead = (batch,) if batch else ()
     a = torch.randn(*lead, *((k, m) if ta else (m, k)), device=dev, generator=gen).to(_dt(dtype))
     b = torch.randn(*lead, *((n, k) if tb else (k, n)), device=dev, generator=gen).to(_dt(dtype))
-    c = kg.matmul(a, b, trans_a=ta, trans_b=tb)
+    key = kg.GemmBuildKey(dtype, n, k, ta, tb, batch is not None, cuda_device[1])
+    c = registered.TileLangBmm.launcher(key)(a, b) if batch else registered.TileLangGemm.launcher(key)(a, b, ta, tb)
     a64 = a.double().transpose(-1, -2) if ta else a.double()
     b64 = b.double().transpose(-1, -2) if tb else b.double()
     _within_rounding(c, a64 @ b64, slack=1e-4)
@@ -100,19 +100,12 @@ def test_sum_matches_float64(shape, dims, dtype, out, cuda_device, gen):
     import torch
 
     x = torch.randn(shape, device=cuda_device[0], generator=gen).to(_dt(dtype))
-    got = ks.reduce_sum(x, dims, dtype=None if out is None else _dt(out))
+    launch = registered.TileLangSum.launcher((dtype, out or dtype, cuda_device[1]))
+    got = launch(x, dims, False, None if out is None else _dt(out))
     want = torch.sum(x.double(), dims) if dims else torch.sum(x.double())
     assert got.dtype == (x.dtype if out is None else _dt(out))
     assert got.shape == want.shape
     _within_rounding(got, want, slack=1e-5)
-
-
-def test_sum_refuses_non_adjacent_dims(cuda_device, gen):
-    import torch
-
-    x = torch.randn(2, 3, 4, device=cuda_device[0], generator=gen)
-    with pytest.raises(ValueError, match="not adjacent"):
-        ks.reduce_sum(x, (0, 2))
 
 
 @pytest.mark.parametrize(
@@ -128,6 +121,8 @@ def test_group_norm_matches_float64(shape, groups, dtype, affine, cuda_device, g
     x = (torch.randn(shape, device=dev, generator=gen) * 2 + 3).to(_dt(dtype))  # offset mean: the shift matters
     w = torch.randn(shape[1], device=dev, generator=gen).to(_dt(dtype)) if affine else None
     b = torch.randn(shape[1], device=dev, generator=gen).to(_dt(dtype)) if affine else None
-    got = kgn.group_norm(x, groups, w, b, 1e-5)
+    spatial = x[0, 0].numel()
+    key = kgn.GroupNormBuildKey(dtype, groups, shape[1], spatial, affine, cuda_device[1])
+    got = registered.TileLangGroupNorm.launcher(key)(x, w, b, groups, 1e-5)
     want = F.group_norm(x.double(), groups, None if w is None else w.double(), None if b is None else b.double(), 1e-5)
     _within_rounding(got, want, slack=1e-5)

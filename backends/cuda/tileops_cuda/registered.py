@@ -47,8 +47,8 @@ from .kernels._row_views import head_view, row_view
 from .kernels.gated_rmsnorm import GatedRMSNormBuildKey, build_gated_rmsnorm, gated_rmsnorm_refusal
 from .kernels.gdn_gating import GDNGatingBuildKey, build_gdn_gating, gdn_gating_refusal
 from .kernels.gemm import GemmBuildKey, build_gemm, gemm_refusal
-from .kernels.group_norm import GroupNormBuildKey, build_group_norm, group_norm, group_norm_refusal
-from .kernels.reduce_sum import reduce_sum, sum_refusal
+from .kernels.group_norm import GroupNormBuildKey, build_group_norm, group_norm_refusal
+from .kernels.reduce_sum import sum_launch, sum_refusal
 from .kernels.rgdr import RGDRBuildKey, build_rgdr, rgdr_refusal
 from .kernels.rmsnorm import RMSNormBuildKey, build_rmsnorm, rmsnorm_refusal
 from .kernels.silu_and_mul import SiluAndMulBuildKey, build_silu_and_mul, silu_and_mul_refusal
@@ -73,9 +73,13 @@ class _TileLang:
     def key(cls, call: CallSpec) -> Any:
         raise NotImplementedError
 
+    #: The kernel module's refusal of a build key (``rmsnorm_refusal``, ...): what ``reason`` asks
+    #: unless a class also refuses on the call itself.
+    refuse_key: ClassVar[staticmethod[[Any], str | None]]
+
     @classmethod
     def reason(cls, call: CallSpec, key: Any) -> str | None:
-        raise NotImplementedError
+        return cls.refuse_key(key)
 
     @classmethod
     def launcher(cls, key: Any) -> Callable[..., Any]:
@@ -96,17 +100,17 @@ class _TileLang:
         return KernelEntry((cls.__name__, key), lambda: cls.launcher(key))
 
 
-def _contiguous(t: Any) -> Any:
-    return None if t is None else t.contiguous()
-
-
 def _rows(t: Any, width: int) -> Any:
     """``t`` as ``[rows, width]`` (a view; ``t`` itself when it already is 2-D that way)."""
     return t if t.dim() == 2 and t.shape[1] == width else t.view(-1, width)
 
 
 class TileLangRMSNorm(_TileLang, RMSNormKernel):
-    """RMSNorm over the flattened normalised axes (they are trailing and contiguous)."""
+    """RMSNorm over the flattened normalised axes (they are trailing; the interface's
+    ``needs_contiguous`` has the core pass x and weight contiguous, so a launch only views
+    them as rows)."""
+
+    refuse_key = staticmethod(rmsnorm_refusal)
 
     @classmethod
     def key(cls, call: CallSpec) -> RMSNormBuildKey:
@@ -114,36 +118,30 @@ class TileLangRMSNorm(_TileLang, RMSNormKernel):
         return RMSNormBuildKey(view.x_dtype, math.prod(view.normalized_shape), bool(view.has_weight), view.arch)
 
     @classmethod
-    def reason(cls, call: CallSpec, key: RMSNormBuildKey) -> str | None:
-        return rmsnorm_refusal(key)
-
-    @classmethod
     def launcher(cls, key: RMSNormBuildKey) -> Callable[..., Any]:
         import torch
 
         fn = build_rmsnorm(key).fn
-        eps_default = torch.finfo(getattr(torch, key.dtype)).eps
+        eps_default = torch.finfo(getattr(torch, key.dtype)).eps  # eps=None: the dtype's epsilon, as torch
         hidden = key.hidden
         empty_like = torch.empty_like
 
+        # eps is the op's param, already a float (params are normalised when the op is made).
         if key.has_weight:
 
             def rms_norm(x: Any, weight: Any, normalized_shape: Any, eps: float | None, out: Any = None) -> Any:
-                x = x.contiguous()
                 if out is None:
                     out = empty_like(x)
-                w = weight.contiguous()
-                fn(_rows(x, hidden), w if w.dim() == 1 else w.view(-1), _rows(out, hidden),
-                   eps_default if eps is None else float(eps))  # fmt: skip
+                fn(_rows(x, hidden), weight if weight.dim() == 1 else weight.view(-1), _rows(out, hidden),
+                   eps_default if eps is None else eps)  # fmt: skip
                 return out
 
         else:
 
             def rms_norm(x: Any, weight: Any, normalized_shape: Any, eps: float | None, out: Any = None) -> Any:
-                x = x.contiguous()
                 if out is None:
                     out = empty_like(x)
-                fn(_rows(x, hidden), _rows(out, hidden), eps_default if eps is None else float(eps))
+                fn(_rows(x, hidden), _rows(out, hidden), eps_default if eps is None else eps)
                 return out
 
         return rms_norm
@@ -186,13 +184,11 @@ class TileLangSoftmax(_TileLang, SoftmaxKernel):
 class TileLangSiluAndMul(_TileLang, SiluAndMulKernel):
     """``silu(x[..., :N]) * x[..., N:]``."""
 
+    refuse_key = staticmethod(silu_and_mul_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> SiluAndMulBuildKey:
         return SiluAndMulBuildKey(call.dtypes["x"], int(call.dims["N"]), call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: SiluAndMulBuildKey) -> str | None:
-        return silu_and_mul_refusal(key)
 
     @classmethod
     def launcher(cls, key: SiluAndMulBuildKey) -> Callable[..., Any]:
@@ -227,17 +223,13 @@ class TileLangSum(_TileLang, SumKernel):
 
     @classmethod
     def launcher(cls, key: tuple[str, str, str]) -> Callable[..., Any]:
-        arch = key[2]
-
-        def total(input: Any, dim: Any, keepdim: bool, dtype: Any, out: Any = None) -> Any:
-            dims = None if dim is None else (tuple(dim) if isinstance(dim, (tuple, list)) else (dim,))
-            return reduce_sum(input.contiguous(), dims or None, keepdim, dtype, arch, out)
-
-        return total
+        return sum_launch(*key)
 
 
 class TileLangGroupNorm(_TileLang, GroupNormKernel):
     """GroupNorm over ``[N, C, *]``; one build per (channels, groups, spatial size)."""
+
+    refuse_key = staticmethod(group_norm_refusal)
 
     @classmethod
     def key(cls, call: CallSpec) -> GroupNormBuildKey:
@@ -245,17 +237,35 @@ class TileLangGroupNorm(_TileLang, GroupNormKernel):
                                  int(call.dims["spatial"]), bool(call.flags["has_weight"]), call.arch)
 
     @classmethod
-    def reason(cls, call: CallSpec, key: GroupNormBuildKey) -> str | None:
-        return group_norm_refusal(key)
-
-    @classmethod
     def launcher(cls, key: GroupNormBuildKey) -> Callable[..., Any]:
-        build_group_norm(key)  # compile now; the call below finds it cached
+        import torch
 
-        def run(x: Any, weight: Any, bias: Any, num_groups: int, eps: float, out: Any = None) -> Any:
-            return group_norm(x.contiguous(), num_groups, _contiguous(weight), _contiguous(bias), eps, key.arch, out)
+        fn = build_group_norm(key).fn
+        groups = key.num_groups
+        empty_like = torch.empty_like
 
-        return run
+        # x is viewed as [N, G, D] (the key fixes G and D); weight and bias come together or not
+        # at all (the spec checks it), so the key's affine flag decides the compiled signature.
+        if key.affine:
+
+            def group_norm(x: Any, weight: Any, bias: Any, num_groups: int, eps: float, out: Any = None) -> Any:
+                x = x.contiguous()
+                if out is None:
+                    out = empty_like(x)
+                fn(x.view(x.shape[0], groups, -1), weight.contiguous(), bias.contiguous(),
+                   out.view(x.shape[0], groups, -1), eps)  # fmt: skip
+                return out
+
+        else:
+
+            def group_norm(x: Any, weight: Any, bias: Any, num_groups: int, eps: float, out: Any = None) -> Any:
+                x = x.contiguous()
+                if out is None:
+                    out = empty_like(x)
+                fn(x.view(x.shape[0], groups, -1), out.view(x.shape[0], groups, -1), eps)
+                return out
+
+        return group_norm
 
 
 def _gemm_key(dtype: str, n: int, k: int, trans_a: bool, trans_b: bool, batched: bool, arch: str) -> GemmBuildKey:
@@ -265,14 +275,12 @@ def _gemm_key(dtype: str, n: int, k: int, trans_a: bool, trans_b: bool, batched:
 class TileLangGemm(_TileLang, GemmKernel):
     """fp16/bf16 GEMM with both transpose flags (a wgmma pipeline for sm_90)."""
 
+    refuse_key = staticmethod(gemm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> GemmBuildKey:
         return _gemm_key(call.dtypes["a"], call.dims["N"], call.dims["K"], call.flags["trans_a"],
                          call.flags["trans_b"], False, call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: GemmBuildKey) -> str | None:
-        return gemm_refusal(key)
 
     @classmethod
     def launcher(cls, key: GemmBuildKey) -> Callable[..., Any]:
@@ -294,13 +302,11 @@ class TileLangGemm(_TileLang, GemmKernel):
 class TileLangBmm(_TileLang, BmmKernel):
     """The GEMM kernel with a leading batch axis."""
 
+    refuse_key = staticmethod(gemm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> GemmBuildKey:
         return _gemm_key(call.dtypes["a"], call.dims["N"], call.dims["K"], False, False, True, call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: GemmBuildKey) -> str | None:
-        return gemm_refusal(key)
 
     @classmethod
     def launcher(cls, key: GemmBuildKey) -> Callable[..., Any]:
@@ -322,14 +328,12 @@ class TileLangBmm(_TileLang, BmmKernel):
 class TileLangLinear(_TileLang, LinearKernel):
     """``input @ weight.T`` on the GEMM kernel (weight read transposed); bias added after."""
 
+    refuse_key = staticmethod(gemm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> GemmBuildKey:
         return _gemm_key(call.dtypes["input"], call.dims["out_features"], call.dims["in_features"], False, True,
                          False, call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: GemmBuildKey) -> str | None:
-        return gemm_refusal(key)
 
     @classmethod
     def launcher(cls, key: GemmBuildKey) -> Callable[..., Any]:
@@ -353,6 +357,8 @@ class TileLangLinear(_TileLang, LinearKernel):
 class TileLangRGDR(_TileLang, RGDRKernel):
     """The RGDR decode kernel: one build per dtypes, head sizes and presence flags."""
 
+    refuse_key = staticmethod(rgdr_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> RGDRBuildKey:
         view = RGDRCall.of(call)
@@ -368,10 +374,6 @@ class TileLangRGDR(_TileLang, RGDRKernel):
         )
 
     @classmethod
-    def reason(cls, call: CallSpec, key: RGDRBuildKey) -> str | None:
-        return rgdr_refusal(key)
-
-    @classmethod
     def launcher(cls, key: RGDRBuildKey) -> Callable[..., Any]:
         # The launcher's `run` takes exactly this interface's arguments, then `out`; the
         # interface's needs_contiguous means the core already made every tensor contiguous.
@@ -381,6 +383,8 @@ class TileLangRGDR(_TileLang, RGDRKernel):
 class TileLangCausalConv1dUpdate(_TileLang, CausalConv1dUpdateKernel):
     """The causal conv1d decode kernel: reads a strided ``x`` and the pool in place (see kernels.conv1d)."""
 
+    refuse_key = staticmethod(conv_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> ConvUpdateBuildKey:
         d, f = call.dtypes, call.flags
@@ -389,16 +393,14 @@ class TileLangCausalConv1dUpdate(_TileLang, CausalConv1dUpdateKernel):
                                   d["conv_state_indices"], d.get("num_accepted_tokens"), call.arch)
 
     @classmethod
-    def reason(cls, call: CallSpec, key: ConvUpdateBuildKey) -> str | None:
-        return conv_refusal(key)
-
-    @classmethod
     def launcher(cls, key: ConvUpdateBuildKey) -> Callable[..., Any]:
         return build_conv_update(key).run
 
 
 class TileLangCausalConv1dVarlen(_TileLang, CausalConv1dVarlenKernel):
     """The causal conv1d prefill kernels (outputs, then final windows)."""
+
+    refuse_key = staticmethod(conv_refusal)
 
     @classmethod
     def key(cls, call: CallSpec) -> ConvVarlenBuildKey:
@@ -410,22 +412,16 @@ class TileLangCausalConv1dVarlen(_TileLang, CausalConv1dVarlenKernel):
                                   d["conv_state_indices"], call.arch)
 
     @classmethod
-    def reason(cls, call: CallSpec, key: ConvVarlenBuildKey) -> str | None:
-        return conv_refusal(key)
-
-    @classmethod
     def launcher(cls, key: ConvVarlenBuildKey) -> Callable[..., Any]:
         return build_conv_varlen(key).run
 class TileLangZeroCentredRMSNorm(_TileLang, ZeroCentredRMSNormKernel):
     """Zero-centred RMSNorm over the last axis; x is read in place as strided rows where it can be."""
 
+    refuse_key = staticmethod(zero_centred_rmsnorm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> ZeroCentredRMSNormBuildKey:
         return ZeroCentredRMSNormBuildKey(call.dtypes["x"], int(call.dims["N"]), False, call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: ZeroCentredRMSNormBuildKey) -> str | None:
-        return zero_centred_rmsnorm_refusal(key)
 
     @classmethod
     def launcher(cls, key: ZeroCentredRMSNormBuildKey) -> Callable[..., Any]:
@@ -437,7 +433,7 @@ class TileLangZeroCentredRMSNorm(_TileLang, ZeroCentredRMSNormKernel):
         def zero_centred_rms_norm(x: Any, weight: Any, eps: float, out: Any = None) -> Any:
             if out is None:
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-            fn(row_view(x, hidden)[0], weight.contiguous(), _rows(out, hidden), float(eps))
+            fn(row_view(x, hidden)[0], weight.contiguous(), _rows(out, hidden), eps)
             return out
 
         return zero_centred_rms_norm
@@ -447,13 +443,11 @@ class TileLangFusedAddZeroCentredRMSNorm(_TileLang, FusedAddZeroCentredRMSNormKe
     """The residual add fused into the zero-centred norm; the residual is written in place (a view
     the kernel cannot read in place is written through a copy, then copied back)."""
 
+    refuse_key = staticmethod(zero_centred_rmsnorm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> ZeroCentredRMSNormBuildKey:
         return ZeroCentredRMSNormBuildKey(call.dtypes["x"], int(call.dims["N"]), True, call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: ZeroCentredRMSNormBuildKey) -> str | None:
-        return zero_centred_rmsnorm_refusal(key)
 
     @classmethod
     def launcher(cls, key: ZeroCentredRMSNormBuildKey) -> Callable[..., Any]:
@@ -466,7 +460,7 @@ class TileLangFusedAddZeroCentredRMSNorm(_TileLang, FusedAddZeroCentredRMSNormKe
             if out is None:
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
             rows, copied = row_view(residual, hidden)
-            fn(row_view(x, hidden)[0], rows, weight.contiguous(), _rows(out, hidden), float(eps))
+            fn(row_view(x, hidden)[0], rows, weight.contiguous(), _rows(out, hidden), eps)
             if copied:
                 residual.copy_(rows.view(residual.shape))
             return out
@@ -477,13 +471,11 @@ class TileLangFusedAddZeroCentredRMSNorm(_TileLang, FusedAddZeroCentredRMSNormKe
 class TileLangGatedRMSNorm(_TileLang, GatedRMSNormKernel):
     """RMSNorm per head, weight, SiLU gate; x and the gate are read in place as [outer, heads, D]."""
 
+    refuse_key = staticmethod(gated_rmsnorm_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> GatedRMSNormBuildKey:
         return GatedRMSNormBuildKey(call.dtypes["x"], int(call.dims["D"]), call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: GatedRMSNormBuildKey) -> str | None:
-        return gated_rmsnorm_refusal(key)
 
     @classmethod
     def launcher(cls, key: GatedRMSNormBuildKey) -> Callable[..., Any]:
@@ -496,7 +488,7 @@ class TileLangGatedRMSNorm(_TileLang, GatedRMSNormKernel):
             if out is None:
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
             x3 = head_view(x, width)[0]
-            fn(x3, head_view(gate, width)[0], weight.contiguous(), out.view(x3.shape), float(eps))
+            fn(x3, head_view(gate, width)[0], weight.contiguous(), out.view(x3.shape), eps)
             return out
 
         return gated_rms_norm
@@ -505,14 +497,12 @@ class TileLangGatedRMSNorm(_TileLang, GatedRMSNormKernel):
 class TileLangGDNGating(_TileLang, GDNGatingKernel):
     """g and beta from the a/b projections; a and b are read in place as strided rows."""
 
+    refuse_key = staticmethod(gdn_gating_refusal)
+
     @classmethod
     def key(cls, call: CallSpec) -> GDNGatingBuildKey:
         d = call.dtypes
         return GDNGatingBuildKey(d["a"], d["A_log"], d["dt_bias"], int(call.dims["NV"]), call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: GDNGatingBuildKey) -> str | None:
-        return gdn_gating_refusal(key)
 
     @classmethod
     def launcher(cls, key: GDNGatingBuildKey) -> Callable[..., Any]:

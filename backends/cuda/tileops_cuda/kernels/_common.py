@@ -15,12 +15,15 @@ __all__ = [
     "ELEM_BYTES",
     "Compiled",
     "SUPPORTED_ARCHS",
+    "FLOAT_DTYPES",
     "arch_refusal",
     "cached_build",
     "compile_many",
+    "compile_once",
     "compile_prim_func",
     "direct_entry",
     "dtype_name",
+    "row_refusal",
 ]
 
 ELEM_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "int64": 8}
@@ -41,6 +44,26 @@ def arch_refusal(kernel: str, arch: str, archs: Iterable[str] = SUPPORTED_ARCHS)
     if arch not in archs:
         return f"{kernel}: arch {arch} is not supported (written for {', '.join(archs)}); use the reference"
     return None
+
+
+#: The element dtypes the row kernels are written for.
+FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def row_refusal(kernel: str, dtype: str, size: str, n: int, arch: str, plan: Callable[[], Any] | None = None,
+                fit: str = "") -> str | None:
+    """The refusal of a kernel over rows of ``n`` elements read 16 bytes at a time (named ``size``
+    in messages): a dtype it is not written for, ``n`` not a whole number of vectors, a row that
+    ``plan()`` (when given) cannot lay out in one program's registers (``fit`` says the limit),
+    or the arch. None when it serves the row."""
+    if dtype not in FLOAT_DTYPES:
+        return f"{kernel}: dtype {dtype} is not one of {FLOAT_DTYPES}; use the reference"
+    vec = 16 // ELEM_BYTES[dtype]
+    if n % vec:
+        return f"{kernel}: {size}={n} must be a multiple of {vec} (16-byte vectors); use the reference"
+    if plan is not None and plan() is None:
+        return f"{kernel}: {size}={n} does not fit in the registers of one program ({fit}); use the reference"
+    return arch_refusal(kernel, arch)
 
 
 def compile_prim_func(func: Any, arch: str, pass_configs: dict[str, Any] | None = None) -> Any:
@@ -92,6 +115,14 @@ class Compiled:
     def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
         self.fn = direct_entry(kernel)
+
+
+def compile_once(identity: Any, refusal: str | None, program: Callable[[], Any], arch: str) -> Compiled:
+    """The kernel of one build identity, compiled once per process from ``program()`` for
+    ``arch``; a ValueError carrying ``refusal`` (the kernel's own reason) when it is not None."""
+    if refusal is not None:
+        raise ValueError(refusal)
+    return cached_build(identity, lambda: Compiled(compile_prim_func(program(), arch)))
 
 
 _LOCK = threading.Lock()

@@ -13,14 +13,10 @@ one outer row of M heads, so M is bounded by 65535 head blocks (over a million r
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
 from dataclasses import dataclass
-from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry, row_plan
+from ._common import ELEM_BYTES, Compiled, compile_once, row_plan, row_refusal
 
-__all__ = ["GatedRMSNormBuildKey", "GatedRMSNormLauncher", "build_gated_rmsnorm", "gated_rmsnorm_refusal"]
-
-_DTYPES = ("float16", "bfloat16", "float32")
-
+__all__ = ["GatedRMSNormBuildKey", "build_gated_rmsnorm", "gated_rmsnorm_refusal"]
 
 @dataclass(frozen=True)
 class GatedRMSNormBuildKey:
@@ -43,15 +39,8 @@ def _plan(key: GatedRMSNormBuildKey) -> tuple[int, int, int] | None:
 
 def gated_rmsnorm_refusal(key: GatedRMSNormBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
-    name = "GatedRMSNorm TileLang kernel"
-    if key.dtype not in _DTYPES:
-        return f"{name}: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
-    if key.width % _vec(key.dtype):
-        return f"{name}: D={key.width} must be a multiple of {_vec(key.dtype)} (16-byte vectors); use the reference"
-    if _plan(key) is None:
-        return (f"{name}: D={key.width} does not fit in the registers of one program "
-                "(at most 24 fp32 / 32 16-bit values of each input per thread, 1024 threads); use the reference")
-    return arch_refusal(name, key.arch)
+    return row_refusal("GatedRMSNorm TileLang kernel", key.dtype, "D", key.width, key.arch, lambda: _plan(key),
+                       "at most 24 fp32 / 32 16-bit values of each input per thread, 1024 threads")
 
 
 def _program(key: GatedRMSNormBuildKey):
@@ -104,27 +93,7 @@ def _program(key: GatedRMSNormBuildKey):
     return gated_rmsnorm
 
 
-class GatedRMSNormLauncher:
-    """``launcher(x3d, gate3d, weight, out3d, eps)``: ``[outer, heads, D]`` views; writes ``out3d``.
-
-    ``fn`` is the compiled function itself, same arguments; outer * heads must be positive.
-    """
-
-    def __init__(self, key: GatedRMSNormBuildKey, kernel: Any) -> None:
-        self.key = key
-        self.kernel = kernel
-        self.fn = direct_entry(kernel)
-
-    def __call__(self, x: Any, gate: Any, weight: Any, out: Any, eps: float) -> Any:
-        if x.numel():
-            self.fn(x, gate, weight, out, float(eps))
-        return out
-
-
-def build_gated_rmsnorm(key: GatedRMSNormBuildKey) -> GatedRMSNormLauncher:
-    """Compile once per process and return the launcher; ValueError with the refusal reason."""
-    reason = gated_rmsnorm_refusal(key)
-    if reason is not None:
-        raise ValueError(reason)
-    return cached_build(("gated_rmsnorm", key),
-                        lambda: GatedRMSNormLauncher(key, compile_prim_func(_program(key), key.arch)))
+def build_gated_rmsnorm(key: GatedRMSNormBuildKey) -> Compiled:
+    """Compile once per process; ``.fn(x3d, gate3d, weight, y3d, eps)`` launches it (``[outer,
+    heads, D]`` views, not empty). ValueError with the refusal reason."""
+    return compile_once(("gated_rmsnorm", key), gated_rmsnorm_refusal(key), lambda: _program(key), key.arch)

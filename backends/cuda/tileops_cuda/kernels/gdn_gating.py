@@ -11,11 +11,10 @@ are dynamic.
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
 from dataclasses import dataclass
-from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry
+from ._common import ELEM_BYTES, Compiled, arch_refusal, compile_once
 
-__all__ = ["GDNGatingBuildKey", "GDNGatingLauncher", "build_gdn_gating", "gdn_gating_refusal"]
+__all__ = ["GDNGatingBuildKey", "build_gdn_gating", "gdn_gating_refusal"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
 #: Elements of one program's tile: 128 threads x 8 values (one 16-byte bf16 vector each) x 4.
@@ -80,26 +79,7 @@ def _program(key: GDNGatingBuildKey):
     return gdn_gating
 
 
-class GDNGatingLauncher:
-    """``launcher(a2d, b2d, A_log, dt_bias, g2d, beta2d)``: 2-D row views; writes g and beta.
-
-    ``fn`` is the compiled function itself, same arguments; M must be positive.
-    """
-
-    def __init__(self, key: GDNGatingBuildKey, kernel: Any) -> None:
-        self.key = key
-        self.kernel = kernel
-        self.fn = direct_entry(kernel)
-
-    def __call__(self, a: Any, b: Any, A_log: Any, dt_bias: Any, g: Any, beta: Any) -> tuple[Any, Any]:
-        if a.shape[0]:
-            self.fn(a, b, A_log, dt_bias, g, beta)
-        return g, beta
-
-
-def build_gdn_gating(key: GDNGatingBuildKey) -> GDNGatingLauncher:
-    """Compile once per process and return the launcher; ValueError with the refusal reason."""
-    reason = gdn_gating_refusal(key)
-    if reason is not None:
-        raise ValueError(reason)
-    return cached_build(("gdn_gating", key), lambda: GDNGatingLauncher(key, compile_prim_func(_program(key), key.arch)))
+def build_gdn_gating(key: GDNGatingBuildKey) -> Compiled:
+    """Compile once per process; ``.fn(a2d, b2d, A_log, dt_bias, g2d, beta2d)`` launches it (2-D
+    row views, M positive). ValueError with the refusal reason."""
+    return compile_once(("gdn_gating", key), gdn_gating_refusal(key), lambda: _program(key), key.arch)

@@ -11,11 +11,10 @@ dynamic.
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
 from dataclasses import dataclass
-from typing import Any
 
-from ._common import arch_refusal, cached_build, compile_prim_func, direct_entry, dtype_name
+from ._common import Compiled, arch_refusal, compile_once
 
-__all__ = ["GemmBuildKey", "GemmTiling", "GemmLauncher", "build_gemm", "gemm_refusal", "default_gemm_tiling", "matmul"]
+__all__ = ["GemmBuildKey", "GemmTiling", "build_gemm", "gemm_refusal", "default_gemm_tiling"]
 
 _DTYPES = ("float16", "bfloat16")
 
@@ -128,42 +127,10 @@ def _program(key: GemmBuildKey, tiling: GemmTiling):
     return gemm_fwd
 
 
-class GemmLauncher:
-    """``launcher(a, b, out)`` with contiguous tensors laid out as the key says; writes ``out``."""
-
-    def __init__(self, key: GemmBuildKey, tiling: GemmTiling, kernel: Any) -> None:
-        self.key = key
-        self.tiling = tiling
-        self.kernel = kernel
-        self.fn = direct_entry(kernel)  # fn(a, b, out), out non-empty
-
-    def __call__(self, a: Any, b: Any, out: Any) -> Any:
-        if out.numel():
-            self.fn(a, b, out)
-        return out
-
-
-def build_gemm(key: GemmBuildKey, tiling: GemmTiling | None = None) -> GemmLauncher:
-    """Compile once per process and return the launcher; ValueError with the refusal reason."""
-    reason = gemm_refusal(key)
-    if reason is not None:
-        raise ValueError(reason)
+def build_gemm(key: GemmBuildKey, tiling: GemmTiling | None = None) -> Compiled:
+    """Compile once per process; ``.fn(a, b, c)`` launches it (contiguous, laid out as the key
+    says, c non-empty). ValueError with the refusal reason."""
     tiling = tiling or default_gemm_tiling(key)
     # Warp specialisation (setmaxnreg) and wgmma need the arch-specific sm_90a target.
     target = "sm_90a" if key.arch in ("sm_90", "sm_90a") else key.arch
-    return cached_build(
-        ("gemm", key, tiling), lambda: GemmLauncher(key, tiling, compile_prim_func(_program(key, tiling), target))
-    )
-
-
-def matmul(a: Any, b: Any, *, trans_a: bool = False, trans_b: bool = False, out: Any = None, arch: str = "sm_90") -> Any:
-    """``op(a) @ op(b)`` for contiguous 2-D (or 3-D, batched) fp16/bf16 CUDA tensors."""
-    batched = a.dim() == 3
-    n = b.shape[-2] if trans_b else b.shape[-1]
-    k = b.shape[-1] if trans_b else b.shape[-2]
-    m = a.shape[-1] if trans_a else a.shape[-2]
-    key = GemmBuildKey(dtype_name(a), int(n), int(k), trans_a, trans_b, batched, arch)
-    shape = (a.shape[0], m, n) if batched else (m, n)
-    c = out if out is not None else a.new_empty(shape)
-    build_gemm(key)(a, b, c)
-    return c
+    return compile_once(("gemm", key, tiling), gemm_refusal(key), lambda: _program(key, tiling), target)

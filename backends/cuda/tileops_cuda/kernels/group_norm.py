@@ -10,11 +10,10 @@ Specialised on dtype, channels per group, spatial size and affine presence; N is
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
 from dataclasses import dataclass
-from typing import Any
 
-from ._common import ELEM_BYTES, Compiled, arch_refusal, cached_build, compile_prim_func, dtype_name
+from ._common import ELEM_BYTES, Compiled, arch_refusal, compile_once
 
-__all__ = ["GroupNormBuildKey", "build_group_norm", "group_norm_refusal", "group_norm"]
+__all__ = ["GroupNormBuildKey", "build_group_norm", "group_norm_refusal"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
 _THREADS = 256
@@ -122,36 +121,6 @@ def _program(key: GroupNormBuildKey):
 
 
 def build_group_norm(key: GroupNormBuildKey) -> Compiled:
-    """Compile once per process; ``.fn(x3d, [weight, bias,] y3d, eps)`` launches it (x3d
-    ``[N, G, D]``, N positive). ValueError with the refusal reason."""
-    reason = group_norm_refusal(key)
-    if reason is not None:
-        raise ValueError(reason)
-    return cached_build(("group_norm", key), lambda: Compiled(compile_prim_func(_program(key), key.arch)))
-
-
-def group_norm(x: Any, num_groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5, arch: str = "sm_90",
-               out: Any = None) -> Any:
-    """``F.group_norm`` for a contiguous CUDA tensor ``[N, C, *]`` (weight and bias together or neither),
-    written into ``out`` (contiguous, x's shape and dtype) when given."""
-    if (weight is None) != (bias is None):
-        raise ValueError("GroupNorm TileLang kernel: pass weight and bias together, or neither")
-    n, c = x.shape[0], x.shape[1]
-    hw = 1
-    for s in x.shape[2:]:
-        hw *= s
-    key = GroupNormBuildKey(dtype_name(x), int(num_groups), int(c), int(hw), weight is not None, arch)
-    reason = group_norm_refusal(key, x.is_contiguous())
-    if reason is not None:
-        raise ValueError(reason)
-    y = x.new_empty(x.shape) if out is None else out
-    if n == 0:
-        return y
-    kern = build_group_norm(key).fn
-    xv = x.view(n, num_groups, -1)
-    yv = y.view(n, num_groups, -1)
-    if weight is not None:
-        kern(xv, weight, bias, yv, float(eps))
-    else:
-        kern(xv, yv, float(eps))
-    return y
+    """Compile once per process; ``.fn(x3d, [weight, bias,] y3d, eps)`` launches it (x3d and y3d
+    ``[N, G, D]`` contiguous, N positive). ValueError with the refusal reason."""
+    return compile_once(("group_norm", key), group_norm_refusal(key), lambda: _program(key), key.arch)

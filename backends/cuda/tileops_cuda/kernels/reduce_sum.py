@@ -14,11 +14,11 @@ refused.
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-from ._common import ELEM_BYTES, Compiled, arch_refusal, cached_build, compile_prim_func, dtype_name
+from ._common import ELEM_BYTES, Compiled, arch_refusal, compile_once
 
-__all__ = ["SumBuildKey", "build_sum", "sum_refusal", "reduce_sum", "plan_sum"]
+__all__ = ["SumBuildKey", "build_sum", "sum_launch", "sum_refusal", "plan_sum"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
 _THREADS = 256
@@ -122,11 +122,8 @@ def _cols_program(key: SumBuildKey):
 
 def build_sum(key: SumBuildKey) -> Compiled:
     """Compile one pass once per process; ``.fn(x, part)`` launches it."""
-    reason = arch_refusal("Sum TileLang kernel", key.arch)
-    if reason is not None:
-        raise ValueError(reason)
-    prog = _rows_program if key.kind == "rows" else _cols_program
-    return cached_build(("sum", key), lambda: Compiled(compile_prim_func(prog(key), key.arch)))
+    program = _rows_program if key.kind == "rows" else _cols_program
+    return compile_once(("sum", key), arch_refusal("Sum TileLang kernel", key.arch), lambda: program(key), key.arch)
 
 
 def plan_sum(shape: tuple[int, ...], dims: tuple[int, ...] | None) -> tuple[int, int, int]:
@@ -155,45 +152,63 @@ def _splits(work_items: int, k_tiles: int, sms: int = 132) -> int:
     return max(1, min(want, k_tiles))
 
 
-def reduce_sum(
-    x: Any, dims: tuple[int, ...] | None = None, keepdim: bool = False, dtype: Any = None, arch: str = "sm_90",
-    out: Any = None,
-) -> Any:
-    """``torch.sum(x, dims, keepdim, dtype=dtype)`` for a contiguous CUDA tensor and adjacent dims,
-    written into ``out`` (contiguous, the result's shape and dtype) when given."""
-    import torch
-
-    dt = dtype_name(x)
-    odt = dt if dtype is None else dtype_name(dtype)
-    reason = sum_refusal(dt, dims, x.dim(), x.is_contiguous(), arch, odt)
-    if reason is not None:
-        raise ValueError(reason)
-    A, K, B = plan_sum(tuple(x.shape), dims)
-    nd = x.dim()
+def _reduced_shape(shape: tuple[int, ...], dims: tuple[int, ...] | None, keepdim: bool) -> tuple[int, ...]:
+    nd = len(shape)
     red = set(range(nd)) if not dims else {d % nd for d in dims}
     if keepdim:
-        oshape = tuple(1 if i in red else s for i, s in enumerate(x.shape))
-    else:
-        oshape = tuple(s for i, s in enumerate(x.shape) if i not in red)
-    if out is None:
-        out = torch.empty(oshape, dtype=getattr(torch, odt), device=x.device)
-    if out.numel() == 0:
+        return tuple(1 if i in red else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in red)
+
+
+def sum_launch(dtype: str, out_dtype: str, arch: str) -> Callable[..., Any]:
+    """The launch function of the Sum interface for one input dtype, output dtype and arch:
+    ``total(input, dim, keepdim, dtype, out=None)`` is ``torch.sum(input, dim, keepdim,
+    dtype=dtype)`` over adjacent axes (all of them when ``dim`` is None or empty), written
+    into ``out`` (allocated when None).
+
+    The two passes are compiled for a reduced length (rows) or a kept inner size (columns),
+    which are shapes of the call, so they are found per call shape, once: a repeated shape
+    calls the compiled functions directly. ``input`` is made contiguous (a no-op when it
+    is; the interface does not guarantee it)."""
+    import torch
+
+    vec = 16 // ELEM_BYTES[dtype]
+    result_dtype = getattr(torch, out_dtype)
+    f32 = torch.float32
+    #: (K, B) -> (first pass, fold, K tiles, work items per output row).
+    passes: dict[tuple[int, int], tuple[Callable[..., Any], Callable[..., Any], int, int]] = {}
+
+    def passes_of(K: int, B: int) -> tuple[Callable[..., Any], Callable[..., Any], int, int]:
+        if B == 1:  # rows of length K
+            first = build_sum(SumBuildKey("rows", dtype, "float32", K, arch)).fn
+            k_tiles, items = (K + _THREADS * vec * _UNROLL - 1) // (_THREADS * vec * _UNROLL), 1
+        else:  # columns vectorised across B, K walked by each program
+            first = build_sum(SumBuildKey("cols", dtype, "float32", B, arch)).fn
+            bb, rk = _col_tile(B, vec)
+            k_tiles, items = (K + rk - 1) // rk, B // bb
+        fold = build_sum(SumBuildKey("cols", "float32", out_dtype, B, arch)).fn
+        found = passes[(K, B)] = (first, fold, k_tiles, items)
+        return found
+
+    def total(input: Any, dim: Any, keepdim: bool, dtype: Any, out: Any = None) -> Any:
+        dims = None if dim is None else (tuple(dim) if isinstance(dim, (tuple, list)) else (dim,))
+        input = input.contiguous()
+        if out is None:
+            out = torch.empty(_reduced_shape(tuple(input.shape), dims, keepdim), dtype=result_dtype,
+                              device=input.device)
+        if out.numel() == 0:
+            return out
+        A, K, B = plan_sum(tuple(input.shape), dims)
+        if K == 0:
+            return out.zero_()
+        first, fold, k_tiles, items = passes.get((K, B)) or passes_of(K, B)
+        P = _splits(A * items, k_tiles)
+        part = torch.empty((A, P, B), dtype=f32, device=input.device)
+        if B == 1:
+            first(input.view(A, K), part.view(A, P))
+        else:
+            first(input.view(A, K, B), part)
+        fold(part, out.view(A, 1, B))
         return out
-    if K == 0:
-        return out.zero_()
-    if B == 1:
-        vec = 16 // ELEM_BYTES[dt]
-        k_tiles = (K + _THREADS * vec * _UNROLL - 1) // (_THREADS * vec * _UNROLL)
-        P = _splits(A, k_tiles)
-        part = torch.empty((A, P), dtype=torch.float32, device=x.device)
-        build_sum(SumBuildKey("rows", dt, "float32", K, arch)).fn(x.view(A, K), part)
-        build_sum(SumBuildKey("cols", "float32", odt, 1, arch)).fn(part.view(A, P, 1), out.view(A, 1, 1))
-    else:
-        key = SumBuildKey("cols", dt, "float32", B, arch)
-        vec = 16 // ELEM_BYTES[dt]
-        bb, rk = _col_tile(B, vec)
-        P = _splits(A * (B // bb), (K + rk - 1) // rk)
-        part = torch.empty((A, P, B), dtype=torch.float32, device=x.device)
-        build_sum(key).fn(x.view(A, K, B), part)
-        build_sum(SumBuildKey("cols", "float32", odt, B, arch)).fn(part, out.view(A, 1, B))
-    return out
+
+    return total

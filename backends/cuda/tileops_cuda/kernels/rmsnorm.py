@@ -8,14 +8,10 @@ weight presence; the number of rows is dynamic.
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
 from dataclasses import dataclass
-from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry, dtype_name, row_plan
+from ._common import ELEM_BYTES, Compiled, compile_once, row_plan, row_refusal
 
-__all__ = ["RMSNormBuildKey", "RMSNormLauncher", "build_rmsnorm", "rmsnorm_refusal", "rms_norm"]
-
-_DTYPES = ("float16", "bfloat16", "float32")
-
+__all__ = ["RMSNormBuildKey", "build_rmsnorm", "rmsnorm_refusal"]
 
 @dataclass(frozen=True)
 class RMSNormBuildKey:
@@ -36,20 +32,8 @@ def _plan(key: RMSNormBuildKey) -> tuple[int, int, int] | None:
 
 def rmsnorm_refusal(key: RMSNormBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
-    if key.dtype not in _DTYPES:
-        return f"RMSNorm TileLang kernel: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
-    vec = 16 // ELEM_BYTES[key.dtype]
-    if key.hidden % vec:
-        return (
-            f"RMSNorm TileLang kernel: hidden={key.hidden} must be a multiple of {vec} "
-            "(16-byte vectors); use the reference"
-        )
-    if _plan(key) is None:
-        return (
-            f"RMSNorm TileLang kernel: hidden={key.hidden} does not fit in the registers of one program "
-            "(at most 48 fp32 / 64 16-bit values per thread, 1024 threads); use the reference"
-        )
-    return arch_refusal("RMSNorm TileLang kernel", key.arch)
+    return row_refusal("RMSNorm TileLang kernel", key.dtype, "hidden", key.hidden, key.arch, lambda: _plan(key),
+                       "at most 48 fp32 / 64 16-bit values per thread, 1024 threads")
 
 
 def _program(key: RMSNormBuildKey):
@@ -103,43 +87,7 @@ def _program(key: RMSNormBuildKey):
     return rmsnorm
 
 
-class RMSNormLauncher:
-    """``launcher(x2d, weight, out, eps)``: x2d ``[M, hidden]`` contiguous; writes ``out``.
-
-    ``fn`` is the compiled function itself: ``fn(x2d, weight, out2d, eps)``, or
-    ``fn(x2d, out2d, eps)`` when the key has no weight; M must be positive.
-    """
-
-    def __init__(self, key: RMSNormBuildKey, kernel: Any) -> None:
-        self.key = key
-        self.kernel = kernel
-        self.fn = direct_entry(kernel)
-
-    def __call__(self, x: Any, weight: Any, out: Any, eps: float) -> Any:
-        if (weight is not None) != self.key.has_weight:
-            raise ValueError(f"RMSNorm kernel built with has_weight={self.key.has_weight}")
-        if x.shape[0] == 0:
-            return out
-        if self.key.has_weight:
-            self.fn(x, weight, out, float(eps))
-        else:
-            self.fn(x, out, float(eps))
-        return out
-
-
-def build_rmsnorm(key: RMSNormBuildKey) -> RMSNormLauncher:
-    """Compile once per process and return the launcher; ValueError with the refusal reason."""
-    reason = rmsnorm_refusal(key)
-    if reason is not None:
-        raise ValueError(reason)
-    return cached_build(("rmsnorm", key), lambda: RMSNormLauncher(key, compile_prim_func(_program(key), key.arch)))
-
-
-def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6, out: Any = None, arch: str = "sm_90") -> Any:
-    """RMSNorm over the last dim of a contiguous CUDA tensor (any leading shape)."""
-    n = x.shape[-1]
-    key = RMSNormBuildKey(dtype_name(x), int(n), weight is not None, arch)
-    x2 = x.reshape(-1, n)
-    y = out if out is not None else x.new_empty(x.shape)
-    build_rmsnorm(key)(x2, weight, y.view(-1, n), eps)
-    return y
+def build_rmsnorm(key: RMSNormBuildKey) -> Compiled:
+    """Compile once per process; ``.fn(x2d, [weight,] y2d, eps)`` launches it (x2d and y2d
+    ``[M, hidden]`` contiguous, M positive). ValueError with the refusal reason."""
+    return compile_once(("rmsnorm", key), rmsnorm_refusal(key), lambda: _program(key), key.arch)

@@ -7,14 +7,10 @@ accesses. Specialised on dtype and N; M is dynamic.
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
 from dataclasses import dataclass
-from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry, dtype_name
+from ._common import ELEM_BYTES, Compiled, compile_once, row_refusal
 
-__all__ = ["SiluAndMulBuildKey", "SiluAndMulLauncher", "build_silu_and_mul", "silu_and_mul_refusal", "silu_and_mul"]
-
-_DTYPES = ("float16", "bfloat16", "float32")
-
+__all__ = ["SiluAndMulBuildKey", "build_silu_and_mul", "silu_and_mul_refusal"]
 
 @dataclass(frozen=True)
 class SiluAndMulBuildKey:
@@ -38,12 +34,7 @@ def _plan(key: SiluAndMulBuildKey) -> tuple[int, int, int]:
 
 def silu_and_mul_refusal(key: SiluAndMulBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
-    if key.dtype not in _DTYPES:
-        return f"SiluAndMul TileLang kernel: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
-    vec = 16 // ELEM_BYTES[key.dtype]
-    if key.width % vec:
-        return f"SiluAndMul TileLang kernel: N={key.width} must be a multiple of {vec} (16-byte vectors)"
-    return arch_refusal("SiluAndMul TileLang kernel", key.arch)
+    return row_refusal("SiluAndMul TileLang kernel", key.dtype, "N", key.width, key.arch)
 
 
 def _program(key: SiluAndMulBuildKey):
@@ -70,37 +61,7 @@ def _program(key: SiluAndMulBuildKey):
     return silu_and_mul_fwd
 
 
-class SiluAndMulLauncher:
-    """``launcher(x2d, out)``: x2d ``[M, 2N]`` contiguous; writes ``out`` ``[M, N]``."""
-
-    def __init__(self, key: SiluAndMulBuildKey, kernel: Any) -> None:
-        self.key = key
-        self.kernel = kernel
-        self.fn = direct_entry(kernel)  # fn(x2d, out2d), M positive
-
-    def __call__(self, x: Any, out: Any) -> Any:
-        if x.shape[0]:
-            self.fn(x, out)
-        return out
-
-
-def build_silu_and_mul(key: SiluAndMulBuildKey) -> SiluAndMulLauncher:
-    """Compile once per process and return the launcher; ValueError with the refusal reason."""
-    reason = silu_and_mul_refusal(key)
-    if reason is not None:
-        raise ValueError(reason)
-    return cached_build(
-        ("silu_and_mul", key), lambda: SiluAndMulLauncher(key, compile_prim_func(_program(key), key.arch))
-    )
-
-
-def silu_and_mul(x: Any, out: Any = None, arch: str = "sm_90") -> Any:
-    """``silu(x[..., :N]) * x[..., N:]`` for a contiguous CUDA tensor with last dim 2N."""
-    two_n = x.shape[-1]
-    if two_n % 2:
-        raise ValueError(f"SiluAndMul: last dim {two_n} is odd; it must be 2N")
-    n = two_n // 2
-    key = SiluAndMulBuildKey(dtype_name(x), int(n), arch)
-    y = out if out is not None else x.new_empty((*x.shape[:-1], n))
-    build_silu_and_mul(key)(x.reshape(-1, two_n), y.view(-1, n))
-    return y
+def build_silu_and_mul(key: SiluAndMulBuildKey) -> Compiled:
+    """Compile once per process; ``.fn(x2d, y2d)`` launches it (x2d ``[M, 2N]``, y2d ``[M, N]``,
+    contiguous, M positive). ValueError with the refusal reason."""
+    return compile_once(("silu_and_mul", key), silu_and_mul_refusal(key), lambda: _program(key), key.arch)

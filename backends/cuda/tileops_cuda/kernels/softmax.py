@@ -8,14 +8,10 @@ reference. Specialised on dtype and row length; the number of rows is dynamic.
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
 from dataclasses import dataclass
-from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry, dtype_name, row_plan
+from ._common import ELEM_BYTES, Compiled, compile_once, row_plan, row_refusal
 
-__all__ = ["SoftmaxBuildKey", "SoftmaxLauncher", "build_softmax", "softmax_refusal", "softmax"]
-
-_DTYPES = ("float16", "bfloat16", "float32")
-
+__all__ = ["SoftmaxBuildKey", "build_softmax", "softmax_refusal"]
 
 @dataclass(frozen=True)
 class SoftmaxBuildKey:
@@ -32,17 +28,9 @@ def softmax_refusal(key: SoftmaxBuildKey, dim: int = -1, ndim: int = 2, contiguo
         return f"Softmax TileLang kernel: dim={dim} is not the last dim; it handles only the last, contiguous dim"
     if not contiguous:
         return "Softmax TileLang kernel: input is not contiguous; call .contiguous() or use the reference"
-    if key.dtype not in _DTYPES:
-        return f"Softmax TileLang kernel: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
-    vec = 16 // ELEM_BYTES[key.dtype]
-    if key.length % vec:
-        return f"Softmax TileLang kernel: length={key.length} must be a multiple of {vec} (16-byte vectors)"
-    if row_plan(key.length, vec) is None:
-        return (
-            f"Softmax TileLang kernel: length={key.length} does not fit in the registers of one program "
-            "(at most 48 values per thread, 1024 threads); use the reference"
-        )
-    return arch_refusal("Softmax TileLang kernel", key.arch)
+    return row_refusal("Softmax TileLang kernel", key.dtype, "length", key.length, key.arch,
+                       lambda: row_plan(key.length, 16 // ELEM_BYTES[key.dtype]),
+                       "at most 48 values per thread, 1024 threads")
 
 
 def _program(key: SoftmaxBuildKey):
@@ -78,35 +66,7 @@ def _program(key: SoftmaxBuildKey):
     return softmax_fwd
 
 
-class SoftmaxLauncher:
-    """``launcher(x2d, out)``: x2d ``[M, length]`` contiguous; writes ``out``."""
-
-    def __init__(self, key: SoftmaxBuildKey, kernel: Any) -> None:
-        self.key = key
-        self.kernel = kernel
-        self.fn = direct_entry(kernel)  # fn(x2d, out2d), M positive
-
-    def __call__(self, x: Any, out: Any) -> Any:
-        if x.shape[0]:
-            self.fn(x, out)
-        return out
-
-
-def build_softmax(key: SoftmaxBuildKey) -> SoftmaxLauncher:
-    """Compile once per process and return the launcher; ValueError with the refusal reason."""
-    reason = softmax_refusal(key)
-    if reason is not None:
-        raise ValueError(reason)
-    return cached_build(("softmax", key), lambda: SoftmaxLauncher(key, compile_prim_func(_program(key), key.arch)))
-
-
-def softmax(x: Any, dim: int = -1, out: Any = None, arch: str = "sm_90") -> Any:
-    """Softmax of a contiguous CUDA tensor over its last dim; refuses other dims loudly."""
-    n = x.shape[-1]
-    key = SoftmaxBuildKey(dtype_name(x), int(n), arch)
-    reason = softmax_refusal(key, dim, x.dim(), x.is_contiguous())
-    if reason is not None:
-        raise ValueError(reason)
-    y = out if out is not None else x.new_empty(x.shape)
-    build_softmax(key)(x.reshape(-1, n), y.view(-1, n))
-    return y
+def build_softmax(key: SoftmaxBuildKey) -> Compiled:
+    """Compile once per process; ``.fn(x2d, y2d)`` launches it (``[M, length]`` contiguous, M
+    positive). ValueError with the refusal reason."""
+    return compile_once(("softmax", key), softmax_refusal(key), lambda: _program(key), key.arch)

@@ -11,15 +11,11 @@ dtype, hidden size and the residual; the number of rows and the row strides are 
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
 from dataclasses import dataclass
-from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry, row_plan
+from ._common import ELEM_BYTES, Compiled, compile_once, row_plan, row_refusal
 
-__all__ = ["ZeroCentredRMSNormBuildKey", "ZeroCentredRMSNormLauncher", "build_zero_centred_rmsnorm",
+__all__ = ["ZeroCentredRMSNormBuildKey", "build_zero_centred_rmsnorm",
            "zero_centred_rmsnorm_refusal"]
-
-_DTYPES = ("float16", "bfloat16", "float32")
-
 
 @dataclass(frozen=True)
 class ZeroCentredRMSNormBuildKey:
@@ -43,15 +39,8 @@ def _plan(key: ZeroCentredRMSNormBuildKey) -> tuple[int, int, int] | None:
 
 def zero_centred_rmsnorm_refusal(key: ZeroCentredRMSNormBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
-    name = "ZeroCentredRMSNorm TileLang kernel"
-    if key.dtype not in _DTYPES:
-        return f"{name}: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
-    if key.hidden % _vec(key.dtype):
-        return f"{name}: hidden={key.hidden} must be a multiple of {_vec(key.dtype)} (16-byte vectors); use the reference"
-    if _plan(key) is None:
-        return (f"{name}: hidden={key.hidden} does not fit in the registers of one program "
-                "(at most 48 fp32 / 64 16-bit values per thread, 1024 threads); use the reference")
-    return arch_refusal(name, key.arch)
+    return row_refusal("ZeroCentredRMSNorm TileLang kernel", key.dtype, "hidden", key.hidden, key.arch,
+                       lambda: _plan(key), "at most 48 fp32 / 64 16-bit values per thread, 1024 threads")
 
 
 def _program(key: ZeroCentredRMSNormBuildKey):
@@ -118,35 +107,8 @@ def _program(key: ZeroCentredRMSNormBuildKey):
     return zero_centred_rmsnorm
 
 
-class ZeroCentredRMSNormLauncher:
-    """``launcher(x2d, residual2d | None, weight, out2d, eps)``: 2-D row views (``_row_views``);
-    writes ``out2d`` (and ``residual2d``); M must be positive.
-
-    ``fn`` is the compiled function itself: ``fn(x2d, residual2d, weight, out2d, eps)``, or
-    ``fn(x2d, weight, out2d, eps)`` when the key has no residual.
-    """
-
-    def __init__(self, key: ZeroCentredRMSNormBuildKey, kernel: Any) -> None:
-        self.key = key
-        self.kernel = kernel
-        self.fn = direct_entry(kernel)
-
-    def __call__(self, x: Any, residual: Any, weight: Any, out: Any, eps: float) -> Any:
-        if (residual is not None) != self.key.has_residual:
-            raise ValueError(f"ZeroCentredRMSNorm kernel built with has_residual={self.key.has_residual}")
-        if x.shape[0] == 0:
-            return out
-        if self.key.has_residual:
-            self.fn(x, residual, weight, out, float(eps))
-        else:
-            self.fn(x, weight, out, float(eps))
-        return out
-
-
-def build_zero_centred_rmsnorm(key: ZeroCentredRMSNormBuildKey) -> ZeroCentredRMSNormLauncher:
-    """Compile once per process and return the launcher; ValueError with the refusal reason."""
-    reason = zero_centred_rmsnorm_refusal(key)
-    if reason is not None:
-        raise ValueError(reason)
-    return cached_build(("zero_centred_rmsnorm", key),
-                        lambda: ZeroCentredRMSNormLauncher(key, compile_prim_func(_program(key), key.arch)))
+def build_zero_centred_rmsnorm(key: ZeroCentredRMSNormBuildKey) -> Compiled:
+    """Compile once per process; ``.fn(x2d, [residual2d,] weight, y2d, eps)`` launches it (2-D row
+    views, ``_row_views``; M positive). ValueError with the refusal reason."""
+    return compile_once(("zero_centred_rmsnorm", key), zero_centred_rmsnorm_refusal(key), lambda: _program(key),
+                        key.arch)

@@ -1,0 +1,156 @@
+"""Each TileLang kernel's one launch layer, run on the CPU with its compiled function stood in for.
+
+A registered class's ``launcher(key)`` is the only host code between the core and the
+compiled TileLang function. Here the compiled functions are replaced by torch code that
+computes the kernel's semantics on exactly the views the launcher hands it (the shapes its
+PrimFunc declares), so what a launcher passes, allocates and returns is checked against
+torch on fresh random data, without a GPU.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from tileops_cuda import registered  # noqa: E402
+from tileops_cuda.kernels import gemm, group_norm, reduce_sum, rmsnorm, silu_and_mul, softmax  # noqa: E402
+
+
+def _stand_in(monkeypatch: pytest.MonkeyPatch, build: str, fn: Any) -> list[tuple[Any, ...]]:
+    """Replace ``registered.<build>`` by a build whose compiled function is ``fn``; returns the
+    list of argument tuples ``fn`` was called with."""
+    calls: list[tuple[Any, ...]] = []
+
+    def compiled(*args: Any) -> None:
+        calls.append(args)
+        fn(*args)
+
+    monkeypatch.setattr(registered, build, lambda *key: SimpleNamespace(fn=compiled))
+    return calls
+
+
+@pytest.mark.parametrize("has_weight", [True, False])
+def test_rmsnorm_launch_hands_the_kernel_rows_and_writes_the_cores_output(monkeypatch, has_weight):
+    def kernel(x, *rest):
+        *w, out, eps = rest
+        out.copy_(F.rms_norm(x, (x.shape[-1],), w[0] if w else None, eps))
+
+    calls = _stand_in(monkeypatch, "build_rmsnorm", kernel)
+    launch = registered.TileLangRMSNorm.launcher(rmsnorm.RMSNormBuildKey("float32", 12, has_weight, "sm_90"))
+    x, w = torch.randn(2, 3, 3, 4), torch.randn(3, 4)
+    out = torch.empty(2, 3, 3, 4)
+    assert launch(x, w if has_weight else None, (3, 4), 1e-5, out) is out
+    torch.testing.assert_close(out, F.rms_norm(x, (3, 4), w if has_weight else None, 1e-5))
+    args = calls[0]
+    assert args[0].shape == (6, 12) and args[-2].shape == (6, 12) and args[-1] == 1e-5
+    assert len(args) == (4 if has_weight else 3) and (not has_weight or args[1].shape == (12,))
+
+
+def test_rmsnorm_launch_uses_the_dtypes_epsilon_for_eps_none_and_allocates_without_an_output(monkeypatch):
+    calls = _stand_in(monkeypatch, "build_rmsnorm", lambda x, out, eps: out.copy_(F.rms_norm(x, (8,), None, eps)))
+    launch = registered.TileLangRMSNorm.launcher(rmsnorm.RMSNormBuildKey("float32", 8, False, "sm_90"))
+    x = torch.randn(5, 8)
+    out = launch(x, None, (8,), None)
+    assert calls[0][-1] == torch.finfo(torch.float32).eps
+    torch.testing.assert_close(out, F.rms_norm(x, (8,)))
+
+
+def test_softmax_launch_writes_the_last_axis_softmax(monkeypatch):
+    _stand_in(monkeypatch, "build_softmax", lambda x, out: out.copy_(torch.softmax(x, -1)))
+    launch = registered.TileLangSoftmax.launcher(softmax.SoftmaxBuildKey("float32", 16, "sm_90"))
+    x = torch.randn(2, 3, 16)
+    torch.testing.assert_close(launch(x, -1, None), torch.softmax(x, -1))
+
+
+def test_silu_and_mul_launch_allocates_half_the_last_axis(monkeypatch):
+    calls = _stand_in(monkeypatch, "build_silu_and_mul",
+                      lambda x, out: out.copy_(F.silu(x[:, :out.shape[1]]) * x[:, out.shape[1]:]))
+    launch = registered.TileLangSiluAndMul.launcher(silu_and_mul.SiluAndMulBuildKey("float32", 8, "sm_90"))
+    x = torch.randn(2, 3, 16)
+    torch.testing.assert_close(launch(x), F.silu(x[..., :8]) * x[..., 8:])
+    assert calls[0][0].shape == (6, 16) and calls[0][1].shape == (6, 8)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_launch_views_x_as_samples_groups_and_group_elements(monkeypatch, affine):
+    groups = 4
+
+    def kernel(x3, *rest):
+        *wb, out3, eps = rest
+        n = x3.shape[0]
+        y = F.group_norm(x3.reshape(n, 8, -1), groups, *(wb or (None, None)), eps)
+        out3.copy_(y.reshape(out3.shape))
+
+    calls = _stand_in(monkeypatch, "build_group_norm", kernel)
+    key = group_norm.GroupNormBuildKey("float32", groups, 8, 6, affine, "sm_90")
+    launch = registered.TileLangGroupNorm.launcher(key)
+    x, w, b = torch.randn(3, 8, 2, 3), torch.randn(8), torch.randn(8)
+    got = launch(x, w if affine else None, b if affine else None, groups, 1e-5)
+    torch.testing.assert_close(got, F.group_norm(x, groups, w if affine else None, b if affine else None, 1e-5))
+    assert calls[0][0].shape == (3, groups, 12)
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True), (True, True)])
+def test_gemm_launch_allocates_m_by_n_for_each_transpose(monkeypatch, trans_a, trans_b):
+    def kernel(a, b, out):
+        out.copy_((a.t() if trans_a else a) @ (b.t() if trans_b else b))
+
+    _stand_in(monkeypatch, "build_gemm", kernel)
+    launch = registered.TileLangGemm.launcher(gemm.GemmBuildKey("float16", 5, 7, trans_a, trans_b, False, "sm_90"))
+    a, b = torch.randn(*((7, 4) if trans_a else (4, 7))), torch.randn(*((5, 7) if trans_b else (7, 5)))
+    torch.testing.assert_close(launch(a, b, trans_a, trans_b),
+                               (a.t() if trans_a else a) @ (b.t() if trans_b else b))
+
+
+def test_bmm_launch_keeps_the_batch_axis(monkeypatch):
+    _stand_in(monkeypatch, "build_gemm", lambda a, b, out: out.copy_(torch.bmm(a, b)))
+    launch = registered.TileLangBmm.launcher(gemm.GemmBuildKey("float16", 5, 7, False, False, True, "sm_90"))
+    a, b = torch.randn(3, 4, 7), torch.randn(3, 7, 5)
+    torch.testing.assert_close(launch(a, b), torch.bmm(a, b))
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_launch_reads_the_weight_transposed_and_adds_the_bias(monkeypatch, with_bias):
+    _stand_in(monkeypatch, "build_gemm", lambda a, w, out: out.copy_(a @ w.t()))
+    launch = registered.TileLangLinear.launcher(gemm.GemmBuildKey("float16", 5, 7, False, True, False, "sm_90"))
+    x, w, bias = torch.randn(2, 3, 7), torch.randn(5, 7), torch.randn(5)
+    torch.testing.assert_close(launch(x, w, bias if with_bias else None), F.linear(x, w, bias if with_bias else None))
+
+
+def _sum_pass(kind: str):
+    """A stand-in for one compiled Sum pass: the sum over axis 1 into partial 0, zeros elsewhere."""
+
+    def rows(x, part):
+        part.zero_()
+        part[:, 0] = x.sum(1)
+
+    def cols(x, part):
+        part.zero_()
+        part[:, 0, :] = x.float().sum(1).to(part.dtype)
+
+    return SimpleNamespace(fn=rows if kind == "rows" else cols)
+
+
+@pytest.mark.parametrize("shape, dim, keepdim", [((4, 6, 5), (-1,), False), ((4, 6, 5), (1,), True),
+                                                 ((4, 6, 5), None, False), ((4, 6, 5), (0, 1), False),
+                                                 ((3, 8), [], True)])
+def test_sum_launch_reduces_adjacent_axes_through_a_partial_and_a_fold(monkeypatch, shape, dim, keepdim):
+    built = []
+
+    def build(key):
+        built.append(key)
+        return _sum_pass(key.kind)
+
+    monkeypatch.setattr(reduce_sum, "build_sum", build)
+    launch = registered.TileLangSum.launcher(("float32", "float32", "sm_90"))
+    x = torch.randn(shape)
+    got = launch(x, dim, keepdim, None)
+    want = torch.sum(x, dim, keepdim) if dim else (torch.sum(x).reshape([1] * x.dim()) if keepdim else torch.sum(x))
+    torch.testing.assert_close(got, want)
+    launch(torch.randn(shape), dim, keepdim, None)
+    assert len(built) == 2  # a repeated shape finds its two compiled passes without building again
