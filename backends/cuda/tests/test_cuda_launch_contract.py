@@ -18,6 +18,7 @@ pytest.importorskip("torch")
 from tileops_core.kernels.contract import declared_launch, mismatches  # noqa: E402
 from tileops_cuda import registered  # noqa: E402
 from tileops_cuda.kernels import conv1d, rgdr  # noqa: E402
+from tileops_cuda.kernels import qk_norm_rope, sigmoid_gate_mul  # noqa: E402
 
 
 def _unused(*args: Any) -> None:
@@ -42,6 +43,8 @@ STAND_INS = {
     "build_rgdr": _rgdr_build,
     "build_conv_update": lambda key: SimpleNamespace(run=conv1d._make_update_run(key, _unused)),
     "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused, _unused)),
+    "build_qk_norm_rope": lambda key: SimpleNamespace(run=qk_norm_rope._make_run(key, _unused)),
+    "build_sigmoid_gate_mul": lambda key: SimpleNamespace(run=sigmoid_gate_mul._make_run(key, _unused)),
 }
 
 #: A build key each launcher can be made from (only the fields a launcher reads matter).
@@ -53,6 +56,7 @@ KEYS: dict[str, Any] = {
                                       head_k_dim=128, head_v_dim=128),
     "TileLangCausalConv1dUpdate": conv1d.ConvUpdateBuildKey("bfloat16", 256, 4),
     "TileLangCausalConv1dVarlen": conv1d.ConvVarlenBuildKey("bfloat16", 256, 4),
+    "TileLangQKNormRope": qk_norm_rope.QKNormRopeBuildKey("bfloat16", "int64", 16, 2, 256),
 }
 
 

@@ -32,6 +32,7 @@ from typing import Any, Callable, ClassVar
 
 from tileops_core.kernels import CallSpec, KernelEntry
 from tileops_core.ops.activation import SiluAndMulKernel
+from tileops_core.ops.attention import QKNormRopeKernel, SigmoidGateMulKernel
 from tileops_core.ops.conv import CausalConv1dUpdateKernel, CausalConv1dVarlenKernel
 from tileops_core.ops.gated_delta_net import (
     FusedAddZeroCentredRMSNormKernel, GatedRMSNormKernel, GDNGatingKernel, ZeroCentredRMSNormKernel,
@@ -56,6 +57,8 @@ from .kernels.softmax import SoftmaxBuildKey, build_softmax, softmax_refusal
 from .kernels.zero_centred_rmsnorm import (
     ZeroCentredRMSNormBuildKey, build_zero_centred_rmsnorm, zero_centred_rmsnorm_refusal,
 )
+from .kernels.qk_norm_rope import QKNormRopeBuildKey, build_qk_norm_rope, qk_norm_rope_refusal
+from .kernels.sigmoid_gate_mul import SigmoidGateMulBuildKey, build_sigmoid_gate_mul, sigmoid_gate_mul_refusal
 
 __all__ = ["KERNELS"]
 
@@ -533,9 +536,45 @@ class TileLangGDNGating(_TileLang, GDNGatingKernel):
         return gdn_gating
 
 
+class TileLangQKNormRope(_TileLang, QKNormRopeKernel):
+    """Per-head zero-centred RMSNorm of q and k and their rotary embedding in one pass; q and k are
+    read in place as strided heads; rotary_dim, theta, eps and the MRoPE sections are runtime values."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> QKNormRopeBuildKey:
+        d = call.dtypes
+        return QKNormRopeBuildKey(d["query"], d["positions"], int(call.dims["NQ"]), int(call.dims["NKV"]),
+                                  int(call.dims["D"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: QKNormRopeBuildKey) -> str | None:
+        return qk_norm_rope_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: QKNormRopeBuildKey) -> Callable[..., Any]:
+        return build_qk_norm_rope(key).run
+
+
+class TileLangSigmoidGateMul(_TileLang, SigmoidGateMulKernel):
+    """``attn · sigmoid(gate)`` streamed over rows; a strided gate is read in place."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> SigmoidGateMulBuildKey:
+        return SigmoidGateMulBuildKey(call.dtypes["attn"], int(call.dims["N"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: SigmoidGateMulBuildKey) -> str | None:
+        return sigmoid_gate_mul_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: SigmoidGateMulBuildKey) -> Callable[..., Any]:
+        return build_sigmoid_gate_mul(key).run
+
+
 KERNELS = (
     TileLangRMSNorm, TileLangSoftmax, TileLangSiluAndMul, TileLangSum, TileLangGroupNorm, TileLangGemm, TileLangBmm,
     TileLangLinear, TileLangRGDR, TileLangCausalConv1dUpdate, TileLangCausalConv1dVarlen,
     TileLangZeroCentredRMSNorm, TileLangFusedAddZeroCentredRMSNorm,
     TileLangGatedRMSNorm, TileLangGDNGating,
+    TileLangQKNormRope, TileLangSigmoidGateMul,
 )

@@ -1,0 +1,52 @@
+"""The memory-bound ops of a hybrid model's attention and MoE block on an NVIDIA GPU, beyond their
+spec rows (``test_spec_rows_gpu.py``): the strided inputs a model passes them (the query and
+gate halves of q_proj's output) are read in place and give the bits their contiguous copies
+give; MRoPE with equal position rows is NeoX. Skips cleanly without a GPU or tilelang.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _attention_ops():
+    from tileops_core.ops import attention
+
+    return attention
+
+
+def test_qk_norm_rope_reads_the_query_half_of_q_proj_in_place(cuda_device, gen):
+    ops = _attention_ops()
+    T, NQ, NKV, D = 37, 16, 2, 256
+    q_and_gate = torch.randn(T, NQ, 2 * D, device="cuda", generator=gen).bfloat16()
+    query = q_and_gate[..., :D]
+    key = torch.randn(T, NKV, D, device="cuda", generator=gen).bfloat16()
+    w_q, w_k = (torch.randn(D, device="cuda", generator=gen).bfloat16() for _ in range(2))
+    positions = torch.randint(0, 30000, (T,), device="cuda", generator=gen)
+    op = ops.QKNormRopeFwdOp(rotary_dim=64, theta=1e7)
+    strided = op(query, key, w_q, w_k, positions)
+    contiguous = op(query.contiguous(), key, w_q, w_k, positions)
+    assert all(torch.equal(a, b) for a, b in zip(strided, contiguous))
+
+
+def test_mrope_with_equal_position_rows_is_neox(cuda_device, gen):
+    ops = _attention_ops()
+    T, NQ, NKV, D = 9, 4, 2, 128
+    query = torch.randn(T, NQ, D, device="cuda", generator=gen).bfloat16()
+    key = torch.randn(T, NKV, D, device="cuda", generator=gen).bfloat16()
+    w_q, w_k = (torch.randn(D, device="cuda", generator=gen).bfloat16() for _ in range(2))
+    positions = torch.randint(0, 4096, (T,), device="cuda", generator=gen)
+    neox = ops.QKNormRopeFwdOp(rotary_dim=64, theta=1e7)(query, key, w_q, w_k, positions)
+    mrope = ops.QKNormRopeFwdOp(rotary_dim=64, theta=1e7, rope_style="mrope_interleaved",
+                                mrope_section=(11, 11, 10))(query, key, w_q, w_k, positions.expand(3, T))
+    assert all(torch.equal(a, b) for a, b in zip(neox, mrope))
+
+
+def test_sigmoid_gate_mul_reads_the_gate_half_of_q_proj_in_place(cuda_device, gen):
+    ops = _attention_ops()
+    T, NQ, D = 65, 16, 256
+    q_and_gate = torch.randn(T, NQ, 2 * D, device="cuda", generator=gen).bfloat16()
+    gate = q_and_gate[..., D:]
+    attn = torch.randn(T, NQ, D, device="cuda", generator=gen).bfloat16()
+    op = ops.SigmoidGateMulFwdOp()
+    assert torch.equal(op(attn, gate), op(attn, gate.contiguous()))
