@@ -34,7 +34,8 @@ from tileops_core.bench.workloads import instantiate  # noqa: E402
 from tileops_core.kernels import select_kernel  # noqa: E402
 from tileops_core.workloads import dtype_cases  # noqa: E402
 
-OPS = ("QKNormRopeFwdOp", "SigmoidGateMulFwdOp")
+OPS = ("QKNormRopeFwdOp", "SigmoidGateMulFwdOp", "MoETopKRoutingFwdOp",
+       "MoEUnpermuteFwdOp")
 _FLUSH_BYTES = 256 * 2**20
 
 

@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 from tileops_core.kernels.contract import declared_launch, mismatches  # noqa: E402
 from tileops_cuda import registered  # noqa: E402
 from tileops_cuda.kernels import conv1d, rgdr  # noqa: E402
-from tileops_cuda.kernels import qk_norm_rope, sigmoid_gate_mul  # noqa: E402
+from tileops_cuda.kernels import moe_topk_routing, moe_unpermute, qk_norm_rope, sigmoid_gate_mul  # noqa: E402
 
 
 def _unused(*args: Any) -> None:
@@ -45,6 +45,8 @@ STAND_INS = {
     "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused, _unused)),
     "build_qk_norm_rope": lambda key: SimpleNamespace(run=qk_norm_rope._make_run(key, _unused)),
     "build_sigmoid_gate_mul": lambda key: SimpleNamespace(run=sigmoid_gate_mul._make_run(key, _unused)),
+    "build_moe_topk_routing": lambda key: SimpleNamespace(run=moe_topk_routing._make_run(key, _unused)),
+    "build_moe_unpermute": lambda key: SimpleNamespace(run=moe_unpermute._make_run(key, _unused)),
 }
 
 #: A build key each launcher can be made from (only the fields a launcher reads matter).
@@ -57,6 +59,8 @@ KEYS: dict[str, Any] = {
     "TileLangCausalConv1dUpdate": conv1d.ConvUpdateBuildKey("bfloat16", 256, 4),
     "TileLangCausalConv1dVarlen": conv1d.ConvVarlenBuildKey("bfloat16", 256, 4),
     "TileLangQKNormRope": qk_norm_rope.QKNormRopeBuildKey("bfloat16", "int64", 16, 2, 256),
+    "TileLangMoETopKRouting": moe_topk_routing.MoETopKRoutingBuildKey("bfloat16", "int64", 512, 10),
+    "TileLangMoEUnpermute": moe_unpermute.MoEUnpermuteBuildKey("bfloat16", "int32", "bfloat16", 2048, 10),
 }
 
 

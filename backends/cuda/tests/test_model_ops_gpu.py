@@ -50,3 +50,27 @@ def test_sigmoid_gate_mul_reads_the_gate_half_of_q_proj_in_place(cuda_device, ge
     attn = torch.randn(T, NQ, D, device="cuda", generator=gen).bfloat16()
     op = ops.SigmoidGateMulFwdOp()
     assert torch.equal(op(attn, gate), op(attn, gate.contiguous()))
+
+
+def test_topk_routing_gives_tied_probabilities_to_the_lower_expert_id(cuda_device, gen):
+    from tileops_core.ops.moe import MoETopKRoutingFwdOp
+    from tileops_cpu_ref.moe import moe_topk_routing
+
+    # Integer logits in [-3, 3] over 512 experts: every token has long runs of exact ties.
+    logits = torch.randint(-3, 4, (257, 512), device="cuda", generator=gen).bfloat16()
+    weights, ids = MoETopKRoutingFwdOp(top_k=10)(logits)
+    want_weights, want_ids = moe_topk_routing(logits.cpu(), 10, True)
+    assert torch.equal(ids.cpu(), want_ids)
+    assert torch.allclose(weights.cpu().float(), want_weights.float(), rtol=1e-2, atol=0)
+
+
+def test_unpermute_without_shared_output_starts_from_zero(cuda_device, gen):
+    from tileops_core.ops.moe import MoEUnpermuteFwdOp
+
+    T, K, H = 33, 8, 512
+    rows = torch.randn(T * K, H, device="cuda", generator=gen).bfloat16()
+    index = torch.randperm(T * K, device="cuda", generator=gen).view(T, K)
+    weights = torch.rand(T, K, device="cuda", generator=gen)
+    shared = torch.zeros(T, H, device="cuda").bfloat16()
+    op = MoEUnpermuteFwdOp()
+    assert torch.equal(op(rows, index, weights), op(rows, index, weights, shared))

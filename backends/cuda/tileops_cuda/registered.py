@@ -39,6 +39,7 @@ from tileops_core.ops.gated_delta_net import (
 )
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRCall, RGDRKernel
+from tileops_core.ops.moe import MoETopKRoutingKernel, MoEUnpermuteKernel
 from tileops_core.ops.normalization import GroupNormKernel, RMSNormCall, RMSNormKernel
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
@@ -59,6 +60,8 @@ from .kernels.zero_centred_rmsnorm import (
 )
 from .kernels.qk_norm_rope import QKNormRopeBuildKey, build_qk_norm_rope, qk_norm_rope_refusal
 from .kernels.sigmoid_gate_mul import SigmoidGateMulBuildKey, build_sigmoid_gate_mul, sigmoid_gate_mul_refusal
+from .kernels.moe_topk_routing import MoETopKRoutingBuildKey, build_moe_topk_routing, moe_topk_routing_refusal
+from .kernels.moe_unpermute import MoEUnpermuteBuildKey, build_moe_unpermute, moe_unpermute_refusal
 
 __all__ = ["KERNELS"]
 
@@ -571,10 +574,46 @@ class TileLangSigmoidGateMul(_TileLang, SigmoidGateMulKernel):
         return build_sigmoid_gate_mul(key).run
 
 
+class TileLangMoETopKRouting(_TileLang, MoETopKRoutingKernel):
+    """Softmax, top-k (ties to the lower id) and renormalisation of router logits, a token per program."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> MoETopKRoutingBuildKey:
+        d = call.dtypes
+        return MoETopKRoutingBuildKey(d["router_logits"], d["topk_ids"], int(call.dims["E"]), int(call.dims["top_k"]),
+                                      bool(call.flags["renormalize"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: MoETopKRoutingBuildKey) -> str | None:
+        return moe_topk_routing_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: MoETopKRoutingBuildKey) -> Callable[..., Any]:
+        return build_moe_topk_routing(key).run
+
+
+class TileLangMoEUnpermute(_TileLang, MoEUnpermuteKernel):
+    """The weighted combine of each token's expert rows (plus the shared output), a gather per token."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> MoEUnpermuteBuildKey:
+        d = call.dtypes
+        return MoEUnpermuteBuildKey(d["expert_output"], d["permuted_index"], d["topk_weights"], int(call.dims["H"]),
+                                    int(call.dims["K"]), bool(call.flags["has_shared_output"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: MoEUnpermuteBuildKey) -> str | None:
+        return moe_unpermute_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: MoEUnpermuteBuildKey) -> Callable[..., Any]:
+        return build_moe_unpermute(key).run
+
+
 KERNELS = (
     TileLangRMSNorm, TileLangSoftmax, TileLangSiluAndMul, TileLangSum, TileLangGroupNorm, TileLangGemm, TileLangBmm,
     TileLangLinear, TileLangRGDR, TileLangCausalConv1dUpdate, TileLangCausalConv1dVarlen,
     TileLangZeroCentredRMSNorm, TileLangFusedAddZeroCentredRMSNorm,
     TileLangGatedRMSNorm, TileLangGDNGating,
-    TileLangQKNormRope, TileLangSigmoidGateMul,
+    TileLangQKNormRope, TileLangSigmoidGateMul, TileLangMoETopKRouting, TileLangMoEUnpermute,
 )

@@ -30,8 +30,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func
-from ._launcher import RunLauncher
+from ._common import ELEM_BYTES, arch_refusal
+from ._launcher import RunLauncher, build_run_launcher
 
 __all__ = ["QKNormRopeBuildKey", "build_qk_norm_rope", "qk_norm_rope_refusal", "inv_freq_table"]
 
@@ -227,8 +227,4 @@ def _make_run(key: QKNormRopeBuildKey, fn: Any) -> Any:
 
 def build_qk_norm_rope(key: QKNormRopeBuildKey) -> RunLauncher:
     """Compile once per process and return the launcher; ValueError with the refusal reason."""
-    reason = qk_norm_rope_refusal(key)
-    if reason is not None:
-        raise ValueError(reason)
-    return cached_build(("qk_norm_rope", key),
-                        lambda: RunLauncher(key, compile_prim_func(_program(key), key.arch), _make_run))
+    return build_run_launcher("qk_norm_rope", key, qk_norm_rope_refusal, _program, _make_run)

@@ -13,8 +13,8 @@ Specialised on dtype and N; M and the row strides are dynamic.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func
-from ._launcher import RunLauncher
+from ._common import ELEM_BYTES, arch_refusal
+from ._launcher import RunLauncher, build_run_launcher
 
 __all__ = ["SigmoidGateMulBuildKey", "build_sigmoid_gate_mul", "sigmoid_gate_mul_refusal"]
 
@@ -99,8 +99,4 @@ def _make_run(key: SigmoidGateMulBuildKey, fn: Any) -> Any:
 
 def build_sigmoid_gate_mul(key: SigmoidGateMulBuildKey) -> RunLauncher:
     """Compile once per process and return the launcher; ValueError with the refusal reason."""
-    reason = sigmoid_gate_mul_refusal(key)
-    if reason is not None:
-        raise ValueError(reason)
-    return cached_build(("sigmoid_gate_mul", key),
-                        lambda: RunLauncher(key, compile_prim_func(_program(key), key.arch), _make_run))
+    return build_run_launcher("sigmoid_gate_mul", key, sigmoid_gate_mul_refusal, _program, _make_run)
