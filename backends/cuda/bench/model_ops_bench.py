@@ -35,7 +35,7 @@ from tileops_core.kernels import select_kernel  # noqa: E402
 from tileops_core.workloads import dtype_cases  # noqa: E402
 
 OPS = ("QKNormRopeFwdOp", "SigmoidGateMulFwdOp", "MoETopKRoutingFwdOp",
-       "MoEUnpermuteFwdOp")
+       "MoEPermuteFwdOp", "MoEUnpermuteFwdOp")
 _FLUSH_BYTES = 256 * 2**20
 
 

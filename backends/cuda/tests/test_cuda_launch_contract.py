@@ -18,7 +18,8 @@ pytest.importorskip("torch")
 from tileops_core.kernels.contract import declared_launch, mismatches  # noqa: E402
 from tileops_cuda import registered  # noqa: E402
 from tileops_cuda.kernels import conv1d, rgdr  # noqa: E402
-from tileops_cuda.kernels import moe_topk_routing, moe_unpermute, qk_norm_rope, sigmoid_gate_mul  # noqa: E402
+from tileops_cuda.kernels import moe_permute, moe_topk_routing, moe_unpermute, qk_norm_rope  # noqa: E402
+from tileops_cuda.kernels import sigmoid_gate_mul  # noqa: E402
 
 
 def _unused(*args: Any) -> None:
@@ -47,6 +48,7 @@ STAND_INS = {
     "build_sigmoid_gate_mul": lambda key: SimpleNamespace(run=sigmoid_gate_mul._make_run(key, _unused)),
     "build_moe_topk_routing": lambda key: SimpleNamespace(run=moe_topk_routing._make_run(key, _unused)),
     "build_moe_unpermute": lambda key: SimpleNamespace(run=moe_unpermute._make_run(key, _unused)),
+    "build_moe_permute": lambda key: SimpleNamespace(run=moe_permute._make_run(key, _unused, _unused, _unused)),
 }
 
 #: A build key each launcher can be made from (only the fields a launcher reads matter).
@@ -61,6 +63,7 @@ KEYS: dict[str, Any] = {
     "TileLangQKNormRope": qk_norm_rope.QKNormRopeBuildKey("bfloat16", "int64", 16, 2, 256),
     "TileLangMoETopKRouting": moe_topk_routing.MoETopKRoutingBuildKey("bfloat16", "int64", 512, 10),
     "TileLangMoEUnpermute": moe_unpermute.MoEUnpermuteBuildKey("bfloat16", "int32", "bfloat16", 2048, 10),
+    "TileLangMoEPermute": moe_permute.MoEPermuteBuildKey("bfloat16", "int64", 2048, 10, 512),
 }
 
 

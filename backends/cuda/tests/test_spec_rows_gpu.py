@@ -32,7 +32,7 @@ from catalogue_references import REFERENCES, TOLERANCE, relative_error  # noqa: 
 #: The gated-delta-net layer's norms and gating, then the attention and MoE block's memory-bound ops.
 OPS = ("ZeroCentredRMSNormFwdOp", "FusedAddZeroCentredRMSNormFwdOp", "GatedRMSNormFwdOp", "GDNGatingFwdOp",
        "QKNormRopeFwdOp", "SigmoidGateMulFwdOp", "MoETopKRoutingFwdOp",
-       "MoEUnpermuteFwdOp")
+       "MoEPermuteFwdOp", "MoEUnpermuteFwdOp")
 
 
 def _cases(ops: tuple[str, ...] = OPS) -> list[Any]:

@@ -39,7 +39,7 @@ from tileops_core.ops.gated_delta_net import (
 )
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRCall, RGDRKernel
-from tileops_core.ops.moe import MoETopKRoutingKernel, MoEUnpermuteKernel
+from tileops_core.ops.moe import MoEPermuteKernel, MoETopKRoutingKernel, MoEUnpermuteKernel
 from tileops_core.ops.normalization import GroupNormKernel, RMSNormCall, RMSNormKernel
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
@@ -62,6 +62,7 @@ from .kernels.qk_norm_rope import QKNormRopeBuildKey, build_qk_norm_rope, qk_nor
 from .kernels.sigmoid_gate_mul import SigmoidGateMulBuildKey, build_sigmoid_gate_mul, sigmoid_gate_mul_refusal
 from .kernels.moe_topk_routing import MoETopKRoutingBuildKey, build_moe_topk_routing, moe_topk_routing_refusal
 from .kernels.moe_unpermute import MoEUnpermuteBuildKey, build_moe_unpermute, moe_unpermute_refusal
+from .kernels.moe_permute import MoEPermuteBuildKey, build_moe_permute, moe_permute_refusal
 
 __all__ = ["KERNELS"]
 
@@ -610,10 +611,29 @@ class TileLangMoEUnpermute(_TileLang, MoEUnpermuteKernel):
         return build_moe_unpermute(key).run
 
 
+class TileLangMoEPermute(_TileLang, MoEPermuteKernel):
+    """Token copies grouped by expert (stable), the offsets and the inverse map; three kernels, no host sync."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> MoEPermuteBuildKey:
+        d = call.dtypes
+        return MoEPermuteBuildKey(d["hidden_states"], d["topk_ids"], int(call.dims["H"]), int(call.dims["K"]),
+                                  int(call.dims["num_experts"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: MoEPermuteBuildKey) -> str | None:
+        return moe_permute_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: MoEPermuteBuildKey) -> Callable[..., Any]:
+        return build_moe_permute(key).run
+
+
 KERNELS = (
     TileLangRMSNorm, TileLangSoftmax, TileLangSiluAndMul, TileLangSum, TileLangGroupNorm, TileLangGemm, TileLangBmm,
     TileLangLinear, TileLangRGDR, TileLangCausalConv1dUpdate, TileLangCausalConv1dVarlen,
     TileLangZeroCentredRMSNorm, TileLangFusedAddZeroCentredRMSNorm,
     TileLangGatedRMSNorm, TileLangGDNGating,
     TileLangQKNormRope, TileLangSigmoidGateMul, TileLangMoETopKRouting, TileLangMoEUnpermute,
+    TileLangMoEPermute,
 )
