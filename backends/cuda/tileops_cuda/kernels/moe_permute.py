@@ -70,7 +70,11 @@ def _scatter_plan(key: MoEPermuteBuildKey) -> tuple[int, int, int]:
 
 
 def _expert_threads(experts: int) -> int:
-    return max(32, -(-experts // 32) * 32)
+    """A thread per expert, a power of two from 32 to 1024 (what TileLang's block scan takes)."""
+    threads = 32
+    while threads < experts:
+        threads *= 2
+    return threads
 
 
 def moe_permute_refusal(key: MoEPermuteBuildKey) -> str | None:

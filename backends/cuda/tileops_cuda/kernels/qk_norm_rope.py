@@ -131,7 +131,8 @@ def _program(key: QKNormRopeBuildKey):
             if j < D:
                 n = nsh[i, j]
                 low = j < half
-                f = T.if_then_else(low, j, j - half)
+                # The table index is read only below rotary_dim; past it, 0 keeps it inside.
+                f = T.if_then_else(j < rotary_dim, T.if_then_else(low, j, j - half), 0)
                 partner = T.cast(nsh[i, T.if_then_else(low, j + half, j - half)], f32)
                 rot = T.cast(T.if_then_else(low, -partner, partner), dt)
                 a = T.cast(T.cast(n, f32) * T.cast(cs[f], f32), dt)
