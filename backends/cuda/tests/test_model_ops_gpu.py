@@ -1,11 +1,14 @@
 """The memory-bound ops of a hybrid model's attention and MoE block on an NVIDIA GPU, beyond their
 spec rows (``test_spec_rows_gpu.py``): the strided inputs a model passes them (the query and
 gate halves of q_proj's output) are read in place and give the bits their contiguous copies
-give; MRoPE with equal position rows is NeoX. Skips cleanly without a GPU or tilelang.
+give; MRoPE with equal position rows is NeoX; routing ties go to the lower id; permute gives the
+reference's exact bits over many chunks; the routed experts match ``torch._grouped_mm`` at real
+sizes (their spec rows run only tiny there). Skips cleanly without a GPU or tilelang.
 """
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 
@@ -102,3 +105,30 @@ def test_permute_reads_strided_hidden_states_in_place(cuda_device, gen):
     ids = torch.rand(T, E, device="cuda", generator=gen).argsort(dim=1)[:, :K]
     op = MoEPermuteFwdOp(num_experts=E)
     assert all(torch.equal(a, b) for a, b in zip(op(x, ids), op(x.contiguous(), ids)))
+
+
+@pytest.mark.parametrize("tokens,top_k,experts", [(1, 10, 512), (64, 8, 256), (4096, 10, 512)])
+def test_grouped_experts_match_torch_grouped_mm_at_real_sizes(cuda_device, gen, tokens, top_k, experts):
+    """Qwen3-Next / Qwen3.5 sizes (H=2048, I=512) against two ``torch._grouped_mm`` and the
+    spec's SiLU-and-multiply: both round each GEMM once, so they differ by accumulation order."""
+    from tileops_core.ops.moe import MoEGroupedExpertsFwdOp
+    from tileops_cpu_ref.moe import grouped_linear_by_loop
+
+    H, I = 2048, 512
+    ids = torch.rand(tokens, experts, device="cuda", generator=gen).argsort(dim=1)[:, :top_k].flatten()
+    counts = torch.bincount(ids, minlength=experts)
+    offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(torch.int32)
+    x = torch.randn(tokens * top_k, H, device="cuda", generator=gen).bfloat16()
+    gate_up = (torch.randn(experts, 2 * I, H, device="cuda", generator=gen) / H ** 0.5).bfloat16()
+    down = (torch.randn(experts, H, I, device="cuda", generator=gen) / I ** 0.5).bfloat16()
+    got = MoEGroupedExpertsFwdOp()(x, offsets, gate_up, down)
+    ends = offsets[1:]
+    if hasattr(torch, "_grouped_mm"):
+        g, u = torch._grouped_mm(x, gate_up.transpose(1, 2), offs=ends).float().chunk(2, dim=-1)
+        want = torch._grouped_mm((torch.nn.functional.silu(g) * u).bfloat16(), down.transpose(1, 2), offs=ends)
+    else:
+        host = offsets.cpu().long()
+        g, u = grouped_linear_by_loop(x, gate_up, host).float().chunk(2, dim=-1)
+        want = grouped_linear_by_loop((torch.nn.functional.silu(g) * u).bfloat16(), down, host)
+    err = float((got.float() - want.float()).norm() / want.float().norm())
+    assert not torch.isnan(got).any() and err < 1e-2, err

@@ -39,7 +39,7 @@ from tileops_core.ops.gated_delta_net import (
 )
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRCall, RGDRKernel
-from tileops_core.ops.moe import MoEPermuteKernel, MoETopKRoutingKernel, MoEUnpermuteKernel
+from tileops_core.ops.moe import MoEGroupedExpertsKernel, MoEPermuteKernel, MoETopKRoutingKernel, MoEUnpermuteKernel
 from tileops_core.ops.normalization import GroupNormKernel, RMSNormCall, RMSNormKernel
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
@@ -63,6 +63,9 @@ from .kernels.sigmoid_gate_mul import SigmoidGateMulBuildKey, build_sigmoid_gate
 from .kernels.moe_topk_routing import MoETopKRoutingBuildKey, build_moe_topk_routing, moe_topk_routing_refusal
 from .kernels.moe_unpermute import MoEUnpermuteBuildKey, build_moe_unpermute, moe_unpermute_refusal
 from .kernels.moe_permute import MoEPermuteBuildKey, build_moe_permute, moe_permute_refusal
+from .kernels.moe_grouped_experts import (
+    MoEGroupedExpertsBuildKey, build_moe_grouped_experts, moe_grouped_experts_refusal,
+)
 
 __all__ = ["KERNELS"]
 
@@ -629,11 +632,29 @@ class TileLangMoEPermute(_TileLang, MoEPermuteKernel):
         return build_moe_permute(key).run
 
 
+class TileLangMoEGroupedExperts(_TileLang, MoEGroupedExpertsKernel):
+    """Each expert's SwiGLU MLP over its permuted rows on wgmma: a device-made tile map, then the
+    gate/up GEMMs with SiLU-and-multiply fused, then the down GEMM; no host sync."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> MoEGroupedExpertsBuildKey:
+        return MoEGroupedExpertsBuildKey(call.dtypes["hidden_states"], int(call.dims["E"]), int(call.dims["H"]),
+                                         int(call.dims["I"]), call.dtypes["expert_offsets"], call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: MoEGroupedExpertsBuildKey) -> str | None:
+        return moe_grouped_experts_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: MoEGroupedExpertsBuildKey) -> Callable[..., Any]:
+        return build_moe_grouped_experts(key).run
+
+
 KERNELS = (
     TileLangRMSNorm, TileLangSoftmax, TileLangSiluAndMul, TileLangSum, TileLangGroupNorm, TileLangGemm, TileLangBmm,
     TileLangLinear, TileLangRGDR, TileLangCausalConv1dUpdate, TileLangCausalConv1dVarlen,
     TileLangZeroCentredRMSNorm, TileLangFusedAddZeroCentredRMSNorm,
     TileLangGatedRMSNorm, TileLangGDNGating,
     TileLangQKNormRope, TileLangSigmoidGateMul, TileLangMoETopKRouting, TileLangMoEUnpermute,
-    TileLangMoEPermute,
+    TileLangMoEPermute, TileLangMoEGroupedExperts,
 )

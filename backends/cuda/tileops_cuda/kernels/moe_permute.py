@@ -29,7 +29,7 @@ from typing import Any
 
 from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry
 
-__all__ = ["MoEPermuteBuildKey", "build_moe_permute", "moe_permute_refusal"]
+__all__ = ["MoEPermuteBuildKey", "build_moe_permute", "expert_threads", "moe_permute_refusal"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
 _ID_DTYPES = ("int32", "int64")
@@ -69,7 +69,7 @@ def _scatter_plan(key: MoEPermuteBuildKey) -> tuple[int, int, int]:
     return threads, rows, padded
 
 
-def _expert_threads(experts: int) -> int:
+def expert_threads(experts: int) -> int:
     """A thread per expert, a power of two from 32 to 1024 (what TileLang's block scan takes)."""
     threads = 32
     while threads < experts:
@@ -135,7 +135,7 @@ def _offsets_program(key: MoEPermuteBuildKey):
     import tilelang.language as T
 
     E, i32, U = key.experts, "int32", _LOADS_IN_FLIGHT
-    TE = _expert_threads(E)
+    TE = expert_threads(E)
     NB = T.dynamic("NB")
 
     @T.prim_func
