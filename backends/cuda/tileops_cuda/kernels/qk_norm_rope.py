@@ -129,15 +129,16 @@ def _program(key: QKNormRopeBuildKey):
         half = rotary_dim // 2
         for i, j in T.Parallel(BM, DP):
             if j < D:
-                n = nsh[i, j]
-                low = j < half
-                # The table index is read only below rotary_dim; past it, 0 keeps it inside.
-                f = T.if_then_else(j < rotary_dim, T.if_then_else(low, j, j - half), 0)
-                partner = T.cast(nsh[i, T.if_then_else(low, j + half, j - half)], f32)
-                rot = T.cast(T.if_then_else(low, -partner, partner), dt)
-                a = T.cast(T.cast(n, f32) * T.cast(cs[f], f32), dt)
-                b = T.cast(T.cast(rot, f32) * T.cast(sn[f], f32), dt)
-                Y[t, h0 + i, j] = T.if_then_else(j < rotary_dim, T.cast(T.cast(a, f32) + T.cast(b, f32), dt), n)
+                if j < rotary_dim:
+                    low = j < half
+                    f = T.if_then_else(low, j, j - half)
+                    partner = T.cast(nsh[i, T.if_then_else(low, j + half, j - half)], f32)
+                    rot = T.cast(T.if_then_else(low, -partner, partner), dt)
+                    a = T.cast(T.cast(nsh[i, j], f32) * T.cast(cs[f], f32), dt)
+                    b = T.cast(T.cast(rot, f32) * T.cast(sn[f], f32), dt)
+                    Y[t, h0 + i, j] = T.cast(T.cast(a, f32) + T.cast(b, f32), dt)
+                else:  # past rotary_dim: the normalised value passes through, no table read
+                    Y[t, h0 + i, j] = nsh[i, j]
 
     @T.prim_func
     def qk_norm_rope(query: T.StridedTensor((Tn, NQ, D), (SQT, SQH, 1), dt),
@@ -159,12 +160,15 @@ def _program(key: QKNormRopeBuildKey):
             cs = T.alloc_shared((HALF,), dt)
             sn = T.alloc_shared((HALF,), dt)
             for f in T.Parallel(HALF):
-                # HF's interleaved MRoPE rule; with both sections 0 (NeoX) every f reads row 0.
-                row = T.if_then_else(f % 3 == 1, T.if_then_else(f < 3 * section_h, 1, 0),
-                                     T.if_then_else(f % 3 == 2, T.if_then_else(f < 3 * section_w, 2, 0), 0))
-                angle = T.cast(positions[row, bx], f32) * inv_freq[f]
-                cs[f] = T.cast(T.cos(angle), dt)
-                sn[f] = T.cast(T.sin(angle), dt)
+                # Only the rotary_dim / 2 frequencies in use: the accurate sine and cosine are
+                # the costliest arithmetic here. HF's interleaved MRoPE rule picks the position
+                # row; with both sections 0 (NeoX) every f reads row 0.
+                if f < rotary_dim // 2:
+                    row = T.if_then_else(f % 3 == 1, T.if_then_else(f < 3 * section_h, 1, 0),
+                                         T.if_then_else(f % 3 == 2, T.if_then_else(f < 3 * section_w, 2, 0), 0))
+                    angle = T.cast(positions[row, bx], f32) * inv_freq[f]
+                    cs[f] = T.cast(T.cos(angle), dt)
+                    sn[f] = T.cast(T.sin(angle), dt)
             if by < QB:
                 norm_rope(query, q_weight, query_out, bx, by * BM, xr, sq, rs, nsh, cs, sn, rotary_dim, eps)
             else:
