@@ -50,7 +50,7 @@ STAND_INS = {
     "build_moe_unpermute": lambda key: SimpleNamespace(run=moe_unpermute._make_run(key, _unused)),
     "build_moe_permute": lambda key: SimpleNamespace(run=moe_permute._make_run(key, _unused, _unused, _unused)),
     "build_moe_grouped_experts":
-        lambda key: SimpleNamespace(run=moe_grouped_experts._make_run(key, _unused, _unused, _unused)),
+        lambda key: SimpleNamespace(run=moe_grouped_experts._make_run(key, (_unused,) * 3, (_unused,) * 3)),
 }
 
 #: A build key each launcher can be made from (only the fields a launcher reads matter).

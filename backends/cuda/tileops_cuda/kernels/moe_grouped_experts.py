@@ -14,9 +14,13 @@ Three kernels, no host synchronisation:
    input dtype, then ``act = round(silu(g) · u)`` in float32 (the spec's roundings);
 3. ``down`` (a program per tile and BN columns of H): ``out = act @ down_proj[e].T``, rounded.
 
-Operand tiles stream through a multi-stage shared-memory pipeline into ``T.gemm``; rows of a
-tile past its expert's range are computed on (they belong to the next expert or lie past N)
-but never stored. A program whose map slot is -1 does nothing. Experts without rows cost
+Two tilings are built and the row count picks one per call (it is known on the host, so no
+sync): 64-row tiles and narrow programs when experts hold few rows (decode: many programs
+stream the weights), 128-row tiles with two consumer warpgroups when they hold many (prefill:
+an expert's rows fit one or two tiles, so its weights are read about once). Operand tiles
+stream through a multi-stage shared-memory pipeline (TMA, warp-specialised) into
+``T.gemm``; rows of a tile past its expert's range are computed on (they belong to the next
+expert or lie past N) but never stored. A program whose map slot is -1 does nothing. Experts without rows cost
 nothing; each used expert's weights are read once per row tile. Specialised on dtype, E, H, I
 and the offsets' dtype; the row count N is dynamic. float32 is refused (the tensor cores would
 round its operands to TF32), as are H or I not a multiple of 8 (16-byte bulk copies).
@@ -30,16 +34,34 @@ from typing import Any
 from ._common import arch_refusal, cached_build, compile_prim_func, direct_entry
 from .moe_permute import expert_threads
 
-__all__ = ["MoEGroupedExpertsBuildKey", "build_moe_grouped_experts", "moe_grouped_experts_refusal", "tile_slots"]
+__all__ = ["GroupedTiling", "MoEGroupedExpertsBuildKey", "build_moe_grouped_experts", "moe_grouped_experts_refusal",
+           "tile_slots", "DECODE_TILING", "PREFILL_TILING"]
 
 _DTYPES = ("float16", "bfloat16")
 _OFFSET_DTYPES = ("int32", "int64")
 _NAME = "MoEGroupedExperts TileLang kernel"
 MAX_EXPERTS = 1024
-#: Rows per tile (one wgmma warpgroup's M), K step, pipeline depth, threads.
-BM, BK, STAGES, THREADS = 64, 64, 4, 128
-#: Output columns per program: of I in the gate/up kernel (two accumulators), of H in down.
-BN_GATE_UP, BN_DOWN = 64, 128
+BK, STAGES = 64, 4
+
+
+@dataclass(frozen=True)
+class GroupedTiling:
+    """Rows per tile (``block_m``), output columns per program of the gate/up kernel (of I, two
+    accumulators) and of the down kernel (of H), consumer threads (a warpgroup per 64 rows)."""
+
+    block_m: int
+    block_n_gate_up: int
+    block_n_down: int
+    threads: int
+
+
+#: Few rows per expert (decode): small tiles, many programs streaming the experts' weights.
+DECODE_TILING = GroupedTiling(64, 64, 128, 128)
+#: Many rows per expert (prefill): an expert's rows fit one or two tiles, so its weights are
+#: read about once, and the wider gate/up tile reads the rows fewer times.
+PREFILL_TILING = GroupedTiling(128, 128, 128, 256)
+#: The prefill tiling serves calls with at least this many rows per expert on average.
+PREFILL_ROWS_PER_EXPERT = 32
 
 
 @dataclass(frozen=True)
@@ -55,9 +77,9 @@ class MoEGroupedExpertsBuildKey:
     arch: str = "sm_90"
 
 
-def tile_slots(rows: int, experts: int) -> int:
+def tile_slots(rows: int, experts: int, block_m: int) -> int:
     """Slots of the tile map: every tile holds a row, and only an expert's last tile is partial."""
-    return min(rows, -(-rows // BM) + experts)
+    return min(rows, -(-rows // block_m) + experts)
 
 
 def moe_grouped_experts_refusal(key: MoEGroupedExpertsBuildKey) -> str | None:
@@ -75,10 +97,10 @@ def moe_grouped_experts_refusal(key: MoEGroupedExpertsBuildKey) -> str | None:
     return arch_refusal(_NAME, key.arch, ("sm_90", "sm_90a"))
 
 
-def _tiles_program(key: MoEGroupedExpertsBuildKey):
+def _tiles_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
     import tilelang.language as T
 
-    E, i32, TE = key.experts, "int32", expert_threads(key.experts)
+    E, i32, TE, BM = key.experts, "int32", expert_threads(key.experts), tiling.block_m
     S = T.dynamic("S")  # tile map slots
 
     @T.prim_func
@@ -108,11 +130,11 @@ def _tiles_program(key: MoEGroupedExpertsBuildKey):
     return moe_expert_tiles
 
 
-def _gate_up_program(key: MoEGroupedExpertsBuildKey):
+def _gate_up_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
     import tilelang.language as T
 
     E, H, I, dt, f32 = key.experts, key.hidden, key.intermediate, key.dtype, "float32"
-    BN = BN_GATE_UP
+    BM, BN, THREADS = tiling.block_m, tiling.block_n_gate_up, tiling.threads
     N, S = T.dynamic("N"), T.dynamic("S")
 
     @T.prim_func
@@ -146,11 +168,11 @@ def _gate_up_program(key: MoEGroupedExpertsBuildKey):
     return moe_gate_up
 
 
-def _down_program(key: MoEGroupedExpertsBuildKey):
+def _down_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
     import tilelang.language as T
 
     E, H, I, dt, f32 = key.experts, key.hidden, key.intermediate, key.dtype, "float32"
-    BN = BN_DOWN
+    BM, BN, THREADS = tiling.block_m, tiling.block_n_down, tiling.threads
     N, S = T.dynamic("N"), T.dynamic("S")
 
     @T.prim_func
@@ -177,11 +199,13 @@ def _down_program(key: MoEGroupedExpertsBuildKey):
     return moe_down
 
 
-def _make_run(key: MoEGroupedExpertsBuildKey, tiles: Any, gate_up: Any, down: Any) -> Any:
-    """The launch function: the tile map and the activations (workspaces), then three kernels."""
+def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, Any, Any], prefill: tuple[Any, Any, Any]) -> Any:
+    """The launch function: the tiling the row count calls for (known on the host: no sync),
+    its tile map and the activations (workspaces), then its three kernels."""
     import torch
 
     E, I = key.experts, key.intermediate
+    prefill_from = PREFILL_ROWS_PER_EXPERT * E
 
     def moe_grouped_experts(hidden_states: Any, expert_offsets: Any, gate_up_proj: Any, down_proj: Any,
                             out: Any = None) -> Any:
@@ -190,7 +214,9 @@ def _make_run(key: MoEGroupedExpertsBuildKey, tiles: Any, gate_up: Any, down: An
             out = torch.empty(hidden_states.shape, dtype=hidden_states.dtype, device=hidden_states.device)
         if N == 0:
             return out
-        slots = tile_slots(N, E)
+        (tiles, gate_up, down), tiling = ((prefill, PREFILL_TILING) if N >= prefill_from
+                                          else (decode, DECODE_TILING))
+        slots = tile_slots(N, E, tiling.block_m)
         dev = hidden_states.device
         tile_map = torch.empty((2, slots), dtype=torch.int32, device=dev)
         act = torch.empty((N, I), dtype=hidden_states.dtype, device=dev)
@@ -203,27 +229,31 @@ def _make_run(key: MoEGroupedExpertsBuildKey, tiles: Any, gate_up: Any, down: An
     return moe_grouped_experts
 
 
-class MoEGroupedExpertsLauncher:
-    """The three compiled kernels (``kernels``: ``JITKernel`` objects) and ``run``, the
-    interface-shaped launch function over their direct entries."""
+_PROGRAMS = (_tiles_program, _gate_up_program, _down_program)
 
-    def __init__(self, key: MoEGroupedExpertsBuildKey, tiles: Any, gate_up: Any, down: Any) -> None:
+
+class MoEGroupedExpertsLauncher:
+    """The compiled kernels of both tilings (``kernels[tiling]``: ``JITKernel`` objects) and
+    ``run``, the interface-shaped launch function over their direct entries."""
+
+    def __init__(self, key: MoEGroupedExpertsBuildKey, kernels: dict[GroupedTiling, tuple[Any, ...]]) -> None:
         self.key = key
-        self.kernels = (tiles, gate_up, down)
-        self.run = _make_run(key, direct_entry(tiles), direct_entry(gate_up), direct_entry(down))
+        self.kernels = kernels
+        entries = {t: tuple(direct_entry(k) for k in ks) for t, ks in kernels.items()}
+        self.run = _make_run(key, entries[DECODE_TILING], entries[PREFILL_TILING])  # type: ignore[arg-type]
 
 
 def build_moe_grouped_experts(key: MoEGroupedExpertsBuildKey) -> MoEGroupedExpertsLauncher:
-    """Compile the three kernels once per process; ValueError with the refusal reason."""
+    """Compile both tilings' kernels once per process; ValueError with the refusal reason."""
     reason = moe_grouped_experts_refusal(key)
     if reason is not None:
         raise ValueError(reason)
-
     # Warp specialisation (setmaxnreg) and wgmma need the arch-specific sm_90a target (as the GEMM's).
     target = "sm_90a"
 
     def build() -> MoEGroupedExpertsLauncher:
-        return MoEGroupedExpertsLauncher(key, *(compile_prim_func(program(key), target)
-                                               for program in (_tiles_program, _gate_up_program, _down_program)))
+        return MoEGroupedExpertsLauncher(key, {
+            t: tuple(compile_prim_func(program(key, t), target) for program in _PROGRAMS)
+            for t in (DECODE_TILING, PREFILL_TILING)})
 
     return cached_build(("moe_grouped_experts", key), build)
