@@ -107,7 +107,8 @@ def test_permute_reads_strided_hidden_states_in_place(cuda_device, gen):
     assert all(torch.equal(a, b) for a, b in zip(op(x, ids), op(x.contiguous(), ids)))
 
 
-@pytest.mark.parametrize("tokens,top_k,experts", [(1, 10, 512), (64, 8, 256), (4096, 10, 512)])
+#: Decode sizes take the 64-row tiling; 4k tokens and (300, 2, 8), with 75 rows per expert, the 128-row one.
+@pytest.mark.parametrize("tokens,top_k,experts", [(1, 10, 512), (64, 8, 256), (4096, 10, 512), (300, 2, 8)])
 def test_grouped_experts_match_torch_grouped_mm_at_real_sizes(cuda_device, gen, tokens, top_k, experts):
     """Qwen3-Next / Qwen3.5 sizes (H=2048, I=512) against two ``torch._grouped_mm`` and the
     spec's SiLU-and-multiply: both round each GEMM once, so they differ by accumulation order."""
