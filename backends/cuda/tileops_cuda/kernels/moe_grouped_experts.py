@@ -199,7 +199,7 @@ def _down_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
     return moe_down
 
 
-def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, Any, Any], prefill: tuple[Any, Any, Any]) -> Any:
+def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: tuple[Any, ...]) -> Any:
     """The launch function: the tiling the row count calls for (known on the host: no sync),
     its tile map and the activations (workspaces), then its three kernels."""
     import torch
@@ -240,7 +240,7 @@ class MoEGroupedExpertsLauncher:
         self.key = key
         self.kernels = kernels
         entries = {t: tuple(direct_entry(k) for k in ks) for t, ks in kernels.items()}
-        self.run = _make_run(key, entries[DECODE_TILING], entries[PREFILL_TILING])  # type: ignore[arg-type]
+        self.run = _make_run(key, entries[DECODE_TILING], entries[PREFILL_TILING])
 
 
 def build_moe_grouped_experts(key: MoEGroupedExpertsBuildKey) -> MoEGroupedExpertsLauncher:
