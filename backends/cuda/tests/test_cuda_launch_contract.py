@@ -18,6 +18,8 @@ pytest.importorskip("torch")
 from tileops_core.kernels.contract import declared_launch, mismatches  # noqa: E402
 from tileops_cuda import registered  # noqa: E402
 from tileops_cuda.kernels import conv1d, rgdr  # noqa: E402
+from tileops_cuda.kernels import moe_permute, moe_topk_routing, moe_unpermute, qk_norm_rope  # noqa: E402
+from tileops_cuda.kernels import moe_grouped_experts, sigmoid_gate_mul  # noqa: E402
 
 
 def _unused(*args: Any) -> None:
@@ -42,6 +44,13 @@ STAND_INS = {
     "build_rgdr": _rgdr_build,
     "build_conv_update": lambda key: SimpleNamespace(run=conv1d._make_update_run(key, _unused)),
     "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused, _unused)),
+    "build_qk_norm_rope": lambda key: SimpleNamespace(run=qk_norm_rope._make_run(key, _unused)),
+    "build_sigmoid_gate_mul": lambda key: SimpleNamespace(run=sigmoid_gate_mul._make_run(key, _unused)),
+    "build_moe_topk_routing": lambda key: SimpleNamespace(run=moe_topk_routing._make_run(key, _unused)),
+    "build_moe_unpermute": lambda key: SimpleNamespace(run=moe_unpermute._make_run(key, _unused)),
+    "build_moe_permute": lambda key: SimpleNamespace(run=moe_permute._make_run(key, _unused, _unused, _unused)),
+    "build_moe_grouped_experts":
+        lambda key: SimpleNamespace(run=moe_grouped_experts._make_run(key, (_unused,) * 3, (_unused,) * 3)),
 }
 
 #: A build key each launcher can be made from (only the fields a launcher reads matter).
@@ -53,6 +62,11 @@ KEYS: dict[str, Any] = {
                                       head_k_dim=128, head_v_dim=128),
     "TileLangCausalConv1dUpdate": conv1d.ConvUpdateBuildKey("bfloat16", 256, 4),
     "TileLangCausalConv1dVarlen": conv1d.ConvVarlenBuildKey("bfloat16", 256, 4),
+    "TileLangQKNormRope": qk_norm_rope.QKNormRopeBuildKey("bfloat16", "int64", 16, 2, 256),
+    "TileLangMoETopKRouting": moe_topk_routing.MoETopKRoutingBuildKey("bfloat16", "int64", 512, 10),
+    "TileLangMoEUnpermute": moe_unpermute.MoEUnpermuteBuildKey("bfloat16", "int32", "bfloat16", 2048, 10),
+    "TileLangMoEPermute": moe_permute.MoEPermuteBuildKey("bfloat16", "int64", 2048, 10, 512),
+    "TileLangMoEGroupedExperts": moe_grouped_experts.MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512),
 }
 
 

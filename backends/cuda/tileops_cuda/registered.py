@@ -32,12 +32,14 @@ from typing import Any, Callable, ClassVar
 
 from tileops_core.kernels import CallSpec, KernelEntry
 from tileops_core.ops.activation import SiluAndMulKernel
+from tileops_core.ops.attention import QKNormRopeKernel, SigmoidGateMulKernel
 from tileops_core.ops.conv import CausalConv1dUpdateKernel, CausalConv1dVarlenKernel
 from tileops_core.ops.gated_delta_net import (
     FusedAddZeroCentredRMSNormKernel, GatedRMSNormKernel, GDNGatingKernel, ZeroCentredRMSNormKernel,
 )
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRCall, RGDRKernel
+from tileops_core.ops.moe import MoEGroupedExpertsKernel, MoEPermuteKernel, MoETopKRoutingKernel, MoEUnpermuteKernel
 from tileops_core.ops.normalization import GroupNormKernel, RMSNormCall, RMSNormKernel
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
@@ -55,6 +57,14 @@ from .kernels.silu_and_mul import SiluAndMulBuildKey, build_silu_and_mul, silu_a
 from .kernels.softmax import SoftmaxBuildKey, build_softmax, softmax_refusal
 from .kernels.zero_centred_rmsnorm import (
     ZeroCentredRMSNormBuildKey, build_zero_centred_rmsnorm, zero_centred_rmsnorm_refusal,
+)
+from .kernels.qk_norm_rope import QKNormRopeBuildKey, build_qk_norm_rope, qk_norm_rope_refusal
+from .kernels.sigmoid_gate_mul import SigmoidGateMulBuildKey, build_sigmoid_gate_mul, sigmoid_gate_mul_refusal
+from .kernels.moe_topk_routing import MoETopKRoutingBuildKey, build_moe_topk_routing, moe_topk_routing_refusal
+from .kernels.moe_unpermute import MoEUnpermuteBuildKey, build_moe_unpermute, moe_unpermute_refusal
+from .kernels.moe_permute import MoEPermuteBuildKey, build_moe_permute, moe_permute_refusal
+from .kernels.moe_grouped_experts import (
+    MoEGroupedExpertsBuildKey, build_moe_grouped_experts, moe_grouped_experts_refusal,
 )
 
 __all__ = ["KERNELS"]
@@ -523,9 +533,118 @@ class TileLangGDNGating(_TileLang, GDNGatingKernel):
         return gdn_gating
 
 
+class TileLangQKNormRope(_TileLang, QKNormRopeKernel):
+    """Per-head zero-centred RMSNorm of q and k and their rotary embedding in one pass; q and k are
+    read in place as strided heads; rotary_dim, theta, eps and the MRoPE sections are runtime values."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> QKNormRopeBuildKey:
+        d = call.dtypes
+        return QKNormRopeBuildKey(d["query"], d["positions"], int(call.dims["NQ"]), int(call.dims["NKV"]),
+                                  int(call.dims["D"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: QKNormRopeBuildKey) -> str | None:
+        return qk_norm_rope_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: QKNormRopeBuildKey) -> Callable[..., Any]:
+        return build_qk_norm_rope(key).run
+
+
+class TileLangSigmoidGateMul(_TileLang, SigmoidGateMulKernel):
+    """``attn · sigmoid(gate)`` streamed over rows; a strided gate is read in place."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> SigmoidGateMulBuildKey:
+        return SigmoidGateMulBuildKey(call.dtypes["attn"], int(call.dims["N"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: SigmoidGateMulBuildKey) -> str | None:
+        return sigmoid_gate_mul_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: SigmoidGateMulBuildKey) -> Callable[..., Any]:
+        return build_sigmoid_gate_mul(key).run
+
+
+class TileLangMoETopKRouting(_TileLang, MoETopKRoutingKernel):
+    """Softmax, top-k (ties to the lower id) and renormalisation of router logits, a token per program."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> MoETopKRoutingBuildKey:
+        d = call.dtypes
+        return MoETopKRoutingBuildKey(d["router_logits"], d["topk_ids"], int(call.dims["E"]), int(call.dims["top_k"]),
+                                      bool(call.flags["renormalize"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: MoETopKRoutingBuildKey) -> str | None:
+        return moe_topk_routing_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: MoETopKRoutingBuildKey) -> Callable[..., Any]:
+        return build_moe_topk_routing(key).run
+
+
+class TileLangMoEUnpermute(_TileLang, MoEUnpermuteKernel):
+    """The weighted combine of each token's expert rows (plus the shared output), a gather per token."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> MoEUnpermuteBuildKey:
+        d = call.dtypes
+        return MoEUnpermuteBuildKey(d["expert_output"], d["permuted_index"], d["topk_weights"], int(call.dims["H"]),
+                                    int(call.dims["K"]), bool(call.flags["has_shared_output"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: MoEUnpermuteBuildKey) -> str | None:
+        return moe_unpermute_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: MoEUnpermuteBuildKey) -> Callable[..., Any]:
+        return build_moe_unpermute(key).run
+
+
+class TileLangMoEPermute(_TileLang, MoEPermuteKernel):
+    """Token copies grouped by expert (stable), the offsets and the inverse map; three kernels, no host sync."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> MoEPermuteBuildKey:
+        d = call.dtypes
+        return MoEPermuteBuildKey(d["hidden_states"], d["topk_ids"], int(call.dims["H"]), int(call.dims["K"]),
+                                  int(call.dims["num_experts"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: MoEPermuteBuildKey) -> str | None:
+        return moe_permute_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: MoEPermuteBuildKey) -> Callable[..., Any]:
+        return build_moe_permute(key).run
+
+
+class TileLangMoEGroupedExperts(_TileLang, MoEGroupedExpertsKernel):
+    """Each expert's SwiGLU MLP over its permuted rows on wgmma: a device-made tile map, then the
+    gate/up GEMMs with SiLU-and-multiply fused, then the down GEMM; no host sync."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> MoEGroupedExpertsBuildKey:
+        return MoEGroupedExpertsBuildKey(call.dtypes["hidden_states"], int(call.dims["E"]), int(call.dims["H"]),
+                                         int(call.dims["I"]), call.dtypes["expert_offsets"], call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: MoEGroupedExpertsBuildKey) -> str | None:
+        return moe_grouped_experts_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: MoEGroupedExpertsBuildKey) -> Callable[..., Any]:
+        return build_moe_grouped_experts(key).run
+
+
 KERNELS = (
     TileLangRMSNorm, TileLangSoftmax, TileLangSiluAndMul, TileLangSum, TileLangGroupNorm, TileLangGemm, TileLangBmm,
     TileLangLinear, TileLangRGDR, TileLangCausalConv1dUpdate, TileLangCausalConv1dVarlen,
     TileLangZeroCentredRMSNorm, TileLangFusedAddZeroCentredRMSNorm,
     TileLangGatedRMSNorm, TileLangGDNGating,
+    TileLangQKNormRope, TileLangSigmoidGateMul, TileLangMoETopKRouting, TileLangMoEUnpermute,
+    TileLangMoEPermute, TileLangMoEGroupedExperts,
 )

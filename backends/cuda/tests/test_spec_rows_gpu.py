@@ -1,0 +1,115 @@
+"""The TileLang kernels on every workload row and dtype of their ops' specs, on an NVIDIA GPU.
+
+Two checks per row and dtype, both against the float64 references of the conformance suite
+(``tests/catalogue_references.py``, same tolerances): the TileLang kernel called with the exact
+arguments the op passes it and NaN-filled outputs (every element must be written), and the op
+through its public API on CUDA tensors (the TileLang kernel selected wherever it does not
+refuse). Each call draws a fresh seed, printed in every failure. Skips cleanly without a GPU
+or tilelang. Ops served by TileLang kernels with their own spec-row checks elsewhere (RGDR,
+conv1d) are not listed here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pathlib
+import sys
+from typing import Any
+
+import pytest
+import torch
+
+from tileops_core import load_manifest
+from tileops_core.bench.baselines import capture_launches
+from tileops_core.bench.workloads import instantiate
+from tileops_core.kernels import select_kernel
+from tileops_core.workloads import dtype_cases
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
+from catalogue_references import REFERENCES, TOLERANCE, relative_error  # noqa: E402
+
+#: The gated-delta-net layer's norms and gating, then the attention and MoE block's memory-bound ops.
+OPS = ("ZeroCentredRMSNormFwdOp", "FusedAddZeroCentredRMSNormFwdOp", "GatedRMSNormFwdOp", "GDNGatingFwdOp",
+       "QKNormRopeFwdOp", "SigmoidGateMulFwdOp", "MoETopKRoutingFwdOp",
+       "MoEPermuteFwdOp", "MoEUnpermuteFwdOp", "MoEGroupedExpertsFwdOp")
+#: Ops whose real-size rows carry a full expert bank (gigabytes drawn on the CPU per row): only
+#: their tiny rows run here; ``test_model_ops_gpu.py`` checks real sizes with inputs drawn on the GPU.
+TINY_ROWS_ONLY = ("MoEGroupedExpertsFwdOp",)
+
+
+def _cases(ops: tuple[str, ...] = OPS) -> list[Any]:
+    """One pytest param per (op, workload row, dtype case) of ``ops``."""
+    manifest = load_manifest()
+    return [pytest.param(name, i, case, id=f"{name}-{row.label}[{case}]")
+            for name in ops for i, row in enumerate(manifest[name].workloads) for case in dtype_cases(row)
+            if name not in TINY_ROWS_ONLY or row.label.startswith("tiny")]
+
+
+def _instance(name: str, row_index: int, case: Any) -> tuple[Any, Any, Any, str]:
+    spec = load_manifest()[name]
+    cls = getattr(importlib.import_module(spec.source["op"]), name)
+    seed = int.from_bytes(os.urandom(4), "little")
+    inst = instantiate(spec, spec.workloads[row_index], case, rng=torch.Generator().manual_seed(seed))
+    return spec, cls, inst, f"{inst.name} seed={seed}"
+
+
+def _check(spec: Any, got: dict, originals: dict, params: dict, where: str) -> None:
+    expected = REFERENCES[spec.name](None, originals, params)
+    for out_name, out in got.items():
+        ref = expected[out_name]
+        assert tuple(out.shape) == tuple(ref.shape), f"{where}: {out_name} shape"
+        err = relative_error(out.cpu(), ref)  # infinite on any NaN: an element left unwritten
+        assert err <= TOLERANCE[out.dtype], f"{where}: {out_name} relative error {err:.3g} > {TOLERANCE[out.dtype]:g}"
+
+
+def _poisoned(shape: Any, dtype: torch.dtype) -> torch.Tensor:
+    """NaN for floating outputs, the most negative value for integer ones (never a valid index)."""
+    fill = float("nan") if dtype.is_floating_point else torch.iinfo(dtype).min
+    return torch.full(shape, fill, dtype=dtype, device="cuda")
+
+
+@pytest.mark.parametrize("name,row_index,case", _cases())
+def test_kernel_writes_every_element_of_poisoned_outputs_and_matches_float64(cuda_device, name: str, row_index: int,
+                                                                             case: Any) -> None:
+    """Given the op's exact launch arguments and poisoned outputs (skipped where it refuses the row)."""
+    spec, cls, inst, where = _instance(name, row_index, case)
+    originals = {n: t.clone() for n, t in inst.inputs.items()}
+    args = [None if a is None else a.to("cuda") for a in inst.call_args(spec)]
+    op = cls(**inst.op_kwargs)
+    launch = capture_launches(op, args)[0]  # calls the op (once or twice): args are spent after this
+    selection = select_kernel(launch.interface, launch.call)
+    impl = selection.chosen
+    if selection.chosen_backend != "cuda":
+        pytest.skip(f"{where}: the TileLang kernel refuses this row: {impl.refusal(launch.call)}")
+    # The launch's tensors are the captured call's; give the kernel fresh copies of the originals.
+    names = {id(a): t.name for a, t in zip(args, spec.call_inputs) if a is not None}
+    captured = op.last_plan
+    fresh = {n: originals[n].to("cuda") for n in originals}
+    kernel_args = [fresh[names[id(a)]] if id(a) in names else a for a in launch.args]
+    outs = [_poisoned(shape, dtype) for shape, dtype in zip(captured.out_shapes, captured.out_dtypes)]
+    impl.entry_for(launch.call).build()(*kernel_args, *outs)
+    torch.cuda.synchronize()
+    got = dict(zip(spec.outputs, outs))
+    got.update({t.name: fresh[t.name] for t in spec.call_inputs if t.mutated and t.name in fresh})
+    _check(spec, got, originals, op.params, where)
+
+
+@pytest.mark.parametrize("name,row_index,case", _cases())
+def test_op_on_cuda_selects_tilelang_unless_refused_and_matches_float64(cuda_device, name: str, row_index: int,
+                                                                        case: Any) -> None:
+    spec, cls, inst, where = _instance(name, row_index, case)
+    originals = {n: t.clone() for n, t in inst.inputs.items()}
+    args = [None if a is None else a.to("cuda") for a in inst.call_args(spec)]
+    op = cls(**inst.op_kwargs)
+    result = op(*args)
+    for interface, call in op.last_plan.call_specs.items():
+        selection = select_kernel(interface, call)
+        tilelang = next(c.impl for c in selection.candidates if c.backend == "cuda")
+        expected_backend = "cuda" if tilelang.refusal(call) is None else "cpu_ref"
+        assert selection.chosen_backend == expected_backend, f"{where}: {selection.report()}"
+    got = dict(zip(spec.outputs, result if isinstance(result, tuple) else (result,)))
+    for name_, out in got.items():
+        assert out.device.type == "cuda" and out.dtype == inst.dtypes[name_], f"{where}: {name_}"
+    got.update({t.name: args[i] for i, t in enumerate(spec.call_inputs) if t.mutated and i < len(args)})
+    _check(spec, got, originals, op.params, where)
