@@ -17,7 +17,7 @@ pytest.importorskip("torch")
 
 from tileops_core.kernels.contract import declared_launch, mismatches  # noqa: E402
 from tileops_cuda import registered  # noqa: E402
-from tileops_cuda.kernels import conv1d, rgdr  # noqa: E402
+from tileops_cuda.kernels import chunk_gdr, conv1d, rgdr  # noqa: E402
 
 
 def _unused(*args: Any) -> None:
@@ -42,6 +42,7 @@ STAND_INS = {
     "build_rgdr": _rgdr_build,
     "build_conv_update": lambda key: SimpleNamespace(run=conv1d._make_update_run(key, _unused)),
     "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused, _unused)),
+    "build_chunk_gdr": lambda key: SimpleNamespace(run=chunk_gdr._make_run(key, _unused, _unused, _unused)),
 }
 
 #: A build key each launcher can be made from (only the fields a launcher reads matter).
@@ -53,6 +54,7 @@ KEYS: dict[str, Any] = {
                                       head_k_dim=128, head_v_dim=128),
     "TileLangCausalConv1dUpdate": conv1d.ConvUpdateBuildKey("bfloat16", 256, 4),
     "TileLangCausalConv1dVarlen": conv1d.ConvVarlenBuildKey("bfloat16", 256, 4),
+    "TileLangChunkGDR": chunk_gdr.ChunkGDRBuildKey("bfloat16", "float32", 16, 32, 128, 128),
 }
 
 
