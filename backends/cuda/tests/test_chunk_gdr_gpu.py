@@ -5,11 +5,16 @@ padding sequence would have, slots of empty sequences) are compared bit for bit.
 
 Tolerances (relative, ``||got - truth|| / ||truth||``; why in ``kernels/chunk_gdr.py``): the
 kernels keep the state walk, decays, inverse and every sum in float32 but feed the tensor
-cores bf16 operands, as flash-linear-attention does, whose own final state lies 1.1e-4 to
-8.8e-4 from float64 on the Qwen3.5 rows (backends/cuda/NOTES.md). So:
+cores bf16 operands where flash-linear-attention does (U, D, the decayed keys, W, the
+per-chunk states, the masked Q Kᵀ). A float32 emulation of exactly those roundings on the CPU
+puts the final state 2.3e-3..3.0e-3 from float64 over the written slots (sequences of 200 to
+4096 tokens) and the output ~3e-3. (FLA's 1.1e-4..8.8e-4 in NOTES.md are over the whole
+pool, untouched slots included, which dilutes them; per written slot they are of this order.)
+So:
 
-* ``out`` (bf16): 1.6e-2, the conformance suite's bf16 tolerance (its own rounding is ~2e-3);
-* a float32 state: 3e-3 over the written slots (FLA's worst row, 8.8e-4, with margin);
+* ``out`` (bf16): 1.6e-2, the conformance suite's bf16 tolerance;
+* a float32 state: 8e-3 over the written slots (the emulated 3e-3 with margin; a wrong
+  kernel is off by O(1));
 * a 16-bit state: that plus its own rounding (bf16 4e-3, fp16 5e-4).
 
 The truth is the decode step's float64 recurrence run token by token
@@ -26,17 +31,17 @@ from tileops_cuda.kernels.chunk_gdr import ChunkGDRBuildKey, build_chunk_gdr, ch
 
 OP = "ChunkGatedDeltaRuleFwdOp"
 OUT_TOL = 1.6e-2
-STATE_TOL = {"float32": 3e-3, "bfloat16": 3e-3 + 4e-3, "float16": 3e-3 + 5e-4}
+STATE_TOL = {"float32": 8e-3, "bfloat16": 8e-3 + 4e-3, "float16": 8e-3 + 5e-4}
 
 
 def _dtype_name(t) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
-def _key(inputs, arch: str) -> ChunkGDRBuildKey:
+def _key(inputs, arch: str, stages: int = 2) -> ChunkGDRBuildKey:
     T, NK, DK = inputs["query"].shape
     NV, DV = inputs["value"].shape[1:]
-    return ChunkGDRBuildKey(_dtype_name(inputs["query"]), _dtype_name(inputs["state"]), NK, NV, DK, DV, arch)
+    return ChunkGDRBuildKey(_dtype_name(inputs["query"]), _dtype_name(inputs["state"]), NK, NV, DK, DV, arch, stages)
 
 
 def _rel(got, ref) -> float:
@@ -58,14 +63,14 @@ def _truth(inputs, params, by_recurrence: bool):
     return out, pool
 
 
-def _check(inputs, params, arch: str, by_recurrence: bool) -> dict:
+def _check(inputs, params, arch: str, by_recurrence: bool, stages: int = 2) -> dict:
     """Run the launcher on a copy of the pool with a poisoned ``out`` and compare; returns the errors."""
     import torch
 
     expected_out, expected_pool = _truth(inputs, params, by_recurrence)
     pool = inputs["state"].clone()
     out = torch.full_like(inputs["value"], float("nan"))
-    run = build_chunk_gdr(_key(inputs, arch)).run
+    run = build_chunk_gdr(_key(inputs, arch, stages)).run
     run(**dict(inputs, state=pool), scale=params.get("scale"),
         use_qk_l2norm_in_kernel=params.get("use_qk_l2norm_in_kernel", False), out=out)
     torch.cuda.synchronize()
@@ -155,6 +160,11 @@ def test_lengths_around_the_chunk_size_match_the_token_by_token_recurrence(l2nor
     lengths = [1, 63, 64, 65, 1000, 0, 130]  # one token, chunk edges, a long one, an empty one
     inputs = _case(lengths, cuda_device[0], gen, padding=(6,), unit_qk=not l2norm)
     _check(inputs, {"use_qk_l2norm_in_kernel": l2norm}, arch, by_recurrence=True)
+
+
+def test_the_state_walk_without_software_pipelining_gives_the_same_result(arch, cuda_device, gen):
+    inputs = _case([1, 64, 65, 300], cuda_device[0], gen, NK=1, NV=2, DK=64, DV=64, padding=(1,))
+    _check(inputs, {"use_qk_l2norm_in_kernel": True}, arch, by_recurrence=True, stages=0)
 
 
 @pytest.mark.parametrize("state_dtype", ["bfloat16", "float16"])

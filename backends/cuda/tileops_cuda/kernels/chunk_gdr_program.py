@@ -16,12 +16,15 @@ The three programs, in launch order (one CUDA stream, nothing synchronises):
    key rows' inverse norms (applied as row/column scales, so k itself is never rounded
    after normalising), builds ``A`` in float32, inverts ``I + A`` in float32 (16×16
    diagonal blocks by forward substitution, one column per thread, then the off-diagonal
-   blocks row block by row block), and writes ``W``, ``U`` (bf16, FLA's precision), the
-   cumulative decays and the key scales (float32).
+   blocks row block by row block), and writes ``W``, ``U``, the keys the state walk needs,
+   ``k̂_i e^{G_last−G_i}`` (bf16, FLA's precision), the cumulative decays and the key scales
+   (float32).
 2. ``state``: one program per (sequence, value head, ``BV`` columns of ``h``): the only
    sequential part. Reads the initial state from the sequence's pool slot (zeros where it
    has none), walks the sequence's chunks storing ``h`` before each chunk (bf16) and
-   ``D`` (bf16), and writes the final state, rounded once, back to the slot.
+   ``D`` (bf16), and writes the final state, rounded once, back to the slot. Every load in
+   the walk is a whole tile of a chunk-major buffer, so ``T.Pipelined`` prefetches the next
+   chunk's while this one computes (``key.stages``).
 3. ``output``: one program per (chunk, value head, ``BV`` output columns), independent
    of each other: ``O`` from q, k, the stored ``h`` and ``D``; rows past the sequence's end
    are not stored.
@@ -118,7 +121,7 @@ def _masked_rows_macro(T: Any, C: int, D: int, dt: str) -> Any:
 
 
 def chunk_gdr_wy_program(key: "ChunkGDRBuildKey") -> Any:  # noqa: C901 - one kernel, read top to bottom
-    """Kernel 1: ``(key, value, g, beta, cu, cc, w, u, gcum, kscale, top, nbits, l2norm)``."""
+    """Kernel 1: ``(key, value, g, beta, cu, cc, w, u, kf, gcum, kscale, top, nbits, l2norm)``."""
     import tilelang.language as T
 
     f32, i32, dt = "float32", "int32", key.input_dtype
@@ -141,6 +144,7 @@ def chunk_gdr_wy_program(key: "ChunkGDRBuildKey") -> Any:  # noqa: C901 - one ke
         cc: T.Tensor((BM,), i32),
         w: T.Tensor((NC, C, NV, DK), dt),
         u: T.Tensor((NC, C, NV, DV), dt),
+        kf: T.Tensor((NC, C, NV, DK), dt),
         gcum: T.Tensor((NV, NC, C), f32),
         kscale: T.Tensor((NV, NC, C), f32),
         top: T.int32,
@@ -157,6 +161,7 @@ def chunk_gdr_wy_program(key: "ChunkGDRBuildKey") -> Any:  # noqa: C901 - one ke
             b_s = T.alloc_shared((C,), f32)
             rk_s = T.alloc_shared((C,), f32)
             sk_s = T.alloc_shared((C,), f32)
+            fk_s = T.alloc_shared((C,), f32)
             sq = T.alloc_fragment((C, DK), f32)
             ss = T.alloc_fragment((C,), f32)
             KK = T.alloc_fragment((C, C), f32)
@@ -167,6 +172,8 @@ def chunk_gdr_wy_program(key: "ChunkGDRBuildKey") -> Any:  # noqa: C901 - one ke
             Tv_s = T.alloc_shared((C, C), dt)
             W_f = T.alloc_fragment((C, DK), f32)
             U_f = T.alloc_fragment((C, DV), f32)
+            W_o = T.alloc_shared((C, DK), dt)
+            U_o = T.alloc_shared((C, DV), dt)
             col = T.alloc_local((SUB,), f32)
             acc = T.alloc_var(f32)
             run = T.alloc_var(f32)
@@ -190,8 +197,12 @@ def chunk_gdr_wy_program(key: "ChunkGDRBuildKey") -> Any:  # noqa: C901 - one ke
             T.sync_threads()
             for i in T.Parallel(C):
                 sk_s[i] = b_s[i] * rk_s[i] * T.exp(gc_s[i])
+                fk_s[i] = rk_s[i] * T.exp(gc_s[C - 1] - gc_s[i])
                 gcum[bh, bc, i] = gc_s[i]
                 kscale[bh, bc, i] = rk_s[i]
+            # the state kernel's keys, scaled by their decay to the chunk's end: k̂_i e^{G_last−G_i}
+            for i, k in T.Parallel(C, DK):
+                kf[bc, i, bh, k] = T.cast(T.cast(K_s[i, k], f32) * fk_s[i], dt)
             # -- A = strictly lower (β_i e^{G_i−G_j} k̂_i·k̂_j), float32 ------------------------
             T.gemm(K_s, K_s, KK, transpose_B=True, clear_accum=True)
             for i, j in T.Parallel(C, C):
@@ -240,32 +251,32 @@ def chunk_gdr_wy_program(key: "ChunkGDRBuildKey") -> Any:  # noqa: C901 - one ke
                 Tk_s[i, j] = T.cast(Ti_s[i, j] * sk_s[j], dt)
                 Tv_s[i, j] = T.cast(Ti_s[i, j] * b_s[j], dt)
             T.gemm(Tk_s, K_s, W_f, clear_accum=True)
-            T.copy(W_f, w[bc, 0:C, bh, 0:DK])
             T.gemm(Tv_s, V_s, U_f, clear_accum=True)
-            T.copy(U_f, u[bc, 0:C, bh, 0:DV])
+            T.copy(W_f, W_o)
+            T.copy(U_f, U_o)
+            T.copy(W_o, w[bc, 0:C, bh, 0:DK])
+            T.copy(U_o, u[bc, 0:C, bh, 0:DV])
 
     return chunk_gdr_wy
 
 
 def chunk_gdr_state_program(key: "ChunkGDRBuildKey") -> Any:
-    """Kernel 2: ``(key, w, u, gcum, kscale, cu, cc, slots, has_init, pool, h, d, use_init)``."""
+    """Kernel 2: ``(w, u, kf, gcum, cu, cc, slots, has_init, pool, h, d, use_init)``."""
     import tilelang.language as T
 
     f32, i32, dt, sdt = "float32", "int32", key.input_dtype, key.state_dtype
-    NK, NV, DK, DV = key.num_k_heads, key.num_v_heads, key.head_k_dim, key.head_v_dim
-    GRP, C, TH = NV // NK, CHUNK, THREADS
+    NV, DK, DV = key.num_v_heads, key.head_k_dim, key.head_v_dim
+    C, TH = CHUNK, THREADS
     BV = state_block_v(DV)
-    Tn, BM, NC, S, NH = (T.dynamic(n) for n in ("T", "BM", "NC", "S", "NH"))
+    BM, NC, S, NH = (T.dynamic(n) for n in ("BM", "NC", "S", "NH"))
     NB = BM - 1
-    k_rows = _masked_rows_macro(T, C, DK, dt)
 
     @T.prim_func
     def chunk_gdr_state(
-        key_: T.Tensor((Tn, NK, DK), dt),
         w: T.Tensor((NC, C, NV, DK), dt),
         u: T.Tensor((NC, C, NV, DV), dt),
+        kf: T.Tensor((NC, C, NV, DK), dt),
         gcum: T.Tensor((NV, NC, C), f32),
-        kscale: T.Tensor((NV, NC, C), f32),
         cu: T.Tensor((BM,), i32),
         cc: T.Tensor((BM,), i32),
         slots: T.Tensor((NB,), i32),
@@ -283,13 +294,12 @@ def chunk_gdr_state_program(key: "ChunkGDRBuildKey") -> Any:
             W_s = T.alloc_shared((C, DK), dt)
             U_s = T.alloc_shared((C, BV), dt)
             K_s = T.alloc_shared((C, DK), dt)
+            g_s = T.alloc_shared((C,), f32)
             D_f = T.alloc_fragment((C, BV), f32)
             D_s = T.alloc_shared((C, BV), dt)
-            f_s = T.alloc_shared((C,), f32)
             c0 = cc[bb]
             nch = cc[bb + 1] - c0
-            s0 = cu[bb]
-            L = cu[bb + 1] - s0
+            L = cu[bb + 1] - cu[bb]
             slot = slots[bb]
             live = slot >= 0 and slot < S
             reads = live and use_init != 0 and has_init[T.min(bb, NH - 1)] != 0
@@ -298,26 +308,22 @@ def chunk_gdr_state_program(key: "ChunkGDRBuildKey") -> Any:
                 S_s[v, k] = T.if_then_else(reads, T.cast(pool[T.max(slot, 0), bh, v0 + v, k], f32), T.float32(0))
             for k, v in T.Parallel(DK, BV):
                 h_f[k, v] = S_s[v, k]
-            for j in T.serial(nch):
-                c = c0 + j
-                n = T.min(L - j * C, C)
-                glast = gcum[bh, c, C - 1]  # padded rows add 0 to the running sum
-                T.copy(w[c, 0:C, bh, 0:DK], W_s)
-                T.copy(u[c, 0:C, bh, v0 : v0 + BV], U_s)
-                k_rows(key_, s0 + j * C, bh // GRP, n, K_s)
+            for j in T.Pipelined(nch, num_stages=key.stages):
+                # every load is a whole tile of the chunk-major buffers: the next chunk's are in
+                # flight while this one computes
+                T.copy(w[c0 + j, 0:C, bh, 0:DK], W_s)
+                T.copy(u[c0 + j, 0:C, bh, v0 : v0 + BV], U_s)
+                T.copy(kf[c0 + j, 0:C, bh, 0:DK], K_s)
+                T.copy(gcum[bh, c0 + j, 0:C], g_s)
                 T.copy(h_f, h_s)
-                T.copy(h_s, h[c, bh, 0:DK, v0 : v0 + BV])
-                for i in T.Parallel(C):
-                    f_s[i] = T.if_then_else(i < n, kscale[bh, c, i] * T.exp(glast - gcum[bh, c, i]), T.float32(0))
-                # D = U − W h (stored for the output kernel), then h ← e^{G_last} h + Kᵀ (f ⊙ D)
+                T.copy(h_s, h[c0 + j, bh, 0:DK, v0 : v0 + BV])
+                # D = U − W h (stored for the output kernel), then h ← e^{G_last} h + K̃ᵀ D
                 T.gemm(W_s, h_s, D_f, clear_accum=True)
                 for i, v in T.Parallel(C, BV):
-                    D_f[i, v] = T.cast(U_s[i, v], f32) - D_f[i, v]
-                T.copy(D_f, d[c, 0:C, bh, v0 : v0 + BV])
-                for i, v in T.Parallel(C, BV):
-                    D_s[i, v] = T.cast(D_f[i, v] * f_s[i], dt)
+                    D_s[i, v] = T.cast(T.cast(U_s[i, v], f32) - D_f[i, v], dt)
+                T.copy(D_s, d[c0 + j, 0:C, bh, v0 : v0 + BV])
                 for k, v in T.Parallel(DK, BV):
-                    h_f[k, v] = h_f[k, v] * T.exp(glast)
+                    h_f[k, v] = h_f[k, v] * T.exp(g_s[C - 1])  # padded rows add 0 to the running sum
                 T.gemm(K_s, D_s, h_f, transpose_A=True)
             # -- the final state, rounded once, into the slot (none for padding or no tokens) ---
             for k, v in T.Parallel(DK, BV):
@@ -374,6 +380,7 @@ def chunk_gdr_output_program(key: "ChunkGDRBuildKey") -> Any:
             ss = T.alloc_fragment((C,), f32)
             QK = T.alloc_fragment((C, C), f32)
             O_f = T.alloc_fragment((C, BV), f32)
+            O_s = T.alloc_shared((C, BV), dt)
 
             lookup(cu, cc, bc, top, nbits, NB, meta)
             t0 = meta[0]
@@ -395,7 +402,9 @@ def chunk_gdr_output_program(key: "ChunkGDRBuildKey") -> Any:
                 O_f[i, v] = O_f[i, v] * T.exp(gc_s[i])
             T.gemm(P_s, D_s, O_f)
             for i, v in T.Parallel(C, BV):
+                O_s[i, v] = T.cast(O_f[i, v] * rq_s[i], dt)
+            for i, v in T.Parallel(C, BV):  # whole 16-byte runs of a row; rows of the next sequence are not ours
                 if i < n:
-                    out[t0 + i, bh, v0 + v] = T.cast(O_f[i, v] * rq_s[i], dt)
+                    out[t0 + i, bh, v0 + v] = O_s[i, v]
 
     return chunk_gdr_output
