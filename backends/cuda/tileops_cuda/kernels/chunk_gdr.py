@@ -85,12 +85,14 @@ def _check_int32(T: int, B: int, S: int, key: ChunkGDRBuildKey) -> int:
     return NC
 
 
-def _make_run(key: ChunkGDRBuildKey, wy: Callable[..., Any], state_fn: Callable[..., Any],
+def _make_run(build_key: ChunkGDRBuildKey, wy: Callable[..., Any], state_fn: Callable[..., Any],
               out_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The launch path; ``run``'s ``key`` is the op's key tensor (the interface's name), so the
+    build key goes by another name here."""
     import torch
 
-    NV, DK, DV = key.num_v_heads, key.head_k_dim, key.head_v_dim
-    dt = getattr(torch, key.input_dtype)
+    NV, DK, DV = build_key.num_v_heads, build_key.head_k_dim, build_key.head_v_dim
+    dt = getattr(torch, build_key.input_dtype)
     f32, i32 = torch.float32, torch.int32
     default_scale = DK**-0.5
     dummies: dict[Any, Any] = {}
@@ -109,11 +111,11 @@ def _make_run(key: ChunkGDRBuildKey, wy: Callable[..., Any], state_fn: Callable[
         T, B = value.shape[0], ssm_state_indices.shape[0]
         if T == 0 or B == 0:
             return out  # nothing to write; a zero-sized grid is not launchable
-        NC = _check_int32(T, B, state.shape[0], key)
+        NC = _check_int32(T, B, state.shape[0], build_key)
         dev = value.device
         cu = cu_seqlens.to(i32)
         chunks = torch.zeros(B + 1, dtype=i32, device=dev)  # prefix sums of chunk counts, on the device
-        torch.cumsum(torch.div(cu[1:] - cu[:-1] + (CHUNK - 1), CHUNK, rounding_mode="floor"), 0, out=chunks[1:])
+        torch.cumsum(torch.div(cu[1:] - cu[:-1] + (CHUNK - 1), CHUNK, rounding_mode="floor"), 0, dtype=i32, out=chunks[1:])
         top = 1 << (B.bit_length() - 1)
         l2 = int(bool(use_qk_l2norm_in_kernel))
         w = torch.empty((NC, CHUNK, NV, DK), dtype=dt, device=dev)
