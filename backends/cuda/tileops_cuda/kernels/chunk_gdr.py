@@ -115,7 +115,8 @@ def _make_run(build_key: ChunkGDRBuildKey, wy: Callable[..., Any], state_fn: Cal
         dev = value.device
         cu = cu_seqlens.to(i32)
         chunks = torch.zeros(B + 1, dtype=i32, device=dev)  # prefix sums of chunk counts, on the device
-        torch.cumsum(torch.div(cu[1:] - cu[:-1] + (CHUNK - 1), CHUNK, rounding_mode="floor"), 0, dtype=i32, out=chunks[1:])
+        per_sequence = torch.div(cu[1:] - cu[:-1] + (CHUNK - 1), CHUNK, rounding_mode="floor")
+        torch.cumsum(per_sequence, 0, dtype=i32, out=chunks[1:])
         top = 1 << (B.bit_length() - 1)
         l2 = int(bool(use_qk_l2norm_in_kernel))
         w = torch.empty((NC, CHUNK, NV, DK), dtype=dt, device=dev)
@@ -127,7 +128,8 @@ def _make_run(build_key: ChunkGDRBuildKey, wy: Callable[..., Any], state_fn: Cal
         kscale = torch.empty((NV, NC, CHUNK), dtype=f32, device=dev)
         has = no_init(dev) if has_initial_state is None else has_initial_state.view(torch.uint8)
         wy(key, value, g, beta, cu, chunks, w, u, kf, gcum, kscale, top, top.bit_length(), l2)
-        state_fn(w, u, kf, gcum, cu, chunks, ssm_state_indices.to(i32), has, state, h, d, int(has_initial_state is not None))
+        state_fn(w, u, kf, gcum, cu, chunks, ssm_state_indices.to(i32), has, state, h, d,
+                 int(has_initial_state is not None))
         out_fn(query, key, gcum, kscale, h, d, cu, chunks, out, top, top.bit_length(), l2,
                float(default_scale if scale is None else scale))
         return out
