@@ -167,14 +167,14 @@ def test_the_state_walk_without_software_pipelining_gives_the_same_result(arch, 
     _check(inputs, {"use_qk_l2norm_in_kernel": True}, arch, by_recurrence=True, stages=0)
 
 
-@pytest.mark.parametrize("state_dtype", ["bfloat16", "float16"])
-def test_a_16_bit_state_pool_is_read_and_written_once_at_its_dtype(state_dtype, arch, cuda_device, gen):
-    inputs = _case([130, 64, 7], cuda_device[0], gen, NK=1, NV=2, DK=64, DV=64, state_dtype=state_dtype)
+def test_a_16_bit_state_pool_is_read_and_written_once_at_its_dtype(arch, cuda_device, gen):
+    # (float16 pools take the same code path: the state dtype only enters the first read and last write)
+    inputs = _case([130, 64, 7], cuda_device[0], gen, NK=1, NV=2, DK=64, DV=64, state_dtype="bfloat16")
     _check(inputs, {"use_qk_l2norm_in_kernel": True, "scale": 0.3}, arch, by_recurrence=True)
 
 
 def test_without_has_initial_state_every_sequence_starts_from_zeros(arch, cuda_device, gen):
-    inputs = _case([65, 200, 1], cuda_device[0], gen, NK=1, NV=2, DK=64, DV=64, initial=False)
+    inputs = _case([65, 200, 1], cuda_device[0], gen, initial=False)
     _check(inputs, {"use_qk_l2norm_in_kernel": True}, arch, by_recurrence=True)
 
 

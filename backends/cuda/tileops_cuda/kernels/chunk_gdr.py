@@ -160,12 +160,12 @@ def build_chunk_gdr(key: ChunkGDRBuildKey) -> ChunkGDRLauncher:
         raise ValueError(reason)
 
     def make() -> ChunkGDRLauncher:
-        # The pipelined state walk is warp-specialised by TileLang on Hopper (a TMA producer
-        # warpgroup), which needs sm_90a's register reconfiguration; an H100/H200 runs it.
-        state_arch = "sm_90a" if key.arch == "sm_90" and key.stages > 0 else key.arch
-        kernels = (compile_prim_func(chunk_gdr_wy_program(key), key.arch),
-                   compile_prim_func(chunk_gdr_state_program(key), state_arch),
-                   compile_prim_func(chunk_gdr_output_program(key), key.arch))
+        # The kernels' T.gemm lowers to wgmma on Hopper, which needs the sm_90a feature set (an
+        # sm_90 build traps in cute's wgmma fence); the pipelined state walk is warp-specialised
+        # too (sm_90a's register reconfiguration). Every H100/H200 runs sm_90a code.
+        arch = "sm_90a" if key.arch == "sm_90" else key.arch
+        kernels = tuple(compile_prim_func(program(key), arch) for program in
+                        (chunk_gdr_wy_program, chunk_gdr_state_program, chunk_gdr_output_program))
         run = _make_run(key, *(direct_entry(k) for k in kernels))
         return ChunkGDRLauncher(key, kernels, run)
 

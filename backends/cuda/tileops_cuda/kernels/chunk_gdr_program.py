@@ -188,7 +188,7 @@ def chunk_gdr_wy_program(key: "ChunkGDRBuildKey") -> Any:  # noqa: C901 - one ke
                 g_s[i] = T.if_then_else(i < n, g[t0 + i, bh], T.float32(0))
                 b_s[i] = T.if_then_else(i < n, T.cast(beta[t0 + i, bh], f32), T.float32(0))
             T.sync_threads()
-            if tid == 0:
+            if tid == 0:  # 64 additions in order, as the reference's cumsum
                 run = T.float32(0)
                 for i in T.serial(C):
                     run = run + g_s[i]
