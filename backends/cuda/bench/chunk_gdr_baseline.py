@@ -1,21 +1,22 @@
-"""The chunked prefill (ChunkGatedDeltaRuleFwdOp) on the GPU: the target to beat, measured.
+"""The chunked prefill (ChunkGatedDeltaRuleFwdOp) on the GPU: TileOPs' TileLang kernels beside FLA.
 
-No TileLang kernel serves the op yet, so a call on CUDA runs the reference kernel
-(``tileops_cpu_ref.chunk_gdr``, PyTorch ops, float32) as the general fallback. For every
-Qwen3.5 row of ``manifest/gated_delta_prefill.yaml`` (4k tokens in 1 and 8 sequences, 32k
-in 1, 8 and 64; bf16 q/k/v, fp32 state, in-kernel q/k l2norm) this script measures, on
-fresh inputs made by the row's own workload generator:
+For every Qwen3.5 row of ``manifest/gated_delta_prefill.yaml`` (4k tokens in 1 and 8
+sequences, 32k in 1, 8 and 64; bf16 q/k/v, fp32 state, in-kernel q/k l2norm) this script
+measures, in one run on the same fresh inputs made by the row's own workload generator:
 
 * flash-linear-attention 0.6.0's ``chunk_gated_delta_rule`` in its native varlen layout
   (``[1, T, H, K]`` inputs, ``cu_seqlens``, ``initial_state [B, HV, K, V]`` gathered from the
   pool with zeros where a sequence has no initial state, final state returned);
-* the op through its public API (today: the fallback);
+* the op through its public API (``ours``: on CUDA it selects the TileLang kernels of
+  ``tileops_cuda.kernels.chunk_gdr``, or the reference as the fallback where they refuse);
+* the TileLang launcher called directly (``kernel``: the op layer's cost excluded), where it
+  serves the row;
 
 each as the median device time of eager calls (CUDA events; FLA's varlen path reads
-``cu_seqlens`` on the host, so neither side is graph-captured), and each one's relative
-error, output and final states, against the float64 truth: the reference's chunked algebra
-in float64 on the GPU, which ``backends/cpu_ref/tests/test_chunk_gdr_reference.py`` shows
-equal to the decode step's float64 recurrence run token by token to 1e-12.
+``cu_seqlens`` on the host, so nothing is graph-captured), and each one's relative error,
+output and final states, against the float64 truth: the reference's chunked algebra in
+float64 on the GPU, which ``backends/cpu_ref/tests/test_chunk_gdr_reference.py`` shows equal
+to the decode step's float64 recurrence run token by token to 1e-12.
 
     PYTHONPATH=backends/cuda:backends/cpu_ref python3 backends/cuda/bench/chunk_gdr_baseline.py
 
@@ -41,6 +42,7 @@ from tileops_core import load_manifest  # noqa: E402
 from tileops_core.bench.workloads import dtype_cases, instantiate  # noqa: E402
 from tileops_core.ops.gated_delta_prefill import ChunkGatedDeltaRuleFwdOp  # noqa: E402
 from tileops_cpu_ref.chunk_gdr import chunk_gated_delta_rule  # noqa: E402
+from tileops_cuda.kernels.chunk_gdr import ChunkGDRBuildKey, build_chunk_gdr, chunk_gdr_refusal  # noqa: E402
 
 OP = "ChunkGatedDeltaRuleFwdOp"
 
@@ -101,6 +103,26 @@ def fla_call(fla_fn, i: dict):
     return run, scatter
 
 
+def kernel_row(i: dict, rec: dict, ref_out: torch.Tensor, ref_pool: torch.Tensor) -> None:
+    """The TileLang launcher called directly: its errors and time, or why it does not serve the row."""
+    T, NK, DK = i["query"].shape
+    NV, DV = i["value"].shape[1:]
+    major, minor = torch.cuda.get_device_capability()
+    name = lambda t: str(t.dtype).replace("torch.", "")  # noqa: E731
+    key = ChunkGDRBuildKey(name(i["query"]), name(i["state"]), NK, NV, DK, DV, f"sm_{major}{minor}")
+    reason = chunk_gdr_refusal(key)
+    if reason is not None:
+        rec["kernel_refusal"] = reason
+        return
+    run = build_chunk_gdr(key).run
+    pool = i["state"].clone()
+    out = torch.full_like(i["value"], float("nan"))
+    args = dict(i, state=pool, scale=None, use_qk_l2norm_in_kernel=True, out=out)
+    run(**args)
+    rec.update(kernel_out_err=rel(out, ref_out), kernel_state_err=rel(pool, ref_pool))
+    rec["kernel_ms"] = median_ms(lambda: run(**args))
+
+
 def bench_row(spec, row, fla_fn, gen) -> dict:
     case = dtype_cases(row)[0]
     inst = instantiate(spec, row, case, device="cuda", rng=gen)
@@ -113,6 +135,7 @@ def bench_row(spec, row, fla_fn, gen) -> dict:
     out = op(**args)
     rec.update(ours_out_err=rel(out, ref_out), ours_state_err=rel(pool, ref_pool))
     rec["ours_ms"] = median_ms(lambda: op(**args))
+    kernel_row(i, rec, ref_out, ref_pool)
     if fla_fn is not None:
         try:
             run, scatter = fla_call(fla_fn, i)
@@ -122,6 +145,8 @@ def bench_row(spec, row, fla_fn, gen) -> dict:
             rec.update(fla_out_err=rel(o.squeeze(0), ref_out), fla_state_err=rel(fla_pool, ref_pool))
             rec["fla_ms"] = median_ms(run)
             rec["ours_over_fla"] = rec["ours_ms"] / rec["fla_ms"]
+            if "kernel_ms" in rec:
+                rec["kernel_over_fla"] = rec["kernel_ms"] / rec["fla_ms"]
         except Exception as exc:
             rec["fla_error"] = f"{type(exc).__name__}: {exc}"[:300]
             traceback.print_exc()
@@ -158,12 +183,14 @@ def main() -> int:
         torch.cuda.empty_cache()
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=1))
-    log(f"{'row':<18} {'T':>6} {'B':>3} | {'ours ms':>8} {'out err':>8} {'st err':>8} | {'FLA ms':>8} "
-        f"{'out err':>8} {'st err':>8} | ours/FLA")
+    nan = float("nan")
+    log(f"{'row':<18} {'T':>6} {'B':>3} | {'op ms':>8} {'kernel':>8} {'out err':>8} {'st err':>8} | {'FLA ms':>8} "
+        f"{'out err':>8} {'st err':>8} | op/FLA kernel/FLA")
     for r in results["rows"]:
-        log(f"{r['label']:<18} {r['T']:>6} {r['B']:>3} | {r['ours_ms']:8.3f} {r['ours_out_err']:8.1e} "
-            f"{r['ours_state_err']:8.1e} | {r.get('fla_ms', float('nan')):8.3f} {r.get('fla_out_err', float('nan')):8.1e} "
-            f"{r.get('fla_state_err', float('nan')):8.1e} | {r.get('ours_over_fla', float('nan')):.2f}")
+        log(f"{r['label']:<18} {r['T']:>6} {r['B']:>3} | {r['ours_ms']:8.3f} {r.get('kernel_ms', nan):8.3f} "
+            f"{r['ours_out_err']:8.1e} {r['ours_state_err']:8.1e} | {r.get('fla_ms', nan):8.3f} "
+            f"{r.get('fla_out_err', nan):8.1e} {r.get('fla_state_err', nan):8.1e} | "
+            f"{r.get('ours_over_fla', nan):6.2f} {r.get('kernel_over_fla', nan):6.2f}")
     return 0
 
 

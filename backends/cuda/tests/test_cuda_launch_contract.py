@@ -17,9 +17,9 @@ pytest.importorskip("torch")
 
 from tileops_core.kernels.contract import declared_launch, mismatches  # noqa: E402
 from tileops_cuda import registered  # noqa: E402
-from tileops_cuda.kernels import conv1d, rgdr  # noqa: E402
 from tileops_cuda.kernels import moe_permute, moe_topk_routing, moe_unpermute, qk_norm_rope  # noqa: E402
 from tileops_cuda.kernels import moe_grouped_experts, sigmoid_gate_mul  # noqa: E402
+from tileops_cuda.kernels import chunk_gdr, conv1d, rgdr  # noqa: E402
 
 
 def _unused(*args: Any) -> None:
@@ -51,6 +51,7 @@ STAND_INS = {
     "build_moe_permute": lambda key: SimpleNamespace(run=moe_permute._make_run(key, _unused, _unused, _unused)),
     "build_moe_grouped_experts":
         lambda key: SimpleNamespace(run=moe_grouped_experts._make_run(key, (_unused,) * 3, (_unused,) * 3)),
+    "build_chunk_gdr": lambda key: SimpleNamespace(run=chunk_gdr._make_run(key, _unused, _unused, _unused)),
 }
 
 #: A build key each launcher can be made from (only the fields a launcher reads matter).
@@ -67,6 +68,7 @@ KEYS: dict[str, Any] = {
     "TileLangMoEUnpermute": moe_unpermute.MoEUnpermuteBuildKey("bfloat16", "int32", "bfloat16", 2048, 10),
     "TileLangMoEPermute": moe_permute.MoEPermuteBuildKey("bfloat16", "int64", 2048, 10, 512),
     "TileLangMoEGroupedExperts": moe_grouped_experts.MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512),
+    "TileLangChunkGDR": chunk_gdr.ChunkGDRBuildKey("bfloat16", "float32", 16, 32, 128, 128),
 }
 
 

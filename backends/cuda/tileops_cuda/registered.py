@@ -37,6 +37,7 @@ from tileops_core.ops.conv import CausalConv1dUpdateKernel, CausalConv1dVarlenKe
 from tileops_core.ops.gated_delta_net import (
     FusedAddZeroCentredRMSNormKernel, GatedRMSNormKernel, GDNGatingKernel, ZeroCentredRMSNormKernel,
 )
+from tileops_core.ops.gated_delta_prefill import ChunkGDRKernel
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRCall, RGDRKernel
 from tileops_core.ops.moe import MoEGroupedExpertsKernel, MoEPermuteKernel, MoETopKRoutingKernel, MoEUnpermuteKernel
@@ -44,6 +45,7 @@ from tileops_core.ops.normalization import GroupNormKernel, RMSNormCall, RMSNorm
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
 from .kernels._common import SUPPORTED_ARCHS
+from .kernels.chunk_gdr import ChunkGDRBuildKey, build_chunk_gdr, chunk_gdr_refusal
 from .kernels.conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen, conv_refusal
 from .kernels._row_views import head_view, row_view
 from .kernels.gated_rmsnorm import GatedRMSNormBuildKey, build_gated_rmsnorm, gated_rmsnorm_refusal
@@ -638,6 +640,25 @@ class TileLangMoEGroupedExperts(_TileLang, MoEGroupedExpertsKernel):
     @classmethod
     def launcher(cls, key: MoEGroupedExpertsBuildKey) -> Callable[..., Any]:
         return build_moe_grouped_experts(key).run
+class TileLangChunkGDR(_TileLang, ChunkGDRKernel):
+    """The chunked gated delta rule (three kernels: W/U per chunk, the state walk, the outputs); the
+    l2 norm and ``has_initial_state`` are runtime flags, so one build serves every call of a head shape."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> ChunkGDRBuildKey:
+        d, dims = call.dtypes, call.dims
+        return ChunkGDRBuildKey(d["query"], d["state"], int(dims["NK"]), int(dims["NV"]), int(dims["DK"]),
+                                int(dims["DV"]), call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: ChunkGDRBuildKey) -> str | None:
+        return chunk_gdr_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: ChunkGDRBuildKey) -> Callable[..., Any]:
+        # `run` takes the interface's arguments, then `out`; the interface's needs_contiguous
+        # means the core already made every tensor contiguous.
+        return build_chunk_gdr(key).run
 
 
 KERNELS = (
@@ -647,4 +668,5 @@ KERNELS = (
     TileLangGatedRMSNorm, TileLangGDNGating,
     TileLangQKNormRope, TileLangSigmoidGateMul, TileLangMoETopKRouting, TileLangMoEUnpermute,
     TileLangMoEPermute, TileLangMoEGroupedExperts,
+    TileLangChunkGDR,
 )

@@ -1,0 +1,83 @@
+"""The chunked gated delta rule's host side, without a GPU: refusals, the chunk table, the launch order.
+
+The compiled kernels are stood in for by functions that record their arguments, so what the
+launcher hands them (the device-made chunk table, the chunk bound that sizes the grids, the
+runtime flags) is checked on the CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tileops_cuda.kernels import chunk_gdr  # noqa: E402
+
+KEY = chunk_gdr.ChunkGDRBuildKey("bfloat16", "float32", 2, 4, 64, 64)
+
+
+@pytest.mark.parametrize("field,value,named", [
+    ("input_dtype", "float16", "bfloat16"), ("input_dtype", "float32", "bfloat16"),
+    ("state_dtype", "int8", "state dtype"), ("num_v_heads", 5, "multiple"), ("head_k_dim", 16, "DK=16"),
+    ("head_v_dim", 32, "DV=32"), ("arch", "sm_75", "sm_75"), ("stages", 5, "stages"),
+])
+def test_what_the_kernels_were_not_written_for_is_refused_by_name(field, value, named):
+    reason = chunk_gdr.chunk_gdr_refusal(dataclasses.replace(KEY, **{field: value}))
+    assert reason is not None and named in reason and "use the reference" in reason
+
+
+def test_the_qwen35_head_shape_is_served():
+    assert chunk_gdr.chunk_gdr_refusal(chunk_gdr.ChunkGDRBuildKey("bfloat16", "float32", 16, 32, 128, 128)) is None
+
+
+def _recorded_call(lengths, has_initial_state=True):
+    calls = {}
+
+    def record(name):
+        def fn(*args):
+            calls[name] = args
+        return fn
+
+    run = chunk_gdr._make_run(KEY, record("wy"), record("state"), record("out"))
+    B, T = len(lengths), sum(lengths)
+    gen = torch.Generator().manual_seed(0)
+    inputs = dict(query=torch.randn(T, 2, 64, generator=gen).bfloat16(), key=torch.randn(T, 2, 64).bfloat16(),
+                  value=torch.randn(T, 4, 64).bfloat16(), g=-torch.rand(T, 4), beta=torch.rand(T, 4).bfloat16(),
+                  state=torch.randn(B + 2, 4, 64, 64),
+                  cu_seqlens=torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int64),
+                  ssm_state_indices=torch.arange(B, dtype=torch.int64),
+                  has_initial_state=torch.ones(B, dtype=torch.bool) if has_initial_state else None)
+    out = run(**inputs, scale=None, use_qk_l2norm_in_kernel=True)
+    return calls, out
+
+
+@pytest.mark.parametrize("lengths", [[1], [64], [65, 0, 63], [1000, 1, 64, 129, 0]])
+def test_the_chunk_table_counts_each_sequences_chunks_and_the_grid_bound_covers_them(lengths):
+    calls, out = _recorded_call(lengths)
+    chunks = calls["wy"][5]
+    expected = [0, *torch.tensor([math.ceil(n / 64) for n in lengths]).cumsum(0).tolist()]
+    assert chunks.dtype == torch.int32 and chunks.tolist() == expected
+    bound = calls["wy"][6].shape[0]  # W is [NC, 64, NV, DK]: the grids' chunk count
+    assert bound >= expected[-1] and bound == (sum(lengths) + 63 * len(lengths)) // 64
+    assert calls["out"][8] is out and calls["out"][-1] == pytest.approx(64**-0.5)
+
+
+def test_has_initial_state_and_the_l2_norm_are_runtime_flags():
+    with_init, _ = _recorded_call([70, 3])
+    without, _ = _recorded_call([70, 3], has_initial_state=False)
+    assert with_init["state"][-1] == 1 and without["state"][-1] == 0
+    assert with_init["wy"][-1] == 1 and with_init["out"][-2] == 1
+
+
+@pytest.mark.parametrize("lengths", [[], [0, 0]])
+def test_a_call_without_tokens_launches_nothing(lengths):
+    calls, out = _recorded_call(lengths)
+    assert calls == {} and out.shape[0] == 0
+
+
+def test_a_prefill_past_int32_indexing_is_refused_before_launching():
+    with pytest.raises(ValueError, match="int32"):
+        chunk_gdr._check_int32(2**26, 1, 1, chunk_gdr.ChunkGDRBuildKey("bfloat16", "float32", 16, 32, 128, 128))
