@@ -1,11 +1,16 @@
-"""RGDR TileLang kernel against the float64 reference on the GPU (skips without one)."""
+"""The RGDR TileLang kernels (register-tiled and staged) against the float64 reference on the
+GPU (skips without one). Every behaviour runs on both kernels (``BUILDS``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRTiling, build_rgdr
+from tileops_cuda.kernels.rgdr_staged import RGDRStagedTiling, build_rgdr_staged
 from tileops_cuda.testing import check_rgdr, rgdr_case
+
+#: The two kernels, each built with its default schedule (or a pinned tiling).
+BUILDS = {"tiled": build_rgdr, "staged": build_rgdr_staged}
 
 # Each key covers a different corner of the build identity (dtypes, metadata style and
 # width, g / gk forms, accepted tokens, l2 norm, head dims).
@@ -39,25 +44,28 @@ def _with_arch(key: RGDRBuildKey, arch: str) -> RGDRBuildKey:
     return replace(key, arch=arch)
 
 
+@pytest.mark.parametrize("build", list(BUILDS))
 @pytest.mark.parametrize("name", list(KEYS))
-def test_matches_float64_reference_on_ragged_batch_with_padding(name, arch, cuda_device, gen):
+def test_matches_float64_reference_on_ragged_batch_with_padding(name, build, arch, cuda_device, gen):
     key = _with_arch(KEYS[name], arch)
     lengths = [3, 0, 1, 37, 2, 8, 1, 16, 17]  # empty, single, multi-chunk sequences
     case = rgdr_case(key, lengths, device=cuda_device[0], generator=gen, padding=0.15, pad_first_of=4, repeat_slots_of=5)
-    res = check_rgdr(build_rgdr(key), case)
+    res = check_rgdr(BUILDS[build](key), case)
     assert res["ok"], res
 
 
+@pytest.mark.parametrize("build", list(BUILDS))
 @pytest.mark.parametrize("name", ["qwen_bf16_in_fp32_state", "bf16_state_g_and_scalar_gk"])
-def test_explicit_scale_is_used(name, arch, cuda_device, gen):
+def test_explicit_scale_is_used(name, build, arch, cuda_device, gen):
     key = _with_arch(KEYS[name], arch)
     case = rgdr_case(key, [2, 5], device=cuda_device[0], generator=gen, scale=0.37)
-    res = check_rgdr(build_rgdr(key), case)
+    res = check_rgdr(BUILDS[build](key), case)
     assert res["ok"], res
 
 
+@pytest.mark.parametrize("build", list(BUILDS))
 @pytest.mark.parametrize("name", ["qwen_bf16_in_fp32_state", "fp32_in_bf16_state_scalar_gk_only"])
-def test_one_call_of_l_tokens_equals_l_calls_of_one_token_on_one_slot(name, arch, cuda_device, gen):
+def test_one_call_of_l_tokens_equals_l_calls_of_one_token_on_one_slot(name, build, arch, cuda_device, gen):
     """The decode pattern: every token of a sequence reads and writes one slot."""
     import torch
 
@@ -66,11 +74,10 @@ def test_one_call_of_l_tokens_equals_l_calls_of_one_token_on_one_slot(name, arch
         from dataclasses import replace
 
         key = replace(key, accepted_dtype=None)
-        build_rgdr(key)
     L = 6
     case = rgdr_case(key, [L], device=cuda_device[0], generator=gen)
     case["ssm_state_indices"].fill_(2)
-    launcher = build_rgdr(key)
+    launcher = BUILDS[build](key)
 
     def run(c, state, out):
         launcher(c["query"], c["key"], c["value"], c["beta"], state, c["actual_seq_lengths"], c["ssm_state_indices"],
@@ -94,14 +101,15 @@ def test_one_call_of_l_tokens_equals_l_calls_of_one_token_on_one_slot(name, arch
     assert torch.equal(out_all, out_one)
 
 
-def test_zero_sequences_launch_nothing(arch, cuda_device, gen):
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_zero_sequences_launch_nothing(build, arch, cuda_device, gen):
     import torch
 
     key = _with_arch(KEYS["qwen_bf16_in_fp32_state"], arch)
     case = rgdr_case(key, [0, 0], device=cuda_device[0], generator=gen)
     state = case["state"].clone()
     out = torch.empty_like(case["value"])
-    build_rgdr(key)(case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
+    BUILDS[build](key)(case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
                     case["ssm_state_indices"], case["g"], None, None, out, None)  # fmt: skip
     torch.cuda.synchronize()
     assert torch.equal(state, case["state"])
@@ -115,12 +123,13 @@ def test_missing_optional_input_is_a_clear_error(arch, cuda_device, gen):
                         case["ssm_state_indices"], None, None, None, case["value"].clone(), None)  # fmt: skip
 
 
-def test_captures_in_a_cuda_graph(arch, cuda_device, gen):
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_captures_in_a_cuda_graph(build, arch, cuda_device, gen):
     import torch
 
     key = _with_arch(KEYS["qwen_bf16_in_fp32_state"], arch)
     case = rgdr_case(key, [2, 3], device=cuda_device[0], generator=gen)
-    launcher = build_rgdr(key)
+    launcher = BUILDS[build](key)
     state = case["state"].clone()
     out = torch.full_like(case["value"], float("nan"))
     args = (case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
@@ -168,4 +177,35 @@ def test_stream_layout_matches_float64_reference(name, arch, cuda_device, gen):
     case = rgdr_case(key, [3, 0, 1, 37, 2, 8, 1, 16, 17], device=cuda_device[0], generator=gen, padding=0.15,
                      pad_first_of=4, repeat_slots_of=5)  # fmt: skip
     res = check_rgdr(build_rgdr(key, RGDRTiling(128, 16, 2, 8, True)), case)
+    assert res["ok"], res
+
+
+#: Staged tilings covering block sizes 8-128 rows, 64-256 threads, 8/16/32 lanes per row, one
+#: or several passes of rows per thread, both loads.
+STAGED_TILINGS = [
+    RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=2), RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=1, load="plain"),
+    RGDRStagedTiling(128, 16, 16, 4, rows_in_flight=4), RGDRStagedTiling(128, 16, 8, 4, rows_in_flight=8),
+    RGDRStagedTiling(64, 16, 8, 8, rows_in_flight=4), RGDRStagedTiling(256, 16, 8, 2, rows_in_flight=2),
+    RGDRStagedTiling(128, 8, 4, 4, rows_in_flight=2), RGDRStagedTiling(128, 32, 16, 4, rows_in_flight=4),
+    RGDRStagedTiling(128, 16, 8, 4, rows_in_flight=4, load="plain"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("tiling", STAGED_TILINGS, ids=lambda t: f"{t.threads}-{t.threads_per_row}-{t.block_v}-{t.rows_in_flight}-{t.load}")
+@pytest.mark.parametrize("state", ["float32", "bfloat16"])
+def test_every_staged_tiling_computes_the_same_function(tiling, state, arch, cuda_device, gen):
+    key = _with_arch(RGDRBuildKey("bfloat16", state, 2, 4, 128, 128, use_qk_l2norm=True), arch)
+    case = rgdr_case(key, [3, 1, 9, 0, 17], device=cuda_device[0], generator=gen, padding=0.1, pad_first_of=1)
+    res = check_rgdr(build_rgdr_staged(key, tiling), case)
+    assert res["ok"], res
+
+
+@pytest.mark.parametrize("name", list(KEYS))
+def test_staged_passes_and_token_chunks_match_float64_reference(name, arch, cuda_device, gen):
+    """Two passes of one row per thread over the block, the running rows kept in shared
+    memory across token chunks, on every key corner."""
+    key = _with_arch(KEYS[name], arch)
+    case = rgdr_case(key, [3, 0, 1, 37, 2, 8, 1, 16, 17], device=cuda_device[0], generator=gen, padding=0.15,
+                     pad_first_of=4, repeat_slots_of=5)  # fmt: skip
+    res = check_rgdr(build_rgdr_staged(key, RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=1)), case)
     assert res["ok"], res
