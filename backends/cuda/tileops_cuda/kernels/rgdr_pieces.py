@@ -102,6 +102,47 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
             L = T.cast(seq_meta[by + 1], i32) - start  # noqa: F841 - a T.Ref
 
     @T.macro
+    def sequence_first_slot(seq_meta, nacc, slots, Tn, by, tid, red):
+        """``(start, L, slot0)`` of sequence ``by``: its span (:func:`sequence_span`) and the
+        slot of its first accepted token, the initial state (the index is clamped so the
+        load need not wait for L; an empty sequence is skipped by the caller's ``L > 0``)."""
+        start = T.alloc_var(i32)
+        L = T.alloc_var(i32)
+        acc_n = T.alloc_var(i32)
+        sequence_span(seq_meta, nacc, by, tid, red, start, L, acc_n)
+        slot0 = T.cast(slots[T.max(T.min(start + acc_n - 1, Tn - 1), 0)], i32)
+        return start, L, slot0
+
+    @T.macro
+    def token_buffers(BV):
+        """The shared buffers of a token chunk staged for one value head's ``BV`` rows (see
+        :func:`stage_chunk`), and the span's scratch: ``(red, qk_s, v_s, b_s, d_s, sl_s, w_s,
+        dv_s)``, ``dv_s`` None without per-column decay."""
+        red = T.alloc_shared((NWARP,), i32)
+        qk_s = T.alloc_shared((C, 2, DK), f32)
+        v_s = T.alloc_shared((C, BV), f32)
+        b_s = T.alloc_shared((C,), f32)
+        d_s = T.alloc_shared((C,), f32)
+        sl_s = T.alloc_shared((C,), i32)
+        w_s = T.alloc_shared((C,), i32)
+        dv_s = T.alloc_shared((C, DK), f32) if vector_decay else None
+        return red, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s
+
+    @T.macro
+    def token_registers():
+        """A thread's registers for the token step: ``(Sx, kq, xq, xk, dvec, pacc, acc)``, the
+        ``R`` state rows in the state dtype (a 16-bit state is exact there: it is re-quantised
+        every token), ``dvec`` None without per-column decay."""
+        Sx = T.alloc_local((R, EPT), sdt)
+        kq = T.alloc_local((EPT,), f32)
+        xq = T.alloc_local((EPT,), f32)
+        xk = T.alloc_local((EPT,), f32)
+        dvec = T.alloc_local((EPT,), f32) if vector_decay else None
+        pacc = T.alloc_local((R, PS), f32)
+        acc = T.alloc_local((R,), f32)
+        return Sx, kq, xq, xk, dvec, pacc, acc
+
+    @T.macro
     def stage_qk(query, key_, scale, tok, live, hk, lane, rg, xq, xk, qk_s):
         """Row group ``rg`` stages token ``tok`` (when ``live``): q and k, l2-normalised
         (when the key says so) and q scaled, once per token, into ``qk_s[rg]``."""
@@ -179,6 +220,20 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
             stage_slot(slots, Tn, tt, tid, base + tid + 1 >= L, sl_s, w_s)
 
     @T.macro
+    def fold_partials(pacc, acc, r):
+        """Row ``r``'s ``PS`` partial sums of this lane into ``acc[r]``."""
+        acc[r] = pacc[r, 0]
+        for p in T.unroll(PS - 1):
+            acc[r] = acc[r] + pacc[r, p + 1]
+
+    @T.macro
+    def lane_allreduce(acc):
+        """Each row's sum over its ``TPR`` lanes (xor shuffles: every lane gets the total)."""
+        for r in T.unroll(R):
+            for s in T.unroll(NSH):
+                acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
+
+    @T.macro
     def token_step(state, out, Sx, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, lane, rg, h, v_row0, s_row0,
                    out_tok, bt, dsc):  # fmt: skip
         """Staged token ``c2`` on this thread's ``R`` rows ``v_row0 + r * ROWS + rg`` (staged
@@ -200,12 +255,8 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
                 else:
                     Sx[r, e] = decayed(Sx[r, e], dsc, dvec, e)
                     pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * kq[e]
-            acc[r] = pacc[r, 0]
-            for p in T.unroll(PS - 1):
-                acc[r] = acc[r] + pacc[r, p + 1]
-        for r in T.unroll(R):
-            for s in T.unroll(NSH):
-                acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
+            fold_partials(pacc, acc, r)
+        lane_allreduce(acc)
         for cc in T.unroll(EPT // SV):
             for e in T.vectorized(SV):
                 xq[cc * SV + e] = qk_s[c2, 0, col(cc, lane, SV, e)]
@@ -223,12 +274,8 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
                 else:
                     Sx[r, e] = Sx[r, e] + dl * kq[e]
                     pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * xq[e]
-            acc[r] = pacc[r, 0]
-            for p in T.unroll(PS - 1):
-                acc[r] = acc[r] + pacc[r, p + 1]
-        for r in T.unroll(R):
-            for s in T.unroll(NSH):
-                acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
+            fold_partials(pacc, acc, r)
+        lane_allreduce(acc)
         if lane == 0:
             for r in T.unroll(R):
                 out[out_tok, h, v_row0 + r * ROWS + rg] = T.cast(acc[r], idt)
@@ -239,7 +286,8 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
                         state[sl_s[c2], h, v_row0 + r * ROWS + rg, col(cc, lane, SV, e)] = Sx[r, cc * SV + e]
 
     return SimpleNamespace(
-        col=col, decayed=decayed, sequence_span=sequence_span, stage_qk=stage_qk, stage_slot=stage_slot,
+        col=col, decayed=decayed, sequence_span=sequence_span, sequence_first_slot=sequence_first_slot,
+        token_buffers=token_buffers, token_registers=token_registers, stage_qk=stage_qk, stage_slot=stage_slot,
         stage_chunk=stage_chunk, token_step=token_step,
         ROWS=ROWS, C=C, EPT=EPT, SV=SV, IV=IV, GV=GV, NWARP=NWARP, PS=PS, NSH=NSH,
         vector_decay=vector_decay, scalar_decay=scalar_decay,

@@ -71,31 +71,11 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
             vt = bx % NVT
             hk = h // GRP
 
-            red = T.alloc_shared((NWARP,), i32)
-            qk_s = T.alloc_shared((C, 2, DK), f32)
-            v_s = T.alloc_shared((C, BV), f32)
-            b_s = T.alloc_shared((C,), f32)
-            d_s = T.alloc_shared((C,), f32)
-            sl_s = T.alloc_shared((C,), i32)
-            w_s = T.alloc_shared((C,), i32)
-            dv_s: Any = T.alloc_shared((C, DK), f32) if vector_decay else None  # read only when vector_decay
+            red, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s = P.token_buffers(BV)
+            Sx, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sx: the running state
+            start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, by, tid, red)
 
-            Sx = T.alloc_local((R, EPT), rdt)  # the running state, in the state dtype's bits
-            kq = T.alloc_local((EPT,), f32)
-            xq = T.alloc_local((EPT,), f32)
-            xk = T.alloc_local((EPT,), f32)
-            dvec: Any = T.alloc_local((EPT,), f32) if vector_decay else None  # read only when vector_decay
-            pacc = T.alloc_local((R, PS), f32)
-            acc = T.alloc_local((R,), f32)
-            start = T.alloc_var(i32)
-            L = T.alloc_var(i32)
-            acc_n = T.alloc_var(i32)
-            P.sequence_span(seq_meta, nacc, by, tid, red, start, L, acc_n)
-
-            # -- initial state: the slot of the first accepted token, zeros if padding ------
-            # (the index is clamped so the load need not wait for L; an empty sequence skips
-            # everything below through the L > 0 predicate)
-            slot0 = T.cast(slots[T.max(T.min(start + acc_n - 1, Tn - 1), 0)], i32)
+            # -- initial state: zeros if padding (an empty sequence skips everything below) --
             for r in T.unroll(R):
                 for cc in T.unroll(EPT // SV):
                     for e in T.vectorized(SV):
@@ -152,19 +132,9 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
             w_s = T.alloc_shared((C,), i32)
             dv_s: Any = T.alloc_shared((C, GRP, DK), f32) if vector_decay else None  # read only when vector_decay
 
-            Sa = T.alloc_local((R, EPT), rdt)  # the chunk being run, in the state dtype's bits
+            Sa, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sa: the chunk being run
             Sb = T.alloc_local((R, EPT), rdt)  # the next chunk, loading meanwhile
-            kq = T.alloc_local((EPT,), f32)
-            xq = T.alloc_local((EPT,), f32)
-            xk = T.alloc_local((EPT,), f32)
-            dvec: Any = T.alloc_local((EPT,), f32) if vector_decay else None  # read only when vector_decay
-            pacc = T.alloc_local((R, PS), f32)
-            acc = T.alloc_local((R,), f32)
-            start = T.alloc_var(i32)
-            L = T.alloc_var(i32)
-            acc_n = T.alloc_var(i32)
-            P.sequence_span(seq_meta, nacc, by, tid, red, start, L, acc_n)
-            slot0 = T.cast(slots[T.max(T.min(start + acc_n - 1, Tn - 1), 0)], i32)
+            start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, by, tid, red)
 
             # first chunk of this program's rows
             for r in T.unroll(R):

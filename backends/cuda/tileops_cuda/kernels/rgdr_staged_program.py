@@ -44,7 +44,7 @@ def rgdr_staged_program(key: "RGDRBuildKey", tiling: "RGDRStagedTiling") -> Any:
     GRP = NV // NK
     THREADS, TPR, RB = tiling.threads, tiling.threads_per_row, tiling.rows_in_flight
     P = rgdr_pieces(key, THREADS, TPR, RB)
-    ROWS, C, EPT, SV, NWARP, PS, col = P.ROWS, P.C, P.EPT, P.SV, P.NWARP, P.PS, P.col
+    ROWS, C, EPT, SV, col = P.ROWS, P.C, P.EPT, P.SV, P.col
     BV = tiling.block_v
     NVT = DV // BV
     NPASS = BV // (RB * ROWS)  # passes of rows_in_flight rows per thread over the block
@@ -68,28 +68,9 @@ def rgdr_staged_program(key: "RGDRBuildKey", tiling: "RGDRStagedTiling") -> Any:
             hk = h // GRP
 
             S_s = T.alloc_shared((BV, DK), sdt)  # the state block, in the state dtype
-            red = T.alloc_shared((NWARP,), i32)
-            qk_s = T.alloc_shared((C, 2, DK), f32)
-            v_s = T.alloc_shared((C, BV), f32)
-            b_s = T.alloc_shared((C,), f32)
-            d_s = T.alloc_shared((C,), f32)
-            sl_s = T.alloc_shared((C,), i32)
-            w_s = T.alloc_shared((C,), i32)
-            dv_s: Any = T.alloc_shared((C, DK), f32) if vector_decay else None  # read only when vector_decay
-
-            Sx = T.alloc_local((RB, EPT), sdt)  # the rows running now, in the state dtype's bits
-            kq = T.alloc_local((EPT,), f32)
-            xq = T.alloc_local((EPT,), f32)
-            xk = T.alloc_local((EPT,), f32)
-            dvec: Any = T.alloc_local((EPT,), f32) if vector_decay else None  # read only when vector_decay
-            pacc = T.alloc_local((RB, PS), f32)
-            acc = T.alloc_local((RB,), f32)
-            start = T.alloc_var(i32)
-            L = T.alloc_var(i32)
-            acc_n = T.alloc_var(i32)
-            P.sequence_span(seq_meta, nacc, by, tid, red, start, L, acc_n)
-            # The slot of the first accepted token (clamped so the load need not wait for L).
-            slot0 = T.cast(slots[T.max(T.min(start + acc_n - 1, Tn - 1), 0)], i32)
+            red, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s = P.token_buffers(BV)
+            Sx, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sx: the rows running now
+            start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, by, tid, red)
 
             # The span's scratch may share shared memory with the block: every thread has
             # read it before anything lands there.
