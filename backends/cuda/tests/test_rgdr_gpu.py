@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRTiling, build_rgdr
+from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRSchedule, RGDRTiling, build_rgdr
 from tileops_cuda.kernels.rgdr_staged import RGDRStagedTiling, build_rgdr_staged
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
@@ -209,3 +209,15 @@ def test_staged_passes_and_token_chunks_match_float64_reference(name, arch, cuda
                      pad_first_of=4, repeat_slots_of=5)  # fmt: skip
     res = check_rgdr(build_rgdr_staged(key, RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=1)), case)
     assert res["ok"], res
+
+
+@pytest.mark.parametrize("state", ["float32", "bfloat16"])
+def test_a_staged_schedule_with_a_register_tiled_slot_computes_the_same_function_in_both_slots(state, arch, cuda_device,
+                                                                                               gen):
+    key = _with_arch(RGDRBuildKey("bfloat16", state, 2, 4, 128, 128, use_qk_l2norm=True), arch)
+    schedule = RGDRSchedule(RGDRTiling(128, 16, 2, 8), RGDRStagedTiling(128, 16, 4, 8, rows_in_flight=2), 4)
+    launcher = build_rgdr_staged(key, schedule)
+    for lengths in ([3, 9], [3, 1, 9, 0, 17]):  # the register-tiled slot, then the staged one
+        case = rgdr_case(key, lengths, device=cuda_device[0], generator=gen, padding=0.1, pad_first_of=1)
+        res = check_rgdr(launcher, case)
+        assert res["ok"], (lengths, res)

@@ -95,8 +95,10 @@ def rgdr_staged_refusal(key: RGDRBuildKey, tiling: RGDRStagedTiling) -> str | No
 
 # The schedule rule, as data: state bytes -> (small, large, sequences from which large runs).
 # Small batches want many small programs (latency), large ones whole-head blocks (bytes in
-# flight per chain). First guesses, to be replaced by the sweep's choice (NOTES.md).
-_SCHEDULES = {
+# flight per chain). A slot may name a register-tiled ``RGDRTiling`` where that layout is
+# faster (the same launcher calls either). First guesses, to be replaced by the sweep's
+# choice (NOTES.md).
+_SCHEDULES: dict[int, tuple[RGDRTiling, RGDRTiling, int]] = {
     2: (RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=2), RGDRStagedTiling(128, 16, 16, 4, rows_in_flight=4), 32),
     4: (RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=2), RGDRStagedTiling(128, 16, 8, 4, rows_in_flight=4), 32),
 }
@@ -106,9 +108,16 @@ def staged_schedule(key: RGDRBuildKey) -> RGDRSchedule:
     """The staged kernel's schedule for ``key``: a variant ``key`` cannot use falls back to the
     small tiling."""
     small, large, n = _SCHEDULES[_ELEM_BYTES[key.state_dtype]]
-    if rgdr_staged_refusal(key, large) is not None:
+    if _tiling_refusal(key, large) is not None:
         large = small
     return RGDRSchedule(small, large, n)
+
+
+def _tiling_refusal(key: RGDRBuildKey, tiling: RGDRTiling) -> str | None:
+    """Why ``tiling`` (staged, or register-tiled in a staged schedule's slot) cannot be built."""
+    if isinstance(tiling, RGDRStagedTiling):
+        return rgdr_staged_refusal(key, tiling)
+    return rgdr_refusal(key, tiling)
 
 
 def staged_selection_refusal(key: RGDRBuildKey) -> str | None:
@@ -121,16 +130,17 @@ def staged_selection_refusal(key: RGDRBuildKey) -> str | None:
             f"the state is {key.state_dtype}; the register-tiled kernel serves it"
         )
     # The schedule's large tiling falls back to the small one where it cannot be built.
-    return rgdr_staged_refusal(key, _SCHEDULES[_ELEM_BYTES[key.state_dtype]][0])
+    return _tiling_refusal(key, _SCHEDULES[_ELEM_BYTES[key.state_dtype]][0])
 
 
 def build_rgdr_staged(key: RGDRBuildKey, tiling: RGDRStagedTiling | RGDRSchedule | None = None) -> RGDRLauncher:
     """Compile (once per process) and return the launcher of the staged kernel.
 
-    ``tiling`` pins one staged tiling or a schedule of them (benchmarks); by default
-    :func:`staged_schedule`. Raises ValueError with the refusal reason when a tiling cannot
-    be built for ``key``.
+    ``tiling`` pins one staged tiling or a schedule (benchmarks; a slot may hold a
+    register-tiled tiling); by default :func:`staged_schedule`. Raises ValueError with the
+    refusal reason when a tiling cannot be built for ``key``.
     """
+    from .rgdr_program import rgdr_program
     from .rgdr_staged_program import rgdr_staged_program
 
     if tiling is None:
@@ -140,11 +150,15 @@ def build_rgdr_staged(key: RGDRBuildKey, tiling: RGDRStagedTiling | RGDRSchedule
     else:
         schedule = tiling
     for t in schedule.tilings():
-        reason = rgdr_staged_refusal(key, t) if isinstance(t, RGDRStagedTiling) else "not a staged tiling"
+        reason = _tiling_refusal(key, t)
         if reason is not None:
             raise ValueError(reason)
 
     def compile_one(t: Any) -> Any:
+        # A schedule slot may hold a register-tiled tiling (rows where that layout is faster):
+        # it compiles the register-tiled program, cached under the same identity as there.
+        if not isinstance(t, RGDRStagedTiling):
+            return cached_build(("rgdr-kernel", key, t), lambda: compile_prim_func(rgdr_program(key, t), key.arch))
         return cached_build(("rgdr-staged-kernel", key, t),
                             lambda: compile_prim_func(rgdr_staged_program(key, t), key.arch))  # fmt: skip
 
