@@ -103,6 +103,9 @@ def sweep(gen, states, rows, dump) -> dict:
                 cands[name] = L
             else:
                 log("CHECK FAILED", state, name, chk["why"])
+        if not cands:
+            log("no", state, "candidate passed its check; nothing timed")
+            continue
         for B, tb in rows:
             foot = rgdr_bytes(B, tb, 16, 32, 4 if state == "float32" else 2)
             nsets = max(1, min(64, math.ceil(ROTATE_BYTES / foot)))
@@ -118,7 +121,9 @@ def sweep(gen, states, rows, dump) -> dict:
             best = min((n for n in times if n != "tiled-default"), key=times.get, default=None)
             row = dict(state=state, B=B, Tb=tb, bytes=foot, us=times, best=best)
             if best is not None:
-                case = rgdr_case(key, [tb] * B, device="cuda", generator=gen, padding=0.05, pad_first_of=0)
+                # Padding slots (and a padding first slot) only where other tokens still write.
+                case = rgdr_case(key, [tb] * B, device="cuda", generator=gen, padding=0.05 if B * tb > 8 else 0.0,
+                                 pad_first_of=0 if B > 1 else None)  # fmt: skip
                 chk = check_rgdr(cands[best], case)
                 row["best_check"] = {k: chk[k] for k in ("ok", "why", "state_err", "state_err_ref32", "out_err")}
                 del case
