@@ -35,23 +35,25 @@ from tileops_cuda.testing import check_rgdr, rgdr_case  # noqa: E402
 __all__ = ["ROWS", "STAGED_SWEEP", "main"]
 
 
-def _st(threads, tpr, rows, min_blocks, rif, load="async"):
-    return RGDRStagedTiling(threads, tpr, rows, min_blocks, rows_in_flight=rif, load=load)
+def _st(threads, tpr, rows, min_blocks, rif, load="async", seqs=1):
+    return RGDRStagedTiling(threads, tpr, rows, min_blocks, rows_in_flight=rif, load=load, seqs_per_program=seqs)
 
 
 #: Staged tilings per state dtype: block of 16-128 rows (bytes in flight per chain), 64-256
-#: threads, 8/16/32 lanes per row, rows in flight per pass, cp.async or plain loads;
+#: threads, 8/16/32 lanes per row, rows in flight per pass, cp.async or plain loads, one or
+#: several consecutive sequences per program (the next block loading while one runs);
 #: ``min_blocks`` near what shared memory and ~80 registers per thread allow (it caps registers:
 #: 65536 / (threads * min_blocks) must stay above what ptxas needs, or the tiling spills).
 STAGED_SWEEP = {
     "bfloat16": [
         _st(128, 16, 2, 8, 2), _st(128, 16, 4, 8, 2), _st(64, 16, 8, 8, 4), _st(128, 16, 8, 6, 4), _st(128, 32, 16, 6, 4),
         _st(256, 16, 4, 3, 4), _st(128, 16, 16, 4, 4), _st(256, 16, 8, 3, 4), _st(128, 16, 8, 6, 4, "plain"),
-        _st(128, 16, 16, 4, 4, "plain"),
+        _st(128, 16, 16, 4, 4, "plain"), _st(128, 16, 8, 4, 4, seqs=2), _st(128, 16, 8, 4, 4, seqs=4),
     ],
     "float32": [
         _st(128, 16, 2, 8, 2), _st(128, 16, 4, 8, 2), _st(128, 16, 8, 4, 4), _st(128, 32, 16, 4, 4), _st(256, 16, 4, 3, 4),
         _st(128, 16, 16, 2, 4), _st(128, 16, 4, 8, 2, "plain"), _st(128, 16, 8, 4, 4, "plain"),
+        _st(128, 16, 4, 6, 2, seqs=2), _st(128, 16, 8, 3, 4, seqs=2),
     ],
 }  # fmt: skip
 
@@ -61,7 +63,8 @@ ROWS = [(1, 1), (32, 1), (128, 1), (128, 2), (128, 4), (256, 1), (256, 2), (256,
 
 def _name(t) -> str:
     if isinstance(t, RGDRStagedTiling):
-        return f"staged({t.threads},{t.threads_per_row},bv{t.block_v},rif{t.rows_in_flight},mb{t.min_blocks},{t.load})"
+        seqs = f",x{t.seqs_per_program}" if t.seqs_per_program > 1 else ""
+        return f"staged({t.threads},{t.threads_per_row},bv{t.block_v},rif{t.rows_in_flight},mb{t.min_blocks},{t.load}{seqs})"
     return "tiled-default"
 
 

@@ -181,17 +181,20 @@ def test_stream_layout_matches_float64_reference(name, arch, cuda_device, gen):
 
 
 #: Staged tilings covering block sizes 8-128 rows, 64-256 threads, 8/16/32 lanes per row, one
-#: or several passes of rows per thread, both loads.
+#: or several passes of rows per thread, both loads, one or several sequences per program.
 STAGED_TILINGS = [
     RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=2), RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=1, load="plain"),
     RGDRStagedTiling(128, 16, 16, 4, rows_in_flight=4), RGDRStagedTiling(128, 16, 8, 4, rows_in_flight=8),
     RGDRStagedTiling(64, 16, 8, 8, rows_in_flight=4), RGDRStagedTiling(256, 16, 8, 2, rows_in_flight=2),
     RGDRStagedTiling(128, 8, 4, 4, rows_in_flight=2), RGDRStagedTiling(128, 32, 16, 4, rows_in_flight=4),
     RGDRStagedTiling(128, 16, 8, 4, rows_in_flight=4, load="plain"),
+    RGDRStagedTiling(128, 16, 4, 8, rows_in_flight=2, seqs_per_program=2),
+    RGDRStagedTiling(128, 16, 8, 4, rows_in_flight=4, load="plain", seqs_per_program=4),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("tiling", STAGED_TILINGS, ids=lambda t: f"{t.threads}-{t.threads_per_row}-{t.block_v}-{t.rows_in_flight}-{t.load}")
+@pytest.mark.parametrize("tiling", STAGED_TILINGS, ids=lambda t: f"{t.threads}-{t.threads_per_row}-{t.block_v}-"
+                         f"{t.rows_in_flight}-{t.load}-x{t.seqs_per_program}")
 @pytest.mark.parametrize("state", ["float32", "bfloat16"])
 def test_every_staged_tiling_computes_the_same_function(tiling, state, arch, cuda_device, gen):
     key = _with_arch(RGDRBuildKey("bfloat16", state, 2, 4, 128, 128, use_qk_l2norm=True), arch)
@@ -200,14 +203,16 @@ def test_every_staged_tiling_computes_the_same_function(tiling, state, arch, cud
     assert res["ok"], res
 
 
+@pytest.mark.parametrize("seqs", [1, 3])
 @pytest.mark.parametrize("name", list(KEYS))
-def test_staged_passes_and_token_chunks_match_float64_reference(name, arch, cuda_device, gen):
+def test_staged_passes_and_token_chunks_match_float64_reference(name, seqs, arch, cuda_device, gen):
     """Two passes of one row per thread over the block, the running rows kept in shared
-    memory across token chunks, on every key corner."""
+    memory across token chunks, one or three sequences per program, on every key corner."""
     key = _with_arch(KEYS[name], arch)
     case = rgdr_case(key, [3, 0, 1, 37, 2, 8, 1, 16, 17], device=cuda_device[0], generator=gen, padding=0.15,
                      pad_first_of=4, repeat_slots_of=5)  # fmt: skip
-    res = check_rgdr(build_rgdr_staged(key, RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=1)), case)
+    tiling = RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=1, seqs_per_program=seqs)
+    res = check_rgdr(build_rgdr_staged(key, tiling), case)
     assert res["ok"], res
 
 

@@ -38,6 +38,17 @@ def test_staged_refuses_rows_in_flight_that_do_not_divide_the_rows_per_thread():
     assert "rows_in_flight=3 must divide rows_per_thread=4" in reason
 
 
+def test_staged_refuses_fewer_than_one_sequence_per_program():
+    reason = rgdr_staged.rgdr_staged_refusal(_key(), RGDRStagedTiling(128, 16, 4, 8, rows_in_flight=2, seqs_per_program=0))
+    assert "seqs_per_program=0 must be at least 1" in reason
+
+
+def test_two_blocks_in_shared_memory_when_a_program_runs_several_sequences():
+    one = RGDRStagedTiling(128, 16, 8, 4, rows_in_flight=4)
+    two = RGDRStagedTiling(128, 16, 8, 4, rows_in_flight=4, seqs_per_program=4)
+    assert two.smem_bytes(_key()) - one.smem_bytes(_key()) == 64 * 128 * 2
+
+
 def test_staged_refuses_an_unknown_load_form():
     reason = rgdr_staged.rgdr_staged_refusal(_key(), RGDRStagedTiling(128, 16, 4, 8, load="tma"))
     assert "load='tma' is not one of ('async', 'plain')" in reason

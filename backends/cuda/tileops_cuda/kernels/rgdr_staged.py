@@ -50,16 +50,19 @@ class RGDRStagedTiling(RGDRTiling):
     """A staged layout: one program per (sequence, value head, block of ``block_v`` rows),
     the ``[block_v, DK]`` state block in shared memory, ``rows_in_flight`` rows per thread
     in registers at a time (``rows_per_thread`` in all), the block loaded by ``load`` (one of
-    :data:`STAGED_LOADS`)."""
+    :data:`STAGED_LOADS`). ``seqs_per_program`` > 1: a program runs that many consecutive
+    sequences, two blocks in shared memory, the next sequence's block loading while one runs."""
 
     rows_in_flight: int = 4
     load: str = "async"
+    seqs_per_program: int = 1
 
     def smem_bytes(self, key: RGDRBuildKey) -> int:
         """Shared memory of one program: the state block and the staged token chunk."""
         c, dk = self.chunk, key.head_k_dim
         staged = c * 2 * dk * 4 + c * self.block_v * 4 + 4 * c * 4 + (c * dk * 4 if key.gk_form == "vector" else 0)
-        return self.block_v * dk * _ELEM_BYTES[key.state_dtype] + staged + 64
+        blocks = 1 if self.seqs_per_program == 1 else 2
+        return blocks * self.block_v * dk * _ELEM_BYTES[key.state_dtype] + staged + 64
 
 
 def rgdr_staged_refusal(key: RGDRBuildKey, tiling: RGDRStagedTiling) -> str | None:
@@ -74,6 +77,8 @@ def rgdr_staged_refusal(key: RGDRBuildKey, tiling: RGDRStagedTiling) -> str | No
         return "RGDR staged TileLang kernel: a staged tiling has no streaming form (stream=True); use RGDRTiling"
     if tiling.load not in STAGED_LOADS:
         return f"RGDR staged TileLang kernel: load={tiling.load!r} is not one of {STAGED_LOADS}"
+    if tiling.seqs_per_program < 1:
+        return f"RGDR staged TileLang kernel: seqs_per_program={tiling.seqs_per_program} must be at least 1"
     if tiling.rows_per_thread % tiling.rows_in_flight:
         return (
             f"RGDR staged TileLang kernel: rows_in_flight={tiling.rows_in_flight} must divide "
