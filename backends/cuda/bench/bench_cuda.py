@@ -481,7 +481,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a few rows only")
     ap.add_argument("--host", action="store_true", help="host µs per call of each launch layer")
     ap.add_argument("--no-table", action="store_true", help="stop after the host numbers and the sweep")
-    ap.add_argument("--rgdr-kernels", default="tiled,staged", help="RGDR kernels timed in the table (" + ",".join(RGDR_BUILDS) + ")")
+    ap.add_argument("--rgdr-kernels", default="tiled", help="RGDR kernels timed in the table (" + ",".join(RGDR_BUILDS) + ")")
     args = ap.parse_args()
 
     torch.backends.cuda.matmul.allow_tf32 = False

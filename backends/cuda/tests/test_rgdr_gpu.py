@@ -1,5 +1,5 @@
 """The RGDR TileLang kernels (register-tiled and staged) against the float64 reference on the
-GPU (skips without one). Every behaviour runs on both kernels (``BUILDS``)."""
+GPU (skips without one). The staged kernel's tests reuse few builds (one key, a few tilings)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRSchedule, RGDRTiling, bu
 from tileops_cuda.kernels.rgdr_staged import RGDRStagedTiling, build_rgdr_staged
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
-#: The two kernels, each built with its default schedule (or a pinned tiling).
-BUILDS = {"tiled": build_rgdr, "staged": build_rgdr_staged}
+#: The staged tiling of the key-corner tests: two passes of one row per thread, three
+#: sequences per program (the double-buffered path), 16-row blocks (divides every key's DV).
+CORNER_TILING = RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=1, seqs_per_program=3)
+#: Each behaviour's launcher, by kernel: the tiled kernel's schedule, the staged corner tiling.
+BUILDS = {"tiled": build_rgdr, "staged": lambda key: build_rgdr_staged(key, CORNER_TILING)}
 
 # Each key covers a different corner of the build identity (dtypes, metadata style and
 # width, g / gk forms, accepted tokens, l2 norm, head dims).
@@ -44,27 +47,25 @@ def _with_arch(key: RGDRBuildKey, arch: str) -> RGDRBuildKey:
     return replace(key, arch=arch)
 
 
-@pytest.mark.parametrize("build", list(BUILDS))
 @pytest.mark.parametrize("name", list(KEYS))
-def test_matches_float64_reference_on_ragged_batch_with_padding(name, build, arch, cuda_device, gen):
+def test_matches_float64_reference_on_ragged_batch_with_padding(name, arch, cuda_device, gen):
     key = _with_arch(KEYS[name], arch)
     lengths = [3, 0, 1, 37, 2, 8, 1, 16, 17]  # empty, single, multi-chunk sequences
     case = rgdr_case(key, lengths, device=cuda_device[0], generator=gen, padding=0.15, pad_first_of=4, repeat_slots_of=5)
-    res = check_rgdr(BUILDS[build](key), case)
+    res = check_rgdr(build_rgdr(key), case)
     assert res["ok"], res
 
 
-@pytest.mark.parametrize("build", list(BUILDS))
 @pytest.mark.parametrize("name", ["qwen_bf16_in_fp32_state", "bf16_state_g_and_scalar_gk"])
-def test_explicit_scale_is_used(name, build, arch, cuda_device, gen):
+def test_explicit_scale_is_used(name, arch, cuda_device, gen):
     key = _with_arch(KEYS[name], arch)
     case = rgdr_case(key, [2, 5], device=cuda_device[0], generator=gen, scale=0.37)
-    res = check_rgdr(BUILDS[build](key), case)
+    res = check_rgdr(build_rgdr(key), case)
     assert res["ok"], res
 
 
-@pytest.mark.parametrize("build", list(BUILDS))
-@pytest.mark.parametrize("name", ["qwen_bf16_in_fp32_state", "fp32_in_bf16_state_scalar_gk_only"])
+@pytest.mark.parametrize("name,build", [("qwen_bf16_in_fp32_state", "tiled"), ("fp32_in_bf16_state_scalar_gk_only", "tiled"),
+                                        ("qwen_bf16_in_fp32_state", "staged")])  # fmt: skip
 def test_one_call_of_l_tokens_equals_l_calls_of_one_token_on_one_slot(name, build, arch, cuda_device, gen):
     """The decode pattern: every token of a sequence reads and writes one slot."""
     import torch
@@ -101,15 +102,14 @@ def test_one_call_of_l_tokens_equals_l_calls_of_one_token_on_one_slot(name, buil
     assert torch.equal(out_all, out_one)
 
 
-@pytest.mark.parametrize("build", list(BUILDS))
-def test_zero_sequences_launch_nothing(build, arch, cuda_device, gen):
+def test_zero_sequences_launch_nothing(arch, cuda_device, gen):
     import torch
 
     key = _with_arch(KEYS["qwen_bf16_in_fp32_state"], arch)
     case = rgdr_case(key, [0, 0], device=cuda_device[0], generator=gen)
     state = case["state"].clone()
     out = torch.empty_like(case["value"])
-    BUILDS[build](key)(case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
+    build_rgdr(key)(case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
                     case["ssm_state_indices"], case["g"], None, None, out, None)  # fmt: skip
     torch.cuda.synchronize()
     assert torch.equal(state, case["state"])
@@ -180,48 +180,38 @@ def test_stream_layout_matches_float64_reference(name, arch, cuda_device, gen):
     assert res["ok"], res
 
 
-#: Staged tilings covering block sizes 8-128 rows, 64-256 threads, 8/16/32 lanes per row, one
-#: or several passes of rows per thread, both loads, one or several sequences per program.
+#: The staged tilings' one key (bf16 state, the issue-16 rows' dtype) and tilings: a whole
+#: head in four passes by cp.async, a 32-row block by plain loads, three sequences per program.
+STAGED_KEY = RGDRBuildKey("bfloat16", "bfloat16", 2, 4, 128, 128, use_qk_l2norm=True)
 STAGED_TILINGS = [
-    RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=2), RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=1, load="plain"),
-    RGDRStagedTiling(128, 16, 16, 4, rows_in_flight=4), RGDRStagedTiling(128, 16, 8, 4, rows_in_flight=8),
-    RGDRStagedTiling(64, 16, 8, 8, rows_in_flight=4), RGDRStagedTiling(256, 16, 8, 2, rows_in_flight=2),
-    RGDRStagedTiling(128, 8, 4, 4, rows_in_flight=2), RGDRStagedTiling(128, 32, 16, 4, rows_in_flight=4),
-    RGDRStagedTiling(128, 16, 8, 4, rows_in_flight=4, load="plain"),
-    RGDRStagedTiling(128, 16, 4, 8, rows_in_flight=2, seqs_per_program=2),
-    RGDRStagedTiling(128, 16, 8, 4, rows_in_flight=4, load="plain", seqs_per_program=4),
+    RGDRStagedTiling(128, 16, 16, 4, rows_in_flight=4), RGDRStagedTiling(128, 16, 4, 8, rows_in_flight=2, load="plain"),
+    RGDRStagedTiling(128, 16, 4, 8, rows_in_flight=2, seqs_per_program=3),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("tiling", STAGED_TILINGS, ids=lambda t: f"{t.threads}-{t.threads_per_row}-{t.block_v}-"
-                         f"{t.rows_in_flight}-{t.load}-x{t.seqs_per_program}")
-@pytest.mark.parametrize("state", ["float32", "bfloat16"])
-def test_every_staged_tiling_computes_the_same_function(tiling, state, arch, cuda_device, gen):
-    key = _with_arch(RGDRBuildKey("bfloat16", state, 2, 4, 128, 128, use_qk_l2norm=True), arch)
+@pytest.mark.parametrize("tiling", STAGED_TILINGS, ids=lambda t: f"bv{t.block_v}-{t.load}-x{t.seqs_per_program}")
+def test_every_staged_tiling_computes_the_same_function(tiling, arch, cuda_device, gen):
+    key = _with_arch(STAGED_KEY, arch)
     case = rgdr_case(key, [3, 1, 9, 0, 17], device=cuda_device[0], generator=gen, padding=0.1, pad_first_of=1)
     res = check_rgdr(build_rgdr_staged(key, tiling), case)
     assert res["ok"], res
 
 
-@pytest.mark.parametrize("seqs", [1, 3])
-@pytest.mark.parametrize("name", list(KEYS))
-def test_staged_passes_and_token_chunks_match_float64_reference(name, seqs, arch, cuda_device, gen):
-    """Two passes of one row per thread over the block, the running rows kept in shared
-    memory across token chunks, one or three sequences per program, on every key corner."""
+@pytest.mark.parametrize("name", ["qwen_bf16_in_fp32_state", "fp16_state_cu_i64_vector_gk_accepted_l2"])
+def test_staged_kernel_matches_float64_reference_on_key_corners(name, arch, cuda_device, gen):
+    """Passes over the block, the running rows kept in shared memory across token chunks and
+    consecutive sequences per program, on fp32 state with lengths and on fp16 state with
+    prefix sums, 64-bit indices, per-column decay and accepted tokens."""
     key = _with_arch(KEYS[name], arch)
     case = rgdr_case(key, [3, 0, 1, 37, 2, 8, 1, 16, 17], device=cuda_device[0], generator=gen, padding=0.15,
                      pad_first_of=4, repeat_slots_of=5)  # fmt: skip
-    tiling = RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=1, seqs_per_program=seqs)
-    res = check_rgdr(build_rgdr_staged(key, tiling), case)
+    res = check_rgdr(BUILDS["staged"](key), case)
     assert res["ok"], res
 
 
-@pytest.mark.parametrize("state", ["float32", "bfloat16"])
-def test_a_staged_schedule_with_a_register_tiled_slot_computes_the_same_function_in_both_slots(state, arch, cuda_device,
-                                                                                               gen):
-    key = _with_arch(RGDRBuildKey("bfloat16", state, 2, 4, 128, 128, use_qk_l2norm=True), arch)
-    schedule = RGDRSchedule(RGDRTiling(128, 16, 2, 8), RGDRStagedTiling(128, 16, 4, 8, rows_in_flight=2), 4)
-    launcher = build_rgdr_staged(key, schedule)
+def test_a_staged_schedule_with_a_register_tiled_slot_computes_the_same_function_in_both_slots(arch, cuda_device, gen):
+    key = _with_arch(STAGED_KEY, arch)
+    launcher = build_rgdr_staged(key, RGDRSchedule(RGDRTiling(128, 16, 2, 8), STAGED_TILINGS[1], 4))
     for lengths in ([3, 9], [3, 1, 9, 0, 17]):  # the register-tiled slot, then the staged one
         case = rgdr_case(key, lengths, device=cuda_device[0], generator=gen, padding=0.1, pad_first_of=1)
         res = check_rgdr(launcher, case)

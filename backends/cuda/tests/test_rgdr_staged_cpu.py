@@ -62,11 +62,12 @@ def test_staged_schedule_falls_back_to_the_small_tiling_where_the_large_block_ca
     assert sched.pick(1, 1) == sched.small and sched.pick(256, 256) == sched.large
 
 
-def test_selection_prefers_the_staged_kernel_for_16_bit_state_only():
-    assert rgdr_staged.staged_selection_refusal(_key(state_dtype="bfloat16")) is None
-    assert rgdr_staged.staged_selection_refusal(_key(state_dtype="float16")) is None
+def test_selection_prefers_the_staged_kernel_only_for_the_state_dtypes_measured_faster(monkeypatch):
     reason = rgdr_staged.staged_selection_refusal(_key(state_dtype="float32"))
     assert reason.endswith("the state is float32; the register-tiled kernel serves it")
+    monkeypatch.setattr(rgdr_staged, "STAGED_STATE_DTYPES", ("bfloat16",))
+    assert rgdr_staged.staged_selection_refusal(_key(state_dtype="bfloat16")) is None
+    assert rgdr_staged.staged_selection_refusal(_key(state_dtype="float32")) is not None
 
 
 def test_the_shared_launcher_calls_the_staged_tiling_its_schedule_picks():
