@@ -32,21 +32,12 @@ tilelang is imported inside :func:`rgdr_program`, never at module import.
 from typing import TYPE_CHECKING, Any
 
 from ._common import ELEM_BYTES as _ELEM_BYTES
+from .rgdr_pieces import L2NORM_EPS, pow2_at_most, rgdr_pieces
 
 if TYPE_CHECKING:
     from .rgdr import RGDRBuildKey, RGDRTiling
 
-__all__ = ["L2NORM_EPS", "rgdr_program"]
-
-#: The epsilon of the in-kernel q/k l2 normalisation (the reference's value).
-L2NORM_EPS = 1e-6
-
-
-def _pow2_at_most(n: int, cap: int) -> int:
-    v = 1
-    while v * 2 <= cap and n % (v * 2) == 0:
-        v *= 2
-    return v
+__all__ = ["L2NORM_EPS", "rgdr_program", "rgdr_signature"]
 
 
 def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C901 - one kernel, read top to bottom
@@ -57,40 +48,17 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
     NK, NV, DK, DV = key.num_k_heads, key.num_v_heads, key.head_k_dim, key.head_v_dim
     GRP = NV // NK
     THREADS, TPR, R = tiling.threads, tiling.threads_per_row, tiling.rows_per_thread
-    ROWS = THREADS // TPR  # rows of the tile covered by one pass of the block
+    P = rgdr_pieces(key, THREADS, TPR, R)
+    ROWS, C, EPT, SV, GV, NWARP, PS, col = P.ROWS, P.C, P.EPT, P.SV, P.GV, P.NWARP, P.PS, P.col  # see rgdr_pieces
     BV = tiling.block_v
-    C = tiling.chunk  # tokens per staging burst
-    EPT = DK // TPR  # columns per lane
-    SV = _pow2_at_most(EPT, 16 // _ELEM_BYTES[key.state_dtype])  # state vector width
-    IV = _pow2_at_most(EPT, 16 // _ELEM_BYTES[key.input_dtype])  # q/k vector width
-    GV = _pow2_at_most(EPT, 4)  # gk (fp32) vector width
     NVT = DV // BV
-    NWARP = THREADS // 32
-    PS = max(1, min(4, EPT // 4))  # partial sums per dot product (shortens the add chain)
-    NSH = TPR.bit_length() - 1  # xor-shuffle rounds: offsets TPR/2 .. 1
-    sdt, idt = key.state_dtype, key.input_dtype
     lengths_style = key.seq_lens_style == "lengths"
-    has_g, gk_form, has_acc, l2 = key.has_g, key.gk_form, key.accepted_dtype is not None, key.use_qk_l2norm
-    scalar_decay = has_g or gk_form == "scalar"
-    vector_decay = gk_form == "vector"
-    requant = sdt != f32
-    rdt = sdt  # registers hold the state in its own dtype: a 16-bit state is exact there
-
-    def decayed(x, dsc, dvec, e):
-        """fp32 value of state element ``x`` after this token's decays (same op order each time)."""
-        v = T.cast(x, f32)
-        if scalar_decay:
-            v = v * dsc
-        if vector_decay:
-            v = v * dvec[e]
-        return v
+    has_g, gk_form = key.has_g, key.gk_form
+    scalar_decay, vector_decay = P.scalar_decay, P.vector_decay
+    rdt = key.state_dtype  # registers hold the state in its own dtype: a 16-bit state is exact there
 
     Tn, S, BM, NA = T.dynamic("T"), T.dynamic("S"), T.dynamic("BM"), T.dynamic("NA")
     NB = BM if lengths_style else BM - 1
-
-    def col(cc, lane, vec, e):
-        """Column of element ``cc*vec + e`` of a lane: 16-byte runs interleaved across lanes."""
-        return (cc * TPR + lane) * vec + e
 
     @T.macro
     def body_tiled(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
@@ -103,55 +71,11 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
             vt = bx % NVT
             hk = h // GRP
 
-            red = T.alloc_shared((NWARP,), i32)
-            qk_s = T.alloc_shared((C, 2, DK), f32)
-            v_s = T.alloc_shared((C, BV), f32)
-            b_s = T.alloc_shared((C,), f32)
-            d_s = T.alloc_shared((C,), f32)
-            sl_s = T.alloc_shared((C,), i32)
-            w_s = T.alloc_shared((C,), i32)
-            if vector_decay:
-                dv_s = T.alloc_shared((C, DK), f32)
+            red, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s = P.token_buffers(BV)
+            Sx, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sx: the running state
+            start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, by, tid, red)
 
-            Sx = T.alloc_local((R, EPT), rdt)  # the running state, in the state dtype's bits
-            kq = T.alloc_local((EPT,), f32)
-            xq = T.alloc_local((EPT,), f32)
-            xk = T.alloc_local((EPT,), f32)
-            dvec: Any = T.alloc_local((EPT,), f32) if vector_decay else None  # read only when vector_decay
-            pacc = T.alloc_local((R, PS), f32)
-            acc = T.alloc_local((R,), f32)
-            start = T.alloc_var(i32)
-            L = T.alloc_var(i32)
-
-            # -- where sequence `by` starts and how long it is --------------------------
-            # Latency is the cost at small B: every load below is issued as early as its
-            # inputs allow (L and the accepted count beside the prefix sum, the first slot
-            # without waiting on L), so the chain to the state load is two round trips.
-            acc_n = T.alloc_var(i32)
-            acc_n = T.cast(nacc[by], i32) if has_acc else 1
-            if lengths_style:
-                part = T.alloc_var(i32)
-                part = 0
-                L = T.cast(seq_meta[by], i32)
-                for it in T.serial(T.ceildiv(by, THREADS)):
-                    if it * THREADS + tid < by:
-                        part = part + T.cast(seq_meta[it * THREADS + tid], i32)
-                for off in T.unroll(5):
-                    part = part + T.shfl_xor(part, 16 >> off)
-                if tid % 32 == 0:
-                    red[tid // 32] = part
-                T.sync_threads()
-                start = 0
-                for w in T.unroll(NWARP):
-                    start = start + red[w]
-            else:
-                start = T.cast(seq_meta[by], i32)
-                L = T.cast(seq_meta[by + 1], i32) - start
-
-            # -- initial state: the slot of the first accepted token, zeros if padding ------
-            # (the index is clamped so the load need not wait for L; an empty sequence skips
-            # everything below through the L > 0 predicate)
-            slot0 = T.cast(slots[T.max(T.min(start + acc_n - 1, Tn - 1), 0)], i32)
+            # -- initial state: zeros if padding (an empty sequence skips everything below) --
             for r in T.unroll(R):
                 for cc in T.unroll(EPT // SV):
                     for e in T.vectorized(SV):
@@ -165,136 +89,23 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                 for ch in T.serial(T.ceildiv(L, C)):
                     base = ch * C
                     T.sync_threads()  # the previous chunk's staging buffers are free
-                    # -- stage a chunk: row group `rg` stages token `base + rg` ---------------
-                    tok = start + base + rg
-                    live = base + rg < L
-                    for cc in T.unroll(EPT // IV):
-                        for e in T.vectorized(IV):
-                            xq[cc * IV + e] = T.if_then_else(
-                                live, T.cast(query[tok, hk, col(cc, lane, IV, e)], f32), T.float32(0)
-                            )
-                            xk[cc * IV + e] = T.if_then_else(
-                                live, T.cast(key_[tok, hk, col(cc, lane, IV, e)], f32), T.float32(0)
-                            )
-                    if vector_decay:
-                        for cc in T.unroll(EPT // GV):
-                            for e in T.vectorized(GV):
-                                dvec[cc * GV + e] = T.if_then_else(
-                                    live, T.exp(gk[tok, h, col(cc, lane, GV, e)]), T.float32(1)
-                                )
-                    fq = T.alloc_var(f32)
-                    fk = T.alloc_var(f32)
-                    fq = scale
-                    fk = T.float32(1)
-                    if l2:
-                        ssq = T.alloc_var(f32)
-                        ssk = T.alloc_var(f32)
-                        ssq = 0.0
-                        ssk = 0.0
-                        for e in T.unroll(EPT):
-                            ssq = ssq + xq[e] * xq[e]
-                            ssk = ssk + xk[e] * xk[e]
-                        for s in T.unroll(NSH):
-                            ssq = ssq + T.shfl_xor(ssq, TPR >> (s + 1))
-                            ssk = ssk + T.shfl_xor(ssk, TPR >> (s + 1))
-                        fq = T.rsqrt(ssq + T.float32(L2NORM_EPS)) * scale
-                        fk = T.rsqrt(ssk + T.float32(L2NORM_EPS))
-                    if live:
-                        for cc in T.unroll(EPT // IV):
-                            for e in T.vectorized(IV):
-                                qk_s[rg, 0, col(cc, lane, IV, e)] = xq[cc * IV + e] * fq
-                                qk_s[rg, 1, col(cc, lane, IV, e)] = xk[cc * IV + e] * fk
-                        if vector_decay:
-                            for cc in T.unroll(EPT // GV):
-                                for e in T.vectorized(GV):
-                                    dv_s[rg, col(cc, lane, GV, e)] = dvec[cc * GV + e]
-                    for it in T.unroll((C * BV + THREADS - 1) // THREADS):
-                        idx = it * THREADS + tid
-                        if idx < C * BV and base + idx // BV < L:
-                            v_s[idx // BV, idx % BV] = T.cast(value[start + base + idx // BV, h, vt * BV + idx % BV], f32)
-                    if tid < C and base + tid < L:
-                        tt = start + base + tid
-                        b_s[tid] = T.cast(beta[tt, h], f32)
-                        if scalar_decay:
-                            if has_g and gk_form == "scalar":
-                                d_s[tid] = T.exp(g[tt, h]) * T.exp(gk[tt, h])
-                            elif has_g:
-                                d_s[tid] = T.exp(g[tt, h])
-                            else:
-                                d_s[tid] = T.exp(gk[tt, h])
-                        sl = T.cast(slots[tt], i32)
-                        sl_s[tid] = sl
-                        # A slot that the next token of this sequence writes again is skipped:
-                        # nothing reads it in between, so the final contents are identical.
-                        nxt = T.if_then_else(base + tid + 1 < L, T.cast(slots[T.min(tt + 1, Tn - 1)], i32), -1)
-                        w_s[tid] = T.if_then_else(sl >= 0 and sl != nxt, 1, 0)
+                    P.stage_chunk(query, key_, value, beta, slots, g, gk, scale, Tn, tid, lane, rg, hk, h, vt * BV, BV,
+                                  start, L, base, xq, xk, dvec, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s)  # fmt: skip
                     T.sync_threads()
-
                     # -- the recurrence, token by token, state in registers -------------------
                     for c2 in T.serial(C):
                         if base + c2 < L:
-                            for cc in T.unroll(EPT // SV):
-                                for e in T.vectorized(SV):
-                                    kq[cc * SV + e] = qk_s[c2, 1, col(cc, lane, SV, e)]
                             if vector_decay:
                                 for cc in T.unroll(EPT // SV):
                                     for e in T.vectorized(SV):
                                         dvec[cc * SV + e] = dv_s[c2, col(cc, lane, SV, e)]
-                            dsc = d_s[c2] if scalar_decay else T.float32(1)
-                            for r in T.unroll(R):
-                                for p in T.unroll(PS):
-                                    pacc[r, p] = 0.0
-                                for e in T.unroll(EPT):
-                                    if requant:
-                                        # 16-bit state stays packed in registers; the decayed value
-                                        # is recomputed (bit-identically) for the update below.
-                                        pacc[r, e % PS] = pacc[r, e % PS] + decayed(Sx[r, e], dsc, dvec, e) * kq[e]
-                                    else:
-                                        Sx[r, e] = decayed(Sx[r, e], dsc, dvec, e)
-                                        pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * kq[e]
-                                acc[r] = pacc[r, 0]
-                                for p in T.unroll(PS - 1):
-                                    acc[r] = acc[r] + pacc[r, p + 1]
-                            for r in T.unroll(R):
-                                for s in T.unroll(NSH):
-                                    acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
-                            for cc in T.unroll(EPT // SV):
-                                for e in T.vectorized(SV):
-                                    xq[cc * SV + e] = qk_s[c2, 0, col(cc, lane, SV, e)]
-                            for r in T.unroll(R):
-                                dl = b_s[c2] * (v_s[c2, r * ROWS + rg] - acc[r])
-                                for p in T.unroll(PS):
-                                    pacc[r, p] = 0.0
-                                for e in T.unroll(EPT):
-                                    if requant:
-                                        # The output reads the updated state before it is re-quantised; the
-                                        # recurrence continues from the rounded value (RGDR.md).
-                                        nv = decayed(Sx[r, e], dsc, dvec, e) + dl * kq[e]
-                                        pacc[r, e % PS] = pacc[r, e % PS] + nv * xq[e]
-                                        Sx[r, e] = T.cast(nv, sdt)
-                                    else:
-                                        Sx[r, e] = Sx[r, e] + dl * kq[e]
-                                        pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * xq[e]
-                                acc[r] = pacc[r, 0]
-                                for p in T.unroll(PS - 1):
-                                    acc[r] = acc[r] + pacc[r, p + 1]
-                            for r in T.unroll(R):
-                                for s in T.unroll(NSH):
-                                    acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
-                            if lane == 0:
-                                for r in T.unroll(R):
-                                    out[start + base + c2, h, vt * BV + r * ROWS + rg] = T.cast(acc[r], idt)
-                            if w_s[c2] != 0:
-                                for r in T.unroll(R):
-                                    for cc in T.unroll(EPT // SV):
-                                        for e in T.vectorized(SV):
-                                            state[sl_s[c2], h, vt * BV + r * ROWS + rg, col(cc, lane, SV, e)] = Sx[
-                                                r, cc * SV + e
-                                            ]
+                            P.token_step(state, out, Sx, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, lane, rg, h,
+                                         vt * BV, 0, start + base + c2, b_s[c2],
+                                         d_s[c2] if scalar_decay else T.float32(1))  # fmt: skip
 
     NCH = GRP * DV // BV  # row chunks of one key-head group (stream mode)
     GR = GRP * DV  # rows of one key-head group
-    VV = _pow2_at_most(GR, 16 // _ELEM_BYTES[key.input_dtype])  # value staging vector width
+    VV = pow2_at_most(GR, 16 // _ELEM_BYTES[key.input_dtype])  # value staging vector width
 
     @T.macro
     def body_stream(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
@@ -321,37 +132,9 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
             w_s = T.alloc_shared((C,), i32)
             dv_s: Any = T.alloc_shared((C, GRP, DK), f32) if vector_decay else None  # read only when vector_decay
 
-            Sa = T.alloc_local((R, EPT), rdt)  # the chunk being run, in the state dtype's bits
+            Sa, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sa: the chunk being run
             Sb = T.alloc_local((R, EPT), rdt)  # the next chunk, loading meanwhile
-            kq = T.alloc_local((EPT,), f32)
-            xq = T.alloc_local((EPT,), f32)
-            xk = T.alloc_local((EPT,), f32)
-            dvec: Any = T.alloc_local((EPT,), f32) if vector_decay else None  # read only when vector_decay
-            pacc = T.alloc_local((R, PS), f32)
-            acc = T.alloc_local((R,), f32)
-            start = T.alloc_var(i32)
-            L = T.alloc_var(i32)
-            acc_n = T.alloc_var(i32)
-            acc_n = T.cast(nacc[by], i32) if has_acc else 1
-            if lengths_style:
-                part = T.alloc_var(i32)
-                part = 0
-                L = T.cast(seq_meta[by], i32)
-                for it in T.serial(T.ceildiv(by, THREADS)):
-                    if it * THREADS + tid < by:
-                        part = part + T.cast(seq_meta[it * THREADS + tid], i32)
-                for off in T.unroll(5):
-                    part = part + T.shfl_xor(part, 16 >> off)
-                if tid % 32 == 0:
-                    red[tid // 32] = part
-                T.sync_threads()
-                start = 0
-                for w in T.unroll(NWARP):
-                    start = start + red[w]
-            else:
-                start = T.cast(seq_meta[by], i32)
-                L = T.cast(seq_meta[by + 1], i32) - start
-            slot0 = T.cast(slots[T.max(T.min(start + acc_n - 1, Tn - 1), 0)], i32)
+            start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, by, tid, red)
 
             # first chunk of this program's rows
             for r in T.unroll(R):
@@ -389,38 +172,7 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                         # Stage a token chunk: once per program when the sequence fits one chunk.
                         if ntc > 1 or ci == 0:
                             T.sync_threads()
-                            tok = start + base + rg
-                            live = base + rg < L
-                            for cc in T.unroll(EPT // IV):
-                                for e in T.vectorized(IV):
-                                    xq[cc * IV + e] = T.if_then_else(
-                                        live, T.cast(query[tok, hk, col(cc, lane, IV, e)], f32), T.float32(0)
-                                    )
-                                    xk[cc * IV + e] = T.if_then_else(
-                                        live, T.cast(key_[tok, hk, col(cc, lane, IV, e)], f32), T.float32(0)
-                                    )
-                            fq = T.alloc_var(f32)
-                            fk = T.alloc_var(f32)
-                            fq = scale
-                            fk = T.float32(1)
-                            if l2:
-                                ssq = T.alloc_var(f32)
-                                ssk = T.alloc_var(f32)
-                                ssq = 0.0
-                                ssk = 0.0
-                                for e in T.unroll(EPT):
-                                    ssq = ssq + xq[e] * xq[e]
-                                    ssk = ssk + xk[e] * xk[e]
-                                for s in T.unroll(NSH):
-                                    ssq = ssq + T.shfl_xor(ssq, TPR >> (s + 1))
-                                    ssk = ssk + T.shfl_xor(ssk, TPR >> (s + 1))
-                                fq = T.rsqrt(ssq + T.float32(L2NORM_EPS)) * scale
-                                fk = T.rsqrt(ssk + T.float32(L2NORM_EPS))
-                            if live:
-                                for cc in T.unroll(EPT // IV):
-                                    for e in T.vectorized(IV):
-                                        qk_s[rg, 0, col(cc, lane, IV, e)] = xq[cc * IV + e] * fq
-                                        qk_s[rg, 1, col(cc, lane, IV, e)] = xk[cc * IV + e] * fk
+                            P.stage_qk(query, key_, scale, start + base + rg, base + rg < L, hk, lane, rg, xq, xk, qk_s)
                             for it in T.unroll((C * GR // VV + THREADS - 1) // THREADS):
                                 for e in T.vectorized(VV):
                                     idx = (it * THREADS + tid) * VV + e
@@ -450,74 +202,19 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                                                 gk[start + base + idx // (GRP * DK), hk * GRP + (idx // DK) % GRP, idx % DK]
                                             )
                             if tid < C and base + tid < L:
-                                tt = start + base + tid
-                                sl = T.cast(slots[tt], i32)
-                                sl_s[tid] = sl
-                                # A slot the next token of this sequence writes again is skipped:
-                                # nothing reads it in between, so the final contents are identical.
-                                nxt = T.if_then_else(base + tid + 1 < L, T.cast(slots[T.min(tt + 1, Tn - 1)], i32), -1)
-                                w_s[tid] = T.if_then_else(sl >= 0 and sl != nxt, 1, 0)
+                                P.stage_slot(slots, Tn, start + base + tid, tid, base + tid + 1 >= L, sl_s, w_s)
                             T.sync_threads()
 
                         # -- the recurrence on this chunk's rows, token by token --------------
                         for c2 in T.serial(C):
                             if base + c2 < L:
-                                for cc in T.unroll(EPT // SV):
-                                    for e in T.vectorized(SV):
-                                        kq[cc * SV + e] = qk_s[c2, 1, col(cc, lane, SV, e)]
                                 if vector_decay:
                                     for cc in T.unroll(EPT // SV):
                                         for e in T.vectorized(SV):
                                             dvec[cc * SV + e] = dv_s[c2, hl, col(cc, lane, SV, e)]
-                                dsc = d_s[c2, hl] if scalar_decay else T.float32(1)
-                                for r in T.unroll(R):
-                                    for p in T.unroll(PS):
-                                        pacc[r, p] = 0.0
-                                    for e in T.unroll(EPT):
-                                        if requant:
-                                            pacc[r, e % PS] = pacc[r, e % PS] + decayed(Sa[r, e], dsc, dvec, e) * kq[e]
-                                        else:
-                                            Sa[r, e] = decayed(Sa[r, e], dsc, dvec, e)
-                                            pacc[r, e % PS] = pacc[r, e % PS] + Sa[r, e] * kq[e]
-                                    acc[r] = pacc[r, 0]
-                                    for p in T.unroll(PS - 1):
-                                        acc[r] = acc[r] + pacc[r, p + 1]
-                                for r in T.unroll(R):
-                                    for s in T.unroll(NSH):
-                                        acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
-                                for cc in T.unroll(EPT // SV):
-                                    for e in T.vectorized(SV):
-                                        xq[cc * SV + e] = qk_s[c2, 0, col(cc, lane, SV, e)]
-                                for r in T.unroll(R):
-                                    dl = b_s[c2, hl] * (v_s[c2, rc * BV + r * ROWS + rg] - acc[r])
-                                    for p in T.unroll(PS):
-                                        pacc[r, p] = 0.0
-                                    for e in T.unroll(EPT):
-                                        if requant:
-                                            # The output reads the updated state before it is re-quantised; the
-                                            # recurrence continues from the rounded value (RGDR.md).
-                                            nv = decayed(Sa[r, e], dsc, dvec, e) + dl * kq[e]
-                                            pacc[r, e % PS] = pacc[r, e % PS] + nv * xq[e]
-                                            Sa[r, e] = T.cast(nv, sdt)
-                                        else:
-                                            Sa[r, e] = Sa[r, e] + dl * kq[e]
-                                            pacc[r, e % PS] = pacc[r, e % PS] + Sa[r, e] * xq[e]
-                                    acc[r] = pacc[r, 0]
-                                    for p in T.unroll(PS - 1):
-                                        acc[r] = acc[r] + pacc[r, p + 1]
-                                for r in T.unroll(R):
-                                    for s in T.unroll(NSH):
-                                        acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
-                                if lane == 0:
-                                    for r in T.unroll(R):
-                                        out[start + base + c2, h, v0 + r * ROWS + rg] = T.cast(acc[r], idt)
-                                if w_s[c2] != 0:
-                                    for r in T.unroll(R):
-                                        for cc in T.unroll(EPT // SV):
-                                            for e in T.vectorized(SV):
-                                                state[sl_s[c2], h, v0 + r * ROWS + rg, col(cc, lane, SV, e)] = Sa[
-                                                    r, cc * SV + e
-                                                ]
+                                P.token_step(state, out, Sa, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, lane, rg,
+                                             h, v0, rc * BV, start + base + c2, b_s[c2, hl],
+                                             d_s[c2, hl] if scalar_decay else T.float32(1))  # fmt: skip
                     for r in T.unroll(R):
                         for i in T.unroll(EPT):
                             Sa[r, i] = Sb[r, i]
@@ -526,6 +223,19 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
         body = body_stream  # noqa: F811 - the streaming layout replaces the tiled one
     else:
         body = body_tiled
+
+    return rgdr_signature(T, key, body, Tn, S, BM, NA)
+
+
+def rgdr_signature(T: Any, key: "RGDRBuildKey", body: Any, Tn: Any, S: Any, BM: Any, NA: Any) -> Any:
+    """The PrimFunc over ``body`` (a macro taking every tensor, None for absent ones, then
+    ``out``, ``scale``, ``splits``), its signature carrying only the tensors ``key`` uses.
+    Every RGDR layout shares it, so one launcher calls any of them."""
+    f32, i32 = "float32", "int32"
+    NK, NV, DK, DV = key.num_k_heads, key.num_v_heads, key.head_k_dim, key.head_v_dim
+    idt, sdt = key.input_dtype, key.state_dtype
+    has_g, gk_form, has_acc = key.has_g, key.gk_form, key.accepted_dtype is not None
+    vector_decay = gk_form == "vector"
 
     # The signature carries only the tensors this key uses. Each parameter needs its own
     # annotation object: TileLang binds one buffer per annotation instance.
@@ -600,4 +310,3 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
             body(query, key, value, beta, state, seq_meta, slots, None, None, None, out, scale, splits)
 
     return rgdr
-

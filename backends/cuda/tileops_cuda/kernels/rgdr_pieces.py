@@ -1,0 +1,294 @@
+"""TileLang pieces every RGDR program layout shares: where a sequence starts, the staging of
+a chunk of tokens, and one token's update of register-held state rows.
+
+Each piece is a ``T.macro`` made by :func:`rgdr_pieces` for one build key and thread shape
+(lanes per row ``TPR``, ``THREADS`` threads, ``R`` rows per thread), so the tiled layout
+(:mod:`.rgdr_program`) and the staged layout (:mod:`.rgdr_staged_program`) compute the
+same gates, l2 norm, rounding order and write-skipping rule from one text (RGDR.md).
+
+Thread shape, as in both layouts: a state row belongs to ``TPR`` consecutive lanes, each
+owning ``DK / TPR`` columns in 16-byte runs interleaved across the lanes (:func:`col`); row
+group ``rg = tid // TPR`` holds rows ``r * ROWS + rg``; row dot products end in xor
+shuffles. A staging burst stages ``C = THREADS // TPR`` tokens: row group ``rg`` stages
+token ``base + rg``.
+
+tilelang is imported inside :func:`rgdr_pieces`, never at module import.
+"""
+
+# No `from __future__ import annotations`: TileLang reads the macros' annotations (T.Ref).
+
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+from ._common import ELEM_BYTES as _ELEM_BYTES
+
+if TYPE_CHECKING:
+    from .rgdr import RGDRBuildKey
+
+__all__ = ["L2NORM_EPS", "pow2_at_most", "rgdr_pieces"]
+
+#: The epsilon of the in-kernel q/k l2 normalisation (the reference's value).
+L2NORM_EPS = 1e-6
+
+
+def pow2_at_most(n: int, cap: int) -> int:
+    """The largest power of two that divides ``n`` and is at most ``cap``."""
+    v = 1
+    while v * 2 <= cap and n % (v * 2) == 0:
+        v *= 2
+    return v
+
+
+def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> SimpleNamespace:  # noqa: C901 - one set of macros
+    """The shared macros for ``key`` on ``threads`` threads, ``tpr`` lanes per state row and
+    ``rows`` rows per thread (see the module docstring); also the derived sizes."""
+    import tilelang.language as T
+
+    f32, i32 = "float32", "int32"
+    DK = key.head_k_dim
+    THREADS, TPR, R = threads, tpr, rows
+    ROWS = THREADS // TPR
+    C = ROWS
+    EPT = DK // TPR  # columns per lane
+    SV = pow2_at_most(EPT, 16 // _ELEM_BYTES[key.state_dtype])  # state vector width
+    IV = pow2_at_most(EPT, 16 // _ELEM_BYTES[key.input_dtype])  # q/k vector width
+    GV = pow2_at_most(EPT, 4)  # gk (fp32) vector width
+    NWARP = THREADS // 32
+    PS = max(1, min(4, EPT // 4))  # partial sums per dot product (shortens the add chain)
+    NSH = TPR.bit_length() - 1  # xor-shuffle rounds: offsets TPR/2 .. 1
+    sdt, idt = key.state_dtype, key.input_dtype
+    lengths_style = key.seq_lens_style == "lengths"
+    has_g, gk_form, has_acc, l2 = key.has_g, key.gk_form, key.accepted_dtype is not None, key.use_qk_l2norm
+    scalar_decay = has_g or gk_form == "scalar"
+    vector_decay = gk_form == "vector"
+    requant = sdt != f32
+
+    def col(cc, lane, vec, e):
+        """Column of element ``cc*vec + e`` of a lane: 16-byte runs interleaved across lanes."""
+        return (cc * TPR + lane) * vec + e
+
+    def decayed(x, dsc, dvec, e):
+        """fp32 value of state element ``x`` after this token's decays (same op order each time)."""
+        v = T.cast(x, f32)
+        if scalar_decay:
+            v = v * dsc
+        if vector_decay:
+            v = v * dvec[e]
+        return v
+
+    @T.macro
+    def sequence_span(seq_meta, nacc, by, tid, red, start: T.Ref, L: T.Ref, acc_n: T.Ref):
+        """``start``, length ``L`` and accepted count of sequence ``by``. Latency is the cost
+        at small B: L and the accepted count load beside the prefix sum (computed here for
+        lengths-style metadata), so the chain to the state load is two round trips."""
+        acc_n = T.cast(nacc[by], i32) if has_acc else 1  # noqa: F841 - a T.Ref: stores to the caller's var
+        if lengths_style:
+            part = T.alloc_var(i32)
+            part = 0
+            L = T.cast(seq_meta[by], i32)
+            for it in T.serial(T.ceildiv(by, THREADS)):
+                if it * THREADS + tid < by:
+                    part = part + T.cast(seq_meta[it * THREADS + tid], i32)
+            for off in T.unroll(5):
+                part = part + T.shfl_xor(part, 16 >> off)
+            if tid % 32 == 0:
+                red[tid // 32] = part
+            T.sync_threads()
+            start = 0
+            for w in T.unroll(NWARP):
+                start = start + red[w]
+        else:
+            start = T.cast(seq_meta[by], i32)
+            L = T.cast(seq_meta[by + 1], i32) - start  # noqa: F841 - a T.Ref
+
+    @T.macro
+    def sequence_first_slot(seq_meta, nacc, slots, Tn, by, tid, red):
+        """``(start, L, slot0)`` of sequence ``by``: its span (:func:`sequence_span`) and the
+        slot of its first accepted token, the initial state (the index is clamped so the
+        load need not wait for L; an empty sequence is skipped by the caller's ``L > 0``)."""
+        start = T.alloc_var(i32)
+        L = T.alloc_var(i32)
+        acc_n = T.alloc_var(i32)
+        sequence_span(seq_meta, nacc, by, tid, red, start, L, acc_n)
+        slot0 = T.cast(slots[T.max(T.min(start + acc_n - 1, Tn - 1), 0)], i32)
+        return start, L, slot0
+
+    @T.macro
+    def token_buffers(BV):
+        """The shared buffers of a token chunk staged for one value head's ``BV`` rows (see
+        :func:`stage_chunk`), and the span's scratch: ``(red, qk_s, v_s, b_s, d_s, sl_s, w_s,
+        dv_s)``, ``dv_s`` None without per-column decay."""
+        red = T.alloc_shared((NWARP,), i32)
+        qk_s = T.alloc_shared((C, 2, DK), f32)
+        v_s = T.alloc_shared((C, BV), f32)
+        b_s = T.alloc_shared((C,), f32)
+        d_s = T.alloc_shared((C,), f32)
+        sl_s = T.alloc_shared((C,), i32)
+        w_s = T.alloc_shared((C,), i32)
+        dv_s = T.alloc_shared((C, DK), f32) if vector_decay else None
+        return red, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s
+
+    @T.macro
+    def token_registers():
+        """A thread's registers for the token step: ``(Sx, kq, xq, xk, dvec, pacc, acc)``, the
+        ``R`` state rows in the state dtype (a 16-bit state is exact there: it is re-quantised
+        every token), ``dvec`` None without per-column decay."""
+        Sx = T.alloc_local((R, EPT), sdt)
+        kq = T.alloc_local((EPT,), f32)
+        xq = T.alloc_local((EPT,), f32)
+        xk = T.alloc_local((EPT,), f32)
+        dvec = T.alloc_local((EPT,), f32) if vector_decay else None
+        pacc = T.alloc_local((R, PS), f32)
+        acc = T.alloc_local((R,), f32)
+        return Sx, kq, xq, xk, dvec, pacc, acc
+
+    @T.macro
+    def stage_qk(query, key_, scale, tok, live, hk, lane, rg, xq, xk, qk_s):
+        """Row group ``rg`` stages token ``tok`` (when ``live``): q and k, l2-normalised
+        (when the key says so) and q scaled, once per token, into ``qk_s[rg]``."""
+        for cc in T.unroll(EPT // IV):
+            for e in T.vectorized(IV):
+                xq[cc * IV + e] = T.if_then_else(live, T.cast(query[tok, hk, col(cc, lane, IV, e)], f32), T.float32(0))
+                xk[cc * IV + e] = T.if_then_else(live, T.cast(key_[tok, hk, col(cc, lane, IV, e)], f32), T.float32(0))
+        fq = T.alloc_var(f32)
+        fk = T.alloc_var(f32)
+        fq = scale
+        fk = T.float32(1)
+        if l2:
+            ssq = T.alloc_var(f32)
+            ssk = T.alloc_var(f32)
+            ssq = 0.0
+            ssk = 0.0
+            for e in T.unroll(EPT):
+                ssq = ssq + xq[e] * xq[e]
+                ssk = ssk + xk[e] * xk[e]
+            for s in T.unroll(NSH):
+                ssq = ssq + T.shfl_xor(ssq, TPR >> (s + 1))
+                ssk = ssk + T.shfl_xor(ssk, TPR >> (s + 1))
+            fq = T.rsqrt(ssq + T.float32(L2NORM_EPS)) * scale
+            fk = T.rsqrt(ssk + T.float32(L2NORM_EPS))
+        if live:
+            for cc in T.unroll(EPT // IV):
+                for e in T.vectorized(IV):
+                    qk_s[rg, 0, col(cc, lane, IV, e)] = xq[cc * IV + e] * fq
+                    qk_s[rg, 1, col(cc, lane, IV, e)] = xk[cc * IV + e] * fk
+
+    @T.macro
+    def stage_slot(slots, Tn, tt, i, last, sl_s, w_s):
+        """Token ``tt``'s slot into ``sl_s[i]`` and whether it is written into ``w_s[i]``
+        (``last``: it is its sequence's last token). A slot the next token of the sequence
+        writes again is skipped: nothing reads it in between, so the final contents are
+        identical."""
+        sl = T.cast(slots[tt], i32)
+        sl_s[i] = sl
+        nxt = T.if_then_else(last, -1, T.cast(slots[T.min(tt + 1, Tn - 1)], i32))
+        w_s[i] = T.if_then_else(sl >= 0 and sl != nxt, 1, 0)
+
+    @T.macro
+    def stage_chunk(query, key_, value, beta, slots, g, gk, scale, Tn, tid, lane, rg, hk, h, v_row0, BV, start, L, base,
+                    xq, xk, dvec, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s):  # fmt: skip
+        """Stage tokens ``base .. base + C`` of the sequence for value head ``h``: q and k
+        (:func:`stage_qk`), values of rows ``v_row0 .. v_row0 + BV``, beta, decays, slots
+        and write flags (:func:`stage_slot`). The caller syncs before (buffers free) and
+        after (staged)."""
+        tok = start + base + rg
+        live = base + rg < L
+        if vector_decay:
+            for cc in T.unroll(EPT // GV):
+                for e in T.vectorized(GV):
+                    dvec[cc * GV + e] = T.if_then_else(live, T.exp(gk[tok, h, col(cc, lane, GV, e)]), T.float32(1))
+        stage_qk(query, key_, scale, tok, live, hk, lane, rg, xq, xk, qk_s)
+        if vector_decay:
+            if live:
+                for cc in T.unroll(EPT // GV):
+                    for e in T.vectorized(GV):
+                        dv_s[rg, col(cc, lane, GV, e)] = dvec[cc * GV + e]
+        for it in T.unroll((C * BV + THREADS - 1) // THREADS):
+            idx = it * THREADS + tid
+            if idx < C * BV and base + idx // BV < L:
+                v_s[idx // BV, idx % BV] = T.cast(value[start + base + idx // BV, h, v_row0 + idx % BV], f32)
+        if tid < C and base + tid < L:
+            tt = start + base + tid
+            b_s[tid] = T.cast(beta[tt, h], f32)
+            if scalar_decay:
+                if has_g and gk_form == "scalar":
+                    d_s[tid] = T.exp(g[tt, h]) * T.exp(gk[tt, h])
+                elif has_g:
+                    d_s[tid] = T.exp(g[tt, h])
+                else:
+                    d_s[tid] = T.exp(gk[tt, h])
+            stage_slot(slots, Tn, tt, tid, base + tid + 1 >= L, sl_s, w_s)
+
+    @T.macro
+    def fold_partials(pacc, acc, r):
+        """Row ``r``'s ``PS`` partial sums of this lane into ``acc[r]``."""
+        acc[r] = pacc[r, 0]
+        for p in T.unroll(PS - 1):
+            acc[r] = acc[r] + pacc[r, p + 1]
+
+    @T.macro
+    def lane_allreduce(acc):
+        """Each row's sum over its ``TPR`` lanes (xor shuffles: every lane gets the total)."""
+        for r in T.unroll(R):
+            for s in T.unroll(NSH):
+                acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
+
+    @T.macro
+    def token_step(state, out, Sx, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, lane, rg, h, v_row0, s_row0,
+                   out_tok, bt, dsc):  # fmt: skip
+        """Staged token ``c2`` on this thread's ``R`` rows ``v_row0 + r * ROWS + rg`` (staged
+        values at ``s_row0 + r * ROWS + rg``), state ``Sx`` in registers in its own dtype,
+        beta ``bt``, scalar decay ``dsc``, per-column decays in ``dvec`` (the caller loads
+        them): decay, ``d = beta * (v - S k)``, ``S += d k``, ``out = S q`` from the updated
+        state before it is re-quantised (RGDR.md), then the token's slot write if it has one."""
+        for cc in T.unroll(EPT // SV):
+            for e in T.vectorized(SV):
+                kq[cc * SV + e] = qk_s[c2, 1, col(cc, lane, SV, e)]
+        for r in T.unroll(R):
+            for p in T.unroll(PS):
+                pacc[r, p] = 0.0
+            for e in T.unroll(EPT):
+                if requant:
+                    # 16-bit state stays packed in registers; the decayed value
+                    # is recomputed (bit-identically) for the update below.
+                    pacc[r, e % PS] = pacc[r, e % PS] + decayed(Sx[r, e], dsc, dvec, e) * kq[e]
+                else:
+                    Sx[r, e] = decayed(Sx[r, e], dsc, dvec, e)
+                    pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * kq[e]
+            fold_partials(pacc, acc, r)
+        lane_allreduce(acc)
+        for cc in T.unroll(EPT // SV):
+            for e in T.vectorized(SV):
+                xq[cc * SV + e] = qk_s[c2, 0, col(cc, lane, SV, e)]
+        for r in T.unroll(R):
+            dl = bt * (v_s[c2, s_row0 + r * ROWS + rg] - acc[r])
+            for p in T.unroll(PS):
+                pacc[r, p] = 0.0
+            for e in T.unroll(EPT):
+                if requant:
+                    # The output reads the updated state before it is re-quantised; the
+                    # recurrence continues from the rounded value (RGDR.md).
+                    nv = decayed(Sx[r, e], dsc, dvec, e) + dl * kq[e]
+                    pacc[r, e % PS] = pacc[r, e % PS] + nv * xq[e]
+                    Sx[r, e] = T.cast(nv, sdt)
+                else:
+                    Sx[r, e] = Sx[r, e] + dl * kq[e]
+                    pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * xq[e]
+            fold_partials(pacc, acc, r)
+        lane_allreduce(acc)
+        if lane == 0:
+            for r in T.unroll(R):
+                out[out_tok, h, v_row0 + r * ROWS + rg] = T.cast(acc[r], idt)
+        if w_s[c2] != 0:
+            for r in T.unroll(R):
+                for cc in T.unroll(EPT // SV):
+                    for e in T.vectorized(SV):
+                        state[sl_s[c2], h, v_row0 + r * ROWS + rg, col(cc, lane, SV, e)] = Sx[r, cc * SV + e]
+
+    return SimpleNamespace(
+        col=col, decayed=decayed, sequence_span=sequence_span, sequence_first_slot=sequence_first_slot,
+        token_buffers=token_buffers, token_registers=token_registers, stage_qk=stage_qk, stage_slot=stage_slot,
+        stage_chunk=stage_chunk, token_step=token_step,
+        ROWS=ROWS, C=C, EPT=EPT, SV=SV, IV=IV, GV=GV, NWARP=NWARP, PS=PS, NSH=NSH,
+        vector_decay=vector_decay, scalar_decay=scalar_decay,
+    )  # fmt: skip
