@@ -41,7 +41,7 @@ STAND_INS = {
     "build_gdn_gating": lambda key: SimpleNamespace(fn=_unused),
     "build_rgdr": _rgdr_build,
     "build_conv_update": lambda key: SimpleNamespace(run=conv1d._make_update_run(key, _unused)),
-    "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused, _unused)),
+    "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused)),
 }
 
 #: A build key each launcher can be made from (only the fields a launcher reads matter).

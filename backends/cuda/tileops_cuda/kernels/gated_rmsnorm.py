@@ -2,7 +2,8 @@
 
 Per row of D (one head): ``n = round(x · rsqrt(mean(x², -1) + eps))``, ``p = round(w · n)``,
 ``y = round(p · silu(gate))``: Qwen3NextRMSNormGated's three roundings to the input dtype
-(all exact no-ops in float32), math in float32. Rows stay in registers (``row_plan``), so x
+(all exact no-ops in float32), math in float32 (silu with the approximate exp and
+reciprocal, ~1e-6 relative). Rows stay in registers (``row_plan``), so x
 and the gate are read once and y written once. x and the gate are ``[outer, heads, D]``
 strided views (``_row_views.head_view``): a gate sliced out of the fused qkvz projection is
 read in place. A program holds BM heads of one outer row (grid: outer rows x head blocks).
@@ -29,6 +30,10 @@ class GatedRMSNormBuildKey:
     dtype: str
     width: int
     arch: str = "sm_90"
+    #: Threads per program and heads per program; 0 leaves the choice to ``row_plan`` (sweep
+    #: parameters, ``bench/layer_ops_sweep.py``).
+    threads: int = 0
+    rows: int = 0
 
 
 def _vec(dtype: str) -> int:
@@ -38,7 +43,7 @@ def _vec(dtype: str) -> int:
 def _plan(key: GatedRMSNormBuildKey) -> tuple[int, int, int] | None:
     """Two register rows per value (x, gate): 16-bit rows aim at 16 values per thread, fp32 at 8."""
     wide = ELEM_BYTES[key.dtype] == 2
-    return row_plan(key.width, _vec(key.dtype), 32 if wide else 24, 16 if wide else 8)
+    return row_plan(key.width, _vec(key.dtype), 32 if wide else 24, 16 if wide else 8, key.threads, key.rows)
 
 
 def gated_rmsnorm_refusal(key: GatedRMSNormBuildKey) -> str | None:
@@ -81,6 +86,7 @@ def _program(key: GatedRMSNormBuildKey):
             T.annotate_min_blocks_per_sm(max(1, 65536 // (threads * 64)))
             xr = T.alloc_fragment((BM, DP), dt)
             gr = T.alloc_fragment((BM, DP), dt)
+            wr = T.alloc_fragment((BM, DP), dt)  # the weight, loaded with x: off the reduction's path
             sq = T.alloc_fragment((BM, DP), f32)
             rs = T.alloc_fragment((BM,), f32)
             # Columns past D (padding to whole vectors per thread) read as 0: no effect on the
@@ -90,6 +96,8 @@ def _program(key: GatedRMSNormBuildKey):
                 xr[i, j] = T.if_then_else(j < D, x[bx, by * BM + i, j], T.cast(0, dt))
                 gr[i, j] = T.if_then_else(j < D, gate[bx, by * BM + i, j], T.cast(0, dt))
             for i, j in T.Parallel(BM, DP):
+                wr[i, j] = T.if_then_else(j < D, weight[j], T.cast(0, dt))
+            for i, j in T.Parallel(BM, DP):
                 sq[i, j] = T.cast(xr[i, j], f32) * T.cast(xr[i, j], f32)
             T.reduce_sum(sq, rs, dim=1)
             for i in T.Parallel(BM):
@@ -97,9 +105,9 @@ def _program(key: GatedRMSNormBuildKey):
             for i, j in T.Parallel(BM, DP):
                 if j < D:
                     normed = T.cast(T.cast(xr[i, j], f32) * rs[i], dt)
-                    weighted = T.cast(T.cast(weight[j], f32) * T.cast(normed, f32), dt)
+                    weighted = T.cast(T.cast(wr[i, j], f32) * T.cast(normed, f32), dt)
                     z = T.cast(gr[i, j], f32)
-                    y[bx, by * BM + i, j] = T.cast(T.cast(weighted, f32) * (z / (T.float32(1) + T.exp(-z))), dt)
+                    y[bx, by * BM + i, j] = T.cast(T.cast(weighted, f32) * (z * T.fast_rcp(T.float32(1) + T.__exp(-z))), dt)
 
     return gated_rmsnorm
 
