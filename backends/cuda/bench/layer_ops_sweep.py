@@ -12,13 +12,17 @@ threads, rows or tokens per program, ...) and
 * checked once against the float64 reference of the conformance suite on fresh copies of the
   inputs, with NaN-poisoned outputs (an unwritten element fails) and the suite's tolerances;
 * timed: ``reps`` launches after a warm-up, each alone between two CUDA events, with a 256 MB
-  buffer written before each one so that no input is found in L2; the median is reported.
+  buffer written before each one so that no input is found in L2; the median is reported;
+* and timed as ``tileops bench`` does (column ``graph``): a CUDA graph of back-to-back calls,
+  each on its own input set (256 MB touched in all), replayed; the median per call. A single
+  launch pays the whole launch latency; calls in a graph overlap part of it.
 
 Bandwidth counts the bytes of the manifest's roofline (each input read once, each output
 written once). The copy ceiling is ``torch.mul(a, 1, out=b)`` on 1 GiB timed the same way;
 the floor of the method (an empty launch between events after a flush) is printed too, since
 a single launch of a 10 MB kernel is not bandwidth-bound. A config a kernel refuses is listed
-with the reason. The last lines are a table: op, row, config, µs, TB/s, % of copy, error.
+with the reason. The last lines are a table: op, row, config, µs, TB/s, % of copy, graph µs, its % of copy,
+error.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from tileops_core.kernels import select_kernel  # noqa: E402
 from tileops_core.workloads import dtype_cases  # noqa: E402
 
 FLUSH_BYTES = 256 * 2**20
+ROTATE_BYTES = 256 * 2**20
 COPY_BYTES = 2**30
 
 #: (op, row label, configs): each config is the build-key fields it replaces ({} = the default).
@@ -67,7 +72,8 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     ("GatedRMSNormFwdOp", "qwen3-next-prefill-4k",
      [{}, {"threads": 64, "rows": 16}, {"threads": 128, "rows": 16}, {"threads": 256, "rows": 32}]),
     ("GDNGatingFwdOp", "qwen3-next-prefill-32k",
-     [{}, {"threads": 128, "vectors": 1}, {"threads": 256, "vectors": 1}, {"threads": 128, "vectors": 4}]]
+     [{}, {"threads": 128, "vectors": 1}, {"threads": 256, "vectors": 1}, {"threads": 128, "vectors": 4}]),
+]
 
 
 def log(*a: Any) -> None:
@@ -93,6 +99,33 @@ class Timer:
             e.record()
         torch.cuda.synchronize()
         return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+
+
+def graph_us(row: "Row", fn: Callable[..., Any], replays: int = 20) -> float:
+    """Per-call time as ``tileops bench`` measures it: one CUDA graph of back-to-back calls, each
+    on its own input set (at least ``ROTATE_BYTES`` touched, so none is found in L2), replayed."""
+    sets = [fresh_args(row) for _ in range(max(2, min(32, -(-ROTATE_BYTES // max(int(row.bytes), 1)))))]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream, as capture requires
+        for args, outs in sets:
+            fn(*args, *outs)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for args, outs in sets:
+            fn(*args, *outs)
+    times = []
+    for _ in range(replays):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        graph.replay()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1e3 / len(sets))
+    del graph, sets
+    return statistics.median(times)
 
 
 def copy_ceiling(timer: Timer) -> float:
@@ -213,20 +246,22 @@ def main() -> int:
             args, outs = fresh_args(row)
             us = timer.us(lambda: fn(*args, *outs))
             rec.update(us=us, tbps=row.bytes / (us * 1e-6) / 1e12, pct=100 * row.bytes / (us * 1e-6) / copy)
+            g_us = graph_us(row, fn)
+            rec.update(graph_us=g_us, graph_pct=100 * row.bytes / (g_us * 1e-6) / copy)
         except Exception as exc:  # a config that fails to build or check is reported, not fatal
             rec["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         log(json.dumps(rec))
     with open(opts.json, "w") as f:
         json.dump({"copy_tbps": copy / 1e12, "launch_floor_us": floor, "seed": seed, "results": results}, f, indent=1)
     log("")
-    log(f"{'op':32} {'row':28} {'config':34} {'us':>8} {'TB/s':>6} {'%copy':>6} {'err':>8}")
+    log(f"{'op':32} {'row':28} {'config':34} {'us':>8} {'TB/s':>6} {'%copy':>6} {'graph':>7} {'%copy':>6} {'err':>8}")
     for r in results:
-        cfg = json.dumps(r.get("config", ""))
+        shape = json.dumps(r.get("config", ""))
         if "us" in r:
-            log(f"{r['op'][:32]:32} {r['row'][:28]:28} {cfg[:34]:34} {r['us']:8.2f} {r['tbps']:6.2f} "
-                f"{r['pct']:6.1f} {r['rel_err']:8.1e}")
+            log(f"{r['op'][:32]:32} {r['row'][:28]:28} {shape[:34]:34} {r['us']:8.2f} {r['tbps']:6.2f} "
+                f"{r['pct']:6.1f} {r['graph_us']:7.2f} {r['graph_pct']:6.1f} {r['rel_err']:8.1e}")
         else:
-            log(f"{r['op'][:32]:32} {r['row'][:28]:28} {cfg[:34]:34} {r['error'][:120]}")
+            log(f"{r['op'][:32]:32} {r['row'][:28]:28} {shape[:34]:34} {r['error'][:120]}")
     return 1 if any("error" in r and not r["error"].startswith("refused") for r in results) else 0
 
 
