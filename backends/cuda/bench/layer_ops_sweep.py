@@ -61,10 +61,12 @@ COPY_BYTES = 2**30
 
 #: (op, row label, configs): each config is the build-key fields it replaces ({} = the default).
 SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [{}, {"threads": 64}, {"threads": 256}]),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1",
+     [{}, {"registers": 0}, {"registers": 48}, {"threads": 64}, {"threads": 256}]),
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{}]),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq",
-     [{}, {"threads": 64, "tokens": 8}, {"threads": 128, "tokens": 4}, {"threads": 64, "tokens": 16}]),
+     [{}, {"registers": 96}, {"threads": 64, "tokens": 8}, {"threads": 128, "tokens": 4},
+      {"threads": 64, "tokens": 16}]),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", [{}]),
     ("ZeroCentredRMSNormFwdOp", "qwen3.5-h4096-prefill-4k",
      [{}, {"threads": 256, "rows": 1}, {"threads": 512, "rows": 1}, {"threads": 256, "rows": 2}]),

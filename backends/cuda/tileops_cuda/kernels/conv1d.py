@@ -43,8 +43,12 @@ class ConvUpdateBuildKey:
     slot_dtype: str = "int32"
     accepted_dtype: str | None = None
     arch: str = "sm_90"
-    #: Threads per program (each owns one 16-byte vector of channels); a sweep parameter.
+    #: Threads per program (each owns one 16-byte vector of channels) and a cap on registers
+    #: per thread (64: no spill; 8 programs of 128 threads an SM, so B = 256 fits in two waves,
+    #: each paying the metadata -> slot -> window latency once); sweep parameters
+    #: (``bench/layer_ops_sweep.py``; 0 = no cap).
     threads: int = 128
+    registers: int = 64
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,11 @@ class ConvVarlenBuildKey:
     cu_dtype: str = "int32"
     slot_dtype: str = "int32"
     arch: str = "sm_90"
-    #: Threads per program (each owns one 16-byte vector of channels) and tokens per
-    #: program; sweep parameters (``bench/layer_ops_sweep.py``).
+    #: Threads per program (each owns one 16-byte vector of channels), tokens per program and
+    #: a cap on registers per thread (0 = none); sweep parameters (``bench/layer_ops_sweep.py``).
     threads: int = 128
     tokens: int = 8
+    registers: int = 0
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:

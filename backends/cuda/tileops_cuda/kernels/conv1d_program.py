@@ -95,6 +95,8 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
     ):
         T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
         with T.Kernel(NCB, NB + 1, threads=TH) as (bx, by):
+            if key.registers:
+                T.annotate_min_blocks_per_sm(max(1, 65536 // (TH * key.registers)))
             tid = T.get_thread_binding()
             c0 = (bx * TH + tid) * VC
             red = T.alloc_shared((max(TH // 32, 1),), i32)
@@ -229,6 +231,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     ):
         T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
         with T.Kernel(NCB, T.ceildiv(Tn, BT), threads=TH) as (bx, by):
+            if key.registers:
+                T.annotate_min_blocks_per_sm(max(1, 65536 // (TH * key.registers)))
             tid = T.get_thread_binding()
             c0 = (bx * TH + tid) * VC
             t0 = by * BT
