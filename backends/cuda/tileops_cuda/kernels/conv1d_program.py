@@ -236,6 +236,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             tid = T.get_thread_binding()
             c0 = (bx * TH + tid) * VC
             t0 = by * BT
+            cus = T.alloc_shared((TH,), i32)  # cu_seqlens' first TH entries: the search's steps
             owner = T.alloc_shared((BT + E,), i32)
             first = T.alloc_shared((BT + E,), i32)
             last = T.alloc_shared((BT + E,), i32)
@@ -268,19 +269,24 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                     else:
                         for e in T.vectorized(VC):
                             xs[j * VC + e] = T.cast(0, dt)
-            # -- each token's sequence: the last b with cu[b] <= t, if it covers t --------------
+            # -- each token's sequence: the last b with cu[b] <= t, if it covers t. The first TH
+            # entries of cu_seqlens come into shared memory in one parallel load, so the search's
+            # dependent steps are shared-memory reads (global ones only past TH sequences) ------
+            cus[tid] = T.cast(cu[T.min(tid, NB)], i32)
+            T.sync_threads()
             if tid < BT + E:  # tokens + W - 2 <= threads (conv_refusal)
                 t = t0 + tid
                 pos = 0
                 step = top
                 for _ in T.serial(nbits):  # halving steps from the largest power of two <= B
                     if pos + step < NB:
-                        if T.cast(cu[pos + step], i32) <= t:
+                        if T.if_then_else(pos + step < TH, cus[T.min(pos + step, TH - 1)],
+                                          T.cast(cu[pos + step], i32)) <= t:
                             pos = pos + step
                     step = step // 2
                 covered = NB > 0 and t < Tn
-                lo = T.cast(cu[T.min(pos, NB)], i32)
-                hi = T.cast(cu[T.min(pos + 1, NB)], i32)
+                lo = T.if_then_else(pos < TH, cus[T.min(pos, TH - 1)], T.cast(cu[T.min(pos, NB)], i32))
+                hi = T.if_then_else(pos + 1 < TH, cus[T.min(pos + 1, TH - 1)], T.cast(cu[T.min(pos + 1, NB)], i32))
                 owner[tid] = T.if_then_else(covered and lo <= t and t < hi and lo >= 0, pos, -1)
                 first[tid] = lo
                 last[tid] = hi
