@@ -117,9 +117,8 @@ def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(sty
     _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": style}, arch)
 
 
-@pytest.mark.parametrize("W,tile", [(4, {"threads": 32, "tokens": 3}), (4, {"threads": 64, "tokens": 5}),
-                                    (5, {"threads": 32, "tokens": 4}), (2, {"threads": 64, "tokens": 8}),
-                                    (4, {"threads": 256, "tokens": 16})])
+@pytest.mark.parametrize("W,tile", [(4, {"threads": 32, "tokens": 3}), (5, {"threads": 32, "tokens": 4}),
+                                    (2, {"threads": 64, "tokens": 16})])
 def test_varlen_tile_shapes_agree_where_head_tokens_run_past_a_tile(W, tile, arch, cuda_device, gen):
     """A sequence's first W - 1 tokens are computed by the program holding its first token, past
     its tile's end; short, empty and padding sequences placed across many tile boundaries."""

@@ -2,8 +2,7 @@
 
 Per row of D (one head): ``n = round(x · rsqrt(mean(x², -1) + eps))``, ``p = round(w · n)``,
 ``y = round(p · silu(gate))``: Qwen3NextRMSNormGated's three roundings to the input dtype
-(all exact no-ops in float32), math in float32 (silu with the approximate exp and
-reciprocal, ~1e-6 relative). Rows stay in registers (``row_plan``), so x
+(all exact no-ops in float32), math in float32. Rows stay in registers (``row_plan``), so x
 and the gate are read once and y written once. x and the gate are ``[outer, heads, D]``
 strided views (``_row_views.head_view``): a gate sliced out of the fused qkvz projection is
 read in place. A program holds BM heads of one outer row (grid: outer rows x head blocks).
@@ -107,7 +106,7 @@ def _program(key: GatedRMSNormBuildKey):
                     normed = T.cast(T.cast(xr[i, j], f32) * rs[i], dt)
                     weighted = T.cast(T.cast(wr[i, j], f32) * T.cast(normed, f32), dt)
                     z = T.cast(gr[i, j], f32)
-                    y[bx, by * BM + i, j] = T.cast(T.cast(weighted, f32) * (z * T.fast_rcp(T.float32(1) + T.__exp(-z))), dt)
+                    y[bx, by * BM + i, j] = T.cast(T.cast(weighted, f32) * (z / (T.float32(1) + T.exp(-z))), dt)
 
     return gated_rmsnorm
 
