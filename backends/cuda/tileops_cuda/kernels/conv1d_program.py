@@ -289,7 +289,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                 hi = T.if_then_else(pos + 1 < TH, cus[T.min(pos + 1, TH - 1)], T.cast(cu[T.min(pos + 1, NB)], i32))
                 owner[tid] = T.if_then_else(covered and lo <= t and t < hi and lo >= 0, pos, -1)
                 first[tid] = lo
-                last[tid] = hi
+                last[tid] = T.min(hi, Tn)  # metadata past T (unchecked) never reads past x
             T.sync_threads()
 
             # A sequence's head tokens (its first W - 1, whose taps reach into its initial
