@@ -45,17 +45,18 @@ def _instance(op: str, row_index: int, case, device, seed: int):
     return inst.inputs, params
 
 
-def _launcher(op: str, inputs, params, arch: str):
+def _launcher(op: str, inputs, params, arch: str, **tile):
+    """The kernel's launcher for these inputs; ``tile`` replaces block-shape fields of the key."""
     d = lambda n: None if inputs.get(n) is None else str(inputs[n].dtype).replace("torch.", "")  # noqa: E731
     D, W = inputs["weight"].shape
     silu, bias = params["activation"] == "silu", inputs.get("bias") is not None
     if op == UPDATE:
         key = ConvUpdateBuildKey(d("x"), D, W, silu, bias, params["seq_lens_style"], d("actual_seq_lengths"),
-                                 d("conv_state_indices"), d("num_accepted_tokens"), arch)
+                                 d("conv_state_indices"), d("num_accepted_tokens"), arch, **tile)
         return build_conv_update(key).run
     cu = d("actual_seq_lengths") if params["seq_lens_style"] == "cu_seqlens" else "int64"
     key = ConvVarlenBuildKey(d("x"), D, W, silu, bias, inputs.get("has_initial_state") is not None, cu,
-                             d("conv_state_indices"), arch)
+                             d("conv_state_indices"), arch, **tile)
     return build_conv_varlen(key).run
 
 
@@ -68,12 +69,12 @@ def _call(op: str, run, inputs, params, out):
                i.get("has_initial_state"), i.get("bias"), params["activation"], params["seq_lens_style"], out)
 
 
-def _check(op: str, inputs, params, arch: str) -> None:
+def _check(op: str, inputs, params, arch: str, **tile) -> None:
     import torch
 
     originals = {n: t.cpu().clone() for n, t in inputs.items()}
     out = torch.full_like(inputs["x"], float("nan"), memory_format=torch.contiguous_format)
-    _call(op, _launcher(op, inputs, params, arch), inputs, params, out)
+    _call(op, _launcher(op, inputs, params, arch, **tile), inputs, params, out)
     torch.cuda.synchronize()
     expected = REFERENCES[op](None, originals, params)
     err = relative_error(out.cpu(), expected["out"])
@@ -100,7 +101,7 @@ def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(sty
     import torch
 
     dev = cuda_device[0]
-    lengths = [1, 0, 2, 17, 3, 33, 16, 5]  # shorter than W - 1, empty, across 16-token tiles
+    lengths = [1, 0, 2, 17, 3, 33, 16, 5]  # shorter than W - 1, empty, across token tiles
     B, T, D, W = len(lengths), sum(lengths), 1024 + 64, 4
     meta = torch.tensor(lengths, device=dev)
     if style == "cu_seqlens":
@@ -114,6 +115,41 @@ def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(sty
                   conv_state_indices=slots.int(), has_initial_state=torch.rand(B, device=dev, generator=gen) < 0.6,
                   bias=torch.randn(D, device=dev, generator=gen).to(tdt))
     _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": style}, arch)
+
+
+@pytest.mark.parametrize("W,tile", [(4, {"threads": 32, "tokens": 3}), (5, {"threads": 32, "tokens": 4}),
+                                    (2, {"threads": 64, "tokens": 16})])
+def test_varlen_tile_shapes_agree_where_head_tokens_run_past_a_tile(W, tile, arch, cuda_device, gen):
+    """A sequence's first W - 1 tokens are computed by the program holding its first token, past
+    its tile's end; short, empty and padding sequences placed across many tile boundaries."""
+    import torch
+
+    dev = cuda_device[0]
+    lengths = [1, 2, 0, 3, 7, 1, 4, 16, 2, 9, 1, 1, 5]
+    B, T, D = len(lengths), sum(lengths), 256 + 16
+    slots = torch.randperm(B + 2, device=dev, generator=gen)[:B]
+    slots[5] = -1
+    inputs = dict(x=torch.randn(T, D, device=dev, generator=gen).bfloat16(),
+                  conv_state=torch.randn(B + 2, D, W - 1, device=dev, generator=gen).bfloat16(),
+                  weight=torch.randn(D, W, device=dev, generator=gen).bfloat16(),
+                  actual_seq_lengths=torch.tensor(lengths, device=dev, dtype=torch.int32),
+                  conv_state_indices=slots.int(), has_initial_state=torch.rand(B, device=dev, generator=gen) < 0.6)
+    _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, **tile)
+
+
+def test_update_sums_lengths_of_more_sequences_than_two_blocks_of_threads(arch, cuda_device, gen):
+    """Lengths-style metadata past 2 x threads sequences reaches the prefix sum's serial tail."""
+    import torch
+
+    dev = cuda_device[0]
+    B, D, W = 100, 64, 4
+    lengths = torch.randint(0, 3, (B,), device=dev, generator=gen, dtype=torch.int32)
+    T = int(lengths.sum())
+    inputs = dict(x=torch.randn(T, D, device=dev, generator=gen), conv_state=torch.randn(T + 1, D, W - 1, device=dev,
+                                                                                          generator=gen),
+                  weight=torch.randn(D, W, device=dev, generator=gen), actual_seq_lengths=lengths,
+                  conv_state_indices=torch.randperm(T + 1, device=dev, generator=gen)[:T].int())
+    _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, threads=32)
 
 
 @pytest.mark.parametrize("op", [UPDATE, VARLEN])

@@ -44,7 +44,6 @@ STAND_INS = {
     "build_rgdr": _rgdr_build,
     "build_rgdr_staged": lambda key: _rgdr_build(key, rgdr_staged.staged_schedule(key)),
     "build_conv_update": lambda key: SimpleNamespace(run=conv1d._make_update_run(key, _unused)),
-    "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused, _unused)),
     "build_qk_norm_rope": lambda key: SimpleNamespace(run=qk_norm_rope._make_run(key, _unused)),
     "build_sigmoid_gate_mul": lambda key: SimpleNamespace(run=sigmoid_gate_mul._make_run(key, _unused)),
     "build_moe_topk_routing": lambda key: SimpleNamespace(run=moe_topk_routing._make_run(key, _unused)),
@@ -53,6 +52,7 @@ STAND_INS = {
     "build_moe_grouped_experts":
         lambda key: SimpleNamespace(run=moe_grouped_experts._make_run(key, (_unused,) * 3, (_unused,) * 3)),
     "build_chunk_gdr": lambda key: SimpleNamespace(run=chunk_gdr._make_run(key, _unused, _unused, _unused)),
+    "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused)),
 }
 
 #: A build key each launcher can be made from (only the fields a launcher reads matter).

@@ -174,20 +174,24 @@ def compile_many(thunks: Iterable[Callable[[], Any]], workers: int | None = None
         return list(pool.map(run, thunks))
 
 
-def row_plan(n: int, vec: int, max_per_thread: int = 48, ideal_per_thread: int = 16) -> tuple[int, int, int] | None:
+def row_plan(n: int, vec: int, max_per_thread: int = 48, ideal_per_thread: int = 16, threads: int = 0,
+             rows: int = 0) -> tuple[int, int, int] | None:
     """How register-resident rows of ``n`` elements (``vec`` per 16-byte access) are laid on a
     block: ``(threads, padded_n, rows_per_program)``, or None when no block holds a row.
 
     Threads are a power of two in [64, 1024] (TileLang's block all-reduce wants that) and
     ``rows * padded_n`` is a multiple of ``threads * vec`` so every thread owns whole
     vectors (padding is masked in the kernels). Least padding wins, then about 16 values
-    per thread, then fewer rows per program.
+    per thread, then fewer rows per program. Nonzero ``threads`` / ``rows`` fix that choice
+    (a tuning sweep's configurations); the other rules still apply.
     """
     best = None
     for t in (64, 128, 256, 512, 1024):
         r = 1
         while r <= 64:
-            if (t * vec) % r == 0 and ((t * vec) // r) % vec == 0:
+            if threads and t != threads or rows and r != rows:
+                pass
+            elif (t * vec) % r == 0 and ((t * vec) // r) % vec == 0:
                 unit = (t * vec) // r
                 padded = -(-n // unit) * unit
                 per = r * padded // t

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry
-from .conv1d_program import conv_update_program, conv_varlen_out_program, conv_varlen_state_program
+from .conv1d_program import conv_update_program, conv_varlen_program
 
 __all__ = ["ConvUpdateBuildKey", "ConvVarlenBuildKey", "build_conv_update", "build_conv_varlen", "conv_refusal"]
 
@@ -43,6 +43,12 @@ class ConvUpdateBuildKey:
     slot_dtype: str = "int32"
     accepted_dtype: str | None = None
     arch: str = "sm_90"
+    #: Threads per program (each owns one 16-byte vector of channels) and a cap on registers
+    #: per thread (64: no spill; 8 programs of 128 threads an SM, so B = 256 fits in two waves,
+    #: each paying the metadata -> slot -> window latency once); sweep parameters
+    #: (``bench/layer_ops_sweep.py``; 0 = no cap).
+    threads: int = 128
+    registers: int = 64
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,11 @@ class ConvVarlenBuildKey:
     cu_dtype: str = "int32"
     slot_dtype: str = "int32"
     arch: str = "sm_90"
+    #: Threads per program (each owns one 16-byte vector of channels), tokens per program and
+    #: a cap on registers per thread (0 = none); sweep parameters (``bench/layer_ops_sweep.py``).
+    threads: int = 128
+    tokens: int = 8
+    registers: int = 0
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
@@ -75,6 +86,10 @@ def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
         return f"{name}: D={key.dim} must be a multiple of {vec} (16-byte vectors of channels); use the reference"
     if not 2 <= key.width <= _MAX_WIDTH:
         return f"{name}: width W={key.width} is outside [2, {_MAX_WIDTH}] (taps are unrolled); use the reference"
+    tokens = getattr(key, "tokens", key.width - 1)
+    if key.threads not in (32, 64, 128, 256, 512, 1024) or not key.width - 1 <= tokens <= key.threads - key.width + 2:
+        return (f"{name}: threads={key.threads} must be a power of two in [32, 1024] and tokens={tokens} in "
+                f"[W - 1, threads - W + 2]; use the defaults")
     return arch_refusal(name, key.arch)
 
 
@@ -149,8 +164,7 @@ def _make_update_run(key: ConvUpdateBuildKey, fn: Callable[..., Any]) -> Callabl
     return run
 
 
-def _make_varlen_run(key: ConvVarlenBuildKey, out_fn: Callable[..., Any],
-                     state_fn: Callable[..., Any]) -> Callable[..., Any]:
+def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any]) -> Callable[..., Any]:
     launch = _Launch(key.dtype, key.dim, key.width)
     torch = launch.torch
 
@@ -172,10 +186,8 @@ def _make_varlen_run(key: ConvVarlenBuildKey, out_fn: Callable[..., Any],
         init = (has_initial_state.view(torch.uint8) if has_initial_state is not None
                 else launch.dummy(dev, torch.uint8))
         top = 1 << (B.bit_length() - 1) if B > 0 else 0
-        out_fn(xv, pool, launch.weight_flat(weight), bias if bias is not None else launch.dummy(dev, launch.dtype),
-               cu, conv_state_indices, init, out, top, top.bit_length())
-        if B > 0:  # after pass A on the stream: every initial window was read before this writes
-            state_fn(xv, pool, cu, conv_state_indices, init)
+        fn(xv, pool, launch.weight_flat(weight), bias if bias is not None else launch.dummy(dev, launch.dtype),
+           cu, conv_state_indices, init, out, top, top.bit_length())
         if copied:
             conv_state.copy_(pool.view(conv_state.shape))
         return out
@@ -194,7 +206,7 @@ class ConvLauncher:
         self.run = run
 
     def source(self, index: int = 0) -> str:
-        """The generated CUDA source of one kernel (the varlen key has two passes)."""
+        """The generated CUDA source of one kernel."""
         return self.kernels[index].get_kernel_source()
 
 
@@ -213,15 +225,13 @@ def build_conv_update(key: ConvUpdateBuildKey) -> ConvLauncher:
 
 
 def build_conv_varlen(key: ConvVarlenBuildKey) -> ConvLauncher:
-    """Compile the two varlen passes (once per process) and return their launcher."""
+    """Compile the varlen kernel (once per process) and return its launcher."""
     reason = conv_refusal(key)
     if reason is not None:
         raise ValueError(reason)
 
     def make() -> ConvLauncher:
-        out_kernel = compile_prim_func(conv_varlen_out_program(key), key.arch)
-        state_kernel = compile_prim_func(conv_varlen_state_program(key), key.arch)
-        run = _make_varlen_run(key, direct_entry(out_kernel), direct_entry(state_kernel))
-        return ConvLauncher(key, (out_kernel, state_kernel), run)
+        kernel = compile_prim_func(conv_varlen_program(key), key.arch)
+        return ConvLauncher(key, (kernel,), _make_varlen_run(key, direct_entry(kernel)))
 
     return cached_build(("conv_varlen", key), make)

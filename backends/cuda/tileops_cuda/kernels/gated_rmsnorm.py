@@ -25,6 +25,10 @@ class GatedRMSNormBuildKey:
     dtype: str
     width: int
     arch: str = "sm_90"
+    #: Threads per program and heads per program; 0 leaves the choice to ``row_plan`` (sweep
+    #: parameters, ``bench/layer_ops_sweep.py``).
+    threads: int = 0
+    rows: int = 0
 
 
 def _vec(dtype: str) -> int:
@@ -34,7 +38,7 @@ def _vec(dtype: str) -> int:
 def _plan(key: GatedRMSNormBuildKey) -> tuple[int, int, int] | None:
     """Two register rows per value (x, gate): 16-bit rows aim at 16 values per thread, fp32 at 8."""
     wide = ELEM_BYTES[key.dtype] == 2
-    return row_plan(key.width, _vec(key.dtype), 32 if wide else 24, 16 if wide else 8)
+    return row_plan(key.width, _vec(key.dtype), 32 if wide else 24, 16 if wide else 8, key.threads, key.rows)
 
 
 def gated_rmsnorm_refusal(key: GatedRMSNormBuildKey) -> str | None:
@@ -70,6 +74,7 @@ def _program(key: GatedRMSNormBuildKey):
             T.annotate_min_blocks_per_sm(max(1, 65536 // (threads * 64)))
             xr = T.alloc_fragment((BM, DP), dt)
             gr = T.alloc_fragment((BM, DP), dt)
+            wr = T.alloc_fragment((BM, DP), dt)  # the weight, loaded with x: off the reduction's path
             sq = T.alloc_fragment((BM, DP), f32)
             rs = T.alloc_fragment((BM,), f32)
             # Columns past D (padding to whole vectors per thread) read as 0: no effect on the
@@ -79,6 +84,8 @@ def _program(key: GatedRMSNormBuildKey):
                 xr[i, j] = T.if_then_else(j < D, x[bx, by * BM + i, j], T.cast(0, dt))
                 gr[i, j] = T.if_then_else(j < D, gate[bx, by * BM + i, j], T.cast(0, dt))
             for i, j in T.Parallel(BM, DP):
+                wr[i, j] = T.if_then_else(j < D, weight[j], T.cast(0, dt))
+            for i, j in T.Parallel(BM, DP):
                 sq[i, j] = T.cast(xr[i, j], f32) * T.cast(xr[i, j], f32)
             T.reduce_sum(sq, rs, dim=1)
             for i in T.Parallel(BM):
@@ -86,7 +93,7 @@ def _program(key: GatedRMSNormBuildKey):
             for i, j in T.Parallel(BM, DP):
                 if j < D:
                     normed = T.cast(T.cast(xr[i, j], f32) * rs[i], dt)
-                    weighted = T.cast(T.cast(weight[j], f32) * T.cast(normed, f32), dt)
+                    weighted = T.cast(T.cast(wr[i, j], f32) * T.cast(normed, f32), dt)
                     z = T.cast(gr[i, j], f32)
                     y[bx, by * BM + i, j] = T.cast(T.cast(weighted, f32) * (z / (T.float32(1) + T.exp(-z))), dt)
 

@@ -1,11 +1,15 @@
 """GDN gating as a TileLang kernel: ``g = -exp(A_log) · softplus(a + dt_bias)`` (float32) and
 ``beta = sigmoid(b)`` (b's dtype), per token and value head.
 
-Pure streaming over ``[M, NV]`` tiles: a and b read once (strided rows, so slices of the
-fused ba projection are read in place), g and beta written once; A_log and dt_bias are a
-few hundred bytes that stay in L1. softplus is torch's (beta 1, threshold 20: ``x`` above
-20, ``log1p(exp(x))`` below). Specialised on NV and the four dtypes; M and the row strides
-are dynamic.
+Pure streaming: the ``[M, NV]`` elements are cut into 16-byte vectors of a (NV is a whole
+number of them, so a vector never straddles a row) and each thread owns ``vectors`` of
+them, strided by the block so every load and store of a warp is one coalesced 512-byte
+run. All of a thread's a and b loads are issued before the first use; g is written as
+float32 vectors, beta as one vector in its own dtype. a and b are strided rows, so slices of
+the fused ba projection are read in place; A_log and dt_bias are a few hundred bytes that
+stay in L1. softplus is torch's (beta 1, threshold 20: ``x`` above 20, ``log1p(exp(x))``
+below). Specialised on NV and the four dtypes (and the block shape, ``threads`` x
+``vectors``, for the sweep in ``bench/layer_ops_sweep.py``); M and the row strides are dynamic.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
@@ -17,24 +21,20 @@ from ._common import ELEM_BYTES, Compiled, arch_refusal, compile_once
 __all__ = ["GDNGatingBuildKey", "build_gdn_gating", "gdn_gating_refusal"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
-#: Elements of one program's tile: 128 threads x 8 values (one 16-byte bf16 vector each) x 4.
-_TILE_ELEMS = 4096
-_THREADS = 128
 
 
 @dataclass(frozen=True)
 class GDNGatingBuildKey:
-    """Build identity: the projections' dtype (a and b share it), A_log's and dt_bias's, and NV."""
+    """Build identity: the projections' dtype (a and b share it), A_log's and dt_bias's, and NV;
+    ``threads`` and ``vectors`` (16-byte vectors of a per thread) shape the block."""
 
     dtype: str
     a_log_dtype: str
     dt_bias_dtype: str
     heads: int
     arch: str = "sm_90"
-
-
-def _rows_per_program(key: GDNGatingBuildKey) -> int:
-    return max(1, _TILE_ELEMS // key.heads)
+    threads: int = 256
+    vectors: int = 2
 
 
 def gdn_gating_refusal(key: GDNGatingBuildKey) -> str | None:
@@ -46,8 +46,8 @@ def gdn_gating_refusal(key: GDNGatingBuildKey) -> str | None:
     vec = 16 // ELEM_BYTES[key.dtype]
     if key.heads % vec:
         return f"{name}: NV={key.heads} must be a multiple of {vec} (16-byte vectors of a and b); use the reference"
-    if key.heads > _TILE_ELEMS:
-        return f"{name}: NV={key.heads} is more than one program's {_TILE_ELEMS} elements; use the reference"
+    if key.threads not in (32, 64, 128, 256, 512, 1024) or not 1 <= key.vectors <= 8:
+        return f"{name}: threads={key.threads} must be a power of two in [32, 1024] and vectors={key.vectors} in [1, 8]"
     return arch_refusal(name, key.arch)
 
 
@@ -56,7 +56,7 @@ def _program(key: GDNGatingBuildKey):
 
     NV, dt, f32 = key.heads, key.dtype, "float32"
     vec = 16 // ELEM_BYTES[dt]
-    BM = _rows_per_program(key)
+    TH, U = key.threads, key.vectors
     M = T.dynamic("M")
     SA, SB = T.dynamic("SA"), T.dynamic("SB")
 
@@ -67,14 +67,33 @@ def _program(key: GDNGatingBuildKey):
         # The launcher passes only strides that are whole vectors (_row_views.readable).
         T.assume(SA % vec == 0)
         T.assume(SB % vec == 0)
-        with T.Kernel(T.ceildiv(M, BM), threads=_THREADS) as bx:
-            # Rows past M (the last program's tile) are guarded by TileLang's safe-access pass.
-            for i, j in T.Parallel(BM, NV):
-                x = T.cast(a[bx * BM + i, j], f32) + T.cast(dt_bias[j], f32)
-                softplus = T.if_then_else(x > T.float32(20), x, T.log1p(T.exp(x)))
-                g[bx * BM + i, j] = -T.exp(T.cast(A_log[j], f32)) * softplus
-                s = T.cast(b[bx * BM + i, j], f32)
-                beta[bx * BM + i, j] = T.cast(T.float32(1) / (T.float32(1) + T.exp(-s)), dt)
+        with T.Kernel(T.ceildiv(M * NV, TH * U * vec), threads=TH) as bx:
+            tid = T.get_thread_binding()
+            ar = T.alloc_local((U * vec,), dt)
+            br = T.alloc_local((U * vec,), dt)
+            gr = T.alloc_local((U * vec,), f32)
+            sr = T.alloc_local((U * vec,), dt)
+            for u in T.unroll(U):  # every load in flight before the first use
+                e0 = ((bx * U + u) * TH + tid) * vec
+                if e0 < M * NV:
+                    for e in T.vectorized(vec):
+                        ar[u * vec + e] = a[e0 // NV, e0 % NV + e]
+                    for e in T.vectorized(vec):
+                        br[u * vec + e] = b[e0 // NV, e0 % NV + e]
+            for u in T.unroll(U):
+                e0 = ((bx * U + u) * TH + tid) * vec
+                for e in T.unroll(vec):
+                    col = e0 % NV + e
+                    x = T.cast(ar[u * vec + e], f32) + T.cast(dt_bias[col], f32)
+                    softplus = T.if_then_else(x > T.float32(20), x, T.log1p(T.exp(x)))
+                    gr[u * vec + e] = -T.exp(T.cast(A_log[col], f32)) * softplus
+                    s = T.cast(br[u * vec + e], f32)
+                    sr[u * vec + e] = T.cast(T.fast_rcp(T.float32(1) + T.__exp(-s)), dt)
+                if e0 < M * NV:
+                    for e in T.vectorized(vec):
+                        g[e0 // NV, e0 % NV + e] = gr[u * vec + e]
+                    for e in T.vectorized(vec):
+                        beta[e0 // NV, e0 % NV + e] = sr[u * vec + e]
 
     return gdn_gating
 

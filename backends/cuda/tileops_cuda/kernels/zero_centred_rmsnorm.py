@@ -25,6 +25,10 @@ class ZeroCentredRMSNormBuildKey:
     hidden: int
     has_residual: bool = False
     arch: str = "sm_90"
+    #: Threads per program and rows per program; 0 leaves the choice to ``row_plan`` (sweep
+    #: parameters, ``bench/layer_ops_sweep.py``).
+    threads: int = 0
+    rows: int = 0
 
 
 def _vec(dtype: str) -> int:
@@ -34,7 +38,7 @@ def _vec(dtype: str) -> int:
 def _plan(key: ZeroCentredRMSNormBuildKey) -> tuple[int, int, int] | None:
     """Row layout as RMSNorm's: 16-bit rows aim at 32 values per thread, fp32 at 16."""
     wide = ELEM_BYTES[key.dtype] == 2
-    return row_plan(key.hidden, _vec(key.dtype), 64 if wide else 48, 32 if wide else 16)
+    return row_plan(key.hidden, _vec(key.dtype), 64 if wide else 48, 32 if wide else 16, key.threads, key.rows)
 
 
 def zero_centred_rmsnorm_refusal(key: ZeroCentredRMSNormBuildKey) -> str | None:
@@ -60,6 +64,7 @@ def _program(key: ZeroCentredRMSNormBuildKey):
             T.annotate_min_blocks_per_sm(max(1, 65536 // (threads * 56)))  # <= 56 registers: occupancy
             # h stays in registers in its own dtype (HF normalises the rounded sum); math is fp32.
             hr = T.alloc_fragment((BM, NP), dt)
+            wr = T.alloc_fragment((BM, NP), dt)  # (1 + w)'s w, loaded with x: off the reduction's path
             sq = T.alloc_fragment((BM, NP), f32)
             rs = T.alloc_fragment((BM,), f32)
             # Columns past N (padding to whole vectors per thread) read as 0: no effect on the sum.
@@ -75,6 +80,8 @@ def _program(key: ZeroCentredRMSNormBuildKey):
                 for i, j in T.Parallel(BM, NP):
                     hr[i, j] = T.if_then_else(j < N, X[bx * BM + i, j], T.cast(0, dt))
             for i, j in T.Parallel(BM, NP):
+                wr[i, j] = T.if_then_else(j < N, W[j], T.cast(0, dt))
+            for i, j in T.Parallel(BM, NP):
                 sq[i, j] = T.cast(hr[i, j], f32) * T.cast(hr[i, j], f32)
             T.reduce_sum(sq, rs, dim=1)
             for i in T.Parallel(BM):
@@ -82,7 +89,7 @@ def _program(key: ZeroCentredRMSNormBuildKey):
             for i, j in T.Parallel(BM, NP):
                 if j < N:
                     Y[bx * BM + i, j] = T.cast(
-                        (T.cast(hr[i, j], f32) * rs[i]) * (T.float32(1) + T.cast(W[j], f32)), dt)
+                        (T.cast(hr[i, j], f32) * rs[i]) * (T.float32(1) + T.cast(wr[i, j], f32)), dt)
 
     x_t = T.StridedTensor((M, N), (SX, 1), dt)
     r_t = T.StridedTensor((M, N), (SR, 1), dt)
