@@ -32,6 +32,7 @@ from typing import Any, Callable, ClassVar
 
 from tileops_core.kernels import CallSpec, KernelEntry
 from tileops_core.ops.activation import SiluAndMulKernel
+from tileops_core.ops.attention import AttentionDecodeKernel
 from tileops_core.ops.conv import CausalConv1dUpdateKernel, CausalConv1dVarlenKernel
 from tileops_core.ops.gated_delta_net import (
     FusedAddZeroCentredRMSNormKernel, GatedRMSNormKernel, GDNGatingKernel, ZeroCentredRMSNormKernel,
@@ -42,6 +43,7 @@ from tileops_core.ops.normalization import GroupNormKernel, RMSNormCall, RMSNorm
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
 from .kernels._common import SUPPORTED_ARCHS
+from .kernels.attention_decode import DecodeBuildKey, build_attention_decode, decode_refusal
 from .kernels.conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen, conv_refusal
 from .kernels._row_views import head_view, row_view
 from .kernels.gated_rmsnorm import GatedRMSNormBuildKey, build_gated_rmsnorm, gated_rmsnorm_refusal
@@ -539,3 +541,24 @@ KERNELS = (
     TileLangZeroCentredRMSNorm, TileLangFusedAddZeroCentredRMSNorm,
     TileLangGatedRMSNorm, TileLangGDNGating,
 )
+
+
+class TileLangAttentionDecode(_TileLang, AttentionDecodeKernel):
+    """GQA decode over a contiguous or paged KV cache: split across programs, then combined."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> DecodeBuildKey:
+        d, paged = call.dtypes, bool(call.flags.get("has_block_table"))
+        return DecodeBuildKey(d["query"], int(call.dims["NQ"]), int(call.dims["NKV"]), int(call.dims["D"]), paged,
+                              d["cache_seqlens"], d["block_table"] if paged else None, call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: DecodeBuildKey) -> str | None:
+        return decode_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: DecodeBuildKey) -> Callable[..., Any]:
+        return build_attention_decode(key).run
+
+
+KERNELS = (*KERNELS, TileLangAttentionDecode)
