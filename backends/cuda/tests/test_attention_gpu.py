@@ -130,6 +130,44 @@ def arch(cuda_device):
     return cuda_device[1]
 
 
+def _keys_used(arch: str) -> dict:
+    """Every (build key, block sizes) this module runs, so they compile in parallel up front."""
+    from tileops_core import load_manifest
+
+    qwen = dict(num_q_heads=16, num_kv_heads=2, head_dim=256, arch=arch)
+    used: dict = {DecodeBuildKey("bfloat16", **qwen): set(),
+                  DecodeBuildKey("bfloat16", **qwen, paged=True, table_dtype="int32"): {16, 1, 128}}
+    for NQ, NKV, dtype in _GROUPS:
+        used[DecodeBuildKey(dtype, NQ, NKV, 128, arch=arch)] = set()
+    for row in load_manifest()[DECODE].workloads:
+        gen, v = row.values["generator"], row.values
+        if int(gen["B"]) * int(gen["context"]) > _MAX_TOKENS:
+            continue
+        for dtype in v["dtypes"]:
+            paged = "block_size" in gen
+            key = DecodeBuildKey(dtype, int(v["NQ"]), int(v["NKV"]), int(v["D"]), paged,
+                                 v.get("cache_seqlens_dtype", "int32"), v.get("block_table_dtype", "int32") if paged
+                                 else None, arch)
+            if decode_refusal(key) is None:
+                used.setdefault(key, set()).update({int(gen["block_size"])} if paged else set())
+    return used
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prebuilt(arch):
+    """Compile every kernel the module needs concurrently (nvcc runs in parallel; a failure is
+    left for the test that needs the kernel to report)."""
+    from tileops_cuda.kernels._common import compile_many
+
+    def thunk(key, blocks):
+        def build():
+            launcher = build_attention_decode(key)
+            compile_many([lambda b=b: launcher.prepare(b) for b in blocks])
+        return build
+
+    compile_many([thunk(key, blocks) for key, blocks in _keys_used(arch).items()])
+
+
 @pytest.fixture
 def seed(cuda_device, gen):
     import torch
@@ -185,10 +223,11 @@ def test_a_batch_wide_enough_for_one_split_writes_the_output_directly(block, arc
     _check(_batch(cuda_device[0], gen, lengths, block=block, capacity=256), None, arch)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("group", [(4, 4), (8, 1), (64, 1)], ids=["mha", "gqa8", "gqa64"])
-def test_head_groups_and_dtypes_with_an_explicit_scale(dtype, group, arch, cuda_device, gen):
-    NQ, NKV = group
+_GROUPS = [(4, 4, "bfloat16"), (8, 1, "float16"), (64, 1, "bfloat16")]
+
+
+@pytest.mark.parametrize("NQ,NKV,dtype", _GROUPS, ids=["mha-bf16", "gqa8-fp16", "gqa64-bf16"])
+def test_head_groups_and_dtypes_with_an_explicit_scale(NQ, NKV, dtype, arch, cuda_device, gen):
     _check(_batch(cuda_device[0], gen, [5, 77, -1, 200], NQ=NQ, NKV=NKV, D=128, dtype=dtype), 0.07, arch)
 
 

@@ -134,10 +134,19 @@ class DecodeLauncher:
     """The compiled kernels of one build key and ``run``: the interface's arguments, then ``out``
     (allocated when None); writes ``out`` and the caches in place on the current stream."""
 
-    def __init__(self, key: DecodeBuildKey, kernels: list[Any], run: Callable[..., Any]) -> None:
+    def __init__(self, key: DecodeBuildKey, kernels: list[Any], run: Callable[..., Any],
+                 programs: Callable[[int | None], Any]) -> None:
         self.key = key
         self.kernels = kernels
         self.run = run
+        self._programs = programs
+
+    def prepare(self, block_size: int) -> None:
+        """Compile the paged split program for ``block_size`` now (before a CUDA graph capture,
+        or to compile several in parallel) instead of on the first call with it."""
+        if not self.key.paged:
+            raise ValueError(f"attention decode TileLang kernel: {self.key} is contiguous; it has no block size")
+        self._programs(block_size)
 
     def source(self, index: int = 0) -> str:
         """The generated CUDA source of the combine kernel (0) or a split kernel (1, ...: in the
@@ -244,6 +253,6 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
 
         if not key.paged:
             programs(None)
-        return DecodeLauncher(key, kernels, _make_run(key, programs, direct_entry(combine)))
+        return DecodeLauncher(key, kernels, _make_run(key, programs, direct_entry(combine)), programs)
 
     return cached_build(("attention_decode", key), make)

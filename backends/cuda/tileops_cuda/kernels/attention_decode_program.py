@@ -87,8 +87,8 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                          T.cast(table[b, base // page], i32) * page + base % page + BN, h, :], tile)
         else:
             for i, d in T.Parallel(BN, D):
-                tile[i, d] = T.if_then_else(base + i < hi, cache[flat_row(table, b, T.min(base + i, n), cache_len), h, d],
-                                            T.cast(0, dt))
+                tile[i, d] = T.if_then_else(
+                    base + i < hi, cache[flat_row(table, b, T.min(base + i, n), cache_len), h, d], T.cast(0, dt))
 
     @T.prim_func
     def decode_split(
