@@ -227,8 +227,9 @@ _GROUPS = [(4, 4, "bfloat16"), (8, 1, "float16"), (64, 1, "bfloat16")]
 
 
 @pytest.mark.parametrize("NQ,NKV,dtype", _GROUPS, ids=["mha-bf16", "gqa8-fp16", "gqa64-bf16"])
-def test_head_groups_and_dtypes_with_an_explicit_scale(NQ, NKV, dtype, arch, cuda_device, gen):
-    _check(_batch(cuda_device[0], gen, [5, 77, -1, 200], NQ=NQ, NKV=NKV, D=128, dtype=dtype), 0.07, arch)
+@pytest.mark.parametrize("scale", [0.07, -0.05])
+def test_head_groups_and_dtypes_with_an_explicit_scale_of_either_sign(NQ, NKV, dtype, scale, arch, cuda_device, gen):
+    _check(_batch(cuda_device[0], gen, [5, 77, -1, 200], NQ=NQ, NKV=NKV, D=128, dtype=dtype), scale, arch)
 
 
 def test_one_long_sequence_is_split_across_the_multiprocessors(arch, cuda_device, gen):

@@ -14,8 +14,8 @@ rows of a ``BH``-row tile (the rest zeros) and streams its positions through sha
 ``BN`` at a time in a software pipeline (bulk copies: TMA on sm_90). The last tile may run past
 ``n``: its scores there are -inf and its value rows zeros (zeros, not only zero weights, keep
 whatever those slots hold, NaN included, out of the product). Scores, the running maximum,
-the exponentials and the sums are float32 (log2 domain: ``scale · log2(e)`` folded into one
-multiplier); the probabilities are rounded to the input dtype for the tensor-core product with
+the exponentials and the sums are float32 (log2 domain: scores are multiplied by ``scale ·
+log2(e)`` before the running maximum, so any sign of scale is exact); the probabilities are rounded to the input dtype for the tensor-core product with
 V (as FlashAttention does), the accumulator stays float32.
 
 With one split (``num_splits == 1``, large batches) the split pass writes the output itself,
@@ -144,14 +144,14 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                 load_tile(key_cache, k_s, block_table, b, h, base, n, hi, cache_len)
                 T.clear(acc_s)
                 T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                for i, j in T.Parallel(BH, BN):
-                    acc_s[i, j] = T.if_then_else(base + j < hi, acc_s[i, j], NEG)
+                for i, j in T.Parallel(BH, BN):  # scaled scores (log2 domain); -inf past hi
+                    acc_s[i, j] = T.if_then_else(base + j < hi, acc_s[i, j] * scale_log2, NEG)
                 T.copy(m_cur, m_prev)
                 T.reduce_max(acc_s, m_cur, dim=1, clear=False)
                 for i in T.Parallel(BH):
-                    rescale[i] = T.exp2((m_prev[i] - m_cur[i]) * scale_log2)
+                    rescale[i] = T.exp2(m_prev[i] - m_cur[i])
                 for i, j in T.Parallel(BH, BN):
-                    acc_s[i, j] = T.exp2((acc_s[i, j] - m_cur[i]) * scale_log2)
+                    acc_s[i, j] = T.exp2(acc_s[i, j] - m_cur[i])
                 T.reduce_sum(acc_s, row_sum, dim=1)
                 for i in T.Parallel(BH):
                     l_sum[i] = l_sum[i] * rescale[i] + row_sum[i]
@@ -177,7 +177,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                         o_part[sid, b, h * G + i, d] = acc_o[i, d] / l_sum[i]
                 for i in T.Parallel(BH):
                     if i < G:
-                        lse_part[sid, b, h * G + i] = T.log2(l_sum[i]) + m_cur[i] * scale_log2
+                        lse_part[sid, b, h * G + i] = T.log2(l_sum[i]) + m_cur[i]
 
     return decode_split
 
