@@ -1,9 +1,13 @@
-"""Attention decode on the GPU: device time, KV-cache bandwidth as a share of the copy ceiling
-measured in the same run, and (for the prefill target) F.scaled_dot_product_attention's backends.
+"""Attention on the GPU: decode's device time and KV-cache bandwidth as a share of the copy
+ceiling measured in the same run; prefill's time against F.scaled_dot_product_attention's
+fastest backend on the same prompts.
 
 Usage (from the repository root, tilelang and a CUDA GPU present)::
 
     python backends/cuda/bench/attention_bench.py [--reps 50] [--json PATH] [--no-prefill]
+
+Prefill rows are timed with their cache write; SDPA gets the same prompts as a batch
+(``[B, heads, T / B, D]``, causal, GQA) and no cache write.
 
 Method: every measurement is the median over ``--reps`` (>= 50) CUDA-event timings after a
 warm-up, the L2 cache flushed before each (a 256 MiB buffer written), one call a timing. The
@@ -43,7 +47,6 @@ DECODE_ROWS = [
     ("qwen3-next-paged-b1-4k", 1, 4096, 16), ("qwen3-next-paged-b8-32k", 8, 32768, 16),
     ("qwen3-next-paged-b64-16k", 64, 16384, 16), ("qwen3-next-paged-b64-32k", 64, 32768, 16),
 ]
-PREFILL_TOKENS = (4096, 16384)
 
 
 def log(*a: object) -> None:
@@ -163,26 +166,88 @@ def bench_decode(timer: Timer, copy_bw: float, arch: str, results: list) -> None
             results.append(dict(op="AttentionDecodeFwdOp", label=label, error=f"{type(exc).__name__}: {exc}"))
 
 
-def bench_prefill_baseline(timer: Timer, results: list) -> None:
-    """F.scaled_dot_product_attention, causal GQA, one prompt, per backend (the prefill target)."""
+#: The manifest's Qwen3-Next prefill rows: (label, tokens, prompts, block size or None).
+PREFILL_ROWS = [("qwen3-next-4k-b1", 4096, 1, None), ("qwen3-next-paged-4k-b4", 4096, 4, 16),
+                ("qwen3-next-16k-b1", 16384, 1, None), ("qwen3-next-paged-16k-b4", 16384, 4, 16)]
+
+
+def sdpa_best(timer: Timer, T: int, B: int, results: list) -> tuple[float, str]:
+    """The fastest of F.scaled_dot_product_attention's backends on B causal prompts of T / B tokens."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
                 "cudnn": SDPBackend.CUDNN_ATTENTION}
-    for T in PREFILL_TOKENS:
-        q = torch.randn(1, NQ, T, D, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(1, NKV, T, D, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(1, NKV, T, D, device="cuda", dtype=torch.bfloat16)
-        for name, backend in backends.items():
-            try:
-                with sdpa_kernel(backend):
-                    us = timer(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
-                flops = 2 * NQ * D * T * (T + 1)  # causal: T(T+1)/2 scores, QK and PV
-                results.append(dict(op="sdpa_prefill", T=T, backend=name, us=round(us, 2),
-                                    tflops=round(flops / us / 1e6, 1)))
-                log(f"sdpa prefill T={T:6d} {name:9s} {us:10.2f} us {flops / us / 1e6:7.1f} TFLOP/s")
-            except Exception as exc:
-                log(f"sdpa prefill T={T:6d} {name:9s} unavailable: {type(exc).__name__}: {str(exc)[:120]}")
+    n = T // B
+    q = torch.randn(B, NQ, n, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(B, NKV, n, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(B, NKV, n, D, device="cuda", dtype=torch.bfloat16)
+    best = (float("inf"), "none")
+    for name, backend in backends.items():
+        try:
+            with sdpa_kernel(backend):
+                us = timer(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+            results.append(dict(op="sdpa_prefill", T=T, B=B, backend=name, us=round(us, 2)))
+            log(f"  sdpa {name:9s} T={T:6d} B={B} {us:10.2f} us")
+            best = min(best, (us, name))
+        except Exception as exc:
+            log(f"  sdpa {name:9s} T={T:6d} B={B} unavailable: {type(exc).__name__}: {str(exc)[:100]}")
+    return best
+
+
+def prefill_inputs(T: int, B: int, block: int | None, gen: torch.Generator) -> dict:
+    r = lambda *s: torch.randn(*s, device="cuda", generator=gen, dtype=torch.bfloat16)  # noqa: E731
+    n = T // B
+    inputs = dict(query=r(T, NQ, D), key=r(T, NKV, D), value=r(T, NKV, D),
+                  cu_seqlens=torch.arange(0, T + 1, n, dtype=torch.int32, device="cuda"))
+    if block is None:
+        inputs.update(key_cache=r(B + 2, n + 3, NKV, D), value_cache=r(B + 2, n + 3, NKV, D), slot_mapping=None)
+        return inputs
+    N = T // block + 4
+    pool = torch.randperm(N, device="cuda", generator=gen)[: T // block]
+    pos = torch.arange(T, device="cuda")
+    inputs.update(key_cache=r(N, block, NKV, D), value_cache=r(N, block, NKV, D),
+                  slot_mapping=(pool[pos // block] * block + pos % block).int())
+    return inputs
+
+
+def bench_prefill(timer: Timer, arch: str, results: list) -> None:
+    from tileops_cuda.kernels._common import compile_many
+    from tileops_cuda.kernels.attention_prefill import PrefillBuildKey, build_attention_prefill
+
+    def key(block: int | None) -> PrefillBuildKey:
+        return PrefillBuildKey("bfloat16", NQ, NKV, D, block is not None, "int32",
+                               None if block is None else "int32", arch)
+
+    compile_many([lambda b=b: build_attention_prefill(key(b)) for b in (None, 16)])
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    for label, T, B, block in PREFILL_ROWS:
+        try:
+            run = build_attention_prefill(key(block)).run
+            inputs = prefill_inputs(T, B, block, gen)
+            out = torch.empty_like(inputs["query"])
+            args = [inputs[n] for n in ("query", "key", "value", "key_cache", "value_cache", "cu_seqlens",
+                                        "slot_mapping")]
+            run(*args, None, out)
+            n = T // B
+            q = inputs["query"][:n].transpose(0, 1).unsqueeze(0).float()
+            kk, vv = (inputs[x][:n].transpose(0, 1).unsqueeze(0).float() for x in ("key", "value"))
+            ref = F.scaled_dot_product_attention(q, kk, vv, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
+            err = float((out[:n].float() - ref).norm() / ref.norm())
+            us = timer(lambda: run(*args, None, out))
+            flops = 2 * NQ * D * T * (n + 1)  # causal: B · n(n+1)/2 scores, QK and PV
+            log(f"{label:28s} T={T:6d} B={B} {us:10.2f} us {flops / us / 1e6:7.1f} TFLOP/s rel.err {err:.2e}")
+            sdpa_us, sdpa_name = sdpa_best(timer, T, B, results)
+            ratio = sdpa_us / us
+            log(f"{'':28s} speed vs SDPA's best ({sdpa_name}): {ratio:.2f}x (target >= 0.9)")
+            results.append(dict(op="AttentionPrefillFwdOp", label=label, T=T, B=B, block=block, us=round(us, 2),
+                                 tflops=round(flops / us / 1e6, 1), rel_err=err, sdpa_best=sdpa_name,
+                                 sdpa_us=round(sdpa_us, 2), speed_vs_sdpa=round(ratio, 3)))
+            del inputs, args, out
+            torch.cuda.empty_cache()
+        except Exception as exc:
+            log(f"{label:28s} FAILED: {type(exc).__name__}: {exc}")
+            results.append(dict(op="AttentionPrefillFwdOp", label=label, error=f"{type(exc).__name__}: {exc}"))
 
 
 def main() -> None:
@@ -202,7 +267,7 @@ def main() -> None:
     results: list = [dict(op="copy_ceiling", bytes_per_s=copy_bw)]
     bench_decode(timer, copy_bw, arch, results)
     if not args.no_prefill:
-        bench_prefill_baseline(timer, results)
+        bench_prefill(timer, arch, results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

@@ -17,7 +17,7 @@ pytest.importorskip("torch")
 
 from tileops_core.kernels.contract import declared_launch, mismatches  # noqa: E402
 from tileops_cuda import registered  # noqa: E402
-from tileops_cuda.kernels import attention_decode, conv1d, rgdr  # noqa: E402
+from tileops_cuda.kernels import attention_decode, attention_prefill, conv1d, rgdr  # noqa: E402
 
 
 def _unused(*args: Any) -> None:
@@ -44,6 +44,7 @@ STAND_INS = {
     "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused, _unused)),
     "build_attention_decode": lambda key: SimpleNamespace(
         run=attention_decode._make_run(key, lambda page: (attention_decode.default_tiling(key), _unused), _unused)),
+    "build_attention_prefill": lambda key: SimpleNamespace(run=attention_prefill._make_run(key, _unused, _unused)),
 }
 
 #: A build key each launcher can be made from (only the fields a launcher reads matter).
@@ -56,6 +57,7 @@ KEYS: dict[str, Any] = {
     "TileLangCausalConv1dUpdate": conv1d.ConvUpdateBuildKey("bfloat16", 256, 4),
     "TileLangCausalConv1dVarlen": conv1d.ConvVarlenBuildKey("bfloat16", 256, 4),
     "TileLangAttentionDecode": attention_decode.DecodeBuildKey("bfloat16", 16, 2, 256),
+    "TileLangAttentionPrefill": attention_prefill.PrefillBuildKey("bfloat16", 16, 2, 256),
 }
 
 

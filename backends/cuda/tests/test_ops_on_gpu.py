@@ -38,6 +38,8 @@ ROWS = [
     ("AttentionDecodeFwdOp", "qwen3-next-b1-4k"),
     ("AttentionDecodeFwdOp", "qwen3-next-paged-b1-4k"),
     ("AttentionDecodeFwdOp", "tiny-paged-padding"),
+    ("AttentionPrefillFwdOp", "qwen3-next-paged-4k-b4"),
+    ("AttentionPrefillFwdOp", "tiny-contiguous-fp16"),
 ]
 
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, ClassVar
 
 from tileops_core.kernels import CallSpec, KernelEntry
 from tileops_core.ops.activation import SiluAndMulKernel
-from tileops_core.ops.attention import AttentionDecodeKernel
+from tileops_core.ops.attention import AttentionDecodeKernel, AttentionPrefillKernel
 from tileops_core.ops.conv import CausalConv1dUpdateKernel, CausalConv1dVarlenKernel
 from tileops_core.ops.gated_delta_net import (
     FusedAddZeroCentredRMSNormKernel, GatedRMSNormKernel, GDNGatingKernel, ZeroCentredRMSNormKernel,
@@ -44,6 +44,7 @@ from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
 from .kernels._common import SUPPORTED_ARCHS
 from .kernels.attention_decode import DecodeBuildKey, build_attention_decode, decode_refusal
+from .kernels.attention_prefill import PrefillBuildKey, build_attention_prefill, prefill_refusal
 from .kernels.conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen, conv_refusal
 from .kernels._row_views import head_view, row_view
 from .kernels.gated_rmsnorm import GatedRMSNormBuildKey, build_gated_rmsnorm, gated_rmsnorm_refusal
@@ -562,3 +563,24 @@ class TileLangAttentionDecode(_TileLang, AttentionDecodeKernel):
 
 
 KERNELS = (*KERNELS, TileLangAttentionDecode)
+
+
+class TileLangAttentionPrefill(_TileLang, AttentionPrefillKernel):
+    """Causal varlen GQA prefill (flash attention forward) writing a contiguous or paged KV cache."""
+
+    @classmethod
+    def key(cls, call: CallSpec) -> PrefillBuildKey:
+        d, paged = call.dtypes, bool(call.flags.get("has_slot_mapping"))
+        return PrefillBuildKey(d["query"], int(call.dims["NQ"]), int(call.dims["NKV"]), int(call.dims["D"]), paged,
+                               d["cu_seqlens"], d["slot_mapping"] if paged else None, call.arch)
+
+    @classmethod
+    def reason(cls, call: CallSpec, key: PrefillBuildKey) -> str | None:
+        return prefill_refusal(key)
+
+    @classmethod
+    def launcher(cls, key: PrefillBuildKey) -> Callable[..., Any]:
+        return build_attention_prefill(key).run
+
+
+KERNELS = (*KERNELS, TileLangAttentionPrefill)

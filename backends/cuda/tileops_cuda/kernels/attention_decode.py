@@ -25,15 +25,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ._common import arch_refusal, cached_build, compile_prim_func, direct_entry
+from ._attention_common import FlatCache, attention_refusal
+from ._common import cached_build, compile_prim_func, direct_entry
 from .attention_decode_program import LOG2E, decode_combine_program, decode_split_program
 
 __all__ = ["DecodeBuildKey", "DecodeLauncher", "DecodeTiling", "build_attention_decode", "decode_refusal",
            "default_tiling", "page_layout", "split_plan"]
 
-_DTYPES = ("float16", "bfloat16")
-_INDEX_DTYPES = ("int32", "int64")
-_INT32_LIMIT = 2**31 - 1
 #: The most splits one sequence's context is cut into (bounds the partials and the combine loop).
 MAX_SPLITS = 256
 
@@ -83,26 +81,14 @@ def page_layout(block_size: int) -> tuple[int, DecodeTiling]:
 def decode_refusal(key: DecodeBuildKey) -> str | None:
     """Why the decode kernels cannot serve ``key`` (a sentence naming the fix), or None."""
     name = "attention decode TileLang kernel"
-    if key.dtype not in _DTYPES:
-        return (f"{name}: dtype {key.dtype} is not one of {_DTYPES} (scores are tensor-core products of the "
-                "input dtype); use the reference")
-    for field in ("seqlens_dtype", "table_dtype"):
-        value = getattr(key, field)
-        if value is not None and value not in _INDEX_DTYPES:
-            return f"{name}: {field} {value} is not one of {_INDEX_DTYPES}; use the reference"
-    if key.paged != (key.table_dtype is not None):
-        return f"{name}: paged={key.paged} but table_dtype={key.table_dtype}; the key is inconsistent"
-    if key.head_dim % 16 or not 16 <= key.head_dim <= 256:
-        return (f"{name}: D={key.head_dim} must be a multiple of 16 in [16, 256] (the tensor-core reduction "
-                "step; registers hold a [64, D] float32 accumulator); use the reference")
-    if key.num_kv_heads <= 0 or key.num_q_heads % key.num_kv_heads:
-        return f"{name}: NQ={key.num_q_heads} is not a multiple of NKV={key.num_kv_heads}"
-    group = key.num_q_heads // key.num_kv_heads
     tiling = default_tiling(key)
-    if group > tiling.block_h:
-        return (f"{name}: {group} query heads a key/value head exceed the {tiling.block_h}-row score tile; "
-                "use the reference")
-    return arch_refusal(name, key.arch)
+    reason = attention_refusal(name, key.dtype, key.num_q_heads, key.num_kv_heads, key.head_dim,
+                               {"seqlens_dtype": key.seqlens_dtype, "table_dtype": key.table_dtype}, key.paged,
+                               "table_dtype", tiling.block_h, key.arch)
+    if reason is None and key.num_q_heads // key.num_kv_heads > tiling.block_h:
+        return (f"{name}: {key.num_q_heads // key.num_kv_heads} query heads a key/value head exceed the "
+                f"{tiling.block_h}-row score tile; use the reference")
+    return reason
 
 
 def split_plan(batch: int, kv_heads: int, capacity: int, block_n: int, sms: int) -> tuple[int, int]:
@@ -177,15 +163,6 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None], tuple[Decode
             t = dummies[device] = torch.zeros((1, 1), dtype=torch.int32, device=device)
         return t
 
-    def flat(cache: Any) -> tuple[Any, bool]:
-        """``(cache as [N · L, NKV, D], whether it is a copy to write back)``."""
-        if cache.numel() > _INT32_LIMIT:
-            raise ValueError(f"attention decode TileLang kernel: a cache of {cache.numel()} elements exceeds int32 "
-                             "indexing; use a smaller pool per call")
-        if cache.is_contiguous():
-            return cache.view(-1, NKV, D), False
-        return cache.contiguous().view(-1, NKV, D), True
-
     def attention_decode(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,
                          block_table: Any, scale: Any, out: Any = None) -> Any:
         if out is None:
@@ -198,21 +175,19 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None], tuple[Decode
         tiling, split_fn = programs(None if block_table is None else L)
         capacity = L if block_table is None else block_table.shape[1] * L
         splits, chunk = split_plan(B, NKV, capacity, tiling.block_n, multiprocessors(dev))
-        kc, k_copied = flat(key_cache)
-        vc, v_copied = flat(value_cache)
+        kc = FlatCache("attention decode TileLang kernel", key_cache, NKV, D)
+        vc = FlatCache("attention decode TileLang kernel", value_cache, NKV, D)
         o_part = torch.empty((splits, B, NQ, D), dtype=f32, device=dev)
         lse_part = torch.empty((splits, B, NQ), dtype=f32, device=dev)
         table = dummy_table(dev) if block_table is None else block_table.contiguous()
         scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
         seqlens = cache_seqlens.contiguous()
-        split_fn(query.contiguous(), key.contiguous(), value.contiguous(), kc, vc, seqlens, table, o_part, lse_part,
-                 out, L, chunk, scale_log2)
+        split_fn(query.contiguous(), key.contiguous(), value.contiguous(), kc.flat, vc.flat, seqlens, table, o_part,
+                 lse_part, out, L, chunk, scale_log2)
         if splits > 1:
             combine_fn(o_part, lse_part, seqlens, out, chunk)
-        if k_copied:
-            key_cache.copy_(kc.view(key_cache.shape))
-        if v_copied:
-            value_cache.copy_(vc.view(value_cache.shape))
+        kc.write_back()
+        vc.write_back()
         return out
 
     return attention_decode

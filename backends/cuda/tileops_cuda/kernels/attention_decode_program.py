@@ -15,8 +15,9 @@ rows of a ``BH``-row tile (the rest zeros) and streams its positions through sha
 ``n``: its scores there are -inf and its value rows zeros (zeros, not only zero weights, keep
 whatever those slots hold, NaN included, out of the product). Scores, the running maximum,
 the exponentials and the sums are float32 (log2 domain: scores are multiplied by ``scale ·
-log2(e)`` before the running maximum, so any sign of scale is exact); the probabilities are rounded to the input dtype for the tensor-core product with
-V (as FlashAttention does), the accumulator stays float32.
+log2(e)`` before the running maximum, so any sign of scale is exact); the probabilities are
+rounded to the input dtype for the tensor-core product with V (as FlashAttention does), the
+accumulator stays float32.
 
 With one split (``num_splits == 1``, large batches) the split pass writes the output itself,
 normalised and rounded once, zeros for padding sequences. Otherwise it writes each active
@@ -42,10 +43,36 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .attention_decode import DecodeBuildKey, DecodeTiling
 
-__all__ = ["LOG2E", "decode_combine_program", "decode_split_program"]
+__all__ = ["LOG2E", "decode_combine_program", "decode_split_program", "online_softmax_step"]
 
 #: log2(e): scores are exponentiated with exp2 after folding this into the softmax scale.
 LOG2E = 1.4426950408889634
+
+
+def online_softmax_step(rows: int, cols: int, dim: int) -> Any:
+    """The TileLang macro of one key/value tile's online-softmax update (both attention
+    programs): ``acc_s`` holds the tile's scaled scores (log2 domain, -inf where masked); after
+    it ``acc_p`` holds the probabilities in the input dtype, ``acc_o`` is rescaled to the new
+    running maximum (ready for ``acc_o += acc_p · V``), ``m_cur`` and ``l_sum`` are updated."""
+    import tilelang.language as T
+
+    @T.macro
+    def softmax_step(acc_s: Any, acc_p: Any, acc_o: Any, m_cur: Any, m_prev: Any, rescale: Any, row_sum: Any,
+                     l_sum: Any):
+        T.copy(m_cur, m_prev)
+        T.reduce_max(acc_s, m_cur, dim=1, clear=False)
+        for i in T.Parallel(rows):
+            rescale[i] = T.exp2(m_prev[i] - m_cur[i])
+        for i, j in T.Parallel(rows, cols):
+            acc_s[i, j] = T.exp2(acc_s[i, j] - m_cur[i])
+        T.reduce_sum(acc_s, row_sum, dim=1)
+        for i in T.Parallel(rows):
+            l_sum[i] = l_sum[i] * rescale[i] + row_sum[i]
+        T.copy(acc_s, acc_p)
+        for i, d in T.Parallel(rows, dim):
+            acc_o[i, d] *= rescale[i]
+
+    return softmax_step
 
 
 def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: int | None) -> Any:  # noqa: C901
@@ -67,6 +94,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
     BH, BN, TH = tiling.block_h, tiling.block_n, tiling.threads
     B, NL, TB, MB, S = (T.dynamic(n) for n in ("B", "NL", "TB", "MB", "S"))
     NEG = -T.infinity(f32)
+    softmax_step = online_softmax_step(BH, BN, D)
 
     def flat_row(table: Any, b: Any, p: Any, cache_len: Any) -> Any:
         """The flat cache row of position ``p`` of sequence ``b`` (``p`` inside the sequence)."""
@@ -146,18 +174,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                 T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                 for i, j in T.Parallel(BH, BN):  # scaled scores (log2 domain); -inf past hi
                     acc_s[i, j] = T.if_then_else(base + j < hi, acc_s[i, j] * scale_log2, NEG)
-                T.copy(m_cur, m_prev)
-                T.reduce_max(acc_s, m_cur, dim=1, clear=False)
-                for i in T.Parallel(BH):
-                    rescale[i] = T.exp2(m_prev[i] - m_cur[i])
-                for i, j in T.Parallel(BH, BN):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] - m_cur[i])
-                T.reduce_sum(acc_s, row_sum, dim=1)
-                for i in T.Parallel(BH):
-                    l_sum[i] = l_sum[i] * rescale[i] + row_sum[i]
-                T.copy(acc_s, acc_p)
-                for i, d in T.Parallel(BH, D):
-                    acc_o[i, d] *= rescale[i]
+                softmax_step(acc_s, acc_p, acc_o, m_cur, m_prev, rescale, row_sum, l_sum)
                 load_tile(value_cache, v_s, block_table, b, h, base, n, hi, cache_len)
                 if page != 0 and base + BN > hi:
                     # Zeros, not only zero weights, in the rows past hi: whatever the slots
