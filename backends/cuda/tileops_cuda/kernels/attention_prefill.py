@@ -84,6 +84,7 @@ def _make_run(key: PrefillBuildKey, cache_fn: Callable[..., Any],
     import torch
 
     D, NQ, NKV = key.head_dim, key.num_q_heads, key.num_kv_heads
+    tiling = default_tiling(key)
     dummies: dict[Any, Any] = {}
 
     def dummy_slots(device: Any) -> Any:
@@ -108,7 +109,9 @@ def _make_run(key: PrefillBuildKey, cache_fn: Callable[..., Any],
         cache_fn(k, v, cu, slots, kc.flat, vc.flat, out.view(T, NQ * D), key_cache.shape[1], max(B, 1).bit_length())
         if B > 0:
             scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
-            attention_fn(q, k, v, cu, out, scale_log2)
+            lengths = (cu[1:] - cu[:-1]).clamp(min=0)
+            tile_cu = torch.nn.functional.pad(torch.cumsum(-(-lengths // tiling.block_m), 0), (1, 0)).int()
+            attention_fn(q, k, v, cu, tile_cu, out, scale_log2, B.bit_length())
         kc.write_back()
         vc.write_back()
         return out

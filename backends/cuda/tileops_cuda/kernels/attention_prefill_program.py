@@ -10,16 +10,16 @@ flat cache row ``b · L + (t - cu[b])`` (contiguous) or ``slot_mapping[t]`` (pag
 nothing). The same programs write zeros to the outputs of tokens outside ``[cu[0], cu[B])``
 (only unchecked metadata leaves any), so every output element is written by exactly one pass.
 
-Attention: one program per (query tile of ``BM`` tokens, query head, sequence); tiles past a
-sequence's end return at once (the grid is sized from T, an upper bound, so nothing is read on
-the host). Key/value tiles of ``BN`` tokens stream through shared memory in a software
+Attention: one program per (query tile of ``BM`` tokens, query head), the tiles of all
+sequences numbered consecutively (their prefix sums made on the device; a program finds its
+sequence by a binary search), so the grid, sized from T and B, needs nothing read on the host. Key/value tiles of ``BN`` tokens stream through shared memory in a software
 pipeline (bulk copies; warp-specialised TMA on sm_90) up to the diagonal; only tiles that
 cross the diagonal or the sequence's end are masked, scores there -inf and value rows past
 the end zeros (whatever the rows there hold stays out of the product). The online softmax is
 float32 in the log2 domain (scores times ``scale · log2(e)`` before the running maximum); the
 probabilities are rounded to the input dtype for the tensor-core product with V (as
 FlashAttention does), the accumulator stays float32, the output is rounded once. Query tiles
-are visited longest-first (the last tile of a sequence has the most key tiles).
+are visited last-first (the last tile of a sequence has the most key tiles).
 
 tilelang is imported inside the builders, never at module import.
 """
@@ -36,6 +36,26 @@ if TYPE_CHECKING:
 __all__ = ["prefill_attention_program", "prefill_cache_program"]
 
 
+def last_at_or_below() -> Any:
+    """The TileLang macro ``search(prefix, count, x, nbits, found, step)``: ``found[0]`` (a
+    one-element local buffer) becomes the largest ``b < count`` with ``prefix[b] <= x`` (``prefix`` non-decreasing,
+    ``prefix[0] <= x``), by ``nbits + 1`` halving steps (``nbits`` the bit length of ``count``);
+    ``step`` is scratch of the same kind. Which sequence holds token ``x`` (``prefix`` = cu_seqlens), or
+    query tile ``x`` (``prefix`` = the prefix sums of the sequences' tile counts)."""
+    import tilelang.language as T
+
+    @T.macro
+    def search(prefix: Any, count: Any, x: Any, nbits: Any, found: Any, step: Any):
+        found[0] = 0
+        step[0] = T.shift_left(1, nbits)
+        for _ in T.serial(nbits + 1):
+            if found[0] + step[0] < count and T.cast(prefix[T.min(found[0] + step[0], count - 1)], "int32") <= x:
+                found[0] = found[0] + step[0]
+            step[0] = T.shift_right(step[0], 1)
+
+    return search
+
+
 def prefill_cache_program(key: "PrefillBuildKey", tokens_per_program: int, threads: int) -> Any:
     """The cache-write PrimFunc: ``(key, value, cu_seqlens, slot_mapping, key_cache,
     value_cache, out, cache_len, nbits)``; ``slot_mapping`` is a one-element dummy for the
@@ -48,6 +68,7 @@ def prefill_cache_program(key: "PrefillBuildKey", tokens_per_program: int, threa
     TT, TH = tokens_per_program, threads
     VPR = D // VC  # vectors a key/value row
     Tn, NL, BM1, NS = (T.dynamic(n) for n in ("T", "NL", "BM1", "NS"))
+    search = last_at_or_below()
 
     @T.prim_func
     def prefill_cache(
@@ -63,8 +84,8 @@ def prefill_cache_program(key: "PrefillBuildKey", tokens_per_program: int, threa
     ):
         with T.Kernel(T.ceildiv(Tn, TT), NKV, threads=TH) as (bx, h):
             tid = T.get_thread_binding()
-            b = T.alloc_var(i32)
-            step = T.alloc_var(i32)
+            b = T.alloc_local((1,), i32)
+            step = T.alloc_local((1,), i32)
             row = T.alloc_var(i32)
             first = T.cast(cu_seqlens[0], i32)
             last = T.cast(cu_seqlens[BM1 - 1], i32)
@@ -74,18 +95,12 @@ def prefill_cache_program(key: "PrefillBuildKey", tokens_per_program: int, threa
                 c = (e % VPR) * VC
                 if e < TT * VPR and t < Tn:
                     if t >= first and t < last:
-                        # b: the last sequence with cu[b] <= t (binary search over B + 1 bounds)
-                        b = 0
-                        step = T.shift_left(1, nbits)
-                        for _ in T.serial(nbits + 1):
-                            if b + step < BM1 - 1 and T.cast(cu_seqlens[T.min(b + step, BM1 - 1)], i32) <= t:
-                                b = b + step
-                            step = T.shift_right(step, 1)
+                        search(cu_seqlens, BM1 - 1, t, nbits, b, step)  # the sequence holding t
                         if key.paged:
                             row = T.cast(slot_mapping[t], i32)
                         else:  # a prompt longer than its row writes nothing past the row
-                            row = T.if_then_else(t - T.cast(cu_seqlens[b], i32) < cache_len,
-                                                 b * cache_len + t - T.cast(cu_seqlens[b], i32), -1)
+                            pos = t - T.cast(cu_seqlens[b[0]], i32)
+                            row = T.if_then_else(pos < cache_len, b[0] * cache_len + pos, -1)
                         if row >= 0 and row < NL:
                             for v in T.vectorized(VC):
                                 key_cache[row, h, c + v] = key_new[t, h, c + v]
@@ -100,8 +115,10 @@ def prefill_cache_program(key: "PrefillBuildKey", tokens_per_program: int, threa
 
 
 def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:  # noqa: C901
-    """The attention PrimFunc: ``(query, key, value, cu_seqlens, out, scale_log2)``; the grid's
-    first axis is ``ceil(T / BM)`` (every sequence's query tiles fit in it)."""
+    """The attention PrimFunc: ``(query, key, value, cu_seqlens, tile_cu, out, scale_log2,
+    nbits)``; ``tile_cu`` are the prefix sums of the sequences' query-tile counts (made on the
+    device), ``nbits`` the bit length of B. The grid's first axis is ``ceil(T / BM) + B - 1``,
+    every sequence's tiles fit in it; programs past ``tile_cu[B]`` return at once."""
     import tilelang.language as T
 
     dt, f32, i32 = key.dtype, "float32", "int32"
@@ -111,6 +128,7 @@ def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -
     Tn, BM1 = T.dynamic("T"), T.dynamic("BM1")
     NEG = -T.infinity(f32)
     softmax_step = online_softmax_step(BM, BN, D)
+    search = last_at_or_below()
 
     @T.prim_func
     def prefill_attention(
@@ -118,10 +136,12 @@ def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -
         key_new: T.Tensor((Tn, NKV, D), dt),
         value_new: T.Tensor((Tn, NKV, D), dt),
         cu_seqlens: T.Tensor((BM1,), key.cu_dtype),
+        tile_cu: T.Tensor((BM1,), i32),
         out: T.Tensor((Tn, NQ, D), dt),
         scale_log2: T.float32,
+        nbits: T.int32,
     ):
-        with T.Kernel(T.ceildiv(Tn, BM), NQ, BM1 - 1, threads=TH) as (bx, hq, b):
+        with T.Kernel(T.ceildiv(Tn, BM) + BM1 - 1, NQ, threads=TH) as (bx, hq):
             q_s = T.alloc_shared((BM, D), dt)
             k_s = T.alloc_shared((BN, D), dt)
             v_s = T.alloc_shared((BN, D), dt)
@@ -134,10 +154,16 @@ def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -
             row_sum = T.alloc_fragment((BM,), f32)
             l_sum = T.alloc_fragment((BM,), f32)
 
+            found = T.alloc_local((1,), i32)
+            step = T.alloc_local((1,), i32)
+            # Query tiles numbered across sequences, visited last-first (the last tile of a
+            # sequence has the most key tiles); the grid has room for every sequence's partial tile.
+            g = T.ceildiv(Tn, BM) + BM1 - 2 - bx
+            search(tile_cu, BM1 - 1, g, nbits, found, step)
+            b = found[0]
             start = T.cast(cu_seqlens[b], i32)
-            length = T.cast(cu_seqlens[b + 1], i32) - start
-            m = T.ceildiv(Tn, BM) - 1 - bx  # longest-first
-            q0 = m * BM
+            length = T.if_then_else(g < tile_cu[BM1 - 1], T.cast(cu_seqlens[b + 1], i32) - start, 0)
+            q0 = (g - tile_cu[b]) * BM
             h = hq // G
             tiles = T.if_then_else(q0 < length, T.ceildiv(T.min(q0 + BM, length), BN), 0)
 
