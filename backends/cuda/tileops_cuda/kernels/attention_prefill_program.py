@@ -12,8 +12,9 @@ nothing). The same programs write zeros to the outputs of tokens outside ``[cu[0
 
 Attention: one program per (query tile of ``BM`` tokens, query head), the tiles of all
 sequences numbered consecutively (their prefix sums made on the device; a program finds its
-sequence by a binary search), so the grid, sized from T and B, needs nothing read on the host. Key/value tiles of ``BN`` tokens stream through shared memory in a software
-pipeline (bulk copies; warp-specialised TMA on sm_90) up to the diagonal; only tiles that
+sequence by a binary search), so the grid, sized from T and B, needs nothing read on the host.
+Key/value tiles of ``BN`` tokens stream through shared memory in a software pipeline (bulk
+copies; warp-specialised TMA on sm_90) up to the diagonal; only tiles that
 cross the diagonal or the sequence's end are masked, scores there -inf and value rows past
 the end zeros (whatever the rows there hold stays out of the product). The online softmax is
 float32 in the log2 domain (scores times ``scale · log2(e)`` before the running maximum); the
