@@ -536,14 +536,6 @@ class TileLangGDNGating(_TileLang, GDNGatingKernel):
         return gdn_gating
 
 
-KERNELS = (
-    TileLangRMSNorm, TileLangSoftmax, TileLangSiluAndMul, TileLangSum, TileLangGroupNorm, TileLangGemm, TileLangBmm,
-    TileLangLinear, TileLangRGDR, TileLangCausalConv1dUpdate, TileLangCausalConv1dVarlen,
-    TileLangZeroCentredRMSNorm, TileLangFusedAddZeroCentredRMSNorm,
-    TileLangGatedRMSNorm, TileLangGDNGating,
-)
-
-
 class TileLangAttentionDecode(_TileLang, AttentionDecodeKernel):
     """GQA decode over a contiguous or paged KV cache: split across programs, then combined."""
 
@@ -560,9 +552,6 @@ class TileLangAttentionDecode(_TileLang, AttentionDecodeKernel):
     @classmethod
     def launcher(cls, key: DecodeBuildKey) -> Callable[..., Any]:
         return build_attention_decode(key).run
-
-
-KERNELS = (*KERNELS, TileLangAttentionDecode)
 
 
 class TileLangAttentionPrefill(_TileLang, AttentionPrefillKernel):
@@ -583,4 +572,11 @@ class TileLangAttentionPrefill(_TileLang, AttentionPrefillKernel):
         return build_attention_prefill(key).run
 
 
-KERNELS = (*KERNELS, TileLangAttentionPrefill)
+KERNELS = (
+    TileLangRMSNorm, TileLangSoftmax, TileLangSiluAndMul, TileLangSum, TileLangGroupNorm, TileLangGemm, TileLangBmm,
+    TileLangLinear, TileLangRGDR, TileLangCausalConv1dUpdate, TileLangCausalConv1dVarlen,
+    TileLangZeroCentredRMSNorm, TileLangFusedAddZeroCentredRMSNorm,
+    TileLangGatedRMSNorm, TileLangGDNGating,
+    TileLangAttentionDecode, TileLangAttentionPrefill,
+)
+

@@ -202,7 +202,7 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
     if reason is not None:
         raise ValueError(reason)
 
-    def split_for(page: int | None) -> tuple[DecodeTiling, Callable[..., Any]]:
+    def split_for(page: int | None) -> tuple[DecodeTiling, Any, Callable[..., Any]]:
         tiling = default_tiling(key)
         if page is not None:
             page, tiling = page_layout(page)
@@ -211,7 +211,9 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
             kernel = compile_prim_func(decode_split_program(key, tiling, page), key.arch)
             return tiling, kernel, direct_entry(kernel)
 
-        return cached_build(("attention_decode_split", key, page, tiling), make)
+        built: tuple[DecodeTiling, Any, Callable[..., Any]] = cached_build(
+            ("attention_decode_split", key, page, tiling), make)
+        return built
 
     def make() -> DecodeLauncher:
         combine = compile_prim_func(decode_combine_program(key, default_tiling(key)), key.arch)
