@@ -10,7 +10,7 @@ from typing import Any
 
 from ._common import arch_refusal
 
-__all__ = ["FlatCache", "attention_refusal"]
+__all__ = ["FlatCache", "attention_refusal", "compile_arch"]
 
 _DTYPES = ("float16", "bfloat16")
 _INDEX_DTYPES = ("int32", "int64")
@@ -37,6 +37,13 @@ def attention_refusal(name: str, dtype: str, num_q_heads: int, num_kv_heads: int
     if num_kv_heads <= 0 or num_q_heads % num_kv_heads:
         return f"{name}: NQ={num_q_heads} is not a multiple of NKV={num_kv_heads}"
     return arch_refusal(name, arch)
+
+
+def compile_arch(arch: str) -> str:
+    """The target the attention programs compile for on ``arch``: on Hopper the arch-specific
+    ``sm_90a``, which TileLang's warp-specialised pipelines (``setmaxnreg``) and ``wgmma`` need
+    (the GEMM kernel does the same); the sm_90a code runs on every sm_90 GPU."""
+    return "sm_90a" if arch in ("sm_90", "sm_90a") else arch
 
 
 class FlatCache:

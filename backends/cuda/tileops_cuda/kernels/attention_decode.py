@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ._attention_common import FlatCache, attention_refusal
+from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, direct_entry
 from .attention_decode_program import LOG2E, decode_combine_program, decode_split_program
 
@@ -208,7 +208,7 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
             page, tiling = page_layout(page)
 
         def make() -> tuple[DecodeTiling, Any, Callable[..., Any]]:
-            kernel = compile_prim_func(decode_split_program(key, tiling, page), key.arch)
+            kernel = compile_prim_func(decode_split_program(key, tiling, page), compile_arch(key.arch))
             return tiling, kernel, direct_entry(kernel)
 
         built: tuple[DecodeTiling, Any, Callable[..., Any]] = cached_build(
@@ -216,7 +216,7 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
         return built
 
     def make() -> DecodeLauncher:
-        combine = compile_prim_func(decode_combine_program(key, default_tiling(key)), key.arch)
+        combine = compile_prim_func(decode_combine_program(key, default_tiling(key)), compile_arch(key.arch))
         built: dict[int | None, tuple[DecodeTiling, Callable[..., Any]]] = {}
         kernels: list[Any] = [combine]
 

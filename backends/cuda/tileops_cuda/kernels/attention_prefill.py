@@ -17,7 +17,7 @@ contiguous goes through a contiguous copy that is copied back (correct, not fast
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ._attention_common import FlatCache, attention_refusal
+from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, direct_entry
 from .attention_decode_program import LOG2E
 from .attention_prefill_program import prefill_attention_program, prefill_cache_program
@@ -127,8 +127,8 @@ def build_attention_prefill(key: PrefillBuildKey) -> PrefillLauncher:
         raise ValueError(reason)
 
     def make() -> PrefillLauncher:
-        cache = compile_prim_func(prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS), key.arch)
-        attention = compile_prim_func(prefill_attention_program(key, default_tiling(key)), key.arch)
+        cache = compile_prim_func(prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS), compile_arch(key.arch))
+        attention = compile_prim_func(prefill_attention_program(key, default_tiling(key)), compile_arch(key.arch))
         return PrefillLauncher(key, (cache, attention), _make_run(key, direct_entry(cache), direct_entry(attention)))
 
     return cached_build(("attention_prefill", key), make)
