@@ -7,9 +7,10 @@ Host-side decisions (build keys, refusals, the split plan, the launcher) live in
 Split pass: one program per (split, key/value head, sequence). Sequence ``b`` with ``n =
 cache_seqlens[b]`` attends to positions ``0 .. n``. Split ``s`` owns positions
 ``[s · chunk, (s + 1) · chunk)`` (``chunk`` a multiple of the tile ``BN``, chosen per call).
-The program owning position ``n`` first writes the step's key/value into that position's slot
-(no other program reads it, so a barrier inside the program orders the write before its own
-read). The program loads the ``G = NQ / NKV`` query heads of its key/value head as the first
+The program owning position ``n`` writes the step's key/value into that position's slot and
+takes position ``n`` from the ``key``/``value`` inputs (replacing the row its bulk copy brought),
+so nothing reads the slot back: no ordering between the write (generic proxy) and the bulk
+copies (the async proxy, which a thread barrier does not order) is needed. The program loads the ``G = NQ / NKV`` query heads of its key/value head as the first
 rows of a ``BH``-row tile (the rest zeros) and streams its positions through shared memory
 ``BN`` at a time in a software pipeline (bulk copies: TMA on sm_90). The last tile may run past
 ``n``: its scores there are -inf and its value rows zeros (zeros, not only zero weights, keep
@@ -105,9 +106,11 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
         return T.cast(table[b, p // cache_len], i32) * cache_len + p % cache_len
 
     @T.macro
-    def load_tile(cache: Any, tile: Any, table: Any, b: Any, h: Any, base: Any, n: Any, hi: Any, cache_len: Any):
-        """Positions ``base .. base + BN - 1`` of sequence ``b``, head ``h``, into ``tile``. Rows
-        at or past ``hi`` hold whatever their (in-bounds) addresses hold; callers mask them."""
+    def load_tile(cache: Any, new: Any, tile: Any, table: Any, b: Any, h: Any, base: Any, n: Any, hi: Any,
+                  cache_len: Any):
+        """Positions ``base .. base + BN - 1`` of sequence ``b``, head ``h``, into ``tile``. Bulk
+        copies: rows at n and past ``hi`` hold whatever their (in-bounds) addresses hold, callers
+        replace and mask them; row by row: position n comes from ``new``, rows past ``hi`` are zeros."""
         if page is None:
             T.copy(cache[b * cache_len + base : b * cache_len + base + BN, h, :], tile)
         elif page > 0:  # BN divides the block size: a tile lies inside one block
@@ -116,7 +119,9 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
         else:
             for i, d in T.Parallel(BN, D):
                 tile[i, d] = T.if_then_else(
-                    base + i < hi, cache[flat_row(table, b, T.min(base + i, n), cache_len), h, d], T.cast(0, dt))
+                    base + i < hi, T.if_then_else(base + i == n, new[b, h, d],
+                                                  cache[flat_row(table, b, T.min(base + i, n), cache_len), h, d]),
+                    T.cast(0, dt))
 
     @T.prim_func
     def decode_split(
@@ -154,12 +159,12 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
             tiles = T.if_then_else(active, T.ceildiv(hi - lo, BN), 0)
 
             if active and n < lo + chunk:
-                # The step's key/value into position n's slot before this program reads it back
-                # (no other program reads that slot).
+                # The step's key/value into position n's slot. Nothing reads it back from there
+                # (this program takes position n from the inputs; no other program reads the
+                # slot), so the write needs no ordering against the bulk copies.
                 for d in T.Parallel(D):
                     key_cache[flat_row(block_table, b, n, cache_len), h, d] = key_new[b, h, d]
                     value_cache[flat_row(block_table, b, n, cache_len), h, d] = value_new[b, h, d]
-            T.sync_threads()
 
             for i, d in T.Parallel(BH, D):
                 q_s[i, d] = T.if_then_else(i < G, query[b, h * G + T.min(i, G - 1), d], T.cast(0, dt))
@@ -169,18 +174,22 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
 
             for k in T.Pipelined(tiles, num_stages=tiling.stages):
                 base = lo + k * BN
-                load_tile(key_cache, k_s, block_table, b, h, base, n, hi, cache_len)
+                load_tile(key_cache, key_new, k_s, block_table, b, h, base, n, hi, cache_len)
+                if page != 0 and base + BN >= hi:  # the tile holding position n: its key from the input
+                    for i, d in T.Parallel(BN, D):
+                        k_s[i, d] = T.if_then_else(base + i == n, key_new[b, h, d], k_s[i, d])
                 T.clear(acc_s)
                 T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
                 for i, j in T.Parallel(BH, BN):  # scaled scores (log2 domain); -inf past hi
                     acc_s[i, j] = T.if_then_else(base + j < hi, acc_s[i, j] * scale_log2, NEG)
                 softmax_step(acc_s, acc_p, acc_o, m_cur, m_prev, rescale, row_sum, l_sum)
-                load_tile(value_cache, v_s, block_table, b, h, base, n, hi, cache_len)
-                if page != 0 and base + BN > hi:
-                    # Zeros, not only zero weights, in the rows past hi: whatever the slots
-                    # there hold (NaN) stays out of the product.
+                load_tile(value_cache, value_new, v_s, block_table, b, h, base, n, hi, cache_len)
+                if page != 0 and base + BN >= hi:
+                    # Position n's value from the input; zeros, not only zero weights, in the rows
+                    # past hi: whatever the slots there hold (NaN) stays out of the product.
                     for i, d in T.Parallel(BN, D):
-                        v_s[i, d] = T.if_then_else(base + i < hi, v_s[i, d], T.cast(0, dt))
+                        v_s[i, d] = T.if_then_else(base + i < hi, T.if_then_else(base + i == n, value_new[b, h, d],
+                                                                                 v_s[i, d]), T.cast(0, dt))
                 T.gemm(acc_p, v_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
 
             if S == 1:
