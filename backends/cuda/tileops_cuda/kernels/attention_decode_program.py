@@ -10,9 +10,10 @@ cache_seqlens[b]`` attends to positions ``0 .. n``. Split ``s`` owns positions
 The program owning position ``n`` writes the step's key/value into that position's slot and
 takes position ``n`` from the ``key``/``value`` inputs (replacing the row its bulk copy brought),
 so nothing reads the slot back: no ordering between the write (generic proxy) and the bulk
-copies (the async proxy, which a thread barrier does not order) is needed. The program loads the ``G = NQ / NKV`` query heads of its key/value head as the first
-rows of a ``BH``-row tile (the rest zeros) and streams its positions through shared memory
-``BN`` at a time in a software pipeline (bulk copies: TMA on sm_90). The last tile may run past
+copies (the async proxy, which a thread barrier does not order) is needed. The program loads
+the ``G = NQ / NKV`` query heads of its key/value head as the first rows of a ``BH``-row tile
+(the rest zeros) and streams its positions through shared memory ``BN`` at a time in a software
+pipeline (bulk copies: TMA on sm_90a). The last tile may run past
 ``n``: its scores there are -inf and its value rows zeros (zeros, not only zero weights, keep
 whatever those slots hold, NaN included, out of the product). Scores, the running maximum,
 the exponentials and the sums are float32 (log2 domain: scores are multiplied by ``scale ·
