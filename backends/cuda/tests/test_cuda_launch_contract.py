@@ -16,10 +16,10 @@ import pytest
 pytest.importorskip("torch")
 
 from tileops_core.kernels.contract import declared_launch, mismatches  # noqa: E402
-from tileops_cuda import registered  # noqa: E402
+from tileops_cuda import registered, registered_model  # noqa: E402
 from tileops_cuda.kernels import moe_permute, moe_topk_routing, moe_unpermute, qk_norm_rope  # noqa: E402
 from tileops_cuda.kernels import moe_grouped_experts, sigmoid_gate_mul  # noqa: E402
-from tileops_cuda.kernels import chunk_gdr, conv1d, rgdr, rgdr_staged  # noqa: E402
+from tileops_cuda.kernels import attention_decode, attention_prefill, chunk_gdr, conv1d, rgdr, rgdr_staged  # noqa: E402
 
 
 def _unused(*args: Any) -> None:
@@ -53,6 +53,9 @@ STAND_INS = {
         lambda key: SimpleNamespace(run=moe_grouped_experts._make_run(key, (_unused,) * 3, (_unused,) * 3)),
     "build_chunk_gdr": lambda key: SimpleNamespace(run=chunk_gdr._make_run(key, _unused, _unused, _unused)),
     "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused)),
+    "build_attention_decode": lambda key: SimpleNamespace(
+        run=attention_decode._make_run(key, lambda page: (attention_decode.default_tiling(key), _unused), _unused)),
+    "build_attention_prefill": lambda key: SimpleNamespace(run=attention_prefill._make_run(key, _unused, _unused)),
 }
 
 #: A build key each launcher can be made from (only the fields a launcher reads matter).
@@ -72,13 +75,16 @@ KEYS: dict[str, Any] = {
     "TileLangMoEPermute": moe_permute.MoEPermuteBuildKey("bfloat16", "int64", 2048, 10, 512),
     "TileLangMoEGroupedExperts": moe_grouped_experts.MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512),
     "TileLangChunkGDR": chunk_gdr.ChunkGDRBuildKey("bfloat16", "float32", 16, 32, 128, 128),
+    "TileLangAttentionDecode": attention_decode.DecodeBuildKey("bfloat16", 16, 2, 256),
+    "TileLangAttentionPrefill": attention_prefill.PrefillBuildKey("bfloat16", 16, 2, 256),
 }
 
 
 @pytest.fixture
 def stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, build in STAND_INS.items():
-        monkeypatch.setattr(registered, name, build)
+    for name, build in STAND_INS.items():  # each build function where the classes that call it look it up
+        module = registered if hasattr(registered, name) else registered_model
+        monkeypatch.setattr(module, name, build)
 
 
 @pytest.mark.parametrize("impl", registered.KERNELS, ids=lambda k: k.__name__)

@@ -35,6 +35,11 @@ ROWS = [
     ("RecurrentGatedDeltaRuleFwdOp", "qwen3.5-b8-t2-bf16state"),
     ("RecurrentGatedDeltaRuleFwdOp", "qwen3.5-b32-t4-mtp"),
     ("RecurrentGatedDeltaRuleFwdOp", "tiny-gates-mtp"),
+    ("AttentionDecodeFwdOp", "qwen3-next-b1-4k"),
+    ("AttentionDecodeFwdOp", "qwen3-next-paged-b1-4k"),
+    ("AttentionDecodeFwdOp", "tiny-paged-padding"),
+    ("AttentionPrefillFwdOp", "qwen3-next-paged-4k-b4"),
+    ("AttentionPrefillFwdOp", "tiny-contiguous-fp16"),
 ]
 
 

@@ -32,20 +32,16 @@ from typing import Any, Callable, ClassVar
 
 from tileops_core.kernels import CallSpec, KernelEntry
 from tileops_core.ops.activation import SiluAndMulKernel
-from tileops_core.ops.attention import QKNormRopeKernel, SigmoidGateMulKernel
 from tileops_core.ops.conv import CausalConv1dUpdateKernel, CausalConv1dVarlenKernel
 from tileops_core.ops.gated_delta_net import (
     FusedAddZeroCentredRMSNormKernel, GatedRMSNormKernel, GDNGatingKernel, ZeroCentredRMSNormKernel,
 )
-from tileops_core.ops.gated_delta_prefill import ChunkGDRKernel
 from tileops_core.ops.gemm import BmmKernel, GemmKernel, LinearKernel
 from tileops_core.ops.linear_attention import RGDRCall, RGDRKernel
-from tileops_core.ops.moe import MoEGroupedExpertsKernel, MoEPermuteKernel, MoETopKRoutingKernel, MoEUnpermuteKernel
 from tileops_core.ops.normalization import GroupNormKernel, RMSNormCall, RMSNormKernel
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
-from .kernels._common import SUPPORTED_ARCHS
-from .kernels.chunk_gdr import ChunkGDRBuildKey, build_chunk_gdr, chunk_gdr_refusal
+from ._tilelang_impl import TileLangImpl, rows_of
 from .kernels.conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen, conv_refusal
 from .kernels._row_views import head_view, row_view
 from .kernels.gated_rmsnorm import GatedRMSNormBuildKey, build_gated_rmsnorm, gated_rmsnorm_refusal
@@ -61,64 +57,16 @@ from .kernels.softmax import SoftmaxBuildKey, build_softmax, softmax_refusal
 from .kernels.zero_centred_rmsnorm import (
     ZeroCentredRMSNormBuildKey, build_zero_centred_rmsnorm, zero_centred_rmsnorm_refusal,
 )
-from .kernels.qk_norm_rope import QKNormRopeBuildKey, build_qk_norm_rope, qk_norm_rope_refusal
-from .kernels.sigmoid_gate_mul import SigmoidGateMulBuildKey, build_sigmoid_gate_mul, sigmoid_gate_mul_refusal
-from .kernels.moe_topk_routing import MoETopKRoutingBuildKey, build_moe_topk_routing, moe_topk_routing_refusal
-from .kernels.moe_unpermute import MoEUnpermuteBuildKey, build_moe_unpermute, moe_unpermute_refusal
-from .kernels.moe_permute import MoEPermuteBuildKey, build_moe_permute, moe_permute_refusal
-from .kernels.moe_grouped_experts import (
-    MoEGroupedExpertsBuildKey, build_moe_grouped_experts, moe_grouped_experts_refusal,
+
+from .registered_model import (
+    TileLangAttentionDecode, TileLangAttentionPrefill, TileLangChunkGDR, TileLangMoEGroupedExperts, TileLangMoEPermute,
+    TileLangMoETopKRouting, TileLangMoEUnpermute, TileLangQKNormRope, TileLangSigmoidGateMul,
 )
 
 __all__ = ["KERNELS"]
 
 
-class _TileLang:
-    """Declarations shared by every TileLang kernel: CUDA devices, the archs written for."""
-
-    devices: ClassVar[tuple[str, ...]] = ("cuda",)
-    supported_archs: ClassVar[tuple[str, ...]] = SUPPORTED_ARCHS
-    general: ClassVar[bool] = False
-    #: The launch functions write the outputs the core allocates (see the module docstring).
-    writes_outputs: ClassVar[bool] = True
-
-    @classmethod
-    def key(cls, call: CallSpec) -> Any:
-        raise NotImplementedError
-
-    #: The kernel module's refusal of a build key (``rmsnorm_refusal``, ...): what ``reason`` asks
-    #: unless a class also refuses on the call itself.
-    refuse_key: ClassVar[staticmethod[[Any], str | None]]
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: Any) -> str | None:
-        return cls.refuse_key(key)
-
-    @classmethod
-    def launcher(cls, key: Any) -> Callable[..., Any]:
-        """Compile (tilelang is imported here) and return the interface-shaped kernel."""
-        raise NotImplementedError
-
-    @classmethod
-    def refusal(cls, call: CallSpec) -> str | None:
-        try:
-            key = cls.key(call)
-        except ValueError as exc:  # a build key that cannot even be formed names why
-            return str(exc)
-        return cls.reason(call, key)
-
-    @classmethod
-    def entry_for(cls, call: CallSpec) -> KernelEntry:
-        key = cls.key(call)
-        return KernelEntry((cls.__name__, key), lambda: cls.launcher(key))
-
-
-def _rows(t: Any, width: int) -> Any:
-    """``t`` as ``[rows, width]`` (a view; ``t`` itself when it already is 2-D that way)."""
-    return t if t.dim() == 2 and t.shape[1] == width else t.view(-1, width)
-
-
-class TileLangRMSNorm(_TileLang, RMSNormKernel):
+class TileLangRMSNorm(TileLangImpl, RMSNormKernel):
     """RMSNorm over the flattened normalised axes (they are trailing; the interface's
     ``needs_contiguous`` has the core pass x and weight contiguous, so a launch only views
     them as rows)."""
@@ -145,7 +93,7 @@ class TileLangRMSNorm(_TileLang, RMSNormKernel):
             def rms_norm(x: Any, weight: Any, normalized_shape: Any, eps: float | None, out: Any = None) -> Any:
                 if out is None:
                     out = empty_like(x)
-                fn(_rows(x, hidden), weight if weight.dim() == 1 else weight.view(-1), _rows(out, hidden),
+                fn(rows_of(x, hidden), weight if weight.dim() == 1 else weight.view(-1), rows_of(out, hidden),
                    eps_default if eps is None else eps)  # fmt: skip
                 return out
 
@@ -154,13 +102,13 @@ class TileLangRMSNorm(_TileLang, RMSNormKernel):
             def rms_norm(x: Any, weight: Any, normalized_shape: Any, eps: float | None, out: Any = None) -> Any:
                 if out is None:
                     out = empty_like(x)
-                fn(_rows(x, hidden), _rows(out, hidden), eps_default if eps is None else eps)
+                fn(rows_of(x, hidden), rows_of(out, hidden), eps_default if eps is None else eps)
                 return out
 
         return rms_norm
 
 
-class TileLangSoftmax(_TileLang, SoftmaxKernel):
+class TileLangSoftmax(TileLangImpl, SoftmaxKernel):
     """Softmax over the last axis, in the input dtype (fp32 math inside)."""
 
     @classmethod
@@ -188,13 +136,13 @@ class TileLangSoftmax(_TileLang, SoftmaxKernel):
             input = input.contiguous()
             if out is None:
                 out = empty_like(input)
-            fn(_rows(input, length), _rows(out, length))
+            fn(rows_of(input, length), rows_of(out, length))
             return out
 
         return softmax
 
 
-class TileLangSiluAndMul(_TileLang, SiluAndMulKernel):
+class TileLangSiluAndMul(TileLangImpl, SiluAndMulKernel):
     """``silu(x[..., :N]) * x[..., N:]``."""
 
     refuse_key = staticmethod(silu_and_mul_refusal)
@@ -214,13 +162,13 @@ class TileLangSiluAndMul(_TileLang, SiluAndMulKernel):
             x = x.contiguous()
             if out is None:
                 out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
-            fn(_rows(x, 2 * width), _rows(out, width))
+            fn(rows_of(x, 2 * width), rows_of(out, width))
             return out
 
         return silu_and_mul
 
 
-class TileLangSum(_TileLang, SumKernel):
+class TileLangSum(TileLangImpl, SumKernel):
     """Sums over one run of adjacent axes (or everything), accumulating in float32."""
 
     @classmethod
@@ -239,7 +187,7 @@ class TileLangSum(_TileLang, SumKernel):
         return sum_launch(*key)
 
 
-class TileLangGroupNorm(_TileLang, GroupNormKernel):
+class TileLangGroupNorm(TileLangImpl, GroupNormKernel):
     """GroupNorm over ``[N, C, *]``; one build per (channels, groups, spatial size)."""
 
     refuse_key = staticmethod(group_norm_refusal)
@@ -285,7 +233,7 @@ def _gemm_key(dtype: str, n: int, k: int, trans_a: bool, trans_b: bool, batched:
     return GemmBuildKey(dtype, int(n), int(k), bool(trans_a), bool(trans_b), batched, arch)
 
 
-class TileLangGemm(_TileLang, GemmKernel):
+class TileLangGemm(TileLangImpl, GemmKernel):
     """fp16/bf16 GEMM with both transpose flags (a wgmma pipeline for sm_90)."""
 
     refuse_key = staticmethod(gemm_refusal)
@@ -312,7 +260,7 @@ class TileLangGemm(_TileLang, GemmKernel):
         return gemm
 
 
-class TileLangBmm(_TileLang, BmmKernel):
+class TileLangBmm(TileLangImpl, BmmKernel):
     """The GEMM kernel with a leading batch axis."""
 
     refuse_key = staticmethod(gemm_refusal)
@@ -338,7 +286,7 @@ class TileLangBmm(_TileLang, BmmKernel):
         return bmm
 
 
-class TileLangLinear(_TileLang, LinearKernel):
+class TileLangLinear(TileLangImpl, LinearKernel):
     """``input @ weight.T`` on the GEMM kernel (weight read transposed); bias added after."""
 
     refuse_key = staticmethod(gemm_refusal)
@@ -358,8 +306,8 @@ class TileLangLinear(_TileLang, LinearKernel):
         def linear(input: Any, weight: Any, bias: Any, out: Any = None) -> Any:
             if out is None:
                 out = torch.empty((*input.shape[:-1], n), dtype=input.dtype, device=input.device)
-            out2d = _rows(out, n)
-            fn(_rows(input.contiguous(), k), weight.contiguous(), out2d)
+            out2d = rows_of(out, n)
+            fn(rows_of(input.contiguous(), k), weight.contiguous(), out2d)
             if bias is not None:
                 out2d += bias
             return out
@@ -367,7 +315,7 @@ class TileLangLinear(_TileLang, LinearKernel):
         return linear
 
 
-class TileLangRGDR(_TileLang, RGDRKernel):
+class TileLangRGDR(TileLangImpl, RGDRKernel):
     """The RGDR decode kernel: one build per dtypes, head sizes and presence flags."""
 
     refuse_key = staticmethod(rgdr_refusal)
@@ -409,7 +357,7 @@ class TileLangRGDRStaged(TileLangRGDR):
         return build_rgdr_staged(key).run
 
 
-class TileLangCausalConv1dUpdate(_TileLang, CausalConv1dUpdateKernel):
+class TileLangCausalConv1dUpdate(TileLangImpl, CausalConv1dUpdateKernel):
     """The causal conv1d decode kernel: reads a strided ``x`` and the pool in place (see kernels.conv1d)."""
 
     refuse_key = staticmethod(conv_refusal)
@@ -426,7 +374,7 @@ class TileLangCausalConv1dUpdate(_TileLang, CausalConv1dUpdateKernel):
         return build_conv_update(key).run
 
 
-class TileLangCausalConv1dVarlen(_TileLang, CausalConv1dVarlenKernel):
+class TileLangCausalConv1dVarlen(TileLangImpl, CausalConv1dVarlenKernel):
     """The causal conv1d prefill kernels (outputs, then final windows)."""
 
     refuse_key = staticmethod(conv_refusal)
@@ -443,7 +391,7 @@ class TileLangCausalConv1dVarlen(_TileLang, CausalConv1dVarlenKernel):
     @classmethod
     def launcher(cls, key: ConvVarlenBuildKey) -> Callable[..., Any]:
         return build_conv_varlen(key).run
-class TileLangZeroCentredRMSNorm(_TileLang, ZeroCentredRMSNormKernel):
+class TileLangZeroCentredRMSNorm(TileLangImpl, ZeroCentredRMSNormKernel):
     """Zero-centred RMSNorm over the last axis; x is read in place as strided rows where it can be."""
 
     refuse_key = staticmethod(zero_centred_rmsnorm_refusal)
@@ -462,13 +410,13 @@ class TileLangZeroCentredRMSNorm(_TileLang, ZeroCentredRMSNormKernel):
         def zero_centred_rms_norm(x: Any, weight: Any, eps: float, out: Any = None) -> Any:
             if out is None:
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-            fn(row_view(x, hidden)[0], weight.contiguous(), _rows(out, hidden), eps)
+            fn(row_view(x, hidden)[0], weight.contiguous(), rows_of(out, hidden), eps)
             return out
 
         return zero_centred_rms_norm
 
 
-class TileLangFusedAddZeroCentredRMSNorm(_TileLang, FusedAddZeroCentredRMSNormKernel):
+class TileLangFusedAddZeroCentredRMSNorm(TileLangImpl, FusedAddZeroCentredRMSNormKernel):
     """The residual add fused into the zero-centred norm; the residual is written in place (a view
     the kernel cannot read in place is written through a copy, then copied back)."""
 
@@ -489,7 +437,7 @@ class TileLangFusedAddZeroCentredRMSNorm(_TileLang, FusedAddZeroCentredRMSNormKe
             if out is None:
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
             rows, copied = row_view(residual, hidden)
-            fn(row_view(x, hidden)[0], rows, weight.contiguous(), _rows(out, hidden), eps)
+            fn(row_view(x, hidden)[0], rows, weight.contiguous(), rows_of(out, hidden), eps)
             if copied:
                 residual.copy_(rows.view(residual.shape))
             return out
@@ -497,7 +445,7 @@ class TileLangFusedAddZeroCentredRMSNorm(_TileLang, FusedAddZeroCentredRMSNormKe
         return fused_add_zero_centred_rms_norm
 
 
-class TileLangGatedRMSNorm(_TileLang, GatedRMSNormKernel):
+class TileLangGatedRMSNorm(TileLangImpl, GatedRMSNormKernel):
     """RMSNorm per head, weight, SiLU gate; x and the gate are read in place as [outer, heads, D]."""
 
     refuse_key = staticmethod(gated_rmsnorm_refusal)
@@ -523,7 +471,7 @@ class TileLangGatedRMSNorm(_TileLang, GatedRMSNormKernel):
         return gated_rms_norm
 
 
-class TileLangGDNGating(_TileLang, GDNGatingKernel):
+class TileLangGDNGating(TileLangImpl, GDNGatingKernel):
     """g and beta from the a/b projections; a and b are read in place as strided rows."""
 
     refuse_key = staticmethod(gdn_gating_refusal)
@@ -546,136 +494,10 @@ class TileLangGDNGating(_TileLang, GDNGatingKernel):
             if beta is None:
                 beta = torch.empty(b.shape, dtype=b.dtype, device=b.device)
             fn(row_view(a, heads)[0], row_view(b, heads)[0], A_log.contiguous(), dt_bias.contiguous(),
-               _rows(g, heads), _rows(beta, heads))
+               rows_of(g, heads), rows_of(beta, heads))
             return g, beta
 
         return gdn_gating
-
-
-class TileLangQKNormRope(_TileLang, QKNormRopeKernel):
-    """Per-head zero-centred RMSNorm of q and k and their rotary embedding in one pass; q and k are
-    read in place as strided heads; rotary_dim, theta, eps and the MRoPE sections are runtime values."""
-
-    @classmethod
-    def key(cls, call: CallSpec) -> QKNormRopeBuildKey:
-        d = call.dtypes
-        return QKNormRopeBuildKey(d["query"], d["positions"], int(call.dims["NQ"]), int(call.dims["NKV"]),
-                                  int(call.dims["D"]), call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: QKNormRopeBuildKey) -> str | None:
-        return qk_norm_rope_refusal(key)
-
-    @classmethod
-    def launcher(cls, key: QKNormRopeBuildKey) -> Callable[..., Any]:
-        return build_qk_norm_rope(key).run
-
-
-class TileLangSigmoidGateMul(_TileLang, SigmoidGateMulKernel):
-    """``attn · sigmoid(gate)`` streamed over rows; a strided gate is read in place."""
-
-    @classmethod
-    def key(cls, call: CallSpec) -> SigmoidGateMulBuildKey:
-        return SigmoidGateMulBuildKey(call.dtypes["attn"], int(call.dims["N"]), call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: SigmoidGateMulBuildKey) -> str | None:
-        return sigmoid_gate_mul_refusal(key)
-
-    @classmethod
-    def launcher(cls, key: SigmoidGateMulBuildKey) -> Callable[..., Any]:
-        return build_sigmoid_gate_mul(key).run
-
-
-class TileLangMoETopKRouting(_TileLang, MoETopKRoutingKernel):
-    """Softmax, top-k (ties to the lower id) and renormalisation of router logits, a token per program."""
-
-    @classmethod
-    def key(cls, call: CallSpec) -> MoETopKRoutingBuildKey:
-        d = call.dtypes
-        return MoETopKRoutingBuildKey(d["router_logits"], d["topk_ids"], int(call.dims["E"]), int(call.dims["top_k"]),
-                                      bool(call.flags["renormalize"]), call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: MoETopKRoutingBuildKey) -> str | None:
-        return moe_topk_routing_refusal(key)
-
-    @classmethod
-    def launcher(cls, key: MoETopKRoutingBuildKey) -> Callable[..., Any]:
-        return build_moe_topk_routing(key).run
-
-
-class TileLangMoEUnpermute(_TileLang, MoEUnpermuteKernel):
-    """The weighted combine of each token's expert rows (plus the shared output), a gather per token."""
-
-    @classmethod
-    def key(cls, call: CallSpec) -> MoEUnpermuteBuildKey:
-        d = call.dtypes
-        return MoEUnpermuteBuildKey(d["expert_output"], d["permuted_index"], d["topk_weights"], int(call.dims["H"]),
-                                    int(call.dims["K"]), bool(call.flags["has_shared_output"]), call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: MoEUnpermuteBuildKey) -> str | None:
-        return moe_unpermute_refusal(key)
-
-    @classmethod
-    def launcher(cls, key: MoEUnpermuteBuildKey) -> Callable[..., Any]:
-        return build_moe_unpermute(key).run
-
-
-class TileLangMoEPermute(_TileLang, MoEPermuteKernel):
-    """Token copies grouped by expert (stable), the offsets and the inverse map; three kernels, no host sync."""
-
-    @classmethod
-    def key(cls, call: CallSpec) -> MoEPermuteBuildKey:
-        d = call.dtypes
-        return MoEPermuteBuildKey(d["hidden_states"], d["topk_ids"], int(call.dims["H"]), int(call.dims["K"]),
-                                  int(call.dims["num_experts"]), call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: MoEPermuteBuildKey) -> str | None:
-        return moe_permute_refusal(key)
-
-    @classmethod
-    def launcher(cls, key: MoEPermuteBuildKey) -> Callable[..., Any]:
-        return build_moe_permute(key).run
-
-
-class TileLangMoEGroupedExperts(_TileLang, MoEGroupedExpertsKernel):
-    """Each expert's SwiGLU MLP over its permuted rows on wgmma: a device-made tile map, then the
-    gate/up GEMMs with SiLU-and-multiply fused, then the down GEMM; no host sync."""
-
-    @classmethod
-    def key(cls, call: CallSpec) -> MoEGroupedExpertsBuildKey:
-        return MoEGroupedExpertsBuildKey(call.dtypes["hidden_states"], int(call.dims["E"]), int(call.dims["H"]),
-                                         int(call.dims["I"]), call.dtypes["expert_offsets"], call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: MoEGroupedExpertsBuildKey) -> str | None:
-        return moe_grouped_experts_refusal(key)
-
-    @classmethod
-    def launcher(cls, key: MoEGroupedExpertsBuildKey) -> Callable[..., Any]:
-        return build_moe_grouped_experts(key).run
-class TileLangChunkGDR(_TileLang, ChunkGDRKernel):
-    """The chunked gated delta rule (three kernels: W/U per chunk, the state walk, the outputs); the
-    l2 norm and ``has_initial_state`` are runtime flags, so one build serves every call of a head shape."""
-
-    @classmethod
-    def key(cls, call: CallSpec) -> ChunkGDRBuildKey:
-        d, dims = call.dtypes, call.dims
-        return ChunkGDRBuildKey(d["query"], d["state"], int(dims["NK"]), int(dims["NV"]), int(dims["DK"]),
-                                int(dims["DV"]), call.arch)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: ChunkGDRBuildKey) -> str | None:
-        return chunk_gdr_refusal(key)
-
-    @classmethod
-    def launcher(cls, key: ChunkGDRBuildKey) -> Callable[..., Any]:
-        # `run` takes the interface's arguments, then `out`; the interface's needs_contiguous
-        # means the core already made every tensor contiguous.
-        return build_chunk_gdr(key).run
 
 
 KERNELS = (
@@ -686,4 +508,6 @@ KERNELS = (
     TileLangQKNormRope, TileLangSigmoidGateMul, TileLangMoETopKRouting, TileLangMoEUnpermute,
     TileLangMoEPermute, TileLangMoEGroupedExperts,
     TileLangChunkGDR, TileLangRGDRStaged,
+    TileLangAttentionDecode, TileLangAttentionPrefill,
 )
+

@@ -1,0 +1,258 @@
+"""The GQA decode step over a KV cache as TileLang programs: the split pass and the combine pass.
+
+Host-side decisions (build keys, refusals, the split plan, the launcher) live in
+:mod:`tileops_cuda.kernels.attention_decode`; semantics are ``manifest/attention.yaml``'s
+``AttentionDecodeFwdOp`` (the reference is ``tileops_cpu_ref.attention.attention_decode``).
+
+Split pass: one program per (split, key/value head, sequence). Sequence ``b`` with ``n =
+cache_seqlens[b]`` attends to positions ``0 .. n``. Split ``s`` owns positions
+``[s · chunk, (s + 1) · chunk)`` (``chunk`` a multiple of the tile ``BN``, chosen per call).
+The program owning position ``n`` writes the step's key/value into that position's slot and
+takes position ``n`` from the ``key``/``value`` inputs (replacing the row its bulk copy brought),
+so nothing reads the slot back: no ordering between the write (generic proxy) and the bulk
+copies (the async proxy, which a thread barrier does not order) is needed. The program loads
+the ``G = NQ / NKV`` query heads of its key/value head as the first rows of a ``BH``-row tile
+(the rest zeros) and streams its positions through shared memory ``BN`` at a time in a software
+pipeline (bulk copies: TMA on sm_90a). The last tile may run past
+``n``: its scores there are -inf and its value rows zeros (zeros, not only zero weights, keep
+whatever those slots hold, NaN included, out of the product). Scores, the running maximum,
+the exponentials and the sums are float32 (log2 domain: scores are multiplied by ``scale ·
+log2(e)`` before the running maximum, so any sign of scale is exact); the probabilities are
+rounded to the input dtype for the tensor-core product with V (as FlashAttention does), the
+accumulator stays float32.
+
+With one split (``num_splits == 1``, large batches) the split pass writes the output itself,
+normalised and rounded once, zeros for padding sequences. Otherwise it writes each active
+split's normalised float32 partial output and its log2-sum-exp, and the combine pass (one
+program per (query head, sequence)) merges the ``n // chunk + 1`` active splits and rounds
+once; padding sequences get zeros there.
+
+Layouts: the caches are passed flat, ``[N · L, NKV, D]``. Position ``p`` of sequence ``b`` is
+flat row ``b · L + p`` (contiguous, ``L`` the capacity, a runtime scalar: a last tile running
+past the row reads the next row or, past the pool, zeros, all masked) or
+``block_table[b, p // L] · L + p % L`` (paged, ``L`` the block size: compiled in when a tile
+fits inside a block, so one table entry a tile; a runtime scalar in the row-by-row program).
+Table entries past a sequence's last block are never read. Nothing is compiled per B,
+context or pool size.
+
+tilelang is imported inside the builders, never at module import.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .attention_decode import DecodeBuildKey, DecodeTiling
+
+__all__ = ["LOG2E", "decode_combine_program", "decode_split_program", "online_softmax_step"]
+
+#: log2(e): scores are exponentiated with exp2 after folding this into the softmax scale.
+LOG2E = 1.4426950408889634
+
+
+def online_softmax_step(rows: int, cols: int, dim: int) -> Any:
+    """The TileLang macro of one key/value tile's online-softmax update (both attention
+    programs): ``acc_s`` holds the tile's scaled scores (log2 domain, -inf where masked); after
+    it ``acc_p`` holds the probabilities in the input dtype, ``acc_o`` is rescaled to the new
+    running maximum (ready for ``acc_o += acc_p · V``), ``m_cur`` and ``l_sum`` are updated."""
+    import tilelang.language as T
+
+    @T.macro
+    def softmax_step(acc_s: Any, acc_p: Any, acc_o: Any, m_cur: Any, m_prev: Any, rescale: Any, row_sum: Any,
+                     l_sum: Any):
+        T.copy(m_cur, m_prev)
+        T.reduce_max(acc_s, m_cur, dim=1, clear=False)
+        for i in T.Parallel(rows):
+            rescale[i] = T.exp2(m_prev[i] - m_cur[i])
+        for i, j in T.Parallel(rows, cols):
+            acc_s[i, j] = T.exp2(acc_s[i, j] - m_cur[i])
+        T.reduce_sum(acc_s, row_sum, dim=1)
+        for i in T.Parallel(rows):
+            l_sum[i] = l_sum[i] * rescale[i] + row_sum[i]
+        T.copy(acc_s, acc_p)
+        for i, d in T.Parallel(rows, dim):
+            acc_o[i, d] *= rescale[i]
+
+    return softmax_step
+
+
+def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: int | None) -> Any:  # noqa: C901
+    """The split PrimFunc: ``(query, key, value, key_cache, value_cache, cache_seqlens,
+    block_table, o_part, lse_part, out, cache_len, chunk, scale_log2)``. The caches are flat
+    ``[N · L, NKV, D]``; ``block_table`` is a ``[1, 1]`` dummy for the contiguous layout;
+    ``cache_len`` is L: the capacity (contiguous) or the block size (paged).
+
+    ``page``: None for the contiguous layout (a tile is ``BN`` consecutive rows: one bulk copy);
+    the block size for the paged layout when ``BN`` divides it (a tile lies inside one block:
+    one bulk copy); 0 for any other block size (each row's address computed on its own and
+    loaded synchronously: correct, slower).
+    """
+    import tilelang.language as T
+
+    dt, f32, i32 = key.dtype, "float32", "int32"
+    NQ, NKV, D = key.num_q_heads, key.num_kv_heads, key.head_dim
+    G = NQ // NKV
+    BH, BN, TH = tiling.block_h, tiling.block_n, tiling.threads
+    B, NL, TB, MB, S = (T.dynamic(n) for n in ("B", "NL", "TB", "MB", "S"))
+    NEG = -T.infinity(f32)
+    softmax_step = online_softmax_step(BH, BN, D)
+
+    def flat_row(table: Any, b: Any, p: Any, cache_len: Any) -> Any:
+        """The flat cache row of position ``p`` of sequence ``b`` (``p`` inside the sequence)."""
+        if page is None:
+            return b * cache_len + p
+        if page > 0:
+            return T.cast(table[b, p // page], i32) * page + p % page
+        return T.cast(table[b, p // cache_len], i32) * cache_len + p % cache_len
+
+    @T.macro
+    def load_tile(cache: Any, new: Any, tile: Any, table: Any, b: Any, h: Any, base: Any, n: Any, hi: Any,
+                  cache_len: Any):
+        """Positions ``base .. base + BN - 1`` of sequence ``b``, head ``h``, into ``tile``. Bulk
+        copies: rows at n and past ``hi`` hold whatever their (in-bounds) addresses hold, callers
+        replace and mask them; row by row: position n comes from ``new``, rows past ``hi`` are zeros."""
+        if page is None:
+            T.copy(cache[b * cache_len + base : b * cache_len + base + BN, h, :], tile)
+        elif page > 0:  # BN divides the block size: a tile lies inside one block
+            T.copy(cache[T.cast(table[b, base // page], i32) * page + base % page :
+                         T.cast(table[b, base // page], i32) * page + base % page + BN, h, :], tile)
+        else:
+            for i, d in T.Parallel(BN, D):
+                tile[i, d] = T.if_then_else(
+                    base + i < hi, T.if_then_else(base + i == n, new[b, h, d],
+                                                  cache[flat_row(table, b, T.min(base + i, n), cache_len), h, d]),
+                    T.cast(0, dt))
+
+    @T.prim_func
+    def decode_split(
+        query: T.Tensor((B, NQ, D), dt),
+        key_new: T.Tensor((B, NKV, D), dt),
+        value_new: T.Tensor((B, NKV, D), dt),
+        key_cache: T.Tensor((NL, NKV, D), dt),
+        value_cache: T.Tensor((NL, NKV, D), dt),
+        cache_seqlens: T.Tensor((B,), key.seqlens_dtype),
+        block_table: T.Tensor((TB, MB), key.table_dtype or i32),
+        o_part: T.Tensor((S, B, NQ, D), f32),
+        lse_part: T.Tensor((S, B, NQ), f32),
+        out: T.Tensor((B, NQ, D), dt),
+        cache_len: T.int32,
+        chunk: T.int32,
+        scale_log2: T.float32,
+    ):
+        with T.Kernel(S, NKV, B, threads=TH) as (sid, h, b):
+            q_s = T.alloc_shared((BH, D), dt)
+            k_s = T.alloc_shared((BN, D), dt)
+            v_s = T.alloc_shared((BN, D), dt)
+            acc_s = T.alloc_fragment((BH, BN), f32)
+            acc_p = T.alloc_fragment((BH, BN), dt)
+            acc_o = T.alloc_fragment((BH, D), f32)
+            m_cur = T.alloc_fragment((BH,), f32)
+            m_prev = T.alloc_fragment((BH,), f32)
+            rescale = T.alloc_fragment((BH,), f32)
+            row_sum = T.alloc_fragment((BH,), f32)
+            l_sum = T.alloc_fragment((BH,), f32)
+
+            n = T.cast(cache_seqlens[b], i32)
+            lo = sid * chunk
+            hi = T.min(lo + chunk, n + 1)  # this program's positions: [lo, hi)
+            active = n >= 0 and lo <= n
+            tiles = T.if_then_else(active, T.ceildiv(hi - lo, BN), 0)
+
+            if active and n < lo + chunk:
+                # The step's key/value into position n's slot. Nothing reads it back from there
+                # (this program takes position n from the inputs; no other program reads the
+                # slot), so the write needs no ordering against the bulk copies.
+                for d in T.Parallel(D):
+                    key_cache[flat_row(block_table, b, n, cache_len), h, d] = key_new[b, h, d]
+                    value_cache[flat_row(block_table, b, n, cache_len), h, d] = value_new[b, h, d]
+
+            for i, d in T.Parallel(BH, D):
+                q_s[i, d] = T.if_then_else(i < G, query[b, h * G + T.min(i, G - 1), d], T.cast(0, dt))
+            T.fill(acc_o, 0)
+            T.fill(l_sum, 0)
+            T.fill(m_cur, NEG)
+
+            for k in T.Pipelined(tiles, num_stages=tiling.stages):
+                base = lo + k * BN
+                load_tile(key_cache, key_new, k_s, block_table, b, h, base, n, hi, cache_len)
+                if page != 0 and base + BN >= hi:  # the tile holding position n: its key from the input
+                    for i, d in T.Parallel(BN, D):
+                        k_s[i, d] = T.if_then_else(base + i == n, key_new[b, h, d], k_s[i, d])
+                T.clear(acc_s)
+                T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                for i, j in T.Parallel(BH, BN):  # scaled scores (log2 domain); -inf past hi
+                    acc_s[i, j] = T.if_then_else(base + j < hi, acc_s[i, j] * scale_log2, NEG)
+                softmax_step(acc_s, acc_p, acc_o, m_cur, m_prev, rescale, row_sum, l_sum)
+                load_tile(value_cache, value_new, v_s, block_table, b, h, base, n, hi, cache_len)
+                if page != 0 and base + BN >= hi:
+                    # Position n's value from the input; zeros, not only zero weights, in the rows
+                    # past hi: whatever the slots there hold (NaN) stays out of the product.
+                    for i, d in T.Parallel(BN, D):
+                        v_s[i, d] = T.if_then_else(base + i < hi, T.if_then_else(base + i == n, value_new[b, h, d],
+                                                                                 v_s[i, d]), T.cast(0, dt))
+                T.gemm(acc_p, v_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+
+            if S == 1:
+                for i, d in T.Parallel(BH, D):
+                    if i < G:
+                        out[b, h * G + i, d] = T.if_then_else(n >= 0, T.cast(acc_o[i, d] / l_sum[i], dt),
+                                                              T.cast(0, dt))
+            elif active:
+                for i, d in T.Parallel(BH, D):
+                    if i < G:
+                        o_part[sid, b, h * G + i, d] = acc_o[i, d] / l_sum[i]
+                for i in T.Parallel(BH):
+                    if i < G:
+                        lse_part[sid, b, h * G + i] = T.log2(l_sum[i]) + m_cur[i]
+
+    return decode_split
+
+
+def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any:
+    """The combine PrimFunc: ``(o_part, lse_part, cache_seqlens, out, chunk)``. One program per
+    (query head, sequence); each thread owns ``ceil(D / threads)`` channels. Sequence ``b`` has
+    ``n // chunk + 1`` active splits (the split pass wrote exactly those); padding gets zeros."""
+    import tilelang.language as T
+
+    dt, f32, i32 = key.dtype, "float32", "int32"
+    NQ, D = key.num_q_heads, key.head_dim
+    TH = tiling.combine_threads
+    PER = (D + TH - 1) // TH
+    B, S = T.dynamic("B"), T.dynamic("S")
+
+    @T.prim_func
+    def decode_combine(
+        o_part: T.Tensor((S, B, NQ, D), f32),
+        lse_part: T.Tensor((S, B, NQ), f32),
+        cache_seqlens: T.Tensor((B,), key.seqlens_dtype),
+        out: T.Tensor((B, NQ, D), dt),
+        chunk: T.int32,
+    ):
+        with T.Kernel(NQ, B, threads=TH) as (q, b):
+            tid = T.get_thread_binding()
+            acc = T.alloc_local((PER,), f32)
+            m = T.alloc_var(f32)
+            total = T.alloc_var(f32)
+            w = T.alloc_var(f32)
+            n = T.cast(cache_seqlens[b], i32)
+            active = T.min(T.max(n, 0) // chunk + 1, S)
+            for e in T.unroll(PER):
+                acc[e] = T.float32(0)
+            if n >= 0:
+                m = -T.infinity(f32)
+                for s in T.serial(active):
+                    m = T.max(m, lse_part[s, b, q])
+                total = T.float32(0)
+                for s in T.serial(active):
+                    total = total + T.exp2(lse_part[s, b, q] - m)
+                for s in T.serial(active):
+                    w = T.exp2(lse_part[s, b, q] - m) / total
+                    for e in T.unroll(PER):
+                        if tid + e * TH < D:
+                            acc[e] = acc[e] + w * o_part[s, b, q, tid + e * TH]
+            for e in T.unroll(PER):
+                if tid + e * TH < D:
+                    out[b, q, tid + e * TH] = T.cast(acc[e], dt)
+
+    return decode_combine

@@ -1,0 +1,134 @@
+"""Causal varlen GQA prefill writing the KV cache (AttentionPrefillFwdOp) on NVIDIA GPUs: the host side.
+
+What gets compiled (the build key: dtype, head counts, head size, the layout, metadata dtypes;
+never B, T or the pool size), what the kernels were not written for
+(:func:`prefill_refusal`), and how a call is launched: the cache write (which also zeroes
+the outputs of tokens no sequence covers), then the attention, on the current stream; nothing
+synchronises, so launches capture into CUDA graphs. The programs are
+:mod:`tileops_cuda.kernels.attention_prefill_program`.
+
+The attention reads the step's own keys and values (prompts attend to their own tokens only,
+no earlier context), so the cache write and the attention are independent; a cache that is not
+contiguous goes through a contiguous copy that is copied back (correct, not fast).
+"""
+
+# No `from __future__ import annotations`: dataclass field types stay plain classes here.
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ._attention_common import FlatCache, attention_refusal, compile_arch
+from ._common import cached_build, compile_prim_func, direct_entry
+from .attention_decode_program import LOG2E
+from .attention_prefill_program import prefill_attention_program, prefill_cache_program
+
+__all__ = ["PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "build_attention_prefill", "default_tiling",
+           "prefill_refusal"]
+
+#: Tokens a cache-write program copies, and its threads.
+CACHE_TOKENS, CACHE_THREADS = 16, 256
+
+
+@dataclass(frozen=True)
+class PrefillBuildKey:
+    """The prefill kernels' build identity. ``slot_dtype`` is None for the contiguous layout."""
+
+    dtype: str
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    paged: bool = False
+    cu_dtype: str = "int32"
+    slot_dtype: str | None = None
+    arch: str = "sm_90"
+
+
+@dataclass(frozen=True)
+class PrefillTiling:
+    """``block_m`` query tokens a program (two consumer warpgroups' tensor-core rows),
+    ``block_n`` key/value tokens a pipeline stage, ``stages`` stages."""
+
+    block_m: int = 128
+    block_n: int = 64
+    stages: int = 2
+    threads: int = 256
+
+
+def default_tiling(key: PrefillBuildKey) -> PrefillTiling:
+    return PrefillTiling()
+
+
+def prefill_refusal(key: PrefillBuildKey) -> str | None:
+    """Why the prefill kernels cannot serve ``key`` (a sentence naming the fix), or None."""
+    return attention_refusal("attention prefill TileLang kernel", key.dtype, key.num_q_heads, key.num_kv_heads,
+                             key.head_dim, {"cu_dtype": key.cu_dtype, "slot_dtype": key.slot_dtype}, key.paged,
+                             "slot_dtype", default_tiling(key).block_m, key.arch)
+
+
+class PrefillLauncher:
+    """The compiled kernels of one build key and ``run``: the interface's arguments, then ``out``
+    (allocated when None); writes ``out`` and the caches in place on the current stream."""
+
+    def __init__(self, key: PrefillBuildKey, kernels: tuple[Any, ...], run: Callable[..., Any]) -> None:
+        self.key = key
+        self.kernels = kernels
+        self.run = run
+
+    def source(self, index: int = 0) -> str:
+        """The generated CUDA source of the cache write (0) or the attention (1)."""
+        return self.kernels[index].get_kernel_source()
+
+
+def _make_run(key: PrefillBuildKey, cache_fn: Callable[..., Any],
+              attention_fn: Callable[..., Any]) -> Callable[..., Any]:
+    import torch
+
+    D, NQ, NKV = key.head_dim, key.num_q_heads, key.num_kv_heads
+    tiling = default_tiling(key)
+    dummies: dict[Any, Any] = {}
+
+    def dummy_slots(device: Any) -> Any:
+        t = dummies.get(device)
+        if t is None:
+            t = dummies[device] = torch.zeros((1,), dtype=torch.int32, device=device)
+        return t
+
+    def attention_prefill(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cu_seqlens: Any,
+                          slot_mapping: Any, scale: Any, out: Any = None) -> Any:
+        if out is None:
+            out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+        T = query.shape[0]
+        B = cu_seqlens.shape[0] - 1
+        if T == 0:
+            return out  # a zero-sized grid is not launchable
+        q, k, v = query.contiguous(), key.contiguous(), value.contiguous()
+        cu = cu_seqlens.contiguous()
+        kc = FlatCache("attention prefill TileLang kernel", key_cache, NKV, D)
+        vc = FlatCache("attention prefill TileLang kernel", value_cache, NKV, D)
+        slots = dummy_slots(query.device) if slot_mapping is None else slot_mapping.contiguous()
+        cache_fn(k, v, cu, slots, kc.flat, vc.flat, out.view(T, NQ * D), key_cache.shape[1], max(B, 1).bit_length())
+        if B > 0:
+            scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
+            lengths = (cu[1:] - cu[:-1]).clamp(min=0)
+            tile_cu = torch.nn.functional.pad(torch.cumsum(-(-lengths // tiling.block_m), 0), (1, 0)).int()
+            attention_fn(q, k, v, cu, tile_cu, out, scale_log2, B.bit_length())
+        kc.write_back()
+        vc.write_back()
+        return out
+
+    return attention_prefill
+
+
+def build_attention_prefill(key: PrefillBuildKey) -> PrefillLauncher:
+    """Compile both kernels (once per process) and return their launcher; ValueError with the
+    refusal reason if they were not written for ``key``."""
+    reason = prefill_refusal(key)
+    if reason is not None:
+        raise ValueError(reason)
+
+    def make() -> PrefillLauncher:
+        cache = compile_prim_func(prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS), compile_arch(key.arch))
+        attention = compile_prim_func(prefill_attention_program(key, default_tiling(key)), compile_arch(key.arch))
+        return PrefillLauncher(key, (cache, attention), _make_run(key, direct_entry(cache), direct_entry(attention)))
+
+    return cached_build(("attention_prefill", key), make)
