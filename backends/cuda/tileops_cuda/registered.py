@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, ClassVar
 
-from tileops_core.kernels import CallSpec, KernelEntry
+from tileops_core.kernels import CallSpec
 from tileops_core.ops.activation import SiluAndMulKernel
 from tileops_core.ops.conv import CausalConv1dUpdateKernel, CausalConv1dVarlenKernel
 from tileops_core.ops.gated_delta_net import (

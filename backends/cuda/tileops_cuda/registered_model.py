@@ -6,7 +6,6 @@ contract is :mod:`.registered`'s; ``registered.KERNELS`` lists these with the re
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 from tileops_core.kernels import CallSpec
