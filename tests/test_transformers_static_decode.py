@@ -8,6 +8,7 @@ at the same addresses from the first step to the last.
 from __future__ import annotations
 
 import copy
+import inspect
 
 import pytest
 import torch
@@ -25,9 +26,10 @@ TOL = 1e-4
 def _hf_greedy(model, ids: torch.Tensor, mask: torch.Tensor, steps: int) -> tuple[list[torch.Tensor], list]:
     """Per step, the last position's logits and the greedy tokens, through HF's forward with its cache."""
     logits, tokens, cache = [], [], None
+    key = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"  # < 5.2x
     with torch.no_grad():
         for _ in range(1 + steps):
-            out = model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
+            out = model(input_ids=ids, attention_mask=mask, use_cache=True, **{key: cache})
             cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
             logits.append(out.logits[:, -1])
             ids = out.logits[:, -1].argmax(-1, keepdim=True)
