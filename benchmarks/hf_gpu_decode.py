@@ -314,7 +314,7 @@ def captured_decode(models: Models, batch: int, a: Any, clock: Clock, hf_fla_ste
                 row["speedup_vs_hf_fla_eager"] = hf_fla_step_s / row[f"{mode}_step_s"]
         except Exception as exc:  # a mode that fails says why; the run goes on
             row[f"{mode}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            traceback.print_exc()
+            traceback.print_exc(limit=-4)
     return row
 
 
@@ -477,7 +477,7 @@ def run(a: Any) -> dict[str, Any]:
         try:
             where[key] = fn()
         except Exception as exc:  # one failing measurement is recorded; the others still run
-            traceback.print_exc()
+            traceback.print_exc(limit=-4)
             where[key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
         save()
         print(f"  {key}: {where[key]}", flush=True)
