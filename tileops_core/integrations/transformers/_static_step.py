@@ -64,6 +64,8 @@ class StaticStep:
         self._gate = SigmoidGateMulFwdOp(check_contents=False)
         self._shared = MoESharedExpertFwdOp(check_contents=False)
         self._rows = torch.arange(pools.max_batch, device=pools.ids.device)
+        # Qwen3.5's text rotary takes three position rows (MRoPE; transformers < 5.2x requires them), others one.
+        self._rope_rows = 3 if hasattr(inner.rotary_emb, "mrope_section") else 0
         self._gdn_cache: StaticGDNCache | None = None
 
     def start(self, batch: int) -> None:
@@ -73,7 +75,10 @@ class StaticStep:
     def __call__(self, batch: int) -> torch.Tensor:
         inner, p = self.model.model, self.pools
         x = inner.embed_tokens(p.ids[:batch].view(batch, 1))
-        cos, sin = inner.rotary_emb(x, p.positions[:batch].view(batch, 1))
+        positions = p.positions[:batch].view(batch, 1)
+        if self._rope_rows:
+            positions = positions.expand(self._rope_rows, batch, 1)
+        cos, sin = inner.rotary_emb(x, positions)
         for i, layer in enumerate(inner.layers):
             h = layer.input_layernorm(x)
             if i in self._gdn:
