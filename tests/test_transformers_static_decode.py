@@ -120,3 +120,19 @@ def test_a_captured_session_needs_a_cuda_model() -> None:
     apply_tileops(patched)
     with pytest.raises(ValueError, match="needs a CUDA model"):
         static_decode_session(patched, 2, 16, capture="cuda_graph")
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe"])
+def test_the_step_traces_as_one_graph_and_computes_the_eager_step(model_type: str) -> None:
+    patched = tiny_model(model_type, seed=31)
+    apply_tileops(patched)
+    session = static_decode_session(patched, 2, 16)
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=32)
+    session.pools.ids[:2].copy_(session.prefill(ids, mask).argmax(-1))
+    saved = session.pools.snapshot()
+    compiled = torch.compile(session.step_function, backend="eager", fullgraph=True)  # a graph break raises
+    with torch.no_grad():
+        want = session.step_function(2)
+        session.pools.restore(saved)
+        got = compiled(2)
+    assert torch.equal(want, got)

@@ -134,6 +134,12 @@ class StaticDecodeSession:
             return self._compiled_step()(B)
         return self._step(B)
 
+    @property
+    def step_function(self) -> Callable[[int], torch.Tensor]:
+        """The step itself, ``batch -> logits``, reading ``pools.ids`` and advancing the pools: what
+        ``capture`` records, for a caller's own capture or compile (it traces as one graph)."""
+        return self._step
+
     def addresses(self) -> list[int]:
         """The static buffers' addresses (constant for the session's life)."""
         return self.pools.addresses()
@@ -161,7 +167,7 @@ class StaticDecodeSession:
         if self._compiled is None:
             for t in self.pools.tensors():
                 torch._dynamo.mark_static_address(t)
-            compiled = torch.compile(self._step, mode="reduce-overhead")
+            compiled = torch.compile(self._step, mode="reduce-overhead", fullgraph=True)
 
             def run(B: int) -> torch.Tensor:
                 torch.compiler.cudagraph_mark_step_begin()

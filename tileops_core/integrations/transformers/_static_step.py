@@ -63,7 +63,6 @@ class StaticStep:
                           for i, layer in enumerate(inner.layers)}
         self._gate = SigmoidGateMulFwdOp(check_contents=False)
         self._shared = MoESharedExpertFwdOp(check_contents=False)
-        self._rows = torch.arange(pools.max_batch, device=pools.ids.device)
         # Qwen3.5's text rotary takes three position rows (MRoPE; transformers < 5.2x requires them), others one.
         self._rope_rows = 3 if hasattr(inner.rotary_emb, "mrope_section") else 0
         self._gdn_cache: StaticGDNCache | None = None
@@ -98,7 +97,7 @@ class StaticStep:
         query = m.q_norm(qg[..., :d]).transpose(1, 2)  # [B, NQ, 1, D]
         key = m.k_norm(m.k_proj(h).view(batch, 1, nkv, d)).transpose(1, 2)
         query, key = self._apply_rope(query, key, cos, sin)
-        rows, at = self._rows[:batch], kv.lengths[:batch].long()
+        rows, at = self.pools.rows[:batch], kv.lengths[:batch].long()
         kv.keys.index_put_((rows, at), key[:, :, 0])
         kv.values.index_put_((rows, at), m.v_proj(h).view(batch, nkv, d))
         seen = (self.pools.key_positions <= kv.lengths[:batch, None]).view(batch, 1, 1, -1)
