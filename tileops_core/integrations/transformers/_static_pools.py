@@ -43,22 +43,23 @@ class AttentionKV:
 
 class _PoolSlot:
     """What the GatedDeltaNet adapter reads of a linear-attention cache layer (``_state.pools_for``),
-    holding the static pools' first ``B`` rows."""
+    holding the static pools' first ``B`` rows, which a prefill has filled."""
 
     record_past = False
 
-    def __init__(self, pools: GDNPools, batch: int, continuing: bool) -> None:
+    def __init__(self, pools: GDNPools, batch: int) -> None:
         self.conv_states = [pools.conv[:batch]]
         self.recurrent_states = [pools.ssm[:batch]]
-        self.has_previous_state = [continuing]
+        self.has_previous_state = [True]
 
 
 class StaticGDNCache:
     """A cache object the GatedDeltaNet adapter's forward accepts, over the static pools:
     the adapter decodes straight into them (no HF cache, no copy)."""
 
-    def __init__(self, gdn: dict[int, GDNPools], batch: int, continuing: bool = True) -> None:
-        self.layers = {i: _PoolSlot(p, batch, continuing) for i, p in gdn.items()}
+    def __init__(self, gdn: dict[int, GDNPools], batch: int) -> None:
+        self.batch = batch
+        self.layers = {i: _PoolSlot(p, batch) for i, p in gdn.items()}
 
 
 class StaticPools:

@@ -68,8 +68,10 @@ class StaticStep:
         self._gdn_cache: StaticGDNCache | None = None
 
     def start(self, batch: int) -> None:
-        """A new batch was prefilled into the pools: the GatedDeltaNet layers continue from them."""
-        self._gdn_cache = StaticGDNCache(self.pools.gdn, batch)
+        """A new batch was prefilled into the pools: the GatedDeltaNet layers continue from them. The
+        cache object is kept while the batch size is (a compiled step guards on it)."""
+        if self._gdn_cache is None or self._gdn_cache.batch != batch:
+            self._gdn_cache = StaticGDNCache(self.pools.gdn, batch)
 
     def __call__(self, batch: int) -> torch.Tensor:
         inner, p = self.model.model, self.pools
