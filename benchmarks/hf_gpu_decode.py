@@ -438,9 +438,9 @@ def parse_args(argv: list[str] | None) -> Any:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, few repetitions")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
-    p.add_argument("--variants", nargs="+", default=["dense", "moe"], choices=["dense", "moe"])
+    p.add_argument("--variants", nargs="+", default=["dense"], choices=["dense", "moe"], help="default: dense")
     p.add_argument("--batches", type=int, nargs="+", default=None, help="default: 1 32 (--smoke: 1 2)")
-    p.add_argument("--prefill-batches", type=int, nargs="+", default=None, help="default: --batches")
+    p.add_argument("--prefill-batches", type=int, nargs="+", default=None, help="default: 1")
     p.add_argument("--prompt-len", type=int, default=None, help="tokens before the timed decode steps")
     p.add_argument("--prefill-len", type=int, default=None)
     p.add_argument("--reps", type=int, default=None)
@@ -450,11 +450,11 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument("--compile", action="store_true", help="also time capture='reduce_overhead'")
     a = p.parse_args(argv)
     defaults = dict(batches=[1, 2], prompt_len=8, prefill_len=32, reps=3, warmup=1, prefill_reps=1) if a.smoke else \
-        dict(batches=[1, 32], prompt_len=64, prefill_len=4096, reps=20, warmup=3, prefill_reps=3)
+        dict(batches=[1, 32], prompt_len=64, prefill_len=4096, reps=10, warmup=2, prefill_reps=2)
     for key, value in defaults.items():
         if getattr(a, key) is None:
             setattr(a, key, value)
-    a.prefill_batches = a.prefill_batches or a.batches
+    a.prefill_batches = a.prefill_batches or a.batches[:1]
     return a
 
 
@@ -491,14 +491,15 @@ def run(a: Any) -> dict[str, Any]:
         models = Models(variant, a.smoke, device, dtype)
         v: dict[str, Any] = {"report": str(models.report), "batches": {}}
         result["variants"][variant] = v
-        attempt(v, "logits", lambda: logits_check(models, a))
-        for batch in a.batches:
+        for batch in a.batches:  # the captured step first (after the eager step it is compared with)
             rows: dict[str, Any] = {"decode": {}, "prefill": {}}
             v["batches"][str(batch)] = rows
-            for setup in SETUPS:
-                attempt(rows["decode"], setup, lambda: eager_decode(models, setup, batch, a, clock))
-            fla = rows["decode"].get("hf_fla", {}).get("step_s")
+            attempt(rows["decode"], "hf_fla", lambda: eager_decode(models, "hf_fla", batch, a, clock))
+            fla = rows["decode"]["hf_fla"].get("step_s")
             attempt(rows, "captured", lambda: captured_decode(models, batch, a, clock, fla))
+            for setup in ("tileops", "hf_torch"):
+                attempt(rows["decode"], setup, lambda: eager_decode(models, setup, batch, a, clock))
+        attempt(v, "logits", lambda: logits_check(models, a))
         for batch in a.prefill_batches:
             rows = v["batches"].setdefault(str(batch), {"decode": {}, "prefill": {}})
             for setup in SETUPS:

@@ -33,7 +33,8 @@ def _errors(tree, path="") -> list[str]:
 def smoke_result(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("hf_gpu_decode")
     bench = _bench()
-    assert bench.main(["--smoke", "--out", str(out), "--batches", "2", "--reps", "2", "--warmup", "1",
+    assert bench.main(["--smoke", "--out", str(out), "--variants", "dense", "moe", "--batches", "2", "--reps", "2",
+                       "--warmup", "1",
                        "--check-steps", "3"]) == 0
     return json.loads((out / "hf_gpu_decode.json").read_text())
 

@@ -144,20 +144,34 @@ class StaticDecodeSession:
         """The static buffers' addresses (constant for the session's life)."""
         return self.pools.addresses()
 
-    def _warm_up(self, B: int, run: Callable[[int], Any]) -> None:
+    def _warm_up(self, B: int, run: Callable[[int], Any], check_syncs: bool = False) -> None:
         """Run the step on a side stream (lazy inits, kernel builds, allocator pools) and put the
-        state back as it was: the next step starts from the prefill's state."""
+        state back as it was: the next step starts from the prefill's state. ``check_syncs``: the
+        second run raises at the first host synchronisation (which capture could not hold)."""
         saved = self.pools.snapshot()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(2):
+            run(B)  # the first call plans and builds kernels, which may synchronise
+            previous = torch.cuda.get_sync_debug_mode()
+            if check_syncs:
+                torch.cuda.set_sync_debug_mode("error")
+            try:
                 run(B)
+            except RuntimeError as exc:
+                if not check_syncs:
+                    raise
+                raise RuntimeError(
+                    "the decode step synchronises with the host, which a CUDA graph cannot hold (the traceback shows "
+                    "where; a reference kernel serving the conv1d update or RGDR reads its metadata on the host: "
+                    f"see apply_tileops' report for the kernels here): {exc}") from exc
+            finally:
+                torch.cuda.set_sync_debug_mode(previous)
         torch.cuda.current_stream().wait_stream(side)
         self.pools.restore(saved)
 
     def _capture(self, B: int) -> None:
-        self._warm_up(B, self._step)
+        self._warm_up(B, self._step, check_syncs=True)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._graph_logits = self._step(B)
