@@ -24,18 +24,21 @@ _MOE: dict[str, Any] = dict(num_experts=4, num_experts_per_tok=2, moe_intermedia
                             shared_expert_intermediate_size=32)
 
 
-def tiny_model(model_type: str = "qwen3_next", *, seed: int = 0, dtype: torch.dtype = torch.float32) -> Any:
-    """A random-init ``*ForCausalLM`` of ``model_type`` in eval mode, seeded."""
+def tiny_model(model_type: str = "qwen3_next", *, seed: int = 0, dtype: torch.dtype = torch.float32,
+               **sizes: Any) -> Any:
+    """A random-init ``*ForCausalLM`` of ``model_type`` in eval mode, seeded; ``sizes`` override
+    config fields (e.g. head sizes a GPU kernel takes)."""
     import transformers as hf
 
     torch.manual_seed(seed)
+    common = {**_COMMON, **sizes}
     if model_type == "qwen3_next":  # every other layer sparse: dense and MoE MLPs side by side
-        config: Any = hf.Qwen3NextConfig(**_COMMON, **_MOE, decoder_sparse_step=2)
+        config: Any = hf.Qwen3NextConfig(**common, **_MOE, decoder_sparse_step=2)
         cls: Any = hf.Qwen3NextForCausalLM
     elif model_type == "qwen3_5":
-        config, cls = hf.Qwen3_5TextConfig(**_COMMON), hf.Qwen3_5ForCausalLM
+        config, cls = hf.Qwen3_5TextConfig(**common), hf.Qwen3_5ForCausalLM
     elif model_type == "qwen3_5_moe":
-        moe = {k: v for k, v in _COMMON.items() if k != "intermediate_size"}
+        moe = {k: v for k, v in common.items() if k != "intermediate_size"}
         config, cls = hf.Qwen3_5MoeTextConfig(**moe, **_MOE), hf.Qwen3_5MoeForCausalLM
     else:
         raise ValueError(f"tiny_model builds {', '.join(TINY_MODEL_TYPES)}, not {model_type!r}")

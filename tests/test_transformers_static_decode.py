@@ -1,0 +1,138 @@
+"""static_decode_session on tiny random-init models: the static step computes what HF and the dynamic path compute.
+
+Batch 2 with left padding, a prefill and decode steps; fp32 logits within 1e-4 of the unpatched
+HF model (and of the patched model's dynamic path), equal greedy tokens, and the static buffers
+at the same addresses from the first step to the last.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from tileops_core.integrations.transformers import apply_tileops, static_decode_session  # noqa: E402
+from tileops_core.integrations.transformers._tiny import TINY_MODEL_TYPES, tiny_model  # noqa: E402
+from test_transformers_integration import _left_padded_batch  # noqa: E402  (row 0: 4 pads, 5 real; row 1: 9 real)
+
+DECODE_STEPS = 4
+TOL = 1e-4
+
+
+def _hf_greedy(model, ids: torch.Tensor, mask: torch.Tensor, steps: int) -> tuple[list[torch.Tensor], list]:
+    """Per step, the last position's logits and the greedy tokens, through HF's forward with its cache."""
+    logits, tokens, cache = [], [], None
+    key = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"  # < 5.2x
+    with torch.no_grad():
+        for _ in range(1 + steps):
+            out = model(input_ids=ids, attention_mask=mask, use_cache=True, **{key: cache})
+            cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+            logits.append(out.logits[:, -1])
+            ids = out.logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(ids)
+            mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
+    return logits, tokens
+
+
+def _session_greedy(session, ids: torch.Tensor, mask: torch.Tensor, steps: int) -> tuple[list[torch.Tensor], list]:
+    logits = [session.prefill(ids, mask).clone()]
+    tokens = [logits[-1].argmax(-1, keepdim=True)]
+    for _ in range(steps):
+        logits.append(session.step(tokens[-1]).clone())
+        tokens.append(logits[-1].argmax(-1, keepdim=True))
+    return logits, tokens
+
+
+@pytest.mark.parametrize("model_type", TINY_MODEL_TYPES)
+def test_static_steps_match_unpatched_hf_logits_and_greedy_tokens(model_type: str) -> None:
+    ref = tiny_model(model_type, seed=20)
+    patched = copy.deepcopy(ref)
+    apply_tileops(patched)
+    ids, mask = _left_padded_batch(ref.config.vocab_size, seed=21)
+    want_logits, want_tokens = _hf_greedy(ref, ids, mask, DECODE_STEPS)
+    got_logits, got_tokens = _session_greedy(static_decode_session(patched, 4, 32), ids, mask, DECODE_STEPS)
+    for step, (a, b) in enumerate(zip(want_logits, got_logits)):
+        assert (a - b).abs().max().item() <= TOL, f"step {step}"
+    assert all(torch.equal(a, b) for a, b in zip(want_tokens, got_tokens))
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe"])
+def test_static_steps_match_the_patched_models_dynamic_path(model_type: str) -> None:
+    patched = tiny_model(model_type, seed=22)
+    apply_tileops(patched)
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=23)
+    want, _ = _hf_greedy(patched, ids, mask, DECODE_STEPS)
+    got, _ = _session_greedy(static_decode_session(patched, 2, 16), ids, mask, DECODE_STEPS)
+    assert max((a - b).abs().max().item() for a, b in zip(want, got)) <= TOL
+
+
+def test_static_buffers_keep_their_addresses_across_prefills_and_steps() -> None:
+    patched = tiny_model("qwen3_next", seed=24)
+    apply_tileops(patched)
+    session = static_decode_session(patched, 3, 24)
+    before = session.addresses()
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=25)
+    tokens = session.prefill(ids, mask).argmax(-1)
+    for _ in range(DECODE_STEPS):
+        tokens = session.step(tokens).argmax(-1)
+        assert session.addresses() == before
+    session.prefill(ids[:1, 4:], mask[:1, 4:])  # a new batch of another size reuses the same buffers
+    session.step(tokens[:1])
+    assert session.addresses() == before
+
+
+def test_a_second_prefill_starts_from_its_own_prompt_not_the_previous_batch() -> None:
+    ref = tiny_model("qwen3_5", seed=26)
+    patched = copy.deepcopy(ref)
+    apply_tileops(patched)
+    session = static_decode_session(patched, 2, 24)
+    first, first_mask = _left_padded_batch(ref.config.vocab_size, seed=27)
+    _session_greedy(session, first, first_mask, DECODE_STEPS)
+    ids, mask = _left_padded_batch(ref.config.vocab_size, seed=28)
+    want, _ = _hf_greedy(ref, ids, mask, 2)
+    got, _ = _session_greedy(session, ids, mask, 2)
+    assert max((a - b).abs().max().item() for a, b in zip(want, got)) <= TOL
+
+
+def test_decode_steps_past_max_len_are_refused() -> None:
+    patched = tiny_model("qwen3_next", seed=29)
+    apply_tileops(patched)
+    session = static_decode_session(patched, 2, 11)
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=30)  # 9 tokens a row
+    tokens = session.prefill(ids, mask).argmax(-1)
+    tokens = session.step(tokens).argmax(-1)
+    tokens = session.step(tokens).argmax(-1)
+    with pytest.raises(ValueError, match="the session's max_len"):
+        session.step(tokens)
+
+
+def test_a_model_without_tileops_mixers_is_refused_by_layer() -> None:
+    with pytest.raises(ValueError, match=r"apply_tileops\(model\) first.*model.layers.0"):
+        static_decode_session(tiny_model("qwen3_next"), 2, 16)
+
+
+def test_a_captured_session_needs_a_cuda_model() -> None:
+    patched = tiny_model("qwen3_next")
+    apply_tileops(patched)
+    with pytest.raises(ValueError, match="needs a CUDA model"):
+        static_decode_session(patched, 2, 16, capture="cuda_graph")
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe"])
+def test_the_step_traces_as_one_graph_and_computes_the_eager_step(model_type: str) -> None:
+    patched = tiny_model(model_type, seed=31)
+    apply_tileops(patched)
+    session = static_decode_session(patched, 2, 16)
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=32)
+    session.pools.ids[:2].copy_(session.prefill(ids, mask).argmax(-1))
+    saved = session.pools.snapshot()
+    compiled = torch.compile(session.step_function, backend="eager", fullgraph=True)  # a graph break raises
+    with torch.no_grad():
+        want = session.step_function(2)
+        session.pools.restore(saved)
+        got = compiled(2)
+    assert torch.equal(want, got)

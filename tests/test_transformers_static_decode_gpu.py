@@ -1,0 +1,103 @@
+"""static_decode_session on CUDA: the step captures in a CUDA graph, replays equal eager steps, no host sync.
+
+Skipped without a GPU (the CPU behaviour is specified in test_transformers_static_decode.py). The
+models are the tiny ones in bf16 with GatedDeltaNet heads of 128 (DK = DV = 128, conv_dim 1024),
+sizes the TileLang kernels serve: the reference conv1d update and RGDR read their metadata on the
+host, which no CUDA graph can hold (the session says so when it meets one).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+from tileops_core.integrations.transformers import apply_tileops, static_decode_session  # noqa: E402
+from tileops_core.integrations.transformers._tiny import tiny_model  # noqa: E402
+from test_transformers_integration import _left_padded_batch  # noqa: E402
+from test_transformers_static_decode import _hf_greedy  # noqa: E402
+
+STEPS = 4
+GPU_SIZES = dict(linear_key_head_dim=128, linear_value_head_dim=128)
+
+
+def _on_cuda(model_type: str, seed: int):
+    """(float32 CPU model, bf16 CUDA copy on TileOPs, bf16 CUDA copy left as HF wrote it)."""
+    ref = tiny_model(model_type, seed=seed, **GPU_SIZES)
+    hf = copy.deepcopy(ref).to("cuda", torch.bfloat16)
+    patched = copy.deepcopy(hf)
+    apply_tileops(patched)
+    return ref, patched, hf
+
+
+def _run(session, ids, mask, tokens):
+    out = [session.prefill(ids, mask).float()]
+    for t in tokens:
+        out.append(session.step(t).float())
+    return out
+
+
+@pytest.mark.parametrize("model_type, capture", [("qwen3_next", "cuda_graph"), ("qwen3_5", "cuda_graph"),
+                                                 ("qwen3_5_moe", "cuda_graph"), ("qwen3_next", "reduce_overhead")])
+def test_captured_steps_equal_the_eager_static_steps(model_type: str, capture: str) -> None:
+    _, patched, _ = _on_cuda(model_type, seed=40)
+    ids, mask = (t.cuda() for t in _left_padded_batch(patched.config.vocab_size, seed=41))
+    g = torch.Generator().manual_seed(42)
+    tokens = [torch.randint(1, patched.config.vocab_size, (2,), generator=g).cuda() for _ in range(STEPS)]
+    want = _run(static_decode_session(patched, 2, 16), ids, mask, tokens)
+    session = static_decode_session(patched, 2, 16, capture=capture)
+    before = session.addresses()
+    got = _run(session, ids, mask, tokens)
+    assert session.addresses() == before
+    diff = max((a - b).abs().max().item() for a, b in zip(want, got))
+    assert diff <= 1e-3, f"{capture} replays differ from eager static steps by {diff}"
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe"])
+def test_the_eager_static_step_makes_no_host_sync(model_type: str) -> None:
+    _, patched, _ = _on_cuda(model_type, seed=43)
+    ids, mask = (t.cuda() for t in _left_padded_batch(patched.config.vocab_size, seed=44))
+    session = static_decode_session(patched, 2, 16)
+    tokens = session.prefill(ids, mask).argmax(-1)
+    session.step(tokens)  # first calls plan and build kernels
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        session.step(tokens)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5", "qwen3_5_moe"])
+def test_graph_replayed_bf16_steps_stay_within_hfs_own_bf16_error_of_the_fp32_cpu_run(model_type: str) -> None:
+    """bf16 costs what it costs: the tolerance is twice HF's own bf16 model's error against the
+    float32 CPU run, plus 1% of the largest |logit| (the bench's rule); every run is fed the
+    float32 run's greedy tokens."""
+    ref, patched, hf = _on_cuda(model_type, seed=45)
+    ids, mask = _left_padded_batch(ref.config.vocab_size, seed=46)
+    want, tokens = _hf_greedy(ref, ids, mask, STEPS)
+    session = static_decode_session(patched, 2, 16, capture="cuda_graph")
+    got = [session.prefill(ids.cuda(), mask.cuda()).float().cpu()]
+    got += [session.step(t.cuda()).float().cpu() for t in tokens[:-1]]
+    hf_logits, cache, m = [], None, mask.cuda()
+    with torch.no_grad():
+        for step in range(1 + STEPS):
+            x = ids.cuda() if step == 0 else tokens[step - 1].cuda()
+            out = hf(input_ids=x, attention_mask=m, use_cache=True, **({} if cache is None else _cache_kw(hf, cache)))
+            cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+            hf_logits.append(out.logits[:, -1].float().cpu())
+            m = torch.cat([m, torch.ones_like(tokens[step].cuda())], dim=1)
+    scale = max(w.abs().max().item() for w in want)
+    hf_err = max((a - b).abs().max().item() for a, b in zip(want, hf_logits))
+    err = max((a - b).abs().max().item() for a, b in zip(want, got))
+    assert err <= 2 * hf_err + 0.01 * scale, f"TileOPs bf16 error {err}, HF's {hf_err}, max |logit| {scale}"
+
+
+def _cache_kw(model, cache) -> dict:
+    import inspect
+
+    return {"cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values": cache}
