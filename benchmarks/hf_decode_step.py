@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from tileops_core.integrations.transformers import cache_kwargs, cache_of
+
 
 def _prefilled(model: Any, batch: int, prompt: int, seed: int) -> tuple[Any, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
@@ -33,7 +35,7 @@ def _prefilled(model: Any, batch: int, prompt: int, seed: int) -> tuple[Any, tor
     mask = torch.ones_like(ids)
     mask[1:, : prompt // 3] = 0  # left padding on every row but the first
     out = model(input_ids=ids, attention_mask=mask, use_cache=True)
-    return out.cache, out.logits[:, -1:].argmax(-1), mask
+    return cache_of(out), out.logits[:, -1:].argmax(-1), mask
 
 
 #: ``wall``: ``time.perf_counter``; ``cpu``: this thread's CPU time (all the work with one torch thread).
@@ -46,7 +48,7 @@ def _sample(model: Any, state: list[Any], steps: int) -> float:
     start = clock()
     for _ in range(steps):
         mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
-        out = model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True, **cache_kwargs(model, cache))
         ids = out.logits[:, -1:].argmax(-1)
     elapsed = clock() - start
     state[1], state[2] = ids, mask

@@ -57,6 +57,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from tileops_core.integrations.transformers import cache_kwargs, cache_of
+
 SETUPS = ("tileops", "hf_torch", "hf_fla")
 #: HF's GatedDeltaNet functions that transformers may bind to an installed package's kernels.
 HF_GDN_FUNCTIONS = ("causal_conv1d_update", "causal_conv1d_fn", "torch_chunk_gated_delta_rule",
@@ -149,13 +151,7 @@ def setup_context(setup: str) -> Iterator[None]:
 
 def forward(model: Any, ids: torch.Tensor, mask: torch.Tensor | None, cache: Any) -> Any:
     """One forward with the cache under the keyword this transformers uses (5.2x: ``cache``)."""
-    key = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
-    return model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1, **{key: cache})
-
-
-def cache_of(out: Any) -> Any:
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
+    return model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1, **cache_kwargs(model, cache))
 
 
 # ---------------------------------------------------------------- timing

@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tileops_core.integrations.transformers import apply_tileops  # noqa: E402
+from tileops_core.integrations.transformers import apply_tileops, cache_kwargs, cache_of  # noqa: E402
 from tileops_core.integrations.transformers._tiny import TINY_MODEL_TYPES, tiny_model  # noqa: E402
 from tileops_core.kernels.targets import use_target  # noqa: E402
 
@@ -44,8 +44,9 @@ def test_patched_logits_match_hf_over_prefill_and_decode_steps(model_type: str) 
         for step in range(1 + DECODE_STEPS):
             outs = {}
             for name, model in (("ref", ref), ("patched", patched)):
-                outs[name] = model(input_ids=ids, attention_mask=mask, cache=caches[name], use_cache=True)
-                caches[name] = outs[name].cache
+                outs[name] = model(input_ids=ids, attention_mask=mask, use_cache=True,
+                                   **cache_kwargs(model, caches[name]))
+                caches[name] = cache_of(outs[name])
             a, b = outs["ref"].logits[:, -1], outs["patched"].logits[:, -1]
             if step == 0:  # the prefill: every real position of both rows
                 real = mask.bool()
@@ -86,12 +87,13 @@ def test_gdn_state_lives_in_the_cache_in_pool_layout_without_reallocation() -> N
     layer = next(m for m in patched.modules() if type(m).__name__ == "Qwen3NextGatedDeltaNet")
     with torch.no_grad():
         out = patched(input_ids=ids, attention_mask=mask, use_cache=True)
-        cache_layer = out.cache.layers[layer.layer_idx]
+        cache_layer = cache_of(out).layers[layer.layer_idx]
         ssm, conv = cache_layer.recurrent_states[0], cache_layer.conv_states[0]
         assert ssm.shape == (2, layer.num_v_heads, layer.head_v_dim, layer.head_k_dim)  # [S, NV, DV, DK]; DV != DK
         assert conv.shape == (2, layer.conv_dim, layer.conv_kernel_size - 1)  # [S, D, W - 1]
         before = ssm.clone()
-        patched(input_ids=ids[:, -1:], attention_mask=torch.cat([mask, mask[:, -1:]], 1), cache=out.cache)
+        patched(input_ids=ids[:, -1:], attention_mask=torch.cat([mask, mask[:, -1:]], 1), use_cache=True,
+                **cache_kwargs(patched, cache_of(out)))
     assert cache_layer.recurrent_states[0] is ssm and cache_layer.conv_states[0] is conv  # written in place
     assert not torch.equal(ssm, before)
 
@@ -115,12 +117,13 @@ def test_attention_cache_holds_each_rows_real_tokens_left_aligned_behind_hfs_vie
     layer = next(m for m in patched.modules() if type(m).__name__.endswith("Attention"))
     with torch.no_grad():
         out = patched(input_ids=ids, attention_mask=mask, use_cache=True)
-        cache_layer = out.cache.layers[layer.layer_idx]
+        cache_layer = cache_of(out).layers[layer.layer_idx]
         store = cache_layer._tileops_kv
         assert store.lengths.tolist() == [5, 9]  # row 0's four pads are dropped
-        assert out.cache.get_seq_length() == 9 and cache_layer.keys.shape[-2] == 9  # HF's count keeps the pads
-        patched(input_ids=ids[:, -1:], attention_mask=torch.cat([mask, mask[:, -1:]], 1), cache=out.cache)
-    assert store.lengths.tolist() == [6, 10] and out.cache.get_seq_length() == 10
+        assert cache_of(out).get_seq_length() == 9 and cache_layer.keys.shape[-2] == 9  # HF's count keeps the pads
+        patched(input_ids=ids[:, -1:], attention_mask=torch.cat([mask, mask[:, -1:]], 1), use_cache=True,
+                **cache_kwargs(patched, cache_of(out)))
+    assert store.lengths.tolist() == [6, 10] and cache_of(out).get_seq_length() == 10
     assert cache_layer.keys.shape == (2, layer.config.num_key_value_heads, 10, layer.head_dim)
 
 
@@ -134,7 +137,7 @@ def test_a_continued_prompt_runs_as_decode_steps_and_matches_hf(model_type: str)
         for model in (ref, patched):
             out = model(input_ids=ids, attention_mask=mask, use_cache=True)
             logits.append(model(input_ids=more, attention_mask=torch.cat([mask, torch.ones_like(more)], 1),
-                                cache=out.cache).logits)
+                                use_cache=True, **cache_kwargs(model, cache_of(out))).logits)
     assert (logits[0] - logits[1]).abs().max().item() <= TOL
 
 
@@ -145,7 +148,8 @@ def test_padding_after_the_prompt_is_refused_by_the_attention_adapter() -> None:
         out = patched(input_ids=ids, attention_mask=mask, use_cache=True)
         late = torch.cat([mask, torch.tensor([[0], [1]])], 1)
         with pytest.raises(NotImplementedError, match="the mask pads tokens after the prompt"):
-            patched(input_ids=ids[:, -1:], attention_mask=late, cache=out.cache)
+            patched(input_ids=ids[:, -1:], attention_mask=late, use_cache=True,
+                    **cache_kwargs(patched, cache_of(out)))
 
 
 def test_a_module_no_kernel_serves_is_left_as_it_was_with_the_reason() -> None:

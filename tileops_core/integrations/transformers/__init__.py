@@ -11,8 +11,9 @@ Needs ``pip install tileops[transformers]`` (transformers >= 5.17; CI tests 5.24
 from __future__ import annotations
 
 from ._apply import SUPPORTED_MODEL_TYPES, apply_tileops
+from ._compat import cache_kwargs, cache_of
 from ._report import Route, TileOpsReport
 from ._static_session import StaticDecodeSession, static_decode_session
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "Route", "StaticDecodeSession", "TileOpsReport", "apply_tileops",
-           "static_decode_session"]
+__all__ = ["SUPPORTED_MODEL_TYPES", "Route", "StaticDecodeSession", "TileOpsReport", "apply_tileops", "cache_kwargs",
+           "cache_of", "static_decode_session"]

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable
 
 import torch
@@ -18,6 +17,7 @@ import torch
 from ...ops.gated_delta_net import FusedAddZeroCentredRMSNormFwdOp, ZeroCentredRMSNormFwdOp
 from ._report import Route
 from ._serving import serving
+from ._compat import cache_keyword
 
 __all__ = ["patch_decoder_layer", "patch_rms_norm"]
 
@@ -38,14 +38,9 @@ def patch_rms_norm(name: str, m: Any) -> list[Route]:
     return [Route(name, kind, "norm", type(op).__name__, answer.kernel, "")]
 
 
-def _cache_name(forward: Any, new: str, old: str) -> str:
-    """The keyword a forward takes its cache under (transformers 5.2x renamed it to ``cache``)."""
-    return new if new in inspect.signature(forward).parameters else old
-
-
 def _layer_forward(layer: Any, op: FusedAddZeroCentredRMSNormFwdOp, cache_name: str) -> Callable[..., torch.Tensor]:
     linear = getattr(layer, "block_type", getattr(layer, "layer_type", None)) == "linear_attention"
-    mixer_cache = _cache_name(type(layer.linear_attn).forward, "cache", "cache_params") if linear else cache_name
+    mixer_cache = cache_keyword(type(layer.linear_attn).forward, "cache", "cache_params") if linear else cache_name
     weight = layer.post_attention_layernorm.weight
     # The layer's modules, looked up once (nn.Module attribute lookups cost per call)
     input_layernorm, mixer, mlp = layer.input_layernorm, layer.linear_attn if linear else layer.self_attn, layer.mlp
@@ -71,7 +66,7 @@ def _layer_forward(layer: Any, op: FusedAddZeroCentredRMSNormFwdOp, cache_name: 
 def patch_decoder_layer(name: str, layer: Any) -> list[Route]:
     """Fuse the first residual add into ``post_attention_layernorm``, where a kernel serves it."""
     kind = type(layer).__name__
-    cache_name = _cache_name(type(layer).forward, "cache", "past_key_values")
+    cache_name = cache_keyword(type(layer).forward, "cache", "past_key_values")
     norm = layer.post_attention_layernorm
     op = FusedAddZeroCentredRMSNormFwdOp(eps=float(norm.eps))
     x = _example(norm.weight)

@@ -27,6 +27,7 @@ import torch
 from ...op.checks import contents_checking_default
 from ._static_pools import StaticPools
 from ._static_step import StaticStep
+from ._compat import cache_of
 
 __all__ = ["CAPTURE_MODES", "StaticDecodeSession", "static_decode_session"]
 
@@ -41,12 +42,6 @@ def _unpatched_mixers(model: Any) -> list[str]:
         if mixer is None or "forward" not in vars(mixer):
             names.append(f"model.layers.{i}")
     return names
-
-
-def _cache_of(output: Any) -> Any:
-    """The cache of a forward's output (transformers 5.2x calls it ``cache``, earlier ``past_key_values``)."""
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else output.past_key_values
 
 
 class StaticDecodeSession:
@@ -93,7 +88,7 @@ class StaticDecodeSession:
             raise NotImplementedError("prefill takes position_ids [B, T] (one row); multimodal position rows are not "
                                       "continued by the static step")
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
-        cache = _cache_of(out)
+        cache = cache_of(out)
         for i, g in p.gdn.items():
             g.conv[:B].copy_(cache.layers[i].conv_states[0])
             g.ssm[:B].copy_(cache.layers[i].recurrent_states[0])
