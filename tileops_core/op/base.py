@@ -36,6 +36,8 @@ from .plan import CURRENT, CallPlan
 from .overlap import extents_of
 from .same_call import make_matcher
 
+_grad_enabled = torch.is_grad_enabled
+
 __all__ = ["Op", "current_call"]
 
 _warned_full_shape: set[type] = set()
@@ -240,7 +242,7 @@ class Op:
         previous = getattr(CURRENT, "call", None)
         CURRENT.call = (self, plan, bound, values)
         try:
-            if plan.reads_grad:
+            if plan.reads_grad and _grad_enabled():  # (under no_grad already: the plain path)
                 result = self._forward_without_grad(plan, values)
             elif plan.n_buffers == 0 or self._def.buffers_by_position:
                 result = self.forward(*values)
