@@ -60,3 +60,21 @@ def install(site: Path, source: str, *, dist: str = "tileops-fakeplug", version:
 def reload_all() -> dict[str, plugins.PluginRecord]:
     plugins.reset_plugins()
     return {r.name: r for r in plugins.load_plugins()}
+
+
+def install_interrupted_once(site: Path, tmp_path: Path) -> None:
+    """Install plugin ``slowpoke`` (distribution ``tileops-slowpoke``), whose first import is
+    interrupted by Ctrl-C (a ``KeyboardInterrupt``) and whose next import loads."""
+    from tileops_core._version import CORE_MAJOR
+
+    flag = tmp_path / "interrupt-once"
+    flag.write_text("")
+    install(site, f"""
+        import pathlib
+        flag = pathlib.Path({str(flag)!r})
+        if flag.exists():
+            flag.unlink()
+            raise KeyboardInterrupt  # Ctrl-C while this plugin imports
+        def tileops_register(registrar):
+            registrar.backend("slowpoke", device_types=("cpu",), core_major={CORE_MAJOR})
+    """, dist="tileops-slowpoke", entry="slowpoke")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from plugin_site import install, reload_all, site  # noqa: F401  (site is a fixture)
+from plugin_site import install, install_interrupted_once, reload_all, site  # noqa: F401  (site is a fixture)
 from tileops_core import SelectionError, plugins
 from tileops_core._version import CORE_MAJOR
 from tileops_core.cli.main import main
@@ -188,17 +188,7 @@ def test_backends_names_a_kernel_whose_build_failed_in_this_process_and_exits_1(
 
 
 def test_backends_names_the_plugin_whose_load_was_interrupted_and_exits_1(site, tmp_path, capsys):
-    flag = tmp_path / "interrupt-once"
-    flag.write_text("")
-    install(site, f"""
-        import pathlib
-        flag = pathlib.Path({str(flag)!r})
-        if flag.exists():
-            flag.unlink()
-            raise KeyboardInterrupt  # Ctrl-C while this plugin imports
-        def tileops_register(registrar):
-            registrar.backend("slowpoke", device_types=("cpu",), core_major={CORE_MAJOR})
-    """, dist="tileops-slowpoke", entry="slowpoke")
+    install_interrupted_once(site, tmp_path)
     plugins.reset_plugins()
     with pytest.raises(KeyboardInterrupt), pytest.warns(RuntimeWarning, match="interrupted"):
         plugins.load_plugins()

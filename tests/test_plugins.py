@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from fake_backends import add_backend, make_call, make_interface
-from plugin_site import FakeDevice, install, reload_all, site  # noqa: F401  (site is a fixture)
+from plugin_site import FakeDevice, install, install_interrupted_once, reload_all, site  # noqa: F401  (site is a fixture)
 from tileops_core import SelectionError, plugins
 from tileops_core._version import CORE_MAJOR, __version__
 from tileops_core.cli.main import main
@@ -550,17 +550,7 @@ def test_a_plugin_adding_a_second_general_kernel_to_a_core_op_is_rolled_back_not
 
 
 def test_an_interrupted_load_is_retried_on_the_next_use(site, tmp_path):
-    flag = tmp_path / "interrupt-once"
-    flag.write_text("")
-    install(site, f"""
-        import pathlib
-        flag = pathlib.Path({str(flag)!r})
-        if flag.exists():
-            flag.unlink()
-            raise KeyboardInterrupt  # Ctrl-C while this plugin imports
-        def tileops_register(registrar):
-            registrar.backend("slowpoke", device_types=("cpu",), core_major={CORE_MAJOR})
-    """, dist="tileops-slowpoke", entry="slowpoke")
+    install_interrupted_once(site, tmp_path)
     plugins.reset_plugins()
     with pytest.raises(KeyboardInterrupt):
         plugins.load_plugins()
