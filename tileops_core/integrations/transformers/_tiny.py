@@ -7,11 +7,14 @@ and DK != DV so a transposed state layout cannot pass unnoticed.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import importlib
+import inspect
+from typing import Any, Iterator
 
 import torch
 
-__all__ = ["TINY_MODEL_TYPES", "tiny_model"]
+__all__ = ["HF_GDN_FUNCTIONS", "TINY_MODEL_TYPES", "hf_torch_path", "tiny_model"]
 
 TINY_MODEL_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
 
@@ -43,3 +46,32 @@ def tiny_model(model_type: str = "qwen3_next", *, seed: int = 0, dtype: torch.dt
     else:
         raise ValueError(f"tiny_model builds {', '.join(TINY_MODEL_TYPES)}, not {model_type!r}")
     return cls(config).to(dtype).eval()
+
+
+#: HF's GatedDeltaNet functions that transformers may bind, at import, to an installed package's kernels.
+HF_GDN_FUNCTIONS = ("causal_conv1d_update", "causal_conv1d_fn", "torch_chunk_gated_delta_rule",
+                    "torch_recurrent_gated_delta_rule")
+
+
+@contextlib.contextmanager
+def hf_torch_path() -> Iterator[None]:
+    """HF's models call their own torch functions for the GatedDeltaNet while this lasts.
+
+    transformers binds these functions once, at import, to flash-linear-attention's or
+    causal-conv1d's kernels when those packages are importable; those kernels take CUDA tensors
+    only, so a float32 CPU reference run (and the bench's "HF torch" setup) needs the torch code
+    the wrappers fall back to. The modeling modules' names are restored afterwards.
+    """
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for model_type in TINY_MODEL_TYPES:
+            modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+            for name in HF_GDN_FUNCTIONS:
+                fn = getattr(modeling, name, None)
+                if fn is not None:
+                    saved.append((modeling, name, fn))
+                    setattr(modeling, name, inspect.unwrap(fn))
+        yield
+    finally:
+        for modeling, name, fn in saved:
+            setattr(modeling, name, fn)
