@@ -120,7 +120,6 @@ def test_ops_that_stay_custom_ops_compile_cold_under_inductor_beside_each_other(
     from tileops_core.ops.normalization import RMSNormFwdOp
 
     monkeypatch.delenv("TILEOPS_COMPILE_DECOMPOSE", raising=False)
-    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)  # cold: lowered now, not read from disk
     rgdr, norm = RecurrentGatedDeltaRuleFwdOp(check_contents=False), RMSNormFwdOp([16], eps=1e-6)
 
     def block(q, k, v, beta, state, lengths, slots, w):
@@ -133,6 +132,9 @@ def test_ops_that_stay_custom_ops_compile_cold_under_inductor_beside_each_other(
     eager_state = args[4].clone()
     want = block(*args[:4], eager_state, *args[5:])
     torch._dynamo.reset()
-    got = torch.compile(block, fullgraph=True)(*args)
+    # Cold: lowered now, not read from disk. (The config's own patch: monkeypatch's undo deletes
+    # the attribute from torch's config module, and every later Inductor compile fails.)
+    with inductor_config.patch(fx_graph_cache=False):
+        got = torch.compile(block, fullgraph=True)(*args)
     torch.testing.assert_close(got, want)
     assert torch.equal(args[4], eager_state)
