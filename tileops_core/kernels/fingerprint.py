@@ -34,14 +34,15 @@ def selection_fingerprint(registry: Registry | None = None) -> str:
     for interface in registry.interfaces():
         for impl in registry.implementations(interface):
             parts.append(f"kernel {impl.qualname()} [{registry.backend_of(impl)}] devices={impl.devices} "
-                         f"archs={impl.supported_archs} general={impl.general} preferred_over={impl.preferred_over}")
+                         f"archs={impl.supported_archs} general={impl.general} preferred_over={impl.preferred_over} "
+                         f"traceable={impl.traceable}")
     try:
         overrides = kernel_overrides()
         parts.append(f"overrides {overrides.text if overrides is not None else ''}")
         lock = active_lock()
         parts.append(f"lock {lock.path} {lock.digest}" if lock is not None else "lock")
         policy = decompose_policy()
-        parts.append(f"decompose {policy.text if policy is not None else ''}")
+        parts.append(f"decompose {policy.canonical() if policy is not None else ''}")
     except TileOpsError as exc:  # a malformed override or lock is part of the state (selection raises it)
         parts.append(f"error {exc}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
