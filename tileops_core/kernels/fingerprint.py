@@ -10,8 +10,12 @@ registering or removing a backend, :func:`~.overrides.set_kernel_overrides`,
 :func:`~.lock.set_lock`, :func:`~.compile_policy.set_decompose_policy`. :func:`selection_state_guard` is read by the compile boundary
 while dynamo traces an op call; dynamo guards on every value a traced call compares, so a
 compiled graph is recompiled after the selection state changes, never reused across it.
-(The on-disk caches need nothing more: a cached graph calls the custom op, which selects
-at run time under the state of that process.)
+On disk: a cached graph that calls the custom op selects at run time under the state of
+that process; one that inlined a decomposition is keyed by the fingerprint too (the custom
+op's compile key, :func:`tileops_core.op.decompose.compile_key`). The fingerprint holds the
+kernels' declarations, not their code: a traceable kernel edited without a new version of its
+distribution can be served from torch's cache as it was (``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``
+while developing one).
 """
 
 from __future__ import annotations

@@ -23,8 +23,11 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+import torch
+
 from ..errors import SelectionError
 from ..kernels.compile_policy import decompose_policy, on_policy_change
+from ..kernels.fingerprint import selection_fingerprint
 from ..kernels.interface import CallSpec, KernelInterface
 from ..kernels.registry import active
 from ..kernels.select import Selection, choose_kernel, select_kernel
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
     from .definition import OpDef
     from .plan import CallPlan
 
-__all__ = ["sync_decomposition", "compile_path", "CompiledPath"]
+__all__ = ["sync_decomposition", "decomposed_ops", "compile_key", "compile_path", "CompiledPath"]
 
 #: The custom ops whose decomposition is in Inductor's table, with their op's definition.
 _installed: dict[Any, "OpDef"] = {}
@@ -65,6 +68,13 @@ def sync_decomposition(boundary: "Boundary", op: "Op", values: list[Any]) -> Non
             decompositions.pop(boundary.fn, None)
             _installed.pop(boundary.fn, None)
         _forget_inductor_copies()
+
+
+def decomposed_ops() -> list[str]:
+    """The ops whose decomposition is in Inductor's table now: each one's last traced call
+    decomposed (the bench reports what a compiled step inlined)."""
+    with _lock:
+        return sorted({definition.spec.name for definition in _installed.values()})
 
 
 def _forget_inductor_copies() -> None:
@@ -145,6 +155,22 @@ def _warn_no_traceable_kernel(definition: "OpDef", interface: type[KernelInterfa
     warnings.warn(f"{name}: the decomposition policy ({policy}) names it, and no traceable kernel can serve "
                   f"{interface.__name__} for this call, so the compiled call stays the custom op; "
                   f"`tileops explain {name}` shows why each kernel dropped out", RuntimeWarning, stacklevel=2)
+
+
+@torch.compiler.assume_constant_result
+def compile_key(op_name: str) -> str:
+    """The compile key of a traced call of ``op_name``: empty where the policy does not name the
+    op (the call is the custom op whatever else holds), else the selection fingerprint, which
+    holds the policy and every kernel's declarations.
+
+    Dynamo calls it while tracing and puts the result in the graph as a constant argument of
+    the custom op (``assume_constant_result``: it traces nothing inside). AOTAutograd's on-disk
+    cache is keyed by that graph, taken before the decomposition: without the key, a graph
+    compiled with the custom op would be served where the policy now decomposes it, and the
+    other way round. In-process, the selection guard already traces the call again.
+    """
+    policy = decompose_policy()
+    return selection_fingerprint() if policy is not None and policy.wants(op_name) else ""
 
 
 def _decomposition(boundary: "Boundary") -> Any:
