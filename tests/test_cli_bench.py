@@ -8,6 +8,7 @@ import sys
 
 import jsonschema
 import pytest
+import torch
 
 from tileops_core.bench.catalog import benchable_specs
 from tileops_core.bench.profiles import load_profile
@@ -59,6 +60,14 @@ def test_bench_format_json_prints_only_the_document(capsys):
     (["bench", "--profile", "h900"], "tileops bench: error: no hardware profile named 'h900'"),
     (["bench", "--min-time", "0"], "tileops bench: error: --min-time must be positive"),
     (["bench", "--plot", "chart.svg"], "tileops bench: error: --plot writes a PNG file"),
+    (["bench", "--policy", "a=RMSNormFwdOp"], "tileops bench: error: --policy chooses decomposition policies of "
+                                              "--decode-step"),
+    (["bench", "--decode-step", "--policy", "RMSNormFwdOp"], "tileops bench: error: --policy 'RMSNormFwdOp': write "
+                                                             "NAME=TEXT"),
+    (["bench", "--decode-step", "--policy", "default=auto"], "tileops bench: error: --policy 'default=auto': default "
+                                                             "is already a policy of the run"),
+    (["bench", "--decode-step", "--policy", "x=RMS Norm"], "tileops bench: error: --policy x: 'RMS Norm' is not an op "
+                                                           "name"),
     (["ops", "Nope"], "tileops ops: error: unknown op 'Nope'"),
     (["calibrate", "--device", "cuda:0"], "tileops calibrate: error: device 'cuda:0' is not available"),
     (["calibrate", "--matmul-n", "8"], "tileops calibrate: error: the matmul size must be at least 64"),
@@ -66,6 +75,22 @@ def test_bench_format_json_prints_only_the_document(capsys):
 def test_a_user_error_is_one_line_and_exit_code_2(argv, message, capsys):
     assert main(argv) == 2
     assert _usage_line(capsys).startswith(message)
+
+
+def test_bench_decode_step_runs_an_extra_policy_beside_the_three_and_writes_them(tmp_path, capsys):
+    out = tmp_path / "decode.json"
+    threads = torch.get_num_threads()
+    try:
+        assert main(["bench", "--decode-step", "--quick", "--threads", "1", "--policy", "rms_norm_only=RMSNormFwdOp",
+                     "--json", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    doc = json.loads(out.read_text())
+    assert doc["policies"]["rms_norm_only"] == "RMSNormFwdOp"
+    assert [(w["way"], w["policy"]) for w in doc["ways"]][1:] == [
+        ("compile_fullgraph", p) for p in ("custom_ops", "all_decompositions", "default", "rms_norm_only")]
+    assert next(w for w in doc["ways"] if w["policy"] == "rms_norm_only")["decomposed"] == ["RMSNormFwdOp"]
+    assert "compile_fullgraph [rms_norm_only]" in capsys.readouterr().out
 
 
 def test_an_unknown_baseline_is_rejected_by_the_parser(capsys):

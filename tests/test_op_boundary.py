@@ -57,14 +57,14 @@ def clone(args):
 # -- the schema ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("cls, name, schema", [
-    (BmmFwdOp, "bmm_fwd_op", "(Tensor a, Tensor b, str? tileops_target, bool tileops_check_contents) -> Tensor"),
-    (GemmFwdOp, "gemm_fwd_op", "(Tensor a, Tensor b, bool trans_a, bool trans_b, str? tileops_target, bool tileops_check_contents) -> Tensor"),
-    (RMSNormFwdOp, "rms_norm_fwd_op", "(Tensor x, Tensor? weight, SymInt[] normalized_shape, float? eps, str? tileops_target, bool tileops_check_contents) -> Tensor"),
+    (BmmFwdOp, "bmm_fwd_op", "(Tensor a, Tensor b, str? tileops_target, bool tileops_check_contents, str tileops_compile_key=\"\") -> Tensor"),
+    (GemmFwdOp, "gemm_fwd_op", "(Tensor a, Tensor b, bool trans_a, bool trans_b, str? tileops_target, bool tileops_check_contents, str tileops_compile_key=\"\") -> Tensor"),
+    (RMSNormFwdOp, "rms_norm_fwd_op", "(Tensor x, Tensor? weight, SymInt[] normalized_shape, float? eps, str? tileops_target, bool tileops_check_contents, str tileops_compile_key=\"\") -> Tensor"),
     (GroupNormFwdOp, "group_norm_fwd_op",
-     "(Tensor x, Tensor? weight, Tensor? bias, SymInt num_groups, float eps, str? tileops_target, bool tileops_check_contents) -> Tensor"),
+     "(Tensor x, Tensor? weight, Tensor? bias, SymInt num_groups, float eps, str? tileops_target, bool tileops_check_contents, str tileops_compile_key=\"\") -> Tensor"),
     (SSDDecodeFwdOp, "ssd_decode_fwd_op",
-     "(Tensor A, Tensor dt, Tensor x, Tensor B_in, Tensor C_in, Tensor(a5!) state, str? tileops_target, bool tileops_check_contents) -> Tensor"),
-    (ReciprocalFwdOp, "reciprocal_fwd_op", "(Tensor input, str? tileops_target, bool tileops_check_contents) -> Tensor"),
+     "(Tensor A, Tensor dt, Tensor x, Tensor B_in, Tensor C_in, Tensor(a5!) state, str? tileops_target, bool tileops_check_contents, str tileops_compile_key=\"\") -> Tensor"),
+    (ReciprocalFwdOp, "reciprocal_fwd_op", "(Tensor input, str? tileops_target, bool tileops_check_contents, str tileops_compile_key=\"\") -> Tensor"),
 ])
 def test_schema_holds_the_call_tensors_params_and_target_and_marks_only_mutated_inputs(cls, name, schema):
     # (a suffix _2, _3, ... when another class of the same name registered first in this process)

@@ -68,7 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "any device but the CPU)")
     parser.add_argument("--decode-step", action="store_true",
                         help="instead of op rows: a decode step (RMSNorm -> RGDR -> SiluAndMul, B=32 Qwen3.5 heads on "
-                             "a GPU, tiny on the CPU) eager, in a CUDA graph, compiled fullgraph and reduce-overhead")
+                             "a GPU, tiny on the CPU) eager, in a CUDA graph, compiled fullgraph and reduce-overhead; "
+                             "the compiled ways under three decomposition policies (custom ops, all decompositions, "
+                             "the default 'measured')")
+    parser.add_argument("--policy", action="append", default=[], metavar="NAME=TEXT",
+                        help="with --decode-step: also run the compiled ways under this TILEOPS_COMPILE_DECOMPOSE "
+                             "text, e.g. rms_norm_only=RMSNormFwdOp (to choose the default list op by op); repeatable")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar on stderr (default: when stderr is a terminal)")
     timing = parser.add_argument_group("timing")
@@ -118,19 +123,40 @@ def _warn_if_busy(device: torch.device) -> None:
               "threads may include scheduling stalls; --threads 1 is steadier on a shared machine", file=sys.stderr)
 
 
+def _decode_policies(entries: list[str]) -> dict[str, str]:
+    """The decode step's policies: the three of the comparison, then each ``--policy NAME=TEXT``."""
+    from ..bench.decode_step import POLICIES
+    from ..kernels.compile_policy import parse_decompose_policy
+
+    policies = dict(POLICIES)
+    for entry in entries:
+        name, eq, text = entry.partition("=")
+        if not eq or not name.isidentifier() or not text.strip():
+            raise UsageError(f"--policy {entry!r}: write NAME=TEXT, e.g. rms_norm_only=RMSNormFwdOp")
+        if name in policies:
+            raise UsageError(f"--policy {entry!r}: {name} is already a policy of the run ({', '.join(policies)})")
+        try:
+            parse_decompose_policy(text, f"--policy {name}")
+        except TileOpsError as exc:
+            raise UsageError(str(exc)) from None
+        policies[name] = text
+    return policies
+
+
 def _decode_step(device: torch.device, args: argparse.Namespace) -> int:
     from ..bench.decode_step import TINY, DecodeStepConfig, format_decode_step, run_decode_step
 
     cfg = DecodeStepConfig() if device.type == "cuda" else TINY
     if args.quick:
         cfg = replace(cfg, steps=min(cfg.steps, 50), repeats=min(cfg.repeats, 5))
-    result = run_decode_step(device, cfg, seed=args.seed or 0)
+    policies = _decode_policies(args.policy)
+    result = run_decode_step(device, cfg, seed=args.seed or 0, policies=policies)
     doc = result.as_dict()
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(doc, indent=2) if args.format == "json" else format_decode_step(result))
-    bad = any(w.error or not w.equal_to_eager for w in result.ways)
+    bad = any(w.error or not w.matches_eager for w in result.ways)
     return EXIT_FINDINGS if bad else EXIT_OK
 
 
@@ -146,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError("--threads must be at least 1")
             torch.set_num_threads(args.threads)
         options = _timing(args)
+        if args.policy and not args.decode_step:
+            raise UsageError("--policy chooses decomposition policies of --decode-step; op rows run eager")
         if args.decode_step:
             return _decode_step(device, args)
         specs = resolve_specs(args.ops)

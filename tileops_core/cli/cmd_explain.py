@@ -189,6 +189,7 @@ def explain(op_name: str, *, workload: str | None = None, dtype: str | None = No
     if simulated is not None and arch is not None:
         calls = {i: _as_if_on(call, simulated, arch) for i, call in calls.items()}
     selections: list[Selection] = [select_kernel(i, calls[i], target) for i in interfaces]
+    compiled = compile_path(op.definition(), calls, target)
     return {
         "op": spec.name, "spec": f"{spec.file}:{spec.line}", "workload": row.label, "case": instance.case,
         "row": row.loc.where(),
@@ -200,7 +201,11 @@ def explain(op_name: str, *, workload: str | None = None, dtype: str | None = No
                    "layers": _layers(spec.name, op.target),
                    "problem": target_problem(registry.active(), target)},
         "steering": steering_layers(registry.active()),
-        "compiled_path": compile_path(op.definition(), (s.chosen for s in selections)),
+        "compiled_path": compiled.text,
+        # The selection among traceable kernels: what a decomposition traces (empty where the
+        # policy does not name the op).
+        "compiled_interfaces": [_selection_data(s) for s in compiled.selections],
+        "compiled_report": [s.report() for s in compiled.selections],
         "interfaces": [_selection_data(s) for s in selections],
         "report": [s.report() for s in selections],
     }
@@ -242,6 +247,9 @@ def _text(data: dict[str, Any]) -> str:
     lines.append("  layers (highest first): " + "; ".join(f"{k} {v or '-'}" for k, v in data["target"]["layers"].items()))
     lines.extend(steering_lines(data["steering"]))
     lines.append(f"under torch.compile: {data['compiled_path']}")
+    for report in data["compiled_report"]:
+        lines.append("  the decomposition's selection, among traceable kernels only:")
+        lines.extend(f"    {line}" for line in report.splitlines())
     for report, sel in zip(data["report"], data["interfaces"]):
         lines.append("")
         lines.append(report)

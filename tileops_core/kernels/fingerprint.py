@@ -10,8 +10,12 @@ registering or removing a backend, :func:`~.overrides.set_kernel_overrides`,
 :func:`~.lock.set_lock`, :func:`~.compile_policy.set_decompose_policy`. :func:`selection_state_guard` is read by the compile boundary
 while dynamo traces an op call; dynamo guards on every value a traced call compares, so a
 compiled graph is recompiled after the selection state changes, never reused across it.
-(The on-disk caches need nothing more: a cached graph calls the custom op, which selects
-at run time under the state of that process.)
+On disk: a cached graph that calls the custom op selects at run time under the state of
+that process; one that inlined a decomposition is keyed by the fingerprint too (the custom
+op's compile key, :func:`tileops_core.op.decompose.compile_key`). The fingerprint holds the
+kernels' declarations, not their code: a traceable kernel edited without a new version of its
+distribution can be served from torch's cache as it was (``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``
+while developing one).
 """
 
 from __future__ import annotations
@@ -34,14 +38,15 @@ def selection_fingerprint(registry: Registry | None = None) -> str:
     for interface in registry.interfaces():
         for impl in registry.implementations(interface):
             parts.append(f"kernel {impl.qualname()} [{registry.backend_of(impl)}] devices={impl.devices} "
-                         f"archs={impl.supported_archs} general={impl.general} preferred_over={impl.preferred_over}")
+                         f"archs={impl.supported_archs} general={impl.general} preferred_over={impl.preferred_over} "
+                         f"traceable={impl.traceable}")
     try:
         overrides = kernel_overrides()
         parts.append(f"overrides {overrides.text if overrides is not None else ''}")
         lock = active_lock()
         parts.append(f"lock {lock.path} {lock.digest}" if lock is not None else "lock")
         policy = decompose_policy()
-        parts.append(f"decompose {policy.text if policy is not None else ''}")
+        parts.append(f"decompose {policy.canonical() if policy is not None else ''}")
     except TileOpsError as exc:  # a malformed override or lock is part of the state (selection raises it)
         parts.append(f"error {exc}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

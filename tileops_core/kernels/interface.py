@@ -154,8 +154,9 @@ class KernelInterface:
     #: (non-alias) outputs allocated by the core from the plan, and writes them; its return
     #: value is ignored. The core then knows the outputs are right by construction.
     writes_outputs: ClassVar[bool] = False
-    #: True when the built kernel is plain torch code that torch.compile can trace, so an op
-    #: the decomposition policy names may be inlined into the graph (kernels/compile_policy.py).
+    #: True when the built kernel is plain torch code that torch.compile can trace: a compiled
+    #: call of an op the decomposition policy names is inlined as the kernel the selection rule
+    #: picks among traceable ones only (kernels/compile_policy.py).
     traceable: ClassVar[bool] = False
     #: The interface's declared launch signature (:func:`launch_signature`); None: undeclared.
     launch: ClassVar[LaunchSignature | None] = None

@@ -9,6 +9,10 @@ For an interface and a call spec, among the registered implementations:
    left, one ``preferred_over`` another removes it; more than one left is an ambiguity
    error; none left is an error listing every candidate and why it dropped out.
 
+Under ``torch.compile``, the decomposition of an op the compile policy names asks the same
+rule with ``traceable=True``: kernels that do not declare ``traceable`` drop out first, with
+that reason, and the rule picks among the rest (:mod:`tileops_core.op.decompose`).
+
 Before the rule, the user's steering (:mod:`.steering`: per-op overrides, a lock file)
 drops denied kernels and, under a pin or a lock line, every kernel but the named one,
 each with its reason. Candidates are considered sorted by name, so registration and
@@ -33,7 +37,7 @@ from .registry import GENERATION, BuildKey, Registry, active
 from .steering import Steering, steering_for
 from .targets import Target
 
-__all__ = ["Candidate", "Selection", "select_kernel", "kernel_for", "choose_kernel", "clear_caches", "build_count",
+__all__ = ["Candidate", "Selection", "NOT_TRACEABLE", "select_kernel", "kernel_for", "choose_kernel", "clear_caches", "build_count",
            "MAX_SELECTIONS"]
 
 #: Selections kept before the cache starts again (a re-selection costs microseconds; the
@@ -130,12 +134,18 @@ def _available(impl: type[KernelInterface], backend: str, call: CallSpec, target
     return None
 
 
+#: Why a kernel drops out of a selection restricted to traceable kernels.
+NOT_TRACEABLE = ("not traceable: the decomposition under torch.compile traces only kernels that declare "
+                 "traceable = True")
+
+
 def select_kernel(interface: type[KernelInterface], call: CallSpec, target: Target | None = None,
                   broken: dict[type[KernelInterface], str] | None = None,
-                  registry: Registry | None = None) -> Selection:
+                  registry: Registry | None = None, *, traceable: bool = False) -> Selection:
     """Apply the selection rule (no caching; ``kernel_for`` caches). ``broken``: implementations
     whose build failed for this call, with why; they drop out like a refusal. ``registry``:
-    the one to read (the active one by default)."""
+    the one to read (the active one by default). ``traceable``: only kernels that declare
+    ``traceable`` are candidates (a decomposition under ``torch.compile``)."""
     registry = active() if registry is None else registry
     backend_of = registry.backend_of
     steering = steering_for(interface, call, target, registry)
@@ -147,7 +157,8 @@ def select_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
 
     survivors: list[type[KernelInterface]] = []
     for impl in registry.implementations(interface):
-        why = steering.why_out(impl) or _available(impl, backend_of(impl), call, target)
+        why = (steering.why_out(impl) or (NOT_TRACEABLE if traceable and not impl.traceable else None)
+               or _available(impl, backend_of(impl), call, target))
         if why is None and broken and impl in broken:
             why = broken[impl]
         if why is None:
@@ -202,16 +213,18 @@ def kernel_for(interface: type[KernelInterface], call: CallSpec, target: Target 
     return choose_kernel(interface, call, target)[1]
 
 
-def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Target | None = None
-                  ) -> tuple[type[KernelInterface], Callable[..., Any]]:
+def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Target | None = None, *,
+                  traceable: bool = False) -> tuple[type[KernelInterface], Callable[..., Any]]:
     """The implementation chosen for ``call`` and its built kernel (cached per registry generation).
 
     Selection reads the active registry as it is: loading plugins is the caller's job, done
     before any call spec is built (:meth:`OpDef.plan <tileops_core.op.definition.OpDef.plan>`).
+    ``traceable``: among traceable kernels only (:func:`select_kernel`); the general kernel
+    chosen so is the compile policy's explicit choice, not a fallback to warn about.
     """
     registry = active()
     caches = registry.caches
-    key = (interface, call, target)
+    key = (interface, call, target, traceable)
     if caches.generation == GENERATION[0]:
         cached = caches.selections.get(key)
         if cached is not None:
@@ -219,7 +232,7 @@ def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
     broken: dict[type[KernelInterface], str] = {}
     while True:  # a kernel whose build fails drops out, and the rule runs again without it
         generation = GENERATION[0]
-        selection = select_kernel(interface, call, target, broken, registry)
+        selection = select_kernel(interface, call, target, broken, registry, traceable=traceable)
         if selection.chosen is None:
             raise SelectionError(_no_choice(selection))
         chosen = selection.chosen
@@ -232,7 +245,8 @@ def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
             break
         broken[chosen] = caches.failed_builds[build_key]
     fallback = None
-    if chosen.general and call.device_type != "cpu" and not (selection.steering and selection.steering.explicit):
+    if (chosen.general and call.device_type != "cpu" and not traceable
+            and not (selection.steering and selection.steering.explicit)):
         fallback = _fallback_reason(selection)
         if call.device_type != "meta":  # shape inference computes nothing: no speed is lost there
             _warn_fallback(registry, selection, fallback)

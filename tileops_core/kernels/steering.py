@@ -126,7 +126,7 @@ def steering_layers(registry: "Registry") -> dict[str, Any]:
                            "lock_error": None, "decompose": None, "fingerprint": selection_fingerprint(registry)}
     try:
         policy = decompose_policy()
-        out["decompose"] = None if policy is None else str(policy)
+        out["decompose"] = None if policy is None else policy.described()
     except TileOpsError as exc:
         out["decompose"] = str(exc)
     try:

@@ -3,6 +3,9 @@
 Under ``torch.compile`` an op call becomes a call of ``torch.ops.tileops.<name>``: the
 schema holds the call-time tensors and every param (and static dim) as real arguments,
 then the instance's own target and check_contents setting,
+then the compile key (:func:`~.decompose.compile_key`: the selection state where the
+decomposition policy names the op, a constant in the traced graph so that torch's on-disk
+caches, keyed by the graph, never serve a graph compiled under another decision),
 the mutated inputs are exactly those marked ``mutated``, and the fake implementation runs
 the generated checks on fake tensors (SymInt shapes) to produce the outputs' shapes and
 dtypes without reading data. Eager calls never pass through here (no dispatcher cost).
@@ -31,18 +34,20 @@ import torch
 from ..kernels.fingerprint import selection_state_guard
 from ..lang.types import DTypeParam, Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
 from ..plugins.loader import ensure_plugins_loaded
-from .decompose import sync_decomposition
+from .decompose import compile_key, sync_decomposition
 
 if TYPE_CHECKING:
     from .base import Op
     from .definition import OpDef
 
-__all__ = ["Boundary", "make_boundary", "call_boundary", "TARGET_ARG", "CONTENTS_ARG", "NAMESPACE"]
+__all__ = ["Boundary", "make_boundary", "call_boundary", "TARGET_ARG", "CONTENTS_ARG", "COMPILE_KEY_ARG", "NAMESPACE"]
 
 #: The schema argument carrying an op's per-op target (a name no spec param may take).
 TARGET_ARG = "tileops_target"
 #: The schema argument carrying an op's check_contents= setting.
 CONTENTS_ARG = "tileops_check_contents"
+#: The schema argument carrying the compile key (empty outside compiled calls, its default).
+COMPILE_KEY_ARG = "tileops_compile_key"
 #: The torch.library namespace of every op.
 NAMESPACE = "tileops"
 
@@ -62,6 +67,9 @@ class Boundary:
         self.encoders = encoders
         self.returned = returned  # indices of outputs the op returns
         self.n_inputs = len(self.spec.call_inputs)
+        #: Schema arguments after the tensors that make an instance: params, static dims, target,
+        #: check_contents (the compile key that follows only keys torch's caches).
+        self.n_encoded = len(self.spec.params) + len(self.spec.static_dims) + 2
         self._instances: dict[Any, Any] = {}
         self._last: tuple[tuple[Any, ...], Any] | None = None  # (schema arguments, instance) of the last call
         self._lock = threading.Lock()
@@ -89,11 +97,13 @@ class Boundary:
         return (*(enc(env[n]) for enc, n in zip(self.encoders, names)), target, op.checks_contents)
 
     def instance(self, args: Sequence[Any]) -> Any:
-        """An op instance for schema argument values (cached: the implementation runs per call).
+        """An op instance for schema argument values after the tensors (cached: the
+        implementation runs per call); the compile key, if passed, plays no part.
 
         The arguments of the previous call are compared first (a compiled graph passes the
         same values every call; list equality runs in C), then the key is built.
         """
+        args = args[: self.n_encoded]
         last = self._last
         if last is not None and last[0] == args:
             return last[1]
@@ -182,6 +192,9 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
     # So does check_contents=: a compiled call of an instance made with it off never reads
     # contents (a sync, which a CUDA graph cannot hold), whatever TILEOPS_CHECK_CONTENTS says.
     params.append(inspect.Parameter(CONTENTS_ARG, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=bool))
+    # The compile key: a constant of the traced graph, so torch's caches key on the decision (module docstring).
+    params.append(inspect.Parameter(COMPILE_KEY_ARG, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str,
+                                    default=""))
     returned = [i for i, o in enumerate(spec.outputs.values()) if o.alias is None]
     ret_ann: Any = None
     if len(returned) == 1:
@@ -260,7 +273,7 @@ def call_boundary(op: "Op", values: Sequence[Any]) -> Any:
     """
     boundary = op._def.boundary  # the instance's own reference: dynamo guards on it, not on a registry dict
     assert boundary is not None  # callers check
-    result = boundary.fn(*values[: boundary.n_inputs], *op._boundary_args)
+    result = boundary.fn(*values[: boundary.n_inputs], *op._boundary_args, compile_key(boundary.spec.name))
     # Hook (kernels/fingerprint.py): dynamo guards on the selection state's generation, so a
     # compiled graph is traced again after kernels, overrides or the lock change.
     selection_state_guard()

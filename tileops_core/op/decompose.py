@@ -5,23 +5,33 @@ function registered for it in ``torch._inductor.decomposition.decompositions``; 
 that returns ``NotImplemented`` declines and the custom op stays. Each op's boundary gets
 one such function, in the table exactly while a traced call decomposes (the boundary's fake
 keeps it in step; importing an op imports nothing of Inductor). It runs while the graph is traced, on the
-tracing tensors: it plans the call exactly as an eager call does (steps 1-5), asks the
-selection rule for each interface's kernel, and when the policy
-(:mod:`tileops_core.kernels.compile_policy`) names the op and every chosen kernel is
-``traceable``, runs ``forward`` with those kernels, so their torch operations become the
-graph. Otherwise it declines. The policy and the selection state are read at trace time; a
-change of either makes dynamo trace again (the boundary's guard), and the decision with it.
+tracing tensors: it plans the call exactly as an eager call does (steps 1-5) and, when the
+policy (:mod:`tileops_core.kernels.compile_policy`) names the op, asks the one selection rule
+for each interface's kernel among the ``traceable`` kernels only (``choose_kernel(...,
+traceable=True)``), so that a specialised kernel serving the eager call (TileLang, not
+traceable) gives way to the traceable one: the policy is the explicit choice of Inductor's
+code. It then runs ``forward`` with those kernels, so their torch operations become the
+graph. Where no traceable kernel can serve, it declines (``tileops explain`` says why). The
+policy and the selection state are read at trace time; a change of either makes dynamo
+trace again (the boundary's guard), and the decision with it.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Iterable
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
 
+import torch
+
+from ..errors import SelectionError
 from ..kernels.compile_policy import decompose_policy, on_policy_change
-from ..kernels.interface import KernelInterface
-from ..kernels.select import choose_kernel
-from ..kernels.targets import current_target
+from ..kernels.fingerprint import selection_fingerprint
+from ..kernels.interface import CallSpec, KernelInterface
+from ..kernels.registry import active
+from ..kernels.select import Selection, choose_kernel, select_kernel
+from ..kernels.targets import Target, current_target
 from .plan import CURRENT
 
 if TYPE_CHECKING:
@@ -30,7 +40,7 @@ if TYPE_CHECKING:
     from .definition import OpDef
     from .plan import CallPlan
 
-__all__ = ["sync_decomposition", "compile_path"]
+__all__ = ["sync_decomposition", "decomposed_ops", "compile_key", "compile_path", "CompiledPath"]
 
 #: The custom ops whose decomposition is in Inductor's table, with their op's definition.
 _installed: dict[Any, "OpDef"] = {}
@@ -39,7 +49,7 @@ _lock = threading.Lock()
 
 def sync_decomposition(boundary: "Boundary", op: "Op", values: list[Any]) -> None:
     """Make Inductor's table hold the boundary's decomposition exactly when this traced call
-    decomposes (the policy names the op and every kernel chosen for it is traceable).
+    decomposes (the policy names the op and a traceable kernel serves each of its interfaces).
 
     Called by the boundary's fake, before Inductor consults the table. An op that stays the
     custom op must not be in the table at all: Inductor refuses to fall back to an op that has
@@ -60,6 +70,13 @@ def sync_decomposition(boundary: "Boundary", op: "Op", values: list[Any]) -> Non
         _forget_inductor_copies()
 
 
+def decomposed_ops() -> list[str]:
+    """The ops whose decomposition is in Inductor's table now: each one's last traced call
+    decomposed (the bench reports what a compiled step inlined)."""
+    with _lock:
+        return sorted({definition.spec.name for definition in _installed.values()})
+
+
 def _forget_inductor_copies() -> None:
     """Inductor reads its table through a cached copy (``fast_random_decomps``): a change of the
     table reaches it only once that copy is made again."""
@@ -74,7 +91,7 @@ def _drop_unwanted() -> None:
     """After a policy change: no decomposition the new policy does not name stays in the table
     (an op left there would make Inductor refuse to fall back to it)."""
     with _lock:
-        unwanted = [fn for fn, definition in _installed.items() if _declined(definition, ()) is not None]
+        unwanted = [fn for fn, definition in _installed.items() if _declined(definition) is not None]
         if not unwanted:
             return
         from torch._inductor.decomposition import decompositions
@@ -88,8 +105,8 @@ def _drop_unwanted() -> None:
 on_policy_change(_drop_unwanted)
 
 
-def _declined(definition: "OpDef", impls: Iterable[type[KernelInterface] | None]) -> str | None:
-    """Why a call served by ``impls`` stays the custom op (None: it decomposes)."""
+def _declined(definition: "OpDef") -> str | None:
+    """Why no call of the op decomposes, whatever kernels are installed (None: its calls may)."""
     name = definition.spec.name
     policy = decompose_policy()
     if policy is None or not policy.wants(name):
@@ -97,22 +114,63 @@ def _declined(definition: "OpDef", impls: Iterable[type[KernelInterface] | None]
     boundary = definition.boundary
     if boundary is None or not boundary.plain or any(t.mutated for t in definition.spec.call_inputs):
         return "only an op with one fresh output and no mutated input decomposes"
-    for impl in impls:
-        if impl is None or not impl.traceable:
-            return f"{'no kernel' if impl is None else impl.qualname()} serves it, and is not traceable"
     return None
 
 
+def _select_traceable(interface: type[KernelInterface], call: CallSpec, target: Target | None
+                      ) -> tuple[type[KernelInterface], Any]:
+    """The one selection rule among traceable kernels, built (what a decomposition traces)."""
+    return choose_kernel(interface, call, target, traceable=True)
+
+
 def _traceable_plan(op: "Op", values: list[Any]) -> tuple["CallPlan", Any] | None:
-    """The plan and bound kernels of a call that decomposes (None: it stays the custom op)."""
+    """The plan and bound traceable kernels of a call that decomposes (None: it stays the custom op)."""
     definition = op.definition()
-    if _declined(definition, ()) is not None:  # the policy first: no planning for ops it does not name
+    if _declined(definition) is not None:  # the policy first: no planning for ops it does not name
         return None
     plan = definition.plan(op, values)
     target = op.target or current_target()
-    if _declined(definition, (choose_kernel(i, c, target)[0] for i, c in plan.call_specs.items())) is not None:
-        return None
-    return plan, plan.bind(target, choose_kernel)
+    for interface, call in plan.call_specs.items():
+        try:
+            _select_traceable(interface, call, target)
+        except SelectionError:
+            _warn_no_traceable_kernel(definition, interface)
+            return None
+    return plan, plan.bind(target, _select_traceable)  # a fresh plan: eager calls never see these bindings
+
+
+def _warn_no_traceable_kernel(definition: "OpDef", interface: type[KernelInterface]) -> None:
+    """Once per op and interface: the policy names the op by hand (not through ``auto`` or
+    ``measured``, which name ops whatever their kernels), and no traceable kernel can serve."""
+    name = definition.spec.name
+    policy = decompose_policy()
+    if policy is None or name not in policy.named:
+        return
+    registry = active()
+    key = ("no traceable kernel", name, interface)
+    with registry.lock:
+        if key in registry.caches.warned:
+            return
+        registry.caches.warned.add(key)
+    warnings.warn(f"{name}: the decomposition policy ({policy}) names it, and no traceable kernel can serve "
+                  f"{interface.__name__} for this call, so the compiled call stays the custom op; "
+                  f"`tileops explain {name}` shows why each kernel dropped out", RuntimeWarning, stacklevel=2)
+
+
+@torch.compiler.assume_constant_result
+def compile_key(op_name: str) -> str:
+    """The compile key of a traced call of ``op_name``: empty where the policy does not name the
+    op (the call is the custom op whatever else holds), else the selection fingerprint, which
+    holds the policy and every kernel's declarations.
+
+    Dynamo calls it while tracing and puts the result in the graph as a constant argument of
+    the custom op (``assume_constant_result``: it traces nothing inside). AOTAutograd's on-disk
+    cache is keyed by that graph, taken before the decomposition: without the key, a graph
+    compiled with the custom op would be served where the policy now decomposes it, and the
+    other way round. In-process, the selection guard already traces the call again.
+    """
+    policy = decompose_policy()
+    return selection_fingerprint() if policy is not None and policy.wants(op_name) else ""
 
 
 def _decomposition(boundary: "Boundary") -> Any:
@@ -135,16 +193,40 @@ def _decomposition(boundary: "Boundary") -> Any:
     return decompose
 
 
-def compile_path(definition: "OpDef", impls: Iterable[type[KernelInterface] | None]) -> str:
-    """Which path a compiled call takes when ``impls`` serve its interfaces (``tileops explain``)."""
+@dataclass(frozen=True)
+class CompiledPath:
+    """The path a compiled call takes (``text``) and, where the policy names the op, the
+    selection among traceable kernels for each interface (what the decomposition traces)."""
+
+    text: str
+    selections: tuple[Selection, ...] = ()
+
+
+def compile_path(definition: "OpDef", calls: Mapping[type[KernelInterface], CallSpec],
+                 target: Target | None) -> CompiledPath:
+    """Which path a compiled call with these call specs takes under ``target`` (``tileops explain``).
+
+    Selects without building, as ``explain`` does: the traceable selection, and the eager one
+    to say when the decomposition replaces a different kernel.
+    """
     boundary = definition.boundary
     if boundary is None:
-        return f"traced as eager Python (no compile boundary: {definition.boundary_reason})"
-    impls = list(impls)
+        return CompiledPath(f"traced as eager Python (no compile boundary: {definition.boundary_reason})")
     custom = f"the opaque custom op torch.ops.{boundary.qualname.replace('::', '.')} (its kernel chosen at run time)"
-    declined = _declined(definition, impls)
+    declined = _declined(definition)
     if declined is not None:
-        return f"{custom}: {declined}"
-    kernels = ", ".join(sorted(impl.qualname() for impl in impls if impl is not None))
-    return (f"decomposed into its traceable kernel {kernels} under backends that decompose (Inductor); {custom} "
-            "under those that do not (aot_eager)")
+        return CompiledPath(f"{custom}: {declined}")
+    selections = tuple(select_kernel(i, c, target, traceable=True) for i, c in calls.items())
+    for s in selections:
+        if s.chosen is None:
+            why = "; ".join(f"{c.impl.qualname()}: {c.reason}" for c in s.candidates) or "no kernel is installed"
+            return CompiledPath(f"{custom}: no traceable kernel can serve {s.interface.__name__} ({why})", selections)
+    traced = []
+    for s in selections:
+        assert s.chosen is not None
+        eager = select_kernel(s.interface, s.call, target).chosen
+        replaces = "" if eager is s.chosen else (f" (in place of {'no kernel' if eager is None else eager.qualname()}, "
+                                                 "which serves the eager call)")
+        traced.append(f"{s.chosen.qualname()}{replaces}")
+    return CompiledPath(f"decomposed into its traceable kernel {', '.join(sorted(traced))} under backends that "
+                        f"decompose (Inductor); {custom} under those that do not (aot_eager)", selections)
