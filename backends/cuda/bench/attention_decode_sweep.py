@@ -49,7 +49,7 @@ for _p in (str(_HERE), str(_HERE.parents[0] / "tests")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from attention_bench import NQ, NKV, D, Timer, copy_us, decode_inputs, decode_key, log, reference_error  # noqa: E402
+from attention_bench import NKV, D, Timer, copy_us, decode_inputs, decode_key, log, reference_error  # noqa: E402
 from cuda_bench_common import ROTATE_BYTES, time_graph  # noqa: E402
 from decode_cases import decode_batch, decode_reference, poison_unread  # noqa: E402
 
