@@ -81,3 +81,108 @@ def test_a_paged_tile_lies_inside_one_block_or_the_rows_are_gathered(block, page
     assert (got_page, tiling.block_n) == (page, block_n)
     assert page == 0 or block % tiling.block_n == 0
     assert tiling.stages * tiling.block_n >= 128  # ~128 KiB of K and V in flight at D=256
+
+
+# -- schedules: the candidates a sweep measures and the rule that picks one per call shape --------
+
+
+def test_a_pinned_schedule_is_what_every_call_of_its_key_runs():
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule, ScheduleRule, schedule_for
+
+    pinned = DecodeSchedule(combine="parallel", splits=8)
+    rules = (ScheduleRule(DecodeSchedule(stages=3)),)
+    assert schedule_for(_key(schedule=pinned), 1, 4096, rules) == pinned
+
+
+def test_the_first_matching_rule_picks_the_schedule_else_the_measured_default():
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule, ScheduleRule, schedule_for
+
+    small = DecodeSchedule(combine="parallel")
+    paged = DecodeSchedule(paged_tiles="gather")
+    rules = (ScheduleRule(small, max_batch=16, max_capacity=8192), ScheduleRule(paged, paged=True))
+    assert schedule_for(_key(), 16, 8192, rules) == small
+    assert schedule_for(_key(), 17, 8192, rules) == DecodeSchedule()
+    assert schedule_for(_key(), 1, 8193, rules) == DecodeSchedule()
+    assert schedule_for(_key(paged=True, table_dtype="int32"), 64, 32768, rules) == paged
+    assert schedule_for(_key(), 1, 4096) == DecodeSchedule()  # no rule is set until a sweep measures one
+
+
+@pytest.mark.parametrize("changes,word", [
+    (dict(stages=4), "stages=4"), (dict(paged_tiles="rows"), "paged_tiles='rows'"),
+    (dict(combine="fused"), "combine='fused'"), (dict(min_split_tiles=0), "min_split_tiles=0"),
+    (dict(splits=MAX_SPLITS + 1), f"splits={MAX_SPLITS + 1}"),
+])
+def test_schedule_fields_outside_their_choices_are_refused_by_name(changes, word):
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule
+
+    with pytest.raises(ValueError, match=word.replace("(", r"\(")):
+        DecodeSchedule(**changes)
+
+
+def test_a_minimum_of_tiles_a_split_gives_fewer_longer_splits():
+    splits, chunk = split_plan(1, 2, 4096, 64, H200_SMS, min_split_tiles=8)
+    assert (splits, chunk) == (8, 512)
+    assert split_plan(1, 2, 4096, 64, H200_SMS)[0] == 64
+
+
+@pytest.mark.parametrize("capacity,asked,got", [(4096, 16, 16), (4096, 7, 7), (200, 16, 4), (1, 4, 1)])
+def test_a_pinned_split_count_covers_the_capacity_in_whole_tiles(capacity, asked, got):
+    from tileops_cuda.kernels.attention_decode import pinned_split
+
+    splits, chunk = pinned_split(capacity, 64, asked)
+    assert splits == got and chunk % 64 == 0
+    assert splits * chunk >= capacity > (splits - 1) * chunk
+
+
+@pytest.mark.parametrize("block,gathered", [(16, True), (48, True), (1, True), (64, False), (128, False)])
+def test_gathered_paged_tiles_are_64_positions_for_blocks_not_a_multiple_of_64(block, gathered):
+    from tileops_cuda.kernels.attention_decode import page_layout
+
+    page, tiling = page_layout(block, "gather")
+    assert tiling.gather == gathered and tiling.block_n == 64 and page == block
+    assert page_layout(block, "block") == page_layout(block)
+
+
+def test_the_programs_prepared_are_every_schedule_a_rule_can_pick_for_the_layout(monkeypatch):
+    from tileops_cuda.kernels import attention_decode as ad
+
+    contiguous, paged = ad.DecodeSchedule(stages=3), ad.DecodeSchedule(paged_tiles="gather")
+    monkeypatch.setattr(ad, "SCHEDULE_RULES", (ad.ScheduleRule(contiguous, paged=False),
+                                               ad.ScheduleRule(paged, paged=True)))
+    assert set(ad.reachable_schedules(_key())) == {contiguous, ad.DecodeSchedule()}
+    assert set(ad.reachable_schedules(_key(paged=True, table_dtype="int32"))) == {paged, ad.DecodeSchedule()}
+    assert ad.reachable_schedules(_key(schedule=paged)) == (paged,)
+
+
+def _recording_run(key, calls):
+    """The launch function with compiled programs stood in for by recorders (CPU tensors)."""
+    from tileops_cuda.kernels.attention_decode import _make_run
+
+    def programs(block_size, schedule):
+        calls.append(("program", block_size, schedule))
+        return lambda *args: calls.append(("split", args[7].shape[0], args[-2]))
+
+    def combines(kind):
+        calls.append(("combine-program", kind))
+        return lambda *args: calls.append(("combine", kind, args[-1]))
+
+    return _make_run(key, programs, combines)
+
+
+def test_a_call_shape_is_planned_once_and_one_split_needs_no_combine():
+    torch = pytest.importorskip("torch")
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule
+
+    calls: list = []
+    run = _recording_run(_key(head_dim=16, schedule=DecodeSchedule(combine="parallel", splits=4)), calls)
+    q, kv = torch.randn(2, 16, 16), torch.randn(2, 2, 16)
+    cache, lengths = torch.randn(3, 1000, 2, 16), torch.tensor([5, 999], dtype=torch.int32)
+    for _ in range(2):
+        run(q, kv, kv, cache, cache.clone(), lengths, None, None)
+    assert [c[0] for c in calls] == ["program", "combine-program", "split", "combine", "split", "combine"]
+    assert calls[2][1:] == (4, 256) and calls[3] == ("combine", "parallel", 256)
+
+    calls.clear()
+    one = _recording_run(_key(head_dim=16, schedule=DecodeSchedule(splits=1)), calls)
+    one(q, kv, kv, cache, cache.clone(), lengths, None, None)
+    assert [c[0] for c in calls] == ["program", "combine-program", "split"]

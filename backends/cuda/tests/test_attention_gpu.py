@@ -12,16 +12,20 @@ on the device: each live sequence's positions ``0 .. n`` gathered, the new key/v
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import sys
 
 import pytest
 
-from tileops_cuda.kernels.attention_decode import DecodeBuildKey, build_attention_decode, decode_refusal
+from tileops_cuda.kernels.attention_decode import (
+    COMBINES, PAGED_TILES, DecodeBuildKey, DecodeSchedule, build_attention_decode, decode_refusal,
+)
 from tileops_cuda.kernels.attention_prefill import build_attention_prefill
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
 from catalogue_references import TOLERANCE, relative_error  # noqa: E402
+from decode_cases import decode_batch, decode_reference, poison_unread  # noqa: E402
 
 DECODE, PREFILL = "AttentionDecodeFwdOp", "AttentionPrefillFwdOp"
 _MAX_TOKENS = 1 << 18  # B · context above this: the bench's rows (float64 copies of the cache)
@@ -63,54 +67,6 @@ def _key(inputs, arch: str) -> DecodeBuildKey:
                           None if table is None else name("block_table"), arch)
 
 
-def _places(inputs, b: int, n: int):
-    """``(rows, offsets)`` of positions ``0 .. n`` of sequence ``b`` (device tensors)."""
-    import torch
-
-    dev = inputs["query"].device
-    pos = torch.arange(n + 1, device=dev)
-    L = inputs["key_cache"].shape[1]
-    table = inputs.get("block_table")
-    if table is None:
-        return torch.full_like(pos, b), pos
-    return table[b].long()[pos // L], pos % L
-
-
-def _poison_unread(inputs) -> None:
-    """NaN into every cache slot no sequence reads before this step (the step's own slot included)."""
-    import torch
-
-    read = torch.zeros(inputs["key_cache"].shape[:2], dtype=torch.bool, device=inputs["key_cache"].device)
-    for b, n in enumerate(inputs["cache_seqlens"].tolist()):
-        if n > 0:
-            rows, at = _places(inputs, b, n - 1)
-            read[rows, at] = True
-    inputs["key_cache"][~read] = float("nan")
-    inputs["value_cache"][~read] = float("nan")
-
-
-def _reference(inputs, scale):
-    """float64 ``(out, key_cache, value_cache)`` after the step, on the device."""
-    import torch
-
-    kc, vc = inputs["key_cache"].clone(), inputs["value_cache"].clone()
-    q = inputs["query"].double()
-    B, NQ, D = q.shape
-    NKV = inputs["key"].shape[1]
-    out = torch.zeros(B, NQ, D, dtype=torch.float64, device=q.device)
-    for b, n in enumerate(inputs["cache_seqlens"].tolist()):
-        if n < 0:
-            continue
-        rows, at = _places(inputs, b, n)
-        kc[rows[n], at[n]] = inputs["key"][b]
-        vc[rows[n], at[n]] = inputs["value"][b]
-        k = kc[rows, at].double().repeat_interleave(NQ // NKV, dim=1)  # [n + 1, NQ, D]
-        v = vc[rows, at].double().repeat_interleave(NQ // NKV, dim=1)
-        s = torch.einsum("hd,thd->ht", q[b], k) * (D ** -0.5 if scale is None else scale)
-        out[b] = torch.einsum("ht,thd->hd", torch.softmax(s, dim=-1), v)
-    return out, kc, vc
-
-
 _DECODE_ARGS = ("query", "key", "value", "key_cache", "value_cache", "cache_seqlens", "block_table")
 _PREFILL_ARGS = ("query", "key", "value", "key_cache", "value_cache", "cu_seqlens", "slot_mapping")
 
@@ -132,11 +88,11 @@ def _compare(launcher, reason, reference, names, inputs, scale) -> None:
         assert torch.equal(got.view(torch.int16), want.view(torch.int16)), "a cache slot differs"
 
 
-def _check(inputs, scale, arch: str) -> None:
-    key = _key(inputs, arch)
+def _check(inputs, scale, arch: str, schedule: DecodeSchedule | None = None) -> None:
+    key = dataclasses.replace(_key(inputs, arch), schedule=schedule)
     if decode_refusal(key) is None:
-        _poison_unread(inputs)
-    _compare(lambda: build_attention_decode(key), decode_refusal(key), _reference, _DECODE_ARGS, inputs, scale)
+        poison_unread(inputs)
+    _compare(lambda: build_attention_decode(key), decode_refusal(key), decode_reference, _DECODE_ARGS, inputs, scale)
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +109,11 @@ def _keys_used(arch: str) -> dict:
                   DecodeBuildKey("bfloat16", **qwen, paged=True, table_dtype="int32"): {16, 1, 128}}
     for NQ, NKV, dtype in _GROUPS:
         used[DecodeBuildKey(dtype, NQ, NKV, 128, arch=arch)] = set()
+    for block, schedule in _SCHEDULE_CASES:
+        key = DecodeBuildKey("bfloat16", **qwen, paged=block is not None,
+                             table_dtype=None if block is None else "int32",
+                             schedule=schedule)
+        used.setdefault(key, set()).update({block} if block else set())
     for row in load_manifest()[DECODE].workloads:
         gen, v = row.values["generator"], row.values
         if int(gen["B"]) * int(gen["context"]) > _MAX_TOKENS:
@@ -215,37 +176,29 @@ def test_every_decode_workload_row_matches_the_float64_reference(row_index, case
     _check(inputs, scale, arch)
 
 
-def _batch(device, gen, lengths, NQ=16, NKV=2, D=256, block=None, dtype="bfloat16", capacity=None):
-    """A decode batch with the given ``cache_seqlens`` (-1: padding); contiguous, or paged with
-    ``block``-token blocks drawn at random from a pool with spare blocks (unused entries -1)."""
-    import torch
-
-    tdt = getattr(torch, dtype)
-    B = len(lengths)
-    capacity = capacity or max(lengths) + 1
-    r = lambda *s: torch.randn(*s, device=device, generator=gen).to(tdt)  # noqa: E731
-    inputs = dict(query=r(B, NQ, D), key=r(B, NKV, D), value=r(B, NKV, D),
-                  cache_seqlens=torch.tensor(lengths, dtype=torch.int32, device=device))
-    if block is None:
-        inputs.update(key_cache=r(B + 2, capacity, NKV, D), value_cache=r(B + 2, capacity, NKV, D))
-        return inputs
-    M = -(-capacity // block)
-    N = B * M + 3
-    table = torch.randperm(N, device=device, generator=gen)[: B * M].view(B, M).int()
-    used = torch.arange(M, device=device).unsqueeze(0) <= (torch.tensor(lengths, device=device).clamp(min=0)
-                                                           // block).unsqueeze(1)
-    table[~used] = -1
-    inputs.update(key_cache=r(N, block, NKV, D), value_cache=r(N, block, NKV, D), block_table=table)
-    return inputs
-
-
 #: Empty caches, lengths either side of the 64-position tiles, padding sequences.
 _RAGGED = [0, 63, -1, 64, 65, 127, 1, 300, -1, 128]
 
 
 @pytest.mark.parametrize("block", [None, 16, 1, 128], ids=["contiguous", "paged16", "paged1", "paged128"])
 def test_ragged_lengths_tile_edges_and_padding_rows_across_splits(block, arch, cuda_device, gen):
-    _check(_batch(cuda_device[0], gen, _RAGGED, block=block), None, arch)
+    _check(decode_batch(cuda_device[0], gen, _RAGGED, block=block), None, arch)
+
+
+#: Every schedule the rule can pick, on the layouts it changes: the contiguous pipeline's depths,
+#: paged tiles by block or gathered (16-token blocks, and 48, which no 64-position tile divides),
+#: each with either combine; a pinned split count runs the combine on this short batch too.
+_SCHEDULE_CASES = ([(None, DecodeSchedule(stages=st, combine=c, splits=sp)) for st in (2, 3) for c in COMBINES
+                    for sp in (None, 4)]
+                   + [(block, DecodeSchedule(paged_tiles=t, combine=c, splits=4)) for block in (16, 48)
+                      for t in PAGED_TILES for c in COMBINES])
+
+
+@pytest.mark.parametrize("block,schedule", _SCHEDULE_CASES,
+                         ids=[f"{block or 'contiguous'}-{s.stages}st-{s.paged_tiles}-{s.combine}-{s.splits}sp"
+                              for block, s in _SCHEDULE_CASES])
+def test_every_schedule_matches_the_reference_on_ragged_lengths(block, schedule, arch, cuda_device, gen):
+    _check(decode_batch(cuda_device[0], gen, _RAGGED, block=block), None, arch, schedule)
 
 
 @pytest.mark.parametrize("block", [None, 16], ids=["contiguous", "paged16"])
@@ -254,7 +207,7 @@ def test_a_batch_wide_enough_for_one_split_writes_the_output_directly(block, arc
 
     lengths = torch.randint(0, 200, (80,), generator=gen, device=cuda_device[0]).tolist()
     lengths[3] = lengths[40] = -1
-    _check(_batch(cuda_device[0], gen, lengths, block=block, capacity=256), None, arch)
+    _check(decode_batch(cuda_device[0], gen, lengths, block=block, capacity=256), None, arch)
 
 
 _GROUPS = [(4, 4, "bfloat16"), (8, 1, "float16"), (64, 1, "bfloat16")]
@@ -263,17 +216,17 @@ _GROUPS = [(4, 4, "bfloat16"), (8, 1, "float16"), (64, 1, "bfloat16")]
 @pytest.mark.parametrize("NQ,NKV,dtype", _GROUPS, ids=["mha-bf16", "gqa8-fp16", "gqa64-bf16"])
 @pytest.mark.parametrize("scale", [0.07, -0.05])
 def test_head_groups_and_dtypes_with_an_explicit_scale_of_either_sign(NQ, NKV, dtype, scale, arch, cuda_device, gen):
-    _check(_batch(cuda_device[0], gen, [5, 77, -1, 200], NQ=NQ, NKV=NKV, D=128, dtype=dtype), scale, arch)
+    _check(decode_batch(cuda_device[0], gen, [5, 77, -1, 200], NQ=NQ, NKV=NKV, D=128, dtype=dtype), scale, arch)
 
 
 def test_one_long_sequence_is_split_across_the_multiprocessors(arch, cuda_device, gen):
-    _check(_batch(cuda_device[0], gen, [20000], block=16, capacity=32768), None, arch)
+    _check(decode_batch(cuda_device[0], gen, [20000], block=16, capacity=32768), None, arch)
 
 
 def test_decode_captures_in_a_cuda_graph(arch, cuda_device, gen):
     import torch
 
-    inputs = _batch(cuda_device[0], gen, [10, 500, -1], block=16)
+    inputs = decode_batch(cuda_device[0], gen, [10, 500, -1], block=16)
     key = _key(inputs, arch)
     run = build_attention_decode(key).run
     names = ("query", "key", "value", "key_cache", "value_cache", "cache_seqlens", "block_table")

@@ -1,6 +1,6 @@
 """The attention programs lower to CUDA for sm_90 without a GPU (skips without tilelang), and the
-layouts meant to stream the cache with bulk copies do (a TMA pipeline), while the row-by-row
-paged fallback is the only one that does not."""
+layouts meant to stream the cache with bulk copies do (a TMA pipeline), gathered paged tiles
+stream with asynchronous copies (cp.async), and the row-by-row paged fallback does neither."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ import pytest
 
 tilelang = pytest.importorskip("tilelang")
 
-from tileops_cuda.kernels.attention_decode import DecodeBuildKey, default_tiling, page_layout  # noqa: E402
-from tileops_cuda.kernels.attention_decode_program import decode_combine_program, decode_split_program  # noqa: E402
+from tileops_cuda.kernels.attention_decode import (  # noqa: E402
+    DecodeBuildKey, DecodeSchedule, default_tiling, page_layout, split_tiling,
+)
+from tileops_cuda.kernels.attention_decode_program import (  # noqa: E402
+    decode_combine_program, decode_parallel_combine_program, decode_split_program,
+)
 from tileops_cuda.kernels.attention_prefill import CACHE_THREADS, CACHE_TOKENS, PrefillBuildKey  # noqa: E402
 from tileops_cuda.kernels.attention_prefill import default_tiling as prefill_tiling  # noqa: E402
 from tileops_cuda.kernels.attention_prefill_program import (  # noqa: E402
@@ -30,6 +34,26 @@ def test_the_decode_split_program_lowers_with_bulk_copies_where_tiles_fit_a_bloc
     key = DecodeBuildKey("bfloat16", 16, 2, 256, block is not None, "int32", None if block is None else "int32")
     page, tiling = (None, default_tiling(key)) if block is None else page_layout(block)
     assert ("tma_load" in _source(decode_split_program(key, tiling, page))) == bulk
+
+
+@pytest.mark.parametrize("block", [16, 48, 1])
+def test_gathered_paged_tiles_stream_with_asynchronous_copies(block):
+    key = DecodeBuildKey("bfloat16", 16, 2, 256, True, "int32", "int64")
+    page, tiling = page_layout(block, "gather")
+    source = _source(decode_split_program(key, tiling, page))
+    assert "cp_async" in source and "tma_load" not in source
+
+
+def test_the_three_stage_contiguous_pipeline_streams_with_bulk_copies():
+    key = DecodeBuildKey("bfloat16", 16, 2, 256)
+    page, tiling = split_tiling(key, DecodeSchedule(stages=3), None)
+    assert tiling.stages == 3 and "tma_load" in _source(decode_split_program(key, tiling, page))
+
+
+@pytest.mark.parametrize("D,seqlens", [(256, "int32"), (16, "int64"), (48, "int32")])
+def test_the_parallel_combine_lowers_with_warp_shuffles_for_any_head_size(D, seqlens):
+    source = _source(decode_parallel_combine_program(DecodeBuildKey("float16", 6, 2, D, seqlens_dtype=seqlens)))
+    assert "__shfl_xor_sync" in source
 
 
 def test_the_decode_combine_program_lowers_for_small_heads_and_int64_lengths():

@@ -54,7 +54,7 @@ STAND_INS = {
     "build_chunk_gdr": lambda key: SimpleNamespace(run=chunk_gdr._make_run(key, _unused, _unused, _unused)),
     "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused)),
     "build_attention_decode": lambda key: SimpleNamespace(
-        run=attention_decode._make_run(key, lambda page: (attention_decode.default_tiling(key), _unused), _unused)),
+        run=attention_decode._make_run(key, lambda block_size, schedule: _unused, lambda kind: _unused)),
     "build_attention_prefill": lambda key: SimpleNamespace(run=attention_prefill._make_run(key, _unused, _unused)),
 }
 

@@ -1,12 +1,14 @@
 """GQA attention decode over a KV cache (AttentionDecodeFwdOp) on NVIDIA GPUs: the host side.
 
 What gets compiled (the build key: dtype, head counts, head size, the layout, metadata
-dtypes; never B, the context or the pool size; a paged key's split program once per block
-size, the first time a call uses it), what the kernels were not
-written for (:func:`decode_refusal`), how a call's context is split across programs
-(:func:`split_plan`, from host-side shapes only: the capacity stands for the context, so
-nothing synchronises and launches capture into CUDA graphs), and how a call is launched.
-The programs are :mod:`tileops_cuda.kernels.attention_decode_program`.
+dtypes, optionally a pinned schedule; never B, the context or the pool size; a paged key's
+split programs once per block size, the first time a call uses it or on ``prepare``), what
+the kernels were not written for (:func:`decode_refusal`), which schedule a call runs
+(:func:`schedule_for`: candidate programs and split counts, chosen by a rule on host-side
+shapes), how a call's context is split across programs (:func:`split_plan`, from host-side
+shapes only: the capacity stands for the context, so nothing synchronises and launches
+capture into CUDA graphs), and how a call is launched. The programs are
+:mod:`tileops_cuda.kernels.attention_decode_program`.
 
 A launch passes the caches flat (``[N · L, NKV, D]`` views); a cache that is not contiguous
 goes through a contiguous copy that is copied back (correct, not fast). One launch (one
@@ -21,24 +23,92 @@ sequence) is read unordered here; the reference reads it after the write.
 
 # No `from __future__ import annotations`: dataclass field types stay plain classes here.
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, direct_entry
-from .attention_decode_program import LOG2E, decode_combine_program, decode_split_program
+from .attention_decode_program import (
+    COMBINE_THREADS, LOG2E, decode_combine_program, decode_parallel_combine_program, decode_split_program,
+)
 
-__all__ = ["DecodeBuildKey", "DecodeLauncher", "DecodeTiling", "build_attention_decode", "decode_refusal",
-           "default_tiling", "page_layout", "split_plan"]
+__all__ = ["COMBINES", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "DecodeTiling", "PAGED_TILES",
+           "SCHEDULE_RULES", "ScheduleRule", "build_attention_decode", "decode_refusal", "default_tiling", "page_layout",
+           "schedule_for", "split_plan", "split_tiling"]
 
 #: The most splits one sequence's context is cut into (bounds the partials and the combine loop).
 MAX_SPLITS = 256
+assert MAX_SPLITS <= COMBINE_THREADS  # the parallel combine gives each split one thread
+
+#: How the splits' partials are merged: ``serial`` (the first kernel: one program per query head
+#: walks the splits three times, a global round trip per split) or ``parallel`` (splits read at
+#: once, see :func:`~.attention_decode_program.decode_parallel_combine_program`).
+COMBINES = ("serial", "parallel")
+
+#: How a paged tile is read when the block size is not a multiple of 64: ``block`` (tiles inside
+#: one block, one bulk copy each: 16-position tiles for 16-token blocks; row by row, synchronous,
+#: for block sizes no tile divides) or ``gather`` (64-position tiles gathered row by row from any
+#: blocks with asynchronous copies; the slot the step writes is read back).
+PAGED_TILES = ("block", "gather")
+
+
+@dataclass(frozen=True)
+class DecodeSchedule:
+    """How a call is run; :func:`schedule_for` picks one from host shapes.
+
+    ``stages``: the contiguous pipeline's depth (64-position tiles: 2 = 128 KiB of K and V in
+    flight, 3 = 192 KiB, the most that fits beside the query tile). ``paged_tiles``: one of
+    :data:`PAGED_TILES`. ``combine``: one of :data:`COMBINES`. ``min_split_tiles``: the fewest
+    tiles :func:`split_plan` gives a split (fewer, longer splits: less setup and combine work).
+    ``splits``: a pinned split count (a sweep's candidate), else the plan's.
+    """
+
+    stages: int = 2
+    paged_tiles: str = "block"
+    combine: str = "serial"
+    min_split_tiles: int = 1
+    splits: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.stages not in (2, 3):
+            raise ValueError(f"DecodeSchedule.stages={self.stages}: 2 or 3 (shared memory holds no more)")
+        if self.paged_tiles not in PAGED_TILES:
+            raise ValueError(f"DecodeSchedule.paged_tiles={self.paged_tiles!r} is not one of {PAGED_TILES}")
+        if self.combine not in COMBINES:
+            raise ValueError(f"DecodeSchedule.combine={self.combine!r} is not one of {COMBINES}")
+        if self.min_split_tiles < 1:
+            raise ValueError(f"DecodeSchedule.min_split_tiles={self.min_split_tiles} must be >= 1")
+        if self.splits is not None and not 1 <= self.splits <= MAX_SPLITS:
+            raise ValueError(f"DecodeSchedule.splits={self.splits} must lie in [1, {MAX_SPLITS}]")
+
+
+@dataclass(frozen=True)
+class ScheduleRule:
+    """The calls a schedule is chosen for: a layout (None: both) and inclusive upper bounds on
+    the batch and the capacity in positions (None: any)."""
+
+    schedule: DecodeSchedule
+    paged: bool | None = None
+    max_batch: int | None = None
+    max_capacity: int | None = None
+
+    def matches(self, paged: bool, batch: int, capacity: int) -> bool:
+        return ((self.paged is None or self.paged == paged) and (self.max_batch is None or batch <= self.max_batch)
+                and (self.max_capacity is None or capacity <= self.max_capacity))
+
+
+#: The rule: the first matching entry's schedule, else ``DecodeSchedule()`` (what the first H200
+#: measurements ran). Set from ``bench/attention_decode_sweep.py``'s output, one entry per row
+#: class whose best schedule differs from the default.
+SCHEDULE_RULES: tuple[ScheduleRule, ...] = ()
 
 
 @dataclass(frozen=True)
 class DecodeBuildKey:
-    """The decode kernels' build identity. ``table_dtype`` is None for the contiguous layout."""
+    """The decode kernels' build identity. ``table_dtype`` is None for the contiguous layout;
+    ``schedule`` pins every call's schedule (a sweep's candidate), None leaves it to the rule."""
 
     dtype: str
     num_q_heads: int
@@ -48,18 +118,21 @@ class DecodeBuildKey:
     seqlens_dtype: str = "int32"
     table_dtype: str | None = None
     arch: str = "sm_90"
+    schedule: DecodeSchedule | None = None
 
 
 @dataclass(frozen=True)
 class DecodeTiling:
-    """How a build key is laid out: ``block_h`` score rows (the group's query heads, zero-padded
-    to a tensor-core tile), ``block_n`` cache positions a pipeline stage, ``stages`` stages."""
+    """How a split program is laid out: ``block_h`` score rows (the group's query heads,
+    zero-padded to a tensor-core tile), ``block_n`` cache positions a pipeline stage,
+    ``stages`` stages; ``gather``: paged tiles gathered row by row (see :data:`PAGED_TILES`)."""
 
     block_h: int = 64
     block_n: int = 64
     stages: int = 2
     threads: int = 128
     combine_threads: int = 128
+    gather: bool = False
 
 
 def default_tiling(key: DecodeBuildKey) -> DecodeTiling:
@@ -67,15 +140,30 @@ def default_tiling(key: DecodeBuildKey) -> DecodeTiling:
     return DecodeTiling()
 
 
-def page_layout(block_size: int) -> tuple[int, DecodeTiling]:
-    """``(page, tiling)`` of the paged programs for blocks of ``block_size`` tokens: tiles of the
-    largest of 64, 32, 16 positions that divides the block (a tile inside one block is one bulk
-    copy), the pipeline deepened so ~128 KiB of the cache is in flight; other block sizes get
-    the row-by-row program (``page`` 0)."""
+def page_layout(block_size: int, paged_tiles: str = "block") -> tuple[int, DecodeTiling]:
+    """``(page, tiling)`` of the paged programs for blocks of ``block_size`` tokens.
+
+    ``block``: tiles of the largest of 64, 32, 16 positions that divides the block (a tile inside
+    one block is one bulk copy), the pipeline deepened so ~128 KiB of the cache is in flight;
+    other block sizes get the row-by-row program (``page`` 0). ``gather``: 64-position tiles
+    gathered from as many blocks as they span with asynchronous copies, one tile ahead (the
+    deepest software pipeline TileLang 0.1.15 generates for them), for block sizes that are not
+    a multiple of 64 (those are one bulk copy a tile either way).
+    """
+    if paged_tiles == "gather" and block_size % 64:
+        return block_size, DecodeTiling(stages=1, gather=True)
     for block_n in (64, 32, 16):
         if block_size % block_n == 0:
             return block_size, DecodeTiling(block_n=block_n, stages=2 * 64 // block_n)
     return 0, DecodeTiling()
+
+
+def split_tiling(key: DecodeBuildKey, schedule: DecodeSchedule, block_size: int | None) -> tuple[int | None, DecodeTiling]:
+    """``(page, tiling)`` of the split program a call with ``schedule`` runs: contiguous
+    (``block_size`` None) or paged."""
+    if block_size is None:
+        return None, dataclasses.replace(default_tiling(key), stages=schedule.stages)
+    return page_layout(block_size, schedule.paged_tiles)
 
 
 def decode_refusal(key: DecodeBuildKey) -> str | None:
@@ -91,11 +179,34 @@ def decode_refusal(key: DecodeBuildKey) -> str | None:
     return reason
 
 
-def split_plan(batch: int, kv_heads: int, capacity: int, block_n: int, sms: int) -> tuple[int, int]:
+def schedule_for(key: DecodeBuildKey, batch: int, capacity: int,
+                 rules: tuple[ScheduleRule, ...] | None = None) -> DecodeSchedule:
+    """The schedule a call of ``batch`` sequences over ``capacity`` positions runs: the key's
+    pinned one, else the first of ``rules`` (default :data:`SCHEDULE_RULES`) that matches,
+    else ``DecodeSchedule()``. Host shapes only, so nothing synchronises."""
+    if key.schedule is not None:
+        return key.schedule
+    for rule in SCHEDULE_RULES if rules is None else rules:
+        if rule.matches(key.paged, batch, capacity):
+            return rule.schedule
+    return DecodeSchedule()
+
+
+def reachable_schedules(key: DecodeBuildKey) -> tuple[DecodeSchedule, ...]:
+    """Every schedule a call with ``key`` can run (what to compile before a graph capture)."""
+    if key.schedule is not None:
+        return (key.schedule,)
+    found = [rule.schedule for rule in SCHEDULE_RULES if rule.paged in (None, key.paged)]
+    return tuple(dict.fromkeys([*found, DecodeSchedule()]))
+
+
+def split_plan(batch: int, kv_heads: int, capacity: int, block_n: int, sms: int,
+               min_split_tiles: int = 1) -> tuple[int, int]:
     """``(num_splits, chunk)``: how many programs share one sequence's context, and how many
     positions (a multiple of ``block_n``) each owns; ``num_splits · chunk >= capacity``.
 
-    Chooses the fewest splits (of whole tiles) whose grid of ``batch · kv_heads · splits`` programs fills the
+    Chooses the fewest splits (of whole tiles, at least ``min_split_tiles`` each where the
+    context has that many) whose grid of ``batch · kv_heads · splits`` programs fills the
     ``sms`` multiprocessors to within 90% of the best wave efficiency reachable (a program
     per multiprocessor at a time: each holds ~160 KiB of shared memory). The capacity stands
     for the context: a sequence shorter than it leaves its later splits idle (they return at
@@ -103,9 +214,10 @@ def split_plan(batch: int, kv_heads: int, capacity: int, block_n: int, sms: int)
     """
     tiles = max(1, -(-capacity // block_n))
     units = max(1, batch * kv_heads)
+    most = max(1, min(tiles // min_split_tiles, MAX_SPLITS))
     # Splits reachable in whole tiles: s splits of ceil(tiles / s) tiles each leave
     # ceil(tiles / ceil(tiles / s)) splits that own positions.
-    reachable = sorted({-(-tiles // -(-tiles // s)) for s in range(1, min(tiles, MAX_SPLITS) + 1)})
+    reachable = sorted({-(-tiles // -(-tiles // s)) for s in range(1, most + 1)})
 
     def efficiency(s: int) -> float:
         waves = units * s / sms
@@ -116,40 +228,57 @@ def split_plan(batch: int, kv_heads: int, capacity: int, block_n: int, sms: int)
     return splits, -(-tiles // splits) * block_n
 
 
+def pinned_split(capacity: int, block_n: int, splits: int) -> tuple[int, int]:
+    """``(num_splits, chunk)`` for a pinned split count: whole tiles, every split owning some
+    position (so fewer splits than asked where the context has fewer tiles)."""
+    tiles = max(1, -(-capacity // block_n))
+    chunk_tiles = -(-tiles // min(splits, tiles))
+    return -(-tiles // chunk_tiles), chunk_tiles * block_n
+
+
 class DecodeLauncher:
     """The compiled kernels of one build key and ``run``: the interface's arguments, then ``out``
     (allocated when None); writes ``out`` and the caches in place on the current stream."""
 
     def __init__(self, key: DecodeBuildKey, kernels: list[Any], run: Callable[..., Any],
-                 programs: Callable[[int | None], Any]) -> None:
+                 programs: Callable[[int | None, DecodeSchedule], Any]) -> None:
         self.key = key
         self.kernels = kernels
         self.run = run
         self._programs = programs
 
     def prepare(self, block_size: int) -> None:
-        """Compile the paged split program for ``block_size`` now (before a CUDA graph capture,
-        or to compile several in parallel) instead of on the first call with it."""
+        """Compile the paged split programs for ``block_size`` now (every schedule the rule can
+        pick: before a CUDA graph capture, or to compile several in parallel) instead of on the
+        first call with it."""
         if not self.key.paged:
             raise ValueError(f"attention decode TileLang kernel: {self.key} is contiguous; it has no block size")
-        self._programs(block_size)
+        for schedule in reachable_schedules(self.key):
+            self._programs(block_size, schedule)
 
     def source(self, index: int = 0) -> str:
-        """The generated CUDA source of the combine kernel (0) or a split kernel (1, ...: in the
-        order they were compiled)."""
+        """The generated CUDA source of a kernel, in the order they were compiled (the combine
+        kernels first)."""
         return self.kernels[index].get_kernel_source()
 
 
-def _make_run(key: DecodeBuildKey, programs: Callable[[int | None], tuple[DecodeTiling, Callable[..., Any]]],
-              combine_fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The launch function. ``programs(page)`` returns the tiling and compiled split function for
-    a layout (None: contiguous; a paged call passes its block size), compiled on first use."""
+#: What one call shape runs: the split function, the combine function, splits, chunk.
+_Plan = tuple[Callable[..., Any], Callable[..., Any], int, int]
+
+
+def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedule], Callable[..., Any]],
+              combines: Callable[[str], Callable[..., Any]]) -> Callable[..., Any]:
+    """The launch function. ``programs(block_size, schedule)`` returns the compiled split
+    function for a layout (None: contiguous) and schedule, ``combines(kind)`` a combine
+    function; both compile on first use. A call shape's plan (schedule, programs, splits) is
+    made once and looked up after."""
     import torch
 
     f32 = torch.float32
     D, NQ, NKV = key.head_dim, key.num_q_heads, key.num_kv_heads
     sms: dict[Any, int] = {}
     dummies: dict[Any, Any] = {}
+    plans: dict[tuple[Any, ...], _Plan] = {}
 
     def multiprocessors(device: Any) -> int:
         count = sms.get(device)
@@ -163,6 +292,15 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None], tuple[Decode
             t = dummies[device] = torch.zeros((1, 1), dtype=torch.int32, device=device)
         return t
 
+    def plan(B: int, block_size: int | None, capacity: int, device: Any) -> _Plan:
+        schedule = schedule_for(key, B, capacity)
+        block_n = split_tiling(key, schedule, block_size)[1].block_n
+        if schedule.splits is not None:
+            splits, chunk = pinned_split(capacity, block_n, schedule.splits)
+        else:
+            splits, chunk = split_plan(B, NKV, capacity, block_n, multiprocessors(device), schedule.min_split_tiles)
+        return programs(block_size, schedule), combines(schedule.combine), splits, chunk
+
     def attention_decode(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,
                          block_table: Any, scale: Any, out: Any = None) -> Any:
         if out is None:
@@ -172,9 +310,13 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None], tuple[Decode
             return out  # a zero-sized grid is not launchable
         dev = query.device
         L = key_cache.shape[1]
-        tiling, split_fn = programs(None if block_table is None else L)
+        block_size = None if block_table is None else L
         capacity = L if block_table is None else block_table.shape[1] * L
-        splits, chunk = split_plan(B, NKV, capacity, tiling.block_n, multiprocessors(dev))
+        shape = (B, block_size, capacity, dev)
+        hit = plans.get(shape)
+        if hit is None:
+            hit = plans[shape] = plan(B, block_size, capacity, dev)
+        split_fn, combine_fn, splits, chunk = hit
         kc = FlatCache("attention decode TileLang kernel", key_cache, NKV, D)
         vc = FlatCache("attention decode TileLang kernel", value_cache, NKV, D)
         o_part = torch.empty((splits, B, NQ, D), dtype=f32, device=dev)
@@ -194,42 +336,46 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None], tuple[Decode
 
 
 def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
-    """Compile the combine kernel and, for the contiguous layout, the split kernel (once per
-    process) and return their launcher; ValueError with the refusal reason if they were not
-    written for ``key``. A paged key's split kernel is compiled per block size, on the first
-    call with it (a block size is a deployment's constant, so this happens once)."""
+    """Compile the combine kernels and, for the contiguous layout, the split kernels of every
+    schedule the key can run (once per process) and return their launcher; ValueError with the
+    refusal reason if they were not written for ``key``. A paged key's split kernels are
+    compiled per block size, on the first call with it or on ``prepare`` (a block size is a
+    deployment's constant, so this happens once). Programs are shared between keys that differ
+    only in their pinned schedule."""
     reason = decode_refusal(key)
     if reason is not None:
         raise ValueError(reason)
-
-    def split_for(page: int | None) -> tuple[DecodeTiling, Any, Callable[..., Any]]:
-        tiling = default_tiling(key)
-        if page is not None:
-            page, tiling = page_layout(page)
-
-        def make() -> tuple[DecodeTiling, Any, Callable[..., Any]]:
-            kernel = compile_prim_func(decode_split_program(key, tiling, page), compile_arch(key.arch))
-            return tiling, kernel, direct_entry(kernel)
-
-        built: tuple[DecodeTiling, Any, Callable[..., Any]] = cached_build(
-            ("attention_decode_split", key, page, tiling), make)
-        return built
+    base = dataclasses.replace(key, schedule=None)  # what the programs depend on
+    arch = compile_arch(key.arch)
 
     def make() -> DecodeLauncher:
-        combine = compile_prim_func(decode_combine_program(key, default_tiling(key)), compile_arch(key.arch))
-        built: dict[int | None, tuple[DecodeTiling, Callable[..., Any]]] = {}
-        kernels: list[Any] = [combine]
+        kernels: list[Any] = []
 
-        def programs(page: int | None) -> tuple[DecodeTiling, Callable[..., Any]]:
-            hit = built.get(page)
-            if hit is None:
-                tiling, kernel, fn = split_for(page)
+        def compiled(identity: tuple[Any, ...], program: Callable[[], Any]) -> Callable[..., Any]:
+            def make_one() -> tuple[Any, Callable[..., Any]]:
+                kernel = compile_prim_func(program(), arch)
+                return kernel, direct_entry(kernel)
+
+            kernel, fn = cached_build(identity, make_one)
+            if kernel not in kernels:
                 kernels.append(kernel)
-                hit = built[page] = (tiling, fn)
-            return hit
+            return fn
 
-        if not key.paged:
-            programs(None)
-        return DecodeLauncher(key, kernels, _make_run(key, programs, direct_entry(combine)), programs)
+        def combines(kind: str) -> Callable[..., Any]:
+            if kind == "parallel":
+                return compiled(("attention_decode_combine", base, kind), lambda: decode_parallel_combine_program(base))
+            return compiled(("attention_decode_combine", base, kind),
+                            lambda: decode_combine_program(base, default_tiling(base)))
+
+        def programs(block_size: int | None, schedule: DecodeSchedule) -> Callable[..., Any]:
+            page, tiling = split_tiling(base, schedule, block_size)
+            return compiled(("attention_decode_split", base, page, tiling),
+                            lambda: decode_split_program(base, tiling, page))
+
+        for schedule in reachable_schedules(key):
+            combines(schedule.combine)
+            if not key.paged:
+                programs(None, schedule)
+        return DecodeLauncher(key, kernels, _make_run(key, programs, combines), programs)
 
     return cached_build(("attention_decode", key), make)

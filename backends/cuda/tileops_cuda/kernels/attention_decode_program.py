@@ -45,10 +45,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .attention_decode import DecodeBuildKey, DecodeTiling
 
-__all__ = ["LOG2E", "decode_combine_program", "decode_split_program", "online_softmax_step"]
+__all__ = ["COMBINE_THREADS", "LOG2E", "decode_combine_program", "decode_parallel_combine_program",
+           "decode_split_program", "online_softmax_step"]
 
 #: log2(e): scores are exponentiated with exp2 after folding this into the softmax scale.
 LOG2E = 1.4426950408889634
+
+#: Threads of a parallel-combine program: one split's log-sum-exp each (so at most this many
+#: splits), then lanes of splits × 4-channel vectors for the weighted sum.
+COMBINE_THREADS = 256
 
 
 def online_softmax_step(rows: int, cols: int, dim: int) -> Any:
@@ -97,6 +102,11 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
     B, NL, TB, MB, S = (T.dynamic(n) for n in ("B", "NL", "TB", "MB", "S"))
     NEG = -T.infinity(f32)
     softmax_step = online_softmax_step(BH, BN, D)
+    # Bulk copies (TMA) bring whole tiles as the slots held them before the step: position n
+    # is then taken from the inputs and the value rows past it zeroed. Gathered rows (cp.async,
+    # generic proxy) read slot n after this program wrote it, ordered by a thread barrier, and
+    # clamp rows past n to row n, whose value is finite, so nothing needs replacing.
+    bulk = page is None or (page > 0 and not tiling.gather)
 
     def flat_row(table: Any, b: Any, p: Any, cache_len: Any) -> Any:
         """The flat cache row of position ``p`` of sequence ``b`` (``p`` inside the sequence)."""
@@ -111,12 +121,17 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                   cache_len: Any):
         """Positions ``base .. base + BN - 1`` of sequence ``b``, head ``h``, into ``tile``. Bulk
         copies: rows at n and past ``hi`` hold whatever their (in-bounds) addresses hold, callers
-        replace and mask them; row by row: position n comes from ``new``, rows past ``hi`` are zeros."""
+        replace and mask them; gathered rows: position n as this program wrote it, rows past n
+        copies of row n (masked by the callers); row by row: position n comes from ``new``, rows
+        past ``hi`` are zeros."""
         if page is None:
             T.copy(cache[b * cache_len + base : b * cache_len + base + BN, h, :], tile)
-        elif page > 0:  # BN divides the block size: a tile lies inside one block
+        elif bulk:  # BN divides the block size: a tile lies inside one block
             T.copy(cache[T.cast(table[b, base // page], i32) * page + base % page :
                          T.cast(table[b, base // page], i32) * page + base % page + BN, h, :], tile)
+        elif tiling.gather:
+            for i, d in T.Parallel(BN, D):
+                tile[i, d] = cache[flat_row(table, b, T.min(base + i, n), cache_len), h, d]
         else:
             for i, d in T.Parallel(BN, D):
                 tile[i, d] = T.if_then_else(
@@ -153,6 +168,11 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
             row_sum = T.alloc_fragment((BH,), f32)
             l_sum = T.alloc_fragment((BH,), f32)
 
+            # The queries first: their loads do not wait for the length's (the write below
+            # branches on it), so both latencies overlap before the pipeline starts.
+            for i, d in T.Parallel(BH, D):
+                q_s[i, d] = T.if_then_else(i < G, query[b, h * G + T.min(i, G - 1), d], T.cast(0, dt))
+
             n = T.cast(cache_seqlens[b], i32)
             lo = sid * chunk
             hi = T.min(lo + chunk, n + 1)  # this program's positions: [lo, hi)
@@ -166,9 +186,9 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                 for d in T.Parallel(D):
                     key_cache[flat_row(block_table, b, n, cache_len), h, d] = key_new[b, h, d]
                     value_cache[flat_row(block_table, b, n, cache_len), h, d] = value_new[b, h, d]
+            if tiling.gather:
+                T.sync_threads()  # the gathered loads read the slot just written
 
-            for i, d in T.Parallel(BH, D):
-                q_s[i, d] = T.if_then_else(i < G, query[b, h * G + T.min(i, G - 1), d], T.cast(0, dt))
             T.fill(acc_o, 0)
             T.fill(l_sum, 0)
             T.fill(m_cur, NEG)
@@ -176,7 +196,9 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
             for k in T.Pipelined(tiles, num_stages=tiling.stages):
                 base = lo + k * BN
                 load_tile(key_cache, key_new, k_s, block_table, b, h, base, n, hi, cache_len)
-                if page != 0 and base + BN >= hi:  # the tile holding position n: its key from the input
+                # The tile holding position n (the only one with rows past hi: chunks are whole
+                # tiles): its key from the input.
+                if bulk and n < base + BN:
                     for i, d in T.Parallel(BN, D):
                         k_s[i, d] = T.if_then_else(base + i == n, key_new[b, h, d], k_s[i, d])
                 T.clear(acc_s)
@@ -185,7 +207,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                     acc_s[i, j] = T.if_then_else(base + j < hi, acc_s[i, j] * scale_log2, NEG)
                 softmax_step(acc_s, acc_p, acc_o, m_cur, m_prev, rescale, row_sum, l_sum)
                 load_tile(value_cache, value_new, v_s, block_table, b, h, base, n, hi, cache_len)
-                if page != 0 and base + BN >= hi:
+                if bulk and n < base + BN:
                     # Position n's value from the input; zeros, not only zero weights, in the rows
                     # past hi: whatever the slots there hold (NaN) stays out of the product.
                     for i, d in T.Parallel(BN, D):
@@ -256,3 +278,104 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
                     out[b, q, tid + e * TH] = T.cast(acc[e], dt)
 
     return decode_combine
+
+
+def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
+    """The combine PrimFunc with the splits read in parallel; the same parameters and result as
+    :func:`decode_combine_program`, for at most :data:`COMBINE_THREADS` splits.
+
+    Why: the serial combine's loops over splits are chains of dependent global loads (the
+    weighted sum divides inside its loop, so nvcc does not hoist the next split's loads across
+    the division's slow path): about one L2 round trip per split, ~15-20 µs at 64 splits, which
+    is most of a B=1 step. Here thread ``t`` loads split ``t``'s log-sum-exp (one round trip);
+    the maximum and the sum are warp shuffles plus one shared-memory pass; the normalised
+    weights go to shared memory; then ``LANES = COMBINE_THREADS // (D / 4)`` lanes each sum
+    every LANES-th split's partial over a 4-channel vector, ``UNROLL`` independent loads in
+    flight, and the lanes' sums are added through shared memory. One program per (query head,
+    sequence); padding sequences (no active split) get zeros.
+    """
+    import tilelang.language as T
+
+    dt, f32, i32 = key.dtype, "float32", "int32"
+    NQ, D = key.num_q_heads, key.head_dim
+    TH, VEC, UNROLL = COMBINE_THREADS, 4, 8
+    CH = D // VEC  # 4-channel vectors a row
+    LANES = TH // CH
+    WARPS = TH // 32
+    B, S = T.dynamic("B"), T.dynamic("S")
+    NEG = -T.infinity(f32)
+
+    @T.prim_func
+    def decode_parallel_combine(
+        o_part: T.Tensor((S, B, NQ, D), f32),
+        lse_part: T.Tensor((S, B, NQ), f32),
+        cache_seqlens: T.Tensor((B,), key.seqlens_dtype),
+        out: T.Tensor((B, NQ, D), dt),
+        chunk: T.int32,
+    ):
+        with T.Kernel(NQ, B, threads=TH) as (q, b):
+            tid = T.get_thread_binding()
+            w_s = T.alloc_shared((TH,), f32)
+            warp_s = T.alloc_shared((2, WARPS), f32)
+            sum_s = T.alloc_shared((LANES, D), f32)
+            acc = T.alloc_local((VEC,), f32)
+            lse = T.alloc_var(f32)
+            x = T.alloc_var(f32)
+            m = T.alloc_var(f32)
+            e = T.alloc_var(f32)
+            total = T.alloc_var(f32)
+            wv = T.alloc_var(f32)
+
+            n = T.cast(cache_seqlens[b], i32)
+            active = T.if_then_else(n >= 0, T.min(n // chunk + 1, S), 0)
+            lane = tid // CH
+            c = tid % CH
+            # -- the weights: max and sum of the active splits' log-sum-exps -----------------
+            lse = T.if_then_else(tid < active, lse_part[T.min(tid, S - 1), b, q], NEG)
+            x = lse
+            for o in T.unroll(5):
+                x = T.max(x, T.shfl_xor(x, 16 >> o))
+            if tid % 32 == 0:
+                warp_s[0, tid // 32] = x
+            T.sync_threads()
+            m = warp_s[0, 0]
+            for w in T.unroll(1, WARPS):
+                m = T.max(m, warp_s[0, w])
+            e = T.if_then_else(tid < active, T.exp2(lse - m), T.float32(0))
+            x = e
+            for o in T.unroll(5):
+                x = x + T.shfl_xor(x, 16 >> o)
+            if tid % 32 == 0:
+                warp_s[1, tid // 32] = x
+            T.sync_threads()
+            total = warp_s[1, 0]
+            for w in T.unroll(1, WARPS):
+                total = total + warp_s[1, w]
+            w_s[tid] = T.if_then_else(tid < active, e / total, T.float32(0))
+            T.sync_threads()
+            # -- the weighted sum: lane l takes splits l, l + LANES, ... ---------------------
+            for v in T.unroll(VEC):
+                acc[v] = T.float32(0)
+            if lane < LANES:
+                for i0 in T.serial(T.ceildiv(T.ceildiv(active, LANES), UNROLL)):
+                    for u in T.unroll(UNROLL):
+                        # Past the last active split: split active - 1 again, weight 0 (its
+                        # partial is finite), so the loads need no branch.
+                        wv = T.if_then_else((i0 * UNROLL + u) * LANES + lane < active,
+                                            w_s[T.min((i0 * UNROLL + u) * LANES + lane, TH - 1)], T.float32(0))
+                        for v in T.vectorized(VEC):
+                            acc[v] = acc[v] + wv * o_part[T.min((i0 * UNROLL + u) * LANES + lane, active - 1), b, q,
+                                                          c * VEC + v]
+                for v in T.vectorized(VEC):
+                    sum_s[lane, c * VEC + v] = acc[v]
+            T.sync_threads()
+            if tid < CH:
+                for v in T.unroll(VEC):
+                    acc[v] = T.float32(0)
+                for l in T.unroll(LANES):
+                    for v in T.vectorized(VEC):
+                        acc[v] = acc[v] + sum_s[l, tid * VEC + v]
+                for v in T.vectorized(VEC):
+                    out[b, q, tid * VEC + v] = T.cast(acc[v], dt)
+
+    return decode_parallel_combine
