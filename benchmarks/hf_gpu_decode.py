@@ -1,14 +1,24 @@
-"""A Qwen3-Next at real layer sizes on the GPU: TileOPs beside HF's torch path and HF with flash-linear-attention.
+"""Qwen3-Next / Qwen3.5-MoE at real layer sizes on the GPU: TileOPs beside HF's torch path and HF with
+flash-linear-attention.
 
 Run: ``python benchmarks/hf_gpu_decode.py --out DIR`` on a CUDA machine (``--smoke``: tiny sizes on
-the CPU, what the test runs so the script cannot rot). Issue 18's GPU half, in one run:
+the CPU, what the test runs so the script cannot rot). Issue 18's GPU half, and issue 21's model
+check (``--variants qwen3_5_moe``), in one run:
 
 The model: a random-init ``Qwen3NextForCausalLM`` with hidden 2048, NK=16, NV=32, DK=DV=128,
 attention 16 query / 2 key-value heads of 256, 4 layers (3 GatedDeltaNet, 1 attention), a
 vocabulary of 4096, bf16 weights and float32 GatedDeltaNet state; ``dense`` MLPs (intermediate
-5120) or a ``moe`` variant (64 experts, 10 per token, expert and shared-expert width 512).
+5120) or a ``moe`` variant (64 experts, 10 per token, expert and shared-expert width 512). The
+``qwen3_5_moe`` variant is a ``Qwen3_5MoeForCausalLM`` at Qwen3.5-35B-A3B's layer sizes (the same
+GatedDeltaNet and attention heads, rotary on 64 of 256 channels with θ = 1e7 and interleaved MRoPE
+sections [11, 11, 10], 256 experts, 8 per token, expert and shared-expert width 512), 4 layers, a
+vocabulary of 4096, with every module on TileOPs (``apply_tileops(every_module=True)``: the Linear
+layers and the embedding lookup too; ``--every-module`` asks it of the Qwen3-Next variants). Its
+model report (which op and kernel serves each module, ``tileops explain --model``'s table) is
+printed and kept in the JSON.
 One set of weights is built in float32 on the CPU and copied: HF's model (unpatched) and
 TileOPs' (``apply_tileops``) on the GPU in bf16, and the float32 CPU copy as the reference.
+TileOPs' kernels are compiled up front, in parallel (``build_kernels``; ``build_kernels_s``).
 
 Three setups: ``tileops``; ``hf_torch``, HF's own model with its torch functions forced (the
 modeling module's ``causal_conv1d_update``, ``causal_conv1d_fn``, ``torch_chunk_gated_delta_rule``,
@@ -36,6 +46,9 @@ after warm-up:
     model on the same GPU; TileOPs passes when its max |dlogits| <= 2x HF torch path's + 1% of
     the largest |logit|, and its greedy tokens are reported beside HF's.
 
+``--setups`` times only some setups (the logits check always runs TileOPs and HF's torch path, its
+tolerance's reference); ``--no-prefill`` skips (c).
+
 Output: a table on stdout and ``hf_gpu_decode.json`` in ``--out`` (default ``$OUT`` or ``.``),
 rewritten after every measurement so that a run cut short keeps what it measured.
 """
@@ -53,25 +66,31 @@ import statistics
 import sys
 import time
 import traceback
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
 from tileops_core.integrations.transformers import cache_kwargs, cache_of
+from tileops_core.integrations.transformers._tiny import HF_GDN_FUNCTIONS, hf_torch_path
 
 SETUPS = ("tileops", "hf_torch", "hf_fla")
 #: HF's GatedDeltaNet functions that transformers may bind to an installed package's kernels.
-HF_GDN_FUNCTIONS = ("causal_conv1d_update", "causal_conv1d_fn", "torch_chunk_gated_delta_rule",
-                    "torch_recurrent_gated_delta_rule")
 MODELING = "transformers.models.qwen3_next.modeling_qwen3_next"
+VARIANTS = ("dense", "moe", "qwen3_5_moe")
+#: The variant -> (model class, modeling module) of the models that are not Qwen3-Next.
+_QWEN3_5_MOE = ("Qwen3_5MoeForCausalLM", "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe")
 
 
 # ---------------------------------------------------------------- the model
 
 
 def model_config(variant: str, smoke: bool) -> Any:
-    """The Qwen3-Next config of ``variant`` (``dense`` or ``moe``): real layer sizes, or tiny ones."""
+    """The config of ``variant`` (Qwen3-Next ``dense`` or ``moe``, or ``qwen3_5_moe``): real layer sizes,
+    or tiny ones."""
     import transformers as hf
+
+    if variant == "qwen3_5_moe":
+        return qwen3_5_moe_config(smoke)
 
     if smoke:
         sizes: dict[str, Any] = dict(hidden_size=64, linear_num_key_heads=2, linear_num_value_heads=4,
@@ -92,20 +111,47 @@ def model_config(variant: str, smoke: bool) -> Any:
                               max_position_embeddings=32768)
 
 
+def qwen3_5_moe_config(smoke: bool) -> Any:
+    """Qwen3.5-35B-A3B's layer sizes (tiny ones with ``smoke``), 4 layers (3 GatedDeltaNet, then attention)."""
+    import transformers as hf
+
+    if smoke:
+        sizes: dict[str, Any] = dict(hidden_size=64, linear_num_key_heads=2, linear_num_value_heads=4,
+                                     linear_key_head_dim=16, linear_value_head_dim=16, num_attention_heads=4,
+                                     num_key_value_heads=2, head_dim=16, num_experts=8, num_experts_per_tok=2,
+                                     moe_intermediate_size=32, shared_expert_intermediate_size=32)
+    else:
+        sizes = dict(hidden_size=2048, linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                     linear_value_head_dim=128, num_attention_heads=16, num_key_value_heads=2, head_dim=256,
+                     num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512,
+                     shared_expert_intermediate_size=512)
+    rope = {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+            "mrope_section": [11, 11, 10]}
+    return hf.Qwen3_5MoeTextConfig(**sizes, vocab_size=256 if smoke else 4096, num_hidden_layers=4,
+                                   linear_conv_kernel_dim=4, max_position_embeddings=32768, rope_parameters=rope)
+
+
 class Models:
     """One set of weights three ways: float32 on the CPU (the reference), HF's and TileOPs' on ``device``."""
 
-    def __init__(self, variant: str, smoke: bool, device: torch.device, dtype: torch.dtype, seed: int = 0) -> None:
+    def __init__(self, variant: str, smoke: bool, device: torch.device, dtype: torch.dtype, seed: int = 0,
+                 every_module: bool = False) -> None:
         import transformers as hf
 
-        from tileops_core.integrations.transformers import apply_tileops
+        from tileops_core.integrations.transformers import apply_tileops, build_kernels
 
         torch.manual_seed(seed)
         self.config = model_config(variant, smoke)
-        self.cpu32 = hf.Qwen3NextForCausalLM(self.config).eval()
+        cls, self.modeling = _QWEN3_5_MOE if variant == "qwen3_5_moe" else ("Qwen3NextForCausalLM", MODELING)
+        self.cpu32 = getattr(hf, cls)(self.config).eval()
         self.hf = copy.deepcopy(self.cpu32).to(device, dtype)
         self.tileops = copy.deepcopy(self.hf)
-        self.report = apply_tileops(self.tileops)
+        if variant != "dense":  # the float32 reference loops over its experts (HF's eager form: any device)
+            self.cpu32.set_experts_implementation("eager")
+        self.report = apply_tileops(self.tileops, every_module=every_module or variant == "qwen3_5_moe")
+        started = time.perf_counter()
+        self.build_failures = build_kernels(self.report.kernel_calls)
+        self.build_kernels_s = time.perf_counter() - started
         self.device = device
 
     def of(self, setup: str) -> Any:
@@ -126,27 +172,16 @@ def _served_by(fn: Any) -> str:
     return "absent" if fn is None else f"{fn.__module__}.{fn.__qualname__}"
 
 
-def hf_implementations() -> dict[str, str]:
+def hf_implementations(modeling_name: str = MODELING) -> dict[str, str]:
     """Which implementation serves each of HF's GatedDeltaNet functions in this process, now."""
-    modeling = importlib.import_module(MODELING)
+    modeling = importlib.import_module(modeling_name)
     return {name: _served_by(getattr(modeling, name, None)) for name in HF_GDN_FUNCTIONS}
 
 
-@contextlib.contextmanager
-def setup_context(setup: str) -> Iterator[None]:
-    """``hf_torch``: HF's modeling module calls its torch functions for the duration; else nothing changes."""
-    if setup != "hf_torch":
-        yield
-        return
-    modeling = importlib.import_module(MODELING)
-    saved = {n: getattr(modeling, n) for n in HF_GDN_FUNCTIONS if hasattr(modeling, n)}
-    try:
-        for name, fn in saved.items():
-            setattr(modeling, name, inspect.unwrap(fn))
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(modeling, name, fn)
+def setup_context(setup: str) -> ContextManager[None]:
+    """``hf_torch``: HF's modeling modules call their torch functions for the duration
+    (:func:`hf_torch_path`); else nothing changes."""
+    return hf_torch_path() if setup == "hf_torch" else contextlib.nullcontext()
 
 
 def forward(model: Any, ids: torch.Tensor, mask: torch.Tensor | None, cache: Any) -> Any:
@@ -398,10 +433,13 @@ def _ms(x: Any) -> str:
 
 
 def format_table(result: dict[str, Any]) -> str:
-    lines = [f"Qwen3-Next {result['sizes']} on {result['device']} ({result['dtype']}); HF's GDN functions: "
+    lines = [f"{result['sizes']} on {result['device']} ({result['dtype']}); HF's GDN functions (Qwen3-Next): "
              f"{json.dumps(result['hf_implementations'])}"]
     for variant, v in result["variants"].items():
-        lines.append(f"\n[{variant}] ms per call (synchronized medians)")
+        unserved = v.get("unserved_modules")
+        lines.append(f"\n[{variant}] modules not served by a TileOPs op: {unserved or 'none'}; kernels built ahead in "
+                     f"{v.get('build_kernels_s', 0):.1f} s")
+        lines.append(f"[{variant}] ms per call (synchronized medians)")
         lines.append(f"{'B':>3s} {'setup':9s} {'decode':>9s} {'prefill':>9s}  notes")
         for b, rows in v.get("batches", {}).items():
             for setup in SETUPS:
@@ -435,9 +473,14 @@ def parse_args(argv: list[str] | None) -> Any:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, few repetitions")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
-    p.add_argument("--variants", nargs="+", default=["dense"], choices=["dense", "moe"], help="default: dense")
+    p.add_argument("--variants", nargs="+", default=["dense"], choices=VARIANTS, help="default: dense")
+    p.add_argument("--every-module", action="store_true",
+                   help="the Qwen3-Next variants with every module on TileOPs too (qwen3_5_moe always is)")
     p.add_argument("--batches", type=int, nargs="+", default=None, help="default: 1 32 (--smoke: 1 2)")
     p.add_argument("--prefill-batches", type=int, nargs="+", default=None, help="default: 1")
+    p.add_argument("--no-prefill", action="store_true", help="skip (c), the prefill timings")
+    p.add_argument("--setups", nargs="+", default=list(SETUPS), choices=SETUPS,
+                   help="which setups to time (default: all three; the logits check always runs tileops and hf_torch)")
     p.add_argument("--prompt-len", type=int, default=None, help="tokens before the timed decode steps")
     p.add_argument("--prefill-len", type=int, default=None)
     p.add_argument("--reps", type=int, default=None)
@@ -451,7 +494,7 @@ def parse_args(argv: list[str] | None) -> Any:
     for key, value in defaults.items():
         if getattr(a, key) is None:
             setattr(a, key, value)
-    a.prefill_batches = a.prefill_batches or a.batches[:1]
+    a.prefill_batches = [] if a.no_prefill else a.prefill_batches or a.batches[:1]
     return a
 
 
@@ -485,21 +528,32 @@ def run(a: Any) -> dict[str, Any]:
         print(f"  {key}: {where[key]}", flush=True)
 
     for variant in a.variants:
-        models = Models(variant, a.smoke, device, dtype)
-        v: dict[str, Any] = {"report": str(models.report), "batches": {}}
+        models = Models(variant, a.smoke, device, dtype, every_module=a.every_module)
+        report = models.report
+        v: dict[str, Any] = {"report": str(report), "model_report": report.module_table(),
+                             "unserved_modules": report.unserved_modules(), "build_kernels_s": models.build_kernels_s,
+                             "build_failures": models.build_failures,
+                             "hf_implementations": hf_implementations(models.modeling), "batches": {}}
         result["variants"][variant] = v
+        save()
+        print(f"[{variant}] {report}\nper module:\n" + "\n".join(v["model_report"]) +
+              f"\nmodules not served by a TileOPs op: {v['unserved_modules'] or 'none'}; kernels built in "
+              f"{models.build_kernels_s:.1f} s ({len(models.build_failures)} failed)", flush=True)
         for batch in a.batches:  # the captured step first (after the eager step it is compared with)
             rows: dict[str, Any] = {"decode": {}, "prefill": {}}
             v["batches"][str(batch)] = rows
-            attempt(rows["decode"], "hf_fla", lambda: eager_decode(models, "hf_fla", batch, a, clock))
-            fla = rows["decode"]["hf_fla"].get("step_s")
-            attempt(rows, "captured", lambda: captured_decode(models, batch, a, clock, fla))
+            if "hf_fla" in a.setups:
+                attempt(rows["decode"], "hf_fla", lambda: eager_decode(models, "hf_fla", batch, a, clock))
+            fla = rows["decode"].get("hf_fla", {}).get("step_s")
+            if "tileops" in a.setups:
+                attempt(rows, "captured", lambda: captured_decode(models, batch, a, clock, fla))
             for setup in ("tileops", "hf_torch"):
-                attempt(rows["decode"], setup, lambda: eager_decode(models, setup, batch, a, clock))
+                if setup in a.setups:
+                    attempt(rows["decode"], setup, lambda: eager_decode(models, setup, batch, a, clock))
         attempt(v, "logits", lambda: logits_check(models, a))
         for batch in a.prefill_batches:
             rows = v["batches"].setdefault(str(batch), {"decode": {}, "prefill": {}})
-            for setup in SETUPS:
+            for setup in a.setups:
                 attempt(rows["prefill"], setup, lambda: prefill(models, setup, batch, a, clock))
         del models
         if device.type == "cuda":

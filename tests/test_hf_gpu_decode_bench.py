@@ -1,5 +1,6 @@
 """``benchmarks/hf_gpu_decode.py --smoke``: the H200 benchmark's every measurement runs on the CPU at tiny
-sizes, so the script cannot rot between GPU runs; its correctness figures must hold there too."""
+sizes, so the script cannot rot between GPU runs; its correctness figures must hold there too. The
+variants run are Qwen3-Next's dense one and issue 21's Qwen3.5-MoE (every module on TileOPs)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 pytest.importorskip("transformers")
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "hf_gpu_decode.py"
+VARIANTS = ("dense", "qwen3_5_moe")
 
 
 def _bench():
@@ -33,15 +35,14 @@ def _errors(tree, path="") -> list[str]:
 def smoke_result(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("hf_gpu_decode")
     bench = _bench()
-    assert bench.main(["--smoke", "--out", str(out), "--variants", "dense", "moe", "--batches", "2", "--reps", "2",
-                       "--warmup", "1",
-                       "--check-steps", "3"]) == 0
+    assert bench.main(["--smoke", "--out", str(out), "--variants", *VARIANTS, "--batches", "2", "--reps", "2",
+                       "--warmup", "1", "--check-steps", "3"]) == 0
     return json.loads((out / "hf_gpu_decode.json").read_text())
 
 
 def test_smoke_run_measures_every_setup_without_an_error(smoke_result: dict) -> None:
     assert not _errors(smoke_result["variants"])
-    for variant in ("dense", "moe"):
+    for variant in VARIANTS:
         rows = smoke_result["variants"][variant]["batches"]["2"]
         assert set(rows["decode"]) == set(rows["prefill"]) == {"tileops", "hf_torch", "hf_fla"}
         assert all(r["step_s"] > 0 for r in rows["decode"].values())
@@ -52,11 +53,21 @@ def test_smoke_run_measures_every_setup_without_an_error(smoke_result: dict) -> 
 
 
 def test_smoke_run_logits_match_the_fp32_reference_and_tokens_agree(smoke_result: dict) -> None:
-    for variant in ("dense", "moe"):
+    for variant in VARIANTS:
         logits = smoke_result["variants"][variant]["logits"]
         assert logits["tileops_within_tolerance"]
         assert logits["tileops_max_abs_dlogits"] <= 1e-4 and logits["tileops_static_max_abs_dlogits"] <= 1e-4
         assert logits["tileops_tokens_equal_fp32"] and logits["tileops_static_tokens_equal_fp32"]
+
+
+def test_the_qwen3_5_moe_variant_has_every_module_on_tileops_and_prints_its_model_report(smoke_result: dict) -> None:
+    v = smoke_result["variants"]["qwen3_5_moe"]
+    assert v["unserved_modules"] == [] and v["build_failures"] == []
+    table = "\n".join(v["model_report"])
+    assert "  model.layers.3.self_attn [Qwen3_5MoeAttention]\n      q/k norm + rotary: -> QKNormRopeFwdOp" in table
+    assert "  lm_head [Linear]\n      matmul: -> LinearFwdOp: RefLinear [cpu_ref]" in table
+    dense = smoke_result["variants"]["dense"]
+    assert any(name.endswith("lm_head") for name in dense["unserved_modules"])  # Linear layers stay torch's there
 
 
 def test_hf_torch_setup_calls_hfs_torch_functions_and_restores_the_wrappers_after() -> None:

@@ -21,10 +21,10 @@ DECODE_STEPS = 4
 TOL = 1e-4
 
 
-def _pair(model_type: str, seed: int = 0):
+def _pair(model_type: str, seed: int = 0, every_module: bool = False):
     ref = tiny_model(model_type, seed=seed)
     patched = copy.deepcopy(ref)
-    return ref, patched, apply_tileops(patched)
+    return ref, patched, apply_tileops(patched, every_module=every_module)
 
 
 def _left_padded_batch(vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,9 +35,10 @@ def _left_padded_batch(vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tenso
     return ids, mask
 
 
+@pytest.mark.parametrize("every_module", [False, True])
 @pytest.mark.parametrize("model_type", TINY_MODEL_TYPES)
-def test_patched_logits_match_hf_over_prefill_and_decode_steps(model_type: str) -> None:
-    ref, patched, _ = _pair(model_type)
+def test_patched_logits_match_hf_over_prefill_and_decode_steps(model_type: str, every_module: bool) -> None:
+    ref, patched, _ = _pair(model_type, every_module=every_module)
     ids, mask = _left_padded_batch(ref.config.vocab_size, seed=1)
     caches: dict[str, object] = {"ref": None, "patched": None}
     with torch.no_grad():
@@ -163,13 +164,35 @@ def test_a_module_no_kernel_serves_is_left_as_it_was_with_the_reason() -> None:
 
 
 @pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe"])
-def test_every_piece_of_the_sparse_moe_blocks_is_served_by_the_moe_ops(model_type: str) -> None:
-    _, patched, report = _pair(model_type)
-    moe = [r for r in report.routes if "SparseMoeBlock" in r.kind or "Experts" in r.kind or "Router" in r.kind]
-    assert {r.piece for r in moe} == {"routing", "experts", "shared expert"}
-    assert all(r.served and r.op and r.op.startswith("MoE") for r in moe)
+def test_the_sparse_moe_blocks_run_the_five_moe_ops_instead_of_their_modules(model_type: str) -> None:
+    _, patched, report = _pair(model_type, every_module=True)
+    blocks = [r for r in report.routes if "SparseMoeBlock" in r.kind]
+    assert {r.piece for r in blocks} == {"shared expert", "router logits", "routing", "experts"}
+    assert {r.op for r in blocks} == {"MoESharedExpertFwdOp", "LinearFwdOp", "MoETopKRoutingFwdOp",
+                                      "MoEPermuteFwdOp, MoEGroupedExpertsFwdOp, MoEUnpermuteFwdOp"}
+    assert all(r.served for r in blocks)
+    # the router, the experts and the shared expert are no longer called: the block's routes do their work
+    assert not [r for r in report.routes if "Router" in r.kind or "Experts" in r.kind or "shared_expert" in r.module]
+    block = next(m for n, m in patched.named_modules() if type(m).__name__.endswith("SparseMoeBlock"))
+    assert all("forward" not in vars(m) for m in (block.gate, block.experts, block.shared_expert))
+    assert patched.config._experts_implementation != "tileops"  # the experts module is not called
+
+
+def test_a_block_the_ops_cannot_take_whole_has_its_router_and_experts_routed_one_by_one() -> None:
+    ref = tiny_model("qwen3_5_moe", seed=13)
+    for block in (m for m in ref.modules() if type(m).__name__ == "Qwen3_5MoeSparseMoeBlock"):
+        block.shared_expert_gate.bias = torch.nn.Parameter(torch.randn(1) * 0.1)  # HF adds it; the op has no bias
+    patched = copy.deepcopy(ref)
+    report = apply_tileops(patched)
+    assert {r.reason for r in report.routes if r.kind == "Qwen3_5MoeSparseMoeBlock"} == {
+        "the shared expert is not a bias-free SiLU MLP"}
+    assert all(r.served for r in report.routes if r.kind in ("Qwen3_5MoeTopKRouter", "Qwen3_5MoeExperts"))
     assert patched.config._experts_implementation == "tileops"
-    assert not [r for r in report.routes if r.kind.endswith("MLP") and "shared_expert" in r.module]
+    ids, mask = _left_padded_batch(ref.config.vocab_size, seed=14)
+    with torch.no_grad():
+        a = ref(input_ids=ids, attention_mask=mask).logits
+        b = patched(input_ids=ids, attention_mask=mask).logits
+    assert (a - b)[mask.bool()].abs().max().item() <= TOL
 
 
 def test_a_moe_model_no_kernel_serves_keeps_its_experts_implementation_and_forwards() -> None:
@@ -181,12 +204,15 @@ def test_a_moe_model_no_kernel_serves_keeps_its_experts_implementation_and_forwa
     assert all("forward" not in vars(m) and not hasattr(m, "_tileops_experts") for m in model.modules())
 
 
-def test_eager_experts_are_switched_to_the_tileops_implementation() -> None:
+def test_a_model_set_to_eager_experts_runs_them_on_the_moe_ops() -> None:
     ref = tiny_model("qwen3_5_moe", seed=8)
     ref.set_experts_implementation("eager")
     patched = copy.deepcopy(ref)
     report = apply_tileops(patched)
-    assert all(r.served for r in report.routes if r.kind == "Qwen3_5MoeExperts")
+    experts = [n for n, m in patched.named_modules() if type(m).__name__ == "Qwen3_5MoeExperts"]
+    covering = [r for n in experts for r in report.routes_of(n)[1]]  # each block's "experts" route
+    assert len(covering) == len(experts) == 4
+    assert all(r.served and r.op.startswith("MoEPermuteFwdOp") for r in covering)
     ids, mask = _left_padded_batch(ref.config.vocab_size, seed=9)
     with torch.no_grad():
         a = ref(input_ids=ids, attention_mask=mask).logits

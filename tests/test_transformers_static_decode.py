@@ -47,11 +47,12 @@ def _session_greedy(session, ids: torch.Tensor, mask: torch.Tensor, steps: int) 
     return logits, tokens
 
 
+@pytest.mark.parametrize("every_module", [False, True])
 @pytest.mark.parametrize("model_type", TINY_MODEL_TYPES)
-def test_static_steps_match_unpatched_hf_logits_and_greedy_tokens(model_type: str) -> None:
+def test_static_steps_match_unpatched_hf_logits_and_greedy_tokens(model_type: str, every_module: bool) -> None:
     ref = tiny_model(model_type, seed=20)
     patched = copy.deepcopy(ref)
-    apply_tileops(patched)
+    apply_tileops(patched, every_module=every_module)
     ids, mask = _left_padded_batch(ref.config.vocab_size, seed=21)
     want_logits, want_tokens = _hf_greedy(ref, ids, mask, DECODE_STEPS)
     got_logits, got_tokens = _session_greedy(static_decode_session(patched, 4, 32), ids, mask, DECODE_STEPS)
@@ -122,10 +123,10 @@ def test_a_captured_session_needs_a_cuda_model() -> None:
         static_decode_session(patched, 2, 16, capture="cuda_graph")
 
 
-@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe"])
-def test_the_step_traces_as_one_graph_and_computes_the_eager_step(model_type: str) -> None:
+@pytest.mark.parametrize("model_type, every_module", [("qwen3_next", False), ("qwen3_5_moe", True)])
+def test_the_step_traces_as_one_graph_and_computes_the_eager_step(model_type: str, every_module: bool) -> None:
     patched = tiny_model(model_type, seed=31)
-    apply_tileops(patched)
+    apply_tileops(patched, every_module=every_module)
     session = static_decode_session(patched, 2, 16)
     ids, mask = _left_padded_batch(patched.config.vocab_size, seed=32)
     session.pools.ids[:2].copy_(session.prefill(ids, mask).argmax(-1))

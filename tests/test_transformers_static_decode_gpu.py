@@ -16,7 +16,7 @@ import torch
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-from tileops_core.integrations.transformers import apply_tileops, cache_kwargs, cache_of, static_decode_session  # noqa: E402
+from tileops_core.integrations.transformers import apply_tileops, build_kernels, cache_kwargs, cache_of, static_decode_session  # noqa: E402
 from tileops_core.integrations.transformers._tiny import hf_torch_path, tiny_model  # noqa: E402
 from test_transformers_integration import _left_padded_batch  # noqa: E402
 from test_transformers_static_decode import _hf_greedy  # noqa: E402
@@ -32,12 +32,13 @@ def _no_contents_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TILEOPS_CHECK_CONTENTS", "0")
 
 
-def _on_cuda(model_type: str, seed: int):
-    """(float32 CPU model, bf16 CUDA copy on TileOPs, bf16 CUDA copy left as HF wrote it)."""
+def _on_cuda(model_type: str, seed: int, every_module: bool = False):
+    """(float32 CPU model, bf16 CUDA copy on TileOPs, bf16 CUDA copy left as HF wrote it); the patched
+    model's kernels are built up front, in parallel."""
     ref = tiny_model(model_type, seed=seed, **GPU_SIZES)
     hf = copy.deepcopy(ref).to("cuda", torch.bfloat16)
     patched = copy.deepcopy(hf)
-    apply_tileops(patched)
+    assert build_kernels(apply_tileops(patched, every_module=every_module).kernel_calls) == []
     return ref, patched, hf
 
 
@@ -48,10 +49,11 @@ def _run(session, ids, mask, tokens):
     return out
 
 
-@pytest.mark.parametrize("model_type, capture", [("qwen3_next", "cuda_graph"), ("qwen3_5", "cuda_graph"),
-                                                 ("qwen3_5_moe", "cuda_graph"), ("qwen3_next", "reduce_overhead")])
-def test_captured_steps_equal_the_eager_static_steps(model_type: str, capture: str) -> None:
-    _, patched, _ = _on_cuda(model_type, seed=40)
+@pytest.mark.parametrize("model_type, capture, every_module", [
+    ("qwen3_next", "cuda_graph", False), ("qwen3_5", "cuda_graph", False), ("qwen3_5_moe", "cuda_graph", False),
+    ("qwen3_5_moe", "cuda_graph", True), ("qwen3_next", "reduce_overhead", False)])
+def test_captured_steps_equal_the_eager_static_steps(model_type: str, capture: str, every_module: bool) -> None:
+    _, patched, _ = _on_cuda(model_type, seed=40, every_module=every_module)
     ids, mask = (t.cuda() for t in _left_padded_batch(patched.config.vocab_size, seed=41))
     g = torch.Generator().manual_seed(42)
     tokens = [torch.randint(1, patched.config.vocab_size, (2,), generator=g).cuda() for _ in range(STEPS)]
@@ -64,9 +66,9 @@ def test_captured_steps_equal_the_eager_static_steps(model_type: str, capture: s
     assert diff <= 1e-3, f"{capture} replays differ from eager static steps by {diff}"
 
 
-@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe"])
-def test_the_eager_static_step_makes_no_host_sync(model_type: str) -> None:
-    _, patched, _ = _on_cuda(model_type, seed=43)
+@pytest.mark.parametrize("model_type, every_module", [("qwen3_next", False), ("qwen3_5_moe", True)])
+def test_the_eager_static_step_makes_no_host_sync(model_type: str, every_module: bool) -> None:
+    _, patched, _ = _on_cuda(model_type, seed=43, every_module=every_module)
     ids, mask = (t.cuda() for t in _left_padded_batch(patched.config.vocab_size, seed=44))
     session = static_decode_session(patched, 2, 16)
     tokens = session.prefill(ids, mask).argmax(-1)
@@ -77,6 +79,23 @@ def test_the_eager_static_step_makes_no_host_sync(model_type: str) -> None:
         session.step(tokens)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_attention_and_moe_run_on_tilelang_kernels_built_before_the_first_forward() -> None:
+    from tileops_core.kernels.select import build_count
+
+    model = tiny_model("qwen3_5_moe", seed=47, **GPU_SIZES).to("cuda", torch.bfloat16)
+    report = apply_tileops(model, every_module=True)
+    assert report.unserved_modules() == []
+    tilelang = {r.piece for r in report.served() if all(k.endswith("[cuda]") for k in (r.kernel or "").split(", "))}
+    assert {"q/k norm + rotary", "attention decode", "attention prefill", "output gate", "routing", "experts",
+            "recurrent decode", "conv1d decode"} <= tilelang, tilelang
+    assert build_kernels(report.kernel_calls) == []
+    built = build_count()
+    ids, mask = (t.cuda() for t in _left_padded_batch(model.config.vocab_size, seed=48))
+    session = static_decode_session(model, 2, 16)
+    session.step(session.prefill(ids, mask).argmax(-1))
+    assert build_count() == built  # every kernel the prefill and the step use was built ahead
 
 
 @pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5", "qwen3_5_moe"])
@@ -104,3 +123,20 @@ def test_graph_replayed_bf16_steps_stay_within_hfs_own_bf16_error_of_the_fp32_cp
     err = max((a - b).abs().max().item() for a, b in zip(want, got))
     assert err <= 2 * hf_err + 0.01 * scale, f"TileOPs bf16 error {err}, HF's {hf_err}, max |logit| {scale}"
 
+
+@pytest.mark.parametrize("out_features", [32, 256])
+def test_linear_op_serves_the_narrow_projections_of_qwen3_5_moe(out_features: int) -> None:
+    """in_proj_b / in_proj_a (NV = 32 outputs) and the router (256 experts) are narrower than the
+    TileLang GEMM's 256-column tile; decode and prefill row counts are below its 128-row tile."""
+    import torch.nn.functional as F
+
+    from tileops_core.ops.gemm import LinearFwdOp
+
+    g = torch.Generator(device="cuda").manual_seed(49)
+    w = torch.randn(out_features, 2048, device="cuda", generator=g).to(torch.bfloat16)
+    op = LinearFwdOp(in_features=2048, out_features=out_features)
+    for rows in (1, 2, 33):
+        x = torch.randn(rows, 2048, device="cuda", generator=g).to(torch.bfloat16)
+        want = F.linear(x.double(), w.double())
+        err = (op(x, w).double() - want).abs().max().item()
+        assert err <= 2 ** -7 * want.abs().max().item(), f"rows {rows}: {err}"

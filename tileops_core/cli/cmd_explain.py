@@ -1,4 +1,6 @@
 """``tileops explain OP``: which kernel a call would get, and why each candidate was kept or dropped.
+``tileops explain --model TYPE``: the model report, which op and kernel serves each module of a
+Hugging Face model on TileOPs (:mod:`.explain_model`).
 
 The call is built as the op itself builds it: a workload row of the op's spec is
 instantiated (fresh random tensors on the device), the op is constructed with the row's
@@ -35,19 +37,22 @@ from ..spec.manifest import get_spec
 from ..spec.nodes import OpSpec, WorkloadRow
 from ..kernels.overrides import kernel_overrides
 from ..kernels.steering import steering_layers
+from .explain_model import add_model_arguments, run_model
 from .main import EXIT_FINDINGS, EXIT_OK
 from .steer_options import add_kernels_argument, kernels_argument, steering_lines
 
 __all__ = ["NAME", "HELP", "add_arguments", "run", "explain", "op_class", "parse_shapes"]
 
 NAME = "explain"
-HELP = "show the call spec an op builds for a workload row, every candidate kernel and why it was kept or dropped"
+HELP = ("show the call spec an op builds for a workload row, every candidate kernel and why it was kept or dropped; "
+        "--model TYPE: which op and kernel serves each module of a model")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("op", metavar="OP", help="op class name, e.g. RMSNormFwdOp")
+    parser.add_argument("op", metavar="OP", nargs="?", help="op class name, e.g. RMSNormFwdOp")
     parser.add_argument("--workload", metavar="LABEL", help="workload row label (default: the first row)")
-    parser.add_argument("--dtype", metavar="DTYPE", help="entry of the row's dtypes (default: the first)")
+    parser.add_argument("--dtype", metavar="DTYPE", help="entry of the row's dtypes (default: the first); with --model "
+                                                         "the model's dtype (default float32)")
     parser.add_argument("--device", metavar="D", help="device to build the call on (default: the target's device "
                                                       "class, else the process accelerator, else cpu)")
     parser.add_argument("--arch", metavar="ARCH", help="simulate a --device of this arch (e.g. ascend310p): plan on "
@@ -58,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "row's; repeatable. The op checks the call as any call: a shape its spec refuses is "
                              "an error naming the declaration")
     add_kernels_argument(parser)
+    add_model_arguments(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
 
@@ -261,8 +267,12 @@ def _text(data: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.op is None) == (args.model is None):
+        raise TileOpsError("tileops explain takes an op (tileops explain RMSNormFwdOp) or --model TYPE, one of them")
     scoped = parse_target(args.target, "--target") if args.target else None
     with kernels_argument(args), use_target(scoped) if scoped is not None else contextlib.nullcontext():
+        if args.model is not None:
+            return run_model(args, _device(args.device, current_target()))
         data = explain(args.op, workload=args.workload, dtype=args.dtype, device=args.device, arch=args.arch,
                        shapes=parse_shapes(args.shape))
     print(json.dumps(data, indent=2, default=str) if args.format == "json" else _text(data))

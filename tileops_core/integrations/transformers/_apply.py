@@ -9,18 +9,17 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-import torch
 from torch import nn
 
 from ...ops.activation import SiluAndMulFwdOp
-from ...ops.gemm import LinearFwdOp
 from ._attention import AttentionPatcher
 from ._gdn import GDNOps, _Metadata, patch_gated_delta_net
 from ._mlp import patch_mlp
 from ._moe import patch_experts, patch_router, patch_sparse_moe_block, use_tileops_experts
 from ._norms import patch_decoder_layer, patch_rms_norm
-from ._report import Route, TileOpsReport
-from ._serving import serving
+from ._plain import LinearOps, patch_embedding, patch_linear
+from ._report import TileOpsReport
+from ._serving import recording_calls
 from ._state import cache_has_linear_attention_layers
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "apply_tileops"]
@@ -44,25 +43,21 @@ def _classes(model_type: str) -> dict[str, type]:
     return {role: getattr(modeling, prefix + role) for role in wanted if hasattr(modeling, prefix + role)}
 
 
-def _linear_route(model: nn.Module, device: torch.device) -> Route | None:
-    """The Linear layers: routed only where a specialised kernel would win over torch's matmul."""
-    linears = [m for m in model.modules() if type(m) is nn.Linear]
-    if not linears:
-        return None
-    w = linears[0].weight
-    op = LinearFwdOp(in_features=w.shape[1], out_features=w.shape[0])
-    answer = serving(op, torch.empty(1, w.shape[1], dtype=w.dtype, device=device), w)
-    why = answer.reason if not answer.ok else (
-        f"only the reference kernel ({answer.kernel}) serves LinearFwdOp on {device.type}: torch's own matmul is "
-        "kept" if answer.general else f"{answer.kernel} would serve it; Linear routing is not wired yet")
-    return Route("*", "Linear", f"matmul ({len(linears)} layers)", "LinearFwdOp", None, why)
+def _containers(model: nn.Module) -> set[str]:
+    """The modules that only call their children: the model wrappers and module lists."""
+    inner = getattr(model, "model", None)
+    return {name for name, m in model.named_modules()
+            if m is model or m is inner or isinstance(m, (nn.ModuleList, nn.ModuleDict))}
 
 
-def apply_tileops(model: nn.Module) -> TileOpsReport:
+def apply_tileops(model: nn.Module, *, every_module: bool = False) -> TileOpsReport:
     """Move a loaded HF Qwen3-Next / Qwen3.5 / Qwen3.5-MoE model onto TileOPs ops, in place.
 
     Returns the report of which module went to which op and which kernel serves it on the
     model's device; modules TileOPs cannot serve stay as they were, with the reason.
+    ``every_module=True`` also routes the plain layers torch serves with vendor libraries (the
+    Linear layers and the embedding lookup, ``_plain``), so that every module runs on a TileOPs
+    op; off, they stay torch's (cuBLAS' matmul is the faster one at decode sizes).
     """
     config: Any = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
@@ -71,34 +66,50 @@ def apply_tileops(model: nn.Module) -> TileOpsReport:
                          f"this model is {model_type!r} ({type(model).__name__})")
     device = next(model.parameters()).device
     classes = _classes(model_type)
-    report = TileOpsReport(type(model).__name__, str(device))
-    gdn_ops, metadata, silu_and_mul = GDNOps(float(config.rms_norm_eps)), _Metadata(), SiluAndMulFwdOp()
+    report = TileOpsReport(type(model).__name__, str(device),
+                           modules=[(n, type(m).__name__) for n, m in model.named_modules()],
+                           containers=_containers(model))
+    with recording_calls() as calls:
+        _walk(model, classes, report, every_module)
+    report.kernel_calls = calls
+    use_tileops_experts(model)
+    return report
+
+
+def _walk(model: nn.Module, classes: dict[str, type], report: TileOpsReport, every_module: bool) -> None:
+    """Route every module of ``model``, parents first, into ``report``."""
+    config: Any = model.config
+    gdn_ops, metadata, silu_and_mul, linears = GDNOps(float(config.rms_norm_eps)), _Metadata(), SiluAndMulFwdOp(), \
+        LinearOps()
     cache_problem = cache_has_linear_attention_layers()
     rotaries = tuple(c for role, c in classes.items() if role.endswith("RotaryEmbedding"))
     patch_attention = AttentionPatcher(model, config, rotaries)
-    in_moe_blocks: set[int] = set()  # shared-expert MLPs whose block runs them as MoESharedExpertFwdOp
+    covered: set[str] = set()  # modules an ancestor no longer calls (its routes do their work): not patched
     for name, m in model.named_modules():
+        if name in covered:
+            continue
         if isinstance(m, classes.get("GatedDeltaNet", ())):
-            report.routes += patch_gated_delta_net(name, m, gdn_ops, metadata, cache_problem)
+            routes = patch_gated_delta_net(name, m, gdn_ops, metadata, cache_problem)
         elif isinstance(m, classes.get("SparseMoeBlock", ())):
-            block_routes = patch_sparse_moe_block(name, m)
-            report.routes += block_routes
-            if all(r.served for r in block_routes):
-                in_moe_blocks.add(id(getattr(m, "shared_expert")))
-        elif isinstance(m, classes.get("MLP", ())) and id(m) not in in_moe_blocks:
-            report.routes += patch_mlp(name, m, silu_and_mul)
+            routes = patch_sparse_moe_block(name, m, every_module)
+        elif isinstance(m, classes.get("MLP", ())):
+            routes = patch_mlp(name, m, silu_and_mul, linears, every_module)
         elif isinstance(m, classes.get("Experts", ())):
-            report.routes += patch_experts(name, m)
+            routes = patch_experts(name, m)
         elif isinstance(m, classes.get("TopKRouter", ())):
-            report.routes += patch_router(name, m)
+            routes = patch_router(name, m)
         elif isinstance(m, classes.get("RMSNorm", ())):
-            report.routes += patch_rms_norm(name, m)
+            routes = patch_rms_norm(name, m)
         elif isinstance(m, classes.get("DecoderLayer", ())):
-            report.routes += patch_decoder_layer(name, m)
+            routes = patch_decoder_layer(name, m)
         elif isinstance(m, classes.get("Attention", ())):
-            report.routes += patch_attention(name, m)
-    use_tileops_experts(model)
-    linear = _linear_route(model, device)
-    if linear is not None:
-        report.routes.append(linear)
-    return report
+            routes = patch_attention(name, m)
+        elif type(m) is nn.Linear:
+            routes = patch_linear(name, m, linears, every_module)
+        elif type(m) is nn.Embedding:
+            routes = patch_embedding(name, m, every_module)
+        else:
+            continue
+        report.routes += routes
+        covered.update(c for r in routes for c in r.covers)
+    report.routes += patch_attention.finish()

@@ -14,7 +14,11 @@ layer's ``forward`` is replaced on the instance, keeping the module's projection
 
 Positions: the model's rotary module is given a forward pre-hook that records the integer
 positions it is called with (``[B, T]``, or ``[3, B, T]`` for Qwen3.5's MRoPE), which every
-attention layer of that forward reads; HF's cos/sin are not used.
+attention layer of that forward reads; HF's cos/sin are not used, and once every attention layer
+is patched the rotary module no longer computes them (its forward returns None).
+
+The static decode step (``_static_step``) shares :class:`AttentionLayer`, the two ends of the
+forward, and writes and reads its own fixed-address cache through AttentionDecodeFwdOp.
 
 The cache: each layer keeps a contiguous KV cache in the ops' layout (``[B, capacity, NKV, D]``,
 row b = batch row b, grown by doubling) in its HF cache layer, with each row's real tokens
@@ -36,7 +40,7 @@ from ...ops.attention import AttentionDecodeFwdOp, AttentionPrefillFwdOp, QKNorm
 from ._report import Route
 from ._serving import serving
 
-__all__ = ["AttentionOps", "AttentionPatcher", "Positions", "patch_attention"]
+__all__ = ["AttentionLayer", "AttentionOps", "AttentionPatcher", "Positions", "patch_attention"]
 
 
 class Positions:
@@ -62,10 +66,11 @@ class AttentionOps:
     """The op instances of one model's attention layers (plans are per shape).
 
     ``mrope_section`` is the rotary module's own (Qwen3.5's text rotary has one and rotates
-    by three position rows, interleaved); None: NeoX from one row.
+    by three position rows, interleaved); None: NeoX from one row. ``options`` go to every op
+    (the static decode step makes its own with ``check_contents=False``).
     """
 
-    def __init__(self, config: Any, head_dim: int, mrope_section: Any = None) -> None:
+    def __init__(self, config: Any, head_dim: int, mrope_section: Any = None, **options: Any) -> None:
         rope = dict(getattr(config, "rope_parameters", None) or {})
         self.rotary_dim = int(head_dim * float(rope.get("partial_rotary_factor", 1.0)))
         mrope = mrope_section is not None
@@ -73,11 +78,41 @@ class AttentionOps:
         self.norm_rope = QKNormRopeFwdOp(rotary_dim=self.rotary_dim, theta=float(rope.get("rope_theta", 10000.0)),
                                          eps=float(config.rms_norm_eps),
                                          rope_style="mrope_interleaved" if mrope else "neox",
-                                         mrope_section=tuple(mrope_section) if mrope else (11, 11, 10))
+                                         mrope_section=tuple(mrope_section) if mrope else (11, 11, 10), **options)
         self.rope_type = rope.get("rope_type", "default")
-        self.prefill = AttentionPrefillFwdOp(scale=head_dim ** -0.5)
-        self.decode = AttentionDecodeFwdOp(scale=head_dim ** -0.5)
-        self.gate = SigmoidGateMulFwdOp()
+        self.prefill = AttentionPrefillFwdOp(scale=head_dim ** -0.5, **options)
+        self.decode = AttentionDecodeFwdOp(scale=head_dim ** -0.5, **options)
+        self.gate = SigmoidGateMulFwdOp(**options)
+
+
+class AttentionLayer:
+    """One attention layer's modules and weights, looked up once (nn.Module attribute lookups cost
+    per call), and the two ends of its forward that the dynamic and the static decode paths share:
+    the projections through the q/k norm and rotary, and the output gate through ``o_proj``."""
+
+    def __init__(self, m: Any, ops: AttentionOps) -> None:
+        self.ops = ops
+        self.nq, self.nkv, self.d = m.config.num_attention_heads, m.config.num_key_value_heads, m.head_dim
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = m.q_proj, m.k_proj, m.v_proj, m.o_proj
+        self.q_weight, self.k_weight = m.q_norm.weight, m.k_norm.weight
+        self.layer_idx = m.layer_idx
+
+    def project(self, hidden_states: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``[B, T, hidden]`` -> ``(query, key, value, gate)``, ``[B · T, heads, D]`` each: q_proj's
+        query and gate halves as strided views (no copy), q and k normalised and rotated by
+        ``positions`` (``[B · T]``, or ``[3, B · T]`` for MRoPE)."""
+        B, T, _ = hidden_states.shape
+        nq, nkv, d = self.nq, self.nkv, self.d
+        qg = self.q_proj(hidden_states).view(B * T, nq, 2 * d)
+        query, gate = qg[..., :d], qg[..., d:]
+        key = self.k_proj(hidden_states).view(B * T, nkv, d)
+        value = self.v_proj(hidden_states).view(B * T, nkv, d)
+        query, key = self.ops.norm_rope(query, key, self.q_weight, self.k_weight, positions)
+        return query, key, value, gate
+
+    def output(self, out: torch.Tensor, gate: torch.Tensor, B: int, T: int) -> torch.Tensor:
+        """The attention output ``[B · T, NQ, D]`` gated by ``sigmoid(gate)``, through ``o_proj``."""
+        return self.o_proj(self.ops.gate(out, gate).reshape(B, T, self.nq * self.d))
 
 
 class _KVStore:
@@ -200,20 +235,14 @@ def _decode_steps(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: 
 
 
 def _attention_forward(m: Any, ops: AttentionOps, positions: Positions) -> Callable[..., tuple[torch.Tensor, None]]:
-    nq, nkv, d = m.config.num_attention_heads, m.config.num_key_value_heads, m.head_dim
-    # The layer's modules and norm weights, looked up once (nn.Module attribute lookups cost per call)
-    q_proj, k_proj, v_proj, o_proj, layer_idx = m.q_proj, m.k_proj, m.v_proj, m.o_proj, m.layer_idx
-    q_weight, k_weight = m.q_norm.weight, m.k_norm.weight
+    layer = AttentionLayer(m, ops)
+    nkv, d, layer_idx = layer.nkv, layer.d, layer.layer_idx
 
     def forward(hidden_states: torch.Tensor, position_embeddings: Any = None, attention_mask: Any = None,
                 cache: Any = None, past_key_values: Any = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
         cache = cache if cache is not None else past_key_values
         B, T, _ = hidden_states.shape
-        qg = q_proj(hidden_states).view(B * T, nq, 2 * d)
-        query, gate = qg[..., :d], qg[..., d:]
-        key = k_proj(hidden_states).view(B * T, nkv, d)
-        value = v_proj(hidden_states).view(B * T, nkv, d)
-        query, key = ops.norm_rope(query, key, q_weight, k_weight, positions.flat(B, T, ops.rows))
+        query, key, value, gate = layer.project(hidden_states, positions.flat(B, T, ops.rows))
         store, seen = _store_for(cache, layer_idx, B, T, nkv, d, key)
         if seen == 0:
             out = _prefill(ops, store, query, key, value, _real_tokens(attention_mask, B, T, key.device))
@@ -221,8 +250,7 @@ def _attention_forward(m: Any, ops: AttentionOps, positions: Positions) -> Calla
             _check_new_tokens_real(attention_mask, store.lengths, T, layer_idx)
             out = _decode_steps(ops, store, query, key, value, B, T)
         _publish(cache, layer_idx, store, seen + T)
-        out = ops.gate(out, gate)
-        return o_proj(out.reshape(B, T, nq * d)), None
+        return layer.output(out, gate, B, T), None
 
     return forward
 
@@ -258,30 +286,57 @@ def patch_attention(name: str, m: Any, ops: AttentionOps, positions: Positions) 
         return [Route(name, kind, r.piece, r.op, None, r.reason or "another piece of the layer has no kernel here")
                 for r in routes]
     m.forward = _attention_forward(m, ops, positions)
-    # q_norm / k_norm still get their own routes from the model walk; say that this op does their work.
-    fused = "q_norm and k_norm fused in: their own forwards are no longer called"
-    return [replace(r, reason=fused) if r.op == "QKNormRopeFwdOp" else r for r in routes]
+    norms = (f"{name}.q_norm", f"{name}.k_norm")  # their work is the op's: their own forwards are no longer called
+    return [replace(r, reason="q_norm and k_norm fused in", covers=norms) if r.op == "QKNormRopeFwdOp" else r
+            for r in routes]
+
+
+def _no_tables(x: Any, position_ids: Any = None) -> None:
+    """A rotary module's forward once every attention layer forms its own cos/sin: nothing to compute
+    (its forward pre-hook still records the positions)."""
+    return None
 
 
 class AttentionPatcher:
     """Patches a model's attention layers: one set of ops for all of them, and the positions
-    recorded from the model's rotary module(s) once the first layer is patched."""
+    recorded from the model's rotary module(s) once the first layer is patched; :meth:`finish`
+    routes the rotary module itself after the walk."""
 
     def __init__(self, model: Any, config: Any, rotary_classes: tuple[type, ...]) -> None:
         self._config = config
-        self._rotaries: list[Any] = [x for x in model.modules() if rotary_classes and isinstance(x, rotary_classes)]
+        self._rotaries: list[tuple[str, Any]] = [(n, x) for n, x in model.named_modules()
+                                                 if rotary_classes and isinstance(x, rotary_classes)]
         self._ops: AttentionOps | None = None
         self._positions: Positions | None = None
+        self._seen = 0
+        self._rope_routes: list[Route] = []
 
     def __call__(self, name: str, m: Any) -> list[Route]:
+        self._seen += 1
         if len(self._rotaries) != 1:
             return [Route(name, type(m).__name__, "layer", None, None,
                           f"{len(self._rotaries)} text rotary modules in the model, not one to record positions from")]
         if self._ops is None:
-            self._ops = AttentionOps(self._config, m.head_dim, getattr(self._rotaries[0], "mrope_section", None))
+            self._ops = AttentionOps(self._config, m.head_dim, getattr(self._rotaries[0][1], "mrope_section", None))
         positions = self._positions or Positions()
         routes = patch_attention(name, m, self._ops, positions)
-        if self._positions is None and all(r.served for r in routes):
-            self._rotaries[0].register_forward_pre_hook(positions.hook, with_kwargs=True)
-            self._positions = positions
+        if all(r.served for r in routes):
+            if self._positions is None:
+                self._rotaries[0][1].register_forward_pre_hook(positions.hook, with_kwargs=True)
+                self._positions = positions
+            self._rope_routes += [r for r in routes if r.op == "QKNormRopeFwdOp"]
         return routes
+
+    def finish(self) -> list[Route]:
+        """The rotary module's route, once every attention layer was seen. When all of them run on
+        TileOPs nothing reads its cos/sin tables, so it only records positions (its forward returns
+        None); otherwise it stays HF's, since the layers left on HF's code read the tables."""
+        if len(self._rotaries) != 1 or not self._seen:
+            return []
+        name, rotary = self._rotaries[0]
+        kind = type(rotary).__name__
+        if len(self._rope_routes) < self._seen:
+            return [Route(name, kind, "cos/sin", None, None, "attention layers left on HF's code read its tables")]
+        rotary.forward = _no_tables
+        return [Route(name, kind, "cos/sin", "QKNormRopeFwdOp", self._rope_routes[0].kernel,
+                      "each attention layer's op forms them from the positions this module records")]

@@ -20,6 +20,7 @@ state and a zero conv window until a row's first real token, exactly as in HF.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
@@ -167,4 +168,6 @@ def patch_gated_delta_net(name: str, m: Any, ops: GDNOps, metadata: _Metadata, w
         return [Route(name, kind, r.piece, r.op, None, r.reason or "another piece of the layer has no kernel here")
                 for r in routes]
     m.forward = _gdn_forward(m, ops, metadata)  # an instance attribute: nn.Module.__call__ finds it first
-    return routes
+    # The conv ops read conv1d's weights and the gated norm op norm's: neither module's forward is called.
+    child = {"conv1d decode": "conv1d", "conv1d prefill": "conv1d", "gated norm": "norm"}
+    return [replace(r, covers=(f"{name}.{child[r.piece]}",)) if r.piece in child else r for r in routes]

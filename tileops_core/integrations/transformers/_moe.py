@@ -1,13 +1,19 @@
 """The sparse MoE block of Qwen3-Next / Qwen3.5-MoE on TileOPs' MoE ops (``manifest/moe.yaml``).
 
-- ``*TopKRouter``: softmax, top-k and renormalisation as MoETopKRoutingFwdOp (HF's float32
-  operations, so HF's weights bit for bit; tied probabilities go to the lower expert id).
-- ``*Experts``: transformers dispatches an experts module's forward through its
-  ``ExpertsInterface`` by the config's ``experts_implementation``; TileOPs registers
-  ``"tileops"`` there (permute, grouped experts, un-permute) and ``apply_tileops`` switches the
-  model to it. A module the ops do not serve on its device keeps transformers' ``grouped_mm``.
-- ``*SparseMoeBlock``: the shared expert and its sigmoid gate as MoESharedExpertFwdOp; the
-  block's sum of routed and shared outputs stays HF's (in the model's dtype).
+- ``*SparseMoeBlock``: the block's forward runs the manifest's five ops in its order: the shared
+  expert with its sigmoid gate (MoESharedExpertFwdOp), the router's logits (LinearFwdOp with
+  ``every_module``, else torch's matmul), softmax / top-k / renormalisation
+  (MoETopKRoutingFwdOp: HF's float32 operations, so HF's weights bit for bit; tied probabilities
+  go to the lower expert id), then permute, the grouped experts and the un-permute, which adds
+  the shared expert's output in its float32 sum (HF adds it in the model's dtype). Every op sizes
+  its work from the token count alone (no host read of the routing), so a decode step of fixed
+  batch captures in a CUDA graph where TileLang kernels serve them.
+- A block the ops cannot take as a whole (no shared expert with a sigmoid gate, or an op without
+  a kernel here) keeps HF's forward, and its pieces are routed one by one: ``*TopKRouter`` as
+  MoETopKRoutingFwdOp, and ``*Experts`` through transformers' ``ExpertsInterface``, where
+  TileOPs registers ``"tileops"`` (permute, grouped experts, un-permute) and ``apply_tileops``
+  switches the model to it. A module the ops do not serve on its device keeps transformers'
+  ``grouped_mm``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from ...ops.gemm import LinearFwdOp
 from ...ops.moe import (
     MoEGroupedExpertsFwdOp, MoEPermuteFwdOp, MoESharedExpertFwdOp, MoETopKRoutingFwdOp, MoEUnpermuteFwdOp,
 )
@@ -47,11 +54,11 @@ class _ExpertOps:
         self.unpermute = MoEUnpermuteFwdOp()
         self.weights = (m.gate_up_proj, m.down_proj)  # looked up once (nn.Module attribute lookups cost per call)
 
-    def __call__(self, m: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
-                 top_k_weights: torch.Tensor) -> torch.Tensor:
+    def __call__(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+                 shared_output: torch.Tensor | None = None) -> torch.Tensor:
         permuted, offsets, index = self.permute(hidden_states, top_k_index)
         out = self.grouped(permuted, offsets, *self.weights)
-        return self.unpermute(out, index, top_k_weights)
+        return self.unpermute(out, index, top_k_weights, shared_output)
 
     def example_calls(self, m: Any) -> list[tuple[Any, tuple[Any, ...]]]:
         """Each op with small tensors of the module's dtype and device (what ``serving`` plans)."""
@@ -64,7 +71,7 @@ class _ExpertOps:
         index = torch.zeros(1, K, dtype=torch.int32, device=w.device)
         weights = torch.empty(1, K, dtype=w.dtype, device=w.device)
         return [(self.permute, (x, ids)), (self.grouped, (rows, offsets, m.gate_up_proj, w)),
-                (self.unpermute, (rows, index, weights))]
+                (self.unpermute, (rows, index, weights, x))]
 
 
 def tileops_experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
@@ -75,7 +82,7 @@ def tileops_experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index:
         from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
         return ALL_EXPERTS_FUNCTIONS["grouped_mm"](self, hidden_states, top_k_index, top_k_weights)
-    result: torch.Tensor = ops(self, hidden_states, top_k_index, top_k_weights)
+    result: torch.Tensor = ops(hidden_states, top_k_index, top_k_weights)
     return result
 
 
@@ -118,8 +125,8 @@ def patch_experts(name: str, m: Any) -> list[Route]:
             return [Route(name, kind, piece, type(op).__name__, None, answer.reason)]
         kernels.append(answer.kernel)
     m._tileops_experts = ops
-    return [Route(name, kind, piece, "MoEPermuteFwdOp, MoEGroupedExpertsFwdOp, MoEUnpermuteFwdOp",
-                  ", ".join(kernels), f"experts_implementation={TILEOPS_EXPERTS!r}")]
+    return [Route(name, kind, piece, _EXPERT_OPS, ", ".join(kernels), f"experts_implementation={TILEOPS_EXPERTS!r}",
+                  covers=_descendants(name, m))]
 
 
 def _router_forward(m: Any, op: MoETopKRoutingFwdOp) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
@@ -145,36 +152,101 @@ def patch_router(name: str, m: Any) -> list[Route]:
     return [Route(name, kind, "routing", type(op).__name__, answer.kernel, "ties go to the lower expert id")]
 
 
-def _block_forward(m: Any, op: MoESharedExpertFwdOp) -> Callable[[torch.Tensor], torch.Tensor]:
-    # The block's modules and the shared expert's weights, looked up once (nn.Module attribute
-    # lookups cost per call)
-    shared, router, experts = m.shared_expert, m.gate, m.experts
+def _descendants(name: str, m: Any) -> tuple[str, ...]:
+    return tuple(n for n, _ in m.named_modules(prefix=name) if n != name)
+
+
+_EXPERT_OPS = "MoEPermuteFwdOp, MoEGroupedExpertsFwdOp, MoEUnpermuteFwdOp"
+
+
+def _shared_expert_problem(m: Any) -> str | None:
+    shared, gate = getattr(m, "shared_expert", None), getattr(m, "shared_expert_gate", None)
+    if shared is None or gate is None:
+        return "no shared expert with a sigmoid gate"
+    if _act_name(shared) not in _SILU or any(getattr(shared, p).bias is not None for p in
+                                             ("gate_proj", "up_proj", "down_proj")) or gate.bias is not None:
+        return "the shared expert is not a bias-free SiLU MLP"
+    return None
+
+
+class _BlockOps:
+    """The ops of one sparse MoE block's forward (built per block: experts and top-k are params).
+    ``logits`` is None where torch's matmul forms the router's logits."""
+
+    def __init__(self, m: Any, linear_logits: bool) -> None:
+        router = m.gate
+        self.logits = (LinearFwdOp(in_features=router.hidden_dim, out_features=router.num_experts)
+                       if linear_logits else None)
+        # Qwen3.5-MoE always renormalises (its router has no norm_topk_prob attribute)
+        renormalize = bool(getattr(router, "norm_topk_prob", True))
+        self.routing = MoETopKRoutingFwdOp(top_k=router.top_k, renormalize=renormalize)
+        self.experts = _ExpertOps(m.experts)
+        self.shared = MoESharedExpertFwdOp()
+
+    def example_calls(self, m: Any) -> list[tuple[str, Any, tuple[Any, ...]]]:
+        """``(piece, op, args)``: each op with small tensors of the block's dtype and device."""
+        shared, w = m.shared_expert, m.gate.weight
+        x = torch.empty(1, w.shape[1], dtype=w.dtype, device=w.device)
+        calls: list[tuple[str, Any, tuple[Any, ...]]] = [
+            ("shared expert", self.shared, (x, shared.gate_proj.weight, shared.up_proj.weight,
+                                            shared.down_proj.weight, m.shared_expert_gate.weight)),
+            ("routing", self.routing, (torch.empty(1, w.shape[0], dtype=w.dtype, device=w.device),))]
+        if self.logits is not None:
+            calls.append(("router logits", self.logits, (x, w)))
+        calls += [("experts", op, args) for op, args in self.experts.example_calls(m.experts)]
+        return calls
+
+
+def _block_forward(m: Any, ops: _BlockOps) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The block's forward on ``ops`` (what the patched model and the static decode step run)."""
+    # The block's weights, looked up once (nn.Module attribute lookups cost per call)
+    shared = m.shared_expert
     weights_of_shared = (shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight,
                          m.shared_expert_gate.weight)
+    router_weight = m.gate.weight
+    logits_op = ops.logits
 
     def forward(hidden_states: torch.Tensor) -> torch.Tensor:
         B, S, H = hidden_states.shape
         x = hidden_states.view(-1, H)
-        shared_out = op(x, *weights_of_shared)
-        _, weights, ids = router(x)
-        return (experts(x, ids, weights) + shared_out).reshape(B, S, H)
+        shared_out = ops.shared(x, *weights_of_shared)
+        logits = logits_op(x, router_weight) if logits_op is not None else F.linear(x, router_weight)
+        weights, ids = ops.routing(logits)
+        return ops.experts(x, ids, weights, shared_out).view(B, S, H)
     return forward
 
 
-def patch_sparse_moe_block(name: str, m: Any) -> list[Route]:
-    """The block's shared expert and its sigmoid gate as MoESharedExpertFwdOp (router and experts
-    are their own modules, routed by :func:`patch_router` and :func:`patch_experts`)."""
-    kind, piece = type(m).__name__, "shared expert"
-    shared, gate = getattr(m, "shared_expert", None), getattr(m, "shared_expert_gate", None)
-    if shared is None or gate is None:
-        return [Route(name, kind, piece, None, None, "no shared expert with a sigmoid gate")]
-    if _act_name(shared) not in _SILU or any(getattr(shared, p).bias is not None for p in
-                                             ("gate_proj", "up_proj", "down_proj")) or gate.bias is not None:
-        return [Route(name, kind, piece, None, None, "the shared expert is not a bias-free SiLU MLP")]
-    op, w = MoESharedExpertFwdOp(), shared.gate_proj.weight
-    answer = serving(op, torch.empty(1, w.shape[1], dtype=w.dtype, device=w.device), w, shared.up_proj.weight,
-                     shared.down_proj.weight, gate.weight)
-    if not answer.ok:
-        return [Route(name, kind, piece, type(op).__name__, None, answer.reason)]
-    m.forward = _block_forward(m, op)
-    return [Route(name, kind, piece, type(op).__name__, answer.kernel, "with its sigmoid gate")]
+def patch_sparse_moe_block(name: str, m: Any, every_module: bool) -> list[Route]:
+    """Run the whole block on the MoE ops (its router, experts and shared expert are no longer called),
+    where the block's layout allows it and a kernel serves every op; else one route that says why
+    (the walk then routes the block's modules one by one)."""
+    kind = type(m).__name__
+    problem = _shared_expert_problem(m) or _experts_layout_problem(m.experts)
+    if problem is not None:
+        return [Route(name, kind, "block", None, None, problem)]
+    ops = _BlockOps(m, every_module)
+    kernels: dict[str, list[str]] = {}
+    for piece, op, args in ops.example_calls(m):
+        answer = serving(op, *args)
+        if answer.kernel is None:
+            return [Route(name, kind, "block", type(op).__name__, None, answer.reason)]
+        kernels.setdefault(piece, []).append(answer.kernel)
+    m.forward = _block_forward(m, ops)
+    router, experts = f"{name}.gate", f"{name}.experts"
+    shared = _descendants(f"{name}.shared_expert", m.shared_expert) + (f"{name}.shared_expert",
+                                                                       f"{name}.shared_expert_gate")
+    if ops.logits is not None:
+        logits = Route(name, kind, "router logits", "LinearFwdOp", kernels["router logits"][0], "", covers=(router,))
+    else:
+        logits = Route(name, kind, "router logits", None, None, "torch's matmul kept (every_module=True routes it "
+                       "through LinearFwdOp)", covers=(router,))
+    return [
+        Route(name, kind, "shared expert", "MoESharedExpertFwdOp", kernels["shared expert"][0], "with its sigmoid gate",
+              covers=shared),
+        logits,
+        Route(name, kind, "routing", "MoETopKRoutingFwdOp", kernels["routing"][0], "ties go to the lower expert id",
+              covers=(router,)),
+        Route(name, kind, "experts", _EXPERT_OPS, ", ".join(kernels["experts"]),
+              "the shared expert's output summed in the un-permute",
+              covers=_descendants(experts, m.experts) + (experts,)),
+    ]

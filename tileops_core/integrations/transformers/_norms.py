@@ -74,4 +74,5 @@ def patch_decoder_layer(name: str, layer: Any) -> list[Route]:
     if not answer.ok:
         return [Route(name, kind, "residual add + norm", type(op).__name__, None, answer.reason)]
     layer.forward = _layer_forward(layer, op, cache_name)
-    return [Route(name, kind, "residual add + norm", type(op).__name__, answer.kernel, "")]
+    return [Route(name, kind, "residual add + norm", type(op).__name__, answer.kernel, "",
+                  covers=(f"{name}.post_attention_layernorm",))]

@@ -86,14 +86,10 @@ class StaticPools:
                                          torch.zeros(max_batch, dtype=torch.int32, device=device))
         self.ids = torch.zeros(max_batch, dtype=torch.int64, device=device)
         self.positions = torch.zeros(max_batch, dtype=torch.int64, device=device)
-        #: The key positions ``0 .. max_len - 1``, compared with ``lengths`` to mask the keys a row has not written.
-        self.key_positions = torch.arange(max_len, device=device)
-        #: The batch rows ``0 .. max_batch - 1`` (each row's cache row, for the key/value writes).
-        self.rows = torch.arange(max_batch, device=device)
 
     def tensors(self) -> list[torch.Tensor]:
         """Every buffer whose contents carry from one step to the next (what a replay reads in place)."""
-        out = [self.ids, self.positions, self.key_positions, self.rows]
+        out = [self.ids, self.positions]
         for g in self.gdn.values():
             out += [g.conv, g.ssm]
         for kv in self.kv.values():

@@ -158,8 +158,9 @@ class StaticDecodeSession:
                     raise
                 raise RuntimeError(
                     "the decode step synchronises with the host, which a CUDA graph cannot hold (the traceback shows "
-                    "where; a reference kernel serving the conv1d update or RGDR reads its metadata on the host: "
-                    f"see apply_tileops' report for the kernels here): {exc}") from exc
+                    "where; a reference kernel serving the conv1d update, RGDR, attention decode or the MoE permute / "
+                    "grouped experts reads its metadata on the host: see apply_tileops' report for the kernels "
+                    f"here): {exc}") from exc
             finally:
                 torch.cuda.set_sync_debug_mode(previous)
         torch.cuda.current_stream().wait_stream(side)

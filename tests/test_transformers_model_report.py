@@ -1,0 +1,110 @@
+"""The model report: which TileOPs op and kernel serves each module of a patched model (``apply_tileops``'
+report, ``tileops explain --model``), checked against what actually runs on the CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from tileops_core.cli.main import main  # noqa: E402
+from tileops_core.integrations.transformers import apply_tileops, cache_kwargs, cache_of  # noqa: E402
+from tileops_core.integrations.transformers._tiny import tiny_model  # noqa: E402
+from test_transformers_integration import _left_padded_batch  # noqa: E402
+
+
+def _modules_run(model, ids: torch.Tensor, mask: torch.Tensor) -> set[str]:
+    """The modules whose forward runs in a prefill and one decode step."""
+    ran: set[str] = set()
+    handles = [m.register_forward_hook(lambda mod, args, out, name=name: ran.add(name))
+               for name, m in model.named_modules()]
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+            step = out.logits[:, -1].argmax(-1, keepdim=True)
+            model(input_ids=step, attention_mask=torch.cat([mask, torch.ones_like(step)], 1), use_cache=True,
+                  **cache_kwargs(model, cache_of(out)))
+    finally:
+        for h in handles:
+            h.remove()
+    return ran
+
+
+def test_every_module_of_the_tiny_qwen3_5_moe_runs_on_a_tileops_op_on_the_cpu() -> None:
+    model = tiny_model("qwen3_5_moe", seed=50)
+    report = apply_tileops(model, every_module=True)
+    assert report.unserved_modules() == []
+    ran = _modules_run(model, *_left_padded_batch(model.config.vocab_size, seed=51))
+    modules = dict(model.named_modules())
+    # Every module that ran, containers aside, ran TileOPs' forward, not the one its class defines ...
+    hf_code = sorted(n for n in ran - report.containers if "forward" not in vars(modules[n]))
+    assert hf_code == []
+    # ... and every module that did not run is one whose work a served route of an ancestor does.
+    for name in set(modules) - ran - report.containers:
+        own, covering = report.routes_of(name)
+        assert not own and covering and all(r.served for r in covering), name
+    kinds = {kind for name, kind in report.modules if name in ran}
+    assert {"Embedding", "Linear", "Qwen3_5MoeAttention", "Qwen3_5MoeSparseMoeBlock"} <= kinds
+
+
+def test_without_every_module_only_the_plain_layers_stay_torchs_and_say_how_to_route_them() -> None:
+    model = tiny_model("qwen3_5_moe", seed=52)
+    report = apply_tileops(model)
+    kinds = dict(report.modules)
+    assert {kinds[n] for n in report.unserved_modules()} == {
+        "Embedding", "Linear", "Qwen3_5MoeSparseMoeBlock", "Qwen3_5MoeTopKRouter"}  # blocks: the router's logits
+    assert all("every_module=True" in r.reason for r in report.left())
+
+
+def test_explain_model_lists_each_module_with_its_op_and_kernel(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--model", "qwen3_5_moe", "--every-module"]) == 0
+    out = capsys.readouterr().out
+    assert "  model.layers.3.self_attn [Qwen3_5MoeAttention]\n" in out
+    assert "      attention decode: -> AttentionDecodeFwdOp: RefAttentionDecode [cpu_ref]\n" in out
+    assert ("  model.layers.0.mlp.experts [Qwen3_5MoeExperts]\n      inside model.layers.0.mlp's experts: "
+            "MoEPermuteFwdOp, MoEGroupedExpertsFwdOp, MoEUnpermuteFwdOp: RefMoEPermute [cpu_ref], "
+            "RefMoEGroupedExperts [cpu_ref], RefMoEUnpermute [cpu_ref]\n") in out
+    assert "  model.embed_tokens [Embedding]\n      lookup: -> MoEUnpermuteFwdOp: RefMoEUnpermute [cpu_ref]\n" in out
+    assert out.rstrip().endswith("every module is served by a TileOPs op")
+
+
+def test_explain_model_exits_1_naming_the_modules_left_on_torch(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--model", "qwen3_next", "--format", "json", "--set", "linear_key_head_dim=32"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert "lm_head" in data["unserved"] and "model.layers.3.self_attn" not in data["unserved"]
+    conv = next(m for m in data["modules"] if m["module"] == "model.layers.0.linear_attn.conv1d")
+    assert [i["op"] for i in conv["inside"]] == ["CausalConv1dUpdateFwdOp", "CausalConv1dVarlenFwdOp"]
+    gdn = next(m for m in data["modules"] if m["module"] == "model.layers.0.linear_attn")
+    assert {r["piece"] for r in gdn["routes"]} >= {"recurrent decode", "chunked prefill"}
+
+
+def test_explain_takes_an_op_or_a_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain"]) == 1
+    assert "takes an op (tileops explain RMSNormFwdOp) or --model TYPE" in capsys.readouterr().err
+
+
+def test_build_kernels_builds_every_kernel_the_forward_and_the_static_step_then_use(fresh_registry) -> None:
+    from tileops_core.integrations.transformers import build_kernels, static_decode_session
+    from tileops_core.kernels.select import build_count
+
+    model = tiny_model("qwen3_5_moe", seed=53)
+    report = apply_tileops(model, every_module=True)
+    assert build_count() == 0  # planning builds nothing
+    assert build_kernels(report.kernel_calls) == []
+    built = build_count()
+    ids, mask = _left_padded_batch(model.config.vocab_size, seed=54)
+    _modules_run(model, ids, mask)
+    session = static_decode_session(model, 2, 16)
+    session.step(session.prefill(ids, mask).argmax(-1))
+    assert built > 0 and build_count() == built
+
+
+def test_layers_left_on_torch_add_no_kernel_to_build() -> None:
+    def ops_to_build(every_module: bool) -> set[str]:
+        report = apply_tileops(tiny_model("qwen3_5_moe", seed=55), every_module=every_module)
+        return {call.op for _, call, _ in report.kernel_calls}
+
+    assert ops_to_build(True) - ops_to_build(False) == {"LinearFwdOp"}
