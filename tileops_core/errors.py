@@ -71,21 +71,26 @@ class SpecError(TileOpsError, ValueError):
 
     def __init__(self, message: str, location: Location, text: str | None = None, *, rule: str = "L0",
                  fix: str | None = None) -> None:
+        super().__init__(_located(message, location, text, fix))
         self.message = message
         self.location = location
         self.text = text
         self.rule = rule
         self.fix = fix
-        parts = [f"{location.where()}: "]
-        if location.op:
-            parts.append(f"{location.op}")
-            parts.append(f".{location.field}: " if location.field else ": ")
-        parts.append(message)
-        if text is not None:
-            parts.append(f" (in {text!r})")
-        if fix:
-            parts.append(f"; write instead: {fix}")
-        super().__init__("".join(parts))
+
+
+def _located(message: str, location: Location, text: str | None, fix: str | None) -> str:
+    """``file:line: Op.field: message (in 'text'); write instead: fix``, leaving out what is absent."""
+    parts = [f"{location.where()}: "]
+    if location.op:
+        parts.append(f"{location.op}")
+        parts.append(f".{location.field}: " if location.field else ": ")
+    parts.append(message)
+    if text is not None:
+        parts.append(f" (in {text!r})")
+    if fix:
+        parts.append(f"; write instead: {fix}")
+    return "".join(parts)
 
 
 class CheckError(TileOpsError, ValueError):

@@ -31,11 +31,7 @@ class Analysis:
     ridge: float | None = None
     attainable_flops_per_s: float | None = None
     efficiency: float | None = None
-    bandwidth: float | None = None
-    bandwidth_figure: str | None = None
-    peak_flops_per_s: float | None = None
-    compute_figure: str | None = None
-    compute_dtype: str | None = None
+    compute_dtype: str | None = None  # the profile's dtype whose ceiling was used
 
 
 def analyse(roofline: Roofline, seconds: float, profile: HardwareProfile | None, dtype: str,
@@ -46,12 +42,11 @@ def analyse(roofline: Roofline, seconds: float, profile: HardwareProfile | None,
     intensity = roofline.intensity
     if profile is None:
         return Analysis(flops_rate, bytes_rate, intensity)
-    bandwidth, bw_figure = profile.bandwidth(basis)
+    bandwidth, _ = profile.bandwidth(basis)
     compute = profile.compute_rate(dtype, basis)
     if compute is None:
-        return Analysis(flops_rate, bytes_rate, intensity, "memory", None, None, bytes_rate / bandwidth, bandwidth,
-                        bw_figure)
-    peak, figure, used = compute
+        return Analysis(flops_rate, bytes_rate, intensity, "memory", None, None, bytes_rate / bandwidth)
+    peak, _, used = compute
     ridge = peak / bandwidth
     bound = "memory" if intensity < ridge else "compute"
     if roofline.flops == 0 or math.isinf(intensity):
@@ -60,5 +55,4 @@ def analyse(roofline: Roofline, seconds: float, profile: HardwareProfile | None,
     else:
         attainable = min(peak, intensity * bandwidth)
         efficiency = flops_rate / attainable
-    return Analysis(flops_rate, bytes_rate, intensity, bound, ridge, attainable, efficiency, bandwidth, bw_figure,
-                    peak, figure, used)
+    return Analysis(flops_rate, bytes_rate, intensity, bound, ridge, attainable, efficiency, used)

@@ -21,7 +21,11 @@ __all__ = ["LegacyForm", "legacy_form", "presence_form", "rewrite_is_none"]
 
 @dataclass(frozen=True)
 class LegacyForm:
-    """A rejected form found in a shape rule: what it is, its table-3 rule id and the rewrite."""
+    """A rejected form found in a shape rule: what it is, its table-3 rule id and the rewrite.
+
+    ``fatal``: the rule does not evaluate as written (T3.3's ``==`` reads a name nothing
+    declares), so its field is marked broken and the checks that depend on it are skipped.
+    """
 
     message: str
     rule: str

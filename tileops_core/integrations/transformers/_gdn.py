@@ -67,7 +67,7 @@ class _Metadata:
 
 
 def _shapes(m: Any) -> GDNShapes:
-    return GDNShapes(conv_dim=m.conv_dim, width=m.conv_kernel_size, nv=m.num_v_heads, dv=m.head_v_dim, dk=m.head_k_dim)
+    return GDNShapes(conv=(m.conv_dim, m.conv_kernel_size - 1), recurrent=(m.num_v_heads, m.head_v_dim, m.head_k_dim))
 
 
 def _projections(m: Any) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
@@ -103,7 +103,7 @@ def _gdn_forward(m: Any, ops: GDNOps, metadata: _Metadata) -> Callable[..., torc
             hidden_states = (hidden_states * attention_mask[:, :, None]).to(hidden_states.dtype)
         B, T, _ = hidden_states.shape
         mixed, z, b, a = project(hidden_states)
-        x = mixed.reshape(B * T, shapes.conv_dim)
+        x = mixed.reshape(B * T, shapes.conv[0])
         pools = pools_for(cache, layer_idx, B, shapes, x.dtype, x.device)
         rows, ones, cu, slots, has_init = metadata(B, T, x.device)
         weight, bias = conv1d.weight.squeeze(1), conv1d.bias
@@ -135,14 +135,15 @@ def _example_calls(m: Any, ops: GDNOps) -> list[tuple[str, Any, tuple[Any, ...]]
     dt, dev = p.dtype, p.device
     i32 = {"dtype": torch.int32, "device": dev}
     one, zero, cu = torch.ones(1, **i32), torch.zeros(1, **i32), torch.tensor([0, 1], **i32)
-    x = torch.empty(1, s.conv_dim, dtype=dt, device=dev)
-    conv = torch.empty(1, s.conv_dim, s.width - 1, dtype=dt, device=dev)
+    nv, dv, dk = s.recurrent
+    x = torch.empty(1, s.conv[0], dtype=dt, device=dev)
+    conv = torch.empty(1, *s.conv, dtype=dt, device=dev)
     w = p.squeeze(1)
-    q = torch.empty(1, m.num_k_heads, s.dk, dtype=dt, device=dev)
-    v = torch.empty(1, s.nv, s.dv, dtype=dt, device=dev)
-    beta = torch.empty(1, s.nv, dtype=dt, device=dev)
-    g = torch.empty(1, s.nv, dtype=torch.float32, device=dev)
-    ssm = torch.empty(1, s.nv, s.dv, s.dk, dtype=torch.float32, device=dev)
+    q = torch.empty(1, m.num_k_heads, dk, dtype=dt, device=dev)
+    v = torch.empty(1, nv, dv, dtype=dt, device=dev)
+    beta = torch.empty(1, nv, dtype=dt, device=dev)
+    g = torch.empty(1, nv, dtype=torch.float32, device=dev)
+    ssm = torch.empty(1, *s.recurrent, dtype=torch.float32, device=dev)
     return [
         ("gating", ops.gating, (beta, beta, m.A_log, m.dt_bias)),
         ("conv1d decode", ops.conv_update, (x, conv, w, one, zero, m.conv1d.bias)),

@@ -27,13 +27,10 @@ __all__ = ["GDNShapes", "LinearAttentionPools", "cache_has_linear_attention_laye
 
 @dataclass(frozen=True)
 class GDNShapes:
-    """The sizes of one GatedDeltaNet layer that its pools depend on."""
+    """One sequence's slot in each pool of a GatedDeltaNet layer, in the layouts above."""
 
-    conv_dim: int
-    width: int
-    nv: int
-    dv: int
-    dk: int
+    conv: tuple[int, int]  # (D, W - 1)
+    recurrent: tuple[int, int, int]  # (NV, DV, DK)
 
 
 @dataclass(frozen=True)
@@ -58,8 +55,8 @@ def cache_has_linear_attention_layers() -> str | None:
 
 
 def _fresh(batch: int, shapes: GDNShapes, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    conv = torch.zeros(batch, shapes.conv_dim, shapes.width - 1, dtype=dtype, device=device)
-    ssm = torch.zeros(batch, shapes.nv, shapes.dv, shapes.dk, dtype=torch.float32, device=device)
+    conv = torch.zeros(batch, *shapes.conv, dtype=dtype, device=device)
+    ssm = torch.zeros(batch, *shapes.recurrent, dtype=torch.float32, device=device)
     return conv, ssm
 
 
@@ -76,7 +73,7 @@ def pools_for(cache: Any, layer_idx: int, batch: int, shapes: GDNShapes, dtype: 
             "own conv layout; call this model without apply_tileops for assisted generation")
     continuing = bool(layer.has_previous_state[0])
     conv, ssm = layer.conv_states[0], layer.recurrent_states[0]
-    expected = (batch, shapes.conv_dim, shapes.width - 1)
+    expected = (batch, *shapes.conv)
     if conv is None or ssm is None or tuple(conv.shape) != expected:
         if continuing:
             raise ValueError(
@@ -88,7 +85,7 @@ def pools_for(cache: Any, layer_idx: int, batch: int, shapes: GDNShapes, dtype: 
             torch._dynamo.mark_static_address(ssm)
         layer.conv_states[0], layer.recurrent_states[0] = conv, ssm
         layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
-        layer.conv_kernel_size[0] = shapes.width - 1
+        layer.conv_kernel_size[0] = shapes.conv[1]
         layer.dtype, layer.device = dtype, device
     layer.has_previous_state[0] = True  # after this forward the pools hold the batch's tokens
     return LinearAttentionPools(conv, ssm, continuing)
