@@ -286,7 +286,7 @@ class Copies:
     def __init__(self, timer: Timer) -> None:
         self.timer = timer
         self._same: dict[int, tuple[float, float]] = {}
-        a = torch.ones(COPY_BYTES // 4, device="cuda", dtype=torch.bfloat16)
+        a = torch.ones(COPY_BYTES // 2, device="cuda", dtype=torch.bfloat16)  # 1 GiB each way, as before
         b = torch.empty_like(a)
         self.peak_bps = 2 * a.nbytes / (timer.us(lambda: torch.mul(a, 1, out=b)) * 1e-6)
 
