@@ -1,28 +1,41 @@
 """Time the gated-delta-net layer's memory-bound TileLang kernels (issue 17) at their largest
-workload rows, over a few block shapes each, against the copy ceiling measured in this run.
+workload rows over many block shapes each, against copies of the same size in the same run.
 
 Usage (on a GPU machine, from the repository root, the project installed):
-    python3 backends/cuda/bench/layer_ops_sweep.py [--reps 60] [--only GDNGating] [--json PATH]
+    python3 backends/cuda/bench/layer_ops_sweep.py [--reps 60] [--only Gated] [--budget 200] [--json PATH]
+Without a GPU (lowers, compiles and assembles every candidate; registers, spills, load widths):
+    python3 backends/cuda/bench/layer_ops_sweep.py --compile-only [--arch sm_90a]
 
-For every (op, row, config): the row's inputs come from the manifest (``instantiate``); the op
-is called once through its public API to record the launch it makes; the TileLang kernel is
-then built for the row's build key with the config's fields replaced (``dataclasses.replace``:
-threads, rows or tokens per program, ...) and
+Candidates (``SWEEP``): per row, the block shape the registered kernel takes from
+``tileops_cuda/kernels/block_shapes.py`` ("registered") and the block shapes listed, each the
+build-key fields it sets over the build key's own defaults. Every candidate's build key is
+formed from the row planned on meta tensors (the call spec a call makes), and all of them are
+compiled at once (``compile_many``) before the first is timed. Then per row, per candidate:
 
-* checked once against the float64 reference of the conformance suite on fresh copies of the
-  inputs, with NaN-poisoned outputs (an unwritten element fails) and the suite's tolerances;
-* timed: ``reps`` launches after a warm-up, each alone between two CUDA events, with a 256 MB
-  buffer written before each one so that no input is found in L2; the median is reported;
-* and timed as ``tileops bench`` does (column ``graph``): a CUDA graph of back-to-back calls,
-  each on its own input set (256 MB touched in all), replayed; the median per call. A single
-  launch pays the whole launch latency; calls in a graph overlap part of it.
+* checked against the float64 reference of the conformance suite (fp32 where the suite's
+  reference is), with NaN-poisoned outputs (an unwritten element fails) and the suite's
+  tolerances, on the timed row and on every other workload row of the op that builds the same
+  kernel (smaller M: partial programs, a persistent grid wider than the rows); inputs are
+  random (the seed is printed), each launch gets fresh copies;
+* timed alone: ``reps`` launches, each between two CUDA events after a 256 MB write (no input
+  in L2); the median (column ``us``);
+* timed as ``tileops bench`` times (column ``graph``): a CUDA graph of back-to-back calls, each
+  on its own input set (at least 256 MB in all), replayed; the median per call.
 
-Bandwidth counts the bytes of the manifest's roofline (each input read once, each output
-written once). The copy ceiling is ``torch.mul(a, 1, out=b)`` on 1 GiB timed the same way;
-the floor of the method (an empty launch between events after a flush) is printed too, since
-a single launch of a 10 MB kernel is not bandwidth-bound. A config a kernel refuses is listed
-with the reason. The last lines are a table: op, row, config, µs, TB/s, % of copy, graph µs, its % of copy,
-error.
+Bandwidth counts the bytes of the manifest's roofline (inputs read once, outputs written
+once). Two ceilings, both measured in this run and both printed:
+
+* ``%peak``: against the copy peak, ``torch.mul(a, 1, out=b)`` on 1 GiB (NOTES' "copy ceiling");
+* ``%same``: against the fastest device copy (``torch.mul(a, 1, out=b)`` or ``b.copy_(a)``)
+  of the row's own bytes (half read, half written), timed by the same method (single launch,
+  or graph of rotated buffers). This is the fair ceiling of a row: a 10 MB kernel cannot beat
+  a 10 MB copy, which pays the same launch and ramp.
+
+Each candidate prints one JSON line as it finishes; the last lines are a table (op, row, block
+shape, us, %peak, %same, graph us, %peak, %same, error) and, per row, the fastest correct block
+shape by graph time, printed as an entry of ``block_shapes.BLOCK_SHAPES``. ``--budget``
+seconds after the start, candidates not yet timed are listed as skipped and the table is
+printed, so a run under a time limit still ends with it.
 """
 
 from __future__ import annotations
@@ -32,8 +45,12 @@ import dataclasses
 import importlib
 import json
 import os
+import re
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,34 +64,168 @@ for _p in (_ROOT / "backends" / "cuda", _ROOT / "backends" / "cpu_ref", _ROOT / 
 from catalogue_references import REFERENCES, TOLERANCE, relative_error  # noqa: E402
 
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
+from tileops_cuda.kernels.block_shapes import block_shape_of  # noqa: E402
 
 from tileops_core import load_manifest  # noqa: E402
 from tileops_core.bench.baselines import capture_launches  # noqa: E402
 from tileops_core.bench.roofline import roofline_of_row  # noqa: E402
-from tileops_core.bench.workloads import instantiate  # noqa: E402
-from tileops_core.kernels import select_kernel  # noqa: E402
+from tileops_core.bench.workloads import instantiate, plan_row  # noqa: E402
+from tileops_core.kernels import CallSpec, select_kernel  # noqa: E402
 from tileops_core.workloads import dtype_cases  # noqa: E402
 
 FLUSH_BYTES = 256 * 2**20
 ROTATE_BYTES = 256 * 2**20
 COPY_BYTES = 2**30
+#: SMs of the H200 (and H100 SXM): the persistent grids below are whole multiples of it.
+SMS = 132
 
-#: (op, row label, configs): each config is the build-key fields it replaces ({} = the default).
+
+def _norm_candidates() -> list[dict[str, Any]]:
+    """Zero-centred norm block shapes (4096-wide bf16 rows): the first measured kernel (weight
+    read in the output loop), one pass over threads x rows and register bounds, two passes,
+    persistent grids of one and two passes. A persistent grid is as many programs as the
+    register bound lets an SM hold (65536 / (threads x registers) an SM); the register bounds
+    are the lowest at which ``--compile-only`` showed no spill or a few bytes (at most 40)."""
+    one = [{"threads": t, "rows": r} for t, r in ((256, 1), (512, 1), (1024, 1), (256, 2), (512, 2))]
+    bounds = [{"threads": 128, "registers": 0}, {"threads": 128, "registers": 64},
+              {"threads": 256, "registers": 48}]
+    two = [{"passes": 2, "threads": 128, "registers": 64},
+           *({"passes": 2, "threads": t, "registers": 32} for t in (256, 512, 1024))]
+    persistent = [{"threads": 128, "programs": 4 * SMS, "registers": 128},
+                  {"threads": 256, "programs": 4 * SMS, "registers": 64},
+                  {"threads": 256, "programs": 3 * SMS, "registers": 80},
+                  {"threads": 512, "programs": 2 * SMS, "registers": 64},
+                  {"passes": 2, "threads": 256, "programs": 6 * SMS, "registers": 40},
+                  {"passes": 2, "threads": 512, "programs": 4 * SMS, "registers": 32}]
+    return [{"early_weight": False}, *one, *bounds, *two, *persistent]
+
+
+#: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
+#: key (the others keep the build key's defaults); the registered block shape is always first.
 SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
-    ("GDNGatingFwdOp", "qwen3-next-prefill-32k", [{}, {"threads": 128, "vectors": 1}]),
-    ("ZeroCentredRMSNormFwdOp", "qwen3.5-h4096-prefill-4k", [{}, {"threads": 256, "rows": 1}]),
-    ("FusedAddZeroCentredRMSNormFwdOp", "qwen3.5-h4096-prefill-4k", [{}]),
-    ("GatedRMSNormFwdOp", "qwen3-next-prefill-4k", [{}, {"threads": 256, "rows": 32}]),
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [{}, {"registers": 0}]),
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{}]),
-    ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", [{}, {"threads": 64, "tokens": 8}]),
-    ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", [{}]),
+    ("ZeroCentredRMSNormFwdOp", "qwen3.5-h4096-prefill-4k", _norm_candidates()),
+    ("FusedAddZeroCentredRMSNormFwdOp", "qwen3.5-h4096-prefill-4k", _norm_candidates()),
+    ("GatedRMSNormFwdOp", "qwen3-next-prefill-4k", [
+        {"early_weight": False},
+        *({"threads": t, "rows": r} for t, r in ((64, 4), (128, 8), (128, 16), (256, 16), (256, 32))),
+        {"threads": 64, "rows": 16, "registers": 0}, {"registers": 0},
+        {"threads": 64, "rows": 8, "programs": 12 * SMS, "registers": 80},
+        {"threads": 128, "rows": 16, "programs": 6 * SMS, "registers": 80},
+        {"threads": 256, "rows": 32, "programs": 3 * SMS, "registers": 80},
+        # The output loop's exact SiLU is ~40 instructions an element: with the approximate one.
+        {"fast_silu": True}, {"fast_silu": True, "threads": 128, "rows": 16},
+        {"fast_silu": True, "threads": 128, "rows": 16, "programs": 6 * SMS, "registers": 80}]),
+    ("GDNGatingFwdOp", "qwen3-next-prefill-32k", [
+        *({"threads": t, "vectors": v}
+          for t, v in ((128, 1), (128, 2), (128, 4), (128, 8), (256, 1), (256, 4), (256, 8), (512, 1), (512, 2),
+                       (512, 4), (64, 8), (1024, 1))),
+        *({"threads": t, "vectors": v, "fast_math": True}
+          for t, v in ((256, 2), (128, 1), (128, 4), (128, 8), (256, 8), (512, 1)))]),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [
+        {"registers": 0}, {"threads": 64}, {"threads": 64, "registers": 0}, {"threads": 256},
+        {"threads": 256, "registers": 0}]),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}]),
+    # Varlen candidates are few: each takes 10-40 s of nvcc (tokens=32 took longer and 202 registers,
+    # a 64-register bound spilled 1.6 kB: both left out).
+    ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", [
+        {"threads": t, "tokens": n} for t, n in ((64, 8), (128, 16), (256, 8), (128, 4))]),
+    ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", [{"tokens": 16}, {"threads": 256, "tokens": 8}]),
 ]
 
 
 def log(*a: Any) -> None:
     print(*a, flush=True)
 
+
+# ----------------------------------------------------------------------------------- candidates
+
+@dataclasses.dataclass
+class Candidate:
+    """One block shape of one row: its build key and, once built, the launch function."""
+
+    name: str  # "registered" or the fields it sets, as JSON
+    key: Any
+    fn: Any = None
+
+
+@dataclasses.dataclass
+class SweepRow:
+    """A sweep entry: the op's spec and kernel class, the rows it is checked on, the candidates."""
+
+    op: str
+    label: str
+    spec: Any
+    impl: Any
+    cases: list  # (row, dtype case) of every workload row that builds the same kernel, timed row first
+    candidates: list
+
+
+def _call_spec(spec: Any, row: Any, case: Any, arch: str) -> tuple[Any, CallSpec]:
+    """The (interface, call spec) a call of this row makes on a CUDA device of ``arch``."""
+    cls = getattr(importlib.import_module(spec.source["op"]), spec.name)
+    _, plan = plan_row(spec, cls, instantiate(spec, row, case, meta_only=True))
+    (interface, c), = plan.call_specs.items()
+    return interface, CallSpec(c.op, c.interface, "cuda", arch, c.dtypes, c.dims, c.flags)
+
+
+def _without_block_shape(key: Any) -> Any:
+    """``key`` with every block-shape field at the build key's own default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(key) if f.name in block_shape_of(key)}
+    return dataclasses.replace(key, **defaults)
+
+
+def plan_sweep(arch: str, only: str = "") -> list[SweepRow]:
+    """Every sweep entry's candidates (build keys for ``arch``) and the rows each is checked on."""
+    manifest = load_manifest()
+    rows = []
+    for op_name, label, configs in SWEEP:
+        if only not in op_name:
+            continue
+        spec = manifest[op_name]
+        timed = next(r for r in spec.workloads if r.label == label)
+        interface, call = _call_spec(spec, timed, dtype_cases(timed)[0], arch)
+        impl = select_kernel(interface, call).chosen
+        registered = impl.key(call)
+        base = _without_block_shape(registered)
+        cases = [(timed, dtype_cases(timed)[0])]
+        for row in spec.workloads:
+            for case in dtype_cases(row):
+                if (row, case) != cases[0]:
+                    other_interface, other_call = _call_spec(spec, row, case, arch)
+                    other = select_kernel(other_interface, other_call).chosen
+                    if other is impl and _without_block_shape(other.key(other_call)) == base:
+                        cases.append((row, case))
+        candidates = [Candidate("registered", registered)]
+        for cfg in configs:
+            key = dataclasses.replace(base, **cfg)
+            if key != registered:
+                candidates.append(Candidate(json.dumps(cfg), key))
+        rows.append(SweepRow(op_name, label, spec, impl, cases, candidates))
+    return rows
+
+
+def build_all(rows: list[SweepRow]) -> float:
+    """Compile every candidate at once; a build that fails is kept as its exception. The last
+    rows of ``SWEEP`` (the conv kernels, the slowest to compile) are submitted first."""
+    started = time.perf_counter()
+    flat = [(r, c) for r in reversed(rows) for c in r.candidates]
+    refusals = [r.impl.reason(None, c.key) for r, c in flat]
+
+    def thunk(r: SweepRow, c: Candidate, refusal: str | None) -> Callable[[], Any]:
+        def build() -> Any:
+            if refusal is not None:
+                return ValueError(f"refused: {refusal}")
+            fn = r.impl.launcher(c.key)
+            log(f"built {r.op} {r.label} {c.name} ({time.perf_counter() - started:.0f} s)")
+            return fn
+        return build
+
+    for (r, c), fn in zip(flat, compile_many([thunk(r, c, why) for (r, c), why in zip(flat, refusals)])):
+        c.fn = fn
+    return time.perf_counter() - started
+
+
+# -------------------------------------------------------------------------------------- timing
 
 class Timer:
     """Median device time of one launch, each launch alone after a write of ``FLUSH_BYTES``."""
@@ -97,21 +248,25 @@ class Timer:
         return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
 
 
-def graph_us(row: "Row", fn: Callable[..., Any], replays: int = 20) -> float:
-    """Per-call time as ``tileops bench`` measures it: one CUDA graph of back-to-back calls, each
-    on its own input set (at least ``ROTATE_BYTES`` touched, so none is found in L2), replayed."""
-    sets = [fresh_args(row) for _ in range(max(2, min(32, -(-ROTATE_BYTES // max(int(row.bytes), 1)))))]
+def rotations(nbytes: float) -> int:
+    """Input sets a graph cycles through: at least ``ROTATE_BYTES`` touched in all (2 to 32)."""
+    return max(2, min(32, -(-ROTATE_BYTES // max(int(nbytes), 1))))
+
+
+def graph_us(sets: list, fn: Callable[..., Any], replays: int = 20) -> float:
+    """Per-call time as ``tileops bench`` measures it: one CUDA graph of back-to-back calls
+    ``fn(*args)``, one per argument set of ``sets``, replayed; the median per call."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up off the capture stream, as capture requires
-        for args, outs in sets:
-            fn(*args, *outs)
+        for args in sets:
+            fn(*args)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for args, outs in sets:
-            fn(*args, *outs)
+        for args in sets:
+            fn(*args)
     times = []
     for _ in range(replays):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -120,17 +275,35 @@ def graph_us(row: "Row", fn: Callable[..., Any], replays: int = 20) -> float:
         e.record()
         e.synchronize()
         times.append(s.elapsed_time(e) * 1e3 / len(sets))
-    del graph, sets
+    del graph
     return statistics.median(times)
 
 
-def copy_ceiling(timer: Timer) -> float:
-    """Bytes per second of ``torch.mul(a, 1, out=b)`` on 1 GiB (read + write counted)."""
-    a = torch.randn(COPY_BYTES // 2, device="cuda").to(torch.bfloat16)
-    b = torch.empty_like(a)
-    us = timer.us(lambda: torch.mul(a, 1, out=b))
-    del a, b
-    return 2 * COPY_BYTES / (us * 1e-6)
+class Copies:
+    """Device copies timed like the kernels: the 1 GiB peak and, per size, the fastest of
+    ``torch.mul(a, 1, out=b)`` and ``b.copy_(a)`` moving that many bytes (half each way)."""
+
+    def __init__(self, timer: Timer) -> None:
+        self.timer = timer
+        self._same: dict[int, tuple[float, float]] = {}
+        a = torch.ones(COPY_BYTES // 2, device="cuda", dtype=torch.bfloat16)  # 1 GiB each way, as before
+        b = torch.empty_like(a)
+        self.peak_bps = 2 * a.nbytes / (timer.us(lambda: torch.mul(a, 1, out=b)) * 1e-6)
+
+    def same_size(self, nbytes: float) -> tuple[float, float]:
+        """``(single-launch us, graph us per call)`` of the fastest copy of ``nbytes`` in all."""
+        n = max(8, int(nbytes) // 2 // 2)  # bf16 elements read (and written)
+        if n not in self._same:
+            bufs = [(torch.ones(n, device="cuda", dtype=torch.bfloat16), torch.empty(n, device="cuda",
+                                                                                   dtype=torch.bfloat16))
+                    for _ in range(rotations(nbytes))]
+            a, b = bufs[0]
+            ways = (lambda a, b: torch.mul(a, 1, out=b), lambda a, b: b.copy_(a))
+            single = min(self.timer.us(lambda w=w: w(a, b)) for w in ways)
+            graphed = min(graph_us(bufs, w) for w in ways)
+            self._same[n] = (single, graphed)
+            del bufs
+        return self._same[n]
 
 
 def launch_floor(timer: Timer) -> float:
@@ -139,127 +312,209 @@ def launch_floor(timer: Timer) -> float:
     return timer.us(lambda: t.add_(1))
 
 
+# ------------------------------------------------------------------------------- checked rows
+
 @dataclasses.dataclass
 class Row:
-    """One workload row, ready to launch: the kernel class, its base key, the launch arguments."""
+    """One workload row, ready to launch: the launch arguments, the reference, the bytes."""
 
     spec: Any
     params: dict
-    impl: Any
-    key: Any
     originals: dict  # input name -> CPU tensor
     arg_names: list  # per launch argument: an input name, or None for a non-tensor argument
     launch_args: tuple
     out_shapes: list
     out_dtypes: list
     bytes: float
+    expected: dict  # output or mutated input name -> reference tensor (CPU)
 
 
-def prepare(op_name: str, label: str, seed: int) -> Row:
-    spec = load_manifest()[op_name]
-    row = next(r for r in spec.workloads if r.label == label)
-    case = dtype_cases(row)[0]
-    cls = getattr(importlib.import_module(spec.source["op"]), op_name)
+def prepare(spec: Any, row: Any, case: Any, seed: int) -> Row:
+    """Instantiate a row on the GPU with random inputs, record the launch the op makes for it,
+    and compute its reference."""
+    cls = getattr(importlib.import_module(spec.source["op"]), spec.name)
     inst = instantiate(spec, row, case, rng=torch.Generator().manual_seed(seed))
     originals = {n: t.clone() for n, t in inst.inputs.items() if isinstance(t, torch.Tensor)}
     args = [None if a is None else a.to("cuda") for a in inst.call_args(spec)]
     op = cls(**inst.op_kwargs)
     launch = capture_launches(op, args)[0]
-    selection = select_kernel(launch.interface, launch.call)
-    if selection.chosen_backend != "cuda":
-        raise RuntimeError(f"{op_name} {label}: the TileLang kernel refuses the row: "
-                           f"{selection.chosen.refusal(launch.call)}")
     names = {id(a): t.name for a, t in zip(args, spec.call_inputs) if a is not None}
     plan = op.last_plan
     params = {"activation": None, "seq_lens_style": "lengths", **op.params}  # the references read these
-    return Row(spec, params, selection.chosen, selection.chosen.key(launch.call), originals,
-               [names.get(id(a)) for a in launch.args], tuple(launch.args), list(plan.out_shapes),
-               list(plan.out_dtypes), roofline_of_row(spec, row, case).bytes)
+    return Row(spec, params, originals, [names.get(id(a)) for a in launch.args], tuple(launch.args),
+               list(plan.out_shapes), list(plan.out_dtypes), roofline_of_row(spec, row, case).bytes,
+               REFERENCES[spec.name](None, originals, params))
 
 
-def fresh_args(row: Row) -> tuple[list, list]:
-    """Launch arguments on fresh CUDA copies of the original inputs, and NaN-filled outputs."""
+def fresh_args(row: Row) -> list:
+    """Launch arguments on fresh CUDA copies of the original inputs, then NaN-filled outputs."""
     args = [row.originals[n].to("cuda") if n is not None else a for n, a in zip(row.arg_names, row.launch_args)]
-    outs = [torch.full(s, float("nan"), dtype=d, device="cuda") for s, d in zip(row.out_shapes, row.out_dtypes)]
-    return args, outs
+    return args + [torch.full(s, float("nan"), dtype=d, device="cuda") for s, d in zip(row.out_shapes, row.out_dtypes)]
 
 
 def check(row: Row, fn: Callable[..., Any]) -> float:
-    """The largest relative error of the outputs and mutated inputs against float64 (inf on a NaN)."""
-    args, outs = fresh_args(row)
-    fn(*args, *outs)
+    """The largest relative error of the outputs and mutated inputs against the reference (inf
+    on a NaN); AssertionError past the suite's tolerance."""
+    args = fresh_args(row)
+    fn(*args)
     torch.cuda.synchronize()
-    got = dict(zip(row.spec.outputs, outs))
+    got = dict(zip(row.spec.outputs, args[len(row.arg_names):]))
     by_name = {n: a for n, a in zip(row.arg_names, args) if n is not None}
     got.update({t.name: by_name[t.name] for t in row.spec.call_inputs if t.mutated and t.name in by_name})
-    expected = REFERENCES[row.spec.name](None, row.originals, row.params)
     worst = 0.0
     for name, out in got.items():
-        err = relative_error(out.cpu(), expected[name])
+        err = relative_error(out.cpu(), row.expected[name])
         if err > TOLERANCE[out.dtype]:
             raise AssertionError(f"{name}: relative error {err:.3g} > {TOLERANCE[out.dtype]:g}")
         worst = max(worst, err)
     return worst
 
 
+def measure(r: SweepRow, timer: Timer, copies: Copies, opts: Any, started: float, seed: int) -> list[dict]:
+    """Check and time every candidate of one sweep entry; one JSON line per candidate."""
+    recs = []
+    checked = [prepare(r.spec, row, case, seed + i) for i, (row, case) in enumerate(r.cases)]
+    timed = checked[0]
+    same_us, same_graph_us = copies.same_size(timed.bytes)
+    log(f"{r.op} {r.label}: {timed.bytes / 1e6:.1f} MB; same-size copy {same_us:.2f} us alone, "
+        f"{same_graph_us:.2f} us in a graph; checked on {[row.label for row, _ in r.cases]}")
+    for c in r.candidates:
+        rec: dict[str, Any] = {"op": r.op, "row": r.label, "candidate": c.name, "shape": block_shape_of(c.key),
+                               "bytes": timed.bytes}
+        recs.append(rec)
+        if time.perf_counter() - started > opts.budget:
+            rec["error"] = "skipped: budget spent"
+            log(json.dumps(rec))
+            continue
+        try:
+            if isinstance(c.fn, Exception):
+                raise c.fn
+            rec["rel_err"] = max(check(row, c.fn) for row in checked)
+            args = fresh_args(timed)
+            us = timer.us(lambda: c.fn(*args))
+            g_us = graph_us([fresh_args(timed) for _ in range(rotations(timed.bytes))], c.fn)
+            rec.update(us=us, pct_peak=100 * timed.bytes / (us * 1e-6) / copies.peak_bps, pct_same=100 * same_us / us,
+                       graph_us=g_us, graph_pct_peak=100 * timed.bytes / (g_us * 1e-6) / copies.peak_bps,
+                       graph_pct_same=100 * same_graph_us / g_us, same_us=same_us, same_graph_us=same_graph_us)
+        except Exception as exc:  # a candidate that fails to build or check is reported, not fatal
+            rec["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        log(json.dumps(rec))
+    return recs
+
+
+def report(results: list[dict]) -> None:
+    """The closing table and, per row, the fastest correct block shape as a table entry."""
+    log("")
+    log(f"{'op':26} {'row':26} {'block shape (fields set)':44} {'us':>7} {'%peak':>6} {'%same':>6} "
+        f"{'graph':>7} {'%peak':>6} {'%same':>6} {'err':>7}")
+    for r in results:
+        head = f"{r['op'][:26]:26} {r['row'][:26]:26} {r['candidate'][:44]:44}"
+        if "us" in r:
+            log(f"{head} {r['us']:7.2f} {r['pct_peak']:6.1f} {r['pct_same']:6.1f} {r['graph_us']:7.2f} "
+                f"{r['graph_pct_peak']:6.1f} {r['graph_pct_same']:6.1f} {r['rel_err']:7.1e}")
+        else:
+            log(f"{head} {r['error'][:100]}")
+    log("")
+    log("fastest correct block shape per row (graph time), as a block_shapes.BLOCK_SHAPES entry:")
+    for op, label in dict.fromkeys((r["op"], r["row"]) for r in results):
+        timed = [r for r in results if (r["op"], r["row"]) == (op, label) and "graph_us" in r]
+        if timed:
+            best = min(timed, key=lambda r: r["graph_us"])
+            log(f"  {op} {label}: {best['graph_us']:.2f} us, {best['graph_pct_same']:.1f}% of the same-size copy, "
+                f"{best['graph_pct_peak']:.1f}% of the peak: (None, {best['shape']!r})")
+
+
+# -------------------------------------------------------------------------- without a GPU
+
+def _source_of(key: Any) -> str:
+    """The generated CUDA of a candidate's kernel (from the build cache: built already)."""
+    from tileops_cuda.kernels import conv1d, gated_rmsnorm, gdn_gating, zero_centred_rmsnorm
+
+    builders = {zero_centred_rmsnorm.ZeroCentredRMSNormBuildKey: zero_centred_rmsnorm.build_zero_centred_rmsnorm,
+                gated_rmsnorm.GatedRMSNormBuildKey: gated_rmsnorm.build_gated_rmsnorm,
+                gdn_gating.GDNGatingBuildKey: gdn_gating.build_gdn_gating}
+    if type(key) in builders:
+        return builders[type(key)](key).kernel.get_kernel_source()
+    build = conv1d.build_conv_update if isinstance(key, conv1d.ConvUpdateBuildKey) else conv1d.build_conv_varlen
+    return build(key).source()
+
+
+def ptxas_report(source: str, arch: str) -> dict[str, Any]:
+    """Registers and spill bytes from ``ptxas -v`` on a kernel's generated CUDA, and the widths
+    of its global loads (``*(uint4*)(x + ...)`` is a 16-byte load of x), by buffer."""
+    from tilelang.env import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cu = Path(tmp) / "k.cu"
+        cu.write_text(source)
+        out = subprocess.run(["nvcc", "--cubin", "-O3", "-std=c++20", f"-arch={arch}", "-I" + TILELANG_TEMPLATE_PATH,
+                              "-I" + CUTLASS_INCLUDE_DIR, "-Xptxas", "-v", "-o", str(Path(tmp) / "k.cubin"), str(cu)],
+                             capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(out.stderr[-2000:])
+    regs = [int(m) for m in re.findall(r"Used (\d+) registers", out.stderr)]
+    spills = [int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out.stderr)]
+    params = set(re.findall(r"\* __restrict__ (\w+)", source))
+    loads: dict[str, set[str]] = {}
+    for width, buf in re.findall(r"=\s*\*\((\w+)\*\)\((\w+) \+", source):
+        if buf in params:
+            loads.setdefault(buf, set()).add(width)
+    return {"registers": max(regs, default=0), "spill_bytes": sum(spills),
+            "loads": {b: sorted(w) for b, w in sorted(loads.items())}}
+
+
+def compile_only(arch: str, only: str) -> int:
+    """Compile every candidate for ``arch`` and print its registers, spills and load widths."""
+    rows = plan_sweep(arch, only)
+    log(f"{sum(len(r.candidates) for r in rows)} candidates for {arch}")
+    log(f"compiled in {build_all(rows):.0f} s")
+    failed = 0
+    for r in rows:
+        log(f"{r.op} {r.label}: checked on {[row.label for row, _ in r.cases]}")
+        for c in r.candidates:
+            rec: dict[str, Any] = {"op": r.op, "row": r.label, "candidate": c.name, "shape": block_shape_of(c.key)}
+            if isinstance(c.fn, Exception):
+                rec["error"] = f"{type(c.fn).__name__}: {str(c.fn)[:300]}"
+                failed += 1
+            else:
+                rec.update(ptxas_report(_source_of(c.key), arch))
+            log(json.dumps(rec))
+    return 1 if failed else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--only", default="", help="substring of the op names to run")
+    ap.add_argument("--budget", type=float, default=200, help="seconds after which no candidate is timed")
+    ap.add_argument("--compile-only", action="store_true", help="no GPU: compile, print registers and spills")
+    ap.add_argument("--arch", default="sm_90a", help="the arch --compile-only builds for")
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "layer_ops_sweep.json"))
     opts = ap.parse_args()
+    if opts.compile_only:
+        return compile_only(opts.arch, opts.only)
+    started = time.perf_counter()
+    major, minor = torch.cuda.get_device_capability()
+    rows = plan_sweep(f"sm_{major}{minor}", opts.only)
+    log(f"{sum(len(r.candidates) for r in rows)} candidates in {len(rows)} rows; {torch.cuda.get_device_name()}")
+    log(f"compiled in {build_all(rows):.0f} s")
     timer = Timer(opts.reps)
-    copy = copy_ceiling(timer)
-    floor = launch_floor(timer)
-    log(f"copy ceiling {copy / 1e12:.3f} TB/s (torch.mul, 1 GiB); launch floor {floor:.2f} us; "
-        f"{torch.cuda.get_device_name()}")
-    results: list[dict[str, Any]] = []
+    copies = Copies(timer)
+    log(f"copy peak {copies.peak_bps / 1e12:.3f} TB/s (torch.mul, 1 GiB); launch floor {launch_floor(timer):.2f} us")
     seed = int.from_bytes(os.urandom(4), "little")
-    sweep = [(op, label, configs) for op, label, configs in SWEEP if opts.only in op]
-    # Row by row, so each prints as it finishes; a row's configs compile concurrently.
-    for op_name, label, configs in sweep:
-        recs: list[dict[str, Any]] = [{"op": op_name, "row": label, "config": cfg or "default"} for cfg in configs]
-        results.extend(recs)
+    log(f"seed {seed}")
+    results: list[dict] = []
+    for r in rows:
         try:
-            row = prepare(op_name, label, seed)
-        except Exception as exc:  # reported, the sweep goes on
-            for rec in recs:
-                rec["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-                log(json.dumps(rec))
-            continue
-        keys = [dataclasses.replace(row.key, **cfg) for cfg in configs]
-        reasons = [row.impl.reason(None, key) for key in keys]
-        launchers = compile_many([lambda key=key: row.impl.launcher(key) for key in keys])
-        for rec, reason, fn in zip(recs, reasons, launchers):
-            rec["bytes"] = row.bytes
-            if reason is not None:
-                rec["error"] = f"refused: {reason}"
-                log(json.dumps(rec))
-                continue
-            try:
-                if isinstance(fn, Exception):
-                    raise fn
-                rec["rel_err"] = check(row, fn)
-                args, outs = fresh_args(row)
-                us = timer.us(lambda: fn(*args, *outs))
-                rec.update(us=us, tbps=row.bytes / (us * 1e-6) / 1e12, pct=100 * row.bytes / (us * 1e-6) / copy)
-                g_us = graph_us(row, fn)
-                rec.update(graph_us=g_us, graph_pct=100 * row.bytes / (g_us * 1e-6) / copy)
-            except Exception as exc:  # a config that fails to build or check is reported, not fatal
-                rec["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            results.extend(measure(r, timer, copies, opts, started, seed))
+        except Exception as exc:  # a row that cannot even be prepared is reported, the sweep goes on
+            rec = {"op": r.op, "row": r.label, "candidate": "*", "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            results.append(rec)
             log(json.dumps(rec))
     with open(opts.json, "w") as f:
-        json.dump({"copy_tbps": copy / 1e12, "launch_floor_us": floor, "seed": seed, "results": results}, f, indent=1)
-    log("")
-    log(f"{'op':32} {'row':28} {'config':34} {'us':>8} {'TB/s':>6} {'%copy':>6} {'graph':>7} {'%copy':>6} {'err':>8}")
-    for r in results:
-        shape = json.dumps(r.get("config", ""))
-        if "us" in r:
-            log(f"{r['op'][:32]:32} {r['row'][:28]:28} {shape[:34]:34} {r['us']:8.2f} {r['tbps']:6.2f} "
-                f"{r['pct']:6.1f} {r['graph_us']:7.2f} {r['graph_pct']:6.1f} {r['rel_err']:8.1e}")
-        else:
-            log(f"{r['op'][:32]:32} {r['row'][:28]:28} {shape[:34]:34} {r['error'][:120]}")
-    return 1 if any("error" in r and not r["error"].startswith("refused") for r in results) else 0
+        json.dump({"copy_peak_tbps": copies.peak_bps / 1e12, "seed": seed, "results": results}, f, indent=1)
+    report(results)
+    return 1 if any("error" in r and not r["error"].startswith(("ValueError: refused", "skipped")) for r in results) else 0
 
 
 if __name__ == "__main__":

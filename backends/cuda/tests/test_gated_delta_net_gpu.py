@@ -73,7 +73,8 @@ def _ragged_rows(M: int, N: int, gen, dtype=torch.bfloat16):
     return torch.randn(M, N + 16, device="cuda", generator=gen).to(dtype)[:, :N]
 
 
-@pytest.mark.parametrize("tile", [{"threads": 32, "vectors": 3}])
+@pytest.mark.parametrize("tile", [{"threads": 32, "vectors": 3}, {"threads": 64, "vectors": 8, "fast_math": True}],
+                         ids=["ragged", "fast-math"])
 def test_gating_block_shapes_cover_a_ragged_last_program(cuda_device, gen, tile):
     """M * NV not a multiple of a program's elements: the last program's tail is guarded."""
     from tileops_cuda.kernels.gdn_gating import GDNGatingBuildKey, build_gdn_gating
@@ -92,7 +93,11 @@ def test_gating_block_shapes_cover_a_ragged_last_program(cuda_device, gen, tile)
     assert relative_error(beta.cpu(), expected["beta"]) <= TOLERANCE[torch.bfloat16]
 
 
-@pytest.mark.parametrize("tile", [{"threads": 256, "rows": 2}])
+@pytest.mark.parametrize("tile", [{"threads": 256, "rows": 2}, {"early_weight": False},
+                                  {"passes": 2, "threads": 256, "rows": 2},
+                                  {"programs": 5, "threads": 256, "rows": 2},
+                                  {"programs": 5, "passes": 2, "threads": 128, "rows": 2}],
+                         ids=["rows", "late-weight", "two-pass", "persistent", "persistent-two-pass"])
 def test_zero_centred_norm_block_shapes_match_float64(cuda_device, gen, tile):
     from tileops_cuda.kernels.zero_centred_rmsnorm import ZeroCentredRMSNormBuildKey, build_zero_centred_rmsnorm
 
@@ -108,7 +113,9 @@ def test_zero_centred_norm_block_shapes_match_float64(cuda_device, gen, tile):
     assert relative_error(r.cpu(), expected["residual"]) <= TOLERANCE[torch.bfloat16]
 
 
-@pytest.mark.parametrize("tile", [{"threads": 256, "rows": 64}])
+@pytest.mark.parametrize("tile", [{"threads": 256, "rows": 64}, {"early_weight": False, "fast_silu": True},
+                                  {"programs": 7, "threads": 128, "rows": 16}],
+                         ids=["rows", "late-weight-fast-silu", "persistent"])
 def test_gated_norm_block_shapes_match_float64(cuda_device, gen, tile):
     from tileops_cuda.kernels.gated_rmsnorm import GatedRMSNormBuildKey, build_gated_rmsnorm
 

@@ -43,7 +43,9 @@ from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
 from ._tilelang_impl import TileLangImpl, rows_of
 from .kernels.conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen, conv_refusal
+from .kernels._common import ELEM_BYTES
 from .kernels._row_views import head_view, row_view
+from .kernels.block_shapes import with_block_shape
 from .kernels.gated_rmsnorm import GatedRMSNormBuildKey, build_gated_rmsnorm, gated_rmsnorm_refusal
 from .kernels.gdn_gating import GDNGatingBuildKey, build_gdn_gating, gdn_gating_refusal
 from .kernels.gemm import GemmBuildKey, build_gemm, gemm_refusal
@@ -357,6 +359,11 @@ class TileLangRGDRStaged(TileLangRGDR):
         return build_rgdr_staged(key).run
 
 
+def _row_bytes(dtype: str, width: int) -> int:
+    """A row's width in bytes: what the block shapes table is indexed by."""
+    return width * ELEM_BYTES[dtype]
+
+
 class TileLangCausalConv1dUpdate(TileLangImpl, CausalConv1dUpdateKernel):
     """The causal conv1d decode kernel: reads a strided ``x`` and the pool in place (see kernels.conv1d)."""
 
@@ -365,9 +372,10 @@ class TileLangCausalConv1dUpdate(TileLangImpl, CausalConv1dUpdateKernel):
     @classmethod
     def key(cls, call: CallSpec) -> ConvUpdateBuildKey:
         d, f = call.dtypes, call.flags
-        return ConvUpdateBuildKey(d["x"], int(call.dims["D"]), int(call.dims["W"]), f["activation"] == "silu",
-                                  bool(f["has_bias"]), f["seq_lens_style"], d["actual_seq_lengths"],
-                                  d["conv_state_indices"], d.get("num_accepted_tokens"), call.arch)
+        key = ConvUpdateBuildKey(d["x"], int(call.dims["D"]), int(call.dims["W"]), f["activation"] == "silu",
+                                 bool(f["has_bias"]), f["seq_lens_style"], d["actual_seq_lengths"],
+                                 d["conv_state_indices"], d.get("num_accepted_tokens"), call.arch)
+        return with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.dim))
 
     @classmethod
     def launcher(cls, key: ConvUpdateBuildKey) -> Callable[..., Any]:
@@ -384,9 +392,10 @@ class TileLangCausalConv1dVarlen(TileLangImpl, CausalConv1dVarlenKernel):
         d, f = call.dtypes, call.flags
         # lengths-style metadata reaches the kernels as int64 prefix sums made on the device
         cu_dtype = d["actual_seq_lengths"] if f["seq_lens_style"] == "cu_seqlens" else "int64"
-        return ConvVarlenBuildKey(d["x"], int(call.dims["D"]), int(call.dims["W"]), f["activation"] == "silu",
-                                  bool(f["has_bias"]), bool(f["has_has_initial_state"]), cu_dtype,
-                                  d["conv_state_indices"], call.arch)
+        key = ConvVarlenBuildKey(d["x"], int(call.dims["D"]), int(call.dims["W"]), f["activation"] == "silu",
+                                 bool(f["has_bias"]), bool(f["has_has_initial_state"]), cu_dtype,
+                                 d["conv_state_indices"], call.arch)
+        return with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.dim))
 
     @classmethod
     def launcher(cls, key: ConvVarlenBuildKey) -> Callable[..., Any]:
@@ -398,7 +407,8 @@ class TileLangZeroCentredRMSNorm(TileLangImpl, ZeroCentredRMSNormKernel):
 
     @classmethod
     def key(cls, call: CallSpec) -> ZeroCentredRMSNormBuildKey:
-        return ZeroCentredRMSNormBuildKey(call.dtypes["x"], int(call.dims["N"]), False, call.arch)
+        key = ZeroCentredRMSNormBuildKey(call.dtypes["x"], int(call.dims["N"]), False, call.arch)
+        return with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.hidden))
 
     @classmethod
     def launcher(cls, key: ZeroCentredRMSNormBuildKey) -> Callable[..., Any]:
@@ -424,7 +434,8 @@ class TileLangFusedAddZeroCentredRMSNorm(TileLangImpl, FusedAddZeroCentredRMSNor
 
     @classmethod
     def key(cls, call: CallSpec) -> ZeroCentredRMSNormBuildKey:
-        return ZeroCentredRMSNormBuildKey(call.dtypes["x"], int(call.dims["N"]), True, call.arch)
+        key = ZeroCentredRMSNormBuildKey(call.dtypes["x"], int(call.dims["N"]), True, call.arch)
+        return with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.hidden))
 
     @classmethod
     def launcher(cls, key: ZeroCentredRMSNormBuildKey) -> Callable[..., Any]:
@@ -452,7 +463,8 @@ class TileLangGatedRMSNorm(TileLangImpl, GatedRMSNormKernel):
 
     @classmethod
     def key(cls, call: CallSpec) -> GatedRMSNormBuildKey:
-        return GatedRMSNormBuildKey(call.dtypes["x"], int(call.dims["D"]), call.arch)
+        key = GatedRMSNormBuildKey(call.dtypes["x"], int(call.dims["D"]), call.arch)
+        return with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.width))
 
     @classmethod
     def launcher(cls, key: GatedRMSNormBuildKey) -> Callable[..., Any]:
@@ -479,7 +491,8 @@ class TileLangGDNGating(TileLangImpl, GDNGatingKernel):
     @classmethod
     def key(cls, call: CallSpec) -> GDNGatingBuildKey:
         d = call.dtypes
-        return GDNGatingBuildKey(d["a"], d["A_log"], d["dt_bias"], int(call.dims["NV"]), call.arch)
+        key = GDNGatingBuildKey(d["a"], d["A_log"], d["dt_bias"], int(call.dims["NV"]), call.arch)
+        return with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.heads))
 
     @classmethod
     def launcher(cls, key: GDNGatingBuildKey) -> Callable[..., Any]:

@@ -23,6 +23,7 @@ __all__ = [
     "compile_prim_func",
     "direct_entry",
     "dtype_name",
+    "inverse_rms_macro",
     "row_refusal",
 ]
 
@@ -203,3 +204,21 @@ def row_plan(n: int, vec: int, max_per_thread: int = 48, ideal_per_thread: int =
     if best is None:
         return None
     return best[1], best[2], best[3]
+
+
+def inverse_rms_macro(rows: int, cols: int, n: int) -> Any:
+    """A TileLang macro ``(h, sq, rs, eps)`` of the register-row norms: ``rs[i] = rsqrt(mean of
+    h[i, :n]² + eps)`` over a ``(rows, cols)`` fragment ``h`` whose columns past ``n`` hold
+    zeros, with ``sq`` a float32 fragment of its shape (the squares, reduced across the threads
+    holding a row)."""
+    import tilelang.language as T
+
+    @T.macro
+    def inverse_rms(h, sq, rs, eps):
+        for i, j in T.Parallel(rows, cols):
+            sq[i, j] = T.cast(h[i, j], "float32") * T.cast(h[i, j], "float32")
+        T.reduce_sum(sq, rs, dim=1)
+        for i in T.Parallel(rows):
+            rs[i] = T.rsqrt(rs[i] / T.float32(n) + eps)
+
+    return inverse_rms

@@ -9,7 +9,15 @@ float32 vectors, beta as one vector in its own dtype. a and b are strided rows, 
 the fused ba projection are read in place; A_log and dt_bias are a few hundred bytes that
 stay in L1. softplus is torch's (beta 1, threshold 20: ``x`` above 20, ``log1p(exp(x))``
 below). Specialised on NV and the four dtypes (and the block shape, ``threads`` x
-``vectors``, for the sweep in ``bench/layer_ops_sweep.py``); M and the row strides are dynamic.
+``vectors``, from ``block_shapes.BLOCK_SHAPES``, swept by ``bench/layer_ops_sweep.py``); M and
+the row strides are dynamic.
+
+Where a block's span of vectors is a whole number of rows (``threads x 16 bytes`` a multiple of
+NV's), a thread meets the same columns in every vector it owns, so ``-exp(A_log)`` and
+``dt_bias`` are formed once per thread, before its loads, not once per element. ``fast_math``
+computes softplus with the approximate exp and log (log1p through Kahan's ``log(u) · t / (u -
+1)``, accurate where ``1 + t`` rounds): the exact path is ~50 instructions an element, which a
+10 MB single-wave launch cannot hide behind its loads.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
@@ -35,6 +43,7 @@ class GDNGatingBuildKey:
     arch: str = "sm_90"
     threads: int = 256
     vectors: int = 2
+    fast_math: bool = False
 
 
 def gdn_gating_refusal(key: GDNGatingBuildKey) -> str | None:
@@ -59,6 +68,20 @@ def _program(key: GDNGatingBuildKey):
     TH, U = key.threads, key.vectors
     M = T.dynamic("M")
     SA, SB = T.dynamic("SA"), T.dynamic("SB")
+    same_columns = TH * vec % NV == 0
+
+    def exp(x):
+        return T.__exp(x) if key.fast_math else T.exp(x)
+
+    def softplus(x, ur, k):
+        """torch's softplus (beta 1, threshold 20); ``ur[k]`` holds 1 + exp(x) in fast math (a
+        register the simplifier cannot see through: it would fold ``(1 + t) - 1`` into ``t``)."""
+        if not key.fast_math:
+            return T.if_then_else(x > T.float32(20), x, T.log1p(T.exp(x)))
+        t = T.__exp(x)
+        # log1p(t) = log(u) * t / (u - 1) with u = fl(1 + t): exact to a few ulp; t where u is 1.
+        return T.if_then_else(x > T.float32(20), x, T.if_then_else(
+            ur[k] == T.float32(1), t, T.__log(ur[k]) * (t * T.fast_rcp(ur[k] - T.float32(1)))))
 
     @T.prim_func
     def gdn_gating(a: T.StridedTensor((M, NV), (SA, 1), dt), b: T.StridedTensor((M, NV), (SB, 1), dt),
@@ -73,6 +96,13 @@ def _program(key: GDNGatingBuildKey):
             br = T.alloc_local((U * vec,), dt)
             gr = T.alloc_local((U * vec,), f32)
             sr = T.alloc_local((U * vec,), dt)
+            na = T.alloc_local((vec,), f32)  # -exp(A_log) and dt_bias of the thread's columns
+            bias = T.alloc_local((vec,), f32)
+            ur = T.alloc_local((U * vec,), f32)
+            if same_columns:
+                for e in T.unroll(vec):
+                    na[e] = -exp(T.cast(A_log[tid * vec % NV + e], f32))
+                    bias[e] = T.cast(dt_bias[tid * vec % NV + e], f32)
             for u in T.unroll(U):  # every load in flight before the first use
                 e0 = ((bx * U + u) * TH + tid) * vec
                 if e0 < M * NV:
@@ -84,9 +114,17 @@ def _program(key: GDNGatingBuildKey):
                 e0 = ((bx * U + u) * TH + tid) * vec
                 for e in T.unroll(vec):
                     col = e0 % NV + e
-                    x = T.cast(ar[u * vec + e], f32) + T.cast(dt_bias[col], f32)
-                    softplus = T.if_then_else(x > T.float32(20), x, T.log1p(T.exp(x)))
-                    gr[u * vec + e] = -T.exp(T.cast(A_log[col], f32)) * softplus
+                    k = u * vec + e
+                    if same_columns:
+                        x = T.cast(ar[k], f32) + bias[e]
+                    else:
+                        x = T.cast(ar[k], f32) + T.cast(dt_bias[col], f32)
+                    if key.fast_math:
+                        ur[k] = T.float32(1) + T.__exp(x)
+                    if same_columns:
+                        gr[k] = na[e] * softplus(x, ur, k)
+                    else:
+                        gr[k] = -exp(T.cast(A_log[col], f32)) * softplus(x, ur, k)
                     s = T.cast(br[u * vec + e], f32)
                     sr[u * vec + e] = T.cast(T.fast_rcp(T.float32(1) + T.__exp(-s)), dt)
                 if e0 < M * NV:

@@ -30,7 +30,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ._common import ELEM_BYTES, arch_refusal
+from ._common import ELEM_BYTES, arch_refusal, inverse_rms_macro
 from ._launcher import RunLauncher, build_run_launcher
 
 __all__ = ["QKNormRopeBuildKey", "build_qk_norm_rope", "qk_norm_rope_refusal", "inv_freq_table"]
@@ -113,16 +113,13 @@ def _program(key: QKNormRopeBuildKey):
     Tn = T.dynamic("T")
     P = T.dynamic("P")  # position rows: 1 (NeoX) or 3 (MRoPE)
     SQT, SQH, SKT, SKH = T.dynamic("SQT"), T.dynamic("SQH"), T.dynamic("SKT"), T.dynamic("SKH")
+    inverse_rms = inverse_rms_macro(BM, DP, D)
 
     @T.macro
     def norm_rope(X, W, Y, t, h0, xr, sq, rs, nsh, cs, sn, rotary_dim, eps):
         for i, j in T.Parallel(BM, DP):
             xr[i, j] = T.if_then_else(j < D, X[t, h0 + i, j], T.cast(0, dt))
-        for i, j in T.Parallel(BM, DP):
-            sq[i, j] = T.cast(xr[i, j], f32) * T.cast(xr[i, j], f32)
-        T.reduce_sum(sq, rs, dim=1)
-        for i in T.Parallel(BM):
-            rs[i] = T.rsqrt(rs[i] / T.float32(D) + eps)
+        inverse_rms(xr, sq, rs, eps)
         for i, j in T.Parallel(BM, DP):
             if j < D:
                 nsh[i, j] = T.cast((T.cast(xr[i, j], f32) * rs[i]) * (T.float32(1) + T.cast(W[j], f32)), dt)

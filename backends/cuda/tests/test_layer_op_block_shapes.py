@@ -1,0 +1,125 @@
+"""The layer-op kernels' block shapes without a GPU: the registered kernels take theirs from one
+table by row width, every candidate of the sweep is a shape its kernel serves (so the one GPU
+run wastes nothing on refusals), a candidate is absolute (the table does not leak into it),
+and the program variants (two passes, persistent grids, the weight read late) lower for
+sm_90a reading their rows in 16-byte vectors (where tilelang is installed)."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import pathlib
+import sys
+
+import pytest
+
+from tileops_core.kernels import CallSpec, registry
+from tileops_core.plugins import ensure_plugins_loaded
+from tileops_cuda import registered
+from tileops_cuda.kernels import block_shapes, gated_rmsnorm, zero_centred_rmsnorm
+from tileops_cuda.kernels.block_shapes import block_shape_of, with_block_shape
+from tileops_cuda.kernels.zero_centred_rmsnorm import ZeroCentredRMSNormBuildKey, zero_centred_rmsnorm_refusal
+
+ensure_plugins_loaded()
+needs_cuda_backend = pytest.mark.skipif("cuda" not in registry.backends(), reason="tileops-cuda is not installed")
+
+
+@functools.cache
+def _sweep():
+    """The sweep script as a module (it lives with the benches, not in a package)."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "layer_ops_sweep.py"
+    spec = importlib.util.spec_from_file_location("layer_ops_sweep", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def _norm_call(hidden: int) -> CallSpec:
+    return CallSpec("ZeroCentredRMSNormFwdOp", "zero_centred_rms_norm", "cuda", "sm_90", {"x": "bfloat16"},
+                    {"N": hidden}, {})
+
+
+def test_the_registered_key_takes_the_first_table_entry_whose_row_width_bound_holds(monkeypatch):
+    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangZeroCentredRMSNorm",
+                        ((1024, {"threads": 64}), (None, {"passes": 2, "threads": 512})))
+    narrow = registered.TileLangZeroCentredRMSNorm.key(_norm_call(512))  # 1024 bytes
+    wide = registered.TileLangZeroCentredRMSNorm.key(_norm_call(4096))
+    assert (narrow.threads, narrow.passes) == (64, 1)
+    assert (wide.threads, wide.passes) == (512, 2)
+
+
+def test_a_table_row_without_an_entry_for_a_width_names_the_fix(monkeypatch):
+    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangZeroCentredRMSNorm", ((1024, {"threads": 64}),))
+    with pytest.raises(LookupError, match="has no entry for rows of 8192 bytes; end its entries with a None bound"):
+        registered.TileLangZeroCentredRMSNorm.key(_norm_call(4096))
+
+
+def test_the_block_shape_of_a_key_is_its_fields_after_the_arch():
+    key = with_block_shape("TileLangGatedRMSNorm", gated_rmsnorm.GatedRMSNormBuildKey("bfloat16", 128), 256)
+    assert block_shape_of(key) == {"threads": 0, "rows": 0, "programs": 0, "early_weight": True, "registers": 64,
+                                   "fast_silu": False}
+
+
+@pytest.mark.parametrize("fields,reason", [
+    ({"passes": 3}, "passes=3 must be 1 or 2"),
+    ({"programs": -1}, "programs=-1 and registers=56 at least 0"),
+    ({"passes": 2, "threads": 96}, "does not fit in the registers of one program"),
+], ids=["passes", "negative-grid", "two-pass-threads"])
+def test_the_zero_centred_norm_refuses_block_shapes_it_has_no_program_for(fields, reason):
+    assert reason in zero_centred_rmsnorm_refusal(ZeroCentredRMSNormBuildKey("bfloat16", 4096, **fields))
+
+
+@needs_cuda_backend
+def test_every_sweep_candidate_is_a_block_shape_its_kernel_serves():
+    rows = _sweep().plan_sweep("sm_90")
+    assert {r.op for r in rows} >= {"ZeroCentredRMSNormFwdOp", "FusedAddZeroCentredRMSNormFwdOp", "GatedRMSNormFwdOp",
+                                    "GDNGatingFwdOp", "CausalConv1dUpdateFwdOp", "CausalConv1dVarlenFwdOp"}
+    for r in rows:
+        assert r.candidates[0].name == "registered"
+        assert len({c.key for c in r.candidates}) == len(r.candidates), f"{r.op}: a candidate listed twice"
+        for c in r.candidates:
+            assert r.impl.reason(None, c.key) is None, f"{r.op} {c.name}"
+
+
+@needs_cuda_backend
+def test_a_sweep_candidate_sets_its_fields_over_the_build_keys_defaults_not_the_tables(monkeypatch):
+    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangZeroCentredRMSNorm", ((None, {"passes": 2}),))
+    row = _sweep().plan_sweep("sm_90", "ZeroCentredRMSNormFwdOp")[0]
+    by_name = {c.name: c.key for c in row.candidates}
+    assert by_name["registered"].passes == 2
+    assert by_name['{"threads": 256, "rows": 1}'].passes == 1
+
+
+@needs_cuda_backend
+def test_a_sweep_row_is_checked_on_every_workload_row_that_builds_the_same_kernel():
+    row = _sweep().plan_sweep("sm_90", "FusedAddZeroCentredRMSNormFwdOp")[0]
+    labels = [r.label for r, _ in row.cases]
+    assert labels[0] == "qwen3.5-h4096-prefill-4k"
+    assert {"qwen3.5-h4096-decode-m1", "qwen3.5-h4096-decode-m32"} <= set(labels)
+    assert "qwen3-next-80b-decode-m1" not in labels  # hidden 2048: another kernel
+
+
+_VARIANTS = [
+    (zero_centred_rmsnorm, ZeroCentredRMSNormBuildKey("bfloat16", 4096, True, "sm_90a", passes=2, rows=2), "x"),
+    (zero_centred_rmsnorm, ZeroCentredRMSNormBuildKey("float32", 2048, False, "sm_90a", passes=2, programs=264), "x"),
+    (zero_centred_rmsnorm, ZeroCentredRMSNormBuildKey("bfloat16", 4096, True, "sm_90a", threads=256, rows=2,
+                                                      programs=528), "residual"),
+    (zero_centred_rmsnorm, ZeroCentredRMSNormBuildKey("float16", 4096, False, "sm_90a", early_weight=False), "x"),
+    (gated_rmsnorm, gated_rmsnorm.GatedRMSNormBuildKey("bfloat16", 128, "sm_90a", programs=1056), "gate"),
+    (gated_rmsnorm, gated_rmsnorm.GatedRMSNormBuildKey("float32", 64, "sm_90a", early_weight=False), "x"),
+]
+
+
+@pytest.mark.parametrize("module,key,row_input", _VARIANTS,
+                         ids=["two-pass-fused", "two-pass-persistent-fp32", "persistent-fused", "late-weight-fp16",
+                              "gated-persistent", "gated-late-weight-fp32"])
+def test_the_program_variants_lower_for_sm_90a_with_16_byte_row_loads(module, key, row_input):
+    tilelang = pytest.importorskip("tilelang")
+    target = {"kind": "cuda", "arch": "sm_90a"}
+    with tilelang.tvm.target.Target(target):
+        source = tilelang.lower(module._program(key), target=target).kernel_source
+    vector = "uint4" if key.dtype != "float32" else "float4"
+    assert f"*({vector}*)({row_input} + " in source
+    # A persistent grid's programs loop over their row groups; the others hold one each.
+    assert ("for (int it = 0;" in source) == bool(key.programs)
