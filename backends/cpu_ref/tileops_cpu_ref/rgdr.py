@@ -194,33 +194,61 @@ def _write_states(state: torch.Tensor, slots: torch.Tensor, S: torch.Tensor, pad
     state.index_copy_(0, slots, S)
 
 
-def _within_tokens(starts: list[int], lengths: list[int], accepted: list[int] | None,
-                   T: int) -> tuple[list[int], list[int], list[int] | None]:
-    """Unchecked metadata made safe to follow: each sequence clipped to the tokens ``[0, T)``
-    and each accepted count to ``[1, its length]``. Checked metadata passes unchanged; garbage
-    then computes garbage, but never reads or writes past the tokens."""
-    clipped_starts, clipped_lengths = [], []
-    for start, n in zip(starts, lengths):
-        lo = min(max(start, 0), T)
-        clipped_starts.append(lo)
-        clipped_lengths.append(min(max(start + n, lo), T) - lo)
-    if accepted is not None:
-        accepted = [min(max(a, 1), n) if n > 0 else a for a, n in zip(accepted, clipped_lengths)]
-    return clipped_starts, clipped_lengths, accepted
+def clipped_bounds(meta: list[int], seq_lens_style: str, T: int) -> tuple[list[int], list[int]]:
+    """``(starts, lengths)`` of the sequences as every backend follows them, unchecked
+    metadata included (RGDR.md; the manifest's description): laid end to end, each inside the
+    tokens ``[0, T)``. With ``clip(x) = min(max(x, 0), T)``:
+
+    * ``lengths``: a negative length counts as 0; sequence ``b`` spans
+      ``[clip(s_b), clip(s_b + L_b))`` with ``s_b`` the sum of the earlier (non-negative) lengths;
+    * ``cu_seqlens``: sequence ``b`` spans ``[s_b, max(s_b, clip(cu[b + 1])))`` with
+      ``s_b = clip(max(cu[0..b]))``.
+
+    Either way the spans are disjoint and tile ``[starts[0], starts[-1] + lengths[-1])``, so the
+    tokens no sequence covers are a head and a tail, which a kernel zeroes cheaply. Metadata
+    that passes the contents check (non-negative lengths summing to T; cu_seqlens from 0,
+    non-decreasing, to T) comes back exactly as :func:`host_bounds` reads it."""
+    # Comparisons, not min/max: this runs per call over B sequences on the CPU decode path.
+    starts, lengths = [], []
+    if seq_lens_style == "cu_seqlens":
+        high = meta[0] if meta else 0
+        for b in range(len(meta) - 1):
+            if meta[b] > high:
+                high = meta[b]
+            start = 0 if high < 0 else high if high < T else T
+            end = meta[b + 1]
+            end = start if end < start else end if end < T else T
+            starts.append(start)
+            lengths.append(end - start)
+    elif seq_lens_style == "lengths":
+        running = 0
+        for n in meta:
+            start = running if running < T else T
+            if n > 0:
+                running += n
+            starts.append(start)
+            lengths.append((running if running < T else T) - start)
+    else:
+        raise ValueError(f"seq_lens_style must be 'lengths' or 'cu_seqlens', got {seq_lens_style!r}")
+    return starts, lengths
 
 
-def _zero_uncovered_tokens(out: torch.Tensor, starts: list[int], lengths: list[int], tiled: bool) -> None:
-    """Rows no sequence covers (only unchecked metadata leaves any) are zeros, never left unwritten."""
-    if tiled:  # the sequences tile [0, T)
-        return
+def clipped_accepted(accepted: list[int], lengths: list[int]) -> list[int]:
+    """Each accepted count clipped to ``[1, L_b]`` (a sequence with no tokens keeps its count:
+    nothing reads it)."""
+    return [min(max(a, 1), n) if n > 0 else a for a, n in zip(accepted, lengths)]
+
+
+def _zero_uncovered_tokens(out: torch.Tensor, starts: list[int], lengths: list[int]) -> None:
+    """Rows no sequence covers (only unchecked metadata leaves any) are zeros, never left
+    unwritten: the spans of :func:`clipped_bounds` tile one range, so these are a head and a tail."""
     T = out.shape[0]
-    covered = [False] * T
-    for start, n in zip(starts, lengths):
-        for t in range(max(start, 0), min(start + max(n, 0), T)):
-            covered[t] = True
-    uncovered = [t for t, c in enumerate(covered) if not c]
-    if uncovered:
-        out[torch.tensor(uncovered, dtype=torch.int64, device=out.device)] = 0
+    head = starts[0] if starts else T
+    tail = starts[-1] + lengths[-1] if starts else T
+    if head > 0:
+        out[:head].zero_()
+    if tail < T:
+        out[tail:].zero_()
 
 
 def recurrent_gated_delta_rule(
@@ -251,11 +279,10 @@ def recurrent_gated_delta_rule(
     scale = DK**-0.5 if scale is None else scale
     if out is None:
         out = torch.empty(value.shape, dtype=value.dtype, device=value.device)
-    starts, lengths = host_bounds(actual_seq_lengths, seq_lens_style)
-    accepted = None if num_accepted_tokens is None else num_accepted_tokens.tolist()
-    starts, lengths, accepted = _within_tokens(starts, lengths, accepted, T)
+    starts, lengths = clipped_bounds(actual_seq_lengths.tolist(), seq_lens_style, T)
+    accepted = None if num_accepted_tokens is None else clipped_accepted(num_accepted_tokens.tolist(), lengths)
+    _zero_uncovered_tokens(out, starts, lengths)
     schedule = _Schedule.plan(starts, lengths, accepted, T, state.device)
-    _zero_uncovered_tokens(out, starts, lengths, schedule is not None and schedule.uniform > 0)
     if schedule is None:
         return out
     host_slots = ssm_state_indices.tolist()  # host metadata, like the lengths

@@ -43,7 +43,6 @@ from tileops_cuda.kernels import silu_and_mul as ksm  # noqa: E402
 from tileops_cuda.kernels import softmax as ksf  # noqa: E402
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
 from tileops_cuda.kernels.rgdr import build_rgdr, default_schedule  # noqa: E402
-from tileops_cuda.kernels.rgdr_staged import build_rgdr_staged, staged_schedule  # noqa: E402
 from tileops_cuda.testing import check_rgdr, rel_err, rgdr_case  # noqa: E402
 
 from cuda_bench_common import (  # noqa: E402
@@ -52,9 +51,6 @@ from cuda_bench_common import (  # noqa: E402
 from rgdr_sweep import SWEEP, bench_host, choose_schedule, sweep_rgdr  # noqa: E402
 
 _SM_COPY = None
-
-#: The RGDR kernels whose rows the table times: the register-tiled one and the staged one.
-RGDR_BUILDS = {"tiled": build_rgdr, "staged": build_rgdr_staged}
 
 
 def _sm_copy_kernel():
@@ -128,16 +124,15 @@ def fla_calls(fla_fn, sets, B, tb):
     return calls
 
 
-def bench_rgdr(copy_gbps: float, fla_fn, gen, heads, batches, tbs, states, tiling=None, record="rgdr", check=True,
-               kernel="tiled"):
+def bench_rgdr(copy_gbps: float, fla_fn, gen, heads, batches, tbs, states, tiling=None, record="rgdr", check=True):
     for nk, nv in heads:
         for state in states:
             key = rgdr_key(nk, nv, state)
-            launcher = RGDR_BUILDS[kernel](key, tiling)
+            launcher = build_rgdr(key, tiling)
             sbytes = 4 if state == "float32" else 2
             for B in batches:
                 for tb in tbs:
-                    row = dict(NK=nk, NV=nv, state=state, B=B, Tb=tb, kernel=kernel)
+                    row = dict(NK=nk, NV=nv, state=state, B=B, Tb=tb)
                     if tiling is not None:
                         row["tiling"] = asdict(tiling)
                     try:
@@ -379,8 +374,6 @@ def precompile(sweep_tilings, others: bool = True):
         for nk, nv in ((16, 32), (8, 16)):
             for t in default_schedule(rgdr_key(nk, nv, st)).tilings():
                 thunks.append(lambda k=rgdr_key(nk, nv, st), t=t: build_rgdr(k, t))
-            for t in staged_schedule(rgdr_key(nk, nv, st)).tilings():
-                thunks.append(lambda k=rgdr_key(nk, nv, st), t=t: build_rgdr_staged(k, t))
     thunks += [] if not others else [
         lambda: kr.build_rmsnorm(kr.RMSNormBuildKey("bfloat16", 8192, False)),
         lambda: kr.build_rmsnorm(kr.RMSNormBuildKey("bfloat16", 4096, True)),
@@ -431,14 +424,13 @@ def table() -> str:
                      f"up to {sc.get('short_max_tokens')} tokens/seq")  # fmt: skip
     bad = [c for c in RESULTS.get("sweep_checks", []) if not c["ok"]]
     lines.append(f"sweep correctness checks: {len(RESULTS.get('sweep_checks', [])) - len(bad)} ok, {len(bad)} failed {bad[:2]}")
-    lines.append("RGDR   kernel NK/NV state  B  Tb |   us    GB/s  %copy |  FLA us  x-vs-FLA | ok  state_err  (ref32)   out_err (ref32)")
+    lines.append("RGDR  NK/NV state  B  Tb |   us    GB/s  %copy |  FLA us  x-vs-FLA | ok  state_err  (ref32)   out_err (ref32)")
     for r in RESULTS["rgdr"]:
-        kern = f"{r.get('kernel', 'tiled'):>6}"
         if "us" not in r:
-            lines.append(f"     {kern} {r['NK']}/{r['NV']} {r['state'][:4]} {r['B']:>3} {r['Tb']} | ERROR {r.get('error', '')[:80]}")
+            lines.append(f"      {r['NK']}/{r['NV']} {r['state'][:4]} {r['B']:>3} {r['Tb']} | ERROR {r.get('error', '')[:80]}")
             continue
         lines.append(
-            f"     {kern} {r['NK']:>2}/{r['NV']:<2} {r['state'][:4]} {r['B']:>3} {r['Tb']} | {r['us']:7.1f} {r['GBps']:6.0f} "
+            f"      {r['NK']:>2}/{r['NV']:<2} {r['state'][:4]} {r['B']:>3} {r['Tb']} | {r['us']:7.1f} {r['GBps']:6.0f} "
             f"{100 * r['frac_copy']:5.1f} | {r.get('fla_us', float('nan')):7.1f} {r.get('speedup_vs_fla', float('nan')):6.2f} | "
             f"{'Y' if r.get('ok') else 'N'} {r.get('state_err', float('nan')):9.2e} ({r.get('state_err_ref32', float('nan')):.1e}) "
             f"{r.get('out_err', float('nan')):8.2e} ({r.get('out_err_ref32', float('nan')):.1e})"
@@ -488,7 +480,6 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a few rows only")
     ap.add_argument("--host", action="store_true", help="host µs per call of each launch layer")
     ap.add_argument("--no-table", action="store_true", help="stop after the host numbers and the sweep")
-    ap.add_argument("--rgdr-kernels", default="tiled", help="RGDR kernels timed in the table (" + ",".join(RGDR_BUILDS) + ")")
     args = ap.parse_args()
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -536,10 +527,8 @@ def main() -> int:
     RESULTS["default_schedules"] = {st: asdict(default_schedule(rgdr_key(16, 32, st))) for st in ("float32", "bfloat16")}
 
     batches, tbs = ([1, 256], [1, 8]) if args.quick else ([1, 8, 32, 128, 256], [1, 2, 4, 8])
-    for kernel in args.rgdr_kernels.split(","):
-        for st in ("float32", "bfloat16"):
-            bench_rgdr(cp, fla_fn, gen, [(16, 32), (8, 16)], batches, tbs, [st],
-                       tiling=schedules.get(st) if kernel == "tiled" else None, kernel=kernel)  # fmt: skip
+    for st in ("float32", "bfloat16"):
+        bench_rgdr(cp, fla_fn, gen, [(16, 32), (8, 16)], batches, tbs, [st], tiling=schedules.get(st))
     _dump(args.json)
     if not args.no_others:
         bench_others(cp, not args.no_compile)

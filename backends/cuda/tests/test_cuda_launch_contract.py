@@ -19,7 +19,7 @@ from tileops_core.kernels.contract import declared_launch, mismatches  # noqa: E
 from tileops_cuda import registered, registered_model  # noqa: E402
 from tileops_cuda.kernels import moe_permute, moe_topk_routing, moe_unpermute, qk_norm_rope  # noqa: E402
 from tileops_cuda.kernels import moe_grouped_experts, sigmoid_gate_mul  # noqa: E402
-from tileops_cuda.kernels import attention_decode, attention_prefill, chunk_gdr, conv1d, rgdr, rgdr_staged  # noqa: E402
+from tileops_cuda.kernels import attention_decode, attention_prefill, chunk_gdr, conv1d, rgdr  # noqa: E402
 
 
 def _unused(*args: Any) -> None:
@@ -42,7 +42,6 @@ STAND_INS = {
     "build_gated_rmsnorm": lambda key: SimpleNamespace(fn=_unused),
     "build_gdn_gating": lambda key: SimpleNamespace(fn=_unused),
     "build_rgdr": _rgdr_build,
-    "build_rgdr_staged": lambda key: _rgdr_build(key, rgdr_staged.staged_schedule(key)),
     "build_conv_update": lambda key: SimpleNamespace(run=conv1d._make_update_run(key, _unused)),
     "build_qk_norm_rope": lambda key: SimpleNamespace(run=qk_norm_rope._make_run(key, _unused)),
     "build_sigmoid_gate_mul": lambda key: SimpleNamespace(run=sigmoid_gate_mul._make_run(key, _unused)),
@@ -65,8 +64,6 @@ KEYS: dict[str, Any] = {
     "TileLangSum": ("float16", "float16", "sm_90"),
     "TileLangRGDR": rgdr.RGDRBuildKey(input_dtype="bfloat16", state_dtype="bfloat16", num_k_heads=2, num_v_heads=4,
                                       head_k_dim=128, head_v_dim=128),
-    "TileLangRGDRStaged": rgdr.RGDRBuildKey(input_dtype="bfloat16", state_dtype="bfloat16", num_k_heads=2,
-                                            num_v_heads=4, head_k_dim=128, head_v_dim=128),
     "TileLangCausalConv1dUpdate": conv1d.ConvUpdateBuildKey("bfloat16", 256, 4),
     "TileLangCausalConv1dVarlen": conv1d.ConvVarlenBuildKey("bfloat16", 256, 4),
     "TileLangQKNormRope": qk_norm_rope.QKNormRopeBuildKey("bfloat16", "int64", 16, 2, 256),

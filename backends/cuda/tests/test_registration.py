@@ -68,21 +68,6 @@ def test_the_qwen_rgdr_rows_and_large_norm_rows_are_served_by_tilelang():
     assert "llama3-70b-prefill-16k[bfloat16]" in norms
 
 
-def test_the_staged_rgdr_kernel_is_chosen_exactly_for_the_state_dtypes_measured_faster(monkeypatch):
-    from tileops_cuda.kernels import rgdr_staged
-
-    def chosen():  # select_kernel applies the rule afresh (no cache)
-        return {label: select_kernel(interface, call).chosen.__name__
-                for label, interface, call in _simulated_calls("RecurrentGatedDeltaRuleFwdOp")}
-
-    by_default = chosen()
-    assert by_default["qwen3.5-b128-t2-bf16state[bfloat16]"] == "TileLangRGDR"
-    monkeypatch.setattr(rgdr_staged, "STAGED_STATE_DTYPES", ("bfloat16",))
-    preferred = chosen()
-    assert preferred["qwen3.5-b128-t2-bf16state[bfloat16]"] == "TileLangRGDRStaged"
-    assert preferred["qwen3.5-b1-t1-fp32state[bfloat16]"] == "TileLangRGDR"
-
-
 def test_fp32_gemm_falls_back_to_the_reference_with_the_kernels_reason():
     interface, call = next((i, c) for label, i, c in _simulated_calls("GemmFwdOp") if label == "tiny-nt[float32]")
     selection = select_kernel(interface, call)

@@ -1,11 +1,14 @@
 """The TileLang RGDR kernel under fuzzed metadata (issue 19), through the op on the GPU.
 
 The metadata strategy and tensors are the CPU test's (``tests/test_rgdr_metadata_fuzz.py``),
-at head sizes the TileLang kernel serves. With contents checks off the kernel may compute
-anything for garbage, but it writes every output element and leaves every slot no index
-names bit-identical; or the call fails before writing. Unwritten output is found by running
-each case twice with the caching allocator's block for the output filled first with NaN and
-then with 7.0: an element the kernel never writes keeps the fill, so the runs differ.
+at head sizes the TileLang kernel serves. With contents checks off the kernel follows the rule
+every backend follows (``tileops_cpu_ref.rgdr.clipped_bounds``; a slot outside the pool is
+padding): it writes every output element, zeros on the tokens no sequence covers, and leaves
+every slot no index names bit-identical; or the call fails before writing. Unwritten output is
+found by running each case twice with the caching allocator's block for the output filled
+first with NaN and then with 7.0: an element the kernel never writes keeps the fill, so the
+runs differ. Where no slot is written by two sequences (so the result does not depend on the
+order programs run in), outputs and written slots match the float64 reference on the same rule.
 """
 
 from __future__ import annotations
@@ -13,22 +16,59 @@ from __future__ import annotations
 import pathlib
 import sys
 
-import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
-from test_rgdr_metadata_fuzz import rgdr_metadata, rgdr_tensors, unnamed_slots  # noqa: E402
+from test_rgdr_metadata_fuzz import rgdr_metadata, rgdr_tensors, uncovered_rows, unnamed_slots  # noqa: E402
 
 DIMS = (2, 4, 128, 32)  # NK, NV, DK, DV: a shape the TileLang kernel serves
 
 
+def _one_writer_per_slot(m: dict, starts: list[int], lengths: list[int]) -> bool:
+    """No pool slot is named by covered tokens of two sequences (programs race on such a slot)."""
+    owner: dict[int, int] = {}
+    for b, (start, n) in enumerate(zip(starts, lengths)):
+        for t in range(start, start + n):
+            slot = m["indices"][t]
+            if 0 <= slot < m["pool"] and owner.setdefault(slot, b) != b:
+                return False
+    return True
+
+
+def _expected(args: dict, m: dict) -> tuple:
+    """The float64 reference's (out, state) under the kernel's rule for slots outside the pool
+    (padding; the reference itself refuses them), on CPU copies."""
+    import torch
+
+    from tileops_cpu_ref.rgdr import recurrent_gated_delta_rule
+
+    cpu = {k: v.cpu() for k, v in args.items()}
+    idx = cpu["ssm_state_indices"]
+    cpu["ssm_state_indices"] = torch.where((idx >= 0) & (idx < m["pool"]), idx, -1)
+    cpu["state"] = cpu["state"].double()
+    out = torch.empty(cpu["value"].shape, dtype=torch.float64)
+    recurrent_gated_delta_rule(**cpu, seq_lens_style=m["style"], compute_dtype=torch.float64, out=out)
+    return out, cpu["state"]
+
+
 @settings(max_examples=60, deadline=None)
 @given(m=rgdr_metadata())
+# The two cases the first H200 run found: a sequence past T whose token names a slot past the
+# pool (the kernel read token 1 of 1 and wrote pool slot 0), and a token no sequence covers.
+@example(m={"T": 1, "pool": 1, "style": "lengths", "seq": [2], "indices": [1], "accepted": None, "seed": 0})
+@example(m={"T": 1, "pool": 1, "style": "lengths", "seq": [0], "indices": [0], "accepted": None, "seed": 0})
+# 64-bit metadata past int32 is clipped, never wrapped onto a real token or slot.
+@example(m={"T": 3, "pool": 2, "style": "cu_seqlens", "seq": [2**32, 2**32 + 1, 2], "indices": [2**32, 1, 2**32 + 1],
+            "accepted": [2**32 + 1, 1], "seed": 1})
+@example(m={"T": 4, "pool": 3, "style": "cu_seqlens", "seq": [1, 3, 2, 9], "indices": [0, 1, 2, 0],
+            "accepted": None, "seed": 2})
 def test_unchecked_garbage_metadata_writes_every_output_element_and_no_unnamed_slot_on_the_gpu(m, cuda_device):
     import torch
 
     from tileops_core import TileOpsError
     from tileops_core.ops.linear_attention import RecurrentGatedDeltaRuleFwdOp
+    from tileops_cpu_ref.rgdr import clipped_bounds
+    from tileops_cuda.testing import rel_err
 
     device = cuda_device[0]
     args = rgdr_tensors(m, DIMS, torch.bfloat16, device)
@@ -48,9 +88,15 @@ def test_unchecked_garbage_metadata_writes_every_output_element_and_no_unnamed_s
         runs.append((out.clone(), state))
     (out_a, state_a), (out_b, state_b) = runs
     assert not torch.isnan(out_a).any() and torch.equal(out_a, out_b), "an output element was left unwritten"
+    starts, lengths = clipped_bounds(m["seq"], m["style"], m["T"])
+    assert not uncovered_rows(out_a, starts, lengths).any(), "a token no sequence covers is not zero"
     keep = torch.as_tensor(unnamed_slots(m), device=device)
     assert torch.equal(state_a[keep].view(torch.uint8), before[keep].view(torch.uint8))
     plan = op.last_plan
     assert plan is not None
     served = [impl.qualname() for bound in plan.bound.values() for impl in bound.kernels.values()]
     assert any(name.endswith(":TileLangRGDR") for name in served), served  # not the reference
+    if _one_writer_per_slot(m, starts, lengths):
+        out64, state64 = _expected(args, m)
+        assert rel_err(out_a.cpu(), out64) <= 1e-2, rel_err(out_a.cpu(), out64)
+        assert rel_err(state_a.cpu(), state64) <= 1e-4, rel_err(state_a.cpu(), state64)

@@ -1,19 +1,11 @@
-"""The RGDR TileLang kernels (register-tiled and staged) against the float64 reference on the
-GPU (skips without one). The staged kernel's tests reuse few builds (one key, a few tilings)."""
+"""The RGDR TileLang kernel against the float64 reference on the GPU (skips without one)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRSchedule, RGDRTiling, build_rgdr
-from tileops_cuda.kernels.rgdr_staged import RGDRStagedTiling, build_rgdr_staged
+from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRTiling, build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
-
-#: The staged tiling of the key-corner tests: two passes of one row per thread, three
-#: sequences per program (the double-buffered path), 16-row blocks (divides every key's DV).
-CORNER_TILING = RGDRStagedTiling(128, 16, 2, 8, rows_in_flight=1, seqs_per_program=3)
-#: Each behaviour's launcher, by kernel: the tiled kernel's schedule, the staged corner tiling.
-BUILDS = {"tiled": build_rgdr, "staged": lambda key: build_rgdr_staged(key, CORNER_TILING)}
 
 # Each key covers a different corner of the build identity (dtypes, metadata style and
 # width, g / gk forms, accepted tokens, l2 norm, head dims).
@@ -64,9 +56,8 @@ def test_explicit_scale_is_used(name, arch, cuda_device, gen):
     assert res["ok"], res
 
 
-@pytest.mark.parametrize("name,build", [("qwen_bf16_in_fp32_state", "tiled"), ("fp32_in_bf16_state_scalar_gk_only", "tiled"),
-                                        ("qwen_bf16_in_fp32_state", "staged")])  # fmt: skip
-def test_one_call_of_l_tokens_equals_l_calls_of_one_token_on_one_slot(name, build, arch, cuda_device, gen):
+@pytest.mark.parametrize("name", ["qwen_bf16_in_fp32_state", "fp32_in_bf16_state_scalar_gk_only"])
+def test_one_call_of_l_tokens_equals_l_calls_of_one_token_on_one_slot(name, arch, cuda_device, gen):
     """The decode pattern: every token of a sequence reads and writes one slot."""
     import torch
 
@@ -78,7 +69,7 @@ def test_one_call_of_l_tokens_equals_l_calls_of_one_token_on_one_slot(name, buil
     L = 6
     case = rgdr_case(key, [L], device=cuda_device[0], generator=gen)
     case["ssm_state_indices"].fill_(2)
-    launcher = BUILDS[build](key)
+    launcher = build_rgdr(key)
 
     def run(c, state, out):
         launcher(c["query"], c["key"], c["value"], c["beta"], state, c["actual_seq_lengths"], c["ssm_state_indices"],
@@ -123,13 +114,12 @@ def test_missing_optional_input_is_a_clear_error(arch, cuda_device, gen):
                         case["ssm_state_indices"], None, None, None, case["value"].clone(), None)  # fmt: skip
 
 
-@pytest.mark.parametrize("build", list(BUILDS))
-def test_captures_in_a_cuda_graph(build, arch, cuda_device, gen):
+def test_captures_in_a_cuda_graph(arch, cuda_device, gen):
     import torch
 
     key = _with_arch(KEYS["qwen_bf16_in_fp32_state"], arch)
     case = rgdr_case(key, [2, 3], device=cuda_device[0], generator=gen)
-    launcher = BUILDS[build](key)
+    launcher = build_rgdr(key)
     state = case["state"].clone()
     out = torch.full_like(case["value"], float("nan"))
     args = (case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
@@ -178,41 +168,3 @@ def test_stream_layout_matches_float64_reference(name, arch, cuda_device, gen):
                      pad_first_of=4, repeat_slots_of=5)  # fmt: skip
     res = check_rgdr(build_rgdr(key, RGDRTiling(128, 16, 2, 8, True)), case)
     assert res["ok"], res
-
-
-#: The staged tilings' one key (bf16 state, the issue-16 rows' dtype) and tilings: a whole
-#: head in four passes by cp.async, a 32-row block by plain loads, three sequences per program.
-STAGED_KEY = RGDRBuildKey("bfloat16", "bfloat16", 2, 4, 128, 128, use_qk_l2norm=True)
-STAGED_TILINGS = [
-    RGDRStagedTiling(128, 16, 16, 4, rows_in_flight=4), RGDRStagedTiling(128, 16, 4, 8, rows_in_flight=2, load="plain"),
-    RGDRStagedTiling(128, 16, 4, 8, rows_in_flight=2, seqs_per_program=3),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize("tiling", STAGED_TILINGS, ids=lambda t: f"bv{t.block_v}-{t.load}-x{t.seqs_per_program}")
-def test_every_staged_tiling_computes_the_same_function(tiling, arch, cuda_device, gen):
-    key = _with_arch(STAGED_KEY, arch)
-    case = rgdr_case(key, [3, 1, 9, 0, 17], device=cuda_device[0], generator=gen, padding=0.1, pad_first_of=1)
-    res = check_rgdr(build_rgdr_staged(key, tiling), case)
-    assert res["ok"], res
-
-
-@pytest.mark.parametrize("name", ["qwen_bf16_in_fp32_state", "fp16_state_cu_i64_vector_gk_accepted_l2"])
-def test_staged_kernel_matches_float64_reference_on_key_corners(name, arch, cuda_device, gen):
-    """Passes over the block, the running rows kept in shared memory across token chunks and
-    consecutive sequences per program, on fp32 state with lengths and on fp16 state with
-    prefix sums, 64-bit indices, per-column decay and accepted tokens."""
-    key = _with_arch(KEYS[name], arch)
-    case = rgdr_case(key, [3, 0, 1, 37, 2, 8, 1, 16, 17], device=cuda_device[0], generator=gen, padding=0.15,
-                     pad_first_of=4, repeat_slots_of=5)  # fmt: skip
-    res = check_rgdr(BUILDS["staged"](key), case)
-    assert res["ok"], res
-
-
-def test_a_staged_schedule_with_a_register_tiled_slot_computes_the_same_function_in_both_slots(arch, cuda_device, gen):
-    key = _with_arch(STAGED_KEY, arch)
-    launcher = build_rgdr_staged(key, RGDRSchedule(RGDRTiling(128, 16, 2, 8), STAGED_TILINGS[1], 4))
-    for lengths in ([3, 9], [3, 1, 9, 0, 17]):  # the register-tiled slot, then the staged one
-        case = rgdr_case(key, lengths, device=cuda_device[0], generator=gen, padding=0.1, pad_first_of=1)
-        res = check_rgdr(launcher, case)
-        assert res["ok"], (lengths, res)

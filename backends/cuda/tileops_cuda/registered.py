@@ -28,7 +28,7 @@ Nothing here imports tilelang: ``build()`` does, the first time a call needs the
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable
 
 from tileops_core.kernels import CallSpec
 from tileops_core.ops.activation import SiluAndMulKernel
@@ -52,7 +52,6 @@ from .kernels.gemm import GemmBuildKey, build_gemm, gemm_refusal
 from .kernels.group_norm import GroupNormBuildKey, build_group_norm, group_norm_refusal
 from .kernels.reduce_sum import sum_launch, sum_refusal
 from .kernels.rgdr import RGDRBuildKey, build_rgdr, rgdr_refusal
-from .kernels.rgdr_staged import build_rgdr_staged, staged_selection_refusal
 from .kernels.rmsnorm import RMSNormBuildKey, build_rmsnorm, rmsnorm_refusal
 from .kernels.silu_and_mul import SiluAndMulBuildKey, build_silu_and_mul, silu_and_mul_refusal
 from .kernels.softmax import SoftmaxBuildKey, build_softmax, softmax_refusal
@@ -343,22 +342,6 @@ class TileLangRGDR(TileLangImpl, RGDRKernel):
         return build_rgdr(key).run
 
 
-class TileLangRGDRStaged(TileLangRGDR):
-    """The RGDR decode kernel with each program's state block staged in shared memory
-    (``kernels/rgdr_staged.py``): chosen over the register-tiled kernel for the state dtypes
-    it was measured faster on; the same build key and launch path."""
-
-    preferred_over: ClassVar[tuple[Any, ...]] = (TileLangRGDR,)
-
-    @classmethod
-    def reason(cls, call: CallSpec, key: RGDRBuildKey) -> str | None:
-        return staged_selection_refusal(key)
-
-    @classmethod
-    def launcher(cls, key: RGDRBuildKey) -> Callable[..., Any]:
-        return build_rgdr_staged(key).run
-
-
 def _row_bytes(dtype: str, width: int) -> int:
     """A row's width in bytes: what the block shapes table is indexed by."""
     return width * ELEM_BYTES[dtype]
@@ -520,7 +503,7 @@ KERNELS = (
     TileLangGatedRMSNorm, TileLangGDNGating,
     TileLangQKNormRope, TileLangSigmoidGateMul, TileLangMoETopKRouting, TileLangMoEUnpermute,
     TileLangMoEPermute, TileLangMoEGroupedExperts,
-    TileLangChunkGDR, TileLangRGDRStaged,
+    TileLangChunkGDR,
     TileLangAttentionDecode, TileLangAttentionPrefill,
 )
 

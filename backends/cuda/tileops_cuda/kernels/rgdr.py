@@ -18,17 +18,19 @@ the compiled functions directly.
 
 # No `from __future__ import annotations`: dataclass field types stay plain classes here.
 
+import functools
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ._common import ELEM_BYTES as _ELEM_BYTES
 from ._common import SUPPORTED_ARCHS as _SUPPORTED_ARCHS
-from ._common import cached_build, compile_prim_func, direct_entry
+from ._common import cached_build, compile_many, compile_prim_func, direct_entry
 from .rgdr_program import L2NORM_EPS, rgdr_program
 
 __all__ = [
     "L2NORM_EPS",
+    "MAX_TOKENS",
     "RGDRBuildKey",
     "RGDRLauncher",
     "RGDRSchedule",
@@ -40,6 +42,8 @@ __all__ = [
 ]
 
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+#: Tokens per call the kernel serves: its metadata sums saturate at T in int32, so 2T must fit.
+MAX_TOKENS = 1 << 30
 _INDEX_DTYPES = ("int32", "int64")
 
 
@@ -320,8 +324,13 @@ def _make_run(key: RGDRBuildKey, schedule: RGDRSchedule, entries: dict[RGDRTilin
             out = empty_like(value)
         n_tokens = query.shape[0]
         n_seq = actual_seq_lengths.shape[0] - cu
-        if n_seq <= 0 or n_tokens == 0:
-            return out  # nothing to do; a zero-sized grid is not launchable
+        if n_seq <= 0 or n_tokens == 0:  # a zero-sized grid is not launchable
+            if n_tokens:
+                out.zero_()  # no sequence covers any token: zeros, as the kernel gives uncovered tokens
+            return out
+        if n_tokens >= MAX_TOKENS:
+            raise ValueError(f"RGDR TileLang kernel: T={n_tokens} tokens; its int32 token arithmetic "
+                             f"(sums saturating at T) holds below {MAX_TOKENS}")
         fn, chunks = select(n_seq, n_tokens, small, large, short)
         splits = max(1, min(chunks, -(-wanted // (n_seq * nk)))) if chunks else 1
         fn(*compiled_inputs((query, key, value, beta, state, actual_seq_lengths, ssm_state_indices, g, gk,
@@ -355,7 +364,14 @@ def build_rgdr(key: RGDRBuildKey, tiling: RGDRTiling | RGDRSchedule | None = Non
     def make() -> RGDRLauncher:
         import torch
 
-        kernels = {t: compile_one(t) for t in schedule.tilings()}
+        tilings = schedule.tilings()
+        # A schedule's two or three tilings compile concurrently: a first call waits for one
+        # compile, not three.
+        built = compile_many([functools.partial(compile_one, t) for t in tilings])
+        failed = next((b for b in built if isinstance(b, BaseException)), None)
+        if failed is not None:
+            raise failed
+        kernels = dict(zip(tilings, built))
         sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
         return RGDRLauncher(key, schedule, kernels, sm_count)
 

@@ -1,10 +1,10 @@
-"""TileLang pieces every RGDR program layout shares: where a sequence starts, the staging of
+"""TileLang pieces both RGDR program layouts share: where a sequence starts, the staging of
 a chunk of tokens, and one token's update of register-held state rows.
 
 Each piece is a ``T.macro`` made by :func:`rgdr_pieces` for one build key and thread shape
-(lanes per row ``TPR``, ``THREADS`` threads, ``R`` rows per thread), so the tiled layout
-(:mod:`.rgdr_program`) and the staged layout (:mod:`.rgdr_staged_program`) compute the
-same gates, l2 norm, rounding order and write-skipping rule from one text (RGDR.md).
+(lanes per row ``TPR``, ``THREADS`` threads, ``R`` rows per thread), so the tiled and the
+streaming layouts (:mod:`.rgdr_program`) compute the same gates, l2 norm, rounding order,
+write-skipping rule and unchecked-metadata rule from one text (RGDR.md).
 
 Thread shape, as in both layouts: a state row belongs to ``TPR`` consecutive lanes, each
 owning ``DK / TPR`` columns in 16-byte runs interleaved across the lanes (:func:`col`); row
@@ -45,7 +45,7 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
     import tilelang.language as T
 
     f32, i32 = "float32", "int32"
-    DK = key.head_k_dim
+    DK, DV = key.head_k_dim, key.head_v_dim
     THREADS, TPR, R = threads, tpr, rows
     ROWS = THREADS // TPR
     C = ROWS
@@ -76,42 +76,94 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
             v = v * dvec[e]
         return v
 
+    def clip_tokens(x, Tn, lo=0):
+        """``min(max(x, lo), T)`` in ``x``'s own (metadata) dtype, then int32: a 64-bit value
+        past int32 is clipped, never wrapped."""
+        return T.cast(T.min(T.max(x, T.cast(lo, x.dtype)), T.cast(Tn, x.dtype)), i32)
+
+    def slot_or_padding(slots, i, S):
+        """``slots[i]`` as int32 when it names one of the pool's ``S`` slots, else -1: a slot
+        outside ``[0, S)`` is padding (never read, never written), compared in the slots' own
+        dtype so a 64-bit index never wraps onto a real slot."""
+        return T.if_then_else(T.And(slots[i] >= 0, slots[i] < T.cast(S, slots.dtype)), T.cast(slots[i], i32), -1)
+
     @T.macro
-    def sequence_span(seq_meta, nacc, by, tid, red, start: T.Ref, L: T.Ref, acc_n: T.Ref):
-        """``start``, length ``L`` and accepted count of sequence ``by``. Latency is the cost
-        at small B: L and the accepted count load beside the prefix sum (computed here for
-        lengths-style metadata), so the chain to the state load is two round trips."""
-        acc_n = T.cast(nacc[by], i32) if has_acc else 1  # noqa: F841 - a T.Ref: stores to the caller's var
-        if lengths_style:
+    def sequence_span(seq_meta, nacc, Tn, by, tid, red, start: T.Ref, L: T.Ref, acc_n: T.Ref):
+        """``start``, length ``L`` and accepted count of sequence ``by`` as every backend
+        follows metadata, unchecked included (``tileops_cpu_ref.rgdr.clipped_bounds``): lengths
+        clipped to ``[0, T]`` and summed saturating at T; prefix sums clipped to ``[0, T]``,
+        sequence b starting at the largest of ``cu[0..b]``; the accepted count clipped to
+        ``[1, L]``. Spans are then disjoint and inside ``[0, T)``, and valid metadata is read
+        as written. Every int32 intermediate stays below 2T (the launcher refuses T >= 2**30).
+        Latency is the cost at small B: L (or the end) and the accepted count load beside the
+        block-wide sum (lengths) or maximum (prefix sums), so the chain to the state load stays
+        two round trips; sequence 0 (all of B=1) needs no reduction: its start is 0 (lengths)
+        or ``clip(cu[0])``, loaded with the rest, and the barrier is skipped (the branch is
+        uniform over the block)."""
+        L = clip_tokens(seq_meta[by] if lengths_style else seq_meta[by + 1], Tn)  # noqa: F841 - a T.Ref
+        acc_n = clip_tokens(nacc[by], Tn, 1) if has_acc else 1  # noqa: F841 - a T.Ref
+        start = 0 if lengths_style else clip_tokens(seq_meta[by], Tn)
+        if by > 0:
             part = T.alloc_var(i32)
-            part = 0
-            L = T.cast(seq_meta[by], i32)
-            for it in T.serial(T.ceildiv(by, THREADS)):
-                if it * THREADS + tid < by:
-                    part = part + T.cast(seq_meta[it * THREADS + tid], i32)
-            for off in T.unroll(5):
-                part = part + T.shfl_xor(part, 16 >> off)
+            part = 0  # the identity of both reductions (every operand is clipped to >= 0)
+            if lengths_style:
+                for it in T.serial(T.ceildiv(by, THREADS)):
+                    if it * THREADS + tid < by:
+                        part = T.min(part + clip_tokens(seq_meta[it * THREADS + tid], Tn), Tn)
+                for off in T.unroll(5):
+                    part = T.min(part + T.shfl_xor(part, 16 >> off), Tn)
+            else:
+                for it in T.serial(T.ceildiv(by, THREADS)):  # cu[by] itself is loaded above
+                    if it * THREADS + tid < by:
+                        part = T.max(part, clip_tokens(seq_meta[it * THREADS + tid], Tn))
+                for off in T.unroll(5):
+                    part = T.max(part, T.shfl_xor(part, 16 >> off))
             if tid % 32 == 0:
                 red[tid // 32] = part
             T.sync_threads()
-            start = 0
             for w in T.unroll(NWARP):
-                start = start + red[w]
+                if lengths_style:
+                    start = T.min(start + red[w], Tn)
+                else:
+                    start = T.max(start, red[w])
+        if lengths_style:
+            L = T.min(start + L, Tn) - start
         else:
-            start = T.cast(seq_meta[by], i32)
-            L = T.cast(seq_meta[by + 1], i32) - start  # noqa: F841 - a T.Ref
+            L = T.max(L - start, 0)
+        acc_n = T.min(acc_n, L)
 
     @T.macro
-    def sequence_first_slot(seq_meta, nacc, slots, Tn, by, tid, red):
+    def sequence_first_slot(seq_meta, nacc, slots, Tn, S, by, tid, red):
         """``(start, L, slot0)`` of sequence ``by``: its span (:func:`sequence_span`) and the
-        slot of its first accepted token, the initial state (the index is clamped so the
-        load need not wait for L; an empty sequence is skipped by the caller's ``L > 0``)."""
+        slot of its first accepted token, the initial state, -1 when that is padding (the
+        index is clamped: an empty sequence is skipped by the caller's ``L > 0``)."""
         start = T.alloc_var(i32)
         L = T.alloc_var(i32)
         acc_n = T.alloc_var(i32)
-        sequence_span(seq_meta, nacc, by, tid, red, start, L, acc_n)
-        slot0 = T.cast(slots[T.max(T.min(start + acc_n - 1, Tn - 1), 0)], i32)
+        sequence_span(seq_meta, nacc, Tn, by, tid, red, start, L, acc_n)
+        slot0 = slot_or_padding(slots, T.max(T.min(start + acc_n - 1, Tn - 1), 0), S)
         return start, L, slot0
+
+    @T.macro
+    def zero_rows(out, t0, t1, tid, r0, nr):
+        """``out[t0:t1]`` zeroed on flat value rows ``r0 .. r0 + nr`` (a loop of no trips when
+        ``t1 <= t0``, the case of all checked metadata)."""
+        for it in T.serial(T.ceildiv(T.max(t1 - t0, 0) * nr, THREADS)):
+            idx = it * THREADS + tid
+            if idx < (t1 - t0) * nr:
+                r = r0 + T.truncmod(idx, nr)  # all non-negative: truncated division is floor division
+                out[t0 + T.truncdiv(idx, nr), T.truncdiv(r, DV), T.truncmod(r, DV)] = T.cast(0, idt)
+
+    @T.macro
+    def zero_uncovered(out, Tn, NB, by, tid, start, L, r0, nr):
+        """Tokens no sequence covers (only unchecked metadata leaves any) get zeros: the spans
+        tile one range, so these are a head before sequence 0, zeroed by its programs, and a
+        tail after sequence ``NB - 1``, zeroed by its programs, each on its own ``nr`` value
+        rows from flat row ``r0`` (value head ``r // DV``, row ``r % DV``)."""
+        if by == 0:
+            zero_rows(out, 0, start, tid, r0, nr)
+        if by == NB - 1:
+            zero_rows(out, start + L, Tn, tid, r0, nr)
 
     @T.macro
     def token_buffers(BV):
@@ -174,19 +226,19 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
                     qk_s[rg, 1, col(cc, lane, IV, e)] = xk[cc * IV + e] * fk
 
     @T.macro
-    def stage_slot(slots, Tn, tt, i, last, sl_s, w_s):
+    def stage_slot(slots, Tn, S, tt, i, last, sl_s, w_s):
         """Token ``tt``'s slot into ``sl_s[i]`` and whether it is written into ``w_s[i]``
-        (``last``: it is its sequence's last token). A slot the next token of the sequence
-        writes again is skipped: nothing reads it in between, so the final contents are
-        identical."""
-        sl = T.cast(slots[tt], i32)
+        (``last``: it is its sequence's last token). Padding (a slot outside ``[0, S)``) is not
+        written; nor is a slot the next token of the sequence writes again: nothing reads it
+        in between, so the final contents are identical."""
+        sl = slot_or_padding(slots, tt, S)
         sl_s[i] = sl
-        nxt = T.if_then_else(last, -1, T.cast(slots[T.min(tt + 1, Tn - 1)], i32))
+        nxt = T.if_then_else(last, -1, slot_or_padding(slots, T.min(tt + 1, Tn - 1), S))
         w_s[i] = T.if_then_else(sl >= 0 and sl != nxt, 1, 0)
 
     @T.macro
-    def stage_chunk(query, key_, value, beta, slots, g, gk, scale, Tn, tid, lane, rg, hk, h, v_row0, BV, start, L, base,
-                    xq, xk, dvec, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s):  # fmt: skip
+    def stage_chunk(query, key_, value, beta, slots, g, gk, scale, Tn, S, tid, lane, rg, hk, h, v_row0, BV, start, L,
+                    base, xq, xk, dvec, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s):  # fmt: skip
         """Stage tokens ``base .. base + C`` of the sequence for value head ``h``: q and k
         (:func:`stage_qk`), values of rows ``v_row0 .. v_row0 + BV``, beta, decays, slots
         and write flags (:func:`stage_slot`). The caller syncs before (buffers free) and
@@ -217,7 +269,7 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
                     d_s[tid] = T.exp(g[tt, h])
                 else:
                     d_s[tid] = T.exp(gk[tt, h])
-            stage_slot(slots, Tn, tt, tid, base + tid + 1 >= L, sl_s, w_s)
+            stage_slot(slots, Tn, S, tt, tid, base + tid + 1 >= L, sl_s, w_s)
 
     @T.macro
     def fold_partials(pacc, acc, r):
@@ -287,8 +339,8 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
 
     return SimpleNamespace(
         col=col, decayed=decayed, sequence_span=sequence_span, sequence_first_slot=sequence_first_slot,
-        token_buffers=token_buffers, token_registers=token_registers, stage_qk=stage_qk, stage_slot=stage_slot,
-        stage_chunk=stage_chunk, token_step=token_step,
+        zero_uncovered=zero_uncovered, token_buffers=token_buffers, token_registers=token_registers,
+        stage_qk=stage_qk, stage_slot=stage_slot, stage_chunk=stage_chunk, token_step=token_step,
         ROWS=ROWS, C=C, EPT=EPT, SV=SV, IV=IV, GV=GV, NWARP=NWARP, PS=PS, NSH=NSH,
         vector_decay=vector_decay, scalar_decay=scalar_decay,
     )  # fmt: skip

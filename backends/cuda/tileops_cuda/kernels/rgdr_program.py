@@ -73,7 +73,7 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
 
             red, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s = P.token_buffers(BV)
             Sx, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sx: the running state
-            start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, by, tid, red)
+            start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, S, by, tid, red)
 
             # -- initial state: zeros if padding (an empty sequence skips everything below) --
             for r in T.unroll(R):
@@ -89,8 +89,8 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                 for ch in T.serial(T.ceildiv(L, C)):
                     base = ch * C
                     T.sync_threads()  # the previous chunk's staging buffers are free
-                    P.stage_chunk(query, key_, value, beta, slots, g, gk, scale, Tn, tid, lane, rg, hk, h, vt * BV, BV,
-                                  start, L, base, xq, xk, dvec, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s)  # fmt: skip
+                    P.stage_chunk(query, key_, value, beta, slots, g, gk, scale, Tn, S, tid, lane, rg, hk, h, vt * BV,
+                                  BV, start, L, base, xq, xk, dvec, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s)  # fmt: skip
                     T.sync_threads()
                     # -- the recurrence, token by token, state in registers -------------------
                     for c2 in T.serial(C):
@@ -102,6 +102,7 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                             P.token_step(state, out, Sx, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, lane, rg, h,
                                          vt * BV, 0, start + base + c2, b_s[c2],
                                          d_s[c2] if scalar_decay else T.float32(1))  # fmt: skip
+            P.zero_uncovered(out, Tn, NB, by, tid, start, L, h * DV + vt * BV, BV)
 
     NCH = GRP * DV // BV  # row chunks of one key-head group (stream mode)
     GR = GRP * DV  # rows of one key-head group
@@ -134,7 +135,7 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
 
             Sa, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sa: the chunk being run
             Sb = T.alloc_local((R, EPT), rdt)  # the next chunk, loading meanwhile
-            start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, by, tid, red)
+            start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, S, by, tid, red)
 
             # first chunk of this program's rows
             for r in T.unroll(R):
@@ -202,7 +203,7 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                                                 gk[start + base + idx // (GRP * DK), hk * GRP + (idx // DK) % GRP, idx % DK]
                                             )
                             if tid < C and base + tid < L:
-                                P.stage_slot(slots, Tn, start + base + tid, tid, base + tid + 1 >= L, sl_s, w_s)
+                                P.stage_slot(slots, Tn, S, start + base + tid, tid, base + tid + 1 >= L, sl_s, w_s)
                             T.sync_threads()
 
                         # -- the recurrence on this chunk's rows, token by token --------------
@@ -218,6 +219,7 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                     for r in T.unroll(R):
                         for i in T.unroll(EPT):
                             Sa[r, i] = Sb[r, i]
+            P.zero_uncovered(out, Tn, NB, by, tid, start, L, hk * GR + c_lo * BV, nch * BV)
 
     if tiling.stream:
         body = body_stream  # noqa: F811 - the streaming layout replaces the tiled one

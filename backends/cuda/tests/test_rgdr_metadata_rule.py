@@ -1,0 +1,192 @@
+"""The RGDR TileLang kernel's metadata logic, emulated step by step in Python, follows the rule
+every backend follows (``tileops_cpu_ref.rgdr.clipped_bounds``), on the CPU.
+
+The model below transcribes ``rgdr_pieces``: ``sequence_span`` (per-thread partials over a
+strided loop, a warp xor butterfly, one partial per warp in shared memory, then the warps
+folded, saturating at T for lengths and a maximum for prefix sums, every operand clipped in
+the metadata's own dtype before the int32 cast), ``sequence_first_slot``, ``stage_slot``'s
+validity and skip rule, and ``zero_uncovered``. Every int32 intermediate is checked to fit.
+Hypothesis then checks, for any metadata: each output row is written exactly once (by its
+sequence or zeroed), only tokens inside ``[0, T)`` are read, only slots inside ``[0, S)``
+named by a covered token are read or written, and spans, first slots and each slot's final
+writer are the reference rule's. The GPU fuzz test checks the kernel itself.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tileops_cpu_ref.rgdr import clipped_accepted, clipped_bounds
+from tileops_cuda.kernels import rgdr
+
+I32_MAX = 2**31 - 1
+HUGE = st.sampled_from([2**32, 2**32 + 1, -(2**32) + 1, 2**31, 2**63 - 1, -(2**63)])
+
+
+def i32(x: int) -> int:
+    """An int32 intermediate of the kernel: it must fit (else the kernel would wrap)."""
+    assert -I32_MAX - 1 <= x <= I32_MAX, x
+    return x
+
+
+class KernelModel:
+    """The kernel's metadata steps for one call, one program (``by``) at a time."""
+
+    def __init__(self, style: str, meta: list[int], slots: list[int], accepted: list[int] | None, T: int, S: int,
+                 threads: int) -> None:
+        self.style, self.meta, self.slots, self.accepted, self.T, self.S = style, meta, slots, accepted, T, S
+        self.threads = threads
+        self.B = len(meta) - (style == "cu_seqlens")
+        self.tokens_read: set[int] = set()
+
+    def clip_tokens(self, x: int, lo: int = 0) -> int:
+        """``clip_tokens``: clipped in the metadata dtype (exact here), then cast to int32."""
+        return i32(min(max(x, lo), self.T))
+
+    def slot_or_padding(self, i: int) -> int:
+        assert 0 <= i < self.T, i  # the index a kernel reads slots at
+        s = self.slots[i]
+        return i32(s) if 0 <= s < self.S else -1
+
+    def span(self, by: int) -> tuple[int, int, int]:
+        """``sequence_span``: (start, L, accepted count) of program ``by``."""
+        T, threads, lengths_style = self.T, self.threads, self.style == "lengths"
+        L = self.clip_tokens(self.meta[by] if lengths_style else self.meta[by + 1])
+        acc_n = self.clip_tokens(self.accepted[by], 1) if self.accepted is not None else 1
+        start = 0 if lengths_style else self.clip_tokens(self.meta[by])
+        if by > 0:  # sequence 0 skips the reduction
+            part = [0] * threads
+            for it in range(-(-by // threads)):
+                for tid in range(threads):
+                    i = it * threads + tid
+                    if i < by:
+                        x = self.clip_tokens(self.meta[i])
+                        part[tid] = i32(min(i32(part[tid] + x), T)) if lengths_style else max(part[tid], x)
+            for off in (16, 8, 4, 2, 1):  # shfl_xor within each warp of 32 lanes
+                other = [part[t ^ off] for t in range(threads)]
+                part = [i32(min(i32(a + b), T)) if lengths_style else max(a, b) for a, b in zip(part, other)]
+            for w in range(threads // 32):  # one partial per warp in shared memory, folded
+                start = i32(min(i32(start + part[w * 32]), T)) if lengths_style else max(start, part[w * 32])
+        L = i32(min(i32(start + L), T) - start) if lengths_style else max(i32(L - start), 0)
+        return start, L, min(acc_n, L)
+
+    def run(self) -> tuple[Counter[int], list[tuple[int, int, int]], dict[int, tuple[int, int, int]]]:
+        """(how often each output row is written, the state writes (sequence, token, slot),
+        each program's (start, L, slot0))."""
+        rows: Counter[int] = Counter()
+        writes: list[tuple[int, int, int]] = []
+        spans = {}
+        for by in range(self.B):
+            start, L, acc_n = self.span(by)
+            slot0 = self.slot_or_padding(max(min(start + acc_n - 1, self.T - 1), 0)) if self.T else -1
+            spans[by] = (start, L, slot0)
+            for tt in range(start, start + L):  # stage_chunk / token_step
+                self.tokens_read.add(tt)
+                rows[tt] += 1
+                sl = self.slot_or_padding(tt)
+                nxt = -1 if tt + 1 >= start + L else self.slot_or_padding(min(tt + 1, self.T - 1))
+                if sl >= 0 and sl != nxt:
+                    writes.append((by, tt, sl))
+            if by == 0:  # zero_uncovered: the head
+                rows.update(range(0, start))
+            if by == self.B - 1:  # and the tail
+                rows.update(range(start + L, self.T))
+        return rows, writes, spans
+
+
+@st.composite
+def some_huge(draw: st.DrawFn, values: list[int]) -> list[int]:
+    """``values`` with, in one list of three, up to three elements replaced by values past int32."""
+    if values and draw(st.integers(0, 2)) == 0:
+        for _ in range(draw(st.integers(1, 3))):
+            values[draw(st.integers(0, len(values) - 1))] = draw(HUGE)
+    return values
+
+
+@st.composite
+def any_metadata(draw: st.DrawFn) -> dict:
+    T = draw(st.integers(0, 8) | st.integers(0, 400))
+    B = draw(st.integers(1, 8) | st.integers(129, 160))  # a few sequences, or past one pass of the block
+    style = draw(st.sampled_from(["lengths", "cu_seqlens"]))
+    pool = draw(st.integers(1, 40))
+    width = B + (style == "cu_seqlens")
+    small = st.integers(-3, max(2 * T // B, 2) + 3) if style == "lengths" else st.integers(-3, T + 3)
+    meta = draw(st.lists(small, min_size=width, max_size=width))
+    if style == "cu_seqlens" and draw(st.booleans()):
+        meta.sort()  # mostly plausible prefix sums, some not starting at 0 or past T
+    meta = draw(some_huge(meta))
+    slots = draw(some_huge(draw(st.lists(st.integers(-3, pool + 2), min_size=T, max_size=T))))
+    accepted = draw(st.none() | some_huge(draw(st.lists(st.integers(-2, 9), min_size=B, max_size=B))))
+    return {"T": T, "S": pool, "style": style, "meta": meta, "slots": slots, "accepted": accepted,
+            "threads": draw(st.sampled_from([128, 64]))}
+
+
+@settings(max_examples=150, deadline=None)
+@given(m=any_metadata())
+def test_the_kernels_metadata_steps_follow_the_reference_rule_for_any_metadata(m: dict) -> None:
+    model = KernelModel(m["style"], m["meta"], m["slots"], m["accepted"], m["T"], m["S"], m["threads"])
+    rows, writes, spans = model.run()
+    T, S = m["T"], m["S"]
+    starts, lengths = clipped_bounds(m["meta"], m["style"], T)
+    accepted = None if m["accepted"] is None else clipped_accepted(m["accepted"], lengths)
+
+    assert rows == Counter(range(T)), "an output row written twice or never"
+    assert model.tokens_read <= set(range(T))
+    for b, (start, L, slot0) in spans.items():
+        assert (start, L) == (starts[b], lengths[b])
+        if L > 0:
+            first = m["slots"][start + (accepted[b] if accepted is not None else 1) - 1]
+            assert slot0 == (first if 0 <= first < S else -1)
+    # Each slot's final writer within each sequence: the reference writes every covered token's
+    # slot in [0, S) (the kernel skips a write the same sequence's next token repeats).
+    expected = {}
+    for b, (start, n) in enumerate(zip(starts, lengths)):
+        for t in range(start, start + n):
+            if 0 <= m["slots"][t] < S:
+                expected[(b, m["slots"][t])] = t
+    assert {(b, sl): t for b, t, sl in writes} == expected
+
+
+def test_saturating_prefix_sums_stay_inside_int32_at_the_largest_lengths() -> None:
+    """Lengths of 2**63 - 1 each, over more sequences than one pass of the block: the sum
+    saturates at T on every add, so no int32 intermediate passes 2T (the launcher refuses
+    T >= 2**30)."""
+    T, B = 2**30 - 1, 300
+    model = KernelModel("lengths", [2**63 - 1] * B, [0] * 8, None, T, 4, 128)
+    assert model.span(0)[:2] == (0, T) and model.span(B - 1)[:2] == (T, 0)
+
+
+def _launch_path(style: str):
+    """The launcher's ``run`` for a small key, its compiled functions stood in for by one that
+    must not be called (the cases below never reach a launch)."""
+
+    def unused(*args):
+        raise AssertionError("the kernel was launched")
+
+    key = rgdr.RGDRBuildKey("bfloat16", "float32", 2, 4, 128, 32, style)
+    schedule = rgdr.default_schedule(key)
+    return rgdr._make_run(key, schedule, {t: unused for t in schedule.tilings()}, 4)
+
+
+def test_zero_sequences_give_every_token_zeros_without_a_launch() -> None:
+    run = _launch_path("cu_seqlens")
+    T = 3
+    q, v = torch.randn(T, 2, 128), torch.randn(T, 4, 32)
+    out = torch.full_like(v, float("nan"))
+    run(q, q, v, torch.rand(T, 4), torch.randn(5, 4, 32, 128), torch.tensor([2]), torch.arange(T),
+        torch.rand(T, 4), out=out)
+    assert torch.equal(out, torch.zeros_like(v))
+
+
+def test_a_call_past_the_int32_token_arithmetic_is_refused_before_launch() -> None:
+    limit = rgdr.MAX_TOKENS
+    run = _launch_path("lengths")
+    q = torch.empty(limit, 2, 128, device="meta")
+    v = torch.empty(limit, 4, 32, device="meta")
+    with pytest.raises(ValueError, match=f"RGDR TileLang kernel: T={limit} tokens; its int32 token"):
+        run(q, q, v, None, None, torch.tensor([limit]), None, None, out=v)
