@@ -22,6 +22,10 @@ Kernel shape (why it looks like this; numbers in backends/cuda/NOTES.md):
   waiting for the sequence length, so the chain to the state is two round trips.
 * Nothing depends on B or T at compile time: both are dynamic shapes; the prefix sum of
   ``lengths``-style metadata is computed in the kernel.
+* Unchecked metadata is followed by the rule every backend follows
+  (``tileops_cpu_ref.rgdr.clipped_bounds``): spans clipped into ``[0, T)`` end to end, slots
+  outside the pool are padding, and the uncovered head and tail are zeroed by the programs of
+  the first and last sequence (``rgdr_pieces``).
 
 tilelang is imported inside :func:`rgdr_program`, never at module import.
 """
