@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The pending H200 checks, in sections, for one device call (see benchmarks/gpu/README.md):
+#   bash benchmarks/gpu/run.sh rgdrsafe policy profile norms attndec hfstatic hfdecode
+# Run from the repository root on the GPU machine with the bundle of ../shared/tools/device-bundle.sh
+# carried as .device; every section writes its logs under $OUT and prints a summary.
+source benchmarks/gpu/prefix.sh
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+for s in "$@"; do source "benchmarks/gpu/s_$s.sh"; done
+el done
