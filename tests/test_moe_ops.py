@@ -123,8 +123,16 @@ def test_unpermute_adds_the_shared_output_and_sums_in_float32() -> None:
     index = torch.randperm(T * K, generator=rng).view(T, K)
     w, shared = torch.rand(T, K, generator=rng), torch.randn(T, H, generator=rng).to(torch.bfloat16)
     out = MoEUnpermuteFwdOp()(y, index, w, shared)
-    exact = shared.double() + (w.double().unsqueeze(-1) * y.double()[index]).sum(1)
-    assert torch.equal(out, exact.float().to(torch.bfloat16))  # one rounding of a float32 sum
+    terms = w.double().unsqueeze(-1) * y.double()[index]
+    exact = shared.double() + terms.sum(1)
+    # One rounding of a float32 sum: within half a bf16 unit of the exact value, plus what K + 1
+    # float32 additions can add (a bf16 sum would be off by several half units). Bit-equality
+    # with the float64 value rounded once does not hold: near a bf16 tie the float32 sum's last
+    # bit decides, and fresh random inputs meet such ties now and then.
+    half_unit = torch.exp2(torch.floor(torch.log2(exact.abs().clamp_min(2.0**-126))) - 8)
+    float32_sum = (K + 1) * 2.0**-24 * (shared.double().abs() + terms.abs().sum(1))
+    assert out.dtype is torch.bfloat16
+    assert bool(((out.double() - exact).abs() <= half_unit + float32_sum).all())
 
 
 def test_shared_expert_matches_qwen3_next_mlp_with_its_sigmoid_gate() -> None:
