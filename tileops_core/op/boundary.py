@@ -70,6 +70,8 @@ class Boundary:
         #: Schema arguments after the tensors that make an instance: params, static dims, target,
         #: check_contents (the compile key that follows only keys torch's caches).
         self.n_encoded = len(self.spec.params) + len(self.spec.static_dims) + 2
+        #: Where those arguments stand in a call of the op (what :meth:`instance` takes).
+        self.encoded = slice(self.n_inputs, self.n_inputs + self.n_encoded)
         self._instances: dict[Any, Any] = {}
         self._last: tuple[tuple[Any, ...], Any] | None = None  # (schema arguments, instance) of the last call
         self._lock = threading.Lock()
@@ -97,13 +99,12 @@ class Boundary:
         return (*(enc(env[n]) for enc, n in zip(self.encoders, names)), target, op.checks_contents)
 
     def instance(self, args: Sequence[Any]) -> Any:
-        """An op instance for schema argument values after the tensors (cached: the
-        implementation runs per call); the compile key, if passed, plays no part.
+        """An op instance for the schema arguments that make one (``args[self.encoded]`` of a
+        call: the compile key plays no part), cached: the implementation runs per call.
 
         The arguments of the previous call are compared first (a compiled graph passes the
         same values every call; list equality runs in C), then the key is built.
         """
-        args = args[: self.n_encoded]
         last = self._last
         if last is not None and last[0] == args:
             return last[1]
@@ -215,7 +216,7 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
     padding = [None] * n_buffers
 
     def impl(*args: Any) -> Any:
-        op = boundary_ref[0].instance(args[n_inputs:])
+        op = boundary_ref[0].instance(args[boundary_ref[0].encoded])
         result = op.run_planned([*args[:n_inputs], *padding])
         if single:  # the common case: the op's one output is the custom op's result
             return result
@@ -227,7 +228,7 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
         # plugin load; and Inductor's table holds this op's decomposition exactly when this call
         # decomposes, before Inductor consults it.
         ensure_plugins_loaded()
-        op = boundary_ref[0].instance(args[n_inputs:])
+        op = boundary_ref[0].instance(args[boundary_ref[0].encoded])
         values = list(args[:n_inputs]) + [None] * n_buffers
         plan = definition.plan(op, values, kernels=False)
         sync_decomposition(boundary_ref[0], op, values)

@@ -177,7 +177,7 @@ def _decomposition(boundary: "Boundary") -> Any:
     n_inputs = boundary.n_inputs
 
     def decompose(*args: Any) -> Any:
-        op = boundary.instance(args[n_inputs:])
+        op = boundary.instance(args[boundary.encoded])
         values = list(args[:n_inputs])
         found = _traceable_plan(op, values)
         if found is None:
