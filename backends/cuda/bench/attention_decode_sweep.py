@@ -16,7 +16,7 @@ printed; the JSON is rewritten after every row):
    each in its own process, so one that faults the device is only left out of the timings.
 3. Measures the copy ceiling (``torch.mul`` on 1 GiB, as ``attention_bench.py``).
 4. For each row (Qwen3-Next: NQ 16, NKV 2, D 256, bf16; every sequence at its capacity, as the
-   manifest's ``full`` rows): the current schedule at its planned split count, then each new
+   manifest's ``full`` rows): the serial schedule at its planned split count, then each new
    schedule at the planned split count and at pinned split counts around it. Each is checked
    against a float32 reference (first and last sequence) and timed two ways: ``event`` = the
    median of ``--reps`` single calls after an L2 flush (``attention_bench.py``'s method) and
@@ -26,9 +26,9 @@ printed; the JSON is rewritten after every row):
    row's bytes over the time against the 1 GiB copy's bandwidth.
 5. Prints, per row, the best candidate by graph time and by event time.
 
-Candidates (``DecodeSchedule`` fields): contiguous ``current`` (2 stages, serial combine),
+Candidates (``DecodeSchedule`` fields): contiguous ``serial`` (2 stages, serial combine),
 ``par`` (parallel combine), ``par-3st`` (3 stages, parallel combine); paged (16-token blocks)
-``current`` (16-position tiles, 8 stages, serial combine), ``par`` (same tiles, parallel
+``serial`` (16-position tiles, 8 stages, serial combine), ``par`` (same tiles, parallel
 combine), ``gather`` (64-position tiles gathered from 4 blocks, parallel combine).
 """
 
@@ -60,10 +60,10 @@ from tileops_cuda.kernels.attention_decode import (  # noqa: E402
 
 BLOCK = 16  # the paged rows' block size (vLLM's default)
 
-#: (label, schedule) per layout; the first is the current behaviour.
-CONTIGUOUS = [("current", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
+#: (label, schedule) per layout; the first is the first kernel's (the serial combine), the baseline of the ratios.
+CONTIGUOUS = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
               ("par-3st", DecodeSchedule(stages=3, combine="parallel"))]
-PAGED = [("current", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
+PAGED = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
          ("gather", DecodeSchedule(paged_tiles="gather", combine="parallel"))]
 
 #: (B, context, paged): the issue's range, B = 1 … 64 at 4k … 32k, both layouts.
@@ -184,8 +184,9 @@ def bench_row(B: int, context: int, paged: bool, timer: Timer, copy_bw: float, a
     cands = [(label, s) for label, s in (PAGED if paged else CONTIGUOUS) if f"{layout}/{label}" in passed]
     outs = [torch.empty_like(s["query"]) for s in sets]
     for index, (label, schedule) in enumerate(cands):
-        block_n = split_tiling(decode_key(block, arch), schedule, block)[1].block_n
-        planned = split_plan(B, NKV, capacity, block_n, sms, schedule.min_split_tiles)[0]
+        tiling = split_tiling(decode_key(block, arch), schedule, block)[1]
+        block_n = tiling.block_n
+        planned = split_plan(B, NKV, capacity, block_n, sms * tiling.resident, schedule.min_split_tiles)[0]
         options = [None] if index == 0 else split_options(B, capacity, block_n, sms)
         for pinned in options:
             if pinned == planned:
@@ -219,10 +220,10 @@ def bench_row(B: int, context: int, paged: bool, timer: Timer, copy_bw: float, a
                 log(f"{label:10s} {str(pinned):>6s} FAILED: {type(exc).__name__}: {str(exc)[-300:]}")
     mine = [r for r in results["rows"] if r.get("row") == row and "graph_us" in r and r["ok"]]
     if mine:
-        current = next((r for r in mine if r["candidate"] == "current"), None)
+        current = next((r for r in mine if r["candidate"] == "serial"), None)
         for clock in ("graph", "event"):
             best = min(mine, key=lambda r: r[f"{clock}_us"])
-            gain = f", {current[f'{clock}_us'] / best[f'{clock}_us']:.2f}x the current" if current else ""
+            gain = f", {current[f'{clock}_us'] / best[f'{clock}_us']:.2f}x the serial combine" if current else ""
             log(f"best by {clock}: {best['candidate']} splits={best['splits']} {best[f'{clock}_us']:.2f} us "
                 f"({best[f'pct_same_{clock}']:.1f}% of a same-size copy, {best[f'pct_peak_{clock}']:.1f}% of peak"
                 f"{gain})")

@@ -104,7 +104,10 @@ def test_the_first_matching_rule_picks_the_schedule_else_the_measured_default():
     assert schedule_for(_key(), 17, 8192, rules) == DecodeSchedule()
     assert schedule_for(_key(), 1, 8193, rules) == DecodeSchedule()
     assert schedule_for(_key(paged=True, table_dtype="int32"), 64, 32768, rules) == paged
-    assert schedule_for(_key(), 1, 4096) == DecodeSchedule()  # no rule is set until a sweep measures one
+    # the measured rule: parallel combine everywhere, gathered paged tiles
+    assert schedule_for(_key(), 1, 4096) == DecodeSchedule(combine="parallel")
+    assert schedule_for(_key(paged=True, table_dtype="int32"), 8, 32768) == DecodeSchedule(paged_tiles="gather",
+                                                                                            combine="parallel")
 
 
 @pytest.mark.parametrize("changes,word", [
@@ -117,6 +120,14 @@ def test_schedule_fields_outside_their_choices_are_refused_by_name(changes, word
 
     with pytest.raises(ValueError, match=word.replace("(", r"\(")):
         DecodeSchedule(**changes)
+
+
+def test_gathered_tiles_hold_two_programs_a_multiprocessor_so_the_plan_splits_twice_as_far():
+    from tileops_cuda.kernels.attention_decode import page_layout
+
+    _, tiling = page_layout(16, "gather")
+    assert tiling.resident == 2 and page_layout(64, "gather")[1].resident == 1
+    assert split_plan(16, 2, 8192, 64, H200_SMS * tiling.resident)[0] == 2 * split_plan(16, 2, 8192, 64, H200_SMS)[0] == 8
 
 
 def test_a_minimum_of_tiles_a_split_gives_fewer_longer_splits():

@@ -100,9 +100,15 @@ class ScheduleRule:
 
 
 #: The rule: the first matching entry's schedule, else ``DecodeSchedule()`` (what the first H200
-#: measurements ran). Set from ``bench/attention_decode_sweep.py``'s output, one entry per row
-#: class whose best schedule differs from the default.
-SCHEDULE_RULES: tuple[ScheduleRule, ...] = ()
+#: measurements ran). Set from ``bench/attention_decode_sweep.py``'s output on the H200
+#: (2026-12-02, ``backends/cuda/bench/results/session-2026-12-02e/attndec_sweep.log``): the
+#: parallel combine is never slower and 1.5-2.0x faster where a sequence is split 64 ways
+#: (B=1), three stages gain nothing over two, and on the paged layout (16-token blocks) the
+#: gathered tiles, two programs to a multiprocessor, are 1.35-1.57x faster on every row.
+SCHEDULE_RULES: tuple[ScheduleRule, ...] = (
+    ScheduleRule(DecodeSchedule(combine="parallel"), paged=False),
+    ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="parallel"), paged=True),
+)
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,9 @@ class DecodeBuildKey:
 class DecodeTiling:
     """How a split program is laid out: ``block_h`` score rows (the group's query heads,
     zero-padded to a tensor-core tile), ``block_n`` cache positions a pipeline stage,
-    ``stages`` stages; ``gather``: paged tiles gathered row by row (see :data:`PAGED_TILES`)."""
+    ``stages`` stages; ``gather``: paged tiles gathered row by row (see :data:`PAGED_TILES`);
+    ``resident``: programs a multiprocessor holds at once, which :func:`split_plan` fills (the
+    gathered program's single stage leaves shared memory for two)."""
 
     block_h: int = 64
     block_n: int = 64
@@ -133,6 +141,7 @@ class DecodeTiling:
     threads: int = 128
     combine_threads: int = 128
     gather: bool = False
+    resident: int = 1
 
 
 def default_tiling(key: DecodeBuildKey) -> DecodeTiling:
@@ -151,7 +160,7 @@ def page_layout(block_size: int, paged_tiles: str = "block") -> tuple[int, Decod
     a multiple of 64 (those are one bulk copy a tile either way).
     """
     if paged_tiles == "gather" and block_size % 64:
-        return block_size, DecodeTiling(stages=1, gather=True)
+        return block_size, DecodeTiling(stages=1, gather=True, resident=2)
     for block_n in (64, 32, 16):
         if block_size % block_n == 0:
             return block_size, DecodeTiling(block_n=block_n, stages=2 * 64 // block_n)
@@ -207,8 +216,9 @@ def split_plan(batch: int, kv_heads: int, capacity: int, block_n: int, sms: int,
 
     Chooses the fewest splits (of whole tiles, at least ``min_split_tiles`` each where the
     context has that many) whose grid of ``batch · kv_heads · splits`` programs fills the
-    ``sms`` multiprocessors to within 90% of the best wave efficiency reachable (a program
-    per multiprocessor at a time: each holds ~160 KiB of shared memory). The capacity stands
+    ``sms`` program slots to within 90% of the best wave efficiency reachable (the caller
+    passes multiprocessors times :attr:`DecodeTiling.resident`: a two-stage program holds
+    ~160 KiB of shared memory, one to a multiprocessor). The capacity stands
     for the context: a sequence shorter than it leaves its later splits idle (they return at
     once), and nothing on the device is read to decide.
     """
@@ -294,11 +304,12 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
 
     def plan(B: int, block_size: int | None, capacity: int, device: Any) -> _Plan:
         schedule = schedule_for(key, B, capacity)
-        block_n = split_tiling(key, schedule, block_size)[1].block_n
+        tiling = split_tiling(key, schedule, block_size)[1]
         if schedule.splits is not None:
-            splits, chunk = pinned_split(capacity, block_n, schedule.splits)
+            splits, chunk = pinned_split(capacity, tiling.block_n, schedule.splits)
         else:
-            splits, chunk = split_plan(B, NKV, capacity, block_n, multiprocessors(device), schedule.min_split_tiles)
+            splits, chunk = split_plan(B, NKV, capacity, tiling.block_n, multiprocessors(device) * tiling.resident,
+                                       schedule.min_split_tiles)
         return programs(block_size, schedule), combines(schedule.combine), splits, chunk
 
     def attention_decode(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,
