@@ -58,7 +58,7 @@ def test_a_table_row_without_an_entry_for_a_width_names_the_fix(monkeypatch):
 def test_the_block_shape_of_a_key_is_its_fields_after_the_arch():
     key = with_block_shape("TileLangGatedRMSNorm", gated_rmsnorm.GatedRMSNormBuildKey("bfloat16", 128), 256)
     assert block_shape_of(key) == {"threads": 0, "rows": 0, "programs": 0, "early_weight": True, "registers": 64,
-                                   "fast_silu": False}
+                                   "fast_silu": True}
 
 
 @pytest.mark.parametrize("fields,reason", [
