@@ -368,8 +368,14 @@ def _prepare(way: str, s: _Step, device: torch.device,
         compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
     else:
         raise TileOpsError(f"unknown way {way!r} (known: {', '.join(WAYS)})")
-    for _ in range(3):
-        compiled(s.x, s.state)  # compile and warm up (reduce-overhead records its graph here)
+    # Compiled cold, never from torch's on-disk caches: a cached graph skips the trace in which
+    # the policy decides, so what the step inlined (``decomposed_ops``) would not be what it runs.
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+        for _ in range(3):
+            compiled(s.x, s.state)  # compile and warm up (reduce-overhead records its graph here)
     return lambda: compiled(s.x, s.state)
 
 
