@@ -34,7 +34,6 @@ from .checks import Branch, contents_checking_default
 from .definition import OpDef, bind_at_definition, definition_of
 from .plan import CURRENT, CallPlan
 from .overlap import extents_of
-from .same_call import make_matcher
 
 _grad_enabled = torch.is_grad_enabled
 
@@ -203,14 +202,14 @@ class Op:
             # The last plan's own key, yet its matcher missed: it was made where the dispatch
             # state differs (an eager call versus the compile boundary's implementation, below
             # autograd). Make it here. (Calls alternating between shapes keep their matchers.)
-            plan.matches = make_matcher(values)
+            plan.match_calls_like(values)
         if plan is None or plan.generation != GENERATION[0]:
             plan = self._def.plan(self, values, branches=self._branches)
             if key is not None and not plan.device_by_default:
                 if len(self._plans) >= MAX_PLANS:
                     self._plans.clear()
                 self._plans[key] = plan
-                plan.matches = make_matcher(values)
+                plan.match_calls_like(values)
         self._last_plan = self._calls.plan = plan
         return plan
 
@@ -221,16 +220,19 @@ class Op:
         if (plan is None or plan.generation != GENERATION[0] or plan.matches is None
                 or not plan.matches(values)):
             plan = self._plan_of(values)
-            extents = None
+            matched = False
         else:
             self._calls.plan = plan
-            extents = plan.matches.extents
+            matched = True
         if plan.buffer_args:
             plan.check_buffers(values)  # step 5's storage check reads the buffer object, not the key
         if plan.noncontiguous_args:
             plan.check_expanded_inputs(values)
         if plan.mutated_inputs:  # step 5 for the inputs a kernel writes: it reads the objects too
-            plan.check_written_inputs(values, extents if extents is not None else extents_of(values))
+            if matched:
+                plan.check_matched_written(values)  # type: ignore[misc]  # set with the matcher
+            else:
+                plan.check_written_inputs(values, extents_of(values))
         if self._check_contents:
             self.check_contents(**dict(zip(self._def.arg_names, values)))
         if plan.empty:

@@ -27,7 +27,7 @@ from ..kernels.registry import backend_of
 from ..kernels.targets import Target
 from ..lang.tensor_meta import TensorMeta
 from .overlap import expanded_beyond_limit, overlapping_argument, overlaps_itself
-from .same_call import Matcher
+from .same_call import Matcher, make_matcher
 from .torchtypes import name_of
 
 __all__ = ["BoundKernels", "CallPlan", "CURRENT", "TensorMeta", "is_zero", "numel"]
@@ -206,6 +206,8 @@ class CallPlan:
     bound: dict[Target | None, BoundKernels] = field(default_factory=dict)
     #: The fast same-metadata check of this plan's key (:mod:`.same_call`), when there is one.
     matches: Matcher | None = None
+    #: Step 5's check of written inputs on a call ``matches`` accepts (see :meth:`match_calls_like`).
+    check_matched_written: Callable[[Sequence[Any]], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.out_locs:
@@ -243,6 +245,45 @@ class CallPlan:
         bound = BoundKernels(self, target, select)
         self.bound[target] = bound
         return bound
+
+    def match_calls_like(self, values: Sequence[Any]) -> None:
+        """Make :attr:`matches` for calls with the metadata of ``values``, and with it the check of
+        written inputs that such calls run (:attr:`check_matched_written`).
+
+        A matched call has these sizes and strides, so each argument's byte extent, and whether
+        a written input overlaps itself, are known here: what the overlap rule compares per
+        call is decided once.
+        """
+        self.matches = make_matcher(values)
+        self.check_matched_written = None
+        if self.matches is not None and self.mutated_inputs:
+            self.check_matched_written = self._written_inputs_check(values, self.matches.extents)
+
+    def _written_inputs_check(self, values: Sequence[Any], extents: Sequence[int]) -> Callable[[Sequence[Any]], None]:
+        """:meth:`check_written_inputs` for calls with the sizes and strides of ``values``, as one closure.
+
+        Per written input it holds its extent and the other arguments that touch memory, with
+        theirs; a call reads one ``data_ptr()`` per such argument and compares ranges. Anything
+        suspect (an input that overlaps itself, two ranges that meet) goes to the full check,
+        which decides exactly (interleaved views pass) and names the overlap.
+        """
+        full = self.check_written_inputs
+        if any(m in self.noncontiguous_args and overlaps_itself(values[m]) for m in self.mutated_inputs):
+            return lambda vals: full(vals, extents)  # refused on every such call, as on the first
+        ranges = tuple((m, extents[m], tuple((j, e) for j, e in enumerate(extents) if e and j != m))
+                       for m in self.mutated_inputs if extents[m])
+
+        def check(vals: Sequence[Any]) -> None:
+            for m, size, others in ranges:
+                lo = vals[m].data_ptr()
+                hi = lo + size
+                for j, e in others:
+                    p = vals[j].data_ptr()
+                    if p < hi and lo < p + e:
+                        return full(vals, extents)
+            return None
+
+        return check
 
     # -- empty calls and step 5 -------------------------------------------------------------
 
