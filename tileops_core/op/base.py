@@ -43,7 +43,7 @@ _warned_full_shape: set[type] = set()
 #: Plans kept per op instance before the oldest are dropped (dynamic shapes).
 MAX_PLANS = 4096
 #: Instance attributes a copy does not carry: caches rebuilt on use, and the class's definition.
-_PER_PROCESS = frozenset({"_def", "_key", "_plans", "_branches", "_last_plan", "_calls"})
+_PER_PROCESS = frozenset({"_def", "_key", "_forward_positional", "_plans", "_branches", "_last_plan", "_calls"})
 
 
 def current_call() -> tuple["Op", CallPlan, Sequence[Any]]:
@@ -106,6 +106,7 @@ class Op:
         self._calls = threading.local()  # .plan: this thread's last plan (last_plan, last_call_env)
         self._n_args = definition.n_args
         self._key = definition.key
+        self._forward_positional = definition.forward_positional
         #: The schema arguments a compiled call passes after the tensors (params, static dims, target).
         self._boundary_args = () if definition.boundary is None else definition.boundary.encode(self)
         for name in (*definition.spec.params, *definition.spec.static_dims):
@@ -246,19 +247,23 @@ class Op:
         try:
             if plan.reads_grad and _grad_enabled():  # (under no_grad already: the plain path)
                 result = self._forward_without_grad(plan, values)
-            elif plan.n_buffers == 0 or self._def.buffers_by_position:
+            elif self._forward_positional or plan.n_buffers == 0:
                 result = self.forward(*values)
             else:
                 result = self._forward_with_buffers(plan, values)
         finally:
             CURRENT.call = previous
+        made = plan.made
+        if result is made.out and result is not None:  # step 7 holds by construction (see CallPlan.made)
+            made.out = None
+            return result
         return plan.check_outputs(result, values)
 
     def _forward_without_grad(self, plan: CallPlan, values: Sequence[Any]) -> Any:
         """``forward`` for a call where some argument requires grad: ops record no backward (they
         are forward, inference ops), so no kernel sees autograd and no output requires grad."""
         with torch.no_grad():
-            if plan.n_buffers == 0 or self._def.buffers_by_position:
+            if self._forward_positional or plan.n_buffers == 0:
                 return self.forward(*values)
             return self._forward_with_buffers(plan, values)
 
@@ -319,7 +324,7 @@ class Op:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         definition = type(self).definition()
-        self._def, self._key = definition, definition.key
+        self._def, self._key, self._forward_positional = definition, definition.key, definition.forward_positional
         self._plans, self._branches, self._last_plan = {}, {}, None
         self._calls = threading.local()
 

@@ -151,7 +151,8 @@ def _run_kernel(kernel: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
 
 
 class _Made:
-    """The output a ``writes_outputs`` launcher allocated on this plan's latest call.
+    """The output a ``writes_outputs`` launcher allocated on this plan's latest call: a call
+    whose result is this object passes step 7 without a check (``Op._call``), and clears it.
 
     Per plan, not per thread: two threads calling one plan at once can overwrite it, and then
     the result simply goes to the full step-7 check (never a wrong answer, only a slower one)."""
@@ -362,9 +363,9 @@ class CallPlan:
     def _one_fresh_output_check(self) -> Callable[[Any, Sequence[Any]], Any]:
         """Step 7 for the common plan, one freshly allocated output, as a closure over its facts.
 
-        A result the plan itself allocated (a ``writes_outputs`` kernel) passes at once: its
-        metadata is right by construction and its storage is new. Anything else that looks
-        off goes to the full check, which names what is wrong.
+        A result the plan itself allocated (a ``writes_outputs`` kernel) never comes here: the
+        op returns it at once (:attr:`made`), its metadata right by construction and its
+        storage new. Anything here that looks off goes to the full check, which names what is wrong.
         """
         shape, dtype, device = self.out_shapes[0], self.out_dtypes[0], self.device
         on_cpu = device.type == "cpu"
@@ -372,12 +373,8 @@ class CallPlan:
         nonempty = self._slots[0][3]
         full = self.check_outputs_in_full
         op, name, loc = self.op, self.out_names[0], self.out_locs[0]
-        made = self.made
 
         def check(result: Any, values: Sequence[Any]) -> Any:
-            if result is made.out and result is not None:
-                made.out = None
-                return result
             if ((type(result) is not _Tensor and not isinstance(result, _Tensor)) or result.shape != shape
                     or result.dtype is not dtype or result.layout is not _STRIDED
                     or (not result.is_cpu if on_cpu else result.device != device)
@@ -394,9 +391,6 @@ class CallPlan:
 
     def check_outputs_in_full(self, result: Any, values: Sequence[Any]) -> Any:
         """Step 7: count, None-ness, shape, dtype, device, layout, identity, storage sharing."""
-        if result is not None and result is self.made.out:
-            self.made.out = None
-            return result
         if self._single:
             outs: Sequence[Any] = (result,)
         elif isinstance(result, (tuple, list)) and len(result) == len(self.out_shapes):
