@@ -218,20 +218,20 @@ class Op:
         # The hot path (see the module docstring), written out in one frame: a repeated call
         # is the matcher of the last plan, the bound launchers, forward and step 7.
         plan = self._last_plan
-        if (plan is None or plan.generation != GENERATION[0] or plan.matches is None
-                or not plan.matches(values)):
+        matches = None if plan is None or plan.generation != GENERATION[0] else plan.matches
+        if plan is None or matches is None or not matches(values):
             plan = self._plan_of(values)
-            matched = False
+            matches = None
         else:
             self._calls.plan = plan
-            matched = True
         if plan.buffer_args:
             plan.check_buffers(values)  # step 5's storage check reads the buffer object, not the key
         if plan.noncontiguous_args:
             plan.check_expanded_inputs(values)
         if plan.mutated_inputs:  # step 5 for the inputs a kernel writes: it reads the objects too
-            if matched:
-                plan.check_matched_written(values)  # type: ignore[misc]  # set with the matcher
+            check = None if matches is None else matches.check_written  # (set on every matcher of such a plan)
+            if check is not None:
+                check(values)
             else:
                 plan.check_written_inputs(values, extents_of(values))
         if self._check_contents:

@@ -205,10 +205,9 @@ class CallPlan:
     generation: int = -1
     #: Per target: the launchers bound to their kernels.
     bound: dict[Target | None, BoundKernels] = field(default_factory=dict)
-    #: The fast same-metadata check of this plan's key (:mod:`.same_call`), when there is one.
+    #: The fast same-metadata check of this plan's key (:mod:`.same_call`), when there is one;
+    #: :meth:`match_calls_like` makes it.
     matches: Matcher | None = None
-    #: Step 5's check of written inputs on a call ``matches`` accepts (see :meth:`match_calls_like`).
-    check_matched_written: Callable[[Sequence[Any]], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.out_locs:
@@ -248,17 +247,18 @@ class CallPlan:
         return bound
 
     def match_calls_like(self, values: Sequence[Any]) -> None:
-        """Make :attr:`matches` for calls with the metadata of ``values``, and with it the check of
-        written inputs that such calls run (:attr:`check_matched_written`).
+        """Make :attr:`matches` for calls with the metadata of ``values``, carrying the check of
+        written inputs that the calls it accepts run (its ``check_written``).
 
         A matched call has these sizes and strides, so each argument's byte extent, and whether
         a written input overlaps itself, are known here: what the overlap rule compares per
-        call is decided once.
+        call is decided once. The check travels on the matcher, so a thread that matched with
+        one matcher never runs the check made for another.
         """
-        self.matches = make_matcher(values)
-        self.check_matched_written = None
-        if self.matches is not None and self.mutated_inputs:
-            self.check_matched_written = self._written_inputs_check(values, self.matches.extents)
+        matches = make_matcher(values)
+        if matches is not None and self.mutated_inputs:
+            matches.check_written = self._written_inputs_check(values, matches.extents)
+        self.matches = matches
 
     def _written_inputs_check(self, values: Sequence[Any], extents: Sequence[int]) -> Callable[[Sequence[Any]], None]:
         """:meth:`check_written_inputs` for calls with the sizes and strides of ``values``, as one closure.
