@@ -111,3 +111,32 @@ def test_inputs_that_require_grad_are_read_without_recording_a_backward_on_fresh
         out = op(**{**args, "state": state})
         assert not out.requires_grad
         assert torch.equal(out, expected) and torch.equal(state, expected_state)
+
+
+def test_a_state_pool_that_overlaps_itself_is_refused_on_every_call_with_its_layout():
+    # The second call has the first's sizes and strides: the plan's same-call matcher accepts it,
+    # and the overlap rule must still refuse it.
+    args = _batch([2, 1])
+    args["state"] = args["state"][:1].expand(args["state"].shape)
+    op = RecurrentGatedDeltaRuleFwdOp()
+    messages = []
+    for _ in range(2):
+        with pytest.raises(CheckError) as info:
+            op(**args)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1] and "overlaps itself" in messages[0]
+
+
+def test_interleaved_views_are_accepted_on_every_call_with_their_layout():
+    args = _batch([2, 1])
+    state, value = args["state"], args["value"]
+    T = value.shape[0]
+    expected_state = state.clone()
+    expected = RecurrentGatedDeltaRuleFwdOp()(**{**args, "state": expected_state, "value": value.clone()})
+    op = RecurrentGatedDeltaRuleFwdOp()
+    for _ in range(2):  # the second call takes the matched path: ranges meet, elements do not
+        buf = torch.empty(*state.shape[:3], state.shape[3] + 1)
+        args["state"] = buf[..., :-1].copy_(state)
+        args["value"] = buf[:T, :, :, -1].copy_(value)
+        out = op(**args)
+        assert torch.equal(out, expected) and torch.equal(args["state"], expected_state)

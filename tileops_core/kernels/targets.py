@@ -77,11 +77,20 @@ def parse_target(text: str | Target | None, source: str = "explicit") -> Target 
 
 _scoped: ContextVar[Target | None] = ContextVar("tileops_target", default=None)
 _process: list[Target | None] = [None]
+_env_target: list[Target | TileOpsError | None] = [None]
+#: The process-wide layers resolved: set_target()'s target, else TILEOPS_TARGET's (or the error
+#: reading it). Kept up to date by their setters, so that an op call reads one slot, not three.
+_process_wide: list[Target | TileOpsError | None] = [None]
+
+
+def _resolve_process_wide() -> None:
+    _process_wide[0] = _process[0] if _process[0] is not None else _env_target[0]
 
 
 def set_target(target: str | Target | None) -> None:
     """Pin (or with None, unpin) the target for the whole process."""
     _process[0] = parse_target(target, "set_target()")
+    _resolve_process_wide()
 
 
 @contextlib.contextmanager
@@ -98,18 +107,10 @@ def current_target(op_target: Target | None = None) -> Target | None:
     """The effective target: op's > scoped > process > TILEOPS_TARGET > None."""
     if op_target is not None:
         return op_target
-    scoped = _scoped.get()
-    if scoped is not None:
-        return scoped
-    if _process[0] is not None:
-        return _process[0]
-    env_target = _env_target[0]
-    if isinstance(env_target, TileOpsError):
-        raise env_target
-    return env_target
-
-
-_env_target: list[Target | TileOpsError | None] = [None]
+    target = _scoped.get() or _process_wide[0]  # a Target is always true
+    if isinstance(target, TileOpsError):
+        raise target
+    return target
 
 
 def refresh_env_target() -> None:
@@ -122,6 +123,7 @@ def refresh_env_target() -> None:
         _env_target[0] = parse_target(env, "TILEOPS_TARGET") if env else None
     except TileOpsError as exc:
         _env_target[0] = TileOpsError(f"TILEOPS_TARGET: {exc}")
+    _resolve_process_wide()
 
 
 refresh_env_target()

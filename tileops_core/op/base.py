@@ -34,7 +34,6 @@ from .checks import Branch, contents_checking_default
 from .definition import OpDef, bind_at_definition, definition_of
 from .plan import CURRENT, CallPlan
 from .overlap import extents_of
-from .same_call import make_matcher
 
 _grad_enabled = torch.is_grad_enabled
 
@@ -44,7 +43,7 @@ _warned_full_shape: set[type] = set()
 #: Plans kept per op instance before the oldest are dropped (dynamic shapes).
 MAX_PLANS = 4096
 #: Instance attributes a copy does not carry: caches rebuilt on use, and the class's definition.
-_PER_PROCESS = frozenset({"_def", "_key", "_plans", "_branches", "_last_plan", "_calls"})
+_PER_PROCESS = frozenset({"_def", "_key", "_forward_positional", "_plans", "_branches", "_last_plan", "_calls"})
 
 
 def current_call() -> tuple["Op", CallPlan, Sequence[Any]]:
@@ -107,6 +106,7 @@ class Op:
         self._calls = threading.local()  # .plan: this thread's last plan (last_plan, last_call_env)
         self._n_args = definition.n_args
         self._key = definition.key
+        self._forward_positional = definition.forward_positional
         #: The schema arguments a compiled call passes after the tensors (params, static dims, target).
         self._boundary_args = () if definition.boundary is None else definition.boundary.encode(self)
         for name in (*definition.spec.params, *definition.spec.static_dims):
@@ -203,14 +203,14 @@ class Op:
             # The last plan's own key, yet its matcher missed: it was made where the dispatch
             # state differs (an eager call versus the compile boundary's implementation, below
             # autograd). Make it here. (Calls alternating between shapes keep their matchers.)
-            plan.matches = make_matcher(values)
+            plan.match_calls_like(values)
         if plan is None or plan.generation != GENERATION[0]:
             plan = self._def.plan(self, values, branches=self._branches)
             if key is not None and not plan.device_by_default:
                 if len(self._plans) >= MAX_PLANS:
                     self._plans.clear()
                 self._plans[key] = plan
-                plan.matches = make_matcher(values)
+                plan.match_calls_like(values)
         self._last_plan = self._calls.plan = plan
         return plan
 
@@ -218,19 +218,22 @@ class Op:
         # The hot path (see the module docstring), written out in one frame: a repeated call
         # is the matcher of the last plan, the bound launchers, forward and step 7.
         plan = self._last_plan
-        if (plan is None or plan.generation != GENERATION[0] or plan.matches is None
-                or not plan.matches(values)):
+        matches = None if plan is None or plan.generation != GENERATION[0] else plan.matches
+        if plan is None or matches is None or not matches(values):
             plan = self._plan_of(values)
-            extents = None
+            matches = None
         else:
             self._calls.plan = plan
-            extents = plan.matches.extents
         if plan.buffer_args:
             plan.check_buffers(values)  # step 5's storage check reads the buffer object, not the key
         if plan.noncontiguous_args:
             plan.check_expanded_inputs(values)
         if plan.mutated_inputs:  # step 5 for the inputs a kernel writes: it reads the objects too
-            plan.check_written_inputs(values, extents if extents is not None else extents_of(values))
+            check = None if matches is None else matches.check_written  # (set on every matcher of such a plan)
+            if check is not None:
+                check(values)
+            else:
+                plan.check_written_inputs(values, extents_of(values))
         if self._check_contents:
             self.check_contents(**dict(zip(self._def.arg_names, values)))
         if plan.empty:
@@ -244,19 +247,23 @@ class Op:
         try:
             if plan.reads_grad and _grad_enabled():  # (under no_grad already: the plain path)
                 result = self._forward_without_grad(plan, values)
-            elif plan.n_buffers == 0 or self._def.buffers_by_position:
+            elif self._forward_positional or plan.n_buffers == 0:
                 result = self.forward(*values)
             else:
                 result = self._forward_with_buffers(plan, values)
         finally:
             CURRENT.call = previous
+        made = plan.made
+        if result is made.out and result is not None:  # step 7 holds by construction (see CallPlan.made)
+            made.out = None
+            return result
         return plan.check_outputs(result, values)
 
     def _forward_without_grad(self, plan: CallPlan, values: Sequence[Any]) -> Any:
         """``forward`` for a call where some argument requires grad: ops record no backward (they
         are forward, inference ops), so no kernel sees autograd and no output requires grad."""
         with torch.no_grad():
-            if plan.n_buffers == 0 or self._def.buffers_by_position:
+            if self._forward_positional or plan.n_buffers == 0:
                 return self.forward(*values)
             return self._forward_with_buffers(plan, values)
 
@@ -317,7 +324,7 @@ class Op:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         definition = type(self).definition()
-        self._def, self._key = definition, definition.key
+        self._def, self._key, self._forward_positional = definition, definition.key, definition.forward_positional
         self._plans, self._branches, self._last_plan = {}, {}, None
         self._calls = threading.local()
 

@@ -58,6 +58,8 @@ class OpDef:
         self.written_args = self.checks.written_args
         self.buffers_by_position = bool(self.checks.buffers) and _forward_takes_buffers_by_position(
             op_cls, self.arg_names)
+        #: forward takes every argument by position (it lists its out buffers, or has none).
+        self.forward_positional = self.buffers_by_position or not self.checks.buffers
         # Contiguity enters the key where a check or a kernel depends on it (a mutated input's
         # check of overlapping itself runs only on plans where it is not contiguous).
         self.key_has_contiguity = (self.checks.any_contiguous_arg or bool(self.checks.mutated_inputs)

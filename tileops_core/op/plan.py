@@ -27,7 +27,7 @@ from ..kernels.registry import backend_of
 from ..kernels.targets import Target
 from ..lang.tensor_meta import TensorMeta
 from .overlap import expanded_beyond_limit, overlapping_argument, overlaps_itself
-from .same_call import Matcher
+from .same_call import Matcher, make_matcher
 from .torchtypes import name_of
 
 __all__ = ["BoundKernels", "CallPlan", "CURRENT", "TensorMeta", "is_zero", "numel"]
@@ -151,7 +151,8 @@ def _run_kernel(kernel: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
 
 
 class _Made:
-    """The output a ``writes_outputs`` launcher allocated on this plan's latest call.
+    """The output a ``writes_outputs`` launcher allocated on this plan's latest call: a call
+    whose result is this object passes step 7 without a check (``Op._call``), and clears it.
 
     Per plan, not per thread: two threads calling one plan at once can overwrite it, and then
     the result simply goes to the full step-7 check (never a wrong answer, only a slower one)."""
@@ -204,7 +205,8 @@ class CallPlan:
     generation: int = -1
     #: Per target: the launchers bound to their kernels.
     bound: dict[Target | None, BoundKernels] = field(default_factory=dict)
-    #: The fast same-metadata check of this plan's key (:mod:`.same_call`), when there is one.
+    #: The fast same-metadata check of this plan's key (:mod:`.same_call`), when there is one;
+    #: :meth:`match_calls_like` makes it.
     matches: Matcher | None = None
 
     def __post_init__(self) -> None:
@@ -243,6 +245,46 @@ class CallPlan:
         bound = BoundKernels(self, target, select)
         self.bound[target] = bound
         return bound
+
+    def match_calls_like(self, values: Sequence[Any]) -> None:
+        """Make :attr:`matches` for calls with the metadata of ``values``, carrying the check of
+        written inputs that the calls it accepts run (its ``check_written``).
+
+        A matched call has these sizes and strides, so each argument's byte extent, and whether
+        a written input overlaps itself, are known here: what the overlap rule compares per
+        call is decided once. The check travels on the matcher, so a thread that matched with
+        one matcher never runs the check made for another.
+        """
+        matches = make_matcher(values)
+        if matches is not None and self.mutated_inputs:
+            matches.check_written = self._written_inputs_check(values, matches.extents)
+        self.matches = matches
+
+    def _written_inputs_check(self, values: Sequence[Any], extents: Sequence[int]) -> Callable[[Sequence[Any]], None]:
+        """:meth:`check_written_inputs` for calls with the sizes and strides of ``values``, as one closure.
+
+        Per written input it holds its extent and the other arguments that touch memory, with
+        theirs; a call reads one ``data_ptr()`` per such argument and compares ranges. Anything
+        suspect (an input that overlaps itself, two ranges that meet) goes to the full check,
+        which decides exactly (interleaved views pass) and names the overlap.
+        """
+        full = self.check_written_inputs
+        if any(m in self.noncontiguous_args and overlaps_itself(values[m]) for m in self.mutated_inputs):
+            return lambda vals: full(vals, extents)  # refused on every such call, as on the first
+        ranges = tuple((m, extents[m], tuple((j, e) for j, e in enumerate(extents) if e and j != m))
+                       for m in self.mutated_inputs if extents[m])
+
+        def check(vals: Sequence[Any]) -> None:
+            for m, size, others in ranges:
+                lo = vals[m].data_ptr()
+                hi = lo + size
+                for j, e in others:
+                    p = vals[j].data_ptr()
+                    if p < hi and lo < p + e:
+                        return full(vals, extents)
+            return None
+
+        return check
 
     # -- empty calls and step 5 -------------------------------------------------------------
 
@@ -321,9 +363,9 @@ class CallPlan:
     def _one_fresh_output_check(self) -> Callable[[Any, Sequence[Any]], Any]:
         """Step 7 for the common plan, one freshly allocated output, as a closure over its facts.
 
-        A result the plan itself allocated (a ``writes_outputs`` kernel) passes at once: its
-        metadata is right by construction and its storage is new. Anything else that looks
-        off goes to the full check, which names what is wrong.
+        A result the plan itself allocated (a ``writes_outputs`` kernel) never comes here: the
+        op returns it at once (:attr:`made`), its metadata right by construction and its
+        storage new. Anything here that looks off goes to the full check, which names what is wrong.
         """
         shape, dtype, device = self.out_shapes[0], self.out_dtypes[0], self.device
         on_cpu = device.type == "cpu"
@@ -331,12 +373,8 @@ class CallPlan:
         nonempty = self._slots[0][3]
         full = self.check_outputs_in_full
         op, name, loc = self.op, self.out_names[0], self.out_locs[0]
-        made = self.made
 
         def check(result: Any, values: Sequence[Any]) -> Any:
-            if result is made.out and result is not None:
-                made.out = None
-                return result
             if ((type(result) is not _Tensor and not isinstance(result, _Tensor)) or result.shape != shape
                     or result.dtype is not dtype or result.layout is not _STRIDED
                     or (not result.is_cpu if on_cpu else result.device != device)
@@ -353,9 +391,6 @@ class CallPlan:
 
     def check_outputs_in_full(self, result: Any, values: Sequence[Any]) -> Any:
         """Step 7: count, None-ness, shape, dtype, device, layout, identity, storage sharing."""
-        if result is not None and result is self.made.out:
-            self.made.out = None
-            return result
         if self._single:
             outs: Sequence[Any] = (result,)
         elif isinstance(result, (tuple, list)) and len(result) == len(self.out_shapes):

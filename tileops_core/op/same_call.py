@@ -26,9 +26,12 @@ __all__ = ["Matcher", "make_matcher"]
 class Matcher(Protocol):
     """``matches(values) -> bool``: the values have the metadata of the call the plan was made
     for. ``extents``: each argument's byte extent on such calls (sizes and strides fix it), what
-    the overlap check of mutated inputs reads on a matched call (:mod:`.overlap`)."""
+    the overlap check of mutated inputs reads on a matched call (:mod:`.overlap`);
+    ``check_written``: that check for the matched calls of a plan with mutated inputs, which the
+    plan attaches (None until then)."""
 
     extents: tuple[int, ...]
+    check_written: Callable[[Sequence[Any]], None] | None
 
     def __call__(self, vals: Sequence[Any], /) -> bool: ...
 
@@ -85,4 +88,5 @@ def make_matcher(values: Sequence[Any]) -> Matcher | None:
                 return False
         return check(*pick(vals))
     setattr(matches, "extents", extents_of(values))
+    setattr(matches, "check_written", None)
     return cast(Matcher, matches)

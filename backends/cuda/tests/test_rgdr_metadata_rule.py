@@ -190,3 +190,25 @@ def test_a_call_past_the_int32_token_arithmetic_is_refused_before_launch() -> No
     v = torch.empty(limit, 4, 32, device="meta")
     with pytest.raises(ValueError, match=f"RGDR TileLang kernel: T={limit} tokens; its int32 token"):
         run(q, q, v, None, None, torch.tensor([limit]), None, None, out=v)
+
+
+def test_each_call_runs_the_tiling_the_schedule_picks_for_its_counts_repeated_or_not() -> None:
+    # The launcher remembers its choice per (sequences, tokens): alternating counts must still
+    # each get the schedule's own tiling and split count, every time.
+    key = rgdr.RGDRBuildKey("bfloat16", "float32", 2, 4, 128, 128, "lengths")
+    schedule = rgdr.default_schedule(key)
+    launched: list[tuple[rgdr.RGDRTiling, int]] = []
+
+    def recorder(t: rgdr.RGDRTiling):
+        return lambda *args: launched.append((t, args[-1]))
+
+    run = rgdr._make_run(key, schedule, {t: recorder(t) for t in schedule.tilings()}, 4)
+    many = schedule.short_from_seqs
+    counts = [(1, 1), (schedule.large_from_seqs, schedule.large_from_seqs), (many, many), (many, 3 * many), (1, 1)]
+    for B, T in counts + counts:
+        q, v = torch.empty(T, 2, 128, device="meta"), torch.empty(T, 4, 128, device="meta")
+        run(q, q, v, None, None, torch.ones(B, dtype=torch.int32), None, None, out=v)
+    picked = [schedule.pick(B, T) for B, T in counts + counts]
+    assert [t for t, _ in launched] == picked and len(set(picked)) == 3
+    splits = [s for _, s in launched]
+    assert splits[:len(counts)] == splits[len(counts):] and all(s >= 1 for s in splits)

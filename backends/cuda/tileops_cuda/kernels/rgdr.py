@@ -316,6 +316,17 @@ def _make_run(key: RGDRBuildKey, schedule: RGDRSchedule, entries: dict[RGDRTilin
 
     small, large, short = launch_of(schedule.small), launch_of(schedule.large), launch_of(schedule.short)
     select = schedule.select
+    # (sequences, tokens) -> (compiled function, splits): a decode loop repeats its counts, so
+    # the schedule rule runs once per pair, not once per call (bounded: serving batches vary).
+    launches: dict[tuple[int, int], tuple[Callable[..., Any], int]] = {}
+
+    def launch_for(n_seq: int, n_tokens: int) -> tuple[Callable[..., Any], int]:
+        fn, chunks = select(n_seq, n_tokens, small, large, short)
+        splits = max(1, min(chunks, -(-wanted // (n_seq * nk)))) if chunks else 1
+        if len(launches) >= 4096:
+            launches.clear()
+        launches[n_seq, n_tokens] = fn, splits
+        return fn, splits
 
     def run(query: Any, key: Any, value: Any, beta: Any, state: Any, actual_seq_lengths: Any, ssm_state_indices: Any,
             g: Any = None, gk: Any = None, num_accepted_tokens: Any = None, scale: float | None = None,
@@ -324,15 +335,17 @@ def _make_run(key: RGDRBuildKey, schedule: RGDRSchedule, entries: dict[RGDRTilin
             out = empty_like(value)
         n_tokens = query.shape[0]
         n_seq = actual_seq_lengths.shape[0] - cu
-        if n_seq <= 0 or n_tokens == 0:  # a zero-sized grid is not launchable
-            if n_tokens:
-                out.zero_()  # no sequence covers any token: zeros, as the kernel gives uncovered tokens
-            return out
-        if n_tokens >= MAX_TOKENS:
-            raise ValueError(f"RGDR TileLang kernel: T={n_tokens} tokens; its int32 token arithmetic "
-                             f"(sums saturating at T) holds below {MAX_TOKENS}")
-        fn, chunks = select(n_seq, n_tokens, small, large, short)
-        splits = max(1, min(chunks, -(-wanted // (n_seq * nk)))) if chunks else 1
+        launch = launches.get((n_seq, n_tokens))
+        if launch is None:
+            if n_seq <= 0 or n_tokens == 0:  # a zero-sized grid is not launchable
+                if n_tokens:
+                    out.zero_()  # no sequence covers any token: zeros, as the kernel gives uncovered tokens
+                return out
+            if n_tokens >= MAX_TOKENS:
+                raise ValueError(f"RGDR TileLang kernel: T={n_tokens} tokens; its int32 token arithmetic "
+                                 f"(sums saturating at T) holds below {MAX_TOKENS}")
+            launch = launch_for(n_seq, n_tokens)
+        fn, splits = launch
         fn(*compiled_inputs((query, key, value, beta, state, actual_seq_lengths, ssm_state_indices, g, gk,
                              num_accepted_tokens)),
            out, default_scale if scale is None else float(scale), splits)  # fmt: skip

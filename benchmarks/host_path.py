@@ -1,0 +1,128 @@
+"""The CUDA backend's eager host path on a CPU: the decode step's ops with their compiled functions stood in for.
+
+Issue 15 asks for an op's eager host time at or below torch's own op on the GPU. What the
+framework adds to a launch is plain Python: the core's call path (matcher, step 5's checks,
+selection's bound launcher, output allocation, step 7) and the CUDA backend's launch closures
+(``registered.py``, ``rgdr.py``). This runs exactly that code on the CPU: the TileLang classes
+are registered for the ``cpu`` device with their build functions replaced by ones whose
+compiled function does nothing, and the decode step's ops (RMSNorm -> RGDR -> SiluAndMul, B=1,
+Qwen3.5 heads) are called as the bench calls them. No kernel runs, so every figure is host time.
+
+Per op: the op's call, and its launcher called directly with a preallocated output (what is
+left when the core costs nothing). Figures are the median over ``--repeats`` loops of this
+thread's CPU time per call; read them relative to each other (a GPU host is slower per
+Python operation, often 2-3x).
+
+    python benchmarks/host_path.py [--calls 20000] [--repeats 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import torch
+
+from tileops_core.bench.decode_step import DecodeStepConfig, _Step
+from tileops_core.kernels import BackendInfo, registry
+from tileops_core.kernels.select import kernel_for
+
+
+def _nothing(*args: Any) -> None:
+    """The compiled function stood in for: the launch's host code runs, no kernel does."""
+
+
+def _stand_in_builds() -> dict[str, Callable[..., Any]]:
+    """The build functions ``registered`` calls, replaced by ones returning :func:`_nothing`."""
+    from tileops_cuda.kernels import rgdr
+
+    def build_rgdr(key: Any, schedule: Any = None) -> SimpleNamespace:
+        schedule = schedule or rgdr.default_schedule(key)
+        return SimpleNamespace(run=rgdr._make_run(key, schedule, {t: _nothing for t in schedule.tilings()}, 132))
+
+    return {"build_rmsnorm": lambda key: SimpleNamespace(fn=_nothing),
+            "build_silu_and_mul": lambda key: SimpleNamespace(fn=_nothing), "build_rgdr": build_rgdr}
+
+
+def _on_cpu(impl: type) -> type:
+    """``impl`` declared for the CPU, refusing nothing (its refusals name the GPU archs)."""
+    return type(f"Cpu{impl.__name__}", (impl,), {"devices": ("cpu",), "supported_archs": ("*",),
+                                                  "refusal": classmethod(lambda cls, call: None)})
+
+
+def time_per_call(fn: Callable[[], Any], calls: int, repeats: int) -> float:
+    """Median over ``repeats`` loops of this thread's CPU µs per call (after warm-up calls)."""
+    for _ in range(min(calls, 200)):
+        fn()
+    loops = []
+    for _ in range(repeats):
+        start = time.thread_time()
+        for _ in range(calls):
+            fn()
+        loops.append((time.thread_time() - start) / calls * 1e6)
+    return statistics.median(loops)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--calls", type=int, default=20000)
+    p.add_argument("--repeats", type=int, default=15)
+    a = p.parse_args(argv)
+    torch.set_num_threads(1)
+    from tileops_cuda import registered
+
+    saved = {name: getattr(registered, name) for name in _stand_in_builds()}
+    try:
+        for name, build in _stand_in_builds().items():
+            setattr(registered, name, build)
+        with registry.use_registry(registry.Registry()):
+            registry.register_backend(BackendInfo("host_path", description="benchmarks/host_path.py stand-ins"))
+            for impl in (registered.TileLangRMSNorm, registered.TileLangRGDR, registered.TileLangSiluAndMul):
+                registry.register_kernel(_on_cpu(impl), "host_path")
+            rows = _rows(DecodeStepConfig(B=1), a.calls, a.repeats)
+    finally:
+        for name, build in saved.items():
+            setattr(registered, name, build)
+    print(f"torch {torch.__version__}, 1 thread, CPU time; median of {a.repeats} loops of {a.calls} calls")
+    print(f"{'op (B=1, Qwen3.5 heads)':34s} {'op µs':>8s} {'launcher µs':>12s} {'core µs':>8s}")
+    for name, through, direct in rows:
+        core = "" if direct is None else f"{through - direct:8.2f}"
+        print(f"{name:34s} {through:8.2f} {'' if direct is None else f'{direct:12.2f}'} {core}")
+    return 0
+
+
+def _rows(cfg: DecodeStepConfig, calls: int, repeats: int) -> list[tuple[str, float, float | None]]:
+    s = _Step(cfg, torch.device("cpu"), seed=0)
+    h = s.norm(s.x, s.weight)
+    value = h.view(s.shape)
+    o = s.rgdr(s.q, s.k, value, s.beta, s.state, s.lengths, s.slots, s.g)
+    gate_up = o.view(cfg.B, -1)
+    act = s.act(gate_up)
+    for op in (s.norm, s.rgdr, s.act):  # the stand-ins serve, not the reference
+        plan = op.last_plan
+        assert plan is not None and all(k.__name__.startswith("Cpu") for k in plan.bound[None].kernels.values())
+
+    def launcher(op: Any) -> Callable[..., Any]:
+        return kernel_for(*next(iter(op.last_plan.call_specs.items())))
+
+    norm, rgdr, silu = launcher(s.norm), launcher(s.rgdr), launcher(s.act)
+    out_n, out_r, out_a = torch.empty_like(h), torch.empty_like(o), torch.empty_like(act)
+    cases: list[tuple[str, Callable[[], Any], Callable[[], Any] | None]] = [
+        ("RMSNormFwdOp [1, 4096] bf16", lambda: s.norm(s.x, s.weight),
+         lambda: norm(s.x, s.weight, s.norm.normalized_shape, s.norm.eps, out_n)),
+        ("RecurrentGatedDeltaRuleFwdOp B=1", lambda: s.rgdr(s.q, s.k, value, s.beta, s.state, s.lengths, s.slots, s.g),
+         lambda: rgdr(s.q, s.k, value, s.beta, s.state, s.lengths, s.slots, s.g, None, None, s.rgdr.scale,
+                      s.rgdr.seq_lens_style, s.rgdr.use_qk_l2norm_in_kernel, out_r)),
+        ("SiluAndMulFwdOp [1, 8192] bf16", lambda: s.act(gate_up), lambda: silu(gate_up, out_a)),
+        ("the decode step (3 ops, 2 views)", lambda: s.step(s.x, s.state), None),
+    ]
+    return [(name, time_per_call(op, calls, repeats), None if direct is None else time_per_call(direct, calls, repeats))
+            for name, op, direct in cases]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
