@@ -100,6 +100,15 @@ def _norm_candidates() -> list[dict[str, Any]]:
     return [{"early_weight": False}, *one, *bounds, *two, *persistent]
 
 
+def _conv_stream_candidates() -> list[dict[str, Any]]:
+    """Streamed varlen shapes (4k tokens x 1024 channel vectors): chunks of 16-64 tokens, 4 rows in
+    flight a thread, 64-256 threads; a 128-register bound gives 4 programs of 128 threads an SM
+    (the grid at chunk 64 is 512 programs: one wave on 132 SMs)."""
+    bounded = [{"threads": t, "tokens": 4, "chunk": c, "registers": 128}
+               for t, c in ((128, 16), (128, 32), (128, 64), (64, 32), (256, 64))]
+    return [*bounded, {"threads": 128, "tokens": 4, "chunk": 64}, {"threads": 128, "tokens": 8, "chunk": 64}]
+
+
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
 #: key (the others keep the build key's defaults); the registered block shape is always first.
 SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
@@ -125,11 +134,15 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
         {"registers": 0}, {"threads": 64}, {"threads": 64, "registers": 0}, {"threads": 256},
         {"threads": 256, "registers": 0}]),
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}]),
-    # Varlen candidates are few: each takes 10-40 s of nvcc (tokens=32 took longer and 202 registers,
-    # a 64-register bound spilled 1.6 kB: both left out).
+    # Varlen: the tiled program (each takes 10-40 s of nvcc; tokens=32 took 202 registers and a 64-register
+    # bound spilled 1.6 kB: both left out), then the streamed one (``chunk`` tokens a program, ``tokens`` rows
+    # in flight while the previous ``tokens`` are computed; 146-161 registers unbounded; a 128 bound spilled
+    # 100 B with 8 rows and 48 B at chunk 128: both left out).
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", [
-        {"threads": t, "tokens": n} for t, n in ((64, 8), (128, 16), (256, 8), (128, 4))]),
-    ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", [{"tokens": 16}, {"threads": 256, "tokens": 8}]),
+        *({"threads": t, "tokens": n} for t, n in ((256, 8), (128, 8))),
+        *_conv_stream_candidates()]),
+    ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", [
+        {"threads": 256, "tokens": 8}, *_conv_stream_candidates()]),
 ]
 
 

@@ -95,9 +95,15 @@ def test_every_workload_row_matches_the_float64_reference(op, row_index, case, a
     _check(op, inputs, params, arch)
 
 
+#: The streamed varlen program (``chunk`` > 0) at the sweep's shape, beside the registered one.
+STREAMED = {"threads": 128, "tokens": 4, "chunk": 64, "registers": 128}
+
+
+@pytest.mark.parametrize("tile", [{}, STREAMED], ids=["registered", "streamed"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(style, dtype, arch, cuda_device, gen):
+def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(style, dtype, tile, arch, cuda_device,
+                                                                             gen):
     import torch
 
     dev = cuda_device[0]
@@ -114,14 +120,18 @@ def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(sty
                   weight=torch.randn(D, W, device=dev, generator=gen).to(tdt), actual_seq_lengths=meta.int(),
                   conv_state_indices=slots.int(), has_initial_state=torch.rand(B, device=dev, generator=gen) < 0.6,
                   bias=torch.randn(D, device=dev, generator=gen).to(tdt))
-    _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": style}, arch)
+    _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": style}, arch, **tile)
 
 
 @pytest.mark.parametrize("W,tile", [(4, {"threads": 32, "tokens": 3}), (5, {"threads": 32, "tokens": 4}),
-                                    (2, {"threads": 64, "tokens": 16})])
+                                    (2, {"threads": 64, "tokens": 16}),
+                                    (4, {"threads": 32, "tokens": 3, "chunk": 6}),
+                                    (5, {"threads": 32, "tokens": 4, "chunk": 8}),
+                                    (2, {"threads": 64, "tokens": 1, "chunk": 4}), (4, STREAMED)])
 def test_varlen_tile_shapes_agree_where_head_tokens_run_past_a_tile(W, tile, arch, cuda_device, gen):
     """A sequence's first W - 1 tokens are computed by the program holding its first token, past
-    its tile's end; short, empty and padding sequences placed across many tile boundaries."""
+    its tile's (or chunk's) end; short, empty and padding sequences placed across many tile
+    boundaries."""
     import torch
 
     dev = cuda_device[0]
@@ -174,9 +184,10 @@ def test_a_strided_slice_of_a_projection_is_read_in_place_and_gives_the_same_res
     assert torch.equal(out_c, out_s) and torch.equal(contiguous["conv_state"], strided["conv_state"])
 
 
-@pytest.mark.parametrize("op", [UPDATE, VARLEN])
+@pytest.mark.parametrize("op,tile", [(UPDATE, {}), (VARLEN, {}), (VARLEN, {"tokens": 4, "chunk": 8})],
+                         ids=["update", "varlen", "varlen-streamed"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
-def test_garbage_metadata_never_leaves_an_output_element_unwritten(op, style, arch, cuda_device, gen):
+def test_garbage_metadata_never_leaves_an_output_element_unwritten(op, tile, style, arch, cuda_device, gen):
     """Lengths short of T, empty and padding sequences, accepted counts out of range."""
     import torch
 
@@ -194,7 +205,8 @@ def test_garbage_metadata_never_leaves_an_output_element_unwritten(op, style, ar
     if op == UPDATE:
         inputs["num_accepted_tokens"] = torch.tensor([0, 7, 9, -3], device=dev, dtype=torch.int32)
     params = {"activation": "silu", "seq_lens_style": style}
-    out = _call(op, _launcher(op, inputs, params, arch), inputs, params, torch.full((T, D), float("nan"), device=dev))
+    out = _call(op, _launcher(op, inputs, params, arch, **tile), inputs, params,
+                torch.full((T, D), float("nan"), device=dev))
     torch.cuda.synchronize()
     assert torch.isfinite(out).all()
     assert torch.equal(out[6:], torch.zeros_like(out[6:]))

@@ -29,6 +29,10 @@ them), and that program writes the sequence's final window after the reads: each
 is read and written by one thread per channel vector, in program order, so one launch
 suffices (two programs reading and writing one slot would have no order between them).
 
+Varlen, streamed (``chunk`` > 0, :func:`conv_varlen_stream_program`): the same ownership of
+head tokens and final windows, but one program a chunk of many tokens, its rows loaded a group
+ahead and its window rolling in registers (see that function for why).
+
 tilelang is imported inside the builders, never at module import.
 """
 
@@ -39,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey
 
-__all__ = ["conv_update_program", "conv_varlen_program"]
+__all__ = ["conv_update_program", "conv_varlen_program", "conv_varlen_stream_program"]
 
 
 def _lanes(dtype: str) -> int:
@@ -63,6 +67,34 @@ def _load_taps(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> Any:
                 bv[e] = bias[c0 + e]
 
     return load_taps
+
+
+def _find_sequence(threads: int) -> Any:
+    """A macro setting ``found[:3]`` to ``(b, cu[b], cu[b + 1])`` for token ``t``, ``b`` the last
+    with ``cu[b] <= t`` (halving steps from ``top``, the largest power of two <= B; ``found[3]``
+    holds the step);
+    the first ``threads`` entries come from ``cus`` (shared memory), so the search's dependent
+    steps are shared-memory reads (global ones only past that many sequences)."""
+    import tilelang.language as T
+
+    TH = threads
+
+    @T.macro
+    def find_sequence(cu, cus, NB, t, top, nbits, found):
+        found[0] = 0
+        found[3] = top
+        for _ in T.serial(nbits):
+            if found[0] + found[3] < NB:
+                if T.if_then_else(found[0] + found[3] < TH, cus[T.min(found[0] + found[3], TH - 1)],
+                                  T.cast(cu[found[0] + found[3]], "int32")) <= t:
+                    found[0] = found[0] + found[3]
+            found[3] = found[3] // 2
+        found[1] = T.if_then_else(found[0] < TH, cus[T.min(found[0], TH - 1)],
+                                  T.cast(cu[T.min(found[0], NB)], "int32"))
+        found[2] = T.if_then_else(found[0] + 1 < TH, cus[T.min(found[0] + 1, TH - 1)],
+                                  T.cast(cu[T.min(found[0] + 1, NB)], "int32"))
+
+    return find_sequence
 
 
 def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one kernel, read top to bottom
@@ -215,6 +247,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     Tn, XS, S, BM, NI, NH, NBIAS = (T.dynamic(n) for n in ("T", "XS", "S", "BM", "NI", "NH", "NBIAS"))
     NB = BM - 1
     load_taps = _load_taps(key)
+    find_sequence = _find_sequence(TH)
 
     @T.prim_func
     def conv_varlen(
@@ -240,8 +273,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             owner = T.alloc_shared((BT + E,), i32)
             first = T.alloc_shared((BT + E,), i32)
             last = T.alloc_shared((BT + E,), i32)
-            pos = T.alloc_var(i32)
-            step = T.alloc_var(i32)
+            found = T.alloc_local((4,), i32)  # a token's sequence, its bounds, the search's step
             wv = T.alloc_local((VC * W,), dt)
             bv = T.alloc_local((VC,), dt)
             xs = T.alloc_local(((BT + E) * VC,), dt)  # the tile's rows (and head tokens past it)
@@ -276,17 +308,9 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             T.sync_threads()
             if tid < BT + E:  # tokens + W - 2 <= threads (conv_refusal)
                 t = t0 + tid
-                pos = 0
-                step = top
-                for _ in T.serial(nbits):  # halving steps from the largest power of two <= B
-                    if pos + step < NB:
-                        if T.if_then_else(pos + step < TH, cus[T.min(pos + step, TH - 1)],
-                                          T.cast(cu[pos + step], i32)) <= t:
-                            pos = pos + step
-                    step = step // 2
+                find_sequence(cu, cus, NB, t, top, nbits, found)
+                pos, lo, hi = found[0], found[1], found[2]
                 covered = NB > 0 and t < Tn
-                lo = T.if_then_else(pos < TH, cus[T.min(pos, TH - 1)], T.cast(cu[T.min(pos, NB)], i32))
-                hi = T.if_then_else(pos + 1 < TH, cus[T.min(pos + 1, TH - 1)], T.cast(cu[T.min(pos + 1, NB)], i32))
                 owner[tid] = T.if_then_else(covered and lo <= t and t < hi and lo >= 0, pos, -1)
                 first[tid] = lo
                 last[tid] = T.min(hi, Tn)  # metadata past T (unchecked) never reads past x
@@ -370,3 +394,220 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                                     pool[slot, c0 * W1 + p * VC + e] = nv[p * VC + e]
 
     return conv_varlen
+
+
+def conv_varlen_stream_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one kernel, read top to bottom
+    """The streamed varlen PrimFunc (``key.chunk`` > 0), same parameters as :func:`conv_varlen_program`.
+
+    Why it exists: the tiled program re-reads ``W - 1`` rows of ``x`` (and the weights) for every
+    ``tokens`` tokens, pays its metadata search and two barriers per tile, and holds nothing in
+    flight while it computes and stores. Here a program runs ``chunk`` tokens in groups of
+    ``tokens``: group ``g + 1``'s rows are loaded (16 bytes a thread a row) while group ``g`` is
+    computed, the window before the current token rolls in float32 registers, so the only
+    re-read is ``W - 1`` rows a chunk, and the search runs once a chunk.
+
+    Each token's role comes from one search per chunk, kept in shared memory as ``code``:
+    ``-2`` uncovered (its output is zero), ``-1`` not this program's, ``0`` computed here,
+    ``b + 1`` the first token of sequence ``b``. Ownership is the tiled program's: a sequence's
+    head tokens (its first ``W - 1``) belong to the program holding its first token, which runs
+    up to ``W - 2`` tokens past its chunk. At a first token the thread reads the sequence's
+    initial window from its slot (zeros without one), writes the final window there (its last
+    ``W - 1`` inputs, the initial window's tail where the sequence is shorter), and restarts the
+    rolling window from the initial one; any other token's window is the previous ``W - 1``
+    rows, which the rolling window holds. Every slot is read and then written by one thread per
+    channel vector, so one launch suffices, as in the tiled program.
+    """
+    import tilelang.language as T
+
+    i32, f32, dt = "int32", "float32", key.dtype
+    D, W = key.dim, key.width
+    W1 = W - 1
+    VC = _lanes(dt)
+    TH, G, C = key.threads, key.tokens, key.chunk
+    E = W1 - 1  # tokens past the chunk a program may compute: its sequences' head tokens
+    NG = C // G
+    NCB = (D + TH * VC - 1) // (TH * VC)
+    ROUNDS = (C + E + TH - 1) // TH  # of the per-token search, one token a thread a round
+    Tn, XS, S, BM, NI, NH, NBIAS = (T.dynamic(n) for n in ("T", "XS", "S", "BM", "NI", "NH", "NBIAS"))
+    NB = BM - 1
+    load_taps = _load_taps(key)
+    find_sequence = _find_sequence(TH)
+
+    @T.macro
+    def token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov, rows, r, j, t, c0, starts):
+        """Token ``t`` (chunk index ``j``, its row at ``rows[r * VC:]``): a sequence's start where
+        ``starts`` (a Python bool: the code exists only on the groups' slow path), its output,
+        then the window rolled."""
+        c = T.if_then_else(j < C + E, code[T.min(j, C + E - 1)], -1)
+        if starts:
+            if c > 0:
+                # -- the first token of sequence c - 1: its initial window, then its final window
+                # written to the same slot (this thread is its only reader and writer) ---------
+                slot = T.cast(slots[c - 1], i32)
+                valid = slot >= 0 and slot < S
+                for p in T.unroll(W1):  # the initial window, one pool vector at a time, into the window
+                    for e in T.vectorized(VC):
+                        if key.has_init:
+                            xr[e] = T.if_then_else(valid and has_init[c - 1] != 0,
+                                                   pool[T.max(T.min(slot, S - 1), 0), c0 * W1 + p * VC + e],
+                                                   T.cast(0, dt))
+                        else:
+                            xr[e] = T.cast(0, dt)
+                    for e in T.unroll(VC):
+                        xw[(p * VC + e) % W1 * VC + (p * VC + e) // W1] = T.cast(xr[e], f32)
+                if valid:
+                    e_ = ends[j]
+                    for k in T.unroll(W1):
+                        u = e_ - W1 + k
+                        if u >= t:
+                            for e in T.vectorized(VC):
+                                xr[e] = x[u, c0 + e]
+                            for v in T.unroll(VC):
+                                nv[v * W1 + k] = xr[v]
+                        else:  # a sequence shorter than W - 1: the initial window's tail
+                            for v in T.unroll(VC):
+                                if key.has_init:
+                                    nv[v * W1 + k] = T.if_then_else(
+                                        has_init[c - 1] != 0, pool[slot, (c0 + v) * W1 + W1 + u - t], T.cast(0, dt))
+                                else:
+                                    nv[v * W1 + k] = T.cast(0, dt)
+                    for p in T.unroll(W1):
+                        for e in T.vectorized(VC):
+                            pool[slot, c0 * W1 + p * VC + e] = nv[p * VC + e]
+        if c >= 0:
+            for v in T.unroll(VC):
+                accv[v] = T.cast(bv[v], f32) if key.has_bias else T.float32(0)
+                for k in T.unroll(W1):
+                    accv[v] = accv[v] + wf[v * W + k] * xw[k * VC + v]
+                accv[v] = accv[v] + wf[v * W + W1] * T.cast(rows[r * VC + v], f32)
+                if key.silu:
+                    accv[v] = accv[v] * T.fast_rcp(T.float32(1) + T.__exp(-accv[v]))
+                ov[v] = T.cast(accv[v], dt)
+            for e in T.vectorized(VC):
+                out[t, c0 + e] = ov[e]
+        elif c == -2:
+            for e in T.vectorized(VC):
+                out[t, c0 + e] = T.cast(0, dt)
+        for k in T.unroll(W1 - 1):
+            for v in T.unroll(VC):
+                xw[k * VC + v] = xw[(k + 1) * VC + v]
+        for v in T.unroll(VC):
+            xw[(W1 - 1) * VC + v] = T.cast(rows[r * VC + v], f32)
+
+    @T.prim_func
+    def conv_varlen_stream(
+        x: T.StridedTensor((Tn, D), (XS, 1), dt),
+        pool: T.Tensor((S, D * W1), dt),
+        weight: T.Tensor((D * W,), dt),
+        bias: T.Tensor((NBIAS,), dt),
+        cu: T.Tensor((BM,), key.cu_dtype),
+        slots: T.Tensor((NI,), key.slot_dtype),
+        has_init: T.Tensor((NH,), "uint8"),
+        out: T.Tensor((Tn, D), dt),
+        top: T.int32,
+        nbits: T.int32,
+    ):
+        T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
+        with T.Kernel(NCB, T.ceildiv(Tn, C), threads=TH) as (bx, by):
+            if key.registers:
+                T.annotate_min_blocks_per_sm(max(1, 65536 // (TH * key.registers)))
+            tid = T.get_thread_binding()
+            c0 = (bx * TH + tid) * VC
+            t0 = by * C
+            cus = T.alloc_shared((TH,), i32)  # cu_seqlens' first TH entries: the search's steps
+            code = T.alloc_shared((C + E,), i32)
+            ends = T.alloc_shared((C + E,), i32)  # where each token's sequence ends (read at first tokens)
+            starts = T.alloc_shared((NG + 1,), i32)  # whether a group holds a sequence's first token
+            found = T.alloc_local((4,), i32)  # a token's sequence, its bounds, the search's step
+            wv = T.alloc_local((VC * W,), dt)
+            bv = T.alloc_local((VC,), dt)
+            wf = T.alloc_local((VC * W,), f32)  # the taps in float32, converted once
+            xw = T.alloc_local((W1 * VC,), f32)  # the window before the current token, tap-major
+            xs = T.alloc_local((G * VC,), dt)  # this group's rows
+            xn = T.alloc_local((G * VC,), dt)  # the next group's, in flight during this group
+            nv = T.alloc_local((VC * W1,), dt)  # a final window, channel-major like the pool
+            xr = T.alloc_local((VC,), dt)
+            xt = T.alloc_local((VC,), dt)  # the current row on a group's slow path
+            accv = T.alloc_local((VC,), f32)
+            ov = T.alloc_local((VC,), dt)
+            # -- loads that need no metadata first: taps, the window rows before the chunk, the
+            # first group; in flight during the search ----------------------------------------
+            if c0 < D:
+                load_taps(weight, bias, wv, bv, c0)
+                for k in T.unroll(W1):
+                    if t0 - W1 + k >= 0:
+                        for e in T.vectorized(VC):
+                            xr[e] = x[t0 - W1 + k, c0 + e]
+                        for v in T.unroll(VC):
+                            xw[k * VC + v] = T.cast(xr[v], f32)
+                    else:
+                        for v in T.unroll(VC):
+                            xw[k * VC + v] = T.float32(0)
+                for i in T.unroll(G):
+                    if t0 + i < Tn:
+                        for e in T.vectorized(VC):
+                            xs[i * VC + e] = x[t0 + i, c0 + e]
+                    else:
+                        for e in T.vectorized(VC):
+                            xs[i * VC + e] = T.cast(0, dt)
+            # -- each token's role (see the docstring), one binary search a token over cu_seqlens
+            # (its first TH entries from shared memory) -----------------------------------------
+            cus[tid] = T.cast(cu[T.min(tid, NB)], i32)
+            for r in T.unroll((NG + TH) // TH):
+                if r * TH + tid <= NG:
+                    starts[r * TH + tid] = 0
+            T.sync_threads()
+            for r in T.unroll(ROUNDS):
+                if r * TH + tid < C + E:
+                    jj = r * TH + tid
+                    t = t0 + jj
+                    find_sequence(cu, cus, NB, t, top, nbits, found)
+                    pos, lo, hi = found[0], found[1], found[2]
+                    own = NB > 0 and t < Tn and lo <= t and t < hi and lo >= 0
+                    code[jj] = T.if_then_else(
+                        not own, T.if_then_else(jj < C and t < Tn, -2, -1),
+                        T.if_then_else(t - lo >= W1, T.if_then_else(jj < C, 0, -1),
+                                       T.if_then_else(lo >= t0 and lo < t0 + C,
+                                                      T.if_then_else(lo == t, pos + 1, 0), -1)))
+                    ends[jj] = T.min(hi, Tn)  # metadata past T (unchecked) never reads past x
+                    if own and lo == t:
+                        starts[jj // G] = 1
+            T.sync_threads()
+            if c0 < D:
+                for q in T.unroll(VC * W):
+                    wf[q] = T.cast(wv[q], f32)
+                for g in T.serial(NG + 1):  # the chunk's groups, then its head tokens past the end
+                    if g + 1 < NG:
+                        for i in T.unroll(G):
+                            if t0 + (g + 1) * G + i < Tn:
+                                for e in T.vectorized(VC):
+                                    xn[i * VC + e] = x[t0 + (g + 1) * G + i, c0 + e]
+                            else:
+                                for e in T.vectorized(VC):
+                                    xn[i * VC + e] = T.cast(0, dt)
+                    elif g + 1 == NG:
+                        for i in T.unroll(G):
+                            if i < E and code[C + i] >= 0:
+                                for e in T.vectorized(VC):
+                                    xn[i * VC + e] = x[t0 + C + i, c0 + e]
+                            else:
+                                for e in T.vectorized(VC):
+                                    xn[i * VC + e] = T.cast(0, dt)
+                    if starts[g] == 0:  # the common case: no sequence starts in this group
+                        for i in T.unroll(G):
+                            token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov,
+                                  xs, i, g * G + i, t0 + g * G + i, c0, False)
+                    else:  # a group holding first tokens: one token at a time, rows re-read (L1 hits)
+                        for i in T.serial(G):
+                            if t0 + g * G + i < Tn:
+                                for e in T.vectorized(VC):
+                                    xt[e] = x[t0 + g * G + i, c0 + e]
+                            else:
+                                for e in T.vectorized(VC):
+                                    xt[e] = T.cast(0, dt)
+                            token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov,
+                                  xt, 0, g * G + i, t0 + g * G + i, c0, True)
+                    for q in T.unroll(G * VC):
+                        xs[q] = xn[q]
+
+    return conv_varlen_stream
