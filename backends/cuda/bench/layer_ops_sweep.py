@@ -101,14 +101,15 @@ def _norm_candidates() -> list[dict[str, Any]]:
     return [{"early_weight": False}, *one, *bounds, *two, *persistent]
 
 
-#: QKNormRope at D=256 bf16 (16 q + 2 k heads; ptxas registers at 256 threads in brackets): the first
-#: program; the rows program with its partners loaded early (77) or read where used (59), register
-#: bounds for 4-5 programs an SM, 16 KB programs (74; bound to 64: 4 programs, 64 KB in flight an SM),
-#: 4 KB programs of 128 threads.
+#: QKNormRope at D=256 bf16 (16 q + 2 k heads; ptxas registers at 256 threads for sm_90a in brackets):
+#: the first program (31); the rows program with its partners loaded early (77: 3 programs an SM) or read
+#: where used (59, registered: 4), bounded to 48 (5 programs; 12 bytes of spill), 16 KB programs (74;
+#: bounded to 64: 4 programs, 64 KB in flight an SM, 24 bytes of spill), 4 KB programs of 128 threads
+#: (59). Early partners bounded to 64 spilled 108 bytes: left out.
 _QK_CANDIDATES = [
-    {"program": "token_heads"}, {"early_partners": True}, {"early_partners": True, "registers": 64},
-    {"early_partners": False, "registers": 48}, {"rows": 32, "early_partners": False},
-    {"rows": 32, "early_partners": False, "registers": 64}, {"rows": 8, "threads": 128, "early_partners": False}]
+    {"program": "token_heads"}, {"early_partners": True}, {"early_partners": False, "registers": 48},
+    {"rows": 32, "early_partners": False}, {"rows": 32, "early_partners": False, "registers": 64},
+    {"rows": 8, "threads": 128, "early_partners": False}]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
 #: key (the others keep the build key's defaults); the registered block shape is always first.
