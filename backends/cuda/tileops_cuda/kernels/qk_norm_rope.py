@@ -26,7 +26,9 @@ Two programs (the build key's ``program``; both stay buildable so one GPU run co
   heads and no barrier on them. While those loads are in flight the program forms its tokens'
   cos/sin table once per (token, f) in shared memory (every head of the token reads it); the
   outputs are assembled in registers and written in 16-byte vectors. Block shape: ``rows``
-  and ``threads`` (0: the plan's choice, about 8 KB of rows a program).
+  and ``threads`` (0: the plan's choice, about 8 KB of rows a program), ``early_partners``
+  (the partners loaded with the rows, or where the rotation reads them: fewer registers) and
+  ``registers`` (a launch bound); the registered one comes from ``block_shapes.BLOCK_SHAPES``.
 * ``"token_heads"`` (the first program, kept for comparison and as the fallback where no row
   count fits): a program holds BM heads of one token, the rows in registers for the sum of
   squares, the normalised heads in shared memory (a channel's rotation partner lives in
