@@ -1,5 +1,6 @@
-"""Time the gated-delta-net layer's memory-bound TileLang kernels (issue 17) at their largest
-workload rows over many block shapes each, against copies of the same size in the same run.
+"""Time the gated-delta-net layer's memory-bound TileLang kernels (issue 17) and QKNormRope
+(issue 21) at their largest workload rows over many block shapes each, against copies of the
+same size in the same run.
 
 Usage (on a GPU machine, from the repository root, the project installed):
     python3 backends/cuda/bench/layer_ops_sweep.py [--reps 60] [--only Gated] [--budget 200] [--json PATH]
@@ -108,6 +109,16 @@ def _conv_stream_candidates() -> list[dict[str, Any]]:
                for t, c in ((128, 16), (128, 32), (128, 64), (64, 32), (256, 64))]
     return [*bounded, {"threads": 128, "tokens": 4, "chunk": 64}, {"threads": 128, "tokens": 8, "chunk": 64}]
 
+#: QKNormRope at D=256 bf16 (16 q + 2 k heads; ptxas registers at 256 threads for sm_90a in brackets):
+#: the first program (31; registered until this sweep has run); the rows program with its partners loaded early (77: 3 programs an SM) or read
+#: where used (59: 4 programs an SM), bounded to 48 (5 programs; 12 bytes of spill), 16 KB programs (74;
+#: bounded to 64: 4 programs, 64 KB in flight an SM, 24 bytes of spill), 4 KB programs of 128 threads
+#: (59). Early partners bounded to 64 spilled 108 bytes: left out.
+_QK_CANDIDATES = [
+    {"program": "token_heads"}, {"early_partners": True}, {"early_partners": False},
+    {"early_partners": False, "registers": 48},
+    {"rows": 32, "early_partners": False}, {"rows": 32, "early_partners": False, "registers": 64},
+    {"rows": 8, "threads": 128, "early_partners": False}]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
 #: key (the others keep the build key's defaults); the registered block shape is always first.
@@ -143,6 +154,10 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
         *_conv_stream_candidates()]),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", [
         {"threads": 256, "tokens": 8}, *_conv_stream_candidates()]),
+    # QKNormRope (issue 21): the first program against the rows program's block shapes; the prefill
+    # rows of Qwen3-Next (NeoX) and Qwen3.5 (MRoPE) share one kernel per block shape.
+    *(("QKNormRopeFwdOp", label, _QK_CANDIDATES)
+      for label in ("qwen3-next-prefill-16k", "qwen3-next-prefill-4k", "qwen3.5-prefill-4k")),
 ]
 
 
@@ -441,13 +456,15 @@ def report(results: list[dict]) -> None:
 
 def _source_of(key: Any) -> str:
     """The generated CUDA of a candidate's kernel (from the build cache: built already)."""
-    from tileops_cuda.kernels import conv1d, gated_rmsnorm, gdn_gating, zero_centred_rmsnorm
+    from tileops_cuda.kernels import conv1d, gated_rmsnorm, gdn_gating, qk_norm_rope, zero_centred_rmsnorm
 
     builders = {zero_centred_rmsnorm.ZeroCentredRMSNormBuildKey: zero_centred_rmsnorm.build_zero_centred_rmsnorm,
                 gated_rmsnorm.GatedRMSNormBuildKey: gated_rmsnorm.build_gated_rmsnorm,
                 gdn_gating.GDNGatingBuildKey: gdn_gating.build_gdn_gating}
     if type(key) in builders:
         return builders[type(key)](key).kernel.get_kernel_source()
+    if isinstance(key, qk_norm_rope.QKNormRopeBuildKey):
+        return qk_norm_rope.build_qk_norm_rope(key).kernel.get_kernel_source()
     build = conv1d.build_conv_update if isinstance(key, conv1d.ConvUpdateBuildKey) else conv1d.build_conv_varlen
     return build(key).source()
 

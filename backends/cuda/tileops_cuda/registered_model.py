@@ -14,6 +14,7 @@ from tileops_core.ops.gated_delta_prefill import ChunkGDRKernel
 from tileops_core.ops.moe import MoEGroupedExpertsKernel, MoEPermuteKernel, MoETopKRoutingKernel, MoEUnpermuteKernel
 
 from ._tilelang_impl import TileLangImpl, rows_of
+from .kernels._common import ELEM_BYTES
 from .kernels.attention_decode import DecodeBuildKey, build_attention_decode, decode_refusal
 from .kernels.attention_prefill import PrefillBuildKey, build_attention_prefill, prefill_refusal
 from .kernels.chunk_gdr import ChunkGDRBuildKey, build_chunk_gdr, chunk_gdr_refusal
@@ -23,7 +24,8 @@ from .kernels.moe_grouped_experts import (
 from .kernels.moe_permute import MoEPermuteBuildKey, build_moe_permute, moe_permute_refusal
 from .kernels.moe_topk_routing import MoETopKRoutingBuildKey, build_moe_topk_routing, moe_topk_routing_refusal
 from .kernels.moe_unpermute import MoEUnpermuteBuildKey, build_moe_unpermute, moe_unpermute_refusal
-from .kernels.qk_norm_rope import QKNormRopeBuildKey, build_qk_norm_rope, qk_norm_rope_refusal
+from .kernels.block_shapes import with_block_shape
+from .kernels.qk_norm_rope import QKNormRopeBuildKey, build_qk_norm_rope, qk_norm_rope_refusal, with_fitting_program
 from .kernels.sigmoid_gate_mul import SigmoidGateMulBuildKey, build_sigmoid_gate_mul, sigmoid_gate_mul_refusal
 
 __all__ = [
@@ -35,13 +37,15 @@ __all__ = [
 
 class TileLangQKNormRope(TileLangImpl, QKNormRopeKernel):
     """Per-head zero-centred RMSNorm of q and k and their rotary embedding in one pass; q and k are
-    read in place as strided heads; rotary_dim, theta, eps and the MRoPE sections are runtime values."""
+    read in place as strided heads; rotary_dim, theta, eps and the MRoPE sections are runtime values.
+    The block shape comes from ``block_shapes.BLOCK_SHAPES`` by head width (D bytes)."""
 
     @classmethod
     def key(cls, call: CallSpec) -> QKNormRopeBuildKey:
         d = call.dtypes
-        return QKNormRopeBuildKey(d["query"], d["positions"], int(call.dims["NQ"]), int(call.dims["NKV"]),
-                                  int(call.dims["D"]), call.arch)
+        key = QKNormRopeBuildKey(d["query"], d["positions"], int(call.dims["NQ"]), int(call.dims["NKV"]),
+                                 int(call.dims["D"]), call.arch)
+        return with_fitting_program(with_block_shape(cls.__name__, key, key.head_dim * ELEM_BYTES.get(key.dtype, 0)))
 
     @classmethod
     def reason(cls, call: CallSpec, key: QKNormRopeBuildKey) -> str | None:

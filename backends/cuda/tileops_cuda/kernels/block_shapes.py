@@ -19,7 +19,7 @@ __all__ = ["BLOCK_SHAPES", "block_shape_of", "with_block_shape"]
 #: Registered kernel class -> ((largest row width in bytes the entry serves, or None for any
 #: width; build-key fields), ...): the first entry that holds wins; fields left out keep the
 #: build key's defaults. Row widths: hidden (norms), D (gated norm), NV (gating; a/b rows),
-#: D (conv; channels), times the element size.
+#: D (conv; channels), D (QKNormRope; a head), times the element size.
 BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # From layer_ops_sweep.py on the H200, 2026-12-02 (bench/results/session-2026-12-02e/norms_sweep.log):
     # the fastest correct shape by graph time on each kernel's prefill row, % of the same-size copy.
@@ -36,6 +36,11 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # 1-sequence row (there 256 threads x 8 tokens was best, 62.74 against 63.55 us).
     "TileLangCausalConv1dUpdate": ((None, {"threads": 128, "registers": 0}),),
     "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 0}),),
+    # The first program, measured on the H200 (43-48% of the copy at prefill): the rows program has not run on
+    # a GPU yet. The sweep's QKNormRope rows check it against float64 and time it beside this one; its
+    # winner replaces this entry (at its plan's block: {"program": "rows", "rows": 0, "threads": 0,
+    # "early_partners": False, "registers": 0}, 59 registers, 4 programs an SM).
+    "TileLangQKNormRope": ((None, {"program": "token_heads"}),),
 }
 
 
