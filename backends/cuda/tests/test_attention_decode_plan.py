@@ -158,10 +158,15 @@ def test_the_programs_prepared_are_every_schedule_a_rule_can_pick_for_the_layout
     from tileops_cuda.kernels import attention_decode as ad
 
     contiguous, paged = ad.DecodeSchedule(stages=3), ad.DecodeSchedule(paged_tiles="gather")
-    monkeypatch.setattr(ad, "SCHEDULE_RULES", (ad.ScheduleRule(contiguous, paged=False),
+    small = ad.DecodeSchedule(stages=3, combine="parallel")
+    monkeypatch.setattr(ad, "SCHEDULE_RULES", (ad.ScheduleRule(small, paged=False, max_batch=4),
                                                ad.ScheduleRule(paged, paged=True)))
-    assert set(ad.reachable_schedules(_key())) == {contiguous, ad.DecodeSchedule()}
-    assert set(ad.reachable_schedules(_key(paged=True, table_dtype="int32"))) == {paged, ad.DecodeSchedule()}
+    # A bounded rule leaves the default reachable; a rule without bounds leaves nothing after it.
+    assert set(ad.reachable_schedules(_key())) == {small, ad.DecodeSchedule()}
+    assert ad.reachable_schedules(_key(paged=True, table_dtype="int32")) == (paged,)
+    monkeypatch.setattr(ad, "SCHEDULE_RULES", (ad.ScheduleRule(contiguous, paged=False),
+                                               ad.ScheduleRule(small, paged=False)))
+    assert ad.reachable_schedules(_key()) == (contiguous,)
     assert ad.reachable_schedules(_key(schedule=paged)) == (paged,)
 
 

@@ -202,10 +202,17 @@ def schedule_for(key: DecodeBuildKey, batch: int, capacity: int,
 
 
 def reachable_schedules(key: DecodeBuildKey) -> tuple[DecodeSchedule, ...]:
-    """Every schedule a call with ``key`` can run (what to compile before a graph capture)."""
+    """Every schedule a call with ``key`` can run (what the build and ``prepare`` compile): the
+    layout's rules up to the first without bounds, which every call reaching it matches; the
+    default only where no such rule stands before it (else its programs would compile unused)."""
     if key.schedule is not None:
         return (key.schedule,)
-    found = [rule.schedule for rule in SCHEDULE_RULES if rule.paged in (None, key.paged)]
+    found = []
+    for rule in SCHEDULE_RULES:
+        if rule.paged in (None, key.paged):
+            found.append(rule.schedule)
+            if rule.max_batch is None and rule.max_capacity is None:
+                return tuple(dict.fromkeys(found))
     return tuple(dict.fromkeys([*found, DecodeSchedule()]))
 
 
