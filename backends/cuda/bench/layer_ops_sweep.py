@@ -101,13 +101,14 @@ def _norm_candidates() -> list[dict[str, Any]]:
     return [{"early_weight": False}, *one, *bounds, *two, *persistent]
 
 
-def _conv_stream_candidates() -> list[dict[str, Any]]:
-    """Streamed varlen shapes (4k tokens x 1024 channel vectors): chunks of 16-64 tokens, 4 rows in
-    flight a thread, 64-256 threads; a 128-register bound gives 4 programs of 128 threads an SM
-    (the grid at chunk 64 is 512 programs: one wave on 132 SMs)."""
+def _conv_varlen_candidates() -> list[dict[str, Any]]:
+    """Varlen shapes beside the registered one (4k tokens x 1024 channel vectors; 146-161 registers
+    unbounded, a 128-register bound gives 4 programs of 128 threads an SM): the sixth session's
+    runners-up at chunk 64, and longer chunks, since 16 -> 32 -> 64 was faster at every step (the
+    grid at chunk 64 is 512 programs, at 256 128: fewer than one a SM at 128 threads)."""
     bounded = [{"threads": t, "tokens": 4, "chunk": c, "registers": 128}
-               for t, c in ((128, 16), (128, 32), (128, 64), (64, 32), (256, 64))]
-    return [*bounded, {"threads": 128, "tokens": 4, "chunk": 64}, {"threads": 128, "tokens": 8, "chunk": 64}]
+               for t, c in ((256, 64), (64, 64), (128, 128), (256, 128), (128, 256))]
+    return [*bounded, {"threads": 128, "tokens": 8, "chunk": 128, "registers": 0}]
 
 #: QKNormRope at D=256 bf16 (16 q + 2 k heads; ptxas registers at 256 threads for sm_90a in brackets):
 #: the first program (31; registered until this sweep has run); the rows program with its partners loaded early (77: 3 programs an SM) or read
@@ -145,15 +146,11 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
         {"registers": 0}, {"threads": 64}, {"threads": 64, "registers": 0}, {"threads": 256},
         {"threads": 256, "registers": 0}]),
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}]),
-    # Varlen: the tiled program (each takes 10-40 s of nvcc; tokens=32 took 202 registers and a 64-register
-    # bound spilled 1.6 kB: both left out), then the streamed one (``chunk`` tokens a program, ``tokens`` rows
-    # in flight while the previous ``tokens`` are computed; 146-161 registers unbounded; a 128 bound spilled
-    # 100 B with 8 rows and 48 B at chunk 128: both left out).
-    ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", [
-        *({"threads": t, "tokens": n} for t, n in ((256, 8), (128, 8))),
-        *_conv_stream_candidates()]),
-    ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", [
-        {"threads": 256, "tokens": 8}, *_conv_stream_candidates()]),
+    # Varlen: ``chunk`` tokens a program, ``tokens`` rows in flight while the previous ``tokens`` are
+    # computed. ptxas for sm_90a: 114-128 registers under the 128 bound, which spills 48 B at 64 threads x
+    # chunk 64 and at 128 threads x chunk 128 on the 8-sequence row (kept, to be timed).
+    ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
+    ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", _conv_varlen_candidates()),
     # QKNormRope (issue 21): the first program against the rows program's block shapes; the prefill
     # rows of Qwen3-Next (NeoX) and Qwen3.5 (MRoPE) share one kernel per block shape.
     *(("QKNormRopeFwdOp", label, _QK_CANDIDATES)

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from tileops_cuda.kernels.conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen
+from tileops_cuda.kernels.conv1d import (ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen,
+                                        fitted_to_width)
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
 from catalogue_references import REFERENCES, TOLERANCE, relative_error  # noqa: E402
@@ -46,7 +47,8 @@ def _instance(op: str, row_index: int, case, device, seed: int):
 
 
 def _launcher(op: str, inputs, params, arch: str, **tile):
-    """The kernel's launcher for these inputs; ``tile`` replaces block-shape fields of the key."""
+    """The kernel's launcher for these inputs; ``tile`` replaces block-shape fields of the key (a
+    varlen key is then fitted to its width, as the registered kernel's is)."""
     d = lambda n: None if inputs.get(n) is None else str(inputs[n].dtype).replace("torch.", "")  # noqa: E731
     D, W = inputs["weight"].shape
     silu, bias = params["activation"] == "silu", inputs.get("bias") is not None
@@ -57,7 +59,7 @@ def _launcher(op: str, inputs, params, arch: str, **tile):
     cu = d("actual_seq_lengths") if params["seq_lens_style"] == "cu_seqlens" else "int64"
     key = ConvVarlenBuildKey(d("x"), D, W, silu, bias, inputs.get("has_initial_state") is not None, cu,
                              d("conv_state_indices"), arch, **tile)
-    return build_conv_varlen(key).run
+    return build_conv_varlen(fitted_to_width(key)).run
 
 
 def _call(op: str, run, inputs, params, out):
@@ -95,11 +97,11 @@ def test_every_workload_row_matches_the_float64_reference(op, row_index, case, a
     _check(op, inputs, params, arch)
 
 
-#: The streamed varlen program (``chunk`` > 0) at the sweep's shape, beside the registered one.
-STREAMED = {"threads": 128, "tokens": 4, "chunk": 64, "registers": 128}
+#: A varlen block shape unlike the registered one: short chunks of wide groups, no register bound.
+OTHER = {"threads": 64, "tokens": 8, "chunk": 16, "registers": 0}
 
 
-@pytest.mark.parametrize("tile", [{}, STREAMED], ids=["registered", "streamed"])
+@pytest.mark.parametrize("tile", [{}, OTHER], ids=["registered", "short-chunks"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(style, dtype, tile, arch, cuda_device,
@@ -123,15 +125,15 @@ def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(sty
     _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": style}, arch, **tile)
 
 
-@pytest.mark.parametrize("W,tile", [(4, {"threads": 32, "tokens": 3}), (5, {"threads": 32, "tokens": 4}),
-                                    (2, {"threads": 64, "tokens": 16}),
+@pytest.mark.parametrize("W,tile", [(4, {"threads": 32, "tokens": 3, "chunk": 3}),
                                     (4, {"threads": 32, "tokens": 3, "chunk": 6}),
                                     (5, {"threads": 32, "tokens": 4, "chunk": 8}),
-                                    (2, {"threads": 64, "tokens": 1, "chunk": 4}), (4, STREAMED)])
+                                    (2, {"threads": 64, "tokens": 1, "chunk": 4}), (4, {}),
+                                    (8, {}), (6, {"threads": 32, "tokens": 4, "chunk": 8})])
 def test_varlen_tile_shapes_agree_where_head_tokens_run_past_a_tile(W, tile, arch, cuda_device, gen):
     """A sequence's first W - 1 tokens are computed by the program holding its first token, past
-    its tile's (or chunk's) end; short, empty and padding sequences placed across many tile
-    boundaries."""
+    its chunk's end; short, empty and padding sequences placed across many chunk boundaries; W
+    up to 8 with the registered shape (its groups widened to W - 1 tokens)."""
     import torch
 
     dev = cuda_device[0]
@@ -185,7 +187,7 @@ def test_a_strided_slice_of_a_projection_is_read_in_place_and_gives_the_same_res
 
 
 @pytest.mark.parametrize("op,tile", [(UPDATE, {}), (VARLEN, {}), (VARLEN, {"tokens": 4, "chunk": 8})],
-                         ids=["update", "varlen", "varlen-streamed"])
+                         ids=["update", "varlen", "varlen-short-chunks"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 def test_garbage_metadata_never_leaves_an_output_element_unwritten(op, tile, style, arch, cuda_device, gen):
     """Lengths short of T, empty and padding sequences, accepted counts out of range."""

@@ -1,7 +1,7 @@
 """The streamed varlen conv program's token logic, modelled step by step in Python, gives the
 reference's outputs and pool on the CPU (no GPU needed; ``test_conv_gpu.py`` checks the kernel).
 
-The model below transcribes ``conv_varlen_stream_program``: per chunk of ``C`` tokens (and its
+The model below transcribes ``conv_varlen_program``: per chunk of ``C`` tokens (and its
 ``W - 2`` tokens past the end), the binary search over cu_seqlens and the token codes (``-2``
 zero, ``-1`` another program's, ``0`` computed, ``b + 1`` sequence ``b`` starts here), the group
 flags that send a group to the slow path, the rows loaded per group (zeros past ``T``; past the

@@ -17,6 +17,7 @@ from tileops_core.kernels import CallSpec, registry
 from tileops_core.plugins import ensure_plugins_loaded
 from tileops_cuda import registered
 from tileops_cuda.kernels import block_shapes, gated_rmsnorm, zero_centred_rmsnorm
+from tileops_cuda.kernels.conv1d import ConvVarlenBuildKey, conv_refusal, fitted_to_width
 from tileops_cuda.kernels.block_shapes import block_shape_of, with_block_shape
 from tileops_cuda.kernels.zero_centred_rmsnorm import ZeroCentredRMSNormBuildKey, zero_centred_rmsnorm_refusal
 
@@ -68,6 +69,22 @@ def test_the_block_shape_of_a_key_is_its_fields_after_the_arch():
 ], ids=["passes", "negative-grid", "two-pass-threads"])
 def test_the_zero_centred_norm_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in zero_centred_rmsnorm_refusal(ZeroCentredRMSNormBuildKey("bfloat16", 4096, **fields))
+
+
+@pytest.mark.parametrize("fields,reason", [
+    ({"chunk": 0}, "chunk=0 a positive multiple of tokens"),
+    ({"chunk": 66}, "chunk=66 a positive multiple of tokens"),
+    ({"tokens": 2}, "tokens=2 must be at least W - 1"),
+    ({"threads": 96}, "threads=96 must be a power of two"),
+], ids=["no-chunk", "partial-group", "narrow-group", "threads"])
+def test_the_varlen_conv_refuses_block_shapes_it_has_no_program_for(fields, reason):
+    assert reason in conv_refusal(ConvVarlenBuildKey("bfloat16", 1024, 4, **fields))
+
+
+@pytest.mark.parametrize("width,tokens,chunk", [(4, 4, 64), (5, 4, 64), (6, 5, 65), (8, 7, 70)])
+def test_a_wider_varlen_conv_widens_the_tables_groups_instead_of_being_refused(width, tokens, chunk):
+    key = fitted_to_width(ConvVarlenBuildKey("bfloat16", 1024, width))
+    assert (key.tokens, key.chunk) == (tokens, chunk) and conv_refusal(key) is None
 
 
 @needs_cuda_backend

@@ -42,7 +42,8 @@ from tileops_core.ops.normalization import GroupNormKernel, RMSNormCall, RMSNorm
 from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
 from ._tilelang_impl import TileLangImpl, rows_of
-from .kernels.conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen, conv_refusal
+from .kernels.conv1d import (ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen, conv_refusal,
+                             fitted_to_width)
 from .kernels._common import ELEM_BYTES
 from .kernels._row_views import head_view, row_view
 from .kernels.block_shapes import with_block_shape
@@ -378,7 +379,7 @@ class TileLangCausalConv1dVarlen(TileLangImpl, CausalConv1dVarlenKernel):
         key = ConvVarlenBuildKey(d["x"], int(call.dims["D"]), int(call.dims["W"]), f["activation"] == "silu",
                                  bool(f["has_bias"]), bool(f["has_has_initial_state"]), cu_dtype,
                                  d["conv_state_indices"], call.arch)
-        return with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.dim))
+        return fitted_to_width(with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.dim)))
 
     @classmethod
     def launcher(cls, key: ConvVarlenBuildKey) -> Callable[..., Any]:

@@ -32,10 +32,12 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     "TileLangGatedRMSNorm": ((None, {"programs": 0, "early_weight": True, "registers": 64, "fast_silu": True}),),
     "TileLangGDNGating": ((None, {"threads": 128, "vectors": 1, "fast_math": True}),),
     # Conv update: the t2 (MTP) row's best, 20.53 -> 19.23 us (80.6%); on the t1 row it is 13.17 us against
-    # the best 13.08. Varlen conv: the 8-sequence row's best, 61.62 -> 58.68 us (60.5%); not timed on the
-    # 1-sequence row (there 256 threads x 8 tokens was best, 62.74 against 63.55 us).
+    # the best 13.08 (sixth session: 13.52 against 13.12 at 64 threads, 19.02 the t2 row's best again).
+    # Varlen conv, the streamed program (sixth session, graph time): the 8-sequence row's best, 45.74 us
+    # (77.4% of the same-size copy; the tiled program it replaced 57.94 us); on the 1-sequence row 52.88
+    # us against the best 51.71 (256 threads). Longer chunks were faster at every step (16, 32, 64).
     "TileLangCausalConv1dUpdate": ((None, {"threads": 128, "registers": 0}),),
-    "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 0}),),
+    "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 128, "chunk": 64}),),
     # The first program, measured on the H200 (43-48% of the copy at prefill): the rows program has not run on
     # a GPU yet. The sweep's QKNormRope rows check it against float64 and time it beside this one; its
     # winner replaces this entry (at its plan's block: {"program": "rows", "rows": 0, "threads": 0,

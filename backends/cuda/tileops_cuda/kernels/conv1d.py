@@ -15,19 +15,20 @@ presence pattern's signature. Nothing here synchronises: launches capture into C
 
 # No `from __future__ import annotations`: dataclass field types stay plain classes here.
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry
-from .conv1d_program import conv_update_program, conv_varlen_program, conv_varlen_stream_program
+from .conv1d_program import conv_update_program, conv_varlen_program
 
-__all__ = ["ConvUpdateBuildKey", "ConvVarlenBuildKey", "build_conv_update", "build_conv_varlen", "conv_refusal"]
+__all__ = ["ConvUpdateBuildKey", "ConvVarlenBuildKey", "build_conv_update", "build_conv_varlen", "conv_refusal",
+           "fitted_to_width"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
 _INDEX_DTYPES = ("int32", "int64")
 _MAX_WIDTH = 8
 _INT32_LIMIT = 2**31 - 1
-#: The streamed varlen program keeps two ints a token of its chunk in shared memory.
+#: The varlen program keeps two ints a token of its chunk in shared memory.
 _MAX_CHUNK = 4096
 
 
@@ -67,15 +68,14 @@ class ConvVarlenBuildKey:
     cu_dtype: str = "int32"
     slot_dtype: str = "int32"
     arch: str = "sm_90"
-    #: Threads per program (each owns one 16-byte vector of channels), tokens per program and
-    #: a cap on registers per thread (0 = none); sweep parameters (``bench/layer_ops_sweep.py``).
-    #: ``chunk`` > 0 selects the streamed program: ``chunk`` tokens a program, loaded ``tokens``
-    #: rows at a time while the previous rows are computed (0: the tiled program, one tile of
-    #: ``tokens``).
+    #: Threads per program (each owns one 16-byte vector of channels), ``chunk`` tokens a program
+    #: loaded ``tokens`` rows at a time while the previous rows are computed, and a cap on
+    #: registers per thread (0 = none): sweep parameters (``bench/layer_ops_sweep.py``); these
+    #: defaults are the H200's best at 4k tokens in 8 sequences (kernels/block_shapes.py).
     threads: int = 128
-    tokens: int = 8
-    registers: int = 0
-    chunk: int = 0
+    tokens: int = 4
+    registers: int = 128
+    chunk: int = 64
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
@@ -92,16 +92,23 @@ def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
         return f"{name}: D={key.dim} must be a multiple of {vec} (16-byte vectors of channels); use the reference"
     if not 2 <= key.width <= _MAX_WIDTH:
         return f"{name}: width W={key.width} is outside [2, {_MAX_WIDTH}] (taps are unrolled); use the reference"
-    tokens, chunk = getattr(key, "tokens", key.width - 1), getattr(key, "chunk", 0)
-    if chunk:  # the streamed program searches its chunk in rounds: any thread count holds it
-        if key.threads not in (32, 64, 128, 256, 512, 1024) or tokens < key.width - 1 or chunk % tokens \
-                or chunk > _MAX_CHUNK:
-            return (f"{name}: threads={key.threads} must be a power of two in [32, 1024], tokens={tokens} at "
-                    f"least W - 1 and chunk={chunk} a multiple of tokens up to {_MAX_CHUNK}; use the defaults")
-    elif key.threads not in (32, 64, 128, 256, 512, 1024) or not key.width - 1 <= tokens <= key.threads - key.width + 2:
-        return (f"{name}: threads={key.threads} must be a power of two in [32, 1024] and tokens={tokens} in "
-                f"[W - 1, threads - W + 2]; use the defaults")
+    if key.threads not in (32, 64, 128, 256, 512, 1024):
+        return f"{name}: threads={key.threads} must be a power of two in [32, 1024]; use the defaults"
+    if isinstance(key, ConvVarlenBuildKey) and not (
+            key.tokens >= key.width - 1 and 0 < key.chunk <= _MAX_CHUNK and key.chunk % key.tokens == 0):
+        return (f"{name}: tokens={key.tokens} must be at least W - 1 and chunk={key.chunk} a positive multiple "
+                f"of tokens up to {_MAX_CHUNK}; use the defaults")
     return arch_refusal(name, key.arch)
+
+
+def fitted_to_width(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey:
+    """``key`` with a group of at least ``W - 1`` tokens (the rolling window is refilled a group at
+    a time) and its chunk rounded up to whole groups: the measured block shape is for W = 4, and
+    a wider conv keeps its kernel rather than being refused for the table's ``tokens``."""
+    if key.tokens >= key.width - 1:
+        return key
+    tokens = key.width - 1
+    return replace(key, tokens=tokens, chunk=-(-key.chunk // tokens) * tokens)
 
 
 def _aligned_rows(x: Any, vec: int) -> bool:
@@ -242,8 +249,7 @@ def build_conv_varlen(key: ConvVarlenBuildKey) -> ConvLauncher:
         raise ValueError(reason)
 
     def make() -> ConvLauncher:
-        program = conv_varlen_stream_program if key.chunk else conv_varlen_program
-        kernel = compile_prim_func(program(key), key.arch)
+        kernel = compile_prim_func(conv_varlen_program(key), key.arch)
         return ConvLauncher(key, (kernel,), _make_varlen_run(key, direct_entry(kernel)))
 
     return cached_build(("conv_varlen", key), make)

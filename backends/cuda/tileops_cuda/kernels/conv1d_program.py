@@ -20,18 +20,14 @@ to the tokens no sequence covers (only unchecked metadata leaves any). A program
 sequence's initial window into registers, then runs its tokens in order, writing each
 token's window to its slot (skipped when the next token writes the same slot).
 
-Varlen: one program per (channel block, tile of ``tokens`` tokens), no per-sequence loop. Its
-x rows (and the ``W - 1`` before the tile) are loaded as 16-byte vectors before the metadata
-is known; a token's sequence is found by a binary search over cu_seqlens. A sequence's head
-tokens (its first ``W - 1``, whose taps reach into the initial window) are all computed by
-the program holding its first token, even past the tile's end (the next program skips
-them), and that program writes the sequence's final window after the reads: each pool slot
-is read and written by one thread per channel vector, in program order, so one launch
-suffices (two programs reading and writing one slot would have no order between them).
-
-Varlen, streamed (``chunk`` > 0, :func:`conv_varlen_stream_program`): the same ownership of
-head tokens and final windows, but one program a chunk of many tokens, its rows loaded a group
-ahead and its window rolling in registers (see that function for why).
+Varlen (:func:`conv_varlen_program`): one program a chunk of ``chunk`` tokens and a
+channel block, its rows loaded a group of ``tokens`` ahead and its window rolling in registers;
+a token's sequence comes from one binary search a chunk over cu_seqlens. A sequence's head
+tokens (its first ``W - 1``, whose taps reach into the initial window) are all computed by the
+program holding its first token, even past the chunk's end (the next program skips them), and
+that program writes the sequence's final window after the reads: each pool slot is read and
+written by one thread per channel vector, in program order, so one launch suffices (two
+programs reading and writing one slot would have no order between them).
 
 tilelang is imported inside the builders, never at module import.
 """
@@ -43,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey
 
-__all__ = ["conv_update_program", "conv_varlen_program", "conv_varlen_stream_program"]
+__all__ = ["conv_update_program", "conv_varlen_program"]
 
 
 def _lanes(dtype: str) -> int:
@@ -232,190 +228,29 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
 
 def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one kernel, read top to bottom
     """The varlen PrimFunc: ``(x, pool, weight, bias, cu, slots, has_init, out, top, nbits)``; every
-    output row and every non-empty sequence's final window written. ``top`` is the largest
-    power of two <= B (0 when B == 0) and ``nbits`` its bit length: the binary search's step
-    and step count."""
-    import tilelang.language as T
+    output row and every non-empty sequence's final window written. ``top`` is the largest power
+    of two <= B (0 when B == 0) and ``nbits`` its bit length: the binary search's step and step
+    count.
 
-    i32, f32, dt = "int32", "float32", key.dtype
-    D, W = key.dim, key.width
-    W1 = W - 1
-    VC = _lanes(dt)
-    TH, BT = key.threads, key.tokens
-    E = W1 - 1  # tokens past the tile a program may compute: its sequences' head tokens
-    NCB = (D + TH * VC - 1) // (TH * VC)
-    Tn, XS, S, BM, NI, NH, NBIAS = (T.dynamic(n) for n in ("T", "XS", "S", "BM", "NI", "NH", "NBIAS"))
-    NB = BM - 1
-    load_taps = _load_taps(key)
-    find_sequence = _find_sequence(TH)
-
-    @T.prim_func
-    def conv_varlen(
-        x: T.StridedTensor((Tn, D), (XS, 1), dt),
-        pool: T.Tensor((S, D * W1), dt),
-        weight: T.Tensor((D * W,), dt),
-        bias: T.Tensor((NBIAS,), dt),
-        cu: T.Tensor((BM,), key.cu_dtype),
-        slots: T.Tensor((NI,), key.slot_dtype),
-        has_init: T.Tensor((NH,), "uint8"),
-        out: T.Tensor((Tn, D), dt),
-        top: T.int32,
-        nbits: T.int32,
-    ):
-        T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
-        with T.Kernel(NCB, T.ceildiv(Tn, BT), threads=TH) as (bx, by):
-            if key.registers:
-                T.annotate_min_blocks_per_sm(max(1, 65536 // (TH * key.registers)))
-            tid = T.get_thread_binding()
-            c0 = (bx * TH + tid) * VC
-            t0 = by * BT
-            cus = T.alloc_shared((TH,), i32)  # cu_seqlens' first TH entries: the search's steps
-            owner = T.alloc_shared((BT + E,), i32)
-            first = T.alloc_shared((BT + E,), i32)
-            last = T.alloc_shared((BT + E,), i32)
-            found = T.alloc_local((4,), i32)  # a token's sequence, its bounds, the search's step
-            wv = T.alloc_local((VC * W,), dt)
-            bv = T.alloc_local((VC,), dt)
-            xs = T.alloc_local(((BT + E) * VC,), dt)  # the tile's rows (and head tokens past it)
-            xw = T.alloc_local((W1 * VC,), dt)  # the window before the current token, tap-major
-            accv = T.alloc_local((VC,), f32)
-            ov = T.alloc_local((VC,), dt)
-            xr = T.alloc_local((VC,), dt)
-            nv = T.alloc_local((VC * W1,), dt)  # a final window, channel-major like the pool
-            # -- 16-byte loads of everything that does not depend on the metadata, in flight
-            # while the binary search below runs (window rows are also the previous program's:
-            # mostly L2 hits) ------------------------------------------------------------------
-            if c0 < D:
-                load_taps(weight, bias, wv, bv, c0)
-                for k in T.unroll(W1):
-                    if t0 - W1 + k >= 0:
-                        for e in T.vectorized(VC):
-                            xw[k * VC + e] = x[t0 - W1 + k, c0 + e]
-                    else:
-                        for e in T.vectorized(VC):
-                            xw[k * VC + e] = T.cast(0, dt)
-                for j in T.unroll(BT):
-                    if t0 + j < Tn:
-                        for e in T.vectorized(VC):
-                            xs[j * VC + e] = x[t0 + j, c0 + e]
-                    else:
-                        for e in T.vectorized(VC):
-                            xs[j * VC + e] = T.cast(0, dt)
-            # -- each token's sequence: the last b with cu[b] <= t, if it covers t. The first TH
-            # entries of cu_seqlens come into shared memory in one parallel load, so the search's
-            # dependent steps are shared-memory reads (global ones only past TH sequences) ------
-            cus[tid] = T.cast(cu[T.min(tid, NB)], i32)
-            T.sync_threads()
-            if tid < BT + E:  # tokens + W - 2 <= threads (conv_refusal)
-                t = t0 + tid
-                find_sequence(cu, cus, NB, t, top, nbits, found)
-                pos, lo, hi = found[0], found[1], found[2]
-                covered = NB > 0 and t < Tn
-                owner[tid] = T.if_then_else(covered and lo <= t and t < hi and lo >= 0, pos, -1)
-                first[tid] = lo
-                last[tid] = T.min(hi, Tn)  # metadata past T (unchecked) never reads past x
-            T.sync_threads()
-
-            # A sequence's head tokens (its first W - 1, whose taps reach into its initial
-            # window) are all computed by the program holding its first token, even past the
-            # tile's end, and skipped by the next program: the one program that reads a pool
-            # slot is then the one that writes it (below), in that order.
-            if c0 < D:
-                for j in T.unroll(BT + E):
-                    t = t0 + j
-                    b = owner[j]
-                    sb = first[j]
-                    head = b >= 0 and t - sb < W1
-                    mine = (j < BT and (b < 0 or t - sb >= W1 or sb >= t0)) or (
-                        j >= BT and head and sb >= t0 and sb < t0 + BT)
-                    if j >= BT:
-                        if mine:
-                            for e in T.vectorized(VC):
-                                xs[j * VC + e] = x[t, c0 + e]
-                        else:
-                            for e in T.vectorized(VC):
-                                xs[j * VC + e] = T.cast(0, dt)
-                    if mine and head:
-                        slot = T.cast(slots[b], i32)
-                        for k in T.unroll(W1):
-                            if t - W1 + k < sb:
-                                for i in T.unroll(VC):
-                                    if key.has_init:
-                                        # window entry W - 1 + (u - start) of row u = t - (W - 1) + k
-                                        xw[k * VC + i] = T.if_then_else(
-                                            has_init[b] != 0 and slot >= 0 and slot < S,
-                                            pool[T.max(slot, 0), (c0 + i) * W1 + t + k - sb], T.cast(0, dt),
-                                        )
-                                    else:
-                                        xw[k * VC + i] = T.cast(0, dt)
-                    if mine:
-                        for i in T.unroll(VC):
-                            accv[i] = T.cast(bv[i], f32) if key.has_bias else T.float32(0)
-                            for k in T.unroll(W1):
-                                accv[i] = accv[i] + T.cast(wv[i * W + k], f32) * T.cast(xw[k * VC + i], f32)
-                            accv[i] = accv[i] + T.cast(wv[i * W + W1], f32) * T.cast(xs[j * VC + i], f32)
-                            if key.silu:
-                                accv[i] = accv[i] * T.fast_rcp(T.float32(1) + T.__exp(-accv[i]))
-                            ov[i] = T.if_then_else(b >= 0, T.cast(accv[i], dt), T.cast(0, dt))
-                        if t < Tn:
-                            for e in T.vectorized(VC):
-                                out[t, c0 + e] = ov[e]
-                    for k in T.unroll(W1 - 1):
-                        for i in T.unroll(VC):
-                            xw[k * VC + i] = xw[(k + 1) * VC + i]
-                    for i in T.unroll(VC):
-                        xw[(W1 - 1) * VC + i] = xs[j * VC + i]
-                # -- the final window of each non-empty sequence starting in this tile: its
-                # last W - 1 inputs, from its initial window where it is shorter (read before
-                # this thread writes the same elements) ----------------------------------------
-                for j in T.unroll(BT):
-                    b = owner[j]
-                    if b >= 0 and first[j] == t0 + j:
-                        slot = T.cast(slots[b], i32)
-                        if slot >= 0 and slot < S:
-                            sb = first[j]
-                            e_ = last[j]
-                            for k in T.unroll(W1):
-                                u = e_ - W1 + k
-                                if u >= sb:
-                                    for e in T.vectorized(VC):
-                                        xr[e] = x[u, c0 + e]
-                                    for i in T.unroll(VC):
-                                        nv[i * W1 + k] = xr[i]
-                                else:
-                                    for i in T.unroll(VC):
-                                        if key.has_init:
-                                            nv[i * W1 + k] = T.if_then_else(
-                                                has_init[b] != 0, pool[slot, (c0 + i) * W1 + W1 + u - sb], T.cast(0, dt))
-                                        else:
-                                            nv[i * W1 + k] = T.cast(0, dt)
-                            for p in T.unroll(W1):
-                                for e in T.vectorized(VC):
-                                    pool[slot, c0 * W1 + p * VC + e] = nv[p * VC + e]
-
-    return conv_varlen
-
-
-def conv_varlen_stream_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one kernel, read top to bottom
-    """The streamed varlen PrimFunc (``key.chunk`` > 0), same parameters as :func:`conv_varlen_program`.
-
-    Why it exists: the tiled program re-reads ``W - 1`` rows of ``x`` (and the weights) for every
-    ``tokens`` tokens, pays its metadata search and two barriers per tile, and holds nothing in
-    flight while it computes and stores. Here a program runs ``chunk`` tokens in groups of
-    ``tokens``: group ``g + 1``'s rows are loaded (16 bytes a thread a row) while group ``g`` is
-    computed, the window before the current token rolls in float32 registers, so the only
-    re-read is ``W - 1`` rows a chunk, and the search runs once a chunk.
+    Why it streams: a program that computes one tile of tokens re-reads ``W - 1`` rows of ``x``
+    (and the weights) a tile, pays its metadata search and two barriers a tile, and holds
+    nothing in flight while it computes and stores; on the H200 such a tiled program reached
+    60-61% of the same-size copy at 4k tokens where this one reaches 67-77% (backends/cuda/
+    NOTES.md, sixth session of 2026-12-02). Here a program runs ``chunk`` tokens in groups of ``tokens``: group
+    ``g + 1``'s rows are loaded (16 bytes a thread a row) while group ``g`` is computed, the
+    window before the current token rolls in float32 registers, so the only re-read is
+    ``W - 1`` rows a chunk, and the search runs once a chunk.
 
     Each token's role comes from one search per chunk, kept in shared memory as ``code``:
     ``-2`` uncovered (its output is zero), ``-1`` not this program's, ``0`` computed here,
-    ``b + 1`` the first token of sequence ``b``. Ownership is the tiled program's: a sequence's
+    ``b + 1`` the first token of sequence ``b``. Ownership: a sequence's
     head tokens (its first ``W - 1``) belong to the program holding its first token, which runs
     up to ``W - 2`` tokens past its chunk. At a first token the thread reads the sequence's
     initial window from its slot (zeros without one), writes the final window there (its last
     ``W - 1`` inputs, the initial window's tail where the sequence is shorter), and restarts the
     rolling window from the initial one; any other token's window is the previous ``W - 1``
     rows, which the rolling window holds. Every slot is read and then written by one thread per
-    channel vector, so one launch suffices, as in the tiled program.
+    channel vector, so one launch suffices.
     """
     import tilelang.language as T
 
@@ -495,7 +330,7 @@ def conv_varlen_stream_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 
             xw[(W1 - 1) * VC + v] = T.cast(rows[r * VC + v], f32)
 
     @T.prim_func
-    def conv_varlen_stream(
+    def conv_varlen(
         x: T.StridedTensor((Tn, D), (XS, 1), dt),
         pool: T.Tensor((S, D * W1), dt),
         weight: T.Tensor((D * W,), dt),
@@ -610,4 +445,4 @@ def conv_varlen_stream_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 
                     for q in T.unroll(G * VC):
                         xs[q] = xn[q]
 
-    return conv_varlen_stream
+    return conv_varlen
