@@ -32,7 +32,7 @@ from ..spec.nodes import OpSpec
 from .boundary import call_boundary
 from .checks import Branch, contents_checking_default
 from .definition import OpDef, bind_at_definition, definition_of
-from .plan import CURRENT, CallPlan
+from .plan import CURRENT, BoundKernels, CallPlan
 from .overlap import extents_of
 
 _grad_enabled = torch.is_grad_enabled
@@ -241,7 +241,10 @@ class Op:
         target = self._target or current_target()
         bound = plan.bound.get(target)
         if bound is None:
-            bound = plan.bind(target, choose_kernel)
+            bound = self._bind(plan, target)
+        direct = bound.direct
+        if direct is not None:  # forward is one launch of a kernel writing fresh outputs: step 7 holds by construction
+            return direct(values, self)
         previous = getattr(CURRENT, "call", None)
         CURRENT.call = (self, plan, bound, values)
         try:
@@ -258,6 +261,16 @@ class Op:
             made.out = None
             return result
         return plan.check_outputs(result, values)
+
+    def _bind(self, plan: CallPlan, target: Target | None) -> BoundKernels:
+        """The plan's launchers under ``target``; where ``forward`` is one launch of the op's own
+        arguments (:mod:`.one_launch`) and no argument requires grad, its kernel bound for
+        :meth:`_call` to call directly (``BoundKernels.direct``)."""
+        bound = plan.bind(target, choose_kernel)
+        launch = self._def.one_launch
+        if launch is not None and not plan.reads_grad and type(self).launch is Op.launch:
+            bound.bind_direct(launch)
+        return bound
 
     def _forward_without_grad(self, plan: CallPlan, values: Sequence[Any]) -> Any:
         """``forward`` for a call where some argument requires grad: ops record no backward (they
