@@ -27,6 +27,7 @@ from ..kernels.interface import CallSpec, KernelInterface
 from ..kernels.registry import backend_of
 from ..kernels.targets import Target
 from ..lang.tensor_meta import TensorMeta
+from .alloc import fresh_allocator
 from .one_launch import OneLaunch
 from .overlap import expanded_beyond_limit, overlapping_argument, overlaps_itself
 from .same_call import Matcher, make_matcher
@@ -59,7 +60,6 @@ def numel(shape: Sequence[Any]) -> Any:
 
 _Tensor = torch.Tensor
 _STRIDED = torch.strided
-_empty = torch.empty
 
 
 #: ``select(interface, call, target) -> (implementation, built kernel)``.
@@ -125,13 +125,12 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
             def params(op: Any) -> tuple[Any, ...]:
                 return ()
         raised = _kernel_error(plan, impl, call)
-        shapes, dtypes, device = plan.fresh_shapes, plan.fresh_dtypes, plan.device
-        if len(shapes) == 1:
-            shape, dtype = shapes[0], dtypes[0]
-            sizes = shape if shape else ((),)  # unpacked below (torch parses separate ints faster); 0-d: ()
+        allocs = plan.fresh_allocators()
+        if len(allocs) == 1:
+            alloc = allocs[0]
 
             def direct_into_one(values: Sequence[Any], op: Any) -> Any:
-                out = _empty(*sizes, dtype=dtype, device=device)
+                out = alloc()
                 try:
                     kernel(*values, *params(op), out)
                 except TileOpsError:
@@ -143,7 +142,7 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
             return
 
         def direct_into(values: Sequence[Any], op: Any) -> Any:
-            outs = tuple(_empty(s, dtype=d, device=device) for s, d in zip(shapes, dtypes))
+            outs = tuple(a() for a in allocs)
             _run_kernel(kernel, (*values, *params(op), *outs), {}, raised)
             return outs
         self.direct = direct_into
@@ -171,13 +170,12 @@ def _launcher(plan: "CallPlan", interface: type[KernelInterface], impl: type[Ker
             return _launch_contiguous(kernel, args, kwargs, written_ids, raised)
         return launch_copying
     if getattr(impl, "writes_outputs", False) and plan.fresh_outputs:
-        shapes, dtypes, device = plan.fresh_shapes, plan.fresh_dtypes, plan.device
-        if len(shapes) == 1:
-            shape, dtype = shapes[0], dtypes[0]
-            sizes = shape if shape else ((),)  # unpacked below (torch parses separate ints faster); 0-d: ()
+        allocs = plan.fresh_allocators()
+        if len(allocs) == 1:
+            alloc = allocs[0]
 
             def launch_into_one(*args: Any, **kwargs: Any) -> Any:  # the common case, kept lean
-                out = _empty(*sizes, dtype=dtype, device=device)
+                out = alloc()
                 try:
                     kernel(*args, out, **kwargs)
                 except TileOpsError:
@@ -189,7 +187,7 @@ def _launcher(plan: "CallPlan", interface: type[KernelInterface], impl: type[Ker
             return launch_into_one
 
         def launch_into(*args: Any, **kwargs: Any) -> Any:
-            outs = tuple(_empty(s, dtype=d, device=device) for s, d in zip(shapes, dtypes))
+            outs = tuple(a() for a in allocs)
             _run_kernel(kernel, (*args, *outs), kwargs, raised)
             plan.made.out = outs
             return outs
@@ -305,6 +303,11 @@ class CallPlan:
             self._one_fresh_output_check() if self._single and slots[0][1] is None else self.check_outputs_in_full)
 
     # -- kernels ----------------------------------------------------------------------------
+
+    def fresh_allocators(self) -> tuple[Callable[[], torch.Tensor], ...]:
+        """Per fresh output, its allocation (:func:`.alloc.fresh_allocator`: contiguous, the planned
+        shape, dtype and device), what a ``writes_outputs`` kernel is handed on every call."""
+        return tuple(fresh_allocator(s, d, self.device) for s, d in zip(self.fresh_shapes, self.fresh_dtypes))
 
     def bind(self, target: Target | None, select: Select) -> BoundKernels:
         """The launchers of this plan under ``target`` (made once per target, bound lazily)."""
