@@ -12,7 +12,10 @@ The eager hot path: a call whose key (per argument shape, dtype, device, and con
 where it matters) was seen before by the same instance reuses the plan of its first call,
 under the registry generation that plan was made in. It costs the key, a dict lookup, the
 launcher the plan bound for the current target, the kernel, and the part of step 7 a
-kernel could have broken; it never goes through the dispatcher.
+kernel could have broken; it never goes through the dispatcher. Where ``forward`` is one
+launch of the op's own arguments (:mod:`.one_launch`) and the kernel writes the outputs the
+plan allocates, the call does not run ``forward`` at all: after step 5 it calls the bound
+kernel with the same arguments and fresh outputs (``BoundKernels.direct``).
 """
 
 from __future__ import annotations
