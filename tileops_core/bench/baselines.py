@@ -70,7 +70,9 @@ def capture_launches(op: Any, args: Sequence[Any]) -> list[Launch]:
         return record
 
     originals = {target: dict(bound) for target, bound in plan.bound.items()}
+    directs = {target: bound.direct for target, bound in plan.bound.items()}
     for target, bound in plan.bound.items():
+        bound.direct = None  # the recorded call goes through forward and the launchers wrapped here
         for interface, launcher in originals[target].items():
             bound[interface] = recorder(interface, launcher)
     try:
@@ -78,6 +80,7 @@ def capture_launches(op: Any, args: Sequence[Any]) -> list[Launch]:
     finally:
         for target, bound in plan.bound.items():
             bound.update(originals.get(target, {}))
+            bound.direct = directs.get(target)
     if not launches:
         raise TileOpsError(f"{type(op).__name__}: the call launched no kernel, so there is nothing to compare with")
     return launches

@@ -12,7 +12,10 @@ The eager hot path: a call whose key (per argument shape, dtype, device, and con
 where it matters) was seen before by the same instance reuses the plan of its first call,
 under the registry generation that plan was made in. It costs the key, a dict lookup, the
 launcher the plan bound for the current target, the kernel, and the part of step 7 a
-kernel could have broken; it never goes through the dispatcher.
+kernel could have broken; it never goes through the dispatcher. Where ``forward`` is one
+launch of the op's own arguments (:mod:`.one_launch`) and the kernel writes the outputs the
+plan allocates, the call does not run ``forward`` at all: after step 5 it calls the bound
+kernel with the same arguments and fresh outputs (``BoundKernels.direct``).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from ..spec.nodes import OpSpec
 from .boundary import call_boundary
 from .checks import Branch, contents_checking_default
 from .definition import OpDef, bind_at_definition, definition_of
-from .plan import CURRENT, CallPlan
+from .plan import CURRENT, BoundKernels, CallPlan
 from .overlap import extents_of
 
 _grad_enabled = torch.is_grad_enabled
@@ -241,7 +244,10 @@ class Op:
         target = self._target or current_target()
         bound = plan.bound.get(target)
         if bound is None:
-            bound = plan.bind(target, choose_kernel)
+            bound = self._bind(plan, target)
+        direct = bound.direct
+        if direct is not None:  # forward is one launch of a kernel writing fresh outputs: step 7 holds by construction
+            return direct(values, self)
         previous = getattr(CURRENT, "call", None)
         CURRENT.call = (self, plan, bound, values)
         try:
@@ -258,6 +264,16 @@ class Op:
             made.out = None
             return result
         return plan.check_outputs(result, values)
+
+    def _bind(self, plan: CallPlan, target: Target | None) -> BoundKernels:
+        """The plan's launchers under ``target``; where ``forward`` is one launch of the op's own
+        arguments (:mod:`.one_launch`) and no argument requires grad, its kernel bound for
+        :meth:`_call` to call directly (``BoundKernels.direct``)."""
+        bound = plan.bind(target, choose_kernel)
+        launch = self._def.one_launch
+        if launch is not None and not plan.reads_grad and type(self).launch is Op.launch:
+            bound.bind_direct(launch)
+        return bound
 
     def _forward_without_grad(self, plan: CallPlan, values: Sequence[Any]) -> Any:
         """``forward`` for a call where some argument requires grad: ops record no backward (they

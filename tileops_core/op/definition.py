@@ -29,6 +29,7 @@ from ..spec.manifest import get_spec, load_manifest
 from ..spec.nodes import OpSpec
 from .boundary import Boundary, make_boundary
 from .checks import Branch, OpChecks
+from .one_launch import OneLaunch, one_launch_of
 from .plan import CallPlan
 
 if TYPE_CHECKING:
@@ -68,6 +69,17 @@ class OpDef:
         self.boundary: Boundary | None
         self.boundary_reason: str | None
         self.boundary, self.boundary_reason = make_boundary(self)
+        self._one_launch: list[OneLaunch | None] = []
+
+    @property
+    def one_launch(self) -> OneLaunch | None:
+        """The one launch ``forward`` is (:mod:`.one_launch`), or None: read on first use, when
+        the names ``forward`` refers to are defined (an interface may follow the op in its module)."""
+        if not self._one_launch:
+            names = frozenset((*self.spec.params, *self.spec.static_dims))
+            self._one_launch.append(one_launch_of(getattr(self.op_cls, "forward", None), self.arg_names,
+                                                  self.interfaces, names))
+        return self._one_launch[0]
 
     def __repr__(self) -> str:
         return f"OpDef({self.name})"

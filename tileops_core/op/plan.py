@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Callable, Sequence
 
 import torch
@@ -26,6 +27,8 @@ from ..kernels.interface import CallSpec, KernelInterface
 from ..kernels.registry import backend_of
 from ..kernels.targets import Target
 from ..lang.tensor_meta import TensorMeta
+from .alloc import fresh_allocator
+from .one_launch import OneLaunch
 from .overlap import expanded_beyond_limit, overlapping_argument, overlaps_itself
 from .same_call import Matcher, make_matcher
 from .torchtypes import name_of
@@ -57,7 +60,6 @@ def numel(shape: Sequence[Any]) -> Any:
 
 _Tensor = torch.Tensor
 _STRIDED = torch.strided
-_empty = torch.empty
 
 
 #: ``select(interface, call, target) -> (implementation, built kernel)``.
@@ -76,27 +78,90 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
         self.select = select
         #: Which implementation serves each bound interface (``tileops explain``, tests).
         self.kernels: dict[type[KernelInterface], type[KernelInterface]] = {}
+        #: ``direct(values, op) -> outputs``: the op's whole call after step 5 where its forward is
+        #: one launch (:mod:`.one_launch`) of a kernel that writes its outputs (:meth:`bind_direct`).
+        self.direct: Callable[[Sequence[Any], Any], Any] | None = None
 
     def __missing__(self, interface: type[KernelInterface]) -> Callable[..., Any]:
+        impl, kernel, call = self._select(interface)
+        launcher = _launcher(self.plan, interface, impl, kernel, call, self.plan.written_args)
+        self[interface] = launcher
+        return launcher
+
+    def _select(self, interface: type[KernelInterface]) -> tuple[type[KernelInterface], Callable[..., Any], CallSpec]:
         call = self.plan.call_specs.get(interface)
         if call is None:
             raise TypeError(f"{self.plan.op}: {getattr(interface, '__name__', interface)} is not listed in "
                             "interfaces")
         impl, kernel = self.select(interface, call, self.target)
-        launcher = _launcher(self.plan, interface, impl, kernel, call, self.plan.written_args)
         self.kernels[interface] = impl
-        self[interface] = launcher
-        return launcher
+        return impl, kernel, call
+
+    def bind_direct(self, launch: OneLaunch) -> None:
+        """Bind ``launch.interface`` (selecting its kernel now, as the first launch would) and,
+        where its kernel writes the outputs the plan allocates and needs no contiguity copy, set
+        :attr:`direct`: the kernel called with the op's arguments, its params and fresh outputs.
+
+        What ``forward`` and the launcher would do per call is done once here: the arguments'
+        arrangement is the forward's own (:class:`OneLaunch`), the outputs' shapes are the plan's,
+        and the result is right by construction (step 7 has nothing to check: fresh storage,
+        planned metadata). The params are read from the op on every call, as ``forward`` reads them.
+        """
+        interface = launch.interface
+        impl, kernel, call = self._select(interface)
+        self[interface] = _launcher(self.plan, interface, impl, kernel, call, self.plan.written_args)
+        plan = self.plan
+        if not (getattr(impl, "writes_outputs", False) and plan.fresh_outputs) or (
+                plan.copies_needed and interface.needs_contiguous):
+            return
+        names = launch.params
+        params: Callable[[Any], tuple[Any, ...]]
+        if len(names) > 1:
+            params = attrgetter(*names)  # a tuple of the params, read in C
+        elif names:
+            def params(op: Any, name: str = names[0]) -> tuple[Any, ...]:
+                return (getattr(op, name),)
+        else:
+            def params(op: Any) -> tuple[Any, ...]:
+                return ()
+        raised = _kernel_error(plan, impl, call)
+        allocs = plan.fresh_allocators()
+        if len(allocs) == 1:
+            alloc = allocs[0]
+
+            def direct_into_one(values: Sequence[Any], op: Any) -> Any:
+                out = alloc()
+                try:
+                    kernel(*values, *params(op), out)
+                except TileOpsError:
+                    raise
+                except Exception as exc:
+                    raise raised(exc) from exc
+                return out
+            self.direct = direct_into_one
+            return
+
+        def direct_into(values: Sequence[Any], op: Any) -> Any:
+            outs = tuple(a() for a in allocs)
+            _run_kernel(kernel, (*values, *params(op), *outs), {}, raised)
+            return outs
+        self.direct = direct_into
+
+
+def _kernel_error(plan: "CallPlan", impl: type[KernelInterface], call: CallSpec) -> Callable[[Exception], KernelError]:
+    """How a kernel's own exception reaches the caller: a :class:`KernelError` naming the kernel and call spec."""
+
+    def raised(exc: Exception) -> KernelError:
+        return KernelError(f"{plan.op}: kernel {impl.qualname()} [{backend_of(impl)}] raised {type(exc).__name__}: "
+                           f"{exc}\n  call spec: {call!r}")
+    return raised
 
 
 def _launcher(plan: "CallPlan", interface: type[KernelInterface], impl: type[KernelInterface],
               kernel: Callable[..., Any], call: CallSpec, written: tuple[int, ...]) -> Callable[..., Any]:
     """The launch of one kernel for one plan, decided once: output allocation, contiguity copies,
     and the translation of a kernel's own exception into a :class:`KernelError` naming it."""
-
-    def raised(exc: Exception) -> KernelError:
-        return KernelError(f"{plan.op}: kernel {impl.qualname()} [{backend_of(impl)}] raised {type(exc).__name__}: "
-                           f"{exc}\n  call spec: {call!r}")
+    raised = _kernel_error(plan, impl, call)
 
     if plan.copies_needed and interface.needs_contiguous:
         def launch_copying(*args: Any, **kwargs: Any) -> Any:
@@ -105,13 +170,12 @@ def _launcher(plan: "CallPlan", interface: type[KernelInterface], impl: type[Ker
             return _launch_contiguous(kernel, args, kwargs, written_ids, raised)
         return launch_copying
     if getattr(impl, "writes_outputs", False) and plan.fresh_outputs:
-        shapes, dtypes, device = plan.fresh_shapes, plan.fresh_dtypes, plan.device
-        if len(shapes) == 1:
-            shape, dtype = shapes[0], dtypes[0]
-            sizes = shape if shape else ((),)  # unpacked below (torch parses separate ints faster); 0-d: ()
+        allocs = plan.fresh_allocators()
+        if len(allocs) == 1:
+            alloc = allocs[0]
 
             def launch_into_one(*args: Any, **kwargs: Any) -> Any:  # the common case, kept lean
-                out = _empty(*sizes, dtype=dtype, device=device)
+                out = alloc()
                 try:
                     kernel(*args, out, **kwargs)
                 except TileOpsError:
@@ -123,7 +187,7 @@ def _launcher(plan: "CallPlan", interface: type[KernelInterface], impl: type[Ker
             return launch_into_one
 
         def launch_into(*args: Any, **kwargs: Any) -> Any:
-            outs = tuple(_empty(s, dtype=d, device=device) for s, d in zip(shapes, dtypes))
+            outs = tuple(a() for a in allocs)
             _run_kernel(kernel, (*args, *outs), kwargs, raised)
             plan.made.out = outs
             return outs
@@ -239,6 +303,11 @@ class CallPlan:
             self._one_fresh_output_check() if self._single and slots[0][1] is None else self.check_outputs_in_full)
 
     # -- kernels ----------------------------------------------------------------------------
+
+    def fresh_allocators(self) -> tuple[Callable[[], torch.Tensor], ...]:
+        """Per fresh output, its allocation (:func:`.alloc.fresh_allocator`: contiguous, the planned
+        shape, dtype and device), what a ``writes_outputs`` kernel is handed on every call."""
+        return tuple(fresh_allocator(s, d, self.device) for s, d in zip(self.fresh_shapes, self.fresh_dtypes))
 
     def bind(self, target: Target | None, select: Select) -> BoundKernels:
         """The launchers of this plan under ``target`` (made once per target, bound lazily)."""

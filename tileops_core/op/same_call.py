@@ -72,6 +72,11 @@ def make_matcher(values: Sequence[Any]) -> Matcher | None:
     check = guard.check
     n = len(values)
     pick: Callable[[Sequence[Any]], Any]
+    if not absent:  # every argument a tensor: the values go to the check as they are
+
+        def matches_all(vals: Sequence[Any]) -> bool:
+            return len(vals) == n and check(*vals)
+        return _with_extents(matches_all, values)
     if len(present) == 1:
         only = present[0]
 
@@ -87,6 +92,11 @@ def make_matcher(values: Sequence[Any]) -> Matcher | None:
             if vals[i] is not None:
                 return False
         return check(*pick(vals))
+    return _with_extents(matches, values)
+
+
+def _with_extents(matches: Callable[[Sequence[Any]], bool], values: Sequence[Any]) -> Matcher:
+    """``matches`` as a :class:`Matcher` for calls like ``values`` (no written-input check attached yet)."""
     setattr(matches, "extents", extents_of(values))
     setattr(matches, "check_written", None)
     return cast(Matcher, matches)

@@ -1,0 +1,150 @@
+"""An op whose forward is one launch of its own arguments is called without running forward.
+
+``tileops_core.op.one_launch`` recognises ``return self.launch(I, *forward_args, self.p, ...)``
+once per op class; a call whose kernel writes the outputs the plan allocates then calls that
+kernel itself (``BoundKernels.direct``). What it must keep: the kernel gets exactly what
+forward would pass, the params read from the op on each call, a kernel's exception named as
+before, and every forward that does anything more runs as written.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tileops_core.bench.baselines import capture_launches
+from tileops_core.errors import CheckError, KernelError
+from tileops_core.ops.activation import SiluAndMulFwdOp, SiluAndMulKernel
+from tileops_core.ops.attention import QKNormRopeFwdOp
+from tileops_core.ops.linear_attention import RecurrentGatedDeltaRuleFwdOp, RGDRKernel
+from tileops_core.ops.normalization import RMSNormFwdOp, RMSNormKernel
+from tileops_core.ops.reduction import SumFwdOp
+from tileops_core.op.one_launch import OneLaunch, one_launch_of
+
+
+def test_a_forward_of_one_launch_is_read_as_its_interface_and_params():
+    assert RMSNormFwdOp.definition().one_launch == OneLaunch(RMSNormKernel, ("normalized_shape", "eps"))
+    assert SiluAndMulFwdOp.definition().one_launch == OneLaunch(SiluAndMulKernel, ())
+    assert RecurrentGatedDeltaRuleFwdOp.definition().one_launch == OneLaunch(
+        RGDRKernel, ("scale", "seq_lens_style", "use_qk_l2norm_in_kernel"))
+
+
+def test_a_forward_that_converts_a_param_or_computes_keeps_the_general_path():
+    assert QKNormRopeFwdOp.definition().one_launch is None  # tuple(self.mrope_section)
+    assert SumFwdOp.definition().one_launch is None  # computes its dims before launching
+
+
+@pytest.fixture
+def seen(fake_backend) -> list:
+    """What a ``writes_outputs`` RMSNorm kernel (doubling x) was given: (normalized_shape, eps) per call."""
+    calls: list = []
+
+    def into(x, weight, normalized_shape, eps, out=None):
+        calls.append((tuple(normalized_shape), eps))
+        out.copy_(x * 2)
+
+    fake_backend.kernel(RMSNormKernel, into, general=False, writes_outputs=True)
+    return calls
+
+
+def test_a_writes_outputs_kernel_is_called_directly_with_what_forward_would_pass(seen, monkeypatch):
+    op = RMSNormFwdOp(normalized_shape=[8], eps=1e-3)
+    monkeypatch.setattr(RMSNormFwdOp, "forward", lambda self, *a: pytest.fail("forward ran"))
+    x = torch.randn(3, 8)
+    y = op(x, None)
+    assert op.last_plan.bound[None].direct is not None
+    assert torch.equal(y, x * 2) and seen == [((8,), 1e-3)]
+
+
+def test_the_direct_call_reads_the_params_from_the_op_on_every_call(seen):
+    op = RMSNormFwdOp(normalized_shape=[8], eps=1e-3)
+    x = torch.randn(3, 8)
+    op(x, None)
+    op.eps = 1e-2  # what forward would read: self.eps
+    op(x, None)
+    assert [eps for _, eps in seen] == [1e-3, 1e-2]
+
+
+def test_a_kernel_raising_on_the_direct_call_is_named_with_its_backend_and_call_spec(fake_backend):
+    def broken(x, weight, normalized_shape, eps, out=None):
+        raise ZeroDivisionError("tile size 0")
+
+    impl = fake_backend.kernel(RMSNormKernel, broken, general=False, writes_outputs=True)
+    op = RMSNormFwdOp(normalized_shape=[8])
+    with pytest.raises(KernelError) as info:
+        op(torch.randn(2, 8), None)
+    assert str(info.value).startswith(f"RMSNormFwdOp: kernel {impl.qualname()} [fake] raised ZeroDivisionError: "
+                                      "tile size 0\n  call spec: CallSpec(RMSNormFwdOp.RMSNormKernel on cpu/cpu")
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+
+
+def test_a_kernel_returning_its_result_keeps_forward_and_step_7(fake_backend):
+    fake_backend.kernel(RMSNormKernel, lambda x, weight, normalized_shape, eps: x, general=False)
+    op = RMSNormFwdOp(normalized_shape=[8])
+    with pytest.raises(CheckError, match="RMSNormFwdOp: output output shares storage with an input"):
+        op(torch.randn(2, 8), None)
+    assert op.last_plan.bound[None].direct is None
+
+
+def test_an_argument_that_requires_grad_keeps_the_general_path(seen):
+    op = RMSNormFwdOp(normalized_shape=[8])
+    y = op(torch.randn(3, 8, requires_grad=True), None)
+    assert op.last_plan.bound[None].direct is None and not y.requires_grad
+
+
+def test_capturing_the_launch_of_a_direct_call_records_what_forward_passes(seen):
+    op = RMSNormFwdOp(normalized_shape=[8], eps=1e-3)
+    x = torch.randn(3, 8)
+    op(x, None)
+    launches = capture_launches(op, (x, None))
+    assert len(launches) == 1 and launches[0].args[0] is x and launches[0].args[3] == 1e-3
+    assert op.last_plan.bound[None].direct is not None  # put back after the capture
+
+
+def _reordered(self, x, weight=None):
+    return self.launch(RMSNormKernel, weight, x, self.normalized_shape, self.eps)
+
+
+def _by_keyword(self, x, weight=None):
+    return self.launch(RMSNormKernel, x, weight, self.normalized_shape, eps=self.eps)
+
+
+def _two_statements(self, x, weight=None):
+    x = x.contiguous()
+    return self.launch(RMSNormKernel, x, weight, self.normalized_shape, self.eps)
+
+
+def _not_a_param(self, x, weight=None):
+    return self.launch(RMSNormKernel, x, weight, self.normalized_shape, self.tolerance)
+
+
+def _renamed(self, input, weight=None):
+    return self.launch(RMSNormKernel, input, weight, self.normalized_shape, self.eps)
+
+
+def _decorated(fn):
+    return fn
+
+
+@_decorated
+def _wrapped(self, x, weight=None):
+    return self.launch(RMSNormKernel, x, weight, self.normalized_shape, self.eps)
+
+
+def _as_written(self, x, weight=None):
+    """A docstring is not a statement that does anything."""
+    return self.launch(RMSNormKernel, x, weight, self.normalized_shape, self.eps)
+
+
+@pytest.mark.parametrize("forward", [_reordered, _by_keyword, _two_statements, _not_a_param, _renamed, _wrapped])
+def test_a_forward_that_is_not_exactly_one_launch_of_its_arguments_is_not_read_as_one(forward):
+    d = RMSNormFwdOp.definition()
+    assert one_launch_of(forward, d.arg_names, d.interfaces, frozenset({"normalized_shape", "eps"})) is None
+
+
+def test_the_interface_is_resolved_where_forward_resolves_it():
+    d = RMSNormFwdOp.definition()
+    names = frozenset({"normalized_shape", "eps"})
+    assert one_launch_of(_as_written, d.arg_names, d.interfaces, names) == OneLaunch(RMSNormKernel, ("normalized_shape",
+                                                                                                    "eps"))
+    assert one_launch_of(_as_written, d.arg_names, (SiluAndMulKernel,), names) is None  # not one of the op's
