@@ -195,7 +195,9 @@ def _lanes_macro(key: QKNormRopeBuildKey, N: int):
     import tilelang.language as T
 
     D, dt, f32, vec = key.head_dim, key.dtype, "float32", _vec(key.dtype)
-    threads, LANES, RPT = _lanes_plan(key)
+    plan = _lanes_plan(key)
+    assert plan is not None  # the refusal turned away every key the lanes program cannot lay out
+    threads, LANES, RPT = plan
     SLOTS = threads // LANES
     BR, HALF = SLOTS * RPT, D // 2
     TB = _table_tokens(N, BR)
@@ -321,7 +323,9 @@ def _program(key: QKNormRopeBuildKey):
     P = T.dynamic("P")  # position rows: 1 (NeoX) or 3 (MRoPE)
     SQT, SQH, SKT, SKH = T.dynamic("SQT"), T.dynamic("SQH"), T.dynamic("SKT"), T.dynamic("SKH")
     if LANES_PROGRAM:
-        threads, LANES, RPT = _lanes_plan(key)
+        lanes_plan = _lanes_plan(key)
+        assert lanes_plan is not None  # the refusal turned away every key the lanes program cannot lay out
+        threads, LANES, RPT = lanes_plan
         BR = threads // LANES * RPT
         TB = max(_table_tokens(NQ, BR), _table_tokens(NKV, BR))
         q_lanes, k_lanes = _lanes_macro(key, NQ), _lanes_macro(key, NKV)
