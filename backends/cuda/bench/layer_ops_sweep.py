@@ -110,16 +110,15 @@ def _conv_varlen_candidates() -> list[dict[str, Any]]:
                for t, c in ((256, 64), (64, 64), (128, 128), (256, 128), (128, 256))]
     return [*bounded, {"threads": 128, "tokens": 8, "chunk": 128, "registers": 0}]
 
-#: QKNormRope at D=256 bf16 (16 q + 2 k heads; ptxas registers at 256 threads for sm_90a in brackets):
-#: the first program (31; registered until this sweep has run); the rows program with its partners loaded early (77: 3 programs an SM) or read
-#: where used (59: 4 programs an SM), bounded to 48 (5 programs; 12 bytes of spill), 16 KB programs (74;
-#: bounded to 64: 4 programs, 64 KB in flight an SM, 24 bytes of spill), 4 KB programs of 128 threads
-#: (59). Early partners bounded to 64 spilled 108 bytes: left out.
+#: QKNormRope at D=256 bf16 (16 q + 2 k heads; ptxas registers / spill bytes for sm_90a in brackets, and
+#: programs an SM by registers): the lanes program at its plan's 256 threads x 2 rows, 8 KB programs (48 / 0:
+#: 5 programs, 40 KB of rows in flight an SM), bounded to 40 (40 / 40: 6, 48 KB); 16 KB programs of 4 rows a
+#: thread (78 / 0: 3, 48 KB), bounded to 64 (64 / 0: 4, 64 KB); 4 KB programs of 128 threads (55 / 0: 9,
+#: 36 KB); 16 KB programs of 512 threads (56 / 0: 2, 32 KB). The registered entry is the first program
+#: (token_heads, 31 / 0). 128 threads x 4 rows (65 / 0) took minutes in TileLang's simplifier: left out.
 _QK_CANDIDATES = [
-    {"program": "token_heads"}, {"early_partners": True}, {"early_partners": False},
-    {"early_partners": False, "registers": 48},
-    {"rows": 32, "early_partners": False}, {"rows": 32, "early_partners": False, "registers": 64},
-    {"rows": 8, "threads": 128, "early_partners": False}]
+    {"program": "lanes"}, {"registers": 40}, {"rows": 4}, {"rows": 4, "registers": 64},
+    {"threads": 128, "rows": 2}, {"threads": 512}]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
 #: key (the others keep the build key's defaults); the registered block shape is always first.
@@ -151,7 +150,7 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # chunk 64 and at 128 threads x chunk 128 on the 8-sequence row (kept, to be timed).
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", _conv_varlen_candidates()),
-    # QKNormRope (issue 21): the first program against the rows program's block shapes; the prefill
+    # QKNormRope (issue 21): the first program against the lanes program's block shapes; the prefill
     # rows of Qwen3-Next (NeoX) and Qwen3.5 (MRoPE) share one kernel per block shape.
     *(("QKNormRopeFwdOp", label, _QK_CANDIDATES)
       for label in ("qwen3-next-prefill-16k", "qwen3-next-prefill-4k", "qwen3.5-prefill-4k")),

@@ -18,7 +18,19 @@ def _attention_ops():
     return attention
 
 
-def test_qk_norm_rope_reads_the_query_half_of_q_proj_in_place(cuda_device, gen):
+#: Both QKNormRope programs (the registered one and the lanes program the sweep times against it).
+_QK_PROGRAMS = pytest.mark.parametrize("program", ["token_heads", "lanes"])
+
+
+def _qk_program(monkeypatch, program: str) -> None:
+    from tileops_cuda.kernels import block_shapes
+
+    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangQKNormRope", ((None, {"program": program}),))
+
+
+@_QK_PROGRAMS
+def test_qk_norm_rope_reads_the_query_half_of_q_proj_in_place(cuda_device, gen, monkeypatch, program):
+    _qk_program(monkeypatch, program)
     ops = _attention_ops()
     T, NQ, NKV, D = 37, 16, 2, 256
     q_and_gate = torch.randn(T, NQ, 2 * D, device="cuda", generator=gen).bfloat16()
@@ -32,7 +44,9 @@ def test_qk_norm_rope_reads_the_query_half_of_q_proj_in_place(cuda_device, gen):
     assert all(torch.equal(a, b) for a, b in zip(strided, contiguous))
 
 
-def test_mrope_with_equal_position_rows_is_neox(cuda_device, gen):
+@_QK_PROGRAMS
+def test_mrope_with_equal_position_rows_is_neox(cuda_device, gen, monkeypatch, program):
+    _qk_program(monkeypatch, program)
     ops = _attention_ops()
     T, NQ, NKV, D = 9, 4, 2, 128
     query = torch.randn(T, NQ, D, device="cuda", generator=gen).bfloat16()

@@ -1,8 +1,9 @@
-"""QKNormRope's two TileLang programs without a GPU: the rows program's block covers whole tokens
-(or part of one) of both tensors, a block shape it cannot lay out falls back to the first program
-instead of a refusal, bad block shapes are refused with the fix, and the rows program lowers for
-sm_90a reading and writing its rows in 16-byte vectors with only the cos/sin table in shared memory
-(where tilelang is installed). Numerics run on the GPU (``test_spec_rows_gpu.py``, the sweep's checks)."""
+"""QKNormRope's two TileLang programs without a GPU: the lanes program lays a row's vectors on the
+lanes of one warp and its cos/sin table covers every token its rows reach, a row too wide for a warp
+falls back to the first program instead of a refusal, bad block shapes are refused with the fix,
+and the lanes program lowers for sm_90a with 16-byte rows, its table loads issued before its one
+barrier (where tilelang is installed). Numerics run on the GPU (``test_spec_rows_gpu.py``, the
+sweep's checks)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from tileops_core.kernels import CallSpec
 from tileops_cuda.kernels import block_shapes
 from tileops_cuda.kernels.qk_norm_rope import (
-    QKNormRopeBuildKey, _rows_plan, qk_norm_rope_refusal, with_fitting_program,
+    QKNormRopeBuildKey, _lanes_plan, _table_tokens, qk_norm_rope_refusal, with_fitting_program,
 )
 from tileops_cuda.registered_model import TileLangQKNormRope
 
@@ -26,55 +27,77 @@ def _call(nq: int, nkv: int, d: int) -> CallSpec:
                     {"NQ": nq, "NKV": nkv, "D": d}, {})
 
 
-@pytest.mark.parametrize("heads", [(16, 2), (32, 4), (4, 2), (2, 1), (40, 8), (12, 3), (28, 4)])
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_a_rows_program_holds_whole_tokens_or_part_of_one_of_each_tensor(heads, dtype):
-    threads, padded, rows = _rows_plan(QKNormRopeBuildKey(dtype, "int64", *heads, 256, "sm_90a"))
-    for n in heads:
-        assert rows % n == 0 or n % rows == 0, (rows, n)
-    vec = 16 // (2 if dtype == "bfloat16" else 4)
-    assert padded % ((threads // rows) * vec) == 0 and rows * padded // threads <= 32
+@pytest.mark.parametrize("dtype,d,lanes", [("bfloat16", 256, 32), ("bfloat16", 128, 16), ("float16", 80, 16),
+                                           ("float32", 32, 8), ("float32", 16, 4), ("float32", 128, 32)])
+def test_a_lanes_row_is_the_power_of_two_of_lanes_that_holds_its_vectors(dtype, d, lanes):
+    assert _lanes_plan(QKNormRopeBuildKey(dtype, "int64", 4, 2, d, "sm_90a")) == (256, lanes, 2)
 
 
-def test_the_qwen_rows_program_holds_one_token_of_q_or_eight_of_k_in_8_kb():
-    assert _rows_plan(_QWEN) == (256, 256, 16)
+@pytest.mark.parametrize("heads", [1, 2, 3, 12, 16, 40])
+@pytest.mark.parametrize("rows", [4, 8, 16, 24, 32, 64])
+def test_the_table_covers_every_token_a_program_of_consecutive_rows_reaches(heads, rows):
+    for p in range(3 * heads):
+        tok0 = p * rows // heads
+        assert (p * rows + rows - 1) // heads - tok0 < _table_tokens(heads, rows), (p, heads, rows)
+
+
+def test_the_qwen_lanes_program_holds_one_token_of_q_or_eight_of_k_in_8_kb():
+    threads, lanes, rows = _lanes_plan(_QWEN)
+    assert threads // lanes * rows == 16 and _table_tokens(16, 16) == 1 and _table_tokens(2, 16) == 8
 
 
 def test_the_registered_key_takes_its_program_from_the_block_shapes_table(monkeypatch):
-    # The first program until the H200 sweep has checked and timed the rows program.
+    # The first program until the H200 sweep has checked and timed the lanes program.
     assert TileLangQKNormRope.key(_call(16, 2, 256)).program == "token_heads"
     monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangQKNormRope",
-                        ((None, {"program": "rows", "rows": 0, "threads": 0, "early_partners": False, "registers": 0}),))
-    assert TileLangQKNormRope.key(_call(16, 2, 256)) == dataclasses.replace(_QWEN, early_partners=False)
+                        ((None, {"program": "lanes", "threads": 0, "rows": 0, "registers": 64}),))
+    assert TileLangQKNormRope.key(_call(16, 2, 256)) == dataclasses.replace(_QWEN, registers=64)
 
 
-def test_a_row_count_that_fits_neither_head_count_falls_back_to_the_first_program(monkeypatch):
-    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangQKNormRope", ((None, {"rows": 16}),))
-    key = TileLangQKNormRope.key(_call(12, 3, 128))  # 16 rows: neither a multiple nor a divisor of 12
+def test_a_row_wider_than_a_warp_of_vectors_falls_back_to_the_first_program(monkeypatch):
+    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangQKNormRope", ((None, {"program": "lanes"}),))
+    key = TileLangQKNormRope.key(_call(8, 1, 512))  # 64 vectors a row
     assert key.program == "token_heads" and TileLangQKNormRope.reason(None, key) is None
-    assert with_fitting_program(dataclasses.replace(_QWEN, rows=16)).program == "rows"
+    assert with_fitting_program(_QWEN).program == "lanes"
 
 
 @pytest.mark.parametrize("fields,reason", [
-    ({"program": "pairs"}, "program='pairs' is not one of ('rows', 'token_heads')"),
+    ({"program": "rows"}, "program='rows' is not one of ('lanes', 'token_heads')"),
     ({"registers": -1}, "registers=-1 must be at least 0"),
-    ({"rows": 64}, "no rows=64 x threads=any block holds D=256 rows of 16 and 2 heads"),
-], ids=["program", "registers", "rows"])
+    ({"threads": 48}, "threads=48 x rows=0 does not lay out D=256 in bfloat16"),
+    ({"rows": 16}, "threads=0 x rows=16 does not lay out D=256 in bfloat16"),
+    ({"threads": 512, "rows": 8}, "threads=512 x rows=8 does not lay out D=256 in bfloat16"),  # 128 KB shared
+], ids=["program", "registers", "threads", "rows", "shared"])
 def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in qk_norm_rope_refusal(dataclasses.replace(_QWEN, **fields))
 
 
-@pytest.mark.parametrize("early", [True, False], ids=["early-partners", "late-partners"])
-def test_the_rows_program_lowers_with_16_byte_rows_and_only_the_table_in_shared_memory(early):
+def test_the_lanes_program_lowers_with_16_byte_rows_and_one_round_trip_before_its_one_barrier():
     tilelang = pytest.importorskip("tilelang")
     from tileops_cuda.kernels import qk_norm_rope
 
-    key = QKNormRopeBuildKey("bfloat16", "int32", 4, 2, 64, "sm_90a", early_partners=early)
+    key = QKNormRopeBuildKey("bfloat16", "int32", 4, 2, 64, "sm_90a")
     target = {"kind": "cuda", "arch": "sm_90a"}
     with tilelang.tvm.target.Target(target):
         source = tilelang.lower(qk_norm_rope._program(key), target=target).kernel_source
-    for rows in ("query", "key"):
-        assert f"*(uint4*)({rows} + " in source
-        assert f"*(uint4*)({rows}_out + " in source
-    assert set(re.findall(r"void\* (\w+) = \(\(void\*\)\(\(char\*\)buf_dyn_shmem", source)) == {"cs", "sn"}
-    assert source.count("cosf(") == source.count("sinf(") == 2  # once per (token, f), in each tensor's branch
+    q_branch, k_branch = _branches(source)
+    for rows, branch in (("query", q_branch), ("key", k_branch)):
+        assert f"*(uint4*)({rows} + " in branch and f"*(uint4*)({rows}_out + " in branch
+        assert branch.count("__syncthreads()") == 1
+        barrier = branch.index("__syncthreads()")
+        # Every global load (rows, weight, the table's positions) before the barrier; after it
+        # the rotary lanes read cos, sin (16-byte vectors) and partners from shared memory only.
+        assert branch.index("positions[") < barrier and "positions[" not in branch[barrier:]
+        assert re.search(r"\*\(uint4\*\)\(cl \+ 0\) = \*\(uint4\*\)\(\(\(bfloat16_t\*\)cs\)", branch[barrier:])
+        assert "__shfl_xor_sync" in branch[:barrier]
+
+
+def _branches(source: str) -> tuple[str, str]:
+    """The kernel's q and k branches (``if (blockIdx.x < QP) {...} else {...}``)."""
+    body = source[source.index("if (((int)blockIdx.x) <"):]
+    depth, i = 0, body.index("{")
+    for i in range(i, len(body)):
+        depth += {"{": 1, "}": -1}.get(body[i], 0)
+        if depth == 0:
+            break
+    return body[:i], body[i:]

@@ -113,3 +113,21 @@ def test_op_on_cuda_selects_tilelang_unless_refused_and_matches_float64(cuda_dev
         assert out.device.type == "cuda" and out.dtype == inst.dtypes[name_], f"{where}: {name_}"
     got.update({t.name: args[i] for i, t in enumerate(spec.call_inputs) if t.mutated and i < len(args)})
     _check(spec, got, originals, op.params, where)
+
+
+#: QKNormRope's lanes program (a sweep candidate until the H200 has timed it against the registered
+#: first program) at its plan's block, at 128 threads, and at 32 threads x 3 rows, whose programs of
+#: 3 rows straddle tokens at Qwen's head counts (a table of 2-3 tokens).
+_LANES_SHAPES = ({"program": "lanes"}, {"program": "lanes", "threads": 128, "rows": 2},
+                 {"program": "lanes", "threads": 32, "rows": 3})
+
+
+@pytest.mark.parametrize("shape", _LANES_SHAPES, ids=["plan", "t128", "t32-r3"])
+@pytest.mark.parametrize("name,row_index,case", _cases(("QKNormRopeFwdOp",)))
+def test_qk_norm_rope_lanes_program_writes_every_element_and_matches_float64(cuda_device, monkeypatch, shape: dict,
+                                                                             name: str, row_index: int,
+                                                                             case: Any) -> None:
+    from tileops_cuda.kernels import block_shapes
+
+    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangQKNormRope", ((None, shape),))
+    test_kernel_writes_every_element_of_poisoned_outputs_and_matches_float64(cuda_device, name, row_index, case)

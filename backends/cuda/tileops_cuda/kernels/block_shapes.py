@@ -38,10 +38,10 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # us against the best 51.71 (256 threads). Longer chunks were faster at every step (16, 32, 64).
     "TileLangCausalConv1dUpdate": ((None, {"threads": 128, "registers": 0}),),
     "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 128, "chunk": 64}),),
-    # The first program, measured on the H200 (43-48% of the copy at prefill): the rows program has not run on
-    # a GPU yet. The sweep's QKNormRope rows check it against float64 and time it beside this one; its
-    # winner replaces this entry (at its plan's block: {"program": "rows", "rows": 0, "threads": 0,
-    # "early_partners": False, "registers": 0}, 59 registers, 4 programs an SM).
+    # The first program, measured on the H200 (43-57% of the same-size copy at prefill): the lanes program has
+    # not run on a GPU yet. The sweep's QKNormRope rows check it against float64 and time it beside this one;
+    # its winner replaces this entry (at its plan's block: {"program": "lanes", "threads": 0, "rows": 0,
+    # "registers": 0}, 48 registers, 5 programs an SM).
     "TileLangQKNormRope": ((None, {"program": "token_heads"}),),
 }
 

@@ -17,24 +17,26 @@ radians at long context).
 
 Two programs (the build key's ``program``; both stay buildable so one GPU run compares them):
 
-* ``"rows"`` (the default): a program holds R rows of one tensor, a row being one (token, head)
-  pair of q or of k, with R a multiple or a divisor of that tensor's head count, so a program
-  covers whole tokens (or part of one): the 16 q heads of a token, or 8 tokens' 2 k heads. Each
-  16-byte vector is loaded first; then each rotary channel's partner value ``x[j ± h]`` (and
-  its weight) is read again by the thread that needs it (an L1/L2 hit: the same rows were just
-  loaded), so the rotation runs in registers, with no shared-memory copy of the normalised
-  heads and no barrier on them. While those loads are in flight the program forms its tokens'
-  cos/sin table once per (token, f) in shared memory (every head of the token reads it); the
-  outputs are assembled in registers and written in 16-byte vectors. Block shape: ``rows``
-  and ``threads`` (0: the plan's choice, about 8 KB of rows a program), ``early_partners``
-  (the partners loaded with the rows, or where the rotation reads them: fewer registers) and
-  ``registers`` (a launch bound); the registered one comes from ``block_shapes.BLOCK_SHAPES``.
-* ``"token_heads"`` (the first program, kept for comparison and as the fallback where no row
-  count fits): a program holds BM heads of one token, the rows in registers for the sum of
-  squares, the normalised heads in shared memory (a channel's rotation partner lives in
+* ``"lanes"`` (the default): a program holds BR consecutive rows of one tensor (row = token ·
+  heads + head), each row's 16-byte vectors on consecutive lanes of one warp (LANES, the power of
+  two at or above D / vec), each thread ``rows`` rows; BR = threads / LANES · rows. Every global
+  load is issued first and none waits on another (the rows, the weight, and the positions of the
+  program's cos/sin table), so a program waits on one memory round trip; the table's accurate
+  sincos (per token and rotary channel, sin signed as rotate_half signs it) runs while the rows
+  are in flight. Sums of squares are reduced with warp shuffles; the rotary lanes put their
+  normalised values in shared memory, where each channel reads its partner after the program's
+  one barrier; cos, sin and the outputs move as 16-byte vectors. Block shape: ``threads``,
+  ``rows`` (0: 256 and 2, 8 KB of rows at D=256 in 16 bits) and ``registers`` (a launch bound).
+  The first programs' generated CUDA showed why they stop near half the copy: ``token_heads``
+  loads its rows only after the table's positions came back and its sincos ran (two round trips
+  for 1 KB programs), and the rows program (deleted: 20-29% of the copy) issued its positions
+  loads after a barrier, re-read the rotation partners from global memory after the reduction
+  and divided by the runtime rotary half throughout its table.
+* ``"token_heads"`` (the first program, kept for comparison and as the fallback for rows of
+  more than 32 vectors): a program holds BM heads of one token, the rows in registers for the
+  sum of squares, the normalised heads in shared memory (a channel's rotation partner lives in
   another thread), and the token's cos/sin table in shared memory, formed before the rows are
-  loaded; BM divides both head counts. It measured 43-48% of the copy ceiling on the H200:
-  1 KB programs whose loads wait on the table's accurate sincos, element-wide stores.
+  loaded; BM divides both head counts. It measured 43-57% of the same-size copy on the H200.
 
 q and k are ``[T, heads, D]`` strided views (the query half of q_proj's output is read in
 place); the outputs are contiguous. Specialised on dtype, positions dtype, head counts and D;
@@ -60,9 +62,11 @@ _POSITION_DTYPES = ("int32", "int64")
 _NAME = "QKNormRope TileLang kernel"
 
 
-_PROGRAMS = ("rows", "token_heads")
-#: The bytes of rows the ``rows`` plan aims a program at (16 heads of 256 16-bit channels).
-_PROGRAM_BYTES = 8192
+_PROGRAMS = ("lanes", "token_heads")
+#: The lanes program's default block: 256 threads, 2 rows a thread (8 KB of rows at D=256 in 16 bits).
+_LANES_THREADS, _LANES_ROWS = 256, 2
+#: Shared memory a lanes program may take without raising the kernel's dynamic limit.
+_SHARED_BYTES = 48 * 1024
 
 
 @dataclass(frozen=True)
@@ -76,13 +80,11 @@ class QKNormRopeBuildKey:
     k_heads: int
     head_dim: int
     arch: str = "sm_90"
-    program: str = "rows"
-    rows: int = 0
+    program: str = "lanes"
+    #: ``lanes`` only: threads a program, and rows (16-byte vectors in flight) each thread holds.
     threads: int = 0
-    #: ``rows`` only: the partners loaded with the rows (registers held across the table and the
-    #: reduction) or where the rotation reads them (fewer registers, an L1 hit on the chain).
-    early_partners: bool = True
-    #: ``rows`` only: registers per thread the launch bounds aim at (minimum programs an SM); 0 sets none.
+    rows: int = 0
+    #: ``lanes`` only: registers per thread the launch bounds aim at (minimum programs an SM); 0 sets none.
     registers: int = 0
 
 
@@ -120,39 +122,30 @@ def _token_heads_plan(key: QKNormRopeBuildKey) -> tuple[int, int, int] | None:
     return best[1], best[2], bm
 
 
-def _rows_plan(key: QKNormRopeBuildKey) -> tuple[int, int, int] | None:
-    """``(threads, padded D, rows per program)`` of the ``rows`` program, or None when no row
-    count fits. Rows R: a power of two that is a multiple or a divisor of each head count (a
-    program then covers whole tokens or part of one, and its table holds ``max(1, R // heads)``
-    tokens); each row's threads own whole 16-byte vectors; at most 32 values a thread. Least
-    padding first, then rows nearest ``_PROGRAM_BYTES``, then 16 values a thread."""
-    vec, d = _vec(key.dtype), key.head_dim
-    best = None
-    for r in (1, 2, 4, 8, 16, 32, 64):
-        if key.rows and r != key.rows:
-            continue
-        if any(r % n and n % r for n in (key.q_heads, key.k_heads)):
-            continue
-        for threads in (64, 128, 256):
-            if key.threads and threads != key.threads or threads % r:
-                continue
-            unit = (threads // r) * vec
-            padded = -(-d // unit) * unit
-            per = r * padded // threads
-            if per <= 32:
-                score = (padded - d, abs(r * d * ELEM_BYTES[key.dtype] - _PROGRAM_BYTES), abs(per - 16))
-                if best is None or score < best[0]:
-                    best = (score, threads, padded, r)
-    if best is None:
+def _lanes_plan(key: QKNormRopeBuildKey) -> tuple[int, int, int] | None:
+    """``(threads, lanes a row, rows a thread)`` of the ``lanes`` program, or None: a row's 16-byte
+    vectors on consecutive lanes of one warp (lanes: the power of two at or above D / vec, at most
+    32), so its sum of squares is reduced with shuffles; threads a multiple of the warp and of the
+    lanes (at most 1024); the table and the rotary partners within 48 KB of shared memory."""
+    nv = key.head_dim // _vec(key.dtype)
+    if nv > 32:
         return None
-    return best[1], best[2], best[3]
+    lanes = 1 << max(0, nv - 1).bit_length()
+    threads, rows = key.threads or _LANES_THREADS, key.rows or _LANES_ROWS
+    if threads < 0 or threads % 32 or threads > 1024 or not 0 < rows <= 8:
+        return None
+    br = threads // lanes * rows
+    table = max(_table_tokens(key.q_heads, br), _table_tokens(key.k_heads, br))
+    if (2 * table + br) * key.head_dim * ELEM_BYTES[key.dtype] > _SHARED_BYTES:
+        return None
+    return threads, lanes, rows
 
 
 def with_fitting_program(key: QKNormRopeBuildKey) -> QKNormRopeBuildKey:
-    """``key`` itself, or with the ``token_heads`` program where its ``rows`` program has no
-    block for these head counts and D (the registered kernel's rule: never a refusal that one
-    of the two programs could serve)."""
-    if key.program == "rows" and key.dtype in _DTYPES and _rows_plan(key) is None:
+    """``key`` itself, or with the ``token_heads`` program where its ``lanes`` program has no
+    block for this D (more than 32 vectors a row) or block shape (the registered kernel's rule:
+    never a refusal that one of the two programs could serve)."""
+    if key.program == "lanes" and key.dtype in _DTYPES and _lanes_plan(key) is None:
         return dataclasses.replace(key, program="token_heads")
     return key
 
@@ -170,10 +163,10 @@ def qk_norm_rope_refusal(key: QKNormRopeBuildKey) -> str | None:
         return f"{_NAME}: program={key.program!r} is not one of {_PROGRAMS}"
     if key.registers < 0:
         return f"{_NAME}: registers={key.registers} must be at least 0"
-    if key.program == "rows" and _rows_plan(key) is None:
-        return (f"{_NAME}: no rows={key.rows or 'any'} x threads={key.threads or 'any'} block holds D={key.head_dim} "
-                f"rows of {key.q_heads} and {key.k_heads} heads (rows a multiple or divisor of both, at most 32 "
-                f"values per thread); use program='token_heads'")
+    if key.program == "lanes" and _lanes_plan(key) is None:
+        return (f"{_NAME}: threads={key.threads} x rows={key.rows} does not lay out D={key.head_dim} in {key.dtype} "
+                f"(at most 32 16-byte vectors a row, threads a multiple of 32 up to 1024, 1-8 rows a thread, "
+                f"its table and partners within 48 KB of shared memory); use program='token_heads'")
     if key.program == "token_heads" and _token_heads_plan(key) is None:
         return f"{_NAME}: D={key.head_dim} does not fit the registers of one program (at most 32 values per thread)"
     return arch_refusal(_NAME, key.arch)
@@ -188,71 +181,103 @@ def _angle_row(f, section_h, section_w):
                           T.if_then_else(f % 3 == 2, T.if_then_else(f < 3 * section_w, 2, 0), 0))
 
 
-def _table_tokens(key: QKNormRopeBuildKey, R: int) -> int:
-    """Tokens of the ``rows`` program's cos/sin table: the most one program of R rows covers."""
-    return max(1, R // key.q_heads, R // key.k_heads)
+def _table_tokens(n: int, rows: int) -> int:
+    """Tokens a program of ``rows`` consecutive rows of an ``n``-head tensor spans, at most."""
+    if rows % n == 0 or n % rows == 0:
+        return max(1, rows // n)
+    return (rows - 1) // n + 2
 
 
-def _rows_macro(key: QKNormRopeBuildKey, N: int, R: int, DP: int):
-    """The ``rows`` program's work on one tensor of N heads: program ``p`` holds its rows
-    ``p·R .. p·R + R - 1`` (row = token · N + head). Rows past the last token are guarded by
-    TileLang's safe access (their loads read 0, their stores are skipped), as the table's
-    positions past T are."""
+def _lanes_macro(key: QKNormRopeBuildKey, N: int):
+    """The ``lanes`` program's work on one tensor of N heads: program ``p`` holds rows
+    ``p·BR .. p·BR + BR - 1`` (row = token · N + head), thread ``slot · LANES + lane`` the
+    vector ``lane`` of rows ``p·BR + k·SLOTS + slot``, k < rows a thread."""
     import tilelang.language as T
 
-    D, dt, f32 = key.head_dim, key.dtype, "float32"
-    EARLY = key.early_partners
-    inverse_rms = inverse_rms_macro(R, DP, D)
+    D, dt, f32, vec = key.head_dim, key.dtype, "float32", _vec(key.dtype)
+    plan = _lanes_plan(key)
+    assert plan is not None  # the refusal turned away every key the lanes program cannot lay out
+    threads, LANES, RPT = plan
+    SLOTS = threads // LANES
+    BR, HALF = SLOTS * RPT, D // 2
+    TB = _table_tokens(N, BR)
+    PADDED = LANES * vec > D  # lanes past D hold zeros and store nothing
 
     @T.macro
-    def rows(X, W, Y, p, positions, inv_freq, xr, pr, wr, wp, sq, rs, cs, sn, rotary_dim, section_h, section_w,
-             eps):
+    def lanes(X, W, Y, p, tid, xl, wl, rs, cl, sl, ml, fr, angle, cs, sn, sw, positions, inv_freq, rotary_dim,
+              section_h, section_w, eps, Tn):
         half = rotary_dim // 2
-        # The rows and the weight first (16-byte vectors), then, early, the partners of the
-        # rotary channels (element loads, L1/L2 hits): all in flight while the table is formed.
-        # (The weight loaded after the table took more registers: 63/78 against 59/74.)
-        for i, j in T.Parallel(R, DP):
-            xr[i, j] = T.if_then_else(j < D, X[(p * R + i) // N, (p * R + i) % N, j], T.cast(0, dt))
-        for i, j in T.Parallel(R, DP):
-            wr[i, j] = T.if_then_else(j < D, W[j], T.cast(0, dt))
-        if EARLY:
-            for i, j in T.Parallel(R, DP):
-                partner = T.if_then_else(j < half, j + half, j - half)
-                pr[i, j] = T.if_then_else(j < rotary_dim, X[(p * R + i) // N, (p * R + i) % N, partner], xr[i, j])
-                wp[i, j] = T.if_then_else(j < rotary_dim, W[partner], wr[i, j])
-        # The table: one accurate sincos per (token, f) of the program's max(1, R // N) tokens.
-        for k in T.Parallel(_table_tokens(key, R) * (D // 2)):
-            if k < max(1, R // N) * half:
-                u = k // half
-                f = k % half
-                angle = T.cast(positions[_angle_row(f, section_h, section_w), (p * R) // N + u], f32) * inv_freq[f]
-                cs[u, f] = T.cast(T.cos(angle), dt)
-                sn[u, f] = T.cast(T.sin(angle), dt)
-        inverse_rms(xr, sq, rs, eps)
-        # The outputs replace the rows in place: each element reads only itself (and a partner
-        # held elsewhere), so no third register row is needed.
-        for i, j in T.Parallel(R, DP):
-            n = T.cast((T.cast(xr[i, j], f32) * rs[i]) * (T.float32(1) + T.cast(wr[i, j], f32)), dt)
-            if j < rotary_dim:
-                low = j < half
-                f = T.if_then_else(low, j, j - half)
-                if EARLY:
-                    m = T.cast((T.cast(pr[i, j], f32) * rs[i]) * (T.float32(1) + T.cast(wp[i, j], f32)), dt)
-                else:
-                    partner = T.if_then_else(low, j + half, j - half)
-                    m = T.cast((T.cast(X[(p * R + i) // N, (p * R + i) % N, partner], f32) * rs[i])
-                               * (T.float32(1) + T.cast(W[partner], f32)), dt)
-                rot = T.cast(T.if_then_else(low, -T.cast(m, f32), T.cast(m, f32)), dt)
-                a = T.cast(T.cast(n, f32) * T.cast(cs[i // N, f], f32), dt)
-                b = T.cast(T.cast(rot, f32) * T.cast(sn[i // N, f], f32), dt)
-                xr[i, j] = T.cast(T.cast(a, f32) + T.cast(b, f32), dt)
-            else:  # past rotary_dim: the normalised value passes through
-                xr[i, j] = n
-        for i, j in T.Parallel(R, DP):
-            if j < D:
-                Y[(p * R + i) // N, (p * R + i) % N, j] = xr[i, j]
+        lane, slot = tid % LANES, tid // LANES
+        c0 = lane * vec  # the lane's first channel
+        tok0 = (p * BR) // N
+        # 1. Every load first, none waiting on another: the rows, the weight, and the positions of
+        #    the program's cos/sin table (its accurate sincos per (token, channel) runs while the rows
+        #    are in flight). One memory round trip a program.
+        for k in T.unroll(RPT):
+            r = p * BR + k * SLOTS + slot
+            if r < Tn * N and (not PADDED or c0 < D):
+                for e in T.vectorized(vec):
+                    xl[k, e] = X[r // N, r % N, c0 + e]
+            else:
+                for e in T.vectorized(vec):
+                    xl[k, e] = T.cast(0, dt)
+        if not PADDED or c0 < D:
+            for e in T.vectorized(vec):
+                wl[e] = W[c0 + e]
+        else:
+            for e in T.vectorized(vec):
+                wl[e] = T.cast(0, dt)
+        # The table by channel, each thread writing its own entries: cos(f) and sin(f) signed as
+        # rotate_half signs it (-sin below half), f = j mod half; so a rotary lane reads its
+        # vector's cos and sin as one 16-byte vector each.
+        for it in T.serial(-(-TB * D // threads)):
+            u = (it * threads + tid) // D
+            j = (it * threads + tid) % D
+            if u < TB and j < rotary_dim and tok0 + u < Tn:
+                # Through locals: the MRoPE row rule inlined into the index and its guards made
+                # TileLang's simplifier run for minutes on some block shapes.
+                fr[0] = T.if_then_else(j < half, j, j - half)
+                fr[1] = _angle_row(fr[0], section_h, section_w)
+                angle[0] = T.cast(positions[fr[1], tok0 + u], f32) * inv_freq[fr[0]]
+                cs[u, j] = T.cast(T.cos(angle[0]), dt)
+                sn[u, j] = T.cast(T.if_then_else(j < half, -T.sin(angle[0]), T.sin(angle[0])), dt)
+        # 2. Each row's inverse RMS: the lane's squares, then shuffles across its LANES lanes.
+        for k in T.unroll(RPT):
+            rs[k] = T.float32(0)
+            for e in T.unroll(vec):
+                rs[k] = rs[k] + T.cast(xl[k, e], f32) * T.cast(xl[k, e], f32)
+            for o in T.unroll(LANES.bit_length() - 1):
+                rs[k] = rs[k] + T.shfl_xor(rs[k], LANES >> (o + 1))
+            rs[k] = T.rsqrt(rs[k] / T.float32(D) + eps)
+        # 3. The normalised rows, in place; the rotary lanes' values also to shared memory, where
+        #    each channel's rotate_half partner is read below.
+        for k in T.unroll(RPT):
+            for e in T.unroll(vec):
+                xl[k, e] = T.cast((T.cast(xl[k, e], f32) * rs[k]) * (T.float32(1) + T.cast(wl[e], f32)), dt)
+            if c0 < rotary_dim:
+                for e in T.vectorized(vec):
+                    sw[k * SLOTS + slot, c0 + e] = xl[k, e]
+        T.sync_threads()
+        # 4. The rotation of the rotary lanes (HF's roundings), then the 16-byte stores.
+        for k in T.unroll(RPT):
+            r = p * BR + k * SLOTS + slot
+            if c0 < rotary_dim:
+                u = T.min(r // N - tok0, TB - 1)
+                for e in T.vectorized(vec):
+                    cl[e] = cs[u, c0 + e]
+                for e in T.vectorized(vec):
+                    sl[e] = sn[u, c0 + e]
+                for e in T.unroll(vec):
+                    ml[e] = sw[k * SLOTS + slot, T.if_then_else(c0 + e < half, c0 + e + half, c0 + e - half)]
+                for e in T.unroll(vec):
+                    if c0 + e < rotary_dim:
+                        xl[k, e] = T.cast(T.cast(T.cast(T.cast(xl[k, e], f32) * T.cast(cl[e], f32), dt), f32)
+                                          + T.cast(T.cast(T.cast(ml[e], f32) * T.cast(sl[e], f32), dt), f32), dt)
+            if r < Tn * N and (not PADDED or c0 < D):
+                for e in T.vectorized(vec):
+                    Y[r // N, r % N, c0 + e] = xl[k, e]
 
-    return rows
+    return lanes
 
 
 def _token_heads_macro(key: QKNormRopeBuildKey, BM: int, DP: int):
@@ -292,19 +317,22 @@ def _program(key: QKNormRopeBuildKey):
 
     D, dt, f32, vec = key.head_dim, key.dtype, "float32", _vec(key.dtype)
     NQ, NKV, pdt = key.q_heads, key.k_heads, key.positions_dtype
-    ROWS, REGISTERS = key.program == "rows", key.registers  # (the prim_func's `key` is the k tensor)
-    plan = _rows_plan(key) if ROWS else _token_heads_plan(key)
-    assert plan is not None  # the refusal turned away every key no program holds
-    threads, DP, R = plan  # R: rows (``rows``) or heads of one token (``token_heads``) a program holds
+    LANES_PROGRAM, REGISTERS = key.program == "lanes", key.registers  # (the prim_func's `key` is the k tensor)
     HALF = D // 2  # the largest rotary half: rotary_dim <= D
-    TB = _table_tokens(key, R) if ROWS else 1
     Tn = T.dynamic("T")
     P = T.dynamic("P")  # position rows: 1 (NeoX) or 3 (MRoPE)
     SQT, SQH, SKT, SKH = T.dynamic("SQT"), T.dynamic("SQH"), T.dynamic("SKT"), T.dynamic("SKH")
-    if ROWS:
-        q_rows, k_rows = _rows_macro(key, NQ, R, DP), _rows_macro(key, NKV, R, DP)
-        EARLY = key.early_partners
+    if LANES_PROGRAM:
+        lanes_plan = _lanes_plan(key)
+        assert lanes_plan is not None  # the refusal turned away every key the lanes program cannot lay out
+        threads, LANES, RPT = lanes_plan
+        BR = threads // LANES * RPT
+        TB = max(_table_tokens(NQ, BR), _table_tokens(NKV, BR))
+        q_lanes, k_lanes = _lanes_macro(key, NQ), _lanes_macro(key, NKV)
     else:
+        plan = _token_heads_plan(key)
+        assert plan is not None  # the refusal turned away every key no program holds
+        threads, DP, R = plan  # R heads of one token a program
         norm_rope = _token_heads_macro(key, R, DP)
         QB, KB = NQ // R, NKV // R
 
@@ -320,25 +348,29 @@ def _program(key: QKNormRopeBuildKey):
         T.assume(SQH % vec == 0)
         T.assume(SKT % vec == 0)
         T.assume(SKH % vec == 0)
-        if ROWS:
-            QP = T.ceildiv(Tn * NQ, R)
-            with T.Kernel(QP + T.ceildiv(Tn * NKV, R), threads=threads) as bx:
+        if LANES_PROGRAM:
+            QP = T.ceildiv(Tn * NQ, BR)
+            with T.Kernel(QP + T.ceildiv(Tn * NKV, BR), threads=threads) as bx:
                 if REGISTERS:
                     T.annotate_min_blocks_per_sm(max(1, 65536 // (threads * REGISTERS)))
-                xr = T.alloc_fragment((R, DP), dt)
-                wr = T.alloc_fragment((R, DP), dt)
-                pr = T.alloc_fragment((R, DP), dt) if EARLY else None
-                wp = T.alloc_fragment((R, DP), dt) if EARLY else None
-                sq = T.alloc_fragment((R, DP), f32)
-                rs = T.alloc_fragment((R,), f32)
-                cs = T.alloc_shared((TB, HALF), dt)
-                sn = T.alloc_shared((TB, HALF), dt)
+                tid = T.get_thread_binding()
+                xl = T.alloc_local((RPT, vec), dt)
+                wl = T.alloc_local((vec,), dt)
+                rs = T.alloc_local((RPT,), f32)
+                cl = T.alloc_local((vec,), dt)
+                sl = T.alloc_local((vec,), dt)
+                ml = T.alloc_local((vec,), dt)
+                fr = T.alloc_local((2,), "int32")  # a table entry's frequency and position row
+                angle = T.alloc_local((1,), f32)
+                cs = T.alloc_shared((TB, D), dt)
+                sn = T.alloc_shared((TB, D), dt)
+                sw = T.alloc_shared((BR, D), dt)
                 if bx < QP:
-                    q_rows(query, q_weight, query_out, bx, positions, inv_freq, xr, pr, wr, wp, sq, rs, cs, sn,
-                           rotary_dim, section_h, section_w, eps)
+                    q_lanes(query, q_weight, query_out, bx, tid, xl, wl, rs, cl, sl, ml, fr, angle, cs, sn, sw,
+                            positions, inv_freq, rotary_dim, section_h, section_w, eps, Tn)
                 else:
-                    k_rows(key, k_weight, key_out, bx - QP, positions, inv_freq, xr, pr, wr, wp, sq, rs, cs, sn,
-                           rotary_dim, section_h, section_w, eps)
+                    k_lanes(key, k_weight, key_out, bx - QP, tid, xl, wl, rs, cl, sl, ml, fr, angle, cs, sn, sw,
+                            positions, inv_freq, rotary_dim, section_h, section_w, eps, Tn)
         else:
             with T.Kernel(Tn, QB + KB, threads=threads) as (bx, by):
                 xr = T.alloc_fragment((R, DP), dt)
