@@ -17,9 +17,12 @@ import pathlib
 import sys
 
 from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
 from test_rgdr_metadata_fuzz import rgdr_metadata, rgdr_tensors, uncovered_rows, unnamed_slots  # noqa: E402
+
+from tileops_cpu_ref.rgdr import clipped_bounds  # noqa: E402
 
 DIMS = (2, 4, 128, 32)  # NK, NV, DK, DV: a shape the TileLang kernel serves
 
@@ -100,3 +103,60 @@ def test_unchecked_garbage_metadata_writes_every_output_element_and_no_unnamed_s
         out64, state64 = _expected(args, m)
         assert rel_err(out_a.cpu(), out64) <= 1e-2, rel_err(out_a.cpu(), out64)
         assert rel_err(state_a.cpu(), state64) <= 1e-4, rel_err(state_a.cpu(), state64)
+
+
+@st.composite
+def decode_like_metadata(draw: st.DrawFn) -> dict:
+    """``rgdr_metadata``'s fields for T = B: a decode step's metadata, perturbed in up to two
+    places (a speculative program's guesses then hit, miss, or meet a layout that only looks
+    like decode), or anything of that width."""
+    B = draw(st.integers(1, 7))
+    style = draw(st.sampled_from(["lengths", "cu_seqlens"]))
+    seq = [1] * B if style == "lengths" else list(range(B + 1))
+    for _ in range(draw(st.integers(0, 2))):
+        seq[draw(st.integers(0, len(seq) - 1))] = draw(st.integers(-2, B + 3) | st.just(2**32 + 1))
+    pool = draw(st.integers(1, 9))
+    indices = draw(st.lists(st.integers(-3, pool + 2) | st.just(2**32), min_size=B, max_size=B))
+    accepted = draw(st.none() | st.lists(st.integers(-2, 3) | st.just(2**32 + 1), min_size=B, max_size=B))
+    return {"T": B, "pool": pool, "style": style, "seq": seq, "indices": indices, "accepted": accepted,
+            "seed": draw(st.integers(0, 2**31 - 1))}
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=decode_like_metadata() | rgdr_metadata(), layout=st.sampled_from(["tiled", "stream"]))
+@example(m={"T": 3, "pool": 4, "style": "lengths", "seq": [1, 2, 0], "indices": [0, 1, 2], "accepted": None, "seed": 3},
+         layout="tiled")  # a miss on sequence 1, a guess past its span on sequence 2
+@example(m={"T": 2, "pool": 3, "style": "cu_seqlens", "seq": [1, 1, 2], "indices": [2, 0], "accepted": [3, 2**32 + 1],
+            "seed": 4}, layout="stream")  # sequence 0 starts at 1: every guess misses
+def test_a_speculative_program_under_garbage_metadata_gives_the_general_programs_answer(m, layout, cuda_device):
+    """The speculative programs, launched directly (the op's default schedule does not
+    speculate yet) on unchecked metadata: every output element written, slots no index names
+    bit-identical, and where no slot has two writers, the general twin's bits exactly."""
+    import torch
+
+    from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRTiling, build_rgdr
+
+    device, arch = cuda_device
+    args = rgdr_tensors(m, DIMS, torch.bfloat16, device)
+    key = RGDRBuildKey("bfloat16", "float32", *DIMS, m["style"], "int64", "int64",
+                       None if m["accepted"] is None else "int64", True, None, False, arch)  # fmt: skip
+    tiling = RGDRTiling(128, 16, 2, 8, layout == "stream", speculate=True)
+    spec, twin = build_rgdr(key, tiling), build_rgdr(key, RGDRTiling(128, 16, 2, 8, layout == "stream"))
+    before = args["state"].clone()
+
+    def run(launcher, fill):
+        state = before.clone()
+        out = torch.full(args["value"].shape, fill, dtype=args["value"].dtype, device=device)
+        launcher(args["query"], args["key"], args["value"], args["beta"], state, args["actual_seq_lengths"],
+                 args["ssm_state_indices"], args["g"], None, args.get("num_accepted_tokens"), out, None)  # fmt: skip
+        torch.cuda.synchronize()
+        return out, state
+
+    (out_a, state_a), (out_b, _) = run(spec, float("nan")), run(spec, 7.0)
+    assert not torch.isnan(out_a).any() and torch.equal(out_a, out_b), "an output element was left unwritten"
+    keep = torch.as_tensor(unnamed_slots(m), device=device)
+    assert torch.equal(state_a[keep].view(torch.uint8), before[keep].view(torch.uint8))
+    starts, lengths = clipped_bounds(m["seq"], m["style"], m["T"])
+    if _one_writer_per_slot(m, starts, lengths):
+        out_t, state_t = run(twin, float("nan"))
+        assert torch.equal(out_a, out_t) and torch.equal(state_a, state_t)

@@ -168,3 +168,57 @@ def test_stream_layout_matches_float64_reference(name, arch, cuda_device, gen):
                      pad_first_of=4, repeat_slots_of=5)  # fmt: skip
     res = check_rgdr(build_rgdr(key, RGDRTiling(128, 16, 2, 8, True)), case)
     assert res["ok"], res
+
+
+# Speculative programs (RGDRTiling.speculate): the small tiled tiling and the two streamed ones
+# the default schedules run at B >= 32, one of them at a lower register cap.
+SPECULATIVE = [RGDRTiling(128, 16, 2, 8, speculate=True), RGDRTiling(128, 16, 4, 4, True, True),
+               RGDRTiling(128, 16, 4, 5, True, True)]  # fmt: skip
+
+
+def _run(launcher, case):
+    """One call on copies: (out, state), the output poisoned with NaN first."""
+    import torch
+
+    state = case["state"].clone()
+    out = torch.full(case["value"].shape, float("nan"), dtype=case["value"].dtype, device=case["value"].device)
+    launcher(case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
+             case["ssm_state_indices"], case["g"], case["gk"], case["num_accepted_tokens"], out,
+             case["scale"])  # fmt: skip
+    torch.cuda.synchronize()
+    return out, state
+
+
+@pytest.mark.parametrize("tiling", SPECULATIVE)
+@pytest.mark.parametrize("state", ["float32", "bfloat16"])
+def test_a_speculative_program_equals_its_general_twin_bit_for_bit(tiling, state, arch, cuda_device, gen):
+    """Decode steps (every guess hits, padding slots included) and ragged batches (guesses
+    miss, or hit on the one-token sequences): the float64 check, and the very bits of the
+    same tiling without speculation (same arithmetic in the same order)."""
+    import torch
+    from dataclasses import replace
+
+    key = _with_arch(RGDRBuildKey("bfloat16", state, 2, 4, 128, 128, use_qk_l2norm=True), arch)
+    spec, twin = build_rgdr(key, tiling), build_rgdr(key, replace(tiling, speculate=False))
+    for lengths in ([1] * 37, [3, 1, 9, 0, 17, 1, 1]):
+        case = rgdr_case(key, lengths, device=cuda_device[0], generator=gen, padding=0.15, pad_first_of=1)
+        res = check_rgdr(spec, case)
+        assert res["ok"], (lengths, res)
+        (out_s, st_s), (out_t, st_t) = _run(spec, case), _run(twin, case)
+        assert torch.equal(out_s, out_t) and torch.equal(st_s, st_t), lengths
+
+
+@pytest.mark.parametrize("name", list(KEYS))
+def test_speculative_decode_steps_match_float64_reference(name, arch, cuda_device, gen):
+    """Every key corner (cu_seqlens, 64-bit metadata, accepted counts, every gate form) on a
+    decode step, tiled and streamed, through a schedule that speculates on decode steps."""
+    from dataclasses import replace
+
+    from tileops_cuda.kernels.rgdr import default_schedule
+
+    key = _with_arch(KEYS[name], arch)
+    case = rgdr_case(key, [1] * 33, device=cuda_device[0], generator=gen, padding=0.15, pad_first_of=4)
+    for tiling in (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 2, 8, True)):
+        schedule = replace(default_schedule(key), small=tiling, large=tiling, short=None, speculate=True)
+        res = check_rgdr(build_rgdr(key, schedule), case)
+        assert res["ok"], (tiling, res)

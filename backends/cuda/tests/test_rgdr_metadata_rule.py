@@ -152,6 +152,72 @@ def test_the_kernels_metadata_steps_follow_the_reference_rule_for_any_metadata(m
     assert {(b, sl): t for b, t, sl in writes} == expected
 
 
+class SpeculativeModel(KernelModel):
+    """A speculative program (``RGDRTiling.speculate``): before the span it reads token
+    ``by``'s slot (index clamped into ``[0, T)``), stages token ``by`` when ``by < T`` and loads
+    the guessed slot's state; it keeps the guess iff the span is ``(by, 1)``, else it runs the
+    general path from the span's first slot."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.state_reads: set[int] = set()  # pool slots whose state a program loads
+        self.hits = 0
+
+    def run(self):
+        rows, writes, spans = super().run()
+        for by, (start, L, slot0) in spans.items():
+            if not self.T:
+                continue  # the launcher never launches T = 0
+            guess = self.slot_or_padding(min(by, self.T - 1))
+            if by < self.T:
+                self.tokens_read.add(by)  # the guessed token's inputs, staged before the span
+            if guess >= 0:
+                self.state_reads.add(guess)
+            if start == by and L == 1:  # a hit: the guessed token, slot and state are used
+                self.hits += 1
+                assert guess == slot0, "a hit whose guessed slot is not the sequence's first slot"
+            elif L > 0 and slot0 >= 0:
+                self.state_reads.add(slot0)
+        return rows, writes, spans
+
+
+@st.composite
+def decode_metadata(draw: st.DrawFn) -> dict:
+    """A decode step's metadata (T = B, one token a sequence), perturbed in up to two places,
+    so speculative programs hit, miss, or see a layout that only looks like decode."""
+    B = draw(st.integers(1, 8) | st.integers(129, 140))
+    style = draw(st.sampled_from(["lengths", "cu_seqlens"]))
+    meta = [1] * B if style == "lengths" else list(range(B + 1))
+    for _ in range(draw(st.integers(0, 2))):
+        meta[draw(st.integers(0, len(meta) - 1))] = draw(st.integers(-2, B + 2) | HUGE)
+    pool = draw(st.integers(1, B + 4))
+    slots = draw(st.lists(st.integers(-2, pool + 1), min_size=B, max_size=B))
+    accepted = draw(st.none() | st.lists(st.integers(-2, 3) | HUGE, min_size=B, max_size=B))
+    return {"T": B, "S": pool, "style": style, "meta": meta, "slots": slots, "accepted": accepted,
+            "threads": draw(st.sampled_from([128, 64]))}
+
+
+@settings(max_examples=150, deadline=None)
+@given(m=decode_metadata() | any_metadata())
+def test_a_speculative_program_keeps_its_guess_only_where_the_general_path_would_use_it(m: dict) -> None:
+    """On any metadata a speculative program covers the same spans, first slots, output rows and
+    slot writes as the general one (a hit's guessed slot is the sequence's first slot whatever
+    the accepted count says), reads only tokens inside ``[0, T)`` and loads the state only of
+    pool slots some token names."""
+    args = (m["style"], m["meta"], m["slots"], m["accepted"], m["T"], m["S"], m["threads"])
+    general, spec = KernelModel(*args), SpeculativeModel(*args)
+    assert spec.run() == general.run()
+    assert spec.tokens_read <= set(range(m["T"]))
+    assert spec.state_reads <= {s for s in m["slots"] if 0 <= s < m["S"]}
+
+
+def test_an_unperturbed_decode_step_is_all_hits() -> None:
+    for style, meta in (("lengths", [1] * 9), ("cu_seqlens", list(range(10)))):
+        model = SpeculativeModel(style, meta, [3, -1, 0, 7, 2, 1, 4, 6, 5], [2] * 9, 9, 8, 128)
+        model.run()
+        assert model.hits == 9
+
+
 def test_saturating_prefix_sums_stay_inside_int32_at_the_largest_lengths() -> None:
     """Lengths of 2**63 - 1 each, over more sequences than one pass of the block: the sum
     saturates at T on every add, so no int32 intermediate passes 2T (the launcher refuses
@@ -212,3 +278,29 @@ def test_each_call_runs_the_tiling_the_schedule_picks_for_its_counts_repeated_or
     assert [t for t, _ in launched] == picked and len(set(picked)) == 3
     splits = [s for _, s in launched]
     assert splits[:len(counts)] == splits[len(counts):] and all(s >= 1 for s in splits)
+
+
+def test_a_speculating_schedule_runs_the_speculative_twin_exactly_on_decode_steps() -> None:
+    # Calls with as many tokens as sequences run the speculative twin of the size rule's
+    # tiling (same split count); any other call runs the tiling itself.
+    from dataclasses import replace
+
+    key = rgdr.RGDRBuildKey("bfloat16", "float32", 2, 4, 128, 128, "lengths")
+    base = rgdr.default_schedule(key)
+    schedule = replace(base, speculate=True)
+    assert set(schedule.tilings()) == set(base.tilings()) | {replace(t, speculate=True) for t in base.tilings()}
+    launched: list[tuple[rgdr.RGDRTiling, int]] = []
+
+    def recorder(t: rgdr.RGDRTiling):
+        return lambda *args: launched.append((t, args[-1]))
+
+    run = rgdr._make_run(key, schedule, {t: recorder(t) for t in schedule.tilings()}, 4)
+    plain = rgdr._make_run(key, base, {t: recorder(t) for t in base.tilings()}, 4)
+    many = base.short_from_seqs
+    for B, T in [(1, 1), (1, 2), (many, many), (many, 2 * many), (base.large_from_seqs, base.large_from_seqs)]:
+        q, v = torch.empty(T, 2, 128, device="meta"), torch.empty(T, 4, 128, device="meta")
+        for r in (run, plain):
+            r(q, q, v, None, None, torch.ones(B, dtype=torch.int32), None, None, out=v)
+        (spec, spec_splits), (tiling, splits) = launched[-2:]
+        assert spec == replace(tiling, speculate=(T == B)) and spec_splits == splits
+        assert not tiling.speculate

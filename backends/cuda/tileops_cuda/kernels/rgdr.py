@@ -20,7 +20,7 @@ the compiled functions directly.
 
 import functools
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ._common import ELEM_BYTES as _ELEM_BYTES
@@ -110,6 +110,14 @@ class RGDRTiling:
     chunk's state loading while the current one runs all tokens (rows of the state evolve
     independently). The metadata chain and the q/k staging are then paid once per program
     instead of once per tile. Otherwise one program per (sequence, value head, tile).
+
+    ``speculate``: the program first guesses the decode layout (sequence b is token b alone)
+    and issues token b's slot, inputs and state loads before the metadata resolves, then
+    checks the guess against the span the metadata gives and, on a miss, discards it and
+    runs the general path (same results on any metadata; a miss costs the loads). It cuts
+    the dependent chain before the state load from three round trips to memory (length,
+    then slot, then state) to two. The launcher runs it only for calls with as many tokens
+    as sequences (:class:`RGDRSchedule`'s ``speculate``).
     """
 
     threads: int = 128
@@ -117,6 +125,7 @@ class RGDRTiling:
     rows_per_thread: int = 1
     min_blocks: int = 4
     stream: bool = False
+    speculate: bool = False
 
     @property
     def block_v(self) -> int:
@@ -144,14 +153,18 @@ class RGDRSchedule:
     short: RGDRTiling | None = None
     short_from_seqs: int = 1 << 62
     short_max_tokens: int = 0  # average tokens per sequence at or below which ``short`` runs
+    #: Calls with as many tokens as sequences (a plain decode step) run the speculative twin
+    #: (``speculate=True``) of the tiling the rule picks (opt-in until measured on the H200).
+    speculate: bool = False
 
     def pick(self, n_seq: int, n_tokens: int | None = None) -> RGDRTiling:
         """The tiling a call with ``n_seq`` sequences and ``n_tokens`` tokens runs."""
-        return self.select(n_seq, n_tokens, self.small, self.large, self.short)
+        tiling = self.select(n_seq, n_tokens, self.small, self.large, self.short)
+        return replace(tiling, speculate=True) if self.speculate and n_tokens == n_seq else tiling
 
     def select(self, n_seq: int, n_tokens: int | None, small: Any, large: Any, short: Any) -> Any:
-        """The rule of :meth:`pick` over any values standing for the three tilings (the
-        launcher passes their compiled functions, so a call needs no lookup)."""
+        """The size rule of :meth:`pick` (speculation aside) over any values standing for
+        the three tilings (the schedule search passes indices)."""
         if (
             short is not None
             and n_seq >= self.short_from_seqs
@@ -162,7 +175,9 @@ class RGDRSchedule:
         return large if n_seq >= self.large_from_seqs else small
 
     def tilings(self) -> tuple[RGDRTiling, ...]:
-        return tuple(dict.fromkeys(t for t in (self.small, self.large, self.short) if t is not None))
+        """Every tiling a call can run (what a build compiles)."""
+        base = [t for t in (self.small, self.large, self.short) if t is not None]
+        return tuple(dict.fromkeys(base + ([replace(t, speculate=True) for t in base] if self.speculate else [])))
 
 
 _STREAM_SMEM_LIMIT = 48 * 1024
@@ -311,17 +326,14 @@ def _make_run(key: RGDRBuildKey, schedule: RGDRSchedule, entries: dict[RGDRTilin
     group_rows = key.num_v_heads // key.num_k_heads * key.head_v_dim
     nk = key.num_k_heads
 
-    def launch_of(t: RGDRTiling | None) -> tuple[Callable[..., Any], int] | None:
-        return None if t is None else (entries[t], group_rows // t.block_v if t.stream else 0)
-
-    small, large, short = launch_of(schedule.small), launch_of(schedule.large), launch_of(schedule.short)
-    select = schedule.select
+    pick = schedule.pick
     # (sequences, tokens) -> (compiled function, splits): a decode loop repeats its counts, so
     # the schedule rule runs once per pair, not once per call (bounded: serving batches vary).
     launches: dict[tuple[int, int], tuple[Callable[..., Any], int]] = {}
 
     def launch_for(n_seq: int, n_tokens: int) -> tuple[Callable[..., Any], int]:
-        fn, chunks = select(n_seq, n_tokens, small, large, short)
+        t = pick(n_seq, n_tokens)
+        fn, chunks = entries[t], group_rows // t.block_v if t.stream else 0
         splits = max(1, min(chunks, -(-wanted // (n_seq * nk)))) if chunks else 1
         if len(launches) >= 4096:
             launches.clear()

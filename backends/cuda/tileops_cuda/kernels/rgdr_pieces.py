@@ -39,9 +39,11 @@ def pow2_at_most(n: int, cap: int) -> int:
     return v
 
 
-def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> SimpleNamespace:  # noqa: C901 - one set of macros
+def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa: C901 - one set of macros
+                speculate: bool = False) -> SimpleNamespace:
     """The shared macros for ``key`` on ``threads`` threads, ``tpr`` lanes per state row and
-    ``rows`` rows per thread (see the module docstring); also the derived sizes."""
+    ``rows`` rows per thread (see the module docstring); also the derived sizes.
+    ``speculate``: the program guesses the decode layout (:func:`guess_missed`)."""
     import tilelang.language as T
 
     f32, i32 = "float32", "int32"
@@ -88,6 +90,16 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
         return T.if_then_else(T.And(slots[i] >= 0, slots[i] < T.cast(S, slots.dtype)), T.cast(slots[i], i32), -1)
 
     @T.macro
+    def read_slot(slots, i, S, slot: T.Ref):
+        """``slot = slot_or_padding(slots, i, S)`` from one load whose value nothing waits
+        for until ``slot`` is used (:func:`slot_or_padding` inline reloads the index inside
+        the branch its own test opens, a second dependent load)."""
+        raw = T.alloc_var(slots.dtype)
+        raw = slots[i]
+        valid = T.And(raw >= 0, raw < T.cast(S, slots.dtype))
+        slot = T.if_then_else(valid, T.cast(raw, i32), -1)  # noqa: F841 - a T.Ref
+
+    @T.macro
     def sequence_span(seq_meta, nacc, Tn, by, tid, red, start: T.Ref, L: T.Ref, acc_n: T.Ref):
         """``start``, length ``L`` and accepted count of sequence ``by`` as every backend
         follows metadata, unchecked included (``tileops_cpu_ref.rgdr.clipped_bounds``): lengths
@@ -132,17 +144,34 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
             L = T.max(L - start, 0)
         acc_n = T.min(acc_n, L)
 
+    def first_slot(slots, Tn, S, start, acc_n):
+        """The slot of a sequence's first accepted token, the initial state, -1 when that is
+        padding (the index is clamped: an empty sequence is skipped by the caller's ``L > 0``)."""
+        return slot_or_padding(slots, T.max(T.min(start + acc_n - 1, Tn - 1), 0), S)
+
     @T.macro
-    def sequence_first_slot(seq_meta, nacc, slots, Tn, S, by, tid, red):
-        """``(start, L, slot0)`` of sequence ``by``: its span (:func:`sequence_span`) and the
-        slot of its first accepted token, the initial state, -1 when that is padding (the
-        index is clamped: an empty sequence is skipped by the caller's ``L > 0``)."""
+    def sequence_bounds(seq_meta, nacc, Tn, by, tid, red):
+        """``(start, L, acc_n)`` of sequence ``by`` in variables (:func:`sequence_span`)."""
         start = T.alloc_var(i32)
         L = T.alloc_var(i32)
         acc_n = T.alloc_var(i32)
         sequence_span(seq_meta, nacc, Tn, by, tid, red, start, L, acc_n)
-        slot0 = slot_or_padding(slots, T.max(T.min(start + acc_n - 1, Tn - 1), 0), S)
+        return start, L, acc_n
+
+    @T.macro
+    def sequence_first_slot(seq_meta, nacc, slots, Tn, S, by, tid, red):
+        """``(start, L, slot0)`` of sequence ``by``: its span (:func:`sequence_span`) and
+        :func:`first_slot`."""
+        start, L, acc_n = sequence_bounds(seq_meta, nacc, Tn, by, tid, red)
+        slot0 = first_slot(slots, Tn, S, start, acc_n)
         return start, L, slot0
+
+    def guess_missed(start, L, by):
+        """Whether sequence ``by`` is not token ``by`` alone (the decode layout a speculative
+        program guessed: a hit has ``start == by`` and ``L == 1``, so its first accepted token
+        is ``by`` whatever the accepted count says). Always true without speculation, so the
+        general path's code is emitted unconditionally."""
+        return T.Or(start != by, L != 1) if speculate else True
 
     @T.macro
     def zero_rows(out, t0, t1, tid, r0, nr):
@@ -195,13 +224,28 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
         return Sx, kq, xq, xk, dvec, pacc, acc
 
     @T.macro
-    def stage_qk(query, key_, scale, tok, live, hk, lane, rg, xq, xk, qk_s):
-        """Row group ``rg`` stages token ``tok`` (when ``live``): q and k, l2-normalised
-        (when the key says so) and q scaled, once per token, into ``qk_s[rg]``."""
+    def load_rows(state, Sx, slot, live, h, row0, rg, lane):
+        """This thread's ``R`` rows of value head ``h`` of pool slot ``slot`` from value row
+        ``row0`` (rows ``row0 + r * ROWS + rg``) into ``Sx``, zeros unless ``live``."""
+        for r in T.unroll(R):
+            for cc in T.unroll(EPT // SV):
+                for e in T.vectorized(SV):
+                    Sx[r, cc * SV + e] = T.if_then_else(
+                        live, state[slot, h, row0 + r * ROWS + rg, col(cc, lane, SV, e)], T.cast(0, sdt)
+                    )
+
+    @T.macro
+    def load_qk(query, key_, tok, live, hk, lane, xq, xk):
+        """This lane's q and k columns of token ``tok`` (zeros unless ``live``) into registers:
+        the loads of :func:`stage_qk`, which a caller may issue before other loads."""
         for cc in T.unroll(EPT // IV):
             for e in T.vectorized(IV):
                 xq[cc * IV + e] = T.if_then_else(live, T.cast(query[tok, hk, col(cc, lane, IV, e)], f32), T.float32(0))
                 xk[cc * IV + e] = T.if_then_else(live, T.cast(key_[tok, hk, col(cc, lane, IV, e)], f32), T.float32(0))
+
+    @T.macro
+    def finish_qk(scale, live, lane, rg, xq, xk, qk_s):
+        """The arithmetic of :func:`stage_qk` on the registers :func:`load_qk` filled."""
         fq = T.alloc_var(f32)
         fk = T.alloc_var(f32)
         fq = scale
@@ -226,6 +270,13 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
                     qk_s[rg, 1, col(cc, lane, IV, e)] = xk[cc * IV + e] * fk
 
     @T.macro
+    def stage_qk(query, key_, scale, tok, live, hk, lane, rg, xq, xk, qk_s):
+        """Row group ``rg`` stages token ``tok`` (when ``live``): q and k, l2-normalised
+        (when the key says so) and q scaled, once per token, into ``qk_s[rg]``."""
+        load_qk(query, key_, tok, live, hk, lane, xq, xk)
+        finish_qk(scale, live, lane, rg, xq, xk, qk_s)
+
+    @T.macro
     def stage_slot(slots, Tn, S, tt, i, last, sl_s, w_s):
         """Token ``tt``'s slot into ``sl_s[i]`` and whether it is written into ``w_s[i]``
         (``last``: it is its sequence's last token). Padding (a slot outside ``[0, S)``) is not
@@ -237,24 +288,27 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
         w_s[i] = T.if_then_else(sl >= 0 and sl != nxt, 1, 0)
 
     @T.macro
-    def stage_chunk(query, key_, value, beta, slots, g, gk, scale, Tn, S, tid, lane, rg, hk, h, v_row0, BV, start, L,
-                    base, xq, xk, dvec, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s):  # fmt: skip
-        """Stage tokens ``base .. base + C`` of the sequence for value head ``h``: q and k
-        (:func:`stage_qk`), values of rows ``v_row0 .. v_row0 + BV``, beta, decays, slots
-        and write flags (:func:`stage_slot`). The caller syncs before (buffers free) and
-        after (staged)."""
-        tok = start + base + rg
-        live = base + rg < L
+    def load_dvec(gk, tok, live, h, lane, dvec):
+        """Per-column decays of token ``tok`` for this lane (ones unless ``live``; nothing
+        without per-column decay)."""
         if vector_decay:
             for cc in T.unroll(EPT // GV):
                 for e in T.vectorized(GV):
                     dvec[cc * GV + e] = T.if_then_else(live, T.exp(gk[tok, h, col(cc, lane, GV, e)]), T.float32(1))
-        stage_qk(query, key_, scale, tok, live, hk, lane, rg, xq, xk, qk_s)
+
+    @T.macro
+    def store_dvec(live, lane, rg, dvec, dv_s):
+        """:func:`load_dvec`'s registers into row group ``rg``'s staging row."""
         if vector_decay:
             if live:
                 for cc in T.unroll(EPT // GV):
                     for e in T.vectorized(GV):
                         dv_s[rg, col(cc, lane, GV, e)] = dvec[cc * GV + e]
+
+    @T.macro
+    def stage_values(value, beta, slots, g, gk, Tn, S, tid, h, v_row0, BV, start, L, base, v_s, b_s, d_s, sl_s, w_s):
+        """The rest of :func:`stage_chunk`: values of rows ``v_row0 .. v_row0 + BV``, beta,
+        scalar decays, slots and write flags of tokens ``base .. base + C``."""
         for it in T.unroll((C * BV + THREADS - 1) // THREADS):
             idx = it * THREADS + tid
             if idx < C * BV and base + idx // BV < L:
@@ -272,6 +326,20 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
             stage_slot(slots, Tn, S, tt, tid, base + tid + 1 >= L, sl_s, w_s)
 
     @T.macro
+    def stage_chunk(query, key_, value, beta, slots, g, gk, scale, Tn, S, tid, lane, rg, hk, h, v_row0, BV, start, L,
+                    base, xq, xk, dvec, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s):  # fmt: skip
+        """Stage tokens ``base .. base + C`` of the sequence for value head ``h``: q and k
+        (:func:`stage_qk`), values of rows ``v_row0 .. v_row0 + BV``, beta, decays, slots
+        and write flags (:func:`stage_slot`). The caller syncs before (buffers free) and
+        after (staged)."""
+        tok = start + base + rg
+        live = base + rg < L
+        load_dvec(gk, tok, live, h, lane, dvec)
+        stage_qk(query, key_, scale, tok, live, hk, lane, rg, xq, xk, qk_s)
+        store_dvec(live, lane, rg, dvec, dv_s)
+        stage_values(value, beta, slots, g, gk, Tn, S, tid, h, v_row0, BV, start, L, base, v_s, b_s, d_s, sl_s, w_s)
+
+    @T.macro
     def fold_partials(pacc, acc, r):
         """Row ``r``'s ``PS`` partial sums of this lane into ``acc[r]``."""
         acc[r] = pacc[r, 0]
@@ -286,13 +354,24 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
                 acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
 
     @T.macro
+    def store_state(state, Sx, sl_s, w_s, c2, lane, rg, h, v_row0):
+        """This thread's rows of staged token ``c2``'s state into its slot, if it writes one."""
+        if w_s[c2] != 0:
+            for r in T.unroll(R):
+                for cc in T.unroll(EPT // SV):
+                    for e in T.vectorized(SV):
+                        state[sl_s[c2], h, v_row0 + r * ROWS + rg, col(cc, lane, SV, e)] = Sx[r, cc * SV + e]
+
+    @T.macro
     def token_step(state, out, Sx, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, lane, rg, h, v_row0, s_row0,
                    out_tok, bt, dsc):  # fmt: skip
         """Staged token ``c2`` on this thread's ``R`` rows ``v_row0 + r * ROWS + rg`` (staged
         values at ``s_row0 + r * ROWS + rg``), state ``Sx`` in registers in its own dtype,
         beta ``bt``, scalar decay ``dsc``, per-column decays in ``dvec`` (the caller loads
         them): decay, ``d = beta * (v - S k)``, ``S += d k``, ``out = S q`` from the updated
-        state before it is re-quantised (RGDR.md), then the token's slot write if it has one."""
+        state before it is re-quantised (RGDR.md), and the token's slot write if it has one
+        (a speculative program issues it before the output's lane reduction, so the store's
+        latency overlaps the shuffles; the others after)."""
         for cc in T.unroll(EPT // SV):
             for e in T.vectorized(SV):
                 kq[cc * SV + e] = qk_s[c2, 1, col(cc, lane, SV, e)]
@@ -327,20 +406,22 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int) -> Simpl
                     Sx[r, e] = Sx[r, e] + dl * kq[e]
                     pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * xq[e]
             fold_partials(pacc, acc, r)
+        if speculate:  # the decode program's stores leave before the output's shuffles
+            store_state(state, Sx, sl_s, w_s, c2, lane, rg, h, v_row0)
         lane_allreduce(acc)
         if lane == 0:
             for r in T.unroll(R):
                 out[out_tok, h, v_row0 + r * ROWS + rg] = T.cast(acc[r], idt)
-        if w_s[c2] != 0:
-            for r in T.unroll(R):
-                for cc in T.unroll(EPT // SV):
-                    for e in T.vectorized(SV):
-                        state[sl_s[c2], h, v_row0 + r * ROWS + rg, col(cc, lane, SV, e)] = Sx[r, cc * SV + e]
+        if not speculate:
+            store_state(state, Sx, sl_s, w_s, c2, lane, rg, h, v_row0)
 
     return SimpleNamespace(
         col=col, decayed=decayed, sequence_span=sequence_span, sequence_first_slot=sequence_first_slot,
         zero_uncovered=zero_uncovered, token_buffers=token_buffers, token_registers=token_registers,
         stage_qk=stage_qk, stage_slot=stage_slot, stage_chunk=stage_chunk, token_step=token_step,
+        first_slot=first_slot, read_slot=read_slot, sequence_bounds=sequence_bounds,
+        guess_missed=guess_missed, load_rows=load_rows, load_qk=load_qk, finish_qk=finish_qk,
+        load_dvec=load_dvec, store_dvec=store_dvec, stage_values=stage_values,
         ROWS=ROWS, C=C, EPT=EPT, SV=SV, IV=IV, GV=GV, NWARP=NWARP, PS=PS, NSH=NSH,
         vector_decay=vector_decay, scalar_decay=scalar_decay,
     )  # fmt: skip

@@ -52,7 +52,8 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
     NK, NV, DK, DV = key.num_k_heads, key.num_v_heads, key.head_k_dim, key.head_v_dim
     GRP = NV // NK
     THREADS, TPR, R = tiling.threads, tiling.threads_per_row, tiling.rows_per_thread
-    P = rgdr_pieces(key, THREADS, TPR, R)
+    speculate = tiling.speculate
+    P = rgdr_pieces(key, THREADS, TPR, R, speculate)
     ROWS, C, EPT, SV, GV, NWARP, PS, col = P.ROWS, P.C, P.EPT, P.SV, P.GV, P.NWARP, P.PS, P.col  # see rgdr_pieces
     BV = tiling.block_v
     NVT = DV // BV
@@ -77,24 +78,38 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
 
             red, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s = P.token_buffers(BV)
             Sx, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sx: the running state
-            start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, S, by, tid, red)
-
-            # -- initial state: zeros if padding (an empty sequence skips everything below) --
-            for r in T.unroll(R):
-                for cc in T.unroll(EPT // SV):
-                    for e in T.vectorized(SV):
-                        Sx[r, cc * SV + e] = T.if_then_else(
-                            slot0 >= 0 and L > 0,
-                            state[slot0, h, vt * BV + r * ROWS + rg, col(cc, lane, SV, e)],
-                            T.cast(0, rdt),
-                        )
+            if speculate:
+                # The decode layout's guess, issued before the metadata resolves: sequence `by`
+                # is token `by` alone. Its inputs' and its slot's loads first, then its state
+                # (which waits for the slot only), then the q/k arithmetic meanwhile.
+                live_g = rg == 0 and by < Tn
+                slot_g = T.alloc_var(i32)
+                P.read_slot(slots, T.min(by, Tn - 1), S, slot_g)
+                P.load_dvec(gk, by, live_g, h, lane, dvec)
+                P.load_qk(query, key_, by, live_g, hk, lane, xq, xk)
+                P.stage_values(value, beta, slots, g, gk, Tn, S, tid, h, vt * BV, BV, by, T.min(1, Tn - by), 0,
+                               v_s, b_s, d_s, sl_s, w_s)  # fmt: skip
+                P.load_rows(state, Sx, slot_g, slot_g >= 0, h, vt * BV, rg, lane)
+                P.finish_qk(scale, live_g, lane, rg, xq, xk, qk_s)
+                P.store_dvec(live_g, lane, rg, dvec, dv_s)
+                start, L, acc_n = P.sequence_bounds(seq_meta, nacc, Tn, by, tid, red)
+                if P.guess_missed(start, L, by):  # the general path from here, the guess discarded
+                    slot0 = T.alloc_var(i32)
+                    P.read_slot(slots, T.max(T.min(start + acc_n - 1, Tn - 1), 0), S, slot0)
+                    P.load_rows(state, Sx, slot0, slot0 >= 0 and L > 0, h, vt * BV, rg, lane)
+            else:
+                start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, S, by, tid, red)
+                # -- initial state: zeros if padding (an empty sequence skips everything below)
+                P.load_rows(state, Sx, slot0, slot0 >= 0 and L > 0, h, vt * BV, rg, lane)
 
             if L > 0:
                 for ch in T.serial(T.ceildiv(L, C)):
                     base = ch * C
-                    T.sync_threads()  # the previous chunk's staging buffers are free
-                    P.stage_chunk(query, key_, value, beta, slots, g, gk, scale, Tn, S, tid, lane, rg, hk, h, vt * BV,
-                                  BV, start, L, base, xq, xk, dvec, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s)  # fmt: skip
+                    if P.guess_missed(start, L, by):  # a hit is one token, staged above
+                        T.sync_threads()  # the previous chunk's staging buffers are free
+                        P.stage_chunk(query, key_, value, beta, slots, g, gk, scale, Tn, S, tid, lane, rg, hk, h,
+                                      vt * BV, BV, start, L, base, xq, xk, dvec, qk_s, v_s, b_s, d_s, sl_s, w_s,
+                                      dv_s)  # fmt: skip
                     T.sync_threads()
                     # -- the recurrence, token by token, state in registers -------------------
                     for c2 in T.serial(C):
@@ -111,6 +126,56 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
     NCH = GRP * DV // BV  # row chunks of one key-head group (stream mode)
     GR = GRP * DV  # rows of one key-head group
     VV = pow2_at_most(GR, 16 // _ELEM_BYTES[key.input_dtype])  # value staging vector width
+
+    @T.macro
+    def stage_group(value, beta, slots, g, gk, tid, hk, start, L, base, v_s, b_s, d_s, sl_s, w_s, dv_s):
+        """Stream layout: tokens ``base .. base + C`` of the sequence for the whole key-head
+        group but q and k (:func:`rgdr_pieces.stage_qk`): values, beta, decays, slots and
+        write flags."""
+        for it in T.unroll((C * GR // VV + THREADS - 1) // THREADS):
+            for e in T.vectorized(VV):
+                idx = (it * THREADS + tid) * VV + e
+                if idx < C * GR and base + idx // GR < L:
+                    v_s[idx // GR, idx % GR] = T.cast(
+                        value[start + base + idx // GR, hk * GRP + (idx % GR) // DV, (idx % GR) % DV], f32
+                    )
+        for it in T.unroll((C * GRP + THREADS - 1) // THREADS):
+            idx = it * THREADS + tid
+            if idx < C * GRP and base + idx // GRP < L:
+                tt = start + base + idx // GRP
+                hh = hk * GRP + idx % GRP
+                b_s[idx // GRP, idx % GRP] = T.cast(beta[tt, hh], f32)
+                if scalar_decay:
+                    if has_g and gk_form == "scalar":
+                        d_s[idx // GRP, idx % GRP] = T.exp(g[tt, hh]) * T.exp(gk[tt, hh])
+                    elif has_g:
+                        d_s[idx // GRP, idx % GRP] = T.exp(g[tt, hh])
+                    else:
+                        d_s[idx // GRP, idx % GRP] = T.exp(gk[tt, hh])
+        if vector_decay:
+            for it in T.unroll((C * GRP * DK // GV + THREADS - 1) // THREADS):
+                for e in T.vectorized(GV):
+                    idx = (it * THREADS + tid) * GV + e
+                    if idx < C * GRP * DK and base + idx // (GRP * DK) < L:
+                        dv_s[idx // (GRP * DK), (idx // DK) % GRP, idx % DK] = T.exp(
+                            gk[start + base + idx // (GRP * DK), hk * GRP + (idx // DK) % GRP, idx % DK]
+                        )
+        if tid < C and base + tid < L:
+            P.stage_slot(slots, Tn, S, start + base + tid, tid, base + tid + 1 >= L, sl_s, w_s)
+
+    @T.macro
+    def load_chunk(state, Sx, slot, live, hk, rc, rg, lane):
+        """Stream layout: this thread's rows of row chunk ``rc`` of key-head group ``hk`` of
+        slot ``slot`` into ``Sx``, zeros unless ``live``."""
+        for r in T.unroll(R):
+            for cc in T.unroll(EPT // SV):
+                for e in T.vectorized(SV):
+                    Sx[r, cc * SV + e] = T.if_then_else(
+                        live,
+                        state[slot, hk * GRP + T.truncdiv(rc * BV, DV), T.truncmod(rc * BV, DV) + r * ROWS + rg,
+                              col(cc, lane, SV, e)],
+                        T.cast(0, rdt),
+                    )  # fmt: skip
 
     @T.macro
     def body_stream(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
@@ -139,18 +204,33 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
 
             Sa, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sa: the chunk being run
             Sb = T.alloc_local((R, EPT), rdt)  # the next chunk, loading meanwhile
-            start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, S, by, tid, red)
-
-            # first chunk of this program's rows
-            for r in T.unroll(R):
-                for cc in T.unroll(EPT // SV):
-                    for e in T.vectorized(SV):
-                        Sa[r, cc * SV + e] = T.if_then_else(
-                            slot0 >= 0 and L > 0 and nch > 0,
-                            state[slot0, hk * GRP + T.truncdiv(c_lo * BV, DV), T.truncmod(c_lo * BV, DV) + r * ROWS + rg,
-                                  col(cc, lane, SV, e)],
-                            T.cast(0, rdt),
-                        )  # fmt: skip
+            if speculate:
+                # The decode layout's guess, as in the tiled layout (there).
+                slot = T.alloc_var(i32)
+                P.read_slot(slots, T.min(by, Tn - 1), S, slot)
+                P.load_qk(query, key_, by, rg == 0 and by < Tn, hk, lane, xq, xk)
+                stage_group(value, beta, slots, g, gk, tid, hk, by, T.min(1, Tn - by), 0, v_s, b_s, d_s, sl_s, w_s,
+                            dv_s)  # fmt: skip
+                load_chunk(state, Sa, slot, slot >= 0 and nch > 0, hk, c_lo, rg, lane)
+                P.finish_qk(scale, rg == 0 and by < Tn, lane, rg, xq, xk, qk_s)
+                start, L, acc_n = P.sequence_bounds(seq_meta, nacc, Tn, by, tid, red)
+                if P.guess_missed(start, L, by):  # the general path from here, the guess discarded
+                    P.read_slot(slots, T.max(T.min(start + acc_n - 1, Tn - 1), 0), S, slot)
+                    load_chunk(state, Sa, slot, slot >= 0 and L > 0 and nch > 0, hk, c_lo, rg, lane)
+                T.sync_threads()  # a hit's staging is complete
+            else:
+                start, L, slot = P.sequence_first_slot(seq_meta, nacc, slots, Tn, S, by, tid, red)
+                # first chunk of this program's rows (written out: through `load_chunk` the
+                # bound arguments cost this layout 4 registers)
+                for r in T.unroll(R):
+                    for cc in T.unroll(EPT // SV):
+                        for e in T.vectorized(SV):
+                            Sa[r, cc * SV + e] = T.if_then_else(
+                                slot >= 0 and L > 0 and nch > 0,
+                                state[slot, hk * GRP + T.truncdiv(c_lo * BV, DV),
+                                      T.truncmod(c_lo * BV, DV) + r * ROWS + rg, col(cc, lane, SV, e)],
+                                T.cast(0, rdt),
+                            )  # fmt: skip
             ntc = T.ceildiv(L, C)
             if L > 0:
                 rc = T.alloc_var(i32)
@@ -167,48 +247,23 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                         for cc in T.unroll(EPT // SV):
                             for e in T.vectorized(SV):
                                 Sb[r, cc * SV + e] = T.if_then_else(
-                                    slot0 >= 0 and ci + 1 < nch,
-                                    state[slot0, hk * GRP + T.truncdiv((rc + 1) * BV, DV),
+                                    slot >= 0 and ci + 1 < nch,
+                                    state[slot, hk * GRP + T.truncdiv((rc + 1) * BV, DV),
                                           T.truncmod((rc + 1) * BV, DV) + r * ROWS + rg, col(cc, lane, SV, e)],
                                     T.cast(0, rdt),
                                 )  # fmt: skip
                     for tc in T.serial(ntc):
                         base = tc * C
-                        # Stage a token chunk: once per program when the sequence fits one chunk.
+                        # Stage a token chunk: once per program when the sequence fits one chunk
+                        # (a speculative program's hit is one token, staged above).
                         if ntc > 1 or ci == 0:
-                            T.sync_threads()
-                            P.stage_qk(query, key_, scale, start + base + rg, base + rg < L, hk, lane, rg, xq, xk, qk_s)
-                            for it in T.unroll((C * GR // VV + THREADS - 1) // THREADS):
-                                for e in T.vectorized(VV):
-                                    idx = (it * THREADS + tid) * VV + e
-                                    if idx < C * GR and base + idx // GR < L:
-                                        v_s[idx // GR, idx % GR] = T.cast(
-                                            value[start + base + idx // GR, hk * GRP + (idx % GR) // DV, (idx % GR) % DV], f32
-                                        )
-                            for it in T.unroll((C * GRP + THREADS - 1) // THREADS):
-                                idx = it * THREADS + tid
-                                if idx < C * GRP and base + idx // GRP < L:
-                                    tt = start + base + idx // GRP
-                                    hh = hk * GRP + idx % GRP
-                                    b_s[idx // GRP, idx % GRP] = T.cast(beta[tt, hh], f32)
-                                    if scalar_decay:
-                                        if has_g and gk_form == "scalar":
-                                            d_s[idx // GRP, idx % GRP] = T.exp(g[tt, hh]) * T.exp(gk[tt, hh])
-                                        elif has_g:
-                                            d_s[idx // GRP, idx % GRP] = T.exp(g[tt, hh])
-                                        else:
-                                            d_s[idx // GRP, idx % GRP] = T.exp(gk[tt, hh])
-                            if vector_decay:
-                                for it in T.unroll((C * GRP * DK // GV + THREADS - 1) // THREADS):
-                                    for e in T.vectorized(GV):
-                                        idx = (it * THREADS + tid) * GV + e
-                                        if idx < C * GRP * DK and base + idx // (GRP * DK) < L:
-                                            dv_s[idx // (GRP * DK), (idx // DK) % GRP, idx % DK] = T.exp(
-                                                gk[start + base + idx // (GRP * DK), hk * GRP + (idx // DK) % GRP, idx % DK]
-                                            )
-                            if tid < C and base + tid < L:
-                                P.stage_slot(slots, Tn, S, start + base + tid, tid, base + tid + 1 >= L, sl_s, w_s)
-                            T.sync_threads()
+                            if P.guess_missed(start, L, by):
+                                T.sync_threads()
+                                P.stage_qk(query, key_, scale, start + base + rg, base + rg < L, hk, lane, rg, xq, xk,
+                                           qk_s)  # fmt: skip
+                                stage_group(value, beta, slots, g, gk, tid, hk, start, L, base, v_s, b_s, d_s, sl_s,
+                                            w_s, dv_s)  # fmt: skip
+                                T.sync_threads()
 
                         # -- the recurrence on this chunk's rows, token by token --------------
                         for c2 in T.serial(C):

@@ -1,0 +1,114 @@
+"""The speculative RGDR programs (``RGDRTiling.speculate``) against the default schedule on the
+decode rows of issue 16 (NK16/NV32, DK=DV=128, bf16 inputs, l2norm, T_b = 1 at B = 1, 32, 256)
+and one MTP row (B = 32, T_b = 2, which a speculating schedule must leave as it was).
+
+Every variant builds first, all concurrently; each is then checked against float64 on a decode
+step and on a ragged batch (NaN-poisoned output, untouched slots bit-identical). Each row times
+every variant on the same rotated input sets (CUDA-graph replay medians, ``time_graph``), in
+the order old, new, old, new, ... (``--rounds``), beside a copy of the same bytes timed the same
+way. Prints one JSON line per measurement and a table last; ``--json`` writes everything.
+"""
+
+import argparse
+import functools
+import json
+import math
+import statistics
+from dataclasses import asdict, replace
+
+import torch
+from cuda_bench_common import ROTATE_BYTES, calls_on, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
+
+from tileops_cuda.kernels._common import compile_many
+from tileops_cuda.kernels.rgdr import RGDRTiling, build_rgdr, default_schedule
+from tileops_cuda.testing import check_rgdr, rgdr_case
+
+ROWS = [(1, 1), (32, 1), (256, 1), (32, 2)]
+
+
+def variants(state: str) -> dict:
+    """Name -> schedule: the default, the same speculating on decode steps, and (bf16) with the
+    streamed tiling at a lower register cap (the speculative twin of the default 4-row, 6-block
+    stream tiling spills 60 bytes under its 80-register cap; at 5 blocks it takes 96, no spill)."""
+    key = rgdr_key(16, 32, state)
+    base = default_schedule(key)
+    out = {"default": base, "speculate": replace(base, speculate=True)}
+    if state == "bfloat16":
+        out["speculate-stream5"] = replace(base, short=RGDRTiling(128, 16, 4, 5, True), speculate=True)
+    return out
+
+
+def same_size_copy(moved: int) -> float:
+    """Graph µs of a copy moving ``moved`` bytes (half read, half written), rotated over buffers."""
+    n = max(1, min(64, -(-ROTATE_BYTES // moved)))
+    srcs = [torch.randn(max(1, moved // 4), device="cuda").to(torch.bfloat16) for _ in range(n)]
+    dsts = [torch.empty_like(a) for a in srcs]
+    us = time_graph([lambda a=a, b=b: torch.mul(a, 1, out=b) for a, b in zip(srcs, dsts)])
+    del srcs, dsts
+    return us
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--states", default="float32,bfloat16")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--build-only", action="store_true", help="compile every variant and stop")
+    args = ap.parse_args()
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(16)
+    states = args.states.split(",")
+    todo = [(st, name, sc) for st in states for name, sc in variants(st).items()]
+    built = compile_many([functools.partial(build_rgdr, rgdr_key(16, 32, st), sc) for st, _, sc in todo])
+    launchers, results = {}, {"checks": [], "rows": []}
+    for (st, name, sc), b in zip(todo, built):
+        if isinstance(b, BaseException):
+            print(json.dumps({"build_failed": [st, name], "why": repr(b)[:300]}), flush=True)
+            continue
+        launchers[st, name] = b
+        print(json.dumps({"built": [st, name], "schedule": asdict(sc)}), flush=True)
+    if args.build_only:
+        return
+    for (st, name), L in launchers.items():
+        key = rgdr_key(16, 32, st)
+        for lengths in ([1] * 33, [3, 1, 9, 0, 17, 1, 2]):
+            res = check_rgdr(L, rgdr_case(key, lengths, device="cuda", generator=gen, padding=0.1, pad_first_of=1))
+            rec = {"check": [st, name, len(lengths)], "ok": res["ok"], "why": res["why"]}
+            results["checks"].append(rec)
+            print(json.dumps(rec), flush=True)
+            if not res["ok"]:
+                launchers[st, name] = None
+    table = []
+    for st in states:
+        key = rgdr_key(16, 32, st)
+        names = [n for (s, n), L in launchers.items() if s == st and L is not None]
+        for B, tb in ROWS:
+            foot = rgdr_bytes(B, tb, 16, 32, 4 if st == "float32" else 2)
+            nsets = max(1, min(64, math.ceil(ROTATE_BYTES / foot)))
+            sets, _ = rgdr_calls(launchers[st, names[0]], key, B, tb, gen, nsets)
+            times = {n: [] for n in names}
+            copies = []
+            for _ in range(args.rounds):
+                copies.append(same_size_copy(foot))
+                for n in names:
+                    times[n].append(time_graph(calls_on(launchers[st, n], sets)))
+            copy = statistics.median(copies)
+            row = {"state": st, "B": B, "Tb": tb, "bytes": foot, "copy_us": copy, "us": times}
+            results["rows"].append(row)
+            print(json.dumps(row), flush=True)
+            med = {n: statistics.median(v) for n, v in times.items()}
+            table.append((st, B, tb, copy, med, {n: (min(v), max(v)) for n, v in times.items()}))
+            del sets
+            torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    print("\nstate     B  Tb  copy us | variant: median us (min-max over rounds), % of same-size copy, x vs default")
+    for st, B, tb, copy, med, span in table:
+        cells = [f"{n}: {m:7.2f} ({span[n][0]:.2f}-{span[n][1]:.2f}) {100 * copy / m:5.1f}% {med['default'] / m:5.3f}x"
+                 for n, m in med.items()]
+        print(f"{st:8s} {B:4d} {tb:3d} {copy:8.2f} | " + " | ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
