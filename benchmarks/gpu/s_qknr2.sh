@@ -14,7 +14,8 @@ timeout 170 python3 -m pytest -q -n 12 -k "QKNormRope or qk_norm or mrope" backe
     backends/cuda/tests/test_model_ops_gpu.py backends/cuda/tests/test_qk_norm_rope_programs.py 2>&1 \
     | tail -40 > "$OUT/qknr2_tests.log" &
 wait
+grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$OUT/qknr2_tests.log" | tail -12
 # 2. The comparison (~80 s, cached builds): each block shape checked against float64 on the 6 rows that build
 #    it, then timed alone and in a CUDA graph beside the same-size copy. No candidate starts after --budget s.
-timeout 110 python3 -u backends/cuda/bench/layer_ops_sweep.py --only QKNorm --reps 30 --budget 55 \
+timeout 140 python3 -u backends/cuda/bench/layer_ops_sweep.py --only QKNorm --reps 30 --budget 80 \
     --json "$OUT/qknr2_sweep.json" 2>&1 | grep --line-buffered -v "TileLang:tilelang.jit" | tee "$OUT/qknr2_sweep.log"
