@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from catalogue_references import REFERENCES, TOLERANCE, relative_error, resolve_ref_api
+from catalogue_references import ERROR_SCALES, REFERENCES, TOLERANCE, relative_error, resolve_ref_api
 from tileops_core import CheckError, load_manifest
 from tileops_core.bench.workloads import instantiate
 from tileops_core.lang.dtypes import DTYPE_NAMES, DTypeSet
@@ -74,11 +74,12 @@ def test_op_matches_reference_on_workload(name: str, row_index: int, case: Any) 
     api = None if spec.ref_api == "none" else resolve_ref_api(spec.ref_api)
     expected = REFERENCES[name](api, originals, op.params)
     where = f"{inst.name} seed={seed}"
+    scale = ERROR_SCALES[name](originals, op.params) if name in ERROR_SCALES else None
     for out_name, out in outputs.items():
         ref = expected[out_name]
         assert tuple(out.shape) == tuple(ref.shape), f"{where}: {out_name} shape {list(out.shape)} vs {list(ref.shape)}"
         assert out.dtype == inst.dtypes[out_name], f"{where}: {out_name} dtype {out.dtype} vs spec {inst.dtypes[out_name]}"
-        err = relative_error(out, ref)
+        err = relative_error(out, ref, scale)
         assert err <= TOLERANCE[out.dtype], f"{where}: {out_name} relative error {err:.3g} > {TOLERANCE[out.dtype]:g}"
     for t in spec.inputs.values():
         if t.mutated and t.name in inst.inputs:
