@@ -69,17 +69,13 @@ class OpDef:
         self.boundary: Boundary | None
         self.boundary_reason: str | None
         self.boundary, self.boundary_reason = make_boundary(self)
-        self._one_launch: list[OneLaunch | None] = []
 
-    @property
+    @functools.cached_property
     def one_launch(self) -> OneLaunch | None:
         """The one launch ``forward`` is (:mod:`.one_launch`), or None: read on first use, when
         the names ``forward`` refers to are defined (an interface may follow the op in its module)."""
-        if not self._one_launch:
-            names = frozenset((*self.spec.params, *self.spec.static_dims))
-            self._one_launch.append(one_launch_of(getattr(self.op_cls, "forward", None), self.arg_names,
-                                                  self.interfaces, names))
-        return self._one_launch[0]
+        names = frozenset((*self.spec.params, *self.spec.static_dims))
+        return one_launch_of(getattr(self.op_cls, "forward", None), self.arg_names, self.interfaces, names)
 
     def __repr__(self) -> str:
         return f"OpDef({self.name})"

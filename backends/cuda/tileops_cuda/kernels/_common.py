@@ -24,6 +24,7 @@ __all__ = [
     "direct_entry",
     "dtype_name",
     "inverse_rms_macro",
+    "programs_at_registers",
     "row_refusal",
 ]
 
@@ -38,6 +39,12 @@ def dtype_name(t: Any) -> str:
     """``torch.bfloat16`` (or a tensor of it) -> ``"bfloat16"``."""
     dt = getattr(t, "dtype", t)
     return str(dt).replace("torch.", "")
+
+
+def programs_at_registers(threads: int, registers: int) -> int:
+    """Programs of ``threads`` threads an SM holds at ``registers`` registers a thread (64K registers
+    an SM): the minimum a kernel asks for (``T.annotate_min_blocks_per_sm``) to bound its registers."""
+    return max(1, 65536 // (threads * registers))
 
 
 def arch_refusal(kernel: str, arch: str, archs: Iterable[str] = SUPPORTED_ARCHS) -> str | None:

@@ -36,6 +36,8 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
+from ._common import programs_at_registers
+
 if TYPE_CHECKING:
     from .conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey
 
@@ -124,7 +126,7 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
         T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
         with T.Kernel(NCB, NB + 1, threads=TH) as (bx, by):
             if key.registers:
-                T.annotate_min_blocks_per_sm(max(1, 65536 // (TH * key.registers)))
+                T.annotate_min_blocks_per_sm(programs_at_registers(TH, key.registers))
             tid = T.get_thread_binding()
             c0 = (bx * TH + tid) * VC
             red = T.alloc_shared((max(TH // 32, 1),), i32)
@@ -345,7 +347,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
         T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
         with T.Kernel(NCB, T.ceildiv(Tn, C), threads=TH) as (bx, by):
             if key.registers:
-                T.annotate_min_blocks_per_sm(max(1, 65536 // (TH * key.registers)))
+                T.annotate_min_blocks_per_sm(programs_at_registers(TH, key.registers))
             tid = T.get_thread_binding()
             c0 = (bx * TH + tid) * VC
             t0 = by * C

@@ -20,7 +20,8 @@ pairs, loading the weight once and each next pair's x and gate before this pair'
 
 from dataclasses import dataclass
 
-from ._common import ELEM_BYTES, Compiled, compile_once, inverse_rms_macro, row_plan, row_refusal
+from ._common import (ELEM_BYTES, Compiled, compile_once, inverse_rms_macro, programs_at_registers, row_plan,
+                      row_refusal)
 
 __all__ = ["GatedRMSNormBuildKey", "build_gated_rmsnorm", "gated_rmsnorm_refusal"]
 
@@ -128,7 +129,7 @@ def _program(key: GatedRMSNormBuildKey):
             # the outer rows run along grid x, which holds 2^31 - 1 of them (grid y holds 65535).
             with T.Kernel(A, T.ceildiv(H, BM), threads=threads) as (bx, by):
                 if key.registers:
-                    T.annotate_min_blocks_per_sm(max(1, 65536 // (threads * key.registers)))
+                    T.annotate_min_blocks_per_sm(programs_at_registers(threads, key.registers))
                 xr = T.alloc_fragment((BM, DP), dt)
                 gr = T.alloc_fragment((BM, DP), dt)
                 sq = T.alloc_fragment((BM, DP), f32)
@@ -144,7 +145,7 @@ def _program(key: GatedRMSNormBuildKey):
             HB = T.ceildiv(H, BM)
             with T.Kernel(T.min(A * HB, P), threads=threads) as bx:
                 if key.registers:
-                    T.annotate_min_blocks_per_sm(max(1, 65536 // (threads * key.registers)))
+                    T.annotate_min_blocks_per_sm(programs_at_registers(threads, key.registers))
                 xr = T.alloc_fragment((BM, DP), dt)
                 gr = T.alloc_fragment((BM, DP), dt)
                 xn = T.alloc_fragment((BM, DP), dt)  # the next pair's heads, in flight meanwhile

@@ -51,7 +51,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ._common import ELEM_BYTES, arch_refusal, inverse_rms_macro
+from ._common import ELEM_BYTES, arch_refusal, inverse_rms_macro, programs_at_registers
 from ._launcher import RunLauncher, build_run_launcher
 
 __all__ = ["QKNormRopeBuildKey", "build_qk_norm_rope", "with_fitting_program", "qk_norm_rope_refusal",
@@ -352,7 +352,7 @@ def _program(key: QKNormRopeBuildKey):
             QP = T.ceildiv(Tn * NQ, BR)
             with T.Kernel(QP + T.ceildiv(Tn * NKV, BR), threads=threads) as bx:
                 if REGISTERS:
-                    T.annotate_min_blocks_per_sm(max(1, 65536 // (threads * REGISTERS)))
+                    T.annotate_min_blocks_per_sm(programs_at_registers(threads, REGISTERS))
                 tid = T.get_thread_binding()
                 xl = T.alloc_local((RPT, vec), dt)
                 wl = T.alloc_local((vec,), dt)

@@ -9,7 +9,7 @@ weight presence; the number of rows is dynamic.
 
 from dataclasses import dataclass
 
-from ._common import ELEM_BYTES, Compiled, compile_once, row_plan, row_refusal
+from ._common import ELEM_BYTES, Compiled, compile_once, programs_at_registers, row_plan, row_refusal
 
 __all__ = ["RMSNormBuildKey", "build_rmsnorm", "rmsnorm_refusal"]
 
@@ -48,7 +48,7 @@ def _program(key: RMSNormBuildKey):
     @T.macro
     def body(X, W, Y, eps):
         with T.Kernel(T.ceildiv(M, BM), threads=threads) as bx:
-            T.annotate_min_blocks_per_sm(max(1, 65536 // (threads * 56)))  # <= 56 registers: occupancy
+            T.annotate_min_blocks_per_sm(programs_at_registers(threads, 56))  # <= 56 registers: occupancy
             # The row stays in registers in its own dtype (a 16-bit row packs two values per
             # register, so twice the bytes are in flight per thread); math is fp32.
             xr = T.alloc_fragment((BM, NP), dt)

@@ -9,7 +9,7 @@ reference. Specialised on dtype and row length; the number of rows is dynamic.
 
 from dataclasses import dataclass
 
-from ._common import ELEM_BYTES, Compiled, compile_once, row_plan, row_refusal
+from ._common import ELEM_BYTES, Compiled, compile_once, programs_at_registers, row_plan, row_refusal
 
 __all__ = ["SoftmaxBuildKey", "build_softmax", "softmax_refusal"]
 
@@ -46,7 +46,7 @@ def _program(key: SoftmaxBuildKey):
     @T.prim_func
     def softmax_fwd(x: T.Tensor((M, N), dt), y: T.Tensor((M, N), dt)):
         with T.Kernel(T.ceildiv(M, BM), threads=threads) as bx:
-            T.annotate_min_blocks_per_sm(max(1, 65536 // (threads * 56)))  # <= 56 registers: occupancy
+            T.annotate_min_blocks_per_sm(programs_at_registers(threads, 56))  # <= 56 registers: occupancy
             xf = T.alloc_fragment((BM, NP), f32)
             mx = T.alloc_fragment((BM,), f32)
             sm = T.alloc_fragment((BM,), f32)

@@ -23,7 +23,8 @@ The block shape is part of the build key (the registered kernel takes it from
 
 from dataclasses import dataclass
 
-from ._common import ELEM_BYTES, Compiled, compile_once, inverse_rms_macro, row_plan, row_refusal
+from ._common import (ELEM_BYTES, Compiled, compile_once, inverse_rms_macro, programs_at_registers, row_plan,
+                      row_refusal)
 
 __all__ = ["ZeroCentredRMSNormBuildKey", "build_zero_centred_rmsnorm",
            "zero_centred_rmsnorm_refusal"]
@@ -168,7 +169,7 @@ def _program(key: ZeroCentredRMSNormBuildKey):
         groups = T.ceildiv(M, BM)
         with T.Kernel(groups if P == 0 else T.min(groups, P), threads=threads) as bx:
             if key.registers:
-                T.annotate_min_blocks_per_sm(max(1, 65536 // (threads * key.registers)))
+                T.annotate_min_blocks_per_sm(programs_at_registers(threads, key.registers))
             # h stays in its own dtype (HF normalises the rounded sum); math is fp32.
             rs = T.alloc_fragment((BM,), f32)
             sq = T.alloc_fragment((BM, CW), f32)
