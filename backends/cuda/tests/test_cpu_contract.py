@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import pytest
 
@@ -125,7 +126,8 @@ def test_rgdr_schedule_streams_large_batches_of_short_bf16_sequences():
     sched = rgdr.default_schedule(_key(state_dtype="bfloat16"))
     assert sched.pick(256, 256).stream  # decode: one token per sequence
     assert not sched.pick(256, 8 * 256).stream  # eight tokens per sequence: tiled
-    assert sched.pick(1, 1) == sched.small
+    assert sched.pick(1, 2) == sched.small  # two tokens of one sequence: the plain small tiling
+    assert sched.pick(1, 1) == replace(sched.small, speculate=True)  # a decode step: its speculative twin
 
 
 def test_rgdr_schedule_drops_the_streaming_layout_when_too_many_value_rows_per_key_head():

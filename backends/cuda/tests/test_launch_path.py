@@ -7,6 +7,7 @@ reads only their shapes).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -36,9 +37,16 @@ def _key(**kw):
     return rgdr.RGDRBuildKey(**base)
 
 
+def _role_name(schedule, tiling):
+    """"small", "large" or "short", with "+speculate" for a role's speculative twin."""
+    plain = dataclasses.replace(tiling, speculate=False)
+    role = "small" if plain == schedule.small else "large" if plain == schedule.large else "short"
+    return role + ("+speculate" if tiling.speculate else "")
+
+
 def _launcher(key, sm_count=4):
     schedule = rgdr.default_schedule(key)
-    kernels = {t: Recorder(name) for t, name in zip(schedule.tilings(), ("small", "large", "short"))}
+    kernels = {t: Recorder(_role_name(schedule, t)) for t in schedule.tilings()}
     return rgdr.RGDRLauncher(key, schedule, kernels, sm_count), {r.name: r for r in kernels.values()}
 
 
@@ -92,7 +100,7 @@ def test_run_picks_the_schedules_tiling_and_splits_streamed_key_heads_to_fill_th
         t = _call(lengths, key)
         launcher.run(*_interface_args(t), torch.empty_like(t["value"]))
         want = sched.pick(len(lengths), sum(lengths))
-        name = "small" if want == sched.small else "large" if want == sched.large else "short"
+        name = _role_name(sched, want)
         assert rec[name].calls, (lengths, name)
     # 32 sequences x 2 key heads = 64 programs before splitting; 8 per SM x 4 SMs = 32 wanted: 1 split.
     assert rec["short"].calls[-1][-1] == 1

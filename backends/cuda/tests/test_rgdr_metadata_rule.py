@@ -275,7 +275,7 @@ def test_each_call_runs_the_tiling_the_schedule_picks_for_its_counts_repeated_or
         q, v = torch.empty(T, 2, 128, device="meta"), torch.empty(T, 4, 128, device="meta")
         run(q, q, v, None, None, torch.ones(B, dtype=torch.int32), None, None, out=v)
     picked = [schedule.pick(B, T) for B, T in counts + counts]
-    assert [t for t, _ in launched] == picked and len(set(picked)) == 3
+    assert [t for t, _ in launched] == picked and len(set(picked)) >= 3
     splits = [s for _, s in launched]
     assert splits[:len(counts)] == splits[len(counts):] and all(s >= 1 for s in splits)
 
@@ -286,8 +286,8 @@ def test_a_speculating_schedule_runs_the_speculative_twin_exactly_on_decode_step
     from dataclasses import replace
 
     key = rgdr.RGDRBuildKey("bfloat16", "float32", 2, 4, 128, 128, "lengths")
-    base = rgdr.default_schedule(key)
-    schedule = replace(base, speculate=True)
+    base = replace(rgdr.default_schedule(key), speculating=frozenset())
+    schedule = replace(base, speculating=frozenset({"small", "large", "short"}))
     assert set(schedule.tilings()) == set(base.tilings()) | {replace(t, speculate=True) for t in base.tilings()}
     launched: list[tuple[rgdr.RGDRTiling, int]] = []
 
@@ -304,3 +304,19 @@ def test_a_speculating_schedule_runs_the_speculative_twin_exactly_on_decode_step
         (spec, spec_splits), (tiling, splits) = launched[-2:]
         assert spec == replace(tiling, speculate=(T == B)) and spec_splits == splits
         assert not tiling.speculate
+
+
+@pytest.mark.parametrize("state", ["float32", "bfloat16"])
+def test_the_default_schedule_speculates_only_in_the_roles_its_table_lists(state: str) -> None:
+    # The H200 measured the speculative twin faster for every fp32 tiling and bf16's small
+    # one, slower for bf16's short one (NOTES.md): a decode step runs the twin
+    # exactly where the role speculates, an MTP step (two tokens a sequence) never does.
+    key = rgdr.RGDRBuildKey("bfloat16", state, 16, 32, 128, 128, "lengths")
+    schedule = rgdr.default_schedule(key)
+    listed = {"float32": {"small", "large", "short"}, "bfloat16": {"small"}}[state]
+    assert schedule.speculating == listed
+    for B in (1, 2, schedule.large_from_seqs, schedule.short_from_seqs, 256):
+        role = schedule.select(B, B, "small", "large", "short")
+        decode, mtp = schedule.pick(B, B), schedule.pick(B, 2 * B)
+        assert decode.speculate == (role in listed) and not mtp.speculate
+        assert decode in schedule.tilings()

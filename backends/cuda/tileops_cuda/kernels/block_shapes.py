@@ -38,11 +38,11 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # us against the best 51.71 (256 threads). Longer chunks were faster at every step (16, 32, 64).
     "TileLangCausalConv1dUpdate": ((None, {"threads": 128, "registers": 0}),),
     "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 128, "chunk": 64}),),
-    # The first program, measured on the H200 (43-57% of the same-size copy at prefill): the lanes program has
-    # not run on a GPU yet. The sweep's QKNormRope rows check it against float64 and time it beside this one;
-    # its winner replaces this entry (at its plan's block: {"program": "lanes", "threads": 0, "rows": 0,
-    # "registers": 0}, 48 registers, 5 programs an SM).
-    "TileLangQKNormRope": ((None, {"program": "token_heads"}),),
+    # The lanes program at a 40-register cap: the fastest correct shape on all three prefill rows (seventh
+    # session, graph time): Qwen3-Next 16k 121.75 us (67.1% of the same-size copy; the first program 151.96,
+    # 53.8%), 4k 34.47 us (60.7%; 39.75), Qwen3.5 MRoPE 4k 35.21 us (60.9%; 40.35). Every spec row passed on it
+    # against float64 (120 GPU tests).
+    "TileLangQKNormRope": ((None, {"program": "lanes", "threads": 0, "rows": 0, "registers": 40}),),
 }
 
 

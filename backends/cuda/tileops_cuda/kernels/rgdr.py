@@ -117,7 +117,7 @@ class RGDRTiling:
     runs the general path (same results on any metadata; a miss costs the loads). It cuts
     the dependent chain before the state load from three round trips to memory (length,
     then slot, then state) to two. The launcher runs it only for calls with as many tokens
-    as sequences (:class:`RGDRSchedule`'s ``speculate``).
+    as sequences, in the roles :class:`RGDRSchedule`'s ``speculating`` lists.
     """
 
     threads: int = 128
@@ -153,14 +153,16 @@ class RGDRSchedule:
     short: RGDRTiling | None = None
     short_from_seqs: int = 1 << 62
     short_max_tokens: int = 0  # average tokens per sequence at or below which ``short`` runs
-    #: Calls with as many tokens as sequences (a plain decode step) run the speculative twin
-    #: (``speculate=True``) of the tiling the rule picks (opt-in until measured on the H200).
-    speculate: bool = False
+    #: The roles (``"small"``, ``"large"``, ``"short"``) whose plain decode calls (as many
+    #: tokens as sequences) run the speculative twin (``speculate=True``) of their tiling: a
+    #: role speculates where the H200 measured the twin faster, and only there.
+    speculating: frozenset[str] = frozenset()
 
     def pick(self, n_seq: int, n_tokens: int | None = None) -> RGDRTiling:
         """The tiling a call with ``n_seq`` sequences and ``n_tokens`` tokens runs."""
-        tiling = self.select(n_seq, n_tokens, self.small, self.large, self.short)
-        return replace(tiling, speculate=True) if self.speculate and n_tokens == n_seq else tiling
+        role = self.select(n_seq, n_tokens, "small", "large", None if self.short is None else "short")
+        tiling: RGDRTiling = getattr(self, role)
+        return replace(tiling, speculate=True) if role in self.speculating and n_tokens == n_seq else tiling
 
     def select(self, n_seq: int, n_tokens: int | None, small: Any, large: Any, short: Any) -> Any:
         """The size rule of :meth:`pick` (speculation aside) over any values standing for
@@ -176,18 +178,26 @@ class RGDRSchedule:
 
     def tilings(self) -> tuple[RGDRTiling, ...]:
         """Every tiling a call can run (what a build compiles)."""
-        base = [t for t in (self.small, self.large, self.short) if t is not None]
-        return tuple(dict.fromkeys(base + ([replace(t, speculate=True) for t in base] if self.speculate else [])))
+        roles = {"small": self.small, "large": self.large, "short": self.short}
+        base = [t for t in roles.values() if t is not None]
+        twins = [replace(t, speculate=True) for r, t in roles.items() if t is not None and r in self.speculating]
+        return tuple(dict.fromkeys(base + twins))
 
 
 _STREAM_SMEM_LIMIT = 48 * 1024
 
 # The schedule rule, as data (chosen by bench_cuda.py's sweep on the H200, see NOTES.md):
 # state bytes -> (small, large, sequences from which large runs, short, sequences from which
-# short runs, average tokens per sequence up to which short runs).
+# short runs, average tokens per sequence up to which short runs, roles that speculate on
+# decode steps). Speculation on the H200 (bench/rgdr_speculate.py, NOTES.md): fp32 small 1.36x at
+# B=1, large 1.13x at B=8, short 1.05x at B=32 and 1.005-1.008x at 128/256; bf16 small 1.35x at
+# B=1 and 1.18x at B=8, bf16 short 0.98-1.00x at B=32..256 (its twin spills under the 80-register
+# cap), so bf16's short stays plain (bf16's large serves only T_b > 4, never a decode step).
 _SCHEDULES = {
-    4: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 4), 8, RGDRTiling(128, 16, 4, 4, True), 32, 1),
-    2: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), 32, RGDRTiling(128, 16, 4, 6, True), 32, 4),
+    4: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 4), 8, RGDRTiling(128, 16, 4, 4, True), 32, 1,
+        frozenset({"small", "large", "short"})),
+    2: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), 32, RGDRTiling(128, 16, 4, 6, True), 32, 4,
+        frozenset({"small"})),
 }
 
 
@@ -200,13 +210,13 @@ def default_schedule(key: RGDRBuildKey) -> RGDRSchedule:
     """The schedule rule: the table above; a variant the key cannot use (its tile does not
     divide head_v_dim, or the streaming layout would stage too many value rows) falls back
     to the small tiling."""
-    small, large, n, short_or_none, short_n, short_tokens = _SCHEDULES[_ELEM_BYTES[key.state_dtype]]
+    small, large, n, short_or_none, short_n, short_tokens, speculating = _SCHEDULES[_ELEM_BYTES[key.state_dtype]]
     short: RGDRTiling | None = short_or_none
     if rgdr_refusal(key, large) is not None:
         large = small
     if short is not None and rgdr_refusal(key, short) is not None:
         short = None
-    return RGDRSchedule(small, large, n, short, short_n, short_tokens)
+    return RGDRSchedule(small, large, n, short, short_n, short_tokens, speculating)
 
 
 def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | None:
