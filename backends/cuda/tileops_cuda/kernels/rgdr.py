@@ -400,8 +400,9 @@ def build_rgdr(key: RGDRBuildKey, tiling: RGDRTiling | RGDRSchedule | None = Non
         import torch
 
         tilings = schedule.tilings()
-        # A schedule's two or three tilings compile concurrently: a first call waits for one
-        # compile, not three.
+        # A schedule's tilings (up to three, and the speculative twins of the roles that
+        # speculate: up to six) compile concurrently: where cores allow, a first call waits
+        # for the slowest compile, not for their sum.
         built = compile_many([functools.partial(compile_one, t) for t in tilings])
         failed = next((b for b in built if isinstance(b, BaseException)), None)
         if failed is not None:
