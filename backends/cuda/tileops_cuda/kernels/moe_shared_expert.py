@@ -118,15 +118,16 @@ def shared_programs(key: MoESharedExpertBuildKey, tiling: GroupedTiling) -> tupl
             with T.Kernel(T.ceildiv(N, BM), T.ceildiv(H, tiling.block_n_down), threads=tiling.threads) as (bx, by):
                 down(act, down_proj, 0, bx * BM, N, by, logit, out)
 
-        if tiling == SHARED_DECODE_TILING:
-            return moe_shared_gate_up, moe_shared_down, _gate_logit_program(key)
-        return moe_shared_gate_up, moe_shared_down
+    else:
 
-    @T.prim_func
-    def moe_shared_down(act: T.Tensor((N, I), dt), down_proj: T.Tensor((1, H, I), dt), out: T.Tensor((N, H), dt)):
-        with T.Kernel(T.ceildiv(N, BM), T.ceildiv(H, tiling.block_n_down), threads=tiling.threads) as (bx, by):
-            down(act, down_proj, 0, bx * BM, N, by, None, out)
+        @T.prim_func
+        def moe_shared_down(act: T.Tensor((N, I), dt), down_proj: T.Tensor((1, H, I), dt),
+                            out: T.Tensor((N, H), dt)):
+            with T.Kernel(T.ceildiv(N, BM), T.ceildiv(H, tiling.block_n_down), threads=tiling.threads) as (bx, by):
+                down(act, down_proj, 0, bx * BM, N, by, None, out)
 
+    if key.gated and tiling == SHARED_DECODE_TILING:
+        return moe_shared_gate_up, moe_shared_down, _gate_logit_program(key)
     return moe_shared_gate_up, moe_shared_down
 
 
