@@ -53,12 +53,14 @@ BK, STAGES = 64, 4
 @dataclass(frozen=True)
 class GroupedTiling:
     """Rows per tile (``block_m``), output columns per program of the gate/up kernel (of I, two
-    accumulators) and of the down kernel (of H), consumer threads (a warpgroup per 64 rows)."""
+    accumulators) and of the down kernel (of H), consumer threads (a warpgroup per 64 rows), and
+    the pipeline's depth in BK-wide operand tiles (what a program has in flight)."""
 
     block_m: int
     block_n_gate_up: int
     block_n_down: int
     threads: int
+    stages: int = STAGES
 
 
 #: Few rows per expert (decode): small tiles, many programs streaming the experts' weights.
@@ -161,7 +163,7 @@ def gate_up_tile(key: Any, tiling: GroupedTiling):
         u_l = T.alloc_fragment((BM, BN), f32)
         T.clear(g_l)
         T.clear(u_l)
-        for kk in T.Pipelined(T.ceildiv(H, BK), num_stages=STAGES):
+        for kk in T.Pipelined(T.ceildiv(H, BK), num_stages=tiling.stages):
             T.copy(x[r0 : r0 + BM, kk * BK : (kk + 1) * BK], x_s)
             T.copy(w_gate[e, g0 + by * BN : g0 + (by + 1) * BN, kk * BK : (kk + 1) * BK], g_s)
             T.copy(w_up[e, u0 + by * BN : u0 + (by + 1) * BN, kk * BK : (kk + 1) * BK], u_s)
@@ -192,7 +194,7 @@ def down_tile(key: Any, tiling: GroupedTiling, gated: bool = False):
         w_s = T.alloc_shared((BN, BK), dt)
         o_l = T.alloc_fragment((BM, BN), f32)
         T.clear(o_l)
-        for kk in T.Pipelined(T.ceildiv(I, BK), num_stages=STAGES):
+        for kk in T.Pipelined(T.ceildiv(I, BK), num_stages=tiling.stages):
             T.copy(act[r0 : r0 + BM, kk * BK : (kk + 1) * BK], a_s)
             T.copy(w_down[e, by * BN : (by + 1) * BN, kk * BK : (kk + 1) * BK], w_s)
             T.gemm(a_s, w_s, o_l, transpose_B=True)

@@ -22,8 +22,9 @@ weights enter as ``[1, ·, ·]`` views of one-expert banks (no copy). Two or thr
 
 Tilings: the routed prefill tiling (128-row tiles, two consumer warpgroups) from
 ``PREFILL_ROWS`` rows, where its grid (T/128 · I/128 gate/up programs) covers the GPU; below it a
-decode tiling of 64-row tiles and narrow columns (16 of I, 32 of H: 32 and 64 programs at
-Qwen's I = 512, H = 2048) so that many programs stream the 6 MB of weights a decode step reads.
+decode tiling of 64-row tiles, narrow columns (16 of I, 32 of H: 32 and 64 programs at Qwen's
+I = 512, H = 2048) and an 8-deep pipeline, so that many programs keep much of the 6 MB of
+weights a decode step reads in flight (not yet timed on a GPU: ``SHARED_DECODE_TILING``).
 Specialised on dtype, H, I and the gate's presence; T is dynamic. Refused like the routed
 experts: float32 (TF32 rounding on the tensor cores), H or I not a multiple of 8 (16-byte bulk
 copies), archs other than sm_90.
@@ -41,8 +42,10 @@ __all__ = ["MoESharedExpertBuildKey", "build_moe_shared_expert", "moe_shared_exp
            "SHARED_DECODE_TILING", "PREFILL_ROWS"]
 
 _NAME = "MoESharedExpert TileLang kernel"
-#: Few rows (decode): one row tile, narrow columns so that many programs stream the weights.
-SHARED_DECODE_TILING = GroupedTiling(64, 16, 32, 128)
+#: Few rows (decode): one row tile, narrow columns so that many programs stream the weights, and a
+#: pipeline twice the routed one's: a decode step is bound by the weight bytes in flight, which at
+#: a fixed BK are ``I · 2 · BK · stages`` for gate/up whatever the columns per program (1 MB at 8).
+SHARED_DECODE_TILING = GroupedTiling(64, 16, 32, 128, stages=8)
 #: Rows from which the routed prefill tiling serves (its gate/up grid reaches 64 programs at I = 512).
 PREFILL_ROWS = 2048
 #: Threads of the gate-logit program; each sums LOGIT_VEC-element vectors of the row.
