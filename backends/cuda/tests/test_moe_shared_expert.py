@@ -100,7 +100,7 @@ def _stand_ins(calls: list[tuple[str, tuple[Any, ...]]]) -> tuple[tuple[Any, ...
 
 
 @pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("shape,tiling", [((2, 3), "decode"), ((shared.PREFILL_ROWS,), "prefill")])
+@pytest.mark.parametrize("shape,tiling", [((2, 3), "decode"), ((), "decode"), ((shared.PREFILL_ROWS,), "prefill")])
 def test_the_launch_hands_the_kernels_rows_and_one_expert_views_and_writes_the_cores_output(gated, shape, tiling):
     H, I = 16, 24
     calls: list[tuple[str, tuple[Any, ...]]] = []
