@@ -41,7 +41,7 @@ from tileops_core.workloads import dtype_cases  # noqa: E402
 from tileops_core.workloads.generators import run_generator  # noqa: E402
 
 OPS = ("QKNormRopeFwdOp", "SigmoidGateMulFwdOp", "MoETopKRoutingFwdOp",
-       "MoEPermuteFwdOp", "MoEUnpermuteFwdOp", "MoEGroupedExpertsFwdOp")
+       "MoEPermuteFwdOp", "MoEUnpermuteFwdOp", "MoEGroupedExpertsFwdOp", "MoESharedExpertFwdOp")
 _FLUSH_BYTES = 256 * 2**20
 
 

@@ -34,7 +34,7 @@ from tileops_cuda.kernels._common import compile_many  # noqa: E402
 #: The ops whose rows the spec-row GPU tests and the model-op bench run.
 MODEL_OPS = ("ZeroCentredRMSNormFwdOp", "FusedAddZeroCentredRMSNormFwdOp", "GatedRMSNormFwdOp", "GDNGatingFwdOp",
              "QKNormRopeFwdOp", "SigmoidGateMulFwdOp", "MoETopKRoutingFwdOp", "MoEPermuteFwdOp",
-             "MoEUnpermuteFwdOp", "MoEGroupedExpertsFwdOp")
+             "MoEUnpermuteFwdOp", "MoEGroupedExpertsFwdOp", "MoESharedExpertFwdOp")
 
 
 def cuda_entries(ops: tuple[str, ...], arch: str) -> dict[Any, Any]:

@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 from tileops_core.kernels.contract import declared_launch, mismatches  # noqa: E402
 from tileops_cuda import registered, registered_model  # noqa: E402
 from tileops_cuda.kernels import moe_permute, moe_topk_routing, moe_unpermute, qk_norm_rope  # noqa: E402
-from tileops_cuda.kernels import moe_grouped_experts, sigmoid_gate_mul  # noqa: E402
+from tileops_cuda.kernels import moe_grouped_experts, moe_shared_expert, sigmoid_gate_mul  # noqa: E402
 from tileops_cuda.kernels import attention_decode, attention_prefill, chunk_gdr, conv1d, rgdr  # noqa: E402
 
 
@@ -50,6 +50,8 @@ STAND_INS = {
     "build_moe_permute": lambda key: SimpleNamespace(run=moe_permute._make_run(key, _unused, _unused, _unused)),
     "build_moe_grouped_experts":
         lambda key: SimpleNamespace(run=moe_grouped_experts._make_run(key, (_unused,) * 3, (_unused,) * 3)),
+    "build_moe_shared_expert":
+        lambda key: SimpleNamespace(run=moe_shared_expert._make_run(key, (_unused,) * 3, (_unused,) * 2)),
     "build_chunk_gdr": lambda key: SimpleNamespace(run=chunk_gdr._make_run(key, _unused, _unused, _unused)),
     "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused)),
     "build_attention_decode": lambda key: SimpleNamespace(
@@ -71,6 +73,7 @@ KEYS: dict[str, Any] = {
     "TileLangMoEUnpermute": moe_unpermute.MoEUnpermuteBuildKey("bfloat16", "int32", "bfloat16", 2048, 10),
     "TileLangMoEPermute": moe_permute.MoEPermuteBuildKey("bfloat16", "int64", 2048, 10, 512),
     "TileLangMoEGroupedExperts": moe_grouped_experts.MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512),
+    "TileLangMoESharedExpert": moe_shared_expert.MoESharedExpertBuildKey("bfloat16", 2048, 512, True),
     "TileLangChunkGDR": chunk_gdr.ChunkGDRBuildKey("bfloat16", "float32", 16, 32, 128, 128),
     "TileLangAttentionDecode": attention_decode.DecodeBuildKey("bfloat16", 16, 2, 256),
     "TileLangAttentionPrefill": attention_prefill.PrefillBuildKey("bfloat16", 16, 2, 256),

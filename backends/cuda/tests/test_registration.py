@@ -26,7 +26,7 @@ ensure_plugins_loaded()
 pytestmark = pytest.mark.skipif("cuda" not in registry.backends(), reason="tileops-cuda is not installed")
 
 CUDA_OPS = ("RMSNormFwdOp", "SoftmaxFwdOp", "SiluAndMulFwdOp", "SumFwdOp", "GroupNormFwdOp", "GemmFwdOp", "BmmFwdOp",
-            "LinearFwdOp", "RecurrentGatedDeltaRuleFwdOp")
+            "LinearFwdOp", "RecurrentGatedDeltaRuleFwdOp", "MoESharedExpertFwdOp")
 
 
 def _simulated_calls(name: str, arch: str = "sm_90"):

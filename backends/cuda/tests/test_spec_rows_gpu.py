@@ -32,7 +32,7 @@ from catalogue_references import ERROR_SCALES, REFERENCES, TOLERANCE, relative_e
 #: The gated-delta-net layer's norms and gating, then the attention and MoE block's memory-bound ops.
 OPS = ("ZeroCentredRMSNormFwdOp", "FusedAddZeroCentredRMSNormFwdOp", "GatedRMSNormFwdOp", "GDNGatingFwdOp",
        "QKNormRopeFwdOp", "SigmoidGateMulFwdOp", "MoETopKRoutingFwdOp",
-       "MoEPermuteFwdOp", "MoEUnpermuteFwdOp", "MoEGroupedExpertsFwdOp")
+       "MoEPermuteFwdOp", "MoEUnpermuteFwdOp", "MoEGroupedExpertsFwdOp", "MoESharedExpertFwdOp")
 #: Ops whose real-size rows carry a full expert bank (gigabytes drawn on the CPU per row): only
 #: their tiny rows run here; ``test_model_ops_gpu.py`` checks real sizes with inputs drawn on the GPU.
 TINY_ROWS_ONLY = ("MoEGroupedExpertsFwdOp",)

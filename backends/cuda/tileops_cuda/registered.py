@@ -62,7 +62,7 @@ from .kernels.zero_centred_rmsnorm import (
 
 from .registered_model import (
     TileLangAttentionDecode, TileLangAttentionPrefill, TileLangChunkGDR, TileLangMoEGroupedExperts, TileLangMoEPermute,
-    TileLangMoETopKRouting, TileLangMoEUnpermute, TileLangQKNormRope, TileLangSigmoidGateMul,
+    TileLangMoESharedExpert, TileLangMoETopKRouting, TileLangMoEUnpermute, TileLangQKNormRope, TileLangSigmoidGateMul,
 )
 
 __all__ = ["KERNELS"]
@@ -503,7 +503,7 @@ KERNELS = (
     TileLangZeroCentredRMSNorm, TileLangFusedAddZeroCentredRMSNorm,
     TileLangGatedRMSNorm, TileLangGDNGating,
     TileLangQKNormRope, TileLangSigmoidGateMul, TileLangMoETopKRouting, TileLangMoEUnpermute,
-    TileLangMoEPermute, TileLangMoEGroupedExperts,
+    TileLangMoEPermute, TileLangMoEGroupedExperts, TileLangMoESharedExpert,
     TileLangChunkGDR,
     TileLangAttentionDecode, TileLangAttentionPrefill,
 )

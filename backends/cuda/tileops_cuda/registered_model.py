@@ -11,7 +11,9 @@ from typing import Any, Callable
 from tileops_core.kernels import CallSpec
 from tileops_core.ops.attention import AttentionDecodeKernel, AttentionPrefillKernel, QKNormRopeKernel, SigmoidGateMulKernel
 from tileops_core.ops.gated_delta_prefill import ChunkGDRKernel
-from tileops_core.ops.moe import MoEGroupedExpertsKernel, MoEPermuteKernel, MoETopKRoutingKernel, MoEUnpermuteKernel
+from tileops_core.ops.moe import (
+    MoEGroupedExpertsKernel, MoEPermuteKernel, MoESharedExpertKernel, MoETopKRoutingKernel, MoEUnpermuteKernel,
+)
 
 from ._tilelang_impl import TileLangImpl, rows_of
 from .kernels._common import ELEM_BYTES
@@ -22,6 +24,7 @@ from .kernels.moe_grouped_experts import (
     MoEGroupedExpertsBuildKey, build_moe_grouped_experts, moe_grouped_experts_refusal,
 )
 from .kernels.moe_permute import MoEPermuteBuildKey, build_moe_permute, moe_permute_refusal
+from .kernels.moe_shared_expert import MoESharedExpertBuildKey, build_moe_shared_expert, moe_shared_expert_refusal
 from .kernels.moe_topk_routing import MoETopKRoutingBuildKey, build_moe_topk_routing, moe_topk_routing_refusal
 from .kernels.moe_unpermute import MoEUnpermuteBuildKey, build_moe_unpermute, moe_unpermute_refusal
 from .kernels.block_shapes import with_block_shape
@@ -30,7 +33,7 @@ from .kernels.sigmoid_gate_mul import SigmoidGateMulBuildKey, build_sigmoid_gate
 
 __all__ = [
     "TileLangQKNormRope", "TileLangSigmoidGateMul", "TileLangMoETopKRouting", "TileLangMoEUnpermute",
-    "TileLangMoEPermute", "TileLangMoEGroupedExperts", "TileLangChunkGDR", "TileLangAttentionDecode",
+    "TileLangMoEPermute", "TileLangMoEGroupedExperts", "TileLangMoESharedExpert", "TileLangChunkGDR", "TileLangAttentionDecode",
     "TileLangAttentionPrefill",
 ]
 
@@ -142,6 +145,26 @@ class TileLangMoEGroupedExperts(TileLangImpl, MoEGroupedExpertsKernel):
     @classmethod
     def launcher(cls, key: MoEGroupedExpertsBuildKey) -> Callable[..., Any]:
         return build_moe_grouped_experts(key).run
+
+
+class TileLangMoESharedExpert(TileLangImpl, MoESharedExpertKernel):
+    """The shared expert's SwiGLU MLP over all rows on the routed experts' wgmma programs (a static
+    tile map): gate/up with SiLU-and-multiply fused, the gate logit when the sigmoid gate is
+    given, then down with the gate's scaling fused; no host sync. ``x`` may be ``[*S, H]``: the
+    launch views it (contiguous) as rows."""
+
+    refuse_key = staticmethod(moe_shared_expert_refusal)
+
+    @classmethod
+    def key(cls, call: CallSpec) -> MoESharedExpertBuildKey:
+        return MoESharedExpertBuildKey(call.dtypes["x"], int(call.dims["H"]), int(call.dims["I"]),
+                                       bool(call.flags["has_expert_gate"]), call.arch)
+
+    @classmethod
+    def launcher(cls, key: MoESharedExpertBuildKey) -> Callable[..., Any]:
+        return build_moe_shared_expert(key).run
+
+
 class TileLangChunkGDR(TileLangImpl, ChunkGDRKernel):
     """The chunked gated delta rule (three kernels: W/U per chunk, the state walk, the outputs); the
     l2 norm and ``has_initial_state`` are runtime flags, so one build serves every call of a head shape."""

@@ -24,6 +24,11 @@ expert or lie past N) but never stored. A program whose map slot is -1 does noth
 nothing; each used expert's weights are read once per row tile. Specialised on dtype, E, H, I
 and the offsets' dtype; the row count N is dynamic. float32 is refused (the tensor cores would
 round its operands to TF32), as are H or I not a multiple of 8 (16-byte bulk copies).
+
+The bodies of the gate/up and down programs are macros over an expert bank ``[E, rows, cols]``,
+an expert index and a row range (:func:`gate_up_tile`, :func:`down_tile`): the shared expert's
+programs (:mod:`.moe_shared_expert`) inline the same text over ``[1, I, H]`` views of its
+separate weights and a static tile map, so the two never drift apart.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
@@ -35,7 +40,8 @@ from ._common import arch_refusal, cached_build, compile_prim_func, direct_entry
 from .moe_permute import expert_threads
 
 __all__ = ["GroupedTiling", "MoEGroupedExpertsBuildKey", "build_moe_grouped_experts", "moe_grouped_experts_refusal",
-           "tile_slots", "DECODE_TILING", "PREFILL_TILING"]
+           "tile_slots", "DECODE_TILING", "PREFILL_TILING", "ExpertsLauncher", "build_experts", "gate_up_tile",
+           "down_tile", "experts_refusal"]
 
 _DTYPES = ("float16", "bfloat16")
 _OFFSET_DTYPES = ("int32", "int64")
@@ -47,12 +53,14 @@ BK, STAGES = 64, 4
 @dataclass(frozen=True)
 class GroupedTiling:
     """Rows per tile (``block_m``), output columns per program of the gate/up kernel (of I, two
-    accumulators) and of the down kernel (of H), consumer threads (a warpgroup per 64 rows)."""
+    accumulators) and of the down kernel (of H), consumer threads (a warpgroup per 64 rows), and
+    the pipeline's depth in BK-wide operand tiles (what a program has in flight)."""
 
     block_m: int
     block_n_gate_up: int
     block_n_down: int
     threads: int
+    stages: int = STAGES
 
 
 #: Few rows per expert (decode): small tiles, many programs streaming the experts' weights.
@@ -82,19 +90,24 @@ def tile_slots(rows: int, experts: int, block_m: int) -> int:
     return min(rows, -(-rows // block_m) + experts)
 
 
+def experts_refusal(name: str, dtype: str, hidden: int, intermediate: int, arch: str) -> str | None:
+    """What the expert GEMM programs (routed or shared) refuse, with the fix, or None."""
+    if dtype not in _DTYPES:
+        return (f"{name}: dtype {dtype} is not one of {_DTYPES} (float32 operands would be rounded to TF32 "
+                "on the tensor cores); use the reference")
+    if hidden % 8 or intermediate % 8:
+        return (f"{name}: H={hidden} and I={intermediate} must be multiples of 8 (16-byte rows for the "
+                "bulk copies); use the reference")
+    return arch_refusal(name, arch, ("sm_90", "sm_90a"))
+
+
 def moe_grouped_experts_refusal(key: MoEGroupedExpertsBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
-    if key.dtype not in _DTYPES:
-        return (f"{_NAME}: dtype {key.dtype} is not one of {_DTYPES} (float32 operands would be rounded to TF32 "
-                "on the tensor cores); use the reference")
     if key.offsets_dtype not in _OFFSET_DTYPES:
         return f"{_NAME}: expert_offsets dtype {key.offsets_dtype} is not one of {_OFFSET_DTYPES}; use the reference"
-    if key.hidden % 8 or key.intermediate % 8:
-        return (f"{_NAME}: H={key.hidden} and I={key.intermediate} must be multiples of 8 (16-byte rows for the "
-                "bulk copies); use the reference")
     if not 1 <= key.experts <= MAX_EXPERTS:
         return f"{_NAME}: E={key.experts} must lie in [1, {MAX_EXPERTS}] (a thread each for the tile map)"
-    return arch_refusal(_NAME, key.arch, ("sm_90", "sm_90a"))
+    return experts_refusal(_NAME, key.dtype, key.hidden, key.intermediate, key.arch)
 
 
 def _tiles_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
@@ -130,40 +143,89 @@ def _tiles_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
     return moe_expert_tiles
 
 
+def gate_up_tile(key: Any, tiling: GroupedTiling):
+    """The gate/up body of one program (a macro both experts' programs inline): ``g = x @ w_gate[e,
+    g0 + cols].T`` and ``u = x @ w_up[e, u0 + cols].T`` over the BM rows from ``r0`` (two float32
+    accumulators sharing the x tile), each rounded, then ``act = round(silu(g) · u)`` stored for the
+    rows before ``end``. The routed experts pass one bank twice (``g0 = 0``, ``u0 = I``); the shared
+    expert its two ``[1, I, H]`` views (both offsets 0)."""
+    import tilelang.language as T
+
+    H, I, dt, f32 = key.hidden, key.intermediate, key.dtype, "float32"
+    BM, BN = tiling.block_m, tiling.block_n_gate_up
+
+    @T.macro
+    def gate_up_tile(x, w_gate, g0, w_up, u0, e, r0, end, by, act):
+        x_s = T.alloc_shared((BM, BK), dt)
+        g_s = T.alloc_shared((BN, BK), dt)
+        u_s = T.alloc_shared((BN, BK), dt)
+        g_l = T.alloc_fragment((BM, BN), f32)
+        u_l = T.alloc_fragment((BM, BN), f32)
+        T.clear(g_l)
+        T.clear(u_l)
+        for kk in T.Pipelined(T.ceildiv(H, BK), num_stages=tiling.stages):
+            T.copy(x[r0 : r0 + BM, kk * BK : (kk + 1) * BK], x_s)
+            T.copy(w_gate[e, g0 + by * BN : g0 + (by + 1) * BN, kk * BK : (kk + 1) * BK], g_s)
+            T.copy(w_up[e, u0 + by * BN : u0 + (by + 1) * BN, kk * BK : (kk + 1) * BK], u_s)
+            T.gemm(x_s, g_s, g_l, transpose_B=True)
+            T.gemm(x_s, u_s, u_l, transpose_B=True)
+        for i, j in T.Parallel(BM, BN):
+            if r0 + i < end and by * BN + j < I:
+                g = T.cast(T.cast(g_l[i, j], dt), f32)
+                u = T.cast(T.cast(u_l[i, j], dt), f32)
+                act[r0 + i, by * BN + j] = T.cast(g / (T.float32(1) + T.exp(-g)) * u, dt)
+
+    return gate_up_tile
+
+
+def down_tile(key: Any, tiling: GroupedTiling, gated: bool = False):
+    """The down body of one program (a macro): ``o = act @ w_down[e, cols].T`` over the BM rows
+    from ``r0``, rounded and stored for the rows before ``end``; ``gated`` (the shared expert's
+    sigmoid gate): the rounded output times ``sigmoid(logit[row])``, formed in float32 and rounded
+    once (the spec's roundings)."""
+    import tilelang.language as T
+
+    H, I, dt, f32 = key.hidden, key.intermediate, key.dtype, "float32"
+    BM, BN = tiling.block_m, tiling.block_n_down
+
+    @T.macro
+    def down_tile(act, w_down, e, r0, end, by, logit, out):
+        a_s = T.alloc_shared((BM, BK), dt)
+        w_s = T.alloc_shared((BN, BK), dt)
+        o_l = T.alloc_fragment((BM, BN), f32)
+        T.clear(o_l)
+        for kk in T.Pipelined(T.ceildiv(I, BK), num_stages=tiling.stages):
+            T.copy(act[r0 : r0 + BM, kk * BK : (kk + 1) * BK], a_s)
+            T.copy(w_down[e, by * BN : (by + 1) * BN, kk * BK : (kk + 1) * BK], w_s)
+            T.gemm(a_s, w_s, o_l, transpose_B=True)
+        for i, j in T.Parallel(BM, BN):
+            if r0 + i < end and by * BN + j < H:
+                if gated:
+                    z = T.cast(logit[r0 + i], f32)
+                    out[r0 + i, by * BN + j] = T.cast(
+                        T.cast(T.cast(o_l[i, j], dt), f32) / (T.float32(1) + T.exp(-z)), dt)
+                else:
+                    out[r0 + i, by * BN + j] = T.cast(o_l[i, j], dt)
+
+    return down_tile
+
+
 def _gate_up_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
     import tilelang.language as T
 
-    E, H, I, dt, f32 = key.experts, key.hidden, key.intermediate, key.dtype, "float32"
-    BM, BN, THREADS = tiling.block_m, tiling.block_n_gate_up, tiling.threads
+    E, H, I, dt = key.experts, key.hidden, key.intermediate, key.dtype
     N, S = T.dynamic("N"), T.dynamic("S")
+    body = gate_up_tile(key, tiling)
 
     @T.prim_func
     def moe_gate_up(hidden_states: T.Tensor((N, H), dt), expert_offsets: T.Tensor((E + 1,), key.offsets_dtype),
                     gate_up_proj: T.Tensor((E, 2 * I, H), dt), tile_expert: T.Tensor((S,), "int32"),
                     tile_row: T.Tensor((S,), "int32"), act: T.Tensor((N, I), dt)):
-        with T.Kernel(S, T.ceildiv(I, BN), threads=THREADS) as (bx, by):
-            x_s = T.alloc_shared((BM, BK), dt)
-            g_s = T.alloc_shared((BN, BK), dt)
-            u_s = T.alloc_shared((BN, BK), dt)
-            g_l = T.alloc_fragment((BM, BN), f32)
-            u_l = T.alloc_fragment((BM, BN), f32)
+        with T.Kernel(S, T.ceildiv(I, tiling.block_n_gate_up), threads=tiling.threads) as (bx, by):
             e = tile_expert[bx]
             if e >= 0:
-                r0 = tile_row[bx]
-                end = T.cast(expert_offsets[e + 1], "int32")
-                T.clear(g_l)
-                T.clear(u_l)
-                for kk in T.Pipelined(T.ceildiv(H, BK), num_stages=STAGES):
-                    T.copy(hidden_states[r0 : r0 + BM, kk * BK : (kk + 1) * BK], x_s)
-                    T.copy(gate_up_proj[e, by * BN : (by + 1) * BN, kk * BK : (kk + 1) * BK], g_s)
-                    T.copy(gate_up_proj[e, I + by * BN : I + (by + 1) * BN, kk * BK : (kk + 1) * BK], u_s)
-                    T.gemm(x_s, g_s, g_l, transpose_B=True)
-                    T.gemm(x_s, u_s, u_l, transpose_B=True)
-                for i, j in T.Parallel(BM, BN):
-                    if r0 + i < end and by * BN + j < I:
-                        g = T.cast(T.cast(g_l[i, j], dt), f32)
-                        u = T.cast(T.cast(u_l[i, j], dt), f32)
-                        act[r0 + i, by * BN + j] = T.cast(g / (T.float32(1) + T.exp(-g)) * u, dt)
+                body(hidden_states, gate_up_proj, 0, gate_up_proj, I, e, tile_row[bx],
+                     T.cast(expert_offsets[e + 1], "int32"), by, act)
 
     return moe_gate_up
 
@@ -171,30 +233,18 @@ def _gate_up_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
 def _down_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
     import tilelang.language as T
 
-    E, H, I, dt, f32 = key.experts, key.hidden, key.intermediate, key.dtype, "float32"
-    BM, BN, THREADS = tiling.block_m, tiling.block_n_down, tiling.threads
+    E, H, I, dt = key.experts, key.hidden, key.intermediate, key.dtype
     N, S = T.dynamic("N"), T.dynamic("S")
+    body = down_tile(key, tiling)
 
     @T.prim_func
     def moe_down(act: T.Tensor((N, I), dt), expert_offsets: T.Tensor((E + 1,), key.offsets_dtype),
                  down_proj: T.Tensor((E, H, I), dt), tile_expert: T.Tensor((S,), "int32"),
                  tile_row: T.Tensor((S,), "int32"), out: T.Tensor((N, H), dt)):
-        with T.Kernel(S, T.ceildiv(H, BN), threads=THREADS) as (bx, by):
-            a_s = T.alloc_shared((BM, BK), dt)
-            w_s = T.alloc_shared((BN, BK), dt)
-            o_l = T.alloc_fragment((BM, BN), f32)
+        with T.Kernel(S, T.ceildiv(H, tiling.block_n_down), threads=tiling.threads) as (bx, by):
             e = tile_expert[bx]
             if e >= 0:
-                r0 = tile_row[bx]
-                end = T.cast(expert_offsets[e + 1], "int32")
-                T.clear(o_l)
-                for kk in T.Pipelined(T.ceildiv(I, BK), num_stages=STAGES):
-                    T.copy(act[r0 : r0 + BM, kk * BK : (kk + 1) * BK], a_s)
-                    T.copy(down_proj[e, by * BN : (by + 1) * BN, kk * BK : (kk + 1) * BK], w_s)
-                    T.gemm(a_s, w_s, o_l, transpose_B=True)
-                for i, j in T.Parallel(BM, BN):
-                    if r0 + i < end and by * BN + j < H:
-                        out[r0 + i, by * BN + j] = T.cast(o_l[i, j], dt)
+                body(act, down_proj, e, tile_row[bx], T.cast(expert_offsets[e + 1], "int32"), by, None, out)
 
     return moe_down
 
@@ -229,31 +279,40 @@ def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: 
     return moe_grouped_experts
 
 
-_PROGRAMS = (_tiles_program, _gate_up_program, _down_program)
+def _routed_programs(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling) -> tuple[Any, ...]:
+    return _tiles_program(key, tiling), _gate_up_program(key, tiling), _down_program(key, tiling)
 
 
-class MoEGroupedExpertsLauncher:
-    """The compiled kernels of both tilings (``kernels[tiling]``: ``JITKernel`` objects) and
-    ``run``, the interface-shaped launch function over their direct entries."""
+class ExpertsLauncher:
+    """The compiled kernels of two tilings (``kernels[tiling]``: ``JITKernel`` objects, in the order
+    the programs function gave them) and ``run = make_run(key, decode entries, prefill entries)``,
+    the interface-shaped launch function over their direct entries."""
 
-    def __init__(self, key: MoEGroupedExpertsBuildKey, kernels: dict[GroupedTiling, tuple[Any, ...]]) -> None:
+    def __init__(self, key: Any, kernels: dict[GroupedTiling, tuple[Any, ...]], make_run: Any,
+                 tilings: tuple[GroupedTiling, GroupedTiling]) -> None:
         self.key = key
         self.kernels = kernels
         entries = {t: tuple(direct_entry(k) for k in ks) for t, ks in kernels.items()}
-        self.run = _make_run(key, entries[DECODE_TILING], entries[PREFILL_TILING])
+        self.run = make_run(key, *(entries[t] for t in tilings))
 
 
-def build_moe_grouped_experts(key: MoEGroupedExpertsBuildKey) -> MoEGroupedExpertsLauncher:
-    """Compile both tilings' kernels once per process; ValueError with the refusal reason."""
-    reason = moe_grouped_experts_refusal(key)
+def build_experts(name: str, key: Any, reason: str | None, programs: Any, make_run: Any,
+                  tilings: tuple[GroupedTiling, GroupedTiling]) -> ExpertsLauncher:
+    """Compile ``programs(key, tiling)`` for both tilings (decode, prefill) once per process under
+    ``(name, key)``; ValueError with ``reason`` (the kernel's refusal) when it is not None."""
     if reason is not None:
         raise ValueError(reason)
     # Warp specialisation (setmaxnreg) and wgmma need the arch-specific sm_90a target (as the GEMM's).
     target = "sm_90a"
 
-    def build() -> MoEGroupedExpertsLauncher:
-        return MoEGroupedExpertsLauncher(key, {
-            t: tuple(compile_prim_func(program(key, t), target) for program in _PROGRAMS)
-            for t in (DECODE_TILING, PREFILL_TILING)})
+    def build() -> ExpertsLauncher:
+        return ExpertsLauncher(key, {t: tuple(compile_prim_func(f, target) for f in programs(key, t))
+                                     for t in tilings}, make_run, tilings)
 
-    return cached_build(("moe_grouped_experts", key), build)
+    return cached_build((name, key), build)
+
+
+def build_moe_grouped_experts(key: MoEGroupedExpertsBuildKey) -> ExpertsLauncher:
+    """Compile both tilings' kernels once per process; ValueError with the refusal reason."""
+    return build_experts("moe_grouped_experts", key, moe_grouped_experts_refusal(key), _routed_programs, _make_run,
+                         (DECODE_TILING, PREFILL_TILING))

@@ -1,0 +1,53 @@
+"""The MoE expert programs lower to CUDA for sm_90a without a GPU (skips without tilelang): the
+shared expert's (with and without its sigmoid gate, both tilings, bf16 and fp16, Qwen3.5's
+H=2048 I=512 and a tiny row) stream their operands with bulk copies into wgmma, its gate-logit
+program reduces a row across the block, and the routed experts' programs, whose gate/up and down
+bodies the shared expert inlines too, still lower for both tilings."""
+
+from __future__ import annotations
+
+import pytest
+
+tilelang = pytest.importorskip("tilelang")
+
+from tileops_cuda.kernels.moe_grouped_experts import (  # noqa: E402
+    DECODE_TILING, PREFILL_TILING, MoEGroupedExpertsBuildKey, _routed_programs,
+)
+from tileops_cuda.kernels.moe_shared_expert import (  # noqa: E402
+    SHARED_DECODE_TILING, MoESharedExpertBuildKey, shared_programs,
+)
+
+_TARGET = {"kind": "cuda", "arch": "sm_90a"}
+_TILINGS = pytest.mark.parametrize("tiling", [SHARED_DECODE_TILING, PREFILL_TILING], ids=["decode", "prefill"])
+
+
+def _source(func) -> str:
+    with tilelang.tvm.target.Target(_TARGET):
+        return tilelang.lower(func, target=_TARGET).kernel_source
+
+
+@_TILINGS
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("gated", [True, False], ids=["gated", "ungated"])
+@pytest.mark.parametrize("hidden,intermediate", [(2048, 512), (32, 16)], ids=["qwen3.5", "tiny"])
+def test_the_shared_expert_gemms_lower_to_bulk_copies_into_wgmma(tiling, dtype, gated, hidden, intermediate):
+    programs = shared_programs(MoESharedExpertBuildKey(dtype, hidden, intermediate, gated), tiling)
+    for name, func in zip(("moe_shared_gate_up", "moe_shared_down"), programs):
+        source = _source(func)
+        assert name in source and "tma_load" in source and "wgmma" in source, name
+    with_logit = gated and tiling == SHARED_DECODE_TILING
+    assert len(programs) == (3 if with_logit else 2)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("hidden", [2048, 24])
+def test_the_gate_logit_program_reduces_each_row_across_the_block(dtype, hidden):
+    logit = shared_programs(MoESharedExpertBuildKey(dtype, hidden, 16, True), SHARED_DECODE_TILING)[2]
+    source = _source(logit)
+    assert "moe_shared_gate_logit" in source and "AllReduce" in source
+
+
+@pytest.mark.parametrize("tiling", [DECODE_TILING, PREFILL_TILING], ids=["decode", "prefill"])
+def test_the_routed_expert_programs_still_lower_for_both_tilings(tiling):
+    for func in _routed_programs(MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512), tiling):
+        assert "__global__" in _source(func)
