@@ -1,5 +1,5 @@
 el rgdr4
-# rgdr4 (issue 16, 21): the GPU tests of the default RGDR schedule with speculating roles (fp32 every role,
+# rgdr4 (issue 16, 21): the GPU tests of the default RGDR schedule with speculating roles (fp32 small and short,
 # bf16 small) and of QKNormRope's registered lanes program. About 7 minutes (400 s at -n 15, alone); the
 # timing is its own section, rgdrtime. Results into $OUT (or $out).
 OUT=${OUT:-$out}; mkdir -p "$OUT"

@@ -170,10 +170,10 @@ def test_stream_layout_matches_float64_reference(name, arch, cuda_device, gen):
     assert res["ok"], res
 
 
-# Speculative programs (RGDRTiling.speculate): the small tiled tiling and the two streamed ones
-# the default schedules run at B >= 32, one of them at a lower register cap.
-SPECULATIVE = [RGDRTiling(128, 16, 2, 8, speculate=True), RGDRTiling(128, 16, 4, 4, True, True),
-               RGDRTiling(128, 16, 4, 5, True, True)]  # fmt: skip
+# Speculative programs (RGDRTiling.speculate): the small tiled tiling, fp32's large one (B = 8..31),
+# and the two streamed ones the default schedules run at B >= 32, one of them at a lower register cap.
+SPECULATIVE = [RGDRTiling(128, 16, 2, 8, speculate=True), RGDRTiling(128, 16, 8, 4, speculate=True),
+               RGDRTiling(128, 16, 4, 4, True, True), RGDRTiling(128, 16, 4, 5, True, True)]  # fmt: skip
 
 
 def _run(launcher, case):
@@ -223,3 +223,20 @@ def test_speculative_decode_steps_match_float64_reference(name, arch, cuda_devic
                            speculating=frozenset({"small", "large"}))
         res = check_rgdr(build_rgdr(key, schedule), case)
         assert res["ok"], (tiling, res)
+
+
+@pytest.mark.parametrize("state", ["float32", "bfloat16"])
+def test_the_default_schedule_on_decode_steps_of_every_role_matches_float64(state, arch, cuda_device, gen):
+    """Decode steps at batch sizes that reach every role of the default schedule (small, large,
+    short), so each tiling and each speculative twin it runs is checked, not only pinned ones."""
+    from tileops_cuda.kernels.rgdr import default_schedule
+
+    key = _with_arch(RGDRBuildKey("bfloat16", state, 2, 4, 128, 128, use_qk_l2norm=True), arch)
+    launcher, schedule = build_rgdr(key), default_schedule(key)
+    seen = set()
+    for B in (1, 5, schedule.large_from_seqs, 17, schedule.short_from_seqs, 70):
+        seen.add(schedule.pick(B, B))
+        case = rgdr_case(key, [1] * B, device=cuda_device[0], generator=gen, padding=0.15, pad_first_of=1)
+        res = check_rgdr(launcher, case)
+        assert res["ok"], (B, schedule.pick(B, B), res)
+    assert {t for t in schedule.tilings() if t.speculate} <= seen
