@@ -14,7 +14,9 @@ choice and check the claim on fresh random data:
 
 SiluAndMul on the CPU runs the plain call in half precision too, although it rounds twice:
 there it is the ``F.silu(gate) * up`` a model already runs, bit for bit, and each element
-stays within one rounding (one step of the dtype's grid) of the portable form's.
+stays within one rounding (one step of the dtype's grid) of the portable form's wherever
+silu(gate) is a normal number of the dtype (below that, float16's fixed grid adds the first
+rounding's absolute error times ``|up|``).
 """
 
 from __future__ import annotations
