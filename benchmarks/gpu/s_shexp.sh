@@ -43,15 +43,18 @@ timeout 75 python3 -m pytest -v -n 12 -p no:cacheprovider backends/cuda/tests/te
 echo "tests rc=$? at $((SECONDS - start)) s"
 grep -E "FAILED|ERROR" "$OUT/shexp_tests.log" | head -20; tail -3 "$OUT/shexp_tests.log"
 # 3. Timing (device time, CUDA events, medians after warm-up): the kernel's launch function against torch's
-#    F.linear x3 + silu + mul + sigmoid, eager, in the same run. Weights rotate over 16 copies (96 MB > L2) so
-#    every call reads them from HBM, as in a model. Decode rows (T=1, 32) inside a CUDA graph of 32 calls (both).
+#    F.linear x3 + silu + mul + sigmoid (the unfused torch code), in the same run. Weights rotate over 16 copies (96 MB > L2) so
+#    every call reads them from HBM, as in a model. Every row is timed as cuda_bench_common.time_graph times: one
+#    CUDA graph of the 16 calls, replayed, medians (both sides).
 timeout -s INT $((230 - (SECONDS - start))) python3 - 2>&1 <<'PY' | grep -v "tilelang.jit" | tee "$OUT/shexp_time.log"
-import statistics, torch
+import sys, torch
 import torch.nn.functional as F
+sys.path.insert(0, "backends/cuda/bench")
+from cuda_bench_common import time_graph  # the CUDA benches' graph timing: one graph of the calls, replay medians
 from tileops_cuda.kernels.moe_shared_expert import MoESharedExpertBuildKey
 from tileops_cuda.registered_model import TileLangMoESharedExpert
 
-H, I, COPIES, CALLS = 2048, 512, 16, 32
+H, I, COPIES = 2048, 512, 16
 dev = torch.device("cuda")
 gen = torch.Generator(device=dev).manual_seed(0)
 def w(*s, scale): return (torch.randn(*s, device=dev, generator=gen) * scale).bfloat16()
@@ -64,36 +67,15 @@ def torch_path(x, g, u, d, eg):
     act = (F.silu(F.linear(x, g).float()) * F.linear(x, u).float()).bfloat16()
     return (F.linear(act, d).float() * torch.sigmoid(F.linear(x, eg).float())).bfloat16()
 
-def timed(fn, graph, reps=30):
-    """Median µs per call of fn(i) over rotating weight sets; CALLS calls per replay in a graph."""
-    if graph:
-        s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for i in range(3): fn(i)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for i in range(CALLS): fn(i)
-        run, per = g.replay, CALLS
-    else:
-        run, per = (lambda: [fn(i) for i in range(4)]), 4
-    for _ in range(5): run()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); run(); b.record(); b.synchronize(); times.append(a.elapsed_time(b) * 1e3 / per)
-    return statistics.median(times)
-
-print(f"{'T':>5} {'mode':>6} {'tilelang us':>12} {'torch us':>9} {'speedup':>8} {'rel diff':>9}")
+print(f"{'T':>5} {'tilelang us':>12} {'torch us':>9} {'speedup':>8} {'rel diff':>9}")
 for T in (1, 32, 4096):
     x = torch.randn(T, H, device=dev, generator=gen).bfloat16()
     out = torch.empty(T, H, device=dev, dtype=torch.bfloat16)
-    graph = T < 1024
-    tl = timed(lambda i: launch(x, *sets[i % COPIES], out), graph)
-    th = timed(lambda i: torch_path(x, *sets[i % COPIES]), graph)
+    tl = time_graph([lambda i=i: launch(x, *sets[i], out) for i in range(COPIES)])
+    th = time_graph([lambda i=i: torch_path(x, *sets[i]) for i in range(COPIES)])
     launch(x, *sets[0], out); ref = torch_path(x, *sets[0])
     diff = float((out.float() - ref.float()).norm() / ref.float().norm())
-    print(f"{T:>5} {'graph' if graph else 'eager':>6} {tl:>12.2f} {th:>9.2f} {th / tl:>7.2f}x {diff:>9.2e}")
+    print(f"{T:>5} {tl:>12.2f} {th:>9.2f} {th / tl:>7.2f}x {diff:>9.2e}")
 PY
 echo "timing rc=$? at $((SECONDS - start)) s"
 export TILELANG_CACHE_DIR=/tmp/tlc

@@ -33,8 +33,8 @@ from .kernels.sigmoid_gate_mul import SigmoidGateMulBuildKey, build_sigmoid_gate
 
 __all__ = [
     "TileLangQKNormRope", "TileLangSigmoidGateMul", "TileLangMoETopKRouting", "TileLangMoEUnpermute",
-    "TileLangMoEPermute", "TileLangMoEGroupedExperts", "TileLangMoESharedExpert", "TileLangChunkGDR", "TileLangAttentionDecode",
-    "TileLangAttentionPrefill",
+    "TileLangMoEPermute", "TileLangMoEGroupedExperts", "TileLangMoESharedExpert", "TileLangChunkGDR",
+    "TileLangAttentionDecode", "TileLangAttentionPrefill",
 ]
 
 
