@@ -24,7 +24,7 @@ import math
 import statistics
 
 import torch
-from cuda_bench_common import ROTATE_BYTES, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
+from cuda_bench_common import ROTATE_BYTES, calls_on, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
 from rgdr_speculate import same_size_copy
 
 from tileops_cuda.kernels.rgdr import build_rgdr
@@ -90,10 +90,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 copies.append(same_size_copy(foot))
                 for s, f in forced.items():
-                    times[s].append(time_graph([lambda c=c, f=f: f(c["query"], c["key"], c["value"], c["beta"],
-                                                                  c["state"], c["actual_seq_lengths"],
-                                                                  c["ssm_state_indices"], c["g"], None, None,
-                                                                  c["out"]) for c in sets]))  # fmt: skip
+                    times[s].append(time_graph(calls_on(f, sets)))
             copy = statistics.median(copies)
             row = {"state": st, "B": B, "Tb": tb, "tiling": str(tiling), "bytes": foot, "copy_us": copy,
                    "us": times, "programs_splits1": B * key.num_k_heads}
