@@ -102,13 +102,16 @@ def _norm_candidates() -> list[dict[str, Any]]:
 
 
 def _conv_varlen_candidates() -> list[dict[str, Any]]:
-    """Varlen shapes beside the registered one (4k tokens x 1024 channel vectors; 146-161 registers
-    unbounded, a 128-register bound gives 4 programs of 128 threads an SM): the sixth session's
-    runners-up at chunk 64, and longer chunks, since 16 -> 32 -> 64 was faster at every step (the
-    grid at chunk 64 is 512 programs, at 256 128: fewer than one a SM at 128 threads)."""
-    bounded = [{"threads": t, "tokens": 4, "chunk": c, "registers": 128}
-               for t, c in ((256, 64), (64, 64), (128, 128), (256, 128), (128, 256))]
-    return [*bounded, {"threads": 128, "tokens": 8, "chunk": 128, "registers": 0}]
+    """Varlen shapes beside the registered one (4k tokens x 1024 channel vectors, 128 threads x
+    chunk 64 x 4-row groups, one group ahead in registers: 74.9% of the same-size copy; longer
+    chunks and wider groups were slower). Each thread's rows through a ring of asynchronous copies
+    (``stages``): 2-4 groups ahead without holding registers, at the registered shape, under
+    tighter register bounds (more programs an SM), and with wider groups and longer chunks,
+    which the register layout could not hold in flight."""
+    return [{"stages": 2}, {"stages": 3}, {"stages": 4}, {"stages": 3, "registers": 96},
+            {"stages": 4, "registers": 80}, {"stages": 3, "chunk": 32}, {"stages": 4, "chunk": 128},
+            {"stages": 3, "tokens": 8, "chunk": 128}, {"stages": 3, "threads": 256},
+            {"stages": 6, "chunk": 128, "registers": 96}]
 
 #: QKNormRope at D=256 bf16 (16 q + 2 k heads; ptxas registers / spill bytes for sm_90a in brackets, and
 #: programs an SM by registers): the lanes program at its plan's 256 threads x 2 rows, 8 KB programs (48 / 0:
@@ -141,13 +144,13 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
                        (512, 4), (64, 8), (1024, 1))),
         *({"threads": t, "vectors": v, "fast_math": True}
           for t, v in ((256, 2), (128, 1), (128, 4), (128, 8), (256, 8), (512, 1)))]),
+    # Update: the speculative program (the decode layout's slot, window and row before the bounds).
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [
-        {"registers": 0}, {"threads": 64}, {"threads": 64, "registers": 0}, {"threads": 256},
-        {"threads": 256, "registers": 0}]),
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}]),
-    # Varlen: ``chunk`` tokens a program, ``tokens`` rows in flight while the previous ``tokens`` are
-    # computed. ptxas for sm_90a: 114-128 registers under the 128 bound, which spills 48 B at 64 threads x
-    # chunk 64 and at 128 threads x chunk 128 on the 8-sequence row (kept, to be timed).
+        {"threads": 64}, {"speculate": True}, {"speculate": True, "threads": 64},
+        {"speculate": True, "threads": 64, "registers": 0}, {"speculate": True, "threads": 256}]),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [
+        {"threads": 64}, {"speculate": True}, {"speculate": True, "threads": 64}]),
+    # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, ``stages - 1`` groups in flight.
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", _conv_varlen_candidates()),
     # QKNormRope (issue 21): the first program against the lanes program's block shapes; the prefill

@@ -56,9 +56,9 @@ def _launcher(op: str, inputs, params, arch: str, **tile):
         key = ConvUpdateBuildKey(d("x"), D, W, silu, bias, params["seq_lens_style"], d("actual_seq_lengths"),
                                  d("conv_state_indices"), d("num_accepted_tokens"), arch, **tile)
         return build_conv_update(key).run
-    cu = d("actual_seq_lengths") if params["seq_lens_style"] == "cu_seqlens" else "int64"
-    key = ConvVarlenBuildKey(d("x"), D, W, silu, bias, inputs.get("has_initial_state") is not None, cu,
-                             d("conv_state_indices"), arch, **tile)
+    key = ConvVarlenBuildKey(d("x"), D, W, silu, bias, inputs.get("has_initial_state") is not None,
+                             d("actual_seq_lengths"), d("conv_state_indices"), params["seq_lens_style"] != "cu_seqlens",
+                             arch, **tile)
     return build_conv_varlen(fitted_to_width(key)).run
 
 
@@ -97,11 +97,26 @@ def test_every_workload_row_matches_the_float64_reference(op, row_index, case, a
     _check(op, inputs, params, arch)
 
 
+@pytest.mark.parametrize("op,row_index,case", _rows(UPDATE))
+def test_the_speculative_update_matches_the_float64_reference_on_every_row(op, row_index, case, arch, cuda_device,
+                                                                          gen):
+    """Decode rows (the guess holds), speculative-decoding rows of two tokens a sequence and
+    ragged, padded rows (it misses): the same results as the general path, by the reference."""
+    seed = int(__import__("torch").randint(1 << 30, (1,), generator=gen, device=cuda_device[0]))
+    inputs, params = _instance(op, row_index, case, cuda_device[0], seed)
+    _check(op, inputs, params, arch, speculate=True)
+
+
 #: A varlen block shape unlike the registered one: short chunks of wide groups, no register bound.
 OTHER = {"threads": 64, "tokens": 8, "chunk": 16, "registers": 0}
+#: Rows through each thread's ring of asynchronous copies: a deep ring on short chunks (most of it
+#: empty commit groups past the chunk's last group), and a shallow one on wide groups.
+RING = {"threads": 64, "tokens": 4, "chunk": 8, "stages": 4}
+RING_WIDE = {"threads": 32, "tokens": 8, "chunk": 32, "stages": 2}
 
 
-@pytest.mark.parametrize("tile", [{}, OTHER], ids=["registered", "short-chunks"])
+@pytest.mark.parametrize("tile", [{}, OTHER, RING, RING_WIDE], ids=["registered", "short-chunks", "ring",
+                                                                   "ring-wide"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(style, dtype, tile, arch, cuda_device,
@@ -129,7 +144,10 @@ def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(sty
                                     (4, {"threads": 32, "tokens": 3, "chunk": 6}),
                                     (5, {"threads": 32, "tokens": 4, "chunk": 8}),
                                     (2, {"threads": 64, "tokens": 1, "chunk": 4}), (4, {}),
-                                    (8, {}), (6, {"threads": 32, "tokens": 4, "chunk": 8})])
+                                    (8, {}), (6, {"threads": 32, "tokens": 4, "chunk": 8}),
+                                    (4, {"threads": 32, "tokens": 3, "chunk": 6, "stages": 3}),
+                                    (5, {"threads": 32, "tokens": 4, "chunk": 8, "stages": 2}),
+                                    (8, {"stages": 3})])
 def test_varlen_tile_shapes_agree_where_head_tokens_run_past_a_tile(W, tile, arch, cuda_device, gen):
     """A sequence's first W - 1 tokens are computed by the program holding its first token, past
     its chunk's end; short, empty and padding sequences placed across many chunk boundaries; W
@@ -149,6 +167,53 @@ def test_varlen_tile_shapes_agree_where_head_tokens_run_past_a_tile(W, tile, arc
     _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, **tile)
 
 
+@pytest.mark.parametrize("tile", [{"stages": 3}, {"stages": 2, "chunk": 32}, {"stages": 4, "tokens": 8, "chunk": 128},
+                                  {"stages": 3, "threads": 256, "registers": 96}],
+                         ids=["ring3", "ring2-chunk32", "ring4-wide", "ring3-256"])
+@pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
+def test_varlen_ring_over_long_sequences_matches_the_reference(tile, style, arch, cuda_device, gen):
+    """The ring's steady state: many groups a chunk, every slot refilled many times, sequences
+    starting inside chunks and at their first token; a channel block only partly inside D."""
+    import torch
+
+    dev = cuda_device[0]
+    lengths = [700, 1, 333, 64, 129, 0, 2]
+    B, T, D, W = len(lengths), sum(lengths), 1024 + 64, 4
+    meta = torch.tensor(lengths, device=dev, dtype=torch.int32)
+    if style == "cu_seqlens":
+        meta = torch.nn.functional.pad(meta.cumsum(0), (1, 0)).int()
+    slots = torch.randperm(B + 2, device=dev, generator=gen)[:B]
+    slots[3] = -1
+    inputs = dict(x=torch.randn(T, D, device=dev, generator=gen).bfloat16(),
+                  conv_state=torch.randn(B + 2, D, W - 1, device=dev, generator=gen).bfloat16(),
+                  weight=torch.randn(D, W, device=dev, generator=gen).bfloat16(), actual_seq_lengths=meta,
+                  conv_state_indices=slots.int(), has_initial_state=torch.rand(B, device=dev, generator=gen) < 0.6)
+    _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": style}, arch, **tile)
+
+
+@pytest.mark.parametrize("B", [31, 32, 70])
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_varlen_lengths_are_summed_in_the_kernel_below_threads_sequences_and_by_the_launcher_above(
+        B, dtype, arch, cuda_device, gen):
+    """A lengths-style batch of fewer than ``threads`` sequences reaches the kernel as lengths (its
+    block-wide scan), a larger one as prefix sums of the same dtype: both must equal the reference,
+    empty sequences and one padding slot included."""
+    import torch
+
+    dev = cuda_device[0]
+    D, W = 256, 4
+    lengths = torch.randint(0, 6, (B,), device=dev, generator=gen).to(getattr(torch, dtype))
+    lengths[0] = 9
+    T = int(lengths.sum())
+    slots = torch.randperm(B + 1, device=dev, generator=gen)[:B]
+    slots[B // 2] = -1
+    inputs = dict(x=torch.randn(T, D, device=dev, generator=gen).bfloat16(),
+                  conv_state=torch.randn(B + 1, D, W - 1, device=dev, generator=gen).bfloat16(),
+                  weight=torch.randn(D, W, device=dev, generator=gen).bfloat16(), actual_seq_lengths=lengths,
+                  conv_state_indices=slots.int(), has_initial_state=torch.rand(B, device=dev, generator=gen) < 0.6)
+    _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, threads=32, tokens=4, chunk=8)
+
+
 def test_update_sums_lengths_of_more_sequences_than_two_blocks_of_threads(arch, cuda_device, gen):
     """Lengths-style metadata past 2 x threads sequences reaches the prefix sum's serial tail."""
     import torch
@@ -162,6 +227,8 @@ def test_update_sums_lengths_of_more_sequences_than_two_blocks_of_threads(arch, 
                   weight=torch.randn(D, W, device=dev, generator=gen), actual_seq_lengths=lengths,
                   conv_state_indices=torch.randperm(T + 1, device=dev, generator=gen)[:T].int())
     _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, threads=32)
+    inputs["conv_state"] = inputs["conv_state"].clone()
+    _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, threads=32, speculate=True)
 
 
 @pytest.mark.parametrize("op", [UPDATE, VARLEN])
@@ -186,8 +253,10 @@ def test_a_strided_slice_of_a_projection_is_read_in_place_and_gives_the_same_res
     assert torch.equal(out_c, out_s) and torch.equal(contiguous["conv_state"], strided["conv_state"])
 
 
-@pytest.mark.parametrize("op,tile", [(UPDATE, {}), (VARLEN, {}), (VARLEN, {"tokens": 4, "chunk": 8})],
-                         ids=["update", "varlen", "varlen-short-chunks"])
+@pytest.mark.parametrize("op,tile", [(UPDATE, {}), (UPDATE, {"speculate": True}), (VARLEN, {}),
+                                     (VARLEN, {"tokens": 4, "chunk": 8}), (VARLEN, {"tokens": 4, "chunk": 8,
+                                                                                    "stages": 3})],
+                         ids=["update", "update-speculative", "varlen", "varlen-short-chunks", "varlen-ring"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 def test_garbage_metadata_never_leaves_an_output_element_unwritten(op, tile, style, arch, cuda_device, gen):
     """Lengths short of T, empty and padding sequences, accepted counts out of range."""

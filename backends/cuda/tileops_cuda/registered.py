@@ -374,11 +374,10 @@ class TileLangCausalConv1dVarlen(TileLangImpl, CausalConv1dVarlenKernel):
     @classmethod
     def key(cls, call: CallSpec) -> ConvVarlenBuildKey:
         d, f = call.dtypes, call.flags
-        # lengths-style metadata reaches the kernels as int64 prefix sums made on the device
-        cu_dtype = d["actual_seq_lengths"] if f["seq_lens_style"] == "cu_seqlens" else "int64"
+        # lengths-style metadata reaches the kernel as it is (ConvVarlenBuildKey.meta_lengths)
         key = ConvVarlenBuildKey(d["x"], int(call.dims["D"]), int(call.dims["W"]), f["activation"] == "silu",
-                                 bool(f["has_bias"]), bool(f["has_has_initial_state"]), cu_dtype,
-                                 d["conv_state_indices"], call.arch)
+                                 bool(f["has_bias"]), bool(f["has_has_initial_state"]), d["actual_seq_lengths"],
+                                 d["conv_state_indices"], f["seq_lens_style"] != "cu_seqlens", call.arch)
         return fitted_to_width(with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.dim)))
 
     @classmethod

@@ -30,6 +30,12 @@ _MAX_WIDTH = 8
 _INT32_LIMIT = 2**31 - 1
 #: The varlen program keeps two ints a token of its chunk in shared memory.
 _MAX_CHUNK = 4096
+#: Shared memory a varlen program's ring of asynchronous row copies may take (three programs an SM fit).
+_MAX_RING_BYTES = 64 * 1024
+#: A ring program is compiled without TileLang's inferred barriers: its ring slots are private to the
+#: thread that fills them (``cp.async`` completion is per thread), and the barriers its shared metadata
+#: needs are written out; the inferred ones would add two a group of rows.
+RING_PASS_CONFIGS = {"tl.disable_thread_storage_sync": True}
 
 
 @dataclass(frozen=True)
@@ -52,12 +58,17 @@ class ConvUpdateBuildKey:
     #: (``bench/layer_ops_sweep.py``; 0 = no cap).
     threads: int = 128
     registers: int = 64
+    #: Guess the decode layout and load its window before the metadata resolves (conv1d_program).
+    speculate: bool = False
 
 
 @dataclass(frozen=True)
 class ConvVarlenBuildKey:
-    """The varlen kernels' build identity. ``cu_dtype`` is the dtype of the cu_seqlens the kernels
-    read (lengths-style metadata is turned into int64 prefix sums on the device first)."""
+    """The varlen kernels' build identity. ``cu_dtype`` is the dtype of the metadata the kernel
+    reads. With ``meta_lengths`` that is the op's per-sequence lengths: the kernel turns fewer
+    than ``threads`` of them into prefix sums itself (no extra launch), and the launcher gives a
+    longer batch device-side prefix sums of the same dtype. Without it the kernel reads
+    cu_seqlens; lengths-style calls of such a key get int64 prefix sums from the launcher."""
 
     dtype: str
     dim: int
@@ -67,6 +78,7 @@ class ConvVarlenBuildKey:
     has_init: bool = False
     cu_dtype: str = "int32"
     slot_dtype: str = "int32"
+    meta_lengths: bool = False
     arch: str = "sm_90"
     #: Threads per program (each owns one 16-byte vector of channels), ``chunk`` tokens a program
     #: loaded ``tokens`` rows at a time while the previous rows are computed, and a cap on
@@ -76,6 +88,9 @@ class ConvVarlenBuildKey:
     tokens: int = 4
     registers: int = 128
     chunk: int = 64
+    #: Groups of ``tokens`` rows in flight per thread as asynchronous copies into its own shared
+    #: memory ring (0: one group ahead in registers); a sweep parameter like the above.
+    stages: int = 0
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
@@ -98,6 +113,10 @@ def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
             key.tokens >= key.width - 1 and 0 < key.chunk <= _MAX_CHUNK and key.chunk % key.tokens == 0):
         return (f"{name}: tokens={key.tokens} must be at least W - 1 and chunk={key.chunk} a positive multiple "
                 f"of tokens up to {_MAX_CHUNK}; use the defaults")
+    if isinstance(key, ConvVarlenBuildKey) and key.stages and not (
+            2 <= key.stages <= 8 and key.stages * key.tokens * key.threads * 16 <= _MAX_RING_BYTES):
+        return (f"{name}: stages={key.stages} must be 0 or in [2, 8], with a ring of stages x tokens x threads "
+                f"x 16 bytes within {_MAX_RING_BYTES} bytes of shared memory; use the defaults")
     return arch_refusal(name, key.arch)
 
 
@@ -194,18 +213,22 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any]) -> Callabl
             return out
         launch.check_x(x)
         dev = x.device
+        scan = 0
         if seq_lens_style == "cu_seqlens":
             cu = actual_seq_lengths
-        else:  # prefix sums on the device (int64), no sync
-            cu = torch.nn.functional.pad(torch.cumsum(actual_seq_lengths, 0), (1, 0))
-        B = cu.shape[0] - 1
+        elif key.meta_lengths and actual_seq_lengths.shape[0] < key.threads:
+            cu, scan = actual_seq_lengths, 1  # the kernel sums them (ConvVarlenBuildKey)
+        else:  # prefix sums on the device, no sync
+            dtype = actual_seq_lengths.dtype if key.meta_lengths else torch.int64
+            cu = torch.nn.functional.pad(torch.cumsum(actual_seq_lengths, 0, dtype=dtype), (1, 0))
+        B = cu.shape[0] - 1 + scan
         pool, copied = launch.pool_view(conv_state)
         xv = launch.x_view(x)
         init = (has_initial_state.view(torch.uint8) if has_initial_state is not None
                 else launch.dummy(dev, torch.uint8))
         top = 1 << (B.bit_length() - 1) if B > 0 else 0
         fn(xv, pool, launch.weight_flat(weight), bias if bias is not None else launch.dummy(dev, launch.dtype),
-           cu, conv_state_indices, init, out, top, top.bit_length())
+           cu, conv_state_indices, init, out, top, top.bit_length(), scan)
         if copied:
             conv_state.copy_(pool.view(conv_state.shape))
         return out
@@ -249,7 +272,7 @@ def build_conv_varlen(key: ConvVarlenBuildKey) -> ConvLauncher:
         raise ValueError(reason)
 
     def make() -> ConvLauncher:
-        kernel = compile_prim_func(conv_varlen_program(key), key.arch)
+        kernel = compile_prim_func(conv_varlen_program(key), key.arch, RING_PASS_CONFIGS if key.stages else None)
         return ConvLauncher(key, (kernel,), _make_varlen_run(key, direct_entry(kernel)))
 
     return cached_build(("conv_varlen", key), make)

@@ -18,7 +18,12 @@ Host-side decisions (build keys, refusals, the launchers) live in
 Decode: one program per (channel block, sequence), plus one row of programs that writes zeros
 to the tokens no sequence covers (only unchecked metadata leaves any). A program reads its
 sequence's initial window into registers, then runs its tokens in order, writing each
-token's window to its slot (skipped when the next token writes the same slot).
+token's window to its slot (skipped when the next token writes the same slot). With
+``speculate`` a program first guesses the layout a decode step has (every sequence ``T / B``
+tokens, in order) and issues the guessed first slot, window and row before the metadata
+resolves (lengths-style bounds are a block-wide prefix sum): the chain to the window is then
+slot -> window, not metadata -> slot -> window. The guess is kept only where the bounds the
+metadata gives equal it, so any metadata gives the general path's results.
 
 Varlen (:func:`conv_varlen_program`): one program a chunk of ``chunk`` tokens and a
 channel block, its rows loaded a group of ``tokens`` ahead and its window rolling in registers;
@@ -145,6 +150,10 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             accv = T.alloc_local((VC,), f32)
             ov = T.alloc_local((VC,), dt)
             zero = T.alloc_local((VC,), dt)
+            xg = T.alloc_local((VC,), dt)  # the guessed first token's row
+            Lg = T.alloc_var(i32)
+            sg = T.alloc_var(i32)
+            slot_g = T.alloc_var(i32)
             # -- where sequence `by` starts and ends (for by == NB: the end of the last one) -----
             # Every load that does not depend on another is issued first: the chain
             # metadata -> slot -> window is the decode step's latency, paid once per program.
@@ -152,6 +161,20 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
                 load_taps(weight, bias, wv, bv, c0)
             own = T.cast(seq_meta[T.max(T.min(by, BM - 1), 0)], i32)
             acc_n = T.cast(nacc[T.max(T.min(by, NA - 1), 0)], i32) if has_acc else 1
+            if key.speculate:
+                # The guess (see the docstring): T / B tokens a sequence, sequence `by` from token
+                # `by * T / B`. Its slot, window and first row go out before the bounds resolve.
+                Lg = T.truncdiv(Tn, T.max(NB, 1))
+                sg = by * Lg
+                if c0 < D and by < NB and Lg > 0:
+                    slot_g = T.cast(slots[T.min(sg + T.max(T.min(acc_n, Lg), 1) - 1, Tn - 1)], i32)
+                    for p in T.unroll(W1):
+                        for e in T.vectorized(VC):
+                            sv[p * VC + e] = T.if_then_else(
+                                slot_g >= 0 and slot_g < S, pool[T.max(slot_g, 0), c0 * W1 + p * VC + e], T.cast(0, dt)
+                            )
+                    for e in T.vectorized(VC):
+                        xg[e] = x[sg, c0 + e]
             if lengths_style:
                 part = T.alloc_var(i32)
                 part = 0
@@ -178,20 +201,28 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             for e in T.vectorized(VC):
                 zero[e] = T.cast(0, dt)
 
+            hit = key.speculate and Lg > 0 and s == sg and L == Lg  # the guess's window and row stand
             if c0 < D:
                 if by < NB:
                     # -- the initial window: the slot of the first accepted token, zeros if padding --
                     acc_n = T.max(T.min(acc_n, L), 1)
-                    slot0 = T.if_then_else(L > 0, T.cast(slots[T.max(T.min(s + acc_n - 1, Tn - 1), 0)], i32), -1)
-                    for p in T.unroll(W1):
-                        for e in T.vectorized(VC):
-                            sv[p * VC + e] = T.if_then_else(
-                                slot0 >= 0 and slot0 < S, pool[T.max(slot0, 0), c0 * W1 + p * VC + e], T.cast(0, dt)
-                            )
+                    if not hit:
+                        slot0 = T.if_then_else(L > 0, T.cast(slots[T.max(T.min(s + acc_n - 1, Tn - 1), 0)], i32),
+                                               -1)
+                        for p in T.unroll(W1):
+                            for e in T.vectorized(VC):
+                                sv[p * VC + e] = T.if_then_else(
+                                    slot0 >= 0 and slot0 < S, pool[T.max(slot0, 0), c0 * W1 + p * VC + e],
+                                    T.cast(0, dt)
+                                )
                     for j in T.serial(L):
                         t = s + j
-                        for e in T.vectorized(VC):
-                            xc[e] = x[t, c0 + e]
+                        if hit and j == 0:
+                            for e in T.vectorized(VC):
+                                xc[e] = xg[e]
+                        else:
+                            for e in T.vectorized(VC):
+                                xc[e] = x[t, c0 + e]
                         for i in T.unroll(VC):
                             accv[i] = T.cast(bv[i], f32) if key.has_bias else T.float32(0)
                             for k in T.unroll(W1):
@@ -229,10 +260,12 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
 
 
 def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one kernel, read top to bottom
-    """The varlen PrimFunc: ``(x, pool, weight, bias, cu, slots, has_init, out, top, nbits)``; every
-    output row and every non-empty sequence's final window written. ``top`` is the largest power
-    of two <= B (0 when B == 0) and ``nbits`` its bit length: the binary search's step and step
-    count.
+    """The varlen PrimFunc: ``(x, pool, weight, bias, cu, slots, has_init, out, top, nbits, scan)``;
+    every output row and every non-empty sequence's final window written. ``top`` is the largest
+    power of two <= B (0 when B == 0) and ``nbits`` its bit length: the binary search's step and
+    step count. ``cu`` is cu_seqlens (``scan`` = 0) or, for a ``meta_lengths`` key, fewer than
+    ``threads`` sequence lengths (``scan`` = 1), summed here in one block-wide scan: a
+    lengths-style call then costs no prefix-sum launches.
 
     Why it streams: a program that computes one tile of tokens re-reads ``W - 1`` rows of ``x``
     (and the weights) a tile, pays its metadata search and two barriers a tile, and holds
@@ -241,7 +274,10 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     NOTES.md, sixth session of 2026-12-02). Here a program runs ``chunk`` tokens in groups of ``tokens``: group
     ``g + 1``'s rows are loaded (16 bytes a thread a row) while group ``g`` is computed, the
     window before the current token rolls in float32 registers, so the only re-read is
-    ``W - 1`` rows a chunk, and the search runs once a chunk.
+    ``W - 1`` rows a chunk, and the search runs once a chunk. With ``stages`` > 0 the rows go
+    through a ring in shared memory instead, ``stages - 1`` groups ahead as asynchronous copies
+    (``cp.async``, no registers held while in flight); each thread reads back only the slots it
+    filled itself.
 
     Each token's role comes from one search per chunk, kept in shared memory as ``code``:
     ``-2`` uncovered (its output is zero), ``-1`` not this program's, ``0`` computed here,
@@ -265,8 +301,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     NG = C // G
     NCB = (D + TH * VC - 1) // (TH * VC)
     ROUNDS = (C + E + TH - 1) // TH  # of the per-token search, one token a thread a round
+    RS = key.stages  # groups in each thread's ring of asynchronous copies (0: registers, one group ahead)
     Tn, XS, S, BM, NI, NH, NBIAS = (T.dynamic(n) for n in ("T", "XS", "S", "BM", "NI", "NH", "NBIAS"))
-    NB = BM - 1
     load_taps = _load_taps(key)
     find_sequence = _find_sequence(TH)
 
@@ -331,6 +367,38 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
         for v in T.unroll(VC):
             xw[(W1 - 1) * VC + v] = T.cast(rows[r * VC + v], f32)
 
+    @T.macro
+    def issue_group(x, ring, tid, cc0, t0, g):
+        """Ring layout: this thread's rows of group ``g`` (the chunk's groups, then ``g == NG``, its
+        head tokens past the end) into its own ring slots as asynchronous 16-byte copies, one
+        commit group. Rows past T are clamped to the last row: what they feed is never written
+        (``token`` writes no output past T, and nothing after such a row is this program's)."""
+        for i in T.unroll(G):
+            T.ptx_cp_async(T.access_ptr(ring[(((g % RS) * G + i) * TH + tid) * VC], "w", VC),
+                           T.access_ptr(x[T.min(t0 + T.if_then_else(g < NG, g * G + i, C + i), Tn - 1), cc0], "r",
+                                        VC), VC)  # fmt: skip
+        T.ptx_commit_group()
+
+    @T.macro
+    def run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xt, accv, ov, xs, c0, t0,
+                  g):  # fmt: skip
+        """The tokens of group ``g`` (its rows in ``xs``): the fast path where no sequence starts in
+        the group, else one token at a time with its row re-read (an L1 hit) and the start logic."""
+        if starts[g] == 0:
+            for i in T.unroll(G):
+                token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov,
+                      xs, i, g * G + i, t0 + g * G + i, c0, False)
+        else:
+            for i in T.serial(G):
+                if t0 + g * G + i < Tn:
+                    for e in T.vectorized(VC):
+                        xt[e] = x[t0 + g * G + i, c0 + e]
+                else:
+                    for e in T.vectorized(VC):
+                        xt[e] = T.cast(0, dt)
+                token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov,
+                      xt, 0, g * G + i, t0 + g * G + i, c0, True)
+
     @T.prim_func
     def conv_varlen(
         x: T.StridedTensor((Tn, D), (XS, 1), dt),
@@ -343,6 +411,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
         out: T.Tensor((Tn, D), dt),
         top: T.int32,
         nbits: T.int32,
+        scan: T.int32,
     ):
         T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
         with T.Kernel(NCB, T.ceildiv(Tn, C), threads=TH) as (bx, by):
@@ -356,19 +425,19 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             ends = T.alloc_shared((C + E,), i32)  # where each token's sequence ends (read at first tokens)
             starts = T.alloc_shared((NG + 1,), i32)  # whether a group holds a sequence's first token
             found = T.alloc_local((4,), i32)  # a token's sequence, its bounds, the search's step
+            nb = T.alloc_var(i32)  # sequences: BM - 1 for cu_seqlens, BM for lengths scanned here
             wv = T.alloc_local((VC * W,), dt)
             bv = T.alloc_local((VC,), dt)
             wf = T.alloc_local((VC * W,), f32)  # the taps in float32, converted once
             xw = T.alloc_local((W1 * VC,), f32)  # the window before the current token, tap-major
             xs = T.alloc_local((G * VC,), dt)  # this group's rows
-            xn = T.alloc_local((G * VC,), dt)  # the next group's, in flight during this group
             nv = T.alloc_local((VC * W1,), dt)  # a final window, channel-major like the pool
             xr = T.alloc_local((VC,), dt)
             xt = T.alloc_local((VC,), dt)  # the current row on a group's slow path
             accv = T.alloc_local((VC,), f32)
             ov = T.alloc_local((VC,), dt)
             # -- loads that need no metadata first: taps, the window rows before the chunk, the
-            # first group; in flight during the search ----------------------------------------
+            # first group(s); in flight during the search ----------------------------------------
             if c0 < D:
                 load_taps(weight, bias, wv, bv, c0)
                 for k in T.unroll(W1):
@@ -380,6 +449,17 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                     else:
                         for v in T.unroll(VC):
                             xw[k * VC + v] = T.float32(0)
+            if RS:
+                # Every thread issues (a column past D reads the last vector, never used): the ring's
+                # wait below is block-wide, so no thread may skip it.
+                ring = T.alloc_shared((RS * G * TH * VC,), dt)  # each thread's own slots: RS groups of G rows
+                cc0 = T.min(c0, D - VC)
+                for g in T.unroll(RS - 1):
+                    if g <= NG:
+                        issue_group(x, ring, tid, cc0, t0, g)
+                    else:
+                        T.ptx_commit_group()  # empty: RS - 1 groups are always committed ahead
+            elif c0 < D:
                 for i in T.unroll(G):
                     if t0 + i < Tn:
                         for e in T.vectorized(VC):
@@ -388,8 +468,29 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                         for e in T.vectorized(VC):
                             xs[i * VC + e] = T.cast(0, dt)
             # -- each token's role (see the docstring), one binary search a token over cu_seqlens
-            # (its first TH entries from shared memory) -----------------------------------------
-            cus[tid] = T.cast(cu[T.min(tid, NB)], i32)
+            # (its first TH entries in shared memory; lengths-style metadata of fewer than TH
+            # sequences is turned into them here, ``scan`` = 1) ----------------------------------
+            if key.meta_lengths:
+                part = T.alloc_var(i32)
+                wsum = T.alloc_shared((max(TH // 32, 1),), i32)
+                own_len = T.alloc_var(i32)
+                nb = BM - 1 + scan
+                own_len = T.if_then_else(scan != 0 and tid < BM, T.cast(cu[T.min(tid, BM - 1)], i32), 0)
+                part = own_len
+                for off in T.unroll(5):  # inclusive scan of the warp's lengths
+                    up = T.shfl_up(part, 1 << off)
+                    if tid % 32 >= (1 << off):
+                        part = part + up
+                if tid % 32 == 31:
+                    wsum[tid // 32] = part
+                T.sync_threads()
+                for w in T.unroll(max(TH // 32, 1)):
+                    if w < tid // 32:
+                        part = part + wsum[w]
+                cus[tid] = T.if_then_else(scan != 0, part - own_len, T.cast(cu[T.min(tid, nb)], i32))
+            else:
+                nb = BM - 1
+                cus[tid] = T.cast(cu[T.min(tid, nb)], i32)
             for r in T.unroll((NG + TH) // TH):
                 if r * TH + tid <= NG:
                     starts[r * TH + tid] = 0
@@ -398,9 +499,9 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                 if r * TH + tid < C + E:
                     jj = r * TH + tid
                     t = t0 + jj
-                    find_sequence(cu, cus, NB, t, top, nbits, found)
+                    find_sequence(cu, cus, nb, t, top, nbits, found)
                     pos, lo, hi = found[0], found[1], found[2]
-                    own = NB > 0 and t < Tn and lo <= t and t < hi and lo >= 0
+                    own = nb > 0 and t < Tn and lo <= t and t < hi and lo >= 0
                     code[jj] = T.if_then_else(
                         not own, T.if_then_else(jj < C and t < Tn, -2, -1),
                         T.if_then_else(t - lo >= W1, T.if_then_else(jj < C, 0, -1),
@@ -413,6 +514,26 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             if c0 < D:
                 for q in T.unroll(VC * W):
                     wf[q] = T.cast(wv[q], f32)
+            if RS:
+                for g in T.serial(NG + 1):  # the chunk's groups, then its head tokens past the end
+                    # The copy and wait instructions are opaque to nvcc's memory model (no clobber), so
+                    # warp barriers fence the ring's reads: the last group's before its slot is refilled,
+                    # this group's after its copies are waited for.
+                    T.sync_warp()
+                    if g + RS - 1 <= NG:
+                        issue_group(x, ring, tid, cc0, t0, g + RS - 1)
+                    else:
+                        T.ptx_commit_group()  # an empty group: the wait below always leaves RS - 1 pending
+                    T.ptx_wait_group(RS - 1)
+                    T.sync_warp()
+                    if c0 < D:
+                        for i in T.unroll(G):
+                            for e in T.vectorized(VC):
+                                xs[i * VC + e] = ring[(((g % RS) * G + i) * TH + tid) * VC + e]
+                        run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xt, accv,
+                                  ov, xs, c0, t0, g)  # fmt: skip
+            elif c0 < D:
+                xn = T.alloc_local((G * VC,), dt)  # the next group's rows, in flight during this group
                 for g in T.serial(NG + 1):  # the chunk's groups, then its head tokens past the end
                     if g + 1 < NG:
                         for i in T.unroll(G):
@@ -430,20 +551,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                             else:
                                 for e in T.vectorized(VC):
                                     xn[i * VC + e] = T.cast(0, dt)
-                    if starts[g] == 0:  # the common case: no sequence starts in this group
-                        for i in T.unroll(G):
-                            token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov,
-                                  xs, i, g * G + i, t0 + g * G + i, c0, False)
-                    else:  # a group holding first tokens: one token at a time, rows re-read (L1 hits)
-                        for i in T.serial(G):
-                            if t0 + g * G + i < Tn:
-                                for e in T.vectorized(VC):
-                                    xt[e] = x[t0 + g * G + i, c0 + e]
-                            else:
-                                for e in T.vectorized(VC):
-                                    xt[e] = T.cast(0, dt)
-                            token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov,
-                                  xt, 0, g * G + i, t0 + g * G + i, c0, True)
+                    run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xt, accv, ov,
+                              xs, c0, t0, g)  # fmt: skip
                     for q in T.unroll(G * VC):
                         xs[q] = xn[q]
 

@@ -1,0 +1,39 @@
+"""The causal conv1d programs lower to CUDA for sm_90 without a GPU (skips without tilelang): the
+decode step and the varlen program in both metadata styles, its rows through registers and
+through the ring of asynchronous copies, so a TileLang script error shows before a GPU run."""
+
+from __future__ import annotations
+
+import pytest
+
+tilelang = pytest.importorskip("tilelang")
+
+from tileops_cuda.kernels.conv1d import RING_PASS_CONFIGS, ConvUpdateBuildKey, ConvVarlenBuildKey  # noqa: E402
+from tileops_cuda.kernels.conv1d_program import conv_update_program, conv_varlen_program  # noqa: E402
+
+_TARGET = {"kind": "cuda", "arch": "sm_90"}
+
+
+def _source(program, configs=None) -> str:
+    with tilelang.tvm.transform.PassContext(config=configs or {}), tilelang.tvm.target.Target(_TARGET):
+        return tilelang.lower(program, target=_TARGET).kernel_source
+
+
+@pytest.mark.parametrize("stages,meta_lengths", [(0, False), (0, True), (3, True), (2, False)],
+                         ids=["registers-cu", "registers-lengths", "ring-lengths", "ring-cu"])
+def test_the_varlen_program_lowers_for_sm_90(stages, meta_lengths):
+    key = ConvVarlenBuildKey("bfloat16", 1088, 4, True, True, True, "int64", "int32", meta_lengths, "sm_90",
+                             stages=stages)
+    source = _source(conv_varlen_program(key), RING_PASS_CONFIGS if stages else None)
+    assert ("cp_async" in source) == (stages > 0)
+    assert ("__shfl_up_sync" in source) == meta_lengths
+    if stages:  # only the written barriers: after the metadata's shared tables (and the scan's warp sums)
+        assert source.count("__syncthreads") == 2 + meta_lengths
+
+
+@pytest.mark.parametrize("style,speculate", [("lengths", False), ("cu_seqlens", False), ("lengths", True),
+                                             ("cu_seqlens", True)])
+def test_the_update_program_lowers_for_sm_90(style, speculate):
+    key = ConvUpdateBuildKey("bfloat16", 8200, 4, True, False, style, "int32", "int32", "int32", "sm_90",
+                             speculate=speculate)
+    assert "conv_update" in _source(conv_update_program(key))
