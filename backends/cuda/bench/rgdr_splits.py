@@ -48,46 +48,6 @@ class Forced:
         return out
 
 
-def run_once(launcher, case):
-    """One call of a ``Forced``-style launcher on copies of ``case``'s state: (out, state), the
-    output poisoned with NaN first (g present, no gk, no accepted counts: ``rgdr_key``'s rows)."""
-    state, out = case["state"].clone(), torch.full_like(case["value"], float("nan"))
-    launcher(case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
-             case["ssm_state_indices"], case["g"], None, None, out)  # fmt: skip
-    return out, state
-
-
-def row_sets(launcher, key, B, tb, gen):
-    """A timed row's bytes moved and its rotated input sets (enough to leave L2 behind)."""
-    foot = rgdr_bytes(B, tb, key.num_k_heads, key.num_v_heads, 4 if key.state_dtype == "float32" else 2)
-    nsets = max(1, min(64, math.ceil(ROTATE_BYTES / foot)))
-    return foot, rgdr_calls(launcher, key, B, tb, gen, nsets)[0]
-
-
-def time_row(launchers, sets, foot, rounds):
-    """Every launcher's graph-replay µs on ``sets``, interleaved over ``rounds`` with a copy of the
-    same ``foot`` bytes: (the copy's median µs, each launcher's µs per round)."""
-    times = {name: [] for name in launchers}
-    copies = []
-    for _ in range(rounds):
-        copies.append(same_size_copy(foot))
-        for name, f in launchers.items():
-            times[name].append(time_graph(calls_on(f, sets)))
-    return statistics.median(copies), times
-
-
-def finish(results, table, json_path, header, ref):
-    """``results`` into ``json_path`` (if given), then the table: per row (state, B, T_b, copy µs,
-    medians by variant) each variant's median µs, % of the same-size copy and speed-up over ``ref``."""
-    if json_path:
-        with open(json_path, "w") as fh:
-            json.dump(results, fh, indent=1)
-    print(f"\nstate     B  Tb  copy us | {header}: median us, % of same-size copy, x vs {ref}")
-    for st, B, tb, copy, med in table:
-        cells = [f"{name}: {m:7.2f} {100 * copy / m:5.1f}% {med[ref] / m:5.3f}x" for name, m in med.items()]
-        print(f"{st:8s} {B:4d} {tb:3d} {copy:8.2f} | " + " | ".join(cells))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--states", default="float32,bfloat16")
@@ -108,17 +68,30 @@ def main() -> None:
         for s, f in forced.items():  # the float64 check, then bit equality with splits = 1
             case = rgdr_case(key, [1] * 70, device="cuda", generator=gen, padding=0.1, pad_first_of=1)
             res = check_rgdr(f, case)
-            (out1, state1), (out, state) = run_once(forced[1], case), run_once(f, case)
+            outs = []
+            for g in (forced[1], f):
+                state, out = case["state"].clone(), torch.full_like(case["value"], float("nan"))
+                g(case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
+                  case["ssm_state_indices"], case["g"], None, None, out)  # fmt: skip
+                outs.append((out, state))
             torch.cuda.synchronize()
-            same = torch.equal(out1, out) and torch.equal(state1, state)
+            same = torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
             rec = {"check": [st, s], "ok": res["ok"], "why": res["why"], "bits_equal_splits1": same}
             results["checks"].append(rec)
             print(json.dumps(rec), flush=True)
             if not (res["ok"] and same):
                 raise SystemExit(f"{st} splits={s} failed its check: {rec}")
         for B, tb in ROWS:
-            foot, sets = row_sets(launcher, key, B, tb, gen)
-            copy, times = time_row(forced, sets, foot, args.rounds)
+            foot = rgdr_bytes(B, tb, 16, 32, 4 if st == "float32" else 2)
+            nsets = max(1, min(64, math.ceil(ROTATE_BYTES / foot)))
+            sets, _ = rgdr_calls(launcher, key, B, tb, gen, nsets)
+            times = {s: [] for s in forced}
+            copies = []
+            for _ in range(args.rounds):
+                copies.append(same_size_copy(foot))
+                for s, f in forced.items():
+                    times[s].append(time_graph(calls_on(f, sets)))
+            copy = statistics.median(copies)
             row = {"state": st, "B": B, "Tb": tb, "tiling": str(tiling), "bytes": foot, "copy_us": copy,
                    "us": times, "programs_splits1": B * key.num_k_heads}
             results["rows"].append(row)
@@ -126,7 +99,13 @@ def main() -> None:
             table.append((st, B, tb, copy, {s: statistics.median(v) for s, v in times.items()}))
             del sets
             torch.cuda.empty_cache()
-    finish(results, table, args.json, "splits", 1)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+    print("\nstate     B  Tb  copy us | splits: median us, % of same-size copy, x vs splits=1")
+    for st, B, tb, copy, med in table:
+        cells = [f"{s}: {m:7.2f} {100 * copy / m:5.1f}% {med[1] / m:5.3f}x" for s, m in med.items()]
+        print(f"{st:8s} {B:4d} {tb:3d} {copy:8.2f} | " + " | ".join(cells))
 
 
 if __name__ == "__main__":

@@ -72,25 +72,6 @@ def test_rgdr_refuses_unknown_arch():
     assert "arch sm_75 is not supported" in rgdr.rgdr_refusal(_key(arch="sm_75"))
 
 
-def test_rgdr_refuses_a_persistent_tiling_that_does_not_stream():
-    tiling = rgdr.RGDRTiling(128, 16, 4, 4, persistent=True)
-    assert "RGDRTiling(persistent=True) loops over the streamed layout's work items; set stream=True" in (
-        rgdr.rgdr_refusal(_key(), tiling)
-    )
-
-
-def test_rgdr_refuses_a_persistent_tiling_that_speculates():
-    tiling = rgdr.RGDRTiling(128, 16, 4, 4, True, speculate=True, persistent=True)
-    assert "so it has no decode-layout guess to make; drop speculate" in rgdr.rgdr_refusal(_key(), tiling)
-
-
-def test_rgdr_refuses_a_persistent_tiling_whose_key_head_group_is_one_row_chunk():
-    tiling = rgdr.RGDRTiling(128, 16, 8, 4, True, persistent=True)  # 64-row chunks
-    reason = rgdr.rgdr_refusal(_key(num_k_heads=4, num_v_heads=4, head_v_dim=64), tiling)
-    assert "a key-head group of 64 value rows is one row chunk of 64, leaving no chunk" in reason
-    assert rgdr.rgdr_refusal(_key(), tiling) is None
-
-
 def test_rgdr_build_raises_the_refusal_reason():
     with pytest.raises(ValueError, match="head_k_dim=96"):
         rgdr.build_rgdr(_key(head_k_dim=96))

@@ -149,8 +149,7 @@ def test_captures_in_a_cuda_graph(arch, cuda_device, gen):
     [RGDRTiling(128, 8, 1, 4), RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), RGDRTiling(128, 16, 8, 4),
      RGDRTiling(128, 8, 4, 4), RGDRTiling(128, 32, 8, 4), RGDRTiling(128, 4, 1, 4),
      RGDRTiling(128, 16, 2, 8, True), RGDRTiling(128, 16, 4, 5, True), RGDRTiling(128, 16, 8, 3, True),
-     RGDRTiling(128, 8, 1, 4, True), RGDRTiling(128, 16, 4, 4, True, persistent=True),
-     RGDRTiling(128, 16, 4, 6, True, persistent=True)],  # fmt: skip
+     RGDRTiling(128, 8, 1, 4, True)],  # fmt: skip
 )
 @pytest.mark.parametrize("state", ["float32", "bfloat16"])
 def test_every_tiling_computes_the_same_function(tiling, state, arch, cuda_device, gen):
@@ -243,51 +242,3 @@ def test_the_default_schedule_on_decode_steps_of_every_role_matches_float64(stat
         res = check_rgdr(launcher, case)
         assert res["ok"], (B, schedule.pick(B, B), res)
     assert {t for t in schedule.tilings() if t.speculate} <= seen
-
-
-# The persistent streamed program (RGDRTiling.persistent): the two streamed tilings the default
-# schedules run at B >= 32, as persistent programs.
-PERSISTENT = [RGDRTiling(128, 16, 4, 4, True, persistent=True), RGDRTiling(128, 16, 4, 6, True, persistent=True)]
-
-
-def _few_programs(launcher):
-    """The same compiled programs launched as if the GPU had one SM: a persistent program then
-    runs a handful of programs, each looping over many items (empty ones included)."""
-    from tileops_cuda.kernels.rgdr import RGDRLauncher
-
-    return RGDRLauncher(launcher.key, launcher.schedule, launcher.kernels, sm_count=1)
-
-
-@pytest.mark.parametrize("tiling", PERSISTENT)
-@pytest.mark.parametrize("state", ["float32", "bfloat16"])
-def test_a_persistent_program_equals_the_plain_streamed_program_bit_for_bit(tiling, state, arch, cuda_device, gen):
-    """Decode steps with padding slots, and ragged batches with an empty sequence, multi-chunk
-    sequences and one sequence writing one slot: the float64 check, and the very bits of the
-    plain streamed program (same rows, same arithmetic), with one wave of programs and with a
-    few programs looping over every item."""
-    import torch
-    from dataclasses import replace
-
-    key = _with_arch(RGDRBuildKey("bfloat16", state, 2, 4, 128, 128, use_qk_l2norm=True), arch)
-    persistent, plain = build_rgdr(key, tiling), build_rgdr(key, replace(tiling, persistent=False))
-    for lengths in ([1] * 37, [2] * 9, [3, 1, 9, 0, 17, 1, 1, 0]):
-        case = rgdr_case(key, lengths, device=cuda_device[0], generator=gen, padding=0.15, pad_first_of=1,
-                         repeat_slots_of=2)  # fmt: skip
-        res = check_rgdr(persistent, case)
-        assert res["ok"], (lengths, res)
-        out_p, st_p = _run(plain, case)
-        for launcher in (persistent, _few_programs(persistent)):
-            out, st = _run(launcher, case)
-            assert torch.equal(out, out_p) and torch.equal(st, st_p), lengths
-
-
-@pytest.mark.parametrize("name", list(KEYS))
-def test_persistent_layout_matches_float64_reference(name, arch, cuda_device, gen):
-    """The persistent layout on every key corner (cu_seqlens, 64-bit metadata, accepted counts,
-    every gate form, l2 norm), a few programs looping over every item of a ragged batch."""
-    key = _with_arch(KEYS[name], arch)
-    case = rgdr_case(key, [3, 0, 1, 37, 2, 8, 1, 16, 17], device=cuda_device[0], generator=gen, padding=0.15,
-                     pad_first_of=4, repeat_slots_of=5)  # fmt: skip
-    launcher = _few_programs(build_rgdr(key, RGDRTiling(128, 16, 1, 8, True, persistent=True)))
-    res = check_rgdr(launcher, case)
-    assert res["ok"], res

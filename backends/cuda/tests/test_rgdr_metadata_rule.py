@@ -280,20 +280,6 @@ def test_each_call_runs_the_tiling_the_schedule_picks_for_its_counts_repeated_or
     assert splits[:len(counts)] == splits[len(counts):] and all(s >= 1 for s in splits)
 
 
-def test_a_persistent_tiling_launches_one_wave_of_resident_programs_at_most_one_per_item() -> None:
-    # splits is the program count: SMs x the tiling's occupancy hint, fewer when there are
-    # fewer (sequence, key head) items than that.
-    key = rgdr.RGDRBuildKey("bfloat16", "float32", 2, 4, 128, 128, "lengths")
-    tiling = rgdr.RGDRTiling(128, 16, 4, 4, True, persistent=True)
-    launched: list[int] = []
-    run = rgdr._make_run(key, rgdr.RGDRSchedule(tiling, tiling, 1 << 62), {tiling: lambda *a: launched.append(a[-1])},
-                         10)  # fmt: skip
-    for B, T in [(1, 1), (19, 19), (20, 40), (21, 21), (256, 256)]:
-        q, v = torch.empty(T, 2, 128, device="meta"), torch.empty(T, 4, 128, device="meta")
-        run(q, q, v, None, None, torch.ones(B, dtype=torch.int32), None, None, out=v)
-    assert launched == [2, 38, 40, 40, 40]
-
-
 def test_a_speculating_schedule_runs_the_speculative_twin_exactly_on_decode_steps() -> None:
     # Calls with as many tokens as sequences run the speculative twin of the size rule's
     # tiling (same split count); any other call runs the tiling itself.

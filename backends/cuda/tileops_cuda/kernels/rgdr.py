@@ -118,15 +118,6 @@ class RGDRTiling:
     the dependent chain before the state load from three round trips to memory (length,
     then slot, then state) to two. The launcher runs it only for calls with as many tokens
     as sequences, in the roles :class:`RGDRSchedule`'s ``speculating`` lists.
-
-    ``persistent`` (with ``stream`` only): a runtime number of programs (the launcher passes
-    ``min(items, SMs * min_blocks)`` as ``splits``, one wave of resident programs) each loop
-    over work items, a (sequence, key head) pair each, ``bx, bx + splits, ...``. An item's
-    span and first slot index resolve while the previous item runs, and its first row chunk
-    is the prefetch of the previous item's last chunk, so the start chain (metadata, slot,
-    state) is paid once per program and the state keeps streaming across items. Each item
-    runs the rows of the plain streamed program at ``splits = 1``, so the results are the
-    same bits. No speculation: nothing is left for the decode-layout guess to hide.
     """
 
     threads: int = 128
@@ -135,7 +126,6 @@ class RGDRTiling:
     min_blocks: int = 4
     stream: bool = False
     speculate: bool = False
-    persistent: bool = False
 
     @property
     def block_v(self) -> int:
@@ -255,23 +245,7 @@ def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | N
             f"RGDR TileLang kernel: head_v_dim={key.head_v_dim} must be a multiple of the "
             f"value tile ({tiling.block_v}); use the reference"
         )
-    if tiling.persistent and not tiling.stream:
-        return (
-            "RGDR TileLang kernel: RGDRTiling(persistent=True) loops over the streamed layout's work items; "
-            "set stream=True as well, or drop persistent"
-        )
-    if tiling.persistent and tiling.speculate:
-        return (
-            "RGDR TileLang kernel: RGDRTiling(persistent=True) resolves each next item while the current one "
-            "runs, so it has no decode-layout guess to make; drop speculate (or persistent)"
-        )
     group_rows = key.num_v_heads // key.num_k_heads * key.head_v_dim
-    if tiling.persistent and group_rows < 2 * tiling.block_v:
-        return (
-            f"RGDR TileLang kernel (persistent layout): a key-head group of {group_rows} value rows is one row "
-            f"chunk of {tiling.block_v}, leaving no chunk to resolve the next item behind; use the plain streamed "
-            "tiling (persistent=False)"
-        )
     if tiling.stream and tiling.chunk * group_rows * 4 > _STREAM_SMEM_LIMIT:
         return (
             f"RGDR TileLang kernel (stream layout): {group_rows} value rows per key head need "
@@ -359,8 +333,7 @@ def _make_run(key: RGDRBuildKey, schedule: RGDRSchedule, entries: dict[RGDRTilin
     keep += [9] if key.accepted_dtype is not None else []
     compiled_inputs = operator.itemgetter(*keep)
     # The streaming layout splits a key-head group's row chunks over enough programs to
-    # fill the GPU at small B (8 per SM); the persistent one runs one wave of resident
-    # programs (its occupancy hint per SM) over all items; the tiled layouts have a fixed grid.
+    # fill the GPU at small B (8 per SM); the tiled layouts have a fixed grid.
     wanted = 8 * sm_count
     group_rows = key.num_v_heads // key.num_k_heads * key.head_v_dim
     nk = key.num_k_heads
@@ -373,10 +346,7 @@ def _make_run(key: RGDRBuildKey, schedule: RGDRSchedule, entries: dict[RGDRTilin
     def launch_for(n_seq: int, n_tokens: int) -> tuple[Callable[..., Any], int]:
         t = pick(n_seq, n_tokens)
         fn, chunks = entries[t], group_rows // t.block_v if t.stream else 0
-        if t.persistent:
-            splits = max(1, min(n_seq * nk, sm_count * t.min_blocks))
-        else:
-            splits = max(1, min(chunks, -(-wanted // (n_seq * nk)))) if chunks else 1
+        splits = max(1, min(chunks, -(-wanted // (n_seq * nk)))) if chunks else 1
         if len(launches) >= 4096:
             launches.clear()
         launches[n_seq, n_tokens] = fn, splits

@@ -89,10 +89,6 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
         dtype so a 64-bit index never wraps onto a real slot."""
         return T.if_then_else(T.And(slots[i] >= 0, slots[i] < T.cast(S, slots.dtype)), T.cast(slots[i], i32), -1)
 
-    def slot_of_index(raw, S):
-        """:func:`slot_or_padding` of an index already loaded into ``raw`` (the slots' dtype)."""
-        return T.if_then_else(T.And(raw >= 0, raw < T.cast(S, raw.dtype)), T.cast(raw, i32), -1)
-
     @T.macro
     def read_slot(slots, i, S, slot: T.Ref):
         """``slot = slot_or_padding(slots, i, S)`` from one load whose value nothing waits
@@ -100,7 +96,8 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
         the branch its own test opens, a second dependent load)."""
         raw = T.alloc_var(slots.dtype)
         raw = slots[i]
-        slot = slot_of_index(raw, S)  # noqa: F841 - a T.Ref
+        valid = T.And(raw >= 0, raw < T.cast(S, slots.dtype))
+        slot = T.if_then_else(valid, T.cast(raw, i32), -1)  # noqa: F841 - a T.Ref
 
     @T.macro
     def sequence_span(seq_meta, nacc, Tn, by, tid, red, start: T.Ref, L: T.Ref, acc_n: T.Ref):
@@ -422,7 +419,7 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
         col=col, decayed=decayed, sequence_span=sequence_span, sequence_first_slot=sequence_first_slot,
         zero_uncovered=zero_uncovered, token_buffers=token_buffers, token_registers=token_registers,
         stage_qk=stage_qk, stage_slot=stage_slot, stage_chunk=stage_chunk, token_step=token_step,
-        first_slot=first_slot, read_slot=read_slot, slot_of_index=slot_of_index, sequence_bounds=sequence_bounds,
+        first_slot=first_slot, read_slot=read_slot, sequence_bounds=sequence_bounds,
         guess_missed=guess_missed, load_rows=load_rows, load_qk=load_qk, finish_qk=finish_qk,
         load_dvec=load_dvec, store_dvec=store_dvec, stage_values=stage_values,
         ROWS=ROWS, C=C, EPT=EPT, SV=SV, IV=IV, GV=GV, NWARP=NWARP, PS=PS, NSH=NSH,

@@ -14,11 +14,6 @@ Kernel shape (why it looks like this; numbers in backends/cuda/NOTES.md):
   ``GRP*DV`` rows; rows of the state evolve independently, so the program streams
   ``BV``-row chunks through registers, the next chunk's state loading while the current one
   runs every token. The metadata chain and q/k staging are paid once per program.
-* Persistent streaming layout: one wave of programs, each looping over (sequence, key head)
-  items ``bx, bx + splits, ...``. The next item's span resolves during the current item's
-  first chunk, its first slot loads in that chunk's staging burst, and its first row chunk
-  is the prefetch of the current item's last: the start chain is paid once per program and
-  the state stream does not stop between items. Items run the plain program's rows exactly.
 * Inside a program a state row belongs to ``threads_per_row`` consecutive lanes, each owning
   16-byte runs interleaved across the lanes (coalesced); both row dot products end in xor
   shuffles: no shared memory or barrier per token.
@@ -133,21 +128,6 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
     VV = pow2_at_most(GR, 16 // _ELEM_BYTES[key.input_dtype])  # value staging vector width
 
     @T.macro
-    def group_buffers():
-        """Stream layouts: the shared buffers of a token chunk staged for a whole key-head group
-        (:func:`stage_group`, q and k), and the span's scratch: ``(red, qk_s, v_s, b_s, d_s, sl_s,
-        w_s, dv_s)``, ``dv_s`` None without per-column decay."""
-        red = T.alloc_shared((NWARP,), i32)
-        qk_s = T.alloc_shared((C, 2, DK), f32)
-        v_s = T.alloc_shared((C, GR), f32)
-        b_s = T.alloc_shared((C, GRP), f32)
-        d_s = T.alloc_shared((C, GRP), f32)
-        sl_s = T.alloc_shared((C,), i32)
-        w_s = T.alloc_shared((C,), i32)
-        dv_s = T.alloc_shared((C, GRP, DK), f32) if vector_decay else None
-        return red, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s
-
-    @T.macro
     def stage_group(value, beta, slots, g, gk, tid, hk, start, L, base, v_s, b_s, d_s, sl_s, w_s, dv_s):
         """Stream layout: tokens ``base .. base + C`` of the sequence for the whole key-head
         group but q and k (:func:`rgdr_pieces.stage_qk`): values, beta, decays, slots and
@@ -198,91 +178,6 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                     )  # fmt: skip
 
     @T.macro
-    def resolve_item(seq_meta, nacc, item, items, tid, red, span_s):
-        """Persistent layout: the span of work item ``item`` (sequence ``item // NK``) into
-        ``span_s``: start, length and the index of its first slot (-1 when the item is empty
-        or past the last), thread 0 writing, read after the next barrier. Starts with a
-        barrier: every thread has read ``red`` and ``span_s`` of the previous item."""
-        T.sync_threads()
-        if item < items:
-            start, L, acc_n = P.sequence_bounds(seq_meta, nacc, Tn, T.truncdiv(item, NK), tid, red)
-            if tid == 0:
-                span_s[0] = start
-                span_s[1] = L
-                span_s[2] = T.if_then_else(L > 0, T.max(T.min(start + acc_n - 1, Tn - 1), 0), -1)
-        else:
-            if tid == 0:
-                span_s[1] = 0
-                span_s[2] = -1
-
-    @T.macro
-    def publish_slot(slots, span_s):
-        """Persistent layout (one thread): the slot at the position ``resolve_item`` left in
-        ``span_s[2]`` into ``span_s[3]`` (-1 for padding or none). Called in a staging burst by
-        the last thread, whose row group stages a token only when the sequence fills the chunk,
-        so at decode its load leaves with the burst's."""
-        raw = T.alloc_var(slots.dtype)
-        raw = T.if_then_else(span_s[2] >= 0, slots[T.max(span_s[2], 0)], T.cast(-1, slots.dtype))
-        span_s[3] = P.slot_of_index(raw, S)
-
-    @T.macro
-    def resolve_now(seq_meta, nacc, slots, item, items, tid, red, span_s):
-        """Persistent layout: :func:`resolve_item` and :func:`publish_slot` with the barriers
-        that publish both: the whole chain, for a program's first item and after an empty one."""
-        resolve_item(seq_meta, nacc, item, items, tid, red, span_s)
-        T.sync_threads()
-        if tid == THREADS - 1:
-            publish_slot(slots, span_s)
-        T.sync_threads()
-
-    @T.macro
-    def enter_chunk(hk, c, rc: T.Ref, hl: T.Ref, h: T.Ref, v0: T.Ref):
-        """Stream layouts: row chunk ``rc = c`` of key-head group ``hk`` is value head ``h``
-        (``hl`` within the group), rows ``v0 .. v0 + BV``."""
-        rc = c
-        hl = T.truncdiv(rc * BV, DV)
-        h = hk * GRP + hl  # noqa: F841 - a T.Ref
-        v0 = T.truncmod(rc * BV, DV)  # noqa: F841 - a T.Ref
-
-    @T.macro
-    def run_chunk(query, key_, value, beta, state, slots, g, gk, out, scale, tid, lane, rg, by, hk, start, L, ntc, ci,
-                  rc, hl, h, v0, Sa, Sb, kq, xq, xk, dvec, pacc, acc, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s,
-                  span_s):  # fmt: skip
-        """Stream layouts: every token of sequence ``by`` (span ``start``, ``L``; ``ntc`` token
-        chunks) on row chunk ``rc`` held in ``Sa``, then ``Sa = Sb`` (the prefetched chunk). The
-        persistent layout's first staging burst also loads the next item's first slot
-        (:func:`publish_slot`; ``span_s`` is None otherwise)."""
-        for tc in T.serial(ntc):
-            base = tc * C
-            # Stage a token chunk: once per row chunk stream when the sequence fits one chunk
-            # (a speculative program's hit is one token, staged before).
-            if ntc > 1 or ci == 0:
-                if P.guess_missed(start, L, by):
-                    T.sync_threads()
-                    P.stage_qk(query, key_, scale, start + base + rg, base + rg < L, hk, lane, rg, xq, xk,
-                               qk_s)  # fmt: skip
-                    stage_group(value, beta, slots, g, gk, tid, hk, start, L, base, v_s, b_s, d_s, sl_s,
-                                w_s, dv_s)  # fmt: skip
-                    if tiling.persistent:  # the next item's first slot (resolve_item)
-                        if ci == 0 and tid == THREADS - 1:
-                            publish_slot(slots, span_s)
-                    T.sync_threads()
-
-            # -- the recurrence on this chunk's rows, token by token --------------
-            for c2 in T.serial(C):
-                if base + c2 < L:
-                    if vector_decay:
-                        for cc in T.unroll(EPT // SV):
-                            for e in T.vectorized(SV):
-                                dvec[cc * SV + e] = dv_s[c2, hl, col(cc, lane, SV, e)]
-                    P.token_step(state, out, Sa, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, lane, rg,
-                                 h, v0, rc * BV, start + base + c2, b_s[c2, hl],
-                                 d_s[c2, hl] if scalar_decay else T.float32(1))  # fmt: skip
-        for r in T.unroll(R):
-            for i in T.unroll(EPT):
-                Sa[r, i] = Sb[r, i]
-
-    @T.macro
     def body_stream(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
         with T.Kernel(NK * splits, NB, threads=THREADS) as (bx, by):
             T.annotate_min_blocks_per_sm(tiling.min_blocks)
@@ -298,7 +193,14 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
             c_lo = T.truncmod(bx, splits) * T.truncdiv(NCH + splits - 1, splits)
             nch = T.max(T.min(NCH - c_lo, T.truncdiv(NCH + splits - 1, splits)), 0)
 
-            red, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s = group_buffers()
+            red = T.alloc_shared((NWARP,), i32)
+            qk_s = T.alloc_shared((C, 2, DK), f32)
+            v_s = T.alloc_shared((C, GR), f32)
+            b_s = T.alloc_shared((C, GRP), f32)
+            d_s = T.alloc_shared((C, GRP), f32)
+            sl_s = T.alloc_shared((C,), i32)
+            w_s = T.alloc_shared((C,), i32)
+            dv_s: Any = T.alloc_shared((C, GRP, DK), f32) if vector_decay else None  # read only when vector_decay
 
             Sa, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sa: the chunk being run
             Sb = T.alloc_local((R, EPT), rdt)  # the next chunk, loading meanwhile
@@ -336,7 +238,10 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                 h = T.alloc_var(i32)
                 v0 = T.alloc_var(i32)
                 for ci in T.serial(nch):
-                    enter_chunk(hk, c_lo + ci, rc, hl, h, v0)
+                    rc = c_lo + ci
+                    hl = T.truncdiv(rc * BV, DV)
+                    h = hk * GRP + hl
+                    v0 = T.truncmod(rc * BV, DV)
                     # Prefetch: the next chunk's state is in flight while this one runs.
                     for r in T.unroll(R):
                         for cc in T.unroll(EPT // SV):
@@ -347,79 +252,35 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                                           T.truncmod((rc + 1) * BV, DV) + r * ROWS + rg, col(cc, lane, SV, e)],
                                     T.cast(0, rdt),
                                 )  # fmt: skip
-                    run_chunk(query, key_, value, beta, state, slots, g, gk, out, scale, tid, lane, rg, by, hk, start,
-                              L, ntc, ci, rc, hl, h, v0, Sa, Sb, kq, xq, xk, dvec, pacc, acc, qk_s, v_s, b_s, d_s, sl_s,
-                              w_s, dv_s, None)  # fmt: skip
+                    for tc in T.serial(ntc):
+                        base = tc * C
+                        # Stage a token chunk: once per program when the sequence fits one chunk
+                        # (a speculative program's hit is one token, staged above).
+                        if ntc > 1 or ci == 0:
+                            if P.guess_missed(start, L, by):
+                                T.sync_threads()
+                                P.stage_qk(query, key_, scale, start + base + rg, base + rg < L, hk, lane, rg, xq, xk,
+                                           qk_s)  # fmt: skip
+                                stage_group(value, beta, slots, g, gk, tid, hk, start, L, base, v_s, b_s, d_s, sl_s,
+                                            w_s, dv_s)  # fmt: skip
+                                T.sync_threads()
+
+                        # -- the recurrence on this chunk's rows, token by token --------------
+                        for c2 in T.serial(C):
+                            if base + c2 < L:
+                                if vector_decay:
+                                    for cc in T.unroll(EPT // SV):
+                                        for e in T.vectorized(SV):
+                                            dvec[cc * SV + e] = dv_s[c2, hl, col(cc, lane, SV, e)]
+                                P.token_step(state, out, Sa, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, lane, rg,
+                                             h, v0, rc * BV, start + base + c2, b_s[c2, hl],
+                                             d_s[c2, hl] if scalar_decay else T.float32(1))  # fmt: skip
+                    for r in T.unroll(R):
+                        for i in T.unroll(EPT):
+                            Sa[r, i] = Sb[r, i]
             P.zero_uncovered(out, Tn, NB, by, tid, start, L, hk * GR + c_lo * BV, nch * BV)
 
-    @T.macro
-    def body_persistent(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
-        with T.Kernel(splits, threads=THREADS) as bx:
-            T.annotate_min_blocks_per_sm(tiling.min_blocks)
-            tid = T.get_thread_binding()
-            lane = tid % TPR
-            rg = tid // TPR
-            items = NB * NK
-
-            red, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s = group_buffers()
-            span_s = T.alloc_shared((4,), i32)  # the next item's start, length, first slot's index, first slot
-
-            Sa, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sa: the chunk being run
-            Sb = T.alloc_local((R, EPT), rdt)  # the next chunk (at the last, the next item's first), loading meanwhile
-            # The current work item (sequence item // NK, key head item % NK; this program's items
-            # are bx, bx + splits, ...), its span and first slot: all the item state registers hold.
-            item = T.alloc_var(i32)
-            start = T.alloc_var(i32)
-            L = T.alloc_var(i32)
-            slot = T.alloc_var(i32)
-            rc = T.alloc_var(i32)
-            hl = T.alloc_var(i32)
-            h = T.alloc_var(i32)
-            v0 = T.alloc_var(i32)
-            pslot = T.alloc_var(i32)  # the chunk being prefetched: its slot, key head and row chunk
-            phk = T.alloc_var(i32)
-            prc = T.alloc_var(i32)
-
-            # The start chain, paid once per program: the first item's span, slot and first chunk.
-            item = bx
-            resolve_now(seq_meta, nacc, slots, item, items, tid, red, span_s)
-            start = span_s[0]
-            L = span_s[1]
-            slot = span_s[3]
-            load_chunk(state, Sa, slot, slot >= 0, T.truncmod(item, NK), 0, rg, lane)
-            # A `while` on the item itself: a counted loop's counter and bound stay live across the
-            # token step and spill bf16's state at its 80-register cap.
-            while item < items:
-                if L > 0:
-                    ntc = T.ceildiv(L, C)
-                    # One copy of the token step, as the plain program's runtime trip count gives.
-                    for ci in T.unroll(NCH, annotations={"pragma_unroll_factor": 1}):
-                        enter_chunk(T.truncmod(item, NK), ci, rc, hl, h, v0)
-                        # Prefetch: the next chunk of this item or, at the last, the next item's
-                        # first (its slot loaded in the first chunk's staging burst).
-                        pslot = T.if_then_else(ci + 1 < NCH, slot, span_s[3])
-                        phk = T.truncmod(T.if_then_else(ci + 1 < NCH, item, item + splits), NK)
-                        prc = T.if_then_else(ci + 1 < NCH, rc + 1, 0)
-                        load_chunk(state, Sb, pslot, pslot >= 0, phk, prc, rg, lane)
-                        if ci == 0:  # the next item's span while this chunk's state is in flight
-                            resolve_item(seq_meta, nacc, item + splits, items, tid, red, span_s)
-                        run_chunk(query, key_, value, beta, state, slots, g, gk, out, scale, tid, lane, rg,
-                                  T.truncdiv(item, NK), T.truncmod(item, NK), start, L, ntc, ci, rc, hl, h, v0, Sa,
-                                  Sb, kq, xq, xk, dvec, pacc, acc, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s,
-                                  span_s)  # fmt: skip
-                else:  # an empty sequence: nothing to run; the next item's first chunk loads now
-                    resolve_now(seq_meta, nacc, slots, item + splits, items, tid, red, span_s)
-                    load_chunk(state, Sa, span_s[3], span_s[3] >= 0, T.truncmod(item + splits, NK), 0, rg, lane)
-                P.zero_uncovered(out, Tn, NB, T.truncdiv(item, NK), tid, start, L, T.truncmod(item, NK) * GR, GR)
-                # On to the next item, its first chunk in Sa.
-                item = item + splits
-                start = span_s[0]
-                L = span_s[1]
-                slot = span_s[3]
-
-    if tiling.persistent:
-        body = body_persistent  # noqa: F811 - the persistent streaming layout replaces the tiled one
-    elif tiling.stream:
+    if tiling.stream:
         body = body_stream  # noqa: F811 - the streaming layout replaces the tiled one
     else:
         body = body_tiled
