@@ -4,6 +4,8 @@ through the ring of asynchronous copies, so a TileLang script error shows before
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 tilelang = pytest.importorskip("tilelang")
@@ -29,6 +31,9 @@ def test_the_varlen_program_lowers_for_sm_90(stages, meta_lengths):
     assert ("__shfl_up_sync" in source) == meta_lengths
     if stages:  # only the written barriers: after the metadata's shared tables (and the scan's warp sums)
         assert source.count("__syncthreads") == 2 + meta_lengths
+        # ... so no two shared buffers may share bytes (RING_PASS_CONFIGS)
+        offsets = re.findall(r"void\* \w+ = \(\(void\*\)\(\(char\*\)buf_dyn_shmem \+ (\d+)\)\)", source)
+        assert len(offsets) >= 5 and len(set(offsets)) == len(offsets), offsets
 
 
 @pytest.mark.parametrize("style,speculate", [("lengths", False), ("cu_seqlens", False), ("lengths", True),

@@ -34,8 +34,11 @@ _MAX_CHUNK = 4096
 _MAX_RING_BYTES = 64 * 1024
 #: A ring program is compiled without TileLang's inferred barriers: its ring slots are private to the
 #: thread that fills them (``cp.async`` completion is per thread), and the barriers its shared metadata
-#: needs are written out; the inferred ones would add two a group of rows.
-RING_PASS_CONFIGS = {"tl.disable_thread_storage_sync": True}
+#: needs are written out; the inferred ones would add two a group of rows. Without them, shared buffers
+#: must not share memory either: TileLang reuses a buffer's bytes for one first written after another's
+#: last read in program order (``cus`` and ``code`` in the search), which is safe only behind the
+#: barrier it would have inferred (the first H200 sweep's wrong rows).
+RING_PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memory_reuse": True}
 
 
 @dataclass(frozen=True)
