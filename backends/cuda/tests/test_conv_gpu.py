@@ -97,16 +97,6 @@ def test_every_workload_row_matches_the_float64_reference(op, row_index, case, a
     _check(op, inputs, params, arch)
 
 
-@pytest.mark.parametrize("op,row_index,case", _rows(UPDATE))
-def test_the_speculative_update_matches_the_float64_reference_on_every_row(op, row_index, case, arch, cuda_device,
-                                                                          gen):
-    """Decode rows (the guess holds), speculative-decoding rows of two tokens a sequence and
-    ragged, padded rows (it misses): the same results as the general path, by the reference."""
-    seed = int(__import__("torch").randint(1 << 30, (1,), generator=gen, device=cuda_device[0]))
-    inputs, params = _instance(op, row_index, case, cuda_device[0], seed)
-    _check(op, inputs, params, arch, speculate=True)
-
-
 #: A varlen block shape unlike the registered one: short chunks of wide groups, no register bound.
 OTHER = {"threads": 64, "tokens": 8, "chunk": 16, "registers": 0}
 #: Rows through each thread's ring of asynchronous copies: a deep ring on short chunks (most of it
@@ -227,8 +217,6 @@ def test_update_sums_lengths_of_more_sequences_than_two_blocks_of_threads(arch, 
                   weight=torch.randn(D, W, device=dev, generator=gen), actual_seq_lengths=lengths,
                   conv_state_indices=torch.randperm(T + 1, device=dev, generator=gen)[:T].int())
     _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, threads=32)
-    inputs["conv_state"] = inputs["conv_state"].clone()
-    _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, threads=32, speculate=True)
 
 
 @pytest.mark.parametrize("op", [UPDATE, VARLEN])
@@ -253,10 +241,9 @@ def test_a_strided_slice_of_a_projection_is_read_in_place_and_gives_the_same_res
     assert torch.equal(out_c, out_s) and torch.equal(contiguous["conv_state"], strided["conv_state"])
 
 
-@pytest.mark.parametrize("op,tile", [(UPDATE, {}), (UPDATE, {"speculate": True}), (VARLEN, {}),
-                                     (VARLEN, {"tokens": 4, "chunk": 8}), (VARLEN, {"tokens": 4, "chunk": 8,
-                                                                                    "stages": 3})],
-                         ids=["update", "update-speculative", "varlen", "varlen-short-chunks", "varlen-ring"])
+@pytest.mark.parametrize("op,tile", [(UPDATE, {}), (VARLEN, {}), (VARLEN, {"tokens": 4, "chunk": 8}),
+                                     (VARLEN, {"tokens": 4, "chunk": 8, "stages": 3})],
+                         ids=["update", "varlen", "varlen-short-chunks", "varlen-ring"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 def test_garbage_metadata_never_leaves_an_output_element_unwritten(op, tile, style, arch, cuda_device, gen):
     """Lengths short of T, empty and padding sequences, accepted counts out of range."""

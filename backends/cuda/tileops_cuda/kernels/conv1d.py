@@ -61,8 +61,6 @@ class ConvUpdateBuildKey:
     #: (``bench/layer_ops_sweep.py``; 0 = no cap).
     threads: int = 128
     registers: int = 64
-    #: Guess the decode layout and load its window before the metadata resolves (conv1d_program).
-    speculate: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,9 @@ Host-side decisions (build keys, refusals, the launchers) live in
 Decode: one program per (channel block, sequence), plus one row of programs that writes zeros
 to the tokens no sequence covers (only unchecked metadata leaves any). A program reads its
 sequence's initial window into registers, then runs its tokens in order, writing each
-token's window to its slot (skipped when the next token writes the same slot). With
-``speculate`` a program first guesses the layout a decode step has (every sequence ``T / B``
-tokens, in order) and issues the guessed first slot, window and row before the metadata
-resolves (lengths-style bounds are a block-wide prefix sum): the chain to the window is then
-slot -> window, not metadata -> slot -> window. The guess is kept only where the bounds the
-metadata gives equal it, so any metadata gives the general path's results.
+token's window to its slot (skipped when the next token writes the same slot). (A program
+that guessed the decode layout to load its window before the metadata resolved measured no
+faster on the H200: backends/cuda/NOTES.md, ninth session.)
 
 Varlen (:func:`conv_varlen_program`): one program a chunk of ``chunk`` tokens and a
 channel block, its rows loaded a group of ``tokens`` ahead and its window rolling in registers;
@@ -150,10 +147,6 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             accv = T.alloc_local((VC,), f32)
             ov = T.alloc_local((VC,), dt)
             zero = T.alloc_local((VC,), dt)
-            xg = T.alloc_local((VC,), dt)  # the guessed first token's row
-            Lg = T.alloc_var(i32)
-            sg = T.alloc_var(i32)
-            slot_g = T.alloc_var(i32)
             # -- where sequence `by` starts and ends (for by == NB: the end of the last one) -----
             # Every load that does not depend on another is issued first: the chain
             # metadata -> slot -> window is the decode step's latency, paid once per program.
@@ -161,20 +154,6 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
                 load_taps(weight, bias, wv, bv, c0)
             own = T.cast(seq_meta[T.max(T.min(by, BM - 1), 0)], i32)
             acc_n = T.cast(nacc[T.max(T.min(by, NA - 1), 0)], i32) if has_acc else 1
-            if key.speculate:
-                # The guess (see the docstring): T / B tokens a sequence, sequence `by` from token
-                # `by * T / B`. Its slot, window and first row go out before the bounds resolve.
-                Lg = T.truncdiv(Tn, T.max(NB, 1))
-                sg = by * Lg
-                if c0 < D and by < NB and Lg > 0:
-                    slot_g = T.cast(slots[T.min(sg + T.max(T.min(acc_n, Lg), 1) - 1, Tn - 1)], i32)
-                    for p in T.unroll(W1):
-                        for e in T.vectorized(VC):
-                            sv[p * VC + e] = T.if_then_else(
-                                slot_g >= 0 and slot_g < S, pool[T.max(slot_g, 0), c0 * W1 + p * VC + e], T.cast(0, dt)
-                            )
-                    for e in T.vectorized(VC):
-                        xg[e] = x[sg, c0 + e]
             if lengths_style:
                 part = T.alloc_var(i32)
                 part = 0
@@ -201,28 +180,20 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             for e in T.vectorized(VC):
                 zero[e] = T.cast(0, dt)
 
-            hit = key.speculate and Lg > 0 and s == sg and L == Lg  # the guess's window and row stand
             if c0 < D:
                 if by < NB:
                     # -- the initial window: the slot of the first accepted token, zeros if padding --
                     acc_n = T.max(T.min(acc_n, L), 1)
-                    if not hit:
-                        slot0 = T.if_then_else(L > 0, T.cast(slots[T.max(T.min(s + acc_n - 1, Tn - 1), 0)], i32),
-                                               -1)
-                        for p in T.unroll(W1):
-                            for e in T.vectorized(VC):
-                                sv[p * VC + e] = T.if_then_else(
-                                    slot0 >= 0 and slot0 < S, pool[T.max(slot0, 0), c0 * W1 + p * VC + e],
-                                    T.cast(0, dt)
-                                )
+                    slot0 = T.if_then_else(L > 0, T.cast(slots[T.max(T.min(s + acc_n - 1, Tn - 1), 0)], i32), -1)
+                    for p in T.unroll(W1):
+                        for e in T.vectorized(VC):
+                            sv[p * VC + e] = T.if_then_else(
+                                slot0 >= 0 and slot0 < S, pool[T.max(slot0, 0), c0 * W1 + p * VC + e], T.cast(0, dt)
+                            )
                     for j in T.serial(L):
                         t = s + j
-                        if hit and j == 0:
-                            for e in T.vectorized(VC):
-                                xc[e] = xg[e]
-                        else:
-                            for e in T.vectorized(VC):
-                                xc[e] = x[t, c0 + e]
+                        for e in T.vectorized(VC):
+                            xc[e] = x[t, c0 + e]
                         for i in T.unroll(VC):
                             accv[i] = T.cast(bv[i], f32) if key.has_bias else T.float32(0)
                             for k in T.unroll(W1):
