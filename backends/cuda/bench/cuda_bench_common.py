@@ -1,6 +1,7 @@
 """What the CUDA benchmarks share: the results record, CUDA-graph timing, host timing, and the
 RGDR workload rows' keys, byte counts and input sets (see bench_cuda.py)."""
 
+import argparse
 import statistics
 import sys
 import time
@@ -64,6 +65,18 @@ def time_graph(calls, target_ms: float = 40.0, max_replays: int = 200) -> float:
 
 
 # ----------------------------------------------------------------------------- RGDR
+def experiment_args(doc: str) -> tuple[argparse.Namespace, torch.Generator]:
+    """The command line every RGDR timing experiment takes (``--states``, ``--rounds``, ``--json``)
+    and its seeded CUDA generator (seed 16: the experiments draw the same inputs)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--states", default="float32,bfloat16")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(16)
+    return ap.parse_args(), gen
+
+
 def rgdr_key(nk: int, nv: int, state: str) -> RGDRBuildKey:
     """The workload rows' key: bf16 inputs, g present, in-kernel q/k l2norm (as Qwen3-Next)."""
     return RGDRBuildKey("bfloat16", state, nk, nv, 128, 128, "lengths", "int32", "int32", None, True, None, True)

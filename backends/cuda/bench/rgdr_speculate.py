@@ -21,7 +21,7 @@ from dataclasses import asdict, replace
 import torch
 from cuda_bench_common import ROTATE_BYTES, calls_on, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
 
-from tileops_cuda.kernels._common import compile_many
+from tileops_cuda.kernels._common import ELEM_BYTES, compile_many
 from tileops_cuda.kernels.rgdr import RGDRTiling, build_rgdr, default_schedule
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
@@ -50,6 +50,38 @@ def same_size_copy(moved: int) -> float:
     us = time_graph([lambda a=a, b=b: torch.mul(a, 1, out=b) for a, b in zip(srcs, dsts)])
     del srcs, dsts
     return us
+
+
+def time_row(launchers: dict, key, B: int, tb: int, gen, rounds: int) -> tuple[int, float, dict]:
+    """One row of B sequences of ``tb`` tokens: every launcher (name -> launcher) timed on the same
+    rotated input sets (``time_graph``), interleaved over ``rounds``, each round beside a copy of the
+    same bytes. Returns (bytes moved, median copy µs, {name: [µs, one a round]})."""
+    foot = rgdr_bytes(B, tb, key.num_k_heads, key.num_v_heads, ELEM_BYTES[key.state_dtype],
+                      ELEM_BYTES[key.input_dtype], key.head_k_dim, key.head_v_dim)  # fmt: skip
+    nsets = max(1, min(64, math.ceil(ROTATE_BYTES / foot)))
+    sets, _ = rgdr_calls(next(iter(launchers.values())), key, B, tb, gen, nsets)
+    times = {name: [] for name in launchers}
+    copies = []
+    for _ in range(rounds):
+        copies.append(same_size_copy(foot))
+        for name, launcher in launchers.items():
+            times[name].append(time_graph(calls_on(launcher, sets)))
+    del sets
+    torch.cuda.empty_cache()
+    return foot, statistics.median(copies), times
+
+
+def same_bits(a, b, case: dict) -> bool:
+    """Whether launchers ``a`` and ``b`` give the same output and state bits on ``case`` (keys with
+    neither ``gk`` nor accepted counts)."""
+    runs = []
+    for launcher in (a, b):
+        state, out = case["state"].clone(), torch.full_like(case["value"], float("nan"))
+        launcher(case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
+                 case["ssm_state_indices"], case["g"], None, None, out)  # fmt: skip
+        runs.append((out, state))
+    torch.cuda.synchronize()
+    return torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
 
 
 def main() -> None:
@@ -87,23 +119,12 @@ def main() -> None:
         key = rgdr_key(16, 32, st)
         names = [n for (s, n), L in launchers.items() if s == st and L is not None]
         for B, tb in ROWS:
-            foot = rgdr_bytes(B, tb, 16, 32, 4 if st == "float32" else 2)
-            nsets = max(1, min(64, math.ceil(ROTATE_BYTES / foot)))
-            sets, _ = rgdr_calls(launchers[st, names[0]], key, B, tb, gen, nsets)
-            times = {n: [] for n in names}
-            copies = []
-            for _ in range(args.rounds):
-                copies.append(same_size_copy(foot))
-                for n in names:
-                    times[n].append(time_graph(calls_on(launchers[st, n], sets)))
-            copy = statistics.median(copies)
+            foot, copy, times = time_row({n: launchers[st, n] for n in names}, key, B, tb, gen, args.rounds)
             row = {"state": st, "B": B, "Tb": tb, "bytes": foot, "copy_us": copy, "us": times}
             results["rows"].append(row)
             print(json.dumps(row), flush=True)
             med = {n: statistics.median(v) for n, v in times.items()}
             table.append((st, B, tb, copy, med, {n: (min(v), max(v)) for n, v in times.items()}))
-            del sets
-            torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

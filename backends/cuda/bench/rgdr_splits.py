@@ -18,14 +18,12 @@ way. One JSON line per measurement, a table last.
     python3 rgdr_splits.py [--rounds 3] [--json out.json]
 """
 
-import argparse
 import json
-import math
 import statistics
 
 import torch
-from cuda_bench_common import ROTATE_BYTES, calls_on, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
-from rgdr_speculate import same_size_copy
+from cuda_bench_common import experiment_args, rgdr_key
+from rgdr_speculate import same_bits, time_row
 
 from tileops_cuda.kernels.rgdr import build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
@@ -49,13 +47,7 @@ class Forced:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--states", default="float32,bfloat16")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(16)
+    args, gen = experiment_args(__doc__)
     results, table = {"checks": [], "rows": []}, []
     for st in args.states.split(","):
         key = rgdr_key(16, 32, st)
@@ -68,37 +60,19 @@ def main() -> None:
         for s, f in forced.items():  # the float64 check, then bit equality with splits = 1
             case = rgdr_case(key, [1] * 70, device="cuda", generator=gen, padding=0.1, pad_first_of=1)
             res = check_rgdr(f, case)
-            outs = []
-            for g in (forced[1], f):
-                state, out = case["state"].clone(), torch.full_like(case["value"], float("nan"))
-                g(case["query"], case["key"], case["value"], case["beta"], state, case["actual_seq_lengths"],
-                  case["ssm_state_indices"], case["g"], None, None, out)  # fmt: skip
-                outs.append((out, state))
-            torch.cuda.synchronize()
-            same = torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+            same = same_bits(forced[1], f, case)
             rec = {"check": [st, s], "ok": res["ok"], "why": res["why"], "bits_equal_splits1": same}
             results["checks"].append(rec)
             print(json.dumps(rec), flush=True)
             if not (res["ok"] and same):
                 raise SystemExit(f"{st} splits={s} failed its check: {rec}")
         for B, tb in ROWS:
-            foot = rgdr_bytes(B, tb, 16, 32, 4 if st == "float32" else 2)
-            nsets = max(1, min(64, math.ceil(ROTATE_BYTES / foot)))
-            sets, _ = rgdr_calls(launcher, key, B, tb, gen, nsets)
-            times = {s: [] for s in forced}
-            copies = []
-            for _ in range(args.rounds):
-                copies.append(same_size_copy(foot))
-                for s, f in forced.items():
-                    times[s].append(time_graph(calls_on(f, sets)))
-            copy = statistics.median(copies)
+            foot, copy, times = time_row(forced, key, B, tb, gen, args.rounds)
             row = {"state": st, "B": B, "Tb": tb, "tiling": str(tiling), "bytes": foot, "copy_us": copy,
                    "us": times, "programs_splits1": B * key.num_k_heads}
             results["rows"].append(row)
             print(json.dumps(row), flush=True)
             table.append((st, B, tb, copy, {s: statistics.median(v) for s, v in times.items()}))
-            del sets
-            torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)

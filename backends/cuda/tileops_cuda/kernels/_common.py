@@ -25,6 +25,7 @@ __all__ = [
     "dtype_name",
     "inverse_rms_macro",
     "programs_at_registers",
+    "WRITTEN_BARRIERS_PASS_CONFIGS",
     "row_refusal",
 ]
 
@@ -72,6 +73,15 @@ def row_refusal(kernel: str, dtype: str, size: str, n: int, arch: str, plan: Cal
     if plan is not None and plan() is None:
         return f"{kernel}: {size}={n} does not fit in the registers of one program ({fit}); use the reference"
     return arch_refusal(kernel, arch)
+
+
+#: Pass configs for a program that writes every barrier it needs (the ring programs of conv1d and
+#: rgdr): TileLang infers none (``cp.async`` ring slots are private to the thread that fills them, which
+#: its analysis cannot see, so it would fence every ring step block-wide), and it gives no two shared
+#: buffers the same bytes (its reuse hands one buffer the bytes of another last read before it is first
+#: written in program order, which is safe only behind the barrier it would have inferred; the H200's
+#: wrong conv ring rows of the ninth session, backends/cuda/NOTES.md).
+WRITTEN_BARRIERS_PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memory_reuse": True}
 
 
 def compile_prim_func(func: Any, arch: str, pass_configs: dict[str, Any] | None = None) -> Any:

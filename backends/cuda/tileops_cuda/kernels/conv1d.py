@@ -18,7 +18,8 @@ presence pattern's signature. Nothing here synchronises: launches capture into C
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry
+from ._common import (ELEM_BYTES, WRITTEN_BARRIERS_PASS_CONFIGS, arch_refusal, cached_build, compile_prim_func,
+                      direct_entry)
 from .conv1d_program import conv_update_program, conv_varlen_program
 
 __all__ = ["ConvUpdateBuildKey", "ConvVarlenBuildKey", "build_conv_update", "build_conv_varlen", "conv_refusal",
@@ -32,13 +33,8 @@ _INT32_LIMIT = 2**31 - 1
 _MAX_CHUNK = 4096
 #: Shared memory a varlen program's ring of asynchronous row copies may take (three programs an SM fit).
 _MAX_RING_BYTES = 64 * 1024
-#: A ring program is compiled without TileLang's inferred barriers: its ring slots are private to the
-#: thread that fills them (``cp.async`` completion is per thread), and the barriers its shared metadata
-#: needs are written out; the inferred ones would add two a group of rows. Without them, shared buffers
-#: must not share memory either: TileLang reuses a buffer's bytes for one first written after another's
-#: last read in program order (``cus`` and ``code`` in the search), which is safe only behind the
-#: barrier it would have inferred (the first H200 sweep's wrong rows).
-RING_PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memory_reuse": True}
+#: A ring program writes its barriers: the metadata tables' two (and the scan's), none per group of rows.
+RING_PASS_CONFIGS = WRITTEN_BARRIERS_PASS_CONFIGS
 
 
 @dataclass(frozen=True)
