@@ -64,7 +64,7 @@ class ConvVarlenBuildKey:
     """The varlen kernels' build identity. ``cu_dtype`` is the dtype of the metadata the kernel
     reads. With ``meta_lengths`` that is the op's per-sequence lengths: the kernel turns fewer
     than ``threads`` of them into prefix sums itself (no extra launch), and the launcher gives a
-    longer batch device-side prefix sums of the same dtype. Without it the kernel reads
+    longer (or empty) batch device-side prefix sums of the same dtype. Without it the kernel reads
     cu_seqlens; lengths-style calls of such a key get int64 prefix sums from the launcher."""
 
     dtype: str
@@ -213,7 +213,7 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any]) -> Callabl
         scan = 0
         if seq_lens_style == "cu_seqlens":
             cu = actual_seq_lengths
-        elif key.meta_lengths and actual_seq_lengths.shape[0] < key.threads:
+        elif key.meta_lengths and 0 < actual_seq_lengths.shape[0] < key.threads:
             cu, scan = actual_seq_lengths, 1  # the kernel sums them (ConvVarlenBuildKey)
         else:  # prefix sums on the device, no sync
             dtype = actual_seq_lengths.dtype if key.meta_lengths else torch.int64
