@@ -110,7 +110,7 @@ def _conv_varlen_candidates() -> list[dict[str, Any]]:
     which the register layout could not hold in flight."""
     return [{"stages": 2}, {"stages": 3}, {"stages": 4}, {"stages": 3, "registers": 96},
             {"stages": 4, "registers": 80}, {"stages": 3, "chunk": 32}, {"stages": 2, "threads": 256},
-            {"stages": 3, "threads": 64}]
+            {"stages": 3, "threads": 64}, {"wide_stores": True}, {"wide_stores": True, "stages": 2, "threads": 256}]
 
 #: QKNormRope at D=256 bf16 (16 q + 2 k heads; ptxas registers / spill bytes for sm_90a in brackets, and
 #: programs an SM by registers): the lanes program at its plan's 256 threads x 2 rows, 8 KB programs (48 / 0:
@@ -147,8 +147,9 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # 32 (ptxas for sm_90a: 88 bytes spilled to the stack; 40 registers, 12 programs an SM: 48 bytes).
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [{"threads": 64}, {"threads": 64, "registers": 0},
                                                     {"registers": 32}, {"registers": 40},
-                                                    {"threads": 64, "registers": 32}]),
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}]),
+                                                    {"threads": 64, "registers": 32}, {"wide_stores": True},
+                                                    {"wide_stores": True, "threads": 64}]),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}, {"wide_stores": True}]),
     # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, ``stages - 1`` groups in flight.
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", _conv_varlen_candidates()),

@@ -105,8 +105,8 @@ RING = {"threads": 64, "tokens": 4, "chunk": 8, "stages": 4}
 RING_WIDE = {"threads": 32, "tokens": 8, "chunk": 32, "stages": 2}
 
 
-@pytest.mark.parametrize("tile", [{}, OTHER, RING, RING_WIDE], ids=["registered", "short-chunks", "ring",
-                                                                   "ring-wide"])
+@pytest.mark.parametrize("tile", [{}, OTHER, RING, RING_WIDE, {"wide_stores": True}],
+                         ids=["registered", "short-chunks", "ring", "ring-wide", "wide-stores"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(style, dtype, tile, arch, cuda_device,
@@ -217,6 +217,7 @@ def test_update_sums_lengths_of_more_sequences_than_two_blocks_of_threads(arch, 
                   weight=torch.randn(D, W, device=dev, generator=gen), actual_seq_lengths=lengths,
                   conv_state_indices=torch.randperm(T + 1, device=dev, generator=gen)[:T].int())
     _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, threads=32)
+    _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, threads=32, wide_stores=True)
 
 
 @pytest.mark.parametrize("op", [UPDATE, VARLEN])
@@ -241,9 +242,10 @@ def test_a_strided_slice_of_a_projection_is_read_in_place_and_gives_the_same_res
     assert torch.equal(out_c, out_s) and torch.equal(contiguous["conv_state"], strided["conv_state"])
 
 
-@pytest.mark.parametrize("op,tile", [(UPDATE, {}), (VARLEN, {}), (VARLEN, {"tokens": 4, "chunk": 8}),
-                                     (VARLEN, {"tokens": 4, "chunk": 8, "stages": 3})],
-                         ids=["update", "varlen", "varlen-short-chunks", "varlen-ring"])
+@pytest.mark.parametrize("op,tile", [(UPDATE, {}), (UPDATE, {"wide_stores": True}), (VARLEN, {}),
+                                     (VARLEN, {"tokens": 4, "chunk": 8}), (VARLEN, {"tokens": 4, "chunk": 8,
+                                                                                    "stages": 3})],
+                         ids=["update", "update-wide-stores", "varlen", "varlen-short-chunks", "varlen-ring"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 def test_garbage_metadata_never_leaves_an_output_element_unwritten(op, tile, style, arch, cuda_device, gen):
     """Lengths short of T, empty and padding sequences, accepted counts out of range."""

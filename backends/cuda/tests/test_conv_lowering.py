@@ -10,7 +10,8 @@ import pytest
 
 tilelang = pytest.importorskip("tilelang")
 
-from tileops_cuda.kernels.conv1d import RING_PASS_CONFIGS, ConvUpdateBuildKey, ConvVarlenBuildKey  # noqa: E402
+from tileops_cuda.kernels.conv1d import (RING_PASS_CONFIGS, ConvUpdateBuildKey, ConvVarlenBuildKey,  # noqa: E402
+                                        pass_configs)
 from tileops_cuda.kernels.conv1d_program import conv_update_program, conv_varlen_program  # noqa: E402
 
 _TARGET = {"kind": "cuda", "arch": "sm_90"}
@@ -40,3 +41,17 @@ def test_the_varlen_program_lowers_for_sm_90(stages, meta_lengths):
 def test_the_update_program_lowers_for_sm_90(style):
     key = ConvUpdateBuildKey("bfloat16", 8200, 4, True, False, style, "int32", "int32", "int32", "sm_90")
     assert "conv_update" in _source(conv_update_program(key))
+
+
+@pytest.mark.parametrize("key", [
+    ConvUpdateBuildKey("bfloat16", 8192, 4, True, False, "lengths", "int32", "int32", None, "sm_90", wide_stores=True),
+    ConvVarlenBuildKey("bfloat16", 8192, 4, True, False, True, "int32", "int32", False, "sm_90", wide_stores=True),
+    ConvVarlenBuildKey("bfloat16", 8192, 4, True, False, True, "int32", "int32", True, "sm_90", stages=2,
+                       wide_stores=True),
+], ids=["update", "varlen", "varlen-ring"])
+def test_wide_stores_lower_every_vector_store_to_explicit_128_bit_ptx(key):
+    program = conv_update_program(key) if isinstance(key, ConvUpdateBuildKey) else conv_varlen_program(key)
+    source = _source(program, pass_configs(key))
+    assert "tl::store_global_128" in source and "*(uint4*)(out" not in source
+    if getattr(key, "stages", 0):  # the ring's configs still apply beside the wide accesses
+        assert source.count("__syncthreads") == 3

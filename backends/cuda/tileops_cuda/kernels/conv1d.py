@@ -35,6 +35,16 @@ _MAX_CHUNK = 4096
 _MAX_RING_BYTES = 64 * 1024
 #: A ring program writes its barriers: the metadata tables' two (and the scan's), none per group of rows.
 RING_PASS_CONFIGS = WRITTEN_BARRIERS_PASS_CONFIGS
+#: TileLang lowers vector global loads and stores to explicit 128-bit PTX (``tl::load_global_128`` and
+#: ``tl::store_global_128``), so no 16-byte store reaches nvcc as pieces it does not put back together.
+WIDE_STORES_PASS_CONFIGS = {"tl.enable_lower_ldgstg": True}
+
+
+def pass_configs(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> dict[str, bool] | None:
+    """The TileLang pass configs ``key``'s program compiles under (None: TileLang's defaults)."""
+    configs = {**(RING_PASS_CONFIGS if getattr(key, "stages", 0) else {}),
+               **(WIDE_STORES_PASS_CONFIGS if key.wide_stores else {})}
+    return configs or None
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,9 @@ class ConvUpdateBuildKey:
     #: (``bench/layer_ops_sweep.py``; 0 = no cap).
     threads: int = 128
     registers: int = 64
+    #: Global accesses as explicit 128-bit PTX (``WIDE_STORES_PASS_CONFIGS``): nvcc stores most of this
+    #: program's 16-byte vectors in 4-byte pieces otherwise (backends/cuda/NOTES.md, ninth session).
+    wide_stores: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,8 @@ class ConvVarlenBuildKey:
     #: Groups of ``tokens`` rows in flight per thread as asynchronous copies into its own shared
     #: memory ring (0: one group ahead in registers); a sweep parameter like the above.
     stages: int = 0
+    #: As ``ConvUpdateBuildKey.wide_stores`` (here nvcc splits the first token's store of each group).
+    wide_stores: bool = False
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
@@ -256,7 +271,7 @@ def build_conv_update(key: ConvUpdateBuildKey) -> ConvLauncher:
         raise ValueError(reason)
 
     def make() -> ConvLauncher:
-        kernel = compile_prim_func(conv_update_program(key), key.arch)
+        kernel = compile_prim_func(conv_update_program(key), key.arch, pass_configs(key))
         return ConvLauncher(key, (kernel,), _make_update_run(key, direct_entry(kernel)))
 
     return cached_build(("conv_update", key), make)
@@ -269,7 +284,7 @@ def build_conv_varlen(key: ConvVarlenBuildKey) -> ConvLauncher:
         raise ValueError(reason)
 
     def make() -> ConvLauncher:
-        kernel = compile_prim_func(conv_varlen_program(key), key.arch, RING_PASS_CONFIGS if key.stages else None)
+        kernel = compile_prim_func(conv_varlen_program(key), key.arch, pass_configs(key))
         return ConvLauncher(key, (kernel,), _make_varlen_run(key, direct_entry(kernel)))
 
     return cached_build(("conv_varlen", key), make)
