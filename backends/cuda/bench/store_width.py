@@ -24,21 +24,11 @@ from rgdr_speculate import same_bits, time_row
 from rgdr_splits import Forced
 
 from tileops_cuda.kernels._common import compile_prim_func, direct_entry
-from tileops_cuda.kernels.rgdr import build_rgdr
+from tileops_cuda.kernels.rgdr import build_rgdr, stream_splits
 from tileops_cuda.kernels.rgdr_program import rgdr_program
 from tileops_cuda.testing import rgdr_case
 
 WIDE = {"tl.enable_lower_ldgstg": True}
-
-
-def launch_splits(key, t, n_seq: int) -> int:
-    """The ``splits`` the launcher passes for ``n_seq`` sequences (kernels/rgdr.py ``_make_run``):
-    a streamed program's row chunks shared by enough programs for 8 an SM, else 1."""
-    if not t.stream:
-        return 1
-    chunks = key.num_v_heads // key.num_k_heads * key.head_v_dim // t.block_v
-    wanted = 8 * torch.cuda.get_device_properties(0).multi_processor_count
-    return max(1, min(chunks, -(-wanted // (n_seq * key.num_k_heads))))
 
 
 def rgdr_rows(rounds: int, gen) -> list[dict]:
@@ -49,7 +39,7 @@ def rgdr_rows(rounds: int, gen) -> list[dict]:
         for B in (32, 128, 256):
             t = launcher.schedule.pick(B, B)
             wide_fn = direct_entry(compile_prim_func(rgdr_program(key, t), key.arch, WIDE))
-            splits = launch_splits(key, t, B)
+            splits = stream_splits(key, t, B, torch.cuda.get_device_properties(0).multi_processor_count)
             variants = {"plain": Forced(launcher, t, splits), "wide": Forced(launcher, t, splits, fn=wide_fn)}
             case = rgdr_case(key, [1] * B, device="cuda", generator=gen)
             same = same_bits(variants["plain"], variants["wide"], case)

@@ -341,13 +341,12 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     @T.macro
     def issue_group(x, ring, tid, cc0, t0, g):
         """Ring layout: this thread's rows of group ``g`` (the chunk's groups, then ``g == NG``, its
-        head tokens past the end) into its own ring slots as asynchronous 16-byte copies, one
+        head tokens past the end: rows ``C ..``, which ``g * G`` is) into its own ring slots as asynchronous 16-byte copies, one
         commit group. Rows past T are clamped to the last row: what they feed is never written
         (``token`` writes no output past T, and nothing after such a row is this program's)."""
         for i in T.unroll(G):
             T.ptx_cp_async(T.access_ptr(ring[(((g % RS) * G + i) * TH + tid) * VC], "w", VC),
-                           T.access_ptr(x[T.min(t0 + T.if_then_else(g < NG, g * G + i, C + i), Tn - 1), cc0], "r",
-                                        VC), VC)  # fmt: skip
+                           T.access_ptr(x[T.min(t0 + g * G + i, Tn - 1), cc0], "r", VC), VC)  # fmt: skip
         T.ptx_commit_group()
 
     @T.macro
@@ -421,8 +420,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                         for v in T.unroll(VC):
                             xw[k * VC + v] = T.float32(0)
             if RS:
-                # Every thread issues (a column past D reads the last vector, never used): the ring's
-                # wait below is block-wide, so no thread may skip it.
+                # Every thread issues (a column past D reads the last vector, never used): the warp
+                # barriers that fence the ring below need every lane.
                 ring = T.alloc_shared((RS * G * TH * VC,), dt)  # each thread's own slots: RS groups of G rows
                 cc0 = T.min(c0, D - VC)
                 for g in T.unroll(RS - 1):

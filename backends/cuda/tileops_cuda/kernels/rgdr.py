@@ -40,6 +40,7 @@ __all__ = [
     "default_schedule",
     "default_tiling",
     "rgdr_refusal",
+    "stream_splits",
 ]
 
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32")
@@ -364,6 +365,14 @@ class RGDRLauncher:
                         num_accepted_tokens, scale, None, None, out)  # fmt: skip
 
 
+def stream_splits(key: RGDRBuildKey, tiling: RGDRTiling, n_seq: int, sm_count: int = 132) -> int:
+    """The runtime ``splits`` a call of ``n_seq`` sequences runs ``tiling`` with: the streaming
+    layout shares a key-head group's row chunks among enough programs to fill the GPU at small
+    B (8 an SM); the tiled layouts have a fixed grid (1)."""
+    chunks = key.num_v_heads // key.num_k_heads * key.head_v_dim // tiling.block_v if tiling.stream else 0
+    return max(1, min(chunks, -(-8 * sm_count // (n_seq * key.num_k_heads)))) if chunks else 1
+
+
 def _make_run(key: RGDRBuildKey, schedule: RGDRSchedule, entries: dict[RGDRTiling, Callable[..., Any]],
               sm_count: int) -> Callable[..., Any]:
     """The per-call launch path of :class:`RGDRLauncher` (see there), built once per build."""
@@ -378,12 +387,6 @@ def _make_run(key: RGDRBuildKey, schedule: RGDRSchedule, entries: dict[RGDRTilin
     keep += [8] if key.gk_form is not None else []
     keep += [9] if key.accepted_dtype is not None else []
     compiled_inputs = operator.itemgetter(*keep)
-    # The streaming layout splits a key-head group's row chunks over enough programs to
-    # fill the GPU at small B (8 per SM); the tiled layouts have a fixed grid.
-    wanted = 8 * sm_count
-    group_rows = key.num_v_heads // key.num_k_heads * key.head_v_dim
-    nk = key.num_k_heads
-
     pick = schedule.pick
     # (sequences, tokens) -> (compiled function, splits): a decode loop repeats its counts, so
     # the schedule rule runs once per pair, not once per call (bounded: serving batches vary).
@@ -391,8 +394,7 @@ def _make_run(key: RGDRBuildKey, schedule: RGDRSchedule, entries: dict[RGDRTilin
 
     def launch_for(n_seq: int, n_tokens: int) -> tuple[Callable[..., Any], int]:
         t = pick(n_seq, n_tokens)
-        fn, chunks = entries[t], group_rows // t.block_v if t.stream else 0
-        splits = max(1, min(chunks, -(-wanted // (n_seq * nk)))) if chunks else 1
+        fn, splits = entries[t], stream_splits(key, t, n_seq, sm_count)
         if len(launches) >= 4096:
             launches.clear()
         launches[n_seq, n_tokens] = fn, splits
