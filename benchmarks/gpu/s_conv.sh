@@ -1,8 +1,7 @@
 el conv
-# conv (issue 17): the causal conv1d kernels after the ninth session's changes: varlen rows through a ring of
-# asynchronous copies (`stages`) and lengths summed in the varlen kernel (no prefix-sum launches).
-# The GPU tests (every change against float64, poisoned outputs, pools bit for bit),
-# then the conv sweep (registered shapes beside the new candidates, same-size copy in the same run). ~8 minutes.
+# conv (issue 17): the causal conv1d kernels: the GPU tests (every block shape against float64, poisoned outputs,
+# pools bit for bit), then the conv sweep (the registered shapes beside the candidates, same-size copy in the
+# same run). About 4 minutes.
 timeout -s INT 240 python3 -m pytest -rA -n 16 -p no:cacheprovider backends/cuda/tests/test_conv_gpu.py \
     > "$out/conv_tests.log" 2>&1
 grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)|INTERNALERROR> [A-Z]" "$out/conv_tests.log" | tail -15

@@ -102,15 +102,12 @@ def _norm_candidates() -> list[dict[str, Any]]:
 
 
 def _conv_varlen_candidates() -> list[dict[str, Any]]:
-    """Varlen shapes beside the registered one (4k tokens x 1024 channel vectors, 128 threads x
-    chunk 64 x 4-row groups, one group ahead in registers: 74.9% of the same-size copy; longer
-    chunks and wider groups were slower). Each thread's rows through a ring of asynchronous copies
-    (``stages``): 2-4 groups ahead without holding registers, at the registered shape, under
-    tighter register bounds (more programs an SM), and with wider groups and longer chunks,
-    which the register layout could not hold in flight."""
-    return [{"stages": 2}, {"stages": 3}, {"stages": 4}, {"stages": 3, "registers": 96},
-            {"stages": 4, "registers": 80}, {"stages": 3, "chunk": 32}, {"stages": 2, "threads": 256},
-            {"stages": 3, "threads": 64}, {"wide_stores": True}, {"wide_stores": True, "stages": 2, "threads": 256}]
+    """Varlen shapes beside the registered one (128 threads x chunk 64 x 4-row groups, one group
+    ahead in registers, 128 registers: 76-78% of the same-size copy on both 4k rows). Rings of
+    asynchronous row copies and explicit 128-bit stores measured no better on both rows (tenth
+    session, backends/cuda/NOTES.md) and were deleted; these bound registers for occupancy (ncu:
+    25% theoretical at 128) and vary the threads."""
+    return [{"registers": 96}, {"registers": 80}, {"threads": 256}, {"threads": 64}, {"tokens": 8, "chunk": 128}]
 
 #: QKNormRope at D=256 bf16 (16 q + 2 k heads; ptxas registers / spill bytes for sm_90a in brackets, and
 #: programs an SM by registers): the lanes program at its plan's 256 threads x 2 rows, 8 KB programs (48 / 0:
@@ -143,14 +140,14 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
                        (512, 4), (64, 8), (1024, 1))),
         *({"threads": t, "vectors": v, "fast_math": True}
           for t, v in ((256, 2), (128, 1), (128, 4), (128, 8), (256, 8), (512, 1)))]),
-    # Update: B = 256 is 2056 programs of 128 threads, two waves at the registered 64 registers; one wave needs
-    # 32 (ptxas for sm_90a: 88 bytes spilled to the stack; 40 registers, 12 programs an SM: 48 bytes).
+    # Update: B = 256 is 2056 programs of 128 threads, 2.6 waves at 76-79 registers (ncu: latency-bound). One
+    # wave needs 32 registers (ptxas for sm_90a: 88 bytes spilled; 40 registers, 12 programs an SM: 48 bytes).
+    # Several sequences a program, their loads issued together, measured 2-30% slower (tenth session, NOTES).
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [{"threads": 64}, {"threads": 64, "registers": 0},
                                                     {"registers": 32}, {"registers": 40},
-                                                    {"threads": 64, "registers": 32}, {"wide_stores": True},
-                                                    {"wide_stores": True, "threads": 64}]),
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}, {"wide_stores": True}]),
-    # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, ``stages - 1`` groups in flight.
+                                                    {"threads": 64, "registers": 32}]),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}]),
+    # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, the next group in flight.
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", _conv_varlen_candidates()),
     # QKNormRope (issue 21): the first program against the lanes program's block shapes; the prefill

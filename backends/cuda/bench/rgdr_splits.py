@@ -36,9 +36,9 @@ class Forced:
     """A launcher of one compiled streamed program with ``splits`` fixed (what ``check_rgdr`` and
     the timed calls take: ``launcher(query, ..., num_accepted_tokens, out, scale)``)."""
 
-    def __init__(self, launcher, tiling, splits, fn=None):
+    def __init__(self, launcher, tiling, splits):
         self.key, self.splits = launcher.key, splits
-        self.fn = launcher.entries[tiling] if fn is None else fn  # fn: the same program compiled otherwise
+        self.fn = launcher.entries[tiling]
         self.scale = float(launcher.key.head_k_dim) ** -0.5
 
     def __call__(self, q, k, v, beta, state, meta, slots, g, gk, nacc, out, scale=None):

@@ -99,14 +99,9 @@ def test_every_workload_row_matches_the_float64_reference(op, row_index, case, a
 
 #: A varlen block shape unlike the registered one: short chunks of wide groups, no register bound.
 OTHER = {"threads": 64, "tokens": 8, "chunk": 16, "registers": 0}
-#: Rows through each thread's ring of asynchronous copies: a deep ring on short chunks (most of it
-#: empty commit groups past the chunk's last group), and a shallow one on wide groups.
-RING = {"threads": 64, "tokens": 4, "chunk": 8, "stages": 4}
-RING_WIDE = {"threads": 32, "tokens": 8, "chunk": 32, "stages": 2}
 
 
-@pytest.mark.parametrize("tile", [{}, OTHER, RING, RING_WIDE, {"wide_stores": True}],
-                         ids=["registered", "short-chunks", "ring", "ring-wide", "wide-stores"])
+@pytest.mark.parametrize("tile", [{}, OTHER], ids=["registered", "short-chunks"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(style, dtype, tile, arch, cuda_device,
@@ -134,10 +129,7 @@ def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(sty
                                     (4, {"threads": 32, "tokens": 3, "chunk": 6}),
                                     (5, {"threads": 32, "tokens": 4, "chunk": 8}),
                                     (2, {"threads": 64, "tokens": 1, "chunk": 4}), (4, {}),
-                                    (8, {}), (6, {"threads": 32, "tokens": 4, "chunk": 8}),
-                                    (4, {"threads": 32, "tokens": 3, "chunk": 6, "stages": 3}),
-                                    (5, {"threads": 32, "tokens": 4, "chunk": 8, "stages": 2}),
-                                    (8, {"stages": 3})])
+                                    (8, {}), (6, {"threads": 32, "tokens": 4, "chunk": 8})])
 def test_varlen_tile_shapes_agree_where_head_tokens_run_past_a_tile(W, tile, arch, cuda_device, gen):
     """A sequence's first W - 1 tokens are computed by the program holding its first token, past
     its chunk's end; short, empty and padding sequences placed across many chunk boundaries; W
@@ -157,13 +149,12 @@ def test_varlen_tile_shapes_agree_where_head_tokens_run_past_a_tile(W, tile, arc
     _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, **tile)
 
 
-@pytest.mark.parametrize("tile", [{"stages": 3}, {"stages": 2, "chunk": 32}, {"stages": 4, "tokens": 8, "chunk": 128},
-                                  {"stages": 3, "threads": 256, "registers": 96}],
-                         ids=["ring3", "ring2-chunk32", "ring4-wide", "ring3-256"])
+@pytest.mark.parametrize("tile", [{}, {"chunk": 32}, {"tokens": 8, "chunk": 128}, {"threads": 256, "registers": 96}],
+                         ids=["registered", "chunk32", "wide-groups", "256-threads"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
-def test_varlen_ring_over_long_sequences_matches_the_reference(tile, style, arch, cuda_device, gen):
-    """The ring's steady state: many groups a chunk, every slot refilled many times, sequences
-    starting inside chunks and at their first token; a channel block only partly inside D."""
+def test_varlen_over_long_sequences_matches_the_reference(tile, style, arch, cuda_device, gen):
+    """The streaming steady state: many groups a chunk, sequences starting inside chunks and at
+    their first token; a channel block only partly inside D."""
     import torch
 
     dev = cuda_device[0]
@@ -217,7 +208,6 @@ def test_update_sums_lengths_of_more_sequences_than_two_blocks_of_threads(arch, 
                   weight=torch.randn(D, W, device=dev, generator=gen), actual_seq_lengths=lengths,
                   conv_state_indices=torch.randperm(T + 1, device=dev, generator=gen)[:T].int())
     _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, threads=32)
-    _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, threads=32, wide_stores=True)
 
 
 @pytest.mark.parametrize("op", [UPDATE, VARLEN])
@@ -242,10 +232,8 @@ def test_a_strided_slice_of_a_projection_is_read_in_place_and_gives_the_same_res
     assert torch.equal(out_c, out_s) and torch.equal(contiguous["conv_state"], strided["conv_state"])
 
 
-@pytest.mark.parametrize("op,tile", [(UPDATE, {}), (UPDATE, {"wide_stores": True}), (VARLEN, {}),
-                                     (VARLEN, {"tokens": 4, "chunk": 8}), (VARLEN, {"tokens": 4, "chunk": 8,
-                                                                                    "stages": 3})],
-                         ids=["update", "update-wide-stores", "varlen", "varlen-short-chunks", "varlen-ring"])
+@pytest.mark.parametrize("op,tile", [(UPDATE, {}), (VARLEN, {}), (VARLEN, {"tokens": 4, "chunk": 8})],
+                         ids=["update", "varlen", "varlen-short-chunks"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 def test_garbage_metadata_never_leaves_an_output_element_unwritten(op, tile, style, arch, cuda_device, gen):
     """Lengths short of T, empty and padding sequences, accepted counts out of range."""

@@ -77,24 +77,6 @@ def test_rgdr_build_raises_the_refusal_reason():
         rgdr.build_rgdr(_key(head_k_dim=96))
 
 
-def test_rgdr_serves_a_state_ring_on_the_streamed_layout():
-    bf16 = _key(state_dtype="bfloat16")
-    assert rgdr.rgdr_refusal(bf16, rgdr.RGDRTiling(128, 16, 4, 6, True, ring=2)) is None
-    assert rgdr.rgdr_refusal(_key(), rgdr.RGDRTiling(128, 16, 4, 3, True, ring=3)) is None
-
-
-@pytest.mark.parametrize("tiling,named", [
-    (rgdr.RGDRTiling(128, 16, 4, 4, ring=2), "ring=2 is written for the streamed layout only; set stream=True"),
-    (rgdr.RGDRTiling(128, 16, 4, 4, True, True, ring=2), "ring=2 is not written for the speculative program"),
-    (rgdr.RGDRTiling(128, 16, 4, 4, True, ring=1), "ring=1 must be 0 (register prefetch) or in [2, 8]"),
-    (rgdr.RGDRTiling(128, 16, 4, 4, True, ring=3),
-     "ring=3 of 32-row chunks takes 65744 bytes of shared memory per program with its staging; min_blocks=4 "
-     "such programs do not fit on one SM"),
-], ids=["tiled", "speculative", "one-stage", "over-the-sm"])  # fmt: skip
-def test_rgdr_refuses_a_state_ring_it_was_not_written_for(tiling, named):
-    assert named in rgdr.rgdr_refusal(_key(), tiling)
-
-
 def test_rmsnorm_refuses_misaligned_hidden_size():
     assert "hidden=4090 must be a multiple of 8" in rmsnorm.rmsnorm_refusal(rmsnorm.RMSNormBuildKey("bfloat16", 4090))
 

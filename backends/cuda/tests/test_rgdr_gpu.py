@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRTiling, build_rgdr
-from tileops_cuda.testing import RING_TILINGS, check_rgdr, rgdr_case
+from tileops_cuda.testing import check_rgdr, rgdr_case
 
 # Each key covers a different corner of the build identity (dtypes, metadata style and
 # width, g / gk forms, accepted tokens, l2 norm, head dims).
@@ -242,44 +242,3 @@ def test_the_default_schedule_on_decode_steps_of_every_role_matches_float64(stat
         res = check_rgdr(launcher, case)
         assert res["ok"], (B, schedule.pick(B, B), res)
     assert {t for t in schedule.tilings() if t.speculate} <= seen
-
-
-RINGS = RING_TILINGS  # the ring tilings bench/rgdr_ring.py times
-
-
-class _Splits:
-    """One compiled streamed tiling of a launcher with its runtime ``splits`` forced (a key-head
-    group's row chunks shared by ``splits`` programs), called as ``check_rgdr`` calls a launcher;
-    for keys with ``g`` and neither ``gk`` nor accepted counts (the compiled signature)."""
-
-    def __init__(self, launcher, tiling, splits):
-        assert launcher.key.has_g and launcher.key.gk_form is None and launcher.key.accepted_dtype is None
-        self.key, self.fn, self.splits = launcher.key, launcher.entries[tiling], splits
-
-    def __call__(self, q, k, v, beta, state, meta, slots, g, gk, nacc, out, scale=None):
-        self.fn(q, k, v, beta, state, meta, slots, g, out, float(self.key.head_k_dim) ** -0.5 if scale is None else scale,
-                self.splits)  # fmt: skip
-        return out
-
-
-@pytest.mark.parametrize("state,tiling", [(s, t) for s, ts in RINGS.items() for t in ts])
-def test_a_ring_program_equals_its_plain_streamed_twin_bit_for_bit(state, tiling, arch, cuda_device, gen):
-    """Decode steps (T_b = 1), MTP steps (T_b = 2) and a ragged batch (empty sequences, sequences
-    over a token chunk, padding slots, a padding first slot): the float64 check, and the very
-    bits of the same tiling with ``ring=0`` (same arithmetic; only the load path differs). Each at
-    ``splits`` 1 (a program runs every chunk of its group: the ring wraps), 3 (uneven shares) and
-    one chunk a program (the ring never refills)."""
-    import torch
-    from dataclasses import replace
-
-    key = _with_arch(RGDRBuildKey("bfloat16", state, 2, 4, 128, 128, use_qk_l2norm=True), arch)
-    plain = replace(tiling, ring=0)
-    ring, twin = build_rgdr(key, tiling), build_rgdr(key, plain)
-    chunks = key.num_v_heads // key.num_k_heads * key.head_v_dim // tiling.block_v
-    for lengths in ([1] * 37, [2] * 19, [3, 1, 9, 0, 17, 1, 0, 2]):
-        case = rgdr_case(key, lengths, device=cuda_device[0], generator=gen, padding=0.15, pad_first_of=1)
-        for splits in (1, 3, chunks):
-            res = check_rgdr(_Splits(ring, tiling, splits), case)
-            assert res["ok"], (lengths, splits, res)
-            (out_r, st_r), (out_p, st_p) = _run(_Splits(ring, tiling, splits), case), _run(_Splits(twin, plain, splits), case)
-            assert torch.equal(out_r, out_p) and torch.equal(st_r, st_p), (lengths, splits)

@@ -11,19 +11,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .kernels.rgdr import RGDRBuildKey, RGDRTiling
+from .kernels.rgdr import RGDRBuildKey
 
-__all__ = ["rgdr_case", "check_rgdr", "rel_err", "RING_TILINGS"]
-
-#: The state-ring tilings (RGDRTiling.ring) the GPU tests check and bench/rgdr_ring.py times, per state
-#: dtype (a ring's shared memory depends on it): the streamed tiling with 2 stages, with 3 stages at one
-#: program an SM fewer (min_blocks programs' rings must fit an SM), and finer tilings with more programs.
-RING_TILINGS = {
-    "float32": [RGDRTiling(128, 16, 4, 4, True, ring=2), RGDRTiling(128, 16, 4, 3, True, ring=3),
-                RGDRTiling(128, 16, 2, 5, True, ring=3)],
-    "bfloat16": [RGDRTiling(128, 16, 4, 6, True, ring=2), RGDRTiling(128, 16, 4, 5, True, ring=3),
-                 RGDRTiling(128, 16, 2, 8, True, ring=2), RGDRTiling(128, 16, 2, 7, True, ring=3)],
-}  # fmt: skip
+__all__ = ["rgdr_case", "check_rgdr", "rel_err"]
 
 
 def _torch_dtype(name: str) -> Any:

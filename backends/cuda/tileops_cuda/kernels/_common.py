@@ -25,7 +25,6 @@ __all__ = [
     "dtype_name",
     "inverse_rms_macro",
     "programs_at_registers",
-    "WRITTEN_BARRIERS_PASS_CONFIGS",
     "row_refusal",
 ]
 
@@ -75,16 +74,7 @@ def row_refusal(kernel: str, dtype: str, size: str, n: int, arch: str, plan: Cal
     return arch_refusal(kernel, arch)
 
 
-#: Pass configs for a program that writes every barrier it needs (the ring programs of conv1d and
-#: rgdr): TileLang infers none (``cp.async`` ring slots are private to the thread that fills them, which
-#: its analysis cannot see, so it would fence every ring step block-wide), and it gives no two shared
-#: buffers the same bytes (its reuse hands one buffer the bytes of another last read before it is first
-#: written in program order, which is safe only behind the barrier it would have inferred; the H200's
-#: wrong conv ring rows of the ninth session, backends/cuda/NOTES.md).
-WRITTEN_BARRIERS_PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_shared_memory_reuse": True}
-
-
-def compile_prim_func(func: Any, arch: str, pass_configs: dict[str, Any] | None = None) -> Any:
+def compile_prim_func(func: Any, arch: str) -> Any:
     """Compile a TileLang PrimFunc for ``arch`` with the tvm_ffi launcher (current torch stream)."""
     import tilelang  # lazy: importing tileops_cuda must not need tilelang or a GPU
 
@@ -92,7 +82,6 @@ def compile_prim_func(func: Any, arch: str, pass_configs: dict[str, Any] | None 
         func,
         target={"kind": "cuda", "arch": arch},
         execution_backend="tvm_ffi",
-        pass_configs=pass_configs or None,
     )
 
 

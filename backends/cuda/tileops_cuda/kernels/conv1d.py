@@ -18,8 +18,7 @@ presence pattern's signature. Nothing here synchronises: launches capture into C
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from ._common import (ELEM_BYTES, WRITTEN_BARRIERS_PASS_CONFIGS, arch_refusal, cached_build, compile_prim_func,
-                      direct_entry)
+from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry
 from .conv1d_program import conv_update_program, conv_varlen_program
 
 __all__ = ["ConvUpdateBuildKey", "ConvVarlenBuildKey", "build_conv_update", "build_conv_varlen", "conv_refusal",
@@ -31,20 +30,6 @@ _MAX_WIDTH = 8
 _INT32_LIMIT = 2**31 - 1
 #: The varlen program keeps two ints a token of its chunk in shared memory.
 _MAX_CHUNK = 4096
-#: Shared memory a varlen program's ring of asynchronous row copies may take (three programs an SM fit).
-_MAX_RING_BYTES = 64 * 1024
-#: A ring program writes its barriers: the metadata tables' two (and the scan's), none per group of rows.
-RING_PASS_CONFIGS = WRITTEN_BARRIERS_PASS_CONFIGS
-#: TileLang lowers vector global loads and stores to explicit 128-bit PTX (``tl::load_global_128`` and
-#: ``tl::store_global_128``), so no 16-byte store reaches nvcc as pieces it does not put back together.
-WIDE_STORES_PASS_CONFIGS = {"tl.enable_lower_ldgstg": True}
-
-
-def pass_configs(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> dict[str, bool] | None:
-    """The TileLang pass configs ``key``'s program compiles under (None: TileLang's defaults)."""
-    configs = {**(RING_PASS_CONFIGS if getattr(key, "stages", 0) else {}),
-               **(WIDE_STORES_PASS_CONFIGS if key.wide_stores else {})}
-    return configs or None
 
 
 @dataclass(frozen=True)
@@ -67,9 +52,6 @@ class ConvUpdateBuildKey:
     #: (``bench/layer_ops_sweep.py``; 0 = no cap).
     threads: int = 128
     registers: int = 64
-    #: Global accesses as explicit 128-bit PTX (``WIDE_STORES_PASS_CONFIGS``): nvcc stores most of this
-    #: program's 16-byte vectors in 4-byte pieces otherwise (backends/cuda/NOTES.md, ninth session).
-    wide_stores: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,11 +80,6 @@ class ConvVarlenBuildKey:
     tokens: int = 4
     registers: int = 128
     chunk: int = 64
-    #: Groups of ``tokens`` rows in flight per thread as asynchronous copies into its own shared
-    #: memory ring (0: one group ahead in registers); a sweep parameter like the above.
-    stages: int = 0
-    #: As ``ConvUpdateBuildKey.wide_stores`` (here nvcc splits the first token's store of each group).
-    wide_stores: bool = False
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
@@ -125,10 +102,6 @@ def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
             key.tokens >= key.width - 1 and 0 < key.chunk <= _MAX_CHUNK and key.chunk % key.tokens == 0):
         return (f"{name}: tokens={key.tokens} must be at least W - 1 and chunk={key.chunk} a positive multiple "
                 f"of tokens up to {_MAX_CHUNK}; use the defaults")
-    if isinstance(key, ConvVarlenBuildKey) and key.stages and not (
-            2 <= key.stages <= 8 and key.stages * key.tokens * key.threads * 16 <= _MAX_RING_BYTES):
-        return (f"{name}: stages={key.stages} must be 0 or in [2, 8], with a ring of stages x tokens x threads "
-                f"x 16 bytes within {_MAX_RING_BYTES} bytes of shared memory; use the defaults")
     return arch_refusal(name, key.arch)
 
 
@@ -271,7 +244,7 @@ def build_conv_update(key: ConvUpdateBuildKey) -> ConvLauncher:
         raise ValueError(reason)
 
     def make() -> ConvLauncher:
-        kernel = compile_prim_func(conv_update_program(key), key.arch, pass_configs(key))
+        kernel = compile_prim_func(conv_update_program(key), key.arch)
         return ConvLauncher(key, (kernel,), _make_update_run(key, direct_entry(kernel)))
 
     return cached_build(("conv_update", key), make)
@@ -284,7 +257,7 @@ def build_conv_varlen(key: ConvVarlenBuildKey) -> ConvLauncher:
         raise ValueError(reason)
 
     def make() -> ConvLauncher:
-        kernel = compile_prim_func(conv_varlen_program(key), key.arch, pass_configs(key))
+        kernel = compile_prim_func(conv_varlen_program(key), key.arch)
         return ConvLauncher(key, (kernel,), _make_varlen_run(key, direct_entry(kernel)))
 
     return cached_build(("conv_varlen", key), make)

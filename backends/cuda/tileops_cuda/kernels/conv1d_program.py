@@ -245,10 +245,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     NOTES.md, sixth session of 2026-12-02). Here a program runs ``chunk`` tokens in groups of ``tokens``: group
     ``g + 1``'s rows are loaded (16 bytes a thread a row) while group ``g`` is computed, the
     window before the current token rolls in float32 registers, so the only re-read is
-    ``W - 1`` rows a chunk, and the search runs once a chunk. With ``stages`` > 0 the rows go
-    through a ring in shared memory instead, ``stages - 1`` groups ahead as asynchronous copies
-    (``cp.async``, no registers held while in flight); each thread reads back only the slots it
-    filled itself.
+    ``W - 1`` rows a chunk, and the search runs once a chunk.
 
     Each token's role comes from one search per chunk, kept in shared memory as ``code``:
     ``-2`` uncovered (its output is zero), ``-1`` not this program's, ``0`` computed here,
@@ -272,7 +269,6 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     NG = C // G
     NCB = (D + TH * VC - 1) // (TH * VC)
     ROUNDS = (C + E + TH - 1) // TH  # of the per-token search, one token a thread a round
-    RS = key.stages  # groups in each thread's ring of asynchronous copies (0: registers, one group ahead)
     Tn, XS, S, BM, NI, NH, NBIAS = (T.dynamic(n) for n in ("T", "XS", "S", "BM", "NI", "NH", "NBIAS"))
     load_taps = _load_taps(key)
     find_sequence = _find_sequence(TH)
@@ -339,17 +335,6 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             xw[(W1 - 1) * VC + v] = T.cast(rows[r * VC + v], f32)
 
     @T.macro
-    def issue_group(x, ring, tid, cc0, t0, g):
-        """Ring layout: this thread's rows of group ``g`` (the chunk's groups, then ``g == NG``, its
-        head tokens past the end: rows ``C ..``, which ``g * G`` is) into its own ring slots as asynchronous 16-byte copies, one
-        commit group. Rows past T are clamped to the last row: what they feed is never written
-        (``token`` writes no output past T, and nothing after such a row is this program's)."""
-        for i in T.unroll(G):
-            T.ptx_cp_async(T.access_ptr(ring[(((g % RS) * G + i) * TH + tid) * VC], "w", VC),
-                           T.access_ptr(x[T.min(t0 + g * G + i, Tn - 1), cc0], "r", VC), VC)  # fmt: skip
-        T.ptx_commit_group()
-
-    @T.macro
     def run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xt, accv, ov, xs, c0, t0,
                   g):  # fmt: skip
         """The tokens of group ``g`` (its rows in ``xs``): the fast path where no sequence starts in
@@ -407,7 +392,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             accv = T.alloc_local((VC,), f32)
             ov = T.alloc_local((VC,), dt)
             # -- loads that need no metadata first: taps, the window rows before the chunk, the
-            # first group(s); in flight during the search ----------------------------------------
+            # first group; in flight during the search ------------------------------------------
             if c0 < D:
                 load_taps(weight, bias, wv, bv, c0)
                 for k in T.unroll(W1):
@@ -419,17 +404,6 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                     else:
                         for v in T.unroll(VC):
                             xw[k * VC + v] = T.float32(0)
-            if RS:
-                # Every thread issues (a column past D reads the last vector, never used): the warp
-                # barriers that fence the ring below need every lane.
-                ring = T.alloc_shared((RS * G * TH * VC,), dt)  # each thread's own slots: RS groups of G rows
-                cc0 = T.min(c0, D - VC)
-                for g in T.unroll(RS - 1):
-                    if g <= NG:
-                        issue_group(x, ring, tid, cc0, t0, g)
-                    else:
-                        T.ptx_commit_group()  # empty: RS - 1 groups are always committed ahead
-            elif c0 < D:
                 for i in T.unroll(G):
                     if t0 + i < Tn:
                         for e in T.vectorized(VC):
@@ -484,25 +458,6 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             if c0 < D:
                 for q in T.unroll(VC * W):
                     wf[q] = T.cast(wv[q], f32)
-            if RS:
-                for g in T.serial(NG + 1):  # the chunk's groups, then its head tokens past the end
-                    # The copy and wait instructions are opaque to nvcc's memory model (no clobber), so
-                    # warp barriers fence the ring's reads: the last group's before its slot is refilled,
-                    # this group's after its copies are waited for.
-                    T.sync_warp()
-                    if g + RS - 1 <= NG:
-                        issue_group(x, ring, tid, cc0, t0, g + RS - 1)
-                    else:
-                        T.ptx_commit_group()  # an empty group: the wait below always leaves RS - 1 pending
-                    T.ptx_wait_group(RS - 1)
-                    T.sync_warp()
-                    if c0 < D:
-                        for i in T.unroll(G):
-                            for e in T.vectorized(VC):
-                                xs[i * VC + e] = ring[(((g % RS) * G + i) * TH + tid) * VC + e]
-                        run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xt, accv,
-                                  ov, xs, c0, t0, g)  # fmt: skip
-            elif c0 < D:
                 xn = T.alloc_local((G * VC,), dt)  # the next group's rows, in flight during this group
                 for g in T.serial(NG + 1):  # the chunk's groups, then its head tokens past the end
                     if g + 1 < NG:

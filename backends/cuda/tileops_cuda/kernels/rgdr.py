@@ -25,13 +25,12 @@ from typing import Any, Callable
 
 from ._common import ELEM_BYTES as _ELEM_BYTES
 from ._common import SUPPORTED_ARCHS as _SUPPORTED_ARCHS
-from ._common import WRITTEN_BARRIERS_PASS_CONFIGS, cached_build, compile_many, compile_prim_func, direct_entry
-from .rgdr_program import L2NORM_EPS, rgdr_program, stream_shared_bytes
+from ._common import cached_build, compile_many, compile_prim_func, direct_entry
+from .rgdr_program import L2NORM_EPS, rgdr_program
 
 __all__ = [
     "L2NORM_EPS",
     "MAX_TOKENS",
-    "RING_PASS_CONFIGS",
     "RGDRBuildKey",
     "RGDRLauncher",
     "RGDRSchedule",
@@ -120,14 +119,6 @@ class RGDRTiling:
     the dependent chain before the state load from three round trips to memory (length,
     then slot, then state) to two. The launcher runs it only for calls with as many tokens
     as sequences, in the roles :class:`RGDRSchedule`'s ``speculating`` lists.
-
-    ``ring`` (streamed layout only, opt-in): 0 keeps the next row chunk in flight as register
-    loads; ``n`` in [2, 8] keeps the next ``n - 1`` chunks in flight as asynchronous copies
-    (``cp.async``) into each thread's own shared-memory slots, which hold no registers while
-    in flight. Each thread copies exactly the 16-byte runs it later reads, so no slot is
-    shared between threads. Same arithmetic, same bits as ``ring=0``; only the load path
-    differs. Why: the H200 streamed programs stay latency-bound on memory with one chunk in
-    flight per program (backends/cuda/NOTES.md, eighth and ninth sessions of 2026-12-03).
     """
 
     threads: int = 128
@@ -136,7 +127,6 @@ class RGDRTiling:
     min_blocks: int = 4
     stream: bool = False
     speculate: bool = False
-    ring: int = 0
 
     @property
     def block_v(self) -> int:
@@ -196,13 +186,6 @@ class RGDRSchedule:
 
 
 _STREAM_SMEM_LIMIT = 48 * 1024
-#: An H200 SM's shared memory, what one block may take of it, and what the system reserves per
-#: resident block: a ring tiling must fit ``min_blocks`` programs an SM.
-_SM_SMEM, _BLOCK_SMEM_MAX, _BLOCK_SMEM_RESERVED = 228 * 1024, 227 * 1024, 1024
-#: A ring program writes its barriers: the staging buffers' (the plain streamed program lowers to the same
-#: barriers with TileLang's inference on or off: tests/test_rgdr_lowering.py), none per row chunk, where
-#: inference would add one before each chunk's copies and one before each token chunk's run.
-RING_PASS_CONFIGS = WRITTEN_BARRIERS_PASS_CONFIGS
 
 # The schedule rule, as data (chosen by bench_cuda.py's sweep on the H200, see NOTES.md):
 # state bytes -> (small, large, sequences from which large runs, short, sequences from which
@@ -268,35 +251,6 @@ def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | N
         return (
             f"RGDR TileLang kernel (stream layout): {group_rows} value rows per key head need "
             f"{tiling.chunk * group_rows * 4} bytes of staged values (> {_STREAM_SMEM_LIMIT}); use a tiled layout"
-        )
-    return _ring_refusal(key, tiling) if tiling.ring else None
-
-
-def _ring_refusal(key: RGDRBuildKey, tiling: RGDRTiling) -> str | None:
-    """Why ``tiling``'s state ring cannot serve ``key`` (see :func:`rgdr_refusal`)."""
-    if not 2 <= tiling.ring <= 8:
-        return f"RGDR TileLang kernel: ring={tiling.ring} must be 0 (register prefetch) or in [2, 8]"
-    if not tiling.stream:
-        return f"RGDR TileLang kernel: ring={tiling.ring} is written for the streamed layout only; set stream=True"
-    if tiling.speculate:
-        return (
-            f"RGDR TileLang kernel: ring={tiling.ring} is not written for the speculative program (its guessed "
-            "first chunk loads into registers before the metadata resolves); use speculate=False or ring=0"
-        )
-    run = min(key.head_k_dim // tiling.threads_per_row * _ELEM_BYTES[key.state_dtype], 16)
-    if run < 4:
-        return (
-            f"RGDR TileLang kernel: ring={tiling.ring} copies each lane's run of state columns asynchronously, "
-            f"4 bytes at least; head_k_dim={key.head_k_dim} over threads_per_row={tiling.threads_per_row} lanes "
-            f"of {key.state_dtype} gives {run}; use fewer threads_per_row or ring=0"
-        )
-    smem = stream_shared_bytes(key, tiling)
-    if smem > _BLOCK_SMEM_MAX or tiling.min_blocks * (smem + _BLOCK_SMEM_RESERVED) > _SM_SMEM:
-        return (
-            f"RGDR TileLang kernel: ring={tiling.ring} of {tiling.block_v}-row chunks takes {smem} bytes of shared "
-            f"memory per program with its staging; min_blocks={tiling.min_blocks} such programs do not fit on one "
-            f"SM ({_SM_SMEM} bytes an SM, {_BLOCK_SMEM_RESERVED} reserved per program, at most {_BLOCK_SMEM_MAX} "
-            "per program); lower ring, rows_per_thread or min_blocks"
         )
     return None
 
@@ -444,8 +398,7 @@ def build_rgdr(key: RGDRBuildKey, tiling: RGDRTiling | RGDRSchedule | None = Non
             raise ValueError(reason)
 
     def compile_one(t: RGDRTiling) -> Any:
-        configs = RING_PASS_CONFIGS if t.ring else None
-        return cached_build(("rgdr-kernel", key, t), lambda: compile_prim_func(rgdr_program(key, t), key.arch, configs))
+        return cached_build(("rgdr-kernel", key, t), lambda: compile_prim_func(rgdr_program(key, t), key.arch))
 
     def make() -> RGDRLauncher:
         import torch

@@ -14,8 +14,6 @@ Kernel shape (why it looks like this; numbers in backends/cuda/NOTES.md):
   ``GRP*DV`` rows; rows of the state evolve independently, so the program streams
   ``BV``-row chunks through registers, the next chunk's state loading while the current one
   runs every token. The metadata chain and q/k staging are paid once per program.
-  With ``ring`` (opt-in) the next ``ring - 1`` chunks are in flight at once as asynchronous
-  copies (``cp.async``) into each thread's own shared-memory slots, holding no registers.
 * Inside a program a state row belongs to ``threads_per_row`` consecutive lanes, each owning
   16-byte runs interleaved across the lanes (coalesced); both row dot products end in xor
   shuffles: no shared memory or barrier per token.
@@ -43,54 +41,12 @@ from .rgdr_pieces import L2NORM_EPS, pow2_at_most, rgdr_pieces
 if TYPE_CHECKING:
     from .rgdr import RGDRBuildKey, RGDRTiling
 
-__all__ = ["L2NORM_EPS", "rgdr_program", "rgdr_signature", "stream_shared_buffers", "stream_shared_bytes"]
-
-
-def stream_shared_buffers(key: "RGDRBuildKey", tiling: "RGDRTiling") -> dict[str, tuple[tuple[int, ...], str]]:
-    """The streamed layout's shared-memory buffers, name -> (shape, dtype), in allocation order:
-    one table both the program (which allocates them) and the host's refusal (which sums their
-    bytes, :func:`stream_shared_bytes`) read.
-
-    ``red``: the span's warp sums; ``qk_s``, ``v_s``, ``b_s``, ``d_s``, ``sl_s``, ``w_s``
-    (``dv_s`` with per-column decays): a token chunk staged for the key-head group; ``ring``
-    (``tiling.ring`` > 0): each thread's ``ring`` stages of its ``R`` rows' 16-byte runs.
-    """
-    f32, i32 = "float32", "int32"
-    C, GRP, DK = tiling.chunk, key.num_v_heads // key.num_k_heads, key.head_k_dim
-    buffers = {
-        "red": ((tiling.threads // 32,), i32),
-        "qk_s": ((C, 2, DK), f32),
-        "v_s": ((C, GRP * key.head_v_dim), f32),
-        "b_s": ((C, GRP), f32),
-        "d_s": ((C, GRP), f32),
-        "sl_s": ((C,), i32),
-        "w_s": ((C,), i32),
-    }
-    if key.gk_form == "vector":
-        buffers["dv_s"] = ((C, GRP, DK), f32)
-    if tiling.ring:
-        buffers["ring"] = ((tiling.ring * tiling.block_v * DK,), key.state_dtype)
-    return buffers
-
-
-def stream_shared_bytes(key: "RGDRBuildKey", tiling: "RGDRTiling") -> int:
-    """Bytes of :func:`stream_shared_buffers` laid out disjoint, as a ring program compiles them
-    (TileLang starts each at a multiple of 16 bytes)."""
-    total = 0
-    for shape, dtype in stream_shared_buffers(key, tiling).values():
-        n = _ELEM_BYTES[dtype]
-        for d in shape:
-            n *= d
-        total += -(-n // 16) * 16
-    return total
+__all__ = ["L2NORM_EPS", "rgdr_program", "rgdr_signature"]
 
 
 def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C901 - one kernel, read top to bottom
     """The TileLang PrimFunc for ``key`` laid out by ``tiling``."""
     import tilelang.language as T
-
-    if tiling.ring and (tiling.speculate or not tiling.stream):  # the build refuses these (rgdr_refusal)
-        raise ValueError(f"RGDR program: a state ring needs the streamed layout without speculation, got {tiling}")
 
     f32, i32 = "float32", "int32"
     NK, NV, DK, DV = key.num_k_heads, key.num_v_heads, key.head_k_dim, key.head_v_dim
@@ -170,7 +126,6 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
     NCH = GRP * DV // BV  # row chunks of one key-head group (stream mode)
     GR = GRP * DV  # rows of one key-head group
     VV = pow2_at_most(GR, 16 // _ELEM_BYTES[key.input_dtype])  # value staging vector width
-    shared = stream_shared_buffers(key, tiling)
 
     @T.macro
     def stage_group(value, beta, slots, g, gk, tid, hk, start, L, base, v_s, b_s, d_s, sl_s, w_s, dv_s):
@@ -222,32 +177,6 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                         T.cast(0, rdt),
                     )  # fmt: skip
 
-    RS = tiling.ring  # stages of each thread's ring of asynchronous state copies (0: one chunk in registers)
-    NCC = EPT // SV  # 16-byte runs of a lane in one state row
-
-    def ring_at(stage, r, cc, tid, e):
-        """Where element ``e`` of run ``cc`` of this thread's row ``r`` lies in ring stage
-        ``stage``: consecutive threads' runs are consecutive 16 bytes (no bank conflicts)."""
-        return (((stage * R + r) * NCC + cc) * THREADS + tid) * SV + e
-
-    @T.macro
-    def issue_chunk(state, ring, slot, hk, rc, stage, live, rg, lane, tid):
-        """Ring: one commit group holding, when ``live``, this thread's runs of row chunk ``rc``
-        (the ones :func:`load_chunk` reads) in its slots of stage ``stage``, as asynchronous
-        16-byte copies; empty otherwise, so that every wait leaves exactly ``RS - 1`` groups
-        pending. A padding slot (``slot < 0``) reads nothing and fills zeros (the copy's source
-        size is 0; its address is clamped to slot 0 all the same)."""
-        if live:
-            for r in T.unroll(R):
-                for cc in T.unroll(NCC):
-                    T.ptx_cp_async(
-                        T.access_ptr(ring[ring_at(stage, r, cc, tid, 0)], "w", SV),
-                        T.access_ptr(state[T.max(slot, 0), hk * GRP + T.truncdiv(rc * BV, DV),
-                                           T.truncmod(rc * BV, DV) + r * ROWS + rg, col(cc, lane, SV, 0)], "r", SV),
-                        SV, predicate=slot >= 0,
-                    )  # fmt: skip
-        T.ptx_commit_group()
-
     @T.macro
     def body_stream(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
         with T.Kernel(NK * splits, NB, threads=THREADS) as (bx, by):
@@ -264,20 +193,17 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
             c_lo = T.truncmod(bx, splits) * T.truncdiv(NCH + splits - 1, splits)
             nch = T.max(T.min(NCH - c_lo, T.truncdiv(NCH + splits - 1, splits)), 0)
 
-            red = T.alloc_shared(*shared["red"])
-            qk_s = T.alloc_shared(*shared["qk_s"])
-            v_s = T.alloc_shared(*shared["v_s"])
-            b_s = T.alloc_shared(*shared["b_s"])
-            d_s = T.alloc_shared(*shared["d_s"])
-            sl_s = T.alloc_shared(*shared["sl_s"])
-            w_s = T.alloc_shared(*shared["w_s"])
-            dv_s: Any = T.alloc_shared(*shared["dv_s"]) if vector_decay else None  # read only when vector_decay
+            red = T.alloc_shared((NWARP,), i32)
+            qk_s = T.alloc_shared((C, 2, DK), f32)
+            v_s = T.alloc_shared((C, GR), f32)
+            b_s = T.alloc_shared((C, GRP), f32)
+            d_s = T.alloc_shared((C, GRP), f32)
+            sl_s = T.alloc_shared((C,), i32)
+            w_s = T.alloc_shared((C,), i32)
+            dv_s: Any = T.alloc_shared((C, GRP, DK), f32) if vector_decay else None  # read only when vector_decay
 
             Sa, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sa: the chunk being run
-            if RS:
-                ring = T.alloc_shared(*shared["ring"])  # each thread's own slots: RS stages of its R rows
-            else:
-                Sb = T.alloc_local((R, EPT), rdt)  # the next chunk, loading meanwhile
+            Sb = T.alloc_local((R, EPT), rdt)  # the next chunk, loading meanwhile
             if speculate:
                 # The decode layout's guess, as in the tiled layout (there).
                 slot = T.alloc_var(i32)
@@ -294,22 +220,17 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                 T.sync_threads()  # a hit's staging is complete
             else:
                 start, L, slot = P.sequence_first_slot(seq_meta, nacc, slots, Tn, S, by, tid, red)
-                if RS:
-                    # the first RS - 1 chunks of this program's rows in flight (empty groups past them)
-                    for st in T.unroll(RS - 1):
-                        issue_chunk(state, ring, slot, hk, c_lo + st, st, L > 0 and st < nch, rg, lane, tid)
-                else:
-                    # first chunk of this program's rows (written out: through `load_chunk` the
-                    # bound arguments cost this layout 4 registers)
-                    for r in T.unroll(R):
-                        for cc in T.unroll(EPT // SV):
-                            for e in T.vectorized(SV):
-                                Sa[r, cc * SV + e] = T.if_then_else(
-                                    slot >= 0 and L > 0 and nch > 0,
-                                    state[slot, hk * GRP + T.truncdiv(c_lo * BV, DV),
-                                          T.truncmod(c_lo * BV, DV) + r * ROWS + rg, col(cc, lane, SV, e)],
-                                    T.cast(0, rdt),
-                                )  # fmt: skip
+                # first chunk of this program's rows (written out: through `load_chunk` the
+                # bound arguments cost this layout 4 registers)
+                for r in T.unroll(R):
+                    for cc in T.unroll(EPT // SV):
+                        for e in T.vectorized(SV):
+                            Sa[r, cc * SV + e] = T.if_then_else(
+                                slot >= 0 and L > 0 and nch > 0,
+                                state[slot, hk * GRP + T.truncdiv(c_lo * BV, DV),
+                                      T.truncmod(c_lo * BV, DV) + r * ROWS + rg, col(cc, lane, SV, e)],
+                                T.cast(0, rdt),
+                            )  # fmt: skip
             ntc = T.ceildiv(L, C)
             if L > 0:
                 rc = T.alloc_var(i32)
@@ -321,24 +242,16 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                     hl = T.truncdiv(rc * BV, DV)
                     h = hk * GRP + hl
                     v0 = T.truncmod(rc * BV, DV)
-                    if RS:
-                        # The copy and wait instructions are opaque to nvcc's memory model (no memory
-                        # clobber), so warp barriers fence the ring: the last chunk's reads happen
-                        # before its stage is refilled here, and this chunk's after its wait below.
-                        T.sync_warp()
-                        issue_chunk(state, ring, slot, hk, rc + RS - 1, (ci + RS - 1) % RS, ci + RS - 1 < nch, rg,
-                                    lane, tid)  # fmt: skip
-                    else:
-                        # Prefetch: the next chunk's state is in flight while this one runs.
-                        for r in T.unroll(R):
-                            for cc in T.unroll(EPT // SV):
-                                for e in T.vectorized(SV):
-                                    Sb[r, cc * SV + e] = T.if_then_else(
-                                        slot >= 0 and ci + 1 < nch,
-                                        state[slot, hk * GRP + T.truncdiv((rc + 1) * BV, DV),
-                                              T.truncmod((rc + 1) * BV, DV) + r * ROWS + rg, col(cc, lane, SV, e)],
-                                        T.cast(0, rdt),
-                                    )  # fmt: skip
+                    # Prefetch: the next chunk's state is in flight while this one runs.
+                    for r in T.unroll(R):
+                        for cc in T.unroll(EPT // SV):
+                            for e in T.vectorized(SV):
+                                Sb[r, cc * SV + e] = T.if_then_else(
+                                    slot >= 0 and ci + 1 < nch,
+                                    state[slot, hk * GRP + T.truncdiv((rc + 1) * BV, DV),
+                                          T.truncmod((rc + 1) * BV, DV) + r * ROWS + rg, col(cc, lane, SV, e)],
+                                    T.cast(0, rdt),
+                                )  # fmt: skip
                     for tc in T.serial(ntc):
                         base = tc * C
                         # Stage a token chunk: once per program when the sequence fits one chunk
@@ -351,14 +264,6 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                                 stage_group(value, beta, slots, g, gk, tid, hk, start, L, base, v_s, b_s, d_s, sl_s,
                                             w_s, dv_s)  # fmt: skip
                                 T.sync_threads()
-                        if RS:
-                            if tc == 0:  # after the first staging: its loads overlap this chunk's copies
-                                T.ptx_wait_group(RS - 1)  # this chunk's group has landed
-                                T.sync_warp()
-                                for r in T.unroll(R):
-                                    for cc in T.unroll(NCC):
-                                        for e in T.vectorized(SV):
-                                            Sa[r, cc * SV + e] = ring[ring_at(ci % RS, r, cc, tid, e)]
 
                         # -- the recurrence on this chunk's rows, token by token --------------
                         for c2 in T.serial(C):
@@ -370,10 +275,9 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                                 P.token_step(state, out, Sa, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, lane, rg,
                                              h, v0, rc * BV, start + base + c2, b_s[c2, hl],
                                              d_s[c2, hl] if scalar_decay else T.float32(1))  # fmt: skip
-                    if not RS:
-                        for r in T.unroll(R):
-                            for i in T.unroll(EPT):
-                                Sa[r, i] = Sb[r, i]
+                    for r in T.unroll(R):
+                        for i in T.unroll(EPT):
+                            Sa[r, i] = Sb[r, i]
             P.zero_uncovered(out, Tn, NB, by, tid, start, L, hk * GR + c_lo * BV, nch * BV)
 
     if tiling.stream:
