@@ -109,7 +109,8 @@ def kernel_row(i: dict, rec: dict, ref_out: torch.Tensor, ref_pool: torch.Tensor
     NV, DV = i["value"].shape[1:]
     major, minor = torch.cuda.get_device_capability()
     name = lambda t: str(t.dtype).replace("torch.", "")  # noqa: E731
-    key = ChunkGDRBuildKey(name(i["query"]), name(i["state"]), NK, NV, DK, DV, f"sm_{major}{minor}")
+    key = ChunkGDRBuildKey(name(i["query"]), name(i["state"]), NK, NV, DK, DV, f"sm_{major}{minor}",
+                           cu_dtype=name(i["cu_seqlens"]), slot_dtype=name(i["ssm_state_indices"]))
     reason = chunk_gdr_refusal(key)
     if reason is not None:
         rec["kernel_refusal"] = reason

@@ -41,7 +41,8 @@ def _dtype_name(t) -> str:
 def _key(inputs, arch: str, stages: int = 2) -> ChunkGDRBuildKey:
     T, NK, DK = inputs["query"].shape
     NV, DV = inputs["value"].shape[1:]
-    return ChunkGDRBuildKey(_dtype_name(inputs["query"]), _dtype_name(inputs["state"]), NK, NV, DK, DV, arch, stages)
+    return ChunkGDRBuildKey(_dtype_name(inputs["query"]), _dtype_name(inputs["state"]), NK, NV, DK, DV, arch, stages,
+                            _dtype_name(inputs["cu_seqlens"]), _dtype_name(inputs["ssm_state_indices"]))
 
 
 def _rel(got, ref) -> float:
@@ -176,6 +177,32 @@ def test_a_16_bit_state_pool_is_read_and_written_once_at_its_dtype(arch, cuda_de
 def test_without_has_initial_state_every_sequence_starts_from_zeros(arch, cuda_device, gen):
     inputs = _case([65, 200, 1], cuda_device[0], gen, initial=False)
     _check(inputs, {"use_qk_l2norm_in_kernel": True}, arch, by_recurrence=True)
+
+
+@pytest.mark.parametrize("B", [1, 255, 256, 700])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_the_metadata_kernel_writes_int32_metadata_and_the_chunk_table(B, index_dtype, arch, cuda_device):
+    """Across its blocks of sequences (256 a block), in both index dtypes; lengths of 0..200 and,
+    as unchecked metadata may hold, a decreasing pair (a floor of a negative count, as torch's)."""
+    import torch
+
+    from tileops_cuda.kernels._common import direct_entry
+
+    dev, idt = cuda_device[0], getattr(torch, index_dtype)
+    lengths = torch.randint(0, 200, (B,), generator=torch.Generator().manual_seed(B))
+    cu = torch.nn.functional.pad(lengths.cumsum(0), (1, 0))
+    if B > 2:
+        cu[2] = cu[1] - 70  # decreasing: a count of floor((-70 + 63) / 64) = -1, then a longer one
+    slots = torch.randperm(B + 5, generator=torch.Generator().manual_seed(7))[:B] - 1  # -1 included
+    key = ChunkGDRBuildKey("bfloat16", "float32", 2, 4, 128, 128, arch, cu_dtype=index_dtype, slot_dtype=index_dtype)
+    meta = direct_entry(build_chunk_gdr(key).kernels[0])
+    got = torch.full((3 * B + 2,), -7, dtype=torch.int32, device=dev)
+    meta(cu.to(idt).to(dev), slots.to(idt).to(dev), got[:B + 1], got[2 * B + 2:], got[B + 1:2 * B + 2])
+    torch.cuda.synchronize()
+    counts = torch.div(cu[1:] - cu[:-1] + 63, 64, rounding_mode="floor")
+    table = torch.nn.functional.pad(counts.cumsum(0), (1, 0))
+    expected = torch.cat([cu, table, slots]).int()
+    assert torch.equal(got.cpu(), expected)
 
 
 def test_many_short_sequences_share_one_launch(arch, cuda_device, gen):

@@ -1,8 +1,9 @@
-"""The chunked gated delta rule's host side, without a GPU: refusals, the chunk table, the launch order.
+"""The chunked gated delta rule's host side, without a GPU: refusals, the metadata buffers, the launch order.
 
 The compiled kernels are stood in for by functions that record their arguments, so what the
-launcher hands them (the device-made chunk table, the chunk bound that sizes the grids, the
-runtime flags) is checked on the CPU.
+launcher hands them (the int32 metadata the first kernel writes and the others read, the
+chunk bound that sizes the grids, the runtime flags) is checked on the CPU; what the
+metadata kernel writes is checked on the GPU (``test_chunk_gdr_gpu.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ KEY = chunk_gdr.ChunkGDRBuildKey("bfloat16", "float32", 2, 4, 64, 64)
     ("input_dtype", "float16", "bfloat16"), ("input_dtype", "float32", "bfloat16"),
     ("state_dtype", "int8", "state dtype"), ("num_v_heads", 5, "multiple"), ("head_k_dim", 16, "DK=16"),
     ("head_v_dim", 32, "DV=32"), ("arch", "sm_75", "sm_75"), ("stages", 5, "stages"),
+    ("cu_dtype", "int16", "cu_dtype int16"), ("slot_dtype", "uint8", "slot_dtype uint8"),
 ])
 def test_what_the_kernels_were_not_written_for_is_refused_by_name(field, value, named):
     reason = chunk_gdr.chunk_gdr_refusal(dataclasses.replace(KEY, **{field: value}))
@@ -41,7 +43,7 @@ def _recorded_call(lengths, has_initial_state=True):
             calls[name] = args
         return fn
 
-    run = chunk_gdr._make_run(KEY, record("wy"), record("state"), record("out"))
+    run = chunk_gdr._make_run(KEY, record("meta"), record("wy"), record("state"), record("out"))
     B, T = len(lengths), sum(lengths)
     gen = torch.Generator().manual_seed(0)
     inputs = dict(query=torch.randn(T, 2, 64, generator=gen).bfloat16(), key=torch.randn(T, 2, 64).bfloat16(),
@@ -55,13 +57,17 @@ def _recorded_call(lengths, has_initial_state=True):
 
 
 @pytest.mark.parametrize("lengths", [[1], [64], [65, 0, 63], [1000, 1, 64, 129, 0]])
-def test_the_chunk_table_counts_each_sequences_chunks_and_the_grid_bound_covers_them(lengths):
+def test_the_metadata_kernel_writes_what_the_others_read_and_the_grid_bound_covers_every_chunk(lengths):
     calls, out = _recorded_call(lengths)
-    chunks = calls["wy"][5]
-    expected = [0, *torch.tensor([math.ceil(n / 64) for n in lengths]).cumsum(0).tolist()]
-    assert chunks.dtype == torch.int32 and chunks.tolist() == expected
+    B = len(lengths)
+    cu_seqlens, slots_in, cu, slots, chunks = calls["meta"]
+    assert cu_seqlens.dtype == slots_in.dtype == torch.int64  # read as given, converted in the kernel
+    assert all(t.dtype == torch.int32 for t in (cu, slots, chunks))
+    assert (cu.shape[0], chunks.shape[0], slots.shape[0]) == (B + 1, B + 1, B)
+    assert calls["wy"][4] is cu and calls["wy"][5] is chunks and calls["state"][6] is slots
+    assert calls["out"][6] is cu and calls["out"][7] is chunks
     bound = calls["wy"][6].shape[0]  # W is [NC, 64, NV, DK]: the grids' chunk count
-    assert bound >= expected[-1] and bound == (sum(lengths) + 63 * len(lengths)) // 64
+    assert bound >= sum(math.ceil(n / 64) for n in lengths) and bound == (sum(lengths) + 63 * B) // 64
     assert calls["out"][8] is out and calls["out"][-1] == pytest.approx(64**-0.5)
 
 

@@ -52,7 +52,7 @@ STAND_INS = {
         lambda key: SimpleNamespace(run=moe_grouped_experts._make_run(key, (_unused,) * 3, (_unused,) * 3)),
     "build_moe_shared_expert":
         lambda key: SimpleNamespace(run=moe_shared_expert._make_run(key, (_unused,) * 3, (_unused,) * 2)),
-    "build_chunk_gdr": lambda key: SimpleNamespace(run=chunk_gdr._make_run(key, _unused, _unused, _unused)),
+    "build_chunk_gdr": lambda key: SimpleNamespace(run=chunk_gdr._make_run(key, _unused, _unused, _unused, _unused)),
     "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused)),
     "build_attention_decode": lambda key: SimpleNamespace(
         run=attention_decode._make_run(key, lambda block_size, schedule: _unused, lambda kind: _unused)),

@@ -166,14 +166,14 @@ class TileLangMoESharedExpert(TileLangImpl, MoESharedExpertKernel):
 
 
 class TileLangChunkGDR(TileLangImpl, ChunkGDRKernel):
-    """The chunked gated delta rule (three kernels: W/U per chunk, the state walk, the outputs); the
+    """The chunked gated delta rule (four kernels: metadata, W/U per chunk, the state walk, the outputs); the
     l2 norm and ``has_initial_state`` are runtime flags, so one build serves every call of a head shape."""
 
     @classmethod
     def key(cls, call: CallSpec) -> ChunkGDRBuildKey:
         d, dims = call.dtypes, call.dims
         return ChunkGDRBuildKey(d["query"], d["state"], int(dims["NK"]), int(dims["NV"]), int(dims["DK"]),
-                                int(dims["DV"]), call.arch)
+                                int(dims["DV"]), call.arch, cu_dtype=d["cu_seqlens"], slot_dtype=d["ssm_state_indices"])
 
     @classmethod
     def reason(cls, call: CallSpec, key: ChunkGDRBuildKey) -> str | None:
@@ -184,6 +184,8 @@ class TileLangChunkGDR(TileLangImpl, ChunkGDRKernel):
         # `run` takes the interface's arguments, then `out`; the interface's needs_contiguous
         # means the core already made every tensor contiguous.
         return build_chunk_gdr(key).run
+
+
 class TileLangAttentionDecode(TileLangImpl, AttentionDecodeKernel):
     """GQA decode over a contiguous or paged KV cache: split across programs, then combined."""
 

@@ -24,6 +24,7 @@ __all__ = [
     "direct_entry",
     "dtype_name",
     "inverse_rms_macro",
+    "block_scan_macro",
     "programs_at_registers",
     "row_refusal",
 ]
@@ -228,3 +229,27 @@ def inverse_rms_macro(rows: int, cols: int, n: int) -> Any:
             rs[i] = T.rsqrt(rs[i] / T.float32(n) + eps)
 
     return inverse_rms
+
+
+def block_scan_macro(threads: int) -> Any:
+    """A TileLang macro ``(part, wsum, tid)``: ``part[0]`` (a one-element int32 local buffer, one a
+    thread: a macro cannot assign its caller's var) becomes the inclusive prefix sum over
+    threads ``0..tid`` of the block; ``wsum`` is an int32 shared
+    buffer of ``max(threads // 32, 1)`` entries, left holding each warp's total (one warp-shuffle
+    scan, one barrier; the caller fences before writing ``wsum`` again)."""
+    import tilelang.language as T
+
+    @T.macro
+    def block_scan(part, wsum, tid):
+        for off in T.unroll(5):  # inclusive scan within the warp
+            up = T.shfl_up(part[0], 1 << off)
+            if tid % 32 >= (1 << off):
+                part[0] = part[0] + up
+        if tid % 32 == 31:
+            wsum[tid // 32] = part[0]
+        T.sync_threads()
+        for w in T.unroll(max(threads // 32, 1)):
+            if w < tid // 32:
+                part[0] = part[0] + wsum[w]
+
+    return block_scan

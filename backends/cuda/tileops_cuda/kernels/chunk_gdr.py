@@ -1,14 +1,16 @@
 """The chunked gated delta rule (ChunkGatedDeltaRuleFwdOp) on NVIDIA GPUs: the host side.
 
-What gets compiled (:class:`ChunkGDRBuildKey`: dtypes, head counts and sizes, the arch;
+What gets compiled (:class:`ChunkGDRBuildKey`: dtypes, metadata dtypes, head counts and sizes, the arch;
 never B, T or the pool size, and not the presence of ``has_initial_state`` nor the l2 norm,
 which are runtime flags), what the kernels were not written for (:func:`chunk_gdr_refusal`),
 and how a call is launched. The programs are :mod:`tileops_cuda.kernels.chunk_gdr_program`.
 
 A launch never synchronises with the host (it captures into a CUDA graph): the chunk table
 ``cc`` (prefix sums of each sequence's chunk count) is made on the device from
-``cu_seqlens``, and the grids are sized by the bound ``(T + 63 B) // 64`` on the number of
-chunks. Per call it allocates the work buffers (through torch's caching allocator): ``W``,
+``cu_seqlens`` by the first of four kernels, which also converts the metadata to int32, and
+the grids are sized by the bound ``(T + 63 B) // 64`` on the number of chunks. (Five torch
+launches did that before, 170-220 us of host time a call on the H200's host, during which
+the GPU waited: backends/cuda/NOTES.md, tenth session.) Per call it allocates the work buffers (through torch's caching allocator): ``W``,
 ``U``, ``D`` (``[NC, 64, NV, D]`` bf16), the per-chunk states ``h`` (``[NC, NV, DK, DV]``
 bf16), the keys scaled for the state walk (``[NC, 64, NV, DK]`` bf16) and the cumulative
 decays and key scales (``[NV, NC, 64]`` float32).
@@ -29,12 +31,13 @@ from typing import Any, Callable
 
 from ._common import arch_refusal, cached_build, compile_prim_func, direct_entry
 from .chunk_gdr_program import (
-    CHUNK, chunk_gdr_output_program, chunk_gdr_state_program, chunk_gdr_wy_program,
+    CHUNK, chunk_gdr_meta_program, chunk_gdr_output_program, chunk_gdr_state_program, chunk_gdr_wy_program,
 )
 
 __all__ = ["ChunkGDRBuildKey", "ChunkGDRLauncher", "build_chunk_gdr", "chunk_gdr_refusal"]
 
 _STATE_DTYPES = ("float16", "bfloat16", "float32")
+_INDEX_DTYPES = ("int32", "int64")
 _HEAD_K_DIMS = (64, 128)
 _HEAD_V_DIMS = (64, 128)
 _INT32_LIMIT = 2**31 - 1
@@ -42,8 +45,10 @@ _INT32_LIMIT = 2**31 - 1
 
 @dataclass(frozen=True)
 class ChunkGDRBuildKey:
-    """The three kernels' build identity. ``stages``: the state walk's software pipeline depth
-    (``T.Pipelined``; 0 loads each chunk only when it is reached)."""
+    """The four kernels' build identity. ``cu_dtype`` and ``slot_dtype`` are those of
+    ``cu_seqlens`` and ``ssm_state_indices`` (the metadata kernel reads them as they are).
+    ``stages``: the state walk's software pipeline depth (``T.Pipelined``; 0 loads each chunk
+    only when it is reached)."""
 
     input_dtype: str
     state_dtype: str
@@ -53,6 +58,8 @@ class ChunkGDRBuildKey:
     head_v_dim: int
     arch: str = "sm_90"
     stages: int = 2
+    cu_dtype: str = "int32"
+    slot_dtype: str = "int32"
 
 
 def chunk_gdr_refusal(key: ChunkGDRBuildKey) -> str | None:
@@ -69,6 +76,9 @@ def chunk_gdr_refusal(key: ChunkGDRBuildKey) -> str | None:
         return f"{name}: DK={key.head_k_dim} is not one of {_HEAD_K_DIMS} (tile sizes); use the reference"
     if key.head_v_dim not in _HEAD_V_DIMS:
         return f"{name}: DV={key.head_v_dim} is not one of {_HEAD_V_DIMS} (tile sizes); use the reference"
+    for field in ("cu_dtype", "slot_dtype"):
+        if getattr(key, field) not in _INDEX_DTYPES:
+            return f"{name}: {field} {getattr(key, field)} is not one of {_INDEX_DTYPES}; use the reference"
     if key.stages not in (0, 1, 2, 3):
         return f"{name}: stages={key.stages} is not one of 0..3; use the reference"
     return arch_refusal(name, key.arch)
@@ -85,8 +95,8 @@ def _check_int32(T: int, B: int, S: int, key: ChunkGDRBuildKey) -> int:
     return NC
 
 
-def _make_run(build_key: ChunkGDRBuildKey, wy: Callable[..., Any], state_fn: Callable[..., Any],
-              out_fn: Callable[..., Any]) -> Callable[..., Any]:
+def _make_run(build_key: ChunkGDRBuildKey, meta_fn: Callable[..., Any], wy: Callable[..., Any],
+              state_fn: Callable[..., Any], out_fn: Callable[..., Any]) -> Callable[..., Any]:
     """The launch path; ``run``'s ``key`` is the op's key tensor (the interface's name), so the
     build key goes by another name here."""
     import torch
@@ -113,10 +123,9 @@ def _make_run(build_key: ChunkGDRBuildKey, wy: Callable[..., Any], state_fn: Cal
             return out  # nothing to write; a zero-sized grid is not launchable
         NC = _check_int32(T, B, state.shape[0], build_key)
         dev = value.device
-        cu = cu_seqlens.to(i32)
-        chunks = torch.zeros(B + 1, dtype=i32, device=dev)  # prefix sums of chunk counts, on the device
-        per_sequence = torch.div(cu[1:] - cu[:-1] + (CHUNK - 1), CHUNK, rounding_mode="floor")
-        torch.cumsum(per_sequence, 0, dtype=i32, out=chunks[1:])
+        meta = torch.empty(3 * B + 2, dtype=i32, device=dev)  # int32 cu_seqlens, chunk table, slots
+        cu, chunks, slots = meta[:B + 1], meta[B + 1:2 * B + 2], meta[2 * B + 2:]
+        meta_fn(cu_seqlens, ssm_state_indices, cu, slots, chunks)
         top = 1 << (B.bit_length() - 1)
         l2 = int(bool(use_qk_l2norm_in_kernel))
         w = torch.empty((NC, CHUNK, NV, DK), dtype=dt, device=dev)
@@ -128,7 +137,7 @@ def _make_run(build_key: ChunkGDRBuildKey, wy: Callable[..., Any], state_fn: Cal
         kscale = torch.empty((NV, NC, CHUNK), dtype=f32, device=dev)
         has = no_init(dev) if has_initial_state is None else has_initial_state.view(torch.uint8)
         wy(key, value, g, beta, cu, chunks, w, u, kf, gcum, kscale, top, top.bit_length(), l2)
-        state_fn(w, u, kf, gcum, cu, chunks, ssm_state_indices.to(i32), has, state, h, d,
+        state_fn(w, u, kf, gcum, cu, chunks, slots, has, state, h, d,
                  int(has_initial_state is not None))
         out_fn(query, key, gcum, kscale, h, d, cu, chunks, out, top, top.bit_length(), l2,
                float(default_scale if scale is None else scale))
@@ -138,7 +147,7 @@ def _make_run(build_key: ChunkGDRBuildKey, wy: Callable[..., Any], state_fn: Cal
 
 
 class ChunkGDRLauncher:
-    """The three compiled kernels of one build key and ``run``, the launch path: the op
+    """The four compiled kernels of one build key and ``run``, the launch path: the op
     interface's arguments followed by ``out`` (allocated when None); writes ``out`` and the
     pool in place on the current CUDA stream and returns ``out``."""
 
@@ -148,12 +157,12 @@ class ChunkGDRLauncher:
         self.run = run
 
     def source(self, index: int = 0) -> str:
-        """The generated CUDA source of one kernel (0: W/U, 1: states, 2: outputs)."""
+        """The generated CUDA source of one kernel (0: metadata, 1: W/U, 2: states, 3: outputs)."""
         return self.kernels[index].get_kernel_source()
 
 
 def build_chunk_gdr(key: ChunkGDRBuildKey) -> ChunkGDRLauncher:
-    """Compile the three kernels (once per process) and return their launcher; ValueError with the
+    """Compile the four kernels (once per process) and return their launcher; ValueError with the
     refusal reason if they were not written for ``key``."""
     reason = chunk_gdr_refusal(key)
     if reason is not None:
@@ -165,7 +174,8 @@ def build_chunk_gdr(key: ChunkGDRBuildKey) -> ChunkGDRLauncher:
         # too (sm_90a's register reconfiguration). Every H100/H200 runs sm_90a code.
         arch = "sm_90a" if key.arch == "sm_90" else key.arch
         kernels = tuple(compile_prim_func(program(key), arch) for program in
-                        (chunk_gdr_wy_program, chunk_gdr_state_program, chunk_gdr_output_program))
+                        (chunk_gdr_meta_program, chunk_gdr_wy_program, chunk_gdr_state_program,
+                         chunk_gdr_output_program))
         run = _make_run(key, *(direct_entry(k) for k in kernels))
         return ChunkGDRLauncher(key, kernels, run)
 

@@ -9,8 +9,12 @@ tokens and value head, with ``G`` the running sum of ``g`` from the chunk start,
 ``D = U − W h``, ``h ← e^{G_last} h + Kᵀ (e^{G_last−G} ⊙ D)``, and the output is
 ``O = (e^G ⊙ Q) h + (tril(e^{G_i−G_j}) ⊙ Q Kᵀ) D``, scaled.
 
-The three programs, in launch order (one CUDA stream, nothing synchronises):
+The programs, in launch order (one CUDA stream, nothing synchronises):
 
+0. ``meta``: one program. From ``cu_seqlens`` and the slots in their own integer dtypes, the
+   int32 metadata the others read: ``cu`` and the slots as int32 and the chunk table ``cc``
+   (one launch where torch took five: a prefix sum over the sequences in blocks of
+   ``META_THREADS``, each block one warp-shuffle scan and one barrier).
 1. ``wy``: one program per (chunk, value head). Loads the chunk's k, v, g, β (rows past the
    sequence's end are zero), forms the cumulative decays and, with in-kernel l2 norm, the
    key rows' inverse norms (applied as row/column scales, so k itself is never rounded
@@ -29,7 +33,7 @@ The three programs, in launch order (one CUDA stream, nothing synchronises):
    of each other: ``O`` from q, k, the stored ``h`` and ``D``; rows past the sequence's end
    are not stored.
 
-Varlen: ``cc [B + 1]`` (made on the device by the launcher) holds the prefix sums of each
+Varlen: ``cc [B + 1]`` (made on the device by ``meta``) holds the prefix sums of each
 sequence's chunk count; chunk ``c`` belongs to the last sequence ``b`` with ``cc[b] <= c``
 (a binary search of ``nbits`` halving steps from ``top``, the largest power of two <= B).
 Grids are sized by the bound ``NC = (T + 63 B) // 64`` on the chunk count, so nothing
@@ -45,18 +49,21 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
+from ._common import block_scan_macro
 from .rgdr_program import L2NORM_EPS
 
 if TYPE_CHECKING:
     from .chunk_gdr import ChunkGDRBuildKey
 
-__all__ = ["CHUNK", "THREADS", "chunk_gdr_output_program", "chunk_gdr_state_program", "chunk_gdr_wy_program",
-           "output_block_v", "state_block_v"]
+__all__ = ["CHUNK", "META_THREADS", "THREADS", "chunk_gdr_meta_program", "chunk_gdr_output_program",
+           "chunk_gdr_state_program", "chunk_gdr_wy_program", "output_block_v", "state_block_v"]
 
 #: Tokens per chunk (flash-linear-attention's and the reference's value).
 CHUNK = 64
 #: Threads per program, every kernel.
 THREADS = 128
+#: Threads of the metadata program (sequences summed a block at a time).
+META_THREADS = 256
 #: Rows of the diagonal blocks the inverse starts from.
 _SUB = 16
 
@@ -118,6 +125,52 @@ def _masked_rows_macro(T: Any, C: int, D: int, dt: str) -> Any:
             dst[i, d] = T.if_then_else(i < n, src[t0 + i, head, d], T.cast(0, dt))
 
     return masked_rows
+
+
+def chunk_gdr_meta_program(key: "ChunkGDRBuildKey") -> Any:
+    """Kernel 0: ``(cu_seqlens, slots, cu, slots32, cc)``: ``cu`` and ``slots32`` the first two as
+    int32, ``cc[0] = 0`` and ``cc[b + 1] = cc[b] + floor((cu[b + 1] - cu[b] + 63) / 64)``, the
+    chunk table (a floor, so metadata that is not increasing gives what torch's
+    ``div(..., rounding_mode="floor")`` gave, and the other programs mask as before)."""
+    import tilelang.language as T
+
+    i32, TH, C = "int32", META_THREADS, CHUNK
+    BM, NS = T.dynamic("BM"), T.dynamic("NS")
+    block_scan = block_scan_macro(TH)
+
+    @T.prim_func
+    def chunk_gdr_meta(
+        cu_seqlens: T.Tensor((BM,), key.cu_dtype),
+        slots: T.Tensor((NS,), key.slot_dtype),
+        cu: T.Tensor((BM,), i32),
+        slots32: T.Tensor((NS,), i32),
+        cc: T.Tensor((BM,), i32),
+    ):
+        with T.Kernel(1, threads=TH) as _:
+            tid = T.get_thread_binding()
+            wsum = T.alloc_shared((TH // 32,), i32)
+            carry = T.alloc_var(i32)
+            part = T.alloc_local((1,), i32)
+            carry = 0
+            if tid == 0:
+                cc[0] = 0
+            for r in T.serial(T.ceildiv(BM, TH)):
+                b = r * TH + tid
+                part[0] = 0
+                if b < BM:
+                    cu[b] = T.cast(cu_seqlens[b], i32)
+                if b < NS:
+                    slots32[b] = T.cast(slots[b], i32)
+                if b + 1 < BM:
+                    part[0] = T.floordiv(T.cast(cu_seqlens[b + 1], i32) - T.cast(cu_seqlens[b], i32) + (C - 1), C)
+                block_scan(part, wsum, tid)  # of the chunk counts
+                if b + 1 < BM:
+                    cc[b + 1] = carry + part[0]
+                for w in T.unroll(TH // 32):  # the block's total, the same in every thread
+                    carry = carry + wsum[w]
+                T.sync_threads()  # every thread has read wsum before the next block writes it
+
+    return chunk_gdr_meta
 
 
 def chunk_gdr_wy_program(key: "ChunkGDRBuildKey") -> Any:  # noqa: C901 - one kernel, read top to bottom

@@ -38,7 +38,7 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
-from ._common import programs_at_registers
+from ._common import block_scan_macro, programs_at_registers
 
 if TYPE_CHECKING:
     from .conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey
@@ -272,6 +272,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     Tn, XS, S, BM, NI, NH, NBIAS = (T.dynamic(n) for n in ("T", "XS", "S", "BM", "NI", "NH", "NBIAS"))
     load_taps = _load_taps(key)
     find_sequence = _find_sequence(TH)
+    block_scan = block_scan_macro(TH)
 
     @T.macro
     def token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov, rows, r, j, t, c0, starts):
@@ -415,23 +416,14 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             # (its first TH entries in shared memory; lengths-style metadata of fewer than TH
             # sequences is turned into them here, ``scan`` = 1) ----------------------------------
             if key.meta_lengths:
-                part = T.alloc_var(i32)
+                part = T.alloc_local((1,), i32)
                 wsum = T.alloc_shared((max(TH // 32, 1),), i32)
                 own_len = T.alloc_var(i32)
                 nb = BM - 1 + scan
                 own_len = T.if_then_else(scan != 0 and tid < BM, T.cast(cu[T.min(tid, BM - 1)], i32), 0)
-                part = own_len
-                for off in T.unroll(5):  # inclusive scan of the warp's lengths
-                    up = T.shfl_up(part, 1 << off)
-                    if tid % 32 >= (1 << off):
-                        part = part + up
-                if tid % 32 == 31:
-                    wsum[tid // 32] = part
-                T.sync_threads()
-                for w in T.unroll(max(TH // 32, 1)):
-                    if w < tid // 32:
-                        part = part + wsum[w]
-                cus[tid] = T.if_then_else(scan != 0, part - own_len, T.cast(cu[T.min(tid, nb)], i32))
+                part[0] = own_len
+                block_scan(part, wsum, tid)  # of the lengths
+                cus[tid] = T.if_then_else(scan != 0, part[0] - own_len, T.cast(cu[T.min(tid, nb)], i32))
             else:
                 nb = BM - 1
                 cus[tid] = T.cast(cu[T.min(tid, nb)], i32)
