@@ -143,10 +143,13 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # Update: B = 256 is 2056 programs of 128 threads, 2.6 waves at 76-79 registers (ncu: latency-bound). One
     # wave needs 32 registers (ptxas for sm_90a: 88 bytes spilled; 40 registers, 12 programs an SM: 48 bytes).
     # Several sequences a program, their loads issued together, measured 2-30% slower (tenth session, NOTES).
+    # Staged windows: the pool read and written as the block's consecutive vectors through shared memory.
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [{"threads": 64}, {"threads": 64, "registers": 0},
-                                                    {"registers": 32}, {"registers": 40},
-                                                    {"threads": 64, "registers": 32}]),
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}]),
+                                                    {"registers": 40}, {"staged_windows": True},
+                                                    {"staged_windows": True, "threads": 64},
+                                                    {"staged_windows": True, "threads": 256}]),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}, {"staged_windows": True},
+                                                        {"staged_windows": True, "threads": 64}]),
     # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, the next group in flight.
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", _conv_varlen_candidates()),

@@ -210,6 +210,35 @@ def test_update_sums_lengths_of_more_sequences_than_two_blocks_of_threads(arch, 
     _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, threads=32)
 
 
+@pytest.mark.parametrize("tile", [{"staged_windows": True}, {"staged_windows": True, "threads": 32}, {}],
+                         ids=["staged", "staged-32-threads", "registered"])
+@pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_update_windows_through_shared_memory_match_the_reference(tile, style, dtype, arch, cuda_device, gen):
+    """Staged windows: a channel block only partly inside D, empty sequences, a padding slot, one
+    to three tokens a sequence with accepted counts, and a slot two tokens of a sequence share
+    (its window stored once, after the later token)."""
+    import torch
+
+    dev = cuda_device[0]
+    lengths = [1, 0, 2, 3, 1, 1, 2, 0, 3, 1, 2, 1, 1]
+    accepted = [1, 1, 2, 2, 1, 1, 1, 1, 3, 1, 2, 1, 1]
+    B, T, D, W = len(lengths), sum(lengths), 1024 + 64, 4
+    meta = torch.tensor(lengths, device=dev, dtype=torch.int32)
+    if style == "cu_seqlens":
+        meta = torch.nn.functional.pad(meta.cumsum(0), (1, 0)).int()
+    slots = torch.randperm(T + 3, device=dev, generator=gen)[:T].int()
+    slots[3] = -1
+    slots[5] = slots[4]  # the second and third tokens of the fourth sequence
+    tdt = getattr(torch, dtype)
+    inputs = dict(x=torch.randn(T, D, device=dev, generator=gen).to(tdt),
+                  conv_state=torch.randn(T + 3, D, W - 1, device=dev, generator=gen).to(tdt),
+                  weight=torch.randn(D, W, device=dev, generator=gen).to(tdt), actual_seq_lengths=meta,
+                  conv_state_indices=slots, bias=torch.randn(D, device=dev, generator=gen).to(tdt),
+                  num_accepted_tokens=torch.tensor(accepted, device=dev, dtype=torch.int32))
+    _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": style}, arch, **tile)
+
+
 @pytest.mark.parametrize("op", [UPDATE, VARLEN])
 def test_a_strided_slice_of_a_projection_is_read_in_place_and_gives_the_same_result(op, arch, cuda_device, gen):
     import torch
@@ -232,8 +261,9 @@ def test_a_strided_slice_of_a_projection_is_read_in_place_and_gives_the_same_res
     assert torch.equal(out_c, out_s) and torch.equal(contiguous["conv_state"], strided["conv_state"])
 
 
-@pytest.mark.parametrize("op,tile", [(UPDATE, {}), (VARLEN, {}), (VARLEN, {"tokens": 4, "chunk": 8})],
-                         ids=["update", "varlen", "varlen-short-chunks"])
+@pytest.mark.parametrize("op,tile", [(UPDATE, {}), (UPDATE, {"staged_windows": True}), (VARLEN, {}),
+                                     (VARLEN, {"tokens": 4, "chunk": 8})],
+                         ids=["update", "update-staged-windows", "varlen", "varlen-short-chunks"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 def test_garbage_metadata_never_leaves_an_output_element_unwritten(op, tile, style, arch, cuda_device, gen):
     """Lengths short of T, empty and padding sequences, accepted counts out of range."""

@@ -26,7 +26,10 @@ def test_the_varlen_program_lowers_for_sm_90(meta_lengths):
     assert ("__shfl_up_sync" in source) == meta_lengths
 
 
+@pytest.mark.parametrize("staged", [False, True], ids=["registers", "staged-windows"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
-def test_the_update_program_lowers_for_sm_90(style):
-    key = ConvUpdateBuildKey("bfloat16", 8200, 4, True, True, style, "int32", "int32", "int32", "sm_90")
-    assert "conv_update" in _source(conv_update_program(key))
+def test_the_update_program_lowers_for_sm_90(style, staged):
+    key = ConvUpdateBuildKey("bfloat16", 8200, 4, True, True, style, "int32", "int32", "int32", "sm_90",
+                             staged_windows=staged)
+    source = _source(conv_update_program(key))
+    assert ("win_s" in source) == staged  # the windows' shared run exists only where asked for

@@ -52,6 +52,9 @@ class ConvUpdateBuildKey:
     #: (``bench/layer_ops_sweep.py``; 0 = no cap).
     threads: int = 128
     registers: int = 64
+    #: The windows through shared memory, loaded and stored by the block as consecutive 16-byte
+    #: vectors (a thread's own are ``W - 1`` consecutive ones: strided across the warp otherwise).
+    staged_windows: bool = False
 
 
 @dataclass(frozen=True)

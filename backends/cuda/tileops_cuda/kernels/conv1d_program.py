@@ -99,7 +99,14 @@ def _find_sequence(threads: int) -> Any:
 
 def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one kernel, read top to bottom
     """The decode PrimFunc: ``(x, pool, weight, bias, seq_meta, slots, nacc, out)``; absent
-    optional inputs are passed as one-element dummies the program never reads."""
+    optional inputs are passed as one-element dummies the program never reads.
+
+    A thread's window is ``W - 1`` consecutive 16-byte vectors of the pool row, so a warp's
+    load or store of one of them touches every 48th 16 bytes of a 1.5 KB run (W = 4): each
+    instruction requests twice the sectors a contiguous one would, and each sector of the run is
+    written by two instructions. With ``staged_windows`` the program's windows (one contiguous
+    run of the row, ``threads x (W - 1)`` vectors) go through shared memory: loaded and stored
+    by the block as consecutive vectors, each thread reading and writing its own from there."""
     import tilelang.language as T
 
     i32, f32, dt = "int32", "float32", key.dtype
@@ -113,6 +120,38 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
     Tn, XS, S, BM, NA, NBIAS = (T.dynamic(n) for n in ("T", "XS", "S", "BM", "NA", "NBIAS"))
     NB = BM if lengths_style else BM - 1
     load_taps = _load_taps(key)
+
+    @T.macro
+    def step(x, out, t, c0, wv, bv, sv, xc, accv, ov):
+        """Token ``t``: its output from the window ``sv`` and its row, then the window rolled."""
+        for e in T.vectorized(VC):
+            xc[e] = x[t, c0 + e]
+        for i in T.unroll(VC):
+            accv[i] = T.cast(bv[i], f32) if key.has_bias else T.float32(0)
+            for k in T.unroll(W1):
+                accv[i] = accv[i] + T.cast(wv[i * W + k], f32) * T.cast(sv[i * W1 + k], f32)
+            accv[i] = accv[i] + T.cast(wv[i * W + W1], f32) * T.cast(xc[i], f32)
+            if key.silu:
+                accv[i] = accv[i] * T.fast_rcp(T.float32(1) + T.__exp(-accv[i]))
+            ov[i] = T.cast(accv[i], dt)
+        for e in T.vectorized(VC):
+            out[t, c0 + e] = ov[e]
+        for i in T.unroll(VC):
+            for k in T.unroll(W1 - 1):
+                sv[i * W1 + k] = sv[i * W1 + k + 1]
+            sv[i * W1 + W1 - 1] = xc[i]
+
+    @T.macro
+    def zero_rows(seq_meta, out, s, c0, zero):
+        """Zeros for the tokens outside [first start, last end): for the last row of programs
+        ``s`` is where the last sequence ends (see the bounds)."""
+        lo = T.max(T.min(T.cast(seq_meta[0], i32), Tn), 0) if not lengths_style else 0
+        for t in T.serial(lo):
+            for e in T.vectorized(VC):
+                out[t, c0 + e] = zero[e]
+        for t in T.serial(Tn - s):
+            for e in T.vectorized(VC):
+                out[s + t, c0 + e] = zero[e]
 
     @T.prim_func
     def conv_update(
@@ -139,7 +178,6 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             L = T.alloc_var(i32)
             acc_n = T.alloc_var(i32)
             slot0 = T.alloc_var(i32)
-            lo = T.alloc_var(i32)
             wv = T.alloc_local((VC * W,), dt)
             bv = T.alloc_local((VC,), dt)
             sv = T.alloc_local((VC * W1,), dt)  # the running window, channel-major
@@ -180,11 +218,45 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             for e in T.vectorized(VC):
                 zero[e] = T.cast(0, dt)
 
-            if c0 < D:
+            # -- the initial window: the slot of the first accepted token, zeros if padding -------
+            acc_n = T.max(T.min(acc_n, L), 1)
+            slot0 = T.if_then_else(L > 0, T.cast(slots[T.max(T.min(s + acc_n - 1, Tn - 1), 0)], i32), -1)
+            if key.staged_windows:
+                # Uniform control flow (every thread, its channels past D included, reaches each
+                # barrier); the block's run of the row starts at element `base`.
+                win_s = T.alloc_shared((TH * W1 * VC,), dt)
+                base = bx * TH * VC * W1
                 if by < NB:
-                    # -- the initial window: the slot of the first accepted token, zeros if padding --
-                    acc_n = T.max(T.min(acc_n, L), 1)
-                    slot0 = T.if_then_else(L > 0, T.cast(slots[T.max(T.min(s + acc_n - 1, Tn - 1), 0)], i32), -1)
+                    for p in T.unroll(W1):
+                        for e in T.vectorized(VC):
+                            win_s[(p * TH + tid) * VC + e] = T.if_then_else(
+                                slot0 >= 0 and slot0 < S and base + (p * TH + tid) * VC < D * W1,
+                                pool[T.max(slot0, 0), T.min(base + (p * TH + tid) * VC, D * W1 - VC) + e],
+                                T.cast(0, dt))
+                    T.sync_threads()
+                    for p in T.unroll(W1):
+                        for e in T.vectorized(VC):
+                            sv[p * VC + e] = win_s[(tid * W1 + p) * VC + e]
+                    for j in T.serial(L):
+                        t = s + j
+                        if c0 < D:
+                            step(x, out, t, c0, wv, bv, sv, xc, accv, ov)
+                        sl = T.cast(slots[t], i32)
+                        nxt = T.if_then_else(j + 1 < L, T.cast(slots[T.min(t + 1, Tn - 1)], i32), -1)
+                        if sl >= 0 and sl < S and sl != nxt:
+                            T.sync_threads()  # every thread has read what the run last held
+                            for p in T.unroll(W1):
+                                for e in T.vectorized(VC):
+                                    win_s[(tid * W1 + p) * VC + e] = sv[p * VC + e]
+                            T.sync_threads()
+                            for p in T.unroll(W1):
+                                if base + (p * TH + tid) * VC < D * W1:
+                                    for e in T.vectorized(VC):
+                                        pool[sl, base + (p * TH + tid) * VC + e] = win_s[(p * TH + tid) * VC + e]
+                elif c0 < D:
+                    zero_rows(seq_meta, out, s, c0, zero)
+            elif c0 < D:
+                if by < NB:
                     for p in T.unroll(W1):
                         for e in T.vectorized(VC):
                             sv[p * VC + e] = T.if_then_else(
@@ -192,22 +264,7 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
                             )
                     for j in T.serial(L):
                         t = s + j
-                        for e in T.vectorized(VC):
-                            xc[e] = x[t, c0 + e]
-                        for i in T.unroll(VC):
-                            accv[i] = T.cast(bv[i], f32) if key.has_bias else T.float32(0)
-                            for k in T.unroll(W1):
-                                accv[i] = accv[i] + T.cast(wv[i * W + k], f32) * T.cast(sv[i * W1 + k], f32)
-                            accv[i] = accv[i] + T.cast(wv[i * W + W1], f32) * T.cast(xc[i], f32)
-                            if key.silu:
-                                accv[i] = accv[i] * T.fast_rcp(T.float32(1) + T.__exp(-accv[i]))
-                            ov[i] = T.cast(accv[i], dt)
-                        for e in T.vectorized(VC):
-                            out[t, c0 + e] = ov[e]
-                        for i in T.unroll(VC):
-                            for k in T.unroll(W1 - 1):
-                                sv[i * W1 + k] = sv[i * W1 + k + 1]
-                            sv[i * W1 + W1 - 1] = xc[i]
+                        step(x, out, t, c0, wv, bv, sv, xc, accv, ov)
                         sl = T.cast(slots[t], i32)
                         # A slot the next token of this sequence writes again is skipped: nothing
                         # reads it in between, so the final contents are identical.
@@ -217,15 +274,7 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
                                 for e in T.vectorized(VC):
                                     pool[sl, c0 * W1 + p * VC + e] = sv[p * VC + e]
                 else:
-                    # -- zeros for the tokens outside [first start, last end): for this row of
-                    # programs `s` is where the last sequence ends (see the bounds above) --------
-                    lo = 0 if lengths_style else T.max(T.min(T.cast(seq_meta[0], i32), Tn), 0)
-                    for t in T.serial(lo):
-                        for e in T.vectorized(VC):
-                            out[t, c0 + e] = zero[e]
-                    for t in T.serial(Tn - s):
-                        for e in T.vectorized(VC):
-                            out[s + t, c0 + e] = zero[e]
+                    zero_rows(seq_meta, out, s, c0, zero)
 
     return conv_update
 
