@@ -17,6 +17,7 @@ __all__ = [
     "SUPPORTED_ARCHS",
     "FLOAT_DTYPES",
     "arch_refusal",
+    "block_scan_macro",
     "cached_build",
     "compile_many",
     "compile_once",
@@ -24,7 +25,6 @@ __all__ = [
     "direct_entry",
     "dtype_name",
     "inverse_rms_macro",
-    "block_scan_macro",
     "programs_at_registers",
     "row_refusal",
 ]
@@ -233,10 +233,10 @@ def inverse_rms_macro(rows: int, cols: int, n: int) -> Any:
 
 def block_scan_macro(threads: int) -> Any:
     """A TileLang macro ``(part, wsum, tid)``: ``part[0]`` (a one-element int32 local buffer, one a
-    thread: a macro cannot assign its caller's var) becomes the inclusive prefix sum over
-    threads ``0..tid`` of the block; ``wsum`` is an int32 shared
-    buffer of ``max(threads // 32, 1)`` entries, left holding each warp's total (one warp-shuffle
-    scan, one barrier; the caller fences before writing ``wsum`` again)."""
+    thread: a macro cannot assign its caller's var) becomes the inclusive prefix sum over threads
+    ``0..tid`` of the block; ``wsum``, an int32 shared buffer of ``max(threads // 32, 1)``
+    entries, is left holding each warp's total (one warp-shuffle scan and one barrier; the caller
+    fences before writing ``wsum`` again)."""
     import tilelang.language as T
 
     @T.macro

@@ -9,11 +9,12 @@ A launch never synchronises with the host (it captures into a CUDA graph): the c
 ``cc`` (prefix sums of each sequence's chunk count) is made on the device from
 ``cu_seqlens`` by the first of four kernels, which also converts the metadata to int32, and
 the grids are sized by the bound ``(T + 63 B) // 64`` on the number of chunks. (Five torch
-launches did that before, 170-220 us of host time a call on the H200's host, during which
-the GPU waited: backends/cuda/NOTES.md, tenth session.) Per call it allocates the work buffers (through torch's caching allocator): ``W``,
-``U``, ``D`` (``[NC, 64, NV, D]`` bf16), the per-chunk states ``h`` (``[NC, NV, DK, DV]``
-bf16), the keys scaled for the state walk (``[NC, 64, NV, DK]`` bf16) and the cumulative
-decays and key scales (``[NV, NC, 64]`` float32).
+launches did that before, about 200 us of host time a call on the H200's host, during which
+the GPU waited: backends/cuda/NOTES.md, tenth session.) Per call it allocates the work
+buffers (through torch's caching allocator): ``W``, ``U``, ``D`` (``[NC, 64, NV, D]`` bf16),
+the per-chunk states ``h`` (``[NC, NV, DK, DV]`` bf16), the keys scaled for the state walk
+(``[NC, 64, NV, DK]`` bf16) and the cumulative decays and key scales (``[NV, NC, 64]``
+float32).
 
 Precision (the tolerance the GPU tests use, and why): the state recurrence, the decays, the
 triangular inverse and every sum are float32; like flash-linear-attention's kernels, the
