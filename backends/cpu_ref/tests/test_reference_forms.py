@@ -7,7 +7,7 @@ choice and check the claim on fresh random data:
 
 * no half precision: both forms give the same bits;
 * CPU half precision, elementwise and reductions whose order torch fixes (softmax, sum,
-  reciprocal, RMSNorm): the same bits;
+  reciprocal, RMSNorm, the GDN gating's sigmoid): the same bits;
 * CPU half precision, the matmul family and group norm: within 1.25x of the portable form's
   own error against float64 (both sum in float32, in other orders; a half-precision
   accumulator would be many times worse at these K).
@@ -92,7 +92,13 @@ def _cases(gen: torch.Generator, dtype: torch.dtype):
         (K.RefGemm, (r(2048, 64), r(2048, 32), True, False), False),
         (K.RefLinear, (r(16, 2048), r(128, 2048), r(128)), False),
         (K.RefSiluAndMul, (r(16, 512),), True),
+        (K.RefGDNGating, (r(64, 32), r(64, 32), torch.randn(32, generator=gen), torch.randn(32, generator=gen)), True),
     ]
+
+
+def _outputs(result):
+    """A kernel's outputs as a tuple of fresh tensors (Reciprocal may write one out)."""
+    return tuple(t.clone() for t in (result if isinstance(result, tuple) else (result,)))
 
 
 def _float64(args):
@@ -103,23 +109,25 @@ def _relative(got, expected):
     return float((got.double() - expected).norm() / expected.norm())
 
 
-@pytest.mark.parametrize("index", range(14))
+@pytest.mark.parametrize("index", range(15))
 def test_without_half_precision_the_plain_call_gives_the_portable_forms_bits(index):
     kernel, args, _ = _cases(fresh_rng(), torch.float32)[index]
-    assert torch.equal(kernel.direct(*args).clone(), kernel.fn(*args))
+    direct, portable = _outputs(kernel.direct(*args)), _outputs(kernel.fn(*args))
+    assert all(torch.equal(d, p) for d, p in zip(direct, portable, strict=True))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("index", range(14))
+@pytest.mark.parametrize("index", range(15))
 def test_on_the_cpu_the_plain_half_call_computes_in_float32(dtype, index):
     kernel, args, exact = _cases(fresh_rng(), dtype)[index]
     if str(dtype).removeprefix("torch.") not in kernel.cpu_half_in_float32:
         pytest.skip(f"{kernel.__name__} runs its portable form for {dtype}")
-    direct, portable = kernel.direct(*args).clone(), kernel.fn(*args).clone()  # Reciprocal may write one out
-    assert direct.dtype == portable.dtype and direct.shape == portable.shape
+    outputs = list(zip(_outputs(kernel.direct(*args)), _outputs(kernel.fn(*args)), strict=True))
+    assert all(d.dtype == p.dtype and d.shape == p.shape for d, p in outputs)
     if exact:
-        assert torch.equal(direct, portable)
+        assert all(torch.equal(d, p) for d, p in outputs)
     else:
+        direct, portable = outputs[0]
         expected = kernel.fn(*_float64(args))
         assert _relative(direct, expected) <= 1.25 * _relative(portable, expected) + 1e-7
 
@@ -188,3 +196,13 @@ def test_on_the_cpu_a_half_silu_and_mul_is_within_one_rounding_of_the_portable_f
     step = torch.maximum((above.float() - portable.float()).abs(), (portable.float() - below.float()).abs())
     assert ((direct.float() - portable.float()).abs() <= first_rounding + step)[~normal].all()
     assert not torch.equal(direct, portable)  # the two forms do differ: the test sees the second rounding
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_torch_cpu_sigmoid_of_every_half_value_is_the_float32_sigmoid_rounded_once(dtype):
+    # What RefGDNGating's plain form relies on for beta: all 65536 bit patterns, in the
+    # vectorised loop and the scalar tail (an odd length).
+    x = torch.arange(-32768, 32767, dtype=torch.int32).to(torch.int16).view(dtype)
+    direct, portable = torch.sigmoid(x), torch.sigmoid(x.float()).to(dtype)
+    assert torch.equal(direct.view(torch.int16)[~direct.isnan()], portable.view(torch.int16)[~direct.isnan()])
+    assert torch.equal(direct.isnan(), portable.isnan())

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .constants import constant
 
-__all__ = ["zero_centred_rms_norm", "fused_add_zero_centred_rms_norm", "gated_rms_norm", "gdn_gating"]
+__all__ = ["zero_centred_rms_norm", "fused_add_zero_centred_rms_norm", "gated_rms_norm", "gdn_decay", "gdn_gating"]
 
 
 def _rms_normalised(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -50,10 +50,13 @@ def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, ep
     return ((weight * normed) * F.silu(gate.float())).to(x.dtype)
 
 
+def gdn_decay(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> torch.Tensor:
+    """``g = -exp(A_log) · softplus(a + dt_bias)`` in float32."""
+    g = F.softplus(a.float() + dt_bias.float())
+    return g.mul_(-torch.exp(A_log.float()))  # in place on the fresh softplus result
+
+
 def gdn_gating(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
                dt_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``g = -exp(A_log) · softplus(a + dt_bias)`` in float32; ``beta = sigmoid(b)`` in b's dtype."""
-    g = F.softplus(a.float() + dt_bias.float())
-    g.mul_(-torch.exp(A_log.float()))  # in place on the fresh softplus result
-    beta = torch.sigmoid(b.float()).to(b.dtype)
-    return g, beta
+    """``g`` (:func:`gdn_decay`) in float32; ``beta = sigmoid(b)`` computed in float32, rounded to b's dtype."""
+    return gdn_decay(a, A_log, dt_bias), torch.sigmoid(b.float()).to(b.dtype)

@@ -56,7 +56,8 @@ from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 from .attention import attention_decode, attention_prefill, qk_norm_rope, sigmoid_gate_mul
 from .conv import causal_conv1d_update, causal_conv1d_varlen
 from .chunk_gdr import chunk_gated_delta_rule
-from .gated_delta_net import fused_add_zero_centred_rms_norm, gated_rms_norm, gdn_gating, zero_centred_rms_norm
+from .gated_delta_net import (fused_add_zero_centred_rms_norm, gated_rms_norm, gdn_decay, gdn_gating,
+                              zero_centred_rms_norm)
 from .moe import moe_grouped_experts, moe_permute, moe_shared_expert, moe_topk_routing, moe_unpermute
 from .rgdr import recurrent_gated_delta_rule
 from .ssd import ssd_decode
@@ -400,8 +401,15 @@ class RefGatedRMSNorm(_Reference, GatedRMSNormKernel):
     fn = staticmethod(gated_rms_norm)
 
 
+def _gdn_gating_direct(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
+                       dt_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return gdn_decay(a, A_log, dt_bias), torch.sigmoid(b)
+
+
 class RefGDNGating(_Reference, GDNGatingKernel):
     fn = staticmethod(gdn_gating)
+    direct = staticmethod(_gdn_gating_direct)
+    cpu_half_in_float32 = _HALF_NAMES  # only beta is in b's dtype: torch's CPU sigmoid computes it in float32
 
 
 class RefQKNormRope(_Reference, QKNormRopeKernel):
