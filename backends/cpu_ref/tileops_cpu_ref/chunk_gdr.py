@@ -25,7 +25,8 @@ How it runs: sequences are ordered by their number of chunks, longest first, so 
 sequences that have a ``j``-th chunk are a prefix of the batch; step ``j`` handles that
 chunk of each of them together, batched over sequences and value heads. A short last
 chunk is padded with tokens whose ``k``, ``q``, ``v``, ``β`` and ``g`` are zero: they add
-nothing to the state and their outputs are not stored.
+nothing to the state and their outputs are not stored. Where every sequence is shorter than
+a chunk, the one chunk is as long as the longest of them.
 
 :func:`chunk_gated_delta_rule` is the reference kernel (``compute_dtype`` float32; float64
 checks the algebra). :func:`chunk_gated_delta_rule_by_recurrence` is the float64 oracle the
@@ -147,6 +148,9 @@ def chunk_gated_delta_rule(
     q_all = _per_value_head(query, NV, compute_dtype, use_qk_l2norm_in_kernel).mul_(scale)
     k_all = _per_value_head(key, NV, compute_dtype, use_qk_l2norm_in_kernel)
     v_all, g_all, beta_all = (x.to(compute_dtype) for x in (value, g, beta))
+    # A batch of short prompts runs one chunk of its longest length, not one padded to 64: the
+    # algebra holds for any chunk length, and the padding would be most of the work.
+    chunk_size = min(chunk_size, int(lengths[0]))
     n_chunks = (lengths + chunk_size - 1) // chunk_size
     offsets = torch.arange(chunk_size, device=value.device)
     for j in range(int(n_chunks[0])):
