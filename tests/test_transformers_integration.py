@@ -251,6 +251,7 @@ def test_demo_command_prints_the_kernels_and_the_logit_difference(capsys: pytest
     out = capsys.readouterr().out
     assert "RecurrentGatedDeltaRuleFwdOp: RefRGDR [cpu_ref]" in out
     assert "max |dlogits| over 3 steps" in out and "tokens equal" in out
+    assert "generate(), first call: HF" in out and "generate(), warm (median of 3): HF" in out
 
 
 def test_qwen3_5_attention_rotates_by_three_distinct_mrope_position_rows_as_hf_does() -> None:
