@@ -101,7 +101,12 @@ def test_every_workload_row_matches_the_float64_reference(op, row_index, case, a
 OTHER = {"threads": 64, "tokens": 8, "chunk": 16, "registers": 0}
 
 
-@pytest.mark.parametrize("tile", [{}, OTHER], ids=["registered", "short-chunks"])
+#: Fewer channels a thread (8- and 4-byte vectors): more threads of fewer registers.
+NARROW = {"vector_bytes": 8, "registers": 64}
+
+
+@pytest.mark.parametrize("tile", [{}, OTHER, NARROW, {"vector_bytes": 4}], ids=["registered", "short-chunks",
+                                                                             "8-byte-vectors", "4-byte-vectors"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(style, dtype, tile, arch, cuda_device,
@@ -149,8 +154,8 @@ def test_varlen_tile_shapes_agree_where_head_tokens_run_past_a_tile(W, tile, arc
     _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, **tile)
 
 
-@pytest.mark.parametrize("tile", [{}, {"chunk": 32}, {"tokens": 8, "chunk": 128}, {"threads": 256, "registers": 96}],
-                         ids=["registered", "chunk32", "wide-groups", "256-threads"])
+@pytest.mark.parametrize("tile", [{}, {"chunk": 32}, {"tokens": 8, "chunk": 128}, {"threads": 256, "registers": 96},
+                                  NARROW], ids=["registered", "chunk32", "wide-groups", "256-threads", "8-byte-vectors"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 def test_varlen_over_long_sequences_matches_the_reference(tile, style, arch, cuda_device, gen):
     """The streaming steady state: many groups a chunk, sequences starting inside chunks and at
@@ -210,8 +215,9 @@ def test_update_sums_lengths_of_more_sequences_than_two_blocks_of_threads(arch, 
     _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, threads=32)
 
 
-@pytest.mark.parametrize("tile", [{"staged_windows": True}, {"staged_windows": True, "threads": 32}, {}],
-                         ids=["staged", "staged-32-threads", "registered"])
+@pytest.mark.parametrize("tile", [{"staged_windows": True}, {"staged_windows": True, "threads": 32}, {},
+                                  {"vector_bytes": 8, "staged_windows": True}, {"vector_bytes": 4}],
+                         ids=["staged", "staged-32-threads", "registered", "staged-8-byte-vectors", "4-byte-vectors"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_update_windows_through_shared_memory_match_the_reference(tile, style, dtype, arch, cuda_device, gen):

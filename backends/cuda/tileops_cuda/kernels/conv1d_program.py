@@ -4,7 +4,8 @@ Host-side decisions (build keys, refusals, the launchers) live in
 :mod:`tileops_cuda.kernels.conv1d`; semantics are ``manifest/conv.yaml``'s (the reference is
 ``tileops_cpu_ref.conv``). Shared layout:
 
-* A thread owns ``VC`` consecutive channels (one 16-byte vector of ``x``). The pool is passed
+* A thread owns ``VC`` consecutive channels (one vector of ``x``: 16 bytes, or 8 or 4 where the
+  block shape's ``vector_bytes`` says so, for more threads of fewer registers). The pool is passed
   flat, ``[S, D * (W - 1)]``, so the thread's windows are ``VC * (W - 1)`` consecutive elements
   (``W - 1`` 16-byte vectors, channel-major: element ``i * (W - 1) + k`` is channel ``c0 + i``,
   tap ``k``) and its weights ``VC * W`` consecutive elements of the flat ``[D * W]`` weight.
@@ -46,16 +47,17 @@ if TYPE_CHECKING:
 __all__ = ["conv_update_program", "conv_varlen_program"]
 
 
-def _lanes(dtype: str) -> int:
-    return 16 // {"float16": 2, "bfloat16": 2, "float32": 4}[dtype]
+def _lanes(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> int:
+    """Channels a thread owns: one vector of ``key.vector_bytes`` (16 unless the block shape says less)."""
+    return key.vector_bytes // {"float16": 2, "bfloat16": 2, "float32": 4}[key.dtype]
 
 
 def _load_taps(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> Any:
-    """A macro loading a thread's weights (``VC * W``) and bias (``VC``) as 16-byte vectors;
+    """A macro loading a thread's weights (``VC * W``) and bias (``VC``) as vectors;
     both programs issue it first, before anything that waits on metadata."""
     import tilelang.language as T
 
-    VC, W = _lanes(key.dtype), key.width
+    VC, W = _lanes(key), key.width
 
     @T.macro
     def load_taps(weight, bias, wv, bv, c0):
@@ -112,7 +114,7 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
     i32, f32, dt = "int32", "float32", key.dtype
     D, W = key.dim, key.width
     W1 = W - 1
-    VC = _lanes(dt)
+    VC = _lanes(key)
     TH = key.threads
     NCB = (D + TH * VC - 1) // (TH * VC)
     lengths_style = key.seq_lens_style == "lengths"
@@ -312,7 +314,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     i32, f32, dt = "int32", "float32", key.dtype
     D, W = key.dim, key.width
     W1 = W - 1
-    VC = _lanes(dt)
+    VC = _lanes(key)
     TH, G, C = key.threads, key.tokens, key.chunk
     E = W1 - 1  # tokens past the chunk a program may compute: its sequences' head tokens
     NG = C // G
