@@ -8,8 +8,10 @@ export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tlc} PYTHONUNBUFFERED=1
 #  capture included) and QKNormRope's spec rows on the registered lanes program, against float64.
 #    -v names each test as it ends, so a run the timeout cuts still says which one failed (a -q run
 #    cut at 320 s once showed an F and no name).
+#    RGDR4_K replaces the selection (RGDR4_K=fuzz: the fuzz tests alone); RGDR4_PYTEST adds options.
 timeout ${RGDR4_TEST_S:-480} python3 -m pytest -v -rf -n 15 ${RGDR4_PYTEST:-} -p no:cacheprovider backends/cuda/tests/test_rgdr_gpu.py \
-    backends/cuda/tests/test_rgdr_fuzz_gpu.py "backends/cuda/tests/test_spec_rows_gpu.py" -k "not test_spec_rows_gpu or QKNormRope or qk_norm" 2>&1 \
+    backends/cuda/tests/test_rgdr_fuzz_gpu.py "backends/cuda/tests/test_spec_rows_gpu.py" \
+    -k "${RGDR4_K:-not test_spec_rows_gpu or QKNormRope or qk_norm}" 2>&1 \
     | grep -v -E "PytestBenchmark|warner" > "$OUT/rgdr4_tests.log"
 grep -c PASSED "$OUT/rgdr4_tests.log"; grep -E "FAILED|ERROR|[0-9]+ (passed|failed)" "$OUT/rgdr4_tests.log" | tail -15
 sed -n '/= FAILURES =/,/short test summary/p' "$OUT/rgdr4_tests.log" | head -60

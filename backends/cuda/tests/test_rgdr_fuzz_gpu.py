@@ -13,9 +13,11 @@ order programs run in), outputs and written slots match the float64 reference on
 
 from __future__ import annotations
 
+import functools
 import pathlib
 import sys
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +27,38 @@ from test_rgdr_metadata_fuzz import rgdr_metadata, rgdr_tensors, uncovered_rows,
 from tileops_cpu_ref.rgdr import clipped_bounds  # noqa: E402
 
 DIMS = (2, 4, 128, 32)  # NK, NV, DK, DV: a shape the TileLang kernel serves
+
+
+def _key(arch: str, style: str, accepted: str | None):
+    """The build key of the examples below: bf16 inputs, a float32 pool, int64 metadata (the
+    fuzzed tensors'), ``g``, no ``gk``, no in-kernel l2 norm."""
+    from tileops_cuda.kernels.rgdr import RGDRBuildKey
+
+    return RGDRBuildKey("bfloat16", "float32", *DIMS, style, "int64", "int64", accepted, True, None, False, arch)
+
+
+def _pinned(stream: bool, speculate: bool):
+    """The speculative test's programs: one tiling, tiled or streamed, speculating or its twin."""
+    from tileops_cuda.kernels.rgdr import RGDRTiling
+
+    return RGDRTiling(128, 16, 2, 8, stream, speculate=speculate)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prebuilt(cuda_device):
+    """Every kernel the examples can reach, compiled concurrently before the first one. Drawn
+    example by example, the builds ran one after another (the op's default schedule a key, then
+    each pinned program and its twin) and outran a 5-minute slot on the H200."""
+    from tileops_cuda.kernels._common import compile_many
+    from tileops_cuda.kernels.rgdr import build_rgdr
+
+    keys = [_key(cuda_device[1], style, accepted)
+            for style in ("lengths", "cu_seqlens") for accepted in (None, "int64")]
+    thunks = [functools.partial(build_rgdr, key) for key in keys]
+    thunks += [functools.partial(build_rgdr, key, _pinned(stream, speculate)) for key in keys
+               for stream in (False, True) for speculate in (False, True)]
+    failed = [built for built in compile_many(thunks) if isinstance(built, BaseException)]
+    assert not failed, failed[0]
 
 
 def _one_writer_per_slot(m: dict, starts: list[int], lengths: list[int]) -> bool:
@@ -134,14 +168,12 @@ def test_a_speculative_program_under_garbage_metadata_gives_the_general_programs
     bit-identical, and where no slot has two writers, the general twin's bits exactly."""
     import torch
 
-    from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRTiling, build_rgdr
+    from tileops_cuda.kernels.rgdr import build_rgdr
 
     device, arch = cuda_device
     args = rgdr_tensors(m, DIMS, torch.bfloat16, device)
-    key = RGDRBuildKey("bfloat16", "float32", *DIMS, m["style"], "int64", "int64",
-                       None if m["accepted"] is None else "int64", True, None, False, arch)  # fmt: skip
-    tiling = RGDRTiling(128, 16, 2, 8, layout == "stream", speculate=True)
-    spec, twin = build_rgdr(key, tiling), build_rgdr(key, RGDRTiling(128, 16, 2, 8, layout == "stream"))
+    key = _key(arch, m["style"], None if m["accepted"] is None else "int64")
+    spec, twin = build_rgdr(key, _pinned(layout == "stream", True)), build_rgdr(key, _pinned(layout == "stream", False))
     before = args["state"].clone()
 
     def run(launcher, fill):
