@@ -24,6 +24,10 @@ shuffled), on the same inputs, after warm-up; a sample is a loop of enough calls
   op's call), and the whole op call, against the op's
   ``ref_api`` (or, for SiluAndMul, ``F.silu(gate) * up``) called on the native-dtype
   inputs, on the manifest's workload rows (rows above ``--max-mb`` of inputs are skipped).
+  The Gated DeltaNet layer's norms and gating and the gated attention output, which have no
+  ``ref_api``, race Qwen3-Next's own torch statements of them (``Qwen3NextRMSNorm``,
+  ``Qwen3NextRMSNormGated``, the gating lines of ``Qwen3NextGatedDeltaNet.forward``,
+  ``attn_output * torch.sigmoid(gate)``), written below from their math.
 
 The machine may be shared: the spread of the samples is not printed, so compare rows by
 the ratio, which is measured under the same load for every candidate.
@@ -284,8 +288,32 @@ def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def _hf_zero_centred_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``Qwen3NextRMSNorm.forward``: float32 norm times ``1 + weight``, cast back."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + weight.float())).type_as(x)
+
+
+def _hf_add_then_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The decoder layer's ``residual + hidden_states`` and the next ``Qwen3NextRMSNorm``."""
+    return _hf_zero_centred_rms_norm(residual + x, weight, eps)
+
+
+def _hf_gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``Qwen3NextRMSNormGated.forward``."""
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (weight * h.to(x.dtype) * F.silu(gate.to(torch.float32))).to(x.dtype)
+
+
+def _hf_gdn_gating(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
+                   dt_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gating lines of ``Qwen3NextGatedDeltaNet.forward``."""
+    return -A_log.float().exp() * F.softplus(a.float() + dt_bias), b.sigmoid()
+
+
 #: op name -> the plain torch call, given exactly the arguments the op passes its kernel.
-TORCH_CALLS: dict[str, Callable[..., torch.Tensor]] = {
+TORCH_CALLS: dict[str, Callable[..., Any]] = {
     "RMSNormFwdOp": lambda x, w, shape, eps: F.rms_norm(x, shape, w, eps),
     "GroupNormFwdOp": lambda x, w, b, groups, eps: F.group_norm(x, groups, w, b, eps),
     "SoftmaxFwdOp": lambda x, dim, dtype: torch.softmax(x, dim, dtype=dtype),
@@ -295,6 +323,11 @@ TORCH_CALLS: dict[str, Callable[..., torch.Tensor]] = {
     "BmmFwdOp": torch.bmm,
     "GemmFwdOp": lambda a, b, ta, tb: torch.matmul(a.t() if ta else a, b.t() if tb else b),
     "LinearFwdOp": F.linear,
+    "ZeroCentredRMSNormFwdOp": _hf_zero_centred_rms_norm,
+    "FusedAddZeroCentredRMSNormFwdOp": _hf_add_then_norm,
+    "GatedRMSNormFwdOp": _hf_gated_rms_norm,
+    "GDNGatingFwdOp": _hf_gdn_gating,
+    "SigmoidGateMulFwdOp": lambda attn, gate: attn * torch.sigmoid(gate),
 }
 
 
