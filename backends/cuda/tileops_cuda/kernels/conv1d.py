@@ -54,8 +54,8 @@ class ConvUpdateBuildKey:
     registers: int = 64
     #: Bytes of ``x`` a thread owns (16, 8 or 4): fewer channels a thread, fewer registers.
     vector_bytes: int = 16
-    #: The windows through shared memory, loaded and stored by the block as consecutive 16-byte
-    #: vectors (a thread's own are ``W - 1`` consecutive ones: strided across the warp otherwise).
+    #: The windows through shared memory, loaded and stored by the block as consecutive vectors (a
+    #: thread's own are ``W - 1`` consecutive ones: strided across the warp otherwise).
     staged_windows: bool = False
 
 

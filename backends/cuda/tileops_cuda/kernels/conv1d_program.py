@@ -103,10 +103,10 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
     """The decode PrimFunc: ``(x, pool, weight, bias, seq_meta, slots, nacc, out)``; absent
     optional inputs are passed as one-element dummies the program never reads.
 
-    A thread's window is ``W - 1`` consecutive 16-byte vectors of the pool row, so a warp's
-    load or store of one of them touches every 48th 16 bytes of a 1.5 KB run (W = 4): each
-    instruction requests twice the sectors a contiguous one would, and each sector of the run is
-    written by two instructions. With ``staged_windows`` the program's windows (one contiguous
+    A thread's window is ``W - 1`` consecutive vectors of the pool row, so a warp's load or
+    store of one of them touches every third vector of the warp's run (W = 4; with 16-byte
+    vectors, 16 bytes in every 48 of 1.5 KB): each instruction requests twice the sectors a
+    contiguous one would, and each sector of the run is written by two instructions. With ``staged_windows`` the program's windows (one contiguous
     run of the row, ``threads x (W - 1)`` vectors) go through shared memory: loaded and stored
     by the block as consecutive vectors, each thread reading and writing its own from there."""
     import tilelang.language as T
