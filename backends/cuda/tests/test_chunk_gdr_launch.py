@@ -87,3 +87,21 @@ def test_a_call_without_tokens_launches_nothing(lengths):
 def test_a_prefill_past_int32_indexing_is_refused_before_launching():
     with pytest.raises(ValueError, match="int32"):
         chunk_gdr._check_int32(2**26, 1, 1, chunk_gdr.ChunkGDRBuildKey("bfloat16", "float32", 16, 32, 128, 128))
+
+
+@pytest.mark.parametrize("lengths", [[1], [65, 0, 63], [1000, 1, 64, 129, 0]])
+def test_the_work_buffers_carved_from_one_allocation_are_disjoint_and_aligned(lengths):
+    calls, _ = _recorded_call(lengths)
+    _, _, _, _, cu, chunks, w, u, kf, gcum, kscale = calls["wy"][:11]
+    h, d = calls["state"][9], calls["state"][10]
+    slots = calls["state"][6]
+    by_base = {}
+    for t in (w, u, kf, h, d, gcum, kscale, cu, chunks, slots):
+        by_base.setdefault(t.untyped_storage().data_ptr(), []).append(t)
+    assert len(by_base) == 2  # the bf16 work buffers, and the float32/int32 ones
+    for base, views in by_base.items():
+        spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in views)
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
+    for t in (w, u, kf, h, d, gcum, kscale, cu):  # each carved view starts on a 256-byte boundary
+        assert (t.data_ptr() - t.untyped_storage().data_ptr()) % 256 == 0
+    assert all(t.is_contiguous() for t in (w, u, kf, h, d, gcum, kscale))

@@ -11,10 +11,10 @@ A launch never synchronises with the host (it captures into a CUDA graph): the c
 the grids are sized by the bound ``(T + 63 B) // 64`` on the number of chunks. (Five torch
 launches did that before, about 200 us of host time a call on the H200's host, during which
 the GPU waited: backends/cuda/NOTES.md, tenth session.) Per call it allocates the work
-buffers (through torch's caching allocator): ``W``, ``U``, ``D`` (``[NC, 64, NV, D]`` bf16),
-the per-chunk states ``h`` (``[NC, NV, DK, DV]`` bf16), the keys scaled for the state walk
-(``[NC, 64, NV, DK]`` bf16) and the cumulative decays and key scales (``[NV, NC, 64]``
-float32).
+buffers (through torch's caching allocator, in two allocations carved into views): ``W``,
+``U``, ``D`` (``[NC, 64, NV, D]`` bf16), the per-chunk states ``h`` (``[NC, NV, DK, DV]`` bf16),
+the keys scaled for the state walk (``[NC, 64, NV, DK]`` bf16) in one; the int32 metadata and
+the cumulative decays and key scales (``[NV, NC, 64]`` float32) in the other.
 
 Precision (the tolerance the GPU tests use, and why): the state recurrence, the decays, the
 triangular inverse and every sum are float32; like flash-linear-attention's kernels, the
@@ -27,6 +27,7 @@ keys dominate (each alone ~1.6e-3). The GPU tests allow 8e-3 and 1.6e-2.
 
 # No `from __future__ import annotations`: dataclass field types stay plain classes here.
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -96,6 +97,31 @@ def _check_int32(T: int, B: int, S: int, key: ChunkGDRBuildKey) -> int:
     return NC
 
 
+_ALIGN_BYTES = 256  # where a fresh allocation starts: what the kernels' vector accesses may assume
+
+
+def _work_shapes(NC: int, NV: int, DK: int, DV: int) -> tuple[tuple[int, ...], ...]:
+    """W, the decayed keys, U, D (``[NC, 64, NV, D]``) and the per-chunk states ``h``."""
+    return ((NC, CHUNK, NV, DK), (NC, CHUNK, NV, DK), (NC, CHUNK, NV, DV), (NC, CHUNK, NV, DV), (NC, NV, DK, DV))
+
+
+def _carved_size(shapes: tuple[tuple[int, ...], ...], itemsize: int) -> int:
+    """Elements of one buffer that holds ``shapes`` one after another, each aligned as :func:`_carve` puts it."""
+    step = _ALIGN_BYTES // itemsize
+    return sum(-(-math.prod(shape) // step) * step for shape in shapes)
+
+
+def _carve(buffer: Any, shapes: tuple[tuple[int, ...], ...]) -> list[Any]:
+    """Views of ``buffer`` with ``shapes``, each starting on an ``_ALIGN_BYTES`` boundary: one
+    allocation for a call's work buffers instead of one each (each cost the H200's host ~7 us)."""
+    step, at, views = _ALIGN_BYTES // buffer.element_size(), 0, []
+    for shape in shapes:
+        n = math.prod(shape)
+        views.append(buffer[at:at + n].view(shape))
+        at += -(-n // step) * step
+    return views
+
+
 def _make_run(build_key: ChunkGDRBuildKey, meta_fn: Callable[..., Any], wy: Callable[..., Any],
               state_fn: Callable[..., Any], out_fn: Callable[..., Any]) -> Callable[..., Any]:
     """The launch path; ``run``'s ``key`` is the op's key tensor (the interface's name), so the
@@ -124,18 +150,15 @@ def _make_run(build_key: ChunkGDRBuildKey, meta_fn: Callable[..., Any], wy: Call
             return out  # nothing to write; a zero-sized grid is not launchable
         NC = _check_int32(T, B, state.shape[0], build_key)
         dev = value.device
-        meta = torch.empty(3 * B + 2, dtype=i32, device=dev)  # int32 cu_seqlens, chunk table, slots
+        shapes = _work_shapes(NC, NV, DK, DV)
+        w, kf, u, d, h = _carve(torch.empty(_carved_size(shapes, dt.itemsize), dtype=dt, device=dev), shapes)
+        shapes32 = ((3 * B + 2,), (NV, NC, CHUNK), (NV, NC, CHUNK))  # int32 metadata, decays, key scales
+        meta, gcum, kscale = _carve(torch.empty(_carved_size(shapes32, 4), dtype=f32, device=dev), shapes32)
+        meta = meta.view(i32)  # int32 cu_seqlens, chunk table, slots
         cu, chunks, slots = meta[:B + 1], meta[B + 1:2 * B + 2], meta[2 * B + 2:]
         meta_fn(cu_seqlens, ssm_state_indices, cu, slots, chunks)
         top = 1 << (B.bit_length() - 1)
         l2 = int(bool(use_qk_l2norm_in_kernel))
-        w = torch.empty((NC, CHUNK, NV, DK), dtype=dt, device=dev)
-        kf = torch.empty((NC, CHUNK, NV, DK), dtype=dt, device=dev)
-        u = torch.empty((NC, CHUNK, NV, DV), dtype=dt, device=dev)
-        d = torch.empty((NC, CHUNK, NV, DV), dtype=dt, device=dev)
-        h = torch.empty((NC, NV, DK, DV), dtype=dt, device=dev)
-        gcum = torch.empty((NV, NC, CHUNK), dtype=f32, device=dev)
-        kscale = torch.empty((NV, NC, CHUNK), dtype=f32, device=dev)
         has = no_init(dev) if has_initial_state is None else has_initial_state.view(torch.uint8)
         wy(key, value, g, beta, cu, chunks, w, u, kf, gcum, kscale, top, top.bit_length(), l2)
         state_fn(w, u, kf, gcum, cu, chunks, slots, has, state, h, d,
