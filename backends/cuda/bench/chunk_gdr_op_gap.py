@@ -60,6 +60,37 @@ def _profile(fn) -> tuple[Counter, Counter]:
     return kernels, cpu
 
 
+def _allocation_forms(T: int, B: int, NV: int, DK: int, DV: int, dtype) -> dict:
+    """Host µs (median of 200) of a call's work buffers two ways: one ``torch.empty`` each (the
+    launcher's form until the eleventh session) and the launcher's two allocations carved into views."""
+    from tileops_cuda.kernels import chunk_gdr
+
+    NC, f32 = (T + 63 * B) // 64, torch.float32
+    shapes = chunk_gdr._work_shapes(NC, NV, DK, DV)
+    shapes32 = ((3 * B + 2,), (NV, NC, 64), (NV, NC, 64))
+
+    def separate():
+        return ([torch.empty(s, dtype=dtype, device="cuda") for s in shapes]
+                + [torch.empty(s, dtype=f32, device="cuda") for s in shapes32])
+
+    def carved():
+        return (chunk_gdr._carve(torch.empty(chunk_gdr._carved_size(shapes, dtype.itemsize), dtype=dtype,
+                                             device="cuda"), shapes)
+                + chunk_gdr._carve(torch.empty(chunk_gdr._carved_size(shapes32, 4), dtype=f32, device="cuda"),
+                                   shapes32))
+
+    result = {}
+    for name, fn in (("separate", separate), ("carved", carved)) * 2:  # the second round is the one kept
+        fn(), fn()
+        samples = []
+        for _ in range(200):
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e6)
+        result[name] = statistics.median(samples)
+    return result
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="qwen3.5-32k")
@@ -101,6 +132,8 @@ def main() -> int:
         for k in calls:
             print(f"  {k:<13} device {statistics.median(times[k]):9.1f} us (min {min(times[k]):9.1f})  "
                   f"host {statistics.median(hosts[k]):7.1f} us")
+        forms = _allocation_forms(T, i["ssm_state_indices"].shape[0], NV, DK, DV, i["query"].dtype)
+        print("  work buffers, host: " + ", ".join(f"{k} {v:.1f} us" for k, v in forms.items()))
         for k in ("op", "launcher"):
             kernels, cpu = _profile(calls[k])
             print(f"  {k} kernels: {dict(kernels)}")
