@@ -314,3 +314,43 @@ def test_decode_captures_in_a_cuda_graph(arch, cuda_device, gen):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager_out) and torch.equal(state, eager_state)
+
+
+@pytest.mark.parametrize("batch", ["uniform-1", "uniform-2-accepted", "ragged"])
+@pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_speculating_decode_program_matches_the_reference_whether_its_guess_holds_or_not(batch, style, dtype, arch,
+                                                                                           cuda_device, gen):
+    """``speculate``: a uniform batch (every guess holds; padding slots guessed as padding), one with
+    two tokens a sequence and accepted counts (the guessed slot follows the count), and a ragged one
+    (most guesses miss and reload). Poisoned outputs, the pool bit for bit, a channel block partly in D,
+    and the speculating program bit-equal to the plain one."""
+    import torch
+
+    dev = cuda_device[0]
+    lengths = {"uniform-1": [1] * 37, "uniform-2-accepted": [2] * 21, "ragged": [1, 0, 2, 3, 1, 1, 2, 0, 3, 1, 2, 1]}[batch]
+    B, T, D, W = len(lengths), sum(lengths), 1024 + 64, 4
+    meta = torch.tensor(lengths, device=dev, dtype=torch.int32)
+    if style == "cu_seqlens":
+        meta = torch.nn.functional.pad(meta.cumsum(0), (1, 0)).int()
+    slots = torch.randperm(T + 3, device=dev, generator=gen)[:T].int()
+    slots[3] = -1
+    tdt = getattr(torch, dtype)
+    inputs = dict(x=torch.randn(T, D, device=dev, generator=gen).to(tdt),
+                  conv_state=torch.randn(T + 3, D, W - 1, device=dev, generator=gen).to(tdt),
+                  weight=torch.randn(D, W, device=dev, generator=gen).to(tdt), actual_seq_lengths=meta,
+                  conv_state_indices=slots, bias=torch.randn(D, device=dev, generator=gen).to(tdt))
+    if batch == "uniform-2-accepted":
+        inputs["num_accepted_tokens"] = torch.randint(1, 3, (B,), device=dev, generator=gen, dtype=torch.int32)
+    params = {"activation": "silu", "seq_lens_style": style}
+    pool = inputs["conv_state"].clone()
+    _check(UPDATE, inputs, params, arch, speculate=True)
+    results = []
+    for tile in ({}, {"speculate": True}):  # from the same pool, each way
+        run_inputs = dict(inputs, conv_state=pool.clone())
+        out = _call(UPDATE, _launcher(UPDATE, run_inputs, params, arch, **tile), run_inputs, params,
+                    torch.full_like(inputs["x"], float("nan")))
+        results.append((out, run_inputs["conv_state"]))
+    torch.cuda.synchronize()
+    (plain_out, plain_pool), (spec_out, spec_pool) = results
+    assert torch.equal(spec_out, plain_out) and torch.equal(spec_pool, plain_pool)
