@@ -153,18 +153,15 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # wave needs 32 registers (ptxas for sm_90a: 88 bytes spilled; 40 registers, 12 programs an SM: 48 bytes).
     # Several sequences a program, their loads issued together, measured 2-30% slower (tenth session, NOTES).
     # Staged windows: the pool read and written as the block's consecutive vectors through shared memory.
-    # Speculate: the window of the slot a uniform batch gives the program loaded before the metadata arrives.
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [{"threads": 64}, {"threads": 64, "registers": 0},
                                                     {"registers": 40}, {"staged_windows": True},
                                                     {"staged_windows": True, "threads": 64},
                                                     {"staged_windows": True, "threads": 256},
                                                     {"vector_bytes": 8, "registers": 0},
-                                                    {"vector_bytes": 8, "staged_windows": True, "registers": 0},
-                                                    {"speculate": True}, {"speculate": True, "threads": 64}]),
+                                                    {"vector_bytes": 8, "staged_windows": True, "registers": 0}]),
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}, {"staged_windows": True},
                                                         {"staged_windows": True, "threads": 64},
-                                                        {"vector_bytes": 8, "registers": 0},
-                                                        {"speculate": True}, {"speculate": True, "threads": 64}]),
+                                                        {"vector_bytes": 8, "registers": 0}]),
     # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, the next group in flight.
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", _conv_varlen_candidates()),

@@ -36,15 +36,3 @@ def test_the_update_program_lowers_for_sm_90(style, staged, vector_bytes):
                              staged_windows=staged, vector_bytes=vector_bytes)
     source = _source(conv_update_program(key))
     assert ("win_s" in source) == staged  # the windows' shared run exists only where asked for
-
-
-@pytest.mark.parametrize("accepted", [None, "int32"], ids=["no-accepted", "accepted"])
-@pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
-def test_the_speculating_update_program_lowers_and_reloads_only_on_a_missed_guess(style, accepted):
-    key = ConvUpdateBuildKey("bfloat16", 8200, 4, True, True, style, "int32", "int32", accepted, "sm_90",
-                             speculate=True)
-    source = _source(conv_update_program(key))
-    assert "guess != slot0" in source  # the window is loaded again only where the guess missed
-    plain = _source(conv_update_program(ConvUpdateBuildKey("bfloat16", 8200, 4, True, True, style, "int32", "int32",
-                                                           accepted, "sm_90")))
-    assert "guess" not in plain

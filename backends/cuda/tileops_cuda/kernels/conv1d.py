@@ -57,10 +57,6 @@ class ConvUpdateBuildKey:
     #: The windows through shared memory, loaded and stored by the block as consecutive vectors (a
     #: thread's own are ``W - 1`` consecutive ones: strided across the warp otherwise).
     staged_windows: bool = False
-    #: The window of the slot a uniform batch (every sequence ``T / B`` tokens) gives the program,
-    #: loaded with the first, independent loads: used when the slot the metadata leads to is that
-    #: one, reloaded otherwise. It takes the metadata's round trip out of the decode step's chain.
-    speculate: bool = False
 
 
 @dataclass(frozen=True)

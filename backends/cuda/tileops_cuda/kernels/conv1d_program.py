@@ -144,14 +144,6 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             sv[i * W1 + W1 - 1] = xc[i]
 
     @T.macro
-    def load_window(pool, sv, slot, c0):
-        """The thread's window from pool row ``slot``; zeros where it is no slot of the pool."""
-        for p in T.unroll(W1):
-            for e in T.vectorized(VC):
-                sv[p * VC + e] = T.if_then_else(slot >= 0 and slot < S, pool[T.max(slot, 0), c0 * W1 + p * VC + e],
-                                                T.cast(0, dt))
-
-    @T.macro
     def zero_rows(seq_meta, out, s, c0, zero):
         """Zeros for the tokens outside [first start, last end): for the last row of programs
         ``s`` is where the last sequence ends (see the bounds)."""
@@ -202,16 +194,6 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
                 load_taps(weight, bias, wv, bv, c0)
             own = T.cast(seq_meta[T.max(T.min(by, BM - 1), 0)], i32)
             acc_n = T.cast(nacc[T.max(T.min(by, NA - 1), 0)], i32) if has_acc else 1
-            if key.speculate:
-                # The guess: sequence `by` holds tokens [by * GL, by * GL + GL) with GL = T / B, its
-                # window in the slot of its last accepted token; loaded now, before the metadata
-                # that says where the sequence is has arrived (checked against slot0 below).
-                guess = T.alloc_var(i32)
-                gl = Tn // T.max(NB, 1)
-                guess = T.if_then_else(by < NB, T.cast(slots[T.max(T.min(
-                    by * gl + T.max(T.min(acc_n, gl), 1) - 1, Tn - 1), 0)], i32), -1)
-                if c0 < D:
-                    load_window(pool, sv, guess, c0)
             if lengths_style:
                 part = T.alloc_var(i32)
                 part = 0
@@ -277,13 +259,11 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
                     zero_rows(seq_meta, out, s, c0, zero)
             elif c0 < D:
                 if by < NB:
-                    if key.speculate:
-                        # The window is already here when the guess was this slot (the same slot
-                        # index: the same pool row, or zeros for both when it is no slot).
-                        if guess != slot0:
-                            load_window(pool, sv, slot0, c0)
-                    else:
-                        load_window(pool, sv, slot0, c0)
+                    for p in T.unroll(W1):
+                        for e in T.vectorized(VC):
+                            sv[p * VC + e] = T.if_then_else(
+                                slot0 >= 0 and slot0 < S, pool[T.max(slot0, 0), c0 * W1 + p * VC + e], T.cast(0, dt)
+                            )
                     for j in T.serial(L):
                         t = s + j
                         step(x, out, t, c0, wv, bv, sv, xc, accv, ov)
