@@ -307,7 +307,7 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
                         T.shift_left(T.cast(T.reinterpret(i32, ev[r] / fv[1]), i64), T.int64(32))
                         | T.cast(E - 1 - expert(r, lane), i64),
                         T.int64(-1))
-                for k in T.unroll(K):
+                for k in T.serial(K):  # rolled, as "rounds" runs it: the fallback is rare
                     kv[1] = T.int64(-1)
                     for r in T.unroll(PER):
                         kv[1] = T.max(kv[1], keys[r])
@@ -315,9 +315,8 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
                     if lane == 0:
                         slots[w, 64 + k] = T.cast(T.shift_right(kv[1], T.int64(32)), i32)
                         slots[w, 64 + K + k] = T.cast(E - 1 - (kv[1] & T.int64(0xFFFFFFFF)), i32)
-                    if k + 1 < K:
-                        for r in T.unroll(PER):
-                            keys[r] = T.if_then_else(keys[r] == kv[1], T.int64(-1), keys[r])
+                    for r in T.unroll(PER):
+                        keys[r] = T.if_then_else(keys[r] == kv[1], T.int64(-1), keys[r])
             T.sync_warp()
             # 6. Renormalised in k order as "rounds" sums, rounded once; a lane an output.
             fv[4] = _sum_in_order([T.reinterpret(f32, slots[w, 64 + k]) for k in range(K)])
