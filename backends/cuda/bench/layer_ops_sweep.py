@@ -1,6 +1,6 @@
-"""Time the gated-delta-net layer's memory-bound TileLang kernels (issue 17) and QKNormRope
-(issue 21) at their largest workload rows over many block shapes each, against copies of the
-same size in the same run.
+"""Time the gated-delta-net layer's memory-bound TileLang kernels (issue 17), QKNormRope and MoE
+routing (issue 21) at their largest workload rows over many block shapes each, against copies
+of the same size in the same run.
 
 Usage (on a GPU machine, from the repository root, the project installed):
     python3 backends/cuda/bench/layer_ops_sweep.py [--reps 60] [--only Gated] [--budget 200] [--json PATH]
@@ -128,6 +128,11 @@ _QK_CANDIDATES = [
     {"program": "lanes"}, {"registers": 40}, {"rows": 4}, {"rows": 4, "registers": 64},
     {"threads": 128, "rows": 2}, {"threads": 512}]
 
+#: MoE routing (E=512 top-10 and E=256 top-8 in bf16): the registered entry is the first program (rounds, a
+#: token per 32-thread program, 50 registers); the candidates program at 1-8 tokens a program, one warp each
+#: (ptxas for sm_90a: 48 registers at E=512, 38 at E=256, no spills: 32 warps an SM at 4096 tokens).
+_ROUTING_CANDIDATES = [{"program": "candidates", "tokens": t} for t in (1, 2, 4, 8)]
+
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
 #: key (the others keep the build key's defaults); the registered block shape is always first.
 SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
@@ -169,6 +174,9 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # rows of Qwen3-Next (NeoX) and Qwen3.5 (MRoPE) share one kernel per block shape.
     *(("QKNormRopeFwdOp", label, _QK_CANDIDATES)
       for label in ("qwen3-next-prefill-16k", "qwen3-next-prefill-4k", "qwen3.5-prefill-4k")),
+    # MoE routing (issue 21): both models' prefill 4k (4 and 2 MB of logits) and a decode batch.
+    *(("MoETopKRoutingFwdOp", label, _ROUTING_CANDIDATES)
+      for label in ("qwen3-next-80b-prefill-4k", "qwen3.5-35b-prefill-4k", "qwen3-next-80b-decode-b64")),
 ]
 
 
@@ -467,11 +475,14 @@ def report(results: list[dict]) -> None:
 
 def _source_of(key: Any) -> str:
     """The generated CUDA of a candidate's kernel (from the build cache: built already)."""
-    from tileops_cuda.kernels import conv1d, gated_rmsnorm, gdn_gating, qk_norm_rope, zero_centred_rmsnorm
+    from tileops_cuda.kernels import (
+        conv1d, gated_rmsnorm, gdn_gating, moe_topk_routing, qk_norm_rope, zero_centred_rmsnorm,
+    )
 
     builders = {zero_centred_rmsnorm.ZeroCentredRMSNormBuildKey: zero_centred_rmsnorm.build_zero_centred_rmsnorm,
                 gated_rmsnorm.GatedRMSNormBuildKey: gated_rmsnorm.build_gated_rmsnorm,
-                gdn_gating.GDNGatingBuildKey: gdn_gating.build_gdn_gating}
+                gdn_gating.GDNGatingBuildKey: gdn_gating.build_gdn_gating,
+                moe_topk_routing.MoETopKRoutingBuildKey: moe_topk_routing.build_moe_topk_routing}
     if type(key) in builders:
         return builders[type(key)](key).kernel.get_kernel_source()
     if isinstance(key, qk_norm_rope.QKNormRopeBuildKey):

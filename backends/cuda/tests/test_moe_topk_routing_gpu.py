@@ -9,6 +9,7 @@ that leave a program's last warps without a token. Skips without a GPU or tilela
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 import sys
 
@@ -40,6 +41,28 @@ def _spec_rows() -> list:
 def _key(dtype: str, experts: int, top_k: int, renormalize: bool, ids_dtype: str, arch: str,
          **shape) -> MoETopKRoutingBuildKey:
     return MoETopKRoutingBuildKey(dtype, ids_dtype, experts, top_k, renormalize, arch, **shape)
+
+
+_MODELS = [pytest.param(512, 10, id="E512-k10"), pytest.param(256, 8, id="E256-k8")]
+_RENORM = [pytest.param(True, id="renorm"), pytest.param(False, id="no-renorm")]
+#: The outsider test's rows: (dtype, E, top_k).
+_OUTSIDER = [("float32", 256, 1), ("float32", 256, 4), ("float32", 256, 8), ("bfloat16", 512, 10)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prebuilt(cuda_device):
+    """Every kernel the tests below launch, compiled concurrently before the first one (one at a
+    time, some seventy builds outrun the section's slot)."""
+    from tileops_cuda.kernels._common import compile_many
+
+    arch = cuda_device[1]
+    bases = {(p.values[0], p.values[2], p.values[3], p.values[4], p.values[5]) for p in _spec_rows()}
+    bases |= {("bfloat16", m.values[0], m.values[1], r, "int64") for m in _MODELS for r in (True, False)}
+    bases |= {(d, e, k, r, "int64") for d, e, k in _OUTSIDER for r in (True, False)}
+    keys = [_key(*base, arch, **shape) for base in sorted(bases) for shape in [{}, *SHAPES]]
+    failed = [built for built in compile_many([functools.partial(build_moe_topk_routing, k) for k in keys])
+              if isinstance(built, BaseException)]
+    assert not failed, failed[0]
 
 
 def _route(key: MoETopKRoutingBuildKey, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,10 +101,6 @@ def test_the_spec_rows_match_rounds_bit_for_bit_and_float64(cuda_device, gen, sh
     assert err <= TOLERANCE[weights.dtype], f"{key}: relative error {err:.3g} > {TOLERANCE[weights.dtype]:g}"
 
 
-_MODELS = [pytest.param(512, 10, id="E512-k10"), pytest.param(256, 8, id="E256-k8")]
-_RENORM = [pytest.param(True, id="renorm"), pytest.param(False, id="no-renorm")]
-
-
 @pytest.mark.parametrize("renormalize", _RENORM)
 @pytest.mark.parametrize("E,top_k", _MODELS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
@@ -100,7 +119,7 @@ def test_long_runs_of_equal_logits_keep_the_lower_ids(cuda_device, gen, shape, E
 def test_a_few_equal_logits_among_the_largest_are_ranked_by_id(cuda_device, gen, shape, E, top_k):
     # Logits on a grid of 1/8: ties among the top_k + 1 largest on most tokens, a few candidates each.
     logits = (torch.randn(4096, E, device="cuda", generator=gen) * 8).round().div(8).bfloat16()
-    _assert_bits_of_rounds(_key("bfloat16", E, top_k, True, "int32", cuda_device[1], **shape), logits)
+    _assert_bits_of_rounds(_key("bfloat16", E, top_k, True, "int64", cuda_device[1], **shape), logits)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
@@ -115,8 +134,7 @@ def test_probabilities_underflowed_to_zero_tie_at_the_lower_ids(cuda_device, gen
 
 
 @pytest.mark.parametrize("renormalize", _RENORM)
-@pytest.mark.parametrize("dtype,E,top_k", [("float32", 256, 1), ("float32", 256, 4), ("float32", 256, 8),
-                                           ("bfloat16", 512, 10)])
+@pytest.mark.parametrize("dtype,E,top_k", _OUTSIDER)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
 def test_an_outsider_whose_probability_rounds_onto_the_kth_is_not_left_out(cuda_device, gen, shape, dtype, E,
                                                                           top_k, renormalize):

@@ -105,6 +105,7 @@ def _nvcc() -> str:
 
 @pytest.mark.parametrize("key", _LOWERED[:2], ids=["qwen3-next-E512-k10", "qwen3.5-E256-k8"])
 def test_the_candidates_program_of_the_model_rows_spills_nothing_for_sm_90a(key, tmp_path):
+    pytest.importorskip("tilelang")
     nvcc = _nvcc()
     from tilelang.env import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH
 
@@ -119,3 +120,15 @@ def test_the_candidates_program_of_the_model_rows_spills_nothing_for_sm_90a(key,
     assert spills and all(a == "0" and b == "0" for a, b in spills), out.stderr
     # At most 64: 32 warps an SM, so 4096 tokens are one wave on 132 SMs.
     assert registers and max(registers) <= 64, out.stderr
+
+
+def test_the_launcher_compiles_the_candidates_program_without_a_block_barrier():
+    # The pass config that keeps TileLang from inserting __syncthreads is annotated on the program:
+    # honoured by tilelang.compile (what the launcher runs), not by tilelang.lower alone. A block
+    # barrier inside the warp-uniform branches would hang a program whose warps part ways.
+    pytest.importorskip("tilelang")
+    _nvcc()
+    from tileops_cuda.kernels.moe_topk_routing import build_moe_topk_routing
+
+    source = build_moe_topk_routing(dataclasses.replace(_CANDIDATES, tokens=8)).kernel.get_kernel_source()
+    assert "__syncthreads" not in source and source.count("__syncwarp()") == 2
