@@ -96,6 +96,30 @@ def test_the_candidates_program_reads_the_model_rows_as_16_byte_vectors(key):
     assert len(re.findall(r"\*\(uint4\*\)\(router_logits \+ ", _lowered(key))) == 1  # in an unrolled loop
 
 
+def _layout(source: str) -> tuple:
+    """What places an expert in a lane and orders a lane's sum, read from a program's source: the
+    strides of the loop index and of the lane in the logits' load address, and the index
+    expression of the local sum (its loop variable renamed)."""
+    load = next(line for line in source.splitlines() if "(router_logits + " in line)
+    lane = re.search(r"threadIdx\.x\)\)(?: & \(int64_t\)31\))? \* \(int64_t\)(\d+)\)", load)
+    vector = re.search(r"\(\(int64_t\)i\) \* \(int64_t\)(\d+)\)", load)
+    total = re.search(r"= \((?:total\[0\]|fv\[1\]) \+ (?:prob|ev)\[(.*)\]\);", source)
+    return (lane and lane.group(1), vector and vector.group(1), re.sub(r"\brv(_\d+)?\b", "rv", total.group(1)))
+
+
+@pytest.mark.parametrize("key", [
+    _NEXT, MoETopKRoutingBuildKey("bfloat16", "int64", 256, 8), MoETopKRoutingBuildKey("float32", "int64", 512, 8),
+    MoETopKRoutingBuildKey("float32", "int64", 256, 8), MoETopKRoutingBuildKey("bfloat16", "int32", 12, 3, False),
+    MoETopKRoutingBuildKey("float16", "int64", 16, 4), MoETopKRoutingBuildKey("float32", "int64", 4, 4),
+], ids=lambda k: f"{k.dtype}-E{k.experts}")
+def test_the_candidates_program_lays_out_and_sums_a_token_as_rounds_does(key):
+    # The bit-for-bit claim rests on this: the same expert in the same lane and local slot, and the
+    # same order of float32 additions (E=12 in bf16: TileLang gave rounds 8-byte vectors).
+    rounds = _lowered(dataclasses.replace(key, arch="sm_90a"))
+    candidates = _lowered(dataclasses.replace(key, arch="sm_90a", program="candidates", tokens=2))
+    assert _layout(candidates) == _layout(rounds)
+
+
 def _nvcc() -> str:
     nvcc = shutil.which("nvcc")
     if nvcc is None:

@@ -192,23 +192,25 @@ def _rounds_program(key: MoETopKRoutingBuildKey):
 def _candidates_program(key: MoETopKRoutingBuildKey):
     """The ``candidates`` program (module docstring): warp ``w`` of program ``bx`` holds token
     ``bx * TOK + w`` (a warp past the rows repeats the last token and stores nothing), lane ``t``
-    the experts ``i * 32 * vec + t * vec + j`` as "rounds" lays them, so every float32 step below
-    is the one "rounds" takes, in its order."""
+    the experts ``i * 32 * vw + t * vw + j`` as "rounds" lays them, so every float32 step below is
+    the one "rounds" takes, in its order. ``vw`` is the vector TileLang's layout gave "rounds": the
+    16-byte vector, or the largest power of two dividing E below it (E=12 in bf16: 4), so that the
+    ``e < E`` mask is uniform across a vector."""
     import tilelang.language as T
 
     E, K, dt, idt, f32, i32, i64 = key.experts, key.top_k, key.dtype, key.ids_dtype, "float32", "int32", "int64"
     plan = _plan(key)
     assert plan is not None and not _candidates_misfit(key)  # the refusal turned the others away
-    vec = _vec(dt)
+    vw = min(_vec(dt), E & -E)
     PER = plan[1] // 32  # values a lane
-    NV = PER // vec  # vectors a lane
+    NV = PER // vw  # vectors a lane
     TOK = key.tokens or _TOKENS
     K1 = K + 1
     PADDED = plan[1] != E  # lanes hold experts past E (-inf logits: exp gives 0)
     M = T.dynamic("M")
 
     def expert(r, lane):
-        return (r // vec) * 32 * vec + lane * vec + r % vec
+        return (r // vw) * 32 * vw + lane * vw + r % vw
 
     @T.prim_func
     def moe_topk_routing(router_logits: T.Tensor((M, E), dt), topk_weights: T.Tensor((M, K), dt),
@@ -231,10 +233,10 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
             tok = T.min(bx * TOK + w, M - 1)
             # 1. The row, every load first (16-byte vectors); then softmax as "rounds" computes it.
             for i in T.unroll(NV):
-                for j in T.vectorized(vec):
-                    ev[i * vec + j] = T.if_then_else(
-                        i * 32 * vec + lane * vec + j < E,
-                        T.cast(router_logits[tok, i * 32 * vec + lane * vec + j], f32), -T.infinity(f32))
+                for j in T.vectorized(vw):
+                    ev[i * vw + j] = T.if_then_else(
+                        i * 32 * vw + lane * vw + j < E,
+                        T.cast(router_logits[tok, i * 32 * vw + lane * vw + j], f32), -T.infinity(f32))
             fv[0] = -T.infinity(f32)
             for r in T.unroll(PER):
                 fv[0] = T.max(fv[0], ev[r])
@@ -243,7 +245,7 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
                 ev[r] = T.exp(ev[r] - fv[0])
             fv[1] = T.float32(0)
             for rv in T.unroll(PER):  # "rounds"' order: a lane's vectors interleaved, then the butterfly
-                fv[1] = fv[1] + ev[(rv % NV) * vec + rv // NV]
+                fv[1] = fv[1] + ev[(rv % NV) * vw + rv // NV]
             fv[1] = T.warp_reduce_sum(fv[1])
             # 2. tau: the (top_k + 1)-th largest lane maximum of e (float bits order as integers:
             #    e >= 0); 0 (every expert) where fewer lanes hold experts.
