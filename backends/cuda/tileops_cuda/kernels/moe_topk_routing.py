@@ -1,14 +1,15 @@
 """MoE top-k routing as a TileLang kernel: softmax over the experts, the top_k largest
 probabilities (ties to the lower expert id), renormalised when asked (``manifest/moe.yaml``).
 
-Per token, in float32: ``p = exp(l - max) / sum(exp(l - max))``; then top_k rounds, each one
-max-reduction over a 64-bit key per expert, ``(bits(p) << 32) | (E - 1 - e)``: a probability
-is never negative, so its float bits order as integers, and among equal probabilities the key
-of the lower expert id is larger. A chosen expert's key becomes -1, below every live one.
-The chosen probabilities are divided by their float32 sum (k order) when ``renormalize``,
-then rounded once to the logits' dtype. A token's row stays in registers, so the logits are
-read once and only ``top_k`` weights and ids per token are written: the bytes floor. One token
-per program (a warp for E up to 512 in 16-bit logits: every reduction is a warp shuffle).
+The first program (``rounds``), per token, in float32: ``p = exp(l - max) / sum(exp(l - max))``;
+then top_k rounds, each one max-reduction over a 64-bit key per expert,
+``(bits(p) << 32) | (E - 1 - e)``: a probability is never negative, so its float bits order as
+integers, and among equal probabilities the key of the lower expert id is larger. A chosen
+expert's key becomes -1, below every live one. The chosen probabilities are divided by their
+float32 sum (k order) when ``renormalize``, then rounded once to the logits' dtype. A token's
+row stays in registers, so the logits are read once and only ``top_k`` weights and ids per token
+are written: the bytes floor. One token per program (a warp for E up to 512 in 16-bit logits:
+every reduction is a warp shuffle).
 Specialised on the logits' dtype, the ids' dtype, E, top_k and renormalize; the token count
 is dynamic.
 
@@ -40,7 +41,8 @@ from typing import Any
 from ._common import ELEM_BYTES, arch_refusal
 from ._launcher import RunLauncher, build_run_launcher
 
-__all__ = ["MoETopKRoutingBuildKey", "build_moe_topk_routing", "moe_topk_routing_refusal", "with_fitting_routing_program"]
+__all__ = ["MoETopKRoutingBuildKey", "build_moe_topk_routing", "moe_topk_routing_refusal",
+           "with_fitting_routing_program"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
 _ID_DTYPES = ("int32", "int64")
@@ -195,7 +197,7 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
     the experts ``i * 32 * vw + t * vw + j`` as "rounds" lays them, so every float32 step below is
     the one "rounds" takes, in its order. ``vw`` is the vector TileLang's layout gave "rounds": the
     16-byte vector, or the largest power of two dividing E below it (E=12 in bf16: 4), so that the
-    ``e < E`` mask is uniform across a vector."""
+    ``expert < E`` mask is uniform across a vector."""
     import tilelang.language as T
 
     E, K, dt, idt, f32, i32, i64 = key.experts, key.top_k, key.dtype, key.ids_dtype, "float32", "int32", "int64"
@@ -231,7 +233,8 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
             w = tid // 32
             lane = tid % 32
             tok = T.min(bx * TOK + w, M - 1)
-            # 1. The row, every load first (16-byte vectors); then softmax as "rounds" computes it.
+            # 1. The row, every load first (vw-wide vectors: 16 bytes on the model rows); then softmax
+            #    as "rounds" computes it.
             for i in T.unroll(NV):
                 for j in T.vectorized(vw):
                     ev[i * vw + j] = T.if_then_else(
@@ -274,7 +277,7 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
             iv[5] = T.shfl_sync(iv[4], 31)
             iv[4] = iv[4] - iv[3]
             iv[7] = 0
-            if fv[1] <= T.float32(E) and iv[5] <= 32:  # a finite sum, a candidate a lane at most
+            if fv[1] <= T.float32(E) and iv[5] <= 32:  # a finite sum; at most 32 candidates, one a lane
                 for r in T.unroll(PER):
                     if not PADDED or expert(r, lane) < E:
                         if T.reinterpret(i32, ev[r]) >= iv[1]:
