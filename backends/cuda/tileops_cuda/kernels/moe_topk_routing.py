@@ -50,6 +50,8 @@ _NAME = "MoETopKRouting TileLang kernel"
 _PROGRAMS = ("rounds", "candidates")
 #: The candidates program's tokens a program when the key leaves it to the plan (0).
 _TOKENS = 4
+#: Candidate slots a warp: one a lane, and one more that takes the stores of the other experts.
+_SLOTS = 33
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,7 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
     TOK = key.tokens or _TOKENS
     K1 = K + 1
     PADDED = plan[1] != E  # lanes hold experts past E (-inf logits: exp gives 0)
+    OUT = 2 * _SLOTS  # the chosen top_k's slots
     M = T.dynamic("M")
 
     def expert(r, lane):
@@ -228,8 +231,9 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
             iv = T.alloc_local((8,), i32)  # h, tau, count, lane count, position, N, rank, path (1: candidates)
             kv = T.alloc_local((2,), i64)  # the lane's candidate key, the round's best
             # A warp's slots, one buffer so that no two of them share memory: the candidates' e bits
-            # [0, 32) and ids [32, 64), then the chosen probabilities' bits [64, 64 + K) and ids.
-            slots = T.alloc_shared((TOK, 64 + 2 * K), i32)
+            # [0, 33) and ids [33, 66) (slot 32 of each takes the other experts' stores: no branch),
+            # then the chosen probabilities' bits [66, 66 + K) and ids [66 + K, 66 + 2K).
+            slots = T.alloc_shared((TOK, OUT + 2 * K), i32)
             w = tid // 32
             lane = tid % 32
             tok = T.min(bx * TOK + w, M - 1)
@@ -280,10 +284,10 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
             if fv[1] <= T.float32(E) and iv[5] <= 32:  # a finite sum; at most 32 candidates, one a lane
                 for r in T.unroll(PER):
                     if not PADDED or expert(r, lane) < E:
-                        if T.reinterpret(i32, ev[r]) >= iv[1]:
-                            slots[w, iv[4]] = T.reinterpret(i32, ev[r])
-                            slots[w, 32 + iv[4]] = expert(r, lane)
-                            iv[4] = iv[4] + 1
+                        iv[6] = T.if_then_else(T.reinterpret(i32, ev[r]) >= iv[1], iv[4], _SLOTS - 1)
+                        slots[w, iv[6]] = T.reinterpret(i32, ev[r])
+                        slots[w, _SLOTS + iv[6]] = expert(r, lane)
+                        iv[4] = iv[4] + T.if_then_else(T.reinterpret(i32, ev[r]) >= iv[1], 1, 0)
                 T.sync_warp()
                 # 4. Each candidate's probability and "rounds"' key; its rank among the candidates.
                 kv[0] = T.int64(-1)
@@ -291,7 +295,7 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
                 if lane < iv[5]:
                     fv[2] = T.reinterpret(f32, slots[w, lane]) / fv[1]
                     kv[0] = (T.shift_left(T.cast(T.reinterpret(i32, fv[2]), i64), T.int64(32))
-                             | T.cast(E - 1 - slots[w, 32 + lane], i64))
+                             | T.cast(E - 1 - slots[w, _SLOTS + lane], i64))
                 iv[6] = 0
                 for j in T.serial(iv[5]):
                     iv[6] = iv[6] + T.if_then_else(T.shfl_sync(kv[0], j) > kv[0], 1, 0)
@@ -302,8 +306,8 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
                 if iv[1] == 0 or T.reinterpret(f32, iv[1] - 1) / fv[1] < fv[3]:
                     iv[7] = 1
                     if lane < iv[5] and iv[6] < K:
-                        slots[w, 64 + iv[6]] = T.reinterpret(i32, fv[2])
-                        slots[w, 64 + K + iv[6]] = slots[w, 32 + lane]
+                        slots[w, OUT + iv[6]] = T.reinterpret(i32, fv[2])
+                        slots[w, OUT + K + iv[6]] = slots[w, _SLOTS + lane]
             if iv[7] == 0:
                 # The rounds selection on the warp's registers (same keys, same order).
                 for r in T.unroll(PER):
@@ -318,19 +322,17 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
                         kv[1] = T.max(kv[1], keys[r])
                     kv[1] = T.warp_reduce_max(kv[1])
                     if lane == 0:
-                        slots[w, 64 + k] = T.cast(T.shift_right(kv[1], T.int64(32)), i32)
-                        slots[w, 64 + K + k] = T.cast(E - 1 - (kv[1] & T.int64(0xFFFFFFFF)), i32)
+                        slots[w, OUT + k] = T.cast(T.shift_right(kv[1], T.int64(32)), i32)
+                        slots[w, OUT + K + k] = T.cast(E - 1 - (kv[1] & T.int64(0xFFFFFFFF)), i32)
                     for r in T.unroll(PER):
                         keys[r] = T.if_then_else(keys[r] == kv[1], T.int64(-1), keys[r])
             T.sync_warp()
             # 6. Renormalised in k order as "rounds" sums, rounded once; a lane an output.
-            fv[4] = _sum_in_order([T.reinterpret(f32, slots[w, 64 + k]) for k in range(K)])
+            fv[4] = _sum_in_order([T.reinterpret(f32, slots[w, OUT + k]) for k in range(K)])
             if lane < K and bx * TOK + w < M:
-                if key.renormalize:
-                    topk_weights[tok, lane] = T.cast(T.reinterpret(f32, slots[w, 64 + lane]) / fv[4], dt)
-                else:
-                    topk_weights[tok, lane] = T.cast(T.reinterpret(f32, slots[w, 64 + lane]), dt)
-                topk_ids[tok, lane] = T.cast(slots[w, 64 + K + lane], idt)
+                fv[2] = T.reinterpret(f32, slots[w, OUT + lane])
+                topk_weights[tok, lane] = T.cast(fv[2] / fv[4] if key.renormalize else fv[2], dt)
+                topk_ids[tok, lane] = T.cast(slots[w, OUT + K + lane], idt)
 
     return moe_topk_routing
 
