@@ -14,10 +14,10 @@ formed from the row planned on meta tensors (the call spec a call makes), and al
 compiled at once (``compile_many``) before the first is timed. Then per row, per candidate:
 
 * checked against the float64 reference of the conformance suite (fp32 where the suite's
-  reference is), with NaN-poisoned outputs (an unwritten element fails) and the suite's
-  tolerances, on the timed row and on every other workload row of the op that builds the same
-  kernel (smaller M: partial programs, a persistent grid wider than the rows); inputs are
-  random (the seed is printed), each launch gets fresh copies;
+  reference is), with poisoned outputs (NaN; the most negative integer for ids: an unwritten
+  element fails) and the suite's tolerances, on the timed row and on every other workload row
+  of the op that builds the same kernel (smaller M: partial programs, a persistent grid wider
+  than the rows); inputs are random (the seed is printed), each launch gets fresh copies;
 * timed alone: ``reps`` launches, each between two CUDA events after a 256 MB write (no input
   in L2); the median (column ``us``);
 * timed as ``tileops bench`` times (column ``graph``): a CUDA graph of back-to-back calls, each
@@ -394,9 +394,11 @@ def prepare(spec: Any, row: Any, case: Any, seed: int) -> Row:
 
 
 def fresh_args(row: Row) -> list:
-    """Launch arguments on fresh CUDA copies of the original inputs, then NaN-filled outputs."""
+    """Launch arguments on fresh CUDA copies of the original inputs, then poisoned outputs: NaN, or
+    the most negative value of an integer output (routing's ids), never a valid one."""
     args = [row.originals[n].to("cuda") if n is not None else a for n, a in zip(row.arg_names, row.launch_args)]
-    return args + [torch.full(s, float("nan"), dtype=d, device="cuda") for s, d in zip(row.out_shapes, row.out_dtypes)]
+    fills = [float("nan") if d.is_floating_point else torch.iinfo(d).min for d in row.out_dtypes]
+    return args + [torch.full(s, f, dtype=d, device="cuda") for s, f, d in zip(row.out_shapes, fills, row.out_dtypes)]
 
 
 def check(row: Row, fn: Callable[..., Any]) -> float:
