@@ -1,6 +1,6 @@
-"""Time the gated-delta-net layer's memory-bound TileLang kernels (issue 17) and QKNormRope
-(issue 21) at their largest workload rows over many block shapes each, against copies of the
-same size in the same run.
+"""Time the gated-delta-net layer's memory-bound TileLang kernels (issue 17), QKNormRope and MoE
+routing (issue 21) at their largest workload rows over many block shapes each, against copies
+of the same size in the same run.
 
 Usage (on a GPU machine, from the repository root, the project installed):
     python3 backends/cuda/bench/layer_ops_sweep.py [--reps 60] [--only Gated] [--budget 200] [--json PATH]
@@ -14,10 +14,10 @@ formed from the row planned on meta tensors (the call spec a call makes), and al
 compiled at once (``compile_many``) before the first is timed. Then per row, per candidate:
 
 * checked against the float64 reference of the conformance suite (fp32 where the suite's
-  reference is), with NaN-poisoned outputs (an unwritten element fails) and the suite's
-  tolerances, on the timed row and on every other workload row of the op that builds the same
-  kernel (smaller M: partial programs, a persistent grid wider than the rows); inputs are
-  random (the seed is printed), each launch gets fresh copies;
+  reference is), with poisoned outputs (NaN; the most negative integer for ids: an unwritten
+  element fails) and the suite's tolerances, on the timed row and on every other workload row
+  of the op that builds the same kernel (smaller M: partial programs, a persistent grid wider
+  than the rows); inputs are random (the seed is printed), each launch gets fresh copies;
 * timed alone: ``reps`` launches, each between two CUDA events after a 256 MB write (no input
   in L2); the median (column ``us``);
 * timed as ``tileops bench`` times (column ``graph``): a CUDA graph of back-to-back calls, each
@@ -128,6 +128,11 @@ _QK_CANDIDATES = [
     {"program": "lanes"}, {"registers": 40}, {"rows": 4}, {"rows": 4, "registers": 64},
     {"threads": 128, "rows": 2}, {"threads": 512}]
 
+#: MoE routing (E=512 top-10 and E=256 top-8 in bf16): the registered entry is the first program (rounds, a
+#: token per 32-thread program, 50 registers); the candidates program at 1-8 tokens a program, one warp each
+#: (ptxas for sm_90a: 48 registers at E=512, 38 at E=256, no spills: 32 warps an SM at 4096 tokens).
+_ROUTING_CANDIDATES = [{"program": "candidates", "tokens": t} for t in (1, 2, 4, 8)]
+
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
 #: key (the others keep the build key's defaults); the registered block shape is always first.
 SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
@@ -169,6 +174,9 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # rows of Qwen3-Next (NeoX) and Qwen3.5 (MRoPE) share one kernel per block shape.
     *(("QKNormRopeFwdOp", label, _QK_CANDIDATES)
       for label in ("qwen3-next-prefill-16k", "qwen3-next-prefill-4k", "qwen3.5-prefill-4k")),
+    # MoE routing (issue 21): both models' prefill 4k (4 and 2 MB of logits) and a decode batch.
+    *(("MoETopKRoutingFwdOp", label, _ROUTING_CANDIDATES)
+      for label in ("qwen3-next-80b-prefill-4k", "qwen3.5-35b-prefill-4k", "qwen3-next-80b-decode-b64")),
 ]
 
 
@@ -386,9 +394,11 @@ def prepare(spec: Any, row: Any, case: Any, seed: int) -> Row:
 
 
 def fresh_args(row: Row) -> list:
-    """Launch arguments on fresh CUDA copies of the original inputs, then NaN-filled outputs."""
+    """Launch arguments on fresh CUDA copies of the original inputs, then poisoned outputs: NaN, or
+    the most negative value of an integer output (routing's ids), never a valid one."""
     args = [row.originals[n].to("cuda") if n is not None else a for n, a in zip(row.arg_names, row.launch_args)]
-    return args + [torch.full(s, float("nan"), dtype=d, device="cuda") for s, d in zip(row.out_shapes, row.out_dtypes)]
+    fills = [float("nan") if d.is_floating_point else torch.iinfo(d).min for d in row.out_dtypes]
+    return args + [torch.full(s, f, dtype=d, device="cuda") for s, f, d in zip(row.out_shapes, fills, row.out_dtypes)]
 
 
 def check(row: Row, fn: Callable[..., Any]) -> float:
@@ -467,11 +477,14 @@ def report(results: list[dict]) -> None:
 
 def _source_of(key: Any) -> str:
     """The generated CUDA of a candidate's kernel (from the build cache: built already)."""
-    from tileops_cuda.kernels import conv1d, gated_rmsnorm, gdn_gating, qk_norm_rope, zero_centred_rmsnorm
+    from tileops_cuda.kernels import (
+        conv1d, gated_rmsnorm, gdn_gating, moe_topk_routing, qk_norm_rope, zero_centred_rmsnorm,
+    )
 
     builders = {zero_centred_rmsnorm.ZeroCentredRMSNormBuildKey: zero_centred_rmsnorm.build_zero_centred_rmsnorm,
                 gated_rmsnorm.GatedRMSNormBuildKey: gated_rmsnorm.build_gated_rmsnorm,
-                gdn_gating.GDNGatingBuildKey: gdn_gating.build_gdn_gating}
+                gdn_gating.GDNGatingBuildKey: gdn_gating.build_gdn_gating,
+                moe_topk_routing.MoETopKRoutingBuildKey: moe_topk_routing.build_moe_topk_routing}
     if type(key) in builders:
         return builders[type(key)](key).kernel.get_kernel_source()
     if isinstance(key, qk_norm_rope.QKNormRopeBuildKey):

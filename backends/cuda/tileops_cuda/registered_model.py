@@ -25,7 +25,9 @@ from .kernels.moe_grouped_experts import (
 )
 from .kernels.moe_permute import MoEPermuteBuildKey, build_moe_permute, moe_permute_refusal
 from .kernels.moe_shared_expert import MoESharedExpertBuildKey, build_moe_shared_expert, moe_shared_expert_refusal
-from .kernels.moe_topk_routing import MoETopKRoutingBuildKey, build_moe_topk_routing, moe_topk_routing_refusal
+from .kernels.moe_topk_routing import (
+    MoETopKRoutingBuildKey, build_moe_topk_routing, moe_topk_routing_refusal, with_fitting_routing_program,
+)
 from .kernels.moe_unpermute import MoEUnpermuteBuildKey, build_moe_unpermute, moe_unpermute_refusal
 from .kernels.block_shapes import with_block_shape
 from .kernels.qk_norm_rope import QKNormRopeBuildKey, build_qk_norm_rope, qk_norm_rope_refusal, with_fitting_program
@@ -76,13 +78,16 @@ class TileLangSigmoidGateMul(TileLangImpl, SigmoidGateMulKernel):
 
 
 class TileLangMoETopKRouting(TileLangImpl, MoETopKRoutingKernel):
-    """Softmax, top-k (ties to the lower id) and renormalisation of router logits, a token per program."""
+    """Softmax, top-k (ties to the lower id) and renormalisation of router logits, a warp per token.
+    The program and its block shape come from ``block_shapes.BLOCK_SHAPES`` by row width (E bytes)."""
 
     @classmethod
     def key(cls, call: CallSpec) -> MoETopKRoutingBuildKey:
         d = call.dtypes
-        return MoETopKRoutingBuildKey(d["router_logits"], d["topk_ids"], int(call.dims["E"]), int(call.dims["top_k"]),
-                                      bool(call.flags["renormalize"]), call.arch)
+        key = MoETopKRoutingBuildKey(d["router_logits"], d["topk_ids"], int(call.dims["E"]), int(call.dims["top_k"]),
+                                     bool(call.flags["renormalize"]), call.arch)
+        row_bytes = key.experts * ELEM_BYTES.get(key.dtype, 0)
+        return with_fitting_routing_program(with_block_shape(cls.__name__, key, row_bytes))
 
     @classmethod
     def reason(cls, call: CallSpec, key: MoETopKRoutingBuildKey) -> str | None:

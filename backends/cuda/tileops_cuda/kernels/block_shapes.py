@@ -19,7 +19,7 @@ __all__ = ["BLOCK_SHAPES", "block_shape_of", "with_block_shape"]
 #: Registered kernel class -> ((largest row width in bytes the entry serves, or None for any
 #: width; build-key fields), ...): the first entry that holds wins; fields left out keep the
 #: build key's defaults. Row widths: hidden (norms), D (gated norm), NV (gating; a/b rows),
-#: D (conv; channels), D (QKNormRope; a head), times the element size.
+#: D (conv; channels), D (QKNormRope; a head), E (routing; a token's logits), times the element size.
 BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # From layer_ops_sweep.py on the H200, 2026-12-02 (bench/results/session-2026-12-02e/norms_sweep.log):
     # the fastest correct shape by graph time on each kernel's prefill row, % of the same-size copy.
@@ -43,6 +43,9 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # 53.8%), 4k 34.47 us (60.7%; 39.75), Qwen3.5 MRoPE 4k 35.21 us (60.9%; 40.35). Every spec row passed on it
     # against float64 (120 GPU tests).
     "TileLangQKNormRope": ((None, {"program": "lanes", "threads": 0, "rows": 0, "registers": 40}),),
+    # MoE routing: the first program until layer_ops_sweep.py times the candidates program on the H200
+    # (last measured: 11-20 us at prefill 4k, ~5% of the copy peak).
+    "TileLangMoETopKRouting": ((None, {"program": "rounds", "tokens": 0}),),
 }
 
 

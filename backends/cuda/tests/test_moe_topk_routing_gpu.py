@@ -1,0 +1,178 @@
+"""MoE routing's candidates program on an NVIDIA GPU, at every block shape the sweep times: bit for
+bit the ``rounds`` program's outputs (weights compared as integers, ids exactly) on poisoned
+outputs, and within the conformance suite's tolerance of float64 on the spec's rows. The inputs
+reach each of its paths: random logits (the candidate set), long runs of equal logits and
+probabilities underflowed to zero (more than 32 candidates), an outsider whose probability rounds
+onto the k-th candidate's (the outsider check), non-finite logits (a non-finite sum), and token counts
+that leave a program's last warps without a token. Skips without a GPU or tilelang."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pathlib
+import sys
+
+import pytest
+import torch
+
+from tileops_core import load_manifest
+from tileops_cuda.kernels.moe_topk_routing import MoETopKRoutingBuildKey, build_moe_topk_routing
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
+from catalogue_references import REFERENCES, TOLERANCE, relative_error  # noqa: E402
+
+#: The candidates program's block shapes in the sweep (tokens a program, one warp each).
+SHAPES = [{"program": "candidates", "tokens": t} for t in (1, 4, 8)]
+_BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+
+
+def _spec_rows() -> list:
+    """``(label, dtype, T, E, top_k, renormalize, ids dtype)`` of every MoETopKRouting workload row."""
+    rows = []
+    for row in load_manifest()["MoETopKRoutingFwdOp"].workloads:
+        d = row.values
+        for dtype in d["dtypes"]:
+            rows.append(pytest.param(dtype, d["T"], d["E"], d["top_k"], d.get("renormalize", True),
+                                     d.get("ids_dtype", "int64"), id=f"{row.label}[{dtype}]"))
+    return rows
+
+
+def _key(dtype: str, experts: int, top_k: int, renormalize: bool, ids_dtype: str, arch: str,
+         **shape) -> MoETopKRoutingBuildKey:
+    return MoETopKRoutingBuildKey(dtype, ids_dtype, experts, top_k, renormalize, arch, **shape)
+
+
+_MODELS = [pytest.param(512, 10, id="E512-k10"), pytest.param(256, 8, id="E256-k8")]
+_RENORM = [pytest.param(True, id="renorm"), pytest.param(False, id="no-renorm")]
+#: The outsider test's rows: (dtype, E, top_k).
+_OUTSIDER = [("float32", 256, 1), ("float32", 256, 4), ("float32", 256, 8), ("bfloat16", 512, 10)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prebuilt(cuda_device):
+    """Every kernel the tests below launch, compiled concurrently before the first one (one at a
+    time, some seventy builds outrun the section's slot)."""
+    from tileops_cuda.kernels._common import compile_many
+
+    arch = cuda_device[1]
+    bases = {(p.values[0], p.values[2], p.values[3], p.values[4], p.values[5]) for p in _spec_rows()}
+    bases |= {("bfloat16", m.values[0], m.values[1], r, "int64") for m in _MODELS for r in (True, False)}
+    bases |= {(d, e, k, r, "int64") for d, e, k in _OUTSIDER for r in (True, False)}
+    keys = [_key(*base, arch, **shape) for base in sorted(bases) for shape in [{}, *SHAPES]]
+    failed = [built for built in compile_many([functools.partial(build_moe_topk_routing, k) for k in keys])
+              if isinstance(built, BaseException)]
+    assert not failed, failed[0]
+
+
+def _route(key: MoETopKRoutingBuildKey, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's outputs, written over NaN weights and the most negative id."""
+    T, K = logits.shape[0], key.top_k
+    ids_dtype = getattr(torch, key.ids_dtype)
+    weights = torch.full((T, K), float("nan"), dtype=logits.dtype, device=logits.device)
+    ids = torch.full((T, K), torch.iinfo(ids_dtype).min, dtype=ids_dtype, device=logits.device)
+    build_moe_topk_routing(key).run(logits, K, key.renormalize, ids_dtype, weights, ids)
+    torch.cuda.synchronize()
+    return weights, ids
+
+
+def _assert_bits_of_rounds(key: MoETopKRoutingBuildKey, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``key``'s outputs equal the rounds program's bit for bit; returns them."""
+    weights, ids = _route(key, logits)
+    want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0), logits)
+    bits = _BITS[logits.dtype]
+    rows = (ids != want_ids).any(1) | (weights.view(bits) != want_weights.view(bits)).any(1)
+    assert not rows.any(), (f"{key}: {int(rows.sum())} of {logits.shape[0]} tokens differ from rounds, first "
+                            f"{rows.nonzero()[:4].flatten().tolist()}")
+    return weights, ids
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
+@pytest.mark.parametrize("dtype,T,E,top_k,renormalize,ids_dtype", _spec_rows())
+def test_the_spec_rows_match_rounds_bit_for_bit_and_float64(cuda_device, gen, shape, dtype, T, E, top_k,
+                                                            renormalize, ids_dtype):
+    key = _key(dtype, E, top_k, renormalize, ids_dtype, cuda_device[1], **shape)
+    logits = (2 * torch.randn(T, E, device="cuda", generator=gen)).to(getattr(torch, dtype))
+    weights, ids = _assert_bits_of_rounds(key, logits)
+    want = REFERENCES["MoETopKRoutingFwdOp"](None, {"router_logits": logits.cpu()},
+                                             {"top_k": top_k, "renormalize": renormalize})
+    assert torch.equal(ids.cpu().long(), want["topk_ids"])
+    err = relative_error(weights.cpu(), want["topk_weights"])
+    assert err <= TOLERANCE[weights.dtype], f"{key}: relative error {err:.3g} > {TOLERANCE[weights.dtype]:g}"
+
+
+@pytest.mark.parametrize("renormalize", _RENORM)
+@pytest.mark.parametrize("E,top_k", _MODELS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
+def test_long_runs_of_equal_logits_keep_the_lower_ids(cuda_device, gen, shape, E, top_k, renormalize):
+    # Integers in [-3, 3]: ~E/7 experts share the largest value, far more than 32 candidates.
+    from tileops_cpu_ref.moe import moe_topk_routing
+
+    logits = torch.randint(-3, 4, (1000, E), device="cuda", generator=gen).bfloat16()
+    key = _key("bfloat16", E, top_k, renormalize, "int64", cuda_device[1], **shape)
+    _, ids = _assert_bits_of_rounds(key, logits)
+    assert torch.equal(ids.cpu(), moe_topk_routing(logits.cpu(), top_k, renormalize)[1])
+
+
+@pytest.mark.parametrize("E,top_k", _MODELS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
+def test_a_few_equal_logits_among_the_largest_are_ranked_by_id(cuda_device, gen, shape, E, top_k):
+    # Logits on a grid of 1/8: ties among the top_k + 1 largest on most tokens, a few candidates each.
+    logits = (torch.randn(4096, E, device="cuda", generator=gen) * 8).round().div(8).bfloat16()
+    _assert_bits_of_rounds(_key("bfloat16", E, top_k, True, "int64", cuda_device[1], **shape), logits)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
+def test_probabilities_underflowed_to_zero_tie_at_the_lower_ids(cuda_device, gen, shape):
+    # One or two experts near 100, the rest near -100: every other probability is 0.0 and the
+    # top_k is filled by the lowest ids among them.
+    E, top_k = 512, 10
+    logits = torch.full((257, E), -100.0, device="cuda")
+    logits[:, torch.randint(0, E, (2,), device="cuda", generator=gen)] = 100.0
+    logits[::2, 7] = 99.0
+    _assert_bits_of_rounds(_key("bfloat16", E, top_k, True, "int64", cuda_device[1], **shape), logits.bfloat16())
+
+
+@pytest.mark.parametrize("renormalize", _RENORM)
+@pytest.mark.parametrize("dtype,E,top_k", _OUTSIDER)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
+def test_an_outsider_whose_probability_rounds_onto_the_kth_is_not_left_out(cuda_device, gen, shape, dtype, E,
+                                                                          top_k, renormalize):
+    # top_k + 1 equal largest logits (0) and expert 0 one float below them (-2**-24: e is the float
+    # below 1). Only the top_k + 1 are candidates; where the sum (varied by 64 small logits) makes
+    # expert 0's probability round onto theirs, it belongs in the top_k by its id and the check must
+    # send the token to the rounds selection (about a third of the tokens, by a CPU model).
+    T = 1024
+    logits = torch.full((T, E), -20.0, device="cuda")
+    small = torch.randint(1, E, (T, 64), device="cuda", generator=gen)
+    logits.scatter_(1, small, torch.rand(T, 64, device="cuda", generator=gen) * 6 - 12)
+    tied = torch.rand(T, E - 1, device="cuda", generator=gen).argsort(dim=1)[:, :top_k + 1] + 1
+    logits.scatter_(1, tied, 0.0)
+    logits[:, 0] = -(2.0**-24)
+    logits = logits.to(getattr(torch, dtype))
+    _, ids = _assert_bits_of_rounds(_key(dtype, E, top_k, renormalize, "int64", cuda_device[1], **shape), logits)
+    assert bool((ids == 0).any()), "no token had expert 0 in its top_k: the rows test nothing"
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
+def test_non_finite_logits_take_the_rounds_selection_bit_for_bit(cuda_device, gen, shape):
+    E, top_k = 256, 8
+    logits = torch.randn(64, E, device="cuda", generator=gen)
+    logits[0, 5] = float("nan")
+    logits[1, 9] = float("inf")
+    logits[2] = float("-inf")
+    logits[3, :200] = float("-inf")
+    _assert_bits_of_rounds(_key("bfloat16", E, top_k, True, "int64", cuda_device[1], **shape), logits.bfloat16())
+
+
+@pytest.mark.parametrize("T", [1, 3, 33, 4099])
+def test_a_last_program_with_fewer_tokens_than_warps_writes_only_its_tokens(cuda_device, gen, T):
+    key = _key("bfloat16", 512, 10, True, "int64", cuda_device[1], program="candidates", tokens=8)
+    logits = torch.randn(T, 512, device="cuda", generator=gen).bfloat16()
+    # Outputs are the first T rows of poisoned buffers 8 rows longer: the rows past T stay poisoned.
+    weights = torch.full((T + 8, 10), float("nan"), dtype=torch.bfloat16, device="cuda")
+    ids = torch.full((T + 8, 10), -1, dtype=torch.int64, device="cuda")
+    build_moe_topk_routing(key).run(logits, 10, True, torch.int64, weights[:T], ids[:T])
+    want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0), logits)
+    assert torch.equal(ids[:T], want_ids) and torch.equal(weights[:T].view(torch.int16), want_weights.view(torch.int16))
+    assert weights[T:].isnan().all() and bool((ids[T:] == -1).all())

@@ -1,0 +1,158 @@
+"""MoE routing's two TileLang programs without a GPU: the registered key takes its program from the
+block-shapes table and falls back to ``rounds`` where ``candidates`` has no block, bad block shapes
+are refused with the fix, and the candidates program lowers for sm_90a with 16-byte loads issued
+before any math, warp-level syncs only, and no spilled registers (where tilelang and nvcc are
+installed). Numerics (bit-equal to ``rounds``, float64) run on the GPU
+(``test_moe_topk_routing_gpu.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tileops_core.kernels import CallSpec
+from tileops_cuda.kernels import block_shapes
+from tileops_cuda.kernels.moe_topk_routing import (
+    MoETopKRoutingBuildKey, moe_topk_routing_refusal, with_fitting_routing_program,
+)
+from tileops_cuda.registered_model import TileLangMoETopKRouting
+
+_NEXT = MoETopKRoutingBuildKey("bfloat16", "int64", 512, 10, True, "sm_90a")
+_CANDIDATES = dataclasses.replace(_NEXT, program="candidates")
+
+
+def _call(dtype: str, experts: int, top_k: int) -> CallSpec:
+    return CallSpec("MoETopKRoutingFwdOp", "moe_topk_routing", "cuda", "sm_90a",
+                    {"router_logits": dtype, "topk_weights": dtype, "topk_ids": "int64"},
+                    {"T": 4096, "E": experts, "top_k": top_k}, {"renormalize": True})
+
+
+def test_the_registered_key_takes_its_program_from_the_block_shapes_table(monkeypatch):
+    assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10)) == _NEXT  # rounds until measured
+    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangMoETopKRouting",
+                        ((None, {"program": "candidates", "tokens": 8}),))
+    assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10)) == dataclasses.replace(_CANDIDATES, tokens=8)
+
+
+@pytest.mark.parametrize("dtype,experts,top_k", [("float32", 1024, 8), ("bfloat16", 64, 40)],
+                         ids=["two-warps-a-token", "top_k-past-31"])
+def test_a_key_the_candidates_program_cannot_hold_falls_back_to_rounds(monkeypatch, dtype, experts, top_k):
+    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangMoETopKRouting", ((None, {"program": "candidates"}),))
+    key = TileLangMoETopKRouting.key(_call(dtype, experts, top_k))
+    assert key.program == "rounds" and TileLangMoETopKRouting.reason(None, key) is None
+    assert with_fitting_routing_program(_CANDIDATES) == _CANDIDATES
+
+
+@pytest.mark.parametrize("fields,reason", [
+    ({"program": "heap"}, "program='heap' is not one of ('rounds', 'candidates')"),
+    ({"program": "candidates", "tokens": 33}, "the candidates program takes 0-32 tokens a program (tokens=33)"),
+    ({"program": "candidates", "experts": 1024, "dtype": "float32"},
+     "the candidates program holds a token in one warp (E=1024 in float32 takes 64 threads); use program='rounds'"),
+    ({"program": "candidates", "top_k": 32}, "the candidates program ranks top_k + 1 <= 32 lanes (top_k=32)"),
+], ids=["program", "tokens", "experts", "top_k"])
+def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
+    assert reason in moe_topk_routing_refusal(dataclasses.replace(_NEXT, **fields))
+
+
+def _lowered(key: MoETopKRoutingBuildKey) -> str:
+    """The generated CUDA of ``key``'s program, lowered under the pass configs it annotates (as
+    ``tilelang.compile`` lowers it)."""
+    tilelang = pytest.importorskip("tilelang")
+    from tileops_cuda.kernels import moe_topk_routing
+
+    func = moe_topk_routing._program(key)
+    configs = dict(func.attrs["tilelang_pass_configs"]) if "tilelang_pass_configs" in func.attrs else {}
+    target = {"kind": "cuda", "arch": "sm_90a"}
+    with tilelang.tvm.transform.PassContext(opt_level=3, config=configs), tilelang.tvm.target.Target(target):
+        return tilelang.lower(func, target=target).kernel_source
+
+
+# The spec's model rows (16 and 8 experts a lane), rows with padded lanes (E below a warp of
+# vectors, E not a whole vector), the ids dtypes, renormalisation off, one and eight tokens a program.
+_LOWERED = [
+    dataclasses.replace(_CANDIDATES, tokens=4),
+    MoETopKRoutingBuildKey("bfloat16", "int64", 256, 8, True, "sm_90a", "candidates", 8),
+    MoETopKRoutingBuildKey("float32", "int32", 12, 3, False, "sm_90a", "candidates", 1),
+    MoETopKRoutingBuildKey("float16", "int64", 16, 4, True, "sm_90a", "candidates", 2),
+]
+
+
+@pytest.mark.parametrize("key", _LOWERED, ids=lambda k: f"{k.dtype}-E{k.experts}-k{k.top_k}-t{k.tokens}")
+def test_the_candidates_program_loads_the_row_before_any_math_and_syncs_only_its_warp(key):
+    source = _lowered(key)
+    assert source.index("(router_logits + ") < source.index("expf(")
+    assert "__syncthreads" not in source and source.count("__syncwarp()") == 2
+    assert re.search(r"extern __shared__ __align__\(\d+\) int slots\[\];", source)  # one buffer: no aliasing
+    assert "__ballot_sync" in source and "tl::warp_reduce_sum" in source
+
+
+@pytest.mark.parametrize("key", _LOWERED[:2], ids=["qwen3-next-E512", "qwen3.5-E256"])
+def test_the_candidates_program_reads_the_model_rows_as_16_byte_vectors(key):
+    assert len(re.findall(r"\*\(uint4\*\)\(router_logits \+ ", _lowered(key))) == 1  # in an unrolled loop
+
+
+def _layout(source: str) -> tuple:
+    """What places an expert in a lane and orders a lane's sum, read from a program's source: the
+    strides of the loop index and of the lane in the logits' load address, and the index
+    expression of the local sum (its loop variable renamed)."""
+    load = next(line for line in source.splitlines() if "(router_logits + " in line)
+    lane = re.search(r"threadIdx\.x\)\)(?: & \(int64_t\)31\))? \* \(int64_t\)(\d+)\)", load)
+    vector = re.search(r"\(\(int64_t\)i\) \* \(int64_t\)(\d+)\)", load)
+    total = re.search(r"= \((?:total\[0\]|fv\[1\]) \+ (?:prob|ev)\[(.*)\]\);", source)
+    return (lane and lane.group(1), vector and vector.group(1), re.sub(r"\brv(_\d+)?\b", "rv", total.group(1)))
+
+
+@pytest.mark.parametrize("key", [
+    _NEXT, MoETopKRoutingBuildKey("bfloat16", "int64", 256, 8), MoETopKRoutingBuildKey("float32", "int64", 512, 8),
+    MoETopKRoutingBuildKey("float32", "int64", 256, 8), MoETopKRoutingBuildKey("bfloat16", "int32", 12, 3, False),
+    MoETopKRoutingBuildKey("float16", "int64", 16, 4), MoETopKRoutingBuildKey("float32", "int64", 4, 4),
+], ids=lambda k: f"{k.dtype}-E{k.experts}")
+def test_the_candidates_program_lays_out_and_sums_a_token_as_rounds_does(key):
+    # The bit-for-bit claim rests on this: the same expert in the same lane and local slot, and the
+    # same order of float32 additions (E=12 in bf16: TileLang gave rounds 8-byte vectors).
+    rounds = _lowered(dataclasses.replace(key, arch="sm_90a"))
+    candidates = _lowered(dataclasses.replace(key, arch="sm_90a", program="candidates", tokens=2))
+    assert _layout(candidates) == _layout(rounds)
+
+
+def _nvcc() -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc: registers and spills are read from ptxas")
+    return nvcc
+
+
+@pytest.mark.parametrize("key", _LOWERED[:2], ids=["qwen3-next-E512-k10", "qwen3.5-E256-k8"])
+def test_the_candidates_program_of_the_model_rows_spills_nothing_for_sm_90a(key, tmp_path):
+    pytest.importorskip("tilelang")
+    nvcc = _nvcc()
+    from tilelang.env import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH
+
+    cu = tmp_path / "routing.cu"
+    cu.write_text(_lowered(key))
+    out = subprocess.run([nvcc, "-arch=sm_90a", "-std=c++17", "-c", "-Xptxas", "-v", "-DENABLE_BF16",
+                          f"-I{TILELANG_TEMPLATE_PATH}", f"-I{CUTLASS_INCLUDE_DIR}", "-o", os.devnull, str(cu)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out.stderr)
+    registers = [int(r) for r in re.findall(r"Used (\d+) registers", out.stderr)]
+    assert spills and all(a == "0" and b == "0" for a, b in spills), out.stderr
+    # At most 64: 32 warps an SM, so 4096 tokens are one wave on 132 SMs.
+    assert registers and max(registers) <= 64, out.stderr
+
+
+def test_the_launcher_compiles_the_candidates_program_without_a_block_barrier():
+    # The pass config that keeps TileLang from inserting __syncthreads is annotated on the program:
+    # honoured by tilelang.compile (what the launcher runs), not by tilelang.lower alone. A block
+    # barrier inside the warp-uniform branches would hang a program whose warps part ways.
+    pytest.importorskip("tilelang")
+    _nvcc()
+    from tileops_cuda.kernels.moe_topk_routing import build_moe_topk_routing
+
+    source = build_moe_topk_routing(dataclasses.replace(_CANDIDATES, tokens=8)).kernel.get_kernel_source()
+    assert "__syncthreads" not in source and source.count("__syncwarp()") == 2
