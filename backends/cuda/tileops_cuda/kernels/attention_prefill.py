@@ -1,7 +1,7 @@
 """Causal varlen GQA prefill writing the KV cache (AttentionPrefillFwdOp) on NVIDIA GPUs: the host side.
 
-What gets compiled (the build key: dtype, head counts, head size, the layout, metadata dtypes;
-never B, T or the pool size), what the kernels were not written for
+What gets compiled (the build key: dtype, head counts, head size, the layout, metadata dtypes,
+which attention program; never B, T or the pool size), what the kernels were not written for
 (:func:`prefill_refusal`), and how a call is launched: the cache write (which also zeroes
 the outputs of tokens no sequence covers), then the attention, on the current stream; nothing
 synchronises, so launches capture into CUDA graphs. The programs are
@@ -20,18 +20,27 @@ from typing import Any, Callable
 from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, direct_entry
 from .attention_decode_program import LOG2E
-from .attention_prefill_program import prefill_attention_program, prefill_cache_program
+from .attention_prefill_program import (
+    prefill_attention_overlap_program, prefill_attention_program, prefill_cache_program,
+)
 
-__all__ = ["PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "build_attention_prefill", "default_tiling",
-           "prefill_refusal"]
+__all__ = ["PREFILL_PROGRAMS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "build_attention_prefill",
+           "default_tiling", "prefill_refusal"]
 
 #: Tokens a cache-write program copies, and its threads.
 CACHE_TOKENS, CACHE_THREADS = 16, 256
 
+#: The attention programs a key can name. ``pipelined``: TileLang's automatic warp-specialised
+#: pipeline, each product waited for as it is issued (the default until the other is measured
+#: faster on the H200); ``overlap``: the pipeline written out, the softmax of key tile j running
+#: while the P·V product of tile j - 1 does (issue 21).
+PREFILL_PROGRAMS = {"pipelined": prefill_attention_program, "overlap": prefill_attention_overlap_program}
+
 
 @dataclass(frozen=True)
 class PrefillBuildKey:
-    """The prefill kernels' build identity. ``slot_dtype`` is None for the contiguous layout."""
+    """The prefill kernels' build identity. ``slot_dtype`` is None for the contiguous layout;
+    ``program`` is one of :data:`PREFILL_PROGRAMS` (the attention; the cache write is the same)."""
 
     dtype: str
     num_q_heads: int
@@ -41,6 +50,11 @@ class PrefillBuildKey:
     cu_dtype: str = "int32"
     slot_dtype: str | None = None
     arch: str = "sm_90"
+    program: str = "pipelined"
+
+    def __post_init__(self) -> None:
+        if self.program not in PREFILL_PROGRAMS:
+            raise ValueError(f"PrefillBuildKey.program={self.program!r} is not one of {tuple(PREFILL_PROGRAMS)}")
 
 
 @dataclass(frozen=True)
@@ -128,7 +142,8 @@ def build_attention_prefill(key: PrefillBuildKey) -> PrefillLauncher:
 
     def make() -> PrefillLauncher:
         cache = compile_prim_func(prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS), compile_arch(key.arch))
-        attention = compile_prim_func(prefill_attention_program(key, default_tiling(key)), compile_arch(key.arch))
+        program = PREFILL_PROGRAMS[key.program](key, default_tiling(key))
+        attention = compile_prim_func(program, compile_arch(key.arch))
         return PrefillLauncher(key, (cache, attention), _make_run(key, direct_entry(cache), direct_entry(attention)))
 
     return cached_build(("attention_prefill", key), make)

@@ -22,6 +22,10 @@ probabilities are rounded to the input dtype for the tensor-core product with V 
 FlashAttention does), the accumulator stays float32, the output is rounded once. Query tiles
 are visited last-first (the last tile of a sequence has the most key tiles).
 
+:func:`prefill_attention_overlap_program` is the same attention with its pipeline written out
+(a producer warpgroup, barriers of its own, asynchronous products) so that the softmax of one key
+tile overlaps the P·V product of the previous one; the build key's ``program`` picks it.
+
 tilelang is imported inside the builders, never at module import.
 """
 
@@ -34,7 +38,7 @@ from .attention_decode_program import online_softmax_step
 if TYPE_CHECKING:
     from .attention_prefill import PrefillBuildKey, PrefillTiling
 
-__all__ = ["prefill_attention_program", "prefill_cache_program"]
+__all__ = ["prefill_attention_overlap_program", "prefill_attention_program", "prefill_cache_program"]
 
 
 def last_at_or_below() -> Any:
@@ -196,3 +200,190 @@ def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -
                         out[start + q0 + i, hq, d] = T.cast(acc_o[i, d] / l_sum[i], dt)
 
     return prefill_attention
+
+
+def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:  # noqa: C901
+    """The attention PrimFunc with its pipeline written out (same parameters, grid and
+    semantics as :func:`prefill_attention_program`): warpgroup 0 loads (TMA), warpgroups 1
+    and 2 own 64 query rows each and overlap the softmax of key tile j with the P·V product
+    of tile j - 1, as FlashAttention-3 does.
+
+    Per consumer step j: issue ``S_j = Q·K_jᵀ`` and ``O += P_{j-1}·V_{j-1}`` (asynchronous
+    wgmma), wait for ``S_j`` only, run the softmax statistics of ``S_j`` in float32 while the
+    P·V product runs, then wait for it, rescale ``O`` and round ``P_j`` to the input dtype.
+    The K and V ring (``stages`` deep each) has full/empty barriers of its own, so a K stage
+    is refilled as soon as both warpgroups' score products are done with it. The output is
+    staged through the query tile's shared memory and written with 16-byte row stores (rows
+    past the sequence's end are not written)."""
+    import tilelang.language as T
+
+    dt, f32, i32 = key.dtype, "float32", "int32"
+    NQ, NKV, D = key.num_q_heads, key.num_kv_heads, key.head_dim
+    G = NQ // NKV
+    BM, BN, S = tiling.block_m, tiling.block_n, tiling.stages
+    WM = BM // 2  # query rows of one consumer warpgroup
+    if (BM, tiling.threads) != (128, 256):
+        raise ValueError(f"the overlap prefill program is written for two consumer warpgroups of 64 query rows "
+                         f"(block_m=128, threads=256), not block_m={BM}, threads={tiling.threads}")
+    CONSUMER_WARPS = 8
+    Tn, BM1 = T.dynamic("T"), T.dynamic("BM1")
+    NEG = -T.infinity(f32)
+    search = last_at_or_below()
+
+    @T.macro
+    def scores(wg: int, j: Any, q_s: Any, k_s: Any, k_full: Any, acc_s: Any):
+        """Issue ``S_j = Q·K_jᵀ`` (asynchronous; nothing waits here)."""
+        T.barrier_wait(k_full[j % S], (j // S) & 1)
+        T.wgmma_gemm(q_s, k_s[j % S, :, :], acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow,
+                     clear_accum=True)
+
+    @T.macro
+    def statistics(wg: int, j: Any, k_empty: Any, acc_s: Any, m_cur: Any, m_prev: Any, rescale: Any, row_sum: Any,
+                   l_sum: Any, r0: Any, length: Any, scale_log2: Any):
+        """After ``S_j`` landed: free its K stage, mask and scale it, update the running maximum
+        and sum; ``acc_s`` ends as the float32 probabilities (the accumulator is not touched)."""
+        T.warpgroup_fence_operand(acc_s, num_regs=WM * BN // 128)
+        if T.get_thread_binding() % 32 == 0:
+            T.mbarrier_arrive(k_empty[j % S])
+        k0 = j * BN
+        if k0 + BN > r0 or k0 + BN > length:
+            for i, c in T.Parallel(WM, BN):
+                acc_s[i, c] = T.if_then_else(k0 + c <= r0 + i and k0 + c < length, acc_s[i, c] * scale_log2, NEG)
+        else:
+            for i, c in T.Parallel(WM, BN):
+                acc_s[i, c] = acc_s[i, c] * scale_log2
+        T.copy(m_cur, m_prev)
+        T.reduce_max(acc_s, m_cur, dim=1, clear=False)
+        for i in T.Parallel(WM):
+            rescale[i] = T.exp2(m_prev[i] - m_cur[i])
+        for i, c in T.Parallel(WM, BN):
+            acc_s[i, c] = T.exp2(acc_s[i, c] - m_cur[i])
+        T.reduce_sum(acc_s, row_sum, dim=1)
+        for i in T.Parallel(WM):
+            l_sum[i] = l_sum[i] * rescale[i] + row_sum[i]
+
+    @T.macro
+    def values(j: Any, v_s: Any, v_full: Any, acc_p: Any, acc_o: Any):
+        """Issue ``O += P_j·V_j`` (asynchronous)."""
+        T.barrier_wait(v_full[j % S], (j // S) & 1)
+        T.wgmma_gemm(acc_p, v_s[j % S, :, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
+
+    @T.macro
+    def values_done(j: Any, v_empty: Any, acc_o: Any):
+        T.warpgroup_fence_operand(acc_o, num_regs=WM * D // 128)
+        if T.get_thread_binding() % 32 == 0:
+            T.mbarrier_arrive(v_empty[j % S])
+
+    @T.macro
+    def consumer(wg: int, q_s: Any, k_s: Any, v_s: Any, q_full: Any, k_full: Any, k_empty: Any, v_full: Any,
+                 v_empty: Any, acc_s: Any, acc_p: Any, acc_o: Any, m_cur: Any, m_prev: Any, rescale: Any,
+                 row_sum: Any, l_sum: Any, out: Any, start: Any, length: Any, q0: Any, hq: Any, tiles: Any,
+                 scale_log2: Any):
+        """One consumer warpgroup's rows: tile 0, the overlapped steady state (straight-line, so
+        ptxas keeps the products asynchronous), the last P·V product, the output."""
+        T.inc_max_nreg(240)
+        r0 = q0 + wg * WM  # this warpgroup's first query row
+        if tiles > 0:
+            T.fill(acc_o, 0)
+            T.fill(l_sum, 0)
+            T.fill(m_cur, NEG)
+            T.barrier_wait(q_full[0], 0)
+            scores(wg, 0, q_s, k_s, k_full, acc_s)
+            T.wait_wgmma(0)
+            statistics(wg, 0, k_empty, acc_s, m_cur, m_prev, rescale, row_sum, l_sum, r0, length, scale_log2)
+            T.copy(acc_s, acc_p)
+            for j in T.serial(1, tiles):
+                scores(wg, j, q_s, k_s, k_full, acc_s)
+                values(j - 1, v_s, v_full, acc_p, acc_o)
+                T.wait_wgmma(1)
+                statistics(wg, j, k_empty, acc_s, m_cur, m_prev, rescale, row_sum, l_sum, r0, length, scale_log2)
+                T.wait_wgmma(0)
+                values_done(j - 1, v_empty, acc_o)
+                for i, d in T.Parallel(WM, D):
+                    acc_o[i, d] *= rescale[i]
+                T.copy(acc_s, acc_p)
+            last = tiles - 1
+            T.barrier_wait(v_full[last % S], (last // S) & 1)
+            if last * BN + BN > length:  # the end tile: value rows past the end become zeros
+                for i, d in T.Parallel(BN, D):
+                    if last * BN + i >= length:
+                        v_s[last % S, i, d] = T.cast(0, dt)
+                T.fence_proxy_async()
+                T.sync_threads(barrier_id=1 + wg, arrive_count=128)
+            T.wgmma_gemm(acc_p, v_s[last % S, :, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
+            T.wait_wgmma(0)
+            values_done(last, v_empty, acc_o)
+            for i, d in T.Parallel(WM, D):
+                q_s[i, d] = T.cast(acc_o[i, d] / l_sum[i], dt)
+            T.sync_threads(barrier_id=1 + wg, arrive_count=128)
+            for i, d in T.Parallel(WM, D):
+                if r0 + i < length:
+                    out[start + r0 + i, hq, d] = q_s[i, d]
+
+    @T.prim_func
+    def prefill_attention_overlap(
+        query: T.Tensor((Tn, NQ, D), dt),
+        key_new: T.Tensor((Tn, NKV, D), dt),
+        value_new: T.Tensor((Tn, NKV, D), dt),
+        cu_seqlens: T.Tensor((BM1,), key.cu_dtype),
+        tile_cu: T.Tensor((BM1,), i32),
+        out: T.Tensor((Tn, NQ, D), dt),
+        scale_log2: T.float32,
+        nbits: T.int32,
+    ):
+        # The consumers' threads and a producer warpgroup, as TileLang's automatic pipeline launches.
+        with T.Kernel(T.ceildiv(Tn, BM) + BM1 - 1, NQ, threads=tiling.threads + 128) as (bx, hq):
+            q_s0 = T.alloc_shared((WM, D), dt)
+            q_s1 = T.alloc_shared((WM, D), dt)
+            k_s = T.alloc_shared((S, BN, D), dt)
+            v_s = T.alloc_shared((S, BN, D), dt)
+            acc_s0 = T.alloc_fragment((WM, BN), f32)
+            acc_p0 = T.alloc_fragment((WM, BN), dt)
+            acc_o0 = T.alloc_fragment((WM, D), f32)
+            acc_s1 = T.alloc_fragment((WM, BN), f32)
+            acc_p1 = T.alloc_fragment((WM, BN), dt)
+            acc_o1 = T.alloc_fragment((WM, D), f32)
+            stats0 = [T.alloc_fragment((WM,), f32) for _ in range(5)]
+            stats1 = [T.alloc_fragment((WM,), f32) for _ in range(5)]
+            q_full = T.alloc_barrier([128])
+            k_full = T.alloc_barrier([128] * S)
+            k_empty = T.alloc_barrier([CONSUMER_WARPS] * S)
+            v_full = T.alloc_barrier([128] * S)
+            v_empty = T.alloc_barrier([CONSUMER_WARPS] * S)
+
+            found = T.alloc_local((1,), i32)
+            step = T.alloc_local((1,), i32)
+            g = T.ceildiv(Tn, BM) + BM1 - 2 - bx
+            search(tile_cu, BM1 - 1, g, nbits, found, step)
+            b = found[0]
+            start = T.cast(cu_seqlens[b], i32)
+            length = T.if_then_else(g < tile_cu[BM1 - 1], T.cast(cu_seqlens[b + 1], i32) - start, 0)
+            q0 = (g - tile_cu[b]) * BM
+            h = hq // G
+            tiles = T.if_then_else(q0 < length, T.ceildiv(T.min(q0 + BM, length), BN), 0)
+
+            tx = T.get_thread_binding()
+            if tx < 128:
+                T.dec_max_nreg(24)
+                if tiles > 0:
+                    T.tma_copy(query[start + q0 : start + q0 + WM, hq, :], q_s0, barrier=q_full[0])
+                    T.tma_copy(query[start + q0 + WM : start + q0 + BM, hq, :], q_s1, barrier=q_full[0])
+                    T.barrier_arrive(q_full[0])
+                for j in T.serial(tiles):
+                    slot = j % S
+                    T.barrier_wait(k_empty[slot], ((j // S) & 1) ^ 1)
+                    T.tma_copy(key_new[start + j * BN : start + j * BN + BN, h, :], k_s[slot, :, :],
+                               barrier=k_full[slot])
+                    T.barrier_arrive(k_full[slot])
+                    T.barrier_wait(v_empty[slot], ((j // S) & 1) ^ 1)
+                    T.tma_copy(value_new[start + j * BN : start + j * BN + BN, h, :], v_s[slot, :, :],
+                               barrier=v_full[slot])
+                    T.barrier_arrive(v_full[slot])
+            elif tx < 256:
+                consumer(0, q_s0, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty, acc_s0, acc_p0, acc_o0,
+                         *stats0, out, start, length, q0, hq, tiles, scale_log2)
+            else:
+                consumer(1, q_s1, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty, acc_s1, acc_p1, acc_o1,
+                         *stats1, out, start, length, q0, hq, tiles, scale_log2)
+
+    return prefill_attention_overlap
