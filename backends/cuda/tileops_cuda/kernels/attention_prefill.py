@@ -14,6 +14,7 @@ contiguous goes through a contiguous copy that is copied back (correct, not fast
 
 # No `from __future__ import annotations`: dataclass field types stay plain classes here.
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -141,7 +142,10 @@ def build_attention_prefill(key: PrefillBuildKey) -> PrefillLauncher:
         raise ValueError(reason)
 
     def make() -> PrefillLauncher:
-        cache = compile_prim_func(prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS), compile_arch(key.arch))
+        # The cache write does not depend on the attention program: one build serves every program.
+        cache_key = dataclasses.replace(key, program=PrefillBuildKey.program)
+        cache = cached_build(("attention_prefill_cache", cache_key), lambda: compile_prim_func(
+            prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS), compile_arch(key.arch)))
         program = PREFILL_PROGRAMS[key.program](key, default_tiling(key))
         attention = compile_prim_func(program, compile_arch(key.arch))
         return PrefillLauncher(key, (cache, attention), _make_run(key, direct_entry(cache), direct_entry(attention)))

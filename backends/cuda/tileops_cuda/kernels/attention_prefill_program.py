@@ -33,7 +33,7 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
-from .attention_decode_program import online_softmax_step
+from .attention_decode_program import online_softmax_statistics, online_softmax_step
 
 if TYPE_CHECKING:
     from .attention_prefill import PrefillBuildKey, PrefillTiling
@@ -119,20 +119,40 @@ def prefill_cache_program(key: "PrefillBuildKey", tokens_per_program: int, threa
     return prefill_cache
 
 
-def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:  # noqa: C901
-    """The attention PrimFunc: ``(query, key, value, cu_seqlens, tile_cu, out, scale_log2,
-    nbits)``; ``tile_cu`` are the prefix sums of the sequences' query-tile counts (made on the
-    device), ``nbits`` the bit length of B. The grid's first axis is ``ceil(T / BM) + B - 1``,
-    every sequence's tiles fit in it; programs past ``tile_cu[B]`` return at once."""
+def causal_scaled_scores(rows: int, cols: int) -> Any:
+    """The TileLang macro ``causal(acc_s, k0, r0, length, scale_log2)``: the scores of query
+    rows ``r0 ..`` against keys ``k0 ..`` times ``scale_log2``, -inf for a key after its query
+    or past the sequence's ``length``; only a tile that crosses the diagonal or the end is
+    masked (the others are scaled only)."""
     import tilelang.language as T
 
-    dt, f32, i32 = key.dtype, "float32", "int32"
+    NEG = -T.infinity("float32")
+
+    @T.macro
+    def causal(acc_s: Any, k0: Any, r0: Any, length: Any, scale_log2: Any):
+        if k0 + cols > r0 or k0 + cols > length:
+            for i, j in T.Parallel(rows, cols):
+                acc_s[i, j] = T.if_then_else(k0 + j <= r0 + i and k0 + j < length, acc_s[i, j] * scale_log2, NEG)
+        else:
+            for i, j in T.Parallel(rows, cols):
+                acc_s[i, j] = acc_s[i, j] * scale_log2
+
+    return causal
+
+
+def attention_entry(key: "PrefillBuildKey", tiling: "PrefillTiling", threads: int, body: Any) -> Any:
+    """The attention PrimFunc both programs share: ``(query, key, value, cu_seqlens, tile_cu,
+    out, scale_log2, nbits)``; ``tile_cu`` are the prefix sums of the sequences' query-tile
+    counts (made on the device), ``nbits`` the bit length of B. The grid's first axis is
+    ``ceil(T / BM) + B - 1``, every sequence's tiles fit in it; each program finds its query
+    tile, then runs the macro ``body(query, key, value, out, scale_log2, hq, h, start, length,
+    q0, tiles)`` (programs past ``tile_cu[B]`` get ``tiles = 0``: nothing to do)."""
+    import tilelang.language as T
+
+    dt, i32 = key.dtype, "int32"
     NQ, NKV, D = key.num_q_heads, key.num_kv_heads, key.head_dim
-    G = NQ // NKV
-    BM, BN, TH = tiling.block_m, tiling.block_n, tiling.threads
+    BM, BN = tiling.block_m, tiling.block_n
     Tn, BM1 = T.dynamic("T"), T.dynamic("BM1")
-    NEG = -T.infinity(f32)
-    softmax_step = online_softmax_step(BM, BN, D)
     search = last_at_or_below()
 
     @T.prim_func
@@ -146,19 +166,7 @@ def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -
         scale_log2: T.float32,
         nbits: T.int32,
     ):
-        with T.Kernel(T.ceildiv(Tn, BM) + BM1 - 1, NQ, threads=TH) as (bx, hq):
-            q_s = T.alloc_shared((BM, D), dt)
-            k_s = T.alloc_shared((BN, D), dt)
-            v_s = T.alloc_shared((BN, D), dt)
-            acc_s = T.alloc_fragment((BM, BN), f32)
-            acc_p = T.alloc_fragment((BM, BN), dt)
-            acc_o = T.alloc_fragment((BM, D), f32)
-            m_cur = T.alloc_fragment((BM,), f32)
-            m_prev = T.alloc_fragment((BM,), f32)
-            rescale = T.alloc_fragment((BM,), f32)
-            row_sum = T.alloc_fragment((BM,), f32)
-            l_sum = T.alloc_fragment((BM,), f32)
-
+        with T.Kernel(T.ceildiv(Tn, BM) + BM1 - 1, NQ, threads=threads) as (bx, hq):
             found = T.alloc_local((1,), i32)
             step = T.alloc_local((1,), i32)
             # Query tiles numbered across sequences, visited last-first (the last tile of a
@@ -169,37 +177,62 @@ def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -
             start = T.cast(cu_seqlens[b], i32)
             length = T.if_then_else(g < tile_cu[BM1 - 1], T.cast(cu_seqlens[b + 1], i32) - start, 0)
             q0 = (g - tile_cu[b]) * BM
-            h = hq // G
             tiles = T.if_then_else(q0 < length, T.ceildiv(T.min(q0 + BM, length), BN), 0)
-
-            T.copy(query[start + q0 : start + q0 + BM, hq, :], q_s)
-            T.fill(acc_o, 0)
-            T.fill(l_sum, 0)
-            T.fill(m_cur, NEG)
-            for k in T.Pipelined(tiles, num_stages=tiling.stages):
-                k0 = k * BN
-                T.copy(key_new[start + k0 : start + k0 + BN, h, :], k_s)
-                T.clear(acc_s)
-                T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                if k0 + BN > q0 or k0 + BN > length:
-                    for i, j in T.Parallel(BM, BN):
-                        acc_s[i, j] = T.if_then_else(k0 + j <= q0 + i and k0 + j < length, acc_s[i, j] * scale_log2,
-                                                     NEG)
-                else:
-                    for i, j in T.Parallel(BM, BN):
-                        acc_s[i, j] = acc_s[i, j] * scale_log2
-                softmax_step(acc_s, acc_p, acc_o, m_cur, m_prev, rescale, row_sum, l_sum)
-                T.copy(value_new[start + k0 : start + k0 + BN, h, :], v_s)
-                if k0 + BN > length:
-                    for i, d in T.Parallel(BN, D):
-                        v_s[i, d] = T.if_then_else(k0 + i < length, v_s[i, d], T.cast(0, dt))
-                T.gemm(acc_p, v_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
-            if q0 < length:
-                for i, d in T.Parallel(BM, D):
-                    if q0 + i < length:
-                        out[start + q0 + i, hq, d] = T.cast(acc_o[i, d] / l_sum[i], dt)
+            body(query, key_new, value_new, out, scale_log2, hq, hq // (NQ // NKV), start, length, q0, tiles)
 
     return prefill_attention
+
+
+def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:
+    """The attention (:func:`attention_entry`'s PrimFunc) as one TileLang ``T.Pipelined`` loop,
+    which TileLang turns into a warp-specialised TMA pipeline; each product is waited for as
+    it is issued."""
+    import tilelang.language as T
+
+    dt, f32 = key.dtype, "float32"
+    D = key.head_dim
+    BM, BN = tiling.block_m, tiling.block_n
+    NEG = -T.infinity(f32)
+    softmax_step = online_softmax_step(BM, BN, D)
+    causal_scores = causal_scaled_scores(BM, BN)
+
+    @T.macro
+    def pipelined(query: Any, key_new: Any, value_new: Any, out: Any, scale_log2: Any, hq: Any, h: Any, start: Any,
+                  length: Any, q0: Any, tiles: Any):
+        q_s = T.alloc_shared((BM, D), dt)
+        k_s = T.alloc_shared((BN, D), dt)
+        v_s = T.alloc_shared((BN, D), dt)
+        acc_s = T.alloc_fragment((BM, BN), f32)
+        acc_p = T.alloc_fragment((BM, BN), dt)
+        acc_o = T.alloc_fragment((BM, D), f32)
+        m_cur = T.alloc_fragment((BM,), f32)
+        m_prev = T.alloc_fragment((BM,), f32)
+        rescale = T.alloc_fragment((BM,), f32)
+        row_sum = T.alloc_fragment((BM,), f32)
+        l_sum = T.alloc_fragment((BM,), f32)
+
+        T.copy(query[start + q0 : start + q0 + BM, hq, :], q_s)
+        T.fill(acc_o, 0)
+        T.fill(l_sum, 0)
+        T.fill(m_cur, NEG)
+        for k in T.Pipelined(tiles, num_stages=tiling.stages):
+            k0 = k * BN
+            T.copy(key_new[start + k0 : start + k0 + BN, h, :], k_s)
+            T.clear(acc_s)
+            T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            causal_scores(acc_s, k0, q0, length, scale_log2)
+            softmax_step(acc_s, acc_p, acc_o, m_cur, m_prev, rescale, row_sum, l_sum)
+            T.copy(value_new[start + k0 : start + k0 + BN, h, :], v_s)
+            if k0 + BN > length:
+                for i, d in T.Parallel(BN, D):
+                    v_s[i, d] = T.if_then_else(k0 + i < length, v_s[i, d], T.cast(0, dt))
+            T.gemm(acc_p, v_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+        if q0 < length:
+            for i, d in T.Parallel(BM, D):
+                if q0 + i < length:
+                    out[start + q0 + i, hq, d] = T.cast(acc_o[i, d] / l_sum[i], dt)
+
+    return attention_entry(key, tiling, tiling.threads, pipelined)
 
 
 def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:  # noqa: C901
@@ -217,18 +250,17 @@ def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTi
     past the sequence's end are not written)."""
     import tilelang.language as T
 
-    dt, f32, i32 = key.dtype, "float32", "int32"
-    NQ, NKV, D = key.num_q_heads, key.num_kv_heads, key.head_dim
-    G = NQ // NKV
+    dt, f32 = key.dtype, "float32"
+    D = key.head_dim
     BM, BN, S = tiling.block_m, tiling.block_n, tiling.stages
     WM = BM // 2  # query rows of one consumer warpgroup
     if (BM, tiling.threads) != (128, 256):
         raise ValueError(f"the overlap prefill program is written for two consumer warpgroups of 64 query rows "
                          f"(block_m=128, threads=256), not block_m={BM}, threads={tiling.threads}")
     CONSUMER_WARPS = 8
-    Tn, BM1 = T.dynamic("T"), T.dynamic("BM1")
     NEG = -T.infinity(f32)
-    search = last_at_or_below()
+    softmax_statistics = online_softmax_statistics(WM, BN)
+    causal_scores = causal_scaled_scores(WM, BN)
 
     @T.macro
     def scores(wg: int, j: Any, q_s: Any, k_s: Any, k_full: Any, acc_s: Any):
@@ -245,22 +277,8 @@ def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTi
         T.warpgroup_fence_operand(acc_s, num_regs=WM * BN // 128)
         if T.get_thread_binding() % 32 == 0:
             T.mbarrier_arrive(k_empty[j % S])
-        k0 = j * BN
-        if k0 + BN > r0 or k0 + BN > length:
-            for i, c in T.Parallel(WM, BN):
-                acc_s[i, c] = T.if_then_else(k0 + c <= r0 + i and k0 + c < length, acc_s[i, c] * scale_log2, NEG)
-        else:
-            for i, c in T.Parallel(WM, BN):
-                acc_s[i, c] = acc_s[i, c] * scale_log2
-        T.copy(m_cur, m_prev)
-        T.reduce_max(acc_s, m_cur, dim=1, clear=False)
-        for i in T.Parallel(WM):
-            rescale[i] = T.exp2(m_prev[i] - m_cur[i])
-        for i, c in T.Parallel(WM, BN):
-            acc_s[i, c] = T.exp2(acc_s[i, c] - m_cur[i])
-        T.reduce_sum(acc_s, row_sum, dim=1)
-        for i in T.Parallel(WM):
-            l_sum[i] = l_sum[i] * rescale[i] + row_sum[i]
+        causal_scores(acc_s, j * BN, r0, length, scale_log2)
+        softmax_statistics(acc_s, m_cur, m_prev, rescale, row_sum, l_sum)
 
     @T.macro
     def values(j: Any, v_s: Any, v_full: Any, acc_p: Any, acc_o: Any):
@@ -320,70 +338,53 @@ def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTi
                 if r0 + i < length:
                     out[start + r0 + i, hq, d] = q_s[i, d]
 
-    @T.prim_func
-    def prefill_attention_overlap(
-        query: T.Tensor((Tn, NQ, D), dt),
-        key_new: T.Tensor((Tn, NKV, D), dt),
-        value_new: T.Tensor((Tn, NKV, D), dt),
-        cu_seqlens: T.Tensor((BM1,), key.cu_dtype),
-        tile_cu: T.Tensor((BM1,), i32),
-        out: T.Tensor((Tn, NQ, D), dt),
-        scale_log2: T.float32,
-        nbits: T.int32,
-    ):
-        # The consumers' threads and a producer warpgroup, as TileLang's automatic pipeline launches.
-        with T.Kernel(T.ceildiv(Tn, BM) + BM1 - 1, NQ, threads=tiling.threads + 128) as (bx, hq):
-            q_s0 = T.alloc_shared((WM, D), dt)
-            q_s1 = T.alloc_shared((WM, D), dt)
-            k_s = T.alloc_shared((S, BN, D), dt)
-            v_s = T.alloc_shared((S, BN, D), dt)
-            acc_s0 = T.alloc_fragment((WM, BN), f32)
-            acc_p0 = T.alloc_fragment((WM, BN), dt)
-            acc_o0 = T.alloc_fragment((WM, D), f32)
-            acc_s1 = T.alloc_fragment((WM, BN), f32)
-            acc_p1 = T.alloc_fragment((WM, BN), dt)
-            acc_o1 = T.alloc_fragment((WM, D), f32)
-            stats0 = [T.alloc_fragment((WM,), f32) for _ in range(5)]
-            stats1 = [T.alloc_fragment((WM,), f32) for _ in range(5)]
-            q_full = T.alloc_barrier([128])
-            k_full = T.alloc_barrier([128] * S)
-            k_empty = T.alloc_barrier([CONSUMER_WARPS] * S)
-            v_full = T.alloc_barrier([128] * S)
-            v_empty = T.alloc_barrier([CONSUMER_WARPS] * S)
+    @T.macro
+    def overlap(query: Any, key_new: Any, value_new: Any, out: Any, scale_log2: Any, hq: Any, h: Any, start: Any,
+                length: Any, q0: Any, tiles: Any):
+        q_s0 = T.alloc_shared((WM, D), dt)
+        q_s1 = T.alloc_shared((WM, D), dt)
+        k_s = T.alloc_shared((S, BN, D), dt)
+        v_s = T.alloc_shared((S, BN, D), dt)
+        # Each consumer warpgroup's fragments are its own buffers (TileLang lays a fragment out
+        # over the threads of the branch that uses it).
+        acc_s0 = T.alloc_fragment((WM, BN), f32)
+        acc_p0 = T.alloc_fragment((WM, BN), dt)
+        acc_o0 = T.alloc_fragment((WM, D), f32)
+        acc_s1 = T.alloc_fragment((WM, BN), f32)
+        acc_p1 = T.alloc_fragment((WM, BN), dt)
+        acc_o1 = T.alloc_fragment((WM, D), f32)
+        stats0 = [T.alloc_fragment((WM,), f32) for _ in range(5)]
+        stats1 = [T.alloc_fragment((WM,), f32) for _ in range(5)]
+        # full: the producer's 128 threads arrive (and the bytes land); empty: lane 0 of each
+        # consumer warp arrives when its products no longer read the stage.
+        q_full = T.alloc_barrier([128])
+        k_full = T.alloc_barrier([128] * S)
+        k_empty = T.alloc_barrier([CONSUMER_WARPS] * S)
+        v_full = T.alloc_barrier([128] * S)
+        v_empty = T.alloc_barrier([CONSUMER_WARPS] * S)
 
-            found = T.alloc_local((1,), i32)
-            step = T.alloc_local((1,), i32)
-            g = T.ceildiv(Tn, BM) + BM1 - 2 - bx
-            search(tile_cu, BM1 - 1, g, nbits, found, step)
-            b = found[0]
-            start = T.cast(cu_seqlens[b], i32)
-            length = T.if_then_else(g < tile_cu[BM1 - 1], T.cast(cu_seqlens[b + 1], i32) - start, 0)
-            q0 = (g - tile_cu[b]) * BM
-            h = hq // G
-            tiles = T.if_then_else(q0 < length, T.ceildiv(T.min(q0 + BM, length), BN), 0)
+        tx = T.get_thread_binding()
+        if tx < 128:
+            T.dec_max_nreg(24)
+            if tiles > 0:
+                T.tma_copy(query[start + q0 : start + q0 + WM, hq, :], q_s0, barrier=q_full[0])
+                T.tma_copy(query[start + q0 + WM : start + q0 + BM, hq, :], q_s1, barrier=q_full[0])
+                T.barrier_arrive(q_full[0])
+            for j in T.serial(tiles):
+                slot = j % S
+                T.barrier_wait(k_empty[slot], ((j // S) & 1) ^ 1)
+                T.tma_copy(key_new[start + j * BN : start + j * BN + BN, h, :], k_s[slot, :, :], barrier=k_full[slot])
+                T.barrier_arrive(k_full[slot])
+                T.barrier_wait(v_empty[slot], ((j // S) & 1) ^ 1)
+                T.tma_copy(value_new[start + j * BN : start + j * BN + BN, h, :], v_s[slot, :, :],
+                           barrier=v_full[slot])
+                T.barrier_arrive(v_full[slot])
+        elif tx < 256:
+            consumer(0, q_s0, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty, acc_s0, acc_p0, acc_o0, *stats0,
+                     out, start, length, q0, hq, tiles, scale_log2)
+        else:
+            consumer(1, q_s1, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty, acc_s1, acc_p1, acc_o1, *stats1,
+                     out, start, length, q0, hq, tiles, scale_log2)
 
-            tx = T.get_thread_binding()
-            if tx < 128:
-                T.dec_max_nreg(24)
-                if tiles > 0:
-                    T.tma_copy(query[start + q0 : start + q0 + WM, hq, :], q_s0, barrier=q_full[0])
-                    T.tma_copy(query[start + q0 + WM : start + q0 + BM, hq, :], q_s1, barrier=q_full[0])
-                    T.barrier_arrive(q_full[0])
-                for j in T.serial(tiles):
-                    slot = j % S
-                    T.barrier_wait(k_empty[slot], ((j // S) & 1) ^ 1)
-                    T.tma_copy(key_new[start + j * BN : start + j * BN + BN, h, :], k_s[slot, :, :],
-                               barrier=k_full[slot])
-                    T.barrier_arrive(k_full[slot])
-                    T.barrier_wait(v_empty[slot], ((j // S) & 1) ^ 1)
-                    T.tma_copy(value_new[start + j * BN : start + j * BN + BN, h, :], v_s[slot, :, :],
-                               barrier=v_full[slot])
-                    T.barrier_arrive(v_full[slot])
-            elif tx < 256:
-                consumer(0, q_s0, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty, acc_s0, acc_p0, acc_o0,
-                         *stats0, out, start, length, q0, hq, tiles, scale_log2)
-            else:
-                consumer(1, q_s1, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty, acc_s1, acc_p1, acc_o1,
-                         *stats1, out, start, length, q0, hq, tiles, scale_log2)
-
-    return prefill_attention_overlap
+    # The consumers' threads and a producer warpgroup, as TileLang's automatic pipeline launches.
+    return attention_entry(key, tiling, tiling.threads + 128, overlap)
