@@ -5,12 +5,13 @@ fastest backend on the same prompts.
 Usage (from the repository root, tilelang and a CUDA GPU present)::
 
     python backends/cuda/bench/attention_bench.py [--reps 50] [--json PATH] [--no-prefill] [--no-decode]
-        [--programs pipelined,overlap]
+        [--settings pipelined:tiles,overlap:heads]
 
-Prefill rows are timed with their cache write, once per attention program named (default: every
-one of ``PREFILL_PROGRAMS``, all compiled concurrently first); SDPA's three backends get the
-same prompts as a batch (``[B, heads, T / B, D]``, causal, GQA) and no cache write. A summary
-table closes the run: each row and program, its time and its speed as a multiple of SDPA's best.
+Prefill rows are timed with their cache write, once per attention setting named (``program:grid``,
+the build key's two fields; default: every one of ``PREFILL_PROGRAMS`` x ``PREFILL_GRIDS``, all
+compiled concurrently first); SDPA's three backends get the same prompts as a batch
+(``[B, heads, T / B, D]``, causal, GQA) and no cache write. A summary table closes the run:
+each row and setting, its time and its speed as a multiple of SDPA's best.
 
 Method: every measurement is the median over ``--reps`` (>= 50) CUDA-event timings after a
 warm-up, the L2 cache flushed before each (a 256 MiB buffer written), one call a timing. The
@@ -237,18 +238,20 @@ def prefill_error(inputs: dict, out: torch.Tensor, B: int) -> float:
     return worst
 
 
-def bench_prefill(timer: Timer, arch: str, programs: list[str], results: list) -> None:
+def bench_prefill(timer: Timer, arch: str, settings: list[str], results: list) -> None:
+    """Each ``program:grid`` setting and SDPA's backends on every prefill row, then the summary."""
     from tileops_cuda.kernels._common import compile_many
     from tileops_cuda.kernels.attention_prefill import PrefillBuildKey, build_attention_prefill
 
-    def key(block: int | None, program: str) -> PrefillBuildKey:
+    def key(block: int | None, setting: str) -> PrefillBuildKey:
+        program, grid = setting.split(":")
         return PrefillBuildKey("bfloat16", NQ, NKV, D, block is not None, "int32",
-                               None if block is None else "int32", arch, program)
+                               None if block is None else "int32", arch, program, grid)
 
-    keys = [key(b, p) for b in (None, 16) for p in programs]
+    keys = [key(b, p) for b in (None, 16) for p in settings]
     for k, failure in zip(keys, compile_many([lambda k=k: build_attention_prefill(k) for k in keys])):
         if isinstance(failure, Exception):
-            log(f"prefill build paged={k.paged} program={k.program} FAILED: {type(failure).__name__}: {failure}")
+            log(f"prefill build paged={k.paged} {k.program}:{k.grid} FAILED: {type(failure).__name__}: {failure}")
     gen = torch.Generator(device="cuda")
     gen.seed()
     summary = []
@@ -257,33 +260,33 @@ def bench_prefill(timer: Timer, arch: str, programs: list[str], results: list) -
         args = [inputs[n] for n in ("query", "key", "value", "key_cache", "value_cache", "cu_seqlens", "slot_mapping")]
         flops = 2 * NQ * D * T * (T // B + 1)  # causal: B · n(n+1)/2 scores, QK and PV
         timed = []
-        for program in programs:
+        for setting in settings:
             try:
-                run = build_attention_prefill(key(block, program)).run
+                run = build_attention_prefill(key(block, setting)).run
                 out = torch.full_like(inputs["query"], float("nan"))
                 run(*args, None, out)
                 err = prefill_error(inputs, out, B)
                 us = timer(lambda: run(*args, None, out))
-                timed.append((program, us, err))
-                log(f"{label:28s} {program:10s} T={T:6d} B={B} {us:10.2f} us {flops / us / 1e6:7.1f} TFLOP/s "
+                timed.append((setting, us, err))
+                log(f"{label:28s} {setting:16s} T={T:6d} B={B} {us:10.2f} us {flops / us / 1e6:7.1f} TFLOP/s "
                     f"rel.err {err:.2e}")
             except Exception as exc:
-                log(f"{label:28s} {program:10s} FAILED: {type(exc).__name__}: {exc}")
-                results.append(dict(op="AttentionPrefillFwdOp", label=label, program=program,
+                log(f"{label:28s} {setting:16s} FAILED: {type(exc).__name__}: {exc}")
+                results.append(dict(op="AttentionPrefillFwdOp", label=label, setting=setting,
                                     error=f"{type(exc).__name__}: {exc}"))
         sdpa_us, sdpa_name = sdpa_best(timer, inputs, B, results)
-        for program, us, err in timed:
+        for setting, us, err in timed:
             ratio = sdpa_us / us
-            results.append(dict(op="AttentionPrefillFwdOp", label=label, program=program, T=T, B=B, block=block,
+            results.append(dict(op="AttentionPrefillFwdOp", label=label, setting=setting, T=T, B=B, block=block,
                                 us=round(us, 2), tflops=round(flops / us / 1e6, 1), rel_err=err, sdpa_best=sdpa_name,
                                 sdpa_us=round(sdpa_us, 2), speed_vs_sdpa=round(ratio, 3)))
-            summary.append((label, program, us, err, sdpa_name, sdpa_us, ratio))
+            summary.append((label, setting, us, err, sdpa_name, sdpa_us, ratio))
         del inputs, args
         torch.cuda.empty_cache()
     log("\nprefill summary (speed = SDPA's best time / ours; target >= 0.9; WRONG: rel.err above bf16's 1.6e-2)")
-    log(f"{'row':28s} {'program':10s} {'us':>9s} {'rel.err':>8s} {'SDPA best':>16s} {'speed':>6s}")
-    for label, program, us, err, sdpa_name, sdpa_us, ratio in summary:
-        log(f"{label:28s} {program:10s} {us:9.1f} {err:8.1e} {sdpa_name:>7s} {sdpa_us:8.1f} {ratio:5.2f}x"
+    log(f"{'row':28s} {'program:grid':16s} {'us':>9s} {'rel.err':>8s} {'SDPA best':>16s} {'speed':>6s}")
+    for label, setting, us, err, sdpa_name, sdpa_us, ratio in summary:
+        log(f"{label:28s} {setting:16s} {us:9.1f} {err:8.1e} {sdpa_name:>7s} {sdpa_us:8.1f} {ratio:5.2f}x"
             f"{'' if ratio >= 0.9 else '  below'}{'' if err <= 1.6e-2 else '  WRONG'}")
 
 
@@ -293,8 +296,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--no-prefill", action="store_true")
     parser.add_argument("--no-decode", action="store_true")
-    parser.add_argument("--programs", default=None,
-                        help="comma-separated attention prefill programs (default: all of PREFILL_PROGRAMS)")
+    parser.add_argument("--settings", default=None,
+                        help="comma-separated prefill settings program:grid (default: every program x grid)")
     args = parser.parse_args()
     if args.reps < 50:
         parser.error("--reps must be >= 50 (medians over fewer are not reported)")
@@ -308,13 +311,14 @@ def main() -> None:
     if not args.no_decode:
         bench_decode(timer, copy_bw, arch, results)
     if not args.no_prefill:
-        from tileops_cuda.kernels.attention_prefill import PREFILL_PROGRAMS
+        from tileops_cuda.kernels.attention_prefill import PREFILL_GRIDS, PREFILL_PROGRAMS
 
-        programs = list(PREFILL_PROGRAMS) if args.programs is None else args.programs.split(",")
-        unknown = [p for p in programs if p not in PREFILL_PROGRAMS]
+        known = [f"{p}:{g}" for p in PREFILL_PROGRAMS for g in PREFILL_GRIDS]
+        settings = known if args.settings is None else args.settings.split(",")
+        unknown = [s for s in settings if s not in known]
         if unknown:
-            parser.error(f"--programs: {unknown} not among {list(PREFILL_PROGRAMS)}")
-        bench_prefill(timer, arch, programs, results)
+            parser.error(f"--settings: {unknown} not among {known}")
+        bench_prefill(timer, arch, settings, results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

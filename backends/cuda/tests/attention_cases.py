@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
 from catalogue_references import TOLERANCE, relative_error  # noqa: E402
 
-__all__ = ["compare_with_reference", "workload_instance", "workload_rows"]
+__all__ = ["build_key_of", "compare_with_reference", "workload_instance", "workload_rows"]
 
 
 def workload_rows(op: str, max_tokens: int | None = None) -> list:
@@ -62,3 +62,13 @@ def compare_with_reference(launcher, reason, reference, names, inputs, scale) ->
     assert err <= TOLERANCE[out.dtype], f"out relative error {err:.3g}"
     for got, want in ((inputs["key_cache"], kc), (inputs["value_cache"], vc)):
         assert torch.equal(got.view(torch.int16), want.view(torch.int16)), "a cache slot differs"
+
+
+def build_key_of(key_type, inputs, lengths: str, layout: str, arch: str):
+    """``key_type(dtype, NQ, NKV, D, paged, lengths dtype, layout dtype, arch)`` of ``inputs``:
+    paged when the ``layout`` input (block table or slot mapping) is present, its dtype else None."""
+    name = lambda n: str(inputs[n].dtype).replace("torch.", "")  # noqa: E731
+    _, NQ, D = inputs["query"].shape
+    paged = inputs.get(layout) is not None
+    return key_type(name("query"), NQ, inputs["key"].shape[1], D, paged, name(lengths), name(layout) if paged else None,
+                    arch)

@@ -20,7 +20,7 @@ from tileops_cuda.kernels.attention_decode import (
     COMBINES, PAGED_TILES, DecodeBuildKey, DecodeSchedule, build_attention_decode, decode_refusal,
 )
 
-from attention_cases import compare_with_reference, workload_instance, workload_rows
+from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
 from decode_cases import decode_batch, decode_reference, poison_unread
 
 DECODE = "AttentionDecodeFwdOp"
@@ -28,11 +28,7 @@ _MAX_TOKENS = 1 << 18  # B · context above this: the bench's rows (float64 copi
 
 
 def _key(inputs, arch: str) -> DecodeBuildKey:
-    name = lambda n: str(inputs[n].dtype).replace("torch.", "")  # noqa: E731
-    _, NQ, D = inputs["query"].shape
-    table = inputs.get("block_table")
-    return DecodeBuildKey(name("query"), NQ, inputs["key"].shape[1], D, table is not None, name("cache_seqlens"),
-                          None if table is None else name("block_table"), arch)
+    return build_key_of(DecodeBuildKey, inputs, "cache_seqlens", "block_table", arch)
 
 
 _DECODE_ARGS = ("query", "key", "value", "key_cache", "value_cache", "cache_seqlens", "block_table")

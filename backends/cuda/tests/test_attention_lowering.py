@@ -23,7 +23,7 @@ from tileops_cuda.kernels.attention_decode_program import (  # noqa: E402
     decode_combine_program, decode_parallel_combine_program, decode_split_program,
 )
 from tileops_cuda.kernels.attention_prefill import (  # noqa: E402
-    CACHE_THREADS, CACHE_TOKENS, PREFILL_PROGRAMS, PrefillBuildKey,
+    CACHE_THREADS, CACHE_TOKENS, PREFILL_GRIDS, PREFILL_PROGRAMS, PrefillBuildKey,
 )
 from tileops_cuda.kernels.attention_prefill import default_tiling as prefill_tiling  # noqa: E402
 from tileops_cuda.kernels.attention_prefill_program import (  # noqa: E402
@@ -108,6 +108,21 @@ def test_an_unknown_prefill_program_is_refused_with_the_choices():
     with pytest.raises(ValueError) as info:
         PrefillBuildKey("bfloat16", 16, 2, 256, program="pingpong")
     assert str(info.value) == "PrefillBuildKey.program='pingpong' is not one of ('pipelined', 'overlap')"
+
+
+def test_an_unknown_prefill_grid_order_is_refused_with_the_choices():
+    with pytest.raises(ValueError) as info:
+        PrefillBuildKey("bfloat16", 16, 2, 256, grid="sequences")
+    assert str(info.value) == "PrefillBuildKey.grid='sequences' is not one of ('tiles', 'heads')"
+
+
+@pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
+@pytest.mark.parametrize("grid,head_axis", [("tiles", "blockIdx.y"), ("heads", "blockIdx.x")])
+def test_the_grid_order_decides_which_block_index_names_the_kv_head_a_tile_streams(program, grid, head_axis):
+    key = PrefillBuildKey("bfloat16", 16, 2, 256, program=program, grid=grid)
+    source = _source(PREFILL_PROGRAMS[program](key, prefill_tiling(key)))
+    kv_heads = set(re.findall(r"\(\(\(int\)(blockIdx\.[xy])\) >> 3\)", source))  # hq // G with G = 8
+    assert kv_heads == {head_axis} and grid in PREFILL_GRIDS
 
 
 def _nvcc() -> str:

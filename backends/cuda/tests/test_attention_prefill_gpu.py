@@ -15,10 +15,10 @@ import dataclasses
 import pytest
 
 from tileops_cuda.kernels.attention_prefill import (
-    PREFILL_PROGRAMS, PrefillBuildKey, build_attention_prefill, prefill_refusal,
+    PREFILL_GRIDS, PREFILL_PROGRAMS, PrefillBuildKey, build_attention_prefill, prefill_refusal,
 )
 
-from attention_cases import compare_with_reference, workload_instance, workload_rows
+from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
 
 PREFILL = "AttentionPrefillFwdOp"
 _PREFILL_ARGS = ("query", "key", "value", "key_cache", "value_cache", "cu_seqlens", "slot_mapping")
@@ -47,7 +47,9 @@ def _prefill_keys_used(arch: str) -> set:
             if prefill_refusal(key) is None:
                 used.add(key)
     used |= {PrefillBuildKey(dtype, NQ, NKV, D, arch=arch) for NQ, NKV, D, dtype in _PREFILL_GROUPS}
-    return {dataclasses.replace(key, program=program) for key in used for program in PREFILL_PROGRAMS}
+    used = {dataclasses.replace(key, program=program) for key in used for program in PREFILL_PROGRAMS}
+    qwen = [key for key in used if key.head_dim == 256 and key.cu_dtype == "int32"]  # the ragged test's
+    return used | {dataclasses.replace(key, grid=grid) for key in qwen for grid in PREFILL_GRIDS}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -67,11 +69,7 @@ def seed(cuda_device, gen):
 
 
 def _prefill_key(inputs, arch: str) -> PrefillBuildKey:
-    name = lambda n: str(inputs[n].dtype).replace("torch.", "")  # noqa: E731
-    _, NQ, D = inputs["query"].shape
-    slots = inputs.get("slot_mapping")
-    return PrefillBuildKey(name("query"), NQ, inputs["key"].shape[1], D, slots is not None, name("cu_seqlens"),
-                           None if slots is None else name("slot_mapping"), arch)
+    return build_key_of(PrefillBuildKey, inputs, "cu_seqlens", "slot_mapping", arch)
 
 
 def _prefill_reference(inputs, scale):
@@ -105,8 +103,9 @@ def _prefill_reference(inputs, scale):
     return out, kc, vc
 
 
-def _check_prefill(inputs, scale, arch: str, program: str = PrefillBuildKey.program) -> None:
-    key = dataclasses.replace(_prefill_key(inputs, arch), program=program)
+def _check_prefill(inputs, scale, arch: str, program: str = PrefillBuildKey.program,
+                   grid: str = PrefillBuildKey.grid) -> None:
+    key = dataclasses.replace(_prefill_key(inputs, arch), program=program, grid=grid)
     compare_with_reference(lambda: build_attention_prefill(key), prefill_refusal(key), _prefill_reference,
                            _PREFILL_ARGS, inputs, scale)
 
@@ -152,11 +151,12 @@ def _prefill_batch(device, gen, lengths, block=None, pad=(), T_extra=0, NQ=16, N
 _RAGGED_LENGTHS = [1, 0, 63, 64, 65, 127, 129, 300, 1000]
 
 
+@pytest.mark.parametrize("grid", PREFILL_GRIDS)
 @pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
 @pytest.mark.parametrize("block", [None, 16], ids=["contiguous", "paged16"])
-def test_prefill_ragged_prompts_tile_edges_empty_and_padded_prompts(block, program, arch, cuda_device, gen):
+def test_prefill_ragged_prompts_tile_edges_empty_and_padded_prompts(block, program, grid, arch, cuda_device, gen):
     inputs = _prefill_batch(cuda_device[0], gen, _RAGGED_LENGTHS, block=block, pad=(3,) if block else ())
-    _check_prefill(inputs, None, arch, program)
+    _check_prefill(inputs, None, arch, program, grid)
 
 
 @pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))

@@ -1,7 +1,7 @@
 """Causal varlen GQA prefill writing the KV cache (AttentionPrefillFwdOp) on NVIDIA GPUs: the host side.
 
 What gets compiled (the build key: dtype, head counts, head size, the layout, metadata dtypes,
-which attention program; never B, T or the pool size), what the kernels were not written for
+which attention program and grid order; never B, T or the pool size), what the kernels were not written for
 (:func:`prefill_refusal`), and how a call is launched: the cache write (which also zeroes
 the outputs of tokens no sequence covers), then the attention, on the current stream; nothing
 synchronises, so launches capture into CUDA graphs. The programs are
@@ -25,7 +25,7 @@ from .attention_prefill_program import (
     prefill_attention_overlap_program, prefill_attention_program, prefill_cache_program,
 )
 
-__all__ = ["PREFILL_PROGRAMS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "build_attention_prefill",
+__all__ = ["PREFILL_GRIDS", "PREFILL_PROGRAMS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "build_attention_prefill",
            "default_tiling", "prefill_refusal"]
 
 #: Tokens a cache-write program copies, and its threads.
@@ -37,11 +37,16 @@ CACHE_TOKENS, CACHE_THREADS = 16, 256
 #: while the P·V product of tile j - 1 does (issue 21).
 PREFILL_PROGRAMS = {"pipelined": prefill_attention_program, "overlap": prefill_attention_overlap_program}
 
+#: The attention grid's orders a key can name: ``tiles`` (query tiles the fastest axis; the
+#: default) or ``heads`` (the heads of one query tile launched together; issue 21's candidate).
+PREFILL_GRIDS = ("tiles", "heads")
+
 
 @dataclass(frozen=True)
 class PrefillBuildKey:
     """The prefill kernels' build identity. ``slot_dtype`` is None for the contiguous layout;
-    ``program`` is one of :data:`PREFILL_PROGRAMS` (the attention; the cache write is the same)."""
+    ``program`` is one of :data:`PREFILL_PROGRAMS` and ``grid`` one of :data:`PREFILL_GRIDS` (the
+    attention's; the cache write is the same for all)."""
 
     dtype: str
     num_q_heads: int
@@ -52,10 +57,13 @@ class PrefillBuildKey:
     slot_dtype: str | None = None
     arch: str = "sm_90"
     program: str = "pipelined"
+    grid: str = "tiles"
 
     def __post_init__(self) -> None:
         if self.program not in PREFILL_PROGRAMS:
             raise ValueError(f"PrefillBuildKey.program={self.program!r} is not one of {tuple(PREFILL_PROGRAMS)}")
+        if self.grid not in PREFILL_GRIDS:
+            raise ValueError(f"PrefillBuildKey.grid={self.grid!r} is not one of {PREFILL_GRIDS}")
 
 
 @dataclass(frozen=True)
@@ -143,7 +151,7 @@ def build_attention_prefill(key: PrefillBuildKey) -> PrefillLauncher:
 
     def make() -> PrefillLauncher:
         # The cache write does not depend on the attention program: one build serves every program.
-        cache_key = dataclasses.replace(key, program=PrefillBuildKey.program)
+        cache_key = dataclasses.replace(key, program=PrefillBuildKey.program, grid=PrefillBuildKey.grid)
         cache = cached_build(("attention_prefill_cache", cache_key), lambda: compile_prim_func(
             prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS), compile_arch(key.arch)))
         program = PREFILL_PROGRAMS[key.program](key, default_tiling(key))

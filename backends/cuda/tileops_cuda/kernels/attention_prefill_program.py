@@ -140,11 +140,20 @@ def causal_scaled_scores(rows: int, cols: int) -> Any:
     return causal
 
 
+def _grid(heads_first: bool, tiles: Any, heads: Any) -> tuple[Any, Any]:
+    """The grid's (x, y) axes from (query tiles, heads), or back: x varies fastest, so with
+    ``heads_first`` the heads of one query tile are launched together."""
+    return (heads, tiles) if heads_first else (tiles, heads)
+
+
 def attention_entry(key: "PrefillBuildKey", tiling: "PrefillTiling", threads: int, body: Any) -> Any:
     """The attention PrimFunc both programs share: ``(query, key, value, cu_seqlens, tile_cu,
     out, scale_log2, nbits)``; ``tile_cu`` are the prefix sums of the sequences' query-tile
-    counts (made on the device), ``nbits`` the bit length of B. The grid's first axis is
-    ``ceil(T / BM) + B - 1``, every sequence's tiles fit in it; each program finds its query
+    counts (made on the device), ``nbits`` the bit length of B. The grid is ``ceil(T / BM) + B - 1``
+    query tiles (every sequence's tiles fit) by ``NQ`` heads, tiles the fastest axis unless the
+    key's ``grid`` is ``"heads"`` (then a tile's heads run together: the longest tiles of every
+    head first, and the heads of one kv head read its key/value tiles back to back, from L2 after
+    the first); each program finds its query
     tile, then runs the macro ``body(query, key, value, out, scale_log2, hq, h, start, length,
     q0, tiles)`` (programs past ``tile_cu[B]`` get ``tiles = 0``: nothing to do)."""
     import tilelang.language as T
@@ -154,6 +163,8 @@ def attention_entry(key: "PrefillBuildKey", tiling: "PrefillTiling", threads: in
     BM, BN = tiling.block_m, tiling.block_n
     Tn, BM1 = T.dynamic("T"), T.dynamic("BM1")
     search = last_at_or_below()
+
+    heads_first = key.grid == "heads"
 
     @T.prim_func
     def prefill_attention(
@@ -166,7 +177,8 @@ def attention_entry(key: "PrefillBuildKey", tiling: "PrefillTiling", threads: in
         scale_log2: T.float32,
         nbits: T.int32,
     ):
-        with T.Kernel(T.ceildiv(Tn, BM) + BM1 - 1, NQ, threads=threads) as (bx, hq):
+        with T.Kernel(*_grid(heads_first, T.ceildiv(Tn, BM) + BM1 - 1, NQ), threads=threads) as (ax, ay):
+            bx, hq = _grid(heads_first, ax, ay)
             found = T.alloc_local((1,), i32)
             step = T.alloc_local((1,), i32)
             # Query tiles numbered across sequences, visited last-first (the last tile of a
