@@ -310,9 +310,14 @@ def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTi
                  row_sum: Any, l_sum: Any, out: Any, start: Any, length: Any, q0: Any, hq: Any, tiles: Any,
                  scale_log2: Any):
         """One consumer warpgroup's rows: tile 0, the overlapped steady state (straight-line, so
-        ptxas keeps the products asynchronous), the last P·V product, the output."""
+        ptxas keeps the products asynchronous), its last P·V product, the output."""
         T.inc_max_nreg(240)
         r0 = q0 + wg * WM  # this warpgroup's first query row
+        # Key tiles with a key at or before one of this warpgroup's rows: the first warpgroup skips the
+        # program's last tile when it lies wholly after its rows (every score masked). Its stage is never
+        # refilled (the producer waits on an empty barrier only for a tile ``stages`` later), so the
+        # other warpgroup alone releasing it deadlocks nothing.
+        mine = T.min(tiles, T.ceildiv(r0 + WM, BN))
         if tiles > 0:
             T.fill(acc_o, 0)
             T.fill(l_sum, 0)
@@ -322,7 +327,7 @@ def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTi
             T.wait_wgmma(0)
             statistics(wg, 0, k_empty, acc_s, m_cur, m_prev, rescale, row_sum, l_sum, r0, length, scale_log2)
             T.copy(acc_s, acc_p)
-            for j in T.serial(1, tiles):
+            for j in T.serial(1, mine):
                 scores(wg, j, q_s, k_s, k_full, acc_s)
                 values(j - 1, v_s, v_full, acc_p, acc_o)
                 T.wait_wgmma(1)
@@ -332,7 +337,7 @@ def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTi
                 for i, d in T.Parallel(WM, D):
                     acc_o[i, d] *= rescale[i]
                 T.copy(acc_s, acc_p)
-            last = tiles - 1
+            last = mine - 1
             T.barrier_wait(v_full[last % S], (last // S) & 1)
             if last * BN + BN > length:  # the end tile: value rows past the end become zeros
                 for i, d in T.Parallel(BN, D):
