@@ -1,9 +1,10 @@
 el attnpre
-# attnpre (issue 21): the attention prefill settings (PrefillBuildKey.program x .grid: the default 'pipelined:tiles',
-# the 'overlap' program that runs the softmax of one key tile while the P·V product of the previous one runs, and
-# the 'heads' grid that launches a query tile's heads together) timed beside SDPA's cuDNN, flash and efficient
+# attnpre (issue 21): the attention prefill settings (PrefillBuildKey.program x .grid x .tile_counts: the default
+# 'pipelined:tiles:torch', the 'overlap' program that runs the softmax of one key tile while the P·V product of the
+# previous one runs, the 'heads' grid that launches a query tile's heads together, the tile prefix sums made by one
+# 'kernel' instead of about eight torch ops) timed beside SDPA's cuDNN, flash and efficient
 # backends on the same prompts at 4k and 16k (B=1 contiguous, B=4 paged 16), with a summary table of the speed
-# vs SDPA's best (target >= 0.9); then every prefill GPU test (each program and grid against float64). The bench
+# vs SDPA's best (target >= 0.9); then every prefill GPU test (each setting against float64). The bench
 # goes first so its numbers come back even if the tests' compiles run long; its builds (concurrent) fill TileLang's
 # cache for the tests' Qwen3-Next keys. About 5.5 minutes.
 timeout -s INT -k 10 180 python3 -u backends/cuda/bench/attention_bench.py --no-decode --reps 50 \

@@ -5,11 +5,11 @@ fastest backend on the same prompts.
 Usage (from the repository root, tilelang and a CUDA GPU present)::
 
     python backends/cuda/bench/attention_bench.py [--reps 50] [--json PATH] [--no-prefill] [--no-decode]
-        [--settings pipelined:tiles,overlap:heads]
+        [--settings pipelined:tiles:torch,overlap:heads:kernel]
 
-Prefill rows are timed with their cache write, once per attention setting named (``program:grid``,
-the build key's two fields; default: every one of ``PREFILL_PROGRAMS`` x ``PREFILL_GRIDS``, all
-compiled concurrently first); SDPA's three backends get the same prompts as a batch
+Prefill rows are timed with their cache write, once per setting named (``program:grid:tile_counts``,
+the build key's three fields; default: every one of ``PREFILL_PROGRAMS`` x ``PREFILL_GRIDS`` x
+``PREFILL_TILE_COUNTS``, all compiled concurrently first); SDPA's three backends get the same prompts as a batch
 (``[B, heads, T / B, D]``, causal, GQA) and no cache write. A summary table closes the run:
 each row and setting, its time and its speed as a multiple of SDPA's best.
 
@@ -239,19 +239,19 @@ def prefill_error(inputs: dict, out: torch.Tensor, B: int) -> float:
 
 
 def bench_prefill(timer: Timer, arch: str, settings: list[str], results: list) -> None:
-    """Each ``program:grid`` setting and SDPA's backends on every prefill row, then the summary."""
+    """Each ``program:grid:tile_counts`` setting and SDPA's backends on every prefill row, then the summary."""
     from tileops_cuda.kernels._common import compile_many
     from tileops_cuda.kernels.attention_prefill import PrefillBuildKey, build_attention_prefill
 
     def key(block: int | None, setting: str) -> PrefillBuildKey:
-        program, grid = setting.split(":")
+        program, grid, tile_counts = setting.split(":")
         return PrefillBuildKey("bfloat16", NQ, NKV, D, block is not None, "int32",
-                               None if block is None else "int32", arch, program, grid)
+                               None if block is None else "int32", arch, program, grid, tile_counts)
 
     keys = [key(b, p) for b in (None, 16) for p in settings]
     for k, failure in zip(keys, compile_many([lambda k=k: build_attention_prefill(k) for k in keys])):
         if isinstance(failure, Exception):
-            log(f"prefill build paged={k.paged} {k.program}:{k.grid} FAILED: {type(failure).__name__}: {failure}")
+            log(f"prefill build paged={k.paged} {k.program}:{k.grid}:{k.tile_counts} FAILED: {type(failure).__name__}: {failure}")
     gen = torch.Generator(device="cuda")
     gen.seed()
     summary = []
@@ -268,10 +268,10 @@ def bench_prefill(timer: Timer, arch: str, settings: list[str], results: list) -
                 err = prefill_error(inputs, out, B)
                 us = timer(lambda: run(*args, None, out))
                 timed.append((setting, us, err))
-                log(f"{label:28s} {setting:16s} T={T:6d} B={B} {us:10.2f} us {flops / us / 1e6:7.1f} TFLOP/s "
+                log(f"{label:28s} {setting:22s} T={T:6d} B={B} {us:10.2f} us {flops / us / 1e6:7.1f} TFLOP/s "
                     f"rel.err {err:.2e}")
             except Exception as exc:
-                log(f"{label:28s} {setting:16s} FAILED: {type(exc).__name__}: {exc}")
+                log(f"{label:28s} {setting:22s} FAILED: {type(exc).__name__}: {exc}")
                 results.append(dict(op="AttentionPrefillFwdOp", label=label, setting=setting,
                                     error=f"{type(exc).__name__}: {exc}"))
         sdpa_us, sdpa_name = sdpa_best(timer, inputs, B, results)
@@ -284,9 +284,9 @@ def bench_prefill(timer: Timer, arch: str, settings: list[str], results: list) -
         del inputs, args
         torch.cuda.empty_cache()
     log("\nprefill summary (speed = SDPA's best time / ours; target >= 0.9; WRONG: rel.err above bf16's 1.6e-2)")
-    log(f"{'row':28s} {'program:grid':16s} {'us':>9s} {'rel.err':>8s} {'SDPA best':>16s} {'speed':>6s}")
+    log(f"{'row':28s} {'program:grid:tile_counts':22s} {'us':>9s} {'rel.err':>8s} {'SDPA best':>16s} {'speed':>6s}")
     for label, setting, us, err, sdpa_name, sdpa_us, ratio in summary:
-        log(f"{label:28s} {setting:16s} {us:9.1f} {err:8.1e} {sdpa_name:>7s} {sdpa_us:8.1f} {ratio:5.2f}x"
+        log(f"{label:28s} {setting:22s} {us:9.1f} {err:8.1e} {sdpa_name:>7s} {sdpa_us:8.1f} {ratio:5.2f}x"
             f"{'' if ratio >= 0.9 else '  below'}{'' if err <= 1.6e-2 else '  WRONG'}")
 
 
@@ -297,7 +297,7 @@ def main() -> None:
     parser.add_argument("--no-prefill", action="store_true")
     parser.add_argument("--no-decode", action="store_true")
     parser.add_argument("--settings", default=None,
-                        help="comma-separated prefill settings program:grid (default: every program x grid)")
+                        help="comma-separated prefill settings program:grid:tile_counts (default: all)")
     args = parser.parse_args()
     if args.reps < 50:
         parser.error("--reps must be >= 50 (medians over fewer are not reported)")
@@ -311,9 +311,9 @@ def main() -> None:
     if not args.no_decode:
         bench_decode(timer, copy_bw, arch, results)
     if not args.no_prefill:
-        from tileops_cuda.kernels.attention_prefill import PREFILL_GRIDS, PREFILL_PROGRAMS
+        from tileops_cuda.kernels.attention_prefill import PREFILL_GRIDS, PREFILL_PROGRAMS, PREFILL_TILE_COUNTS
 
-        known = [f"{p}:{g}" for p in PREFILL_PROGRAMS for g in PREFILL_GRIDS]
+        known = [f"{p}:{g}:{c}" for p in PREFILL_PROGRAMS for g in PREFILL_GRIDS for c in PREFILL_TILE_COUNTS]
         settings = known if args.settings is None else args.settings.split(",")
         unknown = [s for s in settings if s not in known]
         if unknown:

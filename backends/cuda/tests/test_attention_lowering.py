@@ -27,7 +27,7 @@ from tileops_cuda.kernels.attention_prefill import (  # noqa: E402
 )
 from tileops_cuda.kernels.attention_prefill import default_tiling as prefill_tiling  # noqa: E402
 from tileops_cuda.kernels.attention_prefill_program import (  # noqa: E402
-    prefill_attention_overlap_program, prefill_attention_program, prefill_cache_program,
+    prefill_attention_overlap_program, prefill_attention_program, prefill_cache_program, prefill_tile_counts_program,
 )
 
 _TARGET = {"kind": "cuda", "arch": "sm_90"}
@@ -108,6 +108,20 @@ def test_an_unknown_prefill_program_is_refused_with_the_choices():
     with pytest.raises(ValueError) as info:
         PrefillBuildKey("bfloat16", 16, 2, 256, program="pingpong")
     assert str(info.value) == "PrefillBuildKey.program='pingpong' is not one of ('pipelined', 'overlap')"
+
+
+def test_an_unknown_maker_of_tile_counts_is_refused_with_the_choices():
+    with pytest.raises(ValueError) as info:
+        PrefillBuildKey("bfloat16", 16, 2, 256, tile_counts="host")
+    assert str(info.value) == "PrefillBuildKey.tile_counts='host' is not one of ('torch', 'kernel')"
+
+
+@pytest.mark.parametrize("cu_dtype", ["int32", "int64"])
+def test_the_tile_counts_are_one_block_scanning_the_sequences_a_chunk_at_a_time(cu_dtype):
+    source = _source(prefill_tile_counts_program(PrefillBuildKey("bfloat16", 16, 2, 256, cu_dtype=cu_dtype), 128))
+    assert "__launch_bounds__(1024, 1) prefill_tile_counts_kernel" in source
+    assert "+ 127) >> 7)" in source  # ceil(length / 128)
+    assert "tma_load" not in source
 
 
 def test_an_unknown_prefill_grid_order_is_refused_with_the_choices():

@@ -15,7 +15,8 @@ import dataclasses
 import pytest
 
 from tileops_cuda.kernels.attention_prefill import (
-    PREFILL_GRIDS, PREFILL_PROGRAMS, PrefillBuildKey, build_attention_prefill, prefill_refusal,
+    PREFILL_GRIDS, PREFILL_PROGRAMS, PREFILL_TILE_COUNTS, PrefillBuildKey, build_attention_prefill, default_tiling,
+    prefill_refusal,
 )
 
 from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
@@ -49,7 +50,8 @@ def _prefill_keys_used(arch: str) -> set:
     used |= {PrefillBuildKey(dtype, NQ, NKV, D, arch=arch) for NQ, NKV, D, dtype in _PREFILL_GROUPS}
     used = {dataclasses.replace(key, program=program) for key in used for program in PREFILL_PROGRAMS}
     qwen = [key for key in used if key.head_dim == 256 and key.cu_dtype == "int32"]  # the ragged test's
-    return used | {dataclasses.replace(key, grid=grid) for key in qwen for grid in PREFILL_GRIDS}
+    return used | {dataclasses.replace(key, grid=grid, tile_counts=counts) for key in qwen for grid in PREFILL_GRIDS
+                   for counts in PREFILL_TILE_COUNTS}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -104,8 +106,8 @@ def _prefill_reference(inputs, scale):
 
 
 def _check_prefill(inputs, scale, arch: str, program: str = PrefillBuildKey.program,
-                   grid: str = PrefillBuildKey.grid) -> None:
-    key = dataclasses.replace(_prefill_key(inputs, arch), program=program, grid=grid)
+                   grid: str = PrefillBuildKey.grid, tile_counts: str = PrefillBuildKey.tile_counts) -> None:
+    key = dataclasses.replace(_prefill_key(inputs, arch), program=program, grid=grid, tile_counts=tile_counts)
     compare_with_reference(lambda: build_attention_prefill(key), prefill_refusal(key), _prefill_reference,
                            _PREFILL_ARGS, inputs, scale)
 
@@ -151,12 +153,45 @@ def _prefill_batch(device, gen, lengths, block=None, pad=(), T_extra=0, NQ=16, N
 _RAGGED_LENGTHS = [1, 0, 63, 64, 65, 127, 129, 300, 1000]
 
 
+@pytest.mark.parametrize("tile_counts", PREFILL_TILE_COUNTS)
 @pytest.mark.parametrize("grid", PREFILL_GRIDS)
 @pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
 @pytest.mark.parametrize("block", [None, 16], ids=["contiguous", "paged16"])
-def test_prefill_ragged_prompts_tile_edges_empty_and_padded_prompts(block, program, grid, arch, cuda_device, gen):
+def test_prefill_ragged_prompts_tile_edges_empty_and_padded_prompts(block, program, grid, tile_counts, arch,
+                                                                    cuda_device, gen):
     inputs = _prefill_batch(cuda_device[0], gen, _RAGGED_LENGTHS, block=block, pad=(3,) if block else ())
-    _check_prefill(inputs, None, arch, program, grid)
+    _check_prefill(inputs, None, arch, program, grid, tile_counts)
+
+
+@pytest.fixture(scope="module")
+def tile_count_kernels(arch):
+    """The tile-count kernel for either offsets dtype, compiled alone (no attention behind it)."""
+    from tileops_cuda.kernels._attention_common import compile_arch
+    from tileops_cuda.kernels._common import compile_many, compile_prim_func
+    from tileops_cuda.kernels.attention_prefill_program import prefill_tile_counts_program
+
+    dtypes = ("int32", "int64")
+    block_m = default_tiling(PrefillBuildKey("bfloat16", 16, 2, 256)).block_m
+    built = compile_many([lambda d=d: compile_prim_func(prefill_tile_counts_program(
+        PrefillBuildKey("bfloat16", 16, 2, 256, cu_dtype=d), block_m), compile_arch(arch)) for d in dtypes])
+    return block_m, dict(zip(dtypes, built))
+
+
+@pytest.mark.parametrize("B", [1, 9, 1024, 3000])
+@pytest.mark.parametrize("cu_dtype", ["int32", "int64"])
+def test_the_tile_count_kernel_makes_the_prefix_sums_the_torch_path_makes(B, cu_dtype, tile_count_kernels,
+                                                                          cuda_device, gen):
+    import torch
+
+    block_m, kernels = tile_count_kernels
+    if isinstance(kernels[cu_dtype], Exception):
+        raise kernels[cu_dtype]
+    lengths = torch.randint(-3, 400, (B,), generator=gen, device=cuda_device[0])  # some negative: count none
+    cu = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0)).to(getattr(torch, cu_dtype))
+    got = torch.full((B + 1,), -7, dtype=torch.int32, device=cu.device)
+    kernels[cu_dtype](cu, got)
+    want = torch.nn.functional.pad(torch.cumsum(-(-lengths.clamp(min=0) // block_m), 0), (1, 0)).int()
+    assert torch.equal(got, want)
 
 
 @pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))

@@ -38,7 +38,8 @@ from .attention_decode_program import online_softmax_statistics, online_softmax_
 if TYPE_CHECKING:
     from .attention_prefill import PrefillBuildKey, PrefillTiling
 
-__all__ = ["prefill_attention_overlap_program", "prefill_attention_program", "prefill_cache_program"]
+__all__ = ["prefill_attention_overlap_program", "prefill_attention_program", "prefill_cache_program",
+           "prefill_tile_counts_program"]
 
 
 def last_at_or_below() -> Any:
@@ -117,6 +118,46 @@ def prefill_cache_program(key: "PrefillBuildKey", tokens_per_program: int, threa
                                 out[t, (h * (NQ // NKV) + g) * D + c + v] = T.cast(0, dt)
 
     return prefill_cache
+
+
+def prefill_tile_counts_program(key: "PrefillBuildKey", block_m: int) -> Any:
+    """The tile-count PrimFunc ``(cu_seqlens, tile_cu)``: ``tile_cu[0] = 0`` and ``tile_cu[b + 1]``
+    the number of ``block_m``-token query tiles of sequences ``0 .. b`` (a negative length counts
+    none): the prefix sums the attention's grid numbers its tiles by, made in one launch (the
+    launcher's torch path takes about eight small kernels). One program of 1024 threads walks the
+    sequences 1024 at a time: each thread counts one, a scan in shared memory sums them, and
+    every thread carries the running total to the next chunk."""
+    import tilelang.language as T
+
+    i32, CH, LOG_CH = "int32", 1024, 10
+    BM1 = T.dynamic("BM1")
+
+    @T.prim_func
+    def prefill_tile_counts(cu_seqlens: T.Tensor((BM1,), key.cu_dtype), tile_cu: T.Tensor((BM1,), i32)):
+        with T.Kernel(1, threads=CH):
+            tid = T.get_thread_binding()
+            counts = T.alloc_shared((CH,), i32)
+            below = T.alloc_local((1,), i32)
+            carry = T.alloc_local((1,), i32)
+            carry[0] = 0
+            if tid == 0:
+                tile_cu[0] = 0
+            for c in T.serial(T.ceildiv(BM1 - 1, CH)):
+                b = c * CH + tid
+                n = T.if_then_else(b < BM1 - 1, T.cast(cu_seqlens[T.min(b + 1, BM1 - 1)], i32)
+                                   - T.cast(cu_seqlens[T.min(b, BM1 - 1)], i32), 0)
+                counts[tid] = T.ceildiv(T.max(n, 0), block_m)
+                for s in T.serial(LOG_CH):  # inclusive Hillis-Steele scan
+                    T.sync_threads()
+                    below[0] = T.if_then_else(tid >= T.shift_left(1, s), counts[tid - T.shift_left(1, s)], 0)
+                    T.sync_threads()
+                    counts[tid] = counts[tid] + below[0]
+                T.sync_threads()
+                if b < BM1 - 1:
+                    tile_cu[b + 1] = carry[0] + counts[tid]
+                carry[0] = carry[0] + counts[CH - 1]
+
+    return prefill_tile_counts
 
 
 def causal_scaled_scores(rows: int, cols: int) -> Any:
