@@ -1,10 +1,10 @@
-"""The attention TileLang kernels against a float64 reference on the GPU (skips without one).
+"""The attention decode TileLang kernels against a float64 reference on the GPU (skips without
+one; the prefill's are ``test_attention_prefill_gpu.py``).
 
-Decode: every AttentionDecodeFwdOp workload row the kernel serves (up to 2^18 cached tokens a
+Every AttentionDecodeFwdOp workload row the kernel serves (up to 2^18 cached tokens a
 row; the larger rows are the bench's) and targeted batches run through the launcher with a
 NaN-poisoned ``out`` and NaN in every cache slot a sequence does not read (a slot the step
-writes included, so a read before the write shows). Prefill: every AttentionPrefillFwdOp row
-and ragged, padded and partly covered batches, ``out`` NaN-poisoned. Outputs are compared at the conformance
+writes included, so a read before the write shows). Outputs are compared at the conformance
 suite's tolerances (float16 2e-3, bfloat16 1.6e-2, relative); the caches bit for bit (the written
 slots hold copies of the inputs, every other slot keeps its bits). The reference is float64
 on the device: each live sequence's positions ``0 .. n`` gathered, the new key/value at ``n``.
@@ -13,86 +13,32 @@ on the device: each live sequence's positions ``0 .. n`` gathered, the new key/v
 from __future__ import annotations
 
 import dataclasses
-import pathlib
-import sys
 
 import pytest
 
 from tileops_cuda.kernels.attention_decode import (
     COMBINES, PAGED_TILES, DecodeBuildKey, DecodeSchedule, build_attention_decode, decode_refusal,
 )
-from tileops_cuda.kernels.attention_prefill import build_attention_prefill
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
-from catalogue_references import TOLERANCE, relative_error  # noqa: E402
-from decode_cases import decode_batch, decode_reference, poison_unread  # noqa: E402
+from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
+from decode_cases import decode_batch, decode_reference, poison_unread
 
-DECODE, PREFILL = "AttentionDecodeFwdOp", "AttentionPrefillFwdOp"
+DECODE = "AttentionDecodeFwdOp"
 _MAX_TOKENS = 1 << 18  # B · context above this: the bench's rows (float64 copies of the cache)
 
 
-def _rows(op: str, max_tokens: int | None = None) -> list:
-    """The op's workload rows × dtypes (decode: up to ``max_tokens`` cached tokens a row)."""
-    from tileops_core import load_manifest
-    from tileops_core.workloads import dtype_cases
-
-    def small(row) -> bool:
-        gen = row.values["generator"]
-        return max_tokens is None or int(gen["B"]) * int(gen["context"]) <= max_tokens
-
-    spec = load_manifest()[op]
-    return [pytest.param(row.index, case, id=f"{row.label}[{case}]") for row in spec.workloads
-            for case in dtype_cases(row) if small(row)]
-
-
-def _instance(op: str, row_index: int, case, device, seed: int):
-    import importlib
-
-    import torch
-
-    from tileops_core import load_manifest
-    from tileops_core.bench.workloads import instantiate
-
-    spec = load_manifest()[op]
-    importlib.import_module(spec.source["op"])  # registers the workload generators
-    inst = instantiate(spec, spec.workloads[row_index], case, device=device, rng=torch.Generator().manual_seed(seed))
-    return inst.inputs, inst.op_kwargs.get("scale")
-
-
 def _key(inputs, arch: str) -> DecodeBuildKey:
-    name = lambda n: str(inputs[n].dtype).replace("torch.", "")  # noqa: E731
-    _, NQ, D = inputs["query"].shape
-    table = inputs.get("block_table")
-    return DecodeBuildKey(name("query"), NQ, inputs["key"].shape[1], D, table is not None, name("cache_seqlens"),
-                          None if table is None else name("block_table"), arch)
+    return build_key_of(DecodeBuildKey, inputs, "cache_seqlens", "block_table", arch)
 
 
 _DECODE_ARGS = ("query", "key", "value", "key_cache", "value_cache", "cache_seqlens", "block_table")
-_PREFILL_ARGS = ("query", "key", "value", "key_cache", "value_cache", "cu_seqlens", "slot_mapping")
-
-
-def _compare(launcher, reason, reference, names, inputs, scale) -> None:
-    """Run ``launcher`` on ``inputs`` with a NaN-poisoned ``out``; the output within the dtype's
-    tolerance of ``reference`` (float64), the caches bit for bit."""
-    import torch
-
-    if reason is not None:
-        pytest.skip(reason)
-    expected, kc, vc = reference(inputs, scale)
-    out = torch.full_like(inputs["query"], float("nan"))
-    launcher().run(*[inputs.get(n) for n in names], scale, out)
-    torch.cuda.synchronize()
-    err = relative_error(out, expected)
-    assert err <= TOLERANCE[out.dtype], f"out relative error {err:.3g}"
-    for got, want in ((inputs["key_cache"], kc), (inputs["value_cache"], vc)):
-        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), "a cache slot differs"
 
 
 def _check(inputs, scale, arch: str, schedule: DecodeSchedule | None = None) -> None:
     key = dataclasses.replace(_key(inputs, arch), schedule=schedule)
     if decode_refusal(key) is None:
         poison_unread(inputs)
-    _compare(lambda: build_attention_decode(key), decode_refusal(key), decode_reference, _DECODE_ARGS, inputs, scale)
+    compare_with_reference(lambda: build_attention_decode(key), decode_refusal(key), decode_reference, _DECODE_ARGS, inputs, scale)
 
 
 @pytest.fixture(scope="module")
@@ -140,27 +86,7 @@ def prebuilt(arch):
             compile_many([lambda b=b: launcher.prepare(b) for b in blocks])
         return build
 
-    thunks = [thunk(key, blocks) for key, blocks in _keys_used(arch).items()]
-    thunks += [lambda key=key: build_attention_prefill(key) for key in _prefill_keys_used(arch)]
-    compile_many(thunks)
-
-
-def _prefill_keys_used(arch: str) -> set:
-    from tileops_core import load_manifest
-    from tileops_cuda.kernels.attention_prefill import PrefillBuildKey, prefill_refusal
-
-    used = {PrefillBuildKey("bfloat16", 16, 2, 256, False, "int32", None, arch),
-            PrefillBuildKey("bfloat16", 16, 2, 256, True, "int32", "int32", arch)}
-    for row in load_manifest()[PREFILL].workloads:
-        v = row.values
-        paged = "block_size" in v["generator"]
-        for dtype in v["dtypes"]:
-            key = PrefillBuildKey(dtype, int(v["NQ"]), int(v["NKV"]), int(v["D"]), paged,
-                                  v.get("cu_seqlens_dtype", "int32"), v.get("slot_mapping_dtype", "int32") if paged
-                                  else None, arch)
-            if prefill_refusal(key) is None:
-                used.add(key)
-    return used
+    compile_many([thunk(key, blocks) for key, blocks in _keys_used(arch).items()])
 
 
 @pytest.fixture
@@ -170,9 +96,9 @@ def seed(cuda_device, gen):
     return int(torch.randint(1 << 30, (1,), generator=gen, device=cuda_device[0]))
 
 
-@pytest.mark.parametrize("row_index,case", _rows(DECODE, _MAX_TOKENS))
+@pytest.mark.parametrize("row_index,case", workload_rows(DECODE, _MAX_TOKENS))
 def test_every_decode_workload_row_matches_the_float64_reference(row_index, case, arch, cuda_device, seed):
-    inputs, scale = _instance(DECODE, row_index, case, cuda_device[0], seed)
+    inputs, scale = workload_instance(DECODE, row_index, case, cuda_device[0], seed)
     _check(inputs, scale, arch)
 
 
@@ -249,118 +175,3 @@ def test_decode_captures_in_a_cuda_graph(arch, cuda_device, gen):
     assert torch.equal(out, eager_out)
     assert torch.equal(graphed["key_cache"], eager["key_cache"]) and torch.equal(graphed["value_cache"],
                                                                                eager["value_cache"])
-
-
-# -- prefill ---------------------------------------------------------------------------------------
-
-
-def _prefill_key(inputs, arch: str):
-    from tileops_cuda.kernels.attention_prefill import PrefillBuildKey
-
-    name = lambda n: str(inputs[n].dtype).replace("torch.", "")  # noqa: E731
-    _, NQ, D = inputs["query"].shape
-    slots = inputs.get("slot_mapping")
-    return PrefillBuildKey(name("query"), NQ, inputs["key"].shape[1], D, slots is not None, name("cu_seqlens"),
-                           None if slots is None else name("slot_mapping"), arch)
-
-
-def _prefill_reference(inputs, scale):
-    """float64 ``(out, key_cache, value_cache)``: causal attention within each prompt, in query
-    chunks; the cache writes of every covered token; zeros for tokens no prompt covers."""
-    import torch
-
-    kc, vc = inputs["key_cache"].clone(), inputs["value_cache"].clone()
-    q, k, v = (inputs[n].double() for n in ("query", "key", "value"))
-    T, NQ, D = q.shape
-    G = NQ // k.shape[1]
-    L = kc.shape[1]
-    slots = inputs.get("slot_mapping")
-    out = torch.zeros(T, NQ, D, dtype=torch.float64, device=q.device)
-    cu = inputs["cu_seqlens"].tolist()
-    for b, (s, e) in enumerate(zip(cu[:-1], cu[1:])):
-        if slots is None:
-            kc[b, : e - s], vc[b, : e - s] = inputs["key"][s:e], inputs["value"][s:e]
-        else:
-            sl = slots[s:e].long()
-            keep = sl >= 0
-            kc.view(-1, *kc.shape[2:])[sl[keep]] = inputs["key"][s:e][keep]
-            vc.view(-1, *vc.shape[2:])[sl[keep]] = inputs["value"][s:e][keep]
-        kk = k[s:e].repeat_interleave(G, dim=1).transpose(0, 1)  # [NQ, n, D]
-        vv = v[s:e].repeat_interleave(G, dim=1).transpose(0, 1)
-        for c in range(s, e, 2048):
-            rows = torch.arange(c, min(c + 2048, e), device=q.device) - s
-            sc = torch.einsum("thd,hnd->htn", q[c : c + rows.numel()], kk) * (D ** -0.5 if scale is None else scale)
-            sc = sc.masked_fill(torch.arange(e - s, device=q.device) > rows.unsqueeze(1), float("-inf"))
-            out[c : c + rows.numel()] = torch.einsum("htn,hnd->thd", torch.softmax(sc, dim=-1), vv)
-    return out, kc, vc
-
-
-def _check_prefill(inputs, scale, arch: str) -> None:
-    from tileops_cuda.kernels.attention_prefill import prefill_refusal
-
-    key = _prefill_key(inputs, arch)
-    _compare(lambda: build_attention_prefill(key), prefill_refusal(key), _prefill_reference, _PREFILL_ARGS, inputs,
-             scale)
-
-
-@pytest.mark.parametrize("row_index,case", _rows(PREFILL))
-def test_every_prefill_workload_row_matches_the_float64_reference(row_index, case, arch, cuda_device, seed):
-    inputs, scale = _instance(PREFILL, row_index, case, cuda_device[0], seed)
-    _check_prefill(inputs, scale, arch)
-
-
-def _prefill_batch(device, gen, lengths, block=None, pad=(), T_extra=0, NQ=16, NKV=2, D=256, dtype="bfloat16"):
-    """Packed prompts of ``lengths`` (plus ``T_extra`` tokens no prompt covers); contiguous
-    (one cache row a prompt) or paged (each prompt's own random blocks; prompts in ``pad`` -1)."""
-    import torch
-
-    tdt = getattr(torch, dtype)
-    T = sum(lengths) + T_extra
-    r = lambda *s: torch.randn(*s, device=device, generator=gen).to(tdt)  # noqa: E731
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=device)
-    inputs = dict(query=r(T, NQ, D), key=r(T, NKV, D), value=r(T, NKV, D), cu_seqlens=cu)
-    if block is None:
-        L = max(lengths) + 3
-        inputs.update(key_cache=r(len(lengths) + 2, L, NKV, D), value_cache=r(len(lengths) + 2, L, NKV, D))
-        return inputs
-    blocks = [-(-n // block) for n in lengths]
-    N = sum(blocks) + 4
-    pool = torch.randperm(N, generator=torch.Generator().manual_seed(int(torch.randint(1 << 30, (1,)))))
-    slots, used = [], 0
-    for b, n in enumerate(lengths):
-        mine = pool[used : used + blocks[b]].tolist()
-        used += blocks[b]
-        slots += [-1 if b in pad else mine[j // block] * block + j % block for j in range(n)]
-    slots += [-1] * T_extra
-    inputs.update(key_cache=r(N, block, NKV, D), value_cache=r(N, block, NKV, D),
-                  slot_mapping=torch.tensor(slots, dtype=torch.int32, device=device))
-    return inputs
-
-
-@pytest.mark.parametrize("block", [None, 16], ids=["contiguous", "paged16"])
-def test_prefill_ragged_prompts_tile_edges_empty_and_padded_prompts(block, arch, cuda_device, gen):
-    lengths = [1, 0, 63, 64, 65, 127, 129, 300]
-    _check_prefill(_prefill_batch(cuda_device[0], gen, lengths, block=block, pad=(3,) if block else ()), None, arch)
-
-
-def test_prefill_tokens_no_prompt_covers_get_zeros_and_write_nothing(arch, cuda_device, gen):
-    _check_prefill(_prefill_batch(cuda_device[0], gen, [5, 70], block=16, T_extra=9), 0.1, arch)
-
-
-def test_prefill_captures_in_a_cuda_graph(arch, cuda_device, gen):
-    import torch
-
-    from tileops_cuda.kernels.attention_prefill import build_attention_prefill
-
-    inputs = _prefill_batch(cuda_device[0], gen, [100, 7, 300], block=16)
-    run = build_attention_prefill(_prefill_key(inputs, arch)).run
-    names = ("query", "key", "value", "key_cache", "value_cache", "cu_seqlens", "slot_mapping")
-    eager_out = torch.full_like(inputs["query"], float("nan"))
-    run(*[inputs[n] for n in names], None, eager_out)
-    out = torch.full_like(inputs["query"], float("nan"))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run(*[inputs[n] for n in names], None, out)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, eager_out)

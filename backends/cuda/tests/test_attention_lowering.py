@@ -1,8 +1,16 @@
 """The attention programs lower to CUDA for sm_90 without a GPU (skips without tilelang), and the
 layouts meant to stream the cache with bulk copies do (a TMA pipeline), gathered paged tiles
-stream with asynchronous copies (cp.async), and the row-by-row paged fallback does neither."""
+stream with asynchronous copies (cp.async), and the row-by-row paged fallback does neither.
+The overlap prefill program keeps one product in flight through its softmax, also once ptxas
+has compiled it (nvcc for sm_90a, when present: no serialised wgmma, no spills)."""
 
 from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import shutil
+import subprocess
 
 import pytest
 
@@ -14,10 +22,12 @@ from tileops_cuda.kernels.attention_decode import (  # noqa: E402
 from tileops_cuda.kernels.attention_decode_program import (  # noqa: E402
     decode_combine_program, decode_parallel_combine_program, decode_split_program,
 )
-from tileops_cuda.kernels.attention_prefill import CACHE_THREADS, CACHE_TOKENS, PrefillBuildKey  # noqa: E402
+from tileops_cuda.kernels.attention_prefill import (  # noqa: E402
+    CACHE_THREADS, CACHE_TOKENS, PREFILL_GRIDS, PREFILL_PROGRAMS, PrefillBuildKey,
+)
 from tileops_cuda.kernels.attention_prefill import default_tiling as prefill_tiling  # noqa: E402
 from tileops_cuda.kernels.attention_prefill_program import (  # noqa: E402
-    prefill_attention_program, prefill_cache_program,
+    prefill_attention_overlap_program, prefill_attention_program, prefill_cache_program, prefill_tile_counts_program,
 )
 
 _TARGET = {"kind": "cuda", "arch": "sm_90"}
@@ -66,3 +76,94 @@ def test_the_prefill_programs_lower_and_the_attention_streams_with_bulk_copies(p
     key = PrefillBuildKey("bfloat16", 16, 2, 256, paged, "int64", "int32" if paged else None)
     assert "tma_load" in _source(prefill_attention_program(key, prefill_tiling(key)))
     assert "prefill_cache" in _source(prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS))
+
+
+#: The overlap program's keys: Qwen3-Next's (both layouts, int64 offsets) and the GPU tests' others.
+_OVERLAP_KEYS = [PrefillBuildKey("bfloat16", 16, 2, 256, False, "int32", None, program="overlap"),
+                 PrefillBuildKey("bfloat16", 16, 2, 256, True, "int64", "int32", program="overlap"),
+                 PrefillBuildKey("float16", 8, 1, 128, program="overlap"),
+                 PrefillBuildKey("bfloat16", 4, 4, 48, program="overlap")]
+_IDS = ["qwen-contiguous", "qwen-paged-int64", "gqa8-fp16-d128", "mha-d48"]
+
+
+def _overlap_source(key: PrefillBuildKey) -> str:
+    return _source(prefill_attention_overlap_program(key, prefill_tiling(key)))
+
+
+@pytest.mark.parametrize("key", _OVERLAP_KEYS, ids=_IDS)
+def test_the_overlap_prefill_program_waits_for_the_scores_with_the_value_product_in_flight(key):
+    source = _overlap_source(key)
+    assert "tma_load" in source and "warpgroup_reg_alloc<240>" in source
+    steady = source[source.index("wait_wgmma<1>") - 3000 : source.index("wait_wgmma<1>")]
+    assert "wgmma_rs" in steady and "wgmma_ss" in steady  # both products issued before the wait for one
+
+
+def test_the_build_key_keeps_todays_attention_program_unless_told_otherwise():
+    key = PrefillBuildKey("bfloat16", 16, 2, 256)
+    assert key.program == "pipelined" and PREFILL_PROGRAMS[key.program] is prefill_attention_program
+    assert PREFILL_PROGRAMS[dataclasses.replace(key, program="overlap").program] is prefill_attention_overlap_program
+
+
+def test_an_unknown_prefill_program_is_refused_with_the_choices():
+    with pytest.raises(ValueError) as info:
+        PrefillBuildKey("bfloat16", 16, 2, 256, program="pingpong")
+    assert str(info.value) == "PrefillBuildKey.program='pingpong' is not one of ('pipelined', 'overlap')"
+
+
+def test_an_unknown_maker_of_tile_counts_is_refused_with_the_choices():
+    with pytest.raises(ValueError) as info:
+        PrefillBuildKey("bfloat16", 16, 2, 256, tile_counts="host")
+    assert str(info.value) == "PrefillBuildKey.tile_counts='host' is not one of ('torch', 'kernel')"
+
+
+@pytest.mark.parametrize("cu_dtype", ["int32", "int64"])
+def test_the_tile_counts_are_one_block_scanning_the_sequences_a_chunk_at_a_time(cu_dtype):
+    source = _source(prefill_tile_counts_program(PrefillBuildKey("bfloat16", 16, 2, 256, cu_dtype=cu_dtype), 128))
+    assert "__launch_bounds__(1024, 1) prefill_tile_counts_kernel" in source
+    assert "+ 127) >> 7)" in source  # ceil(length / 128)
+    assert "tma_load" not in source
+
+
+def test_an_unknown_prefill_grid_order_is_refused_with_the_choices():
+    with pytest.raises(ValueError) as info:
+        PrefillBuildKey("bfloat16", 16, 2, 256, grid="sequences")
+    assert str(info.value) == "PrefillBuildKey.grid='sequences' is not one of ('tiles', 'heads')"
+
+
+@pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
+@pytest.mark.parametrize("grid,head_axis", [("tiles", "blockIdx.y"), ("heads", "blockIdx.x")])
+def test_the_grid_order_decides_which_block_index_names_the_kv_head_a_tile_streams(program, grid, head_axis):
+    key = PrefillBuildKey("bfloat16", 16, 2, 256, program=program, grid=grid)
+    source = _source(PREFILL_PROGRAMS[program](key, prefill_tiling(key)))
+    kv_heads = set(re.findall(r"\(\(\(int\)(blockIdx\.[xy])\) >> 3\)", source))  # hq // G with G = 8
+    assert kv_heads == {head_axis} and grid in PREFILL_GRIDS
+
+
+def _nvcc() -> str:
+    nvcc = shutil.which("nvcc") or next((p for p in ("/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc")
+                                         if pathlib.Path(p).exists()), None)
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    return nvcc
+
+
+def _ptxas_report(source: str, tmp_path: pathlib.Path) -> str:
+    """ptxas's verbose report of ``source`` compiled for sm_90a (TileLang's headers)."""
+    import os
+
+    root = pathlib.Path(os.path.dirname(tilelang.__file__))
+    cu = tmp_path / "kernel.cu"
+    cu.write_text(source)
+    done = subprocess.run([_nvcc(), "-gencode", "arch=compute_90a,code=sm_90a", "-std=c++17", "-c", "-Xptxas", "-v",
+                           f"-I{root / 'src'}", f"-I{root / '3rdparty' / 'cutlass' / 'include'}", "-DENABLE_BF16",
+                           str(cu), "-o", str(tmp_path / "kernel.o")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stderr + done.stdout
+
+
+@pytest.mark.parametrize("key", _OVERLAP_KEYS[:2], ids=_IDS[:2])
+def test_ptxas_keeps_the_overlap_programs_products_asynchronous_and_spills_nothing(key, tmp_path):
+    report = _ptxas_report(_overlap_source(key), tmp_path)
+    # C7514/C7517: ptxas serialised the wgmma or injected a wait (an accumulator read in flight).
+    assert "C7514" not in report and "C7517" not in report, report
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report

@@ -56,16 +56,15 @@ LOG2E = 1.4426950408889634
 COMBINE_THREADS = 256
 
 
-def online_softmax_step(rows: int, cols: int, dim: int) -> Any:
-    """The TileLang macro of one key/value tile's online-softmax update (both attention
-    programs): ``acc_s`` holds the tile's scaled scores (log2 domain, -inf where masked); after
-    it ``acc_p`` holds the probabilities in the input dtype, ``acc_o`` is rescaled to the new
-    running maximum (ready for ``acc_o += acc_p · V``), ``m_cur`` and ``l_sum`` are updated."""
+def online_softmax_statistics(rows: int, cols: int) -> Any:
+    """The TileLang macro of one key/value tile's online-softmax statistics: ``acc_s`` holds the
+    tile's scaled scores (log2 domain, -inf where masked); after it ``acc_s`` holds the float32
+    probabilities against the new running maximum ``m_cur``, ``rescale`` the factor that
+    brings the accumulator to that maximum, and ``l_sum`` the updated sum."""
     import tilelang.language as T
 
     @T.macro
-    def softmax_step(acc_s: Any, acc_p: Any, acc_o: Any, m_cur: Any, m_prev: Any, rescale: Any, row_sum: Any,
-                     l_sum: Any):
+    def statistics(acc_s: Any, m_cur: Any, m_prev: Any, rescale: Any, row_sum: Any, l_sum: Any):
         T.copy(m_cur, m_prev)
         T.reduce_max(acc_s, m_cur, dim=1, clear=False)
         for i in T.Parallel(rows):
@@ -75,6 +74,23 @@ def online_softmax_step(rows: int, cols: int, dim: int) -> Any:
         T.reduce_sum(acc_s, row_sum, dim=1)
         for i in T.Parallel(rows):
             l_sum[i] = l_sum[i] * rescale[i] + row_sum[i]
+
+    return statistics
+
+
+def online_softmax_step(rows: int, cols: int, dim: int) -> Any:
+    """The TileLang macro of one key/value tile's online-softmax update (both attention
+    programs): :func:`online_softmax_statistics`, then ``acc_p`` holds the probabilities in the
+    input dtype and ``acc_o`` is rescaled to the new running maximum (ready for
+    ``acc_o += acc_p · V``)."""
+    import tilelang.language as T
+
+    statistics = online_softmax_statistics(rows, cols)
+
+    @T.macro
+    def softmax_step(acc_s: Any, acc_p: Any, acc_o: Any, m_cur: Any, m_prev: Any, rescale: Any, row_sum: Any,
+                     l_sum: Any):
+        statistics(acc_s, m_cur, m_prev, rescale, row_sum, l_sum)
         T.copy(acc_s, acc_p)
         for i, d in T.Parallel(rows, dim):
             acc_o[i, d] *= rescale[i]

@@ -1,7 +1,7 @@
 """Causal varlen GQA prefill writing the KV cache (AttentionPrefillFwdOp) on NVIDIA GPUs: the host side.
 
-What gets compiled (the build key: dtype, head counts, head size, the layout, metadata dtypes;
-never B, T or the pool size), what the kernels were not written for
+What gets compiled (the build key: dtype, head counts, head size, the layout, metadata dtypes,
+which attention program and grid order; never B, T or the pool size), what the kernels were not written for
 (:func:`prefill_refusal`), and how a call is launched: the cache write (which also zeroes
 the outputs of tokens no sequence covers), then the attention, on the current stream; nothing
 synchronises, so launches capture into CUDA graphs. The programs are
@@ -14,24 +14,44 @@ contiguous goes through a contiguous copy that is copied back (correct, not fast
 
 # No `from __future__ import annotations`: dataclass field types stay plain classes here.
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, direct_entry
 from .attention_decode_program import LOG2E
-from .attention_prefill_program import prefill_attention_program, prefill_cache_program
+from .attention_prefill_program import (
+    prefill_attention_overlap_program, prefill_attention_program, prefill_cache_program, prefill_tile_counts_program,
+)
 
-__all__ = ["PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "build_attention_prefill", "default_tiling",
-           "prefill_refusal"]
+__all__ = ["PREFILL_GRIDS", "PREFILL_PROGRAMS", "PREFILL_TILE_COUNTS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "build_attention_prefill",
+           "default_tiling", "prefill_refusal"]
 
 #: Tokens a cache-write program copies, and its threads.
 CACHE_TOKENS, CACHE_THREADS = 16, 256
 
+#: The attention programs a key can name. ``pipelined``: TileLang's automatic warp-specialised
+#: pipeline, each product waited for as it is issued (the default until the other is measured
+#: faster on the H200); ``overlap``: the pipeline written out, the softmax of key tile j running
+#: while the P·V product of tile j - 1 does (issue 21).
+PREFILL_PROGRAMS = {"pipelined": prefill_attention_program, "overlap": prefill_attention_overlap_program}
+
+#: The attention grid's orders a key can name: ``tiles`` (query tiles the fastest axis; the
+#: default) or ``heads`` (the heads of one query tile launched together; issue 21's candidate).
+PREFILL_GRIDS = ("tiles", "heads")
+
+#: Who makes the attention's per-sequence tile prefix sums: ``torch`` (about eight small torch
+#: kernels; the default) or ``kernel`` (one TileLang launch, issue 21's candidate).
+PREFILL_TILE_COUNTS = ("torch", "kernel")
+
 
 @dataclass(frozen=True)
 class PrefillBuildKey:
-    """The prefill kernels' build identity. ``slot_dtype`` is None for the contiguous layout."""
+    """The prefill kernels' build identity. ``slot_dtype`` is None for the contiguous layout;
+    ``program`` is one of :data:`PREFILL_PROGRAMS` and ``grid`` one of :data:`PREFILL_GRIDS` (the
+    attention's; the cache write is the same for all); ``tile_counts`` one of
+    :data:`PREFILL_TILE_COUNTS` (the launcher's)."""
 
     dtype: str
     num_q_heads: int
@@ -41,6 +61,17 @@ class PrefillBuildKey:
     cu_dtype: str = "int32"
     slot_dtype: str | None = None
     arch: str = "sm_90"
+    program: str = "pipelined"
+    grid: str = "tiles"
+    tile_counts: str = "torch"
+
+    def __post_init__(self) -> None:
+        if self.program not in PREFILL_PROGRAMS:
+            raise ValueError(f"PrefillBuildKey.program={self.program!r} is not one of {tuple(PREFILL_PROGRAMS)}")
+        if self.grid not in PREFILL_GRIDS:
+            raise ValueError(f"PrefillBuildKey.grid={self.grid!r} is not one of {PREFILL_GRIDS}")
+        if self.tile_counts not in PREFILL_TILE_COUNTS:
+            raise ValueError(f"PrefillBuildKey.tile_counts={self.tile_counts!r} is not one of {PREFILL_TILE_COUNTS}")
 
 
 @dataclass(frozen=True)
@@ -75,12 +106,13 @@ class PrefillLauncher:
         self.run = run
 
     def source(self, index: int = 0) -> str:
-        """The generated CUDA source of the cache write (0) or the attention (1)."""
+        """The generated CUDA source of the cache write (0), the attention (1) or, with
+        ``tile_counts="kernel"``, the tile counts (2)."""
         return self.kernels[index].get_kernel_source()
 
 
-def _make_run(key: PrefillBuildKey, cache_fn: Callable[..., Any],
-              attention_fn: Callable[..., Any]) -> Callable[..., Any]:
+def _make_run(key: PrefillBuildKey, cache_fn: Callable[..., Any], attention_fn: Callable[..., Any],
+              tiles_fn: Callable[..., Any] | None = None) -> Callable[..., Any]:
     import torch
 
     D, NQ, NKV = key.head_dim, key.num_q_heads, key.num_kv_heads
@@ -109,8 +141,12 @@ def _make_run(key: PrefillBuildKey, cache_fn: Callable[..., Any],
         cache_fn(k, v, cu, slots, kc.flat, vc.flat, out.view(T, NQ * D), key_cache.shape[1], max(B, 1).bit_length())
         if B > 0:
             scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
-            lengths = (cu[1:] - cu[:-1]).clamp(min=0)
-            tile_cu = torch.nn.functional.pad(torch.cumsum(-(-lengths // tiling.block_m), 0), (1, 0)).int()
+            if tiles_fn is None:
+                lengths = (cu[1:] - cu[:-1]).clamp(min=0)
+                tile_cu = torch.nn.functional.pad(torch.cumsum(-(-lengths // tiling.block_m), 0), (1, 0)).int()
+            else:
+                tile_cu = torch.empty((B + 1,), dtype=torch.int32, device=cu.device)
+                tiles_fn(cu, tile_cu)
             attention_fn(q, k, v, cu, tile_cu, out, scale_log2, B.bit_length())
         kc.write_back()
         vc.write_back()
@@ -127,8 +163,21 @@ def build_attention_prefill(key: PrefillBuildKey) -> PrefillLauncher:
         raise ValueError(reason)
 
     def make() -> PrefillLauncher:
-        cache = compile_prim_func(prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS), compile_arch(key.arch))
-        attention = compile_prim_func(prefill_attention_program(key, default_tiling(key)), compile_arch(key.arch))
-        return PrefillLauncher(key, (cache, attention), _make_run(key, direct_entry(cache), direct_entry(attention)))
+        # Each kernel is built once for the key fields it depends on: the cache write for neither the
+        # attention program nor the grid, the attention not for who makes the tile counts.
+        arch = compile_arch(key.arch)
+        cache_key = dataclasses.replace(key, program=PrefillBuildKey.program, grid=PrefillBuildKey.grid,
+                                        tile_counts=PrefillBuildKey.tile_counts)
+        cache = cached_build(("attention_prefill_cache", cache_key), lambda: compile_prim_func(
+            prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS), arch))
+        attention = cached_build(("attention_prefill_attention", dataclasses.replace(
+            key, tile_counts=PrefillBuildKey.tile_counts)), lambda: compile_prim_func(
+            PREFILL_PROGRAMS[key.program](key, default_tiling(key)), arch))
+        kernels: tuple[Any, ...] = (cache, attention)
+        if key.tile_counts == "kernel":
+            kernels += (cached_build(("attention_prefill_tiles", key.cu_dtype, default_tiling(key).block_m, arch),
+                                     lambda: compile_prim_func(prefill_tile_counts_program(
+                                         key, default_tiling(key).block_m), arch)),)
+        return PrefillLauncher(key, kernels, _make_run(key, *(direct_entry(k) for k in kernels)))
 
     return cached_build(("attention_prefill", key), make)

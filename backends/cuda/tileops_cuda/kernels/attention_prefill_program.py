@@ -22,6 +22,10 @@ probabilities are rounded to the input dtype for the tensor-core product with V 
 FlashAttention does), the accumulator stays float32, the output is rounded once. Query tiles
 are visited last-first (the last tile of a sequence has the most key tiles).
 
+:func:`prefill_attention_overlap_program` is the same attention with its pipeline written out
+(a producer warpgroup, barriers of its own, asynchronous products) so that the softmax of one key
+tile overlaps the P·V product of the previous one; the build key's ``program`` picks it.
+
 tilelang is imported inside the builders, never at module import.
 """
 
@@ -29,12 +33,13 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
-from .attention_decode_program import online_softmax_step
+from .attention_decode_program import online_softmax_statistics, online_softmax_step
 
 if TYPE_CHECKING:
     from .attention_prefill import PrefillBuildKey, PrefillTiling
 
-__all__ = ["prefill_attention_program", "prefill_cache_program"]
+__all__ = ["prefill_attention_overlap_program", "prefill_attention_program", "prefill_cache_program",
+           "prefill_tile_counts_program"]
 
 
 def last_at_or_below() -> Any:
@@ -115,21 +120,92 @@ def prefill_cache_program(key: "PrefillBuildKey", tokens_per_program: int, threa
     return prefill_cache
 
 
-def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:  # noqa: C901
-    """The attention PrimFunc: ``(query, key, value, cu_seqlens, tile_cu, out, scale_log2,
-    nbits)``; ``tile_cu`` are the prefix sums of the sequences' query-tile counts (made on the
-    device), ``nbits`` the bit length of B. The grid's first axis is ``ceil(T / BM) + B - 1``,
-    every sequence's tiles fit in it; programs past ``tile_cu[B]`` return at once."""
+def prefill_tile_counts_program(key: "PrefillBuildKey", block_m: int) -> Any:
+    """The tile-count PrimFunc ``(cu_seqlens, tile_cu)``: ``tile_cu[0] = 0`` and ``tile_cu[b + 1]``
+    the number of ``block_m``-token query tiles of sequences ``0 .. b`` (a negative length counts
+    none): the prefix sums the attention's grid numbers its tiles by, made in one launch (the
+    launcher's torch path takes about eight small kernels). One program of 1024 threads walks the
+    sequences 1024 at a time: each thread counts one, a scan in shared memory sums them, and
+    every thread carries the running total to the next chunk."""
     import tilelang.language as T
 
-    dt, f32, i32 = key.dtype, "float32", "int32"
+    i32, CH, LOG_CH = "int32", 1024, 10
+    BM1 = T.dynamic("BM1")
+
+    @T.prim_func
+    def prefill_tile_counts(cu_seqlens: T.Tensor((BM1,), key.cu_dtype), tile_cu: T.Tensor((BM1,), i32)):
+        with T.Kernel(1, threads=CH):
+            tid = T.get_thread_binding()
+            counts = T.alloc_shared((CH,), i32)
+            below = T.alloc_local((1,), i32)
+            carry = T.alloc_local((1,), i32)
+            carry[0] = 0
+            if tid == 0:
+                tile_cu[0] = 0
+            for c in T.serial(T.ceildiv(BM1 - 1, CH)):
+                b = c * CH + tid
+                n = T.if_then_else(b < BM1 - 1, T.cast(cu_seqlens[T.min(b + 1, BM1 - 1)], i32)
+                                   - T.cast(cu_seqlens[T.min(b, BM1 - 1)], i32), 0)
+                counts[tid] = T.ceildiv(T.max(n, 0), block_m)
+                for s in T.serial(LOG_CH):  # inclusive Hillis-Steele scan
+                    T.sync_threads()
+                    below[0] = T.if_then_else(tid >= T.shift_left(1, s), counts[tid - T.shift_left(1, s)], 0)
+                    T.sync_threads()
+                    counts[tid] = counts[tid] + below[0]
+                T.sync_threads()
+                if b < BM1 - 1:
+                    tile_cu[b + 1] = carry[0] + counts[tid]
+                carry[0] = carry[0] + counts[CH - 1]
+
+    return prefill_tile_counts
+
+
+def causal_scaled_scores(rows: int, cols: int) -> Any:
+    """The TileLang macro ``causal(acc_s, k0, r0, length, scale_log2)``: the scores of query
+    rows ``r0 ..`` against keys ``k0 ..`` times ``scale_log2``, -inf for a key after its query
+    or past the sequence's ``length``; only a tile that crosses the diagonal or the end is
+    masked (the others are scaled only)."""
+    import tilelang.language as T
+
+    NEG = -T.infinity("float32")
+
+    @T.macro
+    def causal(acc_s: Any, k0: Any, r0: Any, length: Any, scale_log2: Any):
+        if k0 + cols > r0 or k0 + cols > length:
+            for i, j in T.Parallel(rows, cols):
+                acc_s[i, j] = T.if_then_else(k0 + j <= r0 + i and k0 + j < length, acc_s[i, j] * scale_log2, NEG)
+        else:
+            for i, j in T.Parallel(rows, cols):
+                acc_s[i, j] = acc_s[i, j] * scale_log2
+
+    return causal
+
+
+def _grid(heads_first: bool, tiles: Any, heads: Any) -> tuple[Any, Any]:
+    """The grid's (x, y) axes from (query tiles, heads), or back: x varies fastest, so with
+    ``heads_first`` the heads of one query tile are launched together."""
+    return (heads, tiles) if heads_first else (tiles, heads)
+
+
+def attention_entry(key: "PrefillBuildKey", tiling: "PrefillTiling", threads: int, body: Any) -> Any:
+    """The attention PrimFunc both programs share: ``(query, key, value, cu_seqlens, tile_cu,
+    out, scale_log2, nbits)``; ``tile_cu`` are the prefix sums of the sequences' query-tile
+    counts (made on the device), ``nbits`` the bit length of B. The grid is ``ceil(T / BM) + B - 1``
+    query tiles (every sequence's tiles fit) by ``NQ`` heads, tiles the fastest axis unless the
+    key's ``grid`` is ``"heads"`` (then a tile's heads run together: the longest tiles of every
+    head first, and the heads of one kv head read its key/value tiles back to back, from L2 after
+    the first); each program finds its query
+    tile, then runs the macro ``body(query, key, value, out, scale_log2, hq, h, start, length,
+    q0, tiles)`` (programs past ``tile_cu[B]`` get ``tiles = 0``: nothing to do)."""
+    import tilelang.language as T
+
+    dt, i32 = key.dtype, "int32"
     NQ, NKV, D = key.num_q_heads, key.num_kv_heads, key.head_dim
-    G = NQ // NKV
-    BM, BN, TH = tiling.block_m, tiling.block_n, tiling.threads
+    BM, BN = tiling.block_m, tiling.block_n
     Tn, BM1 = T.dynamic("T"), T.dynamic("BM1")
-    NEG = -T.infinity(f32)
-    softmax_step = online_softmax_step(BM, BN, D)
     search = last_at_or_below()
+
+    heads_first = key.grid == "heads"
 
     @T.prim_func
     def prefill_attention(
@@ -142,19 +218,8 @@ def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -
         scale_log2: T.float32,
         nbits: T.int32,
     ):
-        with T.Kernel(T.ceildiv(Tn, BM) + BM1 - 1, NQ, threads=TH) as (bx, hq):
-            q_s = T.alloc_shared((BM, D), dt)
-            k_s = T.alloc_shared((BN, D), dt)
-            v_s = T.alloc_shared((BN, D), dt)
-            acc_s = T.alloc_fragment((BM, BN), f32)
-            acc_p = T.alloc_fragment((BM, BN), dt)
-            acc_o = T.alloc_fragment((BM, D), f32)
-            m_cur = T.alloc_fragment((BM,), f32)
-            m_prev = T.alloc_fragment((BM,), f32)
-            rescale = T.alloc_fragment((BM,), f32)
-            row_sum = T.alloc_fragment((BM,), f32)
-            l_sum = T.alloc_fragment((BM,), f32)
-
+        with T.Kernel(*_grid(heads_first, T.ceildiv(Tn, BM) + BM1 - 1, NQ), threads=threads) as (ax, ay):
+            bx, hq = _grid(heads_first, ax, ay)
             found = T.alloc_local((1,), i32)
             step = T.alloc_local((1,), i32)
             # Query tiles numbered across sequences, visited last-first (the last tile of a
@@ -165,34 +230,219 @@ def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -
             start = T.cast(cu_seqlens[b], i32)
             length = T.if_then_else(g < tile_cu[BM1 - 1], T.cast(cu_seqlens[b + 1], i32) - start, 0)
             q0 = (g - tile_cu[b]) * BM
-            h = hq // G
             tiles = T.if_then_else(q0 < length, T.ceildiv(T.min(q0 + BM, length), BN), 0)
+            body(query, key_new, value_new, out, scale_log2, hq, hq // (NQ // NKV), start, length, q0, tiles)
 
-            T.copy(query[start + q0 : start + q0 + BM, hq, :], q_s)
+    return prefill_attention
+
+
+def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:
+    """The attention (:func:`attention_entry`'s PrimFunc) as one TileLang ``T.Pipelined`` loop,
+    which TileLang turns into a warp-specialised TMA pipeline; each product is waited for as
+    it is issued."""
+    import tilelang.language as T
+
+    dt, f32 = key.dtype, "float32"
+    D = key.head_dim
+    BM, BN = tiling.block_m, tiling.block_n
+    NEG = -T.infinity(f32)
+    softmax_step = online_softmax_step(BM, BN, D)
+    causal_scores = causal_scaled_scores(BM, BN)
+
+    @T.macro
+    def pipelined(query: Any, key_new: Any, value_new: Any, out: Any, scale_log2: Any, hq: Any, h: Any, start: Any,
+                  length: Any, q0: Any, tiles: Any):
+        q_s = T.alloc_shared((BM, D), dt)
+        k_s = T.alloc_shared((BN, D), dt)
+        v_s = T.alloc_shared((BN, D), dt)
+        acc_s = T.alloc_fragment((BM, BN), f32)
+        acc_p = T.alloc_fragment((BM, BN), dt)
+        acc_o = T.alloc_fragment((BM, D), f32)
+        m_cur = T.alloc_fragment((BM,), f32)
+        m_prev = T.alloc_fragment((BM,), f32)
+        rescale = T.alloc_fragment((BM,), f32)
+        row_sum = T.alloc_fragment((BM,), f32)
+        l_sum = T.alloc_fragment((BM,), f32)
+
+        T.copy(query[start + q0 : start + q0 + BM, hq, :], q_s)
+        T.fill(acc_o, 0)
+        T.fill(l_sum, 0)
+        T.fill(m_cur, NEG)
+        for k in T.Pipelined(tiles, num_stages=tiling.stages):
+            k0 = k * BN
+            T.copy(key_new[start + k0 : start + k0 + BN, h, :], k_s)
+            T.clear(acc_s)
+            T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            causal_scores(acc_s, k0, q0, length, scale_log2)
+            softmax_step(acc_s, acc_p, acc_o, m_cur, m_prev, rescale, row_sum, l_sum)
+            T.copy(value_new[start + k0 : start + k0 + BN, h, :], v_s)
+            if k0 + BN > length:
+                for i, d in T.Parallel(BN, D):
+                    v_s[i, d] = T.if_then_else(k0 + i < length, v_s[i, d], T.cast(0, dt))
+            T.gemm(acc_p, v_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
+        if q0 < length:
+            for i, d in T.Parallel(BM, D):
+                if q0 + i < length:
+                    out[start + q0 + i, hq, d] = T.cast(acc_o[i, d] / l_sum[i], dt)
+
+    return attention_entry(key, tiling, tiling.threads, pipelined)
+
+
+def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:  # noqa: C901
+    """The attention PrimFunc with its pipeline written out (same parameters, grid and
+    semantics as :func:`prefill_attention_program`): warpgroup 0 loads (TMA), warpgroups 1
+    and 2 own 64 query rows each and overlap the softmax of key tile j with the P·V product
+    of tile j - 1, as FlashAttention-3 does.
+
+    Per consumer step j: issue ``S_j = Q·K_jᵀ`` and ``O += P_{j-1}·V_{j-1}`` (asynchronous
+    wgmma), wait for ``S_j`` only, run the softmax statistics of ``S_j`` in float32 while the
+    P·V product runs, then wait for it, rescale ``O`` and round ``P_j`` to the input dtype.
+    The K and V ring (``stages`` deep each) has full/empty barriers of its own, so a K stage
+    is refilled as soon as both warpgroups' score products are done with it. The output is
+    staged through the query tile's shared memory and written with 16-byte row stores (rows
+    past the sequence's end are not written)."""
+    import tilelang.language as T
+
+    dt, f32 = key.dtype, "float32"
+    D = key.head_dim
+    BM, BN, S = tiling.block_m, tiling.block_n, tiling.stages
+    WM = BM // 2  # query rows of one consumer warpgroup
+    if (BM, tiling.threads) != (128, 256):
+        raise ValueError(f"the overlap prefill program is written for two consumer warpgroups of 64 query rows "
+                         f"(block_m=128, threads=256), not block_m={BM}, threads={tiling.threads}")
+    CONSUMER_WARPS = 8
+    NEG = -T.infinity(f32)
+    softmax_statistics = online_softmax_statistics(WM, BN)
+    causal_scores = causal_scaled_scores(WM, BN)
+
+    @T.macro
+    def scores(wg: int, j: Any, q_s: Any, k_s: Any, k_full: Any, acc_s: Any):
+        """Issue ``S_j = Q·K_jᵀ`` (asynchronous; nothing waits here)."""
+        T.barrier_wait(k_full[j % S], (j // S) & 1)
+        T.wgmma_gemm(q_s, k_s[j % S, :, :], acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow,
+                     clear_accum=True)
+
+    @T.macro
+    def statistics(wg: int, j: Any, k_empty: Any, acc_s: Any, m_cur: Any, m_prev: Any, rescale: Any, row_sum: Any,
+                   l_sum: Any, r0: Any, length: Any, scale_log2: Any):
+        """After ``S_j`` landed: free its K stage, mask and scale it, update the running maximum
+        and sum; ``acc_s`` ends as the float32 probabilities (the accumulator is not touched)."""
+        T.warpgroup_fence_operand(acc_s, num_regs=WM * BN // 128)
+        if T.get_thread_binding() % 32 == 0:
+            T.mbarrier_arrive(k_empty[j % S])
+        causal_scores(acc_s, j * BN, r0, length, scale_log2)
+        softmax_statistics(acc_s, m_cur, m_prev, rescale, row_sum, l_sum)
+
+    @T.macro
+    def values(j: Any, v_s: Any, v_full: Any, acc_p: Any, acc_o: Any):
+        """Issue ``O += P_j·V_j`` (asynchronous)."""
+        T.barrier_wait(v_full[j % S], (j // S) & 1)
+        T.wgmma_gemm(acc_p, v_s[j % S, :, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
+
+    @T.macro
+    def values_done(j: Any, v_empty: Any, acc_o: Any):
+        T.warpgroup_fence_operand(acc_o, num_regs=WM * D // 128)
+        if T.get_thread_binding() % 32 == 0:
+            T.mbarrier_arrive(v_empty[j % S])
+
+    @T.macro
+    def consumer(wg: int, q_s: Any, k_s: Any, v_s: Any, q_full: Any, k_full: Any, k_empty: Any, v_full: Any,
+                 v_empty: Any, acc_s: Any, acc_p: Any, acc_o: Any, m_cur: Any, m_prev: Any, rescale: Any,
+                 row_sum: Any, l_sum: Any, out: Any, start: Any, length: Any, q0: Any, hq: Any, tiles: Any,
+                 scale_log2: Any):
+        """One consumer warpgroup's rows: tile 0, the overlapped steady state (straight-line, so
+        ptxas keeps the products asynchronous), its last P·V product, the output."""
+        T.inc_max_nreg(240)
+        r0 = q0 + wg * WM  # this warpgroup's first query row
+        # Key tiles with a key at or before one of this warpgroup's rows: the first warpgroup skips the
+        # program's last tile when it lies wholly after its rows (every score masked). Its stage is never
+        # refilled (the producer waits on an empty barrier only for a tile ``stages`` later), so the
+        # other warpgroup alone releasing it deadlocks nothing.
+        mine = T.min(tiles, T.ceildiv(r0 + WM, BN))
+        if tiles > 0:
             T.fill(acc_o, 0)
             T.fill(l_sum, 0)
             T.fill(m_cur, NEG)
-            for k in T.Pipelined(tiles, num_stages=tiling.stages):
-                k0 = k * BN
-                T.copy(key_new[start + k0 : start + k0 + BN, h, :], k_s)
-                T.clear(acc_s)
-                T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                if k0 + BN > q0 or k0 + BN > length:
-                    for i, j in T.Parallel(BM, BN):
-                        acc_s[i, j] = T.if_then_else(k0 + j <= q0 + i and k0 + j < length, acc_s[i, j] * scale_log2,
-                                                     NEG)
-                else:
-                    for i, j in T.Parallel(BM, BN):
-                        acc_s[i, j] = acc_s[i, j] * scale_log2
-                softmax_step(acc_s, acc_p, acc_o, m_cur, m_prev, rescale, row_sum, l_sum)
-                T.copy(value_new[start + k0 : start + k0 + BN, h, :], v_s)
-                if k0 + BN > length:
-                    for i, d in T.Parallel(BN, D):
-                        v_s[i, d] = T.if_then_else(k0 + i < length, v_s[i, d], T.cast(0, dt))
-                T.gemm(acc_p, v_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
-            if q0 < length:
-                for i, d in T.Parallel(BM, D):
-                    if q0 + i < length:
-                        out[start + q0 + i, hq, d] = T.cast(acc_o[i, d] / l_sum[i], dt)
+            T.barrier_wait(q_full[0], 0)
+            scores(wg, 0, q_s, k_s, k_full, acc_s)
+            T.wait_wgmma(0)
+            statistics(wg, 0, k_empty, acc_s, m_cur, m_prev, rescale, row_sum, l_sum, r0, length, scale_log2)
+            T.copy(acc_s, acc_p)
+            for j in T.serial(1, mine):
+                scores(wg, j, q_s, k_s, k_full, acc_s)
+                values(j - 1, v_s, v_full, acc_p, acc_o)
+                T.wait_wgmma(1)
+                statistics(wg, j, k_empty, acc_s, m_cur, m_prev, rescale, row_sum, l_sum, r0, length, scale_log2)
+                T.wait_wgmma(0)
+                values_done(j - 1, v_empty, acc_o)
+                for i, d in T.Parallel(WM, D):
+                    acc_o[i, d] *= rescale[i]
+                T.copy(acc_s, acc_p)
+            last = mine - 1
+            T.barrier_wait(v_full[last % S], (last // S) & 1)
+            if last * BN + BN > length:  # the end tile: value rows past the end become zeros
+                for i, d in T.Parallel(BN, D):
+                    if last * BN + i >= length:
+                        v_s[last % S, i, d] = T.cast(0, dt)
+                T.fence_proxy_async()
+                T.sync_threads(barrier_id=1 + wg, arrive_count=128)
+            T.wgmma_gemm(acc_p, v_s[last % S, :, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
+            T.wait_wgmma(0)
+            values_done(last, v_empty, acc_o)
+            for i, d in T.Parallel(WM, D):
+                q_s[i, d] = T.cast(acc_o[i, d] / l_sum[i], dt)
+            T.sync_threads(barrier_id=1 + wg, arrive_count=128)
+            for i, d in T.Parallel(WM, D):
+                if r0 + i < length:
+                    out[start + r0 + i, hq, d] = q_s[i, d]
 
-    return prefill_attention
+    @T.macro
+    def overlap(query: Any, key_new: Any, value_new: Any, out: Any, scale_log2: Any, hq: Any, h: Any, start: Any,
+                length: Any, q0: Any, tiles: Any):
+        q_s0 = T.alloc_shared((WM, D), dt)
+        q_s1 = T.alloc_shared((WM, D), dt)
+        k_s = T.alloc_shared((S, BN, D), dt)
+        v_s = T.alloc_shared((S, BN, D), dt)
+        # Each consumer warpgroup's fragments are its own buffers (TileLang lays a fragment out
+        # over the threads of the branch that uses it).
+        acc_s0 = T.alloc_fragment((WM, BN), f32)
+        acc_p0 = T.alloc_fragment((WM, BN), dt)
+        acc_o0 = T.alloc_fragment((WM, D), f32)
+        acc_s1 = T.alloc_fragment((WM, BN), f32)
+        acc_p1 = T.alloc_fragment((WM, BN), dt)
+        acc_o1 = T.alloc_fragment((WM, D), f32)
+        stats0 = [T.alloc_fragment((WM,), f32) for _ in range(5)]
+        stats1 = [T.alloc_fragment((WM,), f32) for _ in range(5)]
+        # full: the producer's 128 threads arrive (and the bytes land); empty: lane 0 of each
+        # consumer warp arrives when its products no longer read the stage.
+        q_full = T.alloc_barrier([128])
+        k_full = T.alloc_barrier([128] * S)
+        k_empty = T.alloc_barrier([CONSUMER_WARPS] * S)
+        v_full = T.alloc_barrier([128] * S)
+        v_empty = T.alloc_barrier([CONSUMER_WARPS] * S)
+
+        tx = T.get_thread_binding()
+        if tx < 128:
+            T.dec_max_nreg(24)
+            if tiles > 0:
+                T.tma_copy(query[start + q0 : start + q0 + WM, hq, :], q_s0, barrier=q_full[0])
+                T.tma_copy(query[start + q0 + WM : start + q0 + BM, hq, :], q_s1, barrier=q_full[0])
+                T.barrier_arrive(q_full[0])
+            for j in T.serial(tiles):
+                slot = j % S
+                T.barrier_wait(k_empty[slot], ((j // S) & 1) ^ 1)
+                T.tma_copy(key_new[start + j * BN : start + j * BN + BN, h, :], k_s[slot, :, :], barrier=k_full[slot])
+                T.barrier_arrive(k_full[slot])
+                T.barrier_wait(v_empty[slot], ((j // S) & 1) ^ 1)
+                T.tma_copy(value_new[start + j * BN : start + j * BN + BN, h, :], v_s[slot, :, :],
+                           barrier=v_full[slot])
+                T.barrier_arrive(v_full[slot])
+        elif tx < 256:
+            consumer(0, q_s0, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty, acc_s0, acc_p0, acc_o0, *stats0,
+                     out, start, length, q0, hq, tiles, scale_log2)
+        else:
+            consumer(1, q_s1, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty, acc_s1, acc_p1, acc_o1, *stats1,
+                     out, start, length, q0, hq, tiles, scale_log2)
+
+    # The consumers' threads and a producer warpgroup, as TileLang's automatic pipeline launches.
+    return attention_entry(key, tiling, tiling.threads + 128, overlap)

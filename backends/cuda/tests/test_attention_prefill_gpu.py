@@ -1,0 +1,225 @@
+"""The attention prefill TileLang kernels against a float64 reference on the GPU (skips
+without one).
+
+Every AttentionPrefillFwdOp workload row and ragged, padded and partly covered batches run
+through the launcher with a NaN-poisoned ``out``, with the default attention program and with
+each candidate of ``PREFILL_PROGRAMS`` (the same checks, the same tolerances: the conformance
+suite's, float16 2e-3, bfloat16 1.6e-2, relative); the caches bit for bit. The reference is
+float64 on the device: causal attention within each prompt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tileops_cuda.kernels.attention_prefill import (
+    PREFILL_GRIDS, PREFILL_PROGRAMS, PREFILL_TILE_COUNTS, PrefillBuildKey, build_attention_prefill, default_tiling,
+    prefill_refusal,
+)
+
+from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
+
+PREFILL = "AttentionPrefillFwdOp"
+_PREFILL_ARGS = ("query", "key", "value", "key_cache", "value_cache", "cu_seqlens", "slot_mapping")
+#: (NQ, NKV, D, dtype) beside Qwen3-Next's: grouped fp16 at D=128, one head a group at D=48.
+_PREFILL_GROUPS = [(8, 1, 128, "float16"), (4, 4, 48, "bfloat16")]
+
+
+@pytest.fixture(scope="module")
+def arch(cuda_device):
+    return cuda_device[1]
+
+
+def _prefill_keys_used(arch: str) -> set:
+    """Every build key this module runs, so they compile in parallel up front."""
+    from tileops_core import load_manifest
+
+    used = {PrefillBuildKey("bfloat16", 16, 2, 256, False, "int32", None, arch),
+            PrefillBuildKey("bfloat16", 16, 2, 256, True, "int32", "int32", arch)}
+    for row in load_manifest()[PREFILL].workloads:
+        v = row.values
+        paged = "block_size" in v["generator"]
+        for dtype in v["dtypes"]:
+            key = PrefillBuildKey(dtype, int(v["NQ"]), int(v["NKV"]), int(v["D"]), paged,
+                                  v.get("cu_seqlens_dtype", "int32"), v.get("slot_mapping_dtype", "int32") if paged
+                                  else None, arch)
+            if prefill_refusal(key) is None:
+                used.add(key)
+    used |= {PrefillBuildKey(dtype, NQ, NKV, D, arch=arch) for NQ, NKV, D, dtype in _PREFILL_GROUPS}
+    used = {dataclasses.replace(key, program=program) for key in used for program in PREFILL_PROGRAMS}
+    qwen = [key for key in used if key.head_dim == 256 and key.cu_dtype == "int32"]  # the ragged test's
+    return used | {dataclasses.replace(key, grid=grid, tile_counts=counts) for key in qwen for grid in PREFILL_GRIDS
+                   for counts in PREFILL_TILE_COUNTS}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prebuilt(arch):
+    """Compile every kernel the module needs concurrently (nvcc runs in parallel; a failure is
+    left for the test that needs the kernel to report)."""
+    from tileops_cuda.kernels._common import compile_many
+
+    compile_many([lambda key=key: build_attention_prefill(key) for key in _prefill_keys_used(arch)])
+
+
+@pytest.fixture
+def seed(cuda_device, gen):
+    import torch
+
+    return int(torch.randint(1 << 30, (1,), generator=gen, device=cuda_device[0]))
+
+
+def _prefill_key(inputs, arch: str) -> PrefillBuildKey:
+    return build_key_of(PrefillBuildKey, inputs, "cu_seqlens", "slot_mapping", arch)
+
+
+def _prefill_reference(inputs, scale):
+    """float64 ``(out, key_cache, value_cache)``: causal attention within each prompt, in query
+    chunks; the cache writes of every covered token; zeros for tokens no prompt covers."""
+    import torch
+
+    kc, vc = inputs["key_cache"].clone(), inputs["value_cache"].clone()
+    q, k, v = (inputs[n].double() for n in ("query", "key", "value"))
+    T, NQ, D = q.shape
+    G = NQ // k.shape[1]
+    L = kc.shape[1]
+    slots = inputs.get("slot_mapping")
+    out = torch.zeros(T, NQ, D, dtype=torch.float64, device=q.device)
+    cu = inputs["cu_seqlens"].tolist()
+    for b, (s, e) in enumerate(zip(cu[:-1], cu[1:])):
+        if slots is None:
+            kc[b, : e - s], vc[b, : e - s] = inputs["key"][s:e], inputs["value"][s:e]
+        else:
+            sl = slots[s:e].long()
+            keep = sl >= 0
+            kc.view(-1, *kc.shape[2:])[sl[keep]] = inputs["key"][s:e][keep]
+            vc.view(-1, *vc.shape[2:])[sl[keep]] = inputs["value"][s:e][keep]
+        kk = k[s:e].repeat_interleave(G, dim=1).transpose(0, 1)  # [NQ, n, D]
+        vv = v[s:e].repeat_interleave(G, dim=1).transpose(0, 1)
+        for c in range(s, e, 2048):
+            rows = torch.arange(c, min(c + 2048, e), device=q.device) - s
+            sc = torch.einsum("thd,hnd->htn", q[c : c + rows.numel()], kk) * (D ** -0.5 if scale is None else scale)
+            sc = sc.masked_fill(torch.arange(e - s, device=q.device) > rows.unsqueeze(1), float("-inf"))
+            out[c : c + rows.numel()] = torch.einsum("htn,hnd->thd", torch.softmax(sc, dim=-1), vv)
+    return out, kc, vc
+
+
+def _check_prefill(inputs, scale, arch: str, program: str = PrefillBuildKey.program,
+                   grid: str = PrefillBuildKey.grid, tile_counts: str = PrefillBuildKey.tile_counts) -> None:
+    key = dataclasses.replace(_prefill_key(inputs, arch), program=program, grid=grid, tile_counts=tile_counts)
+    compare_with_reference(lambda: build_attention_prefill(key), prefill_refusal(key), _prefill_reference,
+                           _PREFILL_ARGS, inputs, scale)
+
+
+@pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
+@pytest.mark.parametrize("row_index,case", workload_rows(PREFILL))
+def test_every_prefill_workload_row_matches_the_float64_reference(row_index, case, program, arch, cuda_device, seed):
+    inputs, scale = workload_instance(PREFILL, row_index, case, cuda_device[0], seed)
+    _check_prefill(inputs, scale, arch, program)
+
+
+def _prefill_batch(device, gen, lengths, block=None, pad=(), T_extra=0, NQ=16, NKV=2, D=256, dtype="bfloat16"):
+    """Packed prompts of ``lengths`` (plus ``T_extra`` tokens no prompt covers); contiguous
+    (one cache row a prompt) or paged (each prompt's own random blocks; prompts in ``pad`` -1)."""
+    import torch
+
+    tdt = getattr(torch, dtype)
+    T = sum(lengths) + T_extra
+    r = lambda *s: torch.randn(*s, device=device, generator=gen).to(tdt)  # noqa: E731
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    inputs = dict(query=r(T, NQ, D), key=r(T, NKV, D), value=r(T, NKV, D), cu_seqlens=cu)
+    if block is None:
+        L = max(lengths) + 3
+        inputs.update(key_cache=r(len(lengths) + 2, L, NKV, D), value_cache=r(len(lengths) + 2, L, NKV, D))
+        return inputs
+    blocks = [-(-n // block) for n in lengths]
+    N = sum(blocks) + 4
+    pool = torch.randperm(N, generator=torch.Generator().manual_seed(int(torch.randint(1 << 30, (1,)))))
+    slots, used = [], 0
+    for b, n in enumerate(lengths):
+        mine = pool[used : used + blocks[b]].tolist()
+        used += blocks[b]
+        slots += [-1 if b in pad else mine[j // block] * block + j % block for j in range(n)]
+    slots += [-1] * T_extra
+    inputs.update(key_cache=r(N, block, NKV, D), value_cache=r(N, block, NKV, D),
+                  slot_mapping=torch.tensor(slots, dtype=torch.int32, device=device))
+    return inputs
+
+
+#: One key tile (the overlap program's loop never runs), a second warpgroup with no row inside
+#: its prompt, value tiles crossing the end, and 16 key tiles (every pipeline stage's barriers
+#: through several phases).
+_RAGGED_LENGTHS = [1, 0, 63, 64, 65, 127, 129, 300, 1000]
+
+
+@pytest.mark.parametrize("tile_counts", PREFILL_TILE_COUNTS)
+@pytest.mark.parametrize("grid", PREFILL_GRIDS)
+@pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
+@pytest.mark.parametrize("block", [None, 16], ids=["contiguous", "paged16"])
+def test_prefill_ragged_prompts_tile_edges_empty_and_padded_prompts(block, program, grid, tile_counts, arch,
+                                                                    cuda_device, gen):
+    inputs = _prefill_batch(cuda_device[0], gen, _RAGGED_LENGTHS, block=block, pad=(3,) if block else ())
+    _check_prefill(inputs, None, arch, program, grid, tile_counts)
+
+
+@pytest.fixture(scope="module")
+def tile_count_kernels(arch):
+    """The tile-count kernel for either offsets dtype, compiled alone (no attention behind it)."""
+    from tileops_cuda.kernels._attention_common import compile_arch
+    from tileops_cuda.kernels._common import compile_many, compile_prim_func
+    from tileops_cuda.kernels.attention_prefill_program import prefill_tile_counts_program
+
+    dtypes = ("int32", "int64")
+    block_m = default_tiling(PrefillBuildKey("bfloat16", 16, 2, 256)).block_m
+    built = compile_many([lambda d=d: compile_prim_func(prefill_tile_counts_program(
+        PrefillBuildKey("bfloat16", 16, 2, 256, cu_dtype=d), block_m), compile_arch(arch)) for d in dtypes])
+    return block_m, dict(zip(dtypes, built))
+
+
+@pytest.mark.parametrize("B", [1, 9, 1024, 3000])
+@pytest.mark.parametrize("cu_dtype", ["int32", "int64"])
+def test_the_tile_count_kernel_makes_the_prefix_sums_the_torch_path_makes(B, cu_dtype, tile_count_kernels,
+                                                                          cuda_device, gen):
+    import torch
+
+    block_m, kernels = tile_count_kernels
+    if isinstance(kernels[cu_dtype], Exception):
+        raise kernels[cu_dtype]
+    lengths = torch.randint(-3, 400, (B,), generator=gen, device=cuda_device[0])  # some negative: count none
+    cu = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0)).to(getattr(torch, cu_dtype))
+    got = torch.full((B + 1,), -7, dtype=torch.int32, device=cu.device)
+    kernels[cu_dtype](cu, got)
+    want = torch.nn.functional.pad(torch.cumsum(-(-lengths.clamp(min=0) // block_m), 0), (1, 0)).int()
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
+def test_prefill_tokens_no_prompt_covers_get_zeros_and_write_nothing(program, arch, cuda_device, gen):
+    _check_prefill(_prefill_batch(cuda_device[0], gen, [5, 70], block=16, T_extra=9), 0.1, arch, program)
+
+
+@pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
+@pytest.mark.parametrize("NQ,NKV,D,dtype", _PREFILL_GROUPS, ids=["gqa8-fp16-d128", "mha-bf16-d48"])
+@pytest.mark.parametrize("scale", [0.07, -0.05])
+def test_prefill_head_groups_and_dtypes_with_an_explicit_scale_of_either_sign(NQ, NKV, D, dtype, scale, program, arch,
+                                                                             cuda_device, gen):
+    inputs = _prefill_batch(cuda_device[0], gen, [70, 1, 200], NQ=NQ, NKV=NKV, D=D, dtype=dtype)
+    _check_prefill(inputs, scale, arch, program)
+
+
+@pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
+def test_prefill_captures_in_a_cuda_graph(program, arch, cuda_device, gen):
+    import torch
+
+    inputs = _prefill_batch(cuda_device[0], gen, [100, 7, 300], block=16)
+    run = build_attention_prefill(dataclasses.replace(_prefill_key(inputs, arch), program=program)).run
+    eager_out = torch.full_like(inputs["query"], float("nan"))
+    run(*[inputs[n] for n in _PREFILL_ARGS], None, eager_out)
+    out = torch.full_like(inputs["query"], float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run(*[inputs[n] for n in _PREFILL_ARGS], None, out)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager_out)
