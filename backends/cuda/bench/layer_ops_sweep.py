@@ -101,22 +101,14 @@ def _norm_candidates() -> list[dict[str, Any]]:
     return [{"early_weight": False}, *one, *bounds, *two, *persistent]
 
 
-#: Fewer channels a thread (``vector_bytes``), bf16 at 4k tokens, ptxas for sm_90a: 8-byte vectors take 72
-#: registers uncapped (the 16-byte program 142) and 64 with 16 bytes spilled, so at 64 one wave of 1024
-#: programs of 128 threads holds 50% occupancy (the registered program: 25%); 256 threads x 8 bytes at 64 is
-#: 512 programs, one wave; 4-byte vectors at chunk 128, 1024 programs.
-_NARROW_VARLEN = [{"vector_bytes": 8, "registers": 64}, {"vector_bytes": 8, "registers": 80},
-                  {"vector_bytes": 8, "threads": 256, "registers": 64},
-                  {"vector_bytes": 4, "registers": 64, "chunk": 128}]
-
-
 def _conv_varlen_candidates() -> list[dict[str, Any]]:
     """Varlen shapes beside the registered one (128 threads x chunk 64 x 4-row groups, one group
     ahead in registers, 128 registers: 76-78% of the same-size copy on both 4k rows, one wave at
     25% occupancy by ncu). Rings of asynchronous row copies, explicit 128-bit stores and tighter
-    register bounds of the 16-byte program measured no better (tenth session, NOTES.md) and were
-    dropped; these vary the threads and give each thread fewer channels (``_NARROW_VARLEN``)."""
-    return [{"threads": 256}, {"threads": 64}, *_NARROW_VARLEN]
+    register bounds measured no better (tenth session, NOTES.md) and were dropped, as were 8- and
+    4-byte vectors a thread (slower on both rows: results/session-2026-12-03d/conv_sweep.log);
+    these vary the threads."""
+    return [{"threads": 256}, {"threads": 64}]
 
 #: QKNormRope at D=256 bf16 (16 q + 2 k heads; ptxas registers / spill bytes for sm_90a in brackets, and
 #: programs an SM by registers): the lanes program at its plan's 256 threads x 2 rows, 8 KB programs (48 / 0:
@@ -157,16 +149,11 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # Update: B = 256 is 2056 programs of 128 threads, 2.6 waves at 76-79 registers (ncu: latency-bound). One
     # wave needs 32 registers (ptxas for sm_90a: 88 bytes spilled; 40 registers, 12 programs an SM: 48 bytes).
     # Several sequences a program, their loads issued together, measured 2-30% slower (tenth session, NOTES).
-    # Staged windows: the pool read and written as the block's consecutive vectors through shared memory.
+    # The windows through shared memory as the block's consecutive vectors, and 8-byte vectors a thread,
+    # measured no faster (results/session-2026-12-03d/conv_sweep.log) and were deleted.
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [{"threads": 64}, {"threads": 64, "registers": 0},
-                                                    {"registers": 40}, {"staged_windows": True},
-                                                    {"staged_windows": True, "threads": 64},
-                                                    {"staged_windows": True, "threads": 256},
-                                                    {"vector_bytes": 8, "registers": 0},
-                                                    {"vector_bytes": 8, "staged_windows": True, "registers": 0}]),
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}, {"staged_windows": True},
-                                                        {"staged_windows": True, "threads": 64},
-                                                        {"vector_bytes": 8, "registers": 0}]),
+                                                    {"registers": 40}]),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}]),
     # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, the next group in flight.
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", _conv_varlen_candidates()),

@@ -101,12 +101,7 @@ def test_every_workload_row_matches_the_float64_reference(op, row_index, case, a
 OTHER = {"threads": 64, "tokens": 8, "chunk": 16, "registers": 0}
 
 
-#: Fewer channels a thread (8- and 4-byte vectors): more threads of fewer registers.
-NARROW = {"vector_bytes": 8, "registers": 64}
-
-
-@pytest.mark.parametrize("tile", [{}, OTHER, NARROW, {"vector_bytes": 4}], ids=["registered", "short-chunks",
-                                                                             "8-byte-vectors", "4-byte-vectors"])
+@pytest.mark.parametrize("tile", [{}, OTHER], ids=["registered", "short-chunks"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_varlen_ragged_batch_with_short_sequences_padding_and_tile_crossings(style, dtype, tile, arch, cuda_device,
@@ -154,8 +149,8 @@ def test_varlen_tile_shapes_agree_where_head_tokens_run_past_a_tile(W, tile, arc
     _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, **tile)
 
 
-@pytest.mark.parametrize("tile", [{}, {"chunk": 32}, {"tokens": 8, "chunk": 128}, {"threads": 256, "registers": 96},
-                                  NARROW], ids=["registered", "chunk32", "wide-groups", "256-threads", "8-byte-vectors"])
+@pytest.mark.parametrize("tile", [{}, {"chunk": 32}, {"tokens": 8, "chunk": 128}, {"threads": 256, "registers": 96}],
+                         ids=["registered", "chunk32", "wide-groups", "256-threads"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 def test_varlen_over_long_sequences_matches_the_reference(tile, style, arch, cuda_device, gen):
     """The streaming steady state: many groups a chunk, sequences starting inside chunks and at
@@ -215,15 +210,12 @@ def test_update_sums_lengths_of_more_sequences_than_two_blocks_of_threads(arch, 
     _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": "lengths"}, arch, threads=32)
 
 
-@pytest.mark.parametrize("tile", [{"staged_windows": True}, {"staged_windows": True, "threads": 32}, {},
-                                  {"vector_bytes": 8, "staged_windows": True}, {"vector_bytes": 4}],
-                         ids=["staged", "staged-32-threads", "registered", "staged-8-byte-vectors", "4-byte-vectors"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_update_windows_through_shared_memory_match_the_reference(tile, style, dtype, arch, cuda_device, gen):
-    """Staged windows: a channel block only partly inside D, empty sequences, a padding slot, one
-    to three tokens a sequence with accepted counts, and a slot two tokens of a sequence share
-    (its window stored once, after the later token)."""
+def test_update_partial_blocks_padding_and_a_shared_slot_match_the_reference(style, dtype, arch, cuda_device, gen):
+    """A channel block only partly inside D, empty sequences, a padding slot, one to three tokens
+    a sequence with accepted counts, and a slot two tokens of a sequence share (its window stored
+    once, after the later token)."""
     import torch
 
     dev = cuda_device[0]
@@ -242,7 +234,7 @@ def test_update_windows_through_shared_memory_match_the_reference(tile, style, d
                   weight=torch.randn(D, W, device=dev, generator=gen).to(tdt), actual_seq_lengths=meta,
                   conv_state_indices=slots, bias=torch.randn(D, device=dev, generator=gen).to(tdt),
                   num_accepted_tokens=torch.tensor(accepted, device=dev, dtype=torch.int32))
-    _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": style}, arch, **tile)
+    _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": style}, arch)
 
 
 @pytest.mark.parametrize("op", [UPDATE, VARLEN])
@@ -267,9 +259,8 @@ def test_a_strided_slice_of_a_projection_is_read_in_place_and_gives_the_same_res
     assert torch.equal(out_c, out_s) and torch.equal(contiguous["conv_state"], strided["conv_state"])
 
 
-@pytest.mark.parametrize("op,tile", [(UPDATE, {}), (UPDATE, {"staged_windows": True}), (VARLEN, {}),
-                                     (VARLEN, {"tokens": 4, "chunk": 8})],
-                         ids=["update", "update-staged-windows", "varlen", "varlen-short-chunks"])
+@pytest.mark.parametrize("op,tile", [(UPDATE, {}), (VARLEN, {}), (VARLEN, {"tokens": 4, "chunk": 8})],
+                         ids=["update", "varlen", "varlen-short-chunks"])
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 def test_garbage_metadata_never_leaves_an_output_element_unwritten(op, tile, style, arch, cuda_device, gen):
     """Lengths short of T, empty and padding sequences, accepted counts out of range."""

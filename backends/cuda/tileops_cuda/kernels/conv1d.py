@@ -52,11 +52,6 @@ class ConvUpdateBuildKey:
     #: (``bench/layer_ops_sweep.py``; 0 = no cap).
     threads: int = 128
     registers: int = 64
-    #: Bytes of ``x`` a thread owns (16, 8 or 4): fewer channels a thread, fewer registers.
-    vector_bytes: int = 16
-    #: The windows through shared memory, loaded and stored by the block as consecutive vectors (a
-    #: thread's own are ``W - 1`` consecutive ones: strided across the warp otherwise).
-    staged_windows: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,8 +80,6 @@ class ConvVarlenBuildKey:
     tokens: int = 4
     registers: int = 128
     chunk: int = 64
-    #: As ``ConvUpdateBuildKey.vector_bytes`` (ncu: the 128-register program is one wave at 25% occupancy).
-    vector_bytes: int = 16
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
@@ -103,9 +96,6 @@ def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
         return f"{name}: D={key.dim} must be a multiple of {vec} (16-byte vectors of channels); use the reference"
     if not 2 <= key.width <= _MAX_WIDTH:
         return f"{name}: width W={key.width} is outside [2, {_MAX_WIDTH}] (taps are unrolled); use the reference"
-    if key.vector_bytes not in (4, 8, 16) or key.vector_bytes < ELEM_BYTES[key.dtype]:
-        return (f"{name}: vector_bytes={key.vector_bytes} must be 4, 8 or 16 and hold a whole {key.dtype}; "
-                "use the defaults")
     if key.threads not in (32, 64, 128, 256, 512, 1024):
         return f"{name}: threads={key.threads} must be a power of two in [32, 1024]; use the defaults"
     if isinstance(key, ConvVarlenBuildKey) and not (

@@ -4,8 +4,7 @@ Host-side decisions (build keys, refusals, the launchers) live in
 :mod:`tileops_cuda.kernels.conv1d`; semantics are ``manifest/conv.yaml``'s (the reference is
 ``tileops_cpu_ref.conv``). Shared layout:
 
-* A thread owns ``VC`` consecutive channels (one vector of ``x``: 16 bytes, or 8 or 4 where the
-  block shape's ``vector_bytes`` says so, for more threads of fewer registers). The pool is passed
+* A thread owns ``VC`` consecutive channels (one 16-byte vector of ``x``). The pool is passed
   flat, ``[S, D * (W - 1)]``, so the thread's windows are ``VC * (W - 1)`` consecutive elements
   (``W - 1`` 16-byte vectors, channel-major: element ``i * (W - 1) + k`` is channel ``c0 + i``,
   tap ``k``) and its weights ``VC * W`` consecutive elements of the flat ``[D * W]`` weight.
@@ -47,17 +46,16 @@ if TYPE_CHECKING:
 __all__ = ["conv_update_program", "conv_varlen_program"]
 
 
-def _lanes(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> int:
-    """Channels a thread owns: one vector of ``key.vector_bytes`` (16 unless the block shape says less)."""
-    return key.vector_bytes // {"float16": 2, "bfloat16": 2, "float32": 4}[key.dtype]
+def _lanes(dtype: str) -> int:
+    return 16 // {"float16": 2, "bfloat16": 2, "float32": 4}[dtype]
 
 
 def _load_taps(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> Any:
-    """A macro loading a thread's weights (``VC * W``) and bias (``VC``) as vectors;
+    """A macro loading a thread's weights (``VC * W``) and bias (``VC``) as 16-byte vectors;
     both programs issue it first, before anything that waits on metadata."""
     import tilelang.language as T
 
-    VC, W = _lanes(key), key.width
+    VC, W = _lanes(key.dtype), key.width
 
     @T.macro
     def load_taps(weight, bias, wv, bv, c0):
@@ -101,20 +99,13 @@ def _find_sequence(threads: int) -> Any:
 
 def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one kernel, read top to bottom
     """The decode PrimFunc: ``(x, pool, weight, bias, seq_meta, slots, nacc, out)``; absent
-    optional inputs are passed as one-element dummies the program never reads.
-
-    A thread's window is ``W - 1`` consecutive vectors of the pool row, so a warp's load or
-    store of one of them touches every third vector of the warp's run (W = 4; with 16-byte
-    vectors, 16 bytes in every 48 of 1.5 KB): each instruction requests twice the sectors a
-    contiguous one would, and each sector of the run is written by two instructions. With ``staged_windows`` the program's windows (one contiguous
-    run of the row, ``threads x (W - 1)`` vectors) go through shared memory: loaded and stored
-    by the block as consecutive vectors, each thread reading and writing its own from there."""
+    optional inputs are passed as one-element dummies the program never reads."""
     import tilelang.language as T
 
     i32, f32, dt = "int32", "float32", key.dtype
     D, W = key.dim, key.width
     W1 = W - 1
-    VC = _lanes(key)
+    VC = _lanes(dt)
     TH = key.threads
     NCB = (D + TH * VC - 1) // (TH * VC)
     lengths_style = key.seq_lens_style == "lengths"
@@ -124,29 +115,10 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
     load_taps = _load_taps(key)
 
     @T.macro
-    def step(x, out, t, c0, wv, bv, sv, xc, accv, ov):
-        """Token ``t``: its output from the window ``sv`` and its row, then the window rolled."""
-        for e in T.vectorized(VC):
-            xc[e] = x[t, c0 + e]
-        for i in T.unroll(VC):
-            accv[i] = T.cast(bv[i], f32) if key.has_bias else T.float32(0)
-            for k in T.unroll(W1):
-                accv[i] = accv[i] + T.cast(wv[i * W + k], f32) * T.cast(sv[i * W1 + k], f32)
-            accv[i] = accv[i] + T.cast(wv[i * W + W1], f32) * T.cast(xc[i], f32)
-            if key.silu:
-                accv[i] = accv[i] * T.fast_rcp(T.float32(1) + T.__exp(-accv[i]))
-            ov[i] = T.cast(accv[i], dt)
-        for e in T.vectorized(VC):
-            out[t, c0 + e] = ov[e]
-        for i in T.unroll(VC):
-            for k in T.unroll(W1 - 1):
-                sv[i * W1 + k] = sv[i * W1 + k + 1]
-            sv[i * W1 + W1 - 1] = xc[i]
-
-    @T.macro
     def zero_rows(seq_meta, out, s, c0, zero):
         """Zeros for the tokens outside [first start, last end): for the last row of programs
-        ``s`` is where the last sequence ends (see the bounds)."""
+        ``s`` is where the last sequence ends (see the bounds). A macro, not inline: its
+        argument binding (a copy of ``s``) is part of the registered program's CUDA."""
         lo = T.max(T.min(T.cast(seq_meta[0], i32), Tn), 0) if not lengths_style else 0
         for t in T.serial(lo):
             for e in T.vectorized(VC):
@@ -223,41 +195,7 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             # -- the initial window: the slot of the first accepted token, zeros if padding -------
             acc_n = T.max(T.min(acc_n, L), 1)
             slot0 = T.if_then_else(L > 0, T.cast(slots[T.max(T.min(s + acc_n - 1, Tn - 1), 0)], i32), -1)
-            if key.staged_windows:
-                # Uniform control flow (every thread, its channels past D included, reaches each
-                # barrier); the block's run of the row starts at element `base`.
-                win_s = T.alloc_shared((TH * W1 * VC,), dt)
-                base = bx * TH * VC * W1
-                if by < NB:
-                    for p in T.unroll(W1):
-                        for e in T.vectorized(VC):
-                            win_s[(p * TH + tid) * VC + e] = T.if_then_else(
-                                slot0 >= 0 and slot0 < S and base + (p * TH + tid) * VC < D * W1,
-                                pool[T.max(slot0, 0), T.min(base + (p * TH + tid) * VC, D * W1 - VC) + e],
-                                T.cast(0, dt))
-                    T.sync_threads()
-                    for p in T.unroll(W1):
-                        for e in T.vectorized(VC):
-                            sv[p * VC + e] = win_s[(tid * W1 + p) * VC + e]
-                    for j in T.serial(L):
-                        t = s + j
-                        if c0 < D:
-                            step(x, out, t, c0, wv, bv, sv, xc, accv, ov)
-                        sl = T.cast(slots[t], i32)
-                        nxt = T.if_then_else(j + 1 < L, T.cast(slots[T.min(t + 1, Tn - 1)], i32), -1)
-                        if sl >= 0 and sl < S and sl != nxt:
-                            T.sync_threads()  # every thread has read what the run last held
-                            for p in T.unroll(W1):
-                                for e in T.vectorized(VC):
-                                    win_s[(tid * W1 + p) * VC + e] = sv[p * VC + e]
-                            T.sync_threads()
-                            for p in T.unroll(W1):
-                                if base + (p * TH + tid) * VC < D * W1:
-                                    for e in T.vectorized(VC):
-                                        pool[sl, base + (p * TH + tid) * VC + e] = win_s[(p * TH + tid) * VC + e]
-                elif c0 < D:
-                    zero_rows(seq_meta, out, s, c0, zero)
-            elif c0 < D:
+            if c0 < D:
                 if by < NB:
                     for p in T.unroll(W1):
                         for e in T.vectorized(VC):
@@ -266,7 +204,22 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
                             )
                     for j in T.serial(L):
                         t = s + j
-                        step(x, out, t, c0, wv, bv, sv, xc, accv, ov)
+                        for e in T.vectorized(VC):
+                            xc[e] = x[t, c0 + e]
+                        for i in T.unroll(VC):
+                            accv[i] = T.cast(bv[i], f32) if key.has_bias else T.float32(0)
+                            for k in T.unroll(W1):
+                                accv[i] = accv[i] + T.cast(wv[i * W + k], f32) * T.cast(sv[i * W1 + k], f32)
+                            accv[i] = accv[i] + T.cast(wv[i * W + W1], f32) * T.cast(xc[i], f32)
+                            if key.silu:
+                                accv[i] = accv[i] * T.fast_rcp(T.float32(1) + T.__exp(-accv[i]))
+                            ov[i] = T.cast(accv[i], dt)
+                        for e in T.vectorized(VC):
+                            out[t, c0 + e] = ov[e]
+                        for i in T.unroll(VC):
+                            for k in T.unroll(W1 - 1):
+                                sv[i * W1 + k] = sv[i * W1 + k + 1]
+                            sv[i * W1 + W1 - 1] = xc[i]
                         sl = T.cast(slots[t], i32)
                         # A slot the next token of this sequence writes again is skipped: nothing
                         # reads it in between, so the final contents are identical.
@@ -314,7 +267,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     i32, f32, dt = "int32", "float32", key.dtype
     D, W = key.dim, key.width
     W1 = W - 1
-    VC = _lanes(key)
+    VC = _lanes(dt)
     TH, G, C = key.threads, key.tokens, key.chunk
     E = W1 - 1  # tokens past the chunk a program may compute: its sequences' head tokens
     NG = C // G
