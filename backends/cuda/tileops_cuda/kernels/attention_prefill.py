@@ -25,7 +25,7 @@ from .attention_prefill_program import (
     prefill_attention_overlap_program, prefill_attention_program, prefill_cache_program, prefill_tile_counts_program,
 )
 
-__all__ = ["PREFILL_GRIDS", "PREFILL_PROGRAMS", "PREFILL_TILE_COUNTS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "build_attention_prefill",
+__all__ = ["PREFILL_CACHE_WRITES", "PREFILL_GRIDS", "PREFILL_PROGRAMS", "PREFILL_TILE_COUNTS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "build_attention_prefill",
            "default_tiling", "prefill_refusal"]
 
 #: Tokens a cache-write program copies, and its threads.
@@ -45,13 +45,20 @@ PREFILL_GRIDS = ("tiles", "heads")
 #: kernels; the default) or ``kernel`` (one TileLang launch, issue 21's candidate).
 PREFILL_TILE_COUNTS = ("torch", "kernel")
 
+#: Who writes the key/value cache: ``launch`` (the cache-write program, its own launch before the
+#: attention; the default) or ``attention`` (the overlap program's producer warpgroup, once its loads
+#: are issued: one launch fewer and no second pass over the step's keys and values; issue 21's
+#: candidate for the short paged rows).
+PREFILL_CACHE_WRITES = ("launch", "attention")
+
 
 @dataclass(frozen=True)
 class PrefillBuildKey:
     """The prefill kernels' build identity. ``slot_dtype`` is None for the contiguous layout;
     ``program`` is one of :data:`PREFILL_PROGRAMS` and ``grid`` one of :data:`PREFILL_GRIDS` (the
     attention's; the cache write is the same for all); ``tile_counts`` one of
-    :data:`PREFILL_TILE_COUNTS` (the launcher's)."""
+    :data:`PREFILL_TILE_COUNTS` (the launcher's); ``cache_write`` one of :data:`PREFILL_CACHE_WRITES`
+    (``attention`` only with the ``overlap`` program, whose producer warpgroup writes the rows)."""
 
     dtype: str
     num_q_heads: int
@@ -64,6 +71,7 @@ class PrefillBuildKey:
     program: str = "pipelined"
     grid: str = "tiles"
     tile_counts: str = "torch"
+    cache_write: str = "launch"
 
     def __post_init__(self) -> None:
         if self.program not in PREFILL_PROGRAMS:
@@ -72,6 +80,11 @@ class PrefillBuildKey:
             raise ValueError(f"PrefillBuildKey.grid={self.grid!r} is not one of {PREFILL_GRIDS}")
         if self.tile_counts not in PREFILL_TILE_COUNTS:
             raise ValueError(f"PrefillBuildKey.tile_counts={self.tile_counts!r} is not one of {PREFILL_TILE_COUNTS}")
+        if self.cache_write not in PREFILL_CACHE_WRITES:
+            raise ValueError(f"PrefillBuildKey.cache_write={self.cache_write!r} is not one of {PREFILL_CACHE_WRITES}")
+        if self.cache_write == "attention" and self.program != "overlap":
+            raise ValueError(f"PrefillBuildKey.cache_write='attention' needs program='overlap' (its producer warpgroup "
+                             f"writes the cache rows), not program={self.program!r}; use cache_write='launch'")
 
 
 @dataclass(frozen=True)
@@ -97,22 +110,25 @@ def prefill_refusal(key: PrefillBuildKey) -> str | None:
 
 
 class PrefillLauncher:
-    """The compiled kernels of one build key and ``run``: the interface's arguments, then ``out``
-    (allocated when None); writes ``out`` and the caches in place on the current stream."""
+    """The compiled kernels of one build key by name (``cache`` unless the attention writes the
+    caches, ``attention``, ``tiles`` with ``tile_counts="kernel"``) and ``run``: the interface's
+    arguments, then ``out`` (allocated when None); writes ``out`` and the caches in place on the
+    current stream."""
 
-    def __init__(self, key: PrefillBuildKey, kernels: tuple[Any, ...], run: Callable[..., Any]) -> None:
+    def __init__(self, key: PrefillBuildKey, kernels: dict[str, Any], run: Callable[..., Any]) -> None:
         self.key = key
         self.kernels = kernels
         self.run = run
 
-    def source(self, index: int = 0) -> str:
-        """The generated CUDA source of the cache write (0), the attention (1) or, with
-        ``tile_counts="kernel"``, the tile counts (2)."""
-        return self.kernels[index].get_kernel_source()
+    def source(self, name: str = "attention") -> str:
+        """The generated CUDA source of the kernel ``name`` (a key of ``kernels``)."""
+        return self.kernels[name].get_kernel_source()
 
 
-def _make_run(key: PrefillBuildKey, cache_fn: Callable[..., Any], attention_fn: Callable[..., Any],
+def _make_run(key: PrefillBuildKey, attention_fn: Callable[..., Any], cache_fn: Callable[..., Any] | None = None,
               tiles_fn: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """The launcher's ``run``: with ``cache_fn`` the cache write (and the zeros of uncovered
+    tokens) is its own launch, else the attention program does both (``cache_write="attention"``)."""
     import torch
 
     D, NQ, NKV = key.head_dim, key.num_q_heads, key.num_kv_heads
@@ -138,7 +154,11 @@ def _make_run(key: PrefillBuildKey, cache_fn: Callable[..., Any], attention_fn: 
         kc = FlatCache("attention prefill TileLang kernel", key_cache, NKV, D)
         vc = FlatCache("attention prefill TileLang kernel", value_cache, NKV, D)
         slots = dummy_slots(query.device) if slot_mapping is None else slot_mapping.contiguous()
-        cache_fn(k, v, cu, slots, kc.flat, vc.flat, out.view(T, NQ * D), key_cache.shape[1], max(B, 1).bit_length())
+        if cache_fn is not None:
+            cache_fn(k, v, cu, slots, kc.flat, vc.flat, out.view(T, NQ * D), key_cache.shape[1],
+                     max(B, 1).bit_length())
+        elif B == 0:  # no prompt: every token is uncovered (zeros) and nothing is written
+            out.zero_()
         if B > 0:
             scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
             if tiles_fn is None:
@@ -147,7 +167,11 @@ def _make_run(key: PrefillBuildKey, cache_fn: Callable[..., Any], attention_fn: 
             else:
                 tile_cu = torch.empty((B + 1,), dtype=torch.int32, device=cu.device)
                 tiles_fn(cu, tile_cu)
-            attention_fn(q, k, v, cu, tile_cu, out, scale_log2, B.bit_length())
+            if cache_fn is None:
+                attention_fn(q, k, v, cu, tile_cu, slots, kc.flat, vc.flat, out, key_cache.shape[1], scale_log2,
+                             B.bit_length())
+            else:
+                attention_fn(q, k, v, cu, tile_cu, out, scale_log2, B.bit_length())
         kc.write_back()
         vc.write_back()
         return out
@@ -166,18 +190,22 @@ def build_attention_prefill(key: PrefillBuildKey) -> PrefillLauncher:
         # Each kernel is built once for the key fields it depends on: the cache write for neither the
         # attention program nor the grid, the attention not for who makes the tile counts.
         arch = compile_arch(key.arch)
-        cache_key = dataclasses.replace(key, program=PrefillBuildKey.program, grid=PrefillBuildKey.grid,
-                                        tile_counts=PrefillBuildKey.tile_counts)
-        cache = cached_build(("attention_prefill_cache", cache_key), lambda: compile_prim_func(
-            prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS), arch))
-        attention = cached_build(("attention_prefill_attention", dataclasses.replace(
+        tiling = default_tiling(key)
+        kernels: dict[str, Any] = {}
+        if key.cache_write == "launch":
+            cache_key = dataclasses.replace(key, program=PrefillBuildKey.program, grid=PrefillBuildKey.grid,
+                                            tile_counts=PrefillBuildKey.tile_counts)
+            kernels["cache"] = cached_build(("attention_prefill_cache", cache_key), lambda: compile_prim_func(
+                prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS), arch))
+        kernels["attention"] = cached_build(("attention_prefill_attention", dataclasses.replace(
             key, tile_counts=PrefillBuildKey.tile_counts)), lambda: compile_prim_func(
-            PREFILL_PROGRAMS[key.program](key, default_tiling(key)), arch))
-        kernels: tuple[Any, ...] = (cache, attention)
+            PREFILL_PROGRAMS[key.program](key, tiling), arch))
         if key.tile_counts == "kernel":
-            kernels += (cached_build(("attention_prefill_tiles", key.cu_dtype, default_tiling(key).block_m, arch),
-                                     lambda: compile_prim_func(prefill_tile_counts_program(
-                                         key, default_tiling(key).block_m), arch)),)
-        return PrefillLauncher(key, kernels, _make_run(key, *(direct_entry(k) for k in kernels)))
+            kernels["tiles"] = cached_build(("attention_prefill_tiles", key.cu_dtype, tiling.block_m, arch),
+                                            lambda: compile_prim_func(prefill_tile_counts_program(
+                                                key, tiling.block_m), arch))
+        entries = {name: direct_entry(kernel) for name, kernel in kernels.items()}
+        return PrefillLauncher(key, kernels, _make_run(key, entries["attention"], entries.get("cache"),
+                                                       entries.get("tiles")))
 
     return cached_build(("attention_prefill", key), make)

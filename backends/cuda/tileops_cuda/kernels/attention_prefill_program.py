@@ -25,6 +25,8 @@ are visited last-first (the last tile of a sequence has the most key tiles).
 :func:`prefill_attention_overlap_program` is the same attention with its pipeline written out
 (a producer warpgroup, barriers of its own, asynchronous products) so that the softmax of one key
 tile overlaps the P·V product of the previous one; the build key's ``program`` picks it.
+With the key's ``cache_write`` ``"attention"`` its producer warpgroup also does the cache write's
+job once its loads are issued (:func:`cache_rows_writer`), and the cache-write program is not launched.
 
 tilelang is imported inside the builders, never at module import.
 """
@@ -38,7 +40,7 @@ from .attention_decode_program import online_softmax_statistics, online_softmax_
 if TYPE_CHECKING:
     from .attention_prefill import PrefillBuildKey, PrefillTiling
 
-__all__ = ["prefill_attention_overlap_program", "prefill_attention_program", "prefill_cache_program",
+__all__ = ["cache_rows_writer", "prefill_attention_overlap_program", "prefill_attention_program", "prefill_cache_program",
            "prefill_tile_counts_program"]
 
 
@@ -160,6 +162,65 @@ def prefill_tile_counts_program(key: "PrefillBuildKey", block_m: int) -> Any:
     return prefill_tile_counts
 
 
+def cache_rows_writer(key: "PrefillBuildKey", tiling: "PrefillTiling", threads: int) -> Any:
+    """The TileLang macro ``write(tid, key_new, value_new, out, hq, h, start, length, q0, b, bx,
+    cu_seqlens, slot_mapping, key_cache, value_cache, cache_len)`` run by ``threads`` threads of an
+    attention program (``tid`` their index) that writes the caches itself: what the cache-write
+    program does, split by the attention's tiles so each element has one writer.
+
+    Key/value rows: the program of query tile ``q0`` (sequence ``b``) and query head ``hq`` owns
+    the rows ``i`` of its tile with ``i % G == hq % G`` (``G`` query heads a kv head ``h``), so the
+    G programs that read kv head ``h``'s diagonal tile write its 128 rows between them, each row
+    once (the query tile that holds token t is the only one with t among its rows; a sequence's
+    tokens are its query rows). A row goes where the cache-write program puts it (``slot_mapping``,
+    negative or past the pool: nothing; contiguous: ``b · cache_len + pos`` while ``pos <
+    cache_len``). Outputs of tokens outside ``[cu[0], cu[B])``: the program whose grid index ``bx``
+    is ``t // BM`` zeros head ``hq``'s row of token ``t`` (a token index, not a query tile: the
+    grid has ``ceil(T / BM) + B - 1 >= ceil(T / BM)`` tiles, and no query tile covers such a
+    token)."""
+    import tilelang.language as T
+
+    dt, i32 = key.dtype, "int32"
+    NQ, NKV, D = key.num_q_heads, key.num_kv_heads, key.head_dim
+    BM = tiling.block_m
+    G = NQ // NKV
+    VC = 16 // (2 if dt in ("float16", "bfloat16") else 4)
+    VPR = D // VC  # 16-byte vectors a row
+    ROWS = -(-BM // G)  # rows of its tile a program writes (at most)
+
+    @T.macro
+    def write(tid: Any, key_new: Any, value_new: Any, out: Any, hq: Any, h: Any, start: Any, length: Any, q0: Any,
+              b: Any, bx: Any, cu_seqlens: Any, slot_mapping: Any, key_cache: Any, value_cache: Any, cache_len: Any):
+        Tn, NL, BM1 = out.shape[0], key_cache.shape[0], cu_seqlens.shape[0]
+        row = T.alloc_var(i32)
+        for it in T.serial(T.ceildiv(ROWS * VPR, threads)):
+            e = it * threads + tid
+            i = (e // VPR) * G + hq % G
+            c = (e % VPR) * VC
+            if e < ROWS * VPR and i < BM and q0 + i < length:
+                if key.paged:
+                    row = T.cast(slot_mapping[start + q0 + i], i32)
+                else:  # a prompt longer than its row writes nothing past the row
+                    row = T.if_then_else(q0 + i < cache_len, b * cache_len + q0 + i, -1)
+                if row >= 0 and row < NL:
+                    for v in T.vectorized(VC):
+                        key_cache[row, h, c + v] = key_new[start + q0 + i, h, c + v]
+                    for v in T.vectorized(VC):
+                        value_cache[row, h, c + v] = value_new[start + q0 + i, h, c + v]
+        first = T.cast(cu_seqlens[0], i32)
+        last = T.cast(cu_seqlens[BM1 - 1], i32)
+        if bx * BM < first or bx * BM + BM > last:  # only unchecked metadata leaves such tokens
+            for it in T.serial(T.ceildiv(BM * VPR, threads)):
+                e = it * threads + tid
+                t = bx * BM + e // VPR
+                c = (e % VPR) * VC
+                if e < BM * VPR and t < Tn and (t < first or t >= last):
+                    for v in T.vectorized(VC):
+                        out[t, hq, c + v] = T.cast(0, dt)
+
+    return write
+
+
 def causal_scaled_scores(rows: int, cols: int) -> Any:
     """The TileLang macro ``causal(acc_s, k0, r0, length, scale_log2)``: the scores of query
     rows ``r0 ..`` against keys ``k0 ..`` times ``scale_log2``, -inf for a key after its query
@@ -190,22 +251,67 @@ def _grid(heads_first: bool, tiles: Any, heads: Any) -> tuple[Any, Any]:
 def attention_entry(key: "PrefillBuildKey", tiling: "PrefillTiling", threads: int, body: Any) -> Any:
     """The attention PrimFunc both programs share: ``(query, key, value, cu_seqlens, tile_cu,
     out, scale_log2, nbits)``; ``tile_cu`` are the prefix sums of the sequences' query-tile
-    counts (made on the device), ``nbits`` the bit length of B. The grid is ``ceil(T / BM) + B - 1``
-    query tiles (every sequence's tiles fit) by ``NQ`` heads, tiles the fastest axis unless the
-    key's ``grid`` is ``"heads"`` (then a tile's heads run together: the longest tiles of every
-    head first, and the heads of one kv head read its key/value tiles back to back, from L2 after
-    the first); each program finds its query
-    tile, then runs the macro ``body(query, key, value, out, scale_log2, hq, h, start, length,
-    q0, tiles)`` (programs past ``tile_cu[B]`` get ``tiles = 0``: nothing to do)."""
+    counts (made on the device), ``nbits`` the bit length of B. With the key's ``cache_write``
+    ``"attention"`` the caches follow ``tile_cu``: ``(..., tile_cu, slot_mapping, key_cache,
+    value_cache, out, cache_len, scale_log2, nbits)`` (the cache-write program's). The grid is
+    ``ceil(T / BM) + B - 1`` query tiles (every sequence's tiles fit) by ``NQ`` heads, tiles the
+    fastest axis unless the key's ``grid`` is ``"heads"`` (then a tile's heads run together: the
+    longest tiles of every head first, and the heads of one kv head read its key/value tiles back
+    to back, from L2 after the first); each program finds its query tile, then runs the macro
+    ``body(query, key, value, out, scale_log2, hq, h, start, length, q0, tiles, b, bx, cache)``
+    (programs past ``tile_cu[B]`` get ``tiles = 0``: nothing to attend; ``b`` is the tile's
+    sequence, ``bx`` the grid's tile index). ``cache`` is ``()`` or, when the program writes the
+    caches, ``(cu_seqlens, slot_mapping, key_cache, value_cache, cache_len)``."""
     import tilelang.language as T
 
     dt, i32 = key.dtype, "int32"
     NQ, NKV, D = key.num_q_heads, key.num_kv_heads, key.head_dim
     BM, BN = tiling.block_m, tiling.block_n
-    Tn, BM1 = T.dynamic("T"), T.dynamic("BM1")
+    Tn, BM1, NL, NS = T.dynamic("T"), T.dynamic("BM1"), T.dynamic("NL"), T.dynamic("NS")
     search = last_at_or_below()
 
     heads_first = key.grid == "heads"
+
+    @T.macro
+    def tile(query: Any, key_new: Any, value_new: Any, cu_seqlens: Any, tile_cu: Any, out: Any, scale_log2: Any,
+             nbits: Any, bx: Any, hq: Any, cache: Any):
+        found = T.alloc_local((1,), i32)
+        step = T.alloc_local((1,), i32)
+        # Query tiles numbered across sequences, visited last-first (the last tile of a
+        # sequence has the most key tiles); the grid has room for every sequence's partial tile.
+        g = T.ceildiv(Tn, BM) + BM1 - 2 - bx
+        search(tile_cu, BM1 - 1, g, nbits, found, step)
+        b = found[0]
+        start = T.cast(cu_seqlens[b], i32)
+        length = T.if_then_else(g < tile_cu[BM1 - 1], T.cast(cu_seqlens[b + 1], i32) - start, 0)
+        q0 = (g - tile_cu[b]) * BM
+        tiles = T.if_then_else(q0 < length, T.ceildiv(T.min(q0 + BM, length), BN), 0)
+        body(query, key_new, value_new, out, scale_log2, hq, hq // (NQ // NKV), start, length, q0, tiles, b, bx,
+             cache)
+
+    grid = _grid(heads_first, T.ceildiv(Tn, BM) + BM1 - 1, NQ)
+    if key.cache_write == "attention":
+        @T.prim_func
+        def prefill_attention_writing_caches(
+            query: T.Tensor((Tn, NQ, D), dt),
+            key_new: T.Tensor((Tn, NKV, D), dt),
+            value_new: T.Tensor((Tn, NKV, D), dt),
+            cu_seqlens: T.Tensor((BM1,), key.cu_dtype),
+            tile_cu: T.Tensor((BM1,), i32),
+            slot_mapping: T.Tensor((NS,), key.slot_dtype or i32),
+            key_cache: T.Tensor((NL, NKV, D), dt),
+            value_cache: T.Tensor((NL, NKV, D), dt),
+            out: T.Tensor((Tn, NQ, D), dt),
+            cache_len: T.int32,
+            scale_log2: T.float32,
+            nbits: T.int32,
+        ):
+            with T.Kernel(*grid, threads=threads) as (ax, ay):
+                bx, hq = _grid(heads_first, ax, ay)
+                tile(query, key_new, value_new, cu_seqlens, tile_cu, out, scale_log2, nbits, bx, hq,
+                     (cu_seqlens, slot_mapping, key_cache, value_cache, cache_len))
+
+        return prefill_attention_writing_caches
 
     @T.prim_func
     def prefill_attention(
@@ -218,20 +324,9 @@ def attention_entry(key: "PrefillBuildKey", tiling: "PrefillTiling", threads: in
         scale_log2: T.float32,
         nbits: T.int32,
     ):
-        with T.Kernel(*_grid(heads_first, T.ceildiv(Tn, BM) + BM1 - 1, NQ), threads=threads) as (ax, ay):
+        with T.Kernel(*grid, threads=threads) as (ax, ay):
             bx, hq = _grid(heads_first, ax, ay)
-            found = T.alloc_local((1,), i32)
-            step = T.alloc_local((1,), i32)
-            # Query tiles numbered across sequences, visited last-first (the last tile of a
-            # sequence has the most key tiles); the grid has room for every sequence's partial tile.
-            g = T.ceildiv(Tn, BM) + BM1 - 2 - bx
-            search(tile_cu, BM1 - 1, g, nbits, found, step)
-            b = found[0]
-            start = T.cast(cu_seqlens[b], i32)
-            length = T.if_then_else(g < tile_cu[BM1 - 1], T.cast(cu_seqlens[b + 1], i32) - start, 0)
-            q0 = (g - tile_cu[b]) * BM
-            tiles = T.if_then_else(q0 < length, T.ceildiv(T.min(q0 + BM, length), BN), 0)
-            body(query, key_new, value_new, out, scale_log2, hq, hq // (NQ // NKV), start, length, q0, tiles)
+            tile(query, key_new, value_new, cu_seqlens, tile_cu, out, scale_log2, nbits, bx, hq, ())
 
     return prefill_attention
 
@@ -251,7 +346,7 @@ def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -
 
     @T.macro
     def pipelined(query: Any, key_new: Any, value_new: Any, out: Any, scale_log2: Any, hq: Any, h: Any, start: Any,
-                  length: Any, q0: Any, tiles: Any):
+                  length: Any, q0: Any, tiles: Any, b: Any, bx: Any, cache: Any):
         q_s = T.alloc_shared((BM, D), dt)
         k_s = T.alloc_shared((BN, D), dt)
         v_s = T.alloc_shared((BN, D), dt)
@@ -312,6 +407,8 @@ def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTi
                          f"(block_m=128, threads=256), not block_m={BM}, threads={tiling.threads}")
     CONSUMER_WARPS = 8
     NEG = -T.infinity(f32)
+    writes_caches = key.cache_write == "attention"
+    write_caches = cache_rows_writer(key, tiling, 128)
     softmax_statistics = online_softmax_statistics(WM, BN)
     causal_scores = causal_scaled_scores(WM, BN)
 
@@ -398,7 +495,7 @@ def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTi
 
     @T.macro
     def overlap(query: Any, key_new: Any, value_new: Any, out: Any, scale_log2: Any, hq: Any, h: Any, start: Any,
-                length: Any, q0: Any, tiles: Any):
+                length: Any, q0: Any, tiles: Any, b: Any, bx: Any, cache: Any):
         q_s0 = T.alloc_shared((WM, D), dt)
         q_s1 = T.alloc_shared((WM, D), dt)
         k_s = T.alloc_shared((S, BN, D), dt)
@@ -437,6 +534,8 @@ def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTi
                 T.tma_copy(value_new[start + j * BN : start + j * BN + BN, h, :], v_s[slot, :, :],
                            barrier=v_full[slot])
                 T.barrier_arrive(v_full[slot])
+            if writes_caches:  # the loads are issued: the idle producer writes this program's share of rows
+                write_caches(tx, key_new, value_new, out, hq, h, start, length, q0, b, bx, *cache)
         elif tx < 256:
             consumer(0, q_s0, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty, acc_s0, acc_p0, acc_o0, *stats0,
                      out, start, length, q0, hq, tiles, scale_log2)
