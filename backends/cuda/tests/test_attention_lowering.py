@@ -2,7 +2,8 @@
 layouts meant to stream the cache with bulk copies do (a TMA pipeline), gathered paged tiles
 stream with asynchronous copies (cp.async), and the row-by-row paged fallback does neither.
 The overlap prefill program keeps one product in flight through its softmax, also once ptxas
-has compiled it (nvcc for sm_90a, when present: no serialised wgmma, no spills)."""
+has compiled it (nvcc for sm_90a, when present: no serialised wgmma, no spills), and with
+``cache_write="attention"`` writes the caches from its producer warpgroup."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tileops_cuda.kernels.attention_decode_program import (  # noqa: E402
     decode_combine_program, decode_parallel_combine_program, decode_split_program,
 )
 from tileops_cuda.kernels.attention_prefill import (  # noqa: E402
-    CACHE_THREADS, CACHE_TOKENS, PREFILL_GRIDS, PREFILL_PROGRAMS, PrefillBuildKey,
+    CACHE_THREADS, CACHE_TOKENS, PREFILL_CACHE_WRITES, PREFILL_GRIDS, PREFILL_PROGRAMS, PrefillBuildKey,
 )
 from tileops_cuda.kernels.attention_prefill import default_tiling as prefill_tiling  # noqa: E402
 from tileops_cuda.kernels.attention_prefill_program import (  # noqa: E402
@@ -84,6 +85,8 @@ _OVERLAP_KEYS = [PrefillBuildKey("bfloat16", 16, 2, 256, False, "int32", None, p
                  PrefillBuildKey("float16", 8, 1, 128, program="overlap"),
                  PrefillBuildKey("bfloat16", 4, 4, 48, program="overlap")]
 _IDS = ["qwen-contiguous", "qwen-paged-int64", "gqa8-fp16-d128", "mha-d48"]
+#: The overlap program writing the caches itself (issue 21's candidate), on either layout.
+_WRITING_KEYS = [dataclasses.replace(key, grid="heads", cache_write="attention") for key in _OVERLAP_KEYS[:2]]
 
 
 def _overlap_source(key: PrefillBuildKey) -> str:
@@ -124,6 +127,31 @@ def test_the_tile_counts_are_one_block_scanning_the_sequences_a_chunk_at_a_time(
     assert "tma_load" not in source
 
 
+def test_an_unknown_cache_writer_is_refused_with_the_choices():
+    with pytest.raises(ValueError) as info:
+        PrefillBuildKey("bfloat16", 16, 2, 256, cache_write="host")
+    assert str(info.value) == "PrefillBuildKey.cache_write='host' is not one of ('launch', 'attention')"
+    assert PrefillBuildKey("bfloat16", 16, 2, 256).cache_write == PREFILL_CACHE_WRITES[0] == "launch"
+
+
+def test_only_the_overlap_program_writes_the_caches_itself():
+    with pytest.raises(ValueError) as info:
+        PrefillBuildKey("bfloat16", 16, 2, 256, cache_write="attention")
+    assert str(info.value) == ("PrefillBuildKey.cache_write='attention' needs program='overlap' (its producer "
+                               "warpgroup writes the cache rows), not program='pipelined'; use cache_write='launch'")
+
+
+@pytest.mark.parametrize("key", _WRITING_KEYS, ids=_IDS[:2])
+def test_the_producer_warpgroup_writes_the_caches_after_issuing_its_loads(key):
+    source = _overlap_source(key)
+    producer = source[source.index("warpgroup_reg_dealloc<24>") : source.index("warpgroup_reg_alloc<240>")]
+    loads, stores = producer.rindex("tma_load(value_new_desc"), producer.index("*(uint4*)(key_cache + ")
+    assert loads < stores < producer.index("*(uint4*)(value_cache + ") < producer.index("*(uint4*)(out + ")
+    assert ("slot_mapping[" in producer) == key.paged
+    assert source.count("*(uint4*)(key_cache + ") == 1  # nowhere else (the consumers never touch the caches)
+    assert "key_cache" not in _overlap_source(dataclasses.replace(key, cache_write="launch"))
+
+
 def test_an_unknown_prefill_grid_order_is_refused_with_the_choices():
     with pytest.raises(ValueError) as info:
         PrefillBuildKey("bfloat16", 16, 2, 256, grid="sequences")
@@ -161,7 +189,7 @@ def _ptxas_report(source: str, tmp_path: pathlib.Path) -> str:
     return done.stderr + done.stdout
 
 
-@pytest.mark.parametrize("key", _OVERLAP_KEYS[:2], ids=_IDS[:2])
+@pytest.mark.parametrize("key", [*_OVERLAP_KEYS[:2], _WRITING_KEYS[1]], ids=[*_IDS[:2], "qwen-paged-writes-caches"])
 def test_ptxas_keeps_the_overlap_programs_products_asynchronous_and_spills_nothing(key, tmp_path):
     report = _ptxas_report(_overlap_source(key), tmp_path)
     # C7514/C7517: ptxas serialised the wgmma or injected a wait (an accumulator read in flight).

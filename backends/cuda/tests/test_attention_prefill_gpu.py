@@ -3,9 +3,11 @@ without one).
 
 Every AttentionPrefillFwdOp workload row and ragged, padded and partly covered batches run
 through the launcher with a NaN-poisoned ``out``, with the default attention program and with
-each candidate of ``PREFILL_PROGRAMS`` (the same checks, the same tolerances: the conformance
-suite's, float16 2e-3, bfloat16 1.6e-2, relative); the caches bit for bit. The reference is
-float64 on the device: causal attention within each prompt.
+each candidate setting (``_SETTINGS``: the overlap program, and the overlap program writing the
+caches itself on the heads grid with the tile-count kernel; the same checks, the same tolerances:
+the conformance suite's, float16 2e-3, bfloat16 1.6e-2, relative); the caches bit for bit. The
+reference is float64 on the device: causal attention within each prompt. Every kernel the module
+runs is compiled up front, concurrently (``prebuilt``).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import dataclasses
 import pytest
 
 from tileops_cuda.kernels.attention_prefill import (
-    PREFILL_GRIDS, PREFILL_PROGRAMS, PREFILL_TILE_COUNTS, PrefillBuildKey, build_attention_prefill, default_tiling,
-    prefill_refusal,
+    PREFILL_CACHE_WRITES, PREFILL_GRIDS, PREFILL_PROGRAMS, PREFILL_TILE_COUNTS, PrefillBuildKey,
+    build_attention_prefill, default_tiling, prefill_refusal,
 )
 
 from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
@@ -25,6 +27,31 @@ PREFILL = "AttentionPrefillFwdOp"
 _PREFILL_ARGS = ("query", "key", "value", "key_cache", "value_cache", "cu_seqlens", "slot_mapping")
 #: (NQ, NKV, D, dtype) beside Qwen3-Next's: grouped fp16 at D=128, one head a group at D=48.
 _PREFILL_GROUPS = [(8, 1, 128, "float16"), (4, 4, 48, "bfloat16")]
+
+#: The settings (build-key fields beside the call's) every test runs: today's default, the overlap
+#: program, and issue 21's candidate for the paged rows (the overlap program writing the caches).
+_SETTINGS = {"default": {}, "overlap": {"program": "overlap"},
+             "overlap-writes-caches": {"program": "overlap", "grid": "heads", "tile_counts": "kernel",
+                                       "cache_write": "attention"}}
+
+
+def _every_combination() -> list[dict]:
+    """Each program x grid x tile counts x cache write a build key accepts (the ragged test's)."""
+    import itertools
+
+    combos = []
+    for program, grid, counts, write in itertools.product(PREFILL_PROGRAMS, PREFILL_GRIDS, PREFILL_TILE_COUNTS,
+                                                          PREFILL_CACHE_WRITES):
+        setting = {"program": program, "grid": grid, "tile_counts": counts, "cache_write": write}
+        try:
+            PrefillBuildKey("bfloat16", 16, 2, 256, **setting)
+        except ValueError:  # a combination the key refuses (the pipelined program writing the caches)
+            continue
+        combos.append(setting)
+    return combos
+
+
+_COMBINATIONS = _every_combination()
 
 
 @pytest.fixture(scope="module")
@@ -48,19 +75,20 @@ def _prefill_keys_used(arch: str) -> set:
             if prefill_refusal(key) is None:
                 used.add(key)
     used |= {PrefillBuildKey(dtype, NQ, NKV, D, arch=arch) for NQ, NKV, D, dtype in _PREFILL_GROUPS}
-    used = {dataclasses.replace(key, program=program) for key in used for program in PREFILL_PROGRAMS}
     qwen = [key for key in used if key.head_dim == 256 and key.cu_dtype == "int32"]  # the ragged test's
-    return used | {dataclasses.replace(key, grid=grid, tile_counts=counts) for key in qwen for grid in PREFILL_GRIDS
-                   for counts in PREFILL_TILE_COUNTS}
+    used = {dataclasses.replace(key, **setting) for key in used for setting in _SETTINGS.values()}
+    return used | {dataclasses.replace(key, **setting) for key in qwen for setting in _COMBINATIONS}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def prebuilt(arch):
-    """Compile every kernel the module needs concurrently (nvcc runs in parallel; a failure is
-    left for the test that needs the kernel to report)."""
+    """Compile every kernel the module needs concurrently (nvcc runs in parallel), the overlap
+    programs (the slowest to lower and compile) first so that none of them starts last; a failure
+    is left for the test that needs the kernel to report."""
     from tileops_cuda.kernels._common import compile_many
 
-    compile_many([lambda key=key: build_attention_prefill(key) for key in _prefill_keys_used(arch)])
+    keys = sorted(_prefill_keys_used(arch), key=lambda k: (k.program != "overlap", k.head_dim != 256, str(k)))
+    compile_many([lambda key=key: build_attention_prefill(key) for key in keys])
 
 
 @pytest.fixture
@@ -105,18 +133,21 @@ def _prefill_reference(inputs, scale):
     return out, kc, vc
 
 
-def _check_prefill(inputs, scale, arch: str, program: str = PrefillBuildKey.program,
-                   grid: str = PrefillBuildKey.grid, tile_counts: str = PrefillBuildKey.tile_counts) -> None:
-    key = dataclasses.replace(_prefill_key(inputs, arch), program=program, grid=grid, tile_counts=tile_counts)
+def _check_prefill(inputs, scale, arch: str, setting: dict) -> None:
+    key = dataclasses.replace(_prefill_key(inputs, arch), **setting)
     compare_with_reference(lambda: build_attention_prefill(key), prefill_refusal(key), _prefill_reference,
                            _PREFILL_ARGS, inputs, scale)
 
 
-@pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
+def _settings(names=tuple(_SETTINGS)) -> list:
+    return [pytest.param(_SETTINGS[n], id=n) for n in names]
+
+
+@pytest.mark.parametrize("setting", _settings())
 @pytest.mark.parametrize("row_index,case", workload_rows(PREFILL))
-def test_every_prefill_workload_row_matches_the_float64_reference(row_index, case, program, arch, cuda_device, seed):
+def test_every_prefill_workload_row_matches_the_float64_reference(row_index, case, setting, arch, cuda_device, seed):
     inputs, scale = workload_instance(PREFILL, row_index, case, cuda_device[0], seed)
-    _check_prefill(inputs, scale, arch, program)
+    _check_prefill(inputs, scale, arch, setting)
 
 
 def _prefill_batch(device, gen, lengths, block=None, pad=(), T_extra=0, NQ=16, NKV=2, D=256, dtype="bfloat16"):
@@ -153,14 +184,11 @@ def _prefill_batch(device, gen, lengths, block=None, pad=(), T_extra=0, NQ=16, N
 _RAGGED_LENGTHS = [1, 0, 63, 64, 65, 127, 129, 300, 1000]
 
 
-@pytest.mark.parametrize("tile_counts", PREFILL_TILE_COUNTS)
-@pytest.mark.parametrize("grid", PREFILL_GRIDS)
-@pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
+@pytest.mark.parametrize("setting", [pytest.param(c, id=":".join(c.values())) for c in _COMBINATIONS])
 @pytest.mark.parametrize("block", [None, 16], ids=["contiguous", "paged16"])
-def test_prefill_ragged_prompts_tile_edges_empty_and_padded_prompts(block, program, grid, tile_counts, arch,
-                                                                    cuda_device, gen):
+def test_prefill_ragged_prompts_tile_edges_empty_and_padded_prompts(block, setting, arch, cuda_device, gen):
     inputs = _prefill_batch(cuda_device[0], gen, _RAGGED_LENGTHS, block=block, pad=(3,) if block else ())
-    _check_prefill(inputs, None, arch, program, grid, tile_counts)
+    _check_prefill(inputs, None, arch, setting)
 
 
 @pytest.fixture(scope="module")
@@ -194,26 +222,40 @@ def test_the_tile_count_kernel_makes_the_prefix_sums_the_torch_path_makes(B, cu_
     assert torch.equal(got, want)
 
 
-@pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
-def test_prefill_tokens_no_prompt_covers_get_zeros_and_write_nothing(program, arch, cuda_device, gen):
-    _check_prefill(_prefill_batch(cuda_device[0], gen, [5, 70], block=16, T_extra=9), 0.1, arch, program)
+@pytest.mark.parametrize("setting", _settings())
+@pytest.mark.parametrize("block", [None, 16], ids=["contiguous", "paged16"])
+def test_prefill_tokens_no_prompt_covers_get_zeros_and_write_nothing(block, setting, arch, cuda_device, gen):
+    # 9 tokens after the last prompt and, with the prompts shifted by 130, 130 before the first: tokens
+    # of two query-tile-sized token ranges, one of them holding no prompt at all.
+    inputs = _prefill_batch(cuda_device[0], gen, [5, 70], block=block, T_extra=139)
+    inputs["cu_seqlens"] += 130
+    if block is not None:  # the slots follow their tokens
+        inputs["slot_mapping"] = inputs["slot_mapping"].roll(130)
+    _check_prefill(inputs, 0.1, arch, setting)
 
 
-@pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
+@pytest.mark.parametrize("setting", _settings())
+def test_prefill_with_no_prompt_zeros_every_output_and_writes_nothing(setting, arch, cuda_device, gen):
+    inputs = _prefill_batch(cuda_device[0], gen, [5], block=16, T_extra=40)
+    inputs["cu_seqlens"] = inputs["cu_seqlens"][:1]
+    _check_prefill(inputs, None, arch, setting)
+
+
+@pytest.mark.parametrize("setting", _settings())
 @pytest.mark.parametrize("NQ,NKV,D,dtype", _PREFILL_GROUPS, ids=["gqa8-fp16-d128", "mha-bf16-d48"])
 @pytest.mark.parametrize("scale", [0.07, -0.05])
-def test_prefill_head_groups_and_dtypes_with_an_explicit_scale_of_either_sign(NQ, NKV, D, dtype, scale, program, arch,
+def test_prefill_head_groups_and_dtypes_with_an_explicit_scale_of_either_sign(NQ, NKV, D, dtype, scale, setting, arch,
                                                                              cuda_device, gen):
     inputs = _prefill_batch(cuda_device[0], gen, [70, 1, 200], NQ=NQ, NKV=NKV, D=D, dtype=dtype)
-    _check_prefill(inputs, scale, arch, program)
+    _check_prefill(inputs, scale, arch, setting)
 
 
-@pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
-def test_prefill_captures_in_a_cuda_graph(program, arch, cuda_device, gen):
+@pytest.mark.parametrize("setting", _settings())
+def test_prefill_captures_in_a_cuda_graph(setting, arch, cuda_device, gen):
     import torch
 
     inputs = _prefill_batch(cuda_device[0], gen, [100, 7, 300], block=16)
-    run = build_attention_prefill(dataclasses.replace(_prefill_key(inputs, arch), program=program)).run
+    run = build_attention_prefill(dataclasses.replace(_prefill_key(inputs, arch), **setting)).run
     eager_out = torch.full_like(inputs["query"], float("nan"))
     run(*[inputs[n] for n in _PREFILL_ARGS], None, eager_out)
     out = torch.full_like(inputs["query"], float("nan"))
