@@ -5,11 +5,13 @@ fastest backend on the same prompts.
 Usage (from the repository root, tilelang and a CUDA GPU present)::
 
     python backends/cuda/bench/attention_bench.py [--reps 50] [--json PATH] [--no-prefill] [--no-decode]
-        [--settings pipelined:tiles:torch,overlap:heads:kernel]
+        [--settings pipelined:tiles:torch,overlap:heads:kernel:attention]
 
-Prefill rows are timed with their cache write, once per setting named (``program:grid:tile_counts``,
-the build key's three fields; default: every one of ``PREFILL_PROGRAMS`` x ``PREFILL_GRIDS`` x
-``PREFILL_TILE_COUNTS``, all compiled concurrently first); SDPA's three backends get the same prompts as a batch
+Prefill rows are timed with their cache write, once per setting named
+(``program:grid:tile_counts[:cache_write]``, the build key's four fields, the cache write ``launch``
+when left out; default: every combination of ``PREFILL_PROGRAMS`` x ``PREFILL_GRIDS`` x
+``PREFILL_TILE_COUNTS`` x ``PREFILL_CACHE_WRITES`` the key accepts, all compiled concurrently
+first); SDPA's three backends get the same prompts as a batch
 (``[B, heads, T / B, D]``, causal, GQA) and no cache write. A summary table closes the run:
 each row and setting, its time and its speed as a multiple of SDPA's best.
 
@@ -239,19 +241,20 @@ def prefill_error(inputs: dict, out: torch.Tensor, B: int) -> float:
 
 
 def bench_prefill(timer: Timer, arch: str, settings: list[str], results: list) -> None:
-    """Each ``program:grid:tile_counts`` setting and SDPA's backends on every prefill row, then the summary."""
+    """Each ``program:grid:tile_counts[:cache_write]`` setting and SDPA's backends on every prefill row, then
+    the summary."""
     from tileops_cuda.kernels._common import compile_many
     from tileops_cuda.kernels.attention_prefill import PrefillBuildKey, build_attention_prefill
 
     def key(block: int | None, setting: str) -> PrefillBuildKey:
-        program, grid, tile_counts = setting.split(":")
         return PrefillBuildKey("bfloat16", NQ, NKV, D, block is not None, "int32",
-                               None if block is None else "int32", arch, program, grid, tile_counts)
+                               None if block is None else "int32", arch, *setting.split(":"))
 
     keys = [key(b, p) for b in (None, 16) for p in settings]
     for k, failure in zip(keys, compile_many([lambda k=k: build_attention_prefill(k) for k in keys])):
         if isinstance(failure, Exception):
-            log(f"prefill build paged={k.paged} {k.program}:{k.grid}:{k.tile_counts} FAILED: {type(failure).__name__}: {failure}")
+            log(f"prefill build paged={k.paged} {k.program}:{k.grid}:{k.tile_counts}:{k.cache_write} FAILED: "
+                f"{type(failure).__name__}: {failure}")
     gen = torch.Generator(device="cuda")
     gen.seed()
     summary = []
@@ -268,10 +271,10 @@ def bench_prefill(timer: Timer, arch: str, settings: list[str], results: list) -
                 err = prefill_error(inputs, out, B)
                 us = timer(lambda: run(*args, None, out))
                 timed.append((setting, us, err))
-                log(f"{label:28s} {setting:22s} T={T:6d} B={B} {us:10.2f} us {flops / us / 1e6:7.1f} TFLOP/s "
+                log(f"{label:28s} {setting:33s} T={T:6d} B={B} {us:10.2f} us {flops / us / 1e6:7.1f} TFLOP/s "
                     f"rel.err {err:.2e}")
             except Exception as exc:
-                log(f"{label:28s} {setting:22s} FAILED: {type(exc).__name__}: {exc}")
+                log(f"{label:28s} {setting:33s} FAILED: {type(exc).__name__}: {exc}")
                 results.append(dict(op="AttentionPrefillFwdOp", label=label, setting=setting,
                                     error=f"{type(exc).__name__}: {exc}"))
         sdpa_us, sdpa_name = sdpa_best(timer, inputs, B, results)
@@ -284,10 +287,17 @@ def bench_prefill(timer: Timer, arch: str, settings: list[str], results: list) -
         del inputs, args
         torch.cuda.empty_cache()
     log("\nprefill summary (speed = SDPA's best time / ours; target >= 0.9; WRONG: rel.err above bf16's 1.6e-2)")
-    log(f"{'row':28s} {'program:grid:tile_counts':22s} {'us':>9s} {'rel.err':>8s} {'SDPA best':>16s} {'speed':>6s}")
+    log(f"{'row':28s} {'program:grid:tile_counts:cache_write':33s} {'us':>9s} {'rel.err':>8s} {'SDPA best':>16s} {'speed':>6s}")
     for label, setting, us, err, sdpa_name, sdpa_us, ratio in summary:
-        log(f"{label:28s} {setting:22s} {us:9.1f} {err:8.1e} {sdpa_name:>7s} {sdpa_us:8.1f} {ratio:5.2f}x"
+        log(f"{label:28s} {setting:33s} {us:9.1f} {err:8.1e} {sdpa_name:>7s} {sdpa_us:8.1f} {ratio:5.2f}x"
             f"{'' if ratio >= 0.9 else '  below'}{'' if err <= 1.6e-2 else '  WRONG'}")
+
+
+def known_settings() -> list[str]:
+    """Every ``program:grid:tile_counts:cache_write`` the prefill build key accepts."""
+    from tileops_cuda.kernels.attention_prefill import PREFILL_SETTINGS
+
+    return [":".join(setting.values()) for setting in PREFILL_SETTINGS]
 
 
 def main() -> None:
@@ -311,13 +321,11 @@ def main() -> None:
     if not args.no_decode:
         bench_decode(timer, copy_bw, arch, results)
     if not args.no_prefill:
-        from tileops_cuda.kernels.attention_prefill import PREFILL_GRIDS, PREFILL_PROGRAMS, PREFILL_TILE_COUNTS
-
-        known = [f"{p}:{g}:{c}" for p in PREFILL_PROGRAMS for g in PREFILL_GRIDS for c in PREFILL_TILE_COUNTS]
-        settings = known if args.settings is None else args.settings.split(",")
-        unknown = [s for s in settings if s not in known]
+        settings = known_settings() if args.settings is None else args.settings.split(",")
+        unknown = [s for s in settings if s not in known_settings() and f"{s}:launch" not in known_settings()]
         if unknown:
-            parser.error(f"--settings: {unknown} not among {known}")
+            parser.error(f"--settings: {unknown} not among {known_settings()} (a setting without its last field "
+                         f"writes the caches with their own launch)")
         bench_prefill(timer, arch, settings, results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

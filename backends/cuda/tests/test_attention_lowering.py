@@ -24,7 +24,8 @@ from tileops_cuda.kernels.attention_decode_program import (  # noqa: E402
     decode_combine_program, decode_parallel_combine_program, decode_split_program,
 )
 from tileops_cuda.kernels.attention_prefill import (  # noqa: E402
-    CACHE_THREADS, CACHE_TOKENS, PREFILL_CACHE_WRITES, PREFILL_GRIDS, PREFILL_PROGRAMS, PrefillBuildKey,
+    CACHE_THREADS, CACHE_TOKENS, PREFILL_CACHE_WRITES, PREFILL_GRIDS, PREFILL_PROGRAMS, PREFILL_SETTINGS,
+    PrefillBuildKey,
 )
 from tileops_cuda.kernels.attention_prefill import default_tiling as prefill_tiling  # noqa: E402
 from tileops_cuda.kernels.attention_prefill_program import (  # noqa: E402
@@ -139,6 +140,12 @@ def test_only_the_overlap_program_writes_the_caches_itself():
         PrefillBuildKey("bfloat16", 16, 2, 256, cache_write="attention")
     assert str(info.value) == ("PrefillBuildKey.cache_write='attention' needs program='overlap' (its producer "
                                "warpgroup writes the cache rows), not program='pipelined'; use cache_write='launch'")
+
+
+def test_the_settings_are_every_combination_of_the_four_choices_but_the_pipelined_program_writing_caches():
+    assert len(PREFILL_SETTINGS) == 2 * 2 * 2 * 2 - 2 * 2
+    assert {s["cache_write"] for s in PREFILL_SETTINGS if s["program"] == "pipelined"} == {"launch"}
+    assert PREFILL_SETTINGS[0] == {"program": "pipelined", "grid": "tiles", "tile_counts": "torch", "cache_write": "launch"}
 
 
 @pytest.mark.parametrize("key", _WRITING_KEYS, ids=_IDS[:2])

@@ -17,8 +17,7 @@ import dataclasses
 import pytest
 
 from tileops_cuda.kernels.attention_prefill import (
-    PREFILL_CACHE_WRITES, PREFILL_GRIDS, PREFILL_PROGRAMS, PREFILL_TILE_COUNTS, PrefillBuildKey,
-    build_attention_prefill, default_tiling, prefill_refusal,
+    PREFILL_SETTINGS, PrefillBuildKey, build_attention_prefill, default_tiling, prefill_refusal,
 )
 
 from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
@@ -33,25 +32,6 @@ _PREFILL_GROUPS = [(8, 1, 128, "float16"), (4, 4, 48, "bfloat16")]
 _SETTINGS = {"default": {}, "overlap": {"program": "overlap"},
              "overlap-writes-caches": {"program": "overlap", "grid": "heads", "tile_counts": "kernel",
                                        "cache_write": "attention"}}
-
-
-def _every_combination() -> list[dict]:
-    """Each program x grid x tile counts x cache write a build key accepts (the ragged test's)."""
-    import itertools
-
-    combos = []
-    for program, grid, counts, write in itertools.product(PREFILL_PROGRAMS, PREFILL_GRIDS, PREFILL_TILE_COUNTS,
-                                                          PREFILL_CACHE_WRITES):
-        setting = {"program": program, "grid": grid, "tile_counts": counts, "cache_write": write}
-        try:
-            PrefillBuildKey("bfloat16", 16, 2, 256, **setting)
-        except ValueError:  # a combination the key refuses (the pipelined program writing the caches)
-            continue
-        combos.append(setting)
-    return combos
-
-
-_COMBINATIONS = _every_combination()
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +57,7 @@ def _prefill_keys_used(arch: str) -> set:
     used |= {PrefillBuildKey(dtype, NQ, NKV, D, arch=arch) for NQ, NKV, D, dtype in _PREFILL_GROUPS}
     qwen = [key for key in used if key.head_dim == 256 and key.cu_dtype == "int32"]  # the ragged test's
     used = {dataclasses.replace(key, **setting) for key in used for setting in _SETTINGS.values()}
-    return used | {dataclasses.replace(key, **setting) for key in qwen for setting in _COMBINATIONS}
+    return used | {dataclasses.replace(key, **setting) for key in qwen for setting in PREFILL_SETTINGS}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -184,7 +164,7 @@ def _prefill_batch(device, gen, lengths, block=None, pad=(), T_extra=0, NQ=16, N
 _RAGGED_LENGTHS = [1, 0, 63, 64, 65, 127, 129, 300, 1000]
 
 
-@pytest.mark.parametrize("setting", [pytest.param(c, id=":".join(c.values())) for c in _COMBINATIONS])
+@pytest.mark.parametrize("setting", [pytest.param(c, id=":".join(c.values())) for c in PREFILL_SETTINGS])
 @pytest.mark.parametrize("block", [None, 16], ids=["contiguous", "paged16"])
 def test_prefill_ragged_prompts_tile_edges_empty_and_padded_prompts(block, setting, arch, cuda_device, gen):
     inputs = _prefill_batch(cuda_device[0], gen, _RAGGED_LENGTHS, block=block, pad=(3,) if block else ())

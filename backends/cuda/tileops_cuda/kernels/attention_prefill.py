@@ -3,8 +3,9 @@
 What gets compiled (the build key: dtype, head counts, head size, the layout, metadata dtypes,
 which attention program and grid order; never B, T or the pool size), what the kernels were not written for
 (:func:`prefill_refusal`), and how a call is launched: the cache write (which also zeroes
-the outputs of tokens no sequence covers), then the attention, on the current stream; nothing
-synchronises, so launches capture into CUDA graphs. The programs are
+the outputs of tokens no sequence covers), then the attention, on the current stream, or, with
+``cache_write="attention"``, the attention alone doing both; nothing synchronises, so launches
+capture into CUDA graphs. The programs are
 :mod:`tileops_cuda.kernels.attention_prefill_program`.
 
 The attention reads the step's own keys and values (prompts attend to their own tokens only,
@@ -25,7 +26,7 @@ from .attention_prefill_program import (
     prefill_attention_overlap_program, prefill_attention_program, prefill_cache_program, prefill_tile_counts_program,
 )
 
-__all__ = ["PREFILL_CACHE_WRITES", "PREFILL_GRIDS", "PREFILL_PROGRAMS", "PREFILL_TILE_COUNTS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "build_attention_prefill",
+__all__ = ["PREFILL_CACHE_WRITES", "PREFILL_SETTINGS", "PREFILL_GRIDS", "PREFILL_PROGRAMS", "PREFILL_TILE_COUNTS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "build_attention_prefill",
            "default_tiling", "prefill_refusal"]
 
 #: Tokens a cache-write program copies, and its threads.
@@ -85,6 +86,25 @@ class PrefillBuildKey:
         if self.cache_write == "attention" and self.program != "overlap":
             raise ValueError(f"PrefillBuildKey.cache_write='attention' needs program='overlap' (its producer warpgroup "
                              f"writes the cache rows), not program={self.program!r}; use cache_write='launch'")
+
+
+def _accepted_settings() -> tuple[dict[str, str], ...]:
+    import itertools
+
+    accepted = []
+    for program, grid, counts, write in itertools.product(PREFILL_PROGRAMS, PREFILL_GRIDS, PREFILL_TILE_COUNTS,
+                                                          PREFILL_CACHE_WRITES):
+        try:
+            PrefillBuildKey("bfloat16", 16, 2, 256, program=program, grid=grid, tile_counts=counts, cache_write=write)
+        except ValueError:  # a combination the key refuses (the pipelined program writing the caches)
+            continue
+        accepted.append({"program": program, "grid": grid, "tile_counts": counts, "cache_write": write})
+    return tuple(accepted)
+
+
+#: Every (program, grid, tile_counts, cache_write) a build key accepts, as keyword dicts in the
+#: order of the four choices' tables (the benches' and tests' settings).
+PREFILL_SETTINGS = _accepted_settings()
 
 
 @dataclass(frozen=True)
