@@ -320,9 +320,9 @@ def _lanes_macro(key: QKNormRopeBuildKey, N: int):
                     angle[0] = T.cast(positions[fr[1], tok0 + u], f32) * inv_freq[fr[0]]
                     if REDUCED:
                         reduce_angle(angle)
-                    s, c = sin_cos(angle)
-                    cs[u, j] = T.cast(c, dt)
-                    sn[u, j] = T.cast(T.if_then_else(j < half, -s, s), dt)
+                    # Inline, not bound to names: the first program's CUDA stays as it was.
+                    cs[u, j] = T.cast(sin_cos(angle)[1], dt)
+                    sn[u, j] = T.cast(T.if_then_else(j < half, -sin_cos(angle)[0], sin_cos(angle)[0]), dt)
         elif TABLE == "pairs":
             # One sincos per (token, frequency), the token fastest: TB·half entries over every thread
             # (one round on all 8 warps for a k program at Qwen's heads, not 8 rounds on 2).
@@ -445,6 +445,7 @@ def _program(key: QKNormRopeBuildKey):
     NQ, NKV, pdt = key.q_heads, key.k_heads, key.positions_dtype
     LANES_PROGRAM, REGISTERS = key.program == "lanes", key.registers  # (the prim_func's `key` is the k tensor)
     OWN_BARRIERS = LANES_PROGRAM and key.table != "channels"
+    ANGLE_LOCALS = 3 if key.sincos == "reduced" else 1
     HALF = D // 2  # the largest rotary half: rotary_dim <= D
     Tn = T.dynamic("T")
     P = T.dynamic("P")  # position rows: 1 (NeoX) or 3 (MRoPE)
@@ -493,7 +494,8 @@ def _program(key: QKNormRopeBuildKey):
                 sl = T.alloc_local((vec,), dt)
                 ml = T.alloc_local((vec,), dt)
                 fr = T.alloc_local((2,), "int32")  # a table entry's frequency and position row
-                angle = T.alloc_local((3,), f32)  # the angle; _reduce_angle's multiple of 2π and remainder
+                # The angle (and _reduce_angle's multiple of 2π and remainder).
+                angle = T.alloc_local((ANGLE_LOCALS,), f32)
                 cs = T.alloc_shared((TB, D), dt)
                 sn = T.alloc_shared((TB, D), dt)
                 sw = T.alloc_shared((BR, D), dt)
