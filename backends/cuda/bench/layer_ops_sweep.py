@@ -112,22 +112,25 @@ def _conv_varlen_candidates() -> list[dict[str, Any]]:
 
 #: QKNormRope at D=256 bf16 (16 q + 2 k heads): the registered entry is the lanes program at 40 registers
 #: (61-67% of the same-size copy on the H200; 4 rows a thread, 128 and 512 threads measured slower and are
-#: left out). The candidates (qknr3; ptxas for sm_90a, registers / spill bytes, CPU machine): the
-#: per-(token, frequency) table on every warp (``pairs``: k programs form 8 tokens' table in one round, not
-#: 8 rounds on 2 warps, each waiting on its own positions load), the 2π-reduced hardware sincos, the
-#: rotation partners as one vector (~240 SASS instructions a row went to the guarded element-wise
-#: rotation), and the warp's own table with no block barrier (``warp``). Unbounded they take 63-64
-#: registers (4 programs an SM); at 40 they spill 96-140 bytes (the registered entry: 24); at 48 (5
-#: programs) pairs with both 36 / 44 bytes, warp with both 4 / 4.
+#: left out). The candidates (qknr3, NOTES "QKNormRope: instructions a row"): the per-(token, frequency)
+#: table on every warp (``pairs``: a k program forms its 8 tokens' table in one round, not 8 rounds on 2
+#: warps each waiting on its own positions load), the 2π-reduced hardware sincos, the rotation partners
+#: as one vector and the rotation in 16-bit instructions (the guarded float32 rotation was ~240 of a
+#: row's ~330 SASS instructions), and the warp's own table with no block barrier (``warp``). ptxas for
+#: sm_90a (registers / spill bytes): pairs+reduced+vectors+native 64 / 0 unbounded, 48 / 4, 40 / 28;
+#: warp+all 56 / 0, 48 / 0, 40 / 44; vectors+native alone at 40: 40 / 20 (the registered entry: 40 / 24).
+#: Most promising first: the sweep starts no candidate after its budget.
+_QK_FAST = {"sincos": "reduced", "partners": "vectors", "rotation": "native"}
 _QK_CANDIDATES = [
-    {"registers": 0},
-    {"registers": 40, "partners": "vectors"},
-    {"registers": 40, "table": "pairs"},
+    {"registers": 48, "table": "pairs", **_QK_FAST},
+    {"registers": 40, "table": "pairs", **_QK_FAST},
+    {"registers": 48, "table": "warp", **_QK_FAST},
+    {"registers": 40, "partners": "vectors", "rotation": "native"},
+    {"registers": 48, "table": "pairs", "partners": "vectors", "rotation": "native"},
     {"registers": 40, "table": "pairs", "sincos": "reduced", "partners": "vectors"},
-    {"registers": 48, "table": "pairs", "sincos": "reduced", "partners": "vectors"},
-    {"registers": 0, "table": "pairs", "sincos": "reduced", "partners": "vectors"},
-    {"registers": 40, "table": "warp", "sincos": "reduced", "partners": "vectors"},
-    {"registers": 48, "table": "warp", "sincos": "reduced", "partners": "vectors"}]
+    {"registers": 40, "table": "pairs"},
+    {"registers": 0, "table": "pairs", **_QK_FAST},
+    {"registers": 40, "table": "warp", **_QK_FAST}]
 
 #: MoE routing (E=512 top-10 and E=256 top-8 in bf16): the registered entry is the first program (rounds, a
 #: token per 32-thread program, 50 registers); the candidates program at 1-8 tokens a program, one warp each

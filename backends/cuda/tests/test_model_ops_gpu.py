@@ -21,8 +21,10 @@ def _attention_ops():
 #: Both QKNormRope programs, and the lanes program's table, sincos and partners candidates (qknr3).
 _QK_SHAPES = {"token_heads": {"program": "token_heads"}, "lanes": {"program": "lanes"},
               "lanes-pairs": {"program": "lanes", "table": "pairs"},
-              "lanes-pairs-fast": {"program": "lanes", "table": "pairs", "sincos": "reduced", "partners": "vectors"},
-              "lanes-warp-fast": {"program": "lanes", "table": "warp", "sincos": "reduced", "partners": "vectors"}}
+              "lanes-pairs-fast": {"program": "lanes", "table": "pairs", "sincos": "reduced", "partners": "vectors",
+                                   "rotation": "native"},
+              "lanes-warp-fast": {"program": "lanes", "table": "warp", "sincos": "reduced", "partners": "vectors",
+                                  "rotation": "native"}}
 _QK_PROGRAMS = pytest.mark.parametrize("program", list(_QK_SHAPES))
 
 

@@ -73,7 +73,8 @@ def test_a_row_wider_than_a_warp_of_vectors_falls_back_to_the_first_program(monk
     ({"table": "tokens"}, "table='tokens' is not one of ('channels', 'pairs', 'warp')"),
     ({"sincos": "fast"}, "sincos='fast' is not one of ('accurate', 'reduced')"),
     ({"partners": "shuffle"}, "partners='shuffle' is not one of ('elements', 'vectors')"),
-], ids=["program", "registers", "threads", "rows", "shared", "table", "sincos", "partners"])
+    ({"rotation": "float16"}, "rotation='float16' is not one of ('float32', 'native')"),
+], ids=["program", "registers", "threads", "rows", "shared", "table", "sincos", "partners", "rotation"])
 def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in qk_norm_rope_refusal(dataclasses.replace(_QWEN, **fields))
 
@@ -166,3 +167,11 @@ def test_vector_partners_are_one_16_byte_shared_read():
     # One in each branch's loop over its rows; lanes whose vector is not wholly rotary keep element reads.
     for branch in _branches(_lowered(dataclasses.replace(_SMALL, partners="vectors"))):
         assert len(re.findall(r"\*\(uint4\*\)\(ml \+ 0\) = \*\(uint4\*\)\(\(\(bfloat16_t\*\)sw\)", branch)) == 1
+
+
+def test_the_native_rotation_is_the_16_bit_multiply_and_add_and_changes_nothing_in_float32():
+    for branch in _branches(_lowered(dataclasses.replace(_SMALL, partners="vectors", rotation="native"))):
+        # Both paths (vector partners, element partners) of the branch's rows loop.
+        assert branch.count("__hadd_rn(__hmul_rn(") == 2
+    f32 = QKNormRopeBuildKey("float32", "int64", 4, 2, 32, "sm_90a", partners="vectors")
+    assert _lowered(dataclasses.replace(f32, rotation="native")) == _lowered(f32)

@@ -30,7 +30,8 @@ Two programs (the build key's ``program``; both stay buildable so one GPU run co
   candidates, each off by default (``_TABLES``, ``_SINCOS``, ``_PARTNERS``): ``table`` (one
   sincos per (token, frequency) over every warp, or each row's table formed by its own warp with
   no block barrier), ``sincos`` (the angle reduced by 2π in two FMAs, then the hardware's sin and
-  cos) and ``partners`` (a rotary lane's partners read as one vector, its rotation unguarded).
+  cos), ``partners`` (a rotary lane's partners read as one vector, its rotation unguarded) and
+  ``rotation`` (HF's roundings as the 16-bit multiply and add instructions, same bits).
   The first programs' generated CUDA showed why they stop near half the copy: ``token_heads``
   loads its rows only after the table's positions came back and its sincos ran (two round trips
   for 1 KB programs), and the rows program (deleted: 20-29% of the copy) issued its positions
@@ -82,6 +83,13 @@ _SINCOS = ("accurate", "reduced")
 #: the lane's vector is wholly rotary (every model row), one 16-byte read of the partner vector and
 #: an unguarded rotation; other lanes as ``elements``.
 _PARTNERS = ("elements", "vectors")
+#: ``float32`` (the first): each of HF's three roundings as float32 math and a conversion, ~12 SASS
+#: instructions a channel. ``native``: in 16 bits, the 16-bit instructions themselves (TileLang's
+#: ``__hmul_rn``/``__hadd_rn``; nvcc pairs them into bf16x2/half2 ones, ~1.5 a channel), the same bits:
+#: a product of two 16-bit values is exact in float32, so float32-then-round is one rounding; the sum
+#: of two is exact in float32 unless their exponents are 14+ (fp16) or 17+ (bf16) apart, where both
+#: orders round to the larger operand.
+_ROTATIONS = ("float32", "native")
 #: ``reduced``: the float32 angle less the nearest multiple of 2π (2π split in two float32 parts; the
 #: first product is exact, see ``_reduce_angle``), then the hardware's sin and cos on [-π, π].
 _INV_2PI, _TWO_PI_HI, _TWO_PI_LO = 0.15915493667125702, 6.2831854820251465, -1.7484555314695172e-07
@@ -114,6 +122,8 @@ class QKNormRopeBuildKey:
     sincos: str = "accurate"
     #: ``lanes`` only: how a rotary lane reads its rotation partners (``_PARTNERS``).
     partners: str = "elements"
+    #: ``lanes`` only: the rotation's arithmetic (``_ROTATIONS``).
+    rotation: str = "float32"
 
 
 def _vec(dtype: str) -> int:
@@ -197,6 +207,8 @@ def qk_norm_rope_refusal(key: QKNormRopeBuildKey) -> str | None:
         return f"{_NAME}: sincos={key.sincos!r} is not one of {_SINCOS}"
     if key.partners not in _PARTNERS:
         return f"{_NAME}: partners={key.partners!r} is not one of {_PARTNERS}"
+    if key.rotation not in _ROTATIONS:
+        return f"{_NAME}: rotation={key.rotation!r} is not one of {_ROTATIONS}"
     if key.program == "lanes" and _lanes_plan(key) is None:
         return (f"{_NAME}: threads={key.threads} x rows={key.rows} does not lay out D={key.head_dim} in {key.dtype} "
                 f"(at most 32 16-byte vectors a row, threads a multiple of 32 up to 1024, 1-8 rows a thread, "
@@ -270,9 +282,13 @@ def _lanes_macro(key: QKNormRopeBuildKey, N: int):
     TABLE, REDUCED = key.table, key.sincos == "reduced"
     reduce_angle = _reduce_angle()
     VECTOR_PARTNERS = key.partners == "vectors"
+    NATIVE_ROTATION = key.rotation == "native" and dt != "float32"  # float32: the same code either way
 
     def rotated(x, c, m, sgn_sin):
         """HF's rotation of one channel: round(round(x·cos) + round(partner·signed sin))."""
+        if NATIVE_ROTATION:
+            return T.call_extern(dt, "__hadd_rn", T.call_extern(dt, "__hmul_rn", x, c),
+                                 T.call_extern(dt, "__hmul_rn", m, sgn_sin))
         return T.cast(T.cast(T.cast(T.cast(x, f32) * T.cast(c, f32), dt), f32)
                       + T.cast(T.cast(T.cast(m, f32) * T.cast(sgn_sin, f32), dt), f32), dt)
 
