@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import shutil
 
 import numpy as np
 
@@ -175,3 +176,23 @@ def test_the_native_rotation_is_the_16_bit_multiply_and_add_and_changes_nothing_
         assert branch.count("__hadd_rn(__hmul_rn(") == 2
     f32 = QKNormRopeBuildKey("float32", "int64", 4, 2, 32, "sm_90a", partners="vectors")
     assert _lowered(dataclasses.replace(f32, rotation="native")) == _lowered(f32)
+
+
+def _nvcc() -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc: the launcher's build and ptxas need it")
+    return nvcc
+
+
+@pytest.mark.parametrize("table,barriers,warp_syncs", [("pairs", 2, 0), ("warp", 0, 2)])
+def test_the_launcher_compiles_the_candidate_tables_with_only_their_own_barriers(table, barriers, warp_syncs):
+    # The pass config that keeps TileLang's sync pass out is honoured by tilelang.compile (what the
+    # launcher runs), not by tilelang.lower alone: one block barrier a branch for pairs, none for warp.
+    pytest.importorskip("tilelang")
+    _nvcc()
+    from tileops_cuda.kernels.qk_norm_rope import build_qk_norm_rope
+
+    source = build_qk_norm_rope(dataclasses.replace(_SMALL, table=table)).kernel.get_kernel_source()
+    assert source.count("__syncthreads()") == barriers and source.count("__syncwarp()") == warp_syncs
+
