@@ -5,9 +5,9 @@ OUT=${OUT:-$out}; mkdir -p "$OUT"
 export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tlc-qknr3}
 # 1. In parallel (~170 s on 16 cores): the sweep's 10 block shapes compiled at the GPU's own arch into
 #    TileLang's disk cache (registers, spills), and the GPU tests: every QKNormRope spec row on the
-#    registered program and on 6 candidate shapes (kernel on NaN outputs vs float64; pairs, vectors at
-#    128 threads, pairs and warp with the reduced sincos and vector partners, both at 32 threads x 3 rows
-#    too), strided q read in place and MRoPE with equal rows == NeoX on every candidate; the CPU-side tests.
+#    registered program and on 4 candidate shapes (kernel on NaN outputs vs float64: pairs and warp tables
+#    with the reduced sincos, vector partners and 16-bit rotation, at the plan's block and at 32 threads x 3
+#    rows), strided q read in place and MRoPE with equal rows == NeoX on both; the CPU-side tests.
 timeout 180 python3 -u backends/cuda/bench/layer_ops_sweep.py --compile-only --only QKNorm --arch sm_90 2>&1 \
     | grep --line-buffered -v "TileLang:tilelang.jit" > "$OUT/qknr3_compile.log" &
 timeout 180 python3 -m pytest -q -n 12 \

@@ -18,9 +18,8 @@ def _attention_ops():
     return attention
 
 
-#: Both QKNormRope programs, and the lanes program's table, sincos and partners candidates (qknr3).
+#: Both QKNormRope programs, and the lanes program's pairs and warp tables with every other candidate on (qknr3).
 _QK_SHAPES = {"token_heads": {"program": "token_heads"}, "lanes": {"program": "lanes"},
-              "lanes-pairs": {"program": "lanes", "table": "pairs"},
               "lanes-pairs-fast": {"program": "lanes", "table": "pairs", "sincos": "reduced", "partners": "vectors",
                                    "rotation": "native"},
               "lanes-warp-fast": {"program": "lanes", "table": "warp", "sincos": "reduced", "partners": "vectors",

@@ -124,10 +124,9 @@ _LANES_SHAPES = ({"program": "lanes"}, {"program": "lanes", "threads": 128, "row
 #: The lanes program's candidates (qknr3): the per-(token, frequency) table, the warp's own table
 #: (no block barrier), the 2π-reduced hardware sincos, vector partners, the 16-bit rotation; at the
 #: plan's block and at 32 threads x 3 rows (tables of 2-3 tokens; a warp's rows of different tokens).
+#: The sweep checks its other combinations against float64 on the prefill rows.
 _FAST = {"sincos": "reduced", "partners": "vectors", "rotation": "native"}
 _CANDIDATE_SHAPES = {
-    "pairs": {"program": "lanes", "table": "pairs"},
-    "vectors-t128": {"program": "lanes", "partners": "vectors", "rotation": "native", "threads": 128, "rows": 2},
     "pairs-fast": {"program": "lanes", "table": "pairs", **_FAST},
     "warp-fast": {"program": "lanes", "table": "warp", **_FAST},
     "pairs-fast-t32-r3": {"program": "lanes", "table": "pairs", "threads": 32, "rows": 3, **_FAST},
