@@ -110,15 +110,27 @@ def _conv_varlen_candidates() -> list[dict[str, Any]]:
     these vary the threads."""
     return [{"threads": 256}, {"threads": 64}]
 
-#: QKNormRope at D=256 bf16 (16 q + 2 k heads; ptxas registers / spill bytes for sm_90a in brackets, and
-#: programs an SM by registers): the lanes program at its plan's 256 threads x 2 rows, 8 KB programs (48 / 0:
-#: 5 programs, 40 KB of rows in flight an SM), bounded to 40 (40 / 40: 6, 48 KB); 16 KB programs of 4 rows a
-#: thread (78 / 0: 3, 48 KB), bounded to 64 (64 / 0: 4, 64 KB); 4 KB programs of 128 threads (55 / 0: 9,
-#: 36 KB); 16 KB programs of 512 threads (56 / 0: 2, 32 KB). The registered entry is the first program
-#: (token_heads, 31 / 0). 128 threads x 4 rows (65 / 0) took minutes in TileLang's simplifier: left out.
+#: QKNormRope at D=256 bf16 (16 q + 2 k heads): the registered entry is the lanes program at 40 registers
+#: (61-67% of the same-size copy on the H200; 4 rows a thread, 128 and 512 threads measured slower and are
+#: left out). The candidates (qknr3, NOTES "QKNormRope: instructions a row"): the per-(token, frequency)
+#: table on every warp (``pairs``: a k program forms its 8 tokens' table in one round, not 8 rounds on 2
+#: warps each waiting on its own positions load), the 2π-reduced hardware sincos, the rotation partners
+#: as one vector and the rotation in 16-bit instructions (the guarded float32 rotation was ~240 of a
+#: row's ~330 SASS instructions), and the warp's own table with no block barrier (``warp``). ptxas for
+#: sm_90a (registers / spill bytes): pairs+reduced+vectors+native 64 / 0 unbounded, 48 / 4, 40 / 28;
+#: warp+all 56 / 0, 48 / 0, 40 / 44; vectors+native alone at 40: 40 / 20 (the registered entry: 40 / 24).
+#: Most promising first: the sweep starts no candidate after its budget.
+_QK_FAST = {"sincos": "reduced", "partners": "vectors", "rotation": "native"}
 _QK_CANDIDATES = [
-    {"program": "lanes"}, {"registers": 40}, {"rows": 4}, {"rows": 4, "registers": 64},
-    {"threads": 128, "rows": 2}, {"threads": 512}]
+    {"registers": 48, "table": "pairs", **_QK_FAST},
+    {"registers": 40, "table": "pairs", **_QK_FAST},
+    {"registers": 48, "table": "warp", **_QK_FAST},
+    {"registers": 40, "partners": "vectors", "rotation": "native"},
+    {"registers": 48, "table": "pairs", "partners": "vectors", "rotation": "native"},
+    {"registers": 40, "table": "pairs", "sincos": "reduced", "partners": "vectors"},
+    {"registers": 40, "table": "pairs"},
+    {"registers": 0, "table": "pairs", **_QK_FAST},
+    {"registers": 40, "table": "warp", **_QK_FAST}]
 
 #: MoE routing (E=512 top-10 and E=256 top-8 in bf16): the registered entry is the first program (rounds, a
 #: token per 32-thread program, 50 registers); the candidates program at 1-8 tokens a program, one warp each
@@ -157,7 +169,7 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, the next group in flight.
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", _conv_varlen_candidates()),
-    # QKNormRope (issue 21): the first program against the lanes program's block shapes; the prefill
+    # QKNormRope (issue 21): the registered lanes program against its candidates; the prefill
     # rows of Qwen3-Next (NeoX) and Qwen3.5 (MRoPE) share one kernel per block shape.
     *(("QKNormRopeFwdOp", label, _QK_CANDIDATES)
       for label in ("qwen3-next-prefill-16k", "qwen3-next-prefill-4k", "qwen3.5-prefill-4k")),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import pathlib
+import shutil
 import sys
 
 import pytest
@@ -140,3 +141,17 @@ def test_the_program_variants_lower_for_sm_90a_with_16_byte_row_loads(module, ke
     assert f"*({vector}*)({row_input} + " in source
     # A persistent grid's programs loop over their row groups; the others hold one each.
     assert ("for (int it = 0;" in source) == bool(key.programs)
+
+
+def test_the_sweeps_first_qk_norm_rope_candidate_spills_at_most_8_bytes_for_sm_90a():
+    # Pairs table, reduced sincos, vector partners, 16-bit rotation at 48 registers (5 programs of 256
+    # threads an SM): the float32 rotation spilled 116 bytes there, the 16-bit one 4.
+    pytest.importorskip("tilelang")
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc: registers and spills are read from ptxas")
+    from tileops_cuda.kernels.qk_norm_rope import QKNormRopeBuildKey
+
+    sweep = _sweep()
+    key = QKNormRopeBuildKey("bfloat16", "int64", 16, 2, 256, "sm_90a", **sweep._QK_CANDIDATES[0])
+    report = sweep.ptxas_report(sweep._source_of(key), "sm_90a")
+    assert report["registers"] <= 48 and report["spill_bytes"] <= 8, report

@@ -18,14 +18,19 @@ def _attention_ops():
     return attention
 
 
-#: Both QKNormRope programs (the registered one and the lanes program the sweep times against it).
-_QK_PROGRAMS = pytest.mark.parametrize("program", ["token_heads", "lanes"])
+#: Both QKNormRope programs, and the lanes program's pairs and warp tables with every other candidate on (qknr3).
+_QK_SHAPES = {"token_heads": {"program": "token_heads"}, "lanes": {"program": "lanes"},
+              "lanes-pairs-fast": {"program": "lanes", "table": "pairs", "sincos": "reduced", "partners": "vectors",
+                                   "rotation": "native"},
+              "lanes-warp-fast": {"program": "lanes", "table": "warp", "sincos": "reduced", "partners": "vectors",
+                                  "rotation": "native"}}
+_QK_PROGRAMS = pytest.mark.parametrize("program", list(_QK_SHAPES))
 
 
 def _qk_program(monkeypatch, program: str) -> None:
     from tileops_cuda.kernels import block_shapes
 
-    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangQKNormRope", ((None, {"program": program}),))
+    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangQKNormRope", ((None, _QK_SHAPES[program]),))
 
 
 @_QK_PROGRAMS

@@ -8,14 +8,19 @@ sweep's checks)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+import shutil
+
+import numpy as np
 
 import pytest
 
 from tileops_core.kernels import CallSpec
 from tileops_cuda.kernels import block_shapes
 from tileops_cuda.kernels.qk_norm_rope import (
-    QKNormRopeBuildKey, _lanes_plan, _table_tokens, qk_norm_rope_refusal, with_fitting_program,
+    _INV_2PI, _TWO_PI_HI, _TWO_PI_LO, QKNormRopeBuildKey, _lanes_plan, _table_tokens, qk_norm_rope_refusal,
+    with_fitting_program,
 )
 from tileops_cuda.registered_model import TileLangQKNormRope
 
@@ -66,29 +71,48 @@ def test_a_row_wider_than_a_warp_of_vectors_falls_back_to_the_first_program(monk
     ({"threads": 48}, "threads=48 x rows=0 does not lay out D=256 in bfloat16"),
     ({"rows": 16}, "threads=0 x rows=16 does not lay out D=256 in bfloat16"),
     ({"threads": 512, "rows": 8}, "threads=512 x rows=8 does not lay out D=256 in bfloat16"),  # 128 KB shared
-], ids=["program", "registers", "threads", "rows", "shared"])
+    ({"table": "tokens"}, "table='tokens' is not one of ('channels', 'pairs', 'warp')"),
+    ({"sincos": "fast"}, "sincos='fast' is not one of ('accurate', 'reduced')"),
+    ({"partners": "shuffle"}, "partners='shuffle' is not one of ('elements', 'vectors')"),
+    ({"rotation": "float16"}, "rotation='float16' is not one of ('float32', 'native')"),
+], ids=["program", "registers", "threads", "rows", "shared", "table", "sincos", "partners", "rotation"])
 def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in qk_norm_rope_refusal(dataclasses.replace(_QWEN, **fields))
 
 
-def test_the_lanes_program_lowers_with_16_byte_rows_and_one_round_trip_before_its_one_barrier():
+def _f32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32)
+
+
+@pytest.mark.parametrize("theta", [1e4, 1e6, 1e7])
+def test_the_reduced_angle_is_within_2_to_the_minus_22_of_the_exact_remainder_by_2_pi(theta):
+    # The kernel's two FMAs (each one rounding of the exact value, as float64 holds every product
+    # here exactly) against the float64 remainder of the same float32 angle, HF's angles at every
+    # position below 2^17 and every frequency of rotary_dim 64.
+    positions = np.arange(1 << 17, dtype=np.float64)
+    inv_freq = _f32(1.0 / theta ** (np.arange(0, 64, 2) / 64.0))
+    x = _f32(positions[:, None].astype(np.float32) * inv_freq[None, :]).astype(np.float64)
+    k = np.floor(_f32(_f32(x * np.float32(_INV_2PI)) + np.float32(0.5)).astype(np.float64))
+    r = _f32(x - k * _TWO_PI_HI).astype(np.float64)
+    r = _f32(r - k * _TWO_PI_LO).astype(np.float64)
+    exact = x - k * (2 * math.pi)
+    assert np.max(np.abs(r - exact)) <= 2.0 ** -22
+    assert np.max(np.abs(r)) <= math.pi + 2e-3  # where the hardware sin and cos keep their 2^-21.41
+    # So the sine and cosine are within 1e-6 of the exact ones of HF's angle.
+    assert np.max(np.abs(np.sin(r) - np.sin(x))) <= 2.0 ** -22 + 1e-9
+
+
+def _lowered(key: QKNormRopeBuildKey) -> str:
+    """The generated CUDA of ``key``'s program, lowered under the pass configs it annotates (as
+    ``tilelang.compile`` lowers it)."""
     tilelang = pytest.importorskip("tilelang")
     from tileops_cuda.kernels import qk_norm_rope
 
-    key = QKNormRopeBuildKey("bfloat16", "int32", 4, 2, 64, "sm_90a")
+    func = qk_norm_rope._program(key)
+    configs = dict(func.attrs["tilelang_pass_configs"]) if "tilelang_pass_configs" in func.attrs else {}
     target = {"kind": "cuda", "arch": "sm_90a"}
-    with tilelang.tvm.target.Target(target):
-        source = tilelang.lower(qk_norm_rope._program(key), target=target).kernel_source
-    q_branch, k_branch = _branches(source)
-    for rows, branch in (("query", q_branch), ("key", k_branch)):
-        assert f"*(uint4*)({rows} + " in branch and f"*(uint4*)({rows}_out + " in branch
-        assert branch.count("__syncthreads()") == 1
-        barrier = branch.index("__syncthreads()")
-        # Every global load (rows, weight, the table's positions) before the barrier; after it
-        # the rotary lanes read cos, sin (16-byte vectors) and partners from shared memory only.
-        assert branch.index("positions[") < barrier and "positions[" not in branch[barrier:]
-        assert re.search(r"\*\(uint4\*\)\(cl \+ 0\) = \*\(uint4\*\)\(\(\(bfloat16_t\*\)cs\)", branch[barrier:])
-        assert "__shfl_xor_sync" in branch[:barrier]
+    with tilelang.tvm.transform.PassContext(opt_level=3, config=configs), tilelang.tvm.target.Target(target):
+        return tilelang.lower(func, target=target).kernel_source
 
 
 def _branches(source: str) -> tuple[str, str]:
@@ -100,3 +124,75 @@ def _branches(source: str) -> tuple[str, str]:
         if depth == 0:
             break
     return body[:i], body[i:]
+
+
+_SMALL = QKNormRopeBuildKey("bfloat16", "int32", 4, 2, 64, "sm_90a")
+
+
+def test_the_lanes_program_lowers_with_16_byte_rows_and_one_round_trip_before_its_one_barrier():
+    q_branch, k_branch = _branches(_lowered(_SMALL))
+    for rows, branch in (("query", q_branch), ("key", k_branch)):
+        assert f"*(uint4*)({rows} + " in branch and f"*(uint4*)({rows}_out + " in branch
+        assert branch.count("__syncthreads()") == 1
+        barrier = branch.index("__syncthreads()")
+        # Every global load (rows, weight, the table's positions) before the barrier; after it
+        # the rotary lanes read cos, sin (16-byte vectors) and partners from shared memory only.
+        assert branch.index("positions[") < barrier and "positions[" not in branch[barrier:]
+        assert re.search(r"\*\(uint4\*\)\(cl \+ 0\) = \*\(uint4\*\)\(\(\(bfloat16_t\*\)cs\)", branch[barrier:])
+        assert "__shfl_xor_sync" in branch[:barrier]
+
+
+def test_the_pairs_table_computes_one_sine_and_cosine_a_frequency_before_its_one_barrier():
+    for branch in _branches(_lowered(dataclasses.replace(_SMALL, table="pairs"))):
+        assert branch.count("__syncthreads()") == 1 and branch.count("sinf(") == branch.count("cosf(") == 1
+        barrier = branch.index("__syncthreads()")
+        assert branch.index("cosf(") < barrier and "positions[" not in branch[barrier:]
+
+
+def test_the_warp_table_rotates_after_a_warp_sync_with_no_block_barrier():
+    for branch in _branches(_lowered(dataclasses.replace(_SMALL, table="warp"))):
+        assert "__syncthreads" not in branch and branch.count("__syncwarp()") == 1
+        sync = branch.index("__syncwarp()")
+        assert branch.index("cosf(") < sync and "positions[" not in branch[sync:]
+
+
+def test_the_reduced_sincos_is_the_hardware_one_of_the_angle_less_two_fmas_of_2_pi():
+    source = _lowered(dataclasses.replace(_SMALL, table="pairs", sincos="reduced"))
+    assert " sinf(" not in source and " cosf(" not in source
+    assert "__sinf(angle[2])" in source and "__cosf(angle[2])" in source
+    # Two separate statements (the simplifier must not fold k·HI + k·LO into one product), in hex.
+    assert "0x1.921fb6p+2f" in source and "-0x1.777a5cp-23f" in source
+
+
+def test_vector_partners_are_one_16_byte_shared_read():
+    # One in each branch's loop over its rows; lanes whose vector is not wholly rotary keep element reads.
+    for branch in _branches(_lowered(dataclasses.replace(_SMALL, partners="vectors"))):
+        assert len(re.findall(r"\*\(uint4\*\)\(ml \+ 0\) = \*\(uint4\*\)\(\(\(bfloat16_t\*\)sw\)", branch)) == 1
+
+
+def test_the_native_rotation_is_the_16_bit_multiply_and_add_and_changes_nothing_in_float32():
+    for branch in _branches(_lowered(dataclasses.replace(_SMALL, partners="vectors", rotation="native"))):
+        # Both paths (vector partners, element partners) of the branch's rows loop.
+        assert branch.count("__hadd_rn(__hmul_rn(") == 2
+    f32 = QKNormRopeBuildKey("float32", "int64", 4, 2, 32, "sm_90a", partners="vectors")
+    assert _lowered(dataclasses.replace(f32, rotation="native")) == _lowered(f32)
+
+
+def _nvcc() -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc: the launcher's build and ptxas need it")
+    return nvcc
+
+
+@pytest.mark.parametrize("table,barriers,warp_syncs", [("pairs", 2, 0), ("warp", 0, 2)])
+def test_the_launcher_compiles_the_candidate_tables_with_only_their_own_barriers(table, barriers, warp_syncs):
+    # The pass config that keeps TileLang's sync pass out is honoured by tilelang.compile (what the
+    # launcher runs), not by tilelang.lower alone: one block barrier a branch for pairs, none for warp.
+    pytest.importorskip("tilelang")
+    _nvcc()
+    from tileops_cuda.kernels.qk_norm_rope import build_qk_norm_rope
+
+    source = build_qk_norm_rope(dataclasses.replace(_SMALL, table=table)).kernel.get_kernel_source()
+    assert source.count("__syncthreads()") == barriers and source.count("__syncwarp()") == warp_syncs
+

@@ -121,9 +121,21 @@ def test_op_on_cuda_selects_tilelang_unless_refused_and_matches_float64(cuda_dev
 #: 3 rows straddle tokens at Qwen's head counts (a table of 2-3 tokens).
 _LANES_SHAPES = ({"program": "lanes"}, {"program": "lanes", "threads": 128, "rows": 2},
                  {"program": "lanes", "threads": 32, "rows": 3})
+#: The lanes program's candidates (qknr3): the per-(token, frequency) table, the warp's own table
+#: (no block barrier), the 2π-reduced hardware sincos, vector partners, the 16-bit rotation; at the
+#: plan's block and at 32 threads x 3 rows (tables of 2-3 tokens; a warp's rows of different tokens).
+#: The sweep checks its other combinations against float64 on the prefill rows.
+_FAST = {"sincos": "reduced", "partners": "vectors", "rotation": "native"}
+_CANDIDATE_SHAPES = {
+    "pairs-fast": {"program": "lanes", "table": "pairs", **_FAST},
+    "warp-fast": {"program": "lanes", "table": "warp", **_FAST},
+    "pairs-fast-t32-r3": {"program": "lanes", "table": "pairs", "threads": 32, "rows": 3, **_FAST},
+    "warp-t32-r3": {"program": "lanes", "table": "warp", "threads": 32, "rows": 3},
+}
 
 
-@pytest.mark.parametrize("shape", _LANES_SHAPES, ids=["plan", "t128", "t32-r3"])
+@pytest.mark.parametrize("shape", [*_LANES_SHAPES, *_CANDIDATE_SHAPES.values()],
+                         ids=["plan", "t128", "t32-r3", *_CANDIDATE_SHAPES])
 @pytest.mark.parametrize("name,row_index,case", _cases(("QKNormRopeFwdOp",)))
 def test_qk_norm_rope_lanes_program_writes_every_element_and_matches_float64(cuda_device, monkeypatch, shape: dict,
                                                                              name: str, row_index: int,

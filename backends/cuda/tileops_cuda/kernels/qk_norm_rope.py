@@ -26,7 +26,12 @@ Two programs (the build key's ``program``; both stay buildable so one GPU run co
   are in flight. Sums of squares are reduced with warp shuffles; the rotary lanes put their
   normalised values in shared memory, where each channel reads its partner after the program's
   one barrier; cos, sin and the outputs move as 16-byte vectors. Block shape: ``threads``,
-  ``rows`` (0: 256 and 2, 8 KB of rows at D=256 in 16 bits) and ``registers`` (a launch bound).
+  ``rows`` (0: 256 and 2, 8 KB of rows at D=256 in 16 bits) and ``registers`` (a launch bound);
+  candidates, each off by default (``_TABLES``, ``_SINCOS``, ``_PARTNERS``): ``table`` (one
+  sincos per (token, frequency) over every warp, or each row's table formed by its own warp with
+  no block barrier), ``sincos`` (the angle reduced by 2π in two FMAs, then the hardware's sin and
+  cos), ``partners`` (a rotary lane's partners read as one vector, its rotation unguarded) and
+  ``rotation`` (HF's roundings as the 16-bit multiply and add instructions, same bits).
   The first programs' generated CUDA showed why they stop near half the copy: ``token_heads``
   loads its rows only after the table's positions came back and its sincos ran (two round trips
   for 1 KB programs), and the rows program (deleted: 20-29% of the copy) issued its positions
@@ -63,6 +68,31 @@ _NAME = "QKNormRope TileLang kernel"
 
 
 _PROGRAMS = ("lanes", "token_heads")
+#: The lanes program's tables. ``channels`` (the first): the program's threads over (token, rotary
+#: channel), a sincos per channel (both halves of a pair compute the same angle), a block barrier
+#: before the rotation; a k program at Qwen's heads (8 tokens) runs 8 rounds of it on 2 warps.
+#: ``pairs``: one sincos per (token, frequency), token fastest, so one round on every warp at Qwen's
+#: heads; still behind the block barrier. ``warp``: each row's own lanes form its row's table (a
+#: sincos per (row, frequency)) and rotate it after ``__syncwarp``: no block barrier at all, since a
+#: row's partners are on its own warp too.
+_TABLES = ("channels", "pairs", "warp")
+_SINCOS = ("accurate", "reduced")
+#: ``elements`` (the first): each partner read on its own (its index picks the half) and each
+#: channel's rotation behind its own ``j < rotary_dim`` guard: ~240 SASS instructions a row after
+#: the barrier at Qwen's shape, most of the row's work. ``vectors``: where half is whole vectors and
+#: the lane's vector is wholly rotary (every model row), one 16-byte read of the partner vector and
+#: an unguarded rotation; other lanes as ``elements``.
+_PARTNERS = ("elements", "vectors")
+#: ``float32`` (the first): each of HF's three roundings as float32 math and a conversion, ~12 SASS
+#: instructions a channel. ``native``: in 16 bits, the 16-bit instructions themselves (TileLang's
+#: ``__hmul_rn``/``__hadd_rn``; nvcc pairs them into bf16x2/half2 ones, ~1.5 a channel), the same bits:
+#: a product of two 16-bit values is exact in float32, so float32-then-round is one rounding; the sum
+#: of two is exact in float32 unless their exponents are 14+ (fp16) or 17+ (bf16) apart, where both
+#: orders round to the larger operand.
+_ROTATIONS = ("float32", "native")
+#: ``reduced``: the float32 angle less the nearest multiple of 2π (2π split in two float32 parts; the
+#: first product is exact, see ``_reduce_angle``), then the hardware's sin and cos on [-π, π].
+_INV_2PI, _TWO_PI_HI, _TWO_PI_LO = 0.15915493667125702, 6.2831854820251465, -1.7484555314695172e-07
 #: The lanes program's default block: 256 threads, 2 rows a thread (8 KB of rows at D=256 in 16 bits).
 _LANES_THREADS, _LANES_ROWS = 256, 2
 #: Shared memory a lanes program may take without raising the kernel's dynamic limit.
@@ -86,6 +116,14 @@ class QKNormRopeBuildKey:
     rows: int = 0
     #: ``lanes`` only: registers per thread the launch bounds aim at (minimum programs an SM); 0 sets none.
     registers: int = 0
+    #: ``lanes`` only: who forms the cos/sin table (``_TABLES``).
+    table: str = "channels"
+    #: ``lanes`` only: ``"accurate"`` (CUDA's sinf/cosf) or ``"reduced"`` (``_reduce_angle``).
+    sincos: str = "accurate"
+    #: ``lanes`` only: how a rotary lane reads its rotation partners (``_PARTNERS``).
+    partners: str = "elements"
+    #: ``lanes`` only: the rotation's arithmetic (``_ROTATIONS``).
+    rotation: str = "float32"
 
 
 def _vec(dtype: str) -> int:
@@ -135,7 +173,7 @@ def _lanes_plan(key: QKNormRopeBuildKey) -> tuple[int, int, int] | None:
     if threads < 0 or threads % 32 or threads > 1024 or not 0 < rows <= 8:
         return None
     br = threads // lanes * rows
-    table = max(_table_tokens(key.q_heads, br), _table_tokens(key.k_heads, br))
+    table = _table_rows(key, br)
     if (2 * table + br) * key.head_dim * ELEM_BYTES[key.dtype] > _SHARED_BYTES:
         return None
     return threads, lanes, rows
@@ -163,6 +201,14 @@ def qk_norm_rope_refusal(key: QKNormRopeBuildKey) -> str | None:
         return f"{_NAME}: program={key.program!r} is not one of {_PROGRAMS}"
     if key.registers < 0:
         return f"{_NAME}: registers={key.registers} must be at least 0"
+    if key.table not in _TABLES:
+        return f"{_NAME}: table={key.table!r} is not one of {_TABLES}"
+    if key.sincos not in _SINCOS:
+        return f"{_NAME}: sincos={key.sincos!r} is not one of {_SINCOS}"
+    if key.partners not in _PARTNERS:
+        return f"{_NAME}: partners={key.partners!r} is not one of {_PARTNERS}"
+    if key.rotation not in _ROTATIONS:
+        return f"{_NAME}: rotation={key.rotation!r} is not one of {_ROTATIONS}"
     if key.program == "lanes" and _lanes_plan(key) is None:
         return (f"{_NAME}: threads={key.threads} x rows={key.rows} does not lay out D={key.head_dim} in {key.dtype} "
                 f"(at most 32 16-byte vectors a row, threads a multiple of 32 up to 1024, 1-8 rows a thread, "
@@ -179,6 +225,38 @@ def _angle_row(f, section_h, section_w):
 
     return T.if_then_else(f % 3 == 1, T.if_then_else(f < 3 * section_h, 1, 0),
                           T.if_then_else(f % 3 == 2, T.if_then_else(f < 3 * section_w, 2, 0), 0))
+
+
+def _table_rows(key: QKNormRopeBuildKey, br: int) -> int:
+    """Rows of the lanes program's cos/sin table: one per token its rows reach, or one per row
+    (``warp``: each row's lanes form their own)."""
+    if key.table == "warp":
+        return br
+    return max(_table_tokens(key.q_heads, br), _table_tokens(key.k_heads, br))
+
+
+def _reduce_angle():
+    """A macro: ``angle[2]`` = the float32 angle ``angle[0]`` less ``angle[1]`` = its nearest
+    multiple of 2π. ``k = floor(x/2π + 1/2)``, ``r = (x - k·HI) - k·LO`` with 2π split in two
+    float32 parts (``_TWO_PI_HI``, ``_TWO_PI_LO``); nvcc contracts each step into one FMA: the first
+    is exact (x - k·HI needs at most float32's 24 bits: |r| < 4 and both terms are multiples of
+    HI's last bit or coarser), the second rounds once (2^-23 at |r| <= π; HI + LO is 2π within
+    2^-47, k·2^-47 is nothing at any position a model reaches). Then the hardware (MUFU) sin and cos
+    of r, absolute error 2^-21.41 on [-π, π] (CUDA guide): about 8 instructions for both against ~50
+    on the fast path of accurate ``sinf`` + ``cosf`` (185 static sm_90a instructions with their
+    Payne-Hanek path, 19 for this). So under 1e-6 from the exact sin and cos of the same float32
+    angle: far under the outputs' tolerances against float64 (bf16 1.6e-2, fp16 2e-3, fp32 2e-5
+    relative), though a bf16 cos or sin may round the other way from HF's at a tie."""
+    import tilelang.language as T
+
+    @T.macro
+    def reduce_angle(angle):
+        # One statement a step, through locals: the simplifier could fold k·HI + k·LO into k·2π.
+        angle[1] = T.floor(angle[0] * T.float32(_INV_2PI) + T.float32(0.5))
+        angle[2] = angle[0] - angle[1] * T.float32(_TWO_PI_HI)
+        angle[2] = angle[2] - angle[1] * T.float32(_TWO_PI_LO)
+
+    return reduce_angle
 
 
 def _table_tokens(n: int, rows: int) -> int:
@@ -201,6 +279,22 @@ def _lanes_macro(key: QKNormRopeBuildKey, N: int):
     SLOTS = threads // LANES
     BR, HALF = SLOTS * RPT, D // 2
     TB = _table_tokens(N, BR)
+    TABLE, REDUCED = key.table, key.sincos == "reduced"
+    reduce_angle = _reduce_angle()
+    VECTOR_PARTNERS = key.partners == "vectors"
+    NATIVE_ROTATION = key.rotation == "native" and dt != "float32"  # float32: the same code either way
+
+    def rotated(x, c, m, sgn_sin):
+        """HF's rotation of one channel: round(round(x·cos) + round(partner·signed sin))."""
+        if NATIVE_ROTATION:
+            return T.call_extern(dt, "__hadd_rn", T.call_extern(dt, "__hmul_rn", x, c),
+                                 T.call_extern(dt, "__hmul_rn", m, sgn_sin))
+        return T.cast(T.cast(T.cast(T.cast(x, f32) * T.cast(c, f32), dt), f32)
+                      + T.cast(T.cast(T.cast(m, f32) * T.cast(sgn_sin, f32), dt), f32), dt)
+
+    def sin_cos(angle):
+        """sin and cos of ``angle[0]``, or (reduced) the hardware's of ``angle[2]``."""
+        return (T.__sin(angle[2]), T.__cos(angle[2])) if REDUCED else (T.sin(angle[0]), T.cos(angle[0]))
     PADDED = LANES * vec > D  # lanes past D hold zeros and store nothing
 
     @T.macro
@@ -227,20 +321,57 @@ def _lanes_macro(key: QKNormRopeBuildKey, N: int):
         else:
             for e in T.vectorized(vec):
                 wl[e] = T.cast(0, dt)
-        # The table by channel, each thread writing its own entries: cos(f) and sin(f) signed as
-        # rotate_half signs it (-sin below half), f = j mod half; so a rotary lane reads its
-        # vector's cos and sin as one 16-byte vector each.
-        for it in T.serial(-(-TB * D // threads)):
-            u = (it * threads + tid) // D
-            j = (it * threads + tid) % D
-            if u < TB and j < rotary_dim and tok0 + u < Tn:
-                # Through locals: the MRoPE row rule inlined into the index and its guards made
-                # TileLang's simplifier run for minutes on some block shapes.
-                fr[0] = T.if_then_else(j < half, j, j - half)
-                fr[1] = _angle_row(fr[0], section_h, section_w)
-                angle[0] = T.cast(positions[fr[1], tok0 + u], f32) * inv_freq[fr[0]]
-                cs[u, j] = T.cast(T.cos(angle[0]), dt)
-                sn[u, j] = T.cast(T.if_then_else(j < half, -T.sin(angle[0]), T.sin(angle[0])), dt)
+        if TABLE == "channels":
+            # The table by channel, each thread writing its own entries: cos(f) and sin(f) signed as
+            # rotate_half signs it (-sin below half), f = j mod half; so a rotary lane reads its
+            # vector's cos and sin as one 16-byte vector each.
+            for it in T.serial(-(-TB * D // threads)):
+                u = (it * threads + tid) // D
+                j = (it * threads + tid) % D
+                if u < TB and j < rotary_dim and tok0 + u < Tn:
+                    # Through locals: the MRoPE row rule inlined into the index and its guards made
+                    # TileLang's simplifier run for minutes on some block shapes.
+                    fr[0] = T.if_then_else(j < half, j, j - half)
+                    fr[1] = _angle_row(fr[0], section_h, section_w)
+                    angle[0] = T.cast(positions[fr[1], tok0 + u], f32) * inv_freq[fr[0]]
+                    if REDUCED:
+                        reduce_angle(angle)
+                    # Inline, not bound to names: the first program's CUDA stays as it was.
+                    cs[u, j] = T.cast(sin_cos(angle)[1], dt)
+                    sn[u, j] = T.cast(T.if_then_else(j < half, -sin_cos(angle)[0], sin_cos(angle)[0]), dt)
+        elif TABLE == "pairs":
+            # One sincos per (token, frequency), the token fastest: TB·half entries over every thread
+            # (one round on all 8 warps for a k program at Qwen's heads, not 8 rounds on 2).
+            for it in T.serial(-(-TB * HALF // threads)):
+                fr[0] = (it * threads + tid) // TB  # the frequency
+                u = (it * threads + tid) % TB
+                if fr[0] < half and tok0 + u < Tn:
+                    fr[1] = _angle_row(fr[0], section_h, section_w)
+                    angle[0] = T.cast(positions[fr[1], tok0 + u], f32) * inv_freq[fr[0]]
+                    if REDUCED:
+                        reduce_angle(angle)
+                    s, c = sin_cos(angle)
+                    cs[u, fr[0]] = T.cast(c, dt)
+                    cs[u, fr[0] + half] = T.cast(c, dt)
+                    sn[u, fr[0]] = T.cast(-s, dt)
+                    sn[u, fr[0] + half] = T.cast(s, dt)
+        else:
+            # warp: each row's lanes form the row's own table (a sincos per frequency, lane-strided),
+            # so the rotation needs only the warp's own writes.
+            for k in T.unroll(RPT):
+                r = p * BR + k * SLOTS + slot
+                for i in T.serial(-(-HALF // LANES)):
+                    fr[0] = i * LANES + lane
+                    if fr[0] < half and r < Tn * N:
+                        fr[1] = _angle_row(fr[0], section_h, section_w)
+                        angle[0] = T.cast(positions[fr[1], r // N], f32) * inv_freq[fr[0]]
+                        if REDUCED:
+                            reduce_angle(angle)
+                        s, c = sin_cos(angle)
+                        cs[k * SLOTS + slot, fr[0]] = T.cast(c, dt)
+                        cs[k * SLOTS + slot, fr[0] + half] = T.cast(c, dt)
+                        sn[k * SLOTS + slot, fr[0]] = T.cast(-s, dt)
+                        sn[k * SLOTS + slot, fr[0] + half] = T.cast(s, dt)
         # 2. Each row's inverse RMS: the lane's squares, then shuffles across its LANES lanes.
         for k in T.unroll(RPT):
             rs[k] = T.float32(0)
@@ -257,22 +388,33 @@ def _lanes_macro(key: QKNormRopeBuildKey, N: int):
             if c0 < rotary_dim:
                 for e in T.vectorized(vec):
                     sw[k * SLOTS + slot, c0 + e] = xl[k, e]
-        T.sync_threads()
+        if TABLE == "warp":
+            T.sync_warp()  # a row's table and partners were written by its own warp
+        else:
+            T.sync_threads()
         # 4. The rotation of the rotary lanes (HF's roundings), then the 16-byte stores.
         for k in T.unroll(RPT):
             r = p * BR + k * SLOTS + slot
             if c0 < rotary_dim:
-                u = T.min(r // N - tok0, TB - 1)
+                u = k * SLOTS + slot if TABLE == "warp" else T.min(r // N - tok0, TB - 1)
                 for e in T.vectorized(vec):
                     cl[e] = cs[u, c0 + e]
                 for e in T.vectorized(vec):
                     sl[e] = sn[u, c0 + e]
-                for e in T.unroll(vec):
-                    ml[e] = sw[k * SLOTS + slot, T.if_then_else(c0 + e < half, c0 + e + half, c0 + e - half)]
-                for e in T.unroll(vec):
-                    if c0 + e < rotary_dim:
-                        xl[k, e] = T.cast(T.cast(T.cast(T.cast(xl[k, e], f32) * T.cast(cl[e], f32), dt), f32)
-                                          + T.cast(T.cast(T.cast(ml[e], f32) * T.cast(sl[e], f32), dt), f32), dt)
+                if VECTOR_PARTNERS and half % vec == 0 and c0 + vec <= rotary_dim:
+                    # The lane's vector is wholly rotary and its partners are one whole vector, half away:
+                    # one 16-byte shared load and a rotation without a guard an element.
+                    fr[0] = T.if_then_else(c0 < half, lane + half // vec, lane - half // vec)
+                    for e in T.vectorized(vec):
+                        ml[e] = sw[k * SLOTS + slot, fr[0] * vec + e]
+                    for e in T.unroll(vec):
+                        xl[k, e] = rotated(xl[k, e], cl[e], ml[e], sl[e])
+                else:
+                    for e in T.unroll(vec):
+                        ml[e] = sw[k * SLOTS + slot, T.if_then_else(c0 + e < half, c0 + e + half, c0 + e - half)]
+                    for e in T.unroll(vec):
+                        if c0 + e < rotary_dim:
+                            xl[k, e] = rotated(xl[k, e], cl[e], ml[e], sl[e])
             if r < Tn * N and (not PADDED or c0 < D):
                 for e in T.vectorized(vec):
                     Y[r // N, r % N, c0 + e] = xl[k, e]
@@ -318,6 +460,8 @@ def _program(key: QKNormRopeBuildKey):
     D, dt, f32, vec = key.head_dim, key.dtype, "float32", _vec(key.dtype)
     NQ, NKV, pdt = key.q_heads, key.k_heads, key.positions_dtype
     LANES_PROGRAM, REGISTERS = key.program == "lanes", key.registers  # (the prim_func's `key` is the k tensor)
+    OWN_BARRIERS = LANES_PROGRAM and key.table != "channels"
+    ANGLE_LOCALS = 3 if key.sincos == "reduced" else 1
     HALF = D // 2  # the largest rotary half: rotary_dim <= D
     Tn = T.dynamic("T")
     P = T.dynamic("P")  # position rows: 1 (NeoX) or 3 (MRoPE)
@@ -327,7 +471,7 @@ def _program(key: QKNormRopeBuildKey):
         assert lanes_plan is not None  # the refusal turned away every key the lanes program cannot lay out
         threads, LANES, RPT = lanes_plan
         BR = threads // LANES * RPT
-        TB = max(_table_tokens(NQ, BR), _table_tokens(NKV, BR))
+        TB = _table_rows(key, BR)
         q_lanes, k_lanes = _lanes_macro(key, NQ), _lanes_macro(key, NKV)
     else:
         plan = _token_heads_plan(key)
@@ -348,6 +492,11 @@ def _program(key: QKNormRopeBuildKey):
         T.assume(SQH % vec == 0)
         T.assume(SKT % vec == 0)
         T.assume(SKH % vec == 0)
+        if OWN_BARRIERS:
+            # The program places its own barriers: the warp table keeps every exchange in a warp
+            # (__syncwarp, no block barrier); TileLang put one between each of the pairs table's
+            # four stores (their addresses depend on a runtime half), where one after the table serves.
+            T.annotate_pass_configs({"tl.disable_thread_storage_sync": True})
         if LANES_PROGRAM:
             QP = T.ceildiv(Tn * NQ, BR)
             with T.Kernel(QP + T.ceildiv(Tn * NKV, BR), threads=threads) as bx:
@@ -361,7 +510,8 @@ def _program(key: QKNormRopeBuildKey):
                 sl = T.alloc_local((vec,), dt)
                 ml = T.alloc_local((vec,), dt)
                 fr = T.alloc_local((2,), "int32")  # a table entry's frequency and position row
-                angle = T.alloc_local((1,), f32)
+                # The angle (and _reduce_angle's multiple of 2π and remainder).
+                angle = T.alloc_local((ANGLE_LOCALS,), f32)
                 cs = T.alloc_shared((TB, D), dt)
                 sn = T.alloc_shared((TB, D), dt)
                 sw = T.alloc_shared((BR, D), dt)
