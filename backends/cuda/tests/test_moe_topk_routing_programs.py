@@ -21,6 +21,7 @@ from tileops_cuda.kernels.moe_topk_routing import (
     MoETopKRoutingBuildKey, moe_topk_routing_refusal, with_fitting_routing_program,
 )
 from tileops_cuda.registered_model import TileLangMoETopKRouting
+from lowered_source import lowered_source
 
 _NEXT = MoETopKRoutingBuildKey("bfloat16", "int64", 512, 10, True, "sm_90a")
 _CANDIDATES = dataclasses.replace(_NEXT, program="candidates")
@@ -60,16 +61,9 @@ def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
 
 
 def _lowered(key: MoETopKRoutingBuildKey) -> str:
-    """The generated CUDA of ``key``'s program, lowered under the pass configs it annotates (as
-    ``tilelang.compile`` lowers it)."""
-    tilelang = pytest.importorskip("tilelang")
     from tileops_cuda.kernels import moe_topk_routing
 
-    func = moe_topk_routing._program(key)
-    configs = dict(func.attrs["tilelang_pass_configs"]) if "tilelang_pass_configs" in func.attrs else {}
-    target = {"kind": "cuda", "arch": "sm_90a"}
-    with tilelang.tvm.transform.PassContext(opt_level=3, config=configs), tilelang.tvm.target.Target(target):
-        return tilelang.lower(func, target=target).kernel_source
+    return lowered_source(moe_topk_routing._program, key)
 
 
 # The spec's model rows (16 and 8 experts a lane), rows with padded lanes (E below a warp of

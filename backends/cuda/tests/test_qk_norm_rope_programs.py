@@ -23,6 +23,7 @@ from tileops_cuda.kernels.qk_norm_rope import (
     with_fitting_program,
 )
 from tileops_cuda.registered_model import TileLangQKNormRope
+from lowered_source import lowered_source
 
 _QWEN = QKNormRopeBuildKey("bfloat16", "int64", 16, 2, 256, "sm_90a")
 
@@ -103,16 +104,9 @@ def test_the_reduced_angle_is_within_2_to_the_minus_22_of_the_exact_remainder_by
 
 
 def _lowered(key: QKNormRopeBuildKey) -> str:
-    """The generated CUDA of ``key``'s program, lowered under the pass configs it annotates (as
-    ``tilelang.compile`` lowers it)."""
-    tilelang = pytest.importorskip("tilelang")
     from tileops_cuda.kernels import qk_norm_rope
 
-    func = qk_norm_rope._program(key)
-    configs = dict(func.attrs["tilelang_pass_configs"]) if "tilelang_pass_configs" in func.attrs else {}
-    target = {"kind": "cuda", "arch": "sm_90a"}
-    with tilelang.tvm.transform.PassContext(opt_level=3, config=configs), tilelang.tvm.target.Target(target):
-        return tilelang.lower(func, target=target).kernel_source
+    return lowered_source(qk_norm_rope._program, key)
 
 
 def _branches(source: str) -> tuple[str, str]:

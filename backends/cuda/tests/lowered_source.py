@@ -1,0 +1,19 @@
+"""The generated CUDA of a TileLang program lowered as ``tilelang.compile`` lowers it: under the
+pass configs the program annotates (a program that turns a pass off says so in its attributes),
+for sm_90a, without a GPU. Shared by the lowering tests of the programs that annotate configs."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+
+def lowered_source(program: Callable[[Any], Any], key: Any) -> str:
+    """``program(key)``'s CUDA; skips the test where tilelang is not installed (CI)."""
+    tilelang = pytest.importorskip("tilelang")
+    func = program(key)
+    configs = dict(func.attrs["tilelang_pass_configs"]) if "tilelang_pass_configs" in func.attrs else {}
+    target = {"kind": "cuda", "arch": "sm_90a"}
+    with tilelang.tvm.transform.PassContext(opt_level=3, config=configs), tilelang.tvm.target.Target(target):
+        return tilelang.lower(func, target=target).kernel_source
