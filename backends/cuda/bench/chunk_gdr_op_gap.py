@@ -66,18 +66,14 @@ def _allocation_forms(T: int, B: int, NV: int, DK: int, DV: int, dtype) -> dict:
     from tileops_cuda.kernels import chunk_gdr
 
     NC, f32 = (T + 63 * B) // 64, torch.float32
-    shapes = chunk_gdr._work_shapes(NC, NV, DK, DV)
-    shapes32 = ((3 * B + 2,), (NV, NC, 64), (NV, NC, 64))
+    shapes, shapes32 = chunk_gdr._work_shapes(NC, NV, DK, DV), chunk_gdr._float32_work_shapes(B, NC, NV)
 
     def separate():
         return ([torch.empty(s, dtype=dtype, device="cuda") for s in shapes]
                 + [torch.empty(s, dtype=f32, device="cuda") for s in shapes32])
 
     def carved():
-        return (chunk_gdr._carve(torch.empty(chunk_gdr._carved_size(shapes, dtype.itemsize), dtype=dtype,
-                                             device="cuda"), shapes)
-                + chunk_gdr._carve(torch.empty(chunk_gdr._carved_size(shapes32, 4), dtype=f32, device="cuda"),
-                                   shapes32))
+        return chunk_gdr._carve(shapes, dtype, "cuda") + chunk_gdr._carve(shapes32, f32, "cuda")
 
     result = {}
     for name, fn in (("separate", separate), ("carved", carved)) * 2:  # the second round is the one kept

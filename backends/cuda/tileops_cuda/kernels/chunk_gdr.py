@@ -105,26 +105,31 @@ def _work_shapes(NC: int, NV: int, DK: int, DV: int) -> tuple[tuple[int, ...], .
     return ((NC, CHUNK, NV, DK), (NC, CHUNK, NV, DK), (NC, CHUNK, NV, DV), (NC, CHUNK, NV, DV), (NC, NV, DK, DV))
 
 
-def _carved_size(shapes: tuple[tuple[int, ...], ...], itemsize: int) -> int:
-    """Elements of one buffer that holds ``shapes`` one after another, each aligned as :func:`_carve` puts it."""
-    step = _ALIGN_BYTES // itemsize
-    return sum(-(-math.prod(shape) // step) * step for shape in shapes)
+def _float32_work_shapes(B: int, NC: int, NV: int) -> tuple[tuple[int, ...], ...]:
+    """The int32 metadata (cu_seqlens, chunk table, slots: ``3 B + 2``, float32-sized), the
+    cumulative decays and the key scales (``[NV, NC, 64]``)."""
+    return ((3 * B + 2,), (NV, NC, CHUNK), (NV, NC, CHUNK))
 
 
-def _carve(buffer: Any, shapes: tuple[tuple[int, ...], ...]) -> list[Any]:
-    """Contiguous views of ``buffer`` with ``shapes``, each starting on an ``_ALIGN_BYTES``
-    boundary: one allocation for a call's work buffers instead of one each (an allocation of
-    these sizes cost the H200's host ~7 us; ``as_strided`` is one call a view, where a slice
-    and a ``view`` are two)."""
-    step, at, views = _ALIGN_BYTES // buffer.element_size(), 0, []
+def _carve(shapes: tuple[tuple[int, ...], ...], dtype: Any, device: Any) -> list[Any]:
+    """Contiguous tensors of ``shapes`` carved from one allocation, each starting on an
+    ``_ALIGN_BYTES`` boundary: one allocation for a call's work buffers instead of one each (an
+    allocation of these sizes cost the H200's host ~7 us; ``as_strided`` is one call a view,
+    where a slice and a ``view`` are two). The strides are computed here, not by the core's
+    ``contiguous_strides``: on this per-call path its import and generality cost more than the
+    loop (every size here is positive)."""
+    import torch
+
+    step, at, layout = _ALIGN_BYTES // dtype.itemsize, 0, []
     for shape in shapes:
         stride, n = [], 1
         for size in reversed(shape):
             stride.append(n)
             n *= size
-        views.append(buffer.as_strided(shape, stride[::-1], at))
+        layout.append((shape, stride[::-1], at))
         at += -(-n // step) * step
-    return views
+    buffer = torch.empty(at, dtype=dtype, device=device)
+    return [buffer.as_strided(shape, stride, offset) for shape, stride, offset in layout]
 
 
 def _make_run(build_key: ChunkGDRBuildKey, meta_fn: Callable[..., Any], wy: Callable[..., Any],
@@ -155,10 +160,8 @@ def _make_run(build_key: ChunkGDRBuildKey, meta_fn: Callable[..., Any], wy: Call
             return out  # nothing to write; a zero-sized grid is not launchable
         NC = _check_int32(T, B, state.shape[0], build_key)
         dev = value.device
-        shapes = _work_shapes(NC, NV, DK, DV)
-        w, kf, u, d, h = _carve(torch.empty(_carved_size(shapes, dt.itemsize), dtype=dt, device=dev), shapes)
-        shapes32 = ((3 * B + 2,), (NV, NC, CHUNK), (NV, NC, CHUNK))  # int32 metadata, decays, key scales
-        meta, gcum, kscale = _carve(torch.empty(_carved_size(shapes32, 4), dtype=f32, device=dev), shapes32)
+        w, kf, u, d, h = _carve(_work_shapes(NC, NV, DK, DV), dt, dev)
+        meta, gcum, kscale = _carve(_float32_work_shapes(B, NC, NV), f32, dev)
         meta = meta.view(i32)  # int32 cu_seqlens, chunk table, slots
         cu, chunks, slots = meta[:B + 1], meta[B + 1:2 * B + 2], meta[2 * B + 2:]
         meta_fn(cu_seqlens, ssm_state_indices, cu, slots, chunks)
