@@ -121,16 +121,19 @@ def _conv_varlen_candidates() -> list[dict[str, Any]]:
 #: warp+all 56 / 0, 48 / 0, 40 / 44; vectors+native alone at 40: 40 / 20 (the registered entry: 40 / 24).
 #: Most promising first: the sweep starts no candidate after its budget.
 _QK_FAST = {"sincos": "reduced", "partners": "vectors", "rotation": "native"}
+#: Ordered by the twelfth session's sweep (graph time on the Qwen3-Next 16k / 4k rows, qknr3_sweep.log):
+#: 81.4 / 23.8 µs, 81.1 / -, 84.9 / 23.7, 86.7 / 24.5, 91.1 / 25.8, 86.1 / 25.5, 94.3 / 27.7, 104.9 / 29.6,
+#: 115.9 / 32.7; the registered entry 123.3 / 34.1.
 _QK_CANDIDATES = [
-    {"registers": 48, "table": "pairs", **_QK_FAST},
     {"registers": 40, "table": "pairs", **_QK_FAST},
-    {"registers": 48, "table": "warp", **_QK_FAST},
-    {"registers": 40, "partners": "vectors", "rotation": "native"},
+    {"registers": 40, "table": "warp", **_QK_FAST},
     {"registers": 48, "table": "pairs", "partners": "vectors", "rotation": "native"},
+    {"registers": 48, "table": "warp", **_QK_FAST},
+    {"registers": 48, "table": "pairs", **_QK_FAST},
+    {"registers": 40, "partners": "vectors", "rotation": "native"},
     {"registers": 40, "table": "pairs", "sincos": "reduced", "partners": "vectors"},
-    {"registers": 40, "table": "pairs"},
     {"registers": 0, "table": "pairs", **_QK_FAST},
-    {"registers": 40, "table": "warp", **_QK_FAST}]
+    {"registers": 40, "table": "pairs"}]
 
 #: MoE routing (E=512 top-10 and E=256 top-8 in bf16): the registered entry is the first program (rounds, a
 #: token per 32-thread program, 50 registers); the candidates program at 1-8 tokens a program, one warp each
@@ -220,12 +223,14 @@ def _without_block_shape(key: Any) -> Any:
     return dataclasses.replace(key, **defaults)
 
 
-def plan_sweep(arch: str, only: str = "") -> list[SweepRow]:
-    """Every sweep entry's candidates (build keys for ``arch``) and the rows each is checked on."""
+def plan_sweep(arch: str, only: str = "", most: int | None = None) -> list[SweepRow]:
+    """Every sweep entry's candidates (build keys for ``arch``) and the rows each is checked on:
+    the entries whose ``op/row label`` contains ``only``, the first ``most`` candidates of each
+    (all when None) beside the registered block shape."""
     manifest = load_manifest()
     rows = []
     for op_name, label, configs in SWEEP:
-        if only not in op_name:
+        if only not in f"{op_name}/{label}":
             continue
         spec = manifest[op_name]
         timed = next(r for r in spec.workloads if r.label == label)
@@ -242,7 +247,7 @@ def plan_sweep(arch: str, only: str = "") -> list[SweepRow]:
                     if other is impl and _without_block_shape(other.key(other_call)) == base:
                         cases.append((row, case))
         candidates = [Candidate("registered", registered)]
-        for cfg in configs:
+        for cfg in configs[:most]:
             key = dataclasses.replace(base, **cfg)
             if key != registered:
                 candidates.append(Candidate(json.dumps(cfg), key))
@@ -516,9 +521,9 @@ def ptxas_report(source: str, arch: str) -> dict[str, Any]:
             "loads": {b: sorted(w) for b, w in sorted(loads.items())}}
 
 
-def compile_only(arch: str, only: str) -> int:
+def compile_only(arch: str, only: str, most: int | None = None) -> int:
     """Compile every candidate for ``arch`` and print its registers, spills and load widths."""
-    rows = plan_sweep(arch, only)
+    rows = plan_sweep(arch, only, most)
     log(f"{sum(len(r.candidates) for r in rows)} candidates for {arch}")
     log(f"compiled in {build_all(rows):.0f} s")
     failed = 0
@@ -538,17 +543,19 @@ def compile_only(arch: str, only: str) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=60)
-    ap.add_argument("--only", default="", help="substring of the op names to run")
+    ap.add_argument("--only", default="", help="substring of 'op/row label' (QKNorm, QKNormRopeFwdOp/qwen3.5)")
+    ap.add_argument("--candidates", type=int, default=None, help="the first N candidates of a row (beside the "
+                    "registered block shape); default all")
     ap.add_argument("--budget", type=float, default=200, help="seconds after which no candidate is timed")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: compile, print registers and spills")
     ap.add_argument("--arch", default="sm_90a", help="the arch --compile-only builds for")
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "layer_ops_sweep.json"))
     opts = ap.parse_args()
     if opts.compile_only:
-        return compile_only(opts.arch, opts.only)
+        return compile_only(opts.arch, opts.only, opts.candidates)
     started = time.perf_counter()
     major, minor = torch.cuda.get_device_capability()
-    rows = plan_sweep(f"sm_{major}{minor}", opts.only)
+    rows = plan_sweep(f"sm_{major}{minor}", opts.only, opts.candidates)
     log(f"{sum(len(r.candidates) for r in rows)} candidates in {len(rows)} rows; {torch.cuda.get_device_name()}")
     log(f"compiled in {build_all(rows):.0f} s")
     timer = Timer(opts.reps)
