@@ -102,10 +102,11 @@ def test_the_overlap_prefill_program_waits_for_the_scores_with_the_value_product
     assert "wgmma_rs" in steady and "wgmma_ss" in steady  # both products issued before the wait for one
 
 
-def test_the_build_key_keeps_todays_attention_program_unless_told_otherwise():
+def test_the_build_key_defaults_to_the_overlap_program_on_the_heads_grid_with_the_tile_count_kernel():
     key = PrefillBuildKey("bfloat16", 16, 2, 256)
-    assert key.program == "pipelined" and PREFILL_PROGRAMS[key.program] is prefill_attention_program
-    assert PREFILL_PROGRAMS[dataclasses.replace(key, program="overlap").program] is prefill_attention_overlap_program
+    assert (key.program, key.grid, key.tile_counts, key.cache_write) == ("overlap", "heads", "kernel", "launch")
+    assert PREFILL_PROGRAMS[key.program] is prefill_attention_overlap_program
+    assert PREFILL_PROGRAMS[dataclasses.replace(key, program="pipelined").program] is prefill_attention_program
 
 
 def test_an_unknown_prefill_program_is_refused_with_the_choices():
@@ -137,7 +138,7 @@ def test_an_unknown_cache_writer_is_refused_with_the_choices():
 
 def test_only_the_overlap_program_writes_the_caches_itself():
     with pytest.raises(ValueError) as info:
-        PrefillBuildKey("bfloat16", 16, 2, 256, cache_write="attention")
+        PrefillBuildKey("bfloat16", 16, 2, 256, program="pipelined", cache_write="attention")
     assert str(info.value) == ("PrefillBuildKey.cache_write='attention' needs program='overlap' (its producer "
                                "warpgroup writes the cache rows), not program='pipelined'; use cache_write='launch'")
 

@@ -2,9 +2,9 @@
 without one).
 
 Every AttentionPrefillFwdOp workload row and ragged, padded and partly covered batches run
-through the launcher with a NaN-poisoned ``out``, with the default attention program and with
-each candidate setting (``_SETTINGS``: the overlap program, and the overlap program writing the
-caches itself on the heads grid with the tile-count kernel; the same checks, the same tolerances:
+through the launcher with a NaN-poisoned ``out``, with the default setting and with each other
+one (``_SETTINGS``: the pipelined program the default replaced, and the default writing the caches
+from its producer warpgroup; the same checks, the same tolerances:
 the conformance suite's, float16 2e-3, bfloat16 1.6e-2, relative); the caches bit for bit. The
 reference is float64 on the device: causal attention within each prompt. Every kernel the module
 runs is compiled up front, concurrently (``prebuilt``).
@@ -13,6 +13,7 @@ runs is compiled up front, concurrently (``prebuilt``).
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -23,15 +24,22 @@ from tileops_cuda.kernels.attention_prefill import (
 from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
 
 PREFILL = "AttentionPrefillFwdOp"
+#: The build key's own settings (its four fields' defaults).
+_KEY_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PrefillBuildKey)
+                 if f.name in ("program", "grid", "tile_counts", "cache_write")}
 _PREFILL_ARGS = ("query", "key", "value", "key_cache", "value_cache", "cu_seqlens", "slot_mapping")
 #: (NQ, NKV, D, dtype) beside Qwen3-Next's: grouped fp16 at D=128, one head a group at D=48.
 _PREFILL_GROUPS = [(8, 1, 128, "float16"), (4, 4, 48, "bfloat16")]
 
-#: The settings (build-key fields beside the call's) every test runs: today's default, the overlap
-#: program, and issue 21's candidate for the paged rows (the overlap program writing the caches).
-_SETTINGS = {"default": {}, "overlap": {"program": "overlap"},
-             "overlap-writes-caches": {"program": "overlap", "grid": "heads", "tile_counts": "kernel",
-                                       "cache_write": "attention"}}
+#: The settings (build-key fields beside the call's) every test runs: the default (the overlap program on
+#: the heads grid, tile counts by kernel), the pipelined program it replaced, and the overlap program
+#: writing the caches itself. ``PREFILL_TEST_SETTINGS`` (names, comma-separated) keeps some of them, and
+#: the ragged test only their full settings: a device call cannot compile all 42 kernels in its slot.
+_ALL_SETTINGS = {"default": {}, "pipelined": {"program": "pipelined", "grid": "tiles", "tile_counts": "torch"},
+                 "overlap-writes-caches": {"cache_write": "attention"}}
+_SETTINGS = {n: _ALL_SETTINGS[n] for n in os.environ.get("PREFILL_TEST_SETTINGS", ",".join(_ALL_SETTINGS)).split(",")}
+_RAGGED_SETTINGS = [c for c in PREFILL_SETTINGS if "PREFILL_TEST_SETTINGS" not in os.environ
+                    or any(c == {**_KEY_DEFAULTS, **s} for s in _SETTINGS.values())]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +65,7 @@ def _prefill_keys_used(arch: str) -> set:
     used |= {PrefillBuildKey(dtype, NQ, NKV, D, arch=arch) for NQ, NKV, D, dtype in _PREFILL_GROUPS}
     qwen = [key for key in used if key.head_dim == 256 and key.cu_dtype == "int32"]  # the ragged test's
     used = {dataclasses.replace(key, **setting) for key in used for setting in _SETTINGS.values()}
-    return used | {dataclasses.replace(key, **setting) for key in qwen for setting in PREFILL_SETTINGS}
+    return used | {dataclasses.replace(key, **setting) for key in qwen for setting in _RAGGED_SETTINGS}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -164,7 +172,7 @@ def _prefill_batch(device, gen, lengths, block=None, pad=(), T_extra=0, NQ=16, N
 _RAGGED_LENGTHS = [1, 0, 63, 64, 65, 127, 129, 300, 1000]
 
 
-@pytest.mark.parametrize("setting", [pytest.param(c, id=":".join(c.values())) for c in PREFILL_SETTINGS])
+@pytest.mark.parametrize("setting", [pytest.param(c, id=":".join(c.values())) for c in _RAGGED_SETTINGS])
 @pytest.mark.parametrize("block", [None, 16], ids=["contiguous", "paged16"])
 def test_prefill_ragged_prompts_tile_edges_empty_and_padded_prompts(block, setting, arch, cuda_device, gen):
     inputs = _prefill_batch(cuda_device[0], gen, _RAGGED_LENGTHS, block=block, pad=(3,) if block else ())

@@ -69,9 +69,12 @@ class PrefillBuildKey:
     cu_dtype: str = "int32"
     slot_dtype: str | None = None
     arch: str = "sm_90"
-    program: str = "pipelined"
-    grid: str = "tiles"
-    tile_counts: str = "torch"
+    # The defaults: the overlap program on the heads grid with the tile counts made by one kernel, 0.97-0.98x
+    # of SDPA's best (cuDNN) at 4k and 16k tokens B=1 where the pipelined:tiles:torch setting it replaced is
+    # 0.64-0.81x (twelfth session, attnpre_bench.log; NOTES.md "Attention prefill settings").
+    program: str = "overlap"
+    grid: str = "heads"
+    tile_counts: str = "kernel"
     cache_write: str = "launch"
 
     def __post_init__(self) -> None:
