@@ -53,8 +53,10 @@ def test_the_qwen_lanes_program_holds_one_token_of_q_or_eight_of_k_in_8_kb():
 
 
 def test_the_registered_key_takes_its_program_from_the_block_shapes_table(monkeypatch):
-    # The lanes program at 40 registers, the H200 sweep's winner on every prefill row.
-    assert TileLangQKNormRope.key(_call(16, 2, 256)) == dataclasses.replace(_QWEN, registers=40)
+    # The lanes program at 40 registers with the warp's table, reduced sincos, vector partners and the 16-bit
+    # rotation: the H200 sweep's winner on every prefill row.
+    assert TileLangQKNormRope.key(_call(16, 2, 256)) == dataclasses.replace(
+        _QWEN, registers=40, table="warp", sincos="reduced", partners="vectors", rotation="native")
     monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangQKNormRope", ((None, {"program": "token_heads"}),))
     assert TileLangQKNormRope.key(_call(16, 2, 256)).program == "token_heads"
 

@@ -38,11 +38,14 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # us against the best 51.71 (256 threads). Longer chunks were faster at every step (16, 32, 64).
     "TileLangCausalConv1dUpdate": ((None, {"threads": 128, "registers": 0}),),
     "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 128, "chunk": 64}),),
-    # The lanes program at a 40-register cap: the fastest correct shape on all three prefill rows (seventh
-    # session, graph time): Qwen3-Next 16k 121.75 us (67.1% of the same-size copy; the first program 151.96,
-    # 53.8%), 4k 34.47 us (60.7%; 39.75), Qwen3.5 MRoPE 4k 35.21 us (60.9%; 40.35). Every spec row passed on it
-    # against float64 (120 GPU tests).
-    "TileLangQKNormRope": ((None, {"program": "lanes", "threads": 0, "rows": 0, "registers": 40}),),
+    # The lanes program at a 40-register cap with the warp's own (token, frequency) table, the 2π-reduced
+    # hardware sincos, the rotation partners as one vector and the rotation in 16-bit instructions: the fastest
+    # correct shape on all three prefill rows (twelfth session, graph time, qknr4_sweep.log): Qwen3-Next 16k
+    # 81.56 us (100.4% of the same-size copy; the lanes entry it replaced 121.27, 67.5%), 4k 23.41 us (90.2%;
+    # 34.27), Qwen3.5 MRoPE 4k 23.83 us (87.5%; 35.30). Every spec row passed on it against float64 (151 GPU
+    # tests, qknr3_tests.log).
+    "TileLangQKNormRope": ((None, {"program": "lanes", "threads": 0, "rows": 0, "registers": 40, "table": "warp",
+                                   "sincos": "reduced", "partners": "vectors", "rotation": "native"}),),
     # MoE routing: the candidates program, one token a program (eleventh session, graph time, route_sweep.log):
     # Qwen3-Next E=512 top-10 prefill 4k 9.04 us against 16.89 for the rounds program (33.9% of the same-size
     # copy), Qwen3.5-35B E=256 top-8 6.27 against 8.70, decode B=64 2.73 against 4.74; 2 to 8 tokens a program
