@@ -37,7 +37,11 @@ _PREFILL_GROUPS = [(8, 1, 128, "float16"), (4, 4, 48, "bfloat16")]
 #: the ragged test only their full settings: a device call cannot compile all 42 kernels in its slot.
 _ALL_SETTINGS = {"default": {}, "pipelined": {"program": "pipelined", "grid": "tiles", "tile_counts": "torch"},
                  "overlap-writes-caches": {"cache_write": "attention"}}
-_SETTINGS = {n: _ALL_SETTINGS[n] for n in os.environ.get("PREFILL_TEST_SETTINGS", ",".join(_ALL_SETTINGS)).split(",")}
+_NAMED = os.environ.get("PREFILL_TEST_SETTINGS", ",".join(_ALL_SETTINGS)).split(",")
+if set(_NAMED) - set(_ALL_SETTINGS):
+    raise ValueError(f"PREFILL_TEST_SETTINGS names {sorted(set(_NAMED) - set(_ALL_SETTINGS))}, "
+                     f"not among {list(_ALL_SETTINGS)}")
+_SETTINGS = {n: _ALL_SETTINGS[n] for n in _NAMED}
 _RAGGED_SETTINGS = [c for c in PREFILL_SETTINGS if "PREFILL_TEST_SETTINGS" not in os.environ
                     or any(c == {**_KEY_DEFAULTS, **s} for s in _SETTINGS.values())]
 
