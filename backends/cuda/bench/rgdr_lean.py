@@ -46,7 +46,7 @@ def main() -> None:
     for st in args.states.split(","):
         key = rgdr_key(16, 32, st)
         named = LEAN_CANDIDATES[st]
-        todo = [("default", None)] + [(n, t) for n, t in named.items()] + [(f"plain:{n}", plain(t)) for n, t in named.items()]
+        todo = [("default", None)] + list(named.items()) + [(f"plain:{n}", plain(t)) for n, t in named.items()]
         built = compile_many([functools.partial(build_rgdr, key, t) for _, t in todo])
         got = {}
         for (name, t), b in zip(todo, built):

@@ -251,7 +251,8 @@ LEAN = dict(exact_tokens=True, unchecked_index=True, pingpong=True, flat_rows=Tr
 LEAN_CANDIDATES = {
     "bf16-stream-lean": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, **LEAN)),
     "bf16-stream-lean-butterfly": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, **{**LEAN, "reduce_rows": "butterfly"})),
-    "bf16-stream-exact-unchecked": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, exact_tokens=True, unchecked_index=True)),
+    "bf16-stream-exact-unchecked": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, exact_tokens=True,
+                                                          unchecked_index=True)),
     "bf16-stream-lean-8rows": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, **LEAN)),
     "bf16-tiled-lean": ("bfloat16", RGDRTiling(128, 16, 4, 4, exact_tokens=True, unchecked_index=True,
                                               reduce_rows="transpose")),

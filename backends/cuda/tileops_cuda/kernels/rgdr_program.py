@@ -72,6 +72,7 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
         return T.min(C, L - base) if tiling.exact_tokens else C
 
     def live_token(L, base, c2):
+        """Whether trip ``c2`` of that loop runs a token (always, with ``exact_tokens``)."""
         return True if tiling.exact_tokens else base + c2 < L
 
     def unchecked_index():
@@ -211,9 +212,10 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                     if tiling.flat_rows:
                         Sb[r, cc * SV + e] = T.if_then_else(
                             pg.slot >= 0 and ci + 1 < pg.nch,
-                            pg.state_rows[pg.slot, pg.hk * GR + (rc + 1) * BV + r * ROWS + pg.rg, col(cc, pg.lane, SV, e)],
+                            pg.state_rows[pg.slot, pg.hk * GR + (rc + 1) * BV + r * ROWS + pg.rg,
+                                          col(cc, pg.lane, SV, e)],
                             T.cast(0, rdt),
-                        )
+                        )  # fmt: skip
                     else:
                         Sb[r, cc * SV + e] = T.if_then_else(
                             pg.slot >= 0 and ci + 1 < pg.nch,
@@ -313,7 +315,8 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                     # Two chunks a trip, the buffers swapping roles: no copy of the prefetched chunk.
                     for cp in T.serial(T.ceildiv(nch, 2)):
                         run_chunk(query, key_, value, beta, state, slots, g, gk, out, scale, Sa, Sb, kq, xq, xk, dvec,
-                                  pacc, acc, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s, pg, 2 * cp, rc, hl, h, v0)  # fmt: skip
+                                  pacc, acc, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s, pg, 2 * cp, rc, hl, h,
+                                  v0)  # fmt: skip
                         if 2 * cp + 1 < nch:
                             run_chunk(query, key_, value, beta, state, slots, g, gk, out, scale, Sb, Sa, kq, xq, xk,
                                       dvec, pacc, acc, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s, pg, 2 * cp + 1, rc, hl, h,
