@@ -2,6 +2,7 @@
 RGDR workload rows' keys, byte counts and input sets (see bench_cuda.py)."""
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -18,7 +19,7 @@ from tileops_cuda.kernels.rgdr import RGDRBuildKey  # noqa: E402
 from tileops_cuda.testing import rgdr_case  # noqa: E402
 
 __all__ = ["L2_BYTES", "RESULTS", "ROTATE_BYTES", "calls_on", "fla_bytes", "host_overhead", "log", "rgdr_bytes",
-           "rgdr_calls", "rgdr_key", "time_graph"]
+           "rgdr_calls", "rgdr_key", "report_rows", "time_graph"]
 
 L2_BYTES = 60 * 2**20
 ROTATE_BYTES = 4 * L2_BYTES  # each timed graph touches at least this much distinct memory
@@ -75,6 +76,17 @@ def experiment_args(doc: str) -> tuple[argparse.Namespace, torch.Generator]:
     gen = torch.Generator(device="cuda")
     gen.manual_seed(16)
     return ap.parse_args(), gen
+
+
+def report_rows(json_path: str | None, results: dict, header: str, rows: list) -> None:
+    """The end of an RGDR timing experiment: ``results`` into ``json_path`` (when given), then the
+    table, one line per ``(state, B, T_b, copy µs, cells)`` after ``header``."""
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(results, fh, indent=1)
+    print("\nstate     B  Tb  copy us | " + header)
+    for st, B, tb, copy, cells in rows:
+        print(f"{st:8s} {B:4d} {tb:3d} {copy:8.2f} | " + " | ".join(cells))
 
 
 def rgdr_key(nk: int, nv: int, state: str) -> RGDRBuildKey:

@@ -22,7 +22,7 @@ import json
 import statistics
 
 import torch
-from cuda_bench_common import experiment_args, rgdr_key
+from cuda_bench_common import experiment_args, report_rows, rgdr_key
 from rgdr_speculate import same_bits, time_row
 
 from tileops_cuda.kernels.rgdr import build_rgdr
@@ -73,13 +73,9 @@ def main() -> None:
             results["rows"].append(row)
             print(json.dumps(row), flush=True)
             table.append((st, B, tb, copy, {s: statistics.median(v) for s, v in times.items()}))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1)
-    print("\nstate     B  Tb  copy us | splits: median us, % of same-size copy, x vs splits=1")
-    for st, B, tb, copy, med in table:
-        cells = [f"{s}: {m:7.2f} {100 * copy / m:5.1f}% {med[1] / m:5.3f}x" for s, m in med.items()]
-        print(f"{st:8s} {B:4d} {tb:3d} {copy:8.2f} | " + " | ".join(cells))
+    report_rows(args.json, results, "splits: median us, % of same-size copy, x vs splits=1",
+                [(st, B, tb, copy, [f"{s}: {m:7.2f} {100 * copy / m:5.1f}% {med[1] / m:5.3f}x" for s, m in med.items()])
+                 for st, B, tb, copy, med in table])  # fmt: skip
 
 
 if __name__ == "__main__":

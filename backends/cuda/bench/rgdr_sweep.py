@@ -14,7 +14,7 @@ from tileops_cuda.kernels import rmsnorm as kr
 from tileops_cuda.kernels.rgdr import RGDRSchedule, RGDRTiling, build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
-__all__ = ["BASELINE_SCHEDULES", "SWEEP", "SWEEP_B", "SWEEP_TB", "bench_host", "choose_schedule", "sweep_rgdr"]
+__all__ = ["BASELINE_SCHEDULES", "LEAN_CANDIDATES", "SWEEP", "SWEEP_B", "SWEEP_TB", "bench_host", "choose_schedule", "sweep_rgdr"]
 
 # Tilings swept per state dtype (NK16/NV32 rows): the contenders of the first sweep (see
 # NOTES.md) and a few neighbours (more blocks per SM, a longer streamed chunk).
@@ -25,6 +25,25 @@ SWEEP = {
                  RGDRTiling(128, 16, 4, 5, True), RGDRTiling(256, 16, 4, 3, True), RGDRTiling(128, 16, 8, 4),
                  RGDRTiling(128, 16, 4, 6, True)],
 }  # fmt: skip
+#: Candidates that cut instructions a state element (RGDRTiling's exact_tokens, unchecked_index,
+#: pingpong, flat_rows, reduce_rows; NOTES.md "RGDR: instructions a state element"), by name: each
+#: computes its plain tiling's bits. rgdr_lean.py times them beside the default schedule.
+LEAN = dict(exact_tokens=True, unchecked_index=True, pingpong=True, flat_rows=True, reduce_rows="transpose")
+LEAN_CANDIDATES = {
+    "bfloat16": {
+        "lean": RGDRTiling(128, 16, 4, 6, True, **LEAN),
+        "lean-butterfly": RGDRTiling(128, 16, 4, 6, True, **{**LEAN, "reduce_rows": "butterfly"}),
+        "exact-unchecked": RGDRTiling(128, 16, 4, 6, True, exact_tokens=True, unchecked_index=True),
+        "lean-7blk": RGDRTiling(128, 16, 4, 7, True, **LEAN),
+        "lean-8rows": RGDRTiling(128, 16, 8, 4, True, **LEAN),
+    },
+    "float32": {
+        "lean-spec": RGDRTiling(128, 16, 4, 4, True, True, **LEAN),
+        "lean-spec-3blk": RGDRTiling(128, 16, 4, 3, True, True, **LEAN),
+    },
+}
+for _st, _named in LEAN_CANDIDATES.items():
+    SWEEP[_st] += [t for t in _named.values() if t not in SWEEP[_st]]
 SWEEP_B = [1, 8, 32, 128, 256]
 SWEEP_TB = [1, 2, 4, 8]
 #: The schedule before this sweep existed (session of 2026-11-30): no chosen row may be more

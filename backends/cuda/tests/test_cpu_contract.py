@@ -72,6 +72,30 @@ def test_rgdr_refuses_unknown_arch():
     assert "arch sm_75 is not supported" in rgdr.rgdr_refusal(_key(arch="sm_75"))
 
 
+def test_rgdr_tiling_rejects_an_unknown_row_reduction():
+    with pytest.raises(ValueError, match="reduce_rows='tree' is not one of"):
+        rgdr.RGDRTiling(128, 16, 4, 6, True, reduce_rows="tree")
+
+
+@pytest.mark.parametrize("field", ["pingpong", "flat_rows"])
+def test_rgdr_refuses_a_streaming_field_on_a_tiled_layout(field):
+    reason = rgdr.rgdr_refusal(_key(), rgdr.RGDRTiling(128, 16, 4, 4, **{field: True}))
+    assert reason == f"RGDR TileLang kernel: {field} is a streaming-layout field; set stream=True or drop it"
+
+
+def test_rgdr_refuses_a_transposed_reduction_over_more_rows_than_lanes():
+    reason = rgdr.rgdr_refusal(_key(), rgdr.RGDRTiling(32, 4, 8, 4, reduce_rows="transpose"))
+    assert "rows_per_thread=8 must be a power of two at most threads_per_row=4; use 'butterfly'" in reason
+
+
+def test_rgdr_candidate_fields_default_off_so_registered_tilings_keep_their_identity():
+    t = rgdr.RGDRTiling(128, 16, 4, 6, True)
+    assert (t.exact_tokens, t.unchecked_index, t.pingpong, t.flat_rows, t.reduce_rows) == (
+        False, False, False, False, "butterfly")
+    assert rgdr.rgdr_refusal(_key(state_dtype="bfloat16"), replace(t, exact_tokens=True, unchecked_index=True,
+                             pingpong=True, flat_rows=True, reduce_rows="transpose")) is None
+
+
 def test_rgdr_build_raises_the_refusal_reason():
     with pytest.raises(ValueError, match="head_k_dim=96"):
         rgdr.build_rgdr(_key(head_k_dim=96))

@@ -242,3 +242,69 @@ def test_the_default_schedule_on_decode_steps_of_every_role_matches_float64(stat
         res = check_rgdr(launcher, case)
         assert res["ok"], (B, schedule.pick(B, B), res)
     assert {t for t in schedule.tilings() if t.speculate} <= seen
+
+
+# Fewer instructions a state element (RGDRTiling's exact_tokens, unchecked_index, pingpong, flat_rows,
+# reduce_rows; NOTES.md "RGDR: instructions a state element"): each candidate next to the registered
+# tiling it leans, which must give the very same bits (same arithmetic in the same order).
+LEAN = dict(exact_tokens=True, unchecked_index=True, pingpong=True, flat_rows=True, reduce_rows="transpose")
+LEAN_CANDIDATES = {
+    "bf16-stream-lean": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, **LEAN)),
+    "bf16-stream-lean-butterfly": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, **{**LEAN, "reduce_rows": "butterfly"})),
+    "bf16-stream-exact-unchecked": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, exact_tokens=True,
+                                                          unchecked_index=True)),
+    "bf16-stream-lean-8rows": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, **LEAN)),
+    "bf16-tiled-lean": ("bfloat16", RGDRTiling(128, 16, 4, 4, exact_tokens=True, unchecked_index=True,
+                                              reduce_rows="transpose")),
+    "fp32-stream-lean-speculative": ("float32", RGDRTiling(128, 16, 4, 4, True, True, **LEAN)),
+}  # fmt: skip
+
+
+def _plain(tiling: RGDRTiling) -> RGDRTiling:
+    """The tiling without the candidate fields (the registered program it leans)."""
+    from dataclasses import replace
+
+    return replace(tiling, exact_tokens=False, unchecked_index=False, pingpong=False, flat_rows=False,
+                   reduce_rows="butterfly")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(LEAN_CANDIDATES))
+def test_a_lean_candidate_matches_float64_and_its_plain_tiling_bit_for_bit(name, arch, cuda_device, gen):
+    """Decode steps with padding slots (one token a chunk: the exact token loop's one trip),
+    ragged batches across token chunks (9 and 17 tokens: a partial last chunk), an empty
+    sequence and 4-token steps, at Qwen3.5's head counts. On 132 SMs the streamed programs split
+    a key-head group's row chunks 3 ways at 29 sequences (3, 3 and 2 chunks at 4 rows a thread,
+    2, 2 and none at 8: a pingpong program's odd last trip and an empty share) and 8 ways at 6
+    and 7 (one chunk each). The float64 check on a NaN-poisoned output with the unwritten slots
+    bit-identical, then the very bits of the plain tiling."""
+    import torch
+
+    state, tiling = LEAN_CANDIDATES[name]
+    key = _with_arch(RGDRBuildKey("bfloat16", state, 16, 32, 128, 128, use_qk_l2norm=True), arch)
+    lean, plain = build_rgdr(key, tiling), build_rgdr(key, _plain(tiling))
+    for lengths in ([1] * 29, [3, 1, 9, 0, 17, 1, 2], [4] * 6):
+        case = rgdr_case(key, lengths, device=cuda_device[0], generator=gen, padding=0.15, pad_first_of=1,
+                         repeat_slots_of=2 if len(lengths) > 6 else None)  # fmt: skip
+        res = check_rgdr(lean, case)
+        assert res["ok"], (lengths, res)
+        (out_l, st_l), (out_p, st_p) = _run(lean, case), _run(plain, case)
+        assert torch.equal(out_l, out_p) and torch.equal(st_l, st_p), lengths
+
+
+@pytest.mark.parametrize("name", ["bf16-stream-lean", "fp32-stream-lean-speculative"])
+def test_a_lean_candidate_follows_unchecked_metadata_like_its_plain_tiling(name, arch, cuda_device, gen):
+    """Without TileLang's bounds checks (``unchecked_index``) every access must stay in bounds by
+    construction: lengths that overrun T, a negative length and slots outside the pool give the
+    plain tiling's bits (which kept the checks)."""
+    import torch
+
+    state, tiling = LEAN_CANDIDATES[name]
+    key = _with_arch(RGDRBuildKey("bfloat16", state, 16, 32, 128, 128, use_qk_l2norm=True), arch)
+    lean, plain = build_rgdr(key, tiling), build_rgdr(key, _plain(tiling))
+    case = rgdr_case(key, [2, 1, 3, 1], device=cuda_device[0], generator=gen)
+    case["actual_seq_lengths"].copy_(torch.tensor([2, -1, 9, 1], dtype=case["actual_seq_lengths"].dtype))
+    pool = case["state"].shape[0]
+    case["ssm_state_indices"][1] = pool + 3
+    case["ssm_state_indices"][4] = -7
+    (out_l, st_l), (out_p, st_p) = _run(lean, case), _run(plain, case)
+    assert torch.equal(out_l.nan_to_num(7.0), out_p.nan_to_num(7.0)) and torch.equal(st_l, st_p)

@@ -46,6 +46,7 @@ _FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 #: Tokens per call the kernel serves: its metadata sums saturate at T in int32, so 2T must fit.
 MAX_TOKENS = 1 << 30
 _INDEX_DTYPES = ("int32", "int64")
+_ROW_REDUCTIONS = ("butterfly", "transpose")
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,29 @@ class RGDRTiling:
     the dependent chain before the state load from three round trips to memory (length,
     then slot, then state) to two. The launcher runs it only for calls with as many tokens
     as sequences, in the roles :class:`RGDRSchedule`'s ``speculating`` lists.
+
+    Fewer instructions a state element (issue 16; off by default, and then the program's CUDA is
+    unchanged; why each pays is counted from the SASS in NOTES.md, "RGDR: instructions a state
+    element"). None changes the arithmetic: every one computes the same bits as without it.
+
+    ``exact_tokens``: a staged chunk's token loop runs the chunk's live tokens only (a decode step
+    runs one trip, not ``chunk`` guarded ones).
+    ``unchecked_index``: compiled without TileLang's bounds checks on memory accesses (pass config
+    ``tl.disable_safe_memory_legalize``): every access is in bounds by construction (spans clipped
+    into ``[0, T)``, slots checked against the pool, rows inside the tile), so the checks only
+    cost instructions, and the per-row branches they put around each state store go.
+    ``pingpong``: streaming layout only: the row-chunk loop runs two chunks a trip on two register
+    buffers that swap roles, so no register copy of the prefetched chunk is made.
+    ``flat_rows``: streaming layout only: the state is read through a ``[S, NV * DV, DK]`` view of the
+    pool, where a key-head group's rows are contiguous, so a chunk's address is linear in the chunk
+    (the head and row divisions of the 4-D index, with their sign fix-ups, go).
+    ``reduce_rows``: ``"butterfly"`` sums each row's lane partials with a full xor butterfly per
+    row; ``"transpose"`` halves the rows a lane carries at each of the first ``log2(rows)`` rounds
+    (a lane keeps the half of rows its lane bit names and sends the other half), so the rows'
+    sums take ``rows - 1 + log2(threads_per_row / rows)`` shuffles instead of
+    ``rows * log2(threads_per_row)``, each row's total ends on the lanes that then write its
+    output, and the k-dot's totals come back to every lane with ``rows`` indexed shuffles. The same
+    additions on the same operands: the same bits.
     """
 
     threads: int = 128
@@ -127,6 +151,15 @@ class RGDRTiling:
     min_blocks: int = 4
     stream: bool = False
     speculate: bool = False
+    exact_tokens: bool = False
+    unchecked_index: bool = False
+    pingpong: bool = False
+    flat_rows: bool = False
+    reduce_rows: str = "butterfly"
+
+    def __post_init__(self) -> None:
+        if self.reduce_rows not in _ROW_REDUCTIONS:
+            raise ValueError(f"RGDRTiling.reduce_rows={self.reduce_rows!r} is not one of {_ROW_REDUCTIONS}")
 
     @property
     def block_v(self) -> int:
@@ -245,6 +278,15 @@ def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | N
         return (
             f"RGDR TileLang kernel: head_v_dim={key.head_v_dim} must be a multiple of the "
             f"value tile ({tiling.block_v}); use the reference"
+        )
+    for field in ("pingpong", "flat_rows"):
+        if getattr(tiling, field) and not tiling.stream:
+            return f"RGDR TileLang kernel: {field} is a streaming-layout field; set stream=True or drop it"
+    rows = tiling.rows_per_thread
+    if tiling.reduce_rows == "transpose" and (rows & (rows - 1) or rows > tpr):
+        return (
+            f"RGDR TileLang kernel: reduce_rows='transpose' halves the rows a lane carries each shuffle round, "
+            f"so rows_per_thread={rows} must be a power of two at most threads_per_row={tpr}; use 'butterfly'"
         )
     group_rows = key.num_v_heads // key.num_k_heads * key.head_v_dim
     if tiling.stream and tiling.chunk * group_rows * 4 > _STREAM_SMEM_LIMIT:

@@ -40,10 +40,11 @@ def pow2_at_most(n: int, cap: int) -> int:
 
 
 def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa: C901 - one set of macros
-                speculate: bool = False) -> SimpleNamespace:
+                speculate: bool = False, reduce_rows: str = "butterfly") -> SimpleNamespace:
     """The shared macros for ``key`` on ``threads`` threads, ``tpr`` lanes per state row and
     ``rows`` rows per thread (see the module docstring); also the derived sizes.
-    ``speculate``: the program guesses the decode layout (:func:`guess_missed`)."""
+    ``speculate``: the program guesses the decode layout (:func:`guess_missed`).
+    ``reduce_rows``: how a token's row sums cross the lanes (``RGDRTiling.reduce_rows``)."""
     import tilelang.language as T
 
     f32, i32 = "float32", "int32"
@@ -64,6 +65,9 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
     scalar_decay = has_g or gk_form == "scalar"
     vector_decay = gk_form == "vector"
     requant = sdt != f32
+    transpose = reduce_rows == "transpose"
+    LOGR = R.bit_length() - 1  # transposed rounds: each halves the rows a lane carries
+    SPAN = TPR // R if transpose else 1  # lanes of a row that end a transposed reduction on one row
 
     def col(cc, lane, vec, e):
         """Column of element ``cc*vec + e`` of a lane: 16-byte runs interleaved across lanes."""
@@ -354,6 +358,42 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
                 acc[r] = acc[r] + T.shfl_xor(acc[r], TPR >> (s + 1))
 
     @T.macro
+    def halve_rows(acc, lane, m, half):
+        """One transposed round at xor offset ``m``: of its ``2 * half`` row partials a lane keeps
+        the upper half when its lane bit ``m`` is set (else the lower), sends its partner the
+        other half and adds what it receives: ``own + partner's``, the butterfly's operands."""
+        for j in T.unroll(half):
+            up = T.bitwise_and(lane, m) != 0
+            acc[j] = T.if_then_else(up, acc[j + half], acc[j]) + T.shfl_xor(
+                T.if_then_else(up, acc[j], acc[j + half]), m
+            )
+
+    @T.macro
+    def transpose_reduce(acc, lane):
+        """Each row's sum over its ``TPR`` lanes, transposed: afterwards ``acc[0]`` holds the total
+        of row ``lane // SPAN`` (bit for bit the butterfly's: same additions, same operands)."""
+        if LOGR >= 1:
+            halve_rows(acc, lane, TPR >> 1, R >> 1)
+        if LOGR >= 2:
+            halve_rows(acc, lane, TPR >> 2, R >> 2)
+        if LOGR >= 3:
+            halve_rows(acc, lane, TPR >> 3, R >> 3)
+        for s in T.unroll(NSH - LOGR):
+            acc[0] = acc[0] + T.shfl_xor(acc[0], (TPR >> LOGR) >> (s + 1))
+
+    @T.macro
+    def row_totals(acc, lane):
+        """Every lane gets all ``R`` row totals in ``acc`` (the k-dot's, which every lane needs)."""
+        if transpose:
+            transpose_reduce(acc, lane)
+            tot = T.alloc_var(f32)
+            tot = acc[0]
+            for r in T.unroll(R):
+                acc[r] = T.shfl_sync(tot, r * SPAN, TPR)
+        else:
+            lane_allreduce(acc)
+
+    @T.macro
     def store_state(state, Sx, sl_s, w_s, c2, lane, rg, h, v_row0):
         """This thread's rows of staged token ``c2``'s state into its slot, if it writes one."""
         if w_s[c2] != 0:
@@ -387,7 +427,7 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
                     Sx[r, e] = decayed(Sx[r, e], dsc, dvec, e)
                     pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * kq[e]
             fold_partials(pacc, acc, r)
-        lane_allreduce(acc)
+        row_totals(acc, lane)
         for cc in T.unroll(EPT // SV):
             for e in T.vectorized(SV):
                 xq[cc * SV + e] = qk_s[c2, 0, col(cc, lane, SV, e)]
@@ -408,10 +448,15 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
             fold_partials(pacc, acc, r)
         if speculate:  # the decode program's stores leave before the output's shuffles
             store_state(state, Sx, sl_s, w_s, c2, lane, rg, h, v_row0)
-        lane_allreduce(acc)
-        if lane == 0:
-            for r in T.unroll(R):
-                out[out_tok, h, v_row0 + r * ROWS + rg] = T.cast(acc[r], idt)
+        if transpose:  # each row's total ends on SPAN lanes: the first writes it
+            transpose_reduce(acc, lane)
+            if lane % SPAN == 0:
+                out[out_tok, h, v_row0 + (lane // SPAN) * ROWS + rg] = T.cast(acc[0], idt)
+        else:
+            lane_allreduce(acc)
+            if lane == 0:
+                for r in T.unroll(R):
+                    out[out_tok, h, v_row0 + r * ROWS + rg] = T.cast(acc[r], idt)
         if not speculate:
             store_state(state, Sx, sl_s, w_s, c2, lane, rg, h, v_row0)
 

@@ -33,6 +33,7 @@ tilelang is imported inside :func:`rgdr_program`, never at module import.
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations,
 # which name closure variables, at decoration time.
 
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ._common import ELEM_BYTES as _ELEM_BYTES
@@ -53,7 +54,7 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
     GRP = NV // NK
     THREADS, TPR, R = tiling.threads, tiling.threads_per_row, tiling.rows_per_thread
     speculate = tiling.speculate
-    P = rgdr_pieces(key, THREADS, TPR, R, speculate)
+    P = rgdr_pieces(key, THREADS, TPR, R, speculate, tiling.reduce_rows)
     ROWS, C, EPT, SV, GV, NWARP, PS, col = P.ROWS, P.C, P.EPT, P.SV, P.GV, P.NWARP, P.PS, P.col  # see rgdr_pieces
     BV = tiling.block_v
     NVT = DV // BV
@@ -65,8 +66,24 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
     Tn, S, BM, NA = T.dynamic("T"), T.dynamic("S"), T.dynamic("BM"), T.dynamic("NA")
     NB = BM if lengths_style else BM - 1
 
+    def token_trips(L, base):
+        """Trips of a staged chunk's token loop: the chunk's live tokens (``exact_tokens``), or
+        the whole chunk, each trip guarded by :func:`live_token`."""
+        return T.min(C, L - base) if tiling.exact_tokens else C
+
+    def live_token(L, base, c2):
+        """Whether trip ``c2`` of that loop runs a token (always, with ``exact_tokens``)."""
+        return True if tiling.exact_tokens else base + c2 < L
+
+    def unchecked_index():
+        """``RGDRTiling.unchecked_index``: no TileLang bounds checks (every access is in bounds
+        by construction, see there)."""
+        if tiling.unchecked_index:
+            T.annotate_pass_configs({"tl.disable_safe_memory_legalize": True})
+
     @T.macro
     def body_tiled(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
+        unchecked_index()
         with T.Kernel(NV * NVT, NB, threads=THREADS) as (bx, by):
             T.annotate_min_blocks_per_sm(tiling.min_blocks)
             tid = T.get_thread_binding()
@@ -112,8 +129,8 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                                       dv_s)  # fmt: skip
                     T.sync_threads()
                     # -- the recurrence, token by token, state in registers -------------------
-                    for c2 in T.serial(C):
-                        if base + c2 < L:
+                    for c2 in T.serial(token_trips(L, base)):
+                        if live_token(L, base, c2):
                             if vector_decay:
                                 for cc in T.unroll(EPT // SV):
                                     for e in T.vectorized(SV):
@@ -178,7 +195,61 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                     )  # fmt: skip
 
     @T.macro
+    def run_chunk(query, key_, value, beta, state, slots, g, gk, out, scale, Sa, Sb, kq, xq, xk, dvec, pacc, acc,
+                  qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s, pg, ci, rc: T.Ref, hl: T.Ref, h: T.Ref, v0: T.Ref):  # fmt: skip
+        """Stream layout: row chunk ``c_lo + ci`` (its state in ``Sa``) through every token of the
+        sequence, the next chunk's state loading into ``Sb`` meanwhile. ``pg`` carries the
+        program's values (a namespace: a macro argument would be bound to a copy, and the
+        registered programs' CUDA would change)."""
+        rc = pg.c_lo + ci
+        hl = T.truncdiv(rc * BV, DV)
+        h = pg.hk * GRP + hl
+        v0 = T.truncmod(rc * BV, DV)
+        # Prefetch: the next chunk's state is in flight while this one runs.
+        for r in T.unroll(R):
+            for cc in T.unroll(EPT // SV):
+                for e in T.vectorized(SV):
+                    if tiling.flat_rows:
+                        Sb[r, cc * SV + e] = T.if_then_else(
+                            pg.slot >= 0 and ci + 1 < pg.nch,
+                            pg.state_rows[pg.slot, pg.hk * GR + (rc + 1) * BV + r * ROWS + pg.rg,
+                                          col(cc, pg.lane, SV, e)],
+                            T.cast(0, rdt),
+                        )  # fmt: skip
+                    else:
+                        Sb[r, cc * SV + e] = T.if_then_else(
+                            pg.slot >= 0 and ci + 1 < pg.nch,
+                            state[pg.slot, pg.hk * GRP + T.truncdiv((rc + 1) * BV, DV),
+                                  T.truncmod((rc + 1) * BV, DV) + r * ROWS + pg.rg, col(cc, pg.lane, SV, e)],
+                            T.cast(0, rdt),
+                        )  # fmt: skip
+        for tc in T.serial(pg.ntc):
+            base = tc * C
+            # Stage a token chunk: once per program when the sequence fits one chunk
+            # (a speculative program's hit is one token, staged above).
+            if pg.ntc > 1 or ci == 0:
+                if P.guess_missed(pg.start, pg.L, pg.by):
+                    T.sync_threads()
+                    P.stage_qk(query, key_, scale, pg.start + base + pg.rg, base + pg.rg < pg.L, pg.hk, pg.lane,
+                               pg.rg, xq, xk, qk_s)  # fmt: skip
+                    stage_group(value, beta, slots, g, gk, pg.tid, pg.hk, pg.start, pg.L, base, v_s, b_s, d_s, sl_s,
+                                w_s, dv_s)  # fmt: skip
+                    T.sync_threads()
+
+            # -- the recurrence on this chunk's rows, token by token --------------
+            for c2 in T.serial(token_trips(pg.L, base)):
+                if live_token(pg.L, base, c2):
+                    if vector_decay:
+                        for cc in T.unroll(EPT // SV):
+                            for e in T.vectorized(SV):
+                                dvec[cc * SV + e] = dv_s[c2, hl, col(cc, pg.lane, SV, e)]
+                    P.token_step(state, out, Sa, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, pg.lane, pg.rg,
+                                 h, v0, rc * BV, pg.start + base + c2, b_s[c2, hl],
+                                 d_s[c2, hl] if scalar_decay else T.float32(1))  # fmt: skip
+
+    @T.macro
     def body_stream(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
+        unchecked_index()
         with T.Kernel(NK * splits, NB, threads=THREADS) as (bx, by):
             T.annotate_min_blocks_per_sm(tiling.min_blocks)
             tid = T.get_thread_binding()
@@ -204,6 +275,7 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
 
             Sa, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sa: the chunk being run
             Sb = T.alloc_local((R, EPT), rdt)  # the next chunk, loading meanwhile
+            state_rows = T.reshape(state, (S, NV * DV, DK)) if tiling.flat_rows else None  # RGDRTiling.flat_rows
             if speculate:
                 # The decode layout's guess, as in the tiled layout (there).
                 slot = T.alloc_var(i32)
@@ -237,47 +309,25 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                 hl = T.alloc_var(i32)
                 h = T.alloc_var(i32)
                 v0 = T.alloc_var(i32)
-                for ci in T.serial(nch):
-                    rc = c_lo + ci
-                    hl = T.truncdiv(rc * BV, DV)
-                    h = hk * GRP + hl
-                    v0 = T.truncmod(rc * BV, DV)
-                    # Prefetch: the next chunk's state is in flight while this one runs.
-                    for r in T.unroll(R):
-                        for cc in T.unroll(EPT // SV):
-                            for e in T.vectorized(SV):
-                                Sb[r, cc * SV + e] = T.if_then_else(
-                                    slot >= 0 and ci + 1 < nch,
-                                    state[slot, hk * GRP + T.truncdiv((rc + 1) * BV, DV),
-                                          T.truncmod((rc + 1) * BV, DV) + r * ROWS + rg, col(cc, lane, SV, e)],
-                                    T.cast(0, rdt),
-                                )  # fmt: skip
-                    for tc in T.serial(ntc):
-                        base = tc * C
-                        # Stage a token chunk: once per program when the sequence fits one chunk
-                        # (a speculative program's hit is one token, staged above).
-                        if ntc > 1 or ci == 0:
-                            if P.guess_missed(start, L, by):
-                                T.sync_threads()
-                                P.stage_qk(query, key_, scale, start + base + rg, base + rg < L, hk, lane, rg, xq, xk,
-                                           qk_s)  # fmt: skip
-                                stage_group(value, beta, slots, g, gk, tid, hk, start, L, base, v_s, b_s, d_s, sl_s,
-                                            w_s, dv_s)  # fmt: skip
-                                T.sync_threads()
-
-                        # -- the recurrence on this chunk's rows, token by token --------------
-                        for c2 in T.serial(C):
-                            if base + c2 < L:
-                                if vector_decay:
-                                    for cc in T.unroll(EPT // SV):
-                                        for e in T.vectorized(SV):
-                                            dvec[cc * SV + e] = dv_s[c2, hl, col(cc, lane, SV, e)]
-                                P.token_step(state, out, Sa, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, lane, rg,
-                                             h, v0, rc * BV, start + base + c2, b_s[c2, hl],
-                                             d_s[c2, hl] if scalar_decay else T.float32(1))  # fmt: skip
-                    for r in T.unroll(R):
-                        for i in T.unroll(EPT):
-                            Sa[r, i] = Sb[r, i]
+                pg = SimpleNamespace(tid=tid, lane=lane, rg=rg, by=by, hk=hk, c_lo=c_lo, nch=nch, start=start, L=L,
+                                     slot=slot, ntc=ntc, state_rows=state_rows)  # fmt: skip
+                if tiling.pingpong:
+                    # Two chunks a trip, the buffers swapping roles: no copy of the prefetched chunk.
+                    for cp in T.serial(T.ceildiv(nch, 2)):
+                        run_chunk(query, key_, value, beta, state, slots, g, gk, out, scale, Sa, Sb, kq, xq, xk, dvec,
+                                  pacc, acc, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s, pg, 2 * cp, rc, hl, h,
+                                  v0)  # fmt: skip
+                        if 2 * cp + 1 < nch:
+                            run_chunk(query, key_, value, beta, state, slots, g, gk, out, scale, Sb, Sa, kq, xq, xk,
+                                      dvec, pacc, acc, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s, pg, 2 * cp + 1, rc, hl, h,
+                                      v0)  # fmt: skip
+                else:
+                    for ci in T.serial(nch):
+                        run_chunk(query, key_, value, beta, state, slots, g, gk, out, scale, Sa, Sb, kq, xq, xk, dvec,
+                                  pacc, acc, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s, pg, ci, rc, hl, h, v0)  # fmt: skip
+                        for r in T.unroll(R):
+                            for i in T.unroll(EPT):
+                                Sa[r, i] = Sb[r, i]
             P.zero_uncovered(out, Tn, NB, by, tid, start, L, hk * GR + c_lo * BV, nch * BV)
 
     if tiling.stream:

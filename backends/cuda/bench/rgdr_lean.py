@@ -1,0 +1,87 @@
+"""The candidates that cut instructions a state element (issue 16's large-batch rows), by timing.
+
+The streamed program the default schedule runs at B >= 32 spends about 596 warp instructions on a
+32-row chunk of a decode step (bf16 state, counted from its SASS: NOTES.md, "RGDR: instructions a
+state element"), against about 240 for the arithmetic itself. The candidates
+(``rgdr_sweep.LEAN_CANDIDATES``: ``RGDRTiling``'s exact_tokens, unchecked_index, pingpong,
+flat_rows, reduce_rows) cut that to about 390-450 with the same arithmetic. If issue and the
+bytes each warp keeps in flight between its chunks is what holds bf16 at 70-78% of the copy,
+they are faster; if not, they tie.
+
+Per state dtype: every candidate is built (concurrently), checked against float64 on a decode step
+and a ragged batch (NaN-poisoned output, untouched slots bit-identical) and for bit equality with
+the tiling it leans; a candidate that fails either is not timed. Each row then times the default
+schedule and every candidate on the same rotated input sets (CUDA-graph replay medians), in turn
+over ``--rounds``, beside a copy of the same bytes. One JSON line per measurement, a table last.
+
+    python3 rgdr_lean.py [--states bfloat16,float32] [--rounds 3] [--json out.json]
+"""
+
+import functools
+import json
+import statistics
+from dataclasses import asdict, replace
+
+from cuda_bench_common import experiment_args, report_rows, rgdr_key
+from rgdr_speculate import same_bits, time_row
+from rgdr_sweep import LEAN_CANDIDATES
+
+from tileops_cuda.kernels._common import compile_many
+from tileops_cuda.kernels.rgdr import build_rgdr
+from tileops_cuda.testing import check_rgdr, rgdr_case
+
+ROWS = {"bfloat16": [(128, 1), (256, 1), (128, 2), (256, 2), (128, 4), (256, 4)],
+        "float32": [(128, 1), (256, 1), (128, 2), (256, 2)]}  # fmt: skip
+
+
+def plain(tiling):
+    """The tiling without the candidate fields: the program whose bits a candidate must give."""
+    return replace(tiling, exact_tokens=False, unchecked_index=False, pingpong=False, flat_rows=False,
+                   reduce_rows="butterfly")  # fmt: skip
+
+
+def main() -> None:
+    args, gen = experiment_args(__doc__)
+    results, table = {"checks": [], "rows": []}, []
+    for st in args.states.split(","):
+        key = rgdr_key(16, 32, st)
+        named = LEAN_CANDIDATES[st]
+        todo = [("default", None)] + list(named.items()) + [(f"plain:{n}", plain(t)) for n, t in named.items()]
+        built = compile_many([functools.partial(build_rgdr, key, t) for _, t in todo])
+        got = {}
+        for (name, t), b in zip(todo, built):
+            if isinstance(b, BaseException):
+                print(json.dumps({"build_failed": [st, name], "why": repr(b)[:300]}), flush=True)
+            else:
+                got[name] = b
+                print(json.dumps({"built": [st, name], "tiling": None if t is None else asdict(t)}), flush=True)
+        launchers = {"default": got["default"]} if "default" in got else {}
+        for name in named:
+            if name not in got or f"plain:{name}" not in got:
+                continue
+            ok = True
+            for lengths in ([1] * 70, [3, 1, 9, 0, 17, 1, 2]):
+                case = rgdr_case(key, lengths, device="cuda", generator=gen, padding=0.1, pad_first_of=1)
+                res = check_rgdr(got[name], case)
+                same = same_bits(got[name], got[f"plain:{name}"], case)
+                rec = {"check": [st, name, len(lengths)], "ok": res["ok"], "why": res["why"], "bits_equal_plain": same}
+                results["checks"].append(rec)
+                print(json.dumps(rec), flush=True)
+                ok = ok and res["ok"] and same
+            if ok:
+                launchers[name] = got[name]
+        for B, tb in ROWS[st]:
+            foot, copy, times = time_row(launchers, key, B, tb, gen, args.rounds)
+            row = {"state": st, "B": B, "Tb": tb, "bytes": foot, "copy_us": copy, "us": times}
+            results["rows"].append(row)
+            print(json.dumps(row), flush=True)
+            table.append((st, B, tb, copy, {n: statistics.median(v) for n, v in times.items()}))
+    rows = []
+    for st, B, tb, copy, med in table:
+        base = med.get("default")
+        rows.append((st, B, tb, copy, [f"{n}: {m:7.2f} {100 * copy / m:5.1f}%" + (f" {base / m:5.3f}x" if base else "")
+                                       for n, m in med.items()]))  # fmt: skip
+    report_rows(args.json, results, "variant: median us, % of same-size copy, x vs default", rows)
+
+if __name__ == "__main__":
+    main()
