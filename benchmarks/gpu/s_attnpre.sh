@@ -1,19 +1,15 @@
 el attnpre
 # attnpre (issue 21): the attention prefill settings (PrefillBuildKey.program:grid:tile_counts:cache_write) timed
 # beside SDPA's cuDNN, flash and efficient backends on the same prompts at 4k and 16k (B=1 contiguous, B=4 paged 16),
-# with a summary table of the speed vs SDPA's best (target >= 0.9): the old default 'pipelined:tiles:torch:launch', the
+# with a summary table of the speed vs SDPA's best (target >= 0.9): the default 'pipelined:tiles:torch:launch', the
 # 'overlap' program (the softmax of one key tile while the P·V product of the previous one runs) on the 'heads' grid
-# with the tile counts made by one 'kernel' (the key's default since the twelfth session), the same writing the
-# caches from its producer warpgroup ('attention': no cache-write launch; with either tile count), and the
-# 'persistent' grid (one program an SM taking the heads grid's programs as work items, the next item's loads under
-# the current one's end; issue 21's candidates for the paged B=4 rows; last, so that a hang there leaves the
-# others' numbers). ATTNPRE_SETTINGS overrides.
-# Then the prefill GPU tests of the settings PREFILL_TEST_SETTINGS names (default: the default setting and the
-# persistent grid; all four need more than 240 s of compiling), their kernels compiled concurrently first.
-# The bench goes first so its numbers come back even if the tests run long; its builds fill TileLang's cache
+# with the tile counts made by one 'kernel', and the same writing the caches from its producer warpgroup
+# ('attention': no cache-write launch; issue 21's candidate for the paged B=4 rows). ATTNPRE_SETTINGS overrides.
+# Then the prefill GPU tests of the settings PREFILL_TEST_SETTINGS names (default: the default setting; all three
+# need more than 240 s of compiling), their kernels compiled concurrently first. The bench goes first so its numbers come back even if the tests run long; its builds fill TileLang's cache
 # for the tests' Qwen3-Next keys. ATTNPRE_TEST_S (default 240) bounds the tests. About 7 minutes.
 timeout -s INT -k 10 ${ATTNPRE_BENCH_S:-180} python3 -u backends/cuda/bench/attention_bench.py --no-decode --reps 50 \
-    --settings "${ATTNPRE_SETTINGS:-pipelined:tiles:torch:launch,overlap:heads:kernel:launch,overlap:heads:torch:attention,overlap:heads:kernel:attention,overlap:persistent:kernel:launch}" \
+    --settings "${ATTNPRE_SETTINGS:-pipelined:tiles:torch:launch,overlap:heads:kernel:launch,overlap:heads:torch:attention,overlap:heads:kernel:attention}" \
     --json "$out/attnpre_bench.json" > "$out/attnpre_bench.log" 2>&1
 grep -E "FAILED|Error" "$out/attnpre_bench.log" | head -6
 # The summary, or (a setting that hung or crashed ends the bench early) what was measured before.
@@ -22,7 +18,7 @@ else grep -E "TFLOP/s|sdpa " "$out/attnpre_bench.log" | tail -24; fi
 el attnpre-tests
 # --durations: the first test's setup is the concurrent prebuild; faulthandler: a test past 120 s (a hung kernel, not
 # a compile: every kernel is built before the first test) prints its stack.
-PREFILL_TEST_SETTINGS=${PREFILL_TEST_SETTINGS:-default,persistent} timeout -s INT -k 10 ${ATTNPRE_TEST_S:-240} python3 -m pytest -v -p no:cacheprovider --durations=12 \
+PREFILL_TEST_SETTINGS=${PREFILL_TEST_SETTINGS:-default} timeout -s INT -k 10 ${ATTNPRE_TEST_S:-240} python3 -m pytest -v -p no:cacheprovider --durations=12 \
     -o faulthandler_timeout=120 backends/cuda/tests/test_attention_prefill_gpu.py > "$out/attnpre_tests.log" 2>&1
 grep -c PASSED "$out/attnpre_tests.log" | sed 's/^/  passed: /'
 grep -E "FAILED|ERROR|[0-9]+ (passed|failed)" "$out/attnpre_tests.log" | sed -E 's/.*:://' | tail -14

@@ -90,10 +90,6 @@ _IDS = ["qwen-contiguous", "qwen-paged-int64", "gqa8-fp16-d128", "mha-d48"]
 _WRITING_KEYS = [dataclasses.replace(key, grid="heads", cache_write="attention") for key in _OVERLAP_KEYS[:2]]
 
 
-#: The persistent grid's keys (issue 21's candidate): the overlap program's.
-_PERSISTENT_KEYS = [dataclasses.replace(key, grid="persistent", tile_counts="kernel") for key in _OVERLAP_KEYS]
-
-
 def _overlap_source(key: PrefillBuildKey) -> str:
     return _source(prefill_attention_overlap_program(key, prefill_tiling(key)))
 
@@ -148,11 +144,8 @@ def test_only_the_overlap_program_writes_the_caches_itself():
 
 
 def test_the_settings_are_every_combination_of_the_four_choices_but_the_pipelined_program_writing_caches():
-    # The pipelined program neither writes the caches nor runs on the persistent grid; the persistent grid
-    # writes no caches.
-    assert len(PREFILL_SETTINGS) == 2 * 3 * 2 * 2 - (3 * 2 * 2 - 2 * 2) - 2
+    assert len(PREFILL_SETTINGS) == 2 * 2 * 2 * 2 - 2 * 2
     assert {s["cache_write"] for s in PREFILL_SETTINGS if s["program"] == "pipelined"} == {"launch"}
-    assert {s["grid"] for s in PREFILL_SETTINGS if s["program"] == "pipelined"} == {"tiles", "heads"}
     assert PREFILL_SETTINGS[0] == {"program": "pipelined", "grid": "tiles", "tile_counts": "torch", "cache_write": "launch"}
 
 
@@ -170,7 +163,7 @@ def test_the_producer_warpgroup_writes_the_caches_after_issuing_its_loads(key):
 def test_an_unknown_prefill_grid_order_is_refused_with_the_choices():
     with pytest.raises(ValueError) as info:
         PrefillBuildKey("bfloat16", 16, 2, 256, grid="sequences")
-    assert str(info.value) == "PrefillBuildKey.grid='sequences' is not one of ('tiles', 'heads', 'persistent')"
+    assert str(info.value) == "PrefillBuildKey.grid='sequences' is not one of ('tiles', 'heads')"
 
 
 @pytest.mark.parametrize("program", list(PREFILL_PROGRAMS))
@@ -208,39 +201,5 @@ def _ptxas_report(source: str, tmp_path: pathlib.Path) -> str:
 def test_ptxas_keeps_the_overlap_programs_products_asynchronous_and_spills_nothing(key, tmp_path):
     report = _ptxas_report(_overlap_source(key), tmp_path)
     # C7514/C7517: ptxas serialised the wgmma or injected a wait (an accumulator read in flight).
-    assert "C7514" not in report and "C7517" not in report, report
-    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
-
-
-def test_only_the_overlap_program_runs_on_the_persistent_grid():
-    with pytest.raises(ValueError) as info:
-        PrefillBuildKey("bfloat16", 16, 2, 256, grid="persistent")
-    assert str(info.value) == ("PrefillBuildKey.grid='persistent' needs program='overlap' (its producer warpgroup "
-                               "loads the next work item while the consumers finish one), not program='pipelined'; "
-                               "use grid='heads'")
-
-
-def test_the_persistent_grid_leaves_the_caches_to_their_own_launch():
-    with pytest.raises(ValueError) as info:
-        PrefillBuildKey("bfloat16", 16, 2, 256, program="overlap", grid="persistent", cache_write="attention")
-    assert str(info.value) == ("PrefillBuildKey.grid='persistent' writes no caches from the attention (its producer "
-                               "warpgroup's item loop beside the cache writer spills registers); use "
-                               "cache_write='launch', or grid='heads' to keep cache_write='attention'")
-
-
-@pytest.mark.parametrize("key", _PERSISTENT_KEYS, ids=_IDS)
-def test_the_persistent_program_takes_work_items_until_the_queue_is_empty_then_resets_it(key):
-    source = _overlap_source(key)
-    assert re.search(r"__launch_bounds__\(384, 1\) prefill_attention_persistent_kernel\(.*int programs", source)
-    assert "blockIdx" not in source  # no program derives its work from its place in the grid
-    producer = source[source.index("warpgroup_reg_dealloc<24>") : source.index("warpgroup_reg_alloc<240>")]
-    take, loads = producer.index("AtomicAddRet((&(sched[0])), 1)"), producer.index("tma_load(key_new_desc")
-    assert take < loads < producer.index("tma_load(query_desc") < producer.rindex("AtomicAddRet((&(sched[1])), 1, 4)")
-    assert source.count("AtomicAddRet") == 2  # the take and the retire, both in the producer's thread 0
-
-
-@pytest.mark.parametrize("key", _PERSISTENT_KEYS[:2], ids=_IDS[:2])
-def test_ptxas_compiles_the_persistent_program_with_asynchronous_products_and_no_spills(key, tmp_path):
-    report = _ptxas_report(_overlap_source(key), tmp_path)
     assert "C7514" not in report and "C7517" not in report, report
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report

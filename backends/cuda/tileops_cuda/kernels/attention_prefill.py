@@ -39,11 +39,8 @@ CACHE_TOKENS, CACHE_THREADS = 16, 256
 PREFILL_PROGRAMS = {"pipelined": prefill_attention_program, "overlap": prefill_attention_overlap_program}
 
 #: The attention grid's orders a key can name: ``tiles`` (query tiles the fastest axis; the
-#: default), ``heads`` (the heads of one query tile launched together; issue 21's candidate) or
-#: ``persistent`` (about one program an SM, each taking the heads grid's programs as work items from
-#: a queue, its producer loading the next item while the consumers finish the current one: the
-#: per-program fixed cost overlaps; only the ``overlap`` program, the caches written by their own launch).
-PREFILL_GRIDS = ("tiles", "heads", "persistent")
+#: default) or ``heads`` (the heads of one query tile launched together; issue 21's candidate).
+PREFILL_GRIDS = ("tiles", "heads")
 
 #: Who makes the attention's per-sequence tile prefix sums: ``torch`` (about eight small torch
 #: kernels; the default) or ``kernel`` (one TileLang launch, issue 21's candidate).
@@ -62,9 +59,7 @@ class PrefillBuildKey:
     ``program`` is one of :data:`PREFILL_PROGRAMS` and ``grid`` one of :data:`PREFILL_GRIDS` (the
     attention's; the cache write is the same for all); ``tile_counts`` one of
     :data:`PREFILL_TILE_COUNTS` (the launcher's); ``cache_write`` one of :data:`PREFILL_CACHE_WRITES`
-    (``attention`` only with the ``overlap`` program, whose producer warpgroup writes the rows); the
-    ``persistent`` grid is also the ``overlap`` program's alone, with ``cache_write="launch"`` (its size is
-    the launcher's: the device's SM count, never B or T)."""
+    (``attention`` only with the ``overlap`` program, whose producer warpgroup writes the rows)."""
 
     dtype: str
     num_q_heads: int
@@ -91,14 +86,6 @@ class PrefillBuildKey:
             raise ValueError(f"PrefillBuildKey.tile_counts={self.tile_counts!r} is not one of {PREFILL_TILE_COUNTS}")
         if self.cache_write not in PREFILL_CACHE_WRITES:
             raise ValueError(f"PrefillBuildKey.cache_write={self.cache_write!r} is not one of {PREFILL_CACHE_WRITES}")
-        if self.grid == "persistent" and self.program != "overlap":
-            raise ValueError(f"PrefillBuildKey.grid='persistent' needs program='overlap' (its producer warpgroup "
-                             f"loads the next work item while the consumers finish one), not program={self.program!r}; "
-                             f"use grid='heads'")
-        if self.grid == "persistent" and self.cache_write == "attention":
-            raise ValueError("PrefillBuildKey.grid='persistent' writes no caches from the attention (its producer "
-                             "warpgroup's item loop beside the cache writer spills registers); use "
-                             "cache_write='launch', or grid='heads' to keep cache_write='attention'")
         if self.cache_write == "attention" and self.program != "overlap":
             raise ValueError(f"PrefillBuildKey.cache_write='attention' needs program='overlap' (its producer warpgroup "
                              f"writes the cache rows), not program={self.program!r}; use cache_write='launch'")
@@ -112,7 +99,7 @@ def _accepted_settings() -> tuple[dict[str, str], ...]:
                                                           PREFILL_CACHE_WRITES):
         try:
             PrefillBuildKey("bfloat16", 16, 2, 256, program=program, grid=grid, tile_counts=counts, cache_write=write)
-        except ValueError:  # a combination the key refuses (the pipelined program writing the caches, ...)
+        except ValueError:  # a combination the key refuses (the pipelined program writing the caches)
             continue
         accepted.append({"program": program, "grid": grid, "tile_counts": counts, "cache_write": write})
     return tuple(accepted)
@@ -169,7 +156,6 @@ def _make_run(key: PrefillBuildKey, attention_fn: Callable[..., Any], cache_fn: 
 
     D, NQ, NKV = key.head_dim, key.num_q_heads, key.num_kv_heads
     tiling = default_tiling(key)
-    persistent = key.grid == "persistent"
     dummies: dict[Any, Any] = {}
 
     def dummy_slots(device: Any) -> Any:
@@ -177,22 +163,6 @@ def _make_run(key: PrefillBuildKey, attention_fn: Callable[..., Any], cache_fn: 
         if t is None:
             t = dummies[device] = torch.zeros((1,), dtype=torch.int32, device=device)
         return t
-
-    queues: dict[Any, Any] = {}
-    sm_counts: dict[Any, int] = {}
-
-    def persistent_grid(device: Any, items: int) -> tuple[Any, int]:
-        """The persistent program's work queue (two int32 the program leaves zeroed, one a stream:
-        launches on one stream never overlap) and its number of programs: one an SM (a program
-        takes ~193 KiB of shared memory), fewer when there are fewer items."""
-        stream = torch.cuda.current_stream(device).cuda_stream
-        sched = queues.get((device, stream))
-        if sched is None:
-            sched = queues[(device, stream)] = torch.zeros((2,), dtype=torch.int32, device=device)
-        sms = sm_counts.get(device)
-        if sms is None:
-            sms = sm_counts[device] = torch.cuda.get_device_properties(device).multi_processor_count
-        return sched, min(sms, items)
 
     def attention_prefill(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cu_seqlens: Any,
                           slot_mapping: Any, scale: Any, out: Any = None) -> Any:
@@ -220,14 +190,11 @@ def _make_run(key: PrefillBuildKey, attention_fn: Callable[..., Any], cache_fn: 
             else:
                 tile_cu = torch.empty((B + 1,), dtype=torch.int32, device=cu.device)
                 tiles_fn(cu, tile_cu)
-            # The persistent grid's queue and size follow the heads grid's programs (its work items).
-            queue = () if not persistent else persistent_grid(
-                query.device, (-(-T // tiling.block_m) + B - 1) * NQ)
             if cache_fn is None:
                 attention_fn(q, k, v, cu, tile_cu, slots, kc.flat, vc.flat, out, key_cache.shape[1], scale_log2,
                              B.bit_length())
             else:
-                attention_fn(q, k, v, cu, tile_cu, out, scale_log2, B.bit_length(), *queue)
+                attention_fn(q, k, v, cu, tile_cu, out, scale_log2, B.bit_length())
         kc.write_back()
         vc.write_back()
         return out

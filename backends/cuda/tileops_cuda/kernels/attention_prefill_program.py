@@ -27,11 +27,6 @@ are visited last-first (the last tile of a sequence has the most key tiles).
 tile overlaps the P·V product of the previous one; the build key's ``program`` picks it.
 With the key's ``cache_write`` ``"attention"`` its producer warpgroup also does the cache write's
 job once its loads are issued (:func:`cache_rows_writer`), and the cache-write program is not launched.
-On the key's ``"persistent"`` grid (:func:`persistent_entry`) about one overlap program an SM takes the
-heads grid's programs as work items from a queue: its producer takes the next item and loads its first
-key/value tiles while the consumers finish the current one, and each consumer warpgroup's next query
-rows as soon as it has written its output, so what a program pays once (its start, its first loads)
-is paid once a launch and an SM.
 
 tilelang is imported inside the builders, never at module import.
 """
@@ -247,35 +242,6 @@ def causal_scaled_scores(rows: int, cols: int) -> Any:
     return causal
 
 
-def query_tile_locator(tiling: "PrefillTiling", tokens: Any) -> Any:
-    """The TileLang macro ``locate(cu_seqlens, tile_cu, nbits, bx) -> (b, start, length, q0, tiles)``
-    (``tokens``: the PrimFunc's T): the query tile of the grid's tile index ``bx`` (tiles numbered
-    across sequences, visited last-first: the last tile of a sequence has the most key tiles; the
-    grid has room for every sequence's partial tile): its sequence ``b``, the sequence's first token
-    and length (0 past ``tile_cu[B]``), the tile's first row ``q0`` and its key tiles (0: nothing to
-    attend)."""
-    import tilelang.language as T
-
-    i32, BM, BN = "int32", tiling.block_m, tiling.block_n
-    search = last_at_or_below()
-
-    @T.macro
-    def locate(cu_seqlens: Any, tile_cu: Any, nbits: Any, bx: Any):
-        BM1 = cu_seqlens.shape[0]
-        found = T.alloc_local((1,), i32)
-        step = T.alloc_local((1,), i32)
-        g = T.ceildiv(tokens, BM) + BM1 - 2 - bx
-        search(tile_cu, BM1 - 1, g, nbits, found, step)
-        b = found[0]
-        start = T.cast(cu_seqlens[b], i32)
-        length = T.if_then_else(g < tile_cu[BM1 - 1], T.cast(cu_seqlens[b + 1], i32) - start, 0)
-        q0 = (g - tile_cu[b]) * BM
-        tiles = T.if_then_else(q0 < length, T.ceildiv(T.min(q0 + BM, length), BN), 0)
-        return b, start, length, q0, tiles
-
-    return locate
-
-
 def _grid(heads_first: bool, tiles: Any, heads: Any) -> tuple[Any, Any]:
     """The grid's (x, y) axes from (query tiles, heads), or back: x varies fastest, so with
     ``heads_first`` the heads of one query tile are launched together."""
@@ -302,14 +268,24 @@ def attention_entry(key: "PrefillBuildKey", tiling: "PrefillTiling", threads: in
     NQ, NKV, D = key.num_q_heads, key.num_kv_heads, key.head_dim
     BM, BN = tiling.block_m, tiling.block_n
     Tn, BM1, NL, NS = T.dynamic("T"), T.dynamic("BM1"), T.dynamic("NL"), T.dynamic("NS")
-    locate = query_tile_locator(tiling, Tn)
+    search = last_at_or_below()
 
     heads_first = key.grid == "heads"
 
     @T.macro
     def tile(query: Any, key_new: Any, value_new: Any, cu_seqlens: Any, tile_cu: Any, out: Any, scale_log2: Any,
              nbits: Any, bx: Any, hq: Any, cache: Any):
-        b, start, length, q0, tiles = locate(cu_seqlens, tile_cu, nbits, bx)
+        found = T.alloc_local((1,), i32)
+        step = T.alloc_local((1,), i32)
+        # Query tiles numbered across sequences, visited last-first (the last tile of a
+        # sequence has the most key tiles); the grid has room for every sequence's partial tile.
+        g = T.ceildiv(Tn, BM) + BM1 - 2 - bx
+        search(tile_cu, BM1 - 1, g, nbits, found, step)
+        b = found[0]
+        start = T.cast(cu_seqlens[b], i32)
+        length = T.if_then_else(g < tile_cu[BM1 - 1], T.cast(cu_seqlens[b + 1], i32) - start, 0)
+        q0 = (g - tile_cu[b]) * BM
+        tiles = T.if_then_else(q0 < length, T.ceildiv(T.min(q0 + BM, length), BN), 0)
         body(query, key_new, value_new, out, scale_log2, hq, hq // (NQ // NKV), start, length, q0, tiles, b, bx,
              cache)
 
@@ -353,79 +329,6 @@ def attention_entry(key: "PrefillBuildKey", tiling: "PrefillTiling", threads: in
             tile(query, key_new, value_new, cu_seqlens, tile_cu, out, scale_log2, nbits, bx, hq, ())
 
     return prefill_attention
-
-
-class WorkQueue:
-    """The persistent grid's work as one launch's programs see it (:func:`persistent_entry`):
-    ``items`` (the heads grid's programs: ``ceil(T / BM) + B - 1`` query tiles by ``NQ`` heads), the
-    macros ``take() -> w`` (the next item, from a counter every program of the launch draws from; ``w
-    >= items``: none left), ``item(w) -> (hq, h, start, length, q0, tiles, b, bx)`` (what the heads
-    grid's program ``w`` gets) and ``retire()`` (once per program, after its last ``take``)."""
-
-    def __init__(self, items: Any, take: Any, item: Any, retire: Any) -> None:
-        self.items, self.take, self.item, self.retire = items, take, item, retire
-
-
-def persistent_entry(key: "PrefillBuildKey", tiling: "PrefillTiling", threads: int, body: Any) -> Any:
-    """The attention PrimFunc of the ``"persistent"`` grid: :func:`attention_entry`'s parameters
-    (``cache_write="launch"``'s: this grid writes no caches), then ``sched`` (two int32, zeros before
-    the launch: the item counter and the count of programs that found it exhausted; the last of those
-    zeros both again, so the launcher allocates it once) and ``programs``, the grid's size (about one
-    program an SM, from the launcher: never from B or T). Each program runs the macro ``body(query,
-    key, value, out, scale_log2, queue)`` once, drawing items from ``queue`` (a :class:`WorkQueue`)
-    until none are left: the heads grid's programs in its launch order, each taken by whichever
-    program frees up first (the causal tiles' costs differ, so a fixed share each would leave SMs
-    idle)."""
-    import functools
-
-    import tilelang.language as T
-
-    dt, i32 = key.dtype, "int32"
-    NQ, NKV, D = key.num_q_heads, key.num_kv_heads, key.head_dim
-    Tn, BM1 = T.dynamic("T"), T.dynamic("BM1")
-    locate = query_tile_locator(tiling, Tn)
-
-    @T.macro
-    def item(cu_seqlens: Any, tile_cu: Any, nbits: Any, w: Any):
-        bx = w // NQ
-        hq = w % NQ
-        b, start, length, q0, tiles = locate(cu_seqlens, tile_cu, nbits, bx)
-        return hq, hq // (NQ // NKV), start, length, q0, tiles, b, bx
-
-    @T.macro
-    def take(sched: Any):
-        return T.atomic_add(sched[0], 1, return_prev=True)
-
-    @T.macro
-    def retire(sched: Any, programs: Any):
-        # acq_rel: the last program's reset follows every program's last take.
-        done = T.atomic_add(sched[1], 1, memory_order="acq_rel", return_prev=True)
-        if done == programs - 1:
-            sched[0] = 0
-            sched[1] = 0
-
-    def queue(cu_seqlens: Any, tile_cu: Any, nbits: Any, sched: Any, programs: Any) -> WorkQueue:
-        items = (T.ceildiv(Tn, tiling.block_m) + BM1 - 1) * NQ
-        return WorkQueue(items, functools.partial(take, sched), functools.partial(item, cu_seqlens, tile_cu, nbits),
-                         functools.partial(retire, sched, programs))
-
-    @T.prim_func
-    def prefill_attention_persistent(
-        query: T.Tensor((Tn, NQ, D), dt),
-        key_new: T.Tensor((Tn, NKV, D), dt),
-        value_new: T.Tensor((Tn, NKV, D), dt),
-        cu_seqlens: T.Tensor((BM1,), key.cu_dtype),
-        tile_cu: T.Tensor((BM1,), i32),
-        out: T.Tensor((Tn, NQ, D), dt),
-        scale_log2: T.float32,
-        nbits: T.int32,
-        sched: T.Tensor((2,), i32),
-        programs: T.int32,
-    ):
-        with T.Kernel(programs, threads=threads):
-            body(query, key_new, value_new, out, scale_log2, queue(cu_seqlens, tile_cu, nbits, sched, programs))
-
-    return prefill_attention_persistent
 
 
 def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:
@@ -480,12 +383,6 @@ def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -
     return attention_entry(key, tiling, tiling.threads, pipelined)
 
 
-def _ring_index(ring: Any, j: Any) -> Any:
-    """Key tile ``j`` of the current query tile's place in the overlap program's K/V ring: ``j``
-    itself, or after the ``ring`` tiles a persistent program streamed for its earlier items."""
-    return j if ring is None else ring + j
-
-
 def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:  # noqa: C901
     """The attention PrimFunc with its pipeline written out (same parameters, grid and
     semantics as :func:`prefill_attention_program`): warpgroup 0 loads (TMA), warpgroups 1
@@ -515,119 +412,90 @@ def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTi
     softmax_statistics = online_softmax_statistics(WM, BN)
     causal_scores = causal_scaled_scores(WM, BN)
 
-    # ``ring``: None, or (the persistent grid) the key tiles this program streamed before the
-    # current item: the K/V stages and their barriers' phases follow the program's tile count.
     @T.macro
-    def scores(wg: int, j: Any, q_s: Any, k_s: Any, k_full: Any, acc_s: Any, ring: Any):
+    def scores(wg: int, j: Any, q_s: Any, k_s: Any, k_full: Any, acc_s: Any):
         """Issue ``S_j = Q·K_jᵀ`` (asynchronous; nothing waits here)."""
-        T.barrier_wait(k_full[_ring_index(ring, j) % S], (_ring_index(ring, j) // S) & 1)
-        T.wgmma_gemm(q_s, k_s[_ring_index(ring, j) % S, :, :], acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow,
+        T.barrier_wait(k_full[j % S], (j // S) & 1)
+        T.wgmma_gemm(q_s, k_s[j % S, :, :], acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow,
                      clear_accum=True)
 
     @T.macro
     def statistics(wg: int, j: Any, k_empty: Any, acc_s: Any, m_cur: Any, m_prev: Any, rescale: Any, row_sum: Any,
-                   l_sum: Any, r0: Any, length: Any, scale_log2: Any, ring: Any):
+                   l_sum: Any, r0: Any, length: Any, scale_log2: Any):
         """After ``S_j`` landed: free its K stage, mask and scale it, update the running maximum
         and sum; ``acc_s`` ends as the float32 probabilities (the accumulator is not touched)."""
         T.warpgroup_fence_operand(acc_s, num_regs=WM * BN // 128)
         if T.get_thread_binding() % 32 == 0:
-            T.mbarrier_arrive(k_empty[_ring_index(ring, j) % S])
+            T.mbarrier_arrive(k_empty[j % S])
         causal_scores(acc_s, j * BN, r0, length, scale_log2)
         softmax_statistics(acc_s, m_cur, m_prev, rescale, row_sum, l_sum)
 
     @T.macro
-    def values(j: Any, v_s: Any, v_full: Any, acc_p: Any, acc_o: Any, ring: Any):
+    def values(j: Any, v_s: Any, v_full: Any, acc_p: Any, acc_o: Any):
         """Issue ``O += P_j·V_j`` (asynchronous)."""
-        T.barrier_wait(v_full[_ring_index(ring, j) % S], (_ring_index(ring, j) // S) & 1)
-        T.wgmma_gemm(acc_p, v_s[_ring_index(ring, j) % S, :, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
+        T.barrier_wait(v_full[j % S], (j // S) & 1)
+        T.wgmma_gemm(acc_p, v_s[j % S, :, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
 
     @T.macro
-    def values_done(j: Any, v_empty: Any, acc_o: Any, ring: Any):
+    def values_done(j: Any, v_empty: Any, acc_o: Any):
         T.warpgroup_fence_operand(acc_o, num_regs=WM * D // 128)
         if T.get_thread_binding() % 32 == 0:
-            T.mbarrier_arrive(v_empty[_ring_index(ring, j) % S])
+            T.mbarrier_arrive(v_empty[j % S])
 
     @T.macro
     def consumer(wg: int, q_s: Any, k_s: Any, v_s: Any, q_full: Any, k_full: Any, k_empty: Any, v_full: Any,
                  v_empty: Any, acc_s: Any, acc_p: Any, acc_o: Any, m_cur: Any, m_prev: Any, rescale: Any,
                  row_sum: Any, l_sum: Any, out: Any, start: Any, length: Any, q0: Any, hq: Any, tiles: Any,
-                 scale_log2: Any, ring: Any, q_slot: int, q_phase: Any, q_empty: Any):
+                 scale_log2: Any):
         """One consumer warpgroup's rows: tile 0, the overlapped steady state (straight-line, so
-        ptxas keeps the products asynchronous), its last P·V product, the output. With a ``ring``
-        (the persistent grid) its query rows wait on ``q_full[q_slot]``'s phase ``q_phase`` and are
-        handed back through ``q_empty[q_slot]`` once the output (staged in them) is written."""
-        if ring is None:  # a persistent program raises its registers once, before its items
-            T.inc_max_nreg(240)
+        ptxas keeps the products asynchronous), its last P·V product, the output."""
+        T.inc_max_nreg(240)
         r0 = q0 + wg * WM  # this warpgroup's first query row
         # Key tiles with a key at or before one of this warpgroup's rows: the first warpgroup skips the
         # program's last tile when it lies wholly after its rows (every score masked). Its stage is never
         # refilled (the producer waits on an empty barrier only for a tile ``stages`` later), so the
-        # other warpgroup alone releasing it deadlocks nothing; a persistent program refills it, so there
-        # the skipped tile is waited for and released unread.
+        # other warpgroup alone releasing it deadlocks nothing.
         mine = T.min(tiles, T.ceildiv(r0 + WM, BN))
         if tiles > 0:
             T.fill(acc_o, 0)
             T.fill(l_sum, 0)
             T.fill(m_cur, NEG)
-            T.barrier_wait(q_full[q_slot], q_phase)
-            scores(wg, 0, q_s, k_s, k_full, acc_s, ring)
+            T.barrier_wait(q_full[0], 0)
+            scores(wg, 0, q_s, k_s, k_full, acc_s)
             T.wait_wgmma(0)
-            statistics(wg, 0, k_empty, acc_s, m_cur, m_prev, rescale, row_sum, l_sum, r0, length, scale_log2, ring)
+            statistics(wg, 0, k_empty, acc_s, m_cur, m_prev, rescale, row_sum, l_sum, r0, length, scale_log2)
             T.copy(acc_s, acc_p)
             for j in T.serial(1, mine):
-                scores(wg, j, q_s, k_s, k_full, acc_s, ring)
-                values(j - 1, v_s, v_full, acc_p, acc_o, ring)
+                scores(wg, j, q_s, k_s, k_full, acc_s)
+                values(j - 1, v_s, v_full, acc_p, acc_o)
                 T.wait_wgmma(1)
-                statistics(wg, j, k_empty, acc_s, m_cur, m_prev, rescale, row_sum, l_sum, r0, length, scale_log2,
-                           ring)
+                statistics(wg, j, k_empty, acc_s, m_cur, m_prev, rescale, row_sum, l_sum, r0, length, scale_log2)
                 T.wait_wgmma(0)
-                values_done(j - 1, v_empty, acc_o, ring)
+                values_done(j - 1, v_empty, acc_o)
                 for i, d in T.Parallel(WM, D):
                     acc_o[i, d] *= rescale[i]
                 T.copy(acc_s, acc_p)
             last = mine - 1
-            T.barrier_wait(v_full[_ring_index(ring, last) % S], (_ring_index(ring, last) // S) & 1)
+            T.barrier_wait(v_full[last % S], (last // S) & 1)
             if last * BN + BN > length:  # the end tile: value rows past the end become zeros
                 for i, d in T.Parallel(BN, D):
                     if last * BN + i >= length:
-                        v_s[_ring_index(ring, last) % S, i, d] = T.cast(0, dt)
+                        v_s[last % S, i, d] = T.cast(0, dt)
                 T.fence_proxy_async()
                 T.sync_threads(barrier_id=1 + wg, arrive_count=128)
-            T.wgmma_gemm(acc_p, v_s[_ring_index(ring, last) % S, :, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
+            T.wgmma_gemm(acc_p, v_s[last % S, :, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
             T.wait_wgmma(0)
-            values_done(last, v_empty, acc_o, ring)
-            if ring is not None:
-                for j in T.serial(mine, tiles):
-                    T.barrier_wait(k_full[(ring + j) % S], ((ring + j) // S) & 1)
-                    T.barrier_wait(v_full[(ring + j) % S], ((ring + j) // S) & 1)
-                    if T.get_thread_binding() % 32 == 0:
-                        T.mbarrier_arrive(k_empty[(ring + j) % S])
-                        T.mbarrier_arrive(v_empty[(ring + j) % S])
+            values_done(last, v_empty, acc_o)
             for i, d in T.Parallel(WM, D):
                 q_s[i, d] = T.cast(acc_o[i, d] / l_sum[i], dt)
             T.sync_threads(barrier_id=1 + wg, arrive_count=128)
             for i, d in T.Parallel(WM, D):
                 if r0 + i < length:
                     out[start + r0 + i, hq, d] = q_s[i, d]
-            if ring is not None:  # the next item's query rows may land here (the bulk copy: the async proxy)
-                T.fence_proxy_async()
-                T.mbarrier_arrive(q_empty[q_slot])
 
     @T.macro
-    def load_tile(j: Any, ring: Any, key_new: Any, value_new: Any, start: Any, h: Any, k_s: Any, v_s: Any,
-                  k_full: Any, k_empty: Any, v_full: Any, v_empty: Any):
-        """The producer's loads of key tile ``j`` into its ring stage, each once the stage is free."""
-        slot = _ring_index(ring, j) % S
-        T.barrier_wait(k_empty[slot], ((_ring_index(ring, j) // S) & 1) ^ 1)
-        T.tma_copy(key_new[start + j * BN : start + j * BN + BN, h, :], k_s[slot, :, :], barrier=k_full[slot])
-        T.barrier_arrive(k_full[slot])
-        T.barrier_wait(v_empty[slot], ((_ring_index(ring, j) // S) & 1) ^ 1)
-        T.tma_copy(value_new[start + j * BN : start + j * BN + BN, h, :], v_s[slot, :, :], barrier=v_full[slot])
-        T.barrier_arrive(v_full[slot])
-
-    @T.macro
-    def tiles_and_fragments():
-        """The query tile (each consumer warpgroup's half), the K/V ring and the consumers' fragments."""
+    def overlap(query: Any, key_new: Any, value_new: Any, out: Any, scale_log2: Any, hq: Any, h: Any, start: Any,
+                length: Any, q0: Any, tiles: Any, b: Any, bx: Any, cache: Any):
         q_s0 = T.alloc_shared((WM, D), dt)
         q_s1 = T.alloc_shared((WM, D), dt)
         k_s = T.alloc_shared((S, BN, D), dt)
@@ -642,24 +510,13 @@ def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTi
         acc_o1 = T.alloc_fragment((WM, D), f32)
         stats0 = [T.alloc_fragment((WM,), f32) for _ in range(5)]
         stats1 = [T.alloc_fragment((WM,), f32) for _ in range(5)]
-        return q_s0, q_s1, k_s, v_s, acc_s0, acc_p0, acc_o0, acc_s1, acc_p1, acc_o1, stats0, stats1
-
-    @T.macro
-    def ring_barriers():
-        """The K/V ring's barriers: full, the producer's 128 threads arrive (and the bytes land);
-        empty, lane 0 of each consumer warp arrives when its products no longer read the stage."""
+        # full: the producer's 128 threads arrive (and the bytes land); empty: lane 0 of each
+        # consumer warp arrives when its products no longer read the stage.
+        q_full = T.alloc_barrier([128])
         k_full = T.alloc_barrier([128] * S)
         k_empty = T.alloc_barrier([CONSUMER_WARPS] * S)
         v_full = T.alloc_barrier([128] * S)
         v_empty = T.alloc_barrier([CONSUMER_WARPS] * S)
-        return k_full, k_empty, v_full, v_empty
-
-    @T.macro
-    def overlap(query: Any, key_new: Any, value_new: Any, out: Any, scale_log2: Any, hq: Any, h: Any, start: Any,
-                length: Any, q0: Any, tiles: Any, b: Any, bx: Any, cache: Any):
-        q_s0, q_s1, k_s, v_s, acc_s0, acc_p0, acc_o0, acc_s1, acc_p1, acc_o1, stats0, stats1 = tiles_and_fragments()
-        q_full = T.alloc_barrier([128])  # the producer's 128 threads arrive (and the bytes land)
-        k_full, k_empty, v_full, v_empty = ring_barriers()
 
         tx = T.get_thread_binding()
         if tx < 128:
@@ -669,103 +526,22 @@ def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTi
                 T.tma_copy(query[start + q0 + WM : start + q0 + BM, hq, :], q_s1, barrier=q_full[0])
                 T.barrier_arrive(q_full[0])
             for j in T.serial(tiles):
-                load_tile(j, None, key_new, value_new, start, h, k_s, v_s, k_full, k_empty, v_full, v_empty)
+                slot = j % S
+                T.barrier_wait(k_empty[slot], ((j // S) & 1) ^ 1)
+                T.tma_copy(key_new[start + j * BN : start + j * BN + BN, h, :], k_s[slot, :, :], barrier=k_full[slot])
+                T.barrier_arrive(k_full[slot])
+                T.barrier_wait(v_empty[slot], ((j // S) & 1) ^ 1)
+                T.tma_copy(value_new[start + j * BN : start + j * BN + BN, h, :], v_s[slot, :, :],
+                           barrier=v_full[slot])
+                T.barrier_arrive(v_full[slot])
             if writes_caches:  # the loads are issued: the idle producer writes this program's share of rows
                 write_caches(tx, key_new, value_new, out, hq, h, start, length, q0, b, bx, *cache)
         elif tx < 256:
             consumer(0, q_s0, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty, acc_s0, acc_p0, acc_o0, *stats0,
-                     out, start, length, q0, hq, tiles, scale_log2, None, 0, 0, None)
+                     out, start, length, q0, hq, tiles, scale_log2)
         else:
             consumer(1, q_s1, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty, acc_s1, acc_p1, acc_o1, *stats1,
-                     out, start, length, q0, hq, tiles, scale_log2, None, 0, 0, None)
+                     out, start, length, q0, hq, tiles, scale_log2)
 
-    if key.grid != "persistent":
-        # The consumers' threads and a producer warpgroup, as TileLang's automatic pipeline launches.
-        return attention_entry(key, tiling, tiling.threads + 128, overlap)
-
-    @T.macro
-    def next_item(item_s: Any, item_full: Any, item_empty: Any, taken: Any):
-        """The program's item number ``taken`` (its producer's thread 0 took it), once published;
-        lane 0 of each warp hands the slot back (4 producer and 8 consumer warps)."""
-        T.barrier_wait(item_full[taken % 2], (taken // 2) & 1)
-        w = item_s[taken % 2]
-        if T.get_thread_binding() % 32 == 0:
-            T.mbarrier_arrive(item_empty[taken % 2])
-        return w
-
-    @T.macro
-    def consumer_items(wg: int, queue: Any, item_s: Any, item_full: Any, item_empty: Any, q_s: Any, k_s: Any,
-                       v_s: Any, q_full: Any, q_empty: Any, k_full: Any, k_empty: Any, v_full: Any, v_empty: Any,
-                       acc_s: Any, acc_p: Any, acc_o: Any, stats: Any, out: Any, scale_log2: Any):
-        """A consumer warpgroup of a persistent program: its rows of each item the producer publishes."""
-        T.inc_max_nreg(240)
-        taken = T.alloc_var("int32", init=0)
-        ring = T.alloc_var("int32", init=0)
-        loaded = T.alloc_var("int32", init=0)
-        w = T.alloc_var("int32", init=0)
-        while w < queue.items:
-            w = next_item(item_s, item_full, item_empty, taken)
-            taken = taken + 1
-            if w < queue.items:
-                hq, h, start, length, q0, tiles, b, bx = queue.item(w)
-                consumer(wg, q_s, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty, acc_s, acc_p, acc_o, *stats,
-                         out, start, length, q0, hq, tiles, scale_log2, ring, wg, loaded & 1, q_empty)
-                if tiles > 0:
-                    ring = ring + tiles
-                    loaded = loaded + 1
-
-    @T.macro
-    def overlap_persistent(query: Any, key_new: Any, value_new: Any, out: Any, scale_log2: Any, queue: Any):
-        q_s0, q_s1, k_s, v_s, acc_s0, acc_p0, acc_o0, acc_s1, acc_p1, acc_o1, stats0, stats1 = tiles_and_fragments()
-        item_s = T.alloc_shared((2,), "int32")
-        # The query rows of each consumer warpgroup have barriers of their own: one warpgroup's next rows
-        # load as soon as it has written its output. An item slot is published by the producer's thread 0.
-        q_full = T.alloc_barrier([128, 128])
-        q_empty = T.alloc_barrier([128, 128])
-        k_full, k_empty, v_full, v_empty = ring_barriers()
-        item_full = T.alloc_barrier([1, 1])
-        item_empty = T.alloc_barrier([CONSUMER_WARPS + 4] * 2)
-
-        tx = T.get_thread_binding()
-        if tx < 128:
-            T.dec_max_nreg(24)
-            taken = T.alloc_var("int32", init=0)
-            ring = T.alloc_var("int32", init=0)
-            loaded = T.alloc_var("int32", init=0)
-            w = T.alloc_var("int32", init=0)
-            while w < queue.items:
-                if tx == 0:  # take the next item while the consumers finish the current one
-                    T.barrier_wait(item_empty[taken % 2], ((taken // 2) & 1) ^ 1)
-                    item_s[taken % 2] = queue.take()
-                    T.mbarrier_arrive(item_full[taken % 2])
-                w = next_item(item_s, item_full, item_empty, taken)
-                taken = taken + 1
-                if w < queue.items:
-                    hq, h, start, length, q0, tiles, b, bx = queue.item(w)
-                    if tiles > 0:
-                        # The first key tiles go into the stages the previous item frees first; its
-                        # query rows wait for the consumers' output of the previous item.
-                        for j in T.serial(T.min(S, tiles)):
-                            load_tile(j, ring, key_new, value_new, start, h, k_s, v_s, k_full, k_empty, v_full,
-                                      v_empty)
-                        T.barrier_wait(q_empty[0], (loaded & 1) ^ 1)
-                        T.tma_copy(query[start + q0 : start + q0 + WM, hq, :], q_s0, barrier=q_full[0])
-                        T.barrier_arrive(q_full[0])
-                        T.barrier_wait(q_empty[1], (loaded & 1) ^ 1)
-                        T.tma_copy(query[start + q0 + WM : start + q0 + BM, hq, :], q_s1, barrier=q_full[1])
-                        T.barrier_arrive(q_full[1])
-                        for j in T.serial(S, tiles):
-                            load_tile(j, ring, key_new, value_new, start, h, k_s, v_s, k_full, k_empty, v_full,
-                                      v_empty)
-                        ring = ring + tiles
-                        loaded = loaded + 1
-            if tx == 0:
-                queue.retire()
-        elif tx < 256:
-            consumer_items(0, queue, item_s, item_full, item_empty, q_s0, k_s, v_s, q_full, q_empty, k_full, k_empty,
-                           v_full, v_empty, acc_s0, acc_p0, acc_o0, stats0, out, scale_log2)
-        else:
-            consumer_items(1, queue, item_s, item_full, item_empty, q_s1, k_s, v_s, q_full, q_empty, k_full, k_empty,
-                           v_full, v_empty, acc_s1, acc_p1, acc_o1, stats1, out, scale_log2)
-
-    return persistent_entry(key, tiling, tiling.threads + 128, overlap_persistent)
+    # The consumers' threads and a producer warpgroup, as TileLang's automatic pipeline launches.
+    return attention_entry(key, tiling, tiling.threads + 128, overlap)
