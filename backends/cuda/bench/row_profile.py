@@ -1,0 +1,68 @@
+"""Workload rows launched once each through their ops, for Nsight Compute to read their counters.
+
+Timing says how long a row takes, not why: the conv kernels sit at 78-82% of the same-size copy
+whatever their block shape (NOTES.md, ninth and tenth sessions), and the attention prefill's paged
+B=4 rows at 0.65-0.87x of cuDNN while its contiguous rows reach 0.97-0.98x (twelfth session). This
+script runs each row of a set through its op (so the registered kernel and build key serve it),
+once untimed (build and first launch), then once inside an NVTX range named after the row;
+``benchmarks/gpu/s_ncuconv.sh`` and ``s_ncupre.sh`` profile exactly those ranges.
+
+    python3 row_profile.py {conv,prefill} [--rows LABEL,...] [--build-only]
+"""
+
+import argparse
+import importlib
+
+import torch
+
+from tileops_core import load_manifest
+from tileops_core.bench.workloads import instantiate
+from tileops_core.workloads import dtype_cases
+
+#: Set name -> (op, row label) of the rows it profiles.
+ROW_SETS = {
+    # Issue 17: the conv rows measured against the copy.
+    "conv": (
+        ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq"),
+        ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq"),
+        ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1"),
+        ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp"),
+    ),
+    # Issue 21: a paged B=4 prefill row beside the contiguous B=1 row of the same T (same programs, a
+    # quarter of the key-tile steps): what the paged row pays that the model of NOTES.md does not explain.
+    "prefill": (
+        ("AttentionPrefillFwdOp", "qwen3-next-paged-4k-b4"),
+        ("AttentionPrefillFwdOp", "qwen3-next-4k-b1"),
+    ),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("set", choices=sorted(ROW_SETS))
+    ap.add_argument("--rows", default=None, help="labels of the set's rows to run (default: all)")
+    ap.add_argument("--build-only", action="store_true")
+    args = ap.parse_args()
+    rows = ROW_SETS[args.set]
+    wanted = set(args.rows.split(",")) if args.rows else {label for _, label in rows}
+    manifest = load_manifest()
+    for op_name, label in rows:
+        if label not in wanted:
+            continue
+        spec = manifest[op_name]
+        module = importlib.import_module(spec.source["op"])
+        row = next(r for r in spec.workloads if r.label == label)
+        inst = instantiate(spec, row, dtype_cases(row)[0], device="cuda", rng=torch.Generator().manual_seed(17))
+        op = getattr(module, op_name)(**inst.op_kwargs)
+        op(**inst.inputs)
+        torch.cuda.synchronize()
+        if args.build_only:
+            continue
+        with torch.cuda.nvtx.range(label):
+            op(**inst.inputs)
+        torch.cuda.synchronize()
+        print("row", op_name, label, flush=True)
+
+
+if __name__ == "__main__":
+    main()
