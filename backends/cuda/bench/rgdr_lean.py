@@ -20,14 +20,14 @@ over ``--rounds``, beside a copy of the same bytes. One JSON line per measuremen
 import functools
 import json
 import statistics
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 
 from cuda_bench_common import experiment_args, report_rows, rgdr_key
 from rgdr_speculate import same_bits, time_row
-from rgdr_sweep import LEAN_CANDIDATES
+from rgdr_sweep import LEAN, LEAN_CANDIDATES
 
 from tileops_cuda.kernels._common import compile_many
-from tileops_cuda.kernels.rgdr import build_rgdr
+from tileops_cuda.kernels.rgdr import RGDRTiling, build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
 ROWS = {"bfloat16": [(128, 1), (256, 1), (128, 2), (256, 2), (128, 4), (256, 4)],
@@ -35,9 +35,8 @@ ROWS = {"bfloat16": [(128, 1), (256, 1), (128, 2), (256, 2), (128, 4), (256, 4)]
 
 
 def plain(tiling):
-    """The tiling without the candidate fields: the program whose bits a candidate must give."""
-    return replace(tiling, exact_tokens=False, unchecked_index=False, pingpong=False, flat_rows=False,
-                   reduce_rows="butterfly")  # fmt: skip
+    """The tiling with the candidate fields at their defaults: the program whose bits a candidate must give."""
+    return replace(tiling, **{f.name: f.default for f in fields(RGDRTiling) if f.name in LEAN})
 
 
 def main() -> None:
