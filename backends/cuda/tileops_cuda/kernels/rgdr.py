@@ -225,15 +225,20 @@ _STREAM_SMEM_LIMIT = 48 * 1024
 # short runs, average tokens per sequence up to which short runs, roles that speculate on
 # decode steps). Speculation on the H200 (bench/rgdr_speculate.py, NOTES.md): fp32 small 1.36x at
 # B=1, short 1.05x at B=32 and 1.005-1.008x at 128/256; bf16 small 1.35x at B=1 and 1.18x at B=8,
-# bf16 short 0.98-1.00x at B=32..256 (its twin spills under the 80-register cap), so bf16's short
-# stays plain (bf16's large serves only T_b > 4, never a decode step). fp32 large (B=8..31) timed
+# the former bf16 short (128, 16, 4, 6, True) 0.98-1.00x at B=32..256 (its twin spills under the 80-register
+# cap), so bf16's short stays plain (the lean one's twin is not measured) (bf16's large serves only T_b > 4, never a decode step). fp32 large (B=8..31) timed
 # 1.13x at B=8; its twin passed the float64 check and equals its plain tiling bit for bit on the
 # H200 (test_rgdr_gpu.py's SPECULATIVE, 2026-12-03), so it speculates too.
+# bf16's short role (decode and T_b <= 4 from 32 sequences): the streamed program with 8 rows a lane and all
+# five instruction cuts (RGDRTiling's docstring). bench/rgdr_lean.py on the H200 (2026-12-03, session-2026-12-03f):
+# 1.12x / 1.10x the former (128, 16, 4, 6, True) at B=128 / 256 T_b=1 (77.5% -> 87.1%, 79.4% -> 87.2% of the
+# same-size copy), 1.09x / 1.06x at T_b=2, 1.07x / 1.04x at T_b=4; float64-checked and bit-equal to its plain tiling.
+_BF16_SHORT = RGDRTiling(128, 16, 8, 4, True, exact_tokens=True, unchecked_index=True, pingpong=True, flat_rows=True,
+                         reduce_rows="transpose")  # fmt: skip
 _SCHEDULES = {
     4: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 4), 8, RGDRTiling(128, 16, 4, 4, True), 32, 1,
         frozenset({"small", "large", "short"})),
-    2: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), 32, RGDRTiling(128, 16, 4, 6, True), 32, 4,
-        frozenset({"small"})),
+    2: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), 32, _BF16_SHORT, 32, 4, frozenset({"small"})),
 }
 
 
