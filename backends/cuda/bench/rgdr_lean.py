@@ -30,8 +30,7 @@ from tileops_cuda.kernels._common import compile_many
 from tileops_cuda.kernels.rgdr import RGDRTiling, build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
-ROWS = {"bfloat16": [(128, 1), (256, 1), (128, 2), (256, 2), (128, 4), (256, 4)],
-        "float32": [(128, 1), (256, 1), (128, 2), (256, 2)]}  # fmt: skip
+ROWS = [(1, 1), (32, 1), (128, 1), (256, 1), (128, 2), (256, 2), (128, 4), (256, 4)]
 
 
 def plain(tiling):
@@ -69,7 +68,7 @@ def main() -> None:
                 ok = ok and res["ok"] and same
             if ok:
                 launchers[name] = got[name]
-        for B, tb in ROWS[st]:
+        for B, tb in ROWS:
             foot, copy, times = time_row(launchers, key, B, tb, gen, args.rounds)
             row = {"state": st, "B": B, "Tb": tb, "bytes": foot, "copy_us": copy, "us": times}
             results["rows"].append(row)

@@ -248,15 +248,18 @@ def test_the_default_schedule_on_decode_steps_of_every_role_matches_float64(stat
 # reduce_rows; NOTES.md "RGDR: instructions a state element"): each candidate next to the registered
 # tiling it leans, which must give the very same bits (same arithmetic in the same order).
 LEAN = dict(exact_tokens=True, unchecked_index=True, pingpong=True, flat_rows=True, reduce_rows="transpose")
+TILED_LEAN = dict(exact_tokens=True, unchecked_index=True, reduce_rows="transpose")
 LEAN_CANDIDATES = {
     "bf16-stream-lean": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, **LEAN)),
-    "bf16-stream-lean-butterfly": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, **{**LEAN, "reduce_rows": "butterfly"})),
-    "bf16-stream-exact-unchecked": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, exact_tokens=True,
-                                                          unchecked_index=True)),
-    "bf16-stream-lean-8rows": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, **LEAN)),
-    "bf16-tiled-lean": ("bfloat16", RGDRTiling(128, 16, 4, 4, exact_tokens=True, unchecked_index=True,
-                                              reduce_rows="transpose")),
-    "fp32-stream-lean-speculative": ("float32", RGDRTiling(128, 16, 4, 4, True, True, **LEAN)),
+    "bf16-stream-lean-8rows": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, **LEAN)),  # bf16's short role
+    "bf16-stream-lean-8rows-speculative": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, True, **LEAN)),
+    "bf16-stream-lean-8rows-3blk": ("bfloat16", RGDRTiling(128, 16, 8, 3, True, **LEAN)),
+    "bf16-stream-lean-8rows-256t": ("bfloat16", RGDRTiling(256, 16, 8, 2, True, **LEAN)),
+    "bf16-tiled-small-lean-speculative": ("bfloat16", RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN)),
+    "fp32-tiled-small-lean-speculative": ("float32", RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN)),
+    "fp32-stream-lean-speculative-3blk": ("float32", RGDRTiling(128, 16, 4, 3, True, True, **LEAN)),
+    "fp32-stream-lean-8rows-speculative-3blk": ("float32", RGDRTiling(128, 16, 8, 3, True, True, **LEAN)),
+    "fp32-tiled-large-lean": ("float32", RGDRTiling(128, 16, 8, 4, **TILED_LEAN)),
 }  # fmt: skip
 
 
@@ -291,7 +294,7 @@ def test_a_lean_candidate_matches_float64_and_its_plain_tiling_bit_for_bit(name,
         assert torch.equal(out_l, out_p) and torch.equal(st_l, st_p), lengths
 
 
-@pytest.mark.parametrize("name", ["bf16-stream-lean", "fp32-stream-lean-speculative"])
+@pytest.mark.parametrize("name", ["bf16-stream-lean-8rows", "fp32-stream-lean-speculative-3blk", "fp32-tiled-large-lean"])
 def test_a_lean_candidate_follows_unchecked_metadata_like_its_plain_tiling(name, arch, cuda_device, gen):
     """Without TileLang's bounds checks (``unchecked_index``) every access must stay in bounds by
     construction: lengths that overrun T, a negative length and slots outside the pool give the
