@@ -225,20 +225,24 @@ _STREAM_SMEM_LIMIT = 48 * 1024
 # short runs, average tokens per sequence up to which short runs, roles that speculate on
 # decode steps). Speculation on the H200 (bench/rgdr_speculate.py, NOTES.md): fp32 small 1.36x at
 # B=1, short 1.05x at B=32 and 1.005-1.008x at 128/256; bf16 small 1.35x at B=1 and 1.18x at B=8,
-# the former bf16 short (128, 16, 4, 6, True) 0.98-1.00x at B=32..256 (its twin spills under the 80-register
-# cap), so bf16's short stays plain (the lean one's twin is not measured) (bf16's large serves only T_b > 4, never a decode step). fp32 large (B=8..31) timed
+# the bf16 short before the instruction cuts (128, 16, 4, 6, True) 0.98-1.00x at B=32..256 (its twin spilled
+# under the 80-register cap), so it stayed plain (bf16's large serves only T_b > 4, never a decode step). fp32 large (B=8..31) timed
 # 1.13x at B=8; its twin passed the float64 check and equals its plain tiling bit for bit on the
 # H200 (test_rgdr_gpu.py's SPECULATIVE, 2026-12-03), so it speculates too.
-# bf16's short role (decode and T_b <= 4 from 32 sequences): the streamed program with 8 rows a lane and all
-# five instruction cuts (RGDRTiling's docstring). bench/rgdr_lean.py on the H200 (2026-12-03, session-2026-12-03f):
-# 1.12x / 1.10x the former (128, 16, 4, 6, True) at B=128 / 256 T_b=1 (77.5% -> 87.1%, 79.4% -> 87.2% of the
-# same-size copy), 1.09x / 1.06x at T_b=2, 1.07x / 1.04x at T_b=4; float64-checked and bit-equal to its plain tiling.
-_BF16_SHORT = RGDRTiling(128, 16, 8, 4, True, exact_tokens=True, unchecked_index=True, pingpong=True, flat_rows=True,
-                         reduce_rows="transpose")  # fmt: skip
+# The instruction cuts of RGDRTiling's docstring on the registered roles (bench/rgdr_lean.py on the H200, 2026-12-03,
+# session-2026-12-03f; each candidate float64-checked and bit-equal to its plain tiling, x = against the schedule
+# before it). bf16 short: the streamed program with 8 rows a lane and all five, 1.04-1.12x the former
+# (128, 16, 4, 6, True) at B=128/256 T_b=1/2/4 (77.5% -> 87.1% of the same-size copy at B=128 T_b=1); its
+# speculative twin then 1.046x at B=32 and 0.994-0.996x at 128/256 T_b=1. The tiled small program with the
+# three a tiled program takes: 1.025x (bf16) / 1.039x (fp32) at B=1, and for fp32 it also beats the streamed
+# short at T_b=1 (1.085x at B=32, 1.048x / 1.036x at B=128 / 256), so it is fp32's short role too. fp32 large
+# with the three: 1.004-1.020x at B=128/256 T_b=2/4.
+_TILED_LEAN = dict(exact_tokens=True, unchecked_index=True, reduce_rows="transpose")
+_SMALL = RGDRTiling(128, 16, 2, 8, **_TILED_LEAN)
+_BF16_SHORT = RGDRTiling(128, 16, 8, 4, True, pingpong=True, flat_rows=True, **_TILED_LEAN)
 _SCHEDULES = {
-    4: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 8, 4), 8, RGDRTiling(128, 16, 4, 4, True), 32, 1,
-        frozenset({"small", "large", "short"})),
-    2: (RGDRTiling(128, 16, 2, 8), RGDRTiling(128, 16, 4, 4), 32, _BF16_SHORT, 32, 4, frozenset({"small"})),
+    4: (_SMALL, RGDRTiling(128, 16, 8, 4, **_TILED_LEAN), 8, _SMALL, 32, 1, frozenset({"small", "large", "short"})),
+    2: (_SMALL, RGDRTiling(128, 16, 4, 4), 32, _BF16_SHORT, 32, 4, frozenset({"small", "short"})),
 }
 
 
