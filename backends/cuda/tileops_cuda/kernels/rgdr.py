@@ -237,11 +237,15 @@ _STREAM_SMEM_LIMIT = 48 * 1024
 # three a tiled program takes: 1.025x (bf16) / 1.039x (fp32) at B=1, and for fp32 it also beats the streamed
 # short at T_b=1 (1.085x at B=32, 1.048x / 1.036x at B=128 / 256), so it is fp32's short role too. fp32 large
 # with the three: 1.004-1.020x at B=128/256 T_b=2/4.
-_TILED_LEAN = dict(exact_tokens=True, unchecked_index=True, reduce_rows="transpose")
-_SMALL = RGDRTiling(128, 16, 2, 8, **_TILED_LEAN)
-_BF16_SHORT = RGDRTiling(128, 16, 8, 4, True, pingpong=True, flat_rows=True, **_TILED_LEAN)
+def _lean(tiling: RGDRTiling) -> RGDRTiling:
+    """``tiling`` with the three cuts any program takes (a streamed one can take two more)."""
+    return replace(tiling, exact_tokens=True, unchecked_index=True, reduce_rows="transpose")
+
+
+_SMALL = _lean(RGDRTiling(128, 16, 2, 8))
+_BF16_SHORT = replace(_lean(RGDRTiling(128, 16, 8, 4, True)), pingpong=True, flat_rows=True)
 _SCHEDULES = {
-    4: (_SMALL, RGDRTiling(128, 16, 8, 4, **_TILED_LEAN), 8, _SMALL, 32, 1, frozenset({"small", "large", "short"})),
+    4: (_SMALL, _lean(RGDRTiling(128, 16, 8, 4)), 8, _SMALL, 32, 1, frozenset({"small", "large", "short"})),
     2: (_SMALL, RGDRTiling(128, 16, 4, 4), 32, _BF16_SHORT, 32, 4, frozenset({"small", "short"})),
 }
 
