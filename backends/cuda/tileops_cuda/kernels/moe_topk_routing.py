@@ -68,6 +68,10 @@ class MoETopKRoutingBuildKey:
     arch: str = "sm_90"
     program: str = "rounds"
     tokens: int = 0
+    #: The candidates program compiled without TileLang's bounds checks (pass config
+    #: ``tl.disable_safe_memory_legalize``): every access is in bounds by construction (see
+    #: ``_candidates_program``); a sweep candidate, off until a GPU measures it.
+    unchecked_index: bool = False
 
 
 def _vec(dtype: str) -> int:
@@ -100,6 +104,8 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
                 "thread, 256 threads); use the reference")
     if key.program not in _PROGRAMS:
         return f"{_NAME}: program={key.program!r} is not one of {_PROGRAMS}"
+    if key.unchecked_index and key.program != "candidates":
+        return f"{_NAME}: unchecked_index is a field of the candidates program (program={key.program!r}); drop it"
     if key.program == "candidates":
         why = _candidates_misfit(key)
         if why:
@@ -123,7 +129,7 @@ def with_fitting_routing_program(key: MoETopKRoutingBuildKey) -> MoETopKRoutingB
     """``key`` itself, or with the ``rounds`` program where ``candidates`` has no block for it (the
     registered kernel's rule: never a refusal that the other program could serve)."""
     if key.program == "candidates" and _plan(key) is not None and _candidates_misfit(key):
-        return dataclasses.replace(key, program="rounds", tokens=0)
+        return dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False)
     return key
 
 
@@ -223,7 +229,10 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
                          topk_ids: T.Tensor((M, K), idt)):
         # A token's work never leaves its warp: __syncwarp where its lanes meet in shared memory, and
         # no block-wide barrier (warps take different branches below).
-        T.annotate_pass_configs({"tl.disable_thread_storage_sync": True})
+        if key.unchecked_index:
+            T.annotate_pass_configs({"tl.disable_thread_storage_sync": True, "tl.disable_safe_memory_legalize": True})
+        else:
+            T.annotate_pass_configs({"tl.disable_thread_storage_sync": True})
         with T.Kernel(T.ceildiv(M, TOK), threads=32 * TOK) as bx:
             tid = T.get_thread_binding()
             ev = T.alloc_local((PER,), f32)
