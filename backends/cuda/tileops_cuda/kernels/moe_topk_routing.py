@@ -206,7 +206,15 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
     the experts ``i * 32 * vw + t * vw + j`` as "rounds" lays them, so every float32 step below is
     the one "rounds" takes, in its order. ``vw`` is the vector TileLang's layout gave "rounds": the
     16-byte vector, or the largest power of two dividing E below it (E=12 in bf16: 4), so that the
-    ``expert < E`` mask is uniform across a vector."""
+    ``expert < E`` mask is uniform across a vector.
+
+    Bounds (why ``unchecked_index`` may drop TileLang's checks): the launcher launches nothing for
+    M = 0, so ``tok = min(bx * TOK + w, M - 1)`` is a row in ``[0, M)`` for every warp; a logit is
+    read only where its expert is below E (the program's own mask); outputs are written at
+    ``[tok, lane]`` with ``lane < K``. Shared slots: a candidate's slot is its exclusive-scan
+    position, below the count ``N <= 32`` (the branch's condition), every other expert's store
+    goes to slot 32; ranks and chosen slots are read at ``lane < N`` and written at rank < K. The
+    logits' values (NaN, infinities) choose paths, never indices."""
     import tilelang.language as T
 
     E, K, dt, idt, f32, i32, i64 = key.experts, key.top_k, key.dtype, key.ids_dtype, "float32", "int32", "int64"
