@@ -178,7 +178,7 @@ def _recording_run(key, calls):
         calls.append(("program", block_size, schedule))
         return lambda *args: calls.append(("split", args[7].shape[0], args[-2]))
 
-    def combines(kind):
+    def combines(kind, unchecked_index=False):
         calls.append(("combine-program", kind))
         return lambda *args: calls.append(("combine", kind, args[-1]))
 

@@ -146,7 +146,9 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
     # generic proxy) read slot n after this program wrote it, ordered by a thread barrier, and
     # clamp rows past n to row n, whose value is finite, so nothing needs replacing.
     bulk = page is None or (page > 0 and not tiling.gather)
-    assert not (tiling.unchecked_index and page is not None), "unchecked_index is for the contiguous layout"
+    if tiling.unchecked_index and page is not None:
+        raise ValueError(f"decode_split_program: {tiling} has unchecked_index, which is for the contiguous layout "
+                         f"(paged rows come from block table entries nothing bounds); compile it without")
 
     def flat_row(table: Any, b: Any, p: Any, cache_len: Any) -> Any:
         """The flat cache row of position ``p`` of sequence ``b`` (``p`` inside the sequence)."""
