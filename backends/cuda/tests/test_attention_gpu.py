@@ -8,8 +8,7 @@ writes included, so a read before the write shows). Outputs are compared at the 
 suite's tolerances (float16 2e-3, bfloat16 1.6e-2, relative); the caches bit for bit (the written
 slots hold copies of the inputs, every other slot keeps its bits). The reference is float64
 on the device: each live sequence's positions ``0 .. n`` gathered, the new key/value at ``n``.
-The contiguous schedules also run without TileLang's bounds checks (``unchecked_index``), bit
-for bit against the checked programs.
+The contiguous schedules without TileLang's bounds checks: ``test_attention_decode_unchecked_gpu.py``.
 """
 
 from __future__ import annotations
@@ -62,8 +61,6 @@ def _keys_used(arch: str) -> dict:
                              table_dtype=None if block is None else "int32",
                              schedule=schedule)
         used.setdefault(key, set()).update({block} if block else set())
-    for schedule in _UNCHECKED_SCHEDULES:
-        used[DecodeBuildKey("bfloat16", **qwen, schedule=schedule)] = set()
     for row in load_manifest()[DECODE].workloads:
         gen, v = row.values["generator"], row.values
         if int(gen["B"]) * int(gen["context"]) > _MAX_TOKENS:
@@ -129,44 +126,6 @@ _SCHEDULE_CASES = ([(None, DecodeSchedule(stages=st, combine=c, splits=sp)) for 
                               for block, s in _SCHEDULE_CASES])
 def test_every_schedule_matches_the_reference_on_ragged_lengths(block, schedule, arch, cuda_device, gen):
     _check(decode_batch(cuda_device[0], gen, _RAGGED, block=block), None, arch, schedule)
-
-
-#: The contiguous schedules of ``_SCHEDULE_CASES`` without TileLang's bounds checks (``unchecked_index``).
-_UNCHECKED_SCHEDULES = [dataclasses.replace(s, unchecked_index=True) for block, s in _SCHEDULE_CASES if block is None]
-#: Lengths: ragged across tile edges with padding; a batch wide enough for one split (the split
-#: program writes the output); one long sequence split many ways; negative lengths besides -1.
-_UNCHECKED_LENGTHS = {"ragged": (_RAGGED, None), "one-split": ([150, -1, 7, 0] * 20, 256),
-                      "long": ([20000], 32768), "negative": ([-5, 12, -1, 64, -100], None)}
-
-
-@pytest.mark.parametrize("lengths", list(_UNCHECKED_LENGTHS))
-@pytest.mark.parametrize("schedule", _UNCHECKED_SCHEDULES,
-                         ids=[f"{s.stages}st-{s.combine}-{s.splits}sp" for s in _UNCHECKED_SCHEDULES])
-def test_an_unchecked_schedule_writes_the_checked_ones_bits(schedule, lengths, arch, cuda_device, gen):
-    """Without TileLang's bounds checks the programs write the same bits as with them: the output
-    and both caches (every slot); and the output within tolerance of float64."""
-    import torch
-
-    values, capacity = _UNCHECKED_LENGTHS[lengths]
-    inputs = decode_batch(cuda_device[0], gen, values, capacity=capacity)
-    poison_unread(inputs)
-    results = []
-    for unchecked in (False, True):
-        copy = dict(inputs, key_cache=inputs["key_cache"].clone(), value_cache=inputs["value_cache"].clone())
-        key = dataclasses.replace(_key(copy, arch), schedule=dataclasses.replace(schedule, unchecked_index=unchecked))
-        out = torch.full_like(copy["query"], float("nan"))
-        build_attention_decode(key).run(*[copy.get(n) for n in _DECODE_ARGS], None, out)
-        torch.cuda.synchronize()
-        results.append([t.view(torch.int16) for t in (out, copy["key_cache"], copy["value_cache"])])
-    for name, checked, unchecked in zip(("out", "key_cache", "value_cache"), *results):
-        assert torch.equal(checked, unchecked), f"the unchecked program's {name} differs"
-    _check(inputs, None, arch, schedule)
-
-
-def test_a_paged_key_pinning_unchecked_index_is_refused(arch):
-    key = DecodeBuildKey("bfloat16", 16, 2, 256, True, "int32", "int32", arch,
-                         DecodeSchedule(paged_tiles="gather", combine="parallel", unchecked_index=True))
-    assert "unchecked_index is for the contiguous layout" in decode_refusal(key)
 
 
 @pytest.mark.parametrize("block", [None, 16], ids=["contiguous", "paged16"])

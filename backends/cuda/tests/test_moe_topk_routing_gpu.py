@@ -57,16 +57,18 @@ _OUTSIDER = [("float32", 256, 1), ("float32", 256, 4), ("float32", 256, 8), ("bf
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _prebuilt(cuda_device):
+def _prebuilt(cuda_device, request):
     """Every kernel the tests below launch, compiled concurrently before the first one (one at a
-    time, some seventy builds outrun the section's slot)."""
+    time, some seventy builds outrun the section's slot): the rounds program and the shapes of
+    the tests selected (``-k unchecked`` compiles the unchecked shape's only)."""
     from tileops_cuda.kernels._common import compile_many
 
     arch = cuda_device[1]
     bases = {(p.values[0], p.values[2], p.values[3], p.values[4], p.values[5]) for p in _spec_rows()}
     bases |= {("bfloat16", m.values[0], m.values[1], r, "int64") for m in _MODELS for r in (True, False)}
     bases |= {(d, e, k, r, "int64") for d, e, k in _OUTSIDER for r in (True, False)}
-    keys = [_key(*base, arch, **shape) for base in sorted(bases) for shape in [{}, *SHAPES]]
+    selected = [item.callspec.params.get("shape") for item in request.session.items if hasattr(item, "callspec")]
+    keys = [_key(*base, arch, **shape) for base in sorted(bases) for shape in [{}, *(s for s in SHAPES if s in selected)]]
     failed = [built for built in compile_many([functools.partial(build_moe_topk_routing, k) for k in keys])
               if isinstance(built, BaseException)]
     assert not failed, failed[0]
