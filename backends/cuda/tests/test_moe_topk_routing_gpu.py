@@ -68,7 +68,8 @@ def _prebuilt(cuda_device, request):
     bases |= {("bfloat16", m.values[0], m.values[1], r, "int64") for m in _MODELS for r in (True, False)}
     bases |= {(d, e, k, r, "int64") for d, e, k in _OUTSIDER for r in (True, False)}
     selected = [item.callspec.params.get("shape") for item in request.session.items if hasattr(item, "callspec")]
-    keys = [_key(*base, arch, **shape) for base in sorted(bases) for shape in [{}, *(s for s in SHAPES if s in selected)]]
+    shapes = [{}, *(s for s in SHAPES if s in selected)]
+    keys = [_key(*base, arch, **shape) for base in sorted(bases) for shape in shapes]
     failed = [built for built in compile_many([functools.partial(build_moe_topk_routing, k) for k in keys])
               if isinstance(built, BaseException)]
     assert not failed, failed[0]

@@ -157,7 +157,8 @@ def test_unchecked_index_drops_the_row_and_output_bounds_checks_and_keeps_the_wa
     # The registered key (one token a program): TileLang guards the row's loads and the outputs'
     # stores with ``1 <= M`` (it cannot see that the launcher never launches M = 0); without the
     # checks (tl.disable_safe_memory_legalize) both go, the block-barrier pass stays off.
-    checked, unchecked = (_lowered(dataclasses.replace(_CANDIDATES, tokens=1, unchecked_index=u)) for u in (False, True))
+    checked, unchecked = (_lowered(dataclasses.replace(_CANDIDATES, tokens=1, unchecked_index=u))
+                          for u in (False, True))
     assert checked.count("if ((1 <= M)) {") == 1 and checked.count("if (1 <= M) {") == 1
     assert "1 <= M" not in unchecked
     assert "__syncthreads" not in unchecked and unchecked.count("__syncwarp()") == 2
