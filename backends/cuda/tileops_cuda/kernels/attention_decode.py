@@ -179,9 +179,8 @@ def split_tiling(key: DecodeBuildKey, schedule: DecodeSchedule, block_size: int 
     """``(page, tiling)`` of the split program a call with ``schedule`` runs: contiguous
     (``block_size`` None) or paged."""
     if block_size is None:
-        if schedule.unchecked_index:
-            return None, dataclasses.replace(default_tiling(key), stages=schedule.stages, unchecked_index=True)
-        return None, dataclasses.replace(default_tiling(key), stages=schedule.stages)
+        return None, dataclasses.replace(default_tiling(key), stages=schedule.stages,
+                                         unchecked_index=schedule.unchecked_index)
     return page_layout(block_size, schedule.paged_tiles)
 
 
@@ -393,16 +392,11 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
             return fn
 
         def combines(kind: str, unchecked_index: bool = False) -> Callable[..., Any]:
-            if unchecked_index:
-                identity = ("attention_decode_combine", base, kind, "unchecked_index")
-                if kind == "parallel":
-                    return compiled(identity, lambda: decode_parallel_combine_program(base, unchecked_index=True))
-                return compiled(identity, lambda: decode_combine_program(
-                    base, dataclasses.replace(default_tiling(base), unchecked_index=True)))
+            identity = ("attention_decode_combine", base, kind) + (("unchecked_index",) if unchecked_index else ())
             if kind == "parallel":
-                return compiled(("attention_decode_combine", base, kind), lambda: decode_parallel_combine_program(base))
-            return compiled(("attention_decode_combine", base, kind),
-                            lambda: decode_combine_program(base, default_tiling(base)))
+                return compiled(identity, lambda: decode_parallel_combine_program(base, unchecked_index))
+            tiling = dataclasses.replace(default_tiling(base), unchecked_index=unchecked_index)
+            return compiled(identity, lambda: decode_combine_program(base, tiling))
 
         def programs(block_size: int | None, schedule: DecodeSchedule) -> Callable[..., Any]:
             page, tiling = split_tiling(base, schedule, block_size)
