@@ -5,6 +5,10 @@ schedule and split count each row should get (``SCHEDULE_RULES`` in
 Usage (from the repository root, tilelang and a CUDA GPU present)::
 
     python backends/cuda/bench/attention_decode_sweep.py [--reps 30] [--json PATH] [--budget-s 200]
+        [--candidates contiguous/par,contiguous/par-unchk]
+
+``--candidates``: only those (``layout/label``, comma-separated; the rows of a layout with none
+are skipped); the first listed of a layout is its rows' baseline.
 
 What it does, in order, printing each line as it is measured (a run cut short keeps what it
 printed; the JSON is rewritten after every row):
@@ -27,7 +31,8 @@ printed; the JSON is rewritten after every row):
 5. Prints, per row, the best candidate by graph time and by event time.
 
 Candidates (``DecodeSchedule`` fields): contiguous ``serial`` (2 stages, serial combine),
-``par`` (parallel combine), ``par-3st`` (3 stages, parallel combine); paged (16-token blocks)
+``par`` (parallel combine), ``par-3st`` (3 stages, parallel combine), ``par-unchk`` (``par``
+without TileLang's bounds checks); paged (16-token blocks)
 ``serial`` (16-position tiles, 8 stages, serial combine), ``par`` (same tiles, parallel
 combine), ``gather`` (64-position tiles gathered from 4 blocks, parallel combine).
 """
@@ -61,8 +66,12 @@ from tileops_cuda.kernels.attention_decode import (  # noqa: E402
 BLOCK = 16  # the paged rows' block size (vLLM's default)
 
 #: (label, schedule) per layout; the first is the first kernel's (the serial combine), the baseline of the ratios.
+#: ``par-unchk``: the registered contiguous schedule without TileLang's bounds checks (``unchecked_index``;
+#: the combine's loop of partials loses its per-load checks, the split program only its cache-write check:
+#: NOTES "Unchecked accesses in the memory-bound kernels").
 CONTIGUOUS = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
-              ("par-3st", DecodeSchedule(stages=3, combine="parallel"))]
+              ("par-3st", DecodeSchedule(stages=3, combine="parallel")),
+              ("par-unchk", DecodeSchedule(combine="parallel", unchecked_index=True))]
 PAGED = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
          ("gather", DecodeSchedule(paged_tiles="gather", combine="parallel"))]
 
@@ -83,8 +92,8 @@ def launcher_for(paged: bool, schedule: DecodeSchedule, arch: str):
     return build_attention_decode(dataclasses.replace(decode_key(BLOCK if paged else None, arch), schedule=schedule))
 
 
-def prebuild(arch: str) -> None:
-    """Compile every candidate's programs at once (pinned split counts reuse them)."""
+def prebuild(arch: str, names: set[str]) -> None:
+    """Compile the named candidates' programs at once (pinned split counts reuse them)."""
 
     def build(paged: bool, schedule: DecodeSchedule):
         def thunk() -> None:
@@ -94,7 +103,7 @@ def prebuild(arch: str) -> None:
         return thunk
 
     t0 = time.time()
-    cands = [(False, s) for _, s in CONTIGUOUS] + [(True, s) for _, s in PAGED]
+    cands = [(paged, s) for name, paged, s in candidates() if name in names]
     for (paged, schedule), failure in zip(cands, compile_many([build(p, s) for p, s in cands])):
         if isinstance(failure, Exception):
             log(f"build FAILED paged={paged} {schedule}: {type(failure).__name__}: {str(failure)[-400:]}")
@@ -125,12 +134,13 @@ def check_ragged(name: str, arch: str) -> dict:
     return dict(candidate=name, rel_err=err, caches_equal=caches, ok=ok)
 
 
-def check_all(results: dict) -> set[str]:
-    """Every candidate's ragged check, each in its own process (concurrently): a candidate that
+def check_all(results: dict, names: set[str]) -> set[str]:
+    """The named candidates' ragged checks, each in its own process (concurrently): a candidate that
     faults the device takes only its process down, and is left out of the timings. Returns the
     names that passed."""
     procs = {name: subprocess.Popen([sys.executable, __file__, "--check", name], stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True) for name, _, _ in candidates()}
+                                    stderr=subprocess.STDOUT, text=True)
+             for name, _, _ in candidates() if name in names}
     passed = set()
     for name, proc in procs.items():
         try:
@@ -168,7 +178,7 @@ def same_size_copy(timer: Timer, moved: int) -> tuple[float, float]:
 
 
 def bench_row(B: int, context: int, paged: bool, timer: Timer, copy_bw: float, arch: str, sms: int,
-              gen: torch.Generator, results: dict, passed: set[str]) -> None:
+              gen: torch.Generator, results: dict, passed: set[str], order: list[str]) -> None:
     block = BLOCK if paged else None
     moved = kv_bytes(B, context)
     capacity = -(-context // BLOCK) * BLOCK if paged else context
@@ -182,6 +192,7 @@ def bench_row(B: int, context: int, paged: bool, timer: Timer, copy_bw: float, a
         f"{'%same ev':>8s} {'%same gr':>8s} {'rel.err':>8s}")
     layout = "paged" if paged else "contiguous"
     cands = [(label, s) for label, s in (PAGED if paged else CONTIGUOUS) if f"{layout}/{label}" in passed]
+    cands.sort(key=lambda c: order.index(f"{layout}/{c[0]}"))  # the first listed is the baseline
     outs = [torch.empty_like(s["query"]) for s in sets]
     for index, (label, schedule) in enumerate(cands):
         tiling = split_tiling(decode_key(block, arch), schedule, block)[1]
@@ -239,6 +250,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--budget-s", type=float, default=200.0, help="start no row after this many seconds")
     parser.add_argument("--check", default=None, help="(internal) check one candidate and print CHECK <json>")
+    parser.add_argument("--candidates", default=None,
+                        help="comma-separated layout/label names (default: all), the first of a layout its baseline")
     args = parser.parse_args()
     start = time.time()
     major, minor = torch.cuda.get_device_capability()
@@ -253,8 +266,13 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps(results, indent=1))
 
-    prebuild(arch)
-    passed = check_all(results)
+    every = [name for name, _, _ in candidates()]
+    order = every if args.candidates is None else args.candidates.split(",")
+    unknown = sorted(set(order) - set(every))
+    if unknown:
+        parser.error(f"--candidates: {unknown} are not candidates; choose from {every}")
+    prebuild(arch, set(order))
+    passed = check_all(results, set(order))
     gen = torch.Generator(device="cuda")
     gen.seed()
     timer = Timer(args.reps)
@@ -264,11 +282,13 @@ def main() -> None:
         f"(torch.mul on 1 GiB bf16); {time.time() - start:.0f} s so far")
     save()
     for B, context, paged in ROWS:
+        if not any(name.startswith("paged/" if paged else "contiguous/") for name in passed):
+            continue  # no candidate of this layout selected (or passed)
         if time.time() - start > args.budget_s:
             log(f"budget of {args.budget_s:.0f} s spent: rows from B={B} ctx={context} paged={paged} on not run")
             break
         try:
-            bench_row(B, context, paged, timer, copy_bw, arch, sms, gen, results, passed)
+            bench_row(B, context, paged, timer, copy_bw, arch, sms, gen, results, passed, order)
         except Exception as exc:
             log(f"row B={B} ctx={context} paged={paged} FAILED: {type(exc).__name__}: {exc}")
         save()

@@ -107,8 +107,13 @@ def _conv_varlen_candidates() -> list[dict[str, Any]]:
     25% occupancy by ncu). Rings of asynchronous row copies, explicit 128-bit stores and tighter
     register bounds measured no better (tenth session, NOTES.md) and were dropped, as were 8- and
     4-byte vectors a thread (slower on both rows: results/session-2026-12-03d/conv_sweep.log);
-    these vary the threads."""
-    return [{"threads": 256}, {"threads": 64}]
+    these vary the threads. First the registered shape without TileLang's bounds checks
+    (``unchecked_index``; helper unchecked-kernels, NOTES "Unchecked accesses in the memory-bound
+    kernels": 2352 -> 1480 static SASS instructions, the group loop 1845 -> 1011, at 4k 8 sequences)."""
+    return [{"unchecked_index": True}, {"threads": 256}, {"threads": 64}]
+
+#: The registered decode-conv shape (block_shapes.py) without TileLang's bounds checks.
+_CONV_UNCHECKED = {"threads": 128, "registers": 0, "unchecked_index": True}
 
 #: QKNormRope at D=256 bf16 (16 q + 2 k heads): the registered entry is the lanes program at 40 registers
 #: (61-67% of the same-size copy on the H200; 4 rows a thread, 128 and 512 threads measured slower and are
@@ -138,7 +143,10 @@ _QK_CANDIDATES = [
 #: MoE routing (E=512 top-10 and E=256 top-8 in bf16): the registered entry is the first program (rounds, a
 #: token per 32-thread program, 50 registers); the candidates program at 1-8 tokens a program, one warp each
 #: (ptxas for sm_90a: 48 registers at E=512, 38 at E=256, no spills: 32 warps an SM at 4096 tokens).
-_ROUTING_CANDIDATES = [{"program": "candidates", "tokens": t} for t in (1, 2, 4, 8)]
+#: First the registered shape without TileLang's bounds checks (``unchecked_index``: the row's loads and the
+#: outputs' stores lose their ``1 <= M`` guard, 1008 -> 992 static SASS instructions at E=512).
+_ROUTING_CANDIDATES = [{"program": "candidates", "tokens": 1, "unchecked_index": True},
+                       *({"program": "candidates", "tokens": t} for t in (1, 2, 4, 8))]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
 #: key (the others keep the build key's defaults); the registered block shape is always first.
@@ -166,9 +174,11 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # Several sequences a program, their loads issued together, measured 2-30% slower (tenth session, NOTES).
     # The windows through shared memory as the block's consecutive vectors, and 8-byte vectors a thread,
     # measured no faster (results/session-2026-12-03d/conv_sweep.log) and were deleted.
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [{"threads": 64}, {"threads": 64, "registers": 0},
-                                                    {"registers": 40}]),
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [{"threads": 64}, {"registers": 0}]),
+    # First the registered shape without TileLang's bounds checks (``unchecked_index``: 80 -> 74 registers,
+    # 4 of the token loop's guards gone; NOTES "Unchecked accesses in the memory-bound kernels").
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [_CONV_UNCHECKED, {"threads": 64},
+                                                    {"threads": 64, "registers": 0}, {"registers": 40}]),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [_CONV_UNCHECKED, {"threads": 64}, {"registers": 0}]),
     # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, the next group in flight.
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", _conv_varlen_candidates()),

@@ -3,7 +3,9 @@
 Every workload row of both ops runs through the launcher with a NaN-poisoned ``out``; outputs
 are compared at the conformance suite's tolerances (float32 2e-5, float16 2e-3, bfloat16
 1.6e-2, relative) and the pool bit for bit (windows are copies of inputs, so written slots
-equal the reference exactly and untouched slots keep their bits).
+equal the reference exactly and untouched slots keep their bits). Every case also runs the
+key's ``unchecked_index`` program (no TileLang bounds checks) on the same inputs, which must
+write the same bits as the checked one: garbage metadata included.
 """
 
 from __future__ import annotations
@@ -72,9 +74,12 @@ def _call(op: str, run, inputs, params, out):
 
 
 def _check(op: str, inputs, params, arch: str, **tile) -> None:
+    """The kernel against the float64 reference (``out`` within tolerance, the pool bit for bit),
+    and its unchecked-index program bit for bit against it."""
     import torch
 
     originals = {n: t.cpu().clone() for n, t in inputs.items()}
+    before = dict(inputs, conv_state=inputs["conv_state"].clone())
     out = torch.full_like(inputs["x"], float("nan"), memory_format=torch.contiguous_format)
     _call(op, _launcher(op, inputs, params, arch, **tile), inputs, params, out)
     torch.cuda.synchronize()
@@ -83,6 +88,21 @@ def _check(op: str, inputs, params, arch: str, **tile) -> None:
     assert err <= TOLERANCE[out.dtype], f"out relative error {err:.3g}"
     got = inputs["conv_state"].cpu()
     assert torch.equal(got.view(torch.uint8), expected["conv_state"].to(got.dtype).view(torch.uint8))
+    _compare_unchecked(op, before, inputs["conv_state"], out, params, arch, **tile)
+
+
+def _compare_unchecked(op: str, before, pool_after, out, params, arch: str, **tile) -> None:
+    """The ``unchecked_index`` program (no TileLang bounds checks) on ``before`` (the inputs as
+    they were before the checked program ran) writes the bits the checked one wrote: ``out`` and
+    the whole pool (``pool_after``)."""
+    import torch
+
+    got = _call(op, _launcher(op, before, params, arch, **tile, unchecked_index=True), before, params,
+                torch.full_like(out, float("nan")))
+    torch.cuda.synchronize()
+    assert torch.equal(got.view(torch.uint8), out.view(torch.uint8)), "the unchecked program's out differs"
+    assert torch.equal(before["conv_state"].view(torch.uint8), pool_after.view(torch.uint8)), \
+        "the unchecked program's pool differs"
 
 
 @pytest.fixture(scope="module")
@@ -280,11 +300,37 @@ def test_garbage_metadata_never_leaves_an_output_element_unwritten(op, tile, sty
     if op == UPDATE:
         inputs["num_accepted_tokens"] = torch.tensor([0, 7, 9, -3], device=dev, dtype=torch.int32)
     params = {"activation": "silu", "seq_lens_style": style}
+    before = dict(inputs, conv_state=pool.clone())
     out = _call(op, _launcher(op, inputs, params, arch, **tile), inputs, params,
                 torch.full((T, D), float("nan"), device=dev))
     torch.cuda.synchronize()
     assert torch.isfinite(out).all()
     assert torch.equal(out[6:], torch.zeros_like(out[6:]))
+    _compare_unchecked(op, before, inputs["conv_state"], out, params, arch, **tile)
+
+
+@pytest.mark.parametrize("accepted", [False, True], ids=["plain", "mtp"])
+def test_update_without_sequences_writes_zeros_and_leaves_the_pool(accepted, arch, cuda_device, gen):
+    """No sequences (empty lengths and accepted counts) but tokens: every output row is zero, no
+    slot is written, and the unchecked program (which reads no metadata then) agrees bit for bit."""
+    import torch
+
+    dev = cuda_device[0]
+    T, D, W = 5, 128, 4
+    pool = torch.randn(T + 1, D, W - 1, device=dev, generator=gen).bfloat16()
+    inputs = dict(x=torch.randn(T, D, device=dev, generator=gen).bfloat16(), conv_state=pool.clone(),
+                  weight=torch.randn(D, W, device=dev, generator=gen).bfloat16(),
+                  actual_seq_lengths=torch.zeros(0, device=dev, dtype=torch.int32),
+                  conv_state_indices=torch.randperm(T + 1, device=dev, generator=gen)[:T].int())
+    if accepted:
+        inputs["num_accepted_tokens"] = torch.zeros(0, device=dev, dtype=torch.int32)
+    params = {"activation": "silu", "seq_lens_style": "lengths"}
+    before = dict(inputs, conv_state=pool.clone())
+    out = _call(UPDATE, _launcher(UPDATE, inputs, params, arch), inputs, params,
+                torch.full((T, D), float("nan"), device=dev).bfloat16())
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.zeros_like(out)) and torch.equal(inputs["conv_state"], pool)
+    _compare_unchecked(UPDATE, before, inputs["conv_state"], out, params, arch)
 
 
 def test_decode_captures_in_a_cuda_graph(arch, cuda_device, gen):

@@ -30,3 +30,36 @@ def test_the_varlen_program_lowers_for_sm_90(meta_lengths):
 def test_the_update_program_lowers_for_sm_90(style):
     key = ConvUpdateBuildKey("bfloat16", 8200, 4, True, True, style, "int32", "int32", "int32", "sm_90")
     assert "conv_update" in _source(conv_update_program(key))
+
+
+# ``unchecked_index`` (no TileLang bounds checks, pass config ``tl.disable_safe_memory_legalize``) on
+# the registered Qwen3.5 keys (D = 8192, W = 4, bf16, SiLU); lowered as a build lowers them.
+_UPDATE_MTP = ConvUpdateBuildKey("bfloat16", 8192, 4, True, False, "lengths", "int32", "int32", "int32", "sm_90",
+                                 threads=128, registers=0)
+_VARLEN_CU = ConvVarlenBuildKey("bfloat16", 8192, 4, True, False, True, "int32", "int32", False, "sm_90")
+
+
+def _checked_and_unchecked(program, key) -> tuple[str, str]:
+    from dataclasses import replace
+
+    from lowered_source import lowered_source
+
+    return tuple(lowered_source(program, replace(key, unchecked_index=u)) for u in (False, True))
+
+
+def test_unchecked_index_drops_the_update_tokens_bounds_checks():
+    checked, unchecked = _checked_and_unchecked(conv_update_program, _UPDATE_MTP)
+    # each token's x load, out store and slot reads; the lengths' reads past B
+    for guard in ("if ((t < T) && (0 <= t))", "if (((t < T) && (0 <= t)))", "< BM)) {\n        condval"):
+        assert guard in checked and guard not in unchecked, guard
+    # with no sequences (B = 0) the unchecked program still reads no metadata: its own check
+    assert "if ((((int)blockIdx.y) < BM)) {\n    condval = seq_meta[((int64_t)((int)blockIdx.y))];" in unchecked
+    assert "if ((((int)blockIdx.y) < NA)) {\n    condval_1 = nacc[((int64_t)((int)blockIdx.y))];" in unchecked
+
+
+def test_unchecked_index_drops_the_varlen_metadata_and_row_bounds_checks():
+    checked, unchecked = _checked_and_unchecked(conv_varlen_program, _VARLEN_CU)
+    # the slot and initial-state reads of a sequence's first token, the output rows, the search's reads
+    for guard in ("if ((c_1 <= NI))", "if ((c_1 <= NH))", "if ((0 < S))", "+ r) < T) {",
+                  "((0 <= (found[0] + found[3])) && ((found[0] + found[3]) < BM))"):
+        assert guard in checked and guard not in unchecked, guard

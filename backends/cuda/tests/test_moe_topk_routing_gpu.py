@@ -22,9 +22,16 @@ from tileops_cuda.kernels.moe_topk_routing import MoETopKRoutingBuildKey, build_
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
 from catalogue_references import REFERENCES, TOLERANCE, relative_error  # noqa: E402
 
-#: The candidates program's block shapes in the sweep (tokens a program, one warp each).
-SHAPES = [{"program": "candidates", "tokens": t} for t in (1, 4, 8)]
+#: The candidates program's block shapes in the sweep (tokens a program, one warp each), and the
+#: registered one without TileLang's bounds checks (``unchecked_index``): bit for bit the rounds
+#: program's outputs on every case below, as the checked programs are.
+SHAPES = [*({"program": "candidates", "tokens": t} for t in (1, 4, 8)),
+          {"program": "candidates", "tokens": 1, "unchecked_index": True}]
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+
+
+def _shape_id(shape: dict) -> str:
+    return f"tokens{shape['tokens']}" + ("-unchecked" if shape.get("unchecked_index") else "")
 
 
 def _spec_rows() -> list:
@@ -50,16 +57,19 @@ _OUTSIDER = [("float32", 256, 1), ("float32", 256, 4), ("float32", 256, 8), ("bf
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _prebuilt(cuda_device):
+def _prebuilt(cuda_device, request):
     """Every kernel the tests below launch, compiled concurrently before the first one (one at a
-    time, some seventy builds outrun the section's slot)."""
+    time, some seventy builds outrun the section's slot): the rounds program and the shapes of
+    the tests selected (``-k unchecked`` compiles the unchecked shape's only)."""
     from tileops_cuda.kernels._common import compile_many
 
     arch = cuda_device[1]
     bases = {(p.values[0], p.values[2], p.values[3], p.values[4], p.values[5]) for p in _spec_rows()}
     bases |= {("bfloat16", m.values[0], m.values[1], r, "int64") for m in _MODELS for r in (True, False)}
     bases |= {(d, e, k, r, "int64") for d, e, k in _OUTSIDER for r in (True, False)}
-    keys = [_key(*base, arch, **shape) for base in sorted(bases) for shape in [{}, *SHAPES]]
+    selected = [item.callspec.params.get("shape") for item in request.session.items if hasattr(item, "callspec")]
+    shapes = [{}, *(s for s in SHAPES if s in selected)]
+    keys = [_key(*base, arch, **shape) for base in sorted(bases) for shape in shapes]
     failed = [built for built in compile_many([functools.partial(build_moe_topk_routing, k) for k in keys])
               if isinstance(built, BaseException)]
     assert not failed, failed[0]
@@ -79,7 +89,8 @@ def _route(key: MoETopKRoutingBuildKey, logits: torch.Tensor) -> tuple[torch.Ten
 def _assert_bits_of_rounds(key: MoETopKRoutingBuildKey, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``key``'s outputs equal the rounds program's bit for bit; returns them."""
     weights, ids = _route(key, logits)
-    want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0), logits)
+    want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False),
+                                    logits)
     bits = _BITS[logits.dtype]
     rows = (ids != want_ids).any(1) | (weights.view(bits) != want_weights.view(bits)).any(1)
     assert not rows.any(), (f"{key}: {int(rows.sum())} of {logits.shape[0]} tokens differ from rounds, first "
@@ -87,7 +98,7 @@ def _assert_bits_of_rounds(key: MoETopKRoutingBuildKey, logits: torch.Tensor) ->
     return weights, ids
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
 @pytest.mark.parametrize("dtype,T,E,top_k,renormalize,ids_dtype", _spec_rows())
 def test_the_spec_rows_match_rounds_bit_for_bit_and_float64(cuda_device, gen, shape, dtype, T, E, top_k,
                                                             renormalize, ids_dtype):
@@ -103,7 +114,7 @@ def test_the_spec_rows_match_rounds_bit_for_bit_and_float64(cuda_device, gen, sh
 
 @pytest.mark.parametrize("renormalize", _RENORM)
 @pytest.mark.parametrize("E,top_k", _MODELS)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
 def test_long_runs_of_equal_logits_keep_the_lower_ids(cuda_device, gen, shape, E, top_k, renormalize):
     # Integers in [-3, 3]: ~E/7 experts share the largest value, far more than 32 candidates.
     from tileops_cpu_ref.moe import moe_topk_routing
@@ -115,14 +126,14 @@ def test_long_runs_of_equal_logits_keep_the_lower_ids(cuda_device, gen, shape, E
 
 
 @pytest.mark.parametrize("E,top_k", _MODELS)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
 def test_a_few_equal_logits_among_the_largest_are_ranked_by_id(cuda_device, gen, shape, E, top_k):
     # Logits on a grid of 1/8: ties among the top_k + 1 largest on most tokens, a few candidates each.
     logits = (torch.randn(4096, E, device="cuda", generator=gen) * 8).round().div(8).bfloat16()
     _assert_bits_of_rounds(_key("bfloat16", E, top_k, True, "int64", cuda_device[1], **shape), logits)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
 def test_probabilities_underflowed_to_zero_tie_at_the_lower_ids(cuda_device, gen, shape):
     # One or two experts near 100, the rest near -100: every other probability is 0.0 and the
     # top_k is filled by the lowest ids among them.
@@ -135,7 +146,7 @@ def test_probabilities_underflowed_to_zero_tie_at_the_lower_ids(cuda_device, gen
 
 @pytest.mark.parametrize("renormalize", _RENORM)
 @pytest.mark.parametrize("dtype,E,top_k", _OUTSIDER)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
 def test_an_outsider_whose_probability_rounds_onto_the_kth_is_not_left_out(cuda_device, gen, shape, dtype, E,
                                                                           top_k, renormalize):
     # top_k + 1 equal largest logits (0) and expert 0 one float below them (-2**-24: e is the float
@@ -154,7 +165,7 @@ def test_an_outsider_whose_probability_rounds_onto_the_kth_is_not_left_out(cuda_
     assert bool((ids == 0).any()), "no token had expert 0 in its top_k: the rows test nothing"
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"tokens{s['tokens']}")
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
 def test_non_finite_logits_take_the_rounds_selection_bit_for_bit(cuda_device, gen, shape):
     E, top_k = 256, 8
     logits = torch.randn(64, E, device="cuda", generator=gen)
@@ -165,14 +176,17 @@ def test_non_finite_logits_take_the_rounds_selection_bit_for_bit(cuda_device, ge
     _assert_bits_of_rounds(_key("bfloat16", E, top_k, True, "int64", cuda_device[1], **shape), logits.bfloat16())
 
 
+@pytest.mark.parametrize("unchecked", [False, True], ids=["checked", "unchecked"])
 @pytest.mark.parametrize("T", [1, 3, 33, 4099])
-def test_a_last_program_with_fewer_tokens_than_warps_writes_only_its_tokens(cuda_device, gen, T):
-    key = _key("bfloat16", 512, 10, True, "int64", cuda_device[1], program="candidates", tokens=8)
+def test_a_last_program_with_fewer_tokens_than_warps_writes_only_its_tokens(cuda_device, gen, T, unchecked):
+    key = _key("bfloat16", 512, 10, True, "int64", cuda_device[1], program="candidates", tokens=8,
+               unchecked_index=unchecked)
     logits = torch.randn(T, 512, device="cuda", generator=gen).bfloat16()
     # Outputs are the first T rows of poisoned buffers 8 rows longer: the rows past T stay poisoned.
     weights = torch.full((T + 8, 10), float("nan"), dtype=torch.bfloat16, device="cuda")
     ids = torch.full((T + 8, 10), -1, dtype=torch.int64, device="cuda")
     build_moe_topk_routing(key).run(logits, 10, True, torch.int64, weights[:T], ids[:T])
-    want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0), logits)
+    want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False),
+                                    logits)
     assert torch.equal(ids[:T], want_ids) and torch.equal(weights[:T].view(torch.int16), want_weights.view(torch.int16))
     assert weights[T:].isnan().all() and bool((ids[T:] == -1).all())

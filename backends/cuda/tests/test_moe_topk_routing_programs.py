@@ -55,7 +55,8 @@ def test_a_key_the_candidates_program_cannot_hold_falls_back_to_rounds(monkeypat
     ({"program": "candidates", "experts": 1024, "dtype": "float32"},
      "the candidates program holds a token in one warp (E=1024 in float32 takes 64 threads); use program='rounds'"),
     ({"program": "candidates", "top_k": 32}, "the candidates program ranks top_k + 1 <= 32 lanes (top_k=32)"),
-], ids=["program", "tokens", "experts", "top_k"])
+    ({"unchecked_index": True}, "unchecked_index is a field of the candidates program (program='rounds'); drop it"),
+], ids=["program", "tokens", "experts", "top_k", "unchecked-rounds"])
 def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in moe_topk_routing_refusal(dataclasses.replace(_NEXT, **fields))
 
@@ -150,3 +151,20 @@ def test_the_launcher_compiles_the_candidates_program_without_a_block_barrier():
 
     source = build_moe_topk_routing(dataclasses.replace(_CANDIDATES, tokens=8)).kernel.get_kernel_source()
     assert "__syncthreads" not in source and source.count("__syncwarp()") == 2
+
+
+def test_unchecked_index_drops_the_row_and_output_bounds_checks_and_keeps_the_warp_sync():
+    # The registered key (one token a program): TileLang guards the row's loads and the outputs'
+    # stores with ``1 <= M`` (it cannot see that the launcher never launches M = 0); without the
+    # checks (tl.disable_safe_memory_legalize) both go, the block-barrier pass stays off.
+    checked, unchecked = (_lowered(dataclasses.replace(_CANDIDATES, tokens=1, unchecked_index=u))
+                          for u in (False, True))
+    assert checked.count("if ((1 <= M)) {") == 1 and checked.count("if (1 <= M) {") == 1
+    assert "1 <= M" not in unchecked
+    assert "__syncthreads" not in unchecked and unchecked.count("__syncwarp()") == 2
+
+
+def test_a_key_that_falls_back_to_rounds_drops_unchecked_index():
+    key = dataclasses.replace(_CANDIDATES, experts=1024, dtype="float32", unchecked_index=True)
+    assert with_fitting_routing_program(key) == dataclasses.replace(key, program="rounds", tokens=0,
+                                                                    unchecked_index=False)

@@ -52,6 +52,10 @@ class ConvUpdateBuildKey:
     #: (``bench/layer_ops_sweep.py``; 0 = no cap).
     threads: int = 128
     registers: int = 64
+    #: Compiled without TileLang's bounds checks (pass config ``tl.disable_safe_memory_legalize``):
+    #: every access is in bounds by construction (conv1d_program's docstring says why); a sweep
+    #: candidate, off until a GPU measures it.
+    unchecked_index: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ class ConvVarlenBuildKey:
     tokens: int = 4
     registers: int = 128
     chunk: int = 64
+    #: As ``ConvUpdateBuildKey.unchecked_index``.
+    unchecked_index: bool = False
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:

@@ -31,6 +31,35 @@ that program writes the sequence's final window after the reads: each pool slot 
 written by one thread per channel vector, in program order, so one launch suffices (two
 programs reading and writing one slot would have no order between them).
 
+Bounds (why a key's ``unchecked_index`` may drop TileLang's bounds checks: every access is in
+range by construction, for any metadata values the op accepts: negative, out-of-range or
+repeated slots, lengths or cu_seqlens past T, decreasing or negative, accepted counts out of
+range; the shape rules give ``conv_state_indices``, ``has_initial_state`` and
+``num_accepted_tokens`` B entries, and the launchers launch nothing for T = 0):
+
+* Decode. ``s = clip(start, 0, T)`` and ``L = clip(end, s, T) - s``, so a token
+  ``t = s + j`` (``j < L``) is in ``[0, T)``: its ``x`` row, ``out`` row, ``slots[t]`` and
+  ``slots[min(t + 1, T - 1)]``; the first window's slot index is clipped into ``[0, T)``. Pool
+  rows are read and written only under ``0 <= slot < S``. Lengths are read at indices below
+  ``by <= B``; the sequence's own entry and its accepted count only where ``by < B`` (B may be
+  0: the unchecked program checks that itself, TileLang's check is gone). The zero rows are
+  ``[0, lo)`` and ``[s, T)`` with ``0 <= lo, s <= T``.
+* Varlen. A program's chunk starts below T (``by < ceil(T / C)``); rows before it are read
+  where ``t >= 0``, rows of the chunk where ``t < T``. The search's global reads are at
+  ``found + step < nb`` (``found >= 0``) or ``min(found (+ 1), nb)``, both in ``cu``'s ``nb`` or
+  ``nb + 1`` entries (in-kernel lengths are fewer than ``threads``: those reads go to shared
+  memory). A token is computed (``code >= 0``) only where it is owned: ``lo <= t < hi``,
+  ``t < T``; its ``out`` row is then in range and the sequence ``c - 1 = pos < nb = B``, so
+  ``slots[c - 1]`` and ``has_init[c - 1]`` are. Pool rows only under ``0 <= slot < S``. The
+  final window's rows ``u = ends - W1 + k`` with ``u >= t`` lie in ``[t, min(hi, T))``; one with
+  ``u < t`` comes from the initial window at tap ``W1 + u - t``, in ``[1, W1)`` since
+  ``ends >= t + 1``. Uncovered tokens (``code == -2``) are written only for ``t < T``.
+* Both: weights and bias at channels ``c0 + e < D`` (``c0 < D`` is checked, ``D`` is whole
+  vectors).
+
+The GPU tests run every case, garbage metadata included, through both programs and compare
+the bits (tests/test_conv_gpu.py).
+
 tilelang is imported inside the builders, never at module import.
 """
 
@@ -67,6 +96,15 @@ def _load_taps(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> Any:
                 bv[e] = bias[c0 + e]
 
     return load_taps
+
+
+def unchecked_index(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> None:
+    """The key's ``unchecked_index``: no TileLang bounds checks (every access is in bounds by
+    construction: the module docstring's "Bounds"). Called first in both programs' bodies."""
+    import tilelang.language as T
+
+    if key.unchecked_index:
+        T.annotate_pass_configs({"tl.disable_safe_memory_legalize": True})
 
 
 def _find_sequence(threads: int) -> Any:
@@ -139,6 +177,7 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
         out: T.Tensor((Tn, D), dt),
     ):
         T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
+        unchecked_index(key)
         with T.Kernel(NCB, NB + 1, threads=TH) as (bx, by):
             if key.registers:
                 T.annotate_min_blocks_per_sm(programs_at_registers(TH, key.registers))
@@ -164,8 +203,12 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             # metadata -> slot -> window is the decode step's latency, paid once per program.
             if c0 < D:
                 load_taps(weight, bias, wv, bv, c0)
-            own = T.cast(seq_meta[T.max(T.min(by, BM - 1), 0)], i32)
-            acc_n = T.cast(nacc[T.max(T.min(by, NA - 1), 0)], i32) if has_acc else 1
+            if key.unchecked_index:  # B may be 0 (BM = NA = 0): read only where `by` is a sequence
+                own = T.if_then_else(by < BM, T.cast(seq_meta[by], i32), 0)
+                acc_n = T.if_then_else(by < NA, T.cast(nacc[by], i32), 0) if has_acc else 1
+            else:
+                own = T.cast(seq_meta[T.max(T.min(by, BM - 1), 0)], i32)
+                acc_n = T.cast(nacc[T.max(T.min(by, NA - 1), 0)], i32) if has_acc else 1
             if lengths_style:
                 part = T.alloc_var(i32)
                 part = 0
@@ -374,6 +417,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
         scan: T.int32,
     ):
         T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
+        unchecked_index(key)
         with T.Kernel(NCB, T.ceildiv(Tn, C), threads=TH) as (bx, by):
             if key.registers:
                 T.annotate_min_blocks_per_sm(programs_at_registers(TH, key.registers))

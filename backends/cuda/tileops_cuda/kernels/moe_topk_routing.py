@@ -68,6 +68,10 @@ class MoETopKRoutingBuildKey:
     arch: str = "sm_90"
     program: str = "rounds"
     tokens: int = 0
+    #: The candidates program compiled without TileLang's bounds checks (pass config
+    #: ``tl.disable_safe_memory_legalize``): every access is in bounds by construction (see
+    #: ``_candidates_program``); a sweep candidate, off until a GPU measures it.
+    unchecked_index: bool = False
 
 
 def _vec(dtype: str) -> int:
@@ -100,6 +104,8 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
                 "thread, 256 threads); use the reference")
     if key.program not in _PROGRAMS:
         return f"{_NAME}: program={key.program!r} is not one of {_PROGRAMS}"
+    if key.unchecked_index and key.program != "candidates":
+        return f"{_NAME}: unchecked_index is a field of the candidates program (program={key.program!r}); drop it"
     if key.program == "candidates":
         why = _candidates_misfit(key)
         if why:
@@ -123,7 +129,7 @@ def with_fitting_routing_program(key: MoETopKRoutingBuildKey) -> MoETopKRoutingB
     """``key`` itself, or with the ``rounds`` program where ``candidates`` has no block for it (the
     registered kernel's rule: never a refusal that the other program could serve)."""
     if key.program == "candidates" and _plan(key) is not None and _candidates_misfit(key):
-        return dataclasses.replace(key, program="rounds", tokens=0)
+        return dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False)
     return key
 
 
@@ -200,7 +206,15 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
     the experts ``i * 32 * vw + t * vw + j`` as "rounds" lays them, so every float32 step below is
     the one "rounds" takes, in its order. ``vw`` is the vector TileLang's layout gave "rounds": the
     16-byte vector, or the largest power of two dividing E below it (E=12 in bf16: 4), so that the
-    ``expert < E`` mask is uniform across a vector."""
+    ``expert < E`` mask is uniform across a vector.
+
+    Bounds (why ``unchecked_index`` may drop TileLang's checks): the launcher launches nothing for
+    M = 0, so ``tok = min(bx * TOK + w, M - 1)`` is a row in ``[0, M)`` for every warp; a logit is
+    read only where its expert is below E (the program's own mask); outputs are written at
+    ``[tok, lane]`` with ``lane < K``. Shared slots: a candidate's slot is its exclusive-scan
+    position, below the count ``N <= 32`` (the branch's condition), every other expert's store
+    goes to slot 32; ranks and chosen slots are read at ``lane < N`` and written at rank < K. The
+    logits' values (NaN, infinities) choose paths, never indices."""
     import tilelang.language as T
 
     E, K, dt, idt, f32, i32, i64 = key.experts, key.top_k, key.dtype, key.ids_dtype, "float32", "int32", "int64"
@@ -223,7 +237,10 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
                          topk_ids: T.Tensor((M, K), idt)):
         # A token's work never leaves its warp: __syncwarp where its lanes meet in shared memory, and
         # no block-wide barrier (warps take different branches below).
-        T.annotate_pass_configs({"tl.disable_thread_storage_sync": True})
+        if key.unchecked_index:
+            T.annotate_pass_configs({"tl.disable_thread_storage_sync": True, "tl.disable_safe_memory_legalize": True})
+        else:
+            T.annotate_pass_configs({"tl.disable_thread_storage_sync": True})
         with T.Kernel(T.ceildiv(M, TOK), threads=32 * TOK) as bx:
             tid = T.get_thread_binding()
             ev = T.alloc_local((PER,), f32)
