@@ -296,9 +296,9 @@ _Plan = tuple[Callable[..., Any], Callable[..., Any], int, int]
 
 
 def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedule], Callable[..., Any]],
-              combines: Callable[[str], Callable[..., Any]]) -> Callable[..., Any]:
+              combines: Callable[[str, bool], Callable[..., Any]]) -> Callable[..., Any]:
     """The launch function. ``programs(block_size, schedule)`` returns the compiled split
-    function for a layout (None: contiguous) and schedule, ``combines(kind)`` a combine
+    function for a layout (None: contiguous) and schedule, ``combines(kind, unchecked_index)`` a combine
     function; both compile on first use. A call shape's plan (schedule, programs, splits) is
     made once and looked up after."""
     import torch
