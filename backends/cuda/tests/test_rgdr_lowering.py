@@ -134,3 +134,12 @@ def test_a_round2_field_that_does_not_apply_is_refused_with_its_fix(state, tilin
 
     reason = rgdr_refusal(RGDRBuildKey("bfloat16", state, 16, 32, 128, 128), tiling)
     assert reason is not None and reason.endswith(fix)
+
+
+def test_unpack_bits_is_refused_where_a_lane_holds_one_state_column():
+    from tileops_cuda.kernels.rgdr import rgdr_refusal
+
+    key = RGDRBuildKey("bfloat16", "bfloat16", 1, 2, 16, 32)
+    reason = rgdr_refusal(key, RGDRTiling(128, 16, 2, 8, unpack_bits=True))
+    assert reason is not None and reason.endswith("halve threads_per_row or drop unpack_bits")
+    assert rgdr_refusal(key, RGDRTiling(128, 8, 2, 8, unpack_bits=True)) is None

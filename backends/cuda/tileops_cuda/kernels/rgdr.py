@@ -313,6 +313,11 @@ def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | N
             f"RGDR TileLang kernel: unpack_bits reads a bfloat16 state's fp32 values from its bits; a "
             f"{key.state_dtype} state's are not its bits shifted; drop unpack_bits"
         )
+    if tiling.unpack_bits and key.head_k_dim // tpr < 2:
+        return (
+            f"RGDR TileLang kernel: unpack_bits reads a lane's state columns in pairs, but head_k_dim="
+            f"{key.head_k_dim} gives one a lane at threads_per_row={tpr}; halve threads_per_row or drop unpack_bits"
+        )
     if tiling.row_deltas and tiling.reduce_rows != "transpose":
         return (
             "RGDR TileLang kernel: row_deltas computes each row's delta on the lanes where a transposed reduction "

@@ -101,10 +101,10 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
 
     def warp_live(base, L, tid):
         """Whether this thread's warp stages a live token's q and k (row group ``rg`` stages token ``base + rg``;
-        a warp holds ``32 // TPR`` consecutive row groups): with ``stage_live_warps`` the staging of q and k
+        a warp's first row group is ``32 * warp // TPR``): with ``stage_live_warps`` the staging of q and k
         runs in those warps only (a warp-uniform branch; the others' rows of ``qk_s`` are never read), else
         always (no branch is emitted)."""
-        return base + (tid // 32) * max(1, 32 // TPR) < L if stage_live_warps else True
+        return base + (tid // 32) * 32 // TPR < L if stage_live_warps else True
 
     def clip_tokens(x, Tn, lo=0):
         """``min(max(x, lo), T)`` in ``x``'s own (metadata) dtype, then int32: a 64-bit value
