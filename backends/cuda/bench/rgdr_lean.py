@@ -8,10 +8,14 @@ flat_rows, reduce_rows) cut that to about 390-450 with the same arithmetic. If i
 bytes each warp keeps in flight between its chunks is what holds bf16 at 70-78% of the copy,
 they are faster; if not, they tie.
 
+Round 3 (``rgdr_sweep.LEAN_CANDIDATES`` now): the fields of round 2 (unpack_bits, row_deltas,
+stage_live_warps; NOTES.md "RGDR: instructions a state element, round 2") and tile shapes, each on the
+rows of the role it targets (``rgdr_sweep.LEAN_ROWS``).
+
 Per state dtype: every candidate is built (concurrently), checked against float64 on a decode step
 and a ragged batch (NaN-poisoned output, untouched slots bit-identical) and for bit equality with
 the tiling it leans; a candidate that fails either is not timed. Each row then times the default
-schedule and every candidate on the same rotated input sets (CUDA-graph replay medians), in turn
+schedule and every candidate of that row on the same rotated input sets (CUDA-graph replay medians), in turn
 over ``--rounds``, beside a copy of the same bytes. One JSON line per measurement, a table last.
 
     python3 rgdr_lean.py [--states bfloat16,float32] [--rounds 3] [--json out.json]
@@ -24,7 +28,7 @@ from dataclasses import asdict, fields, replace
 
 from cuda_bench_common import experiment_args, report_rows, rgdr_key
 from rgdr_speculate import same_bits, time_row
-from rgdr_sweep import LEAN, LEAN_CANDIDATES
+from rgdr_sweep import LEAN_CANDIDATES, LEAN_FIELDS, LEAN_ROWS
 
 from tileops_cuda.kernels._common import compile_many
 from tileops_cuda.kernels.rgdr import RGDRTiling, build_rgdr
@@ -35,7 +39,7 @@ ROWS = [(1, 1), (32, 1), (128, 1), (256, 1), (128, 2), (256, 2), (128, 4), (256,
 
 def plain(tiling):
     """The tiling with the candidate fields at their defaults: the program whose bits a candidate must give."""
-    return replace(tiling, **{f.name: f.default for f in fields(RGDRTiling) if f.name in LEAN})
+    return replace(tiling, **{f.name: f.default for f in fields(RGDRTiling) if f.name in LEAN_FIELDS})
 
 
 def main() -> None:
@@ -69,7 +73,8 @@ def main() -> None:
             if ok:
                 launchers[name] = got[name]
         for B, tb in ROWS:
-            foot, copy, times = time_row(launchers, key, B, tb, gen, args.rounds)
+            on_row = {n: b for n, b in launchers.items() if n == "default" or (B, tb) in LEAN_ROWS[st].get(n, ROWS)}
+            foot, copy, times = time_row(on_row, key, B, tb, gen, args.rounds)
             row = {"state": st, "B": B, "Tb": tb, "bytes": foot, "copy_us": copy, "us": times}
             results["rows"].append(row)
             print(json.dumps(row), flush=True)

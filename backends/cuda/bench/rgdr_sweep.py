@@ -14,7 +14,7 @@ from tileops_cuda.kernels import rmsnorm as kr
 from tileops_cuda.kernels.rgdr import RGDRSchedule, RGDRTiling, build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
-__all__ = ["BASELINE_SCHEDULES", "LEAN", "LEAN_CANDIDATES", "TILED_LEAN", "SWEEP", "SWEEP_B", "SWEEP_TB", "bench_host", "choose_schedule", "sweep_rgdr"]
+__all__ = ["BASELINE_SCHEDULES", "LEAN", "LEAN_CANDIDATES", "LEAN_FIELDS", "LEAN_ROWS", "ROUND2", "TILED_LEAN", "SWEEP", "SWEEP_B", "SWEEP_TB", "bench_host", "choose_schedule", "sweep_rgdr"]
 
 # Tilings swept per state dtype (NK16/NV32 rows): the contenders of the first sweep (see
 # NOTES.md) and a few neighbours (more blocks per SM, a longer streamed chunk).
@@ -30,21 +30,55 @@ SWEEP = {
 #: computes its plain tiling's bits. rgdr_lean.py times them beside the default schedule.
 LEAN = dict(exact_tokens=True, unchecked_index=True, pingpong=True, flat_rows=True, reduce_rows="transpose")
 TILED_LEAN = dict(exact_tokens=True, unchecked_index=True, reduce_rows="transpose")  # the fields a tiled program takes
-#: Round 2 (the first round's winner, 8 rows a lane with all five, is bf16's short role since 2026-12-03): the
-#: roles the issue's rows still lose in (bf16 short's speculative twin and occupancy, fp32's short at T_b = 1 and
-#: its large tiling at T_b = 2 and 4, both small roles at B = 1), each beside the registered schedule.
+#: The candidate fields of round 2 (RGDRTiling's unpack_bits, row_deltas, stage_live_warps; NOTES.md "RGDR:
+#: instructions a state element, round 2"): a candidate must give the bits of its tiling with every candidate
+#: field at its default (rgdr_lean.py's ``plain``).
+ROUND2 = dict(unpack_bits=True, row_deltas=True, stage_live_warps=True)
+LEAN_FIELDS = (*LEAN, *ROUND2)
+_UB, _RD, _SW = dict(unpack_bits=True), dict(row_deltas=True), dict(stage_live_warps=True)
+_B1 = ((1, 1),)
+_DECODE = ((32, 1), (128, 1), (256, 1))
+_TB2 = ((128, 2), (256, 2))
+_TB4 = ((128, 4), (256, 4))
+#: Round 3 (after round 2 registered the tiled cuts on every role): the round-2 fields on the roles they cut
+#: (bf16 short, both small roles, fp32 large), and the shapes the lead wants timed: fp32's large tile at
+#: T_b = 2/4, the tiled large beside bf16's streamed short at T_b = 4, other small tiles at B = 1. Each is
+#: timed only on the rows of its role (``LEAN_ROWS``); ptxas spills of the ones left out are in NOTES.md.
 LEAN_CANDIDATES = {
     "bfloat16": {
-        "small-lean-spec": RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN),
-        "lean-8rows-spec": RGDRTiling(128, 16, 8, 4, True, True, **LEAN),
-        "lean-8rows-3blk": RGDRTiling(128, 16, 8, 3, True, **LEAN),
-        "lean-8rows-256t": RGDRTiling(256, 16, 8, 2, True, **LEAN),
+        "short-ub-spec": RGDRTiling(128, 16, 8, 4, True, True, **LEAN, **_UB),
+        "short-ub": RGDRTiling(128, 16, 8, 4, True, **LEAN, **_UB),
+        "short-ub-rd-3blk": RGDRTiling(128, 16, 8, 3, True, **LEAN, **_UB, **_RD),
+        "tiled-4x4-lean": RGDRTiling(128, 16, 4, 4, **TILED_LEAN),
+        "tiled-8x4-lean": RGDRTiling(128, 16, 8, 4, **TILED_LEAN),
+        "tiled-4x4-r2": RGDRTiling(128, 16, 4, 4, **TILED_LEAN, **ROUND2),
+        "tiled-8x4-r2": RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **ROUND2),
+        "small-r2-spec": RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **ROUND2),
+        "small-1row-spec": RGDRTiling(128, 16, 1, 8, False, True, **TILED_LEAN),
+        "small-32lanes-spec": RGDRTiling(128, 32, 2, 8, False, True, **TILED_LEAN),
+        "small-8lanes-spec": RGDRTiling(128, 8, 2, 8, False, True, **TILED_LEAN),
     },
     "float32": {
-        "small-lean-spec": RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN),
-        "lean-spec-3blk": RGDRTiling(128, 16, 4, 3, True, True, **LEAN),
-        "lean-8rows-spec-3blk": RGDRTiling(128, 16, 8, 3, True, True, **LEAN),
-        "large-lean": RGDRTiling(128, 16, 8, 4, **TILED_LEAN),
+        "small-r2-spec": RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **_RD, **_SW),
+        "large-r2": RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **_RD, **_SW),
+        "tiled-4x4-lean": RGDRTiling(128, 16, 4, 4, **TILED_LEAN),
+        "tiled-8x3-lean": RGDRTiling(128, 16, 8, 3, **TILED_LEAN),
+        "tiled-8x5-lean": RGDRTiling(128, 16, 8, 5, **TILED_LEAN),
+        "small-1row-spec": RGDRTiling(128, 16, 1, 8, False, True, **TILED_LEAN),
+        "small-32lanes-spec": RGDRTiling(128, 32, 2, 8, False, True, **TILED_LEAN),
+    },
+}
+#: The rows (B, T_b) each candidate is timed on: its role's (a candidate missing here is timed on every row).
+LEAN_ROWS = {
+    "bfloat16": {
+        "short-ub-spec": _DECODE, "short-ub": _TB2 + _TB4, "short-ub-rd-3blk": _TB2 + _TB4,
+        "tiled-4x4-lean": _TB4, "tiled-8x4-lean": _TB4, "tiled-4x4-r2": _TB4, "tiled-8x4-r2": _TB2 + _TB4,
+        "small-r2-spec": _B1, "small-1row-spec": _B1, "small-32lanes-spec": _B1, "small-8lanes-spec": _B1,
+    },
+    "float32": {
+        "small-r2-spec": _B1 + _DECODE, "large-r2": _TB2 + _TB4, "tiled-4x4-lean": _TB2 + _TB4,
+        "tiled-8x3-lean": _TB2 + _TB4, "tiled-8x5-lean": _TB2 + _TB4, "small-1row-spec": _B1,
+        "small-32lanes-spec": _B1,
     },
 }
 for _st, _named in LEAN_CANDIDATES.items():

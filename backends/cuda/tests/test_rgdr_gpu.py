@@ -249,6 +249,7 @@ def test_the_default_schedule_on_decode_steps_of_every_role_matches_float64(stat
 # tiling it leans, which must give the very same bits (same arithmetic in the same order).
 LEAN = dict(exact_tokens=True, unchecked_index=True, pingpong=True, flat_rows=True, reduce_rows="transpose")
 TILED_LEAN = dict(exact_tokens=True, unchecked_index=True, reduce_rows="transpose")
+UB, RD, SW = dict(unpack_bits=True), dict(row_deltas=True), dict(stage_live_warps=True)
 LEAN_CANDIDATES = {
     "bf16-stream-lean": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, **LEAN)),
     "bf16-stream-lean-8rows": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, **LEAN)),  # bf16's short role
@@ -260,6 +261,15 @@ LEAN_CANDIDATES = {
     "fp32-stream-lean-speculative-3blk": ("float32", RGDRTiling(128, 16, 4, 3, True, True, **LEAN)),
     "fp32-stream-lean-8rows-speculative-3blk": ("float32", RGDRTiling(128, 16, 8, 3, True, True, **LEAN)),
     "fp32-tiled-large-lean": ("float32", RGDRTiling(128, 16, 8, 4, **TILED_LEAN)),
+    # Round 2's fields (unpack_bits, row_deltas, stage_live_warps; NOTES.md "... round 2"), on the roles they cut.
+    "bf16-stream-lean-8rows-unpack-bits": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, **LEAN, **UB)),
+    "bf16-stream-lean-8rows-unpack-bits-speculative": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, True, **LEAN, **UB)),
+    "bf16-stream-lean-8rows-unpack-bits-deltas-3blk": ("bfloat16", RGDRTiling(128, 16, 8, 3, True, **LEAN, **UB, **RD)),
+    "bf16-tiled-8rows-round2": ("bfloat16", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **UB, **RD, **SW)),
+    "bf16-tiled-small-round2-speculative": ("bfloat16", RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **UB, **RD,
+                                                                   **SW)),
+    "fp32-tiled-small-round2-speculative": ("float32", RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **RD, **SW)),
+    "fp32-tiled-large-round2": ("float32", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **RD, **SW)),
 }  # fmt: skip
 
 
@@ -268,7 +278,7 @@ def _plain(tiling: RGDRTiling) -> RGDRTiling:
     from dataclasses import replace
 
     return replace(tiling, exact_tokens=False, unchecked_index=False, pingpong=False, flat_rows=False,
-                   reduce_rows="butterfly")  # fmt: skip
+                   reduce_rows="butterfly", unpack_bits=False, row_deltas=False, stage_live_warps=False)  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(LEAN_CANDIDATES))
@@ -294,7 +304,8 @@ def test_a_lean_candidate_matches_float64_and_its_plain_tiling_bit_for_bit(name,
         assert torch.equal(out_l, out_p) and torch.equal(st_l, st_p), lengths
 
 
-@pytest.mark.parametrize("name", ["bf16-stream-lean-8rows", "fp32-stream-lean-speculative-3blk", "fp32-tiled-large-lean"])
+@pytest.mark.parametrize("name", ["bf16-stream-lean-8rows", "fp32-stream-lean-speculative-3blk", "fp32-tiled-large-lean",
+                                  "fp32-tiled-small-round2-speculative"])
 def test_a_lean_candidate_follows_unchecked_metadata_like_its_plain_tiling(name, arch, cuda_device, gen):
     """Without TileLang's bounds checks (``unchecked_index``) every access must stay in bounds by
     construction: lengths that overrun T, a negative length and slots outside the pool give the

@@ -78,3 +78,68 @@ def test_a_transposed_reduction_hands_the_k_dot_back_with_indexed_shuffles(strea
     plain, lean = streamed_sources
     assert "__shfl_sync(" not in plain
     assert "__shfl_sync(" in lean
+
+
+# Round 2 (RGDRTiling's unpack_bits, row_deltas, stage_live_warps; NOTES.md "RGDR: instructions a state element,
+# round 2"): each field's mark in the CUDA of a registered bf16 program (the speculative tiled small program,
+# which also holds the general path's staging, and the streamed short role), beside the same program without them.
+_TILED_LEAN = dict(exact_tokens=True, unchecked_index=True, reduce_rows="transpose")
+_ROUND2 = dict(unpack_bits=True, row_deltas=True, stage_live_warps=True)
+_SMALL_SPEC = RGDRTiling(128, 16, 2, 8, False, True, **_TILED_LEAN)
+_SHORT = RGDRTiling(128, 16, 8, 4, True, pingpong=True, flat_rows=True, **_TILED_LEAN)
+
+
+@pytest.fixture(scope="module")
+def round2_sources():
+    """{(layout, with round 2's fields): CUDA} of the two registered bf16 programs, lowered as a build lowers them."""
+    from dataclasses import replace
+
+    from lowered_source import lowered_source
+
+    return {(name, on): lowered_source(lambda k, t=(replace(t, **_ROUND2) if on else t): rgdr_program(k, t), _QWEN_BF16)
+            for name, t in (("tiled", _SMALL_SPEC), ("stream", _SHORT)) for on in (False, True)}  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", ["tiled", "stream"])
+def test_unpack_bits_reads_and_writes_a_bf16_state_a_pair_a_word(round2_sources, layout):
+    plain, lean = round2_sources[layout, False], round2_sources[layout, True]
+    assert "& (uint)4294901760;" not in plain and "__pack_nv_bfloat162(((bfloat16_t)lo)" not in plain
+    assert "& (uint)4294901760;" in lean  # the high element: the word with its low half cleared
+    assert "__pack_nv_bfloat162(((bfloat16_t)lo), ((bfloat16_t)hi))" in lean  # the pair written whole
+
+
+@pytest.mark.parametrize("layout", ["tiled", "stream"])
+def test_row_deltas_hands_back_deltas_computed_where_a_rows_total_ends(round2_sources, layout):
+    plain, lean = round2_sources[layout, False], round2_sources[layout, True]
+    assert "float dl = (bt * (" in plain
+    assert "own = (bt * (" in lean and "float dl = acc[r_4];" in lean
+
+
+def test_stage_live_warps_branches_round_the_q_and_k_staging_of_dead_warps(round2_sources):
+    plain, lean = round2_sources["tiled", False], round2_sources["tiled", True]
+    dead_warp = "if (((ch * 8) + ((((int)threadIdx.x) >> 5) * 2)) < L_1) {"  # the general path's staging
+    assert dead_warp not in plain and "if (((int)threadIdx.x) < 32) {" not in plain
+    assert dead_warp in lean
+    assert lean.count("if (((int)threadIdx.x) < 32) {") == 2  # the guess's q/k loads, then their l2 norm
+    assert "if (((tc * 8) + ((((int)threadIdx.x) >> 5) * 2)) < L_1) {" in round2_sources["stream", True]
+
+
+@pytest.mark.parametrize("state,tiling,fix", [
+    ("float32", RGDRTiling(128, 16, 2, 8, unpack_bits=True), "drop unpack_bits"),
+    ("float16", RGDRTiling(128, 16, 2, 8, unpack_bits=True), "drop unpack_bits"),
+    ("bfloat16", RGDRTiling(128, 16, 2, 8, row_deltas=True), "set reduce_rows='transpose' or drop row_deltas"),
+], ids=["unpack-bits-fp32-state", "unpack-bits-fp16-state", "row-deltas-butterfly"])  # fmt: skip
+def test_a_round2_field_that_does_not_apply_is_refused_with_its_fix(state, tiling, fix):
+    from tileops_cuda.kernels.rgdr import rgdr_refusal
+
+    reason = rgdr_refusal(RGDRBuildKey("bfloat16", state, 16, 32, 128, 128), tiling)
+    assert reason is not None and reason.endswith(fix)
+
+
+def test_unpack_bits_is_refused_where_a_lane_holds_one_state_column():
+    from tileops_cuda.kernels.rgdr import rgdr_refusal
+
+    key = RGDRBuildKey("bfloat16", "bfloat16", 1, 2, 16, 32)
+    reason = rgdr_refusal(key, RGDRTiling(128, 16, 2, 8, unpack_bits=True))
+    assert reason is not None and reason.endswith("halve threads_per_row or drop unpack_bits")
+    assert rgdr_refusal(key, RGDRTiling(128, 8, 2, 8, unpack_bits=True)) is None

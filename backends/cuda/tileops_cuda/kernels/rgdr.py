@@ -143,6 +143,20 @@ class RGDRTiling:
     ``rows * log2(threads_per_row)``, each row's total ends on the lanes that then write its
     output, and the k-dot's totals come back to every lane with ``rows`` indexed shuffles. The same
     additions on the same operands: the same bits.
+
+    Round 2 (NOTES.md, "RGDR: instructions a state element, round 2"; off by default, the program's CUDA
+    then unchanged):
+
+    ``unpack_bits``: bf16 state only: a token reads its state's fp32 values from the bits of each 32-bit
+    pair (the low element shifted up 16 bits, the high one with the low half cleared: one integer
+    instruction each, where the bf16 cast takes two for the high one) and writes each pair whole.
+    ``row_deltas``: with ``reduce_rows="transpose"``: the lanes that end a row's k-dot total compute the
+    row's delta ``beta * (v - S k)`` and the deltas come back to every lane, not the totals (one delta a
+    lane instead of ``rows``: the value loads, subtractions and products of the other rows go). The same
+    operands: the same bits.
+    ``stage_live_warps``: a staged chunk's q and k (loads, l2 norm, scaling) run only in the warps whose
+    row groups hold a live token (a decode step: the first warp, the others skip to the state), a
+    warp-uniform branch; the skipped rows of the staging buffer are never read.
     """
 
     threads: int = 128
@@ -156,6 +170,9 @@ class RGDRTiling:
     pingpong: bool = False
     flat_rows: bool = False
     reduce_rows: str = "butterfly"
+    unpack_bits: bool = False
+    row_deltas: bool = False
+    stage_live_warps: bool = False
 
     def __post_init__(self) -> None:
         if self.reduce_rows not in _ROW_REDUCTIONS:
@@ -295,6 +312,21 @@ def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | N
     for field in ("pingpong", "flat_rows"):
         if getattr(tiling, field) and not tiling.stream:
             return f"RGDR TileLang kernel: {field} is a streaming-layout field; set stream=True or drop it"
+    if tiling.unpack_bits and key.state_dtype != "bfloat16":
+        return (
+            f"RGDR TileLang kernel: unpack_bits reads a bfloat16 state's fp32 values from its bits; a "
+            f"{key.state_dtype} state's are not its bits shifted; drop unpack_bits"
+        )
+    if tiling.unpack_bits and key.head_k_dim // tpr < 2:
+        return (
+            f"RGDR TileLang kernel: unpack_bits reads a lane's state columns in pairs, but head_k_dim="
+            f"{key.head_k_dim} gives one a lane at threads_per_row={tpr}; halve threads_per_row or drop unpack_bits"
+        )
+    if tiling.row_deltas and tiling.reduce_rows != "transpose":
+        return (
+            "RGDR TileLang kernel: row_deltas computes each row's delta on the lanes where a transposed reduction "
+            "ends its total; set reduce_rows='transpose' or drop row_deltas"
+        )
     rows = tiling.rows_per_thread
     if tiling.reduce_rows == "transpose" and (rows & (rows - 1) or rows > tpr):
         return (

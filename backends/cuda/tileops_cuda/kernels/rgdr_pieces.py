@@ -40,11 +40,13 @@ def pow2_at_most(n: int, cap: int) -> int:
 
 
 def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa: C901 - one set of macros
-                speculate: bool = False, reduce_rows: str = "butterfly") -> SimpleNamespace:
+                speculate: bool = False, reduce_rows: str = "butterfly", unpack_bits: bool = False,
+                row_deltas: bool = False, stage_live_warps: bool = False) -> SimpleNamespace:
     """The shared macros for ``key`` on ``threads`` threads, ``tpr`` lanes per state row and
     ``rows`` rows per thread (see the module docstring); also the derived sizes.
     ``speculate``: the program guesses the decode layout (:func:`guess_missed`).
-    ``reduce_rows``: how a token's row sums cross the lanes (``RGDRTiling.reduce_rows``)."""
+    ``reduce_rows``: how a token's row sums cross the lanes (``RGDRTiling.reduce_rows``).
+    ``unpack_bits``, ``row_deltas``, ``stage_live_warps``: ``RGDRTiling``'s fields of those names."""
     import tilelang.language as T
 
     f32, i32 = "float32", "int32"
@@ -73,14 +75,36 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
         """Column of element ``cc*vec + e`` of a lane: 16-byte runs interleaved across lanes."""
         return (cc * TPR + lane) * vec + e
 
-    def decayed(x, dsc, dvec, e):
-        """fp32 value of state element ``x`` after this token's decays (same op order each time)."""
-        v = T.cast(x, f32)
+    def state_f32(Sx, r, e):
+        """fp32 value of state element ``Sx[r, e]``."""
+        return T.cast(Sx[r, e], f32)
+
+    def pair_f32(Sx, r, e2, half):
+        """``RGDRTiling.unpack_bits`` (bf16 state): fp32 value of state element ``Sx[r, 2 * e2 + half]`` from the
+        bits of the 32-bit word holding the pair. A bf16 is the upper half of its fp32, so the low element is
+        the word shifted up 16 bits and the high one the word with its low half cleared: one integer
+        instruction each, where the cast takes two for the high one. The same value, bit for bit."""
+        word = T.view(Sx, (R, EPT // 2), "uint32")[r, e2]
+        if half == 0:
+            return T.reinterpret(T.shift_left(word, T.uint32(16)), f32)
+        return T.reinterpret(T.bitwise_and(word, T.uint32(0xFFFF0000)), f32)
+
+    def decayed(Sx, r, e, dsc, dvec, e2=None, half=0):
+        """fp32 value of state element ``Sx[r, e]`` after this token's decays (same op order each time); read
+        as element ``half`` of pair ``e2`` (:func:`pair_f32`) when ``e2`` is given."""
+        v = state_f32(Sx, r, e) if e2 is None else pair_f32(Sx, r, e2, half)
         if scalar_decay:
             v = v * dsc
         if vector_decay:
             v = v * dvec[e]
         return v
+
+    def warp_live(base, L, tid):
+        """Whether this thread's warp stages a live token's q and k (row group ``rg`` stages token ``base + rg``;
+        a warp's first row group is ``32 * warp // TPR``): with ``stage_live_warps`` the staging of q and k
+        runs in those warps only (a warp-uniform branch; the others' rows of ``qk_s`` are never read), else
+        always (no branch is emitted)."""
+        return base + (tid // 32) * 32 // TPR < L if stage_live_warps else True
 
     def clip_tokens(x, Tn, lo=0):
         """``min(max(x, lo), T)`` in ``x``'s own (metadata) dtype, then int32: a 64-bit value
@@ -338,9 +362,10 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
         after (staged)."""
         tok = start + base + rg
         live = base + rg < L
-        load_dvec(gk, tok, live, h, lane, dvec)
-        stage_qk(query, key_, scale, tok, live, hk, lane, rg, xq, xk, qk_s)
-        store_dvec(live, lane, rg, dvec, dv_s)
+        if warp_live(base, L, tid):
+            load_dvec(gk, tok, live, h, lane, dvec)
+            stage_qk(query, key_, scale, tok, live, hk, lane, rg, xq, xk, qk_s)
+            store_dvec(live, lane, rg, dvec, dv_s)
         stage_values(value, beta, slots, g, gk, Tn, S, tid, h, v_row0, BV, start, L, base, v_s, b_s, d_s, sl_s, w_s)
 
     @T.macro
@@ -394,6 +419,18 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
             lane_allreduce(acc)
 
     @T.macro
+    def row_deltas_to_lanes(acc, lane, bt, v_s, c2, s_row0, rg):
+        """``RGDRTiling.row_deltas``: every lane gets all ``R`` rows' deltas ``beta * (v - S k)`` in ``acc``.
+        The transposed reduction ends each row's k-dot total on the lanes that own the row; they compute
+        its delta and the deltas come back with ``rows`` indexed shuffles, where :func:`row_totals` hands
+        back the totals and every lane computes every row's delta. The same operands: the same bits."""
+        transpose_reduce(acc, lane)
+        own = T.alloc_var(f32)
+        own = bt * (v_s[c2, s_row0 + (lane // SPAN) * ROWS + rg] - acc[0])
+        for r in T.unroll(R):
+            acc[r] = T.shfl_sync(own, r * SPAN, TPR)
+
+    @T.macro
     def store_state(state, Sx, sl_s, w_s, c2, lane, rg, h, v_row0):
         """This thread's rows of staged token ``c2``'s state into its slot, if it writes one."""
         if w_s[c2] != 0:
@@ -418,33 +455,52 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
         for r in T.unroll(R):
             for p in T.unroll(PS):
                 pacc[r, p] = 0.0
-            for e in T.unroll(EPT):
-                if requant:
-                    # 16-bit state stays packed in registers; the decayed value
-                    # is recomputed (bit-identically) for the update below.
-                    pacc[r, e % PS] = pacc[r, e % PS] + decayed(Sx[r, e], dsc, dvec, e) * kq[e]
-                else:
-                    Sx[r, e] = decayed(Sx[r, e], dsc, dvec, e)
-                    pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * kq[e]
+            if unpack_bits:  # the same sums in the same order, a pair of columns a trip
+                for e2 in T.unroll(EPT // 2):
+                    pacc[r, (2 * e2) % PS] = pacc[r, (2 * e2) % PS] + decayed(Sx, r, 2 * e2, dsc, dvec, e2, 0) * kq[
+                        2 * e2]
+                    pacc[r, (2 * e2 + 1) % PS] = pacc[r, (2 * e2 + 1) % PS] + decayed(
+                        Sx, r, 2 * e2 + 1, dsc, dvec, e2, 1) * kq[2 * e2 + 1]
+            else:
+                for e in T.unroll(EPT):
+                    if requant:
+                        # 16-bit state stays packed in registers; the decayed value
+                        # is recomputed (bit-identically) for the update below.
+                        pacc[r, e % PS] = pacc[r, e % PS] + decayed(Sx, r, e, dsc, dvec) * kq[e]
+                    else:
+                        Sx[r, e] = decayed(Sx, r, e, dsc, dvec)
+                        pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * kq[e]
             fold_partials(pacc, acc, r)
-        row_totals(acc, lane)
+        if row_deltas:
+            row_deltas_to_lanes(acc, lane, bt, v_s, c2, s_row0, rg)
+        else:
+            row_totals(acc, lane)
         for cc in T.unroll(EPT // SV):
             for e in T.vectorized(SV):
                 xq[cc * SV + e] = qk_s[c2, 0, col(cc, lane, SV, e)]
         for r in T.unroll(R):
-            dl = bt * (v_s[c2, s_row0 + r * ROWS + rg] - acc[r])
+            dl = acc[r] if row_deltas else bt * (v_s[c2, s_row0 + r * ROWS + rg] - acc[r])
             for p in T.unroll(PS):
                 pacc[r, p] = 0.0
-            for e in T.unroll(EPT):
-                if requant:
-                    # The output reads the updated state before it is re-quantised; the
-                    # recurrence continues from the rounded value (RGDR.md).
-                    nv = decayed(Sx[r, e], dsc, dvec, e) + dl * kq[e]
-                    pacc[r, e % PS] = pacc[r, e % PS] + nv * xq[e]
-                    Sx[r, e] = T.cast(nv, sdt)
-                else:
-                    Sx[r, e] = Sx[r, e] + dl * kq[e]
-                    pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * xq[e]
+            if unpack_bits:  # each pair's word written whole, once both halves are rounded
+                for e2 in T.unroll(EPT // 2):
+                    lo = decayed(Sx, r, 2 * e2, dsc, dvec, e2, 0) + dl * kq[2 * e2]
+                    pacc[r, (2 * e2) % PS] = pacc[r, (2 * e2) % PS] + lo * xq[2 * e2]
+                    hi = decayed(Sx, r, 2 * e2 + 1, dsc, dvec, e2, 1) + dl * kq[2 * e2 + 1]
+                    pacc[r, (2 * e2 + 1) % PS] = pacc[r, (2 * e2 + 1) % PS] + hi * xq[2 * e2 + 1]
+                    T.view(Sx, (R, EPT // 2), "uint32")[r, e2] = T.call_extern(
+                        "uint32", "__pack_nv_bfloat162", T.cast(lo, sdt), T.cast(hi, sdt))
+            else:
+                for e in T.unroll(EPT):
+                    if requant:
+                        # The output reads the updated state before it is re-quantised; the
+                        # recurrence continues from the rounded value (RGDR.md).
+                        nv = decayed(Sx, r, e, dsc, dvec) + dl * kq[e]
+                        pacc[r, e % PS] = pacc[r, e % PS] + nv * xq[e]
+                        Sx[r, e] = T.cast(nv, sdt)
+                    else:
+                        Sx[r, e] = Sx[r, e] + dl * kq[e]
+                        pacc[r, e % PS] = pacc[r, e % PS] + Sx[r, e] * xq[e]
             fold_partials(pacc, acc, r)
         if speculate:  # the decode program's stores leave before the output's shuffles
             store_state(state, Sx, sl_s, w_s, c2, lane, rg, h, v_row0)
@@ -465,7 +521,7 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
         zero_uncovered=zero_uncovered, token_buffers=token_buffers, token_registers=token_registers,
         stage_qk=stage_qk, stage_slot=stage_slot, stage_chunk=stage_chunk, token_step=token_step,
         first_slot=first_slot, read_slot=read_slot, sequence_bounds=sequence_bounds,
-        guess_missed=guess_missed, load_rows=load_rows, load_qk=load_qk, finish_qk=finish_qk,
+        guess_missed=guess_missed, warp_live=warp_live, load_rows=load_rows, load_qk=load_qk, finish_qk=finish_qk,
         load_dvec=load_dvec, store_dvec=store_dvec, stage_values=stage_values,
         ROWS=ROWS, C=C, EPT=EPT, SV=SV, IV=IV, GV=GV, NWARP=NWARP, PS=PS, NSH=NSH,
         vector_decay=vector_decay, scalar_decay=scalar_decay,

@@ -54,7 +54,8 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
     GRP = NV // NK
     THREADS, TPR, R = tiling.threads, tiling.threads_per_row, tiling.rows_per_thread
     speculate = tiling.speculate
-    P = rgdr_pieces(key, THREADS, TPR, R, speculate, tiling.reduce_rows)
+    P = rgdr_pieces(key, THREADS, TPR, R, speculate, tiling.reduce_rows, tiling.unpack_bits, tiling.row_deltas,
+                    tiling.stage_live_warps)
     ROWS, C, EPT, SV, GV, NWARP, PS, col = P.ROWS, P.C, P.EPT, P.SV, P.GV, P.NWARP, P.PS, P.col  # see rgdr_pieces
     BV = tiling.block_v
     NVT = DV // BV
@@ -102,13 +103,15 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                 live_g = rg == 0 and by < Tn
                 slot_g = T.alloc_var(i32)
                 P.read_slot(slots, T.min(by, Tn - 1), S, slot_g)
-                P.load_dvec(gk, by, live_g, h, lane, dvec)
-                P.load_qk(query, key_, by, live_g, hk, lane, xq, xk)
+                if P.warp_live(0, 1, tid):  # the guess stages one token: row group 0's
+                    P.load_dvec(gk, by, live_g, h, lane, dvec)
+                    P.load_qk(query, key_, by, live_g, hk, lane, xq, xk)
                 P.stage_values(value, beta, slots, g, gk, Tn, S, tid, h, vt * BV, BV, by, T.min(1, Tn - by), 0,
                                v_s, b_s, d_s, sl_s, w_s)  # fmt: skip
                 P.load_rows(state, Sx, slot_g, slot_g >= 0, h, vt * BV, rg, lane)
-                P.finish_qk(scale, live_g, lane, rg, xq, xk, qk_s)
-                P.store_dvec(live_g, lane, rg, dvec, dv_s)
+                if P.warp_live(0, 1, tid):
+                    P.finish_qk(scale, live_g, lane, rg, xq, xk, qk_s)
+                    P.store_dvec(live_g, lane, rg, dvec, dv_s)
                 start, L, acc_n = P.sequence_bounds(seq_meta, nacc, Tn, by, tid, red)
                 if P.guess_missed(start, L, by):  # the general path from here, the guess discarded
                     slot0 = T.alloc_var(i32)
@@ -230,8 +233,9 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
             if pg.ntc > 1 or ci == 0:
                 if P.guess_missed(pg.start, pg.L, pg.by):
                     T.sync_threads()
-                    P.stage_qk(query, key_, scale, pg.start + base + pg.rg, base + pg.rg < pg.L, pg.hk, pg.lane,
-                               pg.rg, xq, xk, qk_s)  # fmt: skip
+                    if P.warp_live(base, pg.L, pg.tid):
+                        P.stage_qk(query, key_, scale, pg.start + base + pg.rg, base + pg.rg < pg.L, pg.hk, pg.lane,
+                                   pg.rg, xq, xk, qk_s)  # fmt: skip
                     stage_group(value, beta, slots, g, gk, pg.tid, pg.hk, pg.start, pg.L, base, v_s, b_s, d_s, sl_s,
                                 w_s, dv_s)  # fmt: skip
                     T.sync_threads()
@@ -280,11 +284,13 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
                 # The decode layout's guess, as in the tiled layout (there).
                 slot = T.alloc_var(i32)
                 P.read_slot(slots, T.min(by, Tn - 1), S, slot)
-                P.load_qk(query, key_, by, rg == 0 and by < Tn, hk, lane, xq, xk)
+                if P.warp_live(0, 1, tid):
+                    P.load_qk(query, key_, by, rg == 0 and by < Tn, hk, lane, xq, xk)
                 stage_group(value, beta, slots, g, gk, tid, hk, by, T.min(1, Tn - by), 0, v_s, b_s, d_s, sl_s, w_s,
                             dv_s)  # fmt: skip
                 load_chunk(state, Sa, slot, slot >= 0 and nch > 0, hk, c_lo, rg, lane)
-                P.finish_qk(scale, rg == 0 and by < Tn, lane, rg, xq, xk, qk_s)
+                if P.warp_live(0, 1, tid):
+                    P.finish_qk(scale, rg == 0 and by < Tn, lane, rg, xq, xk, qk_s)
                 start, L, acc_n = P.sequence_bounds(seq_meta, nacc, Tn, by, tid, red)
                 if P.guess_missed(start, L, by):  # the general path from here, the guess discarded
                     P.read_slot(slots, T.max(T.min(start + acc_n - 1, Tn - 1), 0), S, slot)
