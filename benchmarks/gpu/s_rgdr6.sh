@@ -7,13 +7,13 @@ el rgdr6
 # copy. Under 8 minutes, alone in its call. Results into $OUT (or $out).
 OUT=${OUT:-$out}; mkdir -p "$OUT"
 export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tlc} PYTHONUNBUFFERED=1
-timeout ${RGDR6_TEST_S:-210} python3 -m pytest -v -rf -n 8 -p no:cacheprovider backends/cuda/tests/test_rgdr_gpu.py \
+timeout ${RGDR6_TEST_S:-270} python3 -m pytest -v -rf -n 12 -p no:cacheprovider backends/cuda/tests/test_rgdr_gpu.py \
     -k "lean_candidate" 2>&1 | grep -v -E "PytestBenchmark|warner" > "$OUT/rgdr6_tests.log"
 grep -E "PASSED|FAILED|ERROR|[0-9]+ (passed|failed)" "$OUT/rgdr6_tests.log" | sed -E 's/.*::/  /' | tail -10
 sed -n '/= FAILURES =/,/short test summary/p' "$OUT/rgdr6_tests.log" | grep -E "^E |assert|Error" | head -20
 el rgdr6-bench
 cd backends/cuda/bench
-timeout ${RGDR6_BENCH_S:-240} python3 rgdr_lean.py --states bfloat16,float32 --rounds ${RGDR6_ROUNDS:-3} \
+timeout ${RGDR6_BENCH_S:-270} python3 rgdr_lean.py --states bfloat16,float32 --rounds ${RGDR6_ROUNDS:-3} \
     --json "$OUT/rgdr_lean.json" 2>&1 | grep -v "tilelang.jit" > "$OUT/rgdr_lean.log"
 echo "rgdr_lean rc=$?"; grep -E '"build_failed"|"ok": false|"bits_equal_plain": false|Error' "$OUT/rgdr_lean.log" | cut -c1-240 | head -12
 sed -n '/^state /,$p' "$OUT/rgdr_lean.log"
