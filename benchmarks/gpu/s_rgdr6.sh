@@ -1,10 +1,9 @@
 el rgdr6
-# rgdr6 (issue 16): the candidates that cut the streamed RGDR program's instructions a state element
-# (RGDRTiling's exact_tokens, unchecked_index, pingpong, flat_rows, reduce_rows; NOTES.md "RGDR:
-# instructions a state element"). Their GPU tests (float64 on a poisoned output, untouched slots, the
-# plain tiling's bits, unchecked metadata), then backends/cuda/bench/rgdr_lean.py: bf16 B=128/256
-# T_b=1/2/4 and fp32 B=128/256 T_b=1/2, every candidate beside the default schedule and the same-size
-# copy. Under 8 minutes, alone in its call. Results into $OUT (or $out).
+# rgdr6 (issue 16): the RGDR tilings of rgdr_sweep.LEAN_CANDIDATES (the current round: RGDRTiling's
+# instruction cuts and tile shapes per role, NOTES.md "RGDR: instructions a state element" and its round 2).
+# Their GPU tests (float64 on a poisoned output, untouched slots, the plain tiling's bits, unchecked
+# metadata), then backends/cuda/bench/rgdr_lean.py: each candidate on its role's rows (LEAN_ROWS) beside
+# the default schedule and the same-size copy. Under 10 minutes, alone in its call. Results into $OUT (or $out).
 OUT=${OUT:-$out}; mkdir -p "$OUT"
 export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tlc} PYTHONUNBUFFERED=1
 timeout ${RGDR6_TEST_S:-270} python3 -m pytest -v -rf -n 12 -p no:cacheprovider backends/cuda/tests/test_rgdr_gpu.py \
