@@ -27,6 +27,10 @@ are visited last-first (the last tile of a sequence has the most key tiles).
 tile overlaps the P·V product of the previous one; the build key's ``program`` picks it.
 With the key's ``cache_write`` ``"attention"`` its producer warpgroup also does the cache write's
 job once its loads are issued (:func:`cache_rows_writer`), and the cache-write program is not launched.
+:func:`prefill_attention_q64_program` is that pipeline with one consumer warpgroup (64 query rows, 32-key
+stages): 96 KiB of shared memory and 128 registers a thread at launch, so two programs share an SM and one's
+fixed phases (query load, first tiles, epilogue) run under the other's key-tile loop. Both are
+:func:`warp_specialised_attention` (shared producer and consumer macros).
 
 tilelang is imported inside the builders, never at module import.
 """
@@ -637,10 +641,9 @@ def warp_specialised_attention(key: "PrefillBuildKey", tiling: "PrefillTiling", 
         acc_s0 = T.alloc_fragment((WM, BN), f32)
         acc_p0 = T.alloc_fragment((WM, BN), dt)
         acc_o0 = T.alloc_fragment((WM, DV), f32)
-        acc_os0 = (acc_o0,)
         if value_parts == 2:  # the output's upper columns, their own product (value_blocks)
             acc_o0_hi = T.alloc_fragment((WM, DV), f32)
-            acc_os0 = (acc_o0, acc_o0_hi)
+        acc_os0 = (acc_o0,) if value_parts == 1 else (acc_o0, acc_o0_hi)
         if consumers == 2:
             acc_s1 = T.alloc_fragment((WM, BN), f32)
             acc_p1 = T.alloc_fragment((WM, BN), dt)
