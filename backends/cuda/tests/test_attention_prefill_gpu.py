@@ -3,8 +3,9 @@ without one).
 
 Every AttentionPrefillFwdOp workload row and ragged, padded and partly covered batches run
 through the launcher with a NaN-poisoned ``out``, with the default setting and with each other
-one (``_SETTINGS``: the pipelined program the default replaced, and the default writing the caches
-from its producer warpgroup; the same checks, the same tolerances:
+one (``_SETTINGS``: the pipelined program the default replaced, the default writing the caches
+from its producer warpgroup, and the q64 program, two 64-row programs an SM, launching the cache write
+or writing the caches itself; the same checks, the same tolerances:
 the conformance suite's, float16 2e-3, bfloat16 1.6e-2, relative); the caches bit for bit. The
 reference is float64 on the device: causal attention within each prompt. Every kernel the module
 runs is compiled up front, concurrently (``prebuilt``).
@@ -32,11 +33,13 @@ _PREFILL_ARGS = ("query", "key", "value", "key_cache", "value_cache", "cu_seqlen
 _PREFILL_GROUPS = [(8, 1, 128, "float16"), (4, 4, 48, "bfloat16")]
 
 #: The settings (build-key fields beside the call's) every test runs: the default (the overlap program on
-#: the heads grid, tile counts by kernel), the pipelined program it replaced, and the overlap program
-#: writing the caches itself. ``PREFILL_TEST_SETTINGS`` (names, comma-separated) keeps some of them, and
-#: the ragged test only their full settings: a device call cannot compile all 42 kernels in its slot.
+#: the heads grid, tile counts by kernel), the pipelined program it replaced, the overlap program
+#: writing the caches itself, and the q64 program (64 query rows a program, two an SM) both ways.
+#: ``PREFILL_TEST_SETTINGS`` (names, comma-separated) keeps some of them, and the ragged test only their
+#: full settings: a device call cannot compile all the kernels in its slot.
 _ALL_SETTINGS = {"default": {}, "pipelined": {"program": "pipelined", "grid": "tiles", "tile_counts": "torch"},
-                 "overlap-writes-caches": {"cache_write": "attention"}}
+                 "overlap-writes-caches": {"cache_write": "attention"}, "q64": {"program": "q64"},
+                 "q64-writes-caches": {"program": "q64", "cache_write": "attention"}}
 _NAMED = os.environ.get("PREFILL_TEST_SETTINGS", ",".join(_ALL_SETTINGS)).split(",")
 if set(_NAMED) - set(_ALL_SETTINGS):
     raise ValueError(f"PREFILL_TEST_SETTINGS names {sorted(set(_NAMED) - set(_ALL_SETTINGS))}, "
@@ -74,12 +77,12 @@ def _prefill_keys_used(arch: str) -> set:
 
 @pytest.fixture(scope="module", autouse=True)
 def prebuilt(arch):
-    """Compile every kernel the module needs concurrently (nvcc runs in parallel), the overlap
+    """Compile every kernel the module needs concurrently (nvcc runs in parallel), the warp-specialised
     programs (the slowest to lower and compile) first so that none of them starts last; a failure
     is left for the test that needs the kernel to report."""
     from tileops_cuda.kernels._common import compile_many
 
-    keys = sorted(_prefill_keys_used(arch), key=lambda k: (k.program != "overlap", k.head_dim != 256, str(k)))
+    keys = sorted(_prefill_keys_used(arch), key=lambda k: (k.program == "pipelined", k.head_dim != 256, str(k)))
     compile_many([lambda key=key: build_attention_prefill(key) for key in keys])
 
 
@@ -172,7 +175,7 @@ def _prefill_batch(device, gen, lengths, block=None, pad=(), T_extra=0, NQ=16, N
 
 #: One key tile (the overlap program's loop never runs), a second warpgroup with no row inside
 #: its prompt, value tiles crossing the end, and 16 key tiles (every pipeline stage's barriers
-#: through several phases).
+#: through several phases); 63/64/65 and 127/129 are the q64 program's query-tile edges too.
 _RAGGED_LENGTHS = [1, 0, 63, 64, 65, 127, 129, 300, 1000]
 
 
@@ -185,31 +188,33 @@ def test_prefill_ragged_prompts_tile_edges_empty_and_padded_prompts(block, setti
 
 @pytest.fixture(scope="module")
 def tile_count_kernels(arch):
-    """The tile-count kernel for either offsets dtype, compiled alone (no attention behind it)."""
+    """The tile-count kernel for either offsets dtype and each program's query tile (128 rows, q64's 64),
+    compiled alone (no attention behind it)."""
     from tileops_cuda.kernels._attention_common import compile_arch
     from tileops_cuda.kernels._common import compile_many, compile_prim_func
     from tileops_cuda.kernels.attention_prefill_program import prefill_tile_counts_program
 
-    dtypes = ("int32", "int64")
-    block_m = default_tiling(PrefillBuildKey("bfloat16", 16, 2, 256)).block_m
-    built = compile_many([lambda d=d: compile_prim_func(prefill_tile_counts_program(
-        PrefillBuildKey("bfloat16", 16, 2, 256, cu_dtype=d), block_m), compile_arch(arch)) for d in dtypes])
-    return block_m, dict(zip(dtypes, built))
+    variants = [(d, default_tiling(PrefillBuildKey("bfloat16", 16, 2, 256, program=p)).block_m)
+                for d in ("int32", "int64") for p in ("overlap", "q64")]
+    built = compile_many([lambda d=d, m=m: compile_prim_func(prefill_tile_counts_program(
+        PrefillBuildKey("bfloat16", 16, 2, 256, cu_dtype=d), m), compile_arch(arch)) for d, m in variants])
+    return dict(zip(variants, built))
 
 
 @pytest.mark.parametrize("B", [1, 9, 1024, 3000])
 @pytest.mark.parametrize("cu_dtype", ["int32", "int64"])
-def test_the_tile_count_kernel_makes_the_prefix_sums_the_torch_path_makes(B, cu_dtype, tile_count_kernels,
+@pytest.mark.parametrize("block_m", [128, 64])
+def test_the_tile_count_kernel_makes_the_prefix_sums_the_torch_path_makes(B, cu_dtype, block_m, tile_count_kernels,
                                                                           cuda_device, gen):
     import torch
 
-    block_m, kernels = tile_count_kernels
-    if isinstance(kernels[cu_dtype], Exception):
-        raise kernels[cu_dtype]
+    kernel = tile_count_kernels[cu_dtype, block_m]
+    if isinstance(kernel, Exception):
+        raise kernel
     lengths = torch.randint(-3, 400, (B,), generator=gen, device=cuda_device[0])  # some negative: count none
     cu = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0)).to(getattr(torch, cu_dtype))
     got = torch.full((B + 1,), -7, dtype=torch.int32, device=cu.device)
-    kernels[cu_dtype](cu, got)
+    kernel(cu, got)
     want = torch.nn.functional.pad(torch.cumsum(-(-lengths.clamp(min=0) // block_m), 0), (1, 0)).int()
     assert torch.equal(got, want)
 

@@ -23,11 +23,13 @@ from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, direct_entry
 from .attention_decode_program import LOG2E
 from .attention_prefill_program import (
-    prefill_attention_overlap_program, prefill_attention_program, prefill_cache_program, prefill_tile_counts_program,
+    Q64_PROGRAMS_PER_SM, prefill_attention_overlap_program, prefill_attention_program, prefill_attention_q64_program,
+    prefill_cache_program, prefill_tile_counts_program, value_blocks_refusal,
 )
 
-__all__ = ["PREFILL_CACHE_WRITES", "PREFILL_SETTINGS", "PREFILL_GRIDS", "PREFILL_PROGRAMS", "PREFILL_TILE_COUNTS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "build_attention_prefill",
-           "default_tiling", "prefill_refusal"]
+__all__ = ["PREFILL_CACHE_WRITES", "PREFILL_SETTINGS", "PREFILL_GRIDS", "PREFILL_PROGRAMS", "PREFILL_TILE_COUNTS",
+           "PREFILL_WRITING_PROGRAMS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "Q64_TILING",
+           "build_attention_prefill", "default_tiling", "prefill_refusal"]
 
 #: Tokens a cache-write program copies, and its threads.
 CACHE_TOKENS, CACHE_THREADS = 16, 256
@@ -35,8 +37,14 @@ CACHE_TOKENS, CACHE_THREADS = 16, 256
 #: The attention programs a key can name. ``pipelined``: TileLang's automatic warp-specialised
 #: pipeline, each product waited for as it is issued (the default until the other is measured
 #: faster on the H200); ``overlap``: the pipeline written out, the softmax of key tile j running
-#: while the P·V product of tile j - 1 does (issue 21).
-PREFILL_PROGRAMS = {"pipelined": prefill_attention_program, "overlap": prefill_attention_overlap_program}
+#: while the P·V product of tile j - 1 does (issue 21); ``q64``: that pipeline with one consumer
+#: warpgroup of 64 query rows and 32-key stages, small enough that two programs share an SM and one's
+#: fixed phases run under the other's main loop (issue 21's candidate for the short paged rows).
+PREFILL_PROGRAMS = {"pipelined": prefill_attention_program, "overlap": prefill_attention_overlap_program,
+                    "q64": prefill_attention_q64_program}
+
+#: The programs with a producer warpgroup, which can write the caches once its loads are issued.
+PREFILL_WRITING_PROGRAMS = ("overlap", "q64")
 
 #: The attention grid's orders a key can name: ``tiles`` (query tiles the fastest axis; the
 #: default) or ``heads`` (the heads of one query tile launched together; issue 21's candidate).
@@ -59,7 +67,8 @@ class PrefillBuildKey:
     ``program`` is one of :data:`PREFILL_PROGRAMS` and ``grid`` one of :data:`PREFILL_GRIDS` (the
     attention's; the cache write is the same for all); ``tile_counts`` one of
     :data:`PREFILL_TILE_COUNTS` (the launcher's); ``cache_write`` one of :data:`PREFILL_CACHE_WRITES`
-    (``attention`` only with the ``overlap`` program, whose producer warpgroup writes the rows)."""
+    (``attention`` only with a program of :data:`PREFILL_WRITING_PROGRAMS`, whose producer warpgroup writes
+    the rows)."""
 
     dtype: str
     num_q_heads: int
@@ -86,9 +95,10 @@ class PrefillBuildKey:
             raise ValueError(f"PrefillBuildKey.tile_counts={self.tile_counts!r} is not one of {PREFILL_TILE_COUNTS}")
         if self.cache_write not in PREFILL_CACHE_WRITES:
             raise ValueError(f"PrefillBuildKey.cache_write={self.cache_write!r} is not one of {PREFILL_CACHE_WRITES}")
-        if self.cache_write == "attention" and self.program != "overlap":
-            raise ValueError(f"PrefillBuildKey.cache_write='attention' needs program='overlap' (its producer warpgroup "
-                             f"writes the cache rows), not program={self.program!r}; use cache_write='launch'")
+        if self.cache_write == "attention" and self.program not in PREFILL_WRITING_PROGRAMS:
+            raise ValueError(f"PrefillBuildKey.cache_write='attention' needs a program with a producer warpgroup "
+                             f"{PREFILL_WRITING_PROGRAMS} (it writes the cache rows), not program={self.program!r}; "
+                             f"use cache_write='launch'")
 
 
 def _accepted_settings() -> tuple[dict[str, str], ...]:
@@ -112,8 +122,9 @@ PREFILL_SETTINGS = _accepted_settings()
 
 @dataclass(frozen=True)
 class PrefillTiling:
-    """``block_m`` query tokens a program (two consumer warpgroups' tensor-core rows),
-    ``block_n`` key/value tokens a pipeline stage, ``stages`` stages."""
+    """``block_m`` query tokens a program (its consumer warpgroups' tensor-core rows, 64 each),
+    ``block_n`` key/value tokens a pipeline stage, ``stages`` stages, ``threads`` the consumers'
+    threads (the warp-specialised programs add a producer warpgroup)."""
 
     block_m: int = 128
     block_n: int = 64
@@ -121,15 +132,27 @@ class PrefillTiling:
     threads: int = 256
 
 
+#: The q64 program's tiling: one consumer warpgroup, 32-key stages (two K and two V stages of 16 KiB
+#: and the 32 KiB query tile at D = 256: 96 KiB, so two programs fit an SM's 228 KiB).
+Q64_TILING = PrefillTiling(block_m=64, block_n=32, stages=2, threads=128)
+
+
 def default_tiling(key: PrefillBuildKey) -> PrefillTiling:
-    return PrefillTiling()
+    """The tiling of ``key``'s attention program (the launcher sizes the grid and counts the query
+    tiles by its ``block_m``)."""
+    return Q64_TILING if key.program == "q64" else PrefillTiling()
 
 
 def prefill_refusal(key: PrefillBuildKey) -> str | None:
     """Why the prefill kernels cannot serve ``key`` (a sentence naming the fix), or None."""
-    return attention_refusal("attention prefill TileLang kernel", key.dtype, key.num_q_heads, key.num_kv_heads,
-                             key.head_dim, {"cu_dtype": key.cu_dtype, "slot_dtype": key.slot_dtype}, key.paged,
-                             "slot_dtype", default_tiling(key).block_m, key.arch)
+    name = "attention prefill TileLang kernel"
+    reason = attention_refusal(name, key.dtype, key.num_q_heads, key.num_kv_heads, key.head_dim,
+                               {"cu_dtype": key.cu_dtype, "slot_dtype": key.slot_dtype}, key.paged, "slot_dtype",
+                               default_tiling(key).block_m, key.arch)
+    if reason is None and key.program == "q64":
+        blocks = value_blocks_refusal(key.head_dim, Q64_PROGRAMS_PER_SM)
+        reason = None if blocks is None else f"{name}: program='q64': {blocks}"
+    return reason
 
 
 class PrefillLauncher:
