@@ -242,10 +242,12 @@ _STREAM_SMEM_LIMIT = 48 * 1024
 # short runs, average tokens per sequence up to which short runs, roles that speculate on
 # decode steps). Speculation on the H200 (bench/rgdr_speculate.py, NOTES.md): fp32 small 1.36x at
 # B=1, short 1.05x at B=32 and 1.005-1.008x at 128/256; bf16 small 1.35x at B=1 and 1.18x at B=8,
-# the bf16 short before the instruction cuts (128, 16, 4, 6, True) 0.98-1.00x at B=32..256 (its twin spilled
-# under the 80-register cap), so it stayed plain (bf16's large serves only T_b > 4, never a decode step). fp32 large (B=8..31) timed
-# 1.13x at B=8; its twin passed the float64 check and equals its plain tiling bit for bit on the
-# H200 (test_rgdr_gpu.py's SPECULATIVE, 2026-12-03), so it speculates too.
+# the bf16 short before the instruction cuts (128, 16, 4, 6, True) 0.98-1.00x at B=32..256 (its twin
+# spilled under the 80-register cap), so it stayed plain (bf16's large serves only T_b > 4, never a
+# decode step). fp32 large (B=8..31) timed 1.13x at B=8; its twin passed the float64 check and equals
+# its plain tiling bit for bit on the H200 (test_rgdr_gpu.py's SPECULATIVE, 2026-12-03), so it
+# speculates too.
+#
 # The instruction cuts of RGDRTiling's docstring on the registered roles (bench/rgdr_lean.py on the H200, 2026-12-03,
 # session-2026-12-03f; each candidate float64-checked and bit-equal to its plain tiling, x = against the schedule
 # before it). bf16 short: the streamed program with 8 rows a lane and all five, 1.04-1.12x the former
@@ -254,6 +256,8 @@ _STREAM_SMEM_LIMIT = 48 * 1024
 # three a tiled program takes: 1.025x (bf16) / 1.039x (fp32) at B=1, and for fp32 it also beats the streamed
 # short at T_b=1 (1.085x at B=32, 1.048x / 1.036x at B=128 / 256), so it is fp32's short role too. fp32 large
 # with the three: 1.004-1.020x at B=128/256 T_b=2/4.
+
+
 def _lean(tiling: RGDRTiling) -> RGDRTiling:
     """``tiling`` with the three cuts any program takes (a streamed one can take two more)."""
     return replace(tiling, exact_tokens=True, unchecked_index=True, reduce_rows="transpose")
