@@ -5,11 +5,7 @@ el rgdr6
 # metadata), then backends/cuda/bench/rgdr_lean.py: each candidate on its role's rows (LEAN_ROWS) beside
 # the default schedule and the same-size copy. Under 10 minutes, alone in its call. Results into $OUT (or $out).
 OUT=${OUT:-$out}; mkdir -p "$OUT"
-export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tlc} PYTHONUNBUFFERED=1
-timeout ${RGDR6_TEST_S:-270} python3 -m pytest -v -rf -n 12 -p no:cacheprovider backends/cuda/tests/test_rgdr_gpu.py \
-    -k "lean_candidate" 2>&1 | grep -v -E "PytestBenchmark|warner" > "$OUT/rgdr6_tests.log"
-grep -E "PASSED|FAILED|ERROR|[0-9]+ (passed|failed)" "$OUT/rgdr6_tests.log" | sed -E 's/.*::/  /' | tail -10
-sed -n '/= FAILURES =/,/short test summary/p' "$OUT/rgdr6_tests.log" | grep -E "^E |assert|Error" | head -20
+rgdr_gpu_tests rgdr6 "${RGDR6_TEST_S:-270}" 12 "lean_candidate"
 el rgdr6-bench
 cd backends/cuda/bench
 timeout ${RGDR6_BENCH_S:-270} python3 rgdr_lean.py --states bfloat16,float32 --rounds ${RGDR6_ROUNDS:-3} \
