@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from cuda_bench_common import RESULTS, ROTATE_BYTES, calls_on, host_overhead, log, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
 
 from tileops_cuda.kernels import rmsnorm as kr
-from tileops_cuda.kernels.rgdr import RGDRSchedule, RGDRTiling, build_rgdr
+from tileops_cuda.kernels.rgdr import STREAM_CUTS, TILED_CUTS, RGDRSchedule, RGDRTiling, build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
 __all__ = ["BASELINE_SCHEDULES", "LEAN", "LEAN_CANDIDATES", "LEAN_FIELDS", "LEAN_ROWS", "ROUND2", "TILED_LEAN", "SWEEP", "SWEEP_B", "SWEEP_TB", "bench_host", "choose_schedule", "sweep_rgdr"]
@@ -28,8 +28,7 @@ SWEEP = {
 #: Candidates that cut instructions a state element (RGDRTiling's exact_tokens, unchecked_index,
 #: pingpong, flat_rows, reduce_rows; NOTES.md "RGDR: instructions a state element"), by name: each
 #: computes its plain tiling's bits. rgdr_lean.py times them beside the default schedule.
-LEAN = dict(exact_tokens=True, unchecked_index=True, pingpong=True, flat_rows=True, reduce_rows="transpose")
-TILED_LEAN = dict(exact_tokens=True, unchecked_index=True, reduce_rows="transpose")  # the fields a tiled program takes
+LEAN, TILED_LEAN = STREAM_CUTS, TILED_CUTS  # all five cuts; the three a tiled program takes
 #: The candidate fields of round 2 (RGDRTiling's unpack_bits, row_deltas, stage_live_warps; NOTES.md "RGDR:
 #: instructions a state element, round 2"): a candidate must give the bits of its tiling with every candidate
 #: field at its default (rgdr_lean.py's ``plain``).

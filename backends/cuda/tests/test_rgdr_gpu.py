@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRTiling, build_rgdr
+from tileops_cuda.kernels.rgdr import STREAM_CUTS, TILED_CUTS, RGDRBuildKey, RGDRTiling, build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
 # Each key covers a different corner of the build identity (dtypes, metadata style and
@@ -247,8 +247,7 @@ def test_the_default_schedule_on_decode_steps_of_every_role_matches_float64(stat
 # Fewer instructions a state element (RGDRTiling's exact_tokens, unchecked_index, pingpong, flat_rows,
 # reduce_rows; NOTES.md "RGDR: instructions a state element"): each candidate next to the registered
 # tiling it leans, which must give the very same bits (same arithmetic in the same order).
-LEAN = dict(exact_tokens=True, unchecked_index=True, pingpong=True, flat_rows=True, reduce_rows="transpose")
-TILED_LEAN = dict(exact_tokens=True, unchecked_index=True, reduce_rows="transpose")
+LEAN, TILED_LEAN = STREAM_CUTS, TILED_CUTS
 UB, RD, SW = dict(unpack_bits=True), dict(row_deltas=True), dict(stage_live_warps=True)
 LEAN_CANDIDATES = {
     "bf16-stream-lean": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, **LEAN)),

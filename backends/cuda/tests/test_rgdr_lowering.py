@@ -9,7 +9,7 @@ import pytest
 
 tilelang = pytest.importorskip("tilelang")
 
-from tileops_cuda.kernels.rgdr import RGDRBuildKey, RGDRTiling  # noqa: E402
+from tileops_cuda.kernels.rgdr import STREAM_CUTS, TILED_CUTS, RGDRBuildKey, RGDRTiling  # noqa: E402
 from tileops_cuda.kernels.rgdr_program import rgdr_program  # noqa: E402
 
 _TARGET = {"kind": "cuda", "arch": "sm_90"}
@@ -33,8 +33,7 @@ def test_the_rgdr_program_lowers_for_sm_90(style, tiling, gk):
 # pingpong, flat_rows, reduce_rows; NOTES.md "RGDR: instructions a state element"), each field's
 # mark in the CUDA of the bf16 streamed program, beside the registered tiling without them.
 _QWEN_BF16 = RGDRBuildKey("bfloat16", "bfloat16", 16, 32, 128, 128, use_qk_l2norm=True)
-_LEAN = RGDRTiling(128, 16, 4, 6, True, exact_tokens=True, unchecked_index=True, pingpong=True, flat_rows=True,
-                   reduce_rows="transpose")  # fmt: skip
+_LEAN = RGDRTiling(128, 16, 4, 6, True, **STREAM_CUTS)
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +82,9 @@ def test_a_transposed_reduction_hands_the_k_dot_back_with_indexed_shuffles(strea
 # Round 2 (RGDRTiling's unpack_bits, row_deltas, stage_live_warps; NOTES.md "RGDR: instructions a state element,
 # round 2"): each field's mark in the CUDA of a registered bf16 program (the speculative tiled small program,
 # which also holds the general path's staging, and the streamed short role), beside the same program without them.
-_TILED_LEAN = dict(exact_tokens=True, unchecked_index=True, reduce_rows="transpose")
 _ROUND2 = dict(unpack_bits=True, row_deltas=True, stage_live_warps=True)
-_SMALL_SPEC = RGDRTiling(128, 16, 2, 8, False, True, **_TILED_LEAN)
-_SHORT = RGDRTiling(128, 16, 8, 4, True, pingpong=True, flat_rows=True, **_TILED_LEAN)
+_SMALL_SPEC = RGDRTiling(128, 16, 2, 8, False, True, **TILED_CUTS)
+_SHORT = RGDRTiling(128, 16, 8, 4, True, **STREAM_CUTS)
 
 
 @pytest.fixture(scope="module")
