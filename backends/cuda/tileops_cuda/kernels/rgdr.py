@@ -244,7 +244,7 @@ _STREAM_SMEM_LIMIT = 48 * 1024
 # decode steps). Speculation on the H200 (bench/rgdr_speculate.py, NOTES.md): fp32 small 1.36x at
 # B=1, short 1.05x at B=32 and 1.005-1.008x at 128/256; bf16 small 1.35x at B=1 and 1.18x at B=8,
 # the bf16 short before the instruction cuts (128, 16, 4, 6, True) 0.98-1.00x at B=32..256 (its twin
-# spilled under the 80-register cap), so it stayed plain (bf16's large serves only T_b > 4, never a
+# spilled under the 80-register cap), so it stayed plain (bf16's large serves only T_b > 2, never a
 # decode step). fp32 large (B=8..31) timed 1.13x at B=8; its twin passed the float64 check and equals
 # its plain tiling bit for bit on the H200 (test_rgdr_gpu.py's SPECULATIVE, 2026-12-03), so it
 # speculates too.
@@ -257,6 +257,16 @@ _STREAM_SMEM_LIMIT = 48 * 1024
 # three a tiled program takes: 1.025x (bf16) / 1.039x (fp32) at B=1, and for fp32 it also beats the streamed
 # short at T_b=1 (1.085x at B=32, 1.048x / 1.036x at B=128 / 256), so it is fp32's short role too. fp32 large
 # with the three: 1.004-1.020x at B=128/256 T_b=2/4.
+#
+# Round 3 (rgdr_lean.py, session-2026-12-03g, against the schedule above before it): bf16's tiled large
+# program with the three cuts and 8 rows a lane beats the streamed short at T_b=4 (1.084x / 1.062x at
+# B=128 / 256; 80.6% -> 87.4% of the same-size copy) and loses at T_b=2 (0.93x), so bf16's short runs up
+# to 2 tokens a sequence and that program is bf16's large (bench_cuda.py: B=128 / 256 T_b=4 from 77.8% / 73.6%
+# to 83.3% / 77.0% of the copy ceiling; T_b=8 unchanged). Measured and left out: bf16's small with one row a
+# lane (8-row programs, speculating) is 1.061x at B=1 T=1 (3.7 -> 3.5 us) but 1.3-1.6x slower at B=8 and at
+# B=1 T_b >= 2, which the small role serves too; fp32's small with 32 lanes a row (1.032x at B=1, and it
+# refuses head_k_dim < 32, which the small role must serve); inside 1.6% of the schedule: the round-2 fields
+# (unpack_bits, row_deltas, stage_live_warps) on bf16's short and fp32's large as 4x4 / 8x3 / 8x5 tiles.
 
 
 #: The instruction cuts (RGDRTiling's fields) any program takes, and all five, two more a streamed one takes:
@@ -268,7 +278,7 @@ STREAM_CUTS: Mapping[str, Any] = MappingProxyType({**TILED_CUTS, "pingpong": Tru
 _SMALL = RGDRTiling(128, 16, 2, 8, **TILED_CUTS)
 _SCHEDULES = {
     4: (_SMALL, RGDRTiling(128, 16, 8, 4, **TILED_CUTS), 8, _SMALL, 32, 1, frozenset({"small", "large", "short"})),
-    2: (_SMALL, RGDRTiling(128, 16, 4, 4), 32, RGDRTiling(128, 16, 8, 4, True, **STREAM_CUTS), 32, 4,
+    2: (_SMALL, RGDRTiling(128, 16, 8, 4, **TILED_CUTS), 32, RGDRTiling(128, 16, 8, 4, True, **STREAM_CUTS), 32, 2,
         frozenset({"small", "short"})),
 }
 
