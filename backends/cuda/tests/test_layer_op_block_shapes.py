@@ -143,15 +143,17 @@ def test_the_program_variants_lower_for_sm_90a_with_16_byte_row_loads(module, ke
     assert ("for (int it = 0;" in source) == bool(key.programs)
 
 
-def test_the_sweeps_first_qk_norm_rope_candidate_spills_at_most_8_bytes_for_sm_90a():
+def test_the_sweeps_48_register_pairs_qk_norm_rope_candidate_spills_at_most_8_bytes_for_sm_90a():
     # Pairs table, reduced sincos, vector partners, 16-bit rotation at 48 registers (5 programs of 256
-    # threads an SM): the float32 rotation spilled 116 bytes there, the 16-bit one 4.
+    # threads an SM): the float32 rotation spilled 116 bytes there, the 16-bit one 4. (Picked by its fields:
+    # the sweep's list has since put 40-register candidates first, which spill more by design.)
     pytest.importorskip("tilelang")
     if shutil.which("nvcc") is None:
         pytest.skip("no nvcc: registers and spills are read from ptxas")
     from tileops_cuda.kernels.qk_norm_rope import QKNormRopeBuildKey
 
     sweep = _sweep()
-    key = QKNormRopeBuildKey("bfloat16", "int64", 16, 2, 256, "sm_90a", **sweep._QK_CANDIDATES[0])
+    shape = next(c for c in sweep._QK_CANDIDATES if c == {"registers": 48, "table": "pairs", **sweep._QK_FAST})
+    key = QKNormRopeBuildKey("bfloat16", "int64", 16, 2, 256, "sm_90a", **shape)
     report = sweep.ptxas_report(sweep._source_of(key), "sm_90a")
     assert report["registers"] <= 48 and report["spill_bytes"] <= 8, report
