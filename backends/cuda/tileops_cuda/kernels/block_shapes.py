@@ -36,7 +36,11 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # Varlen conv, the streamed program (sixth session, graph time): the 8-sequence row's best, 45.74 us
     # (77.4% of the same-size copy; the tiled program it replaced 57.94 us); on the 1-sequence row 52.88
     # us against the best 51.71 (256 threads). Longer chunks were faster at every step (16, 32, 64).
-    "TileLangCausalConv1dUpdate": ((None, {"threads": 128, "registers": 0}),),
+    # The update without bounds checks (fourteenth session, unchk_conv_sweep.json, graph time in one run):
+    # t1 13.06 us against 13.55 (79.4% of the same-size copy against 76.5%), t2 19.35 against 19.19 (0.8%
+    # slower); bit-equal to the checked program (unchk_conv_tests.log). The varlen program lost 6-11% without
+    # them (53.38 against 47.47 us on 8 sequences), so it keeps them.
+    "TileLangCausalConv1dUpdate": ((None, {"threads": 128, "registers": 0, "unchecked_index": True}),),
     "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 128, "chunk": 64}),),
     # The lanes program at a 40-register cap with the warp's own (token, frequency) table, the 2π-reduced
     # hardware sincos, the rotation partners as one vector and the rotation in 16-bit instructions: the fastest
