@@ -17,3 +17,24 @@ rgdr_gpu_tests() {
     grep -E "PASSED|FAILED|ERROR|[0-9]+ (passed|failed)" "$log" | sed -E 's/.*::/  /' | tail -24
     sed -n '/= FAILURES =/,/short test summary/p' "$log" | grep -E "^E |assert|Error" | head -20
 }
+# ncu_row_set SET LOG [NCU_ARGS...]: Nsight Compute counters of row_profile.py SET's rows (each launched once
+# through its op after an unprofiled build-and-launch; only those NVTX ranges are profiled), into $out/LOG, and
+# the lines that matter printed: per kernel its time, DRAM and SM throughput, issue slots, occupancy, waves,
+# registers and the stall reasons (cycles per issued instruction). NCU_ARGS adds filters (-k regex:...).
+ncu_row_set() {
+    local set=$1 log="$out/$2"; shift 2
+    local ncu include=() stalls="" s
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    (cd backends/cuda/bench && timeout ${NCU_BUILD_S:-150} python3 row_profile.py "$set" --build-only 2>&1 | tail -2)
+    for r in $(cd backends/cuda/bench && python3 row_profile.py "$set" --labels); do include+=(--nvtx-include "$r/"); done
+    for s in long_scoreboard barrier short_scoreboard wait lg_throttle mio_throttle math_pipe_throttle membar sleeping drain; do
+        stalls+="smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio,"
+    done
+    (cd backends/cuda/bench && timeout ${NCU_S:-240} "$ncu" --clock-control none --nvtx "${include[@]}" "$@" \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
+        --section LaunchStats --section WarpStateStats --metrics "${stalls}dram__bytes_read.sum,dram__bytes_write.sum" \
+        python3 row_profile.py "$set" > "$log" 2>&1)
+    echo "ncu rc=$? ($ncu)"
+    grep -E "^row |_kernel|kernel\b|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Grid Size|Waves Per SM|Warp Cycles Per Issued|stalled_|dram__bytes|==ERROR|==WARNING" \
+        "$log" | sed -E 's/ +/ /g' | head -160
+}

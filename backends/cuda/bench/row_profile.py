@@ -5,9 +5,9 @@ whatever their block shape (NOTES.md, ninth and tenth sessions), and the attenti
 B=4 rows at 0.65-0.87x of cuDNN while its contiguous rows reach 0.97-0.98x (twelfth session). This
 script runs each row of a set through its op (so the registered kernel and build key serve it),
 once untimed (build and first launch), then once inside an NVTX range named after the row;
-``benchmarks/gpu/s_ncuconv.sh`` and ``s_ncupre.sh`` profile exactly those ranges.
+``benchmarks/gpu/prefix.sh``'s ``ncu_row_set`` profiles exactly those ranges.
 
-    python3 row_profile.py {conv,prefill} [--rows LABEL,...] [--build-only]
+    python3 row_profile.py {conv,decode,prefill} [--rows LABEL,...] [--build-only | --labels]
 """
 
 import argparse
@@ -34,6 +34,14 @@ ROW_SETS = {
         ("AttentionPrefillFwdOp", "qwen3-next-paged-4k-b4"),
         ("AttentionPrefillFwdOp", "qwen3-next-4k-b1"),
     ),
+    # Issue 21: decode at B=1 (contiguous 4k and 32k, paged 4k), far below the copy at every split count,
+    # beside B=64 4k at 98% of it: the split program's and the combine's fixed costs.
+    "decode": (
+        ("AttentionDecodeFwdOp", "qwen3-next-b1-4k"),
+        ("AttentionDecodeFwdOp", "qwen3-next-b1-32k"),
+        ("AttentionDecodeFwdOp", "qwen3-next-paged-b1-4k"),
+        ("AttentionDecodeFwdOp", "qwen3-next-b64-4k"),
+    ),
 }
 
 
@@ -42,8 +50,12 @@ def main() -> None:
     ap.add_argument("set", choices=sorted(ROW_SETS))
     ap.add_argument("--rows", default=None, help="labels of the set's rows to run (default: all)")
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--labels", action="store_true", help="print the set's row labels (for ncu's NVTX filters)")
     args = ap.parse_args()
     rows = ROW_SETS[args.set]
+    if args.labels:
+        print("\n".join(label for _, label in rows))
+        return
     wanted = set(args.rows.split(",")) if args.rows else {label for _, label in rows}
     manifest = load_manifest()
     for op_name, label in rows:
