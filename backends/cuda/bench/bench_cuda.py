@@ -6,7 +6,8 @@ in kernel): a correctness check on fresh random inputs at the row's full shape a
 the float64 reference (and the float32 reference, whose drift bounds a 16-bit state),
 then device time by CUDA-graph replay (median; input sets rotated so the state pool is not
 L2-resident) beside flash-linear-attention 0.6.0's fused_recurrent_gated_delta_rule in its
-native layout, and the D2D copy ceiling. Then a tiling sweep on a subset of rows, the
+native layout, the D2D copy ceiling and, per tokens a sequence T_b, the fan copy ceiling (a block read once and
+written T_b times, as RGDR reads a state once and writes it after every token). Then a tiling sweep on a subset of rows, the
 per-call host overhead, and the other kernels against torch eager / torch.compile /
 torch.matmul on the manifest's largest workloads.
 
@@ -74,6 +75,64 @@ def _sm_copy_kernel():
 
         _SM_COPY = compile_prim_func(sm_copy, "sm_90")
     return _SM_COPY
+
+
+_FAN_COPIES: dict = {}
+
+
+def _fan_copy_kernel(fan: int):
+    """The SM copy that reads each 8 KiB block once and writes it ``fan`` times: the traffic of an
+    RGDR row with ``fan`` tokens a sequence (the state read once, written after every token), whose
+    writes outnumber its reads; a 1:1 copy does not say what such traffic can reach."""
+    if fan not in _FAN_COPIES:
+        import tilelang.language as T
+
+        from tileops_cuda.kernels._common import compile_prim_func
+
+        nb = T.dynamic("NB")
+        blk = 128 * 4 * 4
+
+        @T.prim_func
+        def fan_copy(x: T.Tensor((nb, blk), T.float32), y: T.Tensor((fan, nb, blk), T.float32)):
+            with T.Kernel(nb, threads=128) as bx:
+                v = T.alloc_fragment((blk,), T.float32)
+                for i in T.Parallel(blk):
+                    v[i] = x[bx, i]
+                for k in T.unroll(fan):
+                    for i in T.Parallel(blk):
+                        y[k, bx, i] = v[i]
+
+        _FAN_COPIES[fan] = compile_prim_func(fan_copy, "sm_90")
+    return _FAN_COPIES[fan]
+
+
+def fan_ceilings(fans) -> dict:
+    """Per fan-out ``k``: the bandwidth (bytes read + written) of reading 512 MiB once and writing it
+    ``k`` times, by the TileLang fan copy and by torch's copy_ of an expanded source (the best of
+    the two): the ceiling of an RGDR row with ``k`` tokens a sequence, measured in the same run."""
+    res = {}
+    n = 2**29
+    a = torch.randn(n // 4, device="cuda")
+    for k in fans:
+        b = torch.empty(k, n // 4, device="cuda")
+        kern = _fan_copy_kernel(k)
+        blocks = b.view(-1, k, 2048)  # torch's form: block i's k copies side by side
+        ways = {"tilelang": lambda a=a, b=b, kern=kern: kern(a.view(-1, 2048), b.view(k, -1, 2048)),
+                "copy_expand": lambda a=a, blocks=blocks, k=k: blocks.copy_(a.view(-1, 1, 2048).expand(-1, k, -1))}
+        row = {}
+        for name, fn in ways.items():
+            fn()
+            torch.cuda.synchronize()
+            us = time_graph([fn], target_ms=300)
+            row[name] = {"us": us, "GBps": (1 + k) * n / (us * 1e-6) / 1e9}
+        kern(a.view(-1, 2048), b.view(k, -1, 2048))
+        assert all(torch.equal(b[i], a) for i in range(k)), "fan copy kernel wrote wrong data"
+        row["GBps"] = max(v["GBps"] for v in row.values())
+        res[k] = row
+        del b, blocks
+        torch.cuda.empty_cache()
+    log("fan", json.dumps(res))
+    return res
 
 
 def copy_ceiling(tag: str) -> dict:
@@ -165,6 +224,8 @@ def bench_rgdr(copy_gbps: float, fla_fn, gen, heads, batches, tbs, states, tilin
                         us = time_graph(calls)
                         row.update(us=us, bytes=foot, GBps=foot / (us * 1e-6) / 1e9, nsets=nsets)
                         row["frac_copy"] = row["GBps"] / copy_gbps
+                        if tb in RESULTS.get("fan", {}):
+                            row["frac_fan"] = row["GBps"] / RESULTS["fan"][tb]["GBps"]
                         if fcalls is not None:
                             try:
                                 fus = time_graph(fcalls)
@@ -424,14 +485,17 @@ def table() -> str:
                      f"up to {sc.get('short_max_tokens')} tokens/seq")  # fmt: skip
     bad = [c for c in RESULTS.get("sweep_checks", []) if not c["ok"]]
     lines.append(f"sweep correctness checks: {len(RESULTS.get('sweep_checks', [])) - len(bad)} ok, {len(bad)} failed {bad[:2]}")
-    lines.append("RGDR  NK/NV state  B  Tb |   us    GB/s  %copy |  FLA us  x-vs-FLA | ok  state_err  (ref32)   out_err (ref32)")
+    for k, f in RESULTS.get("fan", {}).items():
+        lines.append(f"fan copy ceiling, read once and written {k}x: {f['GBps']:.0f} GB/s ({100 * f['GBps'] / cp:.1f}% of the "
+                     "copy ceiling): what %fan below compares with")  # fmt: skip
+    lines.append("RGDR  NK/NV state  B  Tb |   us    GB/s  %copy  %fan |  FLA us  x-vs-FLA | ok  state_err  (ref32)   out_err (ref32)")
     for r in RESULTS["rgdr"]:
         if "us" not in r:
             lines.append(f"      {r['NK']}/{r['NV']} {r['state'][:4]} {r['B']:>3} {r['Tb']} | ERROR {r.get('error', '')[:80]}")
             continue
         lines.append(
             f"      {r['NK']:>2}/{r['NV']:<2} {r['state'][:4]} {r['B']:>3} {r['Tb']} | {r['us']:7.1f} {r['GBps']:6.0f} "
-            f"{100 * r['frac_copy']:5.1f} | {r.get('fla_us', float('nan')):7.1f} {r.get('speedup_vs_fla', float('nan')):6.2f} | "
+            f"{100 * r['frac_copy']:5.1f} {100 * r.get('frac_fan', float('nan')):5.1f} | {r.get('fla_us', float('nan')):7.1f} {r.get('speedup_vs_fla', float('nan')):6.2f} | "
             f"{'Y' if r.get('ok') else 'N'} {r.get('state_err', float('nan')):9.2e} ({r.get('state_err_ref32', float('nan')):.1e}) "
             f"{r.get('out_err', float('nan')):8.2e} ({r.get('out_err_ref32', float('nan')):.1e})"
         )
@@ -506,6 +570,8 @@ def main() -> int:
     precompile({} if args.no_sweep else SWEEP, others=not args.no_others)
     RESULTS["copy"] = copy_ceiling("start")
     cp = RESULTS["copy"]["GBps"]
+    batches, tbs = ([1, 256], [1, 8]) if args.quick else ([1, 8, 32, 128, 256], [1, 2, 4, 8])
+    RESULTS["fan"] = fan_ceilings(tbs)
     gen = torch.Generator(device="cuda")
     gen.seed()
 
@@ -526,7 +592,6 @@ def main() -> int:
     RESULTS["schedules"] = {st: asdict(sc) for st, sc in schedules.items()}
     RESULTS["default_schedules"] = {st: asdict(default_schedule(rgdr_key(16, 32, st))) for st in ("float32", "bfloat16")}
 
-    batches, tbs = ([1, 256], [1, 8]) if args.quick else ([1, 8, 32, 128, 256], [1, 2, 4, 8])
     for st in ("float32", "bfloat16"):
         bench_rgdr(cp, fla_fn, gen, [(16, 32), (8, 16)], batches, tbs, [st], tiling=schedules.get(st))
     _dump(args.json)
