@@ -12,6 +12,11 @@ Round 3 (``rgdr_sweep.LEAN_CANDIDATES`` now): the fields of round 2 (unpack_bits
 stage_live_warps; NOTES.md "RGDR: instructions a state element, round 2") and tile shapes, each on the
 rows of the role it targets (``rgdr_sweep.LEAN_ROWS``).
 
+Round 4 (``rgdr_sweep.LEAN_CANDIDATES`` now): every registered role launched as a programmatic dependent
+(``RGDRTiling.dependent_launch``). The rows are CUDA-graph replays of back-to-back calls, so a candidate's
+time per call includes the overlap of each launch with the previous call's tail, as consecutive kernels
+of a decode step would overlap when the kernel before RGDR lets it launch early.
+
 Per state dtype: every candidate is built (concurrently), checked against float64 on a decode step
 and a ragged batch (NaN-poisoned output, untouched slots bit-identical) and for bit equality with
 the tiling it leans; a candidate that fails either is not timed. Each row then times the default

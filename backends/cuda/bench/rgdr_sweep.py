@@ -33,52 +33,33 @@ LEAN, TILED_LEAN = STREAM_CUTS, TILED_CUTS  # all five cuts; the three a tiled p
 #: instructions a state element, round 2"): a candidate must give the bits of its tiling with every candidate
 #: field at its default (rgdr_lean.py's ``plain``).
 ROUND2 = dict(unpack_bits=True, row_deltas=True, stage_live_warps=True)
-LEAN_FIELDS = (*LEAN, *ROUND2)
-_UB, _RD, _SW = dict(unpack_bits=True), dict(row_deltas=True), dict(stage_live_warps=True)
 _B1 = ((1, 1),)
 _DECODE = ((32, 1), (128, 1), (256, 1))
 _TB2 = ((128, 2), (256, 2))
 _TB4 = ((128, 4), (256, 4))
-#: Round 3 (after round 2 registered the tiled cuts on every role): the round-2 fields on the roles they cut
-#: (bf16 short, both small roles, fp32 large), and the shapes the lead wants timed: fp32's large tile at
-#: T_b = 2/4, the tiled large beside bf16's streamed short at T_b = 4, other small tiles at B = 1. Each is
-#: timed only on the rows of its role (``LEAN_ROWS``); ptxas spills of the ones left out are in NOTES.md.
+#: Round 4 (``RGDRTiling.dependent_launch``, NOTES.md "RGDR: launched as a programmatic dependent"): each role
+#: of the registered schedule (round 3's winners) launched as a programmatic dependent of the stream's previous
+#: kernel, so that back-to-back steps overlap one's launch with the other's tail: the B=1 rows, where the launch
+#: gap is a large share of a 3-4 µs step, and the large rows, to see what it costs there. Round 3's candidates
+#: and their results are in NOTES.md (fourteenth session).
+_PDL = dict(dependent_launch=True)
+LEAN_FIELDS = (*LEAN, *ROUND2, *_PDL)
 LEAN_CANDIDATES = {
     "bfloat16": {
-        "short-ub-spec": RGDRTiling(128, 16, 8, 4, True, True, **LEAN, **_UB),
-        "short-ub": RGDRTiling(128, 16, 8, 4, True, **LEAN, **_UB),
-        "short-ub-rd-3blk": RGDRTiling(128, 16, 8, 3, True, **LEAN, **_UB, **_RD),
-        "tiled-4x4-lean": RGDRTiling(128, 16, 4, 4, **TILED_LEAN),
-        "tiled-8x4-lean": RGDRTiling(128, 16, 8, 4, **TILED_LEAN),
-        "tiled-4x4-r2": RGDRTiling(128, 16, 4, 4, **TILED_LEAN, **ROUND2),
-        "tiled-8x4-r2": RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **ROUND2),
-        "small-r2-spec": RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **ROUND2),
-        "small-1row-spec": RGDRTiling(128, 16, 1, 8, False, True, **TILED_LEAN),
-        "small-32lanes-spec": RGDRTiling(128, 32, 2, 8, False, True, **TILED_LEAN),
-        "small-8lanes-spec": RGDRTiling(128, 8, 2, 8, False, True, **TILED_LEAN),
+        "small-pdl-spec": RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **_PDL),
+        "short-pdl-spec": RGDRTiling(128, 16, 8, 4, True, True, **LEAN, **_PDL),
+        "short-pdl": RGDRTiling(128, 16, 8, 4, True, **LEAN, **_PDL),
+        "large-pdl": RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **_PDL),
     },
     "float32": {
-        "small-r2-spec": RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **_RD, **_SW),
-        "large-r2": RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **_RD, **_SW),
-        "tiled-4x4-lean": RGDRTiling(128, 16, 4, 4, **TILED_LEAN),
-        "tiled-8x3-lean": RGDRTiling(128, 16, 8, 3, **TILED_LEAN),
-        "tiled-8x5-lean": RGDRTiling(128, 16, 8, 5, **TILED_LEAN),
-        "small-1row-spec": RGDRTiling(128, 16, 1, 8, False, True, **TILED_LEAN),
-        "small-32lanes-spec": RGDRTiling(128, 32, 2, 8, False, True, **TILED_LEAN),
+        "small-pdl-spec": RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **_PDL),
+        "large-pdl": RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **_PDL),
     },
 }
 #: The rows (B, T_b) each candidate is timed on: its role's (a candidate missing here is timed on every row).
 LEAN_ROWS = {
-    "bfloat16": {
-        "short-ub-spec": _DECODE, "short-ub": _TB2 + _TB4, "short-ub-rd-3blk": _TB2 + _TB4,
-        "tiled-4x4-lean": _TB4, "tiled-8x4-lean": _TB4, "tiled-4x4-r2": _TB4, "tiled-8x4-r2": _TB2 + _TB4,
-        "small-r2-spec": _B1, "small-1row-spec": _B1, "small-32lanes-spec": _B1, "small-8lanes-spec": _B1,
-    },
-    "float32": {
-        "small-r2-spec": _B1 + _DECODE, "large-r2": _TB2 + _TB4, "tiled-4x4-lean": _TB2 + _TB4,
-        "tiled-8x3-lean": _TB2 + _TB4, "tiled-8x5-lean": _TB2 + _TB4, "small-1row-spec": _B1,
-        "small-32lanes-spec": _B1,
-    },
+    "bfloat16": {"small-pdl-spec": _B1, "short-pdl-spec": _DECODE, "short-pdl": _TB2, "large-pdl": _TB4},
+    "float32": {"small-pdl-spec": _B1 + _DECODE, "large-pdl": _TB2 + _TB4},
 }
 for _st, _named in LEAN_CANDIDATES.items():
     SWEEP[_st] += [t for t in _named.values() if t not in SWEEP[_st]]

@@ -249,6 +249,7 @@ def test_the_default_schedule_on_decode_steps_of_every_role_matches_float64(stat
 # tiling it leans, which must give the very same bits (same arithmetic in the same order).
 LEAN, TILED_LEAN = STREAM_CUTS, TILED_CUTS
 UB, RD, SW = dict(unpack_bits=True), dict(row_deltas=True), dict(stage_live_warps=True)
+PDL = dict(dependent_launch=True)
 LEAN_CANDIDATES = {
     "bf16-stream-lean": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, **LEAN)),
     "bf16-stream-lean-8rows": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, **LEAN)),  # bf16's short role
@@ -269,6 +270,12 @@ LEAN_CANDIDATES = {
                                                                    **SW)),
     "fp32-tiled-small-round2-speculative": ("float32", RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **RD, **SW)),
     "fp32-tiled-large-round2": ("float32", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **RD, **SW)),
+    # Round 4 (dependent_launch) on every registered role.
+    "bf16-tiled-small-pdl-speculative": ("bfloat16", RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **PDL)),
+    "bf16-stream-8rows-pdl-speculative": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, True, **LEAN, **PDL)),
+    "bf16-tiled-large-pdl": ("bfloat16", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **PDL)),
+    "fp32-tiled-small-pdl-speculative": ("float32", RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **PDL)),
+    "fp32-tiled-large-pdl": ("float32", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **PDL)),
 }  # fmt: skip
 
 
@@ -277,7 +284,8 @@ def _plain(tiling: RGDRTiling) -> RGDRTiling:
     from dataclasses import replace
 
     return replace(tiling, exact_tokens=False, unchecked_index=False, pingpong=False, flat_rows=False,
-                   reduce_rows="butterfly", unpack_bits=False, row_deltas=False, stage_live_warps=False)  # fmt: skip
+                   reduce_rows="butterfly", unpack_bits=False, row_deltas=False, stage_live_warps=False,
+                   dependent_launch=False)  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(LEAN_CANDIDATES))
@@ -321,3 +329,48 @@ def test_a_lean_candidate_follows_unchecked_metadata_like_its_plain_tiling(name,
     case["ssm_state_indices"][4] = -7
     (out_l, st_l), (out_p, st_p) = _run(lean, case), _run(plain, case)
     assert torch.equal(out_l.nan_to_num(7.0), out_p.nan_to_num(7.0)) and torch.equal(st_l, st_p)
+
+
+@pytest.mark.parametrize("name", [n for n, (_, t) in LEAN_CANDIDATES.items() if t.dependent_launch])
+def test_a_lean_candidate_launched_as_a_dependent_chains_steps_on_one_pool_like_its_plain_tiling(
+        name, arch, cuda_device, gen):
+    """Six decode steps back to back on one stream, each reading the state the step before wrote (the
+    same slots, no synchronisation between them), then the same six captured in a CUDA graph and
+    replayed twice: a dependent launch that touched memory before the previous step ended would read
+    a stale state. Every step's output and the final pool must be the plain tiling's bits."""
+    import torch
+
+    state, tiling = LEAN_CANDIDATES[name]
+    key = _with_arch(RGDRBuildKey("bfloat16", state, 16, 32, 128, 128, use_qk_l2norm=True), arch)
+    tokens = 1 if tiling.speculate else 3  # decode steps for the speculating roles, 3-token steps for the others
+    steps = [rgdr_case(key, [tokens] * 3, device=cuda_device[0], generator=gen) for _ in range(6)]
+    for c in steps[1:]:  # one pool and one set of slots for every step
+        c["state"], c["ssm_state_indices"] = steps[0]["state"], steps[0]["ssm_state_indices"]
+
+    def chain(launcher, pool, outs):
+        for c, out in zip(steps, outs):
+            launcher(c["query"], c["key"], c["value"], c["beta"], pool, c["actual_seq_lengths"],
+                     c["ssm_state_indices"], c["g"], c["gk"], c["num_accepted_tokens"], out, c["scale"])  # fmt: skip
+
+    def fresh():
+        return steps[0]["state"].clone(), [torch.full_like(c["value"], float("nan")) for c in steps]
+
+    lean, plain = build_rgdr(key, tiling), build_rgdr(key, _plain(tiling))
+    want_pool, want_outs = fresh()
+    chain(plain, want_pool, want_outs)
+    pool, outs = fresh()
+    chain(lean, pool, outs)
+    torch.cuda.synchronize()
+    assert torch.equal(pool, want_pool) and all(torch.equal(o, w) for o, w in zip(outs, want_outs))
+    pool, outs = fresh()
+    start = pool.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        chain(lean, pool, outs)
+    for _ in range(2):
+        pool.copy_(start)
+        for o in outs:
+            o.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(pool, want_pool) and all(torch.equal(o, w) for o, w in zip(outs, want_outs))

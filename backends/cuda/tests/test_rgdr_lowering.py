@@ -141,3 +141,23 @@ def test_unpack_bits_is_refused_where_a_lane_holds_one_state_column():
     reason = rgdr_refusal(key, RGDRTiling(128, 16, 2, 8, unpack_bits=True))
     assert reason is not None and reason.endswith("halve threads_per_row or drop unpack_bits")
     assert rgdr_refusal(key, RGDRTiling(128, 8, 2, 8, unpack_bits=True)) is None
+
+
+# Round 4 (``RGDRTiling.dependent_launch``): the program waits for the stream's previous kernel before
+# its first memory access, and TileLang marks it for a programmatic dependent launch.
+@pytest.mark.parametrize("tiling", [RGDRTiling(128, 16, 2, 8, speculate=True, **TILED_CUTS),
+                                    RGDRTiling(128, 16, 8, 4, True, **STREAM_CUTS)], ids=["tiled-speculative", "stream"])
+def test_a_dependent_launch_program_waits_before_its_first_memory_access(tiling):
+    from dataclasses import replace
+
+    key = RGDRBuildKey("bfloat16", "bfloat16", 16, 32, 128, 128, use_qk_l2norm=True)
+    with tilelang.tvm.target.Target(_TARGET):
+        plain = tilelang.lower(rgdr_program(key, tiling), target=_TARGET)
+        dependent = tilelang.lower(rgdr_program(key, replace(tiling, dependent_launch=True)), target=_TARGET)
+    import re
+
+    body = dependent.kernel_source[dependent.kernel_source.index("__global__"):]
+    wait = body.index("cudaGridDependencySynchronize();")
+    first_access = min(m.start() for m in re.finditer(r"\b(seq_meta|slots|query|key|value|beta|g|state|out)\[", body))
+    assert wait < first_access and wait < body.index("cudaTriggerProgrammaticLaunchCompletion();")
+    assert "cudaGridDependency" not in plain.kernel_source

@@ -158,6 +158,13 @@ class RGDRTiling:
     ``stage_live_warps``: a staged chunk's q and k (loads, l2 norm, scaling) run only in the warps whose
     row groups hold a live token (a decode step: the first warp, the others skip to the state), a
     warp-uniform branch; the skipped rows of the staging buffer are never read.
+
+    ``dependent_launch``: the program is launched as a programmatic dependent of the stream's
+    previous kernel (``cudaGridDependencySynchronize`` before its first memory access, then
+    ``cudaTriggerProgrammaticLaunchCompletion``), so its launch and block scheduling overlap that
+    kernel's tail instead of following its end: at B=1 the launch gap is a large share of a step
+    (issue 16's 3.0 / 3.5 µs rows). Every access still follows the previous kernel's completion,
+    so the bits are the plain program's.
     """
 
     threads: int = 128
@@ -174,6 +181,7 @@ class RGDRTiling:
     unpack_bits: bool = False
     row_deltas: bool = False
     stage_live_warps: bool = False
+    dependent_launch: bool = False
 
     def __post_init__(self) -> None:
         if self.reduce_rows not in _ROW_REDUCTIONS:
