@@ -161,3 +161,11 @@ def test_a_dependent_launch_program_waits_before_its_first_memory_access(tiling)
     first_access = min(m.start() for m in re.finditer(r"\b(seq_meta|slots|query|key|value|beta|g|state|out)\[", body))
     assert wait < first_access and wait < body.index("cudaTriggerProgrammaticLaunchCompletion();")
     assert "cudaGridDependency" not in plain.kernel_source
+
+
+def test_dependent_launch_is_refused_where_the_arch_has_no_programmatic_dependent_launch():
+    from tileops_cuda.kernels.rgdr import rgdr_refusal
+
+    key = RGDRBuildKey("bfloat16", "bfloat16", 16, 32, 128, 128, arch="sm_80")
+    assert "drop dependent_launch" in rgdr_refusal(key, RGDRTiling(128, 16, 2, 8, dependent_launch=True))
+    assert rgdr_refusal(key, RGDRTiling(128, 16, 2, 8)) is None

@@ -22,6 +22,8 @@ __all__ = [
     "compile_many",
     "compile_once",
     "compile_prim_func",
+    "dependent_launch",
+    "DEPENDENT_LAUNCH_ARCHS",
     "direct_entry",
     "dtype_name",
     "inverse_rms_macro",
@@ -46,6 +48,30 @@ def programs_at_registers(threads: int, registers: int) -> int:
     """Programs of ``threads`` threads an SM holds at ``registers`` registers a thread (64K registers
     an SM): the minimum a kernel asks for (``T.annotate_min_blocks_per_sm``) to bound its registers."""
     return max(1, 65536 // (threads * registers))
+
+
+#: The archs with programmatic dependent launch (Hopper on): where :func:`dependent_launch` may be on.
+DEPENDENT_LAUNCH_ARCHS = ("sm_90", "sm_90a")
+
+
+def dependent_launch(on: bool) -> None:
+    """Inside a program's ``T.Kernel``, before its first memory access: with ``on``, wait for the
+    stream's previous kernel (``cudaGridDependencySynchronize``), then let the next kernel launch
+    (``cudaTriggerProgrammaticLaunchCompletion``).
+
+    Why: TileLang then marks the function, and the TVM-FFI runtime launches it as a programmatic
+    dependent (``cuLaunchKernelEx`` with programmatic stream serialisation), so its launch and block
+    scheduling overlap the previous kernel's tail instead of following its end: about a microsecond
+    a kernel, most of a small-batch decode kernel's time. Every memory access still follows the
+    previous kernel's completion, so results are bit for bit the plain program's. Only on
+    :data:`DEPENDENT_LAUNCH_ARCHS` (TileLang refuses to lower it elsewhere). The statements are
+    emitted with ``T.evaluate``: a bare call from a helper would build the expression and drop it.
+    """
+    if on:
+        import tilelang.language as T
+
+        T.evaluate(T.pdl_sync())
+        T.evaluate(T.pdl_trigger())
 
 
 def arch_refusal(kernel: str, arch: str, archs: Iterable[str] = SUPPORTED_ARCHS) -> str | None:

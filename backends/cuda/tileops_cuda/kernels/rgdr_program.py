@@ -37,6 +37,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ._common import ELEM_BYTES as _ELEM_BYTES
+from ._common import dependent_launch
 from .rgdr_pieces import L2NORM_EPS, pow2_at_most, rgdr_pieces
 
 if TYPE_CHECKING:
@@ -82,19 +83,12 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
         if tiling.unchecked_index:
             T.annotate_pass_configs({"tl.disable_safe_memory_legalize": True})
 
-    def dependent_launch():
-        """``RGDRTiling.dependent_launch``: wait for the stream's previous kernel before any memory
-        access of this program, then let the next kernel launch (see there)."""
-        if tiling.dependent_launch:
-            T.evaluate(T.pdl_sync())
-            T.evaluate(T.pdl_trigger())
-
     @T.macro
     def body_tiled(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
         unchecked_index()
         with T.Kernel(NV * NVT, NB, threads=THREADS) as (bx, by):
             T.annotate_min_blocks_per_sm(tiling.min_blocks)
-            dependent_launch()
+            dependent_launch(tiling.dependent_launch)
             tid = T.get_thread_binding()
             lane = tid % TPR
             rg = tid // TPR
@@ -264,7 +258,7 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
         unchecked_index()
         with T.Kernel(NK * splits, NB, threads=THREADS) as (bx, by):
             T.annotate_min_blocks_per_sm(tiling.min_blocks)
-            dependent_launch()
+            dependent_launch(tiling.dependent_launch)
             tid = T.get_thread_binding()
             lane = tid % TPR
             rg = tid // TPR
