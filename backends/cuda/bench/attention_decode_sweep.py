@@ -5,7 +5,7 @@ schedule and split count each row should get (``SCHEDULE_RULES`` in
 Usage (from the repository root, tilelang and a CUDA GPU present)::
 
     python backends/cuda/bench/attention_decode_sweep.py [--reps 30] [--json PATH] [--budget-s 200]
-        [--candidates contiguous/par,contiguous/par-unchk]
+        [--candidates contiguous/par,contiguous/par-3st]
 
 ``--candidates``: only those (``layout/label``, comma-separated; the rows of a layout with none
 are skipped); the first listed of a layout is its rows' baseline.
@@ -31,8 +31,7 @@ printed; the JSON is rewritten after every row):
 5. Prints, per row, the best candidate by graph time and by event time.
 
 Candidates (``DecodeSchedule`` fields): contiguous ``serial`` (2 stages, serial combine),
-``par`` (parallel combine), ``par-3st`` (3 stages, parallel combine), ``par-unchk`` (``par``
-without TileLang's bounds checks); paged (16-token blocks)
+``par`` (parallel combine), ``par-3st`` (3 stages, parallel combine); paged (16-token blocks)
 ``serial`` (16-position tiles, 8 stages, serial combine), ``par`` (same tiles, parallel
 combine), ``gather`` (64-position tiles gathered from 4 blocks, parallel combine).
 """
@@ -66,12 +65,8 @@ from tileops_cuda.kernels.attention_decode import (  # noqa: E402
 BLOCK = 16  # the paged rows' block size (vLLM's default)
 
 #: (label, schedule) per layout; the first is the first kernel's (the serial combine), the baseline of the ratios.
-#: ``par-unchk``: the registered contiguous schedule without TileLang's bounds checks (``unchecked_index``;
-#: the combine's loop of partials loses its per-load checks, the split program only its cache-write check:
-#: NOTES "Unchecked accesses in the memory-bound kernels").
 CONTIGUOUS = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
-              ("par-3st", DecodeSchedule(stages=3, combine="parallel")),
-              ("par-unchk", DecodeSchedule(combine="parallel", unchecked_index=True))]
+              ("par-3st", DecodeSchedule(stages=3, combine="parallel"))]
 PAGED = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
          ("gather", DecodeSchedule(paged_tiles="gather", combine="parallel"))]
 

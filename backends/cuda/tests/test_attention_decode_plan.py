@@ -178,7 +178,7 @@ def _recording_run(key, calls):
         calls.append(("program", block_size, schedule))
         return lambda *args: calls.append(("split", args[7].shape[0], args[-2]))
 
-    def combines(kind, unchecked_index=False):
+    def combines(kind):
         calls.append(("combine-program", kind))
         return lambda *args: calls.append(("combine", kind, args[-1]))
 
@@ -202,13 +202,3 @@ def test_a_call_shape_is_planned_once_and_one_split_needs_no_combine():
     one = _recording_run(_key(head_dim=16, schedule=DecodeSchedule(splits=1)), calls)
     one(q, kv, kv, cache, cache.clone(), lengths, None, None)
     assert [c[0] for c in calls] == ["program", "combine-program", "split"]
-
-
-def test_a_paged_key_pinning_unchecked_index_is_refused():
-    from tileops_cuda.kernels.attention_decode import DecodeSchedule, decode_refusal
-
-    pinned = DecodeSchedule(paged_tiles="gather", combine="parallel", unchecked_index=True)
-    assert ("unchecked_index is for the contiguous layout (a paged program's rows come from block table entries "
-            "nothing bounds); pin a schedule without it") in decode_refusal(_key(paged=True, table_dtype="int32",
-                                                                                   schedule=pinned))
-    assert decode_refusal(_key(schedule=pinned)) is None

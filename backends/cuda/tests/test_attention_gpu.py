@@ -8,7 +8,6 @@ writes included, so a read before the write shows). Outputs are compared at the 
 suite's tolerances (float16 2e-3, bfloat16 1.6e-2, relative); the caches bit for bit (the written
 slots hold copies of the inputs, every other slot keeps its bits). The reference is float64
 on the device: each live sequence's positions ``0 .. n`` gathered, the new key/value at ``n``.
-The contiguous schedules without TileLang's bounds checks: ``test_attention_decode_unchecked_gpu.py``.
 """
 
 from __future__ import annotations

@@ -62,12 +62,7 @@ class DecodeSchedule:
     flight, 3 = 192 KiB, the most that fits beside the query tile). ``paged_tiles``: one of
     :data:`PAGED_TILES`. ``combine``: one of :data:`COMBINES`. ``min_split_tiles``: the fewest
     tiles :func:`split_plan` gives a split (fewer, longer splits: less setup and combine work).
-    ``splits``: a pinned split count (a sweep's candidate), else the plan's. ``unchecked_index``:
-    the contiguous split program and the combine program compiled without TileLang's bounds
-    checks (pass config ``tl.disable_safe_memory_legalize``; every access is in bounds by
-    construction, see attention_decode_program's "Bounds"); a sweep candidate, in no rule until
-    a GPU measures it. The paged split programs keep their checks (their rows come from block
-    table entries, which nothing bounds): a paged key pinning it is refused.
+    ``splits``: a pinned split count (a sweep's candidate), else the plan's.
     """
 
     stages: int = 2
@@ -75,7 +70,6 @@ class DecodeSchedule:
     combine: str = "serial"
     min_split_tiles: int = 1
     splits: int | None = None
-    unchecked_index: bool = False
 
     def __post_init__(self) -> None:
         if self.stages not in (2, 3):
@@ -148,8 +142,6 @@ class DecodeTiling:
     combine_threads: int = 128
     gather: bool = False
     resident: int = 1
-    #: ``DecodeSchedule.unchecked_index`` (the contiguous split program and the combine program).
-    unchecked_index: bool = False
 
 
 def default_tiling(key: DecodeBuildKey) -> DecodeTiling:
@@ -179,8 +171,7 @@ def split_tiling(key: DecodeBuildKey, schedule: DecodeSchedule, block_size: int 
     """``(page, tiling)`` of the split program a call with ``schedule`` runs: contiguous
     (``block_size`` None) or paged."""
     if block_size is None:
-        return None, dataclasses.replace(default_tiling(key), stages=schedule.stages,
-                                         unchecked_index=schedule.unchecked_index)
+        return None, dataclasses.replace(default_tiling(key), stages=schedule.stages)
     return page_layout(block_size, schedule.paged_tiles)
 
 
@@ -194,9 +185,6 @@ def decode_refusal(key: DecodeBuildKey) -> str | None:
     if reason is None and key.num_q_heads // key.num_kv_heads > tiling.block_h:
         return (f"{name}: {key.num_q_heads // key.num_kv_heads} query heads a key/value head exceed the "
                 f"{tiling.block_h}-row score tile; use the reference")
-    if reason is None and key.paged and key.schedule is not None and key.schedule.unchecked_index:
-        return (f"{name}: unchecked_index is for the contiguous layout (a paged program's rows come from block "
-                f"table entries nothing bounds); pin a schedule without it")
     return reason
 
 
@@ -296,10 +284,10 @@ _Plan = tuple[Callable[..., Any], Callable[..., Any], int, int]
 
 
 def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedule], Callable[..., Any]],
-              combines: Callable[[str, bool], Callable[..., Any]]) -> Callable[..., Any]:
+              combines: Callable[[str], Callable[..., Any]]) -> Callable[..., Any]:
     """The launch function. ``programs(block_size, schedule)`` returns the compiled split
-    function for a layout (None: contiguous) and schedule, ``combines(kind, unchecked_index)`` a combine
-    function; both compile on first use. A call shape's plan (schedule, programs, splits) is
+    function for a layout (None: contiguous) and schedule, ``combines(kind)`` a combine function;
+    both compile on first use. A call shape's plan (schedule, programs, splits) is
     made once and looked up after."""
     import torch
 
@@ -329,7 +317,7 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         else:
             splits, chunk = split_plan(B, NKV, capacity, tiling.block_n, multiprocessors(device) * tiling.resident,
                                        schedule.min_split_tiles)
-        return programs(block_size, schedule), combines(schedule.combine, schedule.unchecked_index), splits, chunk
+        return programs(block_size, schedule), combines(schedule.combine), splits, chunk
 
     def attention_decode(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,
                          block_table: Any, scale: Any, out: Any = None) -> Any:
@@ -391,12 +379,11 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
                 kernels.append(kernel)
             return fn
 
-        def combines(kind: str, unchecked_index: bool = False) -> Callable[..., Any]:
-            identity = ("attention_decode_combine", base, kind) + (("unchecked_index",) if unchecked_index else ())
+        def combines(kind: str) -> Callable[..., Any]:
+            identity = ("attention_decode_combine", base, kind)
             if kind == "parallel":
-                return compiled(identity, lambda: decode_parallel_combine_program(base, unchecked_index))
-            tiling = dataclasses.replace(default_tiling(base), unchecked_index=unchecked_index)
-            return compiled(identity, lambda: decode_combine_program(base, tiling))
+                return compiled(identity, lambda: decode_parallel_combine_program(base))
+            return compiled(identity, lambda: decode_combine_program(base, default_tiling(base)))
 
         def programs(block_size: int | None, schedule: DecodeSchedule) -> Callable[..., Any]:
             page, tiling = split_tiling(base, schedule, block_size)
@@ -404,7 +391,7 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
                             lambda: decode_split_program(base, tiling, page))
 
         for schedule in reachable_schedules(key):
-            combines(schedule.combine, schedule.unchecked_index)
+            combines(schedule.combine)
             if not key.paged:
                 programs(None, schedule)
         return DecodeLauncher(key, kernels, _make_run(key, programs, combines), programs)

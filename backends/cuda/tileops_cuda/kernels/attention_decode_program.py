@@ -35,20 +35,6 @@ fits inside a block, so one table entry a tile; a runtime scalar in the row-by-r
 Table entries past a sequence's last block are never read. Nothing is compiled per B,
 context or pool size.
 
-Bounds (why a contiguous split program and the combine programs may drop TileLang's bounds
-checks, ``DecodeSchedule.unchecked_index``; the paged split programs keep them: their rows are
-block table entries, which nothing here bounds). Programs exist for ``b < B``, ``h < NKV``,
-``sid < S``; the query rows ``h · G + i`` are read and the outputs written only for ``i < G``
-(``NQ = G · NKV``). Cache tiles are bulk copies, bounded by their tensor maps (rows past the
-pool read zeros; unchanged by the pass config). The step's key/value are written at flat row
-``b · L + n`` only where ``0 <= n < L`` (the unchecked program checks ``n < L`` itself: the
-op's contract has ``n < L``, and ``b < B <= N`` by the shape rule ``N >= B``), so the row is in
-the pool. Combine: ``active = min(n // chunk + 1, S)`` (0 for padding), the launcher allocates
-``S >= 1`` partials; split ``s`` is read only for ``s < active`` (the parallel combine reads
-``min(s, active - 1)`` only inside a loop that runs no trip when ``active`` is 0); channels
-``< D``. The lengths' values (padding -1, any negative, past the chunks) choose paths, never
-indices beyond these.
-
 tilelang is imported inside the builders, never at module import.
 """
 
@@ -112,15 +98,6 @@ def online_softmax_step(rows: int, cols: int, dim: int) -> Any:
     return softmax_step
 
 
-def annotate_unchecked_index(on: bool) -> None:
-    """Annotates ``tl.disable_safe_memory_legalize`` where ``on``: no TileLang bounds checks (the
-    module docstring's "Bounds"). Called first in a program's body."""
-    import tilelang.language as T
-
-    if on:
-        T.annotate_pass_configs({"tl.disable_safe_memory_legalize": True})
-
-
 def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: int | None) -> Any:  # noqa: C901
     """The split PrimFunc: ``(query, key, value, key_cache, value_cache, cache_seqlens,
     block_table, o_part, lse_part, out, cache_len, chunk, scale_log2)``. The caches are flat
@@ -146,9 +123,6 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
     # generic proxy) read slot n after this program wrote it, ordered by a thread barrier, and
     # clamp rows past n to row n, whose value is finite, so nothing needs replacing.
     bulk = page is None or (page > 0 and not tiling.gather)
-    if tiling.unchecked_index and page is not None:
-        raise ValueError(f"decode_split_program: {tiling} has unchecked_index, which is for the contiguous layout "
-                         f"(paged rows come from block table entries nothing bounds); compile it without")
 
     def flat_row(table: Any, b: Any, p: Any, cache_len: Any) -> Any:
         """The flat cache row of position ``p`` of sequence ``b`` (``p`` inside the sequence)."""
@@ -197,7 +171,6 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
         chunk: T.int32,
         scale_log2: T.float32,
     ):
-        annotate_unchecked_index(tiling.unchecked_index)
         with T.Kernel(S, NKV, B, threads=TH) as (sid, h, b):
             q_s = T.alloc_shared((BH, D), dt)
             k_s = T.alloc_shared((BN, D), dt)
@@ -222,8 +195,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
             active = n >= 0 and lo <= n
             tiles = T.if_then_else(active, T.ceildiv(hi - lo, BN), 0)
 
-            # (Without TileLang's checks the row must lie inside the sequence's L positions.)
-            if active and n < lo + chunk and (n < cache_len if tiling.unchecked_index else True):
+            if active and n < lo + chunk:
                 # The step's key/value into position n's slot. Nothing reads it back from there
                 # (this program takes position n from the inputs; no other program reads the
                 # slot), so the write needs no ordering against the bulk copies.
@@ -295,7 +267,6 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
         out: T.Tensor((B, NQ, D), dt),
         chunk: T.int32,
     ):
-        annotate_unchecked_index(tiling.unchecked_index)
         with T.Kernel(NQ, B, threads=TH) as (q, b):
             tid = T.get_thread_binding()
             acc = T.alloc_local((PER,), f32)
@@ -325,7 +296,7 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
     return decode_combine
 
 
-def decode_parallel_combine_program(key: "DecodeBuildKey", unchecked_index: bool = False) -> Any:
+def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
     """The combine PrimFunc with the splits read in parallel; the same parameters and result as
     :func:`decode_combine_program`, for at most :data:`COMBINE_THREADS` splits.
 
@@ -337,8 +308,7 @@ def decode_parallel_combine_program(key: "DecodeBuildKey", unchecked_index: bool
     weights go to shared memory; then ``LANES = COMBINE_THREADS // (D / 4)`` lanes each sum
     every LANES-th split's partial over a 4-channel vector, ``UNROLL`` independent loads in
     flight, and the lanes' sums are added through shared memory. One program per (query head,
-    sequence); padding sequences (no active split) get zeros. ``unchecked_index``: without
-    TileLang's bounds checks (the module docstring's "Bounds").
+    sequence); padding sequences (no active split) get zeros.
     """
     import tilelang.language as T
 
@@ -359,7 +329,6 @@ def decode_parallel_combine_program(key: "DecodeBuildKey", unchecked_index: bool
         out: T.Tensor((B, NQ, D), dt),
         chunk: T.int32,
     ):
-        annotate_unchecked_index(unchecked_index)
         with T.Kernel(NQ, B, threads=TH) as (q, b):
             tid = T.get_thread_binding()
             w_s = T.alloc_shared((TH,), f32)
