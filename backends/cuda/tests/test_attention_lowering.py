@@ -74,6 +74,46 @@ def test_the_decode_combine_program_lowers_for_small_heads_and_int64_lengths():
     assert "decode_combine" in _source(decode_combine_program(key, default_tiling(key)))
 
 
+# The small-batch candidates (issue 21) on the Qwen3-Next key (16 query heads, 2 key/value heads, D = 256, bf16,
+# contiguous): the light split program (16 score rows) and the combine folded into the split launch.
+_QWEN_DECODE = DecodeBuildKey("bfloat16", 16, 2, 256)
+_LIGHT = DecodeSchedule(combine="parallel", block_h=16)
+_FOLDED = DecodeSchedule(combine="last_program")
+
+
+def _decode_split_source(schedule: DecodeSchedule) -> str:
+    from lowered_source import lowered_source
+
+    page, tiling = split_tiling(_QWEN_DECODE, schedule, None)
+    return lowered_source(lambda key: decode_split_program(key, tiling, page), _QWEN_DECODE)
+
+
+def test_the_light_split_program_multiplies_on_mma_and_asks_for_three_programs_an_sm():
+    source = _decode_split_source(_LIGHT)
+    assert "tl::mma_sync<" in source and "wgmma" not in source
+    assert "__launch_bounds__(256, 3)" in source and "warpgroup_reg_alloc" not in source
+    assert source.count("tma_load(") == _decode_split_source(DecodeSchedule(combine="parallel")).count("tma_load(")
+
+
+def test_ptxas_fits_three_light_split_programs_an_sm_without_spills(tmp_path):
+    report = _ptxas_report(_decode_split_source(_LIGHT), tmp_path)
+    registers = int(re.search(r"Used (\d+) registers", report).group(1))
+    assert registers * 256 * 3 <= 65536, report
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
+
+
+@pytest.mark.parametrize("schedule", [_FOLDED, dataclasses.replace(_FOLDED, block_h=16)], ids=["wide", "light"])
+def test_a_folded_split_program_counts_arrivals_acquire_release_and_resets_its_slot(schedule):
+    source = _decode_split_source(schedule)
+    assert "int* __restrict__ counters" in source
+    assert re.search(r"int arrived = AtomicAddRet\(\(&\(counters\[.*\]\)\), 1, 4\);", source)  # 4: acq_rel
+    assert re.search(r"counters\[.*\] = 0;", source)
+
+
+def test_the_launched_combines_split_program_takes_no_counters():
+    assert "counters" not in _decode_split_source(DecodeSchedule(combine="parallel"))
+
+
 @pytest.mark.parametrize("paged", [False, True])
 def test_the_prefill_programs_lower_and_the_attention_streams_with_bulk_copies(paged):
     key = PrefillBuildKey("bfloat16", 16, 2, 256, paged, "int64", "int32" if paged else None)
