@@ -241,6 +241,15 @@ def test_a_group_wider_than_the_light_programs_rows_is_refused():
     assert reason.endswith("32 query heads a key/value head exceed DecodeSchedule.block_h=16; pin block_h=64")
 
 
+def test_a_head_size_the_light_programs_warps_cannot_split_is_refused():
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule
+
+    reason = decode_refusal(_key(num_q_heads=4, head_dim=16, schedule=DecodeSchedule(block_h=16)))
+    assert reason.endswith("DecodeSchedule.block_h=16 spreads the value product's 16 columns over 4 warps of "
+                           "8-column mma tiles (a multiple of 32); pin block_h=64")
+    assert decode_refusal(_key(num_q_heads=4, head_dim=16, schedule=DecodeSchedule(combine="last_program"))) is None
+
+
 def test_the_folded_combine_launches_only_the_split_program_with_the_call_shapes_zeroed_counters():
     torch = pytest.importorskip("torch")
     from tileops_cuda.kernels.attention_decode import DecodeSchedule

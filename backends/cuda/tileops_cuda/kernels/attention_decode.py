@@ -56,6 +56,9 @@ SCORE_ROWS = (64, 16)
 #: The light program's tiling: 16 score rows, 32-position tiles in 2 stages (73 KiB of shared
 #: memory) and launch bounds of 3 programs an SM (ptxas: 80 registers, no spills).
 LIGHT_TILING_FIELDS = {"block_h": 16, "block_n": 32, "stages": 2, "resident": 3}
+#: The light program's head sizes are multiples of this: its 4 warps split the value product's
+#: columns into 8-column mma tiles (TileLang finds no warp partition otherwise).
+LIGHT_HEAD_DIM_STEP = 32
 
 #: How a paged tile is read when the block size is not a multiple of 64: ``block`` (tiles inside
 #: one block, one bulk copy each: 16-position tiles for 16-token blocks; row by row, synchronous,
@@ -231,6 +234,9 @@ def _pinned_schedule_refusal(name: str, key: DecodeBuildKey) -> str | None:
     if light and key.num_q_heads // key.num_kv_heads > schedule.block_h:
         return (f"{name}: {key.num_q_heads // key.num_kv_heads} query heads a key/value head exceed "
                 f"DecodeSchedule.block_h={schedule.block_h}; pin block_h=64")
+    if light and key.head_dim % LIGHT_HEAD_DIM_STEP:
+        return (f"{name}: DecodeSchedule.block_h={schedule.block_h} spreads the value product's {key.head_dim} "
+                f"columns over 4 warps of 8-column mma tiles (a multiple of {LIGHT_HEAD_DIM_STEP}); pin block_h=64")
     return None
 
 
