@@ -53,9 +53,6 @@ COMBINES = ("serial", "parallel", "last_program")
 #: (the light program, one mma tile: for groups of at most 16 query heads, contiguous layout).
 SCORE_ROWS = (64, 16)
 
-#: The light program's tiling: 16 score rows, 32-position tiles in 2 stages (73 KiB of shared
-#: memory) and launch bounds of 3 programs an SM (ptxas: 80 registers, no spills).
-LIGHT_TILING_FIELDS = {"block_h": 16, "block_n": 32, "stages": 2, "resident": 3}
 #: The light program's head sizes are multiples of this: its 4 warps split the value product's
 #: columns into 8-column mma tiles (TileLang finds no warp partition otherwise).
 LIGHT_HEAD_DIM_STEP = 32
@@ -99,9 +96,9 @@ class DecodeSchedule:
             raise ValueError(f"DecodeSchedule.splits={self.splits} must lie in [1, {MAX_SPLITS}]")
         if self.block_h not in SCORE_ROWS:
             raise ValueError(f"DecodeSchedule.block_h={self.block_h} is not one of {SCORE_ROWS}")
-        if self.block_h != 64 and self.stages != LIGHT_TILING_FIELDS["stages"]:
+        if self.block_h != 64 and self.stages != LIGHT_TILING.stages:
             raise ValueError(f"DecodeSchedule(block_h={self.block_h}, stages={self.stages}): the light program "
-                             f"runs {LIGHT_TILING_FIELDS['stages']} stages (3 programs an SM leave no shared memory "
+                             f"runs {LIGHT_TILING.stages} stages (3 programs an SM leave no shared memory "
                              f"for more); drop stages")
 
 
@@ -152,7 +149,7 @@ class DecodeBuildKey:
 class DecodeTiling:
     """How a split program is laid out: ``block_h`` score rows (the group's query heads,
     zero-padded to a tensor-core tile: 64 for wgmma, 16 for the light program's mma, see
-    :data:`LIGHT_TILING_FIELDS`), ``block_n`` cache positions a pipeline stage,
+    :data:`LIGHT_TILING`), ``block_n`` cache positions a pipeline stage,
     ``stages`` stages; ``gather``: paged tiles gathered row by row (see :data:`PAGED_TILES`);
     ``resident``: programs a multiprocessor holds at once, which :func:`split_plan` fills (the
     gathered program's single stage leaves shared memory for two)."""
@@ -167,6 +164,11 @@ class DecodeTiling:
     #: The folded combine (``DecodeSchedule.combine == "last_program"``): the split program takes
     #: a counter workspace and its last program of a sequence's key/value head merges the partials.
     combine_in_split: bool = False
+
+
+#: The light program's tiling: 16 score rows, 32-position tiles in 2 stages (74 KiB of shared
+#: memory) and launch bounds of 3 programs an SM (ptxas: 80 registers, no spills).
+LIGHT_TILING = DecodeTiling(block_h=16, block_n=32, stages=2, resident=3)
 
 
 def default_tiling(key: DecodeBuildKey) -> DecodeTiling:
@@ -198,7 +200,7 @@ def split_tiling(key: DecodeBuildKey, schedule: DecodeSchedule, block_size: int 
     if block_size is None:
         page, tiling = None, dataclasses.replace(default_tiling(key), stages=schedule.stages)
         if schedule.block_h != tiling.block_h:
-            tiling = dataclasses.replace(tiling, **LIGHT_TILING_FIELDS)
+            tiling = LIGHT_TILING
     else:
         page, tiling = page_layout(block_size, schedule.paged_tiles)
     if schedule.combine == "last_program":
@@ -222,8 +224,9 @@ def decode_refusal(key: DecodeBuildKey) -> str | None:
 def _pinned_schedule_refusal(name: str, key: DecodeBuildKey) -> str | None:
     """Why ``key``'s pinned schedule cannot serve it, or None: the light program (``block_h`` 16)
     and the folded combine (``last_program``) are written for the contiguous layout (folded into
-    the gathered paged program the merge spills 348 bytes at its 255 registers), the light
-    program for groups of at most 16 query heads."""
+    the gathered paged program, which has no ``setmaxnreg``, the merge spills 1196 bytes at 255
+    registers), the light program for groups of at most 16 query heads and head sizes its warps
+    split."""
     schedule = key.schedule
     if schedule is None:
         return None

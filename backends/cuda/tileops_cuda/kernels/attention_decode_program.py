@@ -198,21 +198,23 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
             T.clear(acc_o)
             for s0 in T.serial(T.ceildiv(splits, FOLD_UNROLL)):
                 for u in T.unroll(FOLD_UNROLL):
-                    # Past the last split: split splits - 1 again at weight 0 (no branch on the loads).
+                    # Past the last split, and in the padding rows (i >= G): nothing loaded, weight 0.
                     for i in T.Parallel(BH):
                         m_prev[i] = m_cur[i]
                         m_cur[i] = T.max(m_cur[i], T.if_then_else(
-                            s0 * FOLD_UNROLL + u < splits,
+                            s0 * FOLD_UNROLL + u < splits and i < G,
                             lse_part[T.min(s0 * FOLD_UNROLL + u, splits - 1), b, h * G + T.min(i, G - 1)], NEG))
-                        rescale[i] = T.exp2(m_prev[i] - m_cur[i])
+                        rescale[i] = T.if_then_else(i < G, T.exp2(m_prev[i] - m_cur[i]), T.float32(0))
                         row_sum[i] = T.if_then_else(
-                            s0 * FOLD_UNROLL + u < splits,
+                            s0 * FOLD_UNROLL + u < splits and i < G,
                             T.exp2(lse_part[T.min(s0 * FOLD_UNROLL + u, splits - 1), b, h * G + T.min(i, G - 1)]
                                    - m_cur[i]), T.float32(0))
                         l_sum[i] = l_sum[i] * rescale[i] + row_sum[i]
                     for i, d in T.Parallel(BH, D):
-                        acc_o[i, d] = acc_o[i, d] * rescale[i] + row_sum[i] * o_part[
-                            T.min(s0 * FOLD_UNROLL + u, splits - 1), b, h * G + T.min(i, G - 1), d]
+                        acc_o[i, d] = acc_o[i, d] * rescale[i] + T.if_then_else(
+                            row_sum[i] > 0,
+                            row_sum[i] * o_part[T.min(s0 * FOLD_UNROLL + u, splits - 1), b, h * G + T.min(i, G - 1), d],
+                            T.float32(0))
             for i, d in T.Parallel(BH, D):
                 if i < G:
                     out[b, h * G + i, d] = T.cast(acc_o[i, d] / l_sum[i], dt)
