@@ -177,7 +177,7 @@ def _recording_run(key, calls):
 
     def programs(block_size, schedule):
         calls.append(("program", block_size, schedule))
-        return lambda *args: calls.append(("split", args[7].shape[0], args[-2], args[10]))
+        return lambda *args: calls.append(("split", args[7].shape[0], args[-2], args[6]))
 
     def combines(kind):
         calls.append(("combine-program", kind))
@@ -186,14 +186,19 @@ def _recording_run(key, calls):
     return _make_run(key, programs, combines)
 
 
+def _two_sequence_call(torch) -> tuple:
+    """``(query, key/value, cache, lengths)`` of a 2-sequence call (D 16, capacity 1000) on the CPU."""
+    q, kv = torch.randn(2, 16, 16), torch.randn(2, 2, 16)
+    return q, kv, torch.randn(3, 1000, 2, 16), torch.tensor([5, 999], dtype=torch.int32)
+
+
 def test_a_call_shape_is_planned_once_and_one_split_needs_no_combine():
     torch = pytest.importorskip("torch")
     from tileops_cuda.kernels.attention_decode import DecodeSchedule
 
     calls: list = []
     run = _recording_run(_key(head_dim=16, schedule=DecodeSchedule(combine="parallel", splits=4)), calls)
-    q, kv = torch.randn(2, 16, 16), torch.randn(2, 2, 16)
-    cache, lengths = torch.randn(3, 1000, 2, 16), torch.tensor([5, 999], dtype=torch.int32)
+    q, kv, cache, lengths = _two_sequence_call(torch)
     for _ in range(2):
         run(q, kv, kv, cache, cache.clone(), lengths, None, None)
     assert [c[0] for c in calls] == ["program", "combine-program", "split", "combine", "split", "combine"]
@@ -256,12 +261,11 @@ def test_the_folded_combine_launches_only_the_split_program_with_the_call_shapes
 
     calls: list = []
     run = _recording_run(_key(head_dim=16, schedule=DecodeSchedule(combine="last_program", splits=4)), calls)
-    q, kv = torch.randn(2, 16, 16), torch.randn(2, 2, 16)
-    cache, lengths = torch.randn(3, 1000, 2, 16), torch.tensor([5, 999], dtype=torch.int32)
+    q, kv, cache, lengths = _two_sequence_call(torch)
     counters = []
     for _ in range(2):
         run(q, kv, kv, cache, cache.clone(), lengths, None, None)
         counters.append(calls[-1][3])
     assert [c[0] for c in calls] == ["program", "split", "split"]  # no combine program compiled or launched
     assert counters[0] is counters[1]  # one workspace a call shape, reused
-    assert counters[0].shape == (2, 2, 128) and counters[0].dtype == torch.int32 and not counters[0].any()
+    assert counters[0].shape == (2 * 2, 128) and counters[0].dtype == torch.int32 and not counters[0].any()

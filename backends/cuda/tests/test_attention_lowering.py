@@ -104,14 +104,21 @@ def test_ptxas_fits_three_light_split_programs_an_sm_without_spills(tmp_path):
 
 @pytest.mark.parametrize("schedule", [_FOLDED, dataclasses.replace(_FOLDED, block_h=16)], ids=["wide", "light"])
 def test_a_folded_split_program_counts_arrivals_acquire_release_and_resets_its_slot(schedule):
+    """The counters come in the contiguous layout's block table argument."""
     source = _decode_split_source(schedule)
-    assert "int* __restrict__ counters" in source
-    assert re.search(r"int arrived = AtomicAddRet\(\(&\(counters\[.*\]\)\), 1, 4\);", source)  # 4: acq_rel
-    assert re.search(r"counters\[.*\] = 0;", source)
+    assert re.search(r"= AtomicAddRet\(\(&\(block_table\[.*\]\)\), 1, 4\);", source)  # 4: acq_rel
+    assert re.search(r"block_table\[.*\] = 0;", source)
 
 
-def test_the_launched_combines_split_program_takes_no_counters():
-    assert "counters" not in _decode_split_source(DecodeSchedule(combine="parallel"))
+def test_the_launched_combines_contiguous_split_program_reads_no_block_table():
+    assert "block_table[" not in _decode_split_source(DecodeSchedule(combine="parallel"))
+
+
+def test_a_paged_split_program_refuses_the_folded_combine():
+    page, tiling = page_layout(16, "gather")
+    with pytest.raises(ValueError, match="takes its counters in the contiguous layout's unused block_table"):
+        decode_split_program(DecodeBuildKey("bfloat16", 16, 2, 256, True, "int32", "int32"),
+                             dataclasses.replace(tiling, combine_in_split=True), page)
 
 
 @pytest.mark.parametrize("paged", [False, True])

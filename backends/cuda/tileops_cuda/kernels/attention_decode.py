@@ -346,7 +346,8 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
     both compile on first use. A call shape's plan (schedule, programs, splits) is
     made once and looked up after.
 
-    The folded combine's counters (``[B, NKV, threads]`` int32) are allocated zeroed with the
+    The folded combine's counters (``[B · NKV, threads]`` int32, passed as the contiguous
+    layout's block table, which the split program otherwise ignores) are allocated zeroed with the
     plan of a call shape and reused by every call of it: each call leaves them at zero (the last
     program of each (sequence, key/value head) resets its slots), and calls on one stream run in
     order, so a CUDA graph replays with them too. Two streams running the same launcher on the
@@ -380,7 +381,7 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
             splits, chunk = split_plan(B, NKV, capacity, tiling.block_n, multiprocessors(device) * tiling.resident,
                                        schedule.min_split_tiles)
         if tiling.combine_in_split:
-            counters = torch.zeros((B, NKV, tiling.threads), dtype=torch.int32, device=device)
+            counters = torch.zeros((B * NKV, tiling.threads), dtype=torch.int32, device=device)
             return programs(block_size, schedule), None, splits, chunk, counters
         return programs(block_size, schedule), combines(schedule.combine), splits, chunk, None
 
@@ -404,17 +405,16 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         vc = FlatCache("attention decode TileLang kernel", value_cache, NKV, D)
         o_part = torch.empty((splits, B, NQ, D), dtype=f32, device=dev)
         lse_part = torch.empty((splits, B, NQ), dtype=f32, device=dev)
-        table = dummy_table(dev) if block_table is None else block_table.contiguous()
+        if counters is not None:
+            table = counters
+        else:
+            table = dummy_table(dev) if block_table is None else block_table.contiguous()
         scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
         seqlens = cache_seqlens.contiguous()
-        inputs = (query.contiguous(), key.contiguous(), value.contiguous(), kc.flat, vc.flat, seqlens, table, o_part,
-                  lse_part, out)
-        if combine_fn is None:
-            split_fn(*inputs, counters, L, chunk, scale_log2)
-        else:
-            split_fn(*inputs, L, chunk, scale_log2)
-            if splits > 1:
-                combine_fn(o_part, lse_part, seqlens, out, chunk)
+        split_fn(query.contiguous(), key.contiguous(), value.contiguous(), kc.flat, vc.flat, seqlens, table, o_part,
+                 lse_part, out, L, chunk, scale_log2)
+        if splits > 1 and combine_fn is not None:
+            combine_fn(o_part, lse_part, seqlens, out, chunk)
         kc.write_back()
         vc.write_back()
         return out

@@ -36,7 +36,8 @@ the consumers would keep one).
 
 Folded combine (``DecodeTiling.combine_in_split``, issue 21): no second launch. Every thread of
 an active split program writes its elements of the partial and its rows' log-sum-exps, then
-adds 1 to its own counter slot ``counters[b, h, thread]`` (device scope, acquire-release: its
+adds 1 to its own counter slot ``counters[b · NKV + h, thread]`` (the contiguous layout's
+``block_table`` argument, which it does not otherwise use; device scope, acquire-release: its
 writes are released, the count acquired). Every split program has the same fragment layout, so
 the same thread of each wrote the same elements: the thread that sees ``active - 1`` merges
 exactly those (an online max-and-sum over the splits, ``FOLD_UNROLL`` at once), writes them to
@@ -124,10 +125,10 @@ def online_softmax_step(rows: int, cols: int, dim: int) -> Any:
 
 def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: int | None) -> Any:  # noqa: C901
     """The split PrimFunc: ``(query, key, value, key_cache, value_cache, cache_seqlens,
-    block_table, o_part, lse_part, out, cache_len, chunk, scale_log2)``, with ``counters``
-    (``[B, NKV, threads]`` int32, zeros) after ``out`` where the combine is folded in (the
-    module docstring's "Folded combine"). The caches are flat
-    ``[N · L, NKV, D]``; ``block_table`` is a ``[1, 1]`` dummy for the contiguous layout;
+    block_table, o_part, lse_part, out, cache_len, chunk, scale_log2)``. The caches are flat
+    ``[N · L, NKV, D]``; ``block_table`` is a ``[1, 1]`` dummy for the contiguous layout, or,
+    where the combine is folded in (contiguous only), the counters, ``[B · NKV, threads]`` int32
+    zeros (the module docstring's "Folded combine");
     ``cache_len`` is L: the capacity (contiguous) or the block size (paged).
 
     ``page``: None for the contiguous layout (a tile is ``BN`` consecutive rows: one bulk copy);
@@ -150,6 +151,9 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
     # clamp rows past n to row n, whose value is finite, so nothing needs replacing.
     bulk = page is None or (page > 0 and not tiling.gather)
     light = BH < WGMMA_ROWS
+    if tiling.combine_in_split and page is not None:
+        raise ValueError(f"decode_split_program: {tiling} folds the combine in, which takes its counters in the "
+                         f"contiguous layout's unused block_table argument; compile a paged program without it")
 
     def flat_row(table: Any, b: Any, p: Any, cache_len: Any) -> Any:
         """The flat cache row of position ``p`` of sequence ``b`` (``p`` inside the sequence)."""
@@ -190,9 +194,10 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
         (release) tells the last of the ``splits`` programs that every program's same thread
         wrote the same elements (one fragment layout), and that one (acquire) merges them in one
         online pass and resets the slot for the next call."""
-        arrived = T.atomic_add(counters[b, h, T.get_thread_binding()], 1, memory_order="acq_rel", return_prev=True)
+        arrived = T.atomic_add(counters[b * NKV + h, T.get_thread_binding()], 1, memory_order="acq_rel",
+                               return_prev=True)
         if arrived == splits - 1:
-            counters[b, h, T.get_thread_binding()] = 0
+            counters[b * NKV + h, T.get_thread_binding()] = 0
             T.fill(m_cur, NEG)
             T.fill(l_sum, 0)
             T.clear(acc_o)
@@ -219,12 +224,22 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                 if i < G:
                     out[b, h * G + i, d] = T.cast(acc_o[i, d] / l_sum[i], dt)
 
-    @T.macro
-    def split_body(query: Any, key_new: Any, value_new: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,
-                   block_table: Any, o_part: Any, lse_part: Any, out: Any, counters: Any, cache_len: Any, chunk: Any,
-                   scale_log2: Any):
-        """One program per (split, key/value head, sequence); ``counters`` is None unless the
-        combine is folded in."""
+    @T.prim_func
+    def decode_split(
+        query: T.Tensor((B, NQ, D), dt),
+        key_new: T.Tensor((B, NKV, D), dt),
+        value_new: T.Tensor((B, NKV, D), dt),
+        key_cache: T.Tensor((NL, NKV, D), dt),
+        value_cache: T.Tensor((NL, NKV, D), dt),
+        cache_seqlens: T.Tensor((B,), key.seqlens_dtype),
+        block_table: T.Tensor((TB, MB), key.table_dtype or i32),
+        o_part: T.Tensor((S, B, NQ, D), f32),
+        lse_part: T.Tensor((S, B, NQ), f32),
+        out: T.Tensor((B, NQ, D), dt),
+        cache_len: T.int32,
+        chunk: T.int32,
+        scale_log2: T.float32,
+    ):
         with T.Kernel(S, NKV, B, threads=TH) as (sid, h, b):
             if light:
                 T.annotate_min_blocks_per_sm(tiling.resident)
@@ -305,8 +320,8 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                         if i < G:
                             o_part[sid, b, h * G + i, d] = acc_o[i, d] / l_sum[i]
                             lse_part[sid, b, h * G + i] = T.log2(l_sum[i]) + m_cur[i]
-                    combine_if_last(o_part, lse_part, out, counters, arrived, acc_o, m_cur, m_prev, rescale, row_sum,
-                                    l_sum, b, h, T.min(n // chunk + 1, S))
+                    combine_if_last(o_part, lse_part, out, block_table, arrived, acc_o, m_cur, m_prev, rescale,
+                                    row_sum, l_sum, b, h, T.min(n // chunk + 1, S))
                 else:
                     for i, d in T.Parallel(BH, D):
                         if i < G:
@@ -319,49 +334,6 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                     for i, d in T.Parallel(BH, D):  # a padding sequence: no split merges, zeros
                         if i < G:
                             out[b, h * G + i, d] = T.cast(0, dt)
-
-
-    if tiling.combine_in_split:
-        @T.prim_func
-        def decode_split_combine(
-            query: T.Tensor((B, NQ, D), dt),
-            key_new: T.Tensor((B, NKV, D), dt),
-            value_new: T.Tensor((B, NKV, D), dt),
-            key_cache: T.Tensor((NL, NKV, D), dt),
-            value_cache: T.Tensor((NL, NKV, D), dt),
-            cache_seqlens: T.Tensor((B,), key.seqlens_dtype),
-            block_table: T.Tensor((TB, MB), key.table_dtype or i32),
-            o_part: T.Tensor((S, B, NQ, D), f32),
-            lse_part: T.Tensor((S, B, NQ), f32),
-            out: T.Tensor((B, NQ, D), dt),
-            counters: T.Tensor((B, NKV, TH), i32),
-            cache_len: T.int32,
-            chunk: T.int32,
-            scale_log2: T.float32,
-        ):
-            split_body(query, key_new, value_new, key_cache, value_cache, cache_seqlens, block_table, o_part,
-                       lse_part, out, counters, cache_len, chunk, scale_log2)
-
-        return decode_split_combine
-
-    @T.prim_func
-    def decode_split(
-        query: T.Tensor((B, NQ, D), dt),
-        key_new: T.Tensor((B, NKV, D), dt),
-        value_new: T.Tensor((B, NKV, D), dt),
-        key_cache: T.Tensor((NL, NKV, D), dt),
-        value_cache: T.Tensor((NL, NKV, D), dt),
-        cache_seqlens: T.Tensor((B,), key.seqlens_dtype),
-        block_table: T.Tensor((TB, MB), key.table_dtype or i32),
-        o_part: T.Tensor((S, B, NQ, D), f32),
-        lse_part: T.Tensor((S, B, NQ), f32),
-        out: T.Tensor((B, NQ, D), dt),
-        cache_len: T.int32,
-        chunk: T.int32,
-        scale_log2: T.float32,
-    ):
-        split_body(query, key_new, value_new, key_cache, value_cache, cache_seqlens, block_table, o_part, lse_part,
-                   out, None, cache_len, chunk, scale_log2)
 
     return decode_split
 
