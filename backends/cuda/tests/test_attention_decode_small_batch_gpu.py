@@ -63,15 +63,31 @@ def arch(cuda_device):
     return cuda_device[1]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def prebuilt(arch):
-    """Compile the candidates' kernels (and the parallel combine they are compared with) for the
-    Qwen3-Next key concurrently; spec rows of other keys compile on their first call."""
-    from tileops_cuda.kernels._common import compile_many
+def _keys_used(arch: str) -> list[DecodeBuildKey]:
+    """Every build key this module runs: the candidates on Qwen3-Next's key (beside the parallel
+    combine they are compared with) and on each contiguous spec row's key that does not refuse them."""
+    from tileops_core import load_manifest
 
     qwen = DecodeBuildKey("bfloat16", 16, 2, 256, arch=arch)
-    keys = [dataclasses.replace(qwen, schedule=s) for s in (*CANDIDATES.values(), _PARALLEL)]
-    compile_many([lambda key=key: build_attention_decode(key) for key in keys])
+    keys = [dataclasses.replace(qwen, schedule=_PARALLEL)]
+    for row in load_manifest()[DECODE].workloads:
+        v, gen = row.values, row.values["generator"]
+        if "block_size" in gen or int(gen["B"]) * int(gen["context"]) > _MAX_TOKENS:
+            continue
+        for dtype in v["dtypes"]:
+            base = DecodeBuildKey(dtype, int(v["NQ"]), int(v["NKV"]), int(v["D"]),
+                                  seqlens_dtype=v.get("cache_seqlens_dtype", "int32"), arch=arch)
+            keys += [dataclasses.replace(base, schedule=s) for s in CANDIDATES.values()]
+    return [key for key in dict.fromkeys(keys) if decode_refusal(key) is None]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prebuilt(arch):
+    """Compile every kernel the module needs concurrently (nvcc runs in parallel; a failure is
+    left for the test that needs the kernel to report)."""
+    from tileops_cuda.kernels._common import compile_many
+
+    compile_many([lambda key=key: build_attention_decode(key) for key in _keys_used(arch)])
 
 
 @pytest.fixture
