@@ -5,10 +5,11 @@ schedule and split count each row should get (``SCHEDULE_RULES`` in
 Usage (from the repository root, tilelang and a CUDA GPU present)::
 
     python backends/cuda/bench/attention_decode_sweep.py [--reps 30] [--json PATH] [--budget-s 200]
-        [--candidates contiguous/par,contiguous/par-unchk]
+        [--candidates contiguous/par,contiguous/par-bh16] [--max-batch 1]
 
 ``--candidates``: only those (``layout/label``, comma-separated; the rows of a layout with none
-are skipped); the first listed of a layout is its rows' baseline.
+are skipped); the first listed of a layout is its rows' baseline. ``--max-batch``: only the rows of
+at most that many sequences (1: the B=1 rows).
 
 What it does, in order, printing each line as it is measured (a run cut short keeps what it
 printed; the JSON is rewritten after every row):
@@ -31,8 +32,9 @@ printed; the JSON is rewritten after every row):
 5. Prints, per row, the best candidate by graph time and by event time.
 
 Candidates (``DecodeSchedule`` fields): contiguous ``serial`` (2 stages, serial combine),
-``par`` (parallel combine), ``par-3st`` (3 stages, parallel combine), ``par-unchk`` (``par``
-without TileLang's bounds checks); paged (16-token blocks)
+``par`` (parallel combine), ``par-3st`` (3 stages, parallel combine), ``par-bh16`` (the light split
+program: 16 score rows, 3 programs an SM), ``fold`` (the combine folded into the split launch),
+``bh16-fold`` (both); paged (16-token blocks)
 ``serial`` (16-position tiles, 8 stages, serial combine), ``par`` (same tiles, parallel
 combine), ``gather`` (64-position tiles gathered from 4 blocks, parallel combine).
 """
@@ -66,12 +68,13 @@ from tileops_cuda.kernels.attention_decode import (  # noqa: E402
 BLOCK = 16  # the paged rows' block size (vLLM's default)
 
 #: (label, schedule) per layout; the first is the first kernel's (the serial combine), the baseline of the ratios.
-#: ``par-unchk``: the registered contiguous schedule without TileLang's bounds checks (``unchecked_index``;
-#: the combine's loop of partials loses its per-load checks, the split program only its cache-write check:
-#: NOTES "Unchecked accesses in the memory-bound kernels").
+#: The small-batch candidates (issue 21; NOTES "Attention decode at small batch"): ``par-bh16`` the light split
+#: program (16 score rows, 3 programs an SM), ``fold`` the combine folded into the split launch, ``bh16-fold`` both.
 CONTIGUOUS = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
               ("par-3st", DecodeSchedule(stages=3, combine="parallel")),
-              ("par-unchk", DecodeSchedule(combine="parallel", unchecked_index=True))]
+              ("par-bh16", DecodeSchedule(combine="parallel", block_h=16)),
+              ("fold", DecodeSchedule(combine="last_program")),
+              ("bh16-fold", DecodeSchedule(combine="last_program", block_h=16))]
 PAGED = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
          ("gather", DecodeSchedule(paged_tiles="gather", combine="parallel"))]
 
@@ -159,11 +162,13 @@ def check_all(results: dict, names: set[str]) -> set[str]:
     return passed
 
 
-def split_options(B: int, capacity: int, block_n: int, sms: int) -> list[int | None]:
-    """The plan (None) and pinned split counts from about 1/8 of a wave to 2 waves of programs."""
+def split_options(B: int, capacity: int, block_n: int, slots: int) -> list[int | None]:
+    """The plan (None) and pinned split counts from about 1/8 of a wave to 2 waves of programs
+    (``slots``: programs the GPU holds at once, multiprocessors times the tiling's ``resident``:
+    256 splits at B=1 only for the light program's 3 an SM)."""
     tiles = -(-capacity // block_n)
     units = B * NKV
-    pinned = [s for s in (1, 2, 4, 8, 16, 32, 64, 128) if s <= tiles and sms // 8 <= units * s <= 2 * sms]
+    pinned = [s for s in (1, 2, 4, 8, 16, 32, 64, 128, 256) if s <= tiles and slots // 8 <= units * s <= 2 * slots]
     return [None, *pinned]
 
 
@@ -198,7 +203,7 @@ def bench_row(B: int, context: int, paged: bool, timer: Timer, copy_bw: float, a
         tiling = split_tiling(decode_key(block, arch), schedule, block)[1]
         block_n = tiling.block_n
         planned = split_plan(B, NKV, capacity, block_n, sms * tiling.resident, schedule.min_split_tiles)[0]
-        options = [None] if index == 0 else split_options(B, capacity, block_n, sms)
+        options = [None] if index == 0 else split_options(B, capacity, block_n, sms * tiling.resident)
         for pinned in options:
             if pinned == planned:
                 continue  # the plan's own count, measured as "plan"
@@ -250,6 +255,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--budget-s", type=float, default=200.0, help="start no row after this many seconds")
     parser.add_argument("--check", default=None, help="(internal) check one candidate and print CHECK <json>")
+    parser.add_argument("--max-batch", type=int, default=None, help="only the rows of at most this many sequences")
     parser.add_argument("--candidates", default=None,
                         help="comma-separated layout/label names (default: all), the first of a layout its baseline")
     args = parser.parse_args()
@@ -282,6 +288,8 @@ def main() -> None:
         f"(torch.mul on 1 GiB bf16); {time.time() - start:.0f} s so far")
     save()
     for B, context, paged in ROWS:
+        if args.max_batch is not None and B > args.max_batch:
+            continue
         if not any(name.startswith("paged/" if paged else "contiguous/") for name in passed):
             continue  # no candidate of this layout selected (or passed)
         if time.time() - start > args.budget_s:

@@ -113,7 +113,8 @@ def test_the_first_matching_rule_picks_the_schedule_else_the_measured_default():
 @pytest.mark.parametrize("changes,word", [
     (dict(stages=4), "stages=4"), (dict(paged_tiles="rows"), "paged_tiles='rows'"),
     (dict(combine="fused"), "combine='fused'"), (dict(min_split_tiles=0), "min_split_tiles=0"),
-    (dict(splits=MAX_SPLITS + 1), f"splits={MAX_SPLITS + 1}"),
+    (dict(splits=MAX_SPLITS + 1), f"splits={MAX_SPLITS + 1}"), (dict(block_h=32), "block_h=32"),
+    (dict(block_h=16, stages=3), "the light program runs 2 stages"),
 ])
 def test_schedule_fields_outside_their_choices_are_refused_by_name(changes, word):
     from tileops_cuda.kernels.attention_decode import DecodeSchedule
@@ -176,13 +177,19 @@ def _recording_run(key, calls):
 
     def programs(block_size, schedule):
         calls.append(("program", block_size, schedule))
-        return lambda *args: calls.append(("split", args[7].shape[0], args[-2]))
+        return lambda *args: calls.append(("split", args[7].shape[0], args[-2], args[6]))
 
-    def combines(kind, unchecked_index=False):
+    def combines(kind):
         calls.append(("combine-program", kind))
         return lambda *args: calls.append(("combine", kind, args[-1]))
 
     return _make_run(key, programs, combines)
+
+
+def _two_sequence_call(torch) -> tuple:
+    """``(query, key/value, cache, lengths)`` of a 2-sequence call (D 16, capacity 1000) on the CPU."""
+    q, kv = torch.randn(2, 16, 16), torch.randn(2, 2, 16)
+    return q, kv, torch.randn(3, 1000, 2, 16), torch.tensor([5, 999], dtype=torch.int32)
 
 
 def test_a_call_shape_is_planned_once_and_one_split_needs_no_combine():
@@ -191,12 +198,11 @@ def test_a_call_shape_is_planned_once_and_one_split_needs_no_combine():
 
     calls: list = []
     run = _recording_run(_key(head_dim=16, schedule=DecodeSchedule(combine="parallel", splits=4)), calls)
-    q, kv = torch.randn(2, 16, 16), torch.randn(2, 2, 16)
-    cache, lengths = torch.randn(3, 1000, 2, 16), torch.tensor([5, 999], dtype=torch.int32)
+    q, kv, cache, lengths = _two_sequence_call(torch)
     for _ in range(2):
         run(q, kv, kv, cache, cache.clone(), lengths, None, None)
     assert [c[0] for c in calls] == ["program", "combine-program", "split", "combine", "split", "combine"]
-    assert calls[2][1:] == (4, 256) and calls[3] == ("combine", "parallel", 256)
+    assert calls[2][1:3] == (4, 256) and calls[3] == ("combine", "parallel", 256)
 
     calls.clear()
     one = _recording_run(_key(head_dim=16, schedule=DecodeSchedule(splits=1)), calls)
@@ -204,11 +210,62 @@ def test_a_call_shape_is_planned_once_and_one_split_needs_no_combine():
     assert [c[0] for c in calls] == ["program", "combine-program", "split"]
 
 
-def test_a_paged_key_pinning_unchecked_index_is_refused():
-    from tileops_cuda.kernels.attention_decode import DecodeSchedule, decode_refusal
+def test_the_light_schedule_gets_sixteen_score_rows_in_three_programs_a_multiprocessor():
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule, split_tiling
 
-    pinned = DecodeSchedule(paged_tiles="gather", combine="parallel", unchecked_index=True)
-    assert ("unchecked_index is for the contiguous layout (a paged program's rows come from block table entries "
-            "nothing bounds); pin a schedule without it") in decode_refusal(_key(paged=True, table_dtype="int32",
-                                                                                   schedule=pinned))
-    assert decode_refusal(_key(schedule=pinned)) is None
+    page, tiling = split_tiling(_key(), DecodeSchedule(combine="parallel", block_h=16), None)
+    assert page is None
+    assert (tiling.block_h, tiling.block_n, tiling.stages, tiling.resident) == (16, 32, 2, 3)
+    assert not tiling.combine_in_split
+
+
+def test_the_last_program_combine_is_folded_into_the_split_tiling_of_either_width():
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule, default_tiling, split_tiling
+
+    wide = split_tiling(_key(), DecodeSchedule(combine="last_program"), None)[1]
+    light = split_tiling(_key(), DecodeSchedule(combine="last_program", block_h=16), None)[1]
+    assert wide.combine_in_split and wide.block_h == default_tiling(_key()).block_h
+    assert light.combine_in_split and light.block_h == 16
+
+
+@pytest.mark.parametrize("pinned", [dict(block_h=16), dict(combine="last_program")])
+def test_a_paged_key_pinning_a_contiguous_only_schedule_is_refused(pinned):
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule
+
+    schedule = DecodeSchedule(**pinned)
+    reason = decode_refusal(_key(paged=True, table_dtype="int32", schedule=schedule))
+    assert reason.endswith("is written for the contiguous layout (block_h=16, combine='last_program'); pin a paged "
+                           "key to block_h=64 and another combine")
+    assert decode_refusal(_key(schedule=schedule)) is None
+
+
+def test_a_group_wider_than_the_light_programs_rows_is_refused():
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule
+
+    reason = decode_refusal(_key(num_q_heads=32, num_kv_heads=1, schedule=DecodeSchedule(block_h=16)))
+    assert reason.endswith("32 query heads a key/value head exceed DecodeSchedule.block_h=16; pin block_h=64")
+
+
+def test_a_head_size_the_light_programs_warps_cannot_split_is_refused():
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule
+
+    reason = decode_refusal(_key(num_q_heads=4, head_dim=16, schedule=DecodeSchedule(block_h=16)))
+    assert reason.endswith("DecodeSchedule.block_h=16 spreads the value product's 16 columns over 4 warps of "
+                           "8-column mma tiles (a multiple of 32); pin block_h=64")
+    assert decode_refusal(_key(num_q_heads=4, head_dim=16, schedule=DecodeSchedule(combine="last_program"))) is None
+
+
+def test_the_folded_combine_launches_only_the_split_program_with_the_call_shapes_zeroed_counters():
+    torch = pytest.importorskip("torch")
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule
+
+    calls: list = []
+    run = _recording_run(_key(head_dim=16, schedule=DecodeSchedule(combine="last_program", splits=4)), calls)
+    q, kv, cache, lengths = _two_sequence_call(torch)
+    counters = []
+    for _ in range(2):
+        run(q, kv, kv, cache, cache.clone(), lengths, None, None)
+        counters.append(calls[-1][3])
+    assert [c[0] for c in calls] == ["program", "split", "split"]  # no combine program compiled or launched
+    assert counters[0] is counters[1]  # one workspace a call shape, reused
+    assert counters[0].shape == (2 * 2, 128) and counters[0].dtype == torch.int32 and not counters[0].any()

@@ -8,7 +8,6 @@ writes included, so a read before the write shows). Outputs are compared at the 
 suite's tolerances (float16 2e-3, bfloat16 1.6e-2, relative); the caches bit for bit (the written
 slots hold copies of the inputs, every other slot keeps its bits). The reference is float64
 on the device: each live sequence's positions ``0 .. n`` gathered, the new key/value at ``n``.
-The contiguous schedules without TileLang's bounds checks: ``test_attention_decode_unchecked_gpu.py``.
 """
 
 from __future__ import annotations
@@ -112,13 +111,16 @@ def test_ragged_lengths_tile_edges_and_padding_rows_across_splits(block, arch, c
     _check(decode_batch(cuda_device[0], gen, _RAGGED, block=block), None, arch)
 
 
+#: The combines of their own launch (the folded one and the light program: ``test_attention_decode_small_batch_gpu.py``).
+_LAUNCHED = [c for c in COMBINES if c != "last_program"]
+
 #: Every schedule the rule can pick, on the layouts it changes: the contiguous pipeline's depths,
 #: paged tiles by block or gathered (16-token blocks, and 48, which no 64-position tile divides),
 #: each with either combine; a pinned split count runs the combine on this short batch too.
-_SCHEDULE_CASES = ([(None, DecodeSchedule(stages=st, combine=c, splits=sp)) for st in (2, 3) for c in COMBINES
+_SCHEDULE_CASES = ([(None, DecodeSchedule(stages=st, combine=c, splits=sp)) for st in (2, 3) for c in _LAUNCHED
                     for sp in (None, 4)]
                    + [(block, DecodeSchedule(paged_tiles=t, combine=c, splits=4)) for block in (16, 48)
-                      for t in PAGED_TILES for c in COMBINES])
+                      for t in PAGED_TILES for c in _LAUNCHED])
 
 
 @pytest.mark.parametrize("block,schedule", _SCHEDULE_CASES,

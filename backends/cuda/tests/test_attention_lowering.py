@@ -69,46 +69,56 @@ def test_the_parallel_combine_lowers_with_warp_shuffles_for_any_head_size(D, seq
     assert "__shfl_xor_sync" in source
 
 
-# ``DecodeSchedule.unchecked_index`` on the registered Qwen3-Next key (16 query heads, 2 key/value heads, D =
-# 256, bf16, contiguous, parallel combine), lowered as a build lowers it (the pass configs honoured).
-_QWEN_DECODE = DecodeBuildKey("bfloat16", 16, 2, 256)
-
-
-def _decode_checked_and_unchecked(program) -> tuple[str, str]:
-    from lowered_source import lowered_source
-
-    return tuple(lowered_source(lambda key, u=u: program(key, u), _QWEN_DECODE) for u in (False, True))
-
-
-def test_unchecked_index_drops_the_split_programs_cache_write_check_for_its_own():
-    def split(key, unchecked):
-        schedule = DecodeSchedule(combine="parallel", unchecked_index=unchecked)
-        page, tiling = split_tiling(key, schedule, None)
-        return decode_split_program(key, tiling, page)
-
-    checked, unchecked = _decode_checked_and_unchecked(split)
-    assert "< NL) && (0 <= ((((int)blockIdx.z) * cache_len) + n))" in checked
-    assert "< NL)" not in unchecked and "&& (n < cache_len)) {" in unchecked  # n inside the sequence's L rows
-    assert unchecked.count("tma_load") == checked.count("tma_load")  # bulk copies keep their tensor maps
-
-
-def test_unchecked_index_drops_the_parallel_combines_per_load_checks():
-    checked, unchecked = _decode_checked_and_unchecked(
-        lambda key, u: decode_parallel_combine_program(key, unchecked_index=u))
-    assert "if ((1 <= S)) {" in checked and "< S) || (condval_" in checked  # the lse and the partials' loads
-    assert "1 <= S" not in unchecked and "< S) || (condval_" not in unchecked
-
-
-def test_a_paged_split_program_refuses_unchecked_index():
-    page, tiling = page_layout(16, "gather")
-    with pytest.raises(ValueError, match="unchecked_index, which is for the contiguous layout"):
-        decode_split_program(DecodeBuildKey("bfloat16", 16, 2, 256, True, "int32", "int32"),
-                             dataclasses.replace(tiling, unchecked_index=True), page)
-
-
 def test_the_decode_combine_program_lowers_for_small_heads_and_int64_lengths():
     key = DecodeBuildKey("float16", 6, 2, 16, seqlens_dtype="int64")
     assert "decode_combine" in _source(decode_combine_program(key, default_tiling(key)))
+
+
+# The small-batch candidates (issue 21) on the Qwen3-Next key (16 query heads, 2 key/value heads, D = 256, bf16,
+# contiguous): the light split program (16 score rows) and the combine folded into the split launch.
+_QWEN_DECODE = DecodeBuildKey("bfloat16", 16, 2, 256)
+_LIGHT = DecodeSchedule(combine="parallel", block_h=16)
+_FOLDED = DecodeSchedule(combine="last_program")
+
+
+def _decode_split_source(schedule: DecodeSchedule) -> str:
+    from lowered_source import lowered_source
+
+    page, tiling = split_tiling(_QWEN_DECODE, schedule, None)
+    return lowered_source(lambda key: decode_split_program(key, tiling, page), _QWEN_DECODE)
+
+
+def test_the_light_split_program_multiplies_on_mma_and_asks_for_three_programs_an_sm():
+    source = _decode_split_source(_LIGHT)
+    assert "tl::mma_sync<" in source and "wgmma" not in source
+    assert "__launch_bounds__(256, 3)" in source and "warpgroup_reg_alloc" not in source
+    assert source.count("tma_load(") == _decode_split_source(DecodeSchedule(combine="parallel")).count("tma_load(")
+
+
+def test_ptxas_fits_three_light_split_programs_an_sm_without_spills(tmp_path):
+    report = _ptxas_report(_decode_split_source(_LIGHT), tmp_path)
+    registers = int(re.search(r"Used (\d+) registers", report).group(1))
+    assert registers * 256 * 3 <= 65536, report
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
+
+
+@pytest.mark.parametrize("schedule", [_FOLDED, dataclasses.replace(_FOLDED, block_h=16)], ids=["wide", "light"])
+def test_a_folded_split_program_counts_arrivals_acquire_release_and_resets_its_slot(schedule):
+    """The counters come in the contiguous layout's block table argument."""
+    source = _decode_split_source(schedule)
+    assert re.search(r"= AtomicAddRet\(\(&\(block_table\[.*\]\)\), 1, 4\);", source)  # 4: acq_rel
+    assert re.search(r"block_table\[.*\] = 0;", source)
+
+
+def test_the_launched_combines_contiguous_split_program_reads_no_block_table():
+    assert "block_table[" not in _decode_split_source(DecodeSchedule(combine="parallel"))
+
+
+def test_a_paged_split_program_refuses_the_folded_combine():
+    page, tiling = page_layout(16, "gather")
+    with pytest.raises(ValueError, match="takes its counters in the contiguous layout's unused block_table"):
+        decode_split_program(DecodeBuildKey("bfloat16", 16, 2, 256, True, "int32", "int32"),
+                             dataclasses.replace(tiling, combine_in_split=True), page)
 
 
 @pytest.mark.parametrize("paged", [False, True])

@@ -35,17 +35,27 @@ from .attention_decode_program import (
 )
 
 __all__ = ["COMBINES", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "DecodeTiling", "PAGED_TILES",
-           "SCHEDULE_RULES", "ScheduleRule", "build_attention_decode", "decode_refusal", "default_tiling", "page_layout",
-           "schedule_for", "split_plan", "split_tiling"]
+           "SCHEDULE_RULES", "SCORE_ROWS", "ScheduleRule", "build_attention_decode", "decode_refusal", "default_tiling",
+           "page_layout", "schedule_for", "split_plan", "split_tiling"]
 
 #: The most splits one sequence's context is cut into (bounds the partials and the combine loop).
 MAX_SPLITS = 256
 assert MAX_SPLITS <= COMBINE_THREADS  # the parallel combine gives each split one thread
 
 #: How the splits' partials are merged: ``serial`` (the first kernel: one program per query head
-#: walks the splits three times, a global round trip per split) or ``parallel`` (splits read at
-#: once, see :func:`~.attention_decode_program.decode_parallel_combine_program`).
-COMBINES = ("serial", "parallel")
+#: walks the splits three times, a global round trip per split), ``parallel`` (splits read at
+#: once, see :func:`~.attention_decode_program.decode_parallel_combine_program`) or
+#: ``last_program`` (no second launch: the split program of a sequence's key/value head that
+#: finishes last merges them, counted in a workspace; attention_decode_program's "Folded combine").
+COMBINES = ("serial", "parallel", "last_program")
+
+#: Score rows of a split program: 64 (one wgmma tile, the group's query heads zero-padded) or 16
+#: (the light program, one mma tile: for groups of at most 16 query heads, contiguous layout).
+SCORE_ROWS = (64, 16)
+
+#: The light program's head sizes are multiples of this: its 4 warps split the value product's
+#: columns into 8-column mma tiles (TileLang finds no warp partition otherwise).
+LIGHT_HEAD_DIM_STEP = 32
 
 #: How a paged tile is read when the block size is not a multiple of 64: ``block`` (tiles inside
 #: one block, one bulk copy each: 16-position tiles for 16-token blocks; row by row, synchronous,
@@ -62,12 +72,8 @@ class DecodeSchedule:
     flight, 3 = 192 KiB, the most that fits beside the query tile). ``paged_tiles``: one of
     :data:`PAGED_TILES`. ``combine``: one of :data:`COMBINES`. ``min_split_tiles``: the fewest
     tiles :func:`split_plan` gives a split (fewer, longer splits: less setup and combine work).
-    ``splits``: a pinned split count (a sweep's candidate), else the plan's. ``unchecked_index``:
-    the contiguous split program and the combine program compiled without TileLang's bounds
-    checks (pass config ``tl.disable_safe_memory_legalize``; every access is in bounds by
-    construction, see attention_decode_program's "Bounds"); a sweep candidate, in no rule until
-    a GPU measures it. The paged split programs keep their checks (their rows come from block
-    table entries, which nothing bounds): a paged key pinning it is refused.
+    ``splits``: a pinned split count (a sweep's candidate), else the plan's. ``block_h``: one of
+    :data:`SCORE_ROWS`; 16 is the light split program (contiguous keys; 2 stages).
     """
 
     stages: int = 2
@@ -75,7 +81,7 @@ class DecodeSchedule:
     combine: str = "serial"
     min_split_tiles: int = 1
     splits: int | None = None
-    unchecked_index: bool = False
+    block_h: int = 64
 
     def __post_init__(self) -> None:
         if self.stages not in (2, 3):
@@ -88,6 +94,12 @@ class DecodeSchedule:
             raise ValueError(f"DecodeSchedule.min_split_tiles={self.min_split_tiles} must be >= 1")
         if self.splits is not None and not 1 <= self.splits <= MAX_SPLITS:
             raise ValueError(f"DecodeSchedule.splits={self.splits} must lie in [1, {MAX_SPLITS}]")
+        if self.block_h not in SCORE_ROWS:
+            raise ValueError(f"DecodeSchedule.block_h={self.block_h} is not one of {SCORE_ROWS}")
+        if self.block_h != 64 and self.stages != LIGHT_TILING.stages:
+            raise ValueError(f"DecodeSchedule(block_h={self.block_h}, stages={self.stages}): the light program "
+                             f"runs {LIGHT_TILING.stages} stages (3 programs an SM leave no shared memory "
+                             f"for more); drop stages")
 
 
 @dataclass(frozen=True)
@@ -136,7 +148,8 @@ class DecodeBuildKey:
 @dataclass(frozen=True)
 class DecodeTiling:
     """How a split program is laid out: ``block_h`` score rows (the group's query heads,
-    zero-padded to a tensor-core tile), ``block_n`` cache positions a pipeline stage,
+    zero-padded to a tensor-core tile: 64 for wgmma, 16 for the light program's mma, see
+    :data:`LIGHT_TILING`), ``block_n`` cache positions a pipeline stage,
     ``stages`` stages; ``gather``: paged tiles gathered row by row (see :data:`PAGED_TILES`);
     ``resident``: programs a multiprocessor holds at once, which :func:`split_plan` fills (the
     gathered program's single stage leaves shared memory for two)."""
@@ -148,8 +161,14 @@ class DecodeTiling:
     combine_threads: int = 128
     gather: bool = False
     resident: int = 1
-    #: ``DecodeSchedule.unchecked_index`` (the contiguous split program and the combine program).
-    unchecked_index: bool = False
+    #: The folded combine (``DecodeSchedule.combine == "last_program"``): the split program takes
+    #: a counter workspace and its last program of a sequence's key/value head merges the partials.
+    combine_in_split: bool = False
+
+
+#: The light program's tiling: 16 score rows, 32-position tiles in 2 stages (74 KiB of shared
+#: memory) and launch bounds of 3 programs an SM (ptxas: 80 registers, no spills).
+LIGHT_TILING = DecodeTiling(block_h=16, block_n=32, stages=2, resident=3)
 
 
 def default_tiling(key: DecodeBuildKey) -> DecodeTiling:
@@ -179,9 +198,14 @@ def split_tiling(key: DecodeBuildKey, schedule: DecodeSchedule, block_size: int 
     """``(page, tiling)`` of the split program a call with ``schedule`` runs: contiguous
     (``block_size`` None) or paged."""
     if block_size is None:
-        return None, dataclasses.replace(default_tiling(key), stages=schedule.stages,
-                                         unchecked_index=schedule.unchecked_index)
-    return page_layout(block_size, schedule.paged_tiles)
+        page, tiling = None, dataclasses.replace(default_tiling(key), stages=schedule.stages)
+        if schedule.block_h != tiling.block_h:
+            tiling = LIGHT_TILING
+    else:
+        page, tiling = page_layout(block_size, schedule.paged_tiles)
+    if schedule.combine == "last_program":
+        tiling = dataclasses.replace(tiling, combine_in_split=True)
+    return page, tiling
 
 
 def decode_refusal(key: DecodeBuildKey) -> str | None:
@@ -194,10 +218,29 @@ def decode_refusal(key: DecodeBuildKey) -> str | None:
     if reason is None and key.num_q_heads // key.num_kv_heads > tiling.block_h:
         return (f"{name}: {key.num_q_heads // key.num_kv_heads} query heads a key/value head exceed the "
                 f"{tiling.block_h}-row score tile; use the reference")
-    if reason is None and key.paged and key.schedule is not None and key.schedule.unchecked_index:
-        return (f"{name}: unchecked_index is for the contiguous layout (a paged program's rows come from block "
-                f"table entries nothing bounds); pin a schedule without it")
-    return reason
+    return reason or _pinned_schedule_refusal(name, key)
+
+
+def _pinned_schedule_refusal(name: str, key: DecodeBuildKey) -> str | None:
+    """Why ``key``'s pinned schedule cannot serve it, or None: the light program (``block_h`` 16)
+    and the folded combine (``last_program``) are written for the contiguous layout (folded into
+    the gathered paged program, which has no ``setmaxnreg``, the merge spills 1196 bytes at 255
+    registers), the light program for groups of at most 16 query heads and head sizes its warps
+    split."""
+    schedule = key.schedule
+    if schedule is None:
+        return None
+    light = schedule.block_h != default_tiling(key).block_h
+    if key.paged and (light or schedule.combine == "last_program"):
+        return (f"{name}: {schedule} is written for the contiguous layout (block_h=16, combine='last_program'); "
+                f"pin a paged key to block_h=64 and another combine")
+    if light and key.num_q_heads // key.num_kv_heads > schedule.block_h:
+        return (f"{name}: {key.num_q_heads // key.num_kv_heads} query heads a key/value head exceed "
+                f"DecodeSchedule.block_h={schedule.block_h}; pin block_h=64")
+    if light and key.head_dim % LIGHT_HEAD_DIM_STEP:
+        return (f"{name}: DecodeSchedule.block_h={schedule.block_h} spreads the value product's {key.head_dim} "
+                f"columns over 4 warps of 8-column mma tiles (a multiple of {LIGHT_HEAD_DIM_STEP}); pin block_h=64")
+    return None
 
 
 def schedule_for(key: DecodeBuildKey, batch: int, capacity: int,
@@ -291,16 +334,24 @@ class DecodeLauncher:
         return self.kernels[index].get_kernel_source()
 
 
-#: What one call shape runs: the split function, the combine function, splits, chunk.
-_Plan = tuple[Callable[..., Any], Callable[..., Any], int, int]
+#: What one call shape runs: the split function, the combine function (None where the split
+#: program merges), splits, chunk, and the folded combine's counters (None without it).
+_Plan = tuple[Callable[..., Any], Callable[..., Any] | None, int, int, Any]
 
 
 def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedule], Callable[..., Any]],
-              combines: Callable[[str, bool], Callable[..., Any]]) -> Callable[..., Any]:
+              combines: Callable[[str], Callable[..., Any]]) -> Callable[..., Any]:
     """The launch function. ``programs(block_size, schedule)`` returns the compiled split
-    function for a layout (None: contiguous) and schedule, ``combines(kind, unchecked_index)`` a combine
-    function; both compile on first use. A call shape's plan (schedule, programs, splits) is
-    made once and looked up after."""
+    function for a layout (None: contiguous) and schedule, ``combines(kind)`` a combine function;
+    both compile on first use. A call shape's plan (schedule, programs, splits) is
+    made once and looked up after.
+
+    The folded combine's counters (``[B · NKV, threads]`` int32, passed as the contiguous
+    layout's block table, which the split program otherwise ignores) are allocated zeroed with the
+    plan of a call shape and reused by every call of it: each call leaves them at zero (the last
+    program of each (sequence, key/value head) resets its slots), and calls on one stream run in
+    order, so a CUDA graph replays with them too. Two streams running the same launcher on the
+    same call shape at once would share them: that schedule is for one decode stream."""
     import torch
 
     f32 = torch.float32
@@ -329,7 +380,10 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         else:
             splits, chunk = split_plan(B, NKV, capacity, tiling.block_n, multiprocessors(device) * tiling.resident,
                                        schedule.min_split_tiles)
-        return programs(block_size, schedule), combines(schedule.combine, schedule.unchecked_index), splits, chunk
+        if tiling.combine_in_split:
+            counters = torch.zeros((B * NKV, tiling.threads), dtype=torch.int32, device=device)
+            return programs(block_size, schedule), None, splits, chunk, counters
+        return programs(block_size, schedule), combines(schedule.combine), splits, chunk, None
 
     def attention_decode(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,
                          block_table: Any, scale: Any, out: Any = None) -> Any:
@@ -346,17 +400,20 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         hit = plans.get(shape)
         if hit is None:
             hit = plans[shape] = plan(B, block_size, capacity, dev)
-        split_fn, combine_fn, splits, chunk = hit
+        split_fn, combine_fn, splits, chunk, counters = hit
         kc = FlatCache("attention decode TileLang kernel", key_cache, NKV, D)
         vc = FlatCache("attention decode TileLang kernel", value_cache, NKV, D)
         o_part = torch.empty((splits, B, NQ, D), dtype=f32, device=dev)
         lse_part = torch.empty((splits, B, NQ), dtype=f32, device=dev)
-        table = dummy_table(dev) if block_table is None else block_table.contiguous()
+        if counters is not None:
+            table = counters
+        else:
+            table = dummy_table(dev) if block_table is None else block_table.contiguous()
         scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
         seqlens = cache_seqlens.contiguous()
         split_fn(query.contiguous(), key.contiguous(), value.contiguous(), kc.flat, vc.flat, seqlens, table, o_part,
                  lse_part, out, L, chunk, scale_log2)
-        if splits > 1:
+        if splits > 1 and combine_fn is not None:
             combine_fn(o_part, lse_part, seqlens, out, chunk)
         kc.write_back()
         vc.write_back()
@@ -391,12 +448,11 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
                 kernels.append(kernel)
             return fn
 
-        def combines(kind: str, unchecked_index: bool = False) -> Callable[..., Any]:
-            identity = ("attention_decode_combine", base, kind) + (("unchecked_index",) if unchecked_index else ())
+        def combines(kind: str) -> Callable[..., Any]:
+            identity = ("attention_decode_combine", base, kind)
             if kind == "parallel":
-                return compiled(identity, lambda: decode_parallel_combine_program(base, unchecked_index))
-            tiling = dataclasses.replace(default_tiling(base), unchecked_index=unchecked_index)
-            return compiled(identity, lambda: decode_combine_program(base, tiling))
+                return compiled(identity, lambda: decode_parallel_combine_program(base))
+            return compiled(identity, lambda: decode_combine_program(base, default_tiling(base)))
 
         def programs(block_size: int | None, schedule: DecodeSchedule) -> Callable[..., Any]:
             page, tiling = split_tiling(base, schedule, block_size)
@@ -404,7 +460,8 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
                             lambda: decode_split_program(base, tiling, page))
 
         for schedule in reachable_schedules(key):
-            combines(schedule.combine, schedule.unchecked_index)
+            if schedule.combine != "last_program":
+                combines(schedule.combine)
             if not key.paged:
                 programs(None, schedule)
         return DecodeLauncher(key, kernels, _make_run(key, programs, combines), programs)

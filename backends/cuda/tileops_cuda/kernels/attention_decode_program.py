@@ -27,6 +27,24 @@ split's normalised float32 partial output and its log2-sum-exp, and the combine 
 program per (query head, sequence)) merges the ``n // chunk + 1`` active splits and rounds
 once; padding sequences get zeros there.
 
+Light program (``DecodeTiling.block_h`` 16, issue 21): at B=1 the 64-row program pads the 8
+query heads of a group 8x and holds one program an SM (240 registers, 12.5% occupancy, issue
+slots 6% busy: latency-bound). Sixteen score rows are one mma tile (wgmma needs 64), the
+accumulator a quarter of the registers, 32-position tiles halve the shared memory: launch bounds
+ask for ``resident`` programs an SM, TileLang's ``setmaxnreg`` rebalancing is off (its 240 for
+the consumers would keep one).
+
+Folded combine (``DecodeTiling.combine_in_split``, issue 21): no second launch. Every thread of
+an active split program writes its elements of the partial and its rows' log-sum-exps, then
+adds 1 to its own counter slot ``counters[b · NKV + h, thread]`` (the contiguous layout's
+``block_table`` argument, which it does not otherwise use; device scope, acquire-release: its
+writes are released, the count acquired). Every split program has the same fragment layout, so
+the same thread of each wrote the same elements: the thread that sees ``active - 1`` merges
+exactly those (an online max-and-sum over the splits, ``FOLD_UNROLL`` at once), writes them to
+``out`` and stores 0 in its slot. Each call leaves every slot at zero (a slot counts exactly the
+active splits of its sequence; padding sequences count none and get zeros from split 0), which
+is why the launcher may reuse the workspace for the next call on the stream.
+
 Layouts: the caches are passed flat, ``[N · L, NKV, D]``. Position ``p`` of sequence ``b`` is
 flat row ``b · L + p`` (contiguous, ``L`` the capacity, a runtime scalar: a last tile running
 past the row reads the next row or, past the pool, zeros, all masked) or
@@ -34,20 +52,6 @@ past the row reads the next row or, past the pool, zeros, all masked) or
 fits inside a block, so one table entry a tile; a runtime scalar in the row-by-row program).
 Table entries past a sequence's last block are never read. Nothing is compiled per B,
 context or pool size.
-
-Bounds (why a contiguous split program and the combine programs may drop TileLang's bounds
-checks, ``DecodeSchedule.unchecked_index``; the paged split programs keep them: their rows are
-block table entries, which nothing here bounds). Programs exist for ``b < B``, ``h < NKV``,
-``sid < S``; the query rows ``h · G + i`` are read and the outputs written only for ``i < G``
-(``NQ = G · NKV``). Cache tiles are bulk copies, bounded by their tensor maps (rows past the
-pool read zeros; unchanged by the pass config). The step's key/value are written at flat row
-``b · L + n`` only where ``0 <= n < L`` (the unchecked program checks ``n < L`` itself: the
-op's contract has ``n < L``, and ``b < B <= N`` by the shape rule ``N >= B``), so the row is in
-the pool. Combine: ``active = min(n // chunk + 1, S)`` (0 for padding), the launcher allocates
-``S >= 1`` partials; split ``s`` is read only for ``s < active`` (the parallel combine reads
-``min(s, active - 1)`` only inside a loop that runs no trip when ``active`` is 0); channels
-``< D``. The lengths' values (padding -1, any negative, past the chunks) choose paths, never
-indices beyond these.
 
 tilelang is imported inside the builders, never at module import.
 """
@@ -59,11 +63,18 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .attention_decode import DecodeBuildKey, DecodeTiling
 
-__all__ = ["COMBINE_THREADS", "LOG2E", "decode_combine_program", "decode_parallel_combine_program",
-           "decode_split_program", "online_softmax_step"]
+__all__ = ["COMBINE_THREADS", "LOG2E", "WGMMA_ROWS", "decode_combine_program",
+           "decode_parallel_combine_program", "decode_split_program", "online_softmax_step"]
 
 #: log2(e): scores are exponentiated with exp2 after folding this into the softmax scale.
 LOG2E = 1.4426950408889634
+
+#: Rows of wgmma's tensor-core tile (its M): a split program of fewer score rows (16, one mma row
+#: tile) is the light program (``DecodeTiling.block_h``).
+WGMMA_ROWS = 64
+
+#: Splits the folded combine's merging thread loads at once (one L2 round trip for each group).
+FOLD_UNROLL = 4
 
 #: Threads of a parallel-combine program: one split's log-sum-exp each (so at most this many
 #: splits), then lanes of splits × 4-channel vectors for the weighted sum.
@@ -112,19 +123,12 @@ def online_softmax_step(rows: int, cols: int, dim: int) -> Any:
     return softmax_step
 
 
-def annotate_unchecked_index(on: bool) -> None:
-    """Annotates ``tl.disable_safe_memory_legalize`` where ``on``: no TileLang bounds checks (the
-    module docstring's "Bounds"). Called first in a program's body."""
-    import tilelang.language as T
-
-    if on:
-        T.annotate_pass_configs({"tl.disable_safe_memory_legalize": True})
-
-
 def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: int | None) -> Any:  # noqa: C901
     """The split PrimFunc: ``(query, key, value, key_cache, value_cache, cache_seqlens,
     block_table, o_part, lse_part, out, cache_len, chunk, scale_log2)``. The caches are flat
-    ``[N · L, NKV, D]``; ``block_table`` is a ``[1, 1]`` dummy for the contiguous layout;
+    ``[N · L, NKV, D]``; ``block_table`` is a ``[1, 1]`` dummy for the contiguous layout, or,
+    where the combine is folded in (contiguous only), the counters, ``[B · NKV, threads]`` int32
+    zeros (the module docstring's "Folded combine");
     ``cache_len`` is L: the capacity (contiguous) or the block size (paged).
 
     ``page``: None for the contiguous layout (a tile is ``BN`` consecutive rows: one bulk copy);
@@ -146,9 +150,10 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
     # generic proxy) read slot n after this program wrote it, ordered by a thread barrier, and
     # clamp rows past n to row n, whose value is finite, so nothing needs replacing.
     bulk = page is None or (page > 0 and not tiling.gather)
-    if tiling.unchecked_index and page is not None:
-        raise ValueError(f"decode_split_program: {tiling} has unchecked_index, which is for the contiguous layout "
-                         f"(paged rows come from block table entries nothing bounds); compile it without")
+    light = BH < WGMMA_ROWS
+    if tiling.combine_in_split and page is not None:
+        raise ValueError(f"decode_split_program: {tiling} folds the combine in, which takes its counters in the "
+                         f"contiguous layout's unused block_table argument; compile a paged program without it")
 
     def flat_row(table: Any, b: Any, p: Any, cache_len: Any) -> Any:
         """The flat cache row of position ``p`` of sequence ``b`` (``p`` inside the sequence)."""
@@ -181,6 +186,44 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                                                   cache[flat_row(table, b, T.min(base + i, n), cache_len), h, d]),
                     T.cast(0, dt))
 
+    @T.macro
+    def combine_if_last(o_part: Any, lse_part: Any, out: Any, counters: Any, arrived: Any, acc_o: Any, m_cur: Any,
+                        m_prev: Any, rescale: Any, row_sum: Any, l_sum: Any, b: Any, h: Any, splits: Any):
+        """The folded combine (``DecodeTiling.combine_in_split``), per thread: this thread's elements
+        of the partial (and its rows' log-sum-exps) are written; its arrival at its counter slot
+        (release) tells the last of the ``splits`` programs that every program's same thread
+        wrote the same elements (one fragment layout), and that one (acquire) merges them in one
+        online pass and resets the slot for the next call."""
+        arrived = T.atomic_add(counters[b * NKV + h, T.get_thread_binding()], 1, memory_order="acq_rel",
+                               return_prev=True)
+        if arrived == splits - 1:
+            counters[b * NKV + h, T.get_thread_binding()] = 0
+            T.fill(m_cur, NEG)
+            T.fill(l_sum, 0)
+            T.clear(acc_o)
+            for s0 in T.serial(T.ceildiv(splits, FOLD_UNROLL)):
+                for u in T.unroll(FOLD_UNROLL):
+                    # Past the last split, and in the padding rows (i >= G): nothing loaded, weight 0.
+                    for i in T.Parallel(BH):
+                        m_prev[i] = m_cur[i]
+                        m_cur[i] = T.max(m_cur[i], T.if_then_else(
+                            s0 * FOLD_UNROLL + u < splits and i < G,
+                            lse_part[T.min(s0 * FOLD_UNROLL + u, splits - 1), b, h * G + T.min(i, G - 1)], NEG))
+                        rescale[i] = T.if_then_else(i < G, T.exp2(m_prev[i] - m_cur[i]), T.float32(0))
+                        row_sum[i] = T.if_then_else(
+                            s0 * FOLD_UNROLL + u < splits and i < G,
+                            T.exp2(lse_part[T.min(s0 * FOLD_UNROLL + u, splits - 1), b, h * G + T.min(i, G - 1)]
+                                   - m_cur[i]), T.float32(0))
+                        l_sum[i] = l_sum[i] * rescale[i] + row_sum[i]
+                    for i, d in T.Parallel(BH, D):
+                        acc_o[i, d] = acc_o[i, d] * rescale[i] + T.if_then_else(
+                            row_sum[i] > 0,
+                            row_sum[i] * o_part[T.min(s0 * FOLD_UNROLL + u, splits - 1), b, h * G + T.min(i, G - 1), d],
+                            T.float32(0))
+            for i, d in T.Parallel(BH, D):
+                if i < G:
+                    out[b, h * G + i, d] = T.cast(acc_o[i, d] / l_sum[i], dt)
+
     @T.prim_func
     def decode_split(
         query: T.Tensor((B, NQ, D), dt),
@@ -197,19 +240,25 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
         chunk: T.int32,
         scale_log2: T.float32,
     ):
-        annotate_unchecked_index(tiling.unchecked_index)
         with T.Kernel(S, NKV, B, threads=TH) as (sid, h, b):
+            if light:
+                T.annotate_min_blocks_per_sm(tiling.resident)
+                T.no_set_max_nreg()
             q_s = T.alloc_shared((BH, D), dt)
             k_s = T.alloc_shared((BN, D), dt)
             v_s = T.alloc_shared((BN, D), dt)
             acc_s = T.alloc_fragment((BH, BN), f32)
-            acc_p = T.alloc_fragment((BH, BN), dt)
+            # (One mma row tile spreads the warps over the score columns; the value product needs
+            # whole rows in every warp, so the light program's probabilities go through shared memory.)
+            acc_p = T.alloc_shared((BH, BN), dt) if light else T.alloc_fragment((BH, BN), dt)
             acc_o = T.alloc_fragment((BH, D), f32)
             m_cur = T.alloc_fragment((BH,), f32)
             m_prev = T.alloc_fragment((BH,), f32)
             rescale = T.alloc_fragment((BH,), f32)
             row_sum = T.alloc_fragment((BH,), f32)
             l_sum = T.alloc_fragment((BH,), f32)
+            if tiling.combine_in_split:
+                arrived = T.alloc_var(i32)
 
             # The queries first: their loads do not wait for the length's (the write below
             # branches on it), so both latencies overlap before the pipeline starts.
@@ -222,8 +271,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
             active = n >= 0 and lo <= n
             tiles = T.if_then_else(active, T.ceildiv(hi - lo, BN), 0)
 
-            # (Without TileLang's checks the row must lie inside the sequence's L positions.)
-            if active and n < lo + chunk and (n < cache_len if tiling.unchecked_index else True):
+            if active and n < lo + chunk:
                 # The step's key/value into position n's slot. Nothing reads it back from there
                 # (this program takes position n from the inputs; no other program reads the
                 # slot), so the write needs no ordering against the bulk copies.
@@ -265,12 +313,27 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                         out[b, h * G + i, d] = T.if_then_else(n >= 0, T.cast(acc_o[i, d] / l_sum[i], dt),
                                                               T.cast(0, dt))
             elif active:
-                for i, d in T.Parallel(BH, D):
-                    if i < G:
-                        o_part[sid, b, h * G + i, d] = acc_o[i, d] / l_sum[i]
-                for i in T.Parallel(BH):
-                    if i < G:
-                        lse_part[sid, b, h * G + i] = T.log2(l_sum[i]) + m_cur[i]
+                if tiling.combine_in_split:
+                    # Every thread writes its rows' log-sum-exps beside its elements (the merging
+                    # thread reads only what its own counterparts wrote).
+                    for i, d in T.Parallel(BH, D):
+                        if i < G:
+                            o_part[sid, b, h * G + i, d] = acc_o[i, d] / l_sum[i]
+                            lse_part[sid, b, h * G + i] = T.log2(l_sum[i]) + m_cur[i]
+                    combine_if_last(o_part, lse_part, out, block_table, arrived, acc_o, m_cur, m_prev, rescale,
+                                    row_sum, l_sum, b, h, T.min(n // chunk + 1, S))
+                else:
+                    for i, d in T.Parallel(BH, D):
+                        if i < G:
+                            o_part[sid, b, h * G + i, d] = acc_o[i, d] / l_sum[i]
+                    for i in T.Parallel(BH):
+                        if i < G:
+                            lse_part[sid, b, h * G + i] = T.log2(l_sum[i]) + m_cur[i]
+            if tiling.combine_in_split:
+                if S > 1 and n < 0 and sid == 0:
+                    for i, d in T.Parallel(BH, D):  # a padding sequence: no split merges, zeros
+                        if i < G:
+                            out[b, h * G + i, d] = T.cast(0, dt)
 
     return decode_split
 
@@ -295,7 +358,6 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
         out: T.Tensor((B, NQ, D), dt),
         chunk: T.int32,
     ):
-        annotate_unchecked_index(tiling.unchecked_index)
         with T.Kernel(NQ, B, threads=TH) as (q, b):
             tid = T.get_thread_binding()
             acc = T.alloc_local((PER,), f32)
@@ -325,7 +387,7 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
     return decode_combine
 
 
-def decode_parallel_combine_program(key: "DecodeBuildKey", unchecked_index: bool = False) -> Any:
+def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
     """The combine PrimFunc with the splits read in parallel; the same parameters and result as
     :func:`decode_combine_program`, for at most :data:`COMBINE_THREADS` splits.
 
@@ -337,8 +399,7 @@ def decode_parallel_combine_program(key: "DecodeBuildKey", unchecked_index: bool
     weights go to shared memory; then ``LANES = COMBINE_THREADS // (D / 4)`` lanes each sum
     every LANES-th split's partial over a 4-channel vector, ``UNROLL`` independent loads in
     flight, and the lanes' sums are added through shared memory. One program per (query head,
-    sequence); padding sequences (no active split) get zeros. ``unchecked_index``: without
-    TileLang's bounds checks (the module docstring's "Bounds").
+    sequence); padding sequences (no active split) get zeros.
     """
     import tilelang.language as T
 
@@ -359,7 +420,6 @@ def decode_parallel_combine_program(key: "DecodeBuildKey", unchecked_index: bool
         out: T.Tensor((B, NQ, D), dt),
         chunk: T.int32,
     ):
-        annotate_unchecked_index(unchecked_index)
         with T.Kernel(NQ, B, threads=TH) as (q, b):
             tid = T.get_thread_binding()
             w_s = T.alloc_shared((TH,), f32)
