@@ -13,6 +13,6 @@ grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)|INTERNALERROR> [A-Z]" "$out/decs
 el decsmall-sweep
 timeout -s INT ${DECSMALL_SWEEP_S:-170} python3 -u backends/cuda/bench/attention_decode_sweep.py --reps 30 \
     --budget-s 120 --max-batch 1 --json "$out/decsmall_sweep.json" \
-    --candidates contiguous/par,contiguous/par-bh16,contiguous/fold,contiguous/bh16-fold \
+    --candidates contiguous/par,contiguous/par-bh16,contiguous/fold,contiguous/bh16-fold,contiguous/par-pdl \
     > "$out/decsmall_sweep.log" 2>&1
 grep -v TileLang "$out/decsmall_sweep.log" | tail -40

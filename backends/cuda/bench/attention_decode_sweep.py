@@ -34,7 +34,8 @@ printed; the JSON is rewritten after every row):
 Candidates (``DecodeSchedule`` fields): contiguous ``serial`` (2 stages, serial combine),
 ``par`` (parallel combine), ``par-3st`` (3 stages, parallel combine), ``par-bh16`` (the light split
 program: 16 score rows, 3 programs an SM), ``fold`` (the combine folded into the split launch),
-``bh16-fold`` (both); paged (16-token blocks)
+``bh16-fold`` (both), ``par-pdl`` (``par`` with the split and the combine launched as programmatic
+dependents, so each launch overlaps the previous kernel's tail); paged (16-token blocks)
 ``serial`` (16-position tiles, 8 stages, serial combine), ``par`` (same tiles, parallel
 combine), ``gather`` (64-position tiles gathered from 4 blocks, parallel combine).
 """
@@ -69,12 +70,14 @@ BLOCK = 16  # the paged rows' block size (vLLM's default)
 
 #: (label, schedule) per layout; the first is the first kernel's (the serial combine), the baseline of the ratios.
 #: The small-batch candidates (issue 21; NOTES "Attention decode at small batch"): ``par-bh16`` the light split
-#: program (16 score rows, 3 programs an SM), ``fold`` the combine folded into the split launch, ``bh16-fold`` both.
+#: program (16 score rows, 3 programs an SM), ``fold`` the combine folded into the split launch, ``bh16-fold`` both,
+#: ``par-pdl`` the registered program launched as a programmatic dependent.
 CONTIGUOUS = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
               ("par-3st", DecodeSchedule(stages=3, combine="parallel")),
               ("par-bh16", DecodeSchedule(combine="parallel", block_h=16)),
               ("fold", DecodeSchedule(combine="last_program")),
-              ("bh16-fold", DecodeSchedule(combine="last_program", block_h=16))]
+              ("bh16-fold", DecodeSchedule(combine="last_program", block_h=16)),
+              ("par-pdl", DecodeSchedule(combine="parallel", dependent_launch=True))]
 PAGED = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
          ("gather", DecodeSchedule(paged_tiles="gather", combine="parallel"))]
 

@@ -179,7 +179,7 @@ def _recording_run(key, calls):
         calls.append(("program", block_size, schedule))
         return lambda *args: calls.append(("split", args[7].shape[0], args[-2], args[6]))
 
-    def combines(kind):
+    def combines(kind, dependent):
         calls.append(("combine-program", kind))
         return lambda *args: calls.append(("combine", kind, args[-1]))
 
@@ -269,3 +269,11 @@ def test_the_folded_combine_launches_only_the_split_program_with_the_call_shapes
     assert [c[0] for c in calls] == ["program", "split", "split"]  # no combine program compiled or launched
     assert counters[0] is counters[1]  # one workspace a call shape, reused
     assert counters[0].shape == (2 * 2, 128) and counters[0].dtype == torch.int32 and not counters[0].any()
+
+
+def test_a_dependent_launch_is_refused_where_the_arch_has_no_programmatic_dependent_launch():
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule
+
+    pinned = DecodeSchedule(combine="parallel", dependent_launch=True)
+    assert decode_refusal(_key(arch="sm_80", schedule=pinned)).endswith("not sm_80; pin a schedule without it")
+    assert decode_refusal(_key(arch="sm_90", schedule=pinned)) is None

@@ -29,7 +29,8 @@ _NAMES = ("query", "key", "value", "key_cache", "value_cache", "cache_seqlens", 
 #: The candidates by the sweep's names.
 CANDIDATES = {"par-bh16": DecodeSchedule(combine="parallel", block_h=16),
               "fold": DecodeSchedule(combine="last_program"),
-              "bh16-fold": DecodeSchedule(combine="last_program", block_h=16)}
+              "bh16-fold": DecodeSchedule(combine="last_program", block_h=16),
+              "par-pdl": DecodeSchedule(combine="parallel", dependent_launch=True)}
 _PARALLEL = DecodeSchedule(combine="parallel")
 
 
@@ -190,3 +191,51 @@ def test_the_folded_combine_replays_in_a_cuda_graph_twice_as_it_ran_eagerly(name
     expected, _, _ = decode_reference(inputs, None)
     err = float((eager.double() - expected).norm() / expected.norm())
     assert err <= 1.6e-2, f"out relative error {err:.3g}"
+
+
+def test_dependent_launches_chain_decode_steps_on_one_cache_like_the_registered_program(arch, cuda_device, gen):
+    """Six decode steps back to back (no synchronisation between them), step i + 1 reading the
+    key/value step i wrote into the caches, then the six in a CUDA graph replayed twice: a split or
+    combine launched as a dependent that touched memory before the previous kernel ended would read
+    a stale slot or partial. Every step's output and the caches must be the parallel combine's bits."""
+    import torch
+
+    first = decode_batch(cuda_device[0], gen, [3000, 64, -1, 700], capacity=4096)
+    steps = []
+    for i in range(6):
+        step = dict(first) if i == 0 else {**first, **{n: torch.randn_like(first[n]) for n in ("query", "key", "value")}}
+        lengths = first["cache_seqlens"]
+        step["cache_seqlens"] = torch.where(lengths >= 0, lengths + i, lengths)
+        steps.append(step)
+    runs = {name: build_attention_decode(_pinned_key(first, arch, dataclasses.replace(s, splits=64))).run
+            for name, s in (("par", _PARALLEL), ("par-pdl", CANDIDATES["par-pdl"]))}
+
+    def chain(run, caches, outs):
+        for step, out in zip(steps, outs):
+            run(*[caches.get(n, step.get(n)) for n in _NAMES], None, out)
+
+    def fresh():
+        return ({n: first[n].clone() for n in ("key_cache", "value_cache")},
+                [torch.full_like(first["query"], float("nan")) for _ in steps])
+
+    want_caches, want = fresh()
+    chain(runs["par"], want_caches, want)
+    caches, outs = fresh()
+    chain(runs["par-pdl"], caches, outs)
+    torch.cuda.synchronize()
+    assert all(torch.equal(o, w) for o, w in zip(outs, want))
+    assert all(torch.equal(caches[n], want_caches[n]) for n in caches)
+    caches, outs = fresh()
+    start = {n: c.clone() for n, c in caches.items()}
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        chain(runs["par-pdl"], caches, outs)
+    for _ in range(2):
+        for n in caches:
+            caches[n].copy_(start[n])
+        for o in outs:
+            o.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert all(torch.equal(o, w) for o, w in zip(outs, want))
+        assert all(torch.equal(caches[n], want_caches[n]) for n in caches)

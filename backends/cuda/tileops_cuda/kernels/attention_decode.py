@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ._attention_common import FlatCache, attention_refusal, compile_arch
-from ._common import cached_build, compile_prim_func, direct_entry
+from ._common import DEPENDENT_LAUNCH_ARCHS, cached_build, compile_prim_func, direct_entry
 from .attention_decode_program import (
     COMBINE_THREADS, LOG2E, decode_combine_program, decode_parallel_combine_program, decode_split_program,
 )
@@ -74,6 +74,9 @@ class DecodeSchedule:
     tiles :func:`split_plan` gives a split (fewer, longer splits: less setup and combine work).
     ``splits``: a pinned split count (a sweep's candidate), else the plan's. ``block_h``: one of
     :data:`SCORE_ROWS`; 16 is the light split program (contiguous keys; 2 stages).
+    ``dependent_launch``: the split and combine programs launched as programmatic dependents of the
+    stream's previous kernel (``_common.dependent_launch``): the combine's launch overlaps the split's
+    tail, the split's the kernel's before it. A sweep candidate, in no rule until a GPU measures it.
     """
 
     stages: int = 2
@@ -82,6 +85,7 @@ class DecodeSchedule:
     min_split_tiles: int = 1
     splits: int | None = None
     block_h: int = 64
+    dependent_launch: bool = False
 
     def __post_init__(self) -> None:
         if self.stages not in (2, 3):
@@ -164,6 +168,8 @@ class DecodeTiling:
     #: The folded combine (``DecodeSchedule.combine == "last_program"``): the split program takes
     #: a counter workspace and its last program of a sequence's key/value head merges the partials.
     combine_in_split: bool = False
+    #: ``DecodeSchedule.dependent_launch``.
+    dependent_launch: bool = False
 
 
 #: The light program's tiling: 16 score rows, 32-position tiles in 2 stages (74 KiB of shared
@@ -205,6 +211,8 @@ def split_tiling(key: DecodeBuildKey, schedule: DecodeSchedule, block_size: int 
         page, tiling = page_layout(block_size, schedule.paged_tiles)
     if schedule.combine == "last_program":
         tiling = dataclasses.replace(tiling, combine_in_split=True)
+    if schedule.dependent_launch:
+        tiling = dataclasses.replace(tiling, dependent_launch=True)
     return page, tiling
 
 
@@ -230,6 +238,9 @@ def _pinned_schedule_refusal(name: str, key: DecodeBuildKey) -> str | None:
     schedule = key.schedule
     if schedule is None:
         return None
+    if schedule.dependent_launch and key.arch not in DEPENDENT_LAUNCH_ARCHS:
+        return (f"{name}: dependent_launch needs programmatic dependent launch ({', '.join(DEPENDENT_LAUNCH_ARCHS)}), "
+                f"not {key.arch}; pin a schedule without it")
     light = schedule.block_h != default_tiling(key).block_h
     if key.paged and (light or schedule.combine == "last_program"):
         return (f"{name}: {schedule} is written for the contiguous layout (block_h=16, combine='last_program'); "
@@ -340,9 +351,9 @@ _Plan = tuple[Callable[..., Any], Callable[..., Any] | None, int, int, Any]
 
 
 def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedule], Callable[..., Any]],
-              combines: Callable[[str], Callable[..., Any]]) -> Callable[..., Any]:
+              combines: Callable[[str, bool], Callable[..., Any]]) -> Callable[..., Any]:
     """The launch function. ``programs(block_size, schedule)`` returns the compiled split
-    function for a layout (None: contiguous) and schedule, ``combines(kind)`` a combine function;
+    function for a layout (None: contiguous) and schedule, ``combines(kind, dependent)`` a combine function;
     both compile on first use. A call shape's plan (schedule, programs, splits) is
     made once and looked up after.
 
@@ -383,7 +394,7 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         if tiling.combine_in_split:
             counters = torch.zeros((B * NKV, tiling.threads), dtype=torch.int32, device=device)
             return programs(block_size, schedule), None, splits, chunk, counters
-        return programs(block_size, schedule), combines(schedule.combine), splits, chunk, None
+        return programs(block_size, schedule), combines(schedule.combine, schedule.dependent_launch), splits, chunk, None
 
     def attention_decode(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,
                          block_table: Any, scale: Any, out: Any = None) -> Any:
@@ -448,11 +459,12 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
                 kernels.append(kernel)
             return fn
 
-        def combines(kind: str) -> Callable[..., Any]:
-            identity = ("attention_decode_combine", base, kind)
+        def combines(kind: str, dependent: bool) -> Callable[..., Any]:
+            identity = ("attention_decode_combine", base, kind) + (("dependent_launch",) if dependent else ())
             if kind == "parallel":
-                return compiled(identity, lambda: decode_parallel_combine_program(base))
-            return compiled(identity, lambda: decode_combine_program(base, default_tiling(base)))
+                return compiled(identity, lambda: decode_parallel_combine_program(base, dependent))
+            tiling = dataclasses.replace(default_tiling(base), dependent_launch=dependent)
+            return compiled(identity, lambda: decode_combine_program(base, tiling))
 
         def programs(block_size: int | None, schedule: DecodeSchedule) -> Callable[..., Any]:
             page, tiling = split_tiling(base, schedule, block_size)
@@ -461,7 +473,7 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
 
         for schedule in reachable_schedules(key):
             if schedule.combine != "last_program":
-                combines(schedule.combine)
+                combines(schedule.combine, schedule.dependent_launch)
             if not key.paged:
                 programs(None, schedule)
         return DecodeLauncher(key, kernels, _make_run(key, programs, combines), programs)

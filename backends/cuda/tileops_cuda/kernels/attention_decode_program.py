@@ -60,6 +60,8 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
+from ._common import dependent_launch
+
 if TYPE_CHECKING:
     from .attention_decode import DecodeBuildKey, DecodeTiling
 
@@ -244,6 +246,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
             if light:
                 T.annotate_min_blocks_per_sm(tiling.resident)
                 T.no_set_max_nreg()
+            dependent_launch(tiling.dependent_launch)
             q_s = T.alloc_shared((BH, D), dt)
             k_s = T.alloc_shared((BN, D), dt)
             v_s = T.alloc_shared((BN, D), dt)
@@ -359,6 +362,7 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
         chunk: T.int32,
     ):
         with T.Kernel(NQ, B, threads=TH) as (q, b):
+            dependent_launch(tiling.dependent_launch)
             tid = T.get_thread_binding()
             acc = T.alloc_local((PER,), f32)
             m = T.alloc_var(f32)
@@ -387,7 +391,7 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
     return decode_combine
 
 
-def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
+def decode_parallel_combine_program(key: "DecodeBuildKey", dependent: bool = False) -> Any:
     """The combine PrimFunc with the splits read in parallel; the same parameters and result as
     :func:`decode_combine_program`, for at most :data:`COMBINE_THREADS` splits.
 
@@ -421,6 +425,7 @@ def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
         chunk: T.int32,
     ):
         with T.Kernel(NQ, B, threads=TH) as (q, b):
+            dependent_launch(dependent)
             tid = T.get_thread_binding()
             w_s = T.alloc_shared((TH,), f32)
             warp_s = T.alloc_shared((2, WARPS), f32)
