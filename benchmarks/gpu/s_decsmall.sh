@@ -6,8 +6,8 @@ el decsmall
 # and empty batches, folded against parallel within one rounding, a CUDA graph of the folded combine replayed
 # twice), then the sweep on the B=1 contiguous rows (4k, 32k, 8k): the registered par beside each candidate at its
 # plan and pinned split counts (128 and 256 where the light program holds 3 an SM), with the same-size copy.
-# Every step bounded (worst case 470 s); alone in its call.
-timeout -s INT ${DECSMALL_TEST_S:-300} python3 -m pytest -rA -p no:cacheprovider \
+# Every step bounded (worst case 530 s); alone in its call.
+timeout -s INT ${DECSMALL_TEST_S:-360} python3 -m pytest -rA -p no:cacheprovider \
     backends/cuda/tests/test_attention_decode_small_batch_gpu.py > "$out/decsmall_tests.log" 2>&1
 grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)|INTERNALERROR> [A-Z]" "$out/decsmall_tests.log" | tail -16
 el decsmall-sweep
