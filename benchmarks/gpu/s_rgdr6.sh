@@ -1,8 +1,8 @@
 el rgdr6
-# rgdr6 (issue 16): the RGDR tilings of rgdr_sweep.LEAN_CANDIDATES (the current round: RGDRTiling's
-# instruction cuts and tile shapes per role, NOTES.md "RGDR: instructions a state element" and its round 2).
-# Their GPU tests (float64 on a poisoned output, untouched slots, the plain tiling's bits, unchecked
-# metadata), then backends/cuda/bench/rgdr_lean.py: each candidate on its role's rows (LEAN_ROWS) beside
+# rgdr6 (issue 16): the RGDR tilings of rgdr_sweep.LEAN_CANDIDATES (the current round, 4: every registered role
+# launched as a programmatic dependent, NOTES.md "RGDR: launched as a programmatic dependent"; rounds 1-3 were
+# instruction cuts and tile shapes). Their GPU tests (float64 on a poisoned output, untouched slots, the plain
+# tiling's bits, unchecked metadata, six steps chained on one pool on a stream and in a graph), then backends/cuda/bench/rgdr_lean.py: each candidate on its role's rows (LEAN_ROWS) beside
 # the default schedule and the same-size copy. Under 10 minutes, alone in its call. Results into $OUT (or $out).
 OUT=${OUT:-$out}; mkdir -p "$OUT"
 rgdr_gpu_tests rgdr6 "${RGDR6_TEST_S:-270}" 12 "lean_candidate"
