@@ -16,6 +16,7 @@ __all__ = [
     "Compiled",
     "SUPPORTED_ARCHS",
     "FLOAT_DTYPES",
+    "annotate_pass_configs",
     "arch_refusal",
     "block_scan_macro",
     "cached_build",
@@ -72,6 +73,20 @@ def dependent_launch(on: bool) -> None:
 
         T.evaluate(T.pdl_sync())
         T.evaluate(T.pdl_trigger())
+
+
+def annotate_pass_configs(unchecked_index: bool, others: dict[str, bool] | None = None) -> None:
+    """At the top of a prim_func's body: the TileLang pass configs it is compiled under, ``others``
+    and, with ``unchecked_index``, ``tl.disable_safe_memory_legalize`` (no bounds checks on memory
+    accesses: for programs whose every access is in bounds by construction, which then cost only
+    instructions). Annotates nothing when there is nothing to set."""
+    configs = dict(others or {})
+    if unchecked_index:
+        configs["tl.disable_safe_memory_legalize"] = True
+    if configs:
+        import tilelang.language as T
+
+        T.annotate_pass_configs(configs)
 
 
 def arch_refusal(kernel: str, arch: str, archs: Iterable[str] = SUPPORTED_ARCHS) -> str | None:

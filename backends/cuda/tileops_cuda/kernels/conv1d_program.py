@@ -67,7 +67,7 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
-from ._common import block_scan_macro, programs_at_registers
+from ._common import annotate_pass_configs, block_scan_macro, programs_at_registers
 
 if TYPE_CHECKING:
     from .conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey
@@ -96,15 +96,6 @@ def _load_taps(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> Any:
                 bv[e] = bias[c0 + e]
 
     return load_taps
-
-
-def unchecked_index(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> None:
-    """The key's ``unchecked_index``: no TileLang bounds checks (every access is in bounds by
-    construction: the module docstring's "Bounds"). Called first in both programs' bodies."""
-    import tilelang.language as T
-
-    if key.unchecked_index:
-        T.annotate_pass_configs({"tl.disable_safe_memory_legalize": True})
 
 
 def _find_sequence(threads: int) -> Any:
@@ -177,7 +168,7 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
         out: T.Tensor((Tn, D), dt),
     ):
         T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
-        unchecked_index(key)
+        annotate_pass_configs(key.unchecked_index)  # in bounds by construction: the module's "Bounds"
         with T.Kernel(NCB, NB + 1, threads=TH) as (bx, by):
             if key.registers:
                 T.annotate_min_blocks_per_sm(programs_at_registers(TH, key.registers))
@@ -417,7 +408,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
         scan: T.int32,
     ):
         T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
-        unchecked_index(key)
+        annotate_pass_configs(key.unchecked_index)  # in bounds by construction: the module's "Bounds"
         with T.Kernel(NCB, T.ceildiv(Tn, C), threads=TH) as (bx, by):
             if key.registers:
                 T.annotate_min_blocks_per_sm(programs_at_registers(TH, key.registers))

@@ -39,7 +39,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal
+from ._common import ELEM_BYTES, annotate_pass_configs, arch_refusal
 from ._launcher import RunLauncher, build_run_launcher
 
 __all__ = ["MoETopKRoutingBuildKey", "build_moe_topk_routing", "moe_topk_routing_refusal",
@@ -237,10 +237,7 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
                          topk_ids: T.Tensor((M, K), idt)):
         # A token's work never leaves its warp: __syncwarp where its lanes meet in shared memory, and
         # no block-wide barrier (warps take different branches below).
-        if key.unchecked_index:
-            T.annotate_pass_configs({"tl.disable_thread_storage_sync": True, "tl.disable_safe_memory_legalize": True})
-        else:
-            T.annotate_pass_configs({"tl.disable_thread_storage_sync": True})
+        annotate_pass_configs(key.unchecked_index, {"tl.disable_thread_storage_sync": True})
         with T.Kernel(T.ceildiv(M, TOK), threads=32 * TOK) as bx:
             tid = T.get_thread_binding()
             ev = T.alloc_local((PER,), f32)

@@ -37,7 +37,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ._common import ELEM_BYTES as _ELEM_BYTES
-from ._common import dependent_launch
+from ._common import annotate_pass_configs, dependent_launch
 from .rgdr_pieces import L2NORM_EPS, pow2_at_most, rgdr_pieces
 
 if TYPE_CHECKING:
@@ -77,15 +77,9 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
         """Whether trip ``c2`` of that loop runs a token (always, with ``exact_tokens``)."""
         return True if tiling.exact_tokens else base + c2 < L
 
-    def unchecked_index():
-        """``RGDRTiling.unchecked_index``: no TileLang bounds checks (every access is in bounds
-        by construction, see there)."""
-        if tiling.unchecked_index:
-            T.annotate_pass_configs({"tl.disable_safe_memory_legalize": True})
-
     @T.macro
     def body_tiled(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
-        unchecked_index()
+        annotate_pass_configs(tiling.unchecked_index)  # in bounds by construction: RGDRTiling
         with T.Kernel(NV * NVT, NB, threads=THREADS) as (bx, by):
             T.annotate_min_blocks_per_sm(tiling.min_blocks)
             dependent_launch(tiling.dependent_launch)
@@ -255,7 +249,7 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
 
     @T.macro
     def body_stream(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
-        unchecked_index()
+        annotate_pass_configs(tiling.unchecked_index)  # in bounds by construction: RGDRTiling
         with T.Kernel(NK * splits, NB, threads=THREADS) as (bx, by):
             T.annotate_min_blocks_per_sm(tiling.min_blocks)
             dependent_launch(tiling.dependent_launch)
