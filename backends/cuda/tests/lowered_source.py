@@ -4,6 +4,7 @@ for sm_90a, without a GPU. Shared by the lowering tests of the programs that ann
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import pytest
@@ -17,3 +18,13 @@ def lowered_source(program: Callable[[Any], Any], key: Any) -> str:
     target = {"kind": "cuda", "arch": "sm_90a"}
     with tilelang.tvm.transform.PassContext(opt_level=3, config=configs), tilelang.tvm.target.Target(target):
         return tilelang.lower(func, target=target).kernel_source
+
+
+def waits_before_its_first_memory_access(source: str, buffers: str) -> bool:
+    """Whether a dependent-launch program's CUDA waits for the previous kernel
+    (``cudaGridDependencySynchronize``) before its first access to any of ``buffers`` (a regex
+    alternation of parameter names) and before it lets the next kernel launch."""
+    body = source[source.index("__global__"):]
+    wait = body.index("cudaGridDependencySynchronize();")
+    first_access = min(m.start() for m in re.finditer(rf"\b({buffers})\[", body))
+    return wait < first_access and wait < body.index("cudaTriggerProgrammaticLaunchCompletion();")

@@ -114,19 +114,14 @@ def test_the_launched_combines_contiguous_split_program_reads_no_block_table():
     assert "block_table[" not in _decode_split_source(DecodeSchedule(combine="parallel"))
 
 
-def _waits_before_its_first_memory_access(source: str, buffers: str) -> bool:
-    body = source[source.index("__global__"):]
-    wait = body.index("cudaGridDependencySynchronize();")
-    first_access = min(m.start() for m in re.finditer(rf"\b({buffers})\[", body))
-    return wait < first_access and wait < body.index("cudaTriggerProgrammaticLaunchCompletion();")
-
-
 def test_a_dependent_launch_split_and_combine_wait_before_their_first_memory_access():
+    from lowered_source import waits_before_its_first_memory_access
+
     split = _decode_split_source(DecodeSchedule(combine="parallel", dependent_launch=True))
-    assert _waits_before_its_first_memory_access(split, "query|key_new|value_new|key_cache|value_cache|cache_seqlens")
+    assert waits_before_its_first_memory_access(split, "query|key_new|value_new|key_cache|value_cache|cache_seqlens")
     assert "cudaGridDependency" not in _decode_split_source(DecodeSchedule(combine="parallel"))
     combine = _source(decode_parallel_combine_program(_QWEN_DECODE, dependent=True))
-    assert _waits_before_its_first_memory_access(combine, "o_part|lse_part|cache_seqlens")
+    assert waits_before_its_first_memory_access(combine, "o_part|lse_part|cache_seqlens")
 
 
 def test_a_paged_split_program_refuses_the_folded_combine():

@@ -154,12 +154,9 @@ def test_a_dependent_launch_program_waits_before_its_first_memory_access(tiling)
     with tilelang.tvm.target.Target(_TARGET):
         plain = tilelang.lower(rgdr_program(key, tiling), target=_TARGET)
         dependent = tilelang.lower(rgdr_program(key, replace(tiling, dependent_launch=True)), target=_TARGET)
-    import re
+    from lowered_source import waits_before_its_first_memory_access
 
-    body = dependent.kernel_source[dependent.kernel_source.index("__global__"):]
-    wait = body.index("cudaGridDependencySynchronize();")
-    first_access = min(m.start() for m in re.finditer(r"\b(seq_meta|slots|query|key|value|beta|g|state|out)\[", body))
-    assert wait < first_access and wait < body.index("cudaTriggerProgrammaticLaunchCompletion();")
+    assert waits_before_its_first_memory_access(dependent.kernel_source, "seq_meta|slots|query|key|value|beta|g|state|out")
     assert "cudaGridDependency" not in plain.kernel_source
 
 
