@@ -70,7 +70,7 @@ class MoETopKRoutingBuildKey:
     tokens: int = 0
     #: The candidates program compiled without TileLang's bounds checks (pass config
     #: ``tl.disable_safe_memory_legalize``): every access is in bounds by construction (see
-    #: ``_candidates_program``); a sweep candidate, off until a GPU measures it.
+    #: ``_candidates_program``); registered (block_shapes.py: 1.01-1.06x on the H200).
     unchecked_index: bool = False
 
 
