@@ -6,8 +6,13 @@ half dtypes whose torch kernel works in float32 and rounds once. These tests pin
 choice and check the claim on fresh random data:
 
 * no half precision: both forms give the same bits;
-* CPU half precision, elementwise and reductions whose order torch fixes (softmax, sum,
+* CPU half precision, elementwise and reductions whose order torch fixes (softmax,
   reciprocal, RMSNorm, the GDN gating's sigmoid): the same bits;
+* CPU half precision, a sum along an axis into the half dtype: the same value or its
+  neighbour on the dtype's grid. torch's float16 kernel sums in float32 in another order
+  than the float32 kernel, so where the float32 sum lies within a few ulps of a rounding
+  boundary the two round to neighbours (2 rows in 200000 of randn(1024) for float16;
+  seed 2111507424 of ``_cases`` row 4 is one);
 * CPU half precision, the matmul family and group norm: within 1.25x of the portable form's
   own error against float64 (both sum in float32, in other orders; a half-precision
   accumulator would be many times worse at these K).
@@ -72,27 +77,31 @@ def _integer_reciprocal():
     return entry.build()
 
 
+BITS, STEP, ERROR = "bits", "step", "error"  # how close the plain call's result is claimed to be
+
+
 def _cases(gen: torch.Generator, dtype: torch.dtype):
-    """(kernel, args, exact) per op: the args a kernel gets, fresh random values."""
+    """(kernel, args, claim) per op: the args a kernel gets, fresh random values, and how close
+    the plain half-precision call comes to the portable form (one of BITS, STEP, ERROR)."""
     def r(*shape):
         return torch.randn(*shape, generator=gen).to(dtype)
 
     return [
-        (K.RefRMSNorm, (r(16, 1024), r(1024), (1024,), 1e-6), True),
-        (K.RefRMSNorm, (r(16, 1024), None, (1024,), None), True),
-        (K.RefSoftmax, (r(16, 2048), -1, None), True),
-        (K.RefSoftmax, (r(8, 6, 4), 1, torch.float32), True),
-        (K.RefSum, (r(64, 1024), -1, False, None), True),
-        (K.RefSum, (r(1 << 16), None, True, torch.float32), True),
-        (K.RefReciprocal, (r(64, 64), None), True),
-        (K.RefReciprocal, (r(64, 64), torch.empty(64, 64, dtype=dtype)), True),
-        (K.RefGroupNorm, (r(4, 64, 16, 16), r(64), r(64), 8, 1e-5), False),
-        (K.RefBmm, (r(4, 64, 2048), r(4, 2048, 32)), False),
-        (K.RefGemm, (r(64, 2048), r(96, 2048), False, True), False),
-        (K.RefGemm, (r(2048, 64), r(2048, 32), True, False), False),
-        (K.RefLinear, (r(16, 2048), r(128, 2048), r(128)), False),
-        (K.RefSiluAndMul, (r(16, 512),), True),
-        (K.RefGDNGating, (r(64, 32), r(64, 32), torch.randn(32, generator=gen), torch.randn(32, generator=gen)), True),
+        (K.RefRMSNorm, (r(16, 1024), r(1024), (1024,), 1e-6), BITS),
+        (K.RefRMSNorm, (r(16, 1024), None, (1024,), None), BITS),
+        (K.RefSoftmax, (r(16, 2048), -1, None), BITS),
+        (K.RefSoftmax, (r(8, 6, 4), 1, torch.float32), BITS),
+        (K.RefSum, (r(64, 1024), -1, False, None), STEP),
+        (K.RefSum, (r(1 << 16), None, True, torch.float32), BITS),
+        (K.RefReciprocal, (r(64, 64), None), BITS),
+        (K.RefReciprocal, (r(64, 64), torch.empty(64, 64, dtype=dtype)), BITS),
+        (K.RefGroupNorm, (r(4, 64, 16, 16), r(64), r(64), 8, 1e-5), ERROR),
+        (K.RefBmm, (r(4, 64, 2048), r(4, 2048, 32)), ERROR),
+        (K.RefGemm, (r(64, 2048), r(96, 2048), False, True), ERROR),
+        (K.RefGemm, (r(2048, 64), r(2048, 32), True, False), ERROR),
+        (K.RefLinear, (r(16, 2048), r(128, 2048), r(128)), ERROR),
+        (K.RefSiluAndMul, (r(16, 512),), BITS),
+        (K.RefGDNGating, (r(64, 32), r(64, 32), torch.randn(32, generator=gen), torch.randn(32, generator=gen)), BITS),
     ]
 
 
@@ -119,13 +128,18 @@ def test_without_half_precision_the_plain_call_gives_the_portable_forms_bits(ind
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("index", range(15))
 def test_on_the_cpu_the_plain_half_call_computes_in_float32(dtype, index):
-    kernel, args, exact = _cases(fresh_rng(), dtype)[index]
+    kernel, args, claim = _cases(fresh_rng(), dtype)[index]
     if str(dtype).removeprefix("torch.") not in kernel.cpu_half_in_float32:
         pytest.skip(f"{kernel.__name__} runs its portable form for {dtype}")
     outputs = list(zip(_outputs(kernel.direct(*args)), _outputs(kernel.fn(*args)), strict=True))
     assert all(d.dtype == p.dtype and d.shape == p.shape for d, p in outputs)
-    if exact:
+    if claim == BITS:
         assert all(torch.equal(d, p) for d, p in outputs)
+    elif claim == STEP:
+        inf = torch.full_like(outputs[0][1], float("inf"))
+        for direct, portable in outputs:
+            neighbours = (portable, torch.nextafter(portable, inf), torch.nextafter(portable, -inf))
+            assert torch.stack([direct == n for n in neighbours]).any(dim=0).all()
     else:
         direct, portable = outputs[0]
         expected = kernel.fn(*_float64(args))
@@ -206,3 +220,11 @@ def test_torch_cpu_sigmoid_of_every_half_value_is_the_float32_sigmoid_rounded_on
     direct, portable = torch.sigmoid(x), torch.sigmoid(x.float()).to(dtype)
     assert torch.equal(direct.view(torch.int16)[~direct.isnan()], portable.view(torch.int16)[~direct.isnan()])
     assert torch.equal(direct.isnan(), portable.isnan())
+
+
+def test_a_half_sum_along_an_axis_can_round_to_the_neighbour_of_the_float32_sum():
+    # Why RefSum's row claims STEP, not BITS: the case that failed CI under the BITS claim.
+    kernel, args, claim = _cases(torch.Generator().manual_seed(2111507424), torch.float16)[4]
+    assert kernel is K.RefSum and claim == STEP
+    direct, portable = kernel.direct(*args), kernel.fn(*args)
+    assert int((direct != portable).sum()) == 1
