@@ -118,7 +118,8 @@ def grouped_mm_takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 def _grouped_linear(x: torch.Tensor, weight: torch.Tensor, offs: list[int], ends: torch.Tensor) -> torch.Tensor:
     """``grouped_linear_by_loop``'s result, through ``torch._grouped_mm`` where it takes the operands
-    (same bits: one float32 accumulator per output, rounded once); ``ends``: int32 ``offs[1:]`` on x's device."""
+    (one float32 accumulator per output, rounded once: float32 gives the same bits, bfloat16 sums in
+    another order, so an element may round to the neighbour); ``ends``: int32 ``offs[1:]`` on x's device."""
     if grouped_mm_takes(x, weight):
         return torch._grouped_mm(x, weight.transpose(1, 2), offs=ends)
     return grouped_linear_by_loop(x, weight, offs)
