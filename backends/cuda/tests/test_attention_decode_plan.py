@@ -271,6 +271,24 @@ def test_the_folded_combine_launches_only_the_split_program_with_the_call_shapes
     assert counters[0].shape == (2 * 2, 128) and counters[0].dtype == torch.int32 and not counters[0].any()
 
 
+def test_the_folded_combine_keeps_a_call_shapes_counters_per_stream(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from tileops_cuda.kernels import attention_decode
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule
+
+    calls: list = []
+    run = _recording_run(_key(head_dim=16, schedule=DecodeSchedule(combine="last_program", splits=4)), calls)
+    q, kv, cache, lengths = _two_sequence_call(torch)
+    counters = {}
+    for stream in (7, 9, 7):  # two streams' handles, the first one again
+        monkeypatch.setattr(attention_decode, "current_stream", lambda device, stream=stream: stream)
+        run(q, kv, kv, cache, cache.clone(), lengths, None, None)
+        counters.setdefault(stream, []).append(calls[-1][3])
+    assert counters[7][0] is counters[7][1]  # a stream reuses its own
+    assert counters[9][0] is not counters[7][0]  # another stream never counts into them
+    assert not counters[9][0].any()
+
+
 def test_a_dependent_launch_is_refused_where_the_arch_has_no_programmatic_dependent_launch():
     from tileops_cuda.kernels.attention_decode import DecodeSchedule
 

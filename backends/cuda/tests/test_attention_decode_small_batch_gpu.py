@@ -193,6 +193,30 @@ def test_the_folded_combine_replays_in_a_cuda_graph_twice_as_it_ran_eagerly(name
     assert err <= 1.6e-2, f"out relative error {err:.3g}"
 
 
+@pytest.mark.parametrize("name", ["fold", "bh16-fold"])
+def test_two_streams_running_one_call_shape_at_once_count_in_their_own_slots(name, arch, cuda_device, gen):
+    """The folded combine's counters are per stream: two streams that each run the same call shape
+    eight times with no synchronisation between them, on their own inputs, must each get what
+    their calls give alone. Shared slots would let one stream's programs merge the other's
+    partials, or never merge."""
+    import torch
+
+    batches = [decode_batch(cuda_device[0], gen, [4000, 70, 2047], capacity=4096) for _ in range(2)]
+    run = build_attention_decode(_pinned_key(batches[0], arch, dataclasses.replace(CANDIDATES[name], splits=64))).run
+    alone = [_run(b, arch, dataclasses.replace(CANDIDATES[name], splits=64)) for b in batches]
+    streams = [torch.cuda.Stream() for _ in batches]
+    outs = [[torch.full_like(b["query"], float("nan")) for _ in range(8)] for b in batches]
+    caches = [{n: b[n].clone() for n in ("key_cache", "value_cache")} for b in batches]
+    torch.cuda.synchronize()
+    for step in range(8):
+        for stream, batch, cache, out in zip(streams, batches, caches, outs):
+            with torch.cuda.stream(stream):
+                run(*[cache.get(n, batch.get(n)) for n in _NAMES], None, out[step])
+    torch.cuda.synchronize()
+    for out, expected in zip(outs, alone):
+        assert all(torch.equal(o, expected) for o in out)
+
+
 def test_dependent_launches_chain_decode_steps_on_one_cache_like_the_registered_program(arch, cuda_device, gen):
     """Six decode steps back to back (no synchronisation between them), step i + 1 reading the
     key/value step i wrote into the caches, then the six in a CUDA graph replayed twice: a split or

@@ -346,8 +346,17 @@ class DecodeLauncher:
 
 
 #: What one call shape runs: the split function, the combine function (None where the split
-#: program merges), splits, chunk, and the folded combine's counters (None without it).
-_Plan = tuple[Callable[..., Any], Callable[..., Any] | None, int, int, Any]
+#: program merges), splits, chunk, and the shape of the folded combine's counters (None without it).
+_Plan = tuple[Callable[..., Any], Callable[..., Any] | None, int, int, tuple[int, int] | None]
+
+
+def current_stream(device: Any) -> int | None:
+    """The handle of ``device``'s current stream (None off CUDA: the launch-path tests run on the
+    CPU), read without making a ``torch.cuda.Stream`` object: what the folded combine's counters
+    are kept per."""
+    import torch
+
+    return torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else None
 
 
 def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedule], Callable[..., Any]],
@@ -358,11 +367,12 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
     made once and looked up after.
 
     The folded combine's counters (``[B · NKV, threads]`` int32, passed as the contiguous
-    layout's block table, which the split program otherwise ignores) are allocated zeroed with the
-    plan of a call shape and reused by every call of it: each call leaves them at zero (the last
-    program of each (sequence, key/value head) resets its slots), and calls on one stream run in
-    order, so a CUDA graph replays with them too. Two streams running the same launcher on the
-    same call shape at once would share them: that schedule is for one decode stream."""
+    layout's block table, which the split program otherwise ignores) are allocated zeroed on the
+    first call of a call shape on a stream, and reused by that stream's later calls of it: each
+    call leaves them at zero (the last program of each (sequence, key/value head) resets its
+    slots), and calls on one stream run in order, so a CUDA graph replays with them too (its
+    capture stream has its own). Two streams running the same call shape at once would otherwise
+    count into the same slots."""
     import torch
 
     f32 = torch.float32
@@ -370,6 +380,7 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
     sms: dict[Any, int] = {}
     dummies: dict[Any, Any] = {}
     plans: dict[tuple[Any, ...], _Plan] = {}
+    counters: dict[tuple[Any, ...], Any] = {}  # (call shape, raw stream) -> the folded combine's counters
 
     def multiprocessors(device: Any) -> int:
         count = sms.get(device)
@@ -392,8 +403,7 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
             splits, chunk = split_plan(B, NKV, capacity, tiling.block_n, multiprocessors(device) * tiling.resident,
                                        schedule.min_split_tiles)
         if tiling.combine_in_split:
-            counters = torch.zeros((B * NKV, tiling.threads), dtype=torch.int32, device=device)
-            return programs(block_size, schedule), None, splits, chunk, counters
+            return programs(block_size, schedule), None, splits, chunk, (B * NKV, tiling.threads)
         return programs(block_size, schedule), combines(schedule.combine, schedule.dependent_launch), splits, chunk, None
 
     def attention_decode(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,
@@ -411,13 +421,16 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         hit = plans.get(shape)
         if hit is None:
             hit = plans[shape] = plan(B, block_size, capacity, dev)
-        split_fn, combine_fn, splits, chunk, counters = hit
+        split_fn, combine_fn, splits, chunk, counted = hit
         kc = FlatCache("attention decode TileLang kernel", key_cache, NKV, D)
         vc = FlatCache("attention decode TileLang kernel", value_cache, NKV, D)
         o_part = torch.empty((splits, B, NQ, D), dtype=f32, device=dev)
         lse_part = torch.empty((splits, B, NQ), dtype=f32, device=dev)
-        if counters is not None:
-            table = counters
+        if counted is not None:
+            stream = current_stream(dev)
+            table = counters.get((shape, stream))
+            if table is None:
+                table = counters[shape, stream] = torch.zeros(counted, dtype=torch.int32, device=dev)
         else:
             table = dummy_table(dev) if block_table is None else block_table.contiguous()
         scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
