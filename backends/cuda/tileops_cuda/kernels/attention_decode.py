@@ -372,7 +372,9 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
     call leaves them at zero (the last program of each (sequence, key/value head) resets its
     slots), and calls on one stream run in order, so a CUDA graph replays with them too (its
     capture stream has its own). Two streams running the same call shape at once would otherwise
-    count into the same slots."""
+    count into the same slots. A graph holds the counters of the stream it was captured on: two
+    graphs captured on one stream (torch's default capture stream) and replayed at once on two
+    streams would still share them."""
     import torch
 
     f32 = torch.float32
