@@ -24,6 +24,7 @@ __all__ = [
     "compile_once",
     "compile_prim_func",
     "dependent_launch",
+    "dependent_launch_refusal",
     "DEPENDENT_LAUNCH_ARCHS",
     "direct_entry",
     "dtype_name",
@@ -73,6 +74,15 @@ def dependent_launch(on: bool) -> None:
 
         T.evaluate(T.pdl_sync())
         T.evaluate(T.pdl_trigger())
+
+
+def dependent_launch_refusal(kernel: str, arch: str, fix: str) -> str | None:
+    """Why a program asking for :func:`dependent_launch` cannot be built for ``arch`` (None where
+    it can): the refusal of every kernel that takes the field, ending in the ``fix`` it names."""
+    if arch in DEPENDENT_LAUNCH_ARCHS:
+        return None
+    return (f"{kernel}: dependent_launch needs programmatic dependent launch ({', '.join(DEPENDENT_LAUNCH_ARCHS)}), "
+            f"not {arch}; {fix}")
 
 
 def annotate_pass_configs(unchecked_index: bool, others: dict[str, bool] | None = None) -> None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ._attention_common import FlatCache, attention_refusal, compile_arch
-from ._common import DEPENDENT_LAUNCH_ARCHS, cached_build, compile_prim_func, direct_entry
+from ._common import cached_build, compile_prim_func, dependent_launch_refusal, direct_entry
 from .attention_decode_program import (
     COMBINE_THREADS, LOG2E, decode_combine_program, decode_parallel_combine_program, decode_split_program,
 )
@@ -238,9 +238,10 @@ def _pinned_schedule_refusal(name: str, key: DecodeBuildKey) -> str | None:
     schedule = key.schedule
     if schedule is None:
         return None
-    if schedule.dependent_launch and key.arch not in DEPENDENT_LAUNCH_ARCHS:
-        return (f"{name}: dependent_launch needs programmatic dependent launch ({', '.join(DEPENDENT_LAUNCH_ARCHS)}), "
-                f"not {key.arch}; pin a schedule without it")
+    if schedule.dependent_launch:
+        reason = dependent_launch_refusal(name, key.arch, "pin a schedule without it")
+        if reason is not None:
+            return reason
     light = schedule.block_h != default_tiling(key).block_h
     if key.paged and (light or schedule.combine == "last_program"):
         return (f"{name}: {schedule} is written for the contiguous layout (block_h=16, combine='last_program'); "

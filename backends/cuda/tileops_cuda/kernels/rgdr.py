@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 from ._common import ELEM_BYTES as _ELEM_BYTES
 from ._common import SUPPORTED_ARCHS as _SUPPORTED_ARCHS
-from ._common import DEPENDENT_LAUNCH_ARCHS, cached_build, compile_many, compile_prim_func, direct_entry
+from ._common import cached_build, compile_many, compile_prim_func, dependent_launch_refusal, direct_entry
 from .rgdr_program import L2NORM_EPS, rgdr_program
 
 __all__ = [
@@ -333,9 +333,10 @@ def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | N
             f"RGDR TileLang kernel: head_v_dim={key.head_v_dim} must be a multiple of the "
             f"value tile ({tiling.block_v}); use the reference"
         )
-    if tiling.dependent_launch and key.arch not in DEPENDENT_LAUNCH_ARCHS:
-        return (f"RGDR TileLang kernel: dependent_launch needs programmatic dependent launch "
-                f"({', '.join(DEPENDENT_LAUNCH_ARCHS)}), not {key.arch}; drop dependent_launch")
+    if tiling.dependent_launch:
+        reason = dependent_launch_refusal("RGDR TileLang kernel", key.arch, "drop dependent_launch")
+        if reason is not None:
+            return reason
     for field in ("pingpong", "flat_rows"):
         if getattr(tiling, field) and not tiling.stream:
             return f"RGDR TileLang kernel: {field} is a streaming-layout field; set stream=True or drop it"
