@@ -13,12 +13,17 @@ left when the core costs nothing). Figures are the median over ``--repeats`` loo
 thread's CPU time per call; read them relative to each other (a GPU host is slower per
 Python operation, often 2-3x).
 
-    python benchmarks/host_path.py [--calls 20000] [--repeats 15]
+With ``--compiled``, one more row: the same decode step under ``torch.compile(fullgraph=True)``
+with no op decomposed (policy ``none``: each op stays the custom op at the compile boundary), so
+what the compiled step adds to the eager one is read against the same stand-ins.
+
+    python benchmarks/host_path.py [--calls 20000] [--repeats 15] [--compiled]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -29,6 +34,7 @@ import torch
 
 from tileops_core.bench.decode_step import DecodeStepConfig, _Step
 from tileops_core.kernels import BackendInfo, registry
+from tileops_core.kernels.compile_policy import use_decompose_policy
 from tileops_core.kernels.select import kernel_for
 
 
@@ -71,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--calls", type=int, default=20000)
     p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--compiled", action="store_true", help="also the step under torch.compile(fullgraph=True)")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     from tileops_cuda import registered
@@ -83,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             registry.register_backend(BackendInfo("host_path", description="benchmarks/host_path.py stand-ins"))
             for impl in (registered.TileLangRMSNorm, registered.TileLangRGDR, registered.TileLangSiluAndMul):
                 registry.register_kernel(_on_cpu(impl), "host_path")
-            rows = _rows(DecodeStepConfig(B=1), a.calls, a.repeats)
+            # Under "none" a compiled step keeps every op the custom op (eager calls never read the policy).
+            policy = use_decompose_policy("none", "host_path.py --compiled") if a.compiled else contextlib.nullcontext()
+            with policy:
+                rows = _rows(DecodeStepConfig(B=1), a.calls, a.repeats, a.compiled)
     finally:
         for name, build in saved.items():
             setattr(registered, name, build)
@@ -95,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _rows(cfg: DecodeStepConfig, calls: int, repeats: int) -> list[tuple[str, float, float | None]]:
+def _rows(cfg: DecodeStepConfig, calls: int, repeats: int, compiled: bool) -> list[tuple[str, float, float | None]]:
     s = _Step(cfg, torch.device("cpu"), seed=0)
     h = s.norm(s.x, s.weight)
     value = h.view(s.shape)
@@ -120,6 +130,9 @@ def _rows(cfg: DecodeStepConfig, calls: int, repeats: int) -> list[tuple[str, fl
         ("SiluAndMulFwdOp [1, 8192] bf16", lambda: s.act(gate_up), lambda: silu(gate_up, out_a)),
         ("the decode step (3 ops, 2 views)", lambda: s.step(s.x, s.state), None),
     ]
+    if compiled:  # (main holds the decomposition policy "none" around all of this: the graph is guarded on it)
+        step = torch.compile(s.step, fullgraph=True)
+        cases.append(("the decode step compiled, fullgraph", lambda: step(s.x, s.state), None))
     return [(name, time_per_call(op, calls, repeats), None if direct is None else time_per_call(direct, calls, repeats))
             for name, op, direct in cases]
 

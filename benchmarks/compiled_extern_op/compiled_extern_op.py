@@ -13,8 +13,8 @@ function takes nine tensors), minus the launch. Ways, each at k = 1, 3 and 6 cha
 * ``compiled, python impl`` / ``compiled, c++ impl``: the chain under ``torch.compile(fullgraph=True)``.
 
 The slope over k is the cost of one op; the intercept, the graph's own (guards over its eight input
-tensors, Inductor's wrapper). Run (needs tvm-ffi, which tilelang installs, and a C++ compiler; the
-extension is built into a temporary folder):
+tensors, Inductor's wrapper). Run with tileops importable and tvm-ffi installed (tilelang installs it), and a C++ compiler; the
+extension is built into a temporary folder:
 ``python benchmarks/compiled_extern_op/compiled_extern_op.py [--no-size-asserts] [--cpp-wrapper]``.
 CPU only: the question is host time, which the GPU host pays the same way, 2-3x slower a
 Python operation.
@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import random
 import statistics
 import sys
 import tempfile
-import time
 from typing import Any, Callable
 
 import torch
+
+from tileops_core.bench.timing import Subject, time_cpu
 
 HERE = pathlib.Path(__file__).resolve().parent
 CHAIN = (1, 3, 6)
@@ -91,30 +91,16 @@ def ways(nop: Callable[..., Any], py_op: Any, cpp_op: Any, inputs: list[torch.Te
     return made
 
 
-def time_ways(made: dict[str, Callable[..., Any]], x: torch.Tensor, rounds: int, calls: int) -> dict[str, float]:
-    """Median µs a step over ``rounds`` samples of ``calls`` steps, the ways interleaved in shuffled order."""
-    def sample(fn: Callable[..., Any], n: int) -> float:
-        start = time.perf_counter()
-        for _ in range(n):
-            fn(x)
-        return (time.perf_counter() - start) / n * 1e6
-
-    for fn in made.values():  # compile, then warm up
-        fn(x)
-        sample(fn, calls // 4)
-    samples: dict[str, list[float]] = {name: [] for name in made}
-    for _ in range(rounds):
-        order = list(made)
-        random.shuffle(order)
-        for name in order:
-            samples[name].append(sample(made[name], calls))
-    return {name: statistics.median(v) for name, v in samples.items()}
+def time_ways(made: dict[str, Callable[..., Any]], x: torch.Tensor) -> dict[str, float]:
+    """Median µs a step per way, the ways sampled interleaved (``tileops_core.bench.timing``)."""
+    for fn in made.values():
+        fn(x)  # compile before timing starts
+    subjects = [Subject(name, [lambda fn=fn: fn(x)]) for name, fn in made.items()]
+    return {s.name: m.median_s * 1e6 for s, m in zip(subjects, time_cpu(subjects))}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--no-size-asserts", action="store_true", help="Inductor's size_asserts off")
     parser.add_argument("--cpp-wrapper", action="store_true", help="Inductor's C++ wrapper instead of Python")
     args = parser.parse_args(argv)
@@ -130,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     for op in (py_op, cpp_op):
         torch.library.register_fake(op, lambda a, b, c, d, e, f, g, h: torch.empty_like(h))
     inputs = [torch.randn(16) for _ in range(7)]
-    medians = time_ways(ways(nop, py_op, cpp_op, inputs), torch.randn(16), args.rounds, args.calls)
+    medians = time_ways(ways(nop, py_op, cpp_op, inputs), torch.randn(16))
     print(f"torch {torch.__version__}, tvm-ffi {tvm_ffi.__version__}, 1 thread, size_asserts "
           f"{inductor_config.size_asserts}, cpp_wrapper {inductor_config.cpp_wrapper}; median µs a step")
     names = list(dict.fromkeys(name.split("|")[0] for name in medians))
