@@ -157,3 +157,17 @@ def test_rgdr_schedule_streams_large_batches_of_short_bf16_sequences():
 def test_rgdr_schedule_drops_the_streaming_layout_when_too_many_value_rows_per_key_head():
     sched = rgdr.default_schedule(_key(state_dtype="bfloat16", num_k_heads=1, num_v_heads=64))
     assert sched.short is None
+
+
+@pytest.mark.parametrize("state", ["float32", "bfloat16"])
+def test_rgdr_schedule_launches_as_a_dependent_only_where_the_arch_has_it(state):
+    # Hopper: the small and short roles (the decode steps' small batches) launch as programmatic dependents,
+    # the large role plainly (it measured no gain); elsewhere no role asks for what the arch cannot build.
+    hopper = rgdr.default_schedule(_key(state_dtype=state, arch="sm_90"))
+    assert hopper.small.dependent_launch and hopper.short.dependent_launch and not hopper.large.dependent_launch
+    for arch in ("sm_80", "sm_89"):
+        ampere = rgdr.default_schedule(_key(state_dtype=state, arch=arch))
+        assert not any(t.dependent_launch for t in ampere.tilings())
+        assert ampere == replace(hopper, small=replace(hopper.small, dependent_launch=False),
+                                 short=replace(hopper.short, dependent_launch=False))
+        assert all(rgdr.rgdr_refusal(_key(state_dtype=state, arch=arch), t) is None for t in ampere.tilings())

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+from ._common import DEPENDENT_LAUNCH_ARCHS
 from ._common import ELEM_BYTES as _ELEM_BYTES
 from ._common import SUPPORTED_ARCHS as _SUPPORTED_ARCHS
 from ._common import cached_build, compile_many, compile_prim_func, dependent_launch_refusal, direct_entry
@@ -275,6 +276,12 @@ _STREAM_SMEM_LIMIT = 48 * 1024
 # B=1 T_b >= 2, which the small role serves too; fp32's small with 32 lanes a row (1.032x at B=1, and it
 # refuses head_k_dim < 32, which the small role must serve); inside 1.6% of the schedule: the round-2 fields
 # (unpack_bits, row_deltas, stage_live_warps) on bf16's short and fp32's large as 4x4 / 8x3 / 8x5 tiles.
+#
+# Round 4 (rgdr_lean.py, session-2026-12-03h, each role launched as a programmatic dependent, x against the
+# schedule above before it, in graphs of back-to-back steps): the small role 1.202x bf16 / 1.180x fp32 at B=1
+# T=1 (3.66 -> 3.05 us, 3.90 -> 3.30 us), and 1.006x as fp32's short at B=32; bf16's short 1.023x at B=32 and
+# 1.000-1.002x at B=128/256. Those roles launch as dependents (on DEPENDENT_LAUNCH_ARCHS only). The large roles
+# measured 0.999-1.003x at T_b=2/4 and stay plain: no gain to pay for the extra field.
 
 
 #: The instruction cuts (RGDRTiling's fields) any program takes, and all five, two more a streamed one takes:
@@ -283,11 +290,11 @@ TILED_CUTS: Mapping[str, Any] = MappingProxyType({"exact_tokens": True, "uncheck
                                                   "reduce_rows": "transpose"})
 STREAM_CUTS: Mapping[str, Any] = MappingProxyType({**TILED_CUTS, "pingpong": True, "flat_rows": True})
 
-_SMALL = RGDRTiling(128, 16, 2, 8, **TILED_CUTS)
+_SMALL = RGDRTiling(128, 16, 2, 8, **TILED_CUTS, dependent_launch=True)
 _SCHEDULES = {
     4: (_SMALL, RGDRTiling(128, 16, 8, 4, **TILED_CUTS), 8, _SMALL, 32, 1, frozenset({"small", "large", "short"})),
-    2: (_SMALL, RGDRTiling(128, 16, 8, 4, **TILED_CUTS), 32, RGDRTiling(128, 16, 8, 4, True, **STREAM_CUTS), 32, 2,
-        frozenset({"small", "short"})),
+    2: (_SMALL, RGDRTiling(128, 16, 8, 4, **TILED_CUTS), 32,
+        RGDRTiling(128, 16, 8, 4, True, **STREAM_CUTS, dependent_launch=True), 32, 2, frozenset({"small", "short"})),
 }
 
 
@@ -299,9 +306,13 @@ def default_tiling(key: RGDRBuildKey) -> RGDRTiling:
 def default_schedule(key: RGDRBuildKey) -> RGDRSchedule:
     """The schedule rule: the table above; a variant the key cannot use (its tile does not
     divide head_v_dim, or the streaming layout would stage too many value rows) falls back
-    to the small tiling."""
+    to the small tiling, and on an arch without programmatic dependent launch every role is
+    launched plainly (same bits)."""
     small, large, n, short_or_none, short_n, short_tokens, speculating = _SCHEDULES[_ELEM_BYTES[key.state_dtype]]
     short: RGDRTiling | None = short_or_none
+    if key.arch not in DEPENDENT_LAUNCH_ARCHS:  # the table's dependent launches are Hopper's
+        small, large = replace(small, dependent_launch=False), replace(large, dependent_launch=False)
+        short = None if short is None else replace(short, dependent_launch=False)
     if rgdr_refusal(key, large) is not None:
         large = small
     if short is not None and rgdr_refusal(key, short) is not None:
