@@ -24,10 +24,11 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from ._common import DEPENDENT_LAUNCH_ARCHS
 from ._common import ELEM_BYTES as _ELEM_BYTES
 from ._common import SUPPORTED_ARCHS as _SUPPORTED_ARCHS
-from ._common import cached_build, compile_many, compile_prim_func, dependent_launch_refusal, direct_entry
+from ._common import (
+    DEPENDENT_LAUNCH_ARCHS, cached_build, compile_many, compile_prim_func, dependent_launch_refusal, direct_entry,
+)
 from .rgdr_program import L2NORM_EPS, rgdr_program
 
 __all__ = [
