@@ -33,9 +33,7 @@ printed; the JSON is rewritten after every row):
 
 Candidates (``DecodeSchedule`` fields): contiguous ``serial`` (2 stages, serial combine),
 ``par`` (parallel combine), ``par-3st`` (3 stages, parallel combine), ``par-bh16`` (the light split
-program: 16 score rows, 3 programs an SM), ``fold`` (the combine folded into the split launch),
-``bh16-fold`` (both), ``par-pdl`` (``par`` with the split and the combine launched as programmatic
-dependents, so each launch overlaps the previous kernel's tail); paged (16-token blocks)
+program: 16 score rows, the rule's B=1 schedule); paged (16-token blocks)
 ``serial`` (16-position tiles, 8 stages, serial combine), ``par`` (same tiles, parallel
 combine), ``gather`` (64-position tiles gathered from 4 blocks, parallel combine).
 """
@@ -69,15 +67,11 @@ from tileops_cuda.kernels.attention_decode import (  # noqa: E402
 BLOCK = 16  # the paged rows' block size (vLLM's default)
 
 #: (label, schedule) per layout; the first is the first kernel's (the serial combine), the baseline of the ratios.
-#: The small-batch candidates (issue 21; NOTES "Attention decode at small batch"): ``par-bh16`` the light split
-#: program (16 score rows, 3 programs an SM), ``fold`` the combine folded into the split launch, ``bh16-fold`` both,
-#: ``par-pdl`` the registered program launched as a programmatic dependent.
+#: The small-batch candidate (issue 21; NOTES "Attention decode at small batch"): ``par-bh16`` the light split
+#: program (16 score rows), the rule's schedule at B=1.
 CONTIGUOUS = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
               ("par-3st", DecodeSchedule(stages=3, combine="parallel")),
-              ("par-bh16", DecodeSchedule(combine="parallel", block_h=16)),
-              ("fold", DecodeSchedule(combine="last_program")),
-              ("bh16-fold", DecodeSchedule(combine="last_program", block_h=16)),
-              ("par-pdl", DecodeSchedule(combine="parallel", dependent_launch=True))]
+              ("par-bh16", DecodeSchedule(combine="parallel", block_h=16))]
 PAGED = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
          ("gather", DecodeSchedule(paged_tiles="gather", combine="parallel"))]
 
@@ -167,8 +161,7 @@ def check_all(results: dict, names: set[str]) -> set[str]:
 
 def split_options(B: int, capacity: int, block_n: int, slots: int) -> list[int | None]:
     """The plan (None) and pinned split counts from about 1/8 of a wave to 2 waves of programs
-    (``slots``: programs the GPU holds at once, multiprocessors times the tiling's ``resident``:
-    256 splits at B=1 only for the light program's 3 an SM)."""
+    (``slots``: programs the plan fills, multiprocessors times the tiling's ``resident``)."""
     tiles = -(-capacity // block_n)
     units = B * NKV
     pinned = [s for s in (1, 2, 4, 8, 16, 32, 64, 128, 256) if s <= tiles and slots // 8 <= units * s <= 2 * slots]

@@ -104,8 +104,9 @@ def test_the_first_matching_rule_picks_the_schedule_else_the_measured_default():
     assert schedule_for(_key(), 17, 8192, rules) == DecodeSchedule()
     assert schedule_for(_key(), 1, 8193, rules) == DecodeSchedule()
     assert schedule_for(_key(paged=True, table_dtype="int32"), 64, 32768, rules) == paged
-    # the measured rule: parallel combine everywhere, gathered paged tiles
-    assert schedule_for(_key(), 1, 4096) == DecodeSchedule(combine="parallel")
+    # the measured rule: the light program at B=1, parallel combine everywhere, gathered paged tiles
+    assert schedule_for(_key(), 1, 4096) == DecodeSchedule(combine="parallel", block_h=16)
+    assert schedule_for(_key(), 2, 4096) == DecodeSchedule(combine="parallel")
     assert schedule_for(_key(paged=True, table_dtype="int32"), 8, 32768) == DecodeSchedule(paged_tiles="gather",
                                                                                             combine="parallel")
 
@@ -155,6 +156,18 @@ def test_gathered_paged_tiles_are_64_positions_for_blocks_not_a_multiple_of_64(b
     assert page_layout(block, "block") == page_layout(block)
 
 
+@pytest.mark.parametrize("changes", [dict(num_q_heads=34, num_kv_heads=2), dict(num_q_heads=4, head_dim=16)],
+                         ids=["17-heads-a-group", "head-size-16"])
+def test_a_key_the_light_program_refuses_falls_through_to_the_next_rule(changes):
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule, reachable_schedules, schedule_for
+
+    assert decode_refusal(_key(**changes)) is None
+    assert schedule_for(_key(**changes), 1, 4096) == DecodeSchedule(combine="parallel")
+    assert reachable_schedules(_key(**changes)) == (DecodeSchedule(combine="parallel"),)
+    assert reachable_schedules(_key()) == (DecodeSchedule(combine="parallel", block_h=16),
+                                           DecodeSchedule(combine="parallel"))
+
+
 def test_the_programs_prepared_are_every_schedule_a_rule_can_pick_for_the_layout(monkeypatch):
     from tileops_cuda.kernels import attention_decode as ad
 
@@ -179,7 +192,7 @@ def _recording_run(key, calls):
         calls.append(("program", block_size, schedule))
         return lambda *args: calls.append(("split", args[7].shape[0], args[-2], args[6]))
 
-    def combines(kind, dependent):
+    def combines(kind):
         calls.append(("combine-program", kind))
         return lambda *args: calls.append(("combine", kind, args[-1]))
 
@@ -210,32 +223,22 @@ def test_a_call_shape_is_planned_once_and_one_split_needs_no_combine():
     assert [c[0] for c in calls] == ["program", "combine-program", "split"]
 
 
-def test_the_light_schedule_gets_sixteen_score_rows_in_three_programs_a_multiprocessor():
+def test_the_light_schedule_gets_sixteen_score_rows_fitting_three_an_sm_and_plans_one_an_sm():
     from tileops_cuda.kernels.attention_decode import DecodeSchedule, split_tiling
 
     page, tiling = split_tiling(_key(), DecodeSchedule(combine="parallel", block_h=16), None)
     assert page is None
-    assert (tiling.block_h, tiling.block_n, tiling.stages, tiling.resident) == (16, 32, 2, 3)
-    assert not tiling.combine_in_split
+    assert (tiling.block_h, tiling.block_n, tiling.stages, tiling.resident, tiling.launch_bound) == (16, 32, 2, 1, 3)
+    # B=1 at 4k and 8k: 64 splits, 128 programs on the H200's 132 multiprocessors.
+    assert [split_plan(1, 2, n, 32, H200_SMS * tiling.resident)[0] for n in (4096, 8192)] == [64, 64]
 
 
-def test_the_last_program_combine_is_folded_into_the_split_tiling_of_either_width():
-    from tileops_cuda.kernels.attention_decode import DecodeSchedule, default_tiling, split_tiling
-
-    wide = split_tiling(_key(), DecodeSchedule(combine="last_program"), None)[1]
-    light = split_tiling(_key(), DecodeSchedule(combine="last_program", block_h=16), None)[1]
-    assert wide.combine_in_split and wide.block_h == default_tiling(_key()).block_h
-    assert light.combine_in_split and light.block_h == 16
-
-
-@pytest.mark.parametrize("pinned", [dict(block_h=16), dict(combine="last_program")])
-def test_a_paged_key_pinning_a_contiguous_only_schedule_is_refused(pinned):
+def test_a_paged_key_pinning_the_light_program_is_refused():
     from tileops_cuda.kernels.attention_decode import DecodeSchedule
 
-    schedule = DecodeSchedule(**pinned)
+    schedule = DecodeSchedule(block_h=16)
     reason = decode_refusal(_key(paged=True, table_dtype="int32", schedule=schedule))
-    assert reason.endswith("is written for the contiguous layout (block_h=16, combine='last_program'); pin a paged "
-                           "key to block_h=64 and another combine")
+    assert reason.endswith("is written for the contiguous layout (block_h=16); pin a paged key to block_h=64")
     assert decode_refusal(_key(schedule=schedule)) is None
 
 
@@ -252,46 +255,3 @@ def test_a_head_size_the_light_programs_warps_cannot_split_is_refused():
     reason = decode_refusal(_key(num_q_heads=4, head_dim=16, schedule=DecodeSchedule(block_h=16)))
     assert reason.endswith("DecodeSchedule.block_h=16 spreads the value product's 16 columns over 4 warps of "
                            "8-column mma tiles (a multiple of 32); pin block_h=64")
-    assert decode_refusal(_key(num_q_heads=4, head_dim=16, schedule=DecodeSchedule(combine="last_program"))) is None
-
-
-def test_the_folded_combine_launches_only_the_split_program_with_the_call_shapes_zeroed_counters():
-    torch = pytest.importorskip("torch")
-    from tileops_cuda.kernels.attention_decode import DecodeSchedule
-
-    calls: list = []
-    run = _recording_run(_key(head_dim=16, schedule=DecodeSchedule(combine="last_program", splits=4)), calls)
-    q, kv, cache, lengths = _two_sequence_call(torch)
-    counters = []
-    for _ in range(2):
-        run(q, kv, kv, cache, cache.clone(), lengths, None, None)
-        counters.append(calls[-1][3])
-    assert [c[0] for c in calls] == ["program", "split", "split"]  # no combine program compiled or launched
-    assert counters[0] is counters[1]  # one workspace a call shape, reused
-    assert counters[0].shape == (2 * 2, 128) and counters[0].dtype == torch.int32 and not counters[0].any()
-
-
-def test_the_folded_combine_keeps_a_call_shapes_counters_per_stream(monkeypatch):
-    torch = pytest.importorskip("torch")
-    from tileops_cuda.kernels import attention_decode
-    from tileops_cuda.kernels.attention_decode import DecodeSchedule
-
-    calls: list = []
-    run = _recording_run(_key(head_dim=16, schedule=DecodeSchedule(combine="last_program", splits=4)), calls)
-    q, kv, cache, lengths = _two_sequence_call(torch)
-    counters = {}
-    for stream in (7, 9, 7):  # two streams' handles, the first one again
-        monkeypatch.setattr(attention_decode, "current_stream", lambda device, stream=stream: stream)
-        run(q, kv, kv, cache, cache.clone(), lengths, None, None)
-        counters.setdefault(stream, []).append(calls[-1][3])
-    assert counters[7][0] is counters[7][1]  # a stream reuses its own
-    assert counters[9][0] is not counters[7][0]  # another stream never counts into them
-    assert not counters[9][0].any()
-
-
-def test_a_dependent_launch_is_refused_where_the_arch_has_no_programmatic_dependent_launch():
-    from tileops_cuda.kernels.attention_decode import DecodeSchedule
-
-    pinned = DecodeSchedule(combine="parallel", dependent_launch=True)
-    assert decode_refusal(_key(arch="sm_80", schedule=pinned)).endswith("not sm_80; pin a schedule without it")
-    assert decode_refusal(_key(arch="sm_90", schedule=pinned)) is None

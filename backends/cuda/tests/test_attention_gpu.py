@@ -111,16 +111,14 @@ def test_ragged_lengths_tile_edges_and_padding_rows_across_splits(block, arch, c
     _check(decode_batch(cuda_device[0], gen, _RAGGED, block=block), None, arch)
 
 
-#: The combines of their own launch (the folded one and the light program: ``test_attention_decode_small_batch_gpu.py``).
-_LAUNCHED = [c for c in COMBINES if c != "last_program"]
 
 #: Every schedule the rule can pick, on the layouts it changes: the contiguous pipeline's depths,
 #: paged tiles by block or gathered (16-token blocks, and 48, which no 64-position tile divides),
 #: each with either combine; a pinned split count runs the combine on this short batch too.
-_SCHEDULE_CASES = ([(None, DecodeSchedule(stages=st, combine=c, splits=sp)) for st in (2, 3) for c in _LAUNCHED
+_SCHEDULE_CASES = ([(None, DecodeSchedule(stages=st, combine=c, splits=sp)) for st in (2, 3) for c in COMBINES
                     for sp in (None, 4)]
                    + [(block, DecodeSchedule(paged_tiles=t, combine=c, splits=4)) for block in (16, 48)
-                      for t in PAGED_TILES for c in _LAUNCHED])
+                      for t in PAGED_TILES for c in COMBINES])
 
 
 @pytest.mark.parametrize("block,schedule", _SCHEDULE_CASES,

@@ -75,10 +75,9 @@ def test_the_decode_combine_program_lowers_for_small_heads_and_int64_lengths():
 
 
 # The small-batch candidates (issue 21) on the Qwen3-Next key (16 query heads, 2 key/value heads, D = 256, bf16,
-# contiguous): the light split program (16 score rows) and the combine folded into the split launch.
+# contiguous): the light split program (16 score rows).
 _QWEN_DECODE = DecodeBuildKey("bfloat16", 16, 2, 256)
 _LIGHT = DecodeSchedule(combine="parallel", block_h=16)
-_FOLDED = DecodeSchedule(combine="last_program")
 
 
 def _decode_split_source(schedule: DecodeSchedule) -> str:
@@ -102,33 +101,8 @@ def test_ptxas_fits_three_light_split_programs_an_sm_without_spills(tmp_path):
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
 
 
-@pytest.mark.parametrize("schedule", [_FOLDED, dataclasses.replace(_FOLDED, block_h=16)], ids=["wide", "light"])
-def test_a_folded_split_program_counts_arrivals_acquire_release_and_resets_its_slot(schedule):
-    """The counters come in the contiguous layout's block table argument."""
-    source = _decode_split_source(schedule)
-    assert re.search(r"= AtomicAddRet\(\(&\(block_table\[.*\]\)\), 1, 4\);", source)  # 4: acq_rel
-    assert re.search(r"block_table\[.*\] = 0;", source)
-
-
-def test_the_launched_combines_contiguous_split_program_reads_no_block_table():
+def test_the_contiguous_split_program_reads_no_block_table():
     assert "block_table[" not in _decode_split_source(DecodeSchedule(combine="parallel"))
-
-
-def test_a_dependent_launch_split_and_combine_wait_before_their_first_memory_access():
-    from lowered_source import waits_before_its_first_memory_access
-
-    split = _decode_split_source(DecodeSchedule(combine="parallel", dependent_launch=True))
-    assert waits_before_its_first_memory_access(split, "query|key_new|value_new|key_cache|value_cache|cache_seqlens")
-    assert "cudaGridDependency" not in _decode_split_source(DecodeSchedule(combine="parallel"))
-    combine = _source(decode_parallel_combine_program(_QWEN_DECODE, dependent=True))
-    assert waits_before_its_first_memory_access(combine, "o_part|lse_part|cache_seqlens")
-
-
-def test_a_paged_split_program_refuses_the_folded_combine():
-    page, tiling = page_layout(16, "gather")
-    with pytest.raises(ValueError, match="takes its counters in the contiguous layout's unused block_table"):
-        decode_split_program(DecodeBuildKey("bfloat16", 16, 2, 256, True, "int32", "int32"),
-                             dataclasses.replace(tiling, combine_in_split=True), page)
 
 
 @pytest.mark.parametrize("paged", [False, True])

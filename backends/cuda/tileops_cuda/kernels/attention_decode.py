@@ -29,25 +29,26 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ._attention_common import FlatCache, attention_refusal, compile_arch
-from ._common import cached_build, compile_prim_func, dependent_launch_refusal, direct_entry
+from ._common import cached_build, compile_prim_func, direct_entry
 from .attention_decode_program import (
     COMBINE_THREADS, LOG2E, decode_combine_program, decode_parallel_combine_program, decode_split_program,
 )
 
 __all__ = ["COMBINES", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "DecodeTiling", "PAGED_TILES",
            "SCHEDULE_RULES", "SCORE_ROWS", "ScheduleRule", "build_attention_decode", "decode_refusal", "default_tiling",
-           "page_layout", "schedule_for", "split_plan", "split_tiling"]
+           "page_layout", "schedule_for", "schedule_refusal", "split_plan", "split_tiling"]
 
 #: The most splits one sequence's context is cut into (bounds the partials and the combine loop).
 MAX_SPLITS = 256
 assert MAX_SPLITS <= COMBINE_THREADS  # the parallel combine gives each split one thread
 
-#: How the splits' partials are merged: ``serial`` (the first kernel: one program per query head
-#: walks the splits three times, a global round trip per split), ``parallel`` (splits read at
-#: once, see :func:`~.attention_decode_program.decode_parallel_combine_program`) or
-#: ``last_program`` (no second launch: the split program of a sequence's key/value head that
-#: finishes last merges them, counted in a workspace; attention_decode_program's "Folded combine").
-COMBINES = ("serial", "parallel", "last_program")
+#: How the splits' partials are merged, in a second launch: ``serial`` (the first kernel: one
+#: program per query head walks the splits three times, a global round trip per split) or
+#: ``parallel`` (splits read at once, see
+#: :func:`~.attention_decode_program.decode_parallel_combine_program`). (A combine folded into the
+#: split launch, its last program of a head merging, was measured 50-100x slower on the H200 and
+#: deleted: NOTES.md "Attention decode at small batch".)
+COMBINES = ("serial", "parallel")
 
 #: Score rows of a split program: 64 (one wgmma tile, the group's query heads zero-padded) or 16
 #: (the light program, one mma tile: for groups of at most 16 query heads, contiguous layout).
@@ -74,9 +75,6 @@ class DecodeSchedule:
     tiles :func:`split_plan` gives a split (fewer, longer splits: less setup and combine work).
     ``splits``: a pinned split count (a sweep's candidate), else the plan's. ``block_h``: one of
     :data:`SCORE_ROWS`; 16 is the light split program (contiguous keys; 2 stages).
-    ``dependent_launch``: the split and combine programs launched as programmatic dependents of the
-    stream's previous kernel (``_common.dependent_launch``): the combine's launch overlaps the split's
-    tail, the split's the kernel's before it. A sweep candidate, in no rule until a GPU measures it.
     """
 
     stages: int = 2
@@ -85,7 +83,6 @@ class DecodeSchedule:
     min_split_tiles: int = 1
     splits: int | None = None
     block_h: int = 64
-    dependent_launch: bool = False
 
     def __post_init__(self) -> None:
         if self.stages not in (2, 3):
@@ -121,18 +118,6 @@ class ScheduleRule:
                 and (self.max_capacity is None or capacity <= self.max_capacity))
 
 
-#: The rule: the first matching entry's schedule, else ``DecodeSchedule()`` (what the first H200
-#: measurements ran). Set from ``bench/attention_decode_sweep.py``'s output on the H200
-#: (2026-12-02, ``backends/cuda/bench/results/session-2026-12-02e/attndec_sweep.log``): the
-#: parallel combine is never slower and 1.5-2.0x faster where a sequence is split 64 ways
-#: (B=1), three stages gain nothing over two, and on the paged layout (16-token blocks) the
-#: gathered tiles, two programs to a multiprocessor, are 1.35-1.57x faster on every row.
-SCHEDULE_RULES: tuple[ScheduleRule, ...] = (
-    ScheduleRule(DecodeSchedule(combine="parallel"), paged=False),
-    ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="parallel"), paged=True),
-)
-
-
 @dataclass(frozen=True)
 class DecodeBuildKey:
     """The decode kernels' build identity. ``table_dtype`` is None for the contiguous layout;
@@ -155,8 +140,9 @@ class DecodeTiling:
     zero-padded to a tensor-core tile: 64 for wgmma, 16 for the light program's mma, see
     :data:`LIGHT_TILING`), ``block_n`` cache positions a pipeline stage,
     ``stages`` stages; ``gather``: paged tiles gathered row by row (see :data:`PAGED_TILES`);
-    ``resident``: programs a multiprocessor holds at once, which :func:`split_plan` fills (the
-    gathered program's single stage leaves shared memory for two)."""
+    ``resident``: programs a multiprocessor runs at once, which :func:`split_plan` fills (the
+    gathered program's single stage leaves shared memory for two); ``launch_bound``: the programs
+    an SM whose registers the compiler must fit (``__launch_bounds__``; the light program's)."""
 
     block_h: int = 64
     block_n: int = 64
@@ -165,16 +151,30 @@ class DecodeTiling:
     combine_threads: int = 128
     gather: bool = False
     resident: int = 1
-    #: The folded combine (``DecodeSchedule.combine == "last_program"``): the split program takes
-    #: a counter workspace and its last program of a sequence's key/value head merges the partials.
-    combine_in_split: bool = False
-    #: ``DecodeSchedule.dependent_launch``.
-    dependent_launch: bool = False
+    launch_bound: int = 1
 
 
 #: The light program's tiling: 16 score rows, 32-position tiles in 2 stages (74 KiB of shared
-#: memory) and launch bounds of 3 programs an SM (ptxas: 80 registers, no spills).
-LIGHT_TILING = DecodeTiling(block_h=16, block_n=32, stages=2, resident=3)
+#: memory) and launch bounds of 3 programs an SM (ptxas: 80 registers, no spills). Its split plan
+#: fills one program an SM: at B=1 on the H200, 64 splits at 4k and 8k (1 an SM) ran 1.04-1.06x
+#: faster than the 128-171 that filling 3 gave (``session-2026-12-03h/decsmall_sweep.log``).
+LIGHT_TILING = DecodeTiling(block_h=16, block_n=32, stages=2, resident=1, launch_bound=3)
+
+
+#: The rule: the first matching entry whose schedule the key does not refuse (the light program
+#: serves groups of at most 16 query heads and head sizes its warps split; other keys fall
+#: through), else ``DecodeSchedule()`` (what the first H200 measurements ran). Set from
+#: ``bench/attention_decode_sweep.py``'s output on the H200 (2026-12-02,
+#: ``backends/cuda/bench/results/session-2026-12-02e/attndec_sweep.log``): the parallel combine is
+#: never slower and 1.5-2.0x faster where a sequence is split 64 ways (B=1), three stages gain
+#: nothing over two, and on the paged layout (16-token blocks) the gathered tiles, two programs to
+#: a multiprocessor, are 1.35-1.57x faster on every row. The light program at B=1 (2026-12-03,
+#: ``session-2026-12-03h/decsmall_sweep.log``): 1.11x at 4k, 1.14x at 8k, even at 32k.
+SCHEDULE_RULES: tuple[ScheduleRule, ...] = (
+    ScheduleRule(DecodeSchedule(combine="parallel", block_h=16), paged=False, max_batch=1),
+    ScheduleRule(DecodeSchedule(combine="parallel"), paged=False),
+    ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="parallel"), paged=True),
+)
 
 
 def default_tiling(key: DecodeBuildKey) -> DecodeTiling:
@@ -209,10 +209,6 @@ def split_tiling(key: DecodeBuildKey, schedule: DecodeSchedule, block_size: int 
             tiling = LIGHT_TILING
     else:
         page, tiling = page_layout(block_size, schedule.paged_tiles)
-    if schedule.combine == "last_program":
-        tiling = dataclasses.replace(tiling, combine_in_split=True)
-    if schedule.dependent_launch:
-        tiling = dataclasses.replace(tiling, dependent_launch=True)
     return page, tiling
 
 
@@ -226,26 +222,21 @@ def decode_refusal(key: DecodeBuildKey) -> str | None:
     if reason is None and key.num_q_heads // key.num_kv_heads > tiling.block_h:
         return (f"{name}: {key.num_q_heads // key.num_kv_heads} query heads a key/value head exceed the "
                 f"{tiling.block_h}-row score tile; use the reference")
-    return reason or _pinned_schedule_refusal(name, key)
+    if reason is None and key.schedule is not None:
+        return schedule_refusal(key, key.schedule)
+    return reason
 
 
-def _pinned_schedule_refusal(name: str, key: DecodeBuildKey) -> str | None:
-    """Why ``key``'s pinned schedule cannot serve it, or None: the light program (``block_h`` 16)
-    and the folded combine (``last_program``) are written for the contiguous layout (folded into
-    the gathered paged program, which has no ``setmaxnreg``, the merge spills 1196 bytes at 255
-    registers), the light program for groups of at most 16 query heads and head sizes its warps
-    split."""
-    schedule = key.schedule
-    if schedule is None:
-        return None
-    if schedule.dependent_launch:
-        reason = dependent_launch_refusal(name, key.arch, "pin a schedule without it")
-        if reason is not None:
-            return reason
+def schedule_refusal(key: DecodeBuildKey, schedule: DecodeSchedule) -> str | None:
+    """Why ``schedule`` cannot serve ``key`` (a key the kernels serve), or None: the light program
+    (``block_h`` 16) is written for the contiguous layout, groups of at most 16 query heads and
+    head sizes its warps split. A pinned schedule's refusal is the key's; a rule's lets the call
+    fall through to the next rule (:func:`schedule_for`)."""
+    name = "attention decode TileLang kernel"
     light = schedule.block_h != default_tiling(key).block_h
-    if key.paged and (light or schedule.combine == "last_program"):
-        return (f"{name}: {schedule} is written for the contiguous layout (block_h=16, combine='last_program'); "
-                f"pin a paged key to block_h=64 and another combine")
+    if key.paged and light:
+        return (f"{name}: {schedule} is written for the contiguous layout (block_h=16); "
+                f"pin a paged key to block_h=64")
     if light and key.num_q_heads // key.num_kv_heads > schedule.block_h:
         return (f"{name}: {key.num_q_heads // key.num_kv_heads} query heads a key/value head exceed "
                 f"DecodeSchedule.block_h={schedule.block_h}; pin block_h=64")
@@ -258,25 +249,27 @@ def _pinned_schedule_refusal(name: str, key: DecodeBuildKey) -> str | None:
 def schedule_for(key: DecodeBuildKey, batch: int, capacity: int,
                  rules: tuple[ScheduleRule, ...] | None = None) -> DecodeSchedule:
     """The schedule a call of ``batch`` sequences over ``capacity`` positions runs: the key's
-    pinned one, else the first of ``rules`` (default :data:`SCHEDULE_RULES`) that matches,
-    else ``DecodeSchedule()``. Host shapes only, so nothing synchronises."""
+    pinned one, else the first of ``rules`` (default :data:`SCHEDULE_RULES`) that matches and
+    whose schedule the key does not refuse, else ``DecodeSchedule()``. Host shapes only, so
+    nothing synchronises."""
     if key.schedule is not None:
         return key.schedule
     for rule in SCHEDULE_RULES if rules is None else rules:
-        if rule.matches(key.paged, batch, capacity):
+        if rule.matches(key.paged, batch, capacity) and schedule_refusal(key, rule.schedule) is None:
             return rule.schedule
     return DecodeSchedule()
 
 
 def reachable_schedules(key: DecodeBuildKey) -> tuple[DecodeSchedule, ...]:
     """Every schedule a call with ``key`` can run (what the build and ``prepare`` compile): the
-    layout's rules up to the first without bounds, which every call reaching it matches; the
-    default only where no such rule stands before it (else its programs would compile unused)."""
+    layout's rules the key does not refuse, up to the first without bounds, which every call
+    reaching it matches; the default only where no such rule stands before it (else its programs
+    would compile unused)."""
     if key.schedule is not None:
         return (key.schedule,)
     found = []
     for rule in SCHEDULE_RULES:
-        if rule.paged in (None, key.paged):
+        if rule.paged in (None, key.paged) and schedule_refusal(key, rule.schedule) is None:
             found.append(rule.schedule)
             if rule.max_batch is None and rule.max_capacity is None:
                 return tuple(dict.fromkeys(found))
@@ -346,36 +339,16 @@ class DecodeLauncher:
         return self.kernels[index].get_kernel_source()
 
 
-#: What one call shape runs: the split function, the combine function (None where the split
-#: program merges), splits, chunk, and the shape of the folded combine's counters (None without it).
-_Plan = tuple[Callable[..., Any], Callable[..., Any] | None, int, int, tuple[int, int] | None]
-
-
-def current_stream(device: Any) -> int | None:
-    """The handle of ``device``'s current stream (None off CUDA: the launch-path tests run on the
-    CPU), read without making a ``torch.cuda.Stream`` object: what the folded combine's counters
-    are kept per."""
-    import torch
-
-    return torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else None
+#: What one call shape runs: the split function, the combine function, splits, chunk.
+_Plan = tuple[Callable[..., Any], Callable[..., Any], int, int]
 
 
 def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedule], Callable[..., Any]],
-              combines: Callable[[str, bool], Callable[..., Any]]) -> Callable[..., Any]:
+              combines: Callable[[str], Callable[..., Any]]) -> Callable[..., Any]:
     """The launch function. ``programs(block_size, schedule)`` returns the compiled split
-    function for a layout (None: contiguous) and schedule, ``combines(kind, dependent)`` a combine function;
-    both compile on first use. A call shape's plan (schedule, programs, splits) is
-    made once and looked up after.
-
-    The folded combine's counters (``[B · NKV, threads]`` int32, passed as the contiguous
-    layout's block table, which the split program otherwise ignores) are allocated zeroed on the
-    first call of a call shape on a stream, and reused by that stream's later calls of it: each
-    call leaves them at zero (the last program of each (sequence, key/value head) resets its
-    slots), and calls on one stream run in order, so a CUDA graph replays with them too (its
-    capture stream has its own). Two streams running the same call shape at once would otherwise
-    count into the same slots. A graph holds the counters of the stream it was captured on: two
-    graphs captured on one stream (torch's default capture stream) and replayed at once on two
-    streams would still share them."""
+    function for a layout (None: contiguous) and schedule, ``combines(kind)`` a combine function;
+    both compile on first use. A call shape's plan (schedule, programs, splits) is made once and
+    looked up after."""
     import torch
 
     f32 = torch.float32
@@ -383,7 +356,6 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
     sms: dict[Any, int] = {}
     dummies: dict[Any, Any] = {}
     plans: dict[tuple[Any, ...], _Plan] = {}
-    counters: dict[tuple[Any, ...], Any] = {}  # (call shape, raw stream) -> the folded combine's counters
 
     def multiprocessors(device: Any) -> int:
         count = sms.get(device)
@@ -405,9 +377,7 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         else:
             splits, chunk = split_plan(B, NKV, capacity, tiling.block_n, multiprocessors(device) * tiling.resident,
                                        schedule.min_split_tiles)
-        if tiling.combine_in_split:
-            return programs(block_size, schedule), None, splits, chunk, (B * NKV, tiling.threads)
-        return programs(block_size, schedule), combines(schedule.combine, schedule.dependent_launch), splits, chunk, None
+        return programs(block_size, schedule), combines(schedule.combine), splits, chunk
 
     def attention_decode(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,
                          block_table: Any, scale: Any, out: Any = None) -> Any:
@@ -424,23 +394,17 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         hit = plans.get(shape)
         if hit is None:
             hit = plans[shape] = plan(B, block_size, capacity, dev)
-        split_fn, combine_fn, splits, chunk, counted = hit
+        split_fn, combine_fn, splits, chunk = hit
         kc = FlatCache("attention decode TileLang kernel", key_cache, NKV, D)
         vc = FlatCache("attention decode TileLang kernel", value_cache, NKV, D)
         o_part = torch.empty((splits, B, NQ, D), dtype=f32, device=dev)
         lse_part = torch.empty((splits, B, NQ), dtype=f32, device=dev)
-        if counted is not None:
-            stream = current_stream(dev)
-            table = counters.get((shape, stream))
-            if table is None:
-                table = counters[shape, stream] = torch.zeros(counted, dtype=torch.int32, device=dev)
-        else:
-            table = dummy_table(dev) if block_table is None else block_table.contiguous()
+        table = dummy_table(dev) if block_table is None else block_table.contiguous()
         scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
         seqlens = cache_seqlens.contiguous()
         split_fn(query.contiguous(), key.contiguous(), value.contiguous(), kc.flat, vc.flat, seqlens, table, o_part,
                  lse_part, out, L, chunk, scale_log2)
-        if splits > 1 and combine_fn is not None:
+        if splits > 1:
             combine_fn(o_part, lse_part, seqlens, out, chunk)
         kc.write_back()
         vc.write_back()
@@ -475,12 +439,11 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
                 kernels.append(kernel)
             return fn
 
-        def combines(kind: str, dependent: bool) -> Callable[..., Any]:
-            identity = ("attention_decode_combine", base, kind) + (("dependent_launch",) if dependent else ())
+        def combines(kind: str) -> Callable[..., Any]:
+            identity = ("attention_decode_combine", base, kind)
             if kind == "parallel":
-                return compiled(identity, lambda: decode_parallel_combine_program(base, dependent))
-            tiling = dataclasses.replace(default_tiling(base), dependent_launch=dependent)
-            return compiled(identity, lambda: decode_combine_program(base, tiling))
+                return compiled(identity, lambda: decode_parallel_combine_program(base))
+            return compiled(identity, lambda: decode_combine_program(base, default_tiling(base)))
 
         def programs(block_size: int | None, schedule: DecodeSchedule) -> Callable[..., Any]:
             page, tiling = split_tiling(base, schedule, block_size)
@@ -488,8 +451,7 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
                             lambda: decode_split_program(base, tiling, page))
 
         for schedule in reachable_schedules(key):
-            if schedule.combine != "last_program":
-                combines(schedule.combine, schedule.dependent_launch)
+            combines(schedule.combine)
             if not key.paged:
                 programs(None, schedule)
         return DecodeLauncher(key, kernels, _make_run(key, programs, combines), programs)

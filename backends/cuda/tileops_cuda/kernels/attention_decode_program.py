@@ -31,19 +31,8 @@ Light program (``DecodeTiling.block_h`` 16, issue 21): at B=1 the 64-row program
 query heads of a group 8x and holds one program an SM (240 registers, 12.5% occupancy, issue
 slots 6% busy: latency-bound). Sixteen score rows are one mma tile (wgmma needs 64), the
 accumulator a quarter of the registers, 32-position tiles halve the shared memory: launch bounds
-ask for ``resident`` programs an SM, TileLang's ``setmaxnreg`` rebalancing is off (its 240 for
-the consumers would keep one).
-
-Folded combine (``DecodeTiling.combine_in_split``, issue 21): no second launch. Every thread of
-an active split program writes its elements of the partial and its rows' log-sum-exps, then
-adds 1 to its own counter slot ``counters[b · NKV + h, thread]`` (the contiguous layout's
-``block_table`` argument, which it does not otherwise use; device scope, acquire-release: its
-writes are released, the count acquired). Every split program has the same fragment layout, so
-the same thread of each wrote the same elements: the thread that sees ``active - 1`` merges
-exactly those (an online max-and-sum over the splits, ``FOLD_UNROLL`` at once), writes them to
-``out`` and stores 0 in its slot. Each call leaves every slot at zero (a slot counts exactly the
-active splits of its sequence; padding sequences count none and get zeros from split 0), which
-is why the launcher may reuse the workspace for the next call on the stream.
+ask for ``launch_bound`` programs an SM, TileLang's ``setmaxnreg`` rebalancing is off (its 240
+for the consumers would keep one).
 
 Layouts: the caches are passed flat, ``[N · L, NKV, D]``. Position ``p`` of sequence ``b`` is
 flat row ``b · L + p`` (contiguous, ``L`` the capacity, a runtime scalar: a last tile running
@@ -60,8 +49,6 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
-from ._common import dependent_launch
-
 if TYPE_CHECKING:
     from .attention_decode import DecodeBuildKey, DecodeTiling
 
@@ -74,9 +61,6 @@ LOG2E = 1.4426950408889634
 #: Rows of wgmma's tensor-core tile (its M): a split program of fewer score rows (16, one mma row
 #: tile) is the light program (``DecodeTiling.block_h``).
 WGMMA_ROWS = 64
-
-#: Splits the folded combine's merging thread loads at once (one L2 round trip for each group).
-FOLD_UNROLL = 4
 
 #: Threads of a parallel-combine program: one split's log-sum-exp each (so at most this many
 #: splits), then lanes of splits × 4-channel vectors for the weighted sum.
@@ -128,9 +112,7 @@ def online_softmax_step(rows: int, cols: int, dim: int) -> Any:
 def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: int | None) -> Any:  # noqa: C901
     """The split PrimFunc: ``(query, key, value, key_cache, value_cache, cache_seqlens,
     block_table, o_part, lse_part, out, cache_len, chunk, scale_log2)``. The caches are flat
-    ``[N · L, NKV, D]``; ``block_table`` is a ``[1, 1]`` dummy for the contiguous layout, or,
-    where the combine is folded in (contiguous only), the counters, ``[B · NKV, threads]`` int32
-    zeros (the module docstring's "Folded combine");
+    ``[N · L, NKV, D]``; ``block_table`` is a ``[1, 1]`` dummy for the contiguous layout;
     ``cache_len`` is L: the capacity (contiguous) or the block size (paged).
 
     ``page``: None for the contiguous layout (a tile is ``BN`` consecutive rows: one bulk copy);
@@ -153,9 +135,6 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
     # clamp rows past n to row n, whose value is finite, so nothing needs replacing.
     bulk = page is None or (page > 0 and not tiling.gather)
     light = BH < WGMMA_ROWS
-    if tiling.combine_in_split and page is not None:
-        raise ValueError(f"decode_split_program: {tiling} folds the combine in, which takes its counters in the "
-                         f"contiguous layout's unused block_table argument; compile a paged program without it")
 
     def flat_row(table: Any, b: Any, p: Any, cache_len: Any) -> Any:
         """The flat cache row of position ``p`` of sequence ``b`` (``p`` inside the sequence)."""
@@ -188,44 +167,6 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                                                   cache[flat_row(table, b, T.min(base + i, n), cache_len), h, d]),
                     T.cast(0, dt))
 
-    @T.macro
-    def combine_if_last(o_part: Any, lse_part: Any, out: Any, counters: Any, arrived: Any, acc_o: Any, m_cur: Any,
-                        m_prev: Any, rescale: Any, row_sum: Any, l_sum: Any, b: Any, h: Any, splits: Any):
-        """The folded combine (``DecodeTiling.combine_in_split``), per thread: this thread's elements
-        of the partial (and its rows' log-sum-exps) are written; its arrival at its counter slot
-        (release) tells the last of the ``splits`` programs that every program's same thread
-        wrote the same elements (one fragment layout), and that one (acquire) merges them in one
-        online pass and resets the slot for the next call."""
-        arrived = T.atomic_add(counters[b * NKV + h, T.get_thread_binding()], 1, memory_order="acq_rel",
-                               return_prev=True)
-        if arrived == splits - 1:
-            counters[b * NKV + h, T.get_thread_binding()] = 0
-            T.fill(m_cur, NEG)
-            T.fill(l_sum, 0)
-            T.clear(acc_o)
-            for s0 in T.serial(T.ceildiv(splits, FOLD_UNROLL)):
-                for u in T.unroll(FOLD_UNROLL):
-                    # Past the last split, and in the padding rows (i >= G): nothing loaded, weight 0.
-                    for i in T.Parallel(BH):
-                        m_prev[i] = m_cur[i]
-                        m_cur[i] = T.max(m_cur[i], T.if_then_else(
-                            s0 * FOLD_UNROLL + u < splits and i < G,
-                            lse_part[T.min(s0 * FOLD_UNROLL + u, splits - 1), b, h * G + T.min(i, G - 1)], NEG))
-                        rescale[i] = T.if_then_else(i < G, T.exp2(m_prev[i] - m_cur[i]), T.float32(0))
-                        row_sum[i] = T.if_then_else(
-                            s0 * FOLD_UNROLL + u < splits and i < G,
-                            T.exp2(lse_part[T.min(s0 * FOLD_UNROLL + u, splits - 1), b, h * G + T.min(i, G - 1)]
-                                   - m_cur[i]), T.float32(0))
-                        l_sum[i] = l_sum[i] * rescale[i] + row_sum[i]
-                    for i, d in T.Parallel(BH, D):
-                        acc_o[i, d] = acc_o[i, d] * rescale[i] + T.if_then_else(
-                            row_sum[i] > 0,
-                            row_sum[i] * o_part[T.min(s0 * FOLD_UNROLL + u, splits - 1), b, h * G + T.min(i, G - 1), d],
-                            T.float32(0))
-            for i, d in T.Parallel(BH, D):
-                if i < G:
-                    out[b, h * G + i, d] = T.cast(acc_o[i, d] / l_sum[i], dt)
-
     @T.prim_func
     def decode_split(
         query: T.Tensor((B, NQ, D), dt),
@@ -244,9 +185,8 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
     ):
         with T.Kernel(S, NKV, B, threads=TH) as (sid, h, b):
             if light:
-                T.annotate_min_blocks_per_sm(tiling.resident)
+                T.annotate_min_blocks_per_sm(tiling.launch_bound)
                 T.no_set_max_nreg()
-            dependent_launch(tiling.dependent_launch)
             q_s = T.alloc_shared((BH, D), dt)
             k_s = T.alloc_shared((BN, D), dt)
             v_s = T.alloc_shared((BN, D), dt)
@@ -260,8 +200,6 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
             rescale = T.alloc_fragment((BH,), f32)
             row_sum = T.alloc_fragment((BH,), f32)
             l_sum = T.alloc_fragment((BH,), f32)
-            if tiling.combine_in_split:
-                arrived = T.alloc_var(i32)
 
             # The queries first: their loads do not wait for the length's (the write below
             # branches on it), so both latencies overlap before the pipeline starts.
@@ -316,27 +254,12 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                         out[b, h * G + i, d] = T.if_then_else(n >= 0, T.cast(acc_o[i, d] / l_sum[i], dt),
                                                               T.cast(0, dt))
             elif active:
-                if tiling.combine_in_split:
-                    # Every thread writes its rows' log-sum-exps beside its elements (the merging
-                    # thread reads only what its own counterparts wrote).
-                    for i, d in T.Parallel(BH, D):
-                        if i < G:
-                            o_part[sid, b, h * G + i, d] = acc_o[i, d] / l_sum[i]
-                            lse_part[sid, b, h * G + i] = T.log2(l_sum[i]) + m_cur[i]
-                    combine_if_last(o_part, lse_part, out, block_table, arrived, acc_o, m_cur, m_prev, rescale,
-                                    row_sum, l_sum, b, h, T.min(n // chunk + 1, S))
-                else:
-                    for i, d in T.Parallel(BH, D):
-                        if i < G:
-                            o_part[sid, b, h * G + i, d] = acc_o[i, d] / l_sum[i]
-                    for i in T.Parallel(BH):
-                        if i < G:
-                            lse_part[sid, b, h * G + i] = T.log2(l_sum[i]) + m_cur[i]
-            if tiling.combine_in_split:
-                if S > 1 and n < 0 and sid == 0:
-                    for i, d in T.Parallel(BH, D):  # a padding sequence: no split merges, zeros
-                        if i < G:
-                            out[b, h * G + i, d] = T.cast(0, dt)
+                for i, d in T.Parallel(BH, D):
+                    if i < G:
+                        o_part[sid, b, h * G + i, d] = acc_o[i, d] / l_sum[i]
+                for i in T.Parallel(BH):
+                    if i < G:
+                        lse_part[sid, b, h * G + i] = T.log2(l_sum[i]) + m_cur[i]
 
     return decode_split
 
@@ -362,7 +285,6 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
         chunk: T.int32,
     ):
         with T.Kernel(NQ, B, threads=TH) as (q, b):
-            dependent_launch(tiling.dependent_launch)
             tid = T.get_thread_binding()
             acc = T.alloc_local((PER,), f32)
             m = T.alloc_var(f32)
@@ -391,7 +313,7 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
     return decode_combine
 
 
-def decode_parallel_combine_program(key: "DecodeBuildKey", dependent: bool = False) -> Any:
+def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
     """The combine PrimFunc with the splits read in parallel; the same parameters and result as
     :func:`decode_combine_program`, for at most :data:`COMBINE_THREADS` splits.
 
@@ -425,7 +347,6 @@ def decode_parallel_combine_program(key: "DecodeBuildKey", dependent: bool = Fal
         chunk: T.int32,
     ):
         with T.Kernel(NQ, B, threads=TH) as (q, b):
-            dependent_launch(dependent)
             tid = T.get_thread_binding()
             w_s = T.alloc_shared((TH,), f32)
             warp_s = T.alloc_shared((2, WARPS), f32)
