@@ -12,10 +12,13 @@ Round 3 (``rgdr_sweep.LEAN_CANDIDATES`` now): the fields of round 2 (unpack_bits
 stage_live_warps; NOTES.md "RGDR: instructions a state element, round 2") and tile shapes, each on the
 rows of the role it targets (``rgdr_sweep.LEAN_ROWS``).
 
-Round 4 (``rgdr_sweep.LEAN_CANDIDATES`` now): every registered role launched as a programmatic dependent
+Round 4: every registered role launched as a programmatic dependent
 (``RGDRTiling.dependent_launch``). The rows are CUDA-graph replays of back-to-back calls, so a candidate's
 time per call includes the overlap of each launch with the previous call's tail, as consecutive kernels
 of a decode step would overlap when the kernel before RGDR lets it launch early.
+
+Round 5 (``rgdr_sweep.LEAN_CANDIDATES`` now): bf16's B=1..8 and B=32 decode rows, the two left short of
+issue 16's targets.
 
 Per state dtype: every candidate is built (concurrently), checked against float64 on a decode step
 and a ragged batch (NaN-poisoned output, untouched slots bit-identical) and for bit equality with
@@ -39,7 +42,8 @@ from tileops_cuda.kernels._common import compile_many
 from tileops_cuda.kernels.rgdr import RGDRTiling, build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
-ROWS = [(1, 1), (32, 1), (128, 1), (256, 1), (128, 2), (256, 2), (128, 4), (256, 4)]
+ROWS = [(1, 1), (2, 1), (4, 1), (8, 1), (32, 1), (64, 1), (128, 1), (256, 1), (32, 2), (64, 2), (128, 2),
+        (256, 2), (128, 4), (256, 4)]
 
 
 def plain(tiling):

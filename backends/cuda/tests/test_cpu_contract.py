@@ -151,7 +151,22 @@ def test_rgdr_schedule_streams_large_batches_of_short_bf16_sequences():
     assert sched.pick(256, 256).stream  # decode: one token per sequence
     assert not sched.pick(256, 8 * 256).stream  # eight tokens per sequence: tiled
     assert sched.pick(1, 2) == sched.small  # two tokens of one sequence: the plain small tiling
-    assert sched.pick(1, 1) == replace(sched.small, speculate=True)  # a decode step: its speculative twin
+    assert sched.pick(2, 2) == replace(sched.small, speculate=True)  # a decode step: its speculative twin
+
+
+@pytest.mark.parametrize("state,steps", [("bfloat16", {1: (1, 8), 32: (4, 6), 63: (4, 6)}), ("float32", {})])
+def test_rgdr_decode_steps_of_their_own_counts_run_their_own_tiling(state, steps):
+    # bf16 (H200, round 5): one sequence's decode step on one row a lane, 32..63 sequences' streamed four rows a
+    # lane, both speculative; every other call, and every call with more tokens than sequences, the size rule.
+    sched = rgdr.default_schedule(_key(state_dtype=state))
+    for n_seq in (1, 2, 31, 32, 63, 64):
+        tiling = sched.pick(n_seq, n_seq)
+        if n_seq in steps:
+            assert (tiling.rows_per_thread, tiling.min_blocks) == steps[n_seq] and tiling.speculate
+            assert tiling in sched.tilings()
+        assert sched.pick(n_seq, 2 * n_seq) == sched.select(n_seq, 2 * n_seq, sched.small, sched.large, sched.short)
+    if state == "bfloat16":  # either side of the ranges: the size rule's roles
+        assert sched.pick(2, 2).rows_per_thread == 2 and sched.pick(64, 64) == replace(sched.short, speculate=True)
 
 
 def test_rgdr_schedule_drops_the_streaming_layout_when_too_many_value_rows_per_key_head():
@@ -169,5 +184,7 @@ def test_rgdr_schedule_launches_as_a_dependent_only_where_the_arch_has_it(state)
         ampere = rgdr.default_schedule(_key(state_dtype=state, arch=arch))
         assert not any(t.dependent_launch for t in ampere.tilings())
         assert ampere == replace(hopper, small=replace(hopper.small, dependent_launch=False),
-                                 short=replace(hopper.short, dependent_launch=False))
+                                 short=replace(hopper.short, dependent_launch=False),
+                                 decode_steps=tuple((lo, hi, replace(t, dependent_launch=False))
+                                                    for lo, hi, t in hopper.decode_steps))
         assert all(rgdr.rgdr_refusal(_key(state_dtype=state, arch=arch), t) is None for t in ampere.tilings())

@@ -219,9 +219,18 @@ class RGDRSchedule:
     #: tokens as sequences) run the speculative twin (``speculate=True``) of their tiling: a
     #: role speculates where the H200 measured the twin faster, and only there.
     speculating: frozenset[str] = frozenset()
+    #: Plain decode steps (as many tokens as sequences) of ``lo..hi`` sequences (inclusive) that run
+    #: a tiling of their own, ahead of the size rule: ``((lo, hi, tiling), ...)``, the first range
+    #: that holds the count. For a program that wins only there (one row a lane at B=1, four at
+    #: B=32: it runs no other call, so it may be a speculative one).
+    decode_steps: tuple[tuple[int, int, RGDRTiling], ...] = ()
 
     def pick(self, n_seq: int, n_tokens: int | None = None) -> RGDRTiling:
         """The tiling a call with ``n_seq`` sequences and ``n_tokens`` tokens runs."""
+        if n_tokens == n_seq:
+            for lo, hi, own in self.decode_steps:
+                if lo <= n_seq <= hi:
+                    return own
         role = self.select(n_seq, n_tokens, "small", "large", None if self.short is None else "short")
         tiling: RGDRTiling = getattr(self, role)
         return replace(tiling, speculate=True) if role in self.speculating and n_tokens == n_seq else tiling
@@ -243,7 +252,7 @@ class RGDRSchedule:
         roles = {"small": self.small, "large": self.large, "short": self.short}
         base = [t for t in roles.values() if t is not None]
         twins = [replace(t, speculate=True) for r, t in roles.items() if t is not None and r in self.speculating]
-        return tuple(dict.fromkeys(base + twins))
+        return tuple(dict.fromkeys(base + twins + [t for _, _, t in self.decode_steps]))
 
 
 _STREAM_SMEM_LIMIT = 48 * 1024
@@ -283,6 +292,13 @@ _STREAM_SMEM_LIMIT = 48 * 1024
 # T=1 (3.66 -> 3.05 us, 3.90 -> 3.30 us), and 1.006x as fp32's short at B=32; bf16's short 1.023x at B=32 and
 # 1.000-1.002x at B=128/256. Those roles launch as dependents (on DEPENDENT_LAUNCH_ARCHS only). The large roles
 # measured 0.999-1.003x at T_b=2/4 and stay plain: no gain to pay for the extra field.
+#
+# Round 5 (rgdr_lean.py, session-2026-12-04a, bf16 decode steps, against the schedule above before it; every
+# candidate speculating and launched as a dependent): the tiled program with one row a lane is 1.077x at B=1
+# (3.05 -> 2.83 us) and 0.70-0.89x at B=2..8 (fp32: 1.000x at B=1); the streamed program with four rows a lane
+# is 1.091x at B=32 (23.29 -> 21.35 us), 1.005x at B=64, 0.97-0.99x at B=128/256, 0.965x at B=32 T_b=2. So bf16's
+# decode steps of one sequence and of 32..63 run those (RGDRSchedule.decode_steps); the small role's tiling and
+# the tiled large one at B=32 were 0.87x and 0.96x.
 
 
 #: The instruction cuts (RGDRTiling's fields) any program takes, and all five, two more a streamed one takes:
@@ -293,9 +309,11 @@ STREAM_CUTS: Mapping[str, Any] = MappingProxyType({**TILED_CUTS, "pingpong": Tru
 
 _SMALL = RGDRTiling(128, 16, 2, 8, **TILED_CUTS, dependent_launch=True)
 _SCHEDULES = {
-    4: (_SMALL, RGDRTiling(128, 16, 8, 4, **TILED_CUTS), 8, _SMALL, 32, 1, frozenset({"small", "large", "short"})),
+    4: (_SMALL, RGDRTiling(128, 16, 8, 4, **TILED_CUTS), 8, _SMALL, 32, 1, frozenset({"small", "large", "short"}), ()),
     2: (_SMALL, RGDRTiling(128, 16, 8, 4, **TILED_CUTS), 32,
-        RGDRTiling(128, 16, 8, 4, True, **STREAM_CUTS, dependent_launch=True), 32, 2, frozenset({"small", "short"})),
+        RGDRTiling(128, 16, 8, 4, True, **STREAM_CUTS, dependent_launch=True), 32, 2, frozenset({"small", "short"}),
+        ((1, 1, RGDRTiling(128, 16, 1, 8, False, True, **TILED_CUTS, dependent_launch=True)),
+         (32, 63, RGDRTiling(128, 16, 4, 6, True, True, **STREAM_CUTS, dependent_launch=True)))),
 }
 
 
@@ -307,18 +325,21 @@ def default_tiling(key: RGDRBuildKey) -> RGDRTiling:
 def default_schedule(key: RGDRBuildKey) -> RGDRSchedule:
     """The schedule rule: the table above; a variant the key cannot use (its tile does not
     divide head_v_dim, or the streaming layout would stage too many value rows) falls back
-    to the small tiling, and on an arch without programmatic dependent launch every role is
+    to the small tiling (a decode-step tiling to the size rule), and on an arch without programmatic dependent launch every role is
     launched plainly (same bits)."""
-    small, large, n, short_or_none, short_n, short_tokens, speculating = _SCHEDULES[_ELEM_BYTES[key.state_dtype]]
+    small, large, n, short_or_none, short_n, short_tokens, speculating, steps = (
+        _SCHEDULES[_ELEM_BYTES[key.state_dtype]])
     short: RGDRTiling | None = short_or_none
     if key.arch not in DEPENDENT_LAUNCH_ARCHS:  # the table's dependent launches are Hopper's
         small, large = replace(small, dependent_launch=False), replace(large, dependent_launch=False)
         short = None if short is None else replace(short, dependent_launch=False)
+        steps = tuple((lo, hi, replace(t, dependent_launch=False)) for lo, hi, t in steps)
     if rgdr_refusal(key, large) is not None:
         large = small
     if short is not None and rgdr_refusal(key, short) is not None:
         short = None
-    return RGDRSchedule(small, large, n, short, short_n, short_tokens, speculating)
+    steps = tuple(step for step in steps if rgdr_refusal(key, step[2]) is None)
+    return RGDRSchedule(small, large, n, short, short_n, short_tokens, speculating, steps)
 
 
 def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | None:
@@ -531,8 +552,8 @@ def build_rgdr(key: RGDRBuildKey, tiling: RGDRTiling | RGDRSchedule | None = Non
         import torch
 
         tilings = schedule.tilings()
-        # A schedule's tilings (up to three, and the speculative twins of the roles that
-        # speculate: up to six) compile concurrently: where cores allow, a first call waits
+        # A schedule's tilings (up to three, the speculative twins of the roles that speculate
+        # and the decode steps' own: up to eight) compile concurrently: where cores allow, a first call waits
         # for the slowest compile, not for their sum.
         built = compile_many([functools.partial(compile_one, t) for t in tilings])
         failed = next((b for b in built if isinstance(b, BaseException)), None)
