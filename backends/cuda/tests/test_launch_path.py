@@ -38,7 +38,11 @@ def _key(**kw):
 
 
 def _role_name(schedule, tiling):
-    """"small", "large" or "short", with "+speculate" for a role's speculative twin."""
+    """"small", "large" or "short", with "+speculate" for a role's speculative twin; "decode<lo>-<hi>"
+    for the tiling of a range of decode steps (``RGDRSchedule.decode_steps``)."""
+    for lo, hi, own in schedule.decode_steps:
+        if tiling == own:
+            return f"decode{lo}-{hi}"
     plain = dataclasses.replace(tiling, speculate=False)
     role = "small" if plain == schedule.small else "large" if plain == schedule.large else "short"
     return role + ("+speculate" if tiling.speculate else "")
@@ -103,12 +107,15 @@ def test_run_picks_the_schedules_tiling_and_splits_streamed_key_heads_to_fill_th
         name = _role_name(sched, want)
         assert rec[name].calls, (lengths, name)
     # 32 sequences x 2 key heads = 64 programs before splitting; 8 per SM x 4 SMs = 32 wanted: 1 split.
-    decode = _role_name(sched, sched.pick(32, 32))  # the short role, or its speculative twin
-    assert decode.startswith("short") and rec[decode].calls[-1][-1] == 1
+    # (bf16's decode steps of 32..63 sequences run their own streamed tiling; from 64 the short role's twin.)
+    tiling = sched.pick(32, 32)
+    decode = _role_name(sched, tiling)
+    assert decode == "decode32-63" and tiling.stream and rec[decode].calls[-1][-1] == 1
+    assert _role_name(sched, sched.pick(64, 64)) == "short+speculate"
     small_gpu, rec2 = _launcher(key, sm_count=132)
     t = _call([1] * 32, key)
     small_gpu.run(*_interface_args(t), torch.empty_like(t["value"]))
-    chunks = key.num_v_heads // key.num_k_heads * key.head_v_dim // sched.short.block_v
+    chunks = key.num_v_heads // key.num_k_heads * key.head_v_dim // tiling.block_v
     assert rec2[decode].calls[-1][-1] == min(chunks, -(-8 * 132 // 64))
 
 
