@@ -1,3 +1,3 @@
 el hfstatic
-timeout -s INT 200 python3 -m pytest -rA -n 6 -p no:cacheprovider tests/test_transformers_static_decode_gpu.py > "$out/static_decode_gpu_pytest.log" 2>&1; grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$out/static_decode_gpu_pytest.log" | tail -30
+timeout -s INT ${HFSTATIC_TEST_S:-200} python3 -m pytest -rA -n 6 -p no:cacheprovider tests/test_transformers_static_decode_gpu.py > "$out/static_decode_gpu_pytest.log" 2>&1; grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$out/static_decode_gpu_pytest.log" | tail -30
 timeout -s INT 200 python3 benchmarks/hf_gpu_decode.py --variants qwen3_5_moe --batches 1 --setups tileops hf_torch --no-prefill --reps 10 --out "$out/qwen3_5_moe" > "$out/qwen3_5_moe_check.log" 2>&1; grep -v TileLang "$out/qwen3_5_moe_check.log" | tail -45

@@ -75,10 +75,11 @@ CONTIGUOUS = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="para
 PAGED = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
          ("gather", DecodeSchedule(paged_tiles="gather", combine="parallel"))]
 
-#: (B, context, paged): the issue's range, B = 1 … 64 at 4k … 32k, both layouts.
+#: (B, context, paged): the issue's range, B = 1 … 64 at 4k … 32k, both layouts; the last three, the small
+#: batches between B=1 (where the light program is the rule's) and B=16, for where its rule should end.
 ROWS = [(1, 4096, False), (1, 32768, False), (16, 8192, False), (64, 4096, False), (1, 8192, False),
         (64, 32768, False), (1, 4096, True), (8, 32768, True), (64, 16384, True), (16, 8192, True),
-        (1, 32768, True), (64, 32768, True)]
+        (1, 32768, True), (64, 32768, True), (2, 8192, False), (4, 8192, False), (8, 4096, False)]
 
 NAMES = ("query", "key", "value", "key_cache", "value_cache", "cache_seqlens", "block_table")
 BF16_TOLERANCE = 1.6e-2  # the conformance suite's bfloat16 relative tolerance
