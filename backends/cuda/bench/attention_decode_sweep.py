@@ -35,7 +35,8 @@ Candidates (``DecodeSchedule`` fields): contiguous ``serial`` (2 stages, serial 
 ``par`` (parallel combine), ``par-3st`` (3 stages, parallel combine), ``par-bh16`` (the light split
 program: 16 score rows, the rule's B=1 schedule); paged (16-token blocks)
 ``serial`` (16-position tiles, 8 stages, serial combine), ``par`` (same tiles, parallel
-combine), ``gather`` (64-position tiles gathered from 4 blocks, parallel combine).
+combine), ``gather`` (64-position tiles gathered from 4 blocks, parallel combine), ``gather-bh16`` (the light
+program's 32-position tiles gathered from 2 blocks).
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ CONTIGUOUS = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="para
               ("par-3st", DecodeSchedule(stages=3, combine="parallel")),
               ("par-bh16", DecodeSchedule(combine="parallel", block_h=16))]
 PAGED = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
-         ("gather", DecodeSchedule(paged_tiles="gather", combine="parallel"))]
+         ("gather", DecodeSchedule(paged_tiles="gather", combine="parallel")),
+         ("gather-bh16", DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16))]
 
 #: (B, context, paged): the issue's range, B = 1 … 64 at 4k … 32k, both layouts; the last three, the small
 #: batches between B=1 (where the light program is the rule's) and B=16, for where its rule should end.

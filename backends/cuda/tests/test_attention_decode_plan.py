@@ -233,13 +233,19 @@ def test_the_light_schedule_gets_sixteen_score_rows_fitting_three_an_sm_and_plan
     assert [split_plan(1, 2, n, 32, H200_SMS * tiling.resident)[0] for n in (4096, 8192)] == [64, 64]
 
 
-def test_a_paged_key_pinning_the_light_program_is_refused():
-    from tileops_cuda.kernels.attention_decode import DecodeSchedule
+@pytest.mark.parametrize("block,tiles,page,gather,block_n", [
+    (16, "gather", 16, True, 32), (48, "gather", 48, True, 32), (1, "gather", 1, True, 32),
+    (16, "block", 0, False, 32), (32, "block", 32, False, 32), (64, "gather", 64, False, 32), (128, "block", 128, False, 32),
+])
+def test_the_light_program_pages_32_position_tiles_inside_a_block_or_gathers_them(block, tiles, page, gather, block_n):
+    from tileops_cuda.kernels.attention_decode import LIGHT_TILING, DecodeSchedule, split_tiling
 
-    schedule = DecodeSchedule(block_h=16)
-    reason = decode_refusal(_key(paged=True, table_dtype="int32", schedule=schedule))
-    assert reason.endswith("is written for the contiguous layout (block_h=16); pin a paged key to block_h=64")
-    assert decode_refusal(_key(schedule=schedule)) is None
+    schedule = DecodeSchedule(paged_tiles=tiles, combine="parallel", block_h=16)
+    key = _key(paged=True, table_dtype="int32", schedule=schedule)
+    assert decode_refusal(key) is None
+    got_page, tiling = split_tiling(key, schedule, block)
+    assert (got_page, tiling.gather, tiling.block_n, tiling.block_h) == (page, gather, block_n, 16)
+    assert tiling.launch_bound == LIGHT_TILING.launch_bound and tiling.stages == (1 if gather else 2)
 
 
 def test_a_group_wider_than_the_light_programs_rows_is_refused():

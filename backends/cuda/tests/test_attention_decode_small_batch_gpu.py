@@ -1,6 +1,6 @@
 """The attention decode's light split program (issue 21; ``DecodeSchedule.block_h=16``: one mma
-row tile, registers for three programs an SM; the rule's schedule at B=1) against a float64
-reference on the GPU (skips without one).
+row tile, registers for three programs an SM; the rule's schedule at contiguous B=1; over paged
+blocks a candidate) against a float64 reference on the GPU (skips without one).
 
 As ``test_attention_gpu.py``: a NaN-poisoned ``out``, NaN in every cache slot no sequence reads,
 outputs at the conformance suite's tolerances, the caches bit for bit. Beyond it: lengths at the
@@ -25,8 +25,10 @@ DECODE = "AttentionDecodeFwdOp"
 _MAX_TOKENS = 1 << 18  # as test_attention_gpu.py: larger rows are the bench's
 _NAMES = ("query", "key", "value", "key_cache", "value_cache", "cache_seqlens", "block_table")
 
-#: The candidates by the sweep's names.
-CANDIDATES = {"par-bh16": DecodeSchedule(combine="parallel", block_h=16)}
+#: The candidates by the sweep's names: the light program (16-token paged blocks: loaded row by row), and over
+#: paged blocks gathered (``light_page_layout``; contiguous keys run the same program as ``par-bh16``).
+CANDIDATES = {"par-bh16": DecodeSchedule(combine="parallel", block_h=16),
+              "gather-bh16": DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16)}
 _PARALLEL = DecodeSchedule(combine="parallel")
 
 
@@ -112,6 +114,16 @@ _RAGGED = [1, 63, 64, 65, _CAPACITY - 1, 0, -1, 128, -1]
 def test_ragged_lengths_at_any_split_count_match_the_float64_reference(name, splits, arch, cuda_device, gen):
     schedule = dataclasses.replace(CANDIDATES[name], splits=splits)
     _check(decode_batch(cuda_device[0], gen, _RAGGED, capacity=_CAPACITY), None, arch, schedule)
+
+
+@pytest.mark.parametrize("block", [16, 64])
+@pytest.mark.parametrize("name", CANDIDATES)
+def test_paged_ragged_lengths_match_the_float64_reference(name, block, arch, cuda_device, gen):
+    """16-token blocks (vLLM's), which the light program gathers (``par-bh16``: loads row by row),
+    and 64-token blocks, whole 32-position tiles of one block, with the tile edges, padding and an
+    empty cache. (Three programs, compiled here: a paged program compiles per block size.)"""
+    schedule = dataclasses.replace(CANDIDATES[name], splits=4)
+    _check(decode_batch(cuda_device[0], gen, _RAGGED, block=block), None, arch, schedule)
 
 
 @pytest.mark.parametrize("length", [20000, 32767])

@@ -101,6 +101,31 @@ def test_ptxas_fits_three_light_split_programs_an_sm_without_spills(tmp_path):
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
 
 
+_QWEN_PAGED = DecodeBuildKey("bfloat16", 16, 2, 256, True, "int32", "int32")
+
+
+def _light_paged_source(block: int, tiles: str) -> str:
+    from lowered_source import lowered_source
+
+    schedule = DecodeSchedule(paged_tiles=tiles, combine="parallel", block_h=16)
+    page, tiling = split_tiling(_QWEN_PAGED, schedule, block)
+    return lowered_source(lambda key: decode_split_program(key, tiling, page), _QWEN_PAGED)
+
+
+@pytest.mark.parametrize("block,tiles,bulk", [(16, "gather", False), (64, "gather", True), (16, "block", False)],
+                         ids=["gathered", "inside-a-block", "row-by-row"])
+def test_the_light_paged_split_program_multiplies_on_mma_and_reads_the_block_table(block, tiles, bulk):
+    source = _light_paged_source(block, tiles)
+    assert "tl::mma_sync<" in source and "wgmma" not in source and "block_table[" in source
+    assert ("tma_load(" in source) == bulk
+    assert re.search(r"__launch_bounds__\(\d+, 3\)", source)
+
+
+def test_ptxas_fits_three_gathered_light_split_programs_an_sm_without_spills(tmp_path):
+    report = _ptxas_report(_light_paged_source(16, "gather"), tmp_path)
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
+
+
 def test_the_contiguous_split_program_reads_no_block_table():
     assert "block_table[" not in _decode_split_source(DecodeSchedule(combine="parallel"))
 

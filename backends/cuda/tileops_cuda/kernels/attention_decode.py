@@ -51,7 +51,7 @@ assert MAX_SPLITS <= COMBINE_THREADS  # the parallel combine gives each split on
 COMBINES = ("serial", "parallel")
 
 #: Score rows of a split program: 64 (one wgmma tile, the group's query heads zero-padded) or 16
-#: (the light program, one mma tile: for groups of at most 16 query heads, contiguous layout).
+#: (the light program, one mma tile: for groups of at most 16 query heads).
 SCORE_ROWS = (64, 16)
 
 #: The light program's head sizes are multiples of this: its 4 warps split the value product's
@@ -74,7 +74,7 @@ class DecodeSchedule:
     :data:`PAGED_TILES`. ``combine``: one of :data:`COMBINES`. ``min_split_tiles``: the fewest
     tiles :func:`split_plan` gives a split (fewer, longer splits: less setup and combine work).
     ``splits``: a pinned split count (a sweep's candidate), else the plan's. ``block_h``: one of
-    :data:`SCORE_ROWS`; 16 is the light split program (contiguous keys; 2 stages).
+    :data:`SCORE_ROWS`; 16 is the light split program (2 stages; paged: :func:`light_page_layout`).
     """
 
     stages: int = 2
@@ -170,6 +170,8 @@ LIGHT_TILING = DecodeTiling(block_h=16, block_n=32, stages=2, resident=1, launch
 #: nothing over two, and on the paged layout (16-token blocks) the gathered tiles, two programs to
 #: a multiprocessor, are 1.35-1.57x faster on every row. The light program at B=1 (2026-12-03,
 #: ``session-2026-12-03h/decsmall_sweep.log``): 1.11x at 4k, 1.14x at 8k, even at 32k.
+#: (The light program over the paged layout, :func:`light_page_layout`, is the sweep's
+#: ``paged/gather-bh16``: in no rule until the GPU measures it.)
 SCHEDULE_RULES: tuple[ScheduleRule, ...] = (
     ScheduleRule(DecodeSchedule(combine="parallel", block_h=16), paged=False, max_batch=1),
     ScheduleRule(DecodeSchedule(combine="parallel"), paged=False),
@@ -200,16 +202,28 @@ def page_layout(block_size: int, paged_tiles: str = "block") -> tuple[int, Decod
     return 0, DecodeTiling()
 
 
+def light_page_layout(block_size: int, paged_tiles: str = "block") -> tuple[int, DecodeTiling]:
+    """``(page, tiling)`` of the light program (:data:`LIGHT_TILING`) for blocks of ``block_size``
+    tokens, as :func:`page_layout` lays out the 64-row one: 32-position tiles inside one block (one
+    bulk copy) where 32 divides the block; for other block sizes (vLLM's 16) the tiles gathered
+    row by row with asynchronous copies (``gather``, one stage, as the 64-row gathered program) or
+    loaded row by row (``block``: page 0, the mma's 32 columns leave no smaller tile)."""
+    if block_size % LIGHT_TILING.block_n == 0:
+        return block_size, LIGHT_TILING
+    if paged_tiles == "gather":
+        return block_size, dataclasses.replace(LIGHT_TILING, stages=1, gather=True)
+    return 0, LIGHT_TILING
+
+
 def split_tiling(key: DecodeBuildKey, schedule: DecodeSchedule, block_size: int | None) -> tuple[int | None, DecodeTiling]:
     """``(page, tiling)`` of the split program a call with ``schedule`` runs: contiguous
     (``block_size`` None) or paged."""
+    light = schedule.block_h != default_tiling(key).block_h
     if block_size is None:
-        page, tiling = None, dataclasses.replace(default_tiling(key), stages=schedule.stages)
-        if schedule.block_h != tiling.block_h:
-            tiling = LIGHT_TILING
-    else:
-        page, tiling = page_layout(block_size, schedule.paged_tiles)
-    return page, tiling
+        return None, LIGHT_TILING if light else dataclasses.replace(default_tiling(key), stages=schedule.stages)
+    if light:
+        return light_page_layout(block_size, schedule.paged_tiles)
+    return page_layout(block_size, schedule.paged_tiles)
 
 
 def decode_refusal(key: DecodeBuildKey) -> str | None:
@@ -229,14 +243,11 @@ def decode_refusal(key: DecodeBuildKey) -> str | None:
 
 def schedule_refusal(key: DecodeBuildKey, schedule: DecodeSchedule) -> str | None:
     """Why ``schedule`` cannot serve ``key`` (a key the kernels serve), or None: the light program
-    (``block_h`` 16) is written for the contiguous layout, groups of at most 16 query heads and
-    head sizes its warps split. A pinned schedule's refusal is the key's; a rule's lets the call
-    fall through to the next rule (:func:`schedule_for`)."""
+    (``block_h`` 16) is written for groups of at most 16 query heads and head sizes its warps
+    split. A pinned schedule's refusal is the key's; a rule's lets the call fall through to the
+    next rule (:func:`schedule_for`)."""
     name = "attention decode TileLang kernel"
     light = schedule.block_h != default_tiling(key).block_h
-    if key.paged and light:
-        return (f"{name}: {schedule} is written for the contiguous layout (block_h=16); "
-                f"pin a paged key to block_h=64")
     if light and key.num_q_heads // key.num_kv_heads > schedule.block_h:
         return (f"{name}: {key.num_q_heads // key.num_kv_heads} query heads a key/value head exceed "
                 f"DecodeSchedule.block_h={schedule.block_h}; pin block_h=64")
