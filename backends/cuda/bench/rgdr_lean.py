@@ -42,7 +42,7 @@ from tileops_cuda.kernels._common import compile_many
 from tileops_cuda.kernels.rgdr import RGDRTiling, build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
-ROWS = [(1, 1), (2, 1), (4, 1), (8, 1), (32, 1), (64, 1), (128, 1), (256, 1), (32, 2), (64, 2), (128, 2),
+ROWS = [(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (32, 1), (64, 1), (128, 1), (256, 1), (32, 2), (64, 2), (128, 2),
         (256, 2), (128, 4), (256, 4)]
 
 
