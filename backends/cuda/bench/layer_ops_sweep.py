@@ -110,10 +110,13 @@ def _conv_varlen_candidates() -> list[dict[str, Any]]:
     these vary the threads. First the registered shape without TileLang's bounds checks
     (``unchecked_index``; helper unchecked-kernels, NOTES "Unchecked accesses in the memory-bound
     kernels": 2352 -> 1480 static SASS instructions, the group loop 1845 -> 1011, at 4k 8 sequences)."""
-    return [{"unchecked_index": True}, {"threads": 256}, {"threads": 64}]
+    return [{"dependent_launch": True}, {"unchecked_index": True}, {"threads": 256}, {"threads": 64}]
 
-#: The registered decode-conv shape (block_shapes.py) without TileLang's bounds checks.
+#: The registered decode-conv shape (block_shapes.py): without TileLang's bounds checks (registered), and that
+#: launched as a programmatic dependent (``dependent_launch``, seventeenth session: the launch and block
+#: scheduling of a call overlap the previous call's tail; RGDR's small roles gained 1.18-1.20x at 3-4 µs).
 _CONV_UNCHECKED = {"threads": 128, "registers": 0, "unchecked_index": True}
+_CONV_DEPENDENT = {**_CONV_UNCHECKED, "dependent_launch": True}
 
 #: QKNormRope at D=256 bf16 (16 q + 2 k heads): the registered entry is the lanes program at 40 registers
 #: (61-67% of the same-size copy on the H200; 4 rows a thread, 128 and 512 threads measured slower and are
@@ -145,7 +148,9 @@ _QK_CANDIDATES = [
 #: (ptxas for sm_90a: 48 registers at E=512, 38 at E=256, no spills: 32 warps an SM at 4096 tokens).
 #: First the registered shape without TileLang's bounds checks (``unchecked_index``: the row's loads and the
 #: outputs' stores lose their ``1 <= M`` guard, 1008 -> 992 static SASS instructions at E=512).
-_ROUTING_CANDIDATES = [{"program": "candidates", "tokens": 1, "unchecked_index": True},
+#: Then (seventeenth session) the registered shape launched as a programmatic dependent (``dependent_launch``).
+_ROUTING_CANDIDATES = [{"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
+                       {"program": "candidates", "tokens": 1, "unchecked_index": True},
                        *({"program": "candidates", "tokens": t} for t in (1, 2, 4, 8))]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
@@ -176,9 +181,10 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # measured no faster (results/session-2026-12-03d/conv_sweep.log) and were deleted.
     # First the registered shape without TileLang's bounds checks (``unchecked_index``: 80 -> 74 registers,
     # 4 of the token loop's guards gone; NOTES "Unchecked accesses in the memory-bound kernels").
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [_CONV_UNCHECKED, {"threads": 64},
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [_CONV_DEPENDENT, _CONV_UNCHECKED, {"threads": 64},
                                                     {"threads": 64, "registers": 0}, {"registers": 40}]),
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [_CONV_UNCHECKED, {"threads": 64}, {"registers": 0}]),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [_CONV_DEPENDENT, _CONV_UNCHECKED, {"threads": 64},
+                                                        {"registers": 0}]),
     # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, the next group in flight.
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", _conv_varlen_candidates()),

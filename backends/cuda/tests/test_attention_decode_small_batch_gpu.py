@@ -20,6 +20,7 @@ from tileops_cuda.kernels.attention_decode import DecodeBuildKey, DecodeSchedule
 
 from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
 from decode_cases import decode_batch, decode_reference, poison_unread
+from graph_replays import assert_replays_like_eager
 
 DECODE = "AttentionDecodeFwdOp"
 _MAX_TOKENS = 1 << 18  # as test_attention_gpu.py: larger rows are the bench's
@@ -197,15 +198,15 @@ def test_the_default_schedule_at_b1_chains_decode_steps_on_one_cache_in_a_cuda_g
                for n in want_caches)  # bits: the unread slots hold NaN
     caches, outs = fresh()
     start = {n: c.clone() for n, c in caches.items()}
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        chain(caches, outs)
-    for _ in range(2):
+
+    def reset() -> None:
         for n in caches:
             caches[n].copy_(start[n])
         for o in outs:
             o.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
+
+    def check() -> None:
         assert all(torch.equal(o, w) for o, w in zip(outs, want))
         assert all(torch.equal(caches[n].view(torch.int16), want_caches[n].view(torch.int16)) for n in caches)
+
+    assert_replays_like_eager(lambda: chain(caches, outs), reset, check)

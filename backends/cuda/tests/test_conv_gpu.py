@@ -20,6 +20,7 @@ from tileops_cuda.kernels.conv1d import (ConvUpdateBuildKey, ConvVarlenBuildKey,
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
 from catalogue_references import REFERENCES, TOLERANCE, relative_error  # noqa: E402
+from graph_replays import assert_replays_like_eager  # noqa: E402
 
 UPDATE, VARLEN = "CausalConv1dUpdateFwdOp", "CausalConv1dVarlenFwdOp"
 
@@ -351,3 +352,59 @@ def test_decode_captures_in_a_cuda_graph(arch, cuda_device, gen):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager_out) and torch.equal(state, eager_state)
+
+
+def _row_of(op: str, label: str) -> tuple[int, str]:
+    """A spec row's index and its first dtype case, by label."""
+    from tileops_core import load_manifest
+    from tileops_core.workloads import dtype_cases
+
+    row = next(r for r in load_manifest()[op].workloads if r.label == label)
+    return row.index, next(iter(dtype_cases(row)))
+
+
+@pytest.mark.parametrize("op,label", [(UPDATE, "qwen3.5-b256-t1"), (UPDATE, "qwen3.5-b256-t2-mtp"),
+                                      (VARLEN, "qwen3.5-prefill-4k-8seq")])
+def test_a_dependent_launch_program_chains_steps_on_one_pool_like_the_plain_program(op, label, arch, cuda_device,
+                                                                                   gen):
+    """``dependent_launch`` (a sweep candidate): four steps back to back with no synchronisation, each
+    reading the pool the step before wrote, then the four in a CUDA graph replayed twice. A program
+    that touched memory before the previous kernel ended would read a stale window: every step's
+    ``out`` and the pool must be the plain program's bits."""
+    import torch
+
+    from tileops_cuda.kernels._common import DEPENDENT_LAUNCH_ARCHS
+
+    if arch not in DEPENDENT_LAUNCH_ARCHS:
+        pytest.skip(f"{arch} has no programmatic dependent launch")
+    row_index, case = _row_of(op, label)
+    inputs, params = _instance(op, row_index, case, cuda_device[0], 11)
+    runs = {d: _launcher(op, inputs, params, arch, dependent_launch=d) for d in (False, True)}
+    start = inputs["conv_state"].clone()
+
+    def chain(run, pool, outs):
+        for out in outs:
+            _call(op, run, dict(inputs, conv_state=pool), params, out)
+
+    def fresh():
+        return start.clone(), [torch.full_like(inputs["x"], float("nan")) for _ in range(4)]
+
+    want_pool, want = fresh()
+    chain(runs[False], want_pool, want)
+    pool, outs = fresh()
+    chain(runs[True], pool, outs)
+    torch.cuda.synchronize()
+    bits = lambda t: t.view(torch.uint8)  # noqa: E731
+    assert all(torch.equal(bits(o), bits(w)) for o, w in zip(outs, want)) and torch.equal(bits(pool), bits(want_pool))
+    pool, outs = fresh()
+
+    def reset() -> None:
+        pool.copy_(start)
+        for o in outs:
+            o.fill_(float("nan"))
+
+    def check() -> None:
+        assert all(torch.equal(bits(o), bits(w)) for o, w in zip(outs, want))
+        assert torch.equal(bits(pool), bits(want_pool))
+
+    assert_replays_like_eager(lambda: chain(runs[True], pool, outs), reset, check)

@@ -63,3 +63,18 @@ def test_unchecked_index_drops_the_varlen_metadata_and_row_bounds_checks():
     for guard in ("if ((c_1 <= NI))", "if ((c_1 <= NH))", "if ((0 < S))", "+ r) < T) {",
                   "((0 <= (found[0] + found[3])) && ((found[0] + found[3]) < BM))"):
         assert guard in checked and guard not in unchecked, guard
+
+
+# ``dependent_launch`` (``_common.dependent_launch``): both programs wait for the stream's previous kernel before
+# their first memory access, and the plain programs have no such wait.
+@pytest.mark.parametrize("program,key,buffers", [
+    (conv_update_program, _UPDATE_MTP, "x|pool|weight|bias|seq_meta|slots|nacc|out"),
+    (conv_varlen_program, _VARLEN_CU, "x|pool|weight|bias|cu|slots|has_init|out"),
+], ids=["update", "varlen"])
+def test_a_dependent_launch_program_waits_before_its_first_memory_access(program, key, buffers):
+    from dataclasses import replace
+
+    from lowered_source import lowered_source, waits_before_its_first_memory_access
+
+    assert waits_before_its_first_memory_access(lowered_source(program, replace(key, dependent_launch=True)), buffers)
+    assert "cudaGridDependencySynchronize" not in lowered_source(program, key)

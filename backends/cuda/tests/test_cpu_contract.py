@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from tileops_cuda.kernels import gemm, group_norm, reduce_sum, rgdr, rmsnorm, silu_and_mul, softmax
+from tileops_cuda.kernels import conv1d, gemm, group_norm, reduce_sum, rgdr, rmsnorm, silu_and_mul, softmax
 
 
 def _key(**kw):
@@ -188,3 +188,11 @@ def test_rgdr_schedule_launches_as_a_dependent_only_where_the_arch_has_it(state)
                                  decode_steps=tuple((lo, hi, replace(t, dependent_launch=False))
                                                     for lo, hi, t in hopper.decode_steps))
         assert all(rgdr.rgdr_refusal(_key(state_dtype=state, arch=arch), t) is None for t in ampere.tilings())
+
+
+@pytest.mark.parametrize("key", [conv1d.ConvUpdateBuildKey("bfloat16", 256, 4, dependent_launch=True),
+                                 conv1d.ConvVarlenBuildKey("bfloat16", 256, 4, dependent_launch=True)],
+                         ids=["update", "varlen"])
+def test_a_conv_dependent_launch_is_refused_where_the_arch_has_none(key):
+    assert conv1d.conv_refusal(key) is None
+    assert conv1d.conv_refusal(replace(key, arch="sm_80")).endswith("not sm_80; build without dependent_launch")

@@ -22,16 +22,19 @@ from tileops_cuda.kernels.moe_topk_routing import MoETopKRoutingBuildKey, build_
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
 from catalogue_references import REFERENCES, TOLERANCE, relative_error  # noqa: E402
 
-#: The candidates program's block shapes in the sweep (tokens a program, one warp each), and the
-#: registered one without TileLang's bounds checks (``unchecked_index``): bit for bit the rounds
+#: The candidates program's block shapes in the sweep (tokens a program, one warp each), the
+#: registered one without TileLang's bounds checks (``unchecked_index``), and that launched as a
+#: programmatic dependent (``dependent_launch``, a sweep candidate): bit for bit the rounds
 #: program's outputs on every case below, as the checked programs are.
 SHAPES = [*({"program": "candidates", "tokens": t} for t in (1, 4, 8)),
-          {"program": "candidates", "tokens": 1, "unchecked_index": True}]
+          {"program": "candidates", "tokens": 1, "unchecked_index": True},
+          {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True}]
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 
 def _shape_id(shape: dict) -> str:
-    return f"tokens{shape['tokens']}" + ("-unchecked" if shape.get("unchecked_index") else "")
+    return (f"tokens{shape['tokens']}" + ("-unchecked" if shape.get("unchecked_index") else "")
+            + ("-dependent" if shape.get("dependent_launch") else ""))
 
 
 def _spec_rows() -> list:
@@ -89,8 +92,8 @@ def _route(key: MoETopKRoutingBuildKey, logits: torch.Tensor) -> tuple[torch.Ten
 def _assert_bits_of_rounds(key: MoETopKRoutingBuildKey, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``key``'s outputs equal the rounds program's bit for bit; returns them."""
     weights, ids = _route(key, logits)
-    want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False),
-                                    logits)
+    want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False,
+                                                        dependent_launch=False), logits)
     bits = _BITS[logits.dtype]
     rows = (ids != want_ids).any(1) | (weights.view(bits) != want_weights.view(bits)).any(1)
     assert not rows.any(), (f"{key}: {int(rows.sum())} of {logits.shape[0]} tokens differ from rounds, first "
@@ -186,7 +189,7 @@ def test_a_last_program_with_fewer_tokens_than_warps_writes_only_its_tokens(cuda
     weights = torch.full((T + 8, 10), float("nan"), dtype=torch.bfloat16, device="cuda")
     ids = torch.full((T + 8, 10), -1, dtype=torch.int64, device="cuda")
     build_moe_topk_routing(key).run(logits, 10, True, torch.int64, weights[:T], ids[:T])
-    want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False),
-                                    logits)
+    want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False,
+                                                        dependent_launch=False), logits)
     assert torch.equal(ids[:T], want_ids) and torch.equal(weights[:T].view(torch.int16), want_weights.view(torch.int16))
     assert weights[T:].isnan().all() and bool((ids[T:] == -1).all())

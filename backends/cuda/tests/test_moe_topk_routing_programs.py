@@ -57,7 +57,10 @@ def test_a_key_the_candidates_program_cannot_hold_falls_back_to_rounds(monkeypat
      "the candidates program holds a token in one warp (E=1024 in float32 takes 64 threads); use program='rounds'"),
     ({"program": "candidates", "top_k": 32}, "the candidates program ranks top_k + 1 <= 32 lanes (top_k=32)"),
     ({"unchecked_index": True}, "unchecked_index is a field of the candidates program (program='rounds'); drop it"),
-], ids=["program", "tokens", "experts", "top_k", "unchecked-rounds"])
+    ({"dependent_launch": True}, "dependent_launch is a field of the candidates program (program='rounds'); drop it"),
+    ({"program": "candidates", "dependent_launch": True, "arch": "sm_80"},
+     "dependent_launch needs programmatic dependent launch (sm_90, sm_90a), not sm_80; drop dependent_launch"),
+], ids=["program", "tokens", "experts", "top_k", "unchecked-rounds", "dependent-rounds", "dependent-sm80"])
 def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in moe_topk_routing_refusal(dataclasses.replace(_NEXT, **fields))
 
@@ -169,3 +172,12 @@ def test_a_key_that_falls_back_to_rounds_drops_unchecked_index():
     key = dataclasses.replace(_CANDIDATES, experts=1024, dtype="float32", unchecked_index=True)
     assert with_fitting_routing_program(key) == dataclasses.replace(key, program="rounds", tokens=0,
                                                                     unchecked_index=False)
+
+
+def test_a_dependent_launch_candidates_program_waits_before_its_first_memory_access():
+    from lowered_source import waits_before_its_first_memory_access
+
+    key = dataclasses.replace(_CANDIDATES, tokens=1, unchecked_index=True)
+    assert waits_before_its_first_memory_access(_lowered(dataclasses.replace(key, dependent_launch=True)),
+                                                "router_logits|topk_weights|topk_ids")
+    assert "cudaGridDependencySynchronize" not in _lowered(key)

@@ -7,6 +7,8 @@ import pytest
 from tileops_cuda.kernels.rgdr import STREAM_CUTS, TILED_CUTS, RGDRBuildKey, RGDRTiling, build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
+from graph_replays import assert_replays_like_eager
+
 # Each key covers a different corner of the build identity (dtypes, metadata style and
 # width, g / gk forms, accepted tokens, l2 norm, head dims).
 KEYS = {
@@ -368,13 +370,13 @@ def test_a_lean_candidate_launched_as_a_dependent_chains_steps_on_one_pool_like_
     assert torch.equal(pool, want_pool) and all(torch.equal(o, w) for o, w in zip(outs, want_outs))
     pool, outs = fresh()
     start = pool.clone()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        chain(lean, pool, outs)
-    for _ in range(2):
+
+    def reset() -> None:
         pool.copy_(start)
         for o in outs:
             o.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
+
+    def check() -> None:
         assert torch.equal(pool, want_pool) and all(torch.equal(o, w) for o, w in zip(outs, want_outs))
+
+    assert_replays_like_eager(lambda: chain(lean, pool, outs), reset, check)

@@ -18,7 +18,7 @@ presence pattern's signature. Nothing here synchronises: launches capture into C
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry
+from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, dependent_launch_refusal, direct_entry
 from .conv1d_program import conv_update_program, conv_varlen_program
 
 __all__ = ["ConvUpdateBuildKey", "ConvVarlenBuildKey", "build_conv_update", "build_conv_varlen", "conv_refusal",
@@ -57,6 +57,10 @@ class ConvUpdateBuildKey:
     #: registered update program has it (block_shapes.py: 1.04x on the H200); the varlen one
     #: lost 6-11% with it and keeps the checks.
     unchecked_index: bool = False
+    #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
+    #: the wait, then the release, before the first memory access), so its launch and block scheduling
+    #: overlap that kernel's tail; the same bits. A sweep candidate (Hopper only), in no block shape yet.
+    dependent_launch: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,9 @@ class ConvVarlenBuildKey:
     tokens: int = 4
     registers: int = 128
     chunk: int = 64
-    #: As ``ConvUpdateBuildKey.unchecked_index``.
+    #: As ``ConvUpdateBuildKey.unchecked_index`` and ``ConvUpdateBuildKey.dependent_launch``.
     unchecked_index: bool = False
+    dependent_launch: bool = False
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
@@ -109,6 +114,10 @@ def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
             key.tokens >= key.width - 1 and 0 < key.chunk <= _MAX_CHUNK and key.chunk % key.tokens == 0):
         return (f"{name}: tokens={key.tokens} must be at least W - 1 and chunk={key.chunk} a positive multiple "
                 f"of tokens up to {_MAX_CHUNK}; use the defaults")
+    if key.dependent_launch:
+        reason = dependent_launch_refusal(name, key.arch, "build without dependent_launch")
+        if reason is not None:
+            return reason
     return arch_refusal(name, key.arch)
 
 

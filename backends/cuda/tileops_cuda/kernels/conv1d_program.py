@@ -67,7 +67,7 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
-from ._common import annotate_pass_configs, block_scan_macro, programs_at_registers
+from ._common import annotate_pass_configs, block_scan_macro, dependent_launch, programs_at_registers
 
 if TYPE_CHECKING:
     from .conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey
@@ -172,6 +172,7 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
         with T.Kernel(NCB, NB + 1, threads=TH) as (bx, by):
             if key.registers:
                 T.annotate_min_blocks_per_sm(programs_at_registers(TH, key.registers))
+            dependent_launch(key.dependent_launch)
             tid = T.get_thread_binding()
             c0 = (bx * TH + tid) * VC
             red = T.alloc_shared((max(TH // 32, 1),), i32)
@@ -412,6 +413,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
         with T.Kernel(NCB, T.ceildiv(Tn, C), threads=TH) as (bx, by):
             if key.registers:
                 T.annotate_min_blocks_per_sm(programs_at_registers(TH, key.registers))
+            dependent_launch(key.dependent_launch)
             tid = T.get_thread_binding()
             c0 = (bx * TH + tid) * VC
             t0 = by * C

@@ -39,7 +39,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import ELEM_BYTES, annotate_pass_configs, arch_refusal
+from ._common import ELEM_BYTES, annotate_pass_configs, arch_refusal, dependent_launch, dependent_launch_refusal
 from ._launcher import RunLauncher, build_run_launcher
 
 __all__ = ["MoETopKRoutingBuildKey", "build_moe_topk_routing", "moe_topk_routing_refusal",
@@ -72,6 +72,10 @@ class MoETopKRoutingBuildKey:
     #: ``tl.disable_safe_memory_legalize``): every access is in bounds by construction (see
     #: ``_candidates_program``); registered (block_shapes.py: 1.01-1.06x on the H200).
     unchecked_index: bool = False
+    #: The candidates program launched as a programmatic dependent of the stream's previous kernel
+    #: (``_common.dependent_launch``): its launch and block scheduling overlap that kernel's tail, the
+    #: same bits. A sweep candidate (Hopper only), in no block shape yet.
+    dependent_launch: bool = False
 
 
 def _vec(dtype: str) -> int:
@@ -104,8 +108,13 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
                 "thread, 256 threads); use the reference")
     if key.program not in _PROGRAMS:
         return f"{_NAME}: program={key.program!r} is not one of {_PROGRAMS}"
-    if key.unchecked_index and key.program != "candidates":
-        return f"{_NAME}: unchecked_index is a field of the candidates program (program={key.program!r}); drop it"
+    for field in ("unchecked_index", "dependent_launch"):
+        if getattr(key, field) and key.program != "candidates":
+            return f"{_NAME}: {field} is a field of the candidates program (program={key.program!r}); drop it"
+    if key.dependent_launch:
+        reason = dependent_launch_refusal(_NAME, key.arch, "drop dependent_launch")
+        if reason is not None:
+            return reason
     if key.program == "candidates":
         why = _candidates_misfit(key)
         if why:
@@ -239,6 +248,7 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
         # no block-wide barrier (warps take different branches below).
         annotate_pass_configs(key.unchecked_index, {"tl.disable_thread_storage_sync": True})
         with T.Kernel(T.ceildiv(M, TOK), threads=32 * TOK) as bx:
+            dependent_launch(key.dependent_launch)
             tid = T.get_thread_binding()
             ev = T.alloc_local((PER,), f32)
             keys = T.alloc_local((PER,), i64)  # the rounds selection (the fallback)
