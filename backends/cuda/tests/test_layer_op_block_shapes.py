@@ -57,6 +57,16 @@ def test_a_table_row_without_an_entry_for_a_width_names_the_fix(monkeypatch):
         registered.TileLangZeroCentredRMSNorm.key(_norm_call(4096))
 
 
+@pytest.mark.parametrize("arch,dependent", [("sm_90", True), ("sm_90a", True), ("sm_80", False), ("sm_89", False)])
+def test_a_table_entrys_dependent_launch_holds_only_where_the_arch_has_it(monkeypatch, arch, dependent):
+    from tileops_cuda.kernels.conv1d import ConvUpdateBuildKey
+
+    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangCausalConv1dUpdate",
+                        ((None, {"threads": 128, "registers": 0, "unchecked_index": True, "dependent_launch": True}),))
+    key = with_block_shape("TileLangCausalConv1dUpdate", ConvUpdateBuildKey("bfloat16", 8192, 4, arch=arch), 16384)
+    assert key.dependent_launch == dependent and key.unchecked_index and conv_refusal(key) is None
+
+
 def test_the_block_shape_of_a_key_is_its_fields_after_the_arch():
     key = with_block_shape("TileLangGatedRMSNorm", gated_rmsnorm.GatedRMSNormBuildKey("bfloat16", 128), 256)
     assert block_shape_of(key) == {"threads": 0, "rows": 0, "programs": 0, "early_weight": True, "registers": 64,

@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ._common import DEPENDENT_LAUNCH_ARCHS
+
 __all__ = ["BLOCK_SHAPES", "block_shape_of", "with_block_shape"]
 
 #: Registered kernel class -> ((largest row width in bytes the entry serves, or None for any
@@ -69,9 +71,13 @@ def block_shape_of(key: Any) -> dict[str, Any]:
 
 
 def with_block_shape(kernel: str, key: Any, row_bytes: int) -> Any:
-    """``key`` with the block shape the table gives ``kernel`` at rows of ``row_bytes``."""
+    """``key`` with the block shape the table gives ``kernel`` at rows of ``row_bytes``; an entry's
+    ``dependent_launch`` only on the archs that have it (elsewhere the same program, launched
+    plainly: the same bits), so a Hopper measurement never turns another arch's key into a refusal."""
     for bound, fields in BLOCK_SHAPES[kernel]:
         if bound is None or row_bytes <= bound:
+            if fields.get("dependent_launch") and key.arch not in DEPENDENT_LAUNCH_ARCHS:
+                fields = {**fields, "dependent_launch": False}
             return dataclasses.replace(key, **fields)
     raise LookupError(f"block_shapes.BLOCK_SHAPES[{kernel!r}] has no entry for rows of {row_bytes} bytes; "
                       f"end its entries with a None bound")
