@@ -78,12 +78,25 @@ def test_a_kernel_raising_on_the_direct_call_is_named_with_its_backend_and_call_
     assert isinstance(info.value.__cause__, ZeroDivisionError)
 
 
-def test_a_kernel_returning_its_result_keeps_forward_and_step_7(fake_backend):
+def test_a_kernel_returning_its_result_is_called_directly_and_its_result_goes_through_step_7(fake_backend):
     fake_backend.kernel(RMSNormKernel, lambda x, weight, normalized_shape, eps: x, general=False)
     op = RMSNormFwdOp(normalized_shape=[8])
     with pytest.raises(CheckError, match="RMSNormFwdOp: output output shares storage with an input"):
         op(torch.randn(2, 8), None)
-    assert op.last_plan.bound[None].direct is None
+    assert op.last_plan.bound[None].direct is not None
+    with pytest.raises(CheckError, match="RMSNormFwdOp: output output shares storage with an input"):
+        op(torch.randn(2, 8), None)  # the direct call: the same step 7
+
+
+def test_a_kernel_returning_a_right_result_returns_it_from_the_direct_call(fake_backend):
+    got = []
+    fake_backend.kernel(RMSNormKernel, lambda x, weight, normalized_shape, eps: got.append(eps) or x * 2,
+                        general=False)
+    op = RMSNormFwdOp(normalized_shape=[8], eps=1e-3)
+    x = torch.randn(2, 8)
+    op(x, None)
+    assert op.last_plan.bound[None].direct is not None
+    assert torch.equal(op(x, None), x * 2) and got == [1e-3, 1e-3]
 
 
 def test_an_argument_that_requires_grad_keeps_the_general_path(seen):

@@ -246,7 +246,7 @@ class Op:
         if bound is None:
             bound = self._bind(plan, target)
         direct = bound.direct
-        if direct is not None:  # forward is one launch of a kernel writing fresh outputs: step 7 holds by construction
+        if direct is not None:  # forward is one launch: its kernel, then fresh outputs or step 7 (bind_direct)
             return direct(values, self)
         previous = getattr(CURRENT, "call", None)
         CURRENT.call = (self, plan, bound, values)

@@ -79,7 +79,7 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
         #: Which implementation serves each bound interface (``tileops explain``, tests).
         self.kernels: dict[type[KernelInterface], type[KernelInterface]] = {}
         #: ``direct(values, op) -> outputs``: the op's whole call after step 5 where its forward is
-        #: one launch (:mod:`.one_launch`) of a kernel that writes its outputs (:meth:`bind_direct`).
+        #: one launch (:mod:`.one_launch`) of a kernel that needs no contiguity copy (:meth:`bind_direct`).
         self.direct: Callable[[Sequence[Any], Any], Any] | None = None
 
     def __missing__(self, interface: type[KernelInterface]) -> Callable[..., Any]:
@@ -99,20 +99,23 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
 
     def bind_direct(self, launch: OneLaunch) -> None:
         """Bind ``launch.interface`` (selecting its kernel now, as the first launch would) and,
-        where its kernel writes the outputs the plan allocates and needs no contiguity copy, set
-        :attr:`direct`: the kernel called with the op's arguments, its params and fresh outputs.
+        where its kernel needs no contiguity copy, set :attr:`direct`: the kernel called with the
+        op's arguments and its params, then either fresh outputs (a kernel that writes the outputs
+        the plan allocates) or step 7 on what it returns (a kernel that returns its outputs).
 
         What ``forward`` and the launcher would do per call is done once here: the arguments'
-        arrangement is the forward's own (:class:`OneLaunch`), the outputs' shapes are the plan's,
-        and the result is right by construction (step 7 has nothing to check: fresh storage,
-        planned metadata). The params are read from the op on every call, as ``forward`` reads them.
+        arrangement is the forward's own (:class:`OneLaunch`) and the outputs' shapes are the
+        plan's. Written into fresh outputs, the result is right by construction (step 7 has nothing
+        to check: fresh storage, planned metadata); returned, it goes through the plan's step 7 as
+        after ``forward``. The params are read from the op on every call, as ``forward`` reads them.
+        A kernel writing outputs the plan does not allocate keeps the general path.
         """
         interface = launch.interface
         impl, kernel, call = self._select(interface)
         self[interface] = _launcher(self.plan, interface, impl, kernel, call, self.plan.written_args)
         plan = self.plan
-        if not (getattr(impl, "writes_outputs", False) and plan.fresh_outputs) or (
-                plan.copies_needed and interface.needs_contiguous):
+        writes = getattr(impl, "writes_outputs", False)
+        if (writes and not plan.fresh_outputs) or (plan.copies_needed and interface.needs_contiguous):
             return
         names = launch.params
         params: Callable[[Any], tuple[Any, ...]]
@@ -125,6 +128,26 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
             def params(op: Any) -> tuple[Any, ...]:
                 return ()
         raised = _kernel_error(plan, impl, call)
+        if not writes:
+            check = plan.check_outputs
+            current = CURRENT
+
+            def direct_returning(values: Sequence[Any], op: Any) -> Any:
+                # The call stays current while the kernel runs, as under forward: a kernel may read
+                # it (``current_call()``: the plan's device, the op's construction tensors).
+                previous = getattr(current, "call", None)
+                current.call = (op, plan, self, values)
+                try:
+                    result = kernel(*values, *params(op))
+                except TileOpsError:
+                    raise
+                except Exception as exc:
+                    raise raised(exc) from exc
+                finally:
+                    current.call = previous
+                return check(result, values)
+            self.direct = direct_returning
+            return
         allocs = plan.fresh_allocators()
         if len(allocs) == 1:
             alloc = allocs[0]
