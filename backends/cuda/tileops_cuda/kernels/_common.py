@@ -9,6 +9,7 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "compile_prim_func",
     "dependent_launch",
     "dependent_launch_refusal",
+    "launchable_on",
     "DEPENDENT_LAUNCH_ARCHS",
     "direct_entry",
     "dtype_name",
@@ -76,13 +78,23 @@ def dependent_launch(on: bool) -> None:
         T.evaluate(T.pdl_trigger())
 
 
-def dependent_launch_refusal(kernel: str, arch: str, fix: str) -> str | None:
-    """Why a program asking for :func:`dependent_launch` cannot be built for ``arch`` (None where
-    it can): the refusal of every kernel that takes the field, ending in the ``fix`` it names."""
-    if arch in DEPENDENT_LAUNCH_ARCHS:
+def dependent_launch_refusal(on: bool, kernel: str, arch: str, fix: str) -> str | None:
+    """Why a program asking (``on``) for :func:`dependent_launch` cannot be built for ``arch`` (None
+    where it can, or does not ask): the refusal of every kernel that takes the field, ending in the
+    ``fix`` it names."""
+    if not on or arch in DEPENDENT_LAUNCH_ARCHS:
         return None
     return (f"{kernel}: dependent_launch needs programmatic dependent launch ({', '.join(DEPENDENT_LAUNCH_ARCHS)}), "
             f"not {arch}; {fix}")
+
+
+def launchable_on(arch: str, config: Any) -> Any:
+    """``config`` (a frozen tiling or build key) as ``arch`` can launch it: a ``dependent_launch``
+    field dropped where the arch has no programmatic dependent launch (the same program, launched
+    plainly: the same bits), so a setting measured on Hopper never becomes a refusal elsewhere."""
+    if getattr(config, "dependent_launch", False) and arch not in DEPENDENT_LAUNCH_ARCHS:
+        return replace(config, dependent_launch=False)
+    return config
 
 
 def annotate_pass_configs(unchecked_index: bool, others: dict[str, bool] | None = None) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ._common import DEPENDENT_LAUNCH_ARCHS
+from ._common import launchable_on
 
 __all__ = ["BLOCK_SHAPES", "block_shape_of", "with_block_shape"]
 
@@ -76,8 +76,6 @@ def with_block_shape(kernel: str, key: Any, row_bytes: int) -> Any:
     plainly: the same bits), so a Hopper measurement never turns another arch's key into a refusal."""
     for bound, fields in BLOCK_SHAPES[kernel]:
         if bound is None or row_bytes <= bound:
-            if fields.get("dependent_launch") and key.arch not in DEPENDENT_LAUNCH_ARCHS:
-                fields = {**fields, "dependent_launch": False}
-            return dataclasses.replace(key, **fields)
+            return launchable_on(key.arch, dataclasses.replace(key, **fields))
     raise LookupError(f"block_shapes.BLOCK_SHAPES[{kernel!r}] has no entry for rows of {row_bytes} bytes; "
                       f"end its entries with a None bound")

@@ -114,11 +114,8 @@ def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
             key.tokens >= key.width - 1 and 0 < key.chunk <= _MAX_CHUNK and key.chunk % key.tokens == 0):
         return (f"{name}: tokens={key.tokens} must be at least W - 1 and chunk={key.chunk} a positive multiple "
                 f"of tokens up to {_MAX_CHUNK}; use the defaults")
-    if key.dependent_launch:
-        reason = dependent_launch_refusal(name, key.arch, "build without dependent_launch")
-        if reason is not None:
-            return reason
-    return arch_refusal(name, key.arch)
+    return (dependent_launch_refusal(key.dependent_launch, name, key.arch, "build without dependent_launch")
+            or arch_refusal(name, key.arch))
 
 
 def fitted_to_width(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey:

@@ -111,10 +111,9 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
     for field in ("unchecked_index", "dependent_launch"):
         if getattr(key, field) and key.program != "candidates":
             return f"{_NAME}: {field} is a field of the candidates program (program={key.program!r}); drop it"
-    if key.dependent_launch:
-        reason = dependent_launch_refusal(_NAME, key.arch, "drop dependent_launch")
-        if reason is not None:
-            return reason
+    reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
+    if reason is not None:
+        return reason
     if key.program == "candidates":
         why = _candidates_misfit(key)
         if why:

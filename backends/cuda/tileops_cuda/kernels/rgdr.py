@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 from ._common import ELEM_BYTES as _ELEM_BYTES
 from ._common import SUPPORTED_ARCHS as _SUPPORTED_ARCHS
 from ._common import (
-    DEPENDENT_LAUNCH_ARCHS, cached_build, compile_many, compile_prim_func, dependent_launch_refusal, direct_entry,
+    cached_build, compile_many, compile_prim_func, dependent_launch_refusal, direct_entry, launchable_on,
 )
 from .rgdr_program import L2NORM_EPS, rgdr_program
 
@@ -325,15 +325,14 @@ def default_tiling(key: RGDRBuildKey) -> RGDRTiling:
 def default_schedule(key: RGDRBuildKey) -> RGDRSchedule:
     """The schedule rule: the table above; a variant the key cannot use (its tile does not
     divide head_v_dim, or the streaming layout would stage too many value rows) falls back
-    to the small tiling (a decode-step tiling to the size rule), and on an arch without programmatic dependent launch every role is
-    launched plainly (same bits)."""
+    to the small tiling (a decode-step tiling to the size rule), and on an arch without
+    programmatic dependent launch every role is launched plainly (same bits)."""
     small, large, n, short_or_none, short_n, short_tokens, speculating, steps = (
         _SCHEDULES[_ELEM_BYTES[key.state_dtype]])
     short: RGDRTiling | None = short_or_none
-    if key.arch not in DEPENDENT_LAUNCH_ARCHS:  # the table's dependent launches are Hopper's
-        small, large = replace(small, dependent_launch=False), replace(large, dependent_launch=False)
-        short = None if short is None else replace(short, dependent_launch=False)
-        steps = tuple((lo, hi, replace(t, dependent_launch=False)) for lo, hi, t in steps)
+    small, large = launchable_on(key.arch, small), launchable_on(key.arch, large)  # the table's are Hopper's
+    short = None if short is None else launchable_on(key.arch, short)
+    steps = tuple((lo, hi, launchable_on(key.arch, t)) for lo, hi, t in steps)
     if rgdr_refusal(key, large) is not None:
         large = small
     if short is not None and rgdr_refusal(key, short) is not None:
@@ -366,10 +365,10 @@ def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | N
             f"RGDR TileLang kernel: head_v_dim={key.head_v_dim} must be a multiple of the "
             f"value tile ({tiling.block_v}); use the reference"
         )
-    if tiling.dependent_launch:
-        reason = dependent_launch_refusal("RGDR TileLang kernel", key.arch, "drop dependent_launch")
-        if reason is not None:
-            return reason
+    reason = dependent_launch_refusal(tiling.dependent_launch, "RGDR TileLang kernel", key.arch,
+                                      "drop dependent_launch")
+    if reason is not None:
+        return reason
     for field in ("pingpong", "flat_rows"):
         if getattr(tiling, field) and not tiling.stream:
             return f"RGDR TileLang kernel: {field} is a streaming-layout field; set stream=True or drop it"
