@@ -1,6 +1,6 @@
 el decsmall
 # decsmall (issue 21): the attention decode's light split program (DecodeSchedule.block_h=16: 16 score rows on mma,
-# registers for 3 programs an SM, the split plan filling 1), the rule's schedule at contiguous B=1;
+# registers for 3 programs an SM, the split plan filling 1, or 2 on long splits), the rule's schedule at B <= 8;
 # backends/cuda/NOTES.md "Attention decode at small batch". First its GPU tests (float64 on the spec rows and
 # ragged lengths at up to 256 splits, NaN-poisoned outputs, padding-only and empty batches, the default
 # schedule's B=1 decode steps chained in a CUDA graph), then the sweep on the contiguous rows of B <= 8 (B=1 at

@@ -62,7 +62,7 @@ from decode_cases import decode_batch, decode_reference, poison_unread  # noqa: 
 
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
 from tileops_cuda.kernels.attention_decode import (  # noqa: E402
-    DecodeSchedule, build_attention_decode, split_plan, split_tiling,
+    DecodeSchedule, build_attention_decode, planned_splits, split_tiling,
 )
 
 BLOCK = 16  # the paged rows' block size (vLLM's default)
@@ -201,7 +201,7 @@ def bench_row(B: int, context: int, paged: bool, timer: Timer, copy_bw: float, a
     for index, (label, schedule) in enumerate(cands):
         tiling = split_tiling(decode_key(block, arch), schedule, block)[1]
         block_n = tiling.block_n
-        planned = split_plan(B, NKV, capacity, block_n, sms * tiling.resident, schedule.min_split_tiles)[0]
+        planned = planned_splits(B, NKV, capacity, tiling, sms, schedule.min_split_tiles)[0]
         options = [None] if index == 0 else split_options(B, capacity, block_n, sms * tiling.resident)
         for pinned in options:
             if pinned == planned:

@@ -104,11 +104,13 @@ def test_the_first_matching_rule_picks_the_schedule_else_the_measured_default():
     assert schedule_for(_key(), 17, 8192, rules) == DecodeSchedule()
     assert schedule_for(_key(), 1, 8193, rules) == DecodeSchedule()
     assert schedule_for(_key(paged=True, table_dtype="int32"), 64, 32768, rules) == paged
-    # the measured rule: the light program at B=1, parallel combine everywhere, gathered paged tiles
-    assert schedule_for(_key(), 1, 4096) == DecodeSchedule(combine="parallel", block_h=16)
-    assert schedule_for(_key(), 2, 4096) == DecodeSchedule(combine="parallel")
-    assert schedule_for(_key(paged=True, table_dtype="int32"), 8, 32768) == DecodeSchedule(paged_tiles="gather",
-                                                                                            combine="parallel")
+    # the measured rule: the light program up to 8 sequences, parallel combine everywhere, gathered paged tiles
+    paged_key = _key(paged=True, table_dtype="int32")
+    for B in (1, 8):
+        assert schedule_for(_key(), B, 4096) == DecodeSchedule(combine="parallel", block_h=16)
+        assert schedule_for(paged_key, B, 32768) == DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16)
+    assert schedule_for(_key(), 9, 4096) == DecodeSchedule(combine="parallel")
+    assert schedule_for(paged_key, 9, 32768) == DecodeSchedule(paged_tiles="gather", combine="parallel")
 
 
 @pytest.mark.parametrize("changes,word", [
@@ -224,13 +226,34 @@ def test_a_call_shape_is_planned_once_and_one_split_needs_no_combine():
 
 
 def test_the_light_schedule_gets_sixteen_score_rows_fitting_three_an_sm_and_plans_one_an_sm():
-    from tileops_cuda.kernels.attention_decode import DecodeSchedule, split_tiling
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule, planned_splits, split_tiling
 
     page, tiling = split_tiling(_key(), DecodeSchedule(combine="parallel", block_h=16), None)
     assert page is None
     assert (tiling.block_h, tiling.block_n, tiling.stages, tiling.resident, tiling.launch_bound) == (16, 32, 2, 1, 3)
     # B=1 at 4k and 8k: 64 splits, 128 programs on the H200's 132 multiprocessors.
-    assert [split_plan(1, 2, n, 32, H200_SMS * tiling.resident)[0] for n in (4096, 8192)] == [64, 64]
+    assert [planned_splits(1, 2, n, tiling, H200_SMS)[0] for n in (4096, 8192)] == [64, 64]
+
+
+@pytest.mark.parametrize("batch,capacity,splits,tiles,two_an_sm", [
+    (1, 4096, 64, 2, False), (1, 8192, 64, 4, False), (2, 8192, 29, 9, False),  # two an SM: splits of 1-4 tiles
+    (1, 32768, 128, 8, True), (8, 4096, 15, 9, True), (8, 32768, 15, 69, True), (4, 8192, 29, 9, True),
+])
+def test_the_light_plan_fills_two_programs_an_sm_only_where_each_split_keeps_eight_tiles(batch, capacity, splits, tiles,
+                                                                                         two_an_sm):
+    from tileops_cuda.kernels.attention_decode import LIGHT_TILING, planned_splits
+
+    got, chunk = planned_splits(batch, 2, capacity, LIGHT_TILING, H200_SMS)
+    assert (got, chunk) == (splits, tiles * 32)
+    assert ((got, chunk) == split_plan(batch, 2, capacity, 32, 2 * H200_SMS)) == two_an_sm
+    assert ((got, chunk) == split_plan(batch, 2, capacity, 32, H200_SMS)) != two_an_sm
+
+
+def test_a_tiling_without_a_long_split_fill_plans_as_split_plan():
+    from tileops_cuda.kernels.attention_decode import DecodeTiling, planned_splits
+
+    tiling = DecodeTiling(block_n=64, resident=2)
+    assert planned_splits(16, 2, 8192, tiling, H200_SMS) == split_plan(16, 2, 8192, 64, 2 * H200_SMS)
 
 
 @pytest.mark.parametrize("block,tiles,page,gather,block_n", [

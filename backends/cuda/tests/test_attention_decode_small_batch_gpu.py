@@ -157,19 +157,34 @@ def test_an_empty_batch_launches_nothing_and_returns_out(name, arch, cuda_device
     assert got is out and got.shape == (0, 16, 256)
 
 
-def test_the_default_schedule_at_b1_chains_decode_steps_on_one_cache_in_a_cuda_graph(arch, cuda_device, gen):
-    """The rule's B=1 schedule (the light program, no pin) over six decode steps back to back,
-    step i + 1 reading the key/value step i wrote, then the six in a CUDA graph replayed twice:
-    every step within the float64 reference's tolerance eagerly, and the replays bit for bit
-    the eager steps, caches included."""
+# The rule's light-program calls: one sequence (splits one program an SM), eight (8-tile splits, two an SM), and
+# eight over 16-token blocks (tiles gathered, two an SM); paged lengths stay inside their last block for six steps.
+DEFAULT_SCHEDULE_STEPS = {
+    "b1": ([3000], None),
+    "b8-long-splits": ([4000, 3500, 100, 1601, 2048, 17, 4080, 3199], None),
+    "paged-b8-long-splits": ([4000, 3504, 96, 1600, 2048, 16, 4064, 3200], 16),
+}
+
+
+@pytest.mark.parametrize("case", list(DEFAULT_SCHEDULE_STEPS))
+def test_the_default_schedule_at_small_batch_chains_decode_steps_on_one_cache_in_a_cuda_graph(case, arch, cuda_device,
+                                                                                              gen):
+    """The rule's schedule for up to 8 sequences (the light program, no pin) over six decode
+    steps back to back, step i + 1 reading the key/value step i wrote, then the six in a CUDA
+    graph replayed twice: every step within the float64 reference's tolerance eagerly, and the
+    replays bit for bit the eager steps, caches included."""
     import torch
 
-    from tileops_cuda.kernels.attention_decode import schedule_for
+    from tileops_cuda.kernels.attention_decode import planned_splits, schedule_for, split_tiling
 
-    first = decode_batch(cuda_device[0], gen, [3000], capacity=4096)
+    lengths, block = DEFAULT_SCHEDULE_STEPS[case]
+    first = decode_batch(cuda_device[0], gen, lengths, block=block, capacity=4096)
     poison_unread(first)
     key = build_key_of(DecodeBuildKey, first, "cache_seqlens", "block_table", arch)
-    assert schedule_for(key, 1, 4096).block_h == 16
+    schedule = schedule_for(key, len(lengths), 4096)
+    tiling = split_tiling(key, schedule, block)[1]
+    chunk = planned_splits(len(lengths), 2, 4096, tiling, torch.cuda.get_device_properties(0).multi_processor_count)[1]
+    assert schedule.block_h == 16 and (chunk >= 8 * tiling.block_n) == (len(lengths) == 8)
     steps = []
     for i in range(6):
         step = dict(first) if i == 0 else {**first, **{n: torch.randn_like(first[n]) for n in ("query", "key", "value")}}

@@ -154,12 +154,13 @@ def test_rgdr_schedule_streams_large_batches_of_short_bf16_sequences():
     assert sched.pick(2, 2) == replace(sched.small, speculate=True)  # a decode step: its speculative twin
 
 
-@pytest.mark.parametrize("state,steps", [("bfloat16", {1: (1, 8), 32: (4, 6), 63: (4, 6)}), ("float32", {})])
+@pytest.mark.parametrize("state,steps", [("bfloat16", {1: (1, 8), 16: (4, 6), 31: (4, 6), 32: (4, 6), 63: (4, 6)}),
+                                         ("float32", {})])
 def test_rgdr_decode_steps_of_their_own_counts_run_their_own_tiling(state, steps):
-    # bf16 (H200, round 5): one sequence's decode step on one row a lane, 32..63 sequences' streamed four rows a
+    # bf16 (H200, round 5): one sequence's decode step on one row a lane, 16..63 sequences' streamed four rows a
     # lane, both speculative; every other call, and every call with more tokens than sequences, the size rule.
     sched = rgdr.default_schedule(_key(state_dtype=state))
-    for n_seq in (1, 2, 31, 32, 63, 64):
+    for n_seq in (1, 2, 15, 16, 31, 32, 63, 64):
         tiling = sched.pick(n_seq, n_seq)
         if n_seq in steps:
             assert (tiling.rows_per_thread, tiling.min_blocks) == steps[n_seq] and tiling.speculate

@@ -107,10 +107,10 @@ def test_run_picks_the_schedules_tiling_and_splits_streamed_key_heads_to_fill_th
         name = _role_name(sched, want)
         assert rec[name].calls, (lengths, name)
     # 32 sequences x 2 key heads = 64 programs before splitting; 8 per SM x 4 SMs = 32 wanted: 1 split.
-    # (bf16's decode steps of 32..63 sequences run their own streamed tiling; from 64 the short role's twin.)
+    # (bf16's decode steps of 16..63 sequences run their own streamed tiling; from 64 the short role's twin.)
     tiling = sched.pick(32, 32)
     decode = _role_name(sched, tiling)
-    assert decode == "decode32-63" and tiling.stream and rec[decode].calls[-1][-1] == 1
+    assert decode == "decode16-63" and tiling.stream and rec[decode].calls[-1][-1] == 1
     assert _role_name(sched, sched.pick(64, 64)) == "short+speculate"
     small_gpu, rec2 = _launcher(key, sm_count=132)
     t = _call([1] * 32, key)

@@ -27,15 +27,17 @@ _NEXT = MoETopKRoutingBuildKey("bfloat16", "int64", 512, 10, True, "sm_90a")
 _CANDIDATES = dataclasses.replace(_NEXT, program="candidates")
 
 
-def _call(dtype: str, experts: int, top_k: int) -> CallSpec:
-    return CallSpec("MoETopKRoutingFwdOp", "moe_topk_routing", "cuda", "sm_90a",
+def _call(dtype: str, experts: int, top_k: int, arch: str = "sm_90a") -> CallSpec:
+    return CallSpec("MoETopKRoutingFwdOp", "moe_topk_routing", "cuda", arch,
                     {"router_logits": dtype, "topk_weights": dtype, "topk_ids": "int64"},
                     {"T": 4096, "E": experts, "top_k": top_k}, {"renormalize": True})
 
 
 def test_the_registered_key_takes_its_program_from_the_block_shapes_table(monkeypatch):
-    registered = dataclasses.replace(_CANDIDATES, tokens=1, unchecked_index=True)
+    registered = dataclasses.replace(_CANDIDATES, tokens=1, unchecked_index=True, dependent_launch=True)
     assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10)) == registered
+    # launched plainly where the arch cannot launch a dependent
+    assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10, "sm_80")) == dataclasses.replace(registered, arch="sm_80", dependent_launch=False)
     monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangMoETopKRouting",
                         ((None, {"program": "candidates", "tokens": 8}),))
     assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10)) == dataclasses.replace(_CANDIDATES, tokens=8)

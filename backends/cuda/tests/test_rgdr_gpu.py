@@ -230,7 +230,7 @@ def test_speculative_decode_steps_match_float64_reference(name, arch, cuda_devic
 @pytest.mark.parametrize("state", ["float32", "bfloat16"])
 def test_the_default_schedule_on_decode_steps_of_every_role_matches_float64(state, arch, cuda_device, gen):
     """Decode steps at batch sizes that reach every role of the default schedule (small, large,
-    short, and bf16's decode-step tilings at 1 and 32 sequences), so each tiling and each
+    short, and bf16's decode-step tilings at 1 and 17 sequences), so each tiling and each
     speculative twin it runs is checked, not only pinned ones."""
     from tileops_cuda.kernels.rgdr import default_schedule
 
@@ -279,7 +279,7 @@ LEAN_CANDIDATES = {
     "bf16-tiled-large-pdl": ("bfloat16", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **PDL)),
     "fp32-tiled-small-pdl-speculative": ("float32", RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **PDL)),
     "fp32-tiled-large-pdl": ("float32", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **PDL)),
-    # Round 5: bf16's decode steps of one sequence and of 32..63 (RGDRSchedule.decode_steps).
+    # Round 5: bf16's decode steps of one sequence and of 16..63 (RGDRSchedule.decode_steps).
     "bf16-tiled-1row-pdl-speculative": ("bfloat16", RGDRTiling(128, 16, 1, 8, False, True, **TILED_LEAN, **PDL)),
     "bf16-stream-4rows-pdl-speculative": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, True, **LEAN, **PDL)),
 }  # fmt: skip

@@ -36,7 +36,7 @@ from .attention_decode_program import (
 
 __all__ = ["COMBINES", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "DecodeTiling", "PAGED_TILES",
            "SCHEDULE_RULES", "SCORE_ROWS", "ScheduleRule", "build_attention_decode", "decode_refusal", "default_tiling",
-           "page_layout", "schedule_for", "schedule_refusal", "split_plan", "split_tiling"]
+           "page_layout", "planned_splits", "schedule_for", "schedule_refusal", "split_plan", "split_tiling"]
 
 #: The most splits one sequence's context is cut into (bounds the partials and the combine loop).
 MAX_SPLITS = 256
@@ -142,7 +142,9 @@ class DecodeTiling:
     ``stages`` stages; ``gather``: paged tiles gathered row by row (see :data:`PAGED_TILES`);
     ``resident``: programs a multiprocessor runs at once, which :func:`split_plan` fills (the
     gathered program's single stage leaves shared memory for two); ``launch_bound``: the programs
-    an SM whose registers the compiler must fit (``__launch_bounds__``; the light program's)."""
+    an SM whose registers the compiler must fit (``__launch_bounds__``; the light program's);
+    ``long_resident``: programs an SM the plan fills instead where every split still owns at least
+    ``long_split_tiles`` tiles (0: never; :func:`planned_splits`)."""
 
     block_h: int = 64
     block_n: int = 64
@@ -152,13 +154,20 @@ class DecodeTiling:
     gather: bool = False
     resident: int = 1
     launch_bound: int = 1
+    long_resident: int = 0
+    long_split_tiles: int = 0
 
 
 #: The light program's tiling: 16 score rows, 32-position tiles in 2 stages (74 KiB of shared
 #: memory) and launch bounds of 3 programs an SM (ptxas: 80 registers, no spills). Its split plan
-#: fills one program an SM: at B=1 on the H200, 64 splits at 4k and 8k (1 an SM) ran 1.04-1.06x
-#: faster than the 128-171 that filling 3 gave (``session-2026-12-03h/decsmall_sweep.log``).
-LIGHT_TILING = DecodeTiling(block_h=16, block_n=32, stages=2, resident=1, launch_bound=3)
+#: fills one program an SM where splits would be short, two where each keeps 8 tiles (256
+#: positions) or more. On the H200: at B=1, 64 splits at 4k and 8k (one an SM) ran 1.04-1.06x
+#: faster than the 128-171 that filling 3 gave (``session-2026-12-03h/decsmall_sweep.log``); at
+#: 32k, and at B=4/8 and paged B=8, splits of 8 or more tiles two an SM ran 1.05-1.27x faster than
+#: one an SM's (``session-2026-12-04b/decsmall_sweep.log``: B=1 32k 29.60 -> 28.04 us contiguous,
+#: 31.99 -> 27.80 paged; B=8 4k 29.31 -> 27.12; paged B=8 32k 172.67 -> 135.60).
+LIGHT_TILING = DecodeTiling(block_h=16, block_n=32, stages=2, resident=1, launch_bound=3, long_resident=2,
+                            long_split_tiles=8)
 
 
 #: The rule: the first matching entry whose schedule the key does not refuse (the light program
@@ -169,11 +178,16 @@ LIGHT_TILING = DecodeTiling(block_h=16, block_n=32, stages=2, resident=1, launch
 #: never slower and 1.5-2.0x faster where a sequence is split 64 ways (B=1), three stages gain
 #: nothing over two, and on the paged layout (16-token blocks) the gathered tiles, two programs to
 #: a multiprocessor, are 1.35-1.57x faster on every row. The light program at B=1 (2026-12-03,
-#: ``session-2026-12-03h/decsmall_sweep.log``): 1.11x at 4k, 1.14x at 8k, even at 32k.
-#: (The light program over the paged layout, :func:`light_page_layout`, is the sweep's
-#: ``paged/gather-bh16``: in no rule until the GPU measures it.)
+#: ``session-2026-12-03h/decsmall_sweep.log``): 1.11x at 4k, 1.14x at 8k, even at 32k. Up to 8
+#: sequences on both layouts, with :data:`LIGHT_TILING`'s two programs an SM on long splits
+#: (``session-2026-12-04b/decsmall_sweep_plan2.log``, graph replays against ``par`` / ``gather`` at
+#: their plans, one run): B=1 4k / 8k / 32k 1.14x / 1.13x / 1.04x, B=2 8k 1.07x, B=4 8k 1.05x, B=8
+#: 4k 1.12x; paged (16-token blocks, the light program gathering 32-position tiles) B=1 4k 1.23x,
+#: B=1 32k 1.11x, B=8 32k 1.04x. The GPU tests (49 passed) chain the rule's B=1, B=8 and paged
+#: B=8 decode steps in a CUDA graph.
 SCHEDULE_RULES: tuple[ScheduleRule, ...] = (
-    ScheduleRule(DecodeSchedule(combine="parallel", block_h=16), paged=False, max_batch=1),
+    ScheduleRule(DecodeSchedule(combine="parallel", block_h=16), paged=False, max_batch=8),
+    ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16), paged=True, max_batch=8),
     ScheduleRule(DecodeSchedule(combine="parallel"), paged=False),
     ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="parallel"), paged=True),
 )
@@ -316,6 +330,22 @@ def split_plan(batch: int, kv_heads: int, capacity: int, block_n: int, sms: int,
     return splits, -(-tiles // splits) * block_n
 
 
+def planned_splits(batch: int, kv_heads: int, capacity: int, tiling: DecodeTiling, sms: int,
+                   min_split_tiles: int = 1) -> tuple[int, int]:
+    """:func:`split_plan` for ``tiling`` on ``sms`` multiprocessors: filling
+    :attr:`DecodeTiling.long_resident` programs an SM where that plan leaves every split at least
+    :attr:`DecodeTiling.long_split_tiles` tiles (a long split hides its start behind enough
+    loads, and a second program an SM keeps loads in flight through the other's tail), else
+    :attr:`DecodeTiling.resident` (short splits: a second program an SM only adds partial rows
+    for the combine to read)."""
+    if tiling.long_resident:
+        splits, chunk = split_plan(batch, kv_heads, capacity, tiling.block_n, sms * tiling.long_resident,
+                                   min_split_tiles)
+        if chunk >= tiling.long_split_tiles * tiling.block_n:
+            return splits, chunk
+    return split_plan(batch, kv_heads, capacity, tiling.block_n, sms * tiling.resident, min_split_tiles)
+
+
 def pinned_split(capacity: int, block_n: int, splits: int) -> tuple[int, int]:
     """``(num_splits, chunk)`` for a pinned split count: whole tiles, every split owning some
     position (so fewer splits than asked where the context has fewer tiles)."""
@@ -386,8 +416,7 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         if schedule.splits is not None:
             splits, chunk = pinned_split(capacity, tiling.block_n, schedule.splits)
         else:
-            splits, chunk = split_plan(B, NKV, capacity, tiling.block_n, multiprocessors(device) * tiling.resident,
-                                       schedule.min_split_tiles)
+            splits, chunk = planned_splits(B, NKV, capacity, tiling, multiprocessors(device), schedule.min_split_tiles)
         return programs(block_size, schedule), combines(schedule.combine), splits, chunk
 
     def attention_decode(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,

@@ -298,7 +298,9 @@ _STREAM_SMEM_LIMIT = 48 * 1024
 # (3.05 -> 2.83 us) and 0.70-0.89x at B=2..8 (fp32: 1.000x at B=1); the streamed program with four rows a lane
 # is 1.091x at B=32 (23.29 -> 21.35 us), 1.005x at B=64, 0.97-0.99x at B=128/256, 0.965x at B=32 T_b=2. So bf16's
 # decode steps of one sequence and of 32..63 run those (RGDRSchedule.decode_steps); the small role's tiling and
-# the tiled large one at B=32 were 0.87x and 0.96x.
+# the tiled large one at B=32 were 0.87x and 0.96x. The same bench again (session-2026-12-04b,
+# rgdr_lean_bf16.log): the four-row streamed program 1.182x the small role at B=16 (15.01 -> 12.70 us) and 0.927x
+# at B=8, so its range starts at 16 sequences.
 
 
 #: The instruction cuts (RGDRTiling's fields) any program takes, and all five, two more a streamed one takes:
@@ -313,7 +315,7 @@ _SCHEDULES = {
     2: (_SMALL, RGDRTiling(128, 16, 8, 4, **TILED_CUTS), 32,
         RGDRTiling(128, 16, 8, 4, True, **STREAM_CUTS, dependent_launch=True), 32, 2, frozenset({"small", "short"}),
         ((1, 1, RGDRTiling(128, 16, 1, 8, False, True, **TILED_CUTS, dependent_launch=True)),
-         (32, 63, RGDRTiling(128, 16, 4, 6, True, True, **STREAM_CUTS, dependent_launch=True)))),
+         (16, 63, RGDRTiling(128, 16, 4, 6, True, True, **STREAM_CUTS, dependent_launch=True)))),
 }
 
 
