@@ -7,7 +7,7 @@ script runs each row of a set through its op (so the registered kernel and build
 once untimed (build and first launch), then once inside an NVTX range named after the row;
 ``benchmarks/gpu/prefix.sh``'s ``ncu_row_set`` profiles exactly those ranges.
 
-    python3 row_profile.py {conv,decode,prefill} [--rows LABEL,...] [--build-only | --labels]
+    python3 row_profile.py {conv,decode,prefill,routing} [--rows LABEL,...] [--build-only | --labels]
 """
 
 import argparse
@@ -41,6 +41,13 @@ ROW_SETS = {
         ("AttentionDecodeFwdOp", "qwen3-next-b1-32k"),
         ("AttentionDecodeFwdOp", "qwen3-next-paged-b1-4k"),
         ("AttentionDecodeFwdOp", "qwen3-next-b64-4k"),
+    ),
+    # Issue 21: MoE routing at 35-56% of the same-size copy whatever the tokens a program: is a row bound by
+    # issue (instructions a token), by its warps' dependent chains (shuffles, reductions), or by occupancy?
+    "routing": (
+        ("MoETopKRoutingFwdOp", "qwen3-next-80b-prefill-4k"),
+        ("MoETopKRoutingFwdOp", "qwen3.5-35b-prefill-4k"),
+        ("MoETopKRoutingFwdOp", "qwen3-next-80b-decode-b64"),
     ),
 }
 
