@@ -193,6 +193,40 @@ def test_varlen_over_long_sequences_matches_the_reference(tile, style, arch, cud
     _check(VARLEN, inputs, {"activation": "silu", "seq_lens_style": style}, arch, **tile)
 
 
+@pytest.mark.parametrize("lengths", [[777], [1], [300, 5, 129]], ids=["one", "one-token", "three"])
+@pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
+def test_a_varlen_key_with_a_one_sequence_program_runs_it_on_one_sequence_only(lengths, style, arch, cuda_device,
+                                                                               gen):
+    """The registered varlen shape (``one_sequence_threads``: a second program at 64 threads for
+    one-sequence calls) against float64, its unchecked twin bit for bit, and the bits of the
+    plain key it runs: the 64-thread program for one sequence, the 128-thread one for a batch."""
+    import torch
+
+    dev = cuda_device[0]
+    B, T, D, W = len(lengths), sum(lengths), 1024 + 64, 4
+    meta = torch.tensor(lengths, device=dev, dtype=torch.int32)
+    if style == "cu_seqlens":
+        meta = torch.nn.functional.pad(meta.cumsum(0), (1, 0)).int()
+    inputs = dict(x=torch.randn(T, D, device=dev, generator=gen).bfloat16(),
+                  conv_state=torch.randn(B + 2, D, W - 1, device=dev, generator=gen).bfloat16(),
+                  weight=torch.randn(D, W, device=dev, generator=gen).bfloat16(), actual_seq_lengths=meta,
+                  conv_state_indices=torch.randperm(B + 2, device=dev, generator=gen)[:B].int(),
+                  has_initial_state=torch.ones(B, device=dev, dtype=torch.bool))
+    params = {"activation": "silu", "seq_lens_style": style}
+    start = inputs["conv_state"].clone()
+    _check(VARLEN, inputs, params, arch, one_sequence_threads=64)
+    plain = {"threads": 64} if B == 1 else {}
+    outs, pools = [], []
+    for tile in ({"one_sequence_threads": 64}, plain):
+        pool = start.clone()
+        outs.append(_call(VARLEN, _launcher(VARLEN, inputs, params, arch, **tile), dict(inputs, conv_state=pool),
+                          params, torch.full_like(inputs["x"], float("nan"))))
+        pools.append(pool)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0].view(torch.uint8), outs[1].view(torch.uint8))
+    assert torch.equal(pools[0].view(torch.uint8), pools[1].view(torch.uint8))
+
+
 @pytest.mark.parametrize("B", [31, 32, 70])
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
 def test_varlen_lengths_are_summed_in_the_kernel_below_threads_sequences_and_by_the_launcher_above(

@@ -87,9 +87,39 @@ def test_the_zero_centred_norm_refuses_block_shapes_it_has_no_program_for(fields
     ({"chunk": 66}, "chunk=66 a positive multiple of tokens"),
     ({"tokens": 2}, "tokens=2 must be at least W - 1"),
     ({"threads": 96}, "threads=96 must be a power of two"),
-], ids=["no-chunk", "partial-group", "narrow-group", "threads"])
+    ({"one_sequence_threads": 48}, "one_sequence_threads=48 must be a power of two"),
+], ids=["no-chunk", "partial-group", "narrow-group", "threads", "one-sequence-threads"])
 def test_the_varlen_conv_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in conv_refusal(ConvVarlenBuildKey("bfloat16", 1024, 4, **fields))
+
+
+def test_a_varlen_call_of_one_sequence_runs_its_own_program_and_a_batch_the_keys():
+    """``one_sequence_threads`` compiles a second program (the key's shape at those threads) that
+    the launcher runs exactly where the batch holds one sequence, whatever the metadata style."""
+    import torch
+
+    from tileops_cuda.kernels.conv1d import _make_varlen_run, one_sequence_key
+
+    key = ConvVarlenBuildKey("bfloat16", 64, 4, meta_lengths=True, arch="sm_90", one_sequence_threads=64)
+    assert one_sequence_key(key) == ConvVarlenBuildKey("bfloat16", 64, 4, meta_lengths=True, arch="sm_90", threads=64)
+    assert one_sequence_key(ConvVarlenBuildKey("bfloat16", 64, 4)) is None
+    assert one_sequence_key(ConvVarlenBuildKey("bfloat16", 64, 4, one_sequence_threads=128)) is None
+    ran: list = []
+    run = _make_varlen_run(key, lambda *a: ran.append(("batch", a[4].shape[0])), lambda *a: ran.append(("one", 1)))
+    pool, w = torch.zeros(4, 64, 3, dtype=torch.bfloat16), torch.zeros(64, 4, dtype=torch.bfloat16)
+    for lengths, style in (([7], "lengths"), ([3, 4], "lengths"), ([0, 7], "cu_seqlens"), ([0, 3, 7], "cu_seqlens")):
+        meta = torch.tensor(lengths, dtype=torch.int32)
+        x = torch.zeros(7, 64, dtype=torch.bfloat16)
+        run(x, pool, w, meta, torch.arange(len(lengths), dtype=torch.int32), None, None, "silu", style, None)
+    assert [r[0] for r in ran] == ["one", "batch", "one", "batch"]
+
+
+def test_the_registered_varlen_conv_runs_one_sequence_at_64_threads_and_batches_at_128():
+    key = registered.TileLangCausalConv1dVarlen.key(CallSpec(
+        "CausalConv1dVarlenFwdOp", "causal_conv1d_varlen", "cuda", "sm_90",
+        {"x": "bfloat16", "actual_seq_lengths": "int32", "conv_state_indices": "int32"}, {"D": 8192, "W": 4},
+        {"activation": "silu", "has_bias": False, "has_has_initial_state": True, "seq_lens_style": "lengths"}))
+    assert (key.threads, key.one_sequence_threads) == (128, 64) and conv_refusal(key) is None
 
 
 @pytest.mark.parametrize("width,tokens,chunk", [(4, 4, 64), (5, 4, 64), (6, 5, 65), (8, 7, 70)])

@@ -43,7 +43,12 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # slower); bit-equal to the checked program (unchk_conv_tests.log). The varlen program lost 6-11% without
     # them (53.38 against 47.47 us on 8 sequences), so it keeps them.
     "TileLangCausalConv1dUpdate": ((None, {"threads": 128, "registers": 0, "unchecked_index": True}),),
-    "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 128, "chunk": 64}),),
+    # A call of one sequence runs the same shape at 64 threads (one_sequence_threads): 41.43 us against 45.56 on the
+    # 4k single prompt (85.6% of the same-size copy against 77.8%; session-2026-12-04b conv_sweep.log, graph time),
+    # 42.94 against 45.55 in the eleventh session (session-2026-12-03d); at 8 sequences 64 threads lost both times
+    # (50.73 and 51.70 us against 45.58 and 46.34), so batches keep 128.
+    "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 128, "chunk": 64,
+                                           "one_sequence_threads": 64}),),
     # The lanes program at a 40-register cap with the warp's own (token, frequency) table, the 2π-reduced
     # hardware sincos, the rotation partners as one vector and the rotation in 16-bit instructions: the fastest
     # correct shape on all three prefill rows (twelfth session, graph time, qknr4_sweep.log): Qwen3-Next 16k

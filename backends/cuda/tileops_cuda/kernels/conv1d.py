@@ -15,14 +15,16 @@ presence pattern's signature. Nothing here synchronises: launches capture into C
 
 # No `from __future__ import annotations`: dataclass field types stay plain classes here.
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, dependent_launch_refusal, direct_entry
+from ._common import (ELEM_BYTES, arch_refusal, cached_build, compile_many, compile_prim_func, dependent_launch_refusal,
+                      direct_entry)
 from .conv1d_program import conv_update_program, conv_varlen_program
 
 __all__ = ["ConvUpdateBuildKey", "ConvVarlenBuildKey", "build_conv_update", "build_conv_varlen", "conv_refusal",
-           "fitted_to_width"]
+           "fitted_to_width", "one_sequence_key"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
 _INDEX_DTYPES = ("int32", "int64")
@@ -59,7 +61,8 @@ class ConvUpdateBuildKey:
     unchecked_index: bool = False
     #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
     #: the wait, then the release, before the first memory access), so its launch and block scheduling
-    #: overlap that kernel's tail; the same bits. A sweep candidate (Hopper only), in no block shape yet.
+    #: overlap that kernel's tail; the same bits. Hopper only; measured no faster on either conv (eighteenth
+    #: session, session-2026-12-04b/conv_sweep.log), so in no block shape.
     dependent_launch: bool = False
 
 
@@ -92,6 +95,10 @@ class ConvVarlenBuildKey:
     #: As ``ConvUpdateBuildKey.unchecked_index`` and ``ConvUpdateBuildKey.dependent_launch``.
     unchecked_index: bool = False
     dependent_launch: bool = False
+    #: Threads a program for a call of one sequence (0: ``threads``): the build compiles that
+    #: program too and the launcher runs it where the batch holds one sequence (a host shape: no
+    #: sync). A single long prompt and a batch of prompts want different shapes (block_shapes.py).
+    one_sequence_threads: int = 0
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
@@ -108,8 +115,10 @@ def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
         return f"{name}: D={key.dim} must be a multiple of {vec} (16-byte vectors of channels); use the reference"
     if not 2 <= key.width <= _MAX_WIDTH:
         return f"{name}: width W={key.width} is outside [2, {_MAX_WIDTH}] (taps are unrolled); use the reference"
-    if key.threads not in (32, 64, 128, 256, 512, 1024):
-        return f"{name}: threads={key.threads} must be a power of two in [32, 1024]; use the defaults"
+    for field in ("threads", "one_sequence_threads"):
+        value = getattr(key, field, 0)
+        if value not in (32, 64, 128, 256, 512, 1024) and (field == "threads" or value):
+            return f"{name}: {field}={value} must be a power of two in [32, 1024]; use the defaults"
     if isinstance(key, ConvVarlenBuildKey) and not (
             key.tokens >= key.width - 1 and 0 < key.chunk <= _MAX_CHUNK and key.chunk % key.tokens == 0):
         return (f"{name}: tokens={key.tokens} must be at least W - 1 and chunk={key.chunk} a positive multiple "
@@ -199,8 +208,18 @@ def _make_update_run(key: ConvUpdateBuildKey, fn: Callable[..., Any]) -> Callabl
     return run
 
 
-def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any]) -> Callable[..., Any]:
+def one_sequence_key(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey | None:
+    """The key of the program a one-sequence call of ``key`` runs, or None where it runs ``key``'s."""
+    if not key.one_sequence_threads or key.one_sequence_threads == key.threads:
+        return None
+    return replace(key, threads=key.one_sequence_threads, one_sequence_threads=0)
+
+
+def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any],
+                     one_fn: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """The launch path of ``key``'s program ``fn``; ``one_fn``, where given, serves calls of one sequence."""
     launch = _Launch(key.dtype, key.dim, key.width)
+    one_fn = one_fn or fn
     torch = launch.torch
 
     def run(x: Any, conv_state: Any, weight: Any, actual_seq_lengths: Any, conv_state_indices: Any,
@@ -225,7 +244,7 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any]) -> Callabl
         init = (has_initial_state.view(torch.uint8) if has_initial_state is not None
                 else launch.dummy(dev, torch.uint8))
         top = 1 << (B.bit_length() - 1) if B > 0 else 0
-        fn(xv, pool, launch.weight_flat(weight), bias if bias is not None else launch.dummy(dev, launch.dtype),
+        (one_fn if B == 1 else fn)(xv, pool, launch.weight_flat(weight), bias if bias is not None else launch.dummy(dev, launch.dtype),
            cu, conv_state_indices, init, out, top, top.bit_length(), scan)
         if copied:
             conv_state.copy_(pool.view(conv_state.shape))
@@ -263,14 +282,26 @@ def build_conv_update(key: ConvUpdateBuildKey) -> ConvLauncher:
     return cached_build(("conv_update", key), make)
 
 
+def _compile_varlen(key: ConvVarlenBuildKey) -> Any:
+    return compile_prim_func(conv_varlen_program(key), key.arch)
+
+
 def build_conv_varlen(key: ConvVarlenBuildKey) -> ConvLauncher:
-    """Compile the varlen kernel (once per process) and return its launcher."""
+    """Compile the varlen kernel (once per process; with the key's one-sequence program beside it,
+    concurrently) and return its launcher; ValueError with the refusal reason."""
     reason = conv_refusal(key)
     if reason is not None:
         raise ValueError(reason)
 
+    one = one_sequence_key(key)
+
     def make() -> ConvLauncher:
-        kernel = compile_prim_func(conv_varlen_program(key), key.arch)
-        return ConvLauncher(key, (kernel,), _make_varlen_run(key, direct_entry(kernel)))
+        keys = (key,) if one is None else (key, one)
+        kernels = compile_many([functools.partial(_compile_varlen, k) for k in keys])
+        failed = next((k for k in kernels if isinstance(k, BaseException)), None)
+        if failed is not None:
+            raise failed
+        entries = [direct_entry(k) for k in kernels]
+        return ConvLauncher(key, tuple(kernels), _make_varlen_run(key, *entries))
 
     return cached_build(("conv_varlen", key), make)
