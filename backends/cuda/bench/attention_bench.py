@@ -46,7 +46,7 @@ for _p in (str(_BACKENDS / "cuda"), str(_BACKENDS / "cpu_ref")):
         sys.path.insert(0, _p)
 
 from tileops_cuda.kernels.attention_decode import (  # noqa: E402
-    DecodeBuildKey, build_attention_decode, page_layout, split_plan,
+    DecodeBuildKey, build_attention_decode, call_plan,
 )
 
 NQ, NKV, D = 16, 2, 256
@@ -166,9 +166,8 @@ def bench_decode(timer: Timer, copy_bw: float, arch: str, results: list) -> None
             err = max(reference_error(inputs, out, 0), reference_error(inputs, out, B - 1))
             us = timer(lambda: run(*args, None, out))
             kv_bytes = 2 * B * context * NKV * D * 2
-            block_n = 64 if block is None else page_layout(block)[1].block_n
             capacity = context if block is None else -(-context // block) * block
-            splits = split_plan(B, NKV, capacity, block_n, sms)[0]
+            splits = call_plan(decode_key(block, arch), B, block, capacity, lambda: sms)[2]
             same = copy_us(timer, kv_bytes)
             row = dict(op="AttentionDecodeFwdOp", label=label, B=B, context=context, block=block, us=round(us, 2),
                        kv_bytes=kv_bytes, tb_s=round(kv_bytes / us / 1e6, 3),

@@ -284,3 +284,19 @@ def test_a_head_size_the_light_programs_warps_cannot_split_is_refused():
     reason = decode_refusal(_key(num_q_heads=4, head_dim=16, schedule=DecodeSchedule(block_h=16)))
     assert reason.endswith("DecodeSchedule.block_h=16 spreads the value product's 16 columns over 4 warps of "
                            "8-column mma tiles (a multiple of 32); pin block_h=64")
+
+
+def test_a_calls_plan_is_the_rules_schedule_its_tiling_and_that_tilings_splits():
+    from tileops_cuda.kernels.attention_decode import LIGHT_TILING, DecodeSchedule, call_plan, page_layout
+
+    light = DecodeSchedule(combine="parallel", block_h=16)
+    assert call_plan(_key(), 1, None, 4096, lambda: H200_SMS) == (light, LIGHT_TILING, 64, 64)
+    paged = _key(paged=True, table_dtype="int32")
+    schedule, tiling, splits, chunk = call_plan(paged, 64, 16, 32768, lambda: H200_SMS)
+    assert schedule == DecodeSchedule(paged_tiles="gather", combine="parallel") and tiling == page_layout(16, "gather")[1]
+    assert (splits, chunk) == split_plan(64, 2, 32768, 64, 2 * H200_SMS)
+    def no_count() -> int:
+        raise AssertionError("a pinned split count needs no multiprocessor count (CPU callers have none)")
+
+    pinned = DecodeSchedule(combine="parallel", splits=8)
+    assert call_plan(_key(schedule=pinned), 1, None, 4096, no_count)[2:] == (8, 512)

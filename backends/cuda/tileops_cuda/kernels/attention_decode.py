@@ -36,7 +36,7 @@ from .attention_decode_program import (
 
 __all__ = ["COMBINES", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "DecodeTiling", "PAGED_TILES",
            "SCHEDULE_RULES", "SCORE_ROWS", "ScheduleRule", "build_attention_decode", "decode_refusal", "default_tiling",
-           "page_layout", "planned_splits", "schedule_for", "schedule_refusal", "split_plan", "split_tiling"]
+           "call_plan", "page_layout", "planned_splits", "schedule_for", "schedule_refusal", "split_plan", "split_tiling"]
 
 #: The most splits one sequence's context is cut into (bounds the partials and the combine loop).
 MAX_SPLITS = 256
@@ -346,6 +346,21 @@ def planned_splits(batch: int, kv_heads: int, capacity: int, tiling: DecodeTilin
     return split_plan(batch, kv_heads, capacity, tiling.block_n, sms * tiling.resident, min_split_tiles)
 
 
+def call_plan(key: DecodeBuildKey, batch: int, block_size: int | None, capacity: int,
+              sms: Callable[[], int]) -> tuple[DecodeSchedule, DecodeTiling, int, int]:
+    """``(schedule, split tiling, splits, chunk)`` of a call of ``batch`` sequences over ``capacity``
+    positions (paged with ``block_size``-token blocks, or contiguous for None): what the launcher
+    runs, from host shapes only. ``sms()`` gives the multiprocessor count, asked only where the
+    plan fills them (a pinned split count does not)."""
+    schedule = schedule_for(key, batch, capacity)
+    tiling = split_tiling(key, schedule, block_size)[1]
+    if schedule.splits is not None:
+        splits, chunk = pinned_split(capacity, tiling.block_n, schedule.splits)
+    else:
+        splits, chunk = planned_splits(batch, key.num_kv_heads, capacity, tiling, sms(), schedule.min_split_tiles)
+    return schedule, tiling, splits, chunk
+
+
 def pinned_split(capacity: int, block_n: int, splits: int) -> tuple[int, int]:
     """``(num_splits, chunk)`` for a pinned split count: whole tiles, every split owning some
     position (so fewer splits than asked where the context has fewer tiles)."""
@@ -411,12 +426,7 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         return t
 
     def plan(B: int, block_size: int | None, capacity: int, device: Any) -> _Plan:
-        schedule = schedule_for(key, B, capacity)
-        tiling = split_tiling(key, schedule, block_size)[1]
-        if schedule.splits is not None:
-            splits, chunk = pinned_split(capacity, tiling.block_n, schedule.splits)
-        else:
-            splits, chunk = planned_splits(B, NKV, capacity, tiling, multiprocessors(device), schedule.min_split_tiles)
+        schedule, _, splits, chunk = call_plan(key, B, block_size, capacity, lambda: multiprocessors(device))
         return programs(block_size, schedule), combines(schedule.combine), splits, chunk
 
     def attention_decode(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,
