@@ -2,6 +2,11 @@
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out" /tmp/site
+if [ ! -f /tmp/site/.done ] && [ ! -f .device/bundle.tar.xz ]; then
+    # A fresh checkout has no bundle: every section would fail at its first import, after the machine's start.
+    echo "prefix.sh: no .device/bundle.tar.xz; run ../shared/tools/device-bundle.sh in this checkout and carry .device" >&2
+    exit 2
+fi
 if [ ! -f /tmp/site/.done ]; then tar -C /tmp/site -xJf .device/bundle.tar.xz && touch /tmp/site/.done; fi
 export PYTHONPATH=/tmp/site TILELANG_CACHE_DIR=/tmp/tlc PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . -e backends/cpu_ref -e backends/cuda > "$out/pip.log" 2>&1 || tail -5 "$out/pip.log"
