@@ -293,8 +293,10 @@ def test_a_calls_plan_is_the_rules_schedule_its_tiling_and_that_tilings_splits()
     assert call_plan(_key(), 1, None, 4096, lambda: H200_SMS) == (light, LIGHT_TILING, 64, 64)
     paged = _key(paged=True, table_dtype="int32")
     schedule, tiling, splits, chunk = call_plan(paged, 64, 16, 32768, lambda: H200_SMS)
-    assert schedule == DecodeSchedule(paged_tiles="gather", combine="parallel") and tiling == page_layout(16, "gather")[1]
+    assert schedule == DecodeSchedule(paged_tiles="gather", combine="parallel")
+    assert tiling == page_layout(16, "gather")[1]
     assert (splits, chunk) == split_plan(64, 2, 32768, 64, 2 * H200_SMS)
+
     def no_count() -> int:
         raise AssertionError("a pinned split count needs no multiprocessor count (CPU callers have none)")
 

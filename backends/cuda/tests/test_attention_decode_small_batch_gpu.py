@@ -175,15 +175,14 @@ def test_the_default_schedule_at_small_batch_chains_decode_steps_on_one_cache_in
     replays bit for bit the eager steps, caches included."""
     import torch
 
-    from tileops_cuda.kernels.attention_decode import planned_splits, schedule_for, split_tiling
+    from tileops_cuda.kernels.attention_decode import call_plan
 
     lengths, block = DEFAULT_SCHEDULE_STEPS[case]
     first = decode_batch(cuda_device[0], gen, lengths, block=block, capacity=4096)
     poison_unread(first)
     key = build_key_of(DecodeBuildKey, first, "cache_seqlens", "block_table", arch)
-    schedule = schedule_for(key, len(lengths), 4096)
-    tiling = split_tiling(key, schedule, block)[1]
-    chunk = planned_splits(len(lengths), 2, 4096, tiling, torch.cuda.get_device_properties(0).multi_processor_count)[1]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    schedule, tiling, _, chunk = call_plan(key, len(lengths), block, 4096, lambda: sms)
     assert schedule.block_h == 16 and (chunk >= 8 * tiling.block_n) == (len(lengths) == 8)
     steps = []
     for i in range(6):

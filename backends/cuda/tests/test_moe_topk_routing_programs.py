@@ -37,7 +37,8 @@ def test_the_registered_key_takes_its_program_from_the_block_shapes_table(monkey
     registered = dataclasses.replace(_CANDIDATES, tokens=1, unchecked_index=True, dependent_launch=True)
     assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10)) == registered
     # launched plainly where the arch cannot launch a dependent
-    assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10, "sm_80")) == dataclasses.replace(registered, arch="sm_80", dependent_launch=False)
+    plain = dataclasses.replace(registered, arch="sm_80", dependent_launch=False)
+    assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10, "sm_80")) == plain
     monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangMoETopKRouting",
                         ((None, {"program": "candidates", "tokens": 8}),))
     assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10)) == dataclasses.replace(_CANDIDATES, tokens=8)

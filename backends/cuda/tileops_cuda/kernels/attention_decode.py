@@ -36,7 +36,8 @@ from .attention_decode_program import (
 
 __all__ = ["COMBINES", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "DecodeTiling", "PAGED_TILES",
            "SCHEDULE_RULES", "SCORE_ROWS", "ScheduleRule", "build_attention_decode", "decode_refusal", "default_tiling",
-           "call_plan", "page_layout", "planned_splits", "schedule_for", "schedule_refusal", "split_plan", "split_tiling"]
+           "call_plan", "page_layout", "planned_splits", "schedule_for", "schedule_refusal", "split_plan",
+           "split_tiling"]
 
 #: The most splits one sequence's context is cut into (bounds the partials and the combine loop).
 MAX_SPLITS = 256

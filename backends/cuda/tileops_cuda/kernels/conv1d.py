@@ -244,8 +244,9 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any],
         init = (has_initial_state.view(torch.uint8) if has_initial_state is not None
                 else launch.dummy(dev, torch.uint8))
         top = 1 << (B.bit_length() - 1) if B > 0 else 0
-        (one_fn if B == 1 else fn)(xv, pool, launch.weight_flat(weight), bias if bias is not None else launch.dummy(dev, launch.dtype),
-           cu, conv_state_indices, init, out, top, top.bit_length(), scan)
+        program = one_fn if B == 1 else fn
+        program(xv, pool, launch.weight_flat(weight), bias if bias is not None else launch.dummy(dev, launch.dtype),
+                cu, conv_state_indices, init, out, top, top.bit_length(), scan)
         if copied:
             conv_state.copy_(pool.view(conv_state.shape))
         return out
