@@ -38,6 +38,7 @@ STAND_INS = {
     "build_silu_and_mul": lambda key: SimpleNamespace(fn=_unused),
     "build_group_norm": lambda key: SimpleNamespace(fn=_unused),
     "build_gemm": lambda key: SimpleNamespace(fn=_unused),
+    "build_linear_kernels": lambda key: (SimpleNamespace(fn=_unused), SimpleNamespace(fn=_unused)),
     "build_zero_centred_rmsnorm": lambda key: SimpleNamespace(fn=_unused),
     "build_gated_rmsnorm": lambda key: SimpleNamespace(fn=_unused),
     "build_gdn_gating": lambda key: SimpleNamespace(fn=_unused),

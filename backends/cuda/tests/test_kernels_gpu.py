@@ -91,6 +91,35 @@ def test_gemm_matches_float64(m, n, k, ta, tb, dtype, batch, cuda_device, gen):
     _within_rounding(c, a64 @ b64, slack=1e-4)
 
 
+@pytest.mark.parametrize("n,k", [(12288, 2048), (2048, 4096), (256, 2048), (136, 40), (512, 8200)],
+                         ids=["qwen3.5-qkvz", "qwen3.5-out", "router", "tiny", "k-tail"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_linear_of_few_rows_matches_float64_through_both_programs(n, k, dtype, cuda_device, gen):
+    """Every row count up to the skinny program's and one past it (the GEMM), on a NaN-poisoned output:
+    each element written, within two roundings of the float64 product."""
+    import torch
+
+    from tileops_cuda.kernels import skinny_linear as ksl
+
+    dev = cuda_device[0]
+    key = kg.GemmBuildKey(dtype, n, k, False, True, False, cuda_device[1])
+    rows = ksl.rows_for(key)
+    launch = registered.TileLangLinear.launcher(key)
+    skinny = ksl.build_skinny_linear(key).fn
+    w = (torch.randn(n, k, device=dev, generator=gen) / k ** 0.5).to(_dt(dtype))
+    for m in sorted({1, 2, 3, rows, rows + 1}):
+        x = torch.randn(m, k, device=dev, generator=gen).to(_dt(dtype))
+        want = x.double() @ w.double().t()
+        out = torch.full((m, n), float("nan"), device=dev, dtype=_dt(dtype))
+        launch(x, w, None, out)
+        _within_rounding(out, want, slack=1e-4)
+        if m <= rows:
+            direct = torch.full((m, n), float("nan"), device=dev, dtype=_dt(dtype))
+            skinny(x, w, direct)
+            _within_rounding(direct, want, slack=1e-4)
+            assert torch.equal(direct, out), "the launcher's few-row call is not the skinny program's"
+
+
 @pytest.mark.parametrize(
     "shape,dims,dtype,out",
     [((64, 4096), (-1,), "bfloat16", None), ((1 << 20,), None, "float32", None), ((300, 64), (0,), "float16", None),

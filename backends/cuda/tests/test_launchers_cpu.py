@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from tileops_cuda import registered  # noqa: E402
-from tileops_cuda.kernels import gemm, group_norm, reduce_sum, rmsnorm, silu_and_mul, softmax  # noqa: E402
+from tileops_cuda.kernels import gemm, group_norm, reduce_sum, rmsnorm, silu_and_mul, skinny_linear, softmax  # noqa: E402
 
 
 def _stand_in(monkeypatch: pytest.MonkeyPatch, build: str, fn: Any) -> list[tuple[Any, ...]]:
@@ -114,12 +114,43 @@ def test_bmm_launch_keeps_the_batch_axis(monkeypatch):
     torch.testing.assert_close(launch(a, b), torch.bmm(a, b))
 
 
+def _stand_in_linear(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[tuple[Any, ...]]]:
+    """Both linear programs stood in for by ``a @ w.t()``; the calls each received, by program."""
+    calls: dict[str, list[tuple[Any, ...]]] = {"gemm": [], "skinny": []}
+
+    def program(name: str) -> SimpleNamespace:
+        def compiled(a: Any, w: Any, out: Any) -> None:
+            calls[name].append((a, w, out))
+            out.copy_(a @ w.t())
+        return SimpleNamespace(fn=compiled)
+
+    monkeypatch.setattr(registered, "build_linear_kernels", lambda key: (program("gemm"), program("skinny")))
+    return calls
+
+
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_linear_launch_reads_the_weight_transposed_and_adds_the_bias(monkeypatch, with_bias):
-    _stand_in(monkeypatch, "build_gemm", lambda a, w, out: out.copy_(a @ w.t()))
-    launch = registered.TileLangLinear.launcher(gemm.GemmBuildKey("float16", 5, 7, False, True, False, "sm_90"))
-    x, w, bias = torch.randn(2, 3, 7), torch.randn(5, 7), torch.randn(5)
+    _stand_in_linear(monkeypatch)
+    launch = registered.TileLangLinear.launcher(gemm.GemmBuildKey("float16", 5, 8, False, True, False, "sm_90"))
+    x, w, bias = torch.randn(2, 3, 8), torch.randn(5, 8), torch.randn(5)
     torch.testing.assert_close(launch(x, w, bias if with_bias else None), F.linear(x, w, bias if with_bias else None))
+
+
+@pytest.mark.parametrize("k,rows", [(64, 4), (10000, 3), (40000, 0)])
+def test_a_linear_call_of_few_rows_runs_the_skinny_program_and_more_rows_the_gemm(monkeypatch, k, rows):
+    calls = _stand_in_linear(monkeypatch)
+    key = gemm.GemmBuildKey("bfloat16", 16, k, False, True, False, "sm_90")
+    assert skinny_linear.rows_for(key) == rows
+    launch = registered.TileLangLinear.launcher(key)
+    w = torch.randn(16, k).to(torch.bfloat16)
+    for m in (1, rows, rows + 1):
+        if m < 1:
+            continue
+        x = torch.randn(m, k).to(torch.bfloat16)
+        want = "skinny" if m <= rows else "gemm"
+        before = len(calls[want])
+        torch.testing.assert_close(launch(x, w, None), F.linear(x, w))
+        assert len(calls[want]) == before + 1 and calls[want][-1][0].shape == (m, k), (m, want)
 
 
 def _sum_pass(kind: str):

@@ -1,0 +1,42 @@
+"""The skinny linear program's refusals and row budget on the CPU, and its lowering for sm_90a where
+tilelang is installed (the H200 tests are in test_kernels_gpu.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tileops_cuda.kernels.gemm import GemmBuildKey
+from tileops_cuda.kernels.skinny_linear import SkinnyLinearTiling, _program, rows_for, skinny_linear_refusal
+
+
+def _key(n: int = 2048, k: int = 4096, **flags: bool) -> GemmBuildKey:
+    return GemmBuildKey("bfloat16", n, k, flags.get("trans_a", False), flags.get("trans_b", True),
+                        flags.get("batched", False), "sm_90")
+
+
+@pytest.mark.parametrize("flags", [{"trans_a": True}, {"trans_b": False}, {"batched": True}],
+                         ids=["trans_a", "not-trans_b", "batched"])
+def test_a_layout_other_than_f_linears_is_refused_with_the_fix(flags):
+    reason = skinny_linear_refusal(_key(**flags))
+    assert reason is not None and "F.linear's layout" in reason and "use the GEMM" in reason
+
+
+def test_the_gemms_own_refusal_comes_first_under_this_programs_name():
+    reason = skinny_linear_refusal(_key(k=2050))
+    assert reason is not None and reason.startswith("Skinny linear TileLang kernel") and "multiples of 8" in reason
+
+
+@pytest.mark.parametrize("k,rows", [(40, 4), (4096, 4), (8200, 3), (16384, 2), (32768, 1), (40000, 0)])
+def test_the_rows_a_program_holds_keep_its_shared_memory_under_64_kib(k, rows):
+    assert rows_for(_key(k=k)) == rows
+    assert (skinny_linear_refusal(_key(k=k)) is None) == (rows > 0)
+
+
+@pytest.mark.parametrize("n,k", [(12288, 2048), (2048, 4096), (136, 40), (512, 8200)])
+def test_the_program_lowers_to_one_16_byte_weight_load_a_vector(n, k):
+    from lowered_source import lowered_source
+
+    source = lowered_source(lambda key: _program(key, SkinnyLinearTiling()), _key(n, k))
+    assert "skinny_linear_kernel" in source and "__syncthreads" in source
+    assert "*(uint4*)(wv + " in source  # the weight: 16-byte vectors into registers
+    assert "tl::warp_reduce_sum" in source

@@ -1,0 +1,151 @@
+"""``input @ weight.T`` for a few input rows (a decode step's linear layers) as a TileLang kernel.
+
+Why a second program beside the wgmma GEMM (:mod:`.gemm`): at a decode step the input has one to
+a few rows, so a linear layer is a read of its weight and nothing else (2 bytes an element, two
+flops). The GEMM's 128 x 256 tile gives such a call ``N / 256`` programs: 8 for Qwen3.5's
+2048-wide output projection, 48 for its 12288-wide input projection, on 132 SMs, each streaming
+megabytes of weight through one pipeline. Here a warp owns one output feature and reads its
+weight row once, 16 bytes a lane, ``UNROLL`` vectors a lane in flight; the input's rows sit in
+shared memory (loaded once a program) and every row is a float32 dot product, reduced across the
+warp. ``N / WARPS`` programs (256 for N = 2048), so every SM streams weight.
+
+Layout: ``weight`` is ``[N, K]`` (``F.linear``'s), ``input`` ``[M, K]``, ``out`` ``[M, N]``, all
+contiguous; ``K`` a multiple of 8 (16-byte rows, the GEMM's refusal). The program holds up to
+``rows_for(key)`` input rows (4, fewer where ``K`` is long: the rows' shared memory stays under
+``_SHARED_BYTES``); the launcher sends calls with more rows to the GEMM (``TileLangLinear``).
+Why 4 (H200, ``bench/linear_decode_bench.py``, backends/cuda/NOTES.md): at one row this program
+reads the weight at 78-93% of the same-size copy, 1.03-1.48x ``F.linear`` and 1.5-4.5x the GEMM;
+at 4 rows it still beats the GEMM on every shape (1.12-3.72x) and at 8 loses to it on the widest
+(0.72x at N = 12288): its instructions grow with the rows (a conversion and an FMA an element and
+row), the GEMM's do not. (Rows staged in float32 instead, to save the conversions, were slower:
+the 32-byte shared loads a lane conflict.)
+M is dynamic; nothing is compiled per M. Float32 accumulation, one rounding to the output dtype;
+the sum's order differs from the GEMM's (the tests bound both against float64).
+
+tilelang is imported inside the builder, never at module import.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
+
+from dataclasses import dataclass
+
+from ._common import ELEM_BYTES, Compiled, compile_many, compile_once
+from .gemm import GemmBuildKey, build_gemm, gemm_refusal
+
+__all__ = ["SkinnyLinearTiling", "build_linear_kernels", "build_skinny_linear", "rows_for", "skinny_linear_refusal"]
+
+#: Shared memory a program gives the input rows (bytes): 64 KiB keeps three programs an SM.
+_SHARED_BYTES = 64 * 1024
+#: Input rows a program holds at most (the module docstring's "Why 4").
+_MAX_ROWS = 4
+
+
+@dataclass(frozen=True)
+class SkinnyLinearTiling:
+    """Warps a program (one output feature each) and the 16-byte weight vectors a lane loads
+    before it computes on them."""
+
+    warps: int = 8
+    unroll: int = 8
+
+
+def rows_for(key: GemmBuildKey) -> int:
+    """Input rows one program holds for ``key`` (0: none fit); calls with more go to the GEMM."""
+    return min(_MAX_ROWS, _SHARED_BYTES // (key.k * ELEM_BYTES[key.dtype]))
+
+
+def skinny_linear_refusal(key: GemmBuildKey) -> str | None:
+    """Why this program cannot serve ``key`` (with the fix), or None."""
+    reason = gemm_refusal(key)
+    if reason is not None:
+        return reason.replace("GEMM TileLang kernel", "Skinny linear TileLang kernel")
+    if key.trans_a or not key.trans_b or key.batched:
+        return ("Skinny linear TileLang kernel: only F.linear's layout (input [M, K], weight [N, K], no batch); "
+                "use the GEMM")
+    if rows_for(key) < 1:
+        return f"Skinny linear TileLang kernel: K={key.k} leaves no input row in shared memory; use the GEMM"
+    return None
+
+
+def _program(key: GemmBuildKey, tiling: SkinnyLinearTiling):
+    import tilelang.language as T
+
+    N, K, dt, f32 = key.n, key.k, key.dtype, "float32"
+    VEC = 16 // ELEM_BYTES[dt]  # elements a 16-byte vector
+    KV = K // VEC  # vectors a row
+    PER = -(-KV // 32)  # vectors a lane
+    U = min(tiling.unroll, PER)
+    NCH = -(-PER // U)  # chunks of U vectors a lane
+    MR = rows_for(key)
+    W = tiling.warps
+    TH = 32 * W
+    STAGE = -(-MR * KV // TH)  # rounds of the input rows' staging, a vector a thread a round
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def skinny_linear(A: T.Tensor((M, K), dt), B: T.Tensor((N, K), dt), C: T.Tensor((M, N), dt)):
+        with T.Kernel(T.ceildiv(N, W), T.ceildiv(M, MR), threads=TH) as (bx, by):
+            tid = T.get_thread_binding()
+            w = tid // 32
+            lane = tid % 32
+            n = bx * W + w
+            row = T.min(n, N - 1)  # a warp past N reads a real row and stores nothing
+            a_s = T.alloc_shared((MR, K), dt)
+            acc = T.alloc_local((MR,), f32)
+            wv = T.alloc_local((U * VEC,), dt)
+            av = T.alloc_local((VEC,), dt)
+            # The input rows this program holds (rows past M are never read: skipped below).
+            for r in T.unroll(STAGE):
+                i = r * TH + tid
+                m = i // KV
+                if m < MR and by * MR + m < M:
+                    for e in T.vectorized(VEC):
+                        a_s[m, (i % KV) * VEC + e] = A[by * MR + m, (i % KV) * VEC + e]
+            T.sync_threads()
+            for m in T.unroll(MR):
+                acc[m] = T.float32(0)
+            for c in T.serial(NCH):
+                # The chunk's weight vectors, all loads first (zeros past the row's end).
+                for u in T.unroll(U):
+                    if (c * U + u) * 32 + lane < KV:
+                        for e in T.vectorized(VEC):
+                            wv[u * VEC + e] = B[row, ((c * U + u) * 32 + lane) * VEC + e]
+                    else:
+                        for e in T.vectorized(VEC):
+                            wv[u * VEC + e] = T.cast(0, dt)
+                for m in T.unroll(MR):
+                    if by * MR + m < M:
+                        for u in T.unroll(U):
+                            for e in T.vectorized(VEC):
+                                av[e] = a_s[m, T.min((c * U + u) * 32 + lane, KV - 1) * VEC + e]
+                            for e in T.unroll(VEC):
+                                acc[m] = acc[m] + T.cast(wv[u * VEC + e], f32) * T.cast(av[e], f32)
+            for m in T.unroll(MR):
+                acc[m] = T.warp_reduce_sum(acc[m])
+            if lane == 0 and n < N:
+                for m in T.unroll(MR):
+                    if by * MR + m < M:
+                        C[by * MR + m, n] = T.cast(acc[m], dt)
+
+    return skinny_linear
+
+
+def build_skinny_linear(key: GemmBuildKey, tiling: SkinnyLinearTiling | None = None) -> Compiled:
+    """Compile once per process; ``.fn(input, weight, out)`` launches it (contiguous, at most
+    ``rows_for(key)`` input rows, none empty). ValueError with the refusal reason."""
+    tiling = tiling or SkinnyLinearTiling()
+    return compile_once(("skinny-linear", key, tiling), skinny_linear_refusal(key), lambda: _program(key, tiling),
+                        key.arch)
+
+
+def build_linear_kernels(key: GemmBuildKey) -> tuple[Compiled, Compiled | None]:
+    """The GEMM and, where this program serves ``key``, the skinny program, compiled concurrently
+    (a linear layer's first call waits for the slower, not for both): the launcher runs the
+    skinny one on calls of at most ``rows_for(key)`` rows, the GEMM on the others."""
+    if skinny_linear_refusal(key) is not None:
+        return build_gemm(key), None
+    gemm, skinny = compile_many([lambda: build_gemm(key), lambda: build_skinny_linear(key)])
+    for built in (gemm, skinny):
+        if isinstance(built, BaseException):
+            raise built
+    return gemm, skinny
