@@ -115,6 +115,22 @@ def test_permute_matches_the_reference_bits_over_many_chunks_with_repeated_exper
         assert torch.equal(g.cpu(), w)
 
 
+@pytest.mark.parametrize("T,K,E", [(1, 8, 256), (1, 10, 512), (64, 8, 256), (77, 8, 16), (600, 10, 512)])
+def test_permute_of_a_partial_last_chunk_matches_the_reference_bits(cuda_device, gen, T, K, E):
+    """Decode sizes (one chunk of the ranking kernel holding B·K copies) and a last chunk cut short
+    (77·8 = 616, 600·10 = 6000 copies): the ranking loop runs over the chunk's copies only."""
+    from tileops_core.ops.moe import MoEPermuteFwdOp
+    from tileops_cpu_ref.moe import moe_permute
+
+    ids = torch.randint(0, E, (T, K), device="cuda", generator=gen)
+    ids[:, -1] = ids[:, 0]  # a repeated expert within every token: the stable order is tested
+    x = torch.randn(T, 2048, device="cuda", generator=gen).bfloat16()
+    got = MoEPermuteFwdOp(num_experts=E)(x, ids)
+    want = moe_permute(x.cpu(), ids.cpu(), E)
+    for g, w in zip(got, want):
+        assert torch.equal(g.cpu(), w)
+
+
 def test_permute_reads_strided_hidden_states_in_place(cuda_device, gen):
     from tileops_core.ops.moe import MoEPermuteFwdOp
 

@@ -5,8 +5,9 @@ A copy's row is ``expert_offsets[e] + (copies of e in earlier chunks) + (copies 
 in its chunk)``, with the flat copies cut into chunks of C:
 
 1. ``rank`` (a program per chunk): the chunk's ids in shared memory; each thread counts the
-   equal ids before its own (a broadcast read per step: no bank conflicts) and the chunk's
-   per-expert counts are written as one row of a ``[chunks, E]`` workspace;
+   equal ids before its own among the chunk's copies (a broadcast read per step: no bank
+   conflicts; ``min(C, N - chunk start)`` steps, so a decode step's 8 copies cost 8, not C) and
+   the chunk's per-expert counts are written as one row of a ``[chunks, E]`` workspace;
 2. ``offsets`` (one program, a thread per expert): each expert's column of counts becomes its
    exclusive prefix over chunks (in place, eight loads in flight), and the experts' totals an
    inclusive scan in shared memory: ``expert_offsets``;
@@ -113,7 +114,9 @@ def _rank_program(key: MoEPermuteBuildKey):
                 per_expert[e] = 0
             T.sync_threads()
             mine = chunk[tx]
-            for j in T.serial(C):
+            # Only the chunk's copies (a decode step's chunk holds B·K of its C slots; the rest are
+            # -1, equal to no placed id): the loop is the kernel's time at small N.
+            for j in T.serial(T.min(C, N - bx * C)):
                 if chunk[j] == mine:
                     if j < tx:
                         before = before + 1
