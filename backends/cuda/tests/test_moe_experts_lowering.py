@@ -51,3 +51,16 @@ def test_the_gate_logit_program_reduces_each_row_across_the_block(dtype, hidden)
 def test_the_routed_expert_programs_still_lower_for_both_tilings(tiling):
     for func in _routed_programs(MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512), tiling):
         assert "__global__" in _source(func)
+
+
+@pytest.mark.parametrize("gated", [True, False], ids=["gated", "ungated"])
+@pytest.mark.parametrize("hidden,intermediate", [(2048, 512), (32, 16)], ids=["qwen3.5", "tiny"])
+def test_the_skinny_shared_programs_lower_to_a_warp_a_feature(gated, hidden, intermediate):
+    from tileops_cuda.kernels.moe_shared_skinny import skinny_shared_programs
+
+    key = MoESharedExpertBuildKey("bfloat16", hidden, intermediate, gated, skinny_rows=4)
+    gate_up, down = (_source(f) for f in skinny_shared_programs(key))
+    assert "moe_shared_skinny_gate_up" in gate_up and gate_up.count("tl::warp_reduce_sum") == 2
+    assert "moe_shared_skinny_down" in down and down.count("tl::warp_reduce_sum") == 1
+    assert ("logit[" in down) == gated
+    assert len(shared_programs(key, SHARED_DECODE_TILING)) == (5 if gated else 4)

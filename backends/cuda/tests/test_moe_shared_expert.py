@@ -127,3 +127,46 @@ def test_the_launch_allocates_without_an_output_and_does_nothing_for_no_rows():
     x = torch.randn(3, 8)
     torch.testing.assert_close(run(x, *weights), moe_shared_expert(x, *weights))
 
+
+
+def _skinny_stand_ins(calls: list[tuple[str, tuple[Any, ...]]]) -> tuple[Any, Any]:
+    """The skinny programs' semantics on the ``[I, H]`` / ``[H, I]`` weights they take."""
+
+    def gate_up(x, gate_proj, up_proj, act):
+        calls.append(("skinny/gate_up", (x, gate_proj, up_proj, act)))
+        g, u = F.linear(x, gate_proj).to(x.dtype), F.linear(x, up_proj).to(x.dtype)
+        act.copy_(F.silu(g.float()) * u.float())
+
+    def down(act, down_proj, *rest):
+        calls.append(("skinny/down", (act, down_proj, *rest)))
+        *logit, out = rest
+        o = F.linear(act, down_proj).to(act.dtype).float()
+        out.copy_(o * torch.sigmoid(logit[0].float())[:, None] if logit else o)
+
+    return gate_up, down
+
+
+@pytest.mark.parametrize("gated", [True, False])
+@pytest.mark.parametrize("rows", [1, 3, 4])
+def test_a_call_of_at_most_skinny_rows_runs_the_skinny_programs_on_the_weights_as_they_are(gated, rows):
+    H, I, skinny = 16, 24, 3
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+    decode, prefill = _stand_ins(calls)
+    decode = (*decode[:3 if gated else 2], *_skinny_stand_ins(calls))
+    run = shared._make_run(Key("float32", H, I, gated, skinny_rows=skinny), decode, prefill)
+    x, gate_proj, up_proj, down_proj = torch.randn(rows, H), torch.randn(I, H), torch.randn(I, H), torch.randn(H, I)
+    expert_gate = torch.randn(1, H) if gated else None
+    out = run(x, gate_proj, up_proj, down_proj, expert_gate)
+    torch.testing.assert_close(out, moe_shared_expert(x, gate_proj, up_proj, down_proj, expert_gate))
+    program = "skinny" if rows <= skinny else "decode"
+    names = [name for name, _ in calls]
+    assert names == ([f"{program}/gate_up", "gate_logit", f"{program}/down"] if gated
+                     else [f"{program}/gate_up", f"{program}/down"])
+    if program == "skinny":
+        assert calls[0][1][1].shape == (I, H) and calls[-1][1][1].shape == (H, I)
+
+
+def test_skinny_rows_past_what_the_programs_stage_are_refused():
+    reason = shared.moe_shared_expert_refusal(Key("bfloat16", QWEN_H, QWEN_I, True, skinny_rows=5))
+    assert reason is not None and "skinny_rows=5" in reason
+    assert shared.moe_shared_expert_refusal(Key("bfloat16", QWEN_H, QWEN_I, True, skinny_rows=4)) is None

@@ -63,6 +63,25 @@ def test_the_kernel_writes_every_element_of_a_poisoned_output_within_the_float64
     _check(out, args, f"T={tokens} gated={gated} {dtype} seed={gen.initial_seed()}")
 
 
+@pytest.mark.parametrize("tokens", [1, 2, 3, 4, 5])
+@_GATED
+@_DTYPES
+def test_the_skinny_programs_write_every_element_of_a_poisoned_output_within_the_float64_tolerance(
+        cuda_device, gen, tokens, gated, dtype):
+    """A key with ``skinny_rows=4``: one to four rows run the warp-per-feature programs, five the
+    decode tiling's (the launcher's switch), each checked as the tensor-core programs are."""
+    from tileops_cuda.kernels._common import dtype_name
+    from tileops_cuda.kernels.moe_shared_expert import MoESharedExpertBuildKey
+    from tileops_cuda.registered_model import TileLangMoESharedExpert
+
+    args = _inputs(gen, (tokens,), dtype, gated)
+    key = MoESharedExpertBuildKey(dtype_name(dtype), H, I, gated, cuda_device[1], skinny_rows=4)
+    out = torch.full((tokens, H), float("nan"), dtype=dtype, device="cuda")
+    assert TileLangMoESharedExpert.launcher(key)(*args, out) is out
+    torch.cuda.synchronize()
+    _check(out, args, f"skinny T={tokens} gated={gated} {dtype} seed={gen.initial_seed()}")
+
+
 @pytest.mark.parametrize("shape", [(3, 5), (2, 1100)], ids=["3x5", "2x1100"])
 @_GATED
 def test_the_op_on_cuda_selects_the_kernel_for_leading_axes_and_matches_float64(cuda_device, gen, shape, gated):

@@ -37,6 +37,7 @@ from typing import Any
 
 from .moe_grouped_experts import (PREFILL_TILING, ExpertsLauncher, GroupedTiling, build_experts, down_tile,
                                   experts_refusal, gate_up_tile)
+from .moe_shared_skinny import SKINNY_ROWS, skinny_shared_programs
 
 __all__ = ["MoESharedExpertBuildKey", "build_moe_shared_expert", "moe_shared_expert_refusal", "shared_programs",
            "SHARED_DECODE_TILING", "PREFILL_ROWS"]
@@ -62,10 +63,15 @@ class MoESharedExpertBuildKey:
     intermediate: int
     gated: bool
     arch: str = "sm_90"
+    #: Calls of at most this many rows run the warp-per-feature programs (:mod:`.moe_shared_skinny`)
+    #: instead of the decode tiling's tensor-core ones; 0: never (the default until the H200 times them).
+    skinny_rows: int = 0
 
 
 def moe_shared_expert_refusal(key: MoESharedExpertBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
+    if not 0 <= key.skinny_rows <= SKINNY_ROWS:
+        return f"{_NAME}: skinny_rows={key.skinny_rows} must lie in [0, {SKINNY_ROWS}] (the rows its programs stage)"
     return experts_refusal(_NAME, key.dtype, key.hidden, key.intermediate, key.arch)
 
 
@@ -129,9 +135,11 @@ def shared_programs(key: MoESharedExpertBuildKey, tiling: GroupedTiling) -> tupl
             with T.Kernel(T.ceildiv(N, BM), T.ceildiv(H, tiling.block_n_down), threads=tiling.threads) as (bx, by):
                 down(act, down_proj, 0, bx * BM, N, by, None, out)
 
-    if key.gated and tiling == SHARED_DECODE_TILING:
-        return moe_shared_gate_up, moe_shared_down, _gate_logit_program(key)
-    return moe_shared_gate_up, moe_shared_down
+    programs: tuple[Any, ...] = (moe_shared_gate_up, moe_shared_down)
+    if tiling == SHARED_DECODE_TILING:
+        programs += (_gate_logit_program(key),) if key.gated else ()
+        programs += skinny_shared_programs(key) if key.skinny_rows else ()
+    return programs
 
 
 def _make_run(key: MoESharedExpertBuildKey, decode: tuple[Any, ...], prefill: tuple[Any, ...]) -> Any:
@@ -139,7 +147,7 @@ def _make_run(key: MoESharedExpertBuildKey, decode: tuple[Any, ...], prefill: tu
     activations (and the logits) as workspaces, then the two or three kernels."""
     import torch
 
-    H, I, gated = key.hidden, key.intermediate, key.gated
+    H, I, gated, skinny_rows = key.hidden, key.intermediate, key.gated, key.skinny_rows
 
     def moe_shared_expert(x: Any, gate_proj: Any, up_proj: Any, down_proj: Any, expert_gate: Any,
                           out: Any = None) -> Any:
@@ -149,16 +157,22 @@ def _make_run(key: MoESharedExpertBuildKey, decode: tuple[Any, ...], prefill: tu
         N = rows.shape[0]
         if N == 0:
             return out
-        kernels = prefill if N >= PREFILL_ROWS else decode  # the gate logit's program is decode[2]
         act = torch.empty((N, I), dtype=x.dtype, device=x.device)
-        kernels[0](rows, gate_proj.contiguous().view(1, I, H), up_proj.contiguous().view(1, I, H), act)
-        w_down, out_rows = down_proj.contiguous().view(1, H, I), out.view(N, H)
+        out_rows = out.view(N, H)
+        if N <= skinny_rows:  # the skinny programs take the weights as they are, [I, H] and [H, I]
+            gate_up, down = decode[-2:]
+            gate_up(rows, gate_proj.contiguous(), up_proj.contiguous(), act)
+            w_down = down_proj.contiguous()
+        else:
+            gate_up, down = prefill[:2] if N >= PREFILL_ROWS else decode[:2]  # the gate logit's is decode[2]
+            gate_up(rows, gate_proj.contiguous().view(1, I, H), up_proj.contiguous().view(1, I, H), act)
+            w_down = down_proj.contiguous().view(1, H, I)
         if gated:
             logit = torch.empty((N,), dtype=x.dtype, device=x.device)
             decode[2](rows, expert_gate.contiguous(), logit)
-            kernels[1](act, w_down, logit, out_rows)
+            down(act, w_down, logit, out_rows)
         else:
-            kernels[1](act, w_down, out_rows)
+            down(act, w_down, out_rows)
         return out
 
     return moe_shared_expert

@@ -28,11 +28,13 @@ tilelang is imported inside the builder, never at module import.
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
 from dataclasses import dataclass
+from typing import Any
 
 from ._common import ELEM_BYTES, Compiled, compile_many, compile_once
 from .gemm import GemmBuildKey, build_gemm, gemm_refusal
 
-__all__ = ["SkinnyLinearTiling", "build_linear_kernels", "build_skinny_linear", "rows_for", "skinny_linear_refusal"]
+__all__ = ["SkinnyLinearTiling", "build_linear_kernels", "build_skinny_linear", "rows_for", "skinny_linear_refusal",
+           "stage_rows_macro", "weight_chunks"]
 
 #: Shared memory a program gives the input rows (bytes): 64 KiB keeps three programs an SM.
 _SHARED_BYTES = 64 * 1024
@@ -67,20 +69,82 @@ def skinny_linear_refusal(key: GemmBuildKey) -> str | None:
     return None
 
 
+def stage_rows_macro(rows: int, k: int, dtype: str, threads: int) -> Any:
+    """The TileLang macro that copies rows ``[r0, min(r0 + rows, end))`` of a ``[*, k]`` tensor into
+    the program's ``[rows, k]`` shared buffer, a 16-byte vector a thread a round (rows from ``end``
+    on are left unwritten: every reader skips them), then the block's barrier (each warp reads
+    every row, staged by all threads)."""
+    import tilelang.language as T
+
+    VEC = 16 // ELEM_BYTES[dtype]
+    KV = k // VEC
+    STAGE = -(-rows * KV // threads)
+
+    @T.macro
+    def stage_rows(src, dst, r0, end, tid):
+        for r in T.unroll(STAGE):
+            i = r * threads + tid
+            m = i // KV
+            if m < rows and r0 + m < end:
+                for e in T.vectorized(VEC):
+                    dst[m, (i % KV) * VEC + e] = src[r0 + m, (i % KV) * VEC + e]
+        T.sync_threads()
+
+    return stage_rows
+
+
+def weight_chunks(rows: int, k: int, dtype: str, unroll: int) -> tuple[int, int, Any, Any]:
+    """``(chunks, vectors a chunk, load_chunk, dot_chunk)``: the TileLang macros of a warp's dot
+    products of one weight row with the staged rows, a chunk at a time. Lane ``l`` takes the row's
+    16-byte vectors ``l, l + 32, ...``; ``load_chunk(w, row, wv, lane, c)`` loads chunk ``c``'s
+    vectors into ``wv`` (zeros past the row's end), all before any is used;
+    ``dot_chunk(x_s, acc, wv, av, lane, c, r0, end)`` adds ``Σ float(w[row, j]) · float(x_s[m, j])``
+    over them to ``acc[m]`` for the staged rows ``m`` with ``r0 + m < end``. The warp's sum of
+    ``acc`` is each row's dot product. A program that reads two weights loads both chunks before
+    it computes on either (twice the bytes in flight)."""
+    import tilelang.language as T
+
+    f32 = "float32"
+    VEC = 16 // ELEM_BYTES[dtype]
+    KV = k // VEC
+    PER = -(-KV // 32)
+    U = min(unroll, PER)
+    NCH = -(-PER // U)
+
+    @T.macro
+    def load_chunk(w, row, wv, lane, c):
+        for u in T.unroll(U):
+            if (c * U + u) * 32 + lane < KV:
+                for e in T.vectorized(VEC):
+                    wv[u * VEC + e] = w[row, ((c * U + u) * 32 + lane) * VEC + e]
+            else:
+                for e in T.vectorized(VEC):
+                    wv[u * VEC + e] = T.cast(0, dtype)
+
+    @T.macro
+    def dot_chunk(x_s, acc, wv, av, lane, c, r0, end):
+        for m in T.unroll(rows):
+            if r0 + m < end:
+                for u in T.unroll(U):
+                    for e in T.vectorized(VEC):
+                        av[e] = x_s[m, T.min((c * U + u) * 32 + lane, KV - 1) * VEC + e]
+                    for e in T.unroll(VEC):
+                        acc[m] = acc[m] + T.cast(wv[u * VEC + e], f32) * T.cast(av[e], f32)
+
+    return NCH, U, load_chunk, dot_chunk
+
+
 def _program(key: GemmBuildKey, tiling: SkinnyLinearTiling):
     import tilelang.language as T
 
     N, K, dt, f32 = key.n, key.k, key.dtype, "float32"
     VEC = 16 // ELEM_BYTES[dt]  # elements a 16-byte vector
-    KV = K // VEC  # vectors a row
-    PER = -(-KV // 32)  # vectors a lane
-    U = min(tiling.unroll, PER)
-    NCH = -(-PER // U)  # chunks of U vectors a lane
     MR = rows_for(key)
     W = tiling.warps
     TH = 32 * W
-    STAGE = -(-MR * KV // TH)  # rounds of the input rows' staging, a vector a thread a round
     M = T.dynamic("M")
+    stage_rows = stage_rows_macro(MR, K, dt, TH)
+    NCH, U, load_chunk, dot_chunk = weight_chunks(MR, K, dt, tiling.unroll)
 
     @T.prim_func
     def skinny_linear(A: T.Tensor((M, K), dt), B: T.Tensor((N, K), dt), C: T.Tensor((M, N), dt)):
@@ -95,31 +159,12 @@ def _program(key: GemmBuildKey, tiling: SkinnyLinearTiling):
             wv = T.alloc_local((U * VEC,), dt)
             av = T.alloc_local((VEC,), dt)
             # The input rows this program holds (rows past M are never read: skipped below).
-            for r in T.unroll(STAGE):
-                i = r * TH + tid
-                m = i // KV
-                if m < MR and by * MR + m < M:
-                    for e in T.vectorized(VEC):
-                        a_s[m, (i % KV) * VEC + e] = A[by * MR + m, (i % KV) * VEC + e]
-            T.sync_threads()
+            stage_rows(A, a_s, by * MR, M, tid)
             for m in T.unroll(MR):
                 acc[m] = T.float32(0)
             for c in T.serial(NCH):
-                # The chunk's weight vectors, all loads first (zeros past the row's end).
-                for u in T.unroll(U):
-                    if (c * U + u) * 32 + lane < KV:
-                        for e in T.vectorized(VEC):
-                            wv[u * VEC + e] = B[row, ((c * U + u) * 32 + lane) * VEC + e]
-                    else:
-                        for e in T.vectorized(VEC):
-                            wv[u * VEC + e] = T.cast(0, dt)
-                for m in T.unroll(MR):
-                    if by * MR + m < M:
-                        for u in T.unroll(U):
-                            for e in T.vectorized(VEC):
-                                av[e] = a_s[m, T.min((c * U + u) * 32 + lane, KV - 1) * VEC + e]
-                            for e in T.unroll(VEC):
-                                acc[m] = acc[m] + T.cast(wv[u * VEC + e], f32) * T.cast(av[e], f32)
+                load_chunk(B, row, wv, lane, c)
+                dot_chunk(a_s, acc, wv, av, lane, c, by * MR, M)
             for m in T.unroll(MR):
                 acc[m] = T.warp_reduce_sum(acc[m])
             if lane == 0 and n < N:
