@@ -148,6 +148,30 @@ def test_grouped_experts_match_torch_grouped_mm_at_real_sizes(cuda_device, gen, 
     """Qwen3-Next / Qwen3.5 sizes (H=2048, I=512) against two ``torch._grouped_mm`` and the
     spec's SiLU-and-multiply: both round each GEMM once, so they differ by accumulation order."""
     from tileops_core.ops.moe import MoEGroupedExpertsFwdOp
+
+    _check_grouped_experts(gen, tokens, top_k, experts, MoEGroupedExpertsFwdOp())
+
+
+#: The warp-per-feature programs (a key with ``skinny``): decode sizes, with an expert of more rows
+#: than a tile (5 tokens all on experts 0..3: 5 rows each, two 4-row tiles) and (300, 2, 8) below the
+#: prefill tiling's rows (75 an expert: 19 tiles each).
+@pytest.mark.parametrize("tokens,top_k,experts", [(1, 10, 512), (1, 8, 256), (5, 4, 4), (64, 8, 256), (300, 2, 8)])
+def test_the_skinny_routed_programs_match_torch_grouped_mm(cuda_device, gen, tokens, top_k, experts):
+    from tileops_cuda.kernels.moe_grouped_experts import MoEGroupedExpertsBuildKey
+    from tileops_cuda.registered_model import TileLangMoEGroupedExperts
+
+    key = MoEGroupedExpertsBuildKey("bfloat16", experts, 2048, 512, "int32", cuda_device[1], skinny=True)
+    launch = TileLangMoEGroupedExperts.launcher(key)
+
+    def poisoned(x, offsets, gate_up, down):
+        out = torch.full_like(x, float("nan"))
+        return launch(x, offsets, gate_up, down, out)
+
+    _check_grouped_experts(gen, tokens, top_k, experts, poisoned)
+
+
+def _check_grouped_experts(gen, tokens, top_k, experts, run):
+    """``run(x, offsets, gate_up, down)`` at H=2048, I=512 against torch's grouped path (or a loop)."""
     from tileops_cpu_ref.moe import grouped_linear_by_loop
 
     H, I = 2048, 512
@@ -157,7 +181,7 @@ def test_grouped_experts_match_torch_grouped_mm_at_real_sizes(cuda_device, gen, 
     x = torch.randn(tokens * top_k, H, device="cuda", generator=gen).bfloat16()
     gate_up = (torch.randn(experts, 2 * I, H, device="cuda", generator=gen) / H ** 0.5).bfloat16()
     down = (torch.randn(experts, H, I, device="cuda", generator=gen) / I ** 0.5).bfloat16()
-    got = MoEGroupedExpertsFwdOp()(x, offsets, gate_up, down)
+    got = run(x, offsets, gate_up, down)
     ends = offsets[1:]
     if hasattr(torch, "_grouped_mm"):
         g, u = torch._grouped_mm(x, gate_up.transpose(1, 2), offs=ends).float().chunk(2, dim=-1)

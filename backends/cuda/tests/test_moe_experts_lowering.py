@@ -56,7 +56,7 @@ def test_the_routed_expert_programs_still_lower_for_both_tilings(tiling):
 @pytest.mark.parametrize("gated", [True, False], ids=["gated", "ungated"])
 @pytest.mark.parametrize("hidden,intermediate", [(2048, 512), (32, 16)], ids=["qwen3.5", "tiny"])
 def test_the_skinny_shared_programs_lower_to_a_warp_a_feature(gated, hidden, intermediate):
-    from tileops_cuda.kernels.moe_shared_skinny import skinny_shared_programs
+    from tileops_cuda.kernels.moe_skinny import skinny_shared_programs
 
     key = MoESharedExpertBuildKey("bfloat16", hidden, intermediate, gated, skinny_rows=4)
     gate_up, down = (_source(f) for f in skinny_shared_programs(key))
@@ -64,3 +64,15 @@ def test_the_skinny_shared_programs_lower_to_a_warp_a_feature(gated, hidden, int
     assert "moe_shared_skinny_down" in down and down.count("tl::warp_reduce_sum") == 1
     assert ("logit[" in down) == gated
     assert len(shared_programs(key, SHARED_DECODE_TILING)) == (5 if gated else 4)
+
+
+@pytest.mark.parametrize("experts,hidden,intermediate", [(512, 2048, 512), (256, 2048, 512), (8, 32, 16)],
+                         ids=["qwen3-next", "qwen3.5", "tiny"])
+def test_the_skinny_routed_programs_lower_over_their_own_tile_map(experts, hidden, intermediate):
+    key = MoEGroupedExpertsBuildKey("bfloat16", experts, hidden, intermediate, skinny=True)
+    programs = _routed_programs(key, DECODE_TILING)
+    assert len(programs) == 6 and len(_routed_programs(key, PREFILL_TILING)) == 3
+    tiles, gate_up, down = (_source(f) for f in programs[3:])
+    assert "moe_expert_tiles" in tiles
+    assert "moe_skinny_gate_up" in gate_up and gate_up.count("tl::warp_reduce_sum") == 2
+    assert "moe_skinny_down" in down and down.count("tl::warp_reduce_sum") == 1

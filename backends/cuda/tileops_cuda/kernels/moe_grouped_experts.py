@@ -38,6 +38,7 @@ from typing import Any
 
 from ._common import arch_refusal, cached_build, compile_prim_func, direct_entry
 from .moe_permute import expert_threads
+from .moe_skinny import SKINNY_ROWS, skinny_routed_programs
 
 __all__ = ["GroupedTiling", "MoEGroupedExpertsBuildKey", "build_moe_grouped_experts", "moe_grouped_experts_refusal",
            "tile_slots", "DECODE_TILING", "PREFILL_TILING", "ExpertsLauncher", "build_experts", "gate_up_tile",
@@ -83,6 +84,9 @@ class MoEGroupedExpertsBuildKey:
     intermediate: int
     offsets_dtype: str = "int32"
     arch: str = "sm_90"
+    #: Calls below the prefill tiling's rows run the warp-per-feature programs (:mod:`.moe_skinny`,
+    #: ``SKINNY_ROWS``-row tiles) instead of the decode tiling's; off until the H200 times them.
+    skinny: bool = False
 
 
 def tile_slots(rows: int, experts: int, block_m: int) -> int:
@@ -110,10 +114,10 @@ def moe_grouped_experts_refusal(key: MoEGroupedExpertsBuildKey) -> str | None:
     return experts_refusal(_NAME, key.dtype, key.hidden, key.intermediate, key.arch)
 
 
-def _tiles_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
+def _tiles_program(key: MoEGroupedExpertsBuildKey, block_m: int):
     import tilelang.language as T
 
-    E, i32, TE, BM = key.experts, "int32", expert_threads(key.experts), tiling.block_m
+    E, i32, TE, BM = key.experts, "int32", expert_threads(key.experts), block_m
     S = T.dynamic("S")  # tile map slots
 
     @T.prim_func
@@ -254,7 +258,7 @@ def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: 
     its tile map and the activations (workspaces), then its three kernels."""
     import torch
 
-    E, I = key.experts, key.intermediate
+    E, H, I = key.experts, key.hidden, key.intermediate
     prefill_from = PREFILL_ROWS_PER_EXPERT * E
 
     def moe_grouped_experts(hidden_states: Any, expert_offsets: Any, gate_up_proj: Any, down_proj: Any,
@@ -264,9 +268,14 @@ def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: 
             out = torch.empty(hidden_states.shape, dtype=hidden_states.dtype, device=hidden_states.device)
         if N == 0:
             return out
-        (tiles, gate_up, down), tiling = ((prefill, PREFILL_TILING) if N >= prefill_from
-                                          else (decode, DECODE_TILING))
-        slots = tile_slots(N, E, tiling.block_m)
+        if N >= prefill_from:
+            (tiles, gate_up, down), block_m = prefill, PREFILL_TILING.block_m
+        elif key.skinny:  # the warp-per-feature programs take the banks flat (.moe_skinny)
+            (tiles, gate_up, down), block_m = decode[3:], SKINNY_ROWS
+            gate_up_proj, down_proj = gate_up_proj.contiguous().view(-1, H), down_proj.contiguous().view(-1, I)
+        else:
+            (tiles, gate_up, down), block_m = decode[:3], DECODE_TILING.block_m
+        slots = tile_slots(N, E, block_m)
         dev = hidden_states.device
         tile_map = torch.empty((2, slots), dtype=torch.int32, device=dev)
         act = torch.empty((N, I), dtype=hidden_states.dtype, device=dev)
@@ -280,7 +289,11 @@ def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: 
 
 
 def _routed_programs(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling) -> tuple[Any, ...]:
-    return _tiles_program(key, tiling), _gate_up_program(key, tiling), _down_program(key, tiling)
+    programs: tuple[Any, ...] = (_tiles_program(key, tiling.block_m), _gate_up_program(key, tiling),
+                                 _down_program(key, tiling))
+    if key.skinny and tiling == DECODE_TILING:
+        programs += (_tiles_program(key, SKINNY_ROWS), *skinny_routed_programs(key))
+    return programs
 
 
 class ExpertsLauncher:

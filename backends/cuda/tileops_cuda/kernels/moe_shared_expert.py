@@ -37,7 +37,7 @@ from typing import Any
 
 from .moe_grouped_experts import (PREFILL_TILING, ExpertsLauncher, GroupedTiling, build_experts, down_tile,
                                   experts_refusal, gate_up_tile)
-from .moe_shared_skinny import SKINNY_ROWS, skinny_shared_programs
+from .moe_skinny import SKINNY_ROWS, skinny_shared_programs
 
 __all__ = ["MoESharedExpertBuildKey", "build_moe_shared_expert", "moe_shared_expert_refusal", "shared_programs",
            "SHARED_DECODE_TILING", "PREFILL_ROWS"]
@@ -63,7 +63,7 @@ class MoESharedExpertBuildKey:
     intermediate: int
     gated: bool
     arch: str = "sm_90"
-    #: Calls of at most this many rows run the warp-per-feature programs (:mod:`.moe_shared_skinny`)
+    #: Calls of at most this many rows run the warp-per-feature programs (:mod:`.moe_skinny`)
     #: instead of the decode tiling's tensor-core ones; 0: never (the default until the H200 times them).
     skinny_rows: int = 0
 

@@ -1,4 +1,4 @@
-"""The shared expert at a decode step's rows: the skinny programs against the decode tiling's tensor-core ones.
+"""MoE experts at a decode step's rows: the skinny programs against the decode tiling's tensor-core ones.
 
 Qwen3.5's shared expert (bf16, H=2048, I=512, sigmoid gate) at T = 1..4 rows (and 8, where the
 skinny key falls back to the decode tiling), three ways in one run: the launch function of the
@@ -9,7 +9,12 @@ whose weights rotate over 16 copies (96 MB > L2), replay medians; the same-size 
 weights read, as a copy moving as many bytes) beside them. Each skinny row is checked against the
 default key's output first (relative difference printed).
 
-    python backends/cuda/bench/shared_skinny_bench.py [--json F]
+Then the routed experts (bf16, H=2048, I=512; Qwen3.5-35B's 256 experts top-8 and Qwen3-Next's 512
+top-10) at B = 1, 4, 16, 64 tokens: the default key (the decode tiling) against a key with ``skinny``,
+each call of a graph on its own routing (16 draws, so the experts' weights mostly come from HBM),
+with the bytes of the experts a call reads (``3 · H · I · 2`` each) over the same-size copy.
+
+    python backends/cuda/bench/moe_skinny_bench.py [--json F]
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_bench_common import time_graph  # noqa: E402
 
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
+from tileops_cuda.kernels.moe_grouped_experts import MoEGroupedExpertsBuildKey  # noqa: E402
 from tileops_cuda.kernels.moe_shared_expert import MoESharedExpertBuildKey  # noqa: E402
-from tileops_cuda.registered_model import TileLangMoESharedExpert  # noqa: E402
+from tileops_cuda.registered_model import TileLangMoEGroupedExperts, TileLangMoESharedExpert  # noqa: E402
 
 H, I, COPIES = 2048, 512, 16
 
@@ -79,8 +85,50 @@ def main() -> None:
                      "rel_diff": diff})
         print(f"{T:>3} {d_us:>10.2f} {s_us:>10.2f} {t_us:>9.2f} {d_us / s_us:>13.2f}x {100 * copy_us / s_us:>6.1f}% "
               f"{diff:>9.2e}", flush=True)
+    rows += routed_rows(dev, gen, arch)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
+
+
+def routed_rows(dev: torch.device, gen: torch.Generator, arch: str) -> list[dict]:
+    """The routed experts, decode tiling against skinny, per model and batch (module docstring)."""
+    rows = []
+    print(f"{'model':>12} {'B':>3} {'decode us':>10} {'skinny us':>10} {'skinny/decode':>14} {'% copy':>7} {'rel diff':>9}")
+    for label, E, K in (("qwen3.5-35b", 256, 8), ("qwen3-next", 512, 10)):
+        keys = [MoEGroupedExpertsBuildKey("bfloat16", E, H, I, "int32", arch, skinny=s) for s in (False, True)]
+        built = compile_many([lambda k=k: TileLangMoEGroupedExperts.launcher(k) for k in keys])
+        for b in built:
+            if isinstance(b, BaseException):
+                raise b
+        default, skinny = built
+        gate_up = (torch.randn(E, 2 * I, H, device=dev, generator=gen) / H ** 0.5).bfloat16()
+        down = (torch.randn(E, H, I, device=dev, generator=gen) / I ** 0.5).bfloat16()
+        for B in (1, 4, 16, 64):
+            draws = []
+            for _ in range(COPIES):
+                ids = torch.rand(B, E, device=dev, generator=gen).argsort(dim=1)[:, :K].flatten()
+                counts = torch.bincount(ids, minlength=E)
+                offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(torch.int32)
+                x = torch.randn(B * K, H, device=dev, generator=gen).bfloat16()
+                draws.append((x, offsets, int((counts > 0).sum())))
+            outs = [torch.empty_like(d[0]) for d in draws]
+            x0, off0, _ = draws[0]
+            want, got = default(x0, off0, gate_up, down), skinny(x0, off0, gate_up, down)
+            diff = float((got.float() - want.float()).norm() / want.float().norm())
+            d_us = time_graph([lambda i=i: default(draws[i][0], draws[i][1], gate_up, down, outs[i])
+                               for i in range(COPIES)])
+            s_us = time_graph([lambda i=i: skinny(draws[i][0], draws[i][1], gate_up, down, outs[i])
+                               for i in range(COPIES)])
+            used = sum(d[2] for d in draws) / COPIES
+            nbytes = int(used * 3 * H * I * 2)
+            src = torch.empty(nbytes // 4, device=dev, dtype=torch.bfloat16)
+            dst = torch.empty_like(src)
+            copy_us = time_graph([lambda: torch.mul(src, 1, out=dst)] * 4)
+            rows.append({"model": label, "B": B, "decode_us": d_us, "skinny_us": s_us, "copy_us": copy_us,
+                         "experts_used": used, "rel_diff": diff})
+            print(f"{label:>12} {B:>3} {d_us:>10.2f} {s_us:>10.2f} {d_us / s_us:>13.2f}x "
+                  f"{100 * copy_us / s_us:>6.1f}% {diff:>9.2e}", flush=True)
+    return rows
 
 
 if __name__ == "__main__":

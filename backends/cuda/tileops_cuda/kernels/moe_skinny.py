@@ -1,0 +1,203 @@
+"""MoE experts at a decode step's few rows: warp-per-feature programs for the shared expert and the
+routed experts.
+
+Why (issue 21's model at decode, backends/cuda/NOTES.md, nineteenth session): the Qwen3.5-MoE decode
+step spent 45.0 + 16.0 µs a step (four layers) in the shared expert's tensor-core programs for 6 MB
+of weights a layer, about a tenth of the copy's rate (their decode tiling gives gate/up 32
+programs), and 66.3 + 31.9 µs in the routed experts' for 50 MB (about half of it). The linear layers
+had the same shape of problem, and the skinny linear program (:mod:`.skinny_linear`) read their
+weights at 72-97% of the same-size copy. These programs use its macros, a warp a feature:
+
+* gate/up: the rows staged in shared memory; the warp loads its feature's gate row and up row
+  (both chunks before either is used), then ``g`` and ``u`` as float32 dot products reduced
+  across the warp, each rounded to the dtype, and ``act = round(silu(g) · u)`` in float32: the
+  roundings of the tensor-core body (``moe_grouped_experts.gate_up_tile``);
+* down: the act rows staged; ``o = round(act · down[h])``, for the shared expert's gate times
+  ``sigmoid(logit)`` in float32 and rounded once (``down_tile``'s roundings; the logit from the
+  decode tiling's gate-logit program).
+
+A program holds at most ``SKINNY_ROWS`` rows: the shared expert's call, or one tile of an expert's
+rows of the routed map (the routed experts' ``tiles`` program at ``SKINNY_ROWS``-row tiles), and
+``WARPS`` features. The routed banks enter flat (``[E · 2I, H]``, ``[E · H, I]``: expert ``e``'s gate
+row ``j`` is row ``e · 2I + j``, its up row ``e · 2I + I + j``). Sums run in another order than the
+tensor cores' (lane-strided, then the warp's butterfly), so results equal the tensor-core programs'
+within a rounding, not bit for bit; both are checked against float64. Not yet run on a GPU: the
+launchers reach these programs only where the build key asks (``MoESharedExpertBuildKey.skinny_rows``,
+``MoEGroupedExpertsBuildKey.skinny``).
+
+tilelang is imported inside the builders, never at module import.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
+
+from typing import Any
+
+from ._common import ELEM_BYTES
+from .skinny_linear import stage_rows_macro, weight_chunks
+
+__all__ = ["SKINNY_ROWS", "WARPS", "skinny_routed_programs", "skinny_shared_programs"]
+
+#: Rows a program holds at most (the skinny linear's registered limit).
+SKINNY_ROWS = 4
+#: Warps a program, a feature each.
+WARPS = 8
+#: 16-byte vectors a lane loads before it computes (a weight's chunk).
+_UNROLL = 8
+
+
+def _bodies(hidden: int, intermediate: int, dtype: str) -> tuple[Any, Any]:
+    """``(gate_up, down)``: the TileLang macros of one program's rows ``[r0, min(r0 + R, end))``.
+
+    ``gate_up(x, w_gate, g_row, w_up, u_row, r0, end, j, act, tid)`` writes ``act[r, j]`` from gate
+    row ``g_row`` and up row ``u_row``; ``down(act, w_down, d_row, r0, end, h, logit, out, tid, gated)``
+    writes ``out[r, h]`` from down row ``d_row``. A warp past the features (``j >= I``, ``h >= H``)
+    reads a real row (the caller clamps it) and stores nothing."""
+    import tilelang.language as T
+
+    H, I, dt, f32 = hidden, intermediate, dtype, "float32"
+    R, TH = SKINNY_ROWS, 32 * WARPS
+    VEC = 16 // ELEM_BYTES[dt]
+    stage_x, stage_act = stage_rows_macro(R, H, dt, TH), stage_rows_macro(R, I, dt, TH)
+    NCH_GU, U_GU, load_gu, dot_gu = weight_chunks(R, H, dt, _UNROLL)
+    NCH_D, U_D, load_d, dot_d = weight_chunks(R, I, dt, _UNROLL)
+
+    @T.macro
+    def gate_up(x, w_gate, g_row, w_up, u_row, r0, end, j, act, tid):
+        lane = tid % 32
+        x_s = T.alloc_shared((R, H), dt)
+        g_acc = T.alloc_local((R,), f32)
+        u_acc = T.alloc_local((R,), f32)
+        g_w = T.alloc_local((U_GU * VEC,), dt)
+        u_w = T.alloc_local((U_GU * VEC,), dt)
+        xv = T.alloc_local((VEC,), dt)
+        stage_x(x, x_s, r0, end, tid)
+        for m in T.unroll(R):
+            g_acc[m] = T.float32(0)
+            u_acc[m] = T.float32(0)
+        for c in T.serial(NCH_GU):
+            load_gu(w_gate, g_row, g_w, lane, c)
+            load_gu(w_up, u_row, u_w, lane, c)
+            dot_gu(x_s, g_acc, g_w, xv, lane, c, r0, end)
+            dot_gu(x_s, u_acc, u_w, xv, lane, c, r0, end)
+        for m in T.unroll(R):
+            g_acc[m] = T.warp_reduce_sum(g_acc[m])
+            u_acc[m] = T.warp_reduce_sum(u_acc[m])
+        if lane == 0 and j < I:
+            for m in T.unroll(R):
+                if r0 + m < end:
+                    g = T.cast(T.cast(g_acc[m], dt), f32)
+                    u = T.cast(T.cast(u_acc[m], dt), f32)
+                    act[r0 + m, j] = T.cast(g / (T.float32(1) + T.exp(-g)) * u, dt)
+
+    @T.macro
+    def down(act, w_down, d_row, r0, end, h, logit, out, tid, gated: bool):
+        lane = tid % 32
+        a_s = T.alloc_shared((R, I), dt)
+        o_acc = T.alloc_local((R,), f32)
+        d_w = T.alloc_local((U_D * VEC,), dt)
+        av = T.alloc_local((VEC,), dt)
+        stage_act(act, a_s, r0, end, tid)
+        for m in T.unroll(R):
+            o_acc[m] = T.float32(0)
+        for c in T.serial(NCH_D):
+            load_d(w_down, d_row, d_w, lane, c)
+            dot_d(a_s, o_acc, d_w, av, lane, c, r0, end)
+        for m in T.unroll(R):
+            o_acc[m] = T.warp_reduce_sum(o_acc[m])
+        if lane == 0 and h < H:
+            for m in T.unroll(R):
+                if r0 + m < end:
+                    if gated:
+                        z = T.cast(logit[r0 + m], f32)
+                        out[r0 + m, h] = T.cast(
+                            T.cast(T.cast(o_acc[m], dt), f32) / (T.float32(1) + T.exp(-z)), dt)
+                    else:
+                        out[r0 + m, h] = T.cast(o_acc[m], dt)
+
+    return gate_up, down
+
+
+def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
+    """``(gate_up, down)`` PrimFuncs for a ``MoESharedExpertBuildKey``: ``gate_up(x [N, H],
+    gate_proj [I, H], up_proj [I, H], act [N, I])`` and ``down(act [N, I], down_proj [H, I],
+    logit [N], out [N, H])`` (no ``logit`` without the gate), N at most ``SKINNY_ROWS``."""
+    import tilelang.language as T
+
+    H, I, dt = key.hidden, key.intermediate, key.dtype
+    W = WARPS
+    N = T.dynamic("N")
+    gate_up, down = _bodies(H, I, dt)
+
+    @T.prim_func
+    def moe_shared_skinny_gate_up(x: T.Tensor((N, H), dt), gate_proj: T.Tensor((I, H), dt),
+                                  up_proj: T.Tensor((I, H), dt), act: T.Tensor((N, I), dt)):
+        with T.Kernel(T.ceildiv(I, W), threads=32 * W) as bx:
+            tid = T.get_thread_binding()
+            j = bx * W + tid // 32
+            gate_up(x, gate_proj, T.min(j, I - 1), up_proj, T.min(j, I - 1), 0, N, j, act, tid)
+
+    if key.gated:
+
+        @T.prim_func
+        def moe_shared_skinny_down(act: T.Tensor((N, I), dt), down_proj: T.Tensor((H, I), dt),
+                                   logit: T.Tensor((N,), dt), out: T.Tensor((N, H), dt)):
+            with T.Kernel(T.ceildiv(H, W), threads=32 * W) as bx:
+                tid = T.get_thread_binding()
+                h = bx * W + tid // 32
+                down(act, down_proj, T.min(h, H - 1), 0, N, h, logit, out, tid, True)
+
+    else:
+
+        @T.prim_func
+        def moe_shared_skinny_down(act: T.Tensor((N, I), dt), down_proj: T.Tensor((H, I), dt),
+                                   out: T.Tensor((N, H), dt)):
+            with T.Kernel(T.ceildiv(H, W), threads=32 * W) as bx:
+                tid = T.get_thread_binding()
+                h = bx * W + tid // 32
+                down(act, down_proj, T.min(h, H - 1), 0, N, h, None, out, tid, False)
+
+    return moe_shared_skinny_gate_up, moe_shared_skinny_down
+
+
+def skinny_routed_programs(key: Any) -> tuple[Any, Any]:
+    """``(gate_up, down)`` PrimFuncs for a ``MoEGroupedExpertsBuildKey``, over the tile map of
+    ``SKINNY_ROWS``-row tiles (program ``(slot, features)``; a slot of expert -1 does nothing):
+    ``gate_up(hidden_states [N, H], expert_offsets [E + 1], gate_up_proj [E · 2I, H], tile_expert [S],
+    tile_row [S], act [N, I])`` and ``down(act [N, I], expert_offsets, down_proj [E · H, I],
+    tile_expert, tile_row, out [N, H])``."""
+    import tilelang.language as T
+
+    E, H, I, dt, i32 = key.experts, key.hidden, key.intermediate, key.dtype, "int32"
+    W = WARPS
+    N, S = T.dynamic("N"), T.dynamic("S")
+    gate_up, down = _bodies(H, I, dt)
+
+    @T.macro
+    def slot(x, expert_offsets, bank, tile_expert, tile_row, out, bx, by, stage: str):
+        """Map slot ``bx``'s tile through ``stage`` ("gate_up" or "down"), features ``by``'s warps."""
+        e = tile_expert[bx]
+        if e >= 0:
+            tid = T.get_thread_binding()
+            f = by * W + tid // 32
+            end = T.cast(expert_offsets[e + 1], i32)
+            if stage == "gate_up":
+                g_row = e * 2 * I + T.min(f, I - 1)
+                gate_up(x, bank, g_row, bank, g_row + I, tile_row[bx], end, f, out, tid)
+            else:
+                down(x, bank, e * H + T.min(f, H - 1), tile_row[bx], end, f, None, out, tid, False)
+
+    @T.prim_func
+    def moe_skinny_gate_up(hidden_states: T.Tensor((N, H), dt), expert_offsets: T.Tensor((E + 1,), key.offsets_dtype),
+                           gate_up_proj: T.Tensor((E * 2 * I, H), dt), tile_expert: T.Tensor((S,), i32),
+                           tile_row: T.Tensor((S,), i32), act: T.Tensor((N, I), dt)):
+        with T.Kernel(S, T.ceildiv(I, W), threads=32 * W) as (bx, by):
+            slot(hidden_states, expert_offsets, gate_up_proj, tile_expert, tile_row, act, bx, by, "gate_up")
+
+    @T.prim_func
+    def moe_skinny_down(act: T.Tensor((N, I), dt), expert_offsets: T.Tensor((E + 1,), key.offsets_dtype),
+                        down_proj: T.Tensor((E * H, I), dt), tile_expert: T.Tensor((S,), i32),
+                        tile_row: T.Tensor((S,), i32), out: T.Tensor((N, H), dt)):
+        with T.Kernel(S, T.ceildiv(H, W), threads=32 * W) as (bx, by):
+            slot(act, expert_offsets, down_proj, tile_expert, tile_row, out, bx, by, "down")
+
+    return moe_skinny_gate_up, moe_skinny_down
