@@ -282,7 +282,7 @@ def _profile(step: Callable[[], Any], steps: int, cuda: bool) -> dict[str, float
         if cuda:
             torch.cuda.synchronize()
     kernel_us, kernels, launch_us = 0.0, 0, 0.0
-    by_name: dict[str, float] = {}
+    by_name: dict[str, list[float]] = {}  # name -> [µs, launches]
     for evt in prof.events():
         if "LaunchKernel" in evt.name:
             launch_us += evt.cpu_time_total
@@ -290,12 +290,15 @@ def _profile(step: Callable[[], Any], steps: int, cuda: bool) -> dict[str, float
             us = evt.time_range.elapsed_us()
             kernel_us += us
             kernels += 1
-            by_name[evt.name] = by_name.get(evt.name, 0.0) + us
-    # Where a step's GPU time goes: the kernels by name, the costliest first (µs a step).
-    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:_TOP_KERNELS]
+            entry = by_name.setdefault(evt.name, [0.0, 0])
+            entry[0] += us
+            entry[1] += 1
+    # Where a step's GPU time goes: the kernels by name, the costliest first (µs and launches a step).
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:_TOP_KERNELS]
     return {"kernels_gpu_s": kernel_us * 1e-6 / steps if cuda else None,
             "kernels_per_step": kernels // steps if cuda else None, "launch_host_s": launch_us * 1e-6 / steps,
-            "kernels_by_name_us": {name[:120]: round(us / steps, 2) for name, us in top} if cuda else None}
+            "kernels_by_name": {name[:120]: {"us": round(us / steps, 2), "launches": n // steps}
+                                for name, (us, n) in top} if cuda else None}
 
 
 def eager_decode(models: Models, setup: str, batch: int, a: Any, clock: Clock) -> dict[str, Any]:
@@ -460,8 +463,8 @@ def format_table(result: dict[str, Any]) -> str:
                             f" + HF code {_ms(d['hf_code_s']).strip()} (launch calls {_ms(d['launch_host_s']).strip()});"
                             f" kernels {_ms(d.get('kernels_gpu_s')).strip()} GPU, {d.get('kernels_per_step')} a step")
                 lines.append(f"{b:>3s} {setup:9s} {_ms(d.get('step_s'))} {_ms(p.get('prefill_s'))}  {note}")
-                for name, us in (d.get("kernels_by_name_us") or {}).items():
-                    lines.append(f"{'':14s}{us:9.1f} us a step  {name}")
+                for name, k in (d.get("kernels_by_name") or {}).items():
+                    lines.append(f"{'':14s}{k['us']:9.1f} us a step in {k['launches']:3d} launches  {name}")
             c = rows.get("captured", {})
             for mode in ("static_eager", "cuda_graph", "reduce_overhead"):
                 if f"{mode}_step_s" in c or f"{mode}_error" in c:
