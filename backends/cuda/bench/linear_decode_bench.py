@@ -9,7 +9,13 @@ tile), ``F.linear``, and a same-size copy (``torch.mul(a, 1, out=b)`` moving as 
 layer reads and writes). The 1 GiB copy ceiling is measured in the same run. Each row is checked
 first: the skinny program against ``F.linear`` in float64 (relative error printed).
 
-    python backends/cuda/bench/linear_decode_bench.py [--rows 1,2,4,8] [--reps 50] [--json F]
+With ``--gemm-tilings``, a second table for the rows past the skinny program's (a batched decode
+step's 8-64 rows, where the 128 x 256 GEMM tile leaves ``N / 256`` programs): the GEMM program
+compiled at each of ``GEMM_CANDIDATES`` (narrower tiles, deeper pipelines: more programs, more
+weight bytes in flight), each checked against float64, timed beside the registered tiling and
+``F.linear``. Candidates only; none is reachable from the op.
+
+    python backends/cuda/bench/linear_decode_bench.py [--rows 1,2,4,8] [--reps 50] [--gemm-tilings 8,16,32,64] [--json F]
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_ops_bench import _FLUSH_BYTES, copy_ceiling, time_reps  # noqa: E402
 
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
-from tileops_cuda.kernels.gemm import GemmBuildKey  # noqa: E402
+from tileops_cuda.kernels.gemm import GemmBuildKey, GemmTiling, build_gemm  # noqa: E402
 from tileops_cuda.kernels.skinny_linear import build_linear_kernels, rows_for  # noqa: E402
 
 #: (label, out_features N, in_features K) of the decode step's linear layers at hidden 2048.
@@ -41,11 +47,59 @@ SHAPES = (
 )
 
 
+#: GEMM tilings tried at 8-64 rows (``--gemm-tilings``): one consumer warpgroup (64-row wgmma tiles)
+#: and 64, 32 or 16 output features a program, K tiles of 128 or 256 in 4-8 stages (shared memory under
+#: 200 KiB: the 64-row A tiles dominate it).
+GEMM_CANDIDATES = (
+    GemmTiling(block_m=64, block_n=64, block_k=128, stages=4, threads=128),
+    GemmTiling(block_m=64, block_n=32, block_k=128, stages=8, threads=128),
+    GemmTiling(block_m=64, block_n=16, block_k=256, stages=4, threads=128),
+)
+
+
+def gemm_tilings_table(dev: torch.device, arch: str, rows: list[int], reps: int, flush: torch.Tensor) -> list[dict]:
+    """The ``--gemm-tilings`` table (module docstring)."""
+    gen = torch.Generator(device=dev).manual_seed(1)
+    keys = [GemmBuildKey("bfloat16", n, k, False, True, False, arch) for _, n, k in SHAPES]
+    jobs = [(key, t) for key in keys for t in (None, *GEMM_CANDIDATES)]
+    built = compile_many([lambda key=key, t=t: build_gemm(key, t) for key, t in jobs])
+    programs = {(key, t): b for (key, t), b in zip(jobs, built)}
+    print(f"\n{'shape':42s} {'M':>3s} {'F.linear':>8s} {'gemm':>8s}  candidates (us, x F.linear; '!' wrong, '-' no build)")
+    out_rows = []
+    for (label, n, k), key in zip(SHAPES, keys):
+        w = (torch.randn(n, k, device=dev, generator=gen) / k ** 0.5).to(torch.bfloat16)
+        for m in rows:
+            x = torch.randn(m, k, device=dev, generator=gen).to(torch.bfloat16)
+            want = x.double() @ w.double().t()
+            torch_us = time_reps(lambda: F.linear(x, w), reps, flush)
+            row = {"shape": label, "N": n, "K": k, "M": m, "torch_us": torch_us, "tilings": {}}
+            cells = []
+            for t in (None, *GEMM_CANDIDATES):
+                prog = programs[(key, t)]
+                name = "registered" if t is None else f"{t.block_m}x{t.block_n}x{t.block_k}/{t.stages}"
+                if isinstance(prog, BaseException):
+                    row["tilings"][name] = {"error": f"{type(prog).__name__}: {prog}"[:200]}
+                    cells.append(f"{name} -")
+                    continue
+                out = torch.full((m, n), float("nan"), device=dev, dtype=torch.bfloat16)
+                prog.fn(x, w, out)
+                err = float((out.double() - want).abs().max() / want.abs().max())
+                us = time_reps(lambda: prog.fn(x, w, out), reps, flush)
+                row["tilings"][name] = {"us": us, "rel_err": err}
+                mark = "!" if not err < 1e-2 else ""
+                cells.append(f"{name} {us:.2f}{mark} ({torch_us / us:.2f}x)")
+            out_rows.append(row)
+            print(f"{label[:42]:42s} {m:3d} {torch_us:8.2f}  " + "  ".join(cells), flush=True)
+    return out_rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default="1,2,4,8")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--gemm-tilings", default=None, metavar="ROWS",
+                    help="also the GEMM candidates' table at these rows (e.g. 8,16,32,64)")
     a = ap.parse_args()
     dev = torch.device("cuda")
     arch = "sm_%d%d" % torch.cuda.get_device_capability()
@@ -88,8 +142,11 @@ def main() -> None:
             err = f"{row['rel_err']:8.1e}" if "rel_err" in row else f"{'-':>8s}"
             print(f"{label[:42]:42s} {m:3d} {sk or float('nan'):9.2f} {row['gemm_us']:8.2f} {row['torch_us']:8.2f} "
                   f"{row['copy_us']:8.2f} {pct} {ceil} {vs_t} {vs_g} {err}", flush=True)
+    tilings = (gemm_tilings_table(dev, arch, [int(r) for r in a.gemm_tilings.split(",")], a.reps, flush)
+               if a.gemm_tilings else [])
     if a.json:
-        Path(a.json).write_text(json.dumps({"ceiling_GBps": ceiling, "rows": results}, indent=1))
+        Path(a.json).write_text(json.dumps({"ceiling_GBps": ceiling, "rows": results, "gemm_tilings": tilings},
+                                           indent=1))
 
 
 if __name__ == "__main__":
