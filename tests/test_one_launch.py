@@ -99,10 +99,22 @@ def test_a_kernel_returning_a_right_result_returns_it_from_the_direct_call(fake_
     assert torch.equal(op(x, None), x * 2) and got == [1e-3, 1e-3]
 
 
-def test_an_argument_that_requires_grad_keeps_the_general_path(seen):
+def test_an_argument_that_requires_grad_takes_the_direct_call_only_under_no_grad(seen):
+    """A model's weights are parameters: inference calls them under no_grad, and those calls go
+    straight to the kernel; with grad mode on, forward runs under no_grad (no output requires grad)."""
     op = RMSNormFwdOp(normalized_shape=[8])
-    y = op(torch.randn(3, 8, requires_grad=True), None)
-    assert op.last_plan.bound[None].direct is None and not y.requires_grad
+    x = torch.randn(3, 8, requires_grad=True)
+    op(x, None)
+    bound = op.last_plan.bound[None]
+    assert bound.direct is not None
+    direct_calls: list = []
+    direct = bound.direct
+    bound.direct = lambda values, o: direct_calls.append(values) or direct(values, o)
+    y = op(x, None)
+    assert direct_calls == [] and not y.requires_grad and torch.equal(y, x.detach() * 2)
+    with torch.no_grad():
+        z = op(x, None)
+    assert len(direct_calls) == 1 and not z.requires_grad and torch.equal(z, x.detach() * 2)
 
 
 def test_capturing_the_launch_of_a_direct_call_records_what_forward_passes(seen):

@@ -246,7 +246,9 @@ class Op:
         if bound is None:
             bound = self._bind(plan, target)
         direct = bound.direct
-        if direct is not None:  # forward is one launch: its kernel, then fresh outputs or step 7 (bind_direct)
+        # Forward is one launch: its kernel, then fresh outputs or step 7 (bind_direct); with grad
+        # mode on and an argument that requires grad, forward runs under no_grad instead (below).
+        if direct is not None and not (plan.reads_grad and _grad_enabled()):
             return direct(values, self)
         previous = getattr(CURRENT, "call", None)
         CURRENT.call = (self, plan, bound, values)
@@ -267,11 +269,13 @@ class Op:
 
     def _bind(self, plan: CallPlan, target: Target | None) -> BoundKernels:
         """The plan's launchers under ``target``; where ``forward`` is one launch of the op's own
-        arguments (:mod:`.one_launch`) and no argument requires grad, its kernel bound for
-        :meth:`_call` to call directly (``BoundKernels.direct``)."""
+        arguments (:mod:`.one_launch`), its kernel bound for :meth:`_call` to call directly
+        (``BoundKernels.direct``). A plan whose arguments require grad (a model's weights are
+        parameters) uses it on the calls made under ``no_grad``, as inference runs; with grad mode
+        on, forward runs under ``no_grad`` so that no output requires grad."""
         bound = plan.bind(target, choose_kernel)
         launch = self._def.one_launch
-        if launch is not None and not plan.reads_grad and type(self).launch is Op.launch:
+        if launch is not None and type(self).launch is Op.launch:
             bound.bind_direct(launch)
         return bound
 
