@@ -72,6 +72,30 @@ def test_views_the_kernels_cannot_read_are_copied_into_rows_they_can(make):
     assert copied and view.is_contiguous() and readable(view) and torch.equal(view, t)
 
 
+def _readable_by_the_rule(t) -> bool:
+    """The rule readable() states, read off every stride (its fast path must give the same answer)."""
+    elems = 16 // t.element_size()
+    if t.dim() and t.stride(-1) != 1:
+        return False
+    strides = [s for s, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1]
+    return t.data_ptr() % 16 == 0 and all(s % elems == 0 for s in strides)
+
+
+def test_readable_answers_as_its_rule_on_contiguous_sliced_transposed_and_offset_layouts():
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for dtype in (torch.bfloat16, torch.float32):
+        for shape in ((1, 1, 64), (3, 5, 8), (2, 4, 12), (7, 6), (1, 9), (5,), (4, 1, 16), (0, 8)):
+            base = torch.randn(*shape, generator=g).to(dtype)
+            cases += [base, base.view(-1)[1:] if base.numel() > 1 else base]
+            if base.dim() >= 2:
+                cases += [base.transpose(-1, -2), base[..., : max(1, base.shape[-1] // 2)], base[:1]]
+        wide = torch.randn(6, 96, generator=g).to(dtype)
+        cases += [wide[:, 32:64], wide[:, 8:40], wide[2:3, 5:37], wide.view(6, 12, 8)[:, 1:5]]
+    for t in cases:
+        assert readable(t) == _readable_by_the_rule(t), (t.shape, t.stride(), t.dtype, t.data_ptr() % 16)
+
+
 def _simulated_calls(name: str):
     spec = load_manifest()[name]
     cls = getattr(importlib.import_module(spec.source["op"]), name)

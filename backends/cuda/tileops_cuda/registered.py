@@ -465,7 +465,8 @@ class TileLangGatedRMSNorm(TileLangImpl, GatedRMSNormKernel):
             if out is None:
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
             x3 = head_view(x, width)[0]
-            fn(x3, head_view(gate, width)[0], weight.contiguous(), out.view(x3.shape), eps)
+            out3 = out if x3 is x else out.view(x3.shape)  # out has x's shape
+            fn(x3, head_view(gate, width)[0], weight.contiguous(), out3, eps)
             return out
 
         return gated_rms_norm

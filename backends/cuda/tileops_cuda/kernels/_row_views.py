@@ -20,12 +20,20 @@ _VECTOR_BYTES = 16
 def readable(t: Any) -> bool:
     """Whether the strided kernels can read ``t`` in place: last axis contiguous, every other
     stride a whole number of 16-byte vectors (axes of size 1 are never stepped along, so
-    their strides do not count), the start 16-byte aligned."""
+    their strides do not count), the start 16-byte aligned.
+
+    A contiguous tensor whose rows are whole vectors answers without reading its strides (each
+    is a product of trailing sizes, the last axis's among them): the common call, a decode
+    step's activations, costs a few attribute reads instead of a pass over the strides."""
     elems = _VECTOR_BYTES // t.element_size()
+    if t.data_ptr() % _VECTOR_BYTES:
+        return False
+    if t.dim() and t.shape[-1] % elems == 0 and t.numel() and t.is_contiguous():  # (empty: any strides)
+        return True
     if t.dim() and t.stride(-1) != 1:
         return False
     strides = [s for s, n in zip(t.stride()[:-1], t.shape[:-1]) if n > 1]
-    return t.data_ptr() % _VECTOR_BYTES == 0 and all(s % elems == 0 for s in strides)
+    return all(s % elems == 0 for s in strides)
 
 
 def row_view(t: Any, width: int) -> tuple[Any, bool]:
@@ -56,7 +64,9 @@ def head_view(t: Any, width: int) -> tuple[Any, bool]:
 
 
 def _view(t: Any, shape: tuple[int, ...]) -> Any:
+    if t.dim() == len(shape) and t.shape[1:] == shape[1:]:
+        return t  # already that shape (the leading -1): no new view, the call's most common case
     try:
-        return t.view(shape)
+        return t.view(*shape)  # (unpacked: torch parses a tuple argument at half the speed)
     except RuntimeError:  # leading axes that do not collapse into one stride
         return None
