@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, direct_entry
+from ._workspace import workspace_allocator
 from .attention_decode_program import (
     COMBINE_THREADS, LOG2E, decode_combine_program, decode_parallel_combine_program, decode_split_program,
 )
@@ -409,6 +410,7 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
     import torch
 
     f32 = torch.float32
+    empty = workspace_allocator()
     D, NQ, NKV = key.head_dim, key.num_q_heads, key.num_kv_heads
     sms: dict[Any, int] = {}
     dummies: dict[Any, Any] = {}
@@ -448,8 +450,8 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         split_fn, combine_fn, splits, chunk = hit
         kc = FlatCache("attention decode TileLang kernel", key_cache, NKV, D)
         vc = FlatCache("attention decode TileLang kernel", value_cache, NKV, D)
-        o_part = torch.empty((splits, B, NQ, D), dtype=f32, device=dev)
-        lse_part = torch.empty((splits, B, NQ), dtype=f32, device=dev)
+        o_part = empty((splits, B, NQ, D), f32, dev)
+        lse_part = empty((splits, B, NQ), f32, dev)
         table = dummy_table(dev) if block_table is None else block_table.contiguous()
         scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
         seqlens = cache_seqlens.contiguous()

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._common import arch_refusal, cached_build, compile_prim_func, direct_entry
+from ._workspace import workspace_allocator
 from .moe_permute import expert_threads
 from .moe_skinny import SKINNY_ROWS, skinny_routed_programs
 
@@ -260,6 +261,7 @@ def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: 
 
     E, H, I = key.experts, key.hidden, key.intermediate
     prefill_from = PREFILL_ROWS_PER_EXPERT * E
+    empty = workspace_allocator()
 
     def moe_grouped_experts(hidden_states: Any, expert_offsets: Any, gate_up_proj: Any, down_proj: Any,
                             out: Any = None) -> Any:
@@ -277,8 +279,8 @@ def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: 
             (tiles, gate_up, down), block_m = decode[:3], DECODE_TILING.block_m
         slots = tile_slots(N, E, block_m)
         dev = hidden_states.device
-        tile_map = torch.empty((2, slots), dtype=torch.int32, device=dev)
-        act = torch.empty((N, I), dtype=hidden_states.dtype, device=dev)
+        tile_map = empty((2, slots), torch.int32, dev)
+        act = empty((N, I), hidden_states.dtype, dev)
         x, offsets = hidden_states.contiguous(), expert_offsets.contiguous()
         tiles(offsets, tile_map[0], tile_map[1])
         gate_up(x, offsets, gate_up_proj.contiguous(), tile_map[0], tile_map[1], act)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry
+from ._workspace import workspace_allocator
 
 __all__ = ["MoEPermuteBuildKey", "build_moe_permute", "expert_threads", "moe_permute_refusal"]
 
@@ -217,6 +218,7 @@ def _make_run(key: MoEPermuteBuildKey, rank: Any, offsets: Any, scatter: Any) ->
     from ._row_views import row_view
 
     H, K, E = key.hidden, key.top_k, key.experts
+    empty = workspace_allocator()
 
     def moe_permute(hidden_states: Any, topk_ids: Any, num_experts: int, permuted: Any = None,
                     expert_offsets: Any = None, permuted_index: Any = None) -> Any:
@@ -233,7 +235,7 @@ def _make_run(key: MoEPermuteBuildKey, rank: Any, offsets: Any, scatter: Any) ->
             expert_offsets.zero_()
             return permuted, expert_offsets, permuted_index
         chunks = -(-N // CHUNK)
-        work = torch.empty(N + chunks * E, dtype=torch.int32, device=dev)
+        work = empty((N + chunks * E,), torch.int32, dev)
         ranks, counts = work[:N], work[N:].view(chunks, E)
         ids = topk_ids.contiguous().view(-1)
         rank(ids, ranks, counts)

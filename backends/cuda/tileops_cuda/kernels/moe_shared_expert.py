@@ -35,6 +35,7 @@ copies), archs other than sm_90.
 from dataclasses import dataclass
 from typing import Any
 
+from ._workspace import workspace_allocator
 from .moe_grouped_experts import (PREFILL_TILING, ExpertsLauncher, GroupedTiling, build_experts, down_tile,
                                   experts_refusal, gate_up_tile)
 from .moe_skinny import SKINNY_ROWS, skinny_shared_programs
@@ -148,6 +149,7 @@ def _make_run(key: MoESharedExpertBuildKey, decode: tuple[Any, ...], prefill: tu
     import torch
 
     H, I, gated, skinny_rows = key.hidden, key.intermediate, key.gated, key.skinny_rows
+    empty = workspace_allocator()
 
     def moe_shared_expert(x: Any, gate_proj: Any, up_proj: Any, down_proj: Any, expert_gate: Any,
                           out: Any = None) -> Any:
@@ -157,7 +159,7 @@ def _make_run(key: MoESharedExpertBuildKey, decode: tuple[Any, ...], prefill: tu
         N = rows.shape[0]
         if N == 0:
             return out
-        act = torch.empty((N, I), dtype=x.dtype, device=x.device)
+        act = empty((N, I), x.dtype, x.device)
         out_rows = out.view(N, H)
         if N <= skinny_rows:  # the skinny programs take the weights as they are, [I, H] and [H, I]
             gate_up, down = decode[-2:]
@@ -168,7 +170,7 @@ def _make_run(key: MoESharedExpertBuildKey, decode: tuple[Any, ...], prefill: tu
             gate_up(rows, gate_proj.contiguous().view(1, I, H), up_proj.contiguous().view(1, I, H), act)
             w_down = down_proj.contiguous().view(1, H, I)
         if gated:
-            logit = torch.empty((N,), dtype=x.dtype, device=x.device)
+            logit = empty((N,), x.dtype, x.device)
             decode[2](rows, expert_gate.contiguous(), logit)
             down(act, w_down, logit, out_rows)
         else:
