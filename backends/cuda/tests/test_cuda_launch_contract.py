@@ -9,56 +9,23 @@ launcher that drifts from its interface fails on the CPU, before any GPU run.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 pytest.importorskip("torch")
 
 from tileops_core.kernels.contract import declared_launch, mismatches  # noqa: E402
-from tileops_cuda import registered, registered_model  # noqa: E402
+from tileops_cuda import registered  # noqa: E402
+from tileops_cuda.stand_ins import stood_in  # noqa: E402
 from tileops_cuda.kernels import moe_permute, moe_topk_routing, moe_unpermute, qk_norm_rope  # noqa: E402
-from tileops_cuda.kernels import moe_grouped_experts, moe_shared_expert, sigmoid_gate_mul  # noqa: E402
+from tileops_cuda.kernels import moe_grouped_experts, moe_shared_expert  # noqa: E402
 from tileops_cuda.kernels import attention_decode, attention_prefill, chunk_gdr, conv1d, rgdr  # noqa: E402
 
 
 def _unused(*args: Any) -> None:
     raise AssertionError("a stand-in compiled function is never called here")
 
-
-def _rgdr_build(key: rgdr.RGDRBuildKey, schedule: rgdr.RGDRSchedule | None = None) -> SimpleNamespace:
-    schedule = schedule or rgdr.default_schedule(key)
-    return SimpleNamespace(run=rgdr._make_run(key, schedule, {t: _unused for t in schedule.tilings()}, 4))
-
-
-#: Each build function ``registered`` calls, replaced by one returning the compiled functions stood in for.
-STAND_INS = {
-    "build_rmsnorm": lambda key: SimpleNamespace(fn=_unused),
-    "build_softmax": lambda key: SimpleNamespace(fn=_unused),
-    "build_silu_and_mul": lambda key: SimpleNamespace(fn=_unused),
-    "build_group_norm": lambda key: SimpleNamespace(fn=_unused),
-    "build_gemm": lambda key: SimpleNamespace(fn=_unused),
-    "build_linear_kernels": lambda key: (SimpleNamespace(fn=_unused), SimpleNamespace(fn=_unused)),
-    "build_zero_centred_rmsnorm": lambda key: SimpleNamespace(fn=_unused),
-    "build_gated_rmsnorm": lambda key: SimpleNamespace(fn=_unused),
-    "build_gdn_gating": lambda key: SimpleNamespace(fn=_unused),
-    "build_rgdr": _rgdr_build,
-    "build_conv_update": lambda key: SimpleNamespace(run=conv1d._make_update_run(key, _unused)),
-    "build_qk_norm_rope": lambda key: SimpleNamespace(run=qk_norm_rope._make_run(key, _unused)),
-    "build_sigmoid_gate_mul": lambda key: SimpleNamespace(run=sigmoid_gate_mul._make_run(key, _unused)),
-    "build_moe_topk_routing": lambda key: SimpleNamespace(run=moe_topk_routing._make_run(key, _unused)),
-    "build_moe_unpermute": lambda key: SimpleNamespace(run=moe_unpermute._make_run(key, _unused)),
-    "build_moe_permute": lambda key: SimpleNamespace(run=moe_permute._make_run(key, _unused, _unused, _unused)),
-    "build_moe_grouped_experts":
-        lambda key: SimpleNamespace(run=moe_grouped_experts._make_run(key, (_unused,) * 3, (_unused,) * 3)),
-    "build_moe_shared_expert":
-        lambda key: SimpleNamespace(run=moe_shared_expert._make_run(key, (_unused,) * 3, (_unused,) * 2)),
-    "build_chunk_gdr": lambda key: SimpleNamespace(run=chunk_gdr._make_run(key, _unused, _unused, _unused, _unused)),
-    "build_conv_varlen": lambda key: SimpleNamespace(run=conv1d._make_varlen_run(key, _unused)),
-    "build_attention_decode": lambda key: SimpleNamespace(
-        run=attention_decode._make_run(key, lambda block_size, schedule: _unused, lambda kind: _unused)),
-    "build_attention_prefill": lambda key: SimpleNamespace(run=attention_prefill._make_run(key, _unused, _unused)),
-}
 
 #: A build key each launcher can be made from (only the fields a launcher reads matter).
 ANY_KEY = SimpleNamespace(dtype="float16", hidden=256, has_weight=True, length=256, width=256, n=256, k=256, heads=8,
@@ -82,10 +49,9 @@ KEYS: dict[str, Any] = {
 
 
 @pytest.fixture
-def stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, build in STAND_INS.items():  # each build function where the classes that call it look it up
-        module = registered if hasattr(registered, name) else registered_model
-        monkeypatch.setattr(module, name, build)
+def stand_ins() -> Iterator[None]:
+    with stood_in(_unused, sm_count=4):  # every build function, where the classes that call it look it up
+        yield
 
 
 @pytest.mark.parametrize("impl", registered.KERNELS, ids=lambda k: k.__name__)
