@@ -27,7 +27,6 @@ import contextlib
 import statistics
 import sys
 import time
-from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
@@ -42,22 +41,10 @@ def _nothing(*args: Any) -> None:
     """The compiled function stood in for: the launch's host code runs, no kernel does."""
 
 
-def _stand_in_builds() -> dict[str, Callable[..., Any]]:
-    """The build functions ``registered`` calls, replaced by ones returning :func:`_nothing`."""
-    from tileops_cuda.kernels import rgdr
-
-    def build_rgdr(key: Any, schedule: Any = None) -> SimpleNamespace:
-        schedule = schedule or rgdr.default_schedule(key)
-        return SimpleNamespace(run=rgdr._make_run(key, schedule, {t: _nothing for t in schedule.tilings()}, 132))
-
-    return {"build_rmsnorm": lambda key: SimpleNamespace(fn=_nothing),
-            "build_silu_and_mul": lambda key: SimpleNamespace(fn=_nothing), "build_rgdr": build_rgdr}
-
-
 def _on_cpu(impl: type) -> type:
-    """``impl`` declared for the CPU, refusing nothing (its refusals name the GPU archs)."""
-    return type(f"Cpu{impl.__name__}", (impl,), {"devices": ("cpu",), "supported_archs": ("*",),
-                                                  "refusal": classmethod(lambda cls, call: None)})
+    """``impl`` declared for the CPU under its own name, refusing nothing (its refusals name the GPU archs)."""
+    return type(impl.__name__, (impl,), {"devices": ("cpu",), "supported_archs": ("*",), "__module__": __name__,
+                                         "refusal": classmethod(lambda cls, call: None)})
 
 
 def time_per_call(fn: Callable[[], Any], calls: int, repeats: int) -> float:
@@ -81,11 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     from tileops_cuda import registered
+    from tileops_cuda.stand_ins import stood_in
 
-    saved = {name: getattr(registered, name) for name in _stand_in_builds()}
-    try:
-        for name, build in _stand_in_builds().items():
-            setattr(registered, name, build)
+    with stood_in(_nothing):
         with registry.use_registry(registry.Registry()):
             registry.register_backend(BackendInfo("host_path", description="benchmarks/host_path.py stand-ins"))
             for impl in (registered.TileLangRMSNorm, registered.TileLangRGDR, registered.TileLangSiluAndMul):
@@ -94,9 +79,6 @@ def main(argv: list[str] | None = None) -> int:
             policy = use_decompose_policy("none", "host_path.py --compiled") if a.compiled else contextlib.nullcontext()
             with policy:
                 rows = _rows(DecodeStepConfig(B=1), a.calls, a.repeats, a.compiled)
-    finally:
-        for name, build in saved.items():
-            setattr(registered, name, build)
     print(f"torch {torch.__version__}, 1 thread, CPU time; median of {a.repeats} loops of {a.calls} calls")
     print(f"{'op (B=1, Qwen3.5 heads)':34s} {'op µs':>8s} {'launcher µs':>12s} {'core µs':>8s}")
     for name, through, direct in rows:
@@ -114,7 +96,7 @@ def _rows(cfg: DecodeStepConfig, calls: int, repeats: int, compiled: bool) -> li
     act = s.act(gate_up)
     for op in (s.norm, s.rgdr, s.act):  # the stand-ins serve, not the reference
         plan = op.last_plan
-        assert plan is not None and all(k.__name__.startswith("Cpu") for k in plan.bound[None].kernels.values())
+        assert plan is not None and all(k.__module__ == __name__ for k in plan.bound[None].kernels.values())
 
     def launcher(op: Any) -> Callable[..., Any]:
         return kernel_for(*next(iter(op.last_plan.call_specs.items())))
