@@ -41,12 +41,6 @@ def _nothing(*args: Any) -> None:
     """The compiled function stood in for: the launch's host code runs, no kernel does."""
 
 
-def _on_cpu(impl: type) -> type:
-    """``impl`` declared for the CPU under its own name, refusing nothing (its refusals name the GPU archs)."""
-    return type(impl.__name__, (impl,), {"devices": ("cpu",), "supported_archs": ("*",), "__module__": __name__,
-                                         "refusal": classmethod(lambda cls, call: None)})
-
-
 def time_per_call(fn: Callable[[], Any], calls: int, repeats: int) -> float:
     """Median over ``repeats`` loops of this thread's CPU µs per call (after warm-up calls)."""
     for _ in range(min(calls, 200)):
@@ -68,13 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     from tileops_cuda import registered
-    from tileops_cuda.stand_ins import stood_in
+    from tileops_cuda.stand_ins import on_cpu, stood_in
 
     with stood_in(_nothing):
         with registry.use_registry(registry.Registry()):
             registry.register_backend(BackendInfo("host_path", description="benchmarks/host_path.py stand-ins"))
             for impl in (registered.TileLangRMSNorm, registered.TileLangRGDR, registered.TileLangSiluAndMul):
-                registry.register_kernel(_on_cpu(impl), "host_path")
+                registry.register_kernel(on_cpu(impl), "host_path")
             # Under "none" a compiled step keeps every op the custom op (eager calls never read the policy).
             policy = use_decompose_policy("none", "host_path.py --compiled") if a.compiled else contextlib.nullcontext()
             with policy:
@@ -96,7 +90,8 @@ def _rows(cfg: DecodeStepConfig, calls: int, repeats: int, compiled: bool) -> li
     act = s.act(gate_up)
     for op in (s.norm, s.rgdr, s.act):  # the stand-ins serve, not the reference
         plan = op.last_plan
-        assert plan is not None and all(k.__module__ == __name__ for k in plan.bound[None].kernels.values())
+        kernels = plan.bound[None].kernels.values() if plan is not None else ()
+        assert plan is not None and all(k.__module__ == "tileops_cuda.stand_ins" for k in kernels)
 
     def launcher(op: Any) -> Callable[..., Any]:
         return kernel_for(*next(iter(op.last_plan.call_specs.items())))

@@ -7,8 +7,9 @@ the host time is Python. This runs that Python on a CPU: a tiny random-init mode
 every TileLang class registered for the ``cpu`` device, and every compiled function a no-op
 (:mod:`tileops_cuda.stand_ins`), so each op call runs the core's call path and its launcher's
 glue (views, workspaces, schedules) and launches nothing. The outputs are garbage (contents
-checks off, as in serving); only time counts. Per op class: calls a step and host µs a call (wall time inside ``Op.__call__``,
-medians over ``--rounds`` rounds of ``--steps`` steps under ``no_grad``), and the step's total.
+checks off, as in serving); only time counts. Per op class: calls a step and host µs a call
+(wall time inside ``Op.__call__``, medians over ``--rounds`` rounds of ``--steps`` steps under
+``no_grad``), and the step's total.
 Read the figures relative to each other: a GPU host is 2-3x slower a Python operation.
 
     python benchmarks/model_host_path.py [--model qwen3_5_moe] [--steps 20] [--rounds 5]
@@ -36,12 +37,6 @@ def _nothing(*args: Any) -> None:
     """The compiled function stood in for: the launch's host code runs, no kernel does."""
 
 
-def _on_cpu(impl: type) -> type:
-    """``impl`` declared for the CPU under its own name (block shapes are looked up by it), refusing nothing."""
-    return type(impl.__name__, (impl,), {"devices": ("cpu",), "supported_archs": ("*",),
-                                         "refusal": classmethod(lambda cls, call: None)})
-
-
 @contextlib.contextmanager
 def _no_contents_checks() -> Iterator[None]:
     """Ops made within read no tensor contents (as in serving; the stand-ins' outputs are garbage)."""
@@ -60,7 +55,8 @@ def _no_contents_checks() -> Iterator[None]:
 def _cpu_multiprocessors() -> Iterator[None]:
     """Launchers that plan by the GPU's SM count ask torch.cuda for it; on a CPU, an H200's 132."""
     real = torch.cuda.get_device_properties
-    torch.cuda.get_device_properties = lambda device=None: SimpleNamespace(multi_processor_count=132)  # type: ignore[assignment]
+    h200 = SimpleNamespace(multi_processor_count=132)
+    torch.cuda.get_device_properties = lambda device=None: h200  # type: ignore[assignment]
     try:
         yield
     finally:
@@ -72,12 +68,12 @@ def measure(model_type: str, steps: int, rounds: int) -> tuple[float, dict[str, 
     from tileops_core.integrations.transformers import apply_tileops, cache_kwargs, cache_of
     from tileops_core.integrations.transformers._tiny import tiny_model
     from tileops_cuda import registered
-    from tileops_cuda.stand_ins import stood_in
+    from tileops_cuda.stand_ins import on_cpu, stood_in
 
     with stood_in(_nothing), _cpu_multiprocessors(), _no_contents_checks(), registry.use_registry(registry.Registry()):
         registry.register_backend(BackendInfo("model_host_path", description="benchmarks/model_host_path.py stand-ins"))
         for impl in registered.KERNELS:
-            registry.register_kernel(_on_cpu(impl), "model_host_path")
+            registry.register_kernel(on_cpu(impl), "model_host_path")
         model = tiny_model(model_type, seed=0)
         apply_tileops(model, every_module=True)
         with torch.no_grad():

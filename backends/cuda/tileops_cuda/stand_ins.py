@@ -18,7 +18,14 @@ from . import registered, registered_model
 from .kernels import attention_decode, attention_prefill, chunk_gdr, conv1d, moe_grouped_experts, moe_permute
 from .kernels import moe_shared_expert, moe_topk_routing, moe_unpermute, qk_norm_rope, rgdr, sigmoid_gate_mul
 
-__all__ = ["stand_in_builds", "stood_in"]
+__all__ = ["on_cpu", "stand_in_builds", "stood_in"]
+
+
+def on_cpu(impl: type) -> type:
+    """``impl`` declared for the CPU under its own name (block shapes are looked up by it), refusing
+    nothing (its refusals name the GPU archs): what a host-time run registers in a fresh registry."""
+    return type(impl.__name__, (impl,), {"devices": ("cpu",), "supported_archs": ("*",), "__module__": __name__,
+                                         "refusal": classmethod(lambda cls, call: None)})
 
 
 def stand_in_builds(compiled: Callable[..., Any], sm_count: int = 132) -> dict[str, Callable[..., Any]]:

@@ -270,11 +270,12 @@ def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: 
             out = torch.empty(hidden_states.shape, dtype=hidden_states.dtype, device=hidden_states.device)
         if N == 0:
             return out
+        gate_up_proj, down_proj = gate_up_proj.contiguous(), down_proj.contiguous()
         if N >= prefill_from:
             (tiles, gate_up, down), block_m = prefill, PREFILL_TILING.block_m
         elif key.skinny:  # the warp-per-feature programs take the banks flat (.moe_skinny)
             (tiles, gate_up, down), block_m = decode[3:], SKINNY_ROWS
-            gate_up_proj, down_proj = gate_up_proj.contiguous().view(-1, H), down_proj.contiguous().view(-1, I)
+            gate_up_proj, down_proj = gate_up_proj.view(-1, H), down_proj.view(-1, I)
         else:
             (tiles, gate_up, down), block_m = decode[:3], DECODE_TILING.block_m
         slots = tile_slots(N, E, block_m)
@@ -283,8 +284,8 @@ def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: 
         act = empty((N, I), hidden_states.dtype, dev)
         x, offsets = hidden_states.contiguous(), expert_offsets.contiguous()
         tiles(offsets, tile_map[0], tile_map[1])
-        gate_up(x, offsets, gate_up_proj.contiguous(), tile_map[0], tile_map[1], act)
-        down(act, offsets, down_proj.contiguous(), tile_map[0], tile_map[1], out)
+        gate_up(x, offsets, gate_up_proj, tile_map[0], tile_map[1], act)
+        down(act, offsets, down_proj, tile_map[0], tile_map[1], out)
         return out
 
     return moe_grouped_experts

@@ -5,9 +5,9 @@ a few rows, so a linear layer is a read of its weight and nothing else (2 bytes 
 flops). The GEMM's 128 x 256 tile gives such a call ``N / 256`` programs: 8 for Qwen3.5's
 2048-wide output projection, 48 for its 12288-wide input projection, on 132 SMs, each streaming
 megabytes of weight through one pipeline. Here a warp owns one output feature and reads its
-weight row once, 16 bytes a lane, ``SkinnyLinearTiling.unroll`` vectors a lane in flight; the input's rows sit in
-shared memory (loaded once a program) and every row is a float32 dot product, reduced across the
-warp. ``N / WARPS`` programs (256 for N = 2048), so every SM streams weight.
+weight row once, 16 bytes a lane, ``SkinnyLinearTiling.unroll`` vectors a lane in flight; the
+input's rows sit in shared memory (loaded once a program) and every row is a float32 dot product,
+reduced across the warp. ``N / WARPS`` programs (256 for N = 2048), so every SM streams weight.
 
 Layout: ``weight`` is ``[N, K]`` (``F.linear``'s), ``input`` ``[M, K]``, ``out`` ``[M, N]``, all
 contiguous; ``K`` a multiple of 8 (16-byte rows, the GEMM's refusal). The program holds up to
@@ -17,8 +17,9 @@ Why 4 (H200, ``bench/linear_decode_bench.py``, backends/cuda/NOTES.md, the decod
 weight shapes): at one row this program reads the weight at 80-97% of the same-size copy,
 1.07-1.61x ``F.linear`` and 1.5-5.2x the GEMM; at 4 rows it still beats the GEMM on every shape
 (1.23-4.28x); a program of 8 rows lost to it at 8 on the widest (0.72x at N = 12288): its
-instructions grow with the rows (a conversion and an FMA an element and row), the GEMM's do not. (Rows staged in float32 instead, to save the conversions, were slower:
-the 32-byte shared loads a lane conflict.)
+instructions grow with the rows (a conversion and an FMA an element and row), the GEMM's do not.
+(Rows staged in float32 instead, to save the conversions, were slower: the 32-byte shared loads a
+lane conflict.)
 M is dynamic; nothing is compiled per M. Float32 accumulation, one rounding to the output dtype;
 the sum's order differs from the GEMM's (the tests bound both against float64).
 
