@@ -1,11 +1,11 @@
 el moeskinny
 # moeskinny (issue 21's model at decode): the MoE experts' warp-per-feature programs (kernels/moe_skinny.py; keys with
-# MoESharedExpertBuildKey.skinny_rows=4 / MoEGroupedExpertsBuildKey.skinny; neither the default until measured):
+# MoESharedExpertBuildKey.skinny_rows=4 / MoEGroupedExpertsBuildKey.skinny_max_rows; registered since 2026-12-04d):
 # their GPU tests (the shared expert at 1-5 rows on NaN-poisoned outputs against float64, bf16/fp16, gated or not;
 # the routed experts against torch._grouped_mm at decode sizes, the default key's tests beside them), then
 # moe_skinny_bench.py (shared: skinny, decode tiling and torch at 1/2/3/4/8 rows; routed: decode tiling and skinny
-# at B = 1/4/16/64 on both models; CUDA graphs, same-size copies). About 4 minutes. Where skinny wins, set the
-# registered keys' fields (registered_model: TileLangMoESharedExpert.key, TileLangMoEGroupedExperts.key), then hfstatic.
+# at B = 1/4/16/32/64 on both models; CUDA graphs, same-size copies). About 4 minutes. Where the skinny column
+# stops winning should match the printed bound (moe_grouped_experts.skinny_max_rows); then hfstatic.
 export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tlc}
 timeout -s INT ${MOESKINNY_TEST_S:-200} python3 -m pytest -rA -n 8 -p no:cacheprovider \
     backends/cuda/tests/test_moe_shared_expert_gpu.py backends/cuda/tests/test_model_ops_gpu.py \

@@ -3,14 +3,16 @@
 Qwen3.5's shared expert (bf16, H=2048, I=512, sigmoid gate) at T = 1..4 rows (and 8, where the
 skinny key falls back to the decode tiling), three ways in one run: the launch function of the
 default key (``skinny_rows=0``: the decode tiling), of a key with ``skinny_rows=4``
-(:mod:`tileops_cuda.kernels.moe_shared_skinny`), and torch's unfused path (``F.linear`` x3, SiLU,
+(:mod:`tileops_cuda.kernels.moe_skinny`), and torch's unfused path (``F.linear`` x3, SiLU,
 mul, sigmoid). Device µs as ``cuda_bench_common.time_graph`` times them: one CUDA graph of 16 calls
 whose weights rotate over 16 copies (96 MB > L2), replay medians; the same-size copy (the 6 MB of
 weights read, as a copy moving as many bytes) beside them. Each skinny row is checked against the
 default key's output first (relative difference printed).
 
 Then the routed experts (bf16, H=2048, I=512; Qwen3.5-35B's 256 experts top-8 and Qwen3-Next's 512
-top-10) at B = 1, 4, 16, 64 tokens: the default key (the decode tiling) against a key with ``skinny``,
+top-10) at B = 1, 4, 16, 32, 64 tokens: a key without the skinny programs (the decode tiling) against
+one whose ``skinny_max_rows`` takes every call (the registered key's bound, ``skinny_max_rows(E)``,
+printed beside: it should fall where the skinny column stops winning),
 each call of a graph on its own routing (16 draws, so the experts' weights mostly come from HBM),
 with the bytes of the experts a call reads (``3 · H · I · 2`` each) over the same-size copy.
 
@@ -31,7 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_bench_common import time_graph  # noqa: E402
 
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
-from tileops_cuda.kernels.moe_grouped_experts import MoEGroupedExpertsBuildKey  # noqa: E402
+from tileops_cuda.kernels.moe_grouped_experts import (  # noqa: E402
+    PREFILL_ROWS_PER_EXPERT, MoEGroupedExpertsBuildKey, skinny_max_rows,
+)
 from tileops_cuda.kernels.moe_shared_expert import MoESharedExpertBuildKey  # noqa: E402
 from tileops_cuda.registered_model import TileLangMoEGroupedExperts, TileLangMoESharedExpert  # noqa: E402
 
@@ -95,7 +99,8 @@ def routed_rows(dev: torch.device, gen: torch.Generator, arch: str) -> list[dict
     rows = []
     print(f"{'model':>12} {'B':>3} {'decode us':>10} {'skinny us':>10} {'skinny/decode':>14} {'% copy':>7} {'rel diff':>9}")
     for label, E, K in (("qwen3.5-35b", 256, 8), ("qwen3-next", 512, 10)):
-        keys = [MoEGroupedExpertsBuildKey("bfloat16", E, H, I, "int32", arch, skinny=s) for s in (False, True)]
+        keys = [MoEGroupedExpertsBuildKey("bfloat16", E, H, I, "int32", arch, skinny_max_rows=m)
+                for m in (0, PREFILL_ROWS_PER_EXPERT * E - 1)]
         built = compile_many([lambda k=k: TileLangMoEGroupedExperts.launcher(k) for k in keys])
         for b in built:
             if isinstance(b, BaseException):
@@ -103,7 +108,8 @@ def routed_rows(dev: torch.device, gen: torch.Generator, arch: str) -> list[dict
         default, skinny = built
         gate_up = (torch.randn(E, 2 * I, H, device=dev, generator=gen) / H ** 0.5).bfloat16()
         down = (torch.randn(E, H, I, device=dev, generator=gen) / I ** 0.5).bfloat16()
-        for B in (1, 4, 16, 64):
+        print(f"{label}: the registered key runs the skinny programs up to {skinny_max_rows(E)} rows")
+        for B in (1, 4, 16, 32, 64):
             draws = []
             for _ in range(COPIES):
                 ids = torch.rand(B, E, device=dev, generator=gen).argsort(dim=1)[:, :K].flatten()

@@ -152,15 +152,16 @@ def test_grouped_experts_match_torch_grouped_mm_at_real_sizes(cuda_device, gen, 
     _check_grouped_experts(gen, tokens, top_k, experts, MoEGroupedExpertsFwdOp())
 
 
-#: The warp-per-feature programs (a key with ``skinny``): decode sizes, with an expert of more rows
-#: than a tile (5 tokens all on experts 0..3: 5 rows each, two 4-row tiles) and (300, 2, 8) below the
-#: prefill tiling's rows (75 an expert: 19 tiles each).
-@pytest.mark.parametrize("tokens,top_k,experts", [(1, 10, 512), (1, 8, 256), (5, 4, 4), (64, 8, 256), (300, 2, 8)])
+#: The warp-per-feature programs (a key whose ``skinny_max_rows`` takes every call): decode sizes,
+#: with an expert of more rows than a tile (5 tokens all on experts 0..3: 5 rows each, two 4-row
+#: tiles) and (40, 2, 8) below the prefill tiling's 256 rows (10 an expert: three tiles each).
+@pytest.mark.parametrize("tokens,top_k,experts", [(1, 10, 512), (1, 8, 256), (5, 4, 4), (64, 8, 256), (40, 2, 8)])
 def test_the_skinny_routed_programs_match_torch_grouped_mm(cuda_device, gen, tokens, top_k, experts):
     from tileops_cuda.kernels.moe_grouped_experts import MoEGroupedExpertsBuildKey
     from tileops_cuda.registered_model import TileLangMoEGroupedExperts
 
-    key = MoEGroupedExpertsBuildKey("bfloat16", experts, 2048, 512, "int32", cuda_device[1], skinny=True)
+    key = MoEGroupedExpertsBuildKey("bfloat16", experts, 2048, 512, "int32", cuda_device[1],
+                                    skinny_max_rows=tokens * top_k)
     launch = TileLangMoEGroupedExperts.launcher(key)
 
     def poisoned(x, offsets, gate_up, down):

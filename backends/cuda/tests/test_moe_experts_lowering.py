@@ -69,7 +69,7 @@ def test_the_skinny_shared_programs_lower_to_a_warp_a_feature(gated, hidden, int
 @pytest.mark.parametrize("experts,hidden,intermediate", [(512, 2048, 512), (256, 2048, 512), (8, 32, 16)],
                          ids=["qwen3-next", "qwen3.5", "tiny"])
 def test_the_skinny_routed_programs_lower_over_their_own_tile_map(experts, hidden, intermediate):
-    key = MoEGroupedExpertsBuildKey("bfloat16", experts, hidden, intermediate, skinny=True)
+    key = MoEGroupedExpertsBuildKey("bfloat16", experts, hidden, intermediate, skinny_max_rows=experts // 2)
     programs = _routed_programs(key, DECODE_TILING)
     assert len(programs) == 6 and len(_routed_programs(key, PREFILL_TILING)) == 3
     tiles, gate_up, down = (_source(f) for f in programs[3:])

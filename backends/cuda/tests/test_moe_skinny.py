@@ -1,7 +1,8 @@
-"""The routed experts' launch function with the warp-per-feature programs (``MoEGroupedExpertsBuildKey.skinny``)
+"""The routed experts' launch function with the warp-per-feature programs (``MoEGroupedExpertsBuildKey.skinny_max_rows``)
 on the CPU: the compiled kernels stood in for by torch code of their semantics on exactly the views
 the launch hands them (a tile map of ``SKINNY_ROWS``-row tiles, the banks flat), against the
-reference kernel; without ``skinny`` the decode tiling's programs and ``[E, ·, ·]`` banks, as before."""
+reference kernel; above ``skinny_max_rows`` rows (or with 0) the decode tiling's programs and
+``[E, ·, ·]`` banks."""
 
 from __future__ import annotations
 
@@ -53,17 +54,18 @@ def _programs(name: str, block_m: int, E: int, H: int, I: int, calls: list[tuple
     return tiles, gate_up, down
 
 
-@pytest.mark.parametrize("skinny", [True, False])
+@pytest.mark.parametrize("max_rows", [0, 4, 15, 100])
 @pytest.mark.parametrize("counts", [[1, 0, 2, 0, 1], [0, 7, 1, 0, 0], [3, 3, 3, 3, 3]])
-def test_a_decode_call_runs_the_skinny_programs_on_flat_banks_where_the_key_asks(skinny, counts):
+def test_a_decode_call_runs_the_skinny_programs_on_flat_banks_up_to_the_keys_rows(max_rows, counts):
     E, H, I = len(counts), 16, 8
     calls: list[tuple[str, Any]] = []
     decode = _programs("decode", routed.DECODE_TILING.block_m, E, H, I, calls)
-    if skinny:
+    if max_rows:
         decode += _programs("skinny", SKINNY_ROWS, E, H, I, calls)
     prefill = _programs("prefill", routed.PREFILL_TILING.block_m, E, H, I, calls)
-    run = routed._make_run(Key("float32", E, H, I, skinny=skinny), decode, prefill)
+    run = routed._make_run(Key("float32", E, H, I, skinny_max_rows=max_rows), decode, prefill)
     N = sum(counts)
+    skinny = N <= max_rows
     offsets = torch.tensor([0, *torch.tensor(counts).cumsum(0).tolist()], dtype=torch.int32)
     x, gate_up_proj, down_proj = torch.randn(N, H), torch.randn(E, 2 * I, H), torch.randn(E, H, I)
     out = run(x, offsets, gate_up_proj, down_proj)

@@ -21,10 +21,11 @@ from .kernels.attention_decode import DecodeBuildKey, build_attention_decode, de
 from .kernels.attention_prefill import PrefillBuildKey, build_attention_prefill, prefill_refusal
 from .kernels.chunk_gdr import ChunkGDRBuildKey, build_chunk_gdr, chunk_gdr_refusal
 from .kernels.moe_grouped_experts import (
-    MoEGroupedExpertsBuildKey, build_moe_grouped_experts, moe_grouped_experts_refusal,
+    MoEGroupedExpertsBuildKey, build_moe_grouped_experts, moe_grouped_experts_refusal, skinny_max_rows,
 )
 from .kernels.moe_permute import MoEPermuteBuildKey, build_moe_permute, moe_permute_refusal
 from .kernels.moe_shared_expert import MoESharedExpertBuildKey, build_moe_shared_expert, moe_shared_expert_refusal
+from .kernels.moe_skinny import SKINNY_ROWS
 from .kernels.moe_topk_routing import (
     MoETopKRoutingBuildKey, build_moe_topk_routing, moe_topk_routing_refusal, with_fitting_routing_program,
 )
@@ -140,8 +141,9 @@ class TileLangMoEGroupedExperts(TileLangImpl, MoEGroupedExpertsKernel):
 
     @classmethod
     def key(cls, call: CallSpec) -> MoEGroupedExpertsBuildKey:
-        return MoEGroupedExpertsBuildKey(call.dtypes["hidden_states"], int(call.dims["E"]), int(call.dims["H"]),
-                                         int(call.dims["I"]), call.dtypes["expert_offsets"], call.arch)
+        E = int(call.dims["E"])
+        return MoEGroupedExpertsBuildKey(call.dtypes["hidden_states"], E, int(call.dims["H"]), int(call.dims["I"]),
+                                         call.dtypes["expert_offsets"], call.arch, skinny_max_rows(E))
 
     @classmethod
     def reason(cls, call: CallSpec, key: MoEGroupedExpertsBuildKey) -> str | None:
@@ -163,7 +165,7 @@ class TileLangMoESharedExpert(TileLangImpl, MoESharedExpertKernel):
     @classmethod
     def key(cls, call: CallSpec) -> MoESharedExpertBuildKey:
         return MoESharedExpertBuildKey(call.dtypes["x"], int(call.dims["H"]), int(call.dims["I"]),
-                                       bool(call.flags["has_expert_gate"]), call.arch)
+                                       bool(call.flags["has_expert_gate"]), call.arch, SKINNY_ROWS)
 
     @classmethod
     def launcher(cls, key: MoESharedExpertBuildKey) -> Callable[..., Any]:

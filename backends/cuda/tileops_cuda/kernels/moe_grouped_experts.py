@@ -43,7 +43,7 @@ from .moe_skinny import SKINNY_ROWS, skinny_routed_programs
 
 __all__ = ["GroupedTiling", "MoEGroupedExpertsBuildKey", "build_moe_grouped_experts", "moe_grouped_experts_refusal",
            "tile_slots", "DECODE_TILING", "PREFILL_TILING", "ExpertsLauncher", "build_experts", "gate_up_tile",
-           "down_tile", "experts_refusal"]
+           "down_tile", "experts_refusal", "skinny_max_rows"]
 
 _DTYPES = ("float16", "bfloat16")
 _OFFSET_DTYPES = ("int32", "int64")
@@ -85,9 +85,20 @@ class MoEGroupedExpertsBuildKey:
     intermediate: int
     offsets_dtype: str = "int32"
     arch: str = "sm_90"
-    #: Calls below the prefill tiling's rows run the warp-per-feature programs (:mod:`.moe_skinny`,
-    #: ``SKINNY_ROWS``-row tiles) instead of the decode tiling's; off until the H200 times them.
-    skinny: bool = False
+    #: Calls of at most this many rows (and below the prefill tiling's) run the warp-per-feature
+    #: programs (:mod:`.moe_skinny`, ``SKINNY_ROWS``-row tiles) instead of the decode tiling's; 0: never.
+    #: The registered key takes :func:`skinny_max_rows`.
+    skinny_max_rows: int = 0
+
+
+def skinny_max_rows(experts: int) -> int:
+    """The rows up to which the skinny programs serve a call: half a row an expert on average.
+
+    Measured on the H200 (``moe_skinny_bench.py``, bf16 H=2048 I=512, 2026-12-04d): the skinny
+    programs won at 0.31 and 0.5 rows an expert (B=16 on 512 experts top-10: 1.10x; on 256 top-8:
+    1.07x; 1.18-1.25x at B=1 and 4) and lost at 1.25 and 2 (B=64: 0.85x, 0.77x), where experts hold
+    more than a 4-row tile and the skinny programs read their weights once a tile."""
+    return experts // 2
 
 
 def tile_slots(rows: int, experts: int, block_m: int) -> int:
@@ -273,7 +284,7 @@ def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: 
         gate_up_proj, down_proj = gate_up_proj.contiguous(), down_proj.contiguous()
         if N >= prefill_from:
             (tiles, gate_up, down), block_m = prefill, PREFILL_TILING.block_m
-        elif key.skinny:  # the warp-per-feature programs take the banks flat (.moe_skinny)
+        elif N <= key.skinny_max_rows:  # the warp-per-feature programs take the banks flat (.moe_skinny)
             (tiles, gate_up, down), block_m = decode[3:], SKINNY_ROWS
             gate_up_proj, down_proj = gate_up_proj.view(-1, H), down_proj.view(-1, I)
         else:
@@ -294,7 +305,7 @@ def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: 
 def _routed_programs(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling) -> tuple[Any, ...]:
     programs: tuple[Any, ...] = (_tiles_program(key, tiling.block_m), _gate_up_program(key, tiling),
                                  _down_program(key, tiling))
-    if key.skinny and tiling == DECODE_TILING:
+    if key.skinny_max_rows and tiling == DECODE_TILING:
         programs += (_tiles_program(key, SKINNY_ROWS), *skinny_routed_programs(key))
     return programs
 
