@@ -4,16 +4,17 @@ At a decode step a linear layer reads its weight once (2 bytes an element) for o
 input, so its ceiling is the copy's bandwidth. For the weight shapes of Qwen3-Next / Qwen3.5 at
 hidden 2048 (``SHAPES``) and each row count, this times, with CUDA events after an L2 flush (a
 256 MiB write; medians over ``--reps``): TileOPs' skinny program (``kernels.skinny_linear``, the
-launcher's choice up to ``rows_for(key)`` rows), its GEMM (``kernels.gemm``, the 128 x 256 wgmma
-tile), ``F.linear``, and a same-size copy (``torch.mul(a, 1, out=b)`` moving as many bytes as the
+launcher's choice up to ``rows_for(key)`` rows), its GEMM at the tiling the launcher gives the row
+count (``kernels.linear``: the decode tiling up to ``DECODE_GEMM_ROWS``), ``F.linear``, and a same-size copy (``torch.mul(a, 1, out=b)`` moving as many bytes as the
 layer reads and writes). The 1 GiB copy ceiling is measured in the same run. Each row is checked
 first: the skinny program against ``F.linear`` in float64 (relative error printed).
 
 With ``--gemm-tilings``, a second table for the rows past the skinny program's (a batched decode
 step's 8-64 rows, where the 128 x 256 GEMM tile leaves ``N / 256`` programs): the GEMM program
-compiled at each of ``GEMM_CANDIDATES`` (narrower tiles, deeper pipelines: more programs, more
-weight bytes in flight), each checked against float64, timed beside the registered tiling and
-``F.linear``. Candidates only; none is reachable from the op.
+compiled at the prefill tiling ("prefill", 128 x 256), the registered decode tiling ("decode",
+``kernels.linear.decode_gemm_tiling``) and each of ``GEMM_CANDIDATES`` (narrower tiles, deeper
+pipelines: more programs, more weight bytes in flight), each checked against float64, timed beside
+``F.linear``. The candidates are reachable from the op only through ``decode_gemm_tiling``.
 
     python backends/cuda/bench/linear_decode_bench.py [--rows 1,2,4,8] [--reps 50] [--gemm-tilings 8,16,32,64] [--json F]
 """
@@ -33,7 +34,7 @@ from model_ops_bench import _FLUSH_BYTES, copy_ceiling, time_reps  # noqa: E402
 
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
 from tileops_cuda.kernels.gemm import GemmBuildKey, GemmTiling, build_gemm  # noqa: E402
-from tileops_cuda.kernels.skinny_linear import build_linear_kernels, rows_for  # noqa: E402
+from tileops_cuda.kernels.linear import DECODE_GEMM_ROWS, build_linear_kernels, decode_gemm_tiling  # noqa: E402
 
 #: (label, out_features N, in_features K) of the decode step's linear layers at hidden 2048.
 SHAPES = (
@@ -61,7 +62,8 @@ def gemm_tilings_table(dev: torch.device, arch: str, rows: list[int], reps: int,
     """The ``--gemm-tilings`` table (module docstring)."""
     gen = torch.Generator(device=dev).manual_seed(1)
     keys = [GemmBuildKey("bfloat16", n, k, False, True, False, arch) for _, n, k in SHAPES]
-    jobs = [(key, t) for key in keys for t in (None, *GEMM_CANDIDATES)]
+    tilings = {key: (None, decode_gemm_tiling(key), *GEMM_CANDIDATES) for key in keys}
+    jobs = [(key, t) for key in keys for t in tilings[key]]
     built = compile_many([lambda key=key, t=t: build_gemm(key, t) for key, t in jobs])
     programs = {(key, t): b for (key, t), b in zip(jobs, built)}
     print(f"\n{'shape':42s} {'M':>3s} {'F.linear':>8s} {'gemm':>8s}  candidates (us, x F.linear; '!' wrong, '-' no build)")
@@ -74,9 +76,9 @@ def gemm_tilings_table(dev: torch.device, arch: str, rows: list[int], reps: int,
             torch_us = time_reps(lambda: F.linear(x, w), reps, flush)
             row = {"shape": label, "N": n, "K": k, "M": m, "torch_us": torch_us, "tilings": {}}
             cells = []
-            for t in (None, *GEMM_CANDIDATES):
+            for i, t in enumerate(tilings[key]):
                 prog = programs[(key, t)]
-                name = "registered" if t is None else f"{t.block_m}x{t.block_n}x{t.block_k}/{t.stages}"
+                name = ("prefill", "decode")[i] if i < 2 else f"{t.block_m}x{t.block_n}x{t.block_k}/{t.stages}"
                 if isinstance(prog, BaseException):
                     row["tilings"][name] = {"error": f"{type(prog).__name__}: {prog}"[:200]}
                     cells.append(f"{name} -")
@@ -115,7 +117,7 @@ def main() -> None:
     for (label, n, k), key, pair in zip(SHAPES, keys, built):
         if isinstance(pair, BaseException):
             raise pair
-        gemm, skinny = pair
+        skinny = pair.skinny
         w = (torch.randn(n, k, device=dev, generator=gen) / k ** 0.5).to(torch.bfloat16)
         for m in (int(r) for r in a.rows.split(",")):
             x = torch.randn(m, k, device=dev, generator=gen).to(torch.bfloat16)
@@ -124,7 +126,8 @@ def main() -> None:
             half = torch.empty(nbytes // 4, device=dev, dtype=torch.bfloat16)  # read + written = nbytes
             half2 = torch.empty_like(half)
             row = {"shape": label, "N": n, "K": k, "M": m, "bytes": nbytes}
-            fits = skinny is not None and m <= rows_for(key)
+            fits = skinny is not None and m <= pair.skinny_rows
+            gemm = pair.decode_gemm if m <= DECODE_GEMM_ROWS else pair.gemm
             if fits:
                 skinny.fn(x, w, out)
                 want = x.double() @ w.double().t()

@@ -94,30 +94,31 @@ def test_gemm_matches_float64(m, n, k, ta, tb, dtype, batch, cuda_device, gen):
 @pytest.mark.parametrize("n,k", [(12288, 2048), (2048, 4096), (256, 2048), (136, 40), (512, 8200)],
                          ids=["qwen3.5-qkvz", "qwen3.5-out", "router", "tiny", "k-tail"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_linear_of_few_rows_matches_float64_through_both_programs(n, k, dtype, cuda_device, gen):
-    """Every row count up to the skinny program's and one past it (the GEMM), on a NaN-poisoned output:
-    each element written, within two roundings of the float64 product."""
+def test_linear_matches_float64_through_each_of_its_programs(n, k, dtype, cuda_device, gen):
+    """Every row count up to the skinny program's, then the GEMM's decode tiling to its last row and the
+    GEMM one past it, on a NaN-poisoned output: each element written, within two roundings of the
+    float64 product, and the launcher's output bit for bit the program's its rows pick."""
     import torch
 
-    from tileops_cuda.kernels import skinny_linear as ksl
+    from tileops_cuda.kernels import linear as kl
 
     dev = cuda_device[0]
     key = kg.GemmBuildKey(dtype, n, k, False, True, False, cuda_device[1])
-    rows = ksl.rows_for(key)
     launch = registered.TileLangLinear.launcher(key)
-    skinny = ksl.build_skinny_linear(key).fn
+    programs = kl.build_linear_kernels(key)
+    rows, last = programs.skinny_rows, kl.DECODE_GEMM_ROWS
     w = (torch.randn(n, k, device=dev, generator=gen) / k ** 0.5).to(_dt(dtype))
-    for m in sorted({1, 2, 3, rows, rows + 1}):
+    for m in sorted({1, 2, 3, rows, rows + 1, 17, last, last + 1} - {0}):
         x = torch.randn(m, k, device=dev, generator=gen).to(_dt(dtype))
         want = x.double() @ w.double().t()
         out = torch.full((m, n), float("nan"), device=dev, dtype=_dt(dtype))
         launch(x, w, None, out)
         _within_rounding(out, want, slack=1e-4)
-        if m <= rows:
-            direct = torch.full((m, n), float("nan"), device=dev, dtype=_dt(dtype))
-            skinny(x, w, direct)
-            _within_rounding(direct, want, slack=1e-4)
-            assert torch.equal(direct, out), "the launcher's few-row call is not the skinny program's"
+        program = programs.skinny if m <= rows else programs.decode_gemm if m <= last else programs.gemm
+        direct = torch.full((m, n), float("nan"), device=dev, dtype=_dt(dtype))
+        program.fn(x, w, direct)
+        _within_rounding(direct, want, slack=1e-4)
+        assert torch.equal(direct, out), f"the launcher's call of {m} rows is not its program's"
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,8 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from tileops_cuda import registered  # noqa: E402
-from tileops_cuda.kernels import gemm, group_norm, reduce_sum, rmsnorm, silu_and_mul, skinny_linear, softmax  # noqa: E402
+from tileops_cuda.kernels import gemm, group_norm, linear, reduce_sum, rmsnorm, silu_and_mul, skinny_linear  # noqa: E402
+from tileops_cuda.kernels import softmax  # noqa: E402
 
 
 def _stand_in(monkeypatch: pytest.MonkeyPatch, build: str, fn: Any) -> list[tuple[Any, ...]]:
@@ -115,8 +116,9 @@ def test_bmm_launch_keeps_the_batch_axis(monkeypatch):
 
 
 def _stand_in_linear(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[tuple[Any, ...]]]:
-    """Both linear programs stood in for by ``a @ w.t()``; the calls each received, by program."""
-    calls: dict[str, list[tuple[Any, ...]]] = {"gemm": [], "skinny": []}
+    """The linear programs stood in for by ``a @ w.t()`` (no skinny one where it refuses the key, as
+    built); the calls each received, by program."""
+    calls: dict[str, list[tuple[Any, ...]]] = {"gemm": [], "decode_gemm": [], "skinny": []}
 
     def program(name: str) -> SimpleNamespace:
         def compiled(a: Any, w: Any, out: Any) -> None:
@@ -124,7 +126,12 @@ def _stand_in_linear(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[tuple[An
             out.copy_(a @ w.t())
         return SimpleNamespace(fn=compiled)
 
-    monkeypatch.setattr(registered, "build_linear_kernels", lambda key: (program("gemm"), program("skinny")))
+    def build(key: Any) -> linear.LinearPrograms:
+        fits = skinny_linear.skinny_linear_refusal(key) is None
+        return linear.LinearPrograms(program("gemm"), program("decode_gemm"), program("skinny") if fits else None,
+                                     skinny_linear.rows_for(key) if fits else 0)
+
+    monkeypatch.setattr(registered, "build_linear_kernels", build)
     return calls
 
 
@@ -137,20 +144,29 @@ def test_linear_launch_reads_the_weight_transposed_and_adds_the_bias(monkeypatch
 
 
 @pytest.mark.parametrize("k,rows", [(64, 4), (10000, 3), (40000, 0)])
-def test_a_linear_call_of_few_rows_runs_the_skinny_program_and_more_rows_the_gemm(monkeypatch, k, rows):
+def test_a_linear_call_runs_the_skinny_program_then_the_gemms_decode_tiling_then_its_own_by_rows(monkeypatch, k,
+                                                                                                  rows):
     calls = _stand_in_linear(monkeypatch)
     key = gemm.GemmBuildKey("bfloat16", 16, k, False, True, False, "sm_90")
     assert skinny_linear.rows_for(key) == rows
     launch = registered.TileLangLinear.launcher(key)
     w = torch.randn(16, k).to(torch.bfloat16)
-    for m in (1, rows, rows + 1):
-        if m < 1:
-            continue
+    last = linear.DECODE_GEMM_ROWS
+    for m in sorted({1, rows, rows + 1, last, last + 1} - {0}):
         x = torch.randn(m, k).to(torch.bfloat16)
-        want = "skinny" if m <= rows else "gemm"
+        want = "skinny" if m <= rows else "decode_gemm" if m <= last else "gemm"
         before = len(calls[want])
         torch.testing.assert_close(launch(x, w, None), F.linear(x, w))
         assert len(calls[want]) == before + 1 and calls[want][-1][0].shape == (m, k), (m, want)
+
+
+def test_the_decode_tiling_gives_narrow_weights_narrower_programs():
+    def tiling(n: int) -> gemm.GemmTiling:
+        return linear.decode_gemm_tiling(gemm.GemmBuildKey("bfloat16", n, 2048, False, True, False, "sm_90"))
+
+    assert (tiling(512).block_m, tiling(512).block_n) == (64, 16)
+    assert (tiling(520).block_m, tiling(520).block_n) == (64, 64)
+    assert tiling(12288).threads == 128  # one consumer warpgroup: 64-row wgmma tiles
 
 
 def _sum_pass(kind: str):

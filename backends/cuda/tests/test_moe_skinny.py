@@ -69,7 +69,8 @@ def test_a_decode_call_runs_the_skinny_programs_on_flat_banks_up_to_the_keys_row
     offsets = torch.tensor([0, *torch.tensor(counts).cumsum(0).tolist()], dtype=torch.int32)
     x, gate_up_proj, down_proj = torch.randn(N, H), torch.randn(E, 2 * I, H), torch.randn(E, H, I)
     out = run(x, offsets, gate_up_proj, down_proj)
-    torch.testing.assert_close(out, moe_grouped_experts(x, offsets, gate_up_proj, down_proj))
+    # float32 sums over other row groupings than the reference's (the BLAS's order varies with the rows)
+    torch.testing.assert_close(out, moe_grouped_experts(x, offsets, gate_up_proj, down_proj), rtol=1e-4, atol=1e-4)
     name = "skinny" if skinny else "decode"
     assert [c for c, _ in calls] == [f"{name}/tiles", f"{name}/gate_up", f"{name}/down"]
     shapes = dict(calls)

@@ -54,7 +54,7 @@ from .kernels.group_norm import GroupNormBuildKey, build_group_norm, group_norm_
 from .kernels.reduce_sum import sum_launch, sum_refusal
 from .kernels.rgdr import RGDRBuildKey, build_rgdr, rgdr_refusal
 from .kernels.rmsnorm import RMSNormBuildKey, build_rmsnorm, rmsnorm_refusal
-from .kernels.skinny_linear import build_linear_kernels, rows_for
+from .kernels.linear import DECODE_GEMM_ROWS, build_linear_kernels
 from .kernels.silu_and_mul import SiluAndMulBuildKey, build_silu_and_mul, silu_and_mul_refusal
 from .kernels.softmax import SoftmaxBuildKey, build_softmax, softmax_refusal
 from .kernels.zero_centred_rmsnorm import (
@@ -303,10 +303,10 @@ class TileLangLinear(TileLangImpl, LinearKernel):
     def launcher(cls, key: GemmBuildKey) -> Callable[..., Any]:
         import torch
 
-        gemm, skinny = build_linear_kernels(key)
-        # A decode step's few rows read the weight once through the skinny program (kernels.skinny_linear).
-        few_rows, few = (rows_for(key), skinny.fn) if skinny is not None else (0, gemm.fn)
-        many = gemm.fn
+        programs = build_linear_kernels(key)
+        # A call's rows pick the program (kernels.linear): skinny, the GEMM's decode tiling, the GEMM's.
+        few_rows, few = programs.skinny_rows, (programs.skinny or programs.gemm).fn
+        some, many = programs.decode_gemm.fn, programs.gemm.fn
         n, k = key.n, key.k
 
         def linear(input: Any, weight: Any, bias: Any, out: Any = None) -> Any:
@@ -314,7 +314,8 @@ class TileLangLinear(TileLangImpl, LinearKernel):
                 out = torch.empty((*input.shape[:-1], n), dtype=input.dtype, device=input.device)
             out2d = rows_of(out, n)
             a = rows_of(input.contiguous(), k)
-            (few if a.shape[0] <= few_rows else many)(a, weight.contiguous(), out2d)
+            m = a.shape[0]
+            (few if m <= few_rows else some if m <= DECODE_GEMM_ROWS else many)(a, weight.contiguous(), out2d)
             if bias is not None:
                 out2d += bias
             return out

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 from . import registered, registered_model
 from .kernels import attention_decode, attention_prefill, chunk_gdr, conv1d, moe_grouped_experts, moe_permute
-from .kernels import moe_shared_expert, moe_topk_routing, moe_unpermute, qk_norm_rope, rgdr, sigmoid_gate_mul
+from .kernels import linear, moe_shared_expert, moe_topk_routing, moe_unpermute, qk_norm_rope, rgdr, sigmoid_gate_mul
+from .kernels import skinny_linear
 
 __all__ = ["on_cpu", "stand_in_builds", "stood_in"]
 
@@ -43,7 +44,8 @@ def stand_in_builds(compiled: Callable[..., Any], sm_count: int = 132) -> dict[s
     return {
         "build_rmsnorm": fn, "build_softmax": fn, "build_silu_and_mul": fn, "build_group_norm": fn,
         "build_gemm": fn, "build_zero_centred_rmsnorm": fn, "build_gated_rmsnorm": fn, "build_gdn_gating": fn,
-        "build_linear_kernels": lambda key: (SimpleNamespace(fn=c), SimpleNamespace(fn=c)),
+        "build_linear_kernels": lambda key: linear.LinearPrograms(*(cast(Any, SimpleNamespace(fn=c)),) * 3,
+                                                                  skinny_linear.rows_for(key)),
         "build_rgdr": rgdr_build,
         "build_conv_update": lambda key: SimpleNamespace(run=conv1d._make_update_run(key, c)),
         "build_qk_norm_rope": lambda key: SimpleNamespace(run=qk_norm_rope._make_run(key, c)),

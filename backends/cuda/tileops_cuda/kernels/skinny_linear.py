@@ -12,7 +12,7 @@ reduced across the warp. ``N / WARPS`` programs (256 for N = 2048), so every SM 
 Layout: ``weight`` is ``[N, K]`` (``F.linear``'s), ``input`` ``[M, K]``, ``out`` ``[M, N]``, all
 contiguous; ``K`` a multiple of 8 (16-byte rows, the GEMM's refusal). The program holds up to
 ``rows_for(key)`` input rows (4, fewer where ``K`` is long: the rows' shared memory stays under
-``_SHARED_BYTES``); the launcher sends calls with more rows to the GEMM (``TileLangLinear``).
+``_SHARED_BYTES``); the launcher sends calls with more rows to the GEMM (:mod:`.linear`).
 Why 4 (H200, ``bench/linear_decode_bench.py``, backends/cuda/NOTES.md, the decode step's seven
 weight shapes): at one row this program reads the weight at 80-97% of the same-size copy,
 1.07-1.61x ``F.linear`` and 1.5-5.2x the GEMM; at 4 rows it still beats the GEMM on every shape
@@ -31,10 +31,10 @@ tilelang is imported inside the builder, never at module import.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import ELEM_BYTES, Compiled, compile_many, compile_once
-from .gemm import GemmBuildKey, build_gemm, gemm_refusal
+from ._common import ELEM_BYTES, Compiled, compile_once
+from .gemm import GemmBuildKey, gemm_refusal
 
-__all__ = ["SkinnyLinearTiling", "build_linear_kernels", "build_skinny_linear", "rows_for", "skinny_linear_refusal",
+__all__ = ["SkinnyLinearTiling", "build_skinny_linear", "rows_for", "skinny_linear_refusal",
            "stage_rows_macro", "weight_chunks"]
 
 #: Shared memory a program gives the input rows (bytes): 64 KiB keeps three programs an SM.
@@ -183,15 +183,3 @@ def build_skinny_linear(key: GemmBuildKey, tiling: SkinnyLinearTiling | None = N
     return compile_once(("skinny-linear", key, tiling), skinny_linear_refusal(key), lambda: _program(key, tiling),
                         key.arch)
 
-
-def build_linear_kernels(key: GemmBuildKey) -> tuple[Compiled, Compiled | None]:
-    """The GEMM and, where this program serves ``key``, the skinny program, compiled concurrently
-    (a linear layer's first call waits for the slower, not for both): the launcher runs the
-    skinny one on calls of at most ``rows_for(key)`` rows, the GEMM on the others."""
-    if skinny_linear_refusal(key) is not None:
-        return build_gemm(key), None
-    gemm, skinny = compile_many([lambda: build_gemm(key), lambda: build_skinny_linear(key)])
-    for built in (gemm, skinny):
-        if isinstance(built, BaseException):
-            raise built
-    return gemm, skinny
