@@ -7,7 +7,8 @@ hidden 2048 (``SHAPES``) and each row count, this times, with CUDA events after 
 launcher's choice up to ``rows_for(key)`` rows), its GEMM at the tiling the launcher gives the row
 count (``kernels.linear``: the decode tiling up to ``DECODE_GEMM_ROWS``), ``F.linear``, and a same-size copy (``torch.mul(a, 1, out=b)`` moving as many bytes as the
 layer reads and writes). The 1 GiB copy ceiling is measured in the same run. Each row is checked
-first: the skinny program against ``F.linear`` in float64 (relative error printed).
+first: the skinny program against ``F.linear`` in float64 (relative error printed), and its
+``weights_first`` candidate (``SkinnyLinearTiling``) timed beside it, its output compared bit for bit.
 
 With ``--gemm-tilings``, a second table for the rows past the skinny program's (a batched decode
 step's 8-64 rows, where the 128 x 256 GEMM tile leaves ``N / 256`` programs): the GEMM program
@@ -35,6 +36,7 @@ from model_ops_bench import _FLUSH_BYTES, copy_ceiling, time_reps  # noqa: E402
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
 from tileops_cuda.kernels.gemm import GemmBuildKey, GemmTiling, build_gemm  # noqa: E402
 from tileops_cuda.kernels.linear import DECODE_GEMM_ROWS, build_linear_kernels, decode_gemm_tiling  # noqa: E402
+from tileops_cuda.kernels.skinny_linear import SkinnyLinearTiling, build_skinny_linear  # noqa: E402
 
 #: (label, out_features N, in_features K) of the decode step's linear layers at hidden 2048.
 SHAPES = (
@@ -46,6 +48,11 @@ SHAPES = (
     ("qwen3.5-35b router", 256, 2048),
     ("qwen3-next gdn in_proj_ba", 64, 2048),
 )
+
+
+#: The skinny program's candidate beside the registered one: its first weight loads before the rows'
+#: staging (column "w-first"; "!" where its output differs from the registered program's in a bit).
+WEIGHTS_FIRST = SkinnyLinearTiling(weights_first=True)
 
 
 #: GEMM tilings tried at 8-64 rows (``--gemm-tilings``): one consumer warpgroup (64-row wgmma tiles)
@@ -108,15 +115,17 @@ def main() -> None:
     flush = torch.empty(_FLUSH_BYTES // 4, device=dev)
     ceiling = copy_ceiling(a.reps, flush)
     print(f"copy ceiling (torch.mul 1 GiB): {ceiling:.0f} GB/s   [{torch.cuda.get_device_name()}]", flush=True)
-    print(f"{'shape':42s} {'M':>3s} {'skinny us':>9s} {'gemm us':>8s} {'F.linear':>8s} {'copy us':>8s} "
+    print(f"{'shape':42s} {'M':>3s} {'skinny us':>9s} {'w-first':>8s} {'gemm us':>8s} {'F.linear':>8s} {'copy us':>8s} "
           f"{'skinny %copy':>12s} {'%ceil':>6s} {'x F.lin':>7s} {'x gemm':>7s} {'rel.err':>8s}")
     results = []
     gen = torch.Generator(device=dev).manual_seed(0)
     keys = [GemmBuildKey("bfloat16", n, k, False, True, False, arch) for _, n, k in SHAPES]
-    built = compile_many([lambda key=key: build_linear_kernels(key) for key in keys])  # every shape's pair at once
-    for (label, n, k), key, pair in zip(SHAPES, keys, built):
-        if isinstance(pair, BaseException):
-            raise pair
+    built = compile_many([lambda key=key: build_linear_kernels(key) for key in keys]  # every shape's programs at once
+                         + [lambda key=key: build_skinny_linear(key, WEIGHTS_FIRST) for key in keys])
+    for (label, n, k), key, pair, first in zip(SHAPES, keys, built, built[len(keys):]):
+        for b in (pair, first):
+            if isinstance(b, BaseException):
+                raise b
         skinny = pair.skinny
         w = (torch.randn(n, k, device=dev, generator=gen) / k ** 0.5).to(torch.bfloat16)
         for m in (int(r) for r in a.rows.split(",")):
@@ -133,6 +142,10 @@ def main() -> None:
                 want = x.double() @ w.double().t()
                 row["rel_err"] = float((out.double() - want).abs().max() / want.abs().max())
                 row["skinny_us"] = time_reps(lambda: skinny.fn(x, w, out), a.reps, flush)
+                check = torch.full_like(out, float("nan"))
+                first.fn(x, w, check)
+                row["weights_first_bitwise"] = bool(torch.equal(check, out))
+                row["weights_first_us"] = time_reps(lambda: first.fn(x, w, out), a.reps, flush)
             row["gemm_us"] = time_reps(lambda: gemm.fn(x, w, out), a.reps, flush)
             row["torch_us"] = time_reps(lambda: F.linear(x, w), a.reps, flush)
             row["copy_us"] = time_reps(lambda: torch.mul(half, 1, out=half2), a.reps, flush)
@@ -143,7 +156,9 @@ def main() -> None:
             vs_t = f"{row['torch_us'] / sk:7.2f}" if sk else f"{'-':>7s}"
             vs_g = f"{row['gemm_us'] / sk:7.2f}" if sk else f"{'-':>7s}"
             err = f"{row['rel_err']:8.1e}" if "rel_err" in row else f"{'-':>8s}"
-            print(f"{label[:42]:42s} {m:3d} {sk or float('nan'):9.2f} {row['gemm_us']:8.2f} {row['torch_us']:8.2f} "
+            wf = (f"{row['weights_first_us']:7.2f}" + ("" if row["weights_first_bitwise"] else "!")).ljust(8)[:8] \
+                if sk else f"{'-':>8s}"
+            print(f"{label[:42]:42s} {m:3d} {sk or float('nan'):9.2f} {wf} {row['gemm_us']:8.2f} {row['torch_us']:8.2f} "
                   f"{row['copy_us']:8.2f} {pct} {ceil} {vs_t} {vs_g} {err}", flush=True)
     tilings = (gemm_tilings_table(dev, arch, [int(r) for r in a.gemm_tilings.split(",")], a.reps, flush)
                if a.gemm_tilings else [])

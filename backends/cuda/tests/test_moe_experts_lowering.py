@@ -76,3 +76,17 @@ def test_the_skinny_routed_programs_lower_over_their_own_tile_map(experts, hidde
     assert "moe_expert_tiles" in tiles
     assert "moe_skinny_gate_up" in gate_up and gate_up.count("tl::warp_reduce_sum") == 2
     assert "moe_skinny_down" in down and down.count("tl::warp_reduce_sum") == 1
+
+
+@pytest.mark.parametrize("weights_first", [True, False])
+def test_skinny_weights_first_issues_every_programs_first_weight_loads_before_the_staging_barrier(weights_first):
+    from tileops_cuda.kernels.moe_skinny import skinny_routed_programs, skinny_shared_programs
+
+    shared = MoESharedExpertBuildKey("bfloat16", 2048, 512, True, skinny_rows=4, skinny_weights_first=weights_first)
+    routed = MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512, skinny_max_rows=256,
+                                       skinny_weights_first=weights_first)
+    for func in (*skinny_shared_programs(shared), *skinny_routed_programs(routed)):
+        body = _source(func)
+        body = body[body.index("__global__"):]
+        weights = min(body.find(f"*(uint4*)({w} + ") for w in ("g_w", "d_w") if f"*(uint4*)({w} + " in body)
+        assert (weights < body.index("__syncthreads")) == weights_first

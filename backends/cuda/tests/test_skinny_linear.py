@@ -40,3 +40,15 @@ def test_the_program_lowers_to_one_16_byte_weight_load_a_vector(n, k):
     assert "skinny_linear_kernel" in source and "__syncthreads" in source
     assert "*(uint4*)(wv + " in source  # the weight: 16-byte vectors into registers
     assert "tl::warp_reduce_sum" in source
+
+
+@pytest.mark.parametrize("weights_first", [True, False])
+@pytest.mark.parametrize("n,k", [(2048, 2048), (2048, 4096), (136, 40)])
+def test_weights_first_issues_the_first_weight_loads_before_the_staging_barrier(n, k, weights_first):
+    from lowered_source import lowered_source
+
+    source = lowered_source(lambda key: _program(key, SkinnyLinearTiling(weights_first=weights_first)), _key(n, k))
+    body = source[source.index("skinny_linear_kernel"):]
+    assert (body.index("*(uint4*)(wv + ") < body.index("__syncthreads")) == weights_first
+    if k == 4096:  # two chunks: the first's loads hoisted, the loop's for the second
+        assert body.count("*(uint4*)(wv + ") == (2 if weights_first else 1)

@@ -89,6 +89,9 @@ class MoEGroupedExpertsBuildKey:
     #: programs (:mod:`.moe_skinny`, ``SKINNY_ROWS``-row tiles) instead of the decode tiling's; 0: never.
     #: The registered key takes :func:`skinny_max_rows`.
     skinny_max_rows: int = 0
+    #: The skinny programs issue their first weight loads before staging the rows
+    #: (:func:`.moe_skinny._bodies`); a candidate until the H200 times it (``moe_skinny_bench.py``).
+    skinny_weights_first: bool = False
 
 
 def skinny_max_rows(experts: int) -> int:

@@ -68,6 +68,9 @@ class MoESharedExpertBuildKey:
     #: instead of the decode tiling's tensor-core ones; 0: never. The registered key takes
     #: ``SKINNY_ROWS`` (H200, bf16 H=2048 I=512, 2026-12-04d: 1.55-2.17x the decode tiling at 1-4 rows).
     skinny_rows: int = 0
+    #: The skinny programs issue their first weight loads before staging the rows
+    #: (:func:`.moe_skinny._bodies`); a candidate until the H200 times it (``moe_skinny_bench.py``).
+    skinny_weights_first: bool = False
 
 
 def moe_shared_expert_refusal(key: MoESharedExpertBuildKey) -> str | None:

@@ -47,8 +47,12 @@ WARPS = 8
 _UNROLL = 8
 
 
-def _bodies(hidden: int, intermediate: int, dtype: str) -> tuple[Any, Any]:
+def _bodies(hidden: int, intermediate: int, dtype: str, weights_first: bool) -> tuple[Any, Any]:
     """``(gate_up, down)``: the TileLang macros of one program's rows ``[r0, min(r0 + R, end))``.
+
+    With ``weights_first`` a warp issues its first weight chunk's loads before the rows are staged,
+    so that the two reads' latencies overlap (``SkinnyLinearTiling.weights_first``; the same sums in
+    the same order).
 
     ``gate_up(x, w_gate, g_row, w_up, u_row, r0, end, j, act, tid)`` writes ``act[r, j]`` from gate
     row ``g_row`` and up row ``u_row``; ``down(act, w_down, d_row, r0, end, h, logit, out, tid, gated)``
@@ -72,13 +76,17 @@ def _bodies(hidden: int, intermediate: int, dtype: str) -> tuple[Any, Any]:
         g_w = T.alloc_local((U_GU * VEC,), dt)
         u_w = T.alloc_local((U_GU * VEC,), dt)
         xv = T.alloc_local((VEC,), dt)
+        if weights_first:
+            load_gu(w_gate, g_row, g_w, lane, 0)
+            load_gu(w_up, u_row, u_w, lane, 0)
         stage_x(x, x_s, r0, end, tid)
         for m in T.unroll(R):
             g_acc[m] = T.float32(0)
             u_acc[m] = T.float32(0)
         for c in T.serial(NCH_GU):
-            load_gu(w_gate, g_row, g_w, lane, c)
-            load_gu(w_up, u_row, u_w, lane, c)
+            if not weights_first or c > 0:
+                load_gu(w_gate, g_row, g_w, lane, c)
+                load_gu(w_up, u_row, u_w, lane, c)
             dot_gu(x_s, g_acc, g_w, xv, lane, c, r0, end)
             dot_gu(x_s, u_acc, u_w, xv, lane, c, r0, end)
         for m in T.unroll(R):
@@ -98,11 +106,14 @@ def _bodies(hidden: int, intermediate: int, dtype: str) -> tuple[Any, Any]:
         o_acc = T.alloc_local((R,), f32)
         d_w = T.alloc_local((U_D * VEC,), dt)
         av = T.alloc_local((VEC,), dt)
+        if weights_first:
+            load_d(w_down, d_row, d_w, lane, 0)
         stage_act(act, a_s, r0, end, tid)
         for m in T.unroll(R):
             o_acc[m] = T.float32(0)
         for c in T.serial(NCH_D):
-            load_d(w_down, d_row, d_w, lane, c)
+            if not weights_first or c > 0:
+                load_d(w_down, d_row, d_w, lane, c)
             dot_d(a_s, o_acc, d_w, av, lane, c, r0, end)
         for m in T.unroll(R):
             o_acc[m] = T.warp_reduce_sum(o_acc[m])
@@ -128,7 +139,7 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
     H, I, dt = key.hidden, key.intermediate, key.dtype
     W = WARPS
     N = T.dynamic("N")
-    gate_up, down = _bodies(H, I, dt)
+    gate_up, down = _bodies(H, I, dt, key.skinny_weights_first)
 
     @T.prim_func
     def moe_shared_skinny_gate_up(x: T.Tensor((N, H), dt), gate_proj: T.Tensor((I, H), dt),
@@ -172,7 +183,7 @@ def skinny_routed_programs(key: Any) -> tuple[Any, Any]:
     E, H, I, dt, i32 = key.experts, key.hidden, key.intermediate, key.dtype, "int32"
     W = WARPS
     N, S = T.dynamic("N"), T.dynamic("S")
-    gate_up, down = _bodies(H, I, dt)
+    gate_up, down = _bodies(H, I, dt, key.skinny_weights_first)
 
     @T.macro
     def slot(x, expert_offsets, bank, tile_expert, tile_row, out, bx, by, stage: str):

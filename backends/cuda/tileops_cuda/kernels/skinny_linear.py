@@ -50,6 +50,11 @@ class SkinnyLinearTiling:
 
     warps: int = 8
     unroll: int = 8
+    #: Issue the first weight chunk's loads before the rows are staged, so that the two reads'
+    #: latencies overlap (a program's only chunk at K <= 2048 in bf16) instead of following one
+    #: another across the staging barrier. Same sums in the same order: bit for bit the same
+    #: results. A candidate until the H200 times it (``linear_decode_bench.py``).
+    weights_first: bool = False
 
 
 def rows_for(key: GemmBuildKey) -> int:
@@ -146,6 +151,7 @@ def _program(key: GemmBuildKey, tiling: SkinnyLinearTiling):
     M = T.dynamic("M")
     stage_rows = stage_rows_macro(MR, K, dt, TH)
     NCH, U, load_chunk, dot_chunk = weight_chunks(MR, K, dt, tiling.unroll)
+    first = tiling.weights_first
 
     @T.prim_func
     def skinny_linear(A: T.Tensor((M, K), dt), B: T.Tensor((N, K), dt), C: T.Tensor((M, N), dt)):
@@ -159,12 +165,15 @@ def _program(key: GemmBuildKey, tiling: SkinnyLinearTiling):
             acc = T.alloc_local((MR,), f32)
             wv = T.alloc_local((U * VEC,), dt)
             av = T.alloc_local((VEC,), dt)
+            if first:
+                load_chunk(B, row, wv, lane, 0)
             # The input rows this program holds (rows past M are never read: skipped below).
             stage_rows(A, a_s, by * MR, M, tid)
             for m in T.unroll(MR):
                 acc[m] = T.float32(0)
             for c in T.serial(NCH):
-                load_chunk(B, row, wv, lane, c)
+                if not first or c > 0:
+                    load_chunk(B, row, wv, lane, c)
                 dot_chunk(a_s, acc, wv, av, lane, c, by * MR, M)
             for m in T.unroll(MR):
                 acc[m] = T.warp_reduce_sum(acc[m])
