@@ -12,11 +12,13 @@ default key's output first (relative difference printed).
 Then the routed experts (bf16, H=2048, I=512; Qwen3.5-35B's 256 experts top-8 and Qwen3-Next's 512
 top-10) at B = 1, 4, 16, 32, 64 tokens: a key without the skinny programs (the decode tiling) against
 one whose ``skinny_max_rows`` takes every call (the registered key's bound, ``skinny_max_rows(E)``,
-printed beside: it should fall where the skinny column stops winning), and in both tables the skinny
-programs with ``skinny_weights_first`` (column "w-first"; "!" where its output differs from the skinny
-programs' in a bit),
+printed beside: it should fall where the skinny column stops winning),
 each call of a graph on its own routing (16 draws, so the experts' weights mostly come from HBM),
 with the bytes of the experts a call reads (``3 · H · I · 2`` each) over the same-size copy.
+
+In both tables, the skinny programs under each of ``CANDIDATES`` (:class:`MoESkinnyTiling`) beside the
+registered ones, in µs, "!" where a candidate's output differs from the registered skinny programs' in a
+bit (the candidates keep the sums and their order, so none should).
 
     python backends/cuda/bench/moe_skinny_bench.py [--json F]
 """
@@ -39,9 +41,27 @@ from tileops_cuda.kernels.moe_grouped_experts import (  # noqa: E402
     PREFILL_ROWS_PER_EXPERT, MoEGroupedExpertsBuildKey, skinny_max_rows,
 )
 from tileops_cuda.kernels.moe_shared_expert import MoESharedExpertBuildKey  # noqa: E402
+from tileops_cuda.kernels.moe_skinny import MoESkinnyTiling  # noqa: E402
 from tileops_cuda.registered_model import TileLangMoEGroupedExperts, TileLangMoESharedExpert  # noqa: E402
 
 H, I, COPIES = 2048, 512, 16
+
+#: The skinny programs' candidates, by column name.
+CANDIDATES = {"w-first": MoESkinnyTiling(weights_first=True),
+              "w-f f2": MoESkinnyTiling(weights_first=True, down_features=2),
+              "w-f f4": MoESkinnyTiling(weights_first=True, down_features=4)}
+
+
+def _built(launcher, keys: list) -> list:
+    built = compile_many([lambda k=k: launcher(k) for k in keys])
+    for b in built:
+        if isinstance(b, BaseException):
+            raise b
+    return built
+
+
+def _cells(times: dict[str, float], same: dict[str, bool]) -> str:
+    return " ".join(f"{times[n]:>9.2f}{' ' if same[n] else '!'}" for n in CANDIDATES)
 
 
 def main() -> None:
@@ -51,15 +71,11 @@ def main() -> None:
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
     arch = "sm_%d%d" % torch.cuda.get_device_capability()
-    default_key = MoESharedExpertBuildKey("bfloat16", H, I, True, arch)
-    skinny_key = MoESharedExpertBuildKey("bfloat16", H, I, True, arch, skinny_rows=4)
-    first_key = MoESharedExpertBuildKey("bfloat16", H, I, True, arch, skinny_rows=4, skinny_weights_first=True)
-    launches = compile_many([lambda k=k: TileLangMoESharedExpert.launcher(k)
-                             for k in (default_key, skinny_key, first_key)])
-    for built in launches:
-        if isinstance(built, BaseException):
-            raise built
-    default, skinny, first = launches
+    keys = [MoESharedExpertBuildKey("bfloat16", H, I, True, arch),
+            MoESharedExpertBuildKey("bfloat16", H, I, True, arch, skinny_rows=4)]
+    keys += [MoESharedExpertBuildKey("bfloat16", H, I, True, arch, skinny_rows=4, skinny_tiling=t)
+             for t in CANDIDATES.values()]
+    default, skinny, *candidates = _built(TileLangMoESharedExpert.launcher, keys)
 
     def w(*s: int, scale: float) -> torch.Tensor:
         return (torch.randn(*s, device=dev, generator=gen) * scale).bfloat16()
@@ -77,25 +93,28 @@ def main() -> None:
     copy_us = time_graph([lambda i=i: torch.mul(copies[i][0], 1, out=copies[i][1]) for i in range(COPIES)])
     print(f"{torch.cuda.get_device_name()}; same-size copy of the weights ({weight_bytes / 1e6:.1f} MB read): "
           f"{copy_us:.2f} us")
-    print(f"{'T':>3} {'decode us':>10} {'skinny us':>10} {'w-first us':>10} {'torch us':>9} {'skinny/decode':>14} "
-          f"{'% copy':>7} {'rel diff':>9}")
+    print(f"{'T':>3} {'decode us':>10} {'skinny us':>10} {'torch us':>9} {'skinny/decode':>14} {'% copy':>7} "
+          f"{'rel diff':>9}  " + " ".join(f"{n:>10}" for n in CANDIDATES))
     rows = []
     for T in (1, 2, 3, 4, 8):
         x = torch.randn(T, H, device=dev, generator=gen).bfloat16()
-        out_d, out_s, out_f = (torch.full((T, H), float("nan"), device=dev, dtype=torch.bfloat16) for _ in range(3))
+        out_d, out_s, out_c = (torch.full((T, H), float("nan"), device=dev, dtype=torch.bfloat16) for _ in range(3))
         default(x, *sets[0], out_d)
         skinny(x, *sets[0], out_s)
-        first(x, *sets[0], out_f)
         diff = float((out_s.float() - out_d.float()).norm() / out_d.float().norm())
-        same = bool(torch.equal(out_f, out_s))
         d_us = time_graph([lambda i=i: default(x, *sets[i], out_d) for i in range(COPIES)])
         s_us = time_graph([lambda i=i: skinny(x, *sets[i], out_s) for i in range(COPIES)])
-        f_us = time_graph([lambda i=i: first(x, *sets[i], out_f) for i in range(COPIES)])
         t_us = time_graph([lambda i=i: torch_path(x, *sets[i]) for i in range(COPIES)])
-        rows.append({"T": T, "decode_us": d_us, "skinny_us": s_us, "weights_first_us": f_us,
-                     "weights_first_bitwise": same, "torch_us": t_us, "copy_us": copy_us, "rel_diff": diff})
-        print(f"{T:>3} {d_us:>10.2f} {s_us:>10.2f} {f_us:>9.2f}{' ' if same else '!'} {t_us:>9.2f} "
-              f"{d_us / s_us:>13.2f}x {100 * copy_us / s_us:>6.1f}% {diff:>9.2e}", flush=True)
+        times, same = {}, {}
+        for name, run in zip(CANDIDATES, candidates):
+            out_c.fill_(float("nan"))
+            run(x, *sets[0], out_c)
+            same[name] = bool(torch.equal(out_c, out_s))
+            times[name] = time_graph([lambda i=i, run=run: run(x, *sets[i], out_c) for i in range(COPIES)])
+        rows.append({"T": T, "decode_us": d_us, "skinny_us": s_us, "torch_us": t_us, "copy_us": copy_us,
+                     "rel_diff": diff, "candidates_us": times, "candidates_bitwise": same})
+        print(f"{T:>3} {d_us:>10.2f} {s_us:>10.2f} {t_us:>9.2f} {d_us / s_us:>13.2f}x {100 * copy_us / s_us:>6.1f}% "
+              f"{diff:>9.2e}  " + _cells(times, same), flush=True)
     rows += routed_rows(dev, gen, arch)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
@@ -104,17 +123,15 @@ def main() -> None:
 def routed_rows(dev: torch.device, gen: torch.Generator, arch: str) -> list[dict]:
     """The routed experts, decode tiling against skinny, per model and batch (module docstring)."""
     rows = []
-    print(f"{'model':>12} {'B':>3} {'decode us':>10} {'skinny us':>10} {'w-first us':>10} {'skinny/decode':>14} "
-          f"{'% copy':>7} {'rel diff':>9}")
+    print(f"{'model':>12} {'B':>3} {'decode us':>10} {'skinny us':>10} {'skinny/decode':>14} {'% copy':>7} "
+          f"{'rel diff':>9}  " + " ".join(f"{n:>10}" for n in CANDIDATES))
     for label, E, K in (("qwen3.5-35b", 256, 8), ("qwen3-next", 512, 10)):
         every = PREFILL_ROWS_PER_EXPERT * E - 1
-        keys = [MoEGroupedExpertsBuildKey("bfloat16", E, H, I, "int32", arch, skinny_max_rows=m, skinny_weights_first=f)
-                for m, f in ((0, False), (every, False), (every, True))]
-        built = compile_many([lambda k=k: TileLangMoEGroupedExperts.launcher(k) for k in keys])
-        for b in built:
-            if isinstance(b, BaseException):
-                raise b
-        default, skinny, first = built
+        keys = [MoEGroupedExpertsBuildKey("bfloat16", E, H, I, "int32", arch),
+                MoEGroupedExpertsBuildKey("bfloat16", E, H, I, "int32", arch, skinny_max_rows=every)]
+        keys += [MoEGroupedExpertsBuildKey("bfloat16", E, H, I, "int32", arch, skinny_max_rows=every, skinny_tiling=t)
+                 for t in CANDIDATES.values()]
+        default, skinny, *candidates = _built(TileLangMoEGroupedExperts.launcher, keys)
         gate_up = (torch.randn(E, 2 * I, H, device=dev, generator=gen) / H ** 0.5).bfloat16()
         down = (torch.randn(E, H, I, device=dev, generator=gen) / I ** 0.5).bfloat16()
         print(f"{label}: the registered key runs the skinny programs up to {skinny_max_rows(E)} rows")
@@ -130,23 +147,24 @@ def routed_rows(dev: torch.device, gen: torch.Generator, arch: str) -> list[dict
             x0, off0, _ = draws[0]
             want, got = default(x0, off0, gate_up, down), skinny(x0, off0, gate_up, down)
             diff = float((got.float() - want.float()).norm() / want.float().norm())
-            same = bool(torch.equal(first(x0, off0, gate_up, down), got))
-            d_us = time_graph([lambda i=i: default(draws[i][0], draws[i][1], gate_up, down, outs[i])
-                               for i in range(COPIES)])
-            s_us = time_graph([lambda i=i: skinny(draws[i][0], draws[i][1], gate_up, down, outs[i])
-                               for i in range(COPIES)])
-            f_us = time_graph([lambda i=i: first(draws[i][0], draws[i][1], gate_up, down, outs[i])
-                               for i in range(COPIES)])
+
+            def timed(run):
+                return time_graph([lambda i=i: run(draws[i][0], draws[i][1], gate_up, down, outs[i])
+                                   for i in range(COPIES)])
+
+            d_us, s_us = timed(default), timed(skinny)
+            times = {n: timed(run) for n, run in zip(CANDIDATES, candidates)}
+            same = {n: bool(torch.equal(run(x0, off0, gate_up, down, torch.full_like(x0, float("nan"))), got))
+                    for n, run in zip(CANDIDATES, candidates)}
             used = sum(d[2] for d in draws) / COPIES
             nbytes = int(used * 3 * H * I * 2)
             src = torch.empty(nbytes // 4, device=dev, dtype=torch.bfloat16)
             dst = torch.empty_like(src)
             copy_us = time_graph([lambda: torch.mul(src, 1, out=dst)] * 4)
-            rows.append({"model": label, "B": B, "decode_us": d_us, "skinny_us": s_us, "weights_first_us": f_us,
-                         "weights_first_bitwise": same, "copy_us": copy_us, "experts_used": used, "rel_diff": diff})
-            print(f"{label:>12} {B:>3} {d_us:>10.2f} {s_us:>10.2f} {f_us:>9.2f}{' ' if same else '!'} "
-                  f"{d_us / s_us:>13.2f}x "
-                  f"{100 * copy_us / s_us:>6.1f}% {diff:>9.2e}", flush=True)
+            rows.append({"model": label, "B": B, "decode_us": d_us, "skinny_us": s_us, "copy_us": copy_us,
+                         "experts_used": used, "rel_diff": diff, "candidates_us": times, "candidates_bitwise": same})
+            print(f"{label:>12} {B:>3} {d_us:>10.2f} {s_us:>10.2f} {d_us / s_us:>13.2f}x "
+                  f"{100 * copy_us / s_us:>6.1f}% {diff:>9.2e}  " + _cells(times, same), flush=True)
     return rows
 
 

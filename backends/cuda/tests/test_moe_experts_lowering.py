@@ -80,13 +80,31 @@ def test_the_skinny_routed_programs_lower_over_their_own_tile_map(experts, hidde
 
 @pytest.mark.parametrize("weights_first", [True, False])
 def test_skinny_weights_first_issues_every_programs_first_weight_loads_before_the_staging_barrier(weights_first):
-    from tileops_cuda.kernels.moe_skinny import skinny_routed_programs, skinny_shared_programs
+    from tileops_cuda.kernels.moe_skinny import MoESkinnyTiling, skinny_routed_programs, skinny_shared_programs
 
-    shared = MoESharedExpertBuildKey("bfloat16", 2048, 512, True, skinny_rows=4, skinny_weights_first=weights_first)
-    routed = MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512, skinny_max_rows=256,
-                                       skinny_weights_first=weights_first)
+    tiling = MoESkinnyTiling(weights_first=weights_first)
+    shared = MoESharedExpertBuildKey("bfloat16", 2048, 512, True, skinny_rows=4, skinny_tiling=tiling)
+    routed = MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512, skinny_max_rows=256, skinny_tiling=tiling)
     for func in (*skinny_shared_programs(shared), *skinny_routed_programs(routed)):
         body = _source(func)
         body = body[body.index("__global__"):]
         weights = min(body.find(f"*(uint4*)({w} + ") for w in ("g_w", "d_w") if f"*(uint4*)({w} + " in body)
         assert (weights < body.index("__syncthreads")) == weights_first
+
+
+@pytest.mark.parametrize("features", [2, 4])
+@pytest.mark.parametrize("gated", [True, False], ids=["gated", "ungated"])
+def test_skinny_down_features_load_every_features_rows_before_the_staging_barrier(features, gated):
+    from tileops_cuda.kernels.moe_skinny import MoESkinnyTiling, skinny_routed_programs, skinny_shared_programs
+
+    tiling = MoESkinnyTiling(down_features=features)
+    shared = MoESharedExpertBuildKey("bfloat16", 2048, 512, gated, skinny_rows=4, skinny_tiling=tiling)
+    routed = MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512, skinny_max_rows=256, skinny_tiling=tiling)
+    for down, has_logit in ((skinny_shared_programs(shared)[1], gated), (skinny_routed_programs(routed)[1], False)):
+        body = _source(down)
+        body = body[body.index("__global__"):]
+        head = body[:body.index("__syncthreads")]
+        # every feature's row vectors load before the barrier, into registers; a sum a feature and staged row
+        assert f"for (int f = 0; f < {features}; ++f)" in head and "*(uint4*)(d_w + " in head
+        assert f"float acc[{4 * features}];" in body and f"bfloat16_t d_w[{16 * features}];" in body
+        assert ("logit[" in body) == has_logit

@@ -172,3 +172,23 @@ def test_skinny_rows_past_what_the_programs_stage_are_refused():
     reason = shared.moe_shared_expert_refusal(Key("bfloat16", QWEN_H, QWEN_I, True, skinny_rows=5))
     assert reason is not None and "skinny_rows=5" in reason
     assert shared.moe_shared_expert_refusal(Key("bfloat16", QWEN_H, QWEN_I, True, skinny_rows=4)) is None
+
+
+@pytest.mark.parametrize("intermediate,features,fits", [(512, 1, True), (512, 4, True), (512, 8, False),
+                                                        (1024, 2, True), (1024, 4, False), (4096, 1, True),
+                                                        (512, 0, False)])
+def test_down_features_a_lane_cannot_hold_in_flight_are_refused_by_both_skinny_keys(intermediate, features, fits):
+    from tileops_cuda.kernels import moe_grouped_experts as routed
+    from tileops_cuda.kernels.moe_skinny import MoESkinnyTiling
+
+    tiling = MoESkinnyTiling(down_features=features)
+    reasons = [shared.moe_shared_expert_refusal(Key("bfloat16", QWEN_H, intermediate, True, skinny_rows=4,
+                                                    skinny_tiling=tiling)),
+               routed.moe_grouped_experts_refusal(routed.MoEGroupedExpertsBuildKey(
+                   "bfloat16", 8, QWEN_H, intermediate, skinny_max_rows=4, skinny_tiling=tiling))]
+    for reason in reasons:
+        assert (reason is None) == fits, reason
+        if not fits:
+            assert f"down_features={features}" in reason and "use down_features=1" in reason
+    # a key without the skinny programs never reads their tiling
+    assert shared.moe_shared_expert_refusal(Key("bfloat16", QWEN_H, intermediate, True, skinny_tiling=tiling)) is None

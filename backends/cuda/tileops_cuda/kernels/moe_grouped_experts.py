@@ -39,7 +39,7 @@ from typing import Any
 from ._common import arch_refusal, cached_build, compile_prim_func, direct_entry
 from ._workspace import workspace_allocator
 from .moe_permute import expert_threads
-from .moe_skinny import SKINNY_ROWS, skinny_routed_programs
+from .moe_skinny import SKINNY_ROWS, MoESkinnyTiling, skinny_routed_programs, skinny_tiling_refusal
 
 __all__ = ["GroupedTiling", "MoEGroupedExpertsBuildKey", "build_moe_grouped_experts", "moe_grouped_experts_refusal",
            "tile_slots", "DECODE_TILING", "PREFILL_TILING", "ExpertsLauncher", "build_experts", "gate_up_tile",
@@ -89,9 +89,8 @@ class MoEGroupedExpertsBuildKey:
     #: programs (:mod:`.moe_skinny`, ``SKINNY_ROWS``-row tiles) instead of the decode tiling's; 0: never.
     #: The registered key takes :func:`skinny_max_rows`.
     skinny_max_rows: int = 0
-    #: The skinny programs issue their first weight loads before staging the rows
-    #: (:func:`.moe_skinny._bodies`); a candidate until the H200 times it (``moe_skinny_bench.py``).
-    skinny_weights_first: bool = False
+    #: The skinny programs' candidates (:class:`.moe_skinny.MoESkinnyTiling`; off by default).
+    skinny_tiling: MoESkinnyTiling = MoESkinnyTiling()
 
 
 def skinny_max_rows(experts: int) -> int:
@@ -126,6 +125,10 @@ def moe_grouped_experts_refusal(key: MoEGroupedExpertsBuildKey) -> str | None:
         return f"{_NAME}: expert_offsets dtype {key.offsets_dtype} is not one of {_OFFSET_DTYPES}; use the reference"
     if not 1 <= key.experts <= MAX_EXPERTS:
         return f"{_NAME}: E={key.experts} must lie in [1, {MAX_EXPERTS}] (a thread each for the tile map)"
+    if key.skinny_max_rows:
+        reason = skinny_tiling_refusal(_NAME, key.skinny_tiling, key.intermediate, key.dtype)
+        if reason is not None:
+            return reason
     return experts_refusal(_NAME, key.dtype, key.hidden, key.intermediate, key.arch)
 
 

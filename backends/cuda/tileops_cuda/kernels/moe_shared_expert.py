@@ -38,7 +38,7 @@ from typing import Any
 from ._workspace import workspace_allocator
 from .moe_grouped_experts import (PREFILL_TILING, ExpertsLauncher, GroupedTiling, build_experts, down_tile,
                                   experts_refusal, gate_up_tile)
-from .moe_skinny import SKINNY_ROWS, skinny_shared_programs
+from .moe_skinny import SKINNY_ROWS, MoESkinnyTiling, skinny_shared_programs, skinny_tiling_refusal
 
 __all__ = ["MoESharedExpertBuildKey", "build_moe_shared_expert", "moe_shared_expert_refusal", "shared_programs",
            "SHARED_DECODE_TILING", "PREFILL_ROWS"]
@@ -68,15 +68,18 @@ class MoESharedExpertBuildKey:
     #: instead of the decode tiling's tensor-core ones; 0: never. The registered key takes
     #: ``SKINNY_ROWS`` (H200, bf16 H=2048 I=512, 2026-12-04d: 1.55-2.17x the decode tiling at 1-4 rows).
     skinny_rows: int = 0
-    #: The skinny programs issue their first weight loads before staging the rows
-    #: (:func:`.moe_skinny._bodies`); a candidate until the H200 times it (``moe_skinny_bench.py``).
-    skinny_weights_first: bool = False
+    #: The skinny programs' candidates (:class:`.moe_skinny.MoESkinnyTiling`; off by default).
+    skinny_tiling: MoESkinnyTiling = MoESkinnyTiling()
 
 
 def moe_shared_expert_refusal(key: MoESharedExpertBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
     if not 0 <= key.skinny_rows <= SKINNY_ROWS:
         return f"{_NAME}: skinny_rows={key.skinny_rows} must lie in [0, {SKINNY_ROWS}] (the rows its programs stage)"
+    if key.skinny_rows:
+        reason = skinny_tiling_refusal(_NAME, key.skinny_tiling, key.intermediate, key.dtype)
+        if reason is not None:
+            return reason
     return experts_refusal(_NAME, key.dtype, key.hidden, key.intermediate, key.arch)
 
 

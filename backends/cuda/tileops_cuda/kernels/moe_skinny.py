@@ -32,12 +32,14 @@ tilelang is imported inside the builders, never at module import.
 
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
+from dataclasses import dataclass
 from typing import Any
 
 from ._common import ELEM_BYTES
 from .skinny_linear import stage_rows_macro, weight_chunks
 
-__all__ = ["SKINNY_ROWS", "WARPS", "skinny_routed_programs", "skinny_shared_programs"]
+__all__ = ["SKINNY_ROWS", "WARPS", "MoESkinnyTiling", "skinny_routed_programs", "skinny_shared_programs",
+           "skinny_tiling_refusal"]
 
 #: Rows a program holds at most (the skinny linear's registered limit).
 SKINNY_ROWS = 4
@@ -47,15 +49,39 @@ WARPS = 8
 _UNROLL = 8
 
 
-def _bodies(hidden: int, intermediate: int, dtype: str, weights_first: bool) -> tuple[Any, Any]:
-    """``(gate_up, down)``: the TileLang macros of one program's rows ``[r0, min(r0 + R, end))``.
+@dataclass(frozen=True)
+class MoESkinnyTiling:
+    """Candidates of the skinny programs (both off until the H200 times them, ``moe_skinny_bench.py``).
 
-    With ``weights_first`` a warp issues its first weight chunk's loads before the rows are staged,
-    so that the two reads' latencies overlap (``SkinnyLinearTiling.weights_first``; the same sums in
-    the same order).
+    ``weights_first``: a warp issues its first weight chunk's loads before the rows are staged, so the
+    two reads' latencies overlap (``SkinnyLinearTiling.weights_first``). ``down_features``: output
+    features a warp of the down program owns. Its rows are short (I = 512 in bf16: two 16-byte vectors
+    a lane), so one feature a warp leaves a lane two loads in flight and the program little work for its
+    staging; with F features a lane loads ``F`` rows' vectors before any is used, and the grid has F
+    times fewer programs. Both keep the sums and their order: the same bits."""
+
+    weights_first: bool = False
+    down_features: int = 1
+
+
+def skinny_tiling_refusal(name: str, tiling: MoESkinnyTiling, intermediate: int, dtype: str) -> str | None:
+    """Why ``tiling`` cannot serve these sizes (with the fix), or None: the down program's features
+    must fit a lane's loads in flight (``_UNROLL`` vectors) with each row in one chunk."""
+    f = tiling.down_features
+    per = -(-intermediate * ELEM_BYTES.get(dtype, 2) // 16 // 32)
+    if f < 1 or (f > 1 and f * per > _UNROLL):
+        return (f"{name}: down_features={f} must be 1, or at most {_UNROLL // max(per, 1)} where a down row "
+                f"(I={intermediate}) takes {per} vectors a lane; use down_features=1")
+    return None
+
+
+def _bodies(hidden: int, intermediate: int, dtype: str, tiling: MoESkinnyTiling) -> tuple[Any, Any, Any]:
+    """``(gate_up, down_one, down_features)``: the TileLang macros of one program's rows
+    ``[r0, min(r0 + R, end))`` (``tiling``'s candidates: :class:`MoESkinnyTiling`; ``down_features``
+    serves ``tiling.down_features`` > 1, its docstring says how).
 
     ``gate_up(x, w_gate, g_row, w_up, u_row, r0, end, j, act, tid)`` writes ``act[r, j]`` from gate
-    row ``g_row`` and up row ``u_row``; ``down(act, w_down, d_row, r0, end, h, logit, out, tid, gated)``
+    row ``g_row`` and up row ``u_row``; ``down_one(act, w_down, d_row, r0, end, h, logit, out, tid, gated)``
     writes ``out[r, h]`` from down row ``d_row``. A warp past the features (``j >= I``, ``h >= H``)
     reads a real row (the caller clamps it) and stores nothing."""
     import tilelang.language as T
@@ -66,6 +92,8 @@ def _bodies(hidden: int, intermediate: int, dtype: str, weights_first: bool) -> 
     stage_x, stage_act = stage_rows_macro(R, H, dt, TH), stage_rows_macro(R, I, dt, TH)
     NCH_GU, U_GU, load_gu, dot_gu = weight_chunks(R, H, dt, _UNROLL)
     NCH_D, U_D, load_d, dot_d = weight_chunks(R, I, dt, _UNROLL)
+    weights_first, F = tiling.weights_first, tiling.down_features
+    KV_D = I // VEC
 
     @T.macro
     def gate_up(x, w_gate, g_row, w_up, u_row, r0, end, j, act, tid):
@@ -100,7 +128,49 @@ def _bodies(hidden: int, intermediate: int, dtype: str, weights_first: bool) -> 
                     act[r0 + m, j] = T.cast(g / (T.float32(1) + T.exp(-g)) * u, dt)
 
     @T.macro
-    def down(act, w_down, d_row, r0, end, h, logit, out, tid, gated: bool):
+    def down_features(act, w_down, base, r0, end, h0, logit, out, tid, gated: bool):
+        """Features ``h0 .. h0 + F - 1`` (rows ``base + h``, clamped to a real one past H): every
+        row's vectors loaded (one chunk each) before the rows are staged; ``dot_d``'s order per sum."""
+        lane = tid % 32
+        a_s = T.alloc_shared((R, I), dt)
+        acc = T.alloc_local((F * R,), f32)
+        d_w = T.alloc_local((F * U_D * VEC,), dt)
+        av = T.alloc_local((VEC,), dt)
+        for f in T.unroll(F):
+            for u in T.unroll(U_D):
+                if u * 32 + lane < KV_D:
+                    for e in T.vectorized(VEC):
+                        d_w[(f * U_D + u) * VEC + e] = w_down[base + T.min(h0 + f, H - 1), (u * 32 + lane) * VEC + e]
+                else:
+                    for e in T.vectorized(VEC):
+                        d_w[(f * U_D + u) * VEC + e] = T.cast(0, dt)
+        stage_act(act, a_s, r0, end, tid)
+        for i in T.unroll(F * R):
+            acc[i] = T.float32(0)
+        for m in T.unroll(R):
+            if r0 + m < end:
+                for u in T.unroll(U_D):
+                    for e in T.vectorized(VEC):
+                        av[e] = a_s[m, T.min(u * 32 + lane, KV_D - 1) * VEC + e]
+                    for f in T.unroll(F):
+                        for e in T.unroll(VEC):
+                            acc[f * R + m] = acc[f * R + m] + T.cast(d_w[(f * U_D + u) * VEC + e], f32) * T.cast(av[e], f32)
+        for i in T.unroll(F * R):
+            acc[i] = T.warp_reduce_sum(acc[i])
+        if lane == 0:
+            for f in T.unroll(F):
+                if h0 + f < H:
+                    for m in T.unroll(R):
+                        if r0 + m < end:
+                            if gated:
+                                z = T.cast(logit[r0 + m], f32)
+                                out[r0 + m, h0 + f] = T.cast(
+                                    T.cast(T.cast(acc[f * R + m], dt), f32) / (T.float32(1) + T.exp(-z)), dt)
+                            else:
+                                out[r0 + m, h0 + f] = T.cast(acc[f * R + m], dt)
+
+    @T.macro
+    def down_one(act, w_down, d_row, r0, end, h, logit, out, tid, gated: bool):
         lane = tid % 32
         a_s = T.alloc_shared((R, I), dt)
         o_acc = T.alloc_local((R,), f32)
@@ -127,7 +197,7 @@ def _bodies(hidden: int, intermediate: int, dtype: str, weights_first: bool) -> 
                     else:
                         out[r0 + m, h] = T.cast(o_acc[m], dt)
 
-    return gate_up, down
+    return gate_up, down_one, down_features
 
 
 def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
@@ -139,7 +209,17 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
     H, I, dt = key.hidden, key.intermediate, key.dtype
     W = WARPS
     N = T.dynamic("N")
-    gate_up, down = _bodies(H, I, dt, key.skinny_weights_first)
+    F = key.skinny_tiling.down_features
+    gate_up, down_one, down_features = _bodies(H, I, dt, key.skinny_tiling)
+
+    @T.macro
+    def down(act, down_proj, logit, out, bx, gated: bool):
+        tid = T.get_thread_binding()
+        if F > 1:
+            down_features(act, down_proj, 0, 0, N, (bx * W + tid // 32) * F, logit, out, tid, gated)
+        else:
+            h = bx * W + tid // 32
+            down_one(act, down_proj, T.min(h, H - 1), 0, N, h, logit, out, tid, gated)
 
     @T.prim_func
     def moe_shared_skinny_gate_up(x: T.Tensor((N, H), dt), gate_proj: T.Tensor((I, H), dt),
@@ -154,20 +234,16 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
         @T.prim_func
         def moe_shared_skinny_down(act: T.Tensor((N, I), dt), down_proj: T.Tensor((H, I), dt),
                                    logit: T.Tensor((N,), dt), out: T.Tensor((N, H), dt)):
-            with T.Kernel(T.ceildiv(H, W), threads=32 * W) as bx:
-                tid = T.get_thread_binding()
-                h = bx * W + tid // 32
-                down(act, down_proj, T.min(h, H - 1), 0, N, h, logit, out, tid, True)
+            with T.Kernel(T.ceildiv(H, W * F), threads=32 * W) as bx:
+                down(act, down_proj, logit, out, bx, True)
 
     else:
 
         @T.prim_func
         def moe_shared_skinny_down(act: T.Tensor((N, I), dt), down_proj: T.Tensor((H, I), dt),
                                    out: T.Tensor((N, H), dt)):
-            with T.Kernel(T.ceildiv(H, W), threads=32 * W) as bx:
-                tid = T.get_thread_binding()
-                h = bx * W + tid // 32
-                down(act, down_proj, T.min(h, H - 1), 0, N, h, None, out, tid, False)
+            with T.Kernel(T.ceildiv(H, W * F), threads=32 * W) as bx:
+                down(act, down_proj, None, out, bx, False)
 
     return moe_shared_skinny_gate_up, moe_shared_skinny_down
 
@@ -183,11 +259,13 @@ def skinny_routed_programs(key: Any) -> tuple[Any, Any]:
     E, H, I, dt, i32 = key.experts, key.hidden, key.intermediate, key.dtype, "int32"
     W = WARPS
     N, S = T.dynamic("N"), T.dynamic("S")
-    gate_up, down = _bodies(H, I, dt, key.skinny_weights_first)
+    F = key.skinny_tiling.down_features
+    gate_up, down_one, down_features = _bodies(H, I, dt, key.skinny_tiling)
 
     @T.macro
     def slot(x, expert_offsets, bank, tile_expert, tile_row, out, bx, by, stage: str):
-        """Map slot ``bx``'s tile through ``stage`` ("gate_up" or "down"), features ``by``'s warps."""
+        """Map slot ``bx``'s tile through ``stage`` ("gate_up" or "down"), features ``by``'s warps
+        (``F`` features a warp in the down program)."""
         e = tile_expert[bx]
         if e >= 0:
             tid = T.get_thread_binding()
@@ -196,8 +274,10 @@ def skinny_routed_programs(key: Any) -> tuple[Any, Any]:
             if stage == "gate_up":
                 g_row = e * 2 * I + T.min(f, I - 1)
                 gate_up(x, bank, g_row, bank, g_row + I, tile_row[bx], end, f, out, tid)
+            elif F > 1:
+                down_features(x, bank, e * H, tile_row[bx], end, f * F, None, out, tid, False)
             else:
-                down(x, bank, e * H + T.min(f, H - 1), tile_row[bx], end, f, None, out, tid, False)
+                down_one(x, bank, e * H + T.min(f, H - 1), tile_row[bx], end, f, None, out, tid, False)
 
     @T.prim_func
     def moe_skinny_gate_up(hidden_states: T.Tensor((N, H), dt), expert_offsets: T.Tensor((E + 1,), key.offsets_dtype),
@@ -210,7 +290,7 @@ def skinny_routed_programs(key: Any) -> tuple[Any, Any]:
     def moe_skinny_down(act: T.Tensor((N, I), dt), expert_offsets: T.Tensor((E + 1,), key.offsets_dtype),
                         down_proj: T.Tensor((E * H, I), dt), tile_expert: T.Tensor((S,), i32),
                         tile_row: T.Tensor((S,), i32), out: T.Tensor((N, H), dt)):
-        with T.Kernel(S, T.ceildiv(H, W), threads=32 * W) as (bx, by):
+        with T.Kernel(S, T.ceildiv(H, W * F), threads=32 * W) as (bx, by):
             slot(act, expert_offsets, down_proj, tile_expert, tile_row, out, bx, by, "down")
 
     return moe_skinny_gate_up, moe_skinny_down
