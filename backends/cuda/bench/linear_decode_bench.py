@@ -17,7 +17,12 @@ compiled at the prefill tiling ("prefill", 128 x 256), the registered decode til
 pipelines: more programs, more weight bytes in flight), each checked against float64, timed beside
 ``F.linear``. The candidates are reachable from the op only through ``decode_gemm_tiling``.
 
-    python backends/cuda/bench/linear_decode_bench.py [--rows 1,2,4,8] [--reps 50] [--gemm-tilings 8,16,32,64] [--json F]
+With ``--graph``, a third: the skinny program's candidates (``GRAPH_CANDIDATES``: weights first, and
+launched as a programmatic dependent) in CUDA graphs of back-to-back calls, where a dependent launch
+can overlap the previous call's tail.
+
+    python backends/cuda/bench/linear_decode_bench.py [--rows 1,2,4,8] [--reps 50] [--gemm-tilings 8,16,32,64]
+        [--graph 1,4] [--json F]
 """
 
 from __future__ import annotations
@@ -31,12 +36,13 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cuda_bench_common import time_graph  # noqa: E402
 from model_ops_bench import _FLUSH_BYTES, copy_ceiling, time_reps  # noqa: E402
 
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
 from tileops_cuda.kernels.gemm import GemmBuildKey, GemmTiling, build_gemm  # noqa: E402
 from tileops_cuda.kernels.linear import DECODE_GEMM_ROWS, build_linear_kernels, decode_gemm_tiling  # noqa: E402
-from tileops_cuda.kernels.skinny_linear import SkinnyLinearTiling, build_skinny_linear  # noqa: E402
+from tileops_cuda.kernels.skinny_linear import SkinnyLinearTiling, build_skinny_linear, rows_for  # noqa: E402
 
 #: (label, out_features N, in_features K) of the decode step's linear layers at hidden 2048.
 SHAPES = (
@@ -53,6 +59,46 @@ SHAPES = (
 #: The skinny program's candidate beside the registered one: its first weight loads before the rows'
 #: staging (column "w-first"; "!" where its output differs from the registered program's in a bit).
 WEIGHTS_FIRST = SkinnyLinearTiling(weights_first=True)
+#: The skinny program's candidates timed in CUDA graphs (``--graph``), where a programmatic dependent
+#: launch can overlap the previous call's tail (events between single calls would not show it).
+GRAPH_CANDIDATES = {"registered": SkinnyLinearTiling(), "w-first": WEIGHTS_FIRST,
+                    "dep": SkinnyLinearTiling(weights_first=True, dependent_launch=True)}
+GRAPH_COPIES = 8
+
+
+def skinny_graph_table(dev: torch.device, arch: str, rows: list[int]) -> list[dict]:
+    """The ``--graph`` table: per shape and row count, each of ``GRAPH_CANDIDATES`` as one CUDA graph of
+    ``GRAPH_COPIES`` back-to-back calls on as many copies of the weight (more bytes than L2 holds
+    on the wide shapes), µs a call (``cuda_bench_common.time_graph``), "!" where a candidate's output
+    differs from the registered program's in a bit."""
+    gen = torch.Generator(device=dev).manual_seed(2)
+    keys = [GemmBuildKey("bfloat16", n, k, False, True, False, arch) for _, n, k in SHAPES]
+    jobs = [(key, t) for key in keys for t in GRAPH_CANDIDATES.values()]
+    built = dict(zip(jobs, compile_many([lambda key=key, t=t: build_skinny_linear(key, t) for key, t in jobs])))
+    print(f"\n{'shape (CUDA graphs)':42s} {'M':>3s}  " + "  ".join(f"{n:>12s}" for n in GRAPH_CANDIDATES))
+    out_rows = []
+    for (label, n, k), key in zip(SHAPES, keys):
+        ws = [(torch.randn(n, k, device=dev, generator=gen) / k ** 0.5).to(torch.bfloat16) for _ in range(GRAPH_COPIES)]
+        for m in rows:
+            if m > rows_for(key):
+                continue
+            x = torch.randn(m, k, device=dev, generator=gen).to(torch.bfloat16)
+            want = None
+            row: dict = {"shape": label, "N": n, "K": k, "M": m, "us": {}, "bitwise": {}}
+            for name, t in GRAPH_CANDIDATES.items():
+                prog = built[(key, t)]
+                if isinstance(prog, BaseException):
+                    raise prog
+                out = torch.full((m, n), float("nan"), device=dev, dtype=torch.bfloat16)
+                prog.fn(x, ws[0], out)
+                want = out.clone() if want is None else want
+                row["bitwise"][name] = bool(torch.equal(out, want))
+                row["us"][name] = time_graph([lambda i=i, prog=prog: prog.fn(x, ws[i], out)
+                                              for i in range(GRAPH_COPIES)])
+            out_rows.append(row)
+            print(f"{label[:42]:42s} {m:3d}  " + "  ".join(
+                f"{row['us'][c]:11.2f}{' ' if row['bitwise'][c] else '!'}" for c in GRAPH_CANDIDATES), flush=True)
+    return out_rows
 
 
 #: GEMM tilings tried at 8-64 rows (``--gemm-tilings``): one consumer warpgroup (64-row wgmma tiles)
@@ -107,6 +153,8 @@ def main() -> None:
     ap.add_argument("--rows", default="1,2,4,8")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--graph", default=None, metavar="ROWS",
+                    help="also the skinny candidates in CUDA graphs at these rows (e.g. 1,4)")
     ap.add_argument("--gemm-tilings", default=None, metavar="ROWS",
                     help="also the GEMM candidates' table at these rows (e.g. 8,16,32,64)")
     a = ap.parse_args()
@@ -162,8 +210,10 @@ def main() -> None:
                   f"{row['copy_us']:8.2f} {pct} {ceil} {vs_t} {vs_g} {err}", flush=True)
     tilings = (gemm_tilings_table(dev, arch, [int(r) for r in a.gemm_tilings.split(",")], a.reps, flush)
                if a.gemm_tilings else [])
+    graphs = skinny_graph_table(dev, arch, [int(r) for r in a.graph.split(",")]) if a.graph else []
     if a.json:
-        Path(a.json).write_text(json.dumps({"ceiling_GBps": ceiling, "rows": results, "gemm_tilings": tilings},
+        Path(a.json).write_text(json.dumps({"ceiling_GBps": ceiling, "rows": results, "gemm_tilings": tilings,
+                                            "graphs": graphs},
                                            indent=1))
 
 

@@ -49,7 +49,9 @@ H, I, COPIES = 2048, 512, 16
 #: The skinny programs' candidates, by column name.
 CANDIDATES = {"w-first": MoESkinnyTiling(weights_first=True),
               "w-f f2": MoESkinnyTiling(weights_first=True, down_features=2),
-              "w-f f4": MoESkinnyTiling(weights_first=True, down_features=4)}
+              "w-f f4": MoESkinnyTiling(weights_first=True, down_features=4),
+              "dep": MoESkinnyTiling(weights_first=True, dependent_launch=True),
+              "dep f2": MoESkinnyTiling(weights_first=True, down_features=2, dependent_launch=True)}
 
 
 def _built(launcher, keys: list) -> list:

@@ -108,3 +108,17 @@ def test_skinny_down_features_load_every_features_rows_before_the_staging_barrie
         assert f"for (int f = 0; f < {features}; ++f)" in head and "*(uint4*)(d_w + " in head
         assert f"float acc[{4 * features}];" in body and f"bfloat16_t d_w[{16 * features}];" in body
         assert ("logit[" in body) == has_logit
+
+
+def test_dependent_skinny_programs_wait_for_the_previous_kernel_before_any_load():
+    from tileops_cuda.kernels.moe_skinny import MoESkinnyTiling, skinny_routed_programs, skinny_shared_programs
+
+    tiling = MoESkinnyTiling(weights_first=True, down_features=2, dependent_launch=True)
+    shared = MoESharedExpertBuildKey("bfloat16", 2048, 512, True, skinny_rows=4, skinny_tiling=tiling)
+    routed = MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512, skinny_max_rows=256, skinny_tiling=tiling)
+    for func in (*skinny_shared_programs(shared), *skinny_routed_programs(routed)):
+        body = _source(func)
+        body = body[body.index("__global__"):]
+        wait = body.index("cudaGridDependencySynchronize();")
+        first_load = min(i for i in (body.find("*(uint4*)"), body.find("tile_expert[")) if i >= 0)
+        assert wait < first_load and wait < body.index("cudaTriggerProgrammaticLaunchCompletion();")

@@ -52,3 +52,16 @@ def test_weights_first_issues_the_first_weight_loads_before_the_staging_barrier(
     assert (body.index("*(uint4*)(wv + ") < body.index("__syncthreads")) == weights_first
     if k == 4096:  # two chunks: the first's loads hoisted, the loop's for the second
         assert body.count("*(uint4*)(wv + ") == (2 if weights_first else 1)
+
+
+@pytest.mark.parametrize("dependent", [True, False])
+def test_a_dependent_skinny_program_waits_for_the_previous_kernel_before_any_load(dependent):
+    from lowered_source import lowered_source
+
+    tiling = SkinnyLinearTiling(weights_first=True, dependent_launch=dependent)
+    body = lowered_source(lambda key: _program(key, tiling), _key(2048, 2048))
+    body = body[body.index("__global__"):]
+    assert ("cudaGridDependencySynchronize();" in body) == dependent
+    if dependent:
+        wait = body.index("cudaGridDependencySynchronize();")
+        assert wait < body.index("*(uint4*)") and wait < body.index("cudaTriggerProgrammaticLaunchCompletion();")

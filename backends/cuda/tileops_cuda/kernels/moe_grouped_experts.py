@@ -126,7 +126,7 @@ def moe_grouped_experts_refusal(key: MoEGroupedExpertsBuildKey) -> str | None:
     if not 1 <= key.experts <= MAX_EXPERTS:
         return f"{_NAME}: E={key.experts} must lie in [1, {MAX_EXPERTS}] (a thread each for the tile map)"
     if key.skinny_max_rows:
-        reason = skinny_tiling_refusal(_NAME, key.skinny_tiling, key.intermediate, key.dtype)
+        reason = skinny_tiling_refusal(_NAME, key.skinny_tiling, key.intermediate, key.dtype, key.arch)
         if reason is not None:
             return reason
     return experts_refusal(_NAME, key.dtype, key.hidden, key.intermediate, key.arch)

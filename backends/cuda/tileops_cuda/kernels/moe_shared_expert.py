@@ -77,7 +77,7 @@ def moe_shared_expert_refusal(key: MoESharedExpertBuildKey) -> str | None:
     if not 0 <= key.skinny_rows <= SKINNY_ROWS:
         return f"{_NAME}: skinny_rows={key.skinny_rows} must lie in [0, {SKINNY_ROWS}] (the rows its programs stage)"
     if key.skinny_rows:
-        reason = skinny_tiling_refusal(_NAME, key.skinny_tiling, key.intermediate, key.dtype)
+        reason = skinny_tiling_refusal(_NAME, key.skinny_tiling, key.intermediate, key.dtype, key.arch)
         if reason is not None:
             return reason
     return experts_refusal(_NAME, key.dtype, key.hidden, key.intermediate, key.arch)

@@ -35,7 +35,7 @@ tilelang is imported inside the builders, never at module import.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import ELEM_BYTES
+from ._common import ELEM_BYTES, dependent_launch, dependent_launch_refusal
 from .skinny_linear import stage_rows_macro, weight_chunks
 
 __all__ = ["SKINNY_ROWS", "WARPS", "MoESkinnyTiling", "skinny_routed_programs", "skinny_shared_programs",
@@ -51,22 +51,30 @@ _UNROLL = 8
 
 @dataclass(frozen=True)
 class MoESkinnyTiling:
-    """Candidates of the skinny programs (both off until the H200 times them, ``moe_skinny_bench.py``).
+    """Candidates of the skinny programs (all off until the H200 times them, ``moe_skinny_bench.py``).
 
     ``weights_first``: a warp issues its first weight chunk's loads before the rows are staged, so the
     two reads' latencies overlap (``SkinnyLinearTiling.weights_first``). ``down_features``: output
     features a warp of the down program owns. Its rows are short (I = 512 in bf16: two 16-byte vectors
     a lane), so one feature a warp leaves a lane two loads in flight and the program little work for its
     staging; with F features a lane loads ``F`` rows' vectors before any is used, and the grid has F
-    times fewer programs. Both keep the sums and their order: the same bits."""
+    times fewer programs. All keep the sums and their order: the same bits."""
 
     weights_first: bool = False
     down_features: int = 1
+    #: Every skinny program launched as a programmatic dependent of the stream's previous kernel
+    #: (``_common.dependent_launch``; ``SkinnyLinearTiling.dependent_launch``).
+    dependent_launch: bool = False
 
 
-def skinny_tiling_refusal(name: str, tiling: MoESkinnyTiling, intermediate: int, dtype: str) -> str | None:
-    """Why ``tiling`` cannot serve these sizes (with the fix), or None: the down program's features
-    must fit a lane's loads in flight (``_UNROLL`` vectors) with each row in one chunk."""
+def skinny_tiling_refusal(name: str, tiling: MoESkinnyTiling, intermediate: int, dtype: str,
+                          arch: str) -> str | None:
+    """Why ``tiling`` cannot serve these sizes on ``arch`` (with the fix), or None: the down program's
+    features must fit a lane's loads in flight (``_UNROLL`` vectors) with each row in one chunk, and a
+    dependent launch needs an arch that has it."""
+    reason = dependent_launch_refusal(tiling.dependent_launch, name, arch, "drop the skinny tiling's dependent_launch")
+    if reason is not None:
+        return reason
     f = tiling.down_features
     per = -(-intermediate * ELEM_BYTES.get(dtype, 2) // 16 // 32)
     if f < 1 or (f > 1 and f * per > _UNROLL):
@@ -209,7 +217,7 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
     H, I, dt = key.hidden, key.intermediate, key.dtype
     W = WARPS
     N = T.dynamic("N")
-    F = key.skinny_tiling.down_features
+    F, DL = key.skinny_tiling.down_features, key.skinny_tiling.dependent_launch
     gate_up, down_one, down_features = _bodies(H, I, dt, key.skinny_tiling)
 
     @T.macro
@@ -225,6 +233,7 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
     def moe_shared_skinny_gate_up(x: T.Tensor((N, H), dt), gate_proj: T.Tensor((I, H), dt),
                                   up_proj: T.Tensor((I, H), dt), act: T.Tensor((N, I), dt)):
         with T.Kernel(T.ceildiv(I, W), threads=32 * W) as bx:
+            dependent_launch(DL)
             tid = T.get_thread_binding()
             j = bx * W + tid // 32
             gate_up(x, gate_proj, T.min(j, I - 1), up_proj, T.min(j, I - 1), 0, N, j, act, tid)
@@ -235,6 +244,7 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
         def moe_shared_skinny_down(act: T.Tensor((N, I), dt), down_proj: T.Tensor((H, I), dt),
                                    logit: T.Tensor((N,), dt), out: T.Tensor((N, H), dt)):
             with T.Kernel(T.ceildiv(H, W * F), threads=32 * W) as bx:
+                dependent_launch(DL)
                 down(act, down_proj, logit, out, bx, True)
 
     else:
@@ -243,6 +253,7 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
         def moe_shared_skinny_down(act: T.Tensor((N, I), dt), down_proj: T.Tensor((H, I), dt),
                                    out: T.Tensor((N, H), dt)):
             with T.Kernel(T.ceildiv(H, W * F), threads=32 * W) as bx:
+                dependent_launch(DL)
                 down(act, down_proj, None, out, bx, False)
 
     return moe_shared_skinny_gate_up, moe_shared_skinny_down
@@ -259,7 +270,7 @@ def skinny_routed_programs(key: Any) -> tuple[Any, Any]:
     E, H, I, dt, i32 = key.experts, key.hidden, key.intermediate, key.dtype, "int32"
     W = WARPS
     N, S = T.dynamic("N"), T.dynamic("S")
-    F = key.skinny_tiling.down_features
+    F, DL = key.skinny_tiling.down_features, key.skinny_tiling.dependent_launch
     gate_up, down_one, down_features = _bodies(H, I, dt, key.skinny_tiling)
 
     @T.macro
@@ -284,6 +295,7 @@ def skinny_routed_programs(key: Any) -> tuple[Any, Any]:
                            gate_up_proj: T.Tensor((E * 2 * I, H), dt), tile_expert: T.Tensor((S,), i32),
                            tile_row: T.Tensor((S,), i32), act: T.Tensor((N, I), dt)):
         with T.Kernel(S, T.ceildiv(I, W), threads=32 * W) as (bx, by):
+            dependent_launch(DL)
             slot(hidden_states, expert_offsets, gate_up_proj, tile_expert, tile_row, act, bx, by, "gate_up")
 
     @T.prim_func
@@ -291,6 +303,7 @@ def skinny_routed_programs(key: Any) -> tuple[Any, Any]:
                         down_proj: T.Tensor((E * H, I), dt), tile_expert: T.Tensor((S,), i32),
                         tile_row: T.Tensor((S,), i32), out: T.Tensor((N, H), dt)):
         with T.Kernel(S, T.ceildiv(H, W * F), threads=32 * W) as (bx, by):
+            dependent_launch(DL)
             slot(act, expert_offsets, down_proj, tile_expert, tile_row, out, bx, by, "down")
 
     return moe_skinny_gate_up, moe_skinny_down

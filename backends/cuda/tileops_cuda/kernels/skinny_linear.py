@@ -31,7 +31,7 @@ tilelang is imported inside the builder, never at module import.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import ELEM_BYTES, Compiled, compile_once
+from ._common import ELEM_BYTES, Compiled, compile_once, dependent_launch
 from .gemm import GemmBuildKey, gemm_refusal
 
 __all__ = ["SkinnyLinearTiling", "build_skinny_linear", "rows_for", "skinny_linear_refusal",
@@ -55,6 +55,11 @@ class SkinnyLinearTiling:
     #: another across the staging barrier. Same sums in the same order: bit for bit the same
     #: results. A candidate until the H200 times it (``linear_decode_bench.py``).
     weights_first: bool = False
+    #: Launched as a programmatic dependent of the stream's previous kernel
+    #: (``_common.dependent_launch``): its launch and block scheduling overlap that kernel's tail, every
+    #: memory access still after it, the same bits. A decode step launches this program two dozen times
+    #: back to back with short kernels between. A candidate until the H200 times it in graphs.
+    dependent_launch: bool = False
 
 
 def rows_for(key: GemmBuildKey) -> int:
@@ -156,6 +161,7 @@ def _program(key: GemmBuildKey, tiling: SkinnyLinearTiling):
     @T.prim_func
     def skinny_linear(A: T.Tensor((M, K), dt), B: T.Tensor((N, K), dt), C: T.Tensor((M, N), dt)):
         with T.Kernel(T.ceildiv(N, W), T.ceildiv(M, MR), threads=TH) as (bx, by):
+            dependent_launch(tiling.dependent_launch)
             tid = T.get_thread_binding()
             w = tid // 32
             lane = tid % 32
