@@ -102,12 +102,14 @@ def skinny_graph_table(dev: torch.device, arch: str, rows: list[int]) -> list[di
 
 
 #: GEMM tilings tried at 8-64 rows (``--gemm-tilings``): one consumer warpgroup (64-row wgmma tiles)
-#: and 64, 32 or 16 output features a program, K tiles of 128 or 256 in 4-8 stages (shared memory under
+#: and 96, 64, 32 or 16 output features a program, K tiles of 128 or 256 in 4-8 stages (shared memory under
 #: 200 KiB: the 64-row A tiles dominate it).
 GEMM_CANDIDATES = (
     GemmTiling(block_m=64, block_n=64, block_k=128, stages=4, threads=128),
     GemmTiling(block_m=64, block_n=32, block_k=128, stages=8, threads=128),
     GemmTiling(block_m=64, block_n=16, block_k=256, stages=4, threads=128),
+    # One wave: N / 96 = 128 programs at N = 12288 (132 SMs), where 64 features leave 1.45 waves.
+    GemmTiling(block_m=64, block_n=96, block_k=128, stages=4, threads=128),
 )
 
 
