@@ -18,7 +18,9 @@ with the bytes of the experts a call reads (``3 · H · I · 2`` each) over the 
 
 In both tables, the skinny programs under each of ``CANDIDATES`` (:class:`MoESkinnyTiling`) beside the
 registered ones, in µs, "!" where a candidate's output differs from the registered skinny programs' in a
-bit (the candidates keep the sums and their order, so none should).
+bit (the candidates keep the sums and their order, so none should, but the fused logit, "w-f fl", whose
+logit's sum runs in another order: its "!" is expected, its relative difference to the registered
+programs is printed after the table's row).
 
     python backends/cuda/bench/moe_skinny_bench.py [--json F]
 """
@@ -51,7 +53,11 @@ CANDIDATES = {"w-first": MoESkinnyTiling(weights_first=True),
               "w-f f2": MoESkinnyTiling(weights_first=True, down_features=2),
               "w-f f4": MoESkinnyTiling(weights_first=True, down_features=4),
               "dep": MoESkinnyTiling(weights_first=True, dependent_launch=True),
-              "dep f2": MoESkinnyTiling(weights_first=True, down_features=2, dependent_launch=True)}
+              "dep f2": MoESkinnyTiling(weights_first=True, down_features=2, dependent_launch=True),
+              "w-f fl": MoESkinnyTiling(weights_first=True, fused_logit=True)}
+#: Candidates only the shared expert's programs read (the routed experts have no gate logit).
+SHARED_ONLY = ("w-f fl",)
+ROUTED = {n: t for n, t in CANDIDATES.items() if n not in SHARED_ONLY}
 
 
 def _built(launcher, keys: list) -> list:
@@ -63,7 +69,7 @@ def _built(launcher, keys: list) -> list:
 
 
 def _cells(times: dict[str, float], same: dict[str, bool]) -> str:
-    return " ".join(f"{times[n]:>9.2f}{' ' if same[n] else '!'}" for n in CANDIDATES)
+    return " ".join(f"{times[n]:>9.2f}{' ' if same[n] else '!'}" for n in times)
 
 
 def main() -> None:
@@ -112,11 +118,15 @@ def main() -> None:
             out_c.fill_(float("nan"))
             run(x, *sets[0], out_c)
             same[name] = bool(torch.equal(out_c, out_s))
+            if name == "w-f fl":
+                fused_out = out_c.clone()
             times[name] = time_graph([lambda i=i, run=run: run(x, *sets[i], out_c) for i in range(COPIES)])
+        fused_diff = float((fused_out.float() - out_s.float()).norm() / out_s.float().norm())
         rows.append({"T": T, "decode_us": d_us, "skinny_us": s_us, "torch_us": t_us, "copy_us": copy_us,
-                     "rel_diff": diff, "candidates_us": times, "candidates_bitwise": same})
+                     "rel_diff": diff, "candidates_us": times, "candidates_bitwise": same,
+                     "fused_logit_rel_diff": fused_diff})
         print(f"{T:>3} {d_us:>10.2f} {s_us:>10.2f} {t_us:>9.2f} {d_us / s_us:>13.2f}x {100 * copy_us / s_us:>6.1f}% "
-              f"{diff:>9.2e}  " + _cells(times, same), flush=True)
+              f"{diff:>9.2e}  " + _cells(times, same) + f"  (w-f fl rel diff {fused_diff:.1e})", flush=True)
     rows += routed_rows(dev, gen, arch)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
@@ -126,13 +136,13 @@ def routed_rows(dev: torch.device, gen: torch.Generator, arch: str) -> list[dict
     """The routed experts, decode tiling against skinny, per model and batch (module docstring)."""
     rows = []
     print(f"{'model':>12} {'B':>3} {'decode us':>10} {'skinny us':>10} {'skinny/decode':>14} {'% copy':>7} "
-          f"{'rel diff':>9}  " + " ".join(f"{n:>10}" for n in CANDIDATES))
+          f"{'rel diff':>9}  " + " ".join(f"{n:>10}" for n in ROUTED))
     for label, E, K in (("qwen3.5-35b", 256, 8), ("qwen3-next", 512, 10)):
         every = PREFILL_ROWS_PER_EXPERT * E - 1
         keys = [MoEGroupedExpertsBuildKey("bfloat16", E, H, I, "int32", arch),
                 MoEGroupedExpertsBuildKey("bfloat16", E, H, I, "int32", arch, skinny_max_rows=every)]
         keys += [MoEGroupedExpertsBuildKey("bfloat16", E, H, I, "int32", arch, skinny_max_rows=every, skinny_tiling=t)
-                 for t in CANDIDATES.values()]
+                 for t in ROUTED.values()]
         default, skinny, *candidates = _built(TileLangMoEGroupedExperts.launcher, keys)
         gate_up = (torch.randn(E, 2 * I, H, device=dev, generator=gen) / H ** 0.5).bfloat16()
         down = (torch.randn(E, H, I, device=dev, generator=gen) / I ** 0.5).bfloat16()
@@ -155,9 +165,9 @@ def routed_rows(dev: torch.device, gen: torch.Generator, arch: str) -> list[dict
                                    for i in range(COPIES)])
 
             d_us, s_us = timed(default), timed(skinny)
-            times = {n: timed(run) for n, run in zip(CANDIDATES, candidates)}
+            times = {n: timed(run) for n, run in zip(ROUTED, candidates)}
             same = {n: bool(torch.equal(run(x0, off0, gate_up, down, torch.full_like(x0, float("nan"))), got))
-                    for n, run in zip(CANDIDATES, candidates)}
+                    for n, run in zip(ROUTED, candidates)}
             used = sum(d[2] for d in draws) / COPIES
             nbytes = int(used * 3 * H * I * 2)
             src = torch.empty(nbytes // 4, device=dev, dtype=torch.bfloat16)

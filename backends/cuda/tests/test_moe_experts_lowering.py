@@ -122,3 +122,18 @@ def test_dependent_skinny_programs_wait_for_the_previous_kernel_before_any_load(
         wait = body.index("cudaGridDependencySynchronize();")
         first_load = min(i for i in (body.find("*(uint4*)"), body.find("tile_expert[")) if i >= 0)
         assert wait < first_load and wait < body.index("cudaTriggerProgrammaticLaunchCompletion();")
+
+
+def test_the_fused_logit_gate_up_gives_its_last_program_the_gate_logit():
+    from tileops_cuda.kernels.moe_skinny import MoESkinnyTiling, skinny_shared_programs
+
+    tiling = MoESkinnyTiling(fused_logit=True)
+    gate_up, down = skinny_shared_programs(MoESharedExpertBuildKey("bfloat16", 2048, 512, True, skinny_rows=4,
+                                                                   skinny_tiling=tiling))
+    body = _source(gate_up)
+    assert "moe_shared_skinny_gate_up_logit" in body and "logit[" in body and "expert_gate" in body
+    assert body.count("tl::warp_reduce_sum") == 3  # gate and up, and the logit's
+    assert "logit[" in _source(down)
+    ungated, _ = skinny_shared_programs(MoESharedExpertBuildKey("bfloat16", 2048, 512, False, skinny_rows=4,
+                                                                skinny_tiling=tiling))
+    assert "logit" not in _source(ungated)  # no gate, nothing to fuse

@@ -131,12 +131,18 @@ def test_the_launch_allocates_without_an_output_and_does_nothing_for_no_rows():
 
 
 
-def _skinny_stand_ins(calls: list[tuple[str, tuple[Any, ...]]]) -> tuple[Any, Any]:
-    """The skinny programs' semantics on the ``[I, H]`` / ``[H, I]`` weights they take."""
+def _skinny_stand_ins(calls: list[tuple[str, tuple[Any, ...]]], fused_logit: bool = False) -> tuple[Any, Any]:
+    """The skinny programs' semantics on the ``[I, H]`` / ``[H, I]`` weights they take (with
+    ``fused_logit``, the gate/up program writes the gate logit too)."""
 
-    def gate_up(x, gate_proj, up_proj, act):
-        calls.append(("skinny/gate_up", (x, gate_proj, up_proj, act)))
+    def gate_up(x, gate_proj, up_proj, *rest):
+        calls.append(("skinny/gate_up", (x, gate_proj, up_proj, *rest)))
         g, u = F.linear(x, gate_proj).to(x.dtype), F.linear(x, up_proj).to(x.dtype)
+        if fused_logit:
+            expert_gate, act, logit = rest
+            logit.copy_(F.linear(x, expert_gate)[:, 0])
+        else:
+            (act,) = rest
         act.copy_(F.silu(g.float()) * u.float())
 
     def down(act, down_proj, *rest):
@@ -192,3 +198,25 @@ def test_down_features_a_lane_cannot_hold_in_flight_are_refused_by_both_skinny_k
             assert f"down_features={features}" in reason and "use down_features=1" in reason
     # a key without the skinny programs never reads their tiling
     assert shared.moe_shared_expert_refusal(Key("bfloat16", QWEN_H, intermediate, True, skinny_tiling=tiling)) is None
+
+
+@pytest.mark.parametrize("rows", [1, 4, 5])
+def test_a_fused_logit_skinny_call_launches_no_gate_logit_program(rows):
+    from tileops_cuda.kernels.moe_skinny import MoESkinnyTiling
+
+    H, I = 16, 24
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+    decode, prefill = _stand_ins(calls)
+    decode = (*decode[:3], *_skinny_stand_ins(calls, fused_logit=True))
+    key = Key("float32", H, I, True, skinny_rows=4, skinny_tiling=MoESkinnyTiling(fused_logit=True))
+    run = shared._make_run(key, decode, prefill)
+    x, gate_proj, up_proj, down_proj = torch.randn(rows, H), torch.randn(I, H), torch.randn(I, H), torch.randn(H, I)
+    expert_gate = torch.randn(1, H)
+    out = run(x, gate_proj, up_proj, down_proj, expert_gate)
+    torch.testing.assert_close(out, moe_shared_expert(x, gate_proj, up_proj, down_proj, expert_gate))
+    names = [name for name, _ in calls]
+    # five rows: the decode tiling and its own logit program, as without the fused logit
+    assert names == (["skinny/gate_up", "skinny/down"] if rows <= 4 else ["decode/gate_up", "gate_logit", "decode/down"])
+    if rows <= 4:
+        (_, (_, _, _, gate, act, logit)), (_, (_, _, logit_read, _)) = calls
+        assert gate.shape == (1, H) and act.shape == (rows, I) and logit is logit_read

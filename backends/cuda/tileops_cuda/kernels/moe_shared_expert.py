@@ -156,6 +156,7 @@ def _make_run(key: MoESharedExpertBuildKey, decode: tuple[Any, ...], prefill: tu
     import torch
 
     H, I, gated, skinny_rows = key.hidden, key.intermediate, key.gated, key.skinny_rows
+    fused_logit = gated and key.skinny_tiling.fused_logit
     empty = workspace_allocator()
 
     def moe_shared_expert(x: Any, gate_proj: Any, up_proj: Any, down_proj: Any, expert_gate: Any,
@@ -170,8 +171,13 @@ def _make_run(key: MoESharedExpertBuildKey, decode: tuple[Any, ...], prefill: tu
         out_rows = out.view(N, H)
         if N <= skinny_rows:  # the skinny programs take the weights as they are, [I, H] and [H, I]
             gate_up, down = decode[-2:]
-            gate_up(rows, gate_proj.contiguous(), up_proj.contiguous(), act)
             w_down = down_proj.contiguous()
+            if fused_logit:  # the gate/up kernel writes the logit too (MoESkinnyTiling.fused_logit)
+                logit = empty((N,), x.dtype, x.device)
+                gate_up(rows, gate_proj.contiguous(), up_proj.contiguous(), expert_gate.contiguous(), act, logit)
+                down(act, w_down, logit, out_rows)
+                return out
+            gate_up(rows, gate_proj.contiguous(), up_proj.contiguous(), act)
         else:
             gate_up, down = prefill[:2] if N >= PREFILL_ROWS else decode[:2]  # the gate logit's is decode[2]
             gate_up(rows, gate_proj.contiguous().view(1, I, H), up_proj.contiguous().view(1, I, H), act)

@@ -65,6 +65,11 @@ class MoESkinnyTiling:
     #: Every skinny program launched as a programmatic dependent of the stream's previous kernel
     #: (``_common.dependent_launch``; ``SkinnyLinearTiling.dependent_launch``).
     dependent_launch: bool = False
+    #: The shared expert's gate logit computed by one more program of its skinny gate/up kernel (a
+    #: warp's dot product of the staged rows with ``expert_gate``) instead of its own launch: a
+    #: launch fewer a layer. Its float32 sum runs in the skinny programs' order, not the logit
+    #: program's, so the logit may differ in its last bit (both within a rounding of float64).
+    fused_logit: bool = False
 
 
 def skinny_tiling_refusal(name: str, tiling: MoESkinnyTiling, intermediate: int, dtype: str,
@@ -211,7 +216,9 @@ def _bodies(hidden: int, intermediate: int, dtype: str, tiling: MoESkinnyTiling)
 def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
     """``(gate_up, down)`` PrimFuncs for a ``MoESharedExpertBuildKey``: ``gate_up(x [N, H],
     gate_proj [I, H], up_proj [I, H], act [N, I])`` and ``down(act [N, I], down_proj [H, I],
-    logit [N], out [N, H])`` (no ``logit`` without the gate), N at most ``SKINNY_ROWS``."""
+    logit [N], out [N, H])`` (no ``logit`` without the gate), N at most ``SKINNY_ROWS``. With the
+    gate and ``skinny_tiling.fused_logit``, ``gate_up(x, gate_proj, up_proj, expert_gate [1, H],
+    act, logit [N])`` also writes the gate logit (its last program)."""
     import tilelang.language as T
 
     H, I, dt = key.hidden, key.intermediate, key.dtype
@@ -219,6 +226,31 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
     N = T.dynamic("N")
     F, DL = key.skinny_tiling.down_features, key.skinny_tiling.dependent_launch
     gate_up, down_one, down_features = _bodies(H, I, dt, key.skinny_tiling)
+    R, VEC, f32 = SKINNY_ROWS, 16 // ELEM_BYTES[dt], "float32"
+    stage_x = stage_rows_macro(R, H, dt, 32 * W)
+    NCH, U, load_chunk, dot_chunk = weight_chunks(R, H, dt, _UNROLL)
+
+    @T.macro
+    def logit_rows(x, expert_gate, r0, end, logit, tid):
+        """``logit[r] = round(x[r] · expert_gate[0])`` for the staged rows, by the first warp."""
+        lane = tid % 32
+        x_s = T.alloc_shared((R, H), dt)
+        acc = T.alloc_local((R,), f32)
+        wv = T.alloc_local((U * VEC,), dt)
+        xv = T.alloc_local((VEC,), dt)
+        stage_x(x, x_s, r0, end, tid)
+        if tid < 32:
+            for m in T.unroll(R):
+                acc[m] = T.float32(0)
+            for c in T.serial(NCH):
+                load_chunk(expert_gate, 0, wv, lane, c)
+                dot_chunk(x_s, acc, wv, xv, lane, c, r0, end)
+            for m in T.unroll(R):
+                acc[m] = T.warp_reduce_sum(acc[m])
+            if lane == 0:
+                for m in T.unroll(R):
+                    if r0 + m < end:
+                        logit[r0 + m] = T.cast(acc[m], dt)
 
     @T.macro
     def down(act, down_proj, logit, out, bx, gated: bool):
@@ -238,6 +270,19 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
             j = bx * W + tid // 32
             gate_up(x, gate_proj, T.min(j, I - 1), up_proj, T.min(j, I - 1), 0, N, j, act, tid)
 
+    @T.prim_func
+    def moe_shared_skinny_gate_up_logit(x: T.Tensor((N, H), dt), gate_proj: T.Tensor((I, H), dt),
+                                        up_proj: T.Tensor((I, H), dt), expert_gate: T.Tensor((1, H), dt),
+                                        act: T.Tensor((N, I), dt), logit: T.Tensor((N,), dt)):
+        with T.Kernel(T.ceildiv(I, W) + 1, threads=32 * W) as bx:
+            dependent_launch(DL)
+            tid = T.get_thread_binding()
+            if bx < T.ceildiv(I, W):
+                j = bx * W + tid // 32
+                gate_up(x, gate_proj, T.min(j, I - 1), up_proj, T.min(j, I - 1), 0, N, j, act, tid)
+            else:
+                logit_rows(x, expert_gate, 0, N, logit, tid)
+
     if key.gated:
 
         @T.prim_func
@@ -256,7 +301,8 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
                 dependent_launch(DL)
                 down(act, down_proj, None, out, bx, False)
 
-    return moe_shared_skinny_gate_up, moe_shared_skinny_down
+    fused = key.gated and key.skinny_tiling.fused_logit
+    return (moe_shared_skinny_gate_up_logit if fused else moe_shared_skinny_gate_up), moe_shared_skinny_down
 
 
 def skinny_routed_programs(key: Any) -> tuple[Any, Any]:
