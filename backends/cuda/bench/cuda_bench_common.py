@@ -18,8 +18,8 @@ for _p in (str(_BACKENDS / "cuda"), str(_BACKENDS / "cpu_ref")):
 from tileops_cuda.kernels.rgdr import RGDRBuildKey  # noqa: E402
 from tileops_cuda.testing import rgdr_case  # noqa: E402
 
-__all__ = ["L2_BYTES", "RESULTS", "ROTATE_BYTES", "calls_on", "fla_bytes", "host_overhead", "log", "rgdr_bytes",
-           "rgdr_calls", "rgdr_key", "report_rows", "time_graph"]
+__all__ = ["L2_BYTES", "RESULTS", "ROTATE_BYTES", "calls_on", "fla_bytes", "graph_bench_start", "host_overhead", "log",
+           "rgdr_bytes", "rgdr_calls", "rgdr_key", "report_rows", "time_graph"]
 
 L2_BYTES = 60 * 2**20
 ROTATE_BYTES = 4 * L2_BYTES  # each timed graph touches at least this much distinct memory
@@ -28,6 +28,15 @@ RESULTS: dict = {"rgdr": [], "sweep": [], "sweep_checks": [], "other": [], "erro
 
 def log(*a):
     print(*a, flush=True)
+
+
+def graph_bench_start(doc: str) -> tuple[argparse.Namespace, torch.device, torch.Generator, str]:
+    """What a small graph-timed bench starts from: its ``--json`` argument (described by ``doc``'s
+    first paragraph), the CUDA device, a generator seeded 0 on it, and the device's arch (``sm_XY``)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--json", default=None)
+    dev = torch.device("cuda")
+    return ap.parse_args(), dev, torch.Generator(device=dev).manual_seed(0), "sm_%d%d" % torch.cuda.get_device_capability()
 
 
 # ----------------------------------------------------------------------------- timing

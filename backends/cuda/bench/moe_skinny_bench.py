@@ -27,7 +27,6 @@ programs is printed after the table's row).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -36,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cuda_bench_common import time_graph  # noqa: E402
+from cuda_bench_common import graph_bench_start, time_graph  # noqa: E402
 
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
 from tileops_cuda.kernels.moe_grouped_experts import (  # noqa: E402
@@ -73,12 +72,7 @@ def _cells(times: dict[str, float], same: dict[str, bool]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", default=None)
-    a = ap.parse_args()
-    dev = torch.device("cuda")
-    gen = torch.Generator(device=dev).manual_seed(0)
-    arch = "sm_%d%d" % torch.cuda.get_device_capability()
+    a, dev, gen, arch = graph_bench_start(__doc__)
     keys = [MoESharedExpertBuildKey("bfloat16", H, I, True, arch),
             MoESharedExpertBuildKey("bfloat16", H, I, True, arch, skinny_rows=4)]
     keys += [MoESharedExpertBuildKey("bfloat16", H, I, True, arch, skinny_rows=4, skinny_tiling=t)

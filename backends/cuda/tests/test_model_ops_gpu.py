@@ -8,6 +8,8 @@ sizes (their spec rows run only tiny there). Skips cleanly without a GPU or tile
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -129,6 +131,36 @@ def test_permute_of_a_partial_last_chunk_matches_the_reference_bits(cuda_device,
     want = moe_permute(x.cpu(), ids.cpu(), E)
     for g, w in zip(got, want):
         assert torch.equal(g.cpu(), w)
+
+
+@pytest.mark.parametrize("T,K,E", [(1, 10, 512), (1, 8, 256), (12, 10, 512), (16, 8, 256), (5, 2, 8)])
+def test_the_one_launch_permute_matches_the_reference_and_the_three_kernels_bits(cuda_device, gen, T, K, E):
+    """``MoEPermuteBuildKey.one_launch_copies`` (a candidate): every copy count up to the key's 128
+    through the one-launch program, on NaN / -7 poisoned outputs, strided rows, a repeated expert in
+    every token and one id out of range (left unplaced, as the three kernels leave it)."""
+    from tileops_cpu_ref.moe import moe_permute
+    from tileops_cuda.kernels.moe_permute import MoEPermuteBuildKey, build_moe_permute
+
+    H = 2048
+    key = MoEPermuteBuildKey("bfloat16", "int64", H, K, E, cuda_device[1])
+    one, three = (build_moe_permute(k).run for k in (dataclasses.replace(key, one_launch_copies=128), key))
+    wide = torch.randn(T, 2 * H, device="cuda", generator=gen).bfloat16()
+    x = wide[:, H:]
+    ids = torch.randint(0, E, (T, K), device="cuda", generator=gen)
+    ids[:, -1] = ids[:, 0]
+
+    def run(launch, ids):
+        outs = (torch.full((T * K, H), float("nan"), device="cuda").bfloat16(),
+                torch.full((E + 1,), -7, dtype=torch.int32, device="cuda"),
+                torch.full((T, K), -7, dtype=torch.int32, device="cuda"))
+        return launch(x, ids, E, *outs)
+
+    got = run(one, ids)
+    for g, w in zip(got, moe_permute(x.cpu(), ids.cpu(), E)):
+        assert torch.equal(g.cpu(), w)
+    ids[0, 0] = E + 3  # out of range: unplaced by both paths (the op's contents check would refuse it)
+    for g, w in zip(run(one, ids)[1:], run(three, ids)[1:]):
+        assert torch.equal(g, w)
 
 
 def test_permute_reads_strided_hidden_states_in_place(cuda_device, gen):

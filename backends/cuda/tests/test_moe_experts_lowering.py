@@ -137,3 +137,4 @@ def test_the_fused_logit_gate_up_gives_its_last_program_the_gate_logit():
     ungated, _ = skinny_shared_programs(MoESharedExpertBuildKey("bfloat16", 2048, 512, False, skinny_rows=4,
                                                                 skinny_tiling=tiling))
     assert "logit" not in _source(ungated)  # no gate, nothing to fuse
+

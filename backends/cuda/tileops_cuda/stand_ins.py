@@ -52,7 +52,8 @@ def stand_in_builds(compiled: Callable[..., Any], sm_count: int = 132) -> dict[s
         "build_sigmoid_gate_mul": lambda key: SimpleNamespace(run=sigmoid_gate_mul._make_run(key, c)),
         "build_moe_topk_routing": lambda key: SimpleNamespace(run=moe_topk_routing._make_run(key, c)),
         "build_moe_unpermute": lambda key: SimpleNamespace(run=moe_unpermute._make_run(key, c)),
-        "build_moe_permute": lambda key: SimpleNamespace(run=moe_permute._make_run(key, c, c, c)),
+        "build_moe_permute": lambda key: SimpleNamespace(run=moe_permute._make_run(
+            key, c, c, c, c if key.one_launch_copies else None)),
         "build_moe_grouped_experts": lambda key: SimpleNamespace(run=moe_grouped_experts._make_run(
             key, (c,) * (6 if key.skinny_max_rows else 3), (c,) * 3)),  # the skinny programs follow the decode ones
         "build_moe_shared_expert": lambda key: SimpleNamespace(run=moe_shared_expert._make_run(key, (c,) * 3,

@@ -53,6 +53,9 @@ class MoEPermuteBuildKey:
     top_k: int
     experts: int
     arch: str = "sm_90"
+    #: Calls of at most this many copies (N = T·K) run :func:`_one_launch_program` instead of the
+    #: three kernels; 0: never (a candidate until the H200 times it, ``model_ops_bench.py``).
+    one_launch_copies: int = 0
 
 
 def _vec(dtype: str) -> int:
@@ -91,6 +94,9 @@ def moe_permute_refusal(key: MoEPermuteBuildKey) -> str | None:
         return f"{_NAME}: num_experts={key.experts} must lie in [1, {MAX_EXPERTS}] (a thread each); use the reference"
     if key.top_k < 1:
         return f"{_NAME}: K={key.top_k} must be at least 1; use the reference"
+    if not 0 <= key.one_launch_copies <= CHUNK:
+        return (f"{_NAME}: one_launch_copies={key.one_launch_copies} must lie in [0, {CHUNK}] (the copies one "
+                "program holds); use 0")
     return arch_refusal(_NAME, key.arch)
 
 
@@ -200,24 +206,98 @@ def _scatter_program(key: MoEPermuteBuildKey):
     return moe_permute_scatter
 
 
+def _one_launch_program(key: MoEPermuteBuildKey):
+    """A decode step's permute in one launch, for N at most ``key.one_launch_copies`` (MC) copies.
+
+    Why: at a decode step N is a few dozen copies, and the three kernels' launches and their gaps
+    are the op's time (about 3.75 µs a layer in the Qwen3.5-MoE step). Every program (``BR`` copies
+    each, as the scatter's) holds all N ids in shared memory and computes from them what the first
+    two kernels make: each expert's count (a thread an expert, a loop over the ids), the experts'
+    offsets (the block scan of the offsets kernel), and each of its copies' rank (the equal ids
+    before it). So the rows, ``permuted_index`` and ``expert_offsets`` (written by program 0) are the
+    three kernels' exactly; then its copies' rows are copied as the scatter copies them. The loops
+    run over N, so the program is for small N only."""
+    import tilelang.language as T
+
+    H, K, E, dt, i32, vec = key.hidden, key.top_k, key.experts, key.dtype, "int32", _vec(key.dtype)
+    MC, TE = key.one_launch_copies, expert_threads(key.experts)
+    _, BR, HP = _scatter_plan(key)
+    Tn, N, SX = T.dynamic("T"), T.dynamic("N"), T.dynamic("SX")
+
+    @T.prim_func
+    def moe_permute_one_launch(hidden_states: T.StridedTensor((Tn, H), (SX, 1), dt), ids: T.Tensor((N,), key.ids_dtype),
+                               permuted: T.Tensor((N, H), dt), expert_offsets: T.Tensor((E + 1,), i32),
+                               permuted_index: T.Tensor((N,), i32)):
+        T.assume(SX % vec == 0)  # whole-vector row strides only (_row_views.readable)
+        with T.Kernel(T.ceildiv(N, BR), threads=TE) as bx:
+            tx = T.get_thread_binding()
+            ids_s = T.alloc_shared((MC,), i32)
+            totals = T.alloc_shared((TE,), i32)
+            counts = T.alloc_shared((TE,), i32)
+            dest = T.alloc_shared((BR,), i32)
+            count = T.alloc_var(i32, init=0)
+            rank = T.alloc_var(i32, init=0)
+            row = T.alloc_var(i32, init=-1)
+            for i in T.serial(T.ceildiv(MC, TE)):
+                if i * TE + tx < MC:
+                    f = i * TE + tx
+                    ids_s[f] = T.if_then_else(f < N, T.cast(ids[T.min(f, N - 1)], i32), -1)
+            T.sync_threads()
+            for j in T.serial(N):  # a thread an expert: its count (an id outside [0, E) counts nowhere)
+                if ids_s[j] == tx:
+                    count = count + 1
+            totals[tx] = count
+            counts[tx] = count
+            T.sync_threads()
+            T.cumsum(src=totals, dim=0)  # inclusive: totals[e] = copies of experts <= e
+            T.sync_threads()
+            if bx == 0:
+                if tx < E:
+                    expert_offsets[tx + 1] = totals[tx]
+                if tx == 0:
+                    expert_offsets[0] = 0
+            f = bx * BR + tx
+            if tx < BR and f < N:
+                e = ids_s[f]
+                for j in T.serial(f - bx * BR + bx * BR):
+                    if ids_s[j] == e:
+                        rank = rank + 1
+                c = T.max(T.min(e, E - 1), 0)
+                if e >= 0 and e < E:  # e's first row (its inclusive total less its count), then the rank
+                    row = totals[c] - counts[c] + rank
+                permuted_index[f] = row
+            if tx < BR:
+                dest[tx] = row
+            T.sync_threads()
+            for r, j in T.Parallel(BR, HP):
+                if dest[r] >= 0 and j < H:
+                    permuted[dest[r], j] = hidden_states[(bx * BR + r) // K, j]
+
+    return moe_permute_one_launch
+
+
 class MoEPermuteLauncher:
-    """The three compiled kernels (``rank``, ``offsets``, ``scatter``: ``JITKernel`` objects
-    and their direct entries) and ``run``, the interface-shaped launch function."""
+    """The compiled kernels (``rank``, ``offsets``, ``scatter`` and, where the key asks, the
+    one-launch program: ``JITKernel`` objects and their direct entries) and ``run``, the
+    interface-shaped launch function."""
 
-    def __init__(self, key: MoEPermuteBuildKey, rank: Any, offsets: Any, scatter: Any) -> None:
+    def __init__(self, key: MoEPermuteBuildKey, rank: Any, offsets: Any, scatter: Any, one: Any = None) -> None:
         self.key = key
-        self.kernels = (rank, offsets, scatter)
-        self.run = _make_run(key, direct_entry(rank), direct_entry(offsets), direct_entry(scatter))
+        self.kernels = (rank, offsets, scatter) + ((one,) if one is not None else ())
+        self.run = _make_run(key, direct_entry(rank), direct_entry(offsets), direct_entry(scatter),
+                             None if one is None else direct_entry(one))
 
 
-def _make_run(key: MoEPermuteBuildKey, rank: Any, offsets: Any, scatter: Any) -> Any:
-    """The launch function: one int32 workspace (ranks, then the ``[chunks, E]`` counts that
-    become prefixes), then the three kernels on the current stream."""
+def _make_run(key: MoEPermuteBuildKey, rank: Any, offsets: Any, scatter: Any, one: Any = None) -> Any:
+    """The launch function: calls of at most ``key.one_launch_copies`` copies run ``one`` (the
+    one-launch program); the others one int32 workspace (ranks, then the ``[chunks, E]`` counts
+    that become prefixes), then the three kernels on the current stream."""
     import torch
 
     from ._row_views import row_view
 
     H, K, E = key.hidden, key.top_k, key.experts
+    one_launch = key.one_launch_copies if one is not None else 0
     empty = workspace_allocator()
 
     def moe_permute(hidden_states: Any, topk_ids: Any, num_experts: int, permuted: Any = None,
@@ -234,6 +314,10 @@ def _make_run(key: MoEPermuteBuildKey, rank: Any, offsets: Any, scatter: Any) ->
         if N == 0:
             expert_offsets.zero_()
             return permuted, expert_offsets, permuted_index
+        if N <= one_launch:
+            one(row_view(hidden_states, H)[0], topk_ids.contiguous().view(-1), permuted, expert_offsets,
+                permuted_index.view(-1))
+            return permuted, expert_offsets, permuted_index
         chunks = -(-N // CHUNK)
         work = empty((N + chunks * E,), torch.int32, dev)
         ranks, counts = work[:N], work[N:].view(chunks, E)
@@ -248,13 +332,16 @@ def _make_run(key: MoEPermuteBuildKey, rank: Any, offsets: Any, scatter: Any) ->
 
 
 def build_moe_permute(key: MoEPermuteBuildKey) -> MoEPermuteLauncher:
-    """Compile the three kernels once per process; ValueError with the refusal reason."""
+    """Compile the three kernels (and the one-launch program where the key asks) once per process;
+    ValueError with the refusal reason."""
     reason = moe_permute_refusal(key)
     if reason is not None:
         raise ValueError(reason)
 
+    programs: tuple[Any, ...] = (_rank_program, _offsets_program, _scatter_program)
+    programs += (_one_launch_program,) if key.one_launch_copies else ()
+
     def build() -> MoEPermuteLauncher:
-        return MoEPermuteLauncher(key, *(compile_prim_func(program(key), key.arch)
-                                         for program in (_rank_program, _offsets_program, _scatter_program)))
+        return MoEPermuteLauncher(key, *(compile_prim_func(program(key), key.arch) for program in programs))
 
     return cached_build(("moe_permute", key), build)
