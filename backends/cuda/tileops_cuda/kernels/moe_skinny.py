@@ -14,7 +14,8 @@ weights at 72-97% of the same-size copy. These programs use its macros, a warp a
   roundings of the tensor-core body (``moe_grouped_experts.gate_up_tile``);
 * down: the act rows staged; ``o = round(act · down[h])``, for the shared expert's gate times
   ``sigmoid(logit)`` in float32 and rounded once (``down_tile``'s roundings; the logit from the
-  decode tiling's gate-logit program).
+  decode tiling's gate-logit program, or with ``MoESkinnyTiling.fused_logit`` from one more
+  program of the gate/up kernel).
 
 A program holds at most ``SKINNY_ROWS`` rows: the shared expert's call, or one tile of an expert's
 rows of the routed map (the routed experts' ``tiles`` program at ``SKINNY_ROWS``-row tiles), and
@@ -25,7 +26,8 @@ within a rounding, not bit for bit; both are checked against float64. The launch
 programs where the build key asks (``MoESharedExpertBuildKey.skinny_rows``,
 ``MoEGroupedExpertsBuildKey.skinny_max_rows``); the registered keys do since the H200 timed them
 (2026-12-04d, ``moe_skinny_bench.py``): the shared expert 1.55-2.17x the decode tiling at 1-4 rows, the
-routed experts 1.07-1.25x at up to half a row an expert.
+routed experts 1.07-1.25x at up to half a row an expert. :class:`MoESkinnyTiling` holds the candidates
+not yet timed (the keys' ``skinny_tiling``, all off).
 
 tilelang is imported inside the builders, never at module import.
 """
