@@ -1,5 +1,6 @@
-"""The skinny linear program's refusals and row budget on the CPU, and its lowering for sm_90a where
-tilelang is installed (the H200 tests are in test_kernels_gpu.py)."""
+"""The skinny linear program's refusals and row budget on the CPU, and its lowering (its candidates', and
+the GEMM's decode tiling the linear's 5-64-row calls run: ``kernels.linear``) for sm_90a where tilelang is
+installed (the H200 tests are in test_kernels_gpu.py)."""
 
 from __future__ import annotations
 
@@ -65,3 +66,17 @@ def test_a_dependent_skinny_program_waits_for_the_previous_kernel_before_any_loa
     if dependent:
         wait = body.index("cudaGridDependencySynchronize();")
         assert wait < body.index("*(uint4*)") and wait < body.index("cudaTriggerProgrammaticLaunchCompletion();")
+
+
+@pytest.mark.parametrize("n,k", [(12288, 2048), (2048, 4096), (256, 2048), (136, 40), (512, 8200)])
+def test_the_gemms_decode_tiling_lowers_to_wgmma_for_every_shape_the_gpu_test_runs(n, k):
+    from lowered_source import lowered_source
+
+    from tileops_cuda.kernels.gemm import _program as gemm_program
+    from tileops_cuda.kernels.linear import decode_gemm_tiling
+
+    key = _key(n, k)
+    tiling = decode_gemm_tiling(key)
+    source = lowered_source(lambda key: gemm_program(key, tiling), key)
+    assert "gemm_fwd_kernel" in source and "wgmma" in source.lower()
+    assert tiling.block_n == (16 if n <= 512 else 64) and tiling.threads == 128
