@@ -70,7 +70,7 @@ def test_a_table_entrys_dependent_launch_holds_only_where_the_arch_has_it(monkey
 def test_the_block_shape_of_a_key_is_its_fields_after_the_arch():
     key = with_block_shape("TileLangGatedRMSNorm", gated_rmsnorm.GatedRMSNormBuildKey("bfloat16", 128), 256)
     assert block_shape_of(key) == {"threads": 0, "rows": 0, "programs": 0, "early_weight": True, "registers": 64,
-                                   "fast_silu": True}
+                                   "fast_silu": True, "dependent_launch": False}
 
 
 @pytest.mark.parametrize("fields,reason", [

@@ -20,8 +20,8 @@ pairs, loading the weight once and each next pair's x and gate before this pair'
 
 from dataclasses import dataclass
 
-from ._common import (ELEM_BYTES, Compiled, compile_once, inverse_rms_macro, programs_at_registers, row_plan,
-                      row_refusal)
+from ._common import (ELEM_BYTES, Compiled, compile_once, dependent_launch, dependent_launch_refusal,
+                      inverse_rms_macro, programs_at_registers, row_plan, row_refusal)
 
 __all__ = ["GatedRMSNormBuildKey", "build_gated_rmsnorm", "gated_rmsnorm_refusal"]
 
@@ -46,6 +46,10 @@ class GatedRMSNormBuildKey:
     #: tolerance) instead of IEEE expf and division: the output loop's math is ~40 instructions
     #: an element, near the memory time at 4k x 32 x 128.
     fast_silu: bool = False
+    #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
+    #: its launch overlaps that kernel's tail, every access after it, the same bits); a decode step's
+    #: kernels follow one another back to back. Off until the H200 times the step with it.
+    dependent_launch: bool = False
 
 
 def _vec(dtype: str) -> int:
@@ -60,6 +64,10 @@ def _plan(key: GatedRMSNormBuildKey) -> tuple[int, int, int] | None:
 
 def gated_rmsnorm_refusal(key: GatedRMSNormBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
+    reason = dependent_launch_refusal(key.dependent_launch, "GatedRMSNorm TileLang kernel", key.arch,
+                                      "drop dependent_launch")
+    if reason is not None:
+        return reason
     if key.programs < 0 or key.registers < 0:
         return (f"GatedRMSNorm TileLang kernel: programs={key.programs} and registers={key.registers} must be at "
                 f"least 0; use the block shapes table's values")
@@ -130,6 +138,7 @@ def _program(key: GatedRMSNormBuildKey):
             with T.Kernel(A, T.ceildiv(H, BM), threads=threads) as (bx, by):
                 if key.registers:
                     T.annotate_min_blocks_per_sm(programs_at_registers(threads, key.registers))
+                dependent_launch(key.dependent_launch)
                 xr = T.alloc_fragment((BM, DP), dt)
                 gr = T.alloc_fragment((BM, DP), dt)
                 sq = T.alloc_fragment((BM, DP), f32)
@@ -146,6 +155,7 @@ def _program(key: GatedRMSNormBuildKey):
             with T.Kernel(T.min(A * HB, P), threads=threads) as bx:
                 if key.registers:
                     T.annotate_min_blocks_per_sm(programs_at_registers(threads, key.registers))
+                dependent_launch(key.dependent_launch)
                 xr = T.alloc_fragment((BM, DP), dt)
                 gr = T.alloc_fragment((BM, DP), dt)
                 xn = T.alloc_fragment((BM, DP), dt)  # the next pair's heads, in flight meanwhile

@@ -24,7 +24,7 @@ computes softplus with the approximate exp and log (log1p through Kahan's ``log(
 
 from dataclasses import dataclass
 
-from ._common import ELEM_BYTES, Compiled, arch_refusal, compile_once
+from ._common import ELEM_BYTES, Compiled, arch_refusal, compile_once, dependent_launch, dependent_launch_refusal
 
 __all__ = ["GDNGatingBuildKey", "build_gdn_gating", "gdn_gating_refusal"]
 
@@ -44,10 +44,18 @@ class GDNGatingBuildKey:
     threads: int = 256
     vectors: int = 2
     fast_math: bool = False
+    #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
+    #: its launch overlaps that kernel's tail, every access after it, the same bits); a decode step's
+    #: kernels follow one another back to back. Off until the H200 times the step with it.
+    dependent_launch: bool = False
 
 
 def gdn_gating_refusal(key: GDNGatingBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
+    reason = dependent_launch_refusal(key.dependent_launch, "GDNGating TileLang kernel", key.arch,
+                                      "drop dependent_launch")
+    if reason is not None:
+        return reason
     name = "GDNGating TileLang kernel"
     for what, dtype in (("a/b", key.dtype), ("A_log", key.a_log_dtype), ("dt_bias", key.dt_bias_dtype)):
         if dtype not in _DTYPES:
@@ -91,6 +99,7 @@ def _program(key: GDNGatingBuildKey):
         T.assume(SA % vec == 0)
         T.assume(SB % vec == 0)
         with T.Kernel(T.ceildiv(M * NV, TH * U * vec), threads=TH) as bx:
+            dependent_launch(key.dependent_launch)
             tid = T.get_thread_binding()
             ar = T.alloc_local((U * vec,), dt)
             br = T.alloc_local((U * vec,), dt)

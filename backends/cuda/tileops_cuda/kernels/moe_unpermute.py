@@ -19,7 +19,7 @@ count is dynamic.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal
+from ._common import ELEM_BYTES, arch_refusal, dependent_launch, dependent_launch_refusal
 from ._launcher import RunLauncher, build_run_launcher
 
 __all__ = ["MoEUnpermuteBuildKey", "build_moe_unpermute", "moe_unpermute_refusal"]
@@ -41,6 +41,10 @@ class MoEUnpermuteBuildKey:
     top_k: int
     has_shared: bool = True
     arch: str = "sm_90"
+    #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
+    #: its launch overlaps that kernel's tail, every access after it, the same bits); a decode step's
+    #: kernels follow one another back to back. Off until the H200 times the step with it.
+    dependent_launch: bool = False
 
 
 def _vec(dtype: str) -> int:
@@ -59,6 +63,9 @@ def _plan(key: MoEUnpermuteBuildKey) -> tuple[int, int]:
 
 def moe_unpermute_refusal(key: MoEUnpermuteBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
+    reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
+    if reason is not None:
+        return reason
     if key.dtype not in _DTYPES or key.weight_dtype not in _DTYPES:
         return f"{_NAME}: dtypes {key.dtype} / {key.weight_dtype} must be among {_DTYPES}; use the reference"
     if key.index_dtype not in _INDEX_DTYPES:
@@ -81,6 +88,7 @@ def _program(key: MoEUnpermuteBuildKey):
     @T.macro
     def combine(Y, Idx, W, S, out):
         with T.Kernel(Tn, T.ceildiv(H, BH), threads=threads) as (bx, by):
+            dependent_launch(key.dependent_launch)
             acc = T.alloc_fragment((BH,), f32)
             for j in T.Parallel(BH):
                 if key.has_shared:

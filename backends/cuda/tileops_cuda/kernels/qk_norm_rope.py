@@ -56,7 +56,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ._common import ELEM_BYTES, arch_refusal, inverse_rms_macro, programs_at_registers
+from ._common import (ELEM_BYTES, arch_refusal, dependent_launch, dependent_launch_refusal, inverse_rms_macro,
+                      programs_at_registers)
 from ._launcher import RunLauncher, build_run_launcher
 
 __all__ = ["QKNormRopeBuildKey", "build_qk_norm_rope", "with_fitting_program", "qk_norm_rope_refusal",
@@ -124,6 +125,10 @@ class QKNormRopeBuildKey:
     partners: str = "elements"
     #: ``lanes`` only: the rotation's arithmetic (``_ROTATIONS``).
     rotation: str = "float32"
+    #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
+    #: its launch overlaps that kernel's tail, every access after it, the same bits); a decode step's
+    #: kernels follow one another back to back. Off until the H200 times the step with it.
+    dependent_launch: bool = False
 
 
 def _vec(dtype: str) -> int:
@@ -190,6 +195,9 @@ def with_fitting_program(key: QKNormRopeBuildKey) -> QKNormRopeBuildKey:
 
 def qk_norm_rope_refusal(key: QKNormRopeBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
+    reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
+    if reason is not None:
+        return reason
     if key.dtype not in _DTYPES:
         return f"{_NAME}: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
     if key.positions_dtype not in _POSITION_DTYPES:
@@ -457,6 +465,8 @@ def _token_heads_macro(key: QKNormRopeBuildKey, BM: int, DP: int):
 def _program(key: QKNormRopeBuildKey):
     import tilelang.language as T
 
+    DEPENDENT = key.dependent_launch  # (the program's ``key`` parameter shadows the build key inside)
+
     D, dt, f32, vec = key.head_dim, key.dtype, "float32", _vec(key.dtype)
     NQ, NKV, pdt = key.q_heads, key.k_heads, key.positions_dtype
     LANES_PROGRAM, REGISTERS = key.program == "lanes", key.registers  # (the prim_func's `key` is the k tensor)
@@ -502,6 +512,7 @@ def _program(key: QKNormRopeBuildKey):
             with T.Kernel(QP + T.ceildiv(Tn * NKV, BR), threads=threads) as bx:
                 if REGISTERS:
                     T.annotate_min_blocks_per_sm(programs_at_registers(threads, REGISTERS))
+                dependent_launch(DEPENDENT)
                 tid = T.get_thread_binding()
                 xl = T.alloc_local((RPT, vec), dt)
                 wl = T.alloc_local((vec,), dt)
@@ -523,6 +534,7 @@ def _program(key: QKNormRopeBuildKey):
                             positions, inv_freq, rotary_dim, section_h, section_w, eps, Tn)
         else:
             with T.Kernel(Tn, QB + KB, threads=threads) as (bx, by):
+                dependent_launch(DEPENDENT)
                 xr = T.alloc_fragment((R, DP), dt)
                 sq = T.alloc_fragment((R, DP), f32)
                 rs = T.alloc_fragment((R,), f32)

@@ -13,7 +13,7 @@ Specialised on dtype and N; M and the row strides are dynamic.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal
+from ._common import ELEM_BYTES, arch_refusal, dependent_launch, dependent_launch_refusal
 from ._launcher import RunLauncher, build_run_launcher
 
 __all__ = ["SigmoidGateMulBuildKey", "build_sigmoid_gate_mul", "sigmoid_gate_mul_refusal"]
@@ -29,6 +29,10 @@ class SigmoidGateMulBuildKey:
     dtype: str
     width: int
     arch: str = "sm_90"
+    #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
+    #: its launch overlaps that kernel's tail, every access after it, the same bits); a decode step's
+    #: kernels follow one another back to back. Off until the H200 times the step with it.
+    dependent_launch: bool = False
 
 
 def _vec(dtype: str) -> int:
@@ -47,6 +51,9 @@ def _plan(key: SigmoidGateMulBuildKey) -> tuple[int, int]:
 
 def sigmoid_gate_mul_refusal(key: SigmoidGateMulBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
+    reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
+    if reason is not None:
+        return reason
     if key.dtype not in _DTYPES:
         return f"{_NAME}: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
     if key.width % _vec(key.dtype):
@@ -70,6 +77,7 @@ def _program(key: SigmoidGateMulBuildKey):
         T.assume(SG % vec == 0)
         # Rows along grid x (2^31 - 1 of them), column blocks along y.
         with T.Kernel(M, T.ceildiv(N, BN), threads=threads) as (bx, by):
+            dependent_launch(key.dependent_launch)
             for j in T.Parallel(BN):
                 if by * BN + j < N:
                     g = T.cast(gate[bx, by * BN + j], f32)

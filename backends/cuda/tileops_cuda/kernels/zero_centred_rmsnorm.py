@@ -23,8 +23,8 @@ The block shape is part of the build key (the registered kernel takes it from
 
 from dataclasses import dataclass
 
-from ._common import (ELEM_BYTES, Compiled, compile_once, inverse_rms_macro, programs_at_registers, row_plan,
-                      row_refusal)
+from ._common import (ELEM_BYTES, Compiled, compile_once, dependent_launch, dependent_launch_refusal,
+                      inverse_rms_macro, programs_at_registers, row_plan, row_refusal)
 
 __all__ = ["ZeroCentredRMSNormBuildKey", "build_zero_centred_rmsnorm",
            "zero_centred_rmsnorm_refusal"]
@@ -51,6 +51,10 @@ class ZeroCentredRMSNormBuildKey:
     early_weight: bool = True
     #: Registers per thread the launch bounds aim at (minimum programs an SM); 0 sets none.
     registers: int = 56
+    #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
+    #: its launch overlaps that kernel's tail, every access after it, the same bits); a decode step's
+    #: kernels follow one another back to back. Off until the H200 times the step with it.
+    dependent_launch: bool = False
 
 
 def _vec(dtype: str) -> int:
@@ -74,6 +78,10 @@ def _plan(key: ZeroCentredRMSNormBuildKey) -> tuple[int, int, int] | None:
 
 def zero_centred_rmsnorm_refusal(key: ZeroCentredRMSNormBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
+    reason = dependent_launch_refusal(key.dependent_launch, "ZeroCentredRMSNorm TileLang kernel", key.arch,
+                                      "drop dependent_launch")
+    if reason is not None:
+        return reason
     name = "ZeroCentredRMSNorm TileLang kernel"
     if key.passes not in (1, 2) or key.programs < 0 or key.registers < 0:
         return (f"{name}: passes={key.passes} must be 1 or 2, programs={key.programs} and "
@@ -170,6 +178,7 @@ def _program(key: ZeroCentredRMSNormBuildKey):
         with T.Kernel(groups if P == 0 else T.min(groups, P), threads=threads) as bx:
             if key.registers:
                 T.annotate_min_blocks_per_sm(programs_at_registers(threads, key.registers))
+            dependent_launch(key.dependent_launch)
             # h stays in its own dtype (HF normalises the rounded sum); math is fp32.
             rs = T.alloc_fragment((BM,), f32)
             sq = T.alloc_fragment((BM, CW), f32)
