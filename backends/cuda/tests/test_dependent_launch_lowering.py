@@ -1,8 +1,10 @@
-"""The decode step's short kernels as programmatic dependents (``dependent_launch`` on their build keys, a
-candidate until the H200 times the step with it): each program, at its registered block shape, waits for the
-stream's previous kernel before its first memory access and before it lets the next kernel launch; without
-the field, no wait. Lowered for sm_90a without a GPU; skips where tilelang is not installed (CI). The refusal
-off Hopper is checked on the CPU everywhere."""
+"""The decode step's kernels as programmatic dependents (``dependent_launch`` on their build keys, a candidate
+until the H200 times the step with it, ``bench/dependent_step.py``): each program (the norms, gating,
+QKNormRope, SigmoidGateMul, the permute's four, the routed and shared experts' tensor-core ones, the attention
+decode's split and combine programs), at its registered block shape, waits for the stream's previous kernel
+before its first access to any of its buffers and before it lets the next kernel launch; without the field,
+no wait. Lowered for sm_90a without a GPU; skips where tilelang is not installed (CI). The refusal off Hopper
+is checked on the CPU everywhere."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ import re
 
 import pytest
 
-from tileops_cuda.kernels import gated_rmsnorm, gdn_gating, moe_unpermute, qk_norm_rope, sigmoid_gate_mul
-from tileops_cuda.kernels import zero_centred_rmsnorm
+from tileops_cuda.kernels import attention_decode, gated_rmsnorm, gdn_gating, moe_grouped_experts, moe_permute
+from tileops_cuda.kernels import moe_shared_expert, moe_unpermute, qk_norm_rope, sigmoid_gate_mul, zero_centred_rmsnorm
+from tileops_cuda.kernels.attention_decode_program import (decode_combine_program, decode_parallel_combine_program,
+                                                           decode_split_program)
 from tileops_cuda.kernels.block_shapes import with_block_shape
 
 #: (program, the registered key at Qwen3.5 sizes, its refusal)
@@ -41,6 +45,30 @@ CASES = {
     "unpermute": (moe_unpermute._program,
                   moe_unpermute.MoEUnpermuteBuildKey("bfloat16", "int32", "bfloat16", 2048, 10),
                   moe_unpermute.moe_unpermute_refusal),
+    **{f"permute-{name}": (program, moe_permute.MoEPermuteBuildKey("bfloat16", "int64", 2048, 10, 512,
+                                                                    one_launch_copies=128),
+                           moe_permute.moe_permute_refusal)
+       for name, program in (("rank", moe_permute._rank_program), ("offsets", moe_permute._offsets_program),
+                             ("scatter", moe_permute._scatter_program), ("one-launch", moe_permute._one_launch_program))},
+    **{f"experts-{name}": (program, moe_grouped_experts.MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512),
+                           moe_grouped_experts.moe_grouped_experts_refusal)
+       for name, program in (
+           ("tiles", lambda key: moe_grouped_experts._tiles_program(key, moe_grouped_experts.DECODE_TILING.block_m)),
+           ("gate-up", lambda key: moe_grouped_experts._gate_up_program(key, moe_grouped_experts.DECODE_TILING)),
+           ("down", lambda key: moe_grouped_experts._down_program(key, moe_grouped_experts.PREFILL_TILING)))},
+    **{f"shared-{name}": (program, moe_shared_expert.MoESharedExpertBuildKey("bfloat16", 2048, 512, True),
+                          moe_shared_expert.moe_shared_expert_refusal)
+       for name, program in (
+           ("gate-up", lambda key: moe_shared_expert.shared_programs(key, moe_shared_expert.SHARED_DECODE_TILING)[0]),
+           ("down", lambda key: moe_shared_expert.shared_programs(key, moe_shared_expert.SHARED_DECODE_TILING)[1]),
+           ("logit", moe_shared_expert._gate_logit_program))},
+    **{f"decode-{name}": (program, attention_decode.DecodeBuildKey("bfloat16", 16, 2, 256),
+                          attention_decode.decode_refusal)
+       for name, program in (
+           ("split", lambda key: decode_split_program(key, attention_decode.default_tiling(key), None)),
+           ("split-light", lambda key: decode_split_program(key, attention_decode.LIGHT_TILING, None)),
+           ("combine", lambda key: decode_combine_program(key, attention_decode.default_tiling(key))),
+           ("parallel-combine", decode_parallel_combine_program))},
 }
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ._attention_common import FlatCache, attention_refusal, compile_arch
-from ._common import cached_build, compile_prim_func, direct_entry
+from ._common import cached_build, compile_prim_func, dependent_launch_refusal, direct_entry
 from ._workspace import workspace_allocator
 from .attention_decode_program import (
     COMBINE_THREADS, LOG2E, decode_combine_program, decode_parallel_combine_program, decode_split_program,
@@ -134,6 +134,11 @@ class DecodeBuildKey:
     table_dtype: str | None = None
     arch: str = "sm_90"
     schedule: DecodeSchedule | None = None
+    #: Split and combine programs launched as programmatic dependents of the stream's previous kernel
+    #: (``_common.dependent_launch``: the launch overlaps that kernel's tail, every access after it, the
+    #: same bits); a decode step's kernels follow one another back to back. Off until the H200 times
+    #: the step with it.
+    dependent_launch: bool = False
 
 
 @dataclass(frozen=True)
@@ -254,6 +259,8 @@ def decode_refusal(key: DecodeBuildKey) -> str | None:
                 f"{tiling.block_h}-row score tile; use the reference")
     if reason is None and key.schedule is not None:
         return schedule_refusal(key, key.schedule)
+    if reason is None:
+        return dependent_launch_refusal(key.dependent_launch, name, key.arch, "drop dependent_launch")
     return reason
 
 

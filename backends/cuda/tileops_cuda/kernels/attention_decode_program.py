@@ -49,6 +49,8 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
+from ._common import dependent_launch
+
 if TYPE_CHECKING:
     from .attention_decode import DecodeBuildKey, DecodeTiling
 
@@ -123,6 +125,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
     import tilelang.language as T
 
     dt, f32, i32 = key.dtype, "float32", "int32"
+    DEPENDENT = key.dependent_launch  # (the split program's ``key`` parameter shadows the build key inside)
     NQ, NKV, D = key.num_q_heads, key.num_kv_heads, key.head_dim
     G = NQ // NKV
     BH, BN, TH = tiling.block_h, tiling.block_n, tiling.threads
@@ -187,6 +190,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
             if light:
                 T.annotate_min_blocks_per_sm(tiling.launch_bound)
                 T.no_set_max_nreg()
+            dependent_launch(DEPENDENT)
             q_s = T.alloc_shared((BH, D), dt)
             k_s = T.alloc_shared((BN, D), dt)
             v_s = T.alloc_shared((BN, D), dt)
@@ -271,6 +275,7 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
     import tilelang.language as T
 
     dt, f32, i32 = key.dtype, "float32", "int32"
+    DEPENDENT = key.dependent_launch  # (the split program's ``key`` parameter shadows the build key inside)
     NQ, D = key.num_q_heads, key.head_dim
     TH = tiling.combine_threads
     PER = (D + TH - 1) // TH
@@ -285,6 +290,7 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
         chunk: T.int32,
     ):
         with T.Kernel(NQ, B, threads=TH) as (q, b):
+            dependent_launch(DEPENDENT)
             tid = T.get_thread_binding()
             acc = T.alloc_local((PER,), f32)
             m = T.alloc_var(f32)
@@ -330,6 +336,7 @@ def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
     import tilelang.language as T
 
     dt, f32, i32 = key.dtype, "float32", "int32"
+    DEPENDENT = key.dependent_launch  # (the split program's ``key`` parameter shadows the build key inside)
     NQ, D = key.num_q_heads, key.head_dim
     TH, VEC, UNROLL = COMBINE_THREADS, 4, 8
     CH = D // VEC  # 4-channel vectors a row
@@ -347,6 +354,7 @@ def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
         chunk: T.int32,
     ):
         with T.Kernel(NQ, B, threads=TH) as (q, b):
+            dependent_launch(DEPENDENT)
             tid = T.get_thread_binding()
             w_s = T.alloc_shared((TH,), f32)
             warp_s = T.alloc_shared((2, WARPS), f32)

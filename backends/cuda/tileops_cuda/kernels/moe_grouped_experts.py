@@ -36,7 +36,8 @@ separate weights and a static tile map, so the two never drift apart.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import arch_refusal, cached_build, compile_prim_func, direct_entry
+from ._common import (arch_refusal, cached_build, compile_prim_func, dependent_launch, dependent_launch_refusal,
+                      direct_entry)
 from ._workspace import workspace_allocator
 from .moe_permute import expert_threads
 from .moe_skinny import SKINNY_ROWS, MoESkinnyTiling, skinny_routed_programs, skinny_tiling_refusal
@@ -91,6 +92,10 @@ class MoEGroupedExpertsBuildKey:
     skinny_max_rows: int = 0
     #: The skinny programs' candidates (:class:`.moe_skinny.MoESkinnyTiling`; off by default).
     skinny_tiling: MoESkinnyTiling = MoESkinnyTiling()
+    #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
+    #: its launch overlaps that kernel's tail, every access after it, the same bits); a decode step's
+    #: kernels follow one another back to back. Off until the H200 times the step with it.
+    dependent_launch: bool = False
 
 
 def skinny_max_rows(experts: int) -> int:
@@ -121,6 +126,9 @@ def experts_refusal(name: str, dtype: str, hidden: int, intermediate: int, arch:
 
 def moe_grouped_experts_refusal(key: MoEGroupedExpertsBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
+    reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
+    if reason is not None:
+        return reason
     if key.offsets_dtype not in _OFFSET_DTYPES:
         return f"{_NAME}: expert_offsets dtype {key.offsets_dtype} is not one of {_OFFSET_DTYPES}; use the reference"
     if not 1 <= key.experts <= MAX_EXPERTS:
@@ -142,6 +150,7 @@ def _tiles_program(key: MoEGroupedExpertsBuildKey, block_m: int):
     def moe_expert_tiles(expert_offsets: T.Tensor((E + 1,), key.offsets_dtype), tile_expert: T.Tensor((S,), i32),
                          tile_row: T.Tensor((S,), i32)):
         with T.Kernel(1, threads=TE):
+            dependent_launch(key.dependent_launch)
             e = T.get_thread_binding()
             ends = T.alloc_shared((TE,), i32)
             first = T.alloc_var(i32, init=0)
@@ -244,6 +253,7 @@ def _gate_up_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
                     gate_up_proj: T.Tensor((E, 2 * I, H), dt), tile_expert: T.Tensor((S,), "int32"),
                     tile_row: T.Tensor((S,), "int32"), act: T.Tensor((N, I), dt)):
         with T.Kernel(S, T.ceildiv(I, tiling.block_n_gate_up), threads=tiling.threads) as (bx, by):
+            dependent_launch(key.dependent_launch)
             e = tile_expert[bx]
             if e >= 0:
                 body(hidden_states, gate_up_proj, 0, gate_up_proj, I, e, tile_row[bx],
@@ -264,6 +274,7 @@ def _down_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
                  down_proj: T.Tensor((E, H, I), dt), tile_expert: T.Tensor((S,), "int32"),
                  tile_row: T.Tensor((S,), "int32"), out: T.Tensor((N, H), dt)):
         with T.Kernel(S, T.ceildiv(H, tiling.block_n_down), threads=tiling.threads) as (bx, by):
+            dependent_launch(key.dependent_launch)
             e = tile_expert[bx]
             if e >= 0:
                 body(act, down_proj, e, tile_row[bx], T.cast(expert_offsets[e + 1], "int32"), by, None, out)

@@ -28,7 +28,8 @@ dynamic.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, direct_entry
+from ._common import (ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, dependent_launch,
+                      dependent_launch_refusal, direct_entry)
 from ._workspace import workspace_allocator
 
 __all__ = ["MoEPermuteBuildKey", "build_moe_permute", "expert_threads", "moe_permute_refusal"]
@@ -56,6 +57,10 @@ class MoEPermuteBuildKey:
     #: Calls of at most this many copies (N = T·K) run :func:`_one_launch_program` instead of the
     #: three kernels; 0: never (a candidate until the H200 times it, ``model_ops_bench.py``).
     one_launch_copies: int = 0
+    #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
+    #: its launch overlaps that kernel's tail, every access after it, the same bits); a decode step's
+    #: kernels follow one another back to back. Off until the H200 times the step with it.
+    dependent_launch: bool = False
 
 
 def _vec(dtype: str) -> int:
@@ -84,6 +89,9 @@ def expert_threads(experts: int) -> int:
 
 def moe_permute_refusal(key: MoEPermuteBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
+    reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
+    if reason is not None:
+        return reason
     if key.dtype not in _DTYPES:
         return f"{_NAME}: dtype {key.dtype} is not one of {_DTYPES}; use the reference"
     if key.ids_dtype not in _ID_DTYPES:
@@ -110,6 +118,7 @@ def _rank_program(key: MoEPermuteBuildKey):
     def moe_permute_rank(ids: T.Tensor((N,), key.ids_dtype), ranks: T.Tensor((N,), i32),
                          counts: T.Tensor((NB, E), i32)):
         with T.Kernel(NB, threads=C) as bx:
+            dependent_launch(key.dependent_launch)
             tx = T.get_thread_binding()
             chunk = T.alloc_shared((C,), i32)
             per_expert = T.alloc_shared((E,), i32)
@@ -151,6 +160,7 @@ def _offsets_program(key: MoEPermuteBuildKey):
     @T.prim_func
     def moe_permute_offsets(counts: T.Tensor((NB, E), i32), expert_offsets: T.Tensor((E + 1,), i32)):
         with T.Kernel(1, threads=TE):
+            dependent_launch(key.dependent_launch)
             e = T.get_thread_binding()
             totals = T.alloc_shared((TE,), i32)
             loaded = T.alloc_local((U,), i32)
@@ -189,6 +199,7 @@ def _scatter_program(key: MoEPermuteBuildKey):
         # The launcher passes only row strides that are whole vectors (_row_views.readable).
         T.assume(SX % vec == 0)
         with T.Kernel(T.ceildiv(N, BR), threads=threads) as bx:
+            dependent_launch(key.dependent_launch)
             dest = T.alloc_shared((BR,), i32)
             for r in T.Parallel(BR):
                 f = bx * BR + r
@@ -230,6 +241,7 @@ def _one_launch_program(key: MoEPermuteBuildKey):
                                permuted_index: T.Tensor((N,), i32)):
         T.assume(SX % vec == 0)  # whole-vector row strides only (_row_views.readable)
         with T.Kernel(T.ceildiv(N, BR), threads=TE) as bx:
+            dependent_launch(key.dependent_launch)
             tx = T.get_thread_binding()
             ids_s = T.alloc_shared((MC,), i32)
             totals = T.alloc_shared((TE,), i32)

@@ -35,6 +35,7 @@ copies), archs other than sm_90.
 from dataclasses import dataclass
 from typing import Any
 
+from ._common import dependent_launch, dependent_launch_refusal
 from ._workspace import workspace_allocator
 from .moe_grouped_experts import (PREFILL_TILING, ExpertsLauncher, GroupedTiling, build_experts, down_tile,
                                   experts_refusal, gate_up_tile)
@@ -70,10 +71,17 @@ class MoESharedExpertBuildKey:
     skinny_rows: int = 0
     #: The skinny programs' candidates (:class:`.moe_skinny.MoESkinnyTiling`; off by default).
     skinny_tiling: MoESkinnyTiling = MoESkinnyTiling()
+    #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
+    #: its launch overlaps that kernel's tail, every access after it, the same bits); a decode step's
+    #: kernels follow one another back to back. Off until the H200 times the step with it.
+    dependent_launch: bool = False
 
 
 def moe_shared_expert_refusal(key: MoESharedExpertBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
+    reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
+    if reason is not None:
+        return reason
     if not 0 <= key.skinny_rows <= SKINNY_ROWS:
         return f"{_NAME}: skinny_rows={key.skinny_rows} must lie in [0, {SKINNY_ROWS}] (the rows its programs stage)"
     if key.skinny_rows:
@@ -93,6 +101,7 @@ def _gate_logit_program(key: MoESharedExpertBuildKey):
     @T.prim_func
     def moe_shared_gate_logit(x: T.Tensor((N, H), dt), expert_gate: T.Tensor((1, H), dt), logit: T.Tensor((N,), dt)):
         with T.Kernel(N, threads=LOGIT_THREADS) as bx:
+            dependent_launch(key.dependent_launch)
             acc = T.alloc_fragment((1, BH), f32)
             total = T.alloc_fragment((1,), f32)
             T.clear(acc)
@@ -125,6 +134,7 @@ def shared_programs(key: MoESharedExpertBuildKey, tiling: GroupedTiling) -> tupl
     def moe_shared_gate_up(x: T.Tensor((N, H), dt), gate_proj: T.Tensor((1, I, H), dt),
                            up_proj: T.Tensor((1, I, H), dt), act: T.Tensor((N, I), dt)):
         with T.Kernel(T.ceildiv(N, BM), T.ceildiv(I, tiling.block_n_gate_up), threads=tiling.threads) as (bx, by):
+            dependent_launch(key.dependent_launch)
             gate_up(x, gate_proj, 0, up_proj, 0, 0, bx * BM, N, by, act)
 
     if key.gated:
@@ -133,6 +143,7 @@ def shared_programs(key: MoESharedExpertBuildKey, tiling: GroupedTiling) -> tupl
         def moe_shared_down(act: T.Tensor((N, I), dt), down_proj: T.Tensor((1, H, I), dt), logit: logit_t,
                             out: T.Tensor((N, H), dt)):
             with T.Kernel(T.ceildiv(N, BM), T.ceildiv(H, tiling.block_n_down), threads=tiling.threads) as (bx, by):
+                dependent_launch(key.dependent_launch)
                 down(act, down_proj, 0, bx * BM, N, by, logit, out)
 
     else:
@@ -141,6 +152,7 @@ def shared_programs(key: MoESharedExpertBuildKey, tiling: GroupedTiling) -> tupl
         def moe_shared_down(act: T.Tensor((N, I), dt), down_proj: T.Tensor((1, H, I), dt),
                             out: T.Tensor((N, H), dt)):
             with T.Kernel(T.ceildiv(N, BM), T.ceildiv(H, tiling.block_n_down), threads=tiling.threads) as (bx, by):
+                dependent_launch(key.dependent_launch)
                 down(act, down_proj, 0, bx * BM, N, by, None, out)
 
     programs: tuple[Any, ...] = (moe_shared_gate_up, moe_shared_down)
