@@ -1,0 +1,49 @@
+"""A model's decode steps with every kernel launched as a programmatic dependent give the plain launches' bits.
+
+``tileops_cuda.all_dependent`` builds every registered kernel whose key has ``dependent_launch`` with it (and
+the skinny programs'); a dependent waits for the previous kernel before any access, so a step's logits must
+equal, bit for bit, those of the same model on the registered keys: the tiny Qwen3.5-MoE (random init, GPU
+head sizes, every module on TileOPs) over a prefill and four decode steps, eager and replayed from a CUDA
+graph. Needs a GPU, tilelang and transformers; skips otherwise.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+STEPS = 4
+
+
+@pytest.fixture(autouse=True)
+def _no_contents_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A captured session refuses the contents checks (they read tensors on the host)."""
+    monkeypatch.setenv("TILEOPS_CHECK_CONTENTS", "0")
+
+
+@pytest.mark.parametrize("capture", ["eager", "cuda_graph"])
+def test_dependent_kernels_give_the_plain_kernels_bits_over_a_models_decode_steps(cuda_device, capture):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tileops_core.integrations.transformers import apply_tileops, build_kernels, static_decode_session
+    from tileops_core.integrations.transformers._tiny import tiny_model
+    from tileops_cuda.all_dependent import all_dependent
+
+    base = tiny_model("qwen3_5_moe", seed=50, linear_key_head_dim=128, linear_value_head_dim=128)
+    base = base.to("cuda", torch.bfloat16)
+    g = torch.Generator().manual_seed(51)
+    ids = torch.randint(1, base.config.vocab_size, (2, 9), generator=g).cuda()
+    mask = torch.ones_like(ids)
+    tokens = [torch.randint(1, base.config.vocab_size, (2,), generator=g).cuda() for _ in range(STEPS)]
+
+    def run(model):
+        assert build_kernels(apply_tileops(model, every_module=True).kernel_calls) == []
+        session = static_decode_session(model, 2, 16, capture=capture)
+        return [session.prefill(ids, mask).float()] + [session.step(t).float() for t in tokens]
+
+    plain = run(copy.deepcopy(base))
+    with all_dependent():
+        dependent = run(copy.deepcopy(base))
+    for step, (a, b) in enumerate(zip(plain, dependent)):
+        assert torch.equal(a, b), f"step {step}: max |diff| {(a - b).abs().max().item()}"
