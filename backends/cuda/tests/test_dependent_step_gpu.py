@@ -10,6 +10,7 @@ graph. Needs a GPU, tilelang and transformers; skips otherwise.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
@@ -45,5 +46,28 @@ def test_dependent_kernels_give_the_plain_kernels_bits_over_a_models_decode_step
     plain = run(copy.deepcopy(base))
     with all_dependent():
         dependent = run(copy.deepcopy(base))
+    # the dependent model really ran dependent builds (a cached plain selection would make this test vacuous)
+    assert {"ZeroCentredRMSNormBuildKey", "MoEPermuteBuildKey", "MoEUnpermuteBuildKey", "DecodeBuildKey"} <= \
+        _dependent_builds()
     for step, (a, b) in enumerate(zip(plain, dependent)):
         assert torch.equal(a, b), f"step {step}: max |diff| {(a - b).abs().max().item()}"
+
+
+def _dependent_builds() -> set[str]:
+    """The build keys' class names, among the kernels this process built, that launch as dependents."""
+    from tileops_cuda.kernels import _common
+
+    found: set[str] = set()
+
+    def walk(x):
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            if getattr(x, "dependent_launch", False):
+                found.add(type(x).__name__)
+            for f in dataclasses.fields(x):
+                walk(getattr(x, f.name))
+        elif isinstance(x, (tuple, list)):
+            for y in x:
+                walk(y)
+
+    walk(list(_common._BUILT))
+    return found

@@ -9,7 +9,9 @@ the whole step (``bench/dependent_step.py``), and a GPU test checks the bits
 (``tests/test_dependent_step_gpu.py``); where it gains, the fields go into the registered keys.
 
 :func:`all_dependent` patches, for the time of a ``with`` block, every registered class's ``key`` and
-the linear's skinny tiling; plans and kernels made inside keep the dependent keys after it.
+the linear's skinny tiling, and forgets the active registry's selections on entry and exit (a call spec
+selected before would otherwise keep its plain kernel); plans and kernels made inside keep the dependent
+keys after it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def dependent_key(key: Any) -> Any:
 def all_dependent() -> Iterator[list[str]]:
     """Within the block, every registered class's key through :func:`dependent_key` and the linear's
     skinny program at ``SkinnyLinearTiling(dependent_launch=True)``; yields the classes patched."""
+    from tileops_core.kernels.select import clear_caches
+
     from . import registered
     from .kernels import linear
     from .kernels.skinny_linear import SkinnyLinearTiling
@@ -53,9 +57,11 @@ def all_dependent() -> Iterator[list[str]]:
         setattr(impl, "key", classmethod(key))
     setattr(linear, "build_skinny_linear",
             lambda key, tiling=None: build_skinny(key, SkinnyLinearTiling(dependent_launch=True)))
+    clear_caches()
     try:
         yield [impl.__name__ for impl in registered.KERNELS]
     finally:
+        clear_caches()
         setattr(linear, "build_skinny_linear", build_skinny)
         for impl, own in saved.items():
             if own is None:
