@@ -88,7 +88,7 @@ def test_skinny_weights_first_issues_every_programs_first_weight_loads_before_th
     for func in (*skinny_shared_programs(shared), *skinny_routed_programs(routed)):
         body = _source(func)
         body = body[body.index("__global__"):]
-        weights = min(body.find(f"*(uint4*)({w} + ") for w in ("g_w", "d_w") if f"*(uint4*)({w} + " in body)
+        weights = min(body.find(f"*(uint4*)({w} + ") for w in ("g_w", "wv") if f"*(uint4*)({w} + " in body)
         assert (weights < body.index("__syncthreads")) == weights_first
 
 

@@ -113,8 +113,16 @@ def tile_slots(rows: int, experts: int, block_m: int) -> int:
     return min(rows, -(-rows // block_m) + experts)
 
 
-def experts_refusal(name: str, dtype: str, hidden: int, intermediate: int, arch: str) -> str | None:
-    """What the expert GEMM programs (routed or shared) refuse, with the fix, or None."""
+def experts_refusal(name: str, key: Any, skinny: bool) -> str | None:
+    """What the expert programs (routed or shared) refuse for ``key`` (either build key: dtype, hidden,
+    intermediate, arch, ``dependent_launch``, ``skinny_tiling``), with the fix, or None; the skinny
+    tiling only where the key runs the skinny programs (``skinny``)."""
+    dtype, hidden, intermediate, arch = key.dtype, key.hidden, key.intermediate, key.arch
+    reason = dependent_launch_refusal(key.dependent_launch, name, arch, "drop dependent_launch")
+    if reason is None and skinny:
+        reason = skinny_tiling_refusal(name, key.skinny_tiling, intermediate, dtype, arch)
+    if reason is not None:
+        return reason
     if dtype not in _DTYPES:
         return (f"{name}: dtype {dtype} is not one of {_DTYPES} (float32 operands would be rounded to TF32 "
                 "on the tensor cores); use the reference")
@@ -126,18 +134,11 @@ def experts_refusal(name: str, dtype: str, hidden: int, intermediate: int, arch:
 
 def moe_grouped_experts_refusal(key: MoEGroupedExpertsBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
-    reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
-    if reason is not None:
-        return reason
     if key.offsets_dtype not in _OFFSET_DTYPES:
         return f"{_NAME}: expert_offsets dtype {key.offsets_dtype} is not one of {_OFFSET_DTYPES}; use the reference"
     if not 1 <= key.experts <= MAX_EXPERTS:
         return f"{_NAME}: E={key.experts} must lie in [1, {MAX_EXPERTS}] (a thread each for the tile map)"
-    if key.skinny_max_rows:
-        reason = skinny_tiling_refusal(_NAME, key.skinny_tiling, key.intermediate, key.dtype, key.arch)
-        if reason is not None:
-            return reason
-    return experts_refusal(_NAME, key.dtype, key.hidden, key.intermediate, key.arch)
+    return experts_refusal(_NAME, key, bool(key.skinny_max_rows))
 
 
 def _tiles_program(key: MoEGroupedExpertsBuildKey, block_m: int):

@@ -35,11 +35,11 @@ copies), archs other than sm_90.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import dependent_launch, dependent_launch_refusal
+from ._common import dependent_launch
 from ._workspace import workspace_allocator
 from .moe_grouped_experts import (PREFILL_TILING, ExpertsLauncher, GroupedTiling, build_experts, down_tile,
                                   experts_refusal, gate_up_tile)
-from .moe_skinny import SKINNY_ROWS, MoESkinnyTiling, skinny_shared_programs, skinny_tiling_refusal
+from .moe_skinny import SKINNY_ROWS, MoESkinnyTiling, skinny_shared_programs
 
 __all__ = ["MoESharedExpertBuildKey", "build_moe_shared_expert", "moe_shared_expert_refusal", "shared_programs",
            "SHARED_DECODE_TILING", "PREFILL_ROWS"]
@@ -79,16 +79,9 @@ class MoESharedExpertBuildKey:
 
 def moe_shared_expert_refusal(key: MoESharedExpertBuildKey) -> str | None:
     """Why this kernel cannot serve ``key`` (with the fix), or None."""
-    reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
-    if reason is not None:
-        return reason
     if not 0 <= key.skinny_rows <= SKINNY_ROWS:
         return f"{_NAME}: skinny_rows={key.skinny_rows} must lie in [0, {SKINNY_ROWS}] (the rows its programs stage)"
-    if key.skinny_rows:
-        reason = skinny_tiling_refusal(_NAME, key.skinny_tiling, key.intermediate, key.dtype, key.arch)
-        if reason is not None:
-            return reason
-    return experts_refusal(_NAME, key.dtype, key.hidden, key.intermediate, key.arch)
+    return experts_refusal(_NAME, key, bool(key.skinny_rows))
 
 
 def _gate_logit_program(key: MoESharedExpertBuildKey):

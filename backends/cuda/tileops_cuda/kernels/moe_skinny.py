@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._common import ELEM_BYTES, dependent_launch, dependent_launch_refusal
-from .skinny_linear import stage_rows_macro, weight_chunks
+from .skinny_linear import stage_rows_macro, staged_row_dot, weight_chunks
 
 __all__ = ["SKINNY_ROWS", "WARPS", "MoESkinnyTiling", "skinny_routed_programs", "skinny_shared_programs",
            "skinny_tiling_refusal"]
@@ -106,7 +106,8 @@ def _bodies(hidden: int, intermediate: int, dtype: str, tiling: MoESkinnyTiling)
     VEC = 16 // ELEM_BYTES[dt]
     stage_x, stage_act = stage_rows_macro(R, H, dt, TH), stage_rows_macro(R, I, dt, TH)
     NCH_GU, U_GU, load_gu, dot_gu = weight_chunks(R, H, dt, _UNROLL)
-    NCH_D, U_D, load_d, dot_d = weight_chunks(R, I, dt, _UNROLL)
+    U_D = weight_chunks(R, I, dt, _UNROLL)[1]  # vectors a lane holds of a down row (down_features)
+    down_dot = staged_row_dot(R, I, dt, _UNROLL, TH)
     weights_first, F = tiling.weights_first, tiling.down_features
     KV_D = I // VEC
 
@@ -145,7 +146,7 @@ def _bodies(hidden: int, intermediate: int, dtype: str, tiling: MoESkinnyTiling)
     @T.macro
     def down_features(act, w_down, base, r0, end, h0, logit, out, tid, gated: bool):
         """Features ``h0 .. h0 + F - 1`` (rows ``base + h``, clamped to a real one past H): every
-        row's vectors loaded (one chunk each) before the rows are staged; ``dot_d``'s order per sum."""
+        row's vectors loaded (one chunk each) before the rows are staged; ``weight_chunks``' order per sum."""
         lane = tid % 32
         a_s = T.alloc_shared((R, I), dt)
         acc = T.alloc_local((F * R,), f32)
@@ -189,19 +190,7 @@ def _bodies(hidden: int, intermediate: int, dtype: str, tiling: MoESkinnyTiling)
         lane = tid % 32
         a_s = T.alloc_shared((R, I), dt)
         o_acc = T.alloc_local((R,), f32)
-        d_w = T.alloc_local((U_D * VEC,), dt)
-        av = T.alloc_local((VEC,), dt)
-        if weights_first:
-            load_d(w_down, d_row, d_w, lane, 0)
-        stage_act(act, a_s, r0, end, tid)
-        for m in T.unroll(R):
-            o_acc[m] = T.float32(0)
-        for c in T.serial(NCH_D):
-            if not weights_first or c > 0:
-                load_d(w_down, d_row, d_w, lane, c)
-            dot_d(a_s, o_acc, d_w, av, lane, c, r0, end)
-        for m in T.unroll(R):
-            o_acc[m] = T.warp_reduce_sum(o_acc[m])
+        down_dot(w_down, d_row, act, a_s, o_acc, r0, end, tid, weights_first)
         if lane == 0 and h < H:
             for m in T.unroll(R):
                 if r0 + m < end:
@@ -228,31 +217,20 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
     N = T.dynamic("N")
     F, DL = key.skinny_tiling.down_features, key.skinny_tiling.dependent_launch
     gate_up, down_one, down_features = _bodies(H, I, dt, key.skinny_tiling)
-    R, VEC, f32 = SKINNY_ROWS, 16 // ELEM_BYTES[dt], "float32"
-    stage_x = stage_rows_macro(R, H, dt, 32 * W)
-    NCH, U, load_chunk, dot_chunk = weight_chunks(R, H, dt, _UNROLL)
+    R = SKINNY_ROWS
+    logit_dot = staged_row_dot(R, H, dt, _UNROLL, 32 * W)
 
     @T.macro
     def logit_rows(x, expert_gate, r0, end, logit, tid):
-        """``logit[r] = round(x[r] · expert_gate[0])`` for the staged rows, by the first warp."""
-        lane = tid % 32
+        """``logit[r] = round(x[r] · expert_gate[0])`` for the staged rows (every warp forms it, the
+        first thread stores it)."""
         x_s = T.alloc_shared((R, H), dt)
-        acc = T.alloc_local((R,), f32)
-        wv = T.alloc_local((U * VEC,), dt)
-        xv = T.alloc_local((VEC,), dt)
-        stage_x(x, x_s, r0, end, tid)
-        if tid < 32:
+        acc = T.alloc_local((R,), "float32")
+        logit_dot(expert_gate, 0, x, x_s, acc, r0, end, tid, False)
+        if tid == 0:
             for m in T.unroll(R):
-                acc[m] = T.float32(0)
-            for c in T.serial(NCH):
-                load_chunk(expert_gate, 0, wv, lane, c)
-                dot_chunk(x_s, acc, wv, xv, lane, c, r0, end)
-            for m in T.unroll(R):
-                acc[m] = T.warp_reduce_sum(acc[m])
-            if lane == 0:
-                for m in T.unroll(R):
-                    if r0 + m < end:
-                        logit[r0 + m] = T.cast(acc[m], dt)
+                if r0 + m < end:
+                    logit[r0 + m] = T.cast(acc[m], dt)
 
     @T.macro
     def down(act, down_proj, logit, out, bx, gated: bool):

@@ -34,7 +34,7 @@ from typing import Any
 from ._common import ELEM_BYTES, Compiled, compile_once, dependent_launch
 from .gemm import GemmBuildKey, gemm_refusal
 
-__all__ = ["SkinnyLinearTiling", "build_skinny_linear", "rows_for", "skinny_linear_refusal",
+__all__ = ["SkinnyLinearTiling", "build_skinny_linear", "rows_for", "skinny_linear_refusal", "staged_row_dot",
            "stage_rows_macro", "weight_chunks"]
 
 #: Shared memory a program gives the input rows (bytes): 64 KiB keeps three programs an SM.
@@ -145,18 +145,48 @@ def weight_chunks(rows: int, k: int, dtype: str, unroll: int) -> tuple[int, int,
     return NCH, U, load_chunk, dot_chunk
 
 
+def staged_row_dot(rows: int, k: int, dtype: str, unroll: int, threads: int) -> Any:
+    """The TileLang macro ``row_dot(w, row, src, x_s, acc, r0, end, tid, weights_first)`` of a warp:
+    rows ``[r0, min(r0 + rows, end))`` of ``src`` staged into the shared ``x_s`` by the whole
+    program (:func:`stage_rows_macro`), then ``acc[m]`` the dot product of weight row ``row`` with
+    staged row ``m``, reduced across the warp (every lane holds it), a chunk at a time
+    (:func:`weight_chunks`). With ``weights_first`` the first chunk's loads are issued before the
+    staging, so the two reads' latencies overlap; the sums and their order are the same."""
+    import tilelang.language as T
+
+    VEC = 16 // ELEM_BYTES[dtype]
+    stage = stage_rows_macro(rows, k, dtype, threads)
+    NCH, U, load_chunk, dot_chunk = weight_chunks(rows, k, dtype, unroll)
+
+    @T.macro
+    def row_dot(w, row, src, x_s, acc, r0, end, tid, weights_first: bool):
+        lane = tid % 32
+        wv = T.alloc_local((U * VEC,), dtype)
+        av = T.alloc_local((VEC,), dtype)
+        if weights_first:
+            load_chunk(w, row, wv, lane, 0)
+        stage(src, x_s, r0, end, tid)
+        for m in T.unroll(rows):
+            acc[m] = T.float32(0)
+        for c in T.serial(NCH):
+            if not weights_first or c > 0:
+                load_chunk(w, row, wv, lane, c)
+            dot_chunk(x_s, acc, wv, av, lane, c, r0, end)
+        for m in T.unroll(rows):
+            acc[m] = T.warp_reduce_sum(acc[m])
+
+    return row_dot
+
+
 def _program(key: GemmBuildKey, tiling: SkinnyLinearTiling):
     import tilelang.language as T
 
     N, K, dt, f32 = key.n, key.k, key.dtype, "float32"
-    VEC = 16 // ELEM_BYTES[dt]  # elements a 16-byte vector
     MR = rows_for(key)
     W = tiling.warps
     TH = 32 * W
     M = T.dynamic("M")
-    stage_rows = stage_rows_macro(MR, K, dt, TH)
-    NCH, U, load_chunk, dot_chunk = weight_chunks(MR, K, dt, tiling.unroll)
-    first = tiling.weights_first
+    row_dot = staged_row_dot(MR, K, dt, tiling.unroll, TH)
 
     @T.prim_func
     def skinny_linear(A: T.Tensor((M, K), dt), B: T.Tensor((N, K), dt), C: T.Tensor((M, N), dt)):
@@ -169,20 +199,8 @@ def _program(key: GemmBuildKey, tiling: SkinnyLinearTiling):
             row = T.min(n, N - 1)  # a warp past N reads a real row and stores nothing
             a_s = T.alloc_shared((MR, K), dt)
             acc = T.alloc_local((MR,), f32)
-            wv = T.alloc_local((U * VEC,), dt)
-            av = T.alloc_local((VEC,), dt)
-            if first:
-                load_chunk(B, row, wv, lane, 0)
             # The input rows this program holds (rows past M are never read: skipped below).
-            stage_rows(A, a_s, by * MR, M, tid)
-            for m in T.unroll(MR):
-                acc[m] = T.float32(0)
-            for c in T.serial(NCH):
-                if not first or c > 0:
-                    load_chunk(B, row, wv, lane, c)
-                dot_chunk(a_s, acc, wv, av, lane, c, by * MR, M)
-            for m in T.unroll(MR):
-                acc[m] = T.warp_reduce_sum(acc[m])
+            row_dot(B, row, A, a_s, acc, by * MR, M, tid, tiling.weights_first)
             if lane == 0 and n < N:
                 for m in T.unroll(MR):
                     if by * MR + m < M:
