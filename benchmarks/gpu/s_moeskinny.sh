@@ -11,8 +11,8 @@ el moeskinny
 export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tlc}
 timeout -s INT ${MOESKINNY_TEST_S:-200} python3 -m pytest -rA -n 8 -p no:cacheprovider \
     backends/cuda/tests/test_moe_shared_expert_gpu.py backends/cuda/tests/test_model_ops_gpu.py \
-    -k "skinny or grouped_experts" > "$out/moeskinny_tests.log" 2>&1
+    -k "${MOESKINNY_K:-skinny or grouped_experts}" > "$out/moeskinny_tests.log" 2>&1
 grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)|^E " "$out/moeskinny_tests.log" | tail -15
-timeout -s INT ${MOESKINNY_BENCH_S:-300} python3 -u backends/cuda/bench/moe_skinny_bench.py \
+timeout -s INT ${MOESKINNY_BENCH_S:-300} python3 -u backends/cuda/bench/moe_skinny_bench.py $MOESKINNY_BENCH_ARGS \
     --json "$out/moeskinny.json" > "$out/moeskinny.log" 2>&1
 grep -v TileLang "$out/moeskinny.log" | tail -18

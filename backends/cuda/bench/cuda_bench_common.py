@@ -30,11 +30,15 @@ def log(*a):
     print(*a, flush=True)
 
 
-def graph_bench_start(doc: str) -> tuple[argparse.Namespace, torch.device, torch.Generator, str]:
-    """What a small graph-timed bench starts from: its ``--json`` argument (described by ``doc``'s
-    first paragraph), the CUDA device, a generator seeded 0 on it, and the device's arch (``sm_XY``)."""
+def graph_bench_start(doc: str, switches: dict[str, str] | None = None,
+                      ) -> tuple[argparse.Namespace, torch.device, torch.Generator, str]:
+    """What a small graph-timed bench starts from: its ``--json`` argument and its on/off
+    ``switches`` (flag: help; the parser described by ``doc``'s first paragraph), the CUDA device, a
+    generator seeded 0 on it, and the device's arch (``sm_XY``)."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--json", default=None)
+    for flag, help in (switches or {}).items():
+        ap.add_argument(flag, action="store_true", help=help)
     dev = torch.device("cuda")
     return ap.parse_args(), dev, torch.Generator(device=dev).manual_seed(0), "sm_%d%d" % torch.cuda.get_device_capability()
 

@@ -1,8 +1,9 @@
-"""A model's decode steps with every kernel launched as a programmatic dependent give the plain launches' bits.
+"""A model's decode steps with the kernels launched as programmatic dependents give the plain launches' bits.
 
-``tileops_cuda.all_dependent`` builds every registered kernel whose key has ``dependent_launch`` with it (and
-the skinny programs'); a dependent waits for the previous kernel before any access, so a step's logits must
-equal, bit for bit, those of the same model on the registered keys: the tiny Qwen3.5-MoE (random init, GPU
+The registered keys launch every kernel whose key has ``dependent_launch`` (and the skinny programs) as a
+dependent (``tileops_cuda.launch_policy``); a dependent waits for the previous kernel before any access, so
+a step's logits must equal, bit for bit, those of the same model with every such field off
+(``dependent_launches(False)``): the tiny Qwen3.5-MoE (random init, GPU
 head sizes, every module on TileOPs) over a prefill and four decode steps, eager and replayed from a CUDA
 graph. Needs a GPU, tilelang and transformers; skips otherwise.
 """
@@ -29,7 +30,7 @@ def test_dependent_kernels_give_the_plain_kernels_bits_over_a_models_decode_step
     pytest.importorskip("transformers")
     from tileops_core.integrations.transformers import apply_tileops, build_kernels, static_decode_session
     from tileops_core.integrations.transformers._tiny import tiny_model
-    from tileops_cuda.all_dependent import all_dependent
+    from tileops_cuda.launch_policy import dependent_launches
 
     base = tiny_model("qwen3_5_moe", seed=50, linear_key_head_dim=128, linear_value_head_dim=128)
     base = base.to("cuda", torch.bfloat16)
@@ -43,12 +44,13 @@ def test_dependent_kernels_give_the_plain_kernels_bits_over_a_models_decode_step
         session = static_decode_session(model, 2, 16, capture=capture)
         return [session.prefill(ids, mask).float()] + [session.step(t).float() for t in tokens]
 
-    plain = run(copy.deepcopy(base))
-    with all_dependent():
+    with dependent_launches(False):
+        plain = run(copy.deepcopy(base))
+    with dependent_launches(True):
         dependent = run(copy.deepcopy(base))
     # the dependent model really ran dependent builds (a cached plain selection would make this test vacuous)
-    assert {"ZeroCentredRMSNormBuildKey", "MoEPermuteBuildKey", "MoEUnpermuteBuildKey", "DecodeBuildKey"} <= \
-        _dependent_builds()
+    assert {"ZeroCentredRMSNormBuildKey", "MoEPermuteBuildKey", "MoEUnpermuteBuildKey", "DecodeBuildKey",
+            "SkinnyLinearTiling", "MoESkinnyTiling"} <= _dependent_builds()
     for step, (a, b) in enumerate(zip(plain, dependent)):
         assert torch.equal(a, b), f"step {step}: max |diff| {(a - b).abs().max().item()}"
 

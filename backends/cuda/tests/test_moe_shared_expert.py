@@ -17,7 +17,8 @@ from tileops_core.ops.moe import MoESharedExpertFwdOp, MoESharedExpertKernel  # 
 from tileops_cpu_ref.moe import moe_shared_expert  # noqa: E402
 from tileops_cuda import registered_model  # noqa: E402
 from tileops_cuda.kernels import moe_shared_expert as shared  # noqa: E402
-from tileops_cuda.kernels.moe_skinny import SKINNY_ROWS  # noqa: E402
+from tileops_cuda.kernels.moe_skinny import SHARED_SKINNY_TILING, SKINNY_ROWS  # noqa: E402
+from tileops_cuda.launch_policy import with_dependent_launch  # noqa: E402
 
 Key = shared.MoESharedExpertBuildKey
 QWEN_H, QWEN_I = 2048, 512
@@ -65,8 +66,8 @@ def _cuda_call(x_dtype: torch.dtype, gated: bool, arch: str = "sm_90", H: int = 
 def test_a_bf16_call_on_sm_90_selects_the_tilelang_kernel_keyed_on_the_gates_presence(gated):
     call = _cuda_call(torch.bfloat16, gated)
     assert select_kernel(MoESharedExpertKernel, call).chosen is registered_model.TileLangMoESharedExpert
-    assert registered_model.TileLangMoESharedExpert.key(call) == Key("bfloat16", QWEN_H, QWEN_I, gated, "sm_90",
-                                                                      skinny_rows=SKINNY_ROWS)
+    assert registered_model.TileLangMoESharedExpert.key(call) == with_dependent_launch(
+        Key("bfloat16", QWEN_H, QWEN_I, gated, "sm_90", skinny_rows=SKINNY_ROWS, skinny_tiling=SHARED_SKINNY_TILING), True)
 
 
 def test_a_float32_call_falls_back_to_the_reference_with_the_kernels_reason():

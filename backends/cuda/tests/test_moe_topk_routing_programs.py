@@ -41,7 +41,9 @@ def test_the_registered_key_takes_its_program_from_the_block_shapes_table(monkey
     assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10, "sm_80")) == plain
     monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangMoETopKRouting",
                         ((None, {"program": "candidates", "tokens": 8}),))
-    assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10)) == dataclasses.replace(_CANDIDATES, tokens=8)
+    # the registered keys launch as dependents where the program can (tileops_cuda.launch_policy)
+    assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10)) == dataclasses.replace(_CANDIDATES, tokens=8,
+                                                                                         dependent_launch=True)
 
 
 @pytest.mark.parametrize("dtype,experts,top_k", [("float32", 1024, 8), ("bfloat16", 64, 40)],
@@ -49,7 +51,8 @@ def test_the_registered_key_takes_its_program_from_the_block_shapes_table(monkey
 def test_a_key_the_candidates_program_cannot_hold_falls_back_to_rounds(monkeypatch, dtype, experts, top_k):
     monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangMoETopKRouting", ((None, {"program": "candidates"}),))
     key = TileLangMoETopKRouting.key(_call(dtype, experts, top_k))
-    assert key.program == "rounds" and TileLangMoETopKRouting.reason(None, key) is None
+    # launched plainly: the rounds program has no dependent form
+    assert key.program == "rounds" and not key.dependent_launch and TileLangMoETopKRouting.reason(None, key) is None
     assert with_fitting_routing_program(_CANDIDATES) == _CANDIDATES
 
 

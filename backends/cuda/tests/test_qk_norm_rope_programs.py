@@ -56,7 +56,8 @@ def test_the_registered_key_takes_its_program_from_the_block_shapes_table(monkey
     # The lanes program at 40 registers with the warp's table, reduced sincos, vector partners and the 16-bit
     # rotation: the H200 sweep's winner on every prefill row.
     assert TileLangQKNormRope.key(_call(16, 2, 256)) == dataclasses.replace(
-        _QWEN, registers=40, table="warp", sincos="reduced", partners="vectors", rotation="native")
+        _QWEN, registers=40, table="warp", sincos="reduced", partners="vectors", rotation="native",
+        dependent_launch=True)  # the registered keys launch as dependents (tileops_cuda.launch_policy)
     monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangQKNormRope", ((None, {"program": "token_heads"}),))
     assert TileLangQKNormRope.key(_call(16, 2, 256)).program == "token_heads"
 

@@ -9,6 +9,7 @@ from typing import Any, Callable, ClassVar
 from tileops_core.kernels import CallSpec, KernelEntry
 
 from .kernels._common import SUPPORTED_ARCHS
+from .launch_policy import registered_key, with_dependent_launch
 
 __all__ = ["TileLangImpl", "rows_of"]
 
@@ -24,6 +25,18 @@ class TileLangImpl:
 
     @classmethod
     def key(cls, call: CallSpec) -> Any:
+        """The build key ``call`` runs: :meth:`program_key` as the registered kernels launch
+        (:func:`.launch_policy.registered_key`: as programmatic dependents), launched plainly where
+        the key's program has no dependent form (MoE routing's ``rounds`` program refuses one)."""
+        key = cls.program_key(call)
+        launched = registered_key(key)
+        if launched != key and cls.reason(call, launched) is not None:
+            return with_dependent_launch(key, False)
+        return launched
+
+    @classmethod
+    def program_key(cls, call: CallSpec) -> Any:
+        """The class's build key for ``call``: dtypes, sizes, presence flags, arch, block shape."""
         raise NotImplementedError
 
     #: The kernel module's refusal of a build key (``rmsnorm_refusal``, ...): what ``reason`` asks

@@ -77,7 +77,7 @@ class TileLangRMSNorm(TileLangImpl, RMSNormKernel):
     refuse_key = staticmethod(rmsnorm_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> RMSNormBuildKey:
+    def program_key(cls, call: CallSpec) -> RMSNormBuildKey:
         view = RMSNormCall.of(call)
         return RMSNormBuildKey(view.x_dtype, math.prod(view.normalized_shape), bool(view.has_weight), view.arch)
 
@@ -115,7 +115,7 @@ class TileLangSoftmax(TileLangImpl, SoftmaxKernel):
     """Softmax over the last axis, in the input dtype (fp32 math inside)."""
 
     @classmethod
-    def key(cls, call: CallSpec) -> SoftmaxBuildKey:
+    def program_key(cls, call: CallSpec) -> SoftmaxBuildKey:
         return SoftmaxBuildKey(call.dtypes["input"], int(call.dims["N"]), call.arch)
 
     @classmethod
@@ -151,7 +151,7 @@ class TileLangSiluAndMul(TileLangImpl, SiluAndMulKernel):
     refuse_key = staticmethod(silu_and_mul_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> SiluAndMulBuildKey:
+    def program_key(cls, call: CallSpec) -> SiluAndMulBuildKey:
         return SiluAndMulBuildKey(call.dtypes["x"], int(call.dims["N"]), call.arch)
 
     @classmethod
@@ -175,7 +175,7 @@ class TileLangSum(TileLangImpl, SumKernel):
     """Sums over one run of adjacent axes (or everything), accumulating in float32."""
 
     @classmethod
-    def key(cls, call: CallSpec) -> tuple[str, str, str]:
+    def program_key(cls, call: CallSpec) -> tuple[str, str, str]:
         return (call.dtypes["input"], call.dtypes["output"], call.arch)
 
     @classmethod
@@ -196,7 +196,7 @@ class TileLangGroupNorm(TileLangImpl, GroupNormKernel):
     refuse_key = staticmethod(group_norm_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> GroupNormBuildKey:
+    def program_key(cls, call: CallSpec) -> GroupNormBuildKey:
         return GroupNormBuildKey(call.dtypes["x"], int(call.dims["num_groups"]), int(call.dims["C"]),
                                  int(call.dims["spatial"]), bool(call.flags["has_weight"]), call.arch)
 
@@ -242,7 +242,7 @@ class TileLangGemm(TileLangImpl, GemmKernel):
     refuse_key = staticmethod(gemm_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> GemmBuildKey:
+    def program_key(cls, call: CallSpec) -> GemmBuildKey:
         return _gemm_key(call.dtypes["a"], call.dims["N"], call.dims["K"], call.flags["trans_a"],
                          call.flags["trans_b"], False, call.arch)
 
@@ -269,7 +269,7 @@ class TileLangBmm(TileLangImpl, BmmKernel):
     refuse_key = staticmethod(gemm_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> GemmBuildKey:
+    def program_key(cls, call: CallSpec) -> GemmBuildKey:
         return _gemm_key(call.dtypes["a"], call.dims["N"], call.dims["K"], False, False, True, call.arch)
 
     @classmethod
@@ -295,7 +295,7 @@ class TileLangLinear(TileLangImpl, LinearKernel):
     refuse_key = staticmethod(gemm_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> GemmBuildKey:
+    def program_key(cls, call: CallSpec) -> GemmBuildKey:
         return _gemm_key(call.dtypes["input"], call.dims["out_features"], call.dims["in_features"], False, True,
                          False, call.arch)
 
@@ -329,7 +329,7 @@ class TileLangRGDR(TileLangImpl, RGDRKernel):
     refuse_key = staticmethod(rgdr_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> RGDRBuildKey:
+    def program_key(cls, call: CallSpec) -> RGDRBuildKey:
         view = RGDRCall.of(call)
         gk_form = None
         if view.has_gk:
@@ -360,7 +360,7 @@ class TileLangCausalConv1dUpdate(TileLangImpl, CausalConv1dUpdateKernel):
     refuse_key = staticmethod(conv_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> ConvUpdateBuildKey:
+    def program_key(cls, call: CallSpec) -> ConvUpdateBuildKey:
         d, f = call.dtypes, call.flags
         key = ConvUpdateBuildKey(d["x"], int(call.dims["D"]), int(call.dims["W"]), f["activation"] == "silu",
                                  bool(f["has_bias"]), f["seq_lens_style"], d["actual_seq_lengths"],
@@ -378,7 +378,7 @@ class TileLangCausalConv1dVarlen(TileLangImpl, CausalConv1dVarlenKernel):
     refuse_key = staticmethod(conv_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> ConvVarlenBuildKey:
+    def program_key(cls, call: CallSpec) -> ConvVarlenBuildKey:
         d, f = call.dtypes, call.flags
         # lengths-style metadata reaches the kernel as it is (ConvVarlenBuildKey.meta_lengths)
         key = ConvVarlenBuildKey(d["x"], int(call.dims["D"]), int(call.dims["W"]), f["activation"] == "silu",
@@ -395,7 +395,7 @@ class TileLangZeroCentredRMSNorm(TileLangImpl, ZeroCentredRMSNormKernel):
     refuse_key = staticmethod(zero_centred_rmsnorm_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> ZeroCentredRMSNormBuildKey:
+    def program_key(cls, call: CallSpec) -> ZeroCentredRMSNormBuildKey:
         key = ZeroCentredRMSNormBuildKey(call.dtypes["x"], int(call.dims["N"]), False, call.arch)
         return with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.hidden))
 
@@ -422,7 +422,7 @@ class TileLangFusedAddZeroCentredRMSNorm(TileLangImpl, FusedAddZeroCentredRMSNor
     refuse_key = staticmethod(zero_centred_rmsnorm_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> ZeroCentredRMSNormBuildKey:
+    def program_key(cls, call: CallSpec) -> ZeroCentredRMSNormBuildKey:
         key = ZeroCentredRMSNormBuildKey(call.dtypes["x"], int(call.dims["N"]), True, call.arch)
         return with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.hidden))
 
@@ -451,7 +451,7 @@ class TileLangGatedRMSNorm(TileLangImpl, GatedRMSNormKernel):
     refuse_key = staticmethod(gated_rmsnorm_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> GatedRMSNormBuildKey:
+    def program_key(cls, call: CallSpec) -> GatedRMSNormBuildKey:
         key = GatedRMSNormBuildKey(call.dtypes["x"], int(call.dims["D"]), call.arch)
         return with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.width))
 
@@ -479,7 +479,7 @@ class TileLangGDNGating(TileLangImpl, GDNGatingKernel):
     refuse_key = staticmethod(gdn_gating_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> GDNGatingBuildKey:
+    def program_key(cls, call: CallSpec) -> GDNGatingBuildKey:
         d = call.dtypes
         key = GDNGatingBuildKey(d["a"], d["A_log"], d["dt_bias"], int(call.dims["NV"]), call.arch)
         return with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.heads))

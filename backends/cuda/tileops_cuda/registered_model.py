@@ -25,7 +25,7 @@ from .kernels.moe_grouped_experts import (
 )
 from .kernels.moe_permute import MoEPermuteBuildKey, build_moe_permute, moe_permute_refusal
 from .kernels.moe_shared_expert import MoESharedExpertBuildKey, build_moe_shared_expert, moe_shared_expert_refusal
-from .kernels.moe_skinny import SKINNY_ROWS
+from .kernels.moe_skinny import SHARED_SKINNY_TILING, SKINNY_ROWS
 from .kernels.moe_topk_routing import (
     MoETopKRoutingBuildKey, build_moe_topk_routing, moe_topk_routing_refusal, with_fitting_routing_program,
 )
@@ -47,7 +47,7 @@ class TileLangQKNormRope(TileLangImpl, QKNormRopeKernel):
     The block shape comes from ``block_shapes.BLOCK_SHAPES`` by head width (D bytes)."""
 
     @classmethod
-    def key(cls, call: CallSpec) -> QKNormRopeBuildKey:
+    def program_key(cls, call: CallSpec) -> QKNormRopeBuildKey:
         d = call.dtypes
         key = QKNormRopeBuildKey(d["query"], d["positions"], int(call.dims["NQ"]), int(call.dims["NKV"]),
                                  int(call.dims["D"]), call.arch)
@@ -66,7 +66,7 @@ class TileLangSigmoidGateMul(TileLangImpl, SigmoidGateMulKernel):
     """``attn · sigmoid(gate)`` streamed over rows; a strided gate is read in place."""
 
     @classmethod
-    def key(cls, call: CallSpec) -> SigmoidGateMulBuildKey:
+    def program_key(cls, call: CallSpec) -> SigmoidGateMulBuildKey:
         return SigmoidGateMulBuildKey(call.dtypes["attn"], int(call.dims["N"]), call.arch)
 
     @classmethod
@@ -83,7 +83,7 @@ class TileLangMoETopKRouting(TileLangImpl, MoETopKRoutingKernel):
     The program and its block shape come from ``block_shapes.BLOCK_SHAPES`` by row width (E bytes)."""
 
     @classmethod
-    def key(cls, call: CallSpec) -> MoETopKRoutingBuildKey:
+    def program_key(cls, call: CallSpec) -> MoETopKRoutingBuildKey:
         d = call.dtypes
         key = MoETopKRoutingBuildKey(d["router_logits"], d["topk_ids"], int(call.dims["E"]), int(call.dims["top_k"]),
                                      bool(call.flags["renormalize"]), call.arch)
@@ -103,7 +103,7 @@ class TileLangMoEUnpermute(TileLangImpl, MoEUnpermuteKernel):
     """The weighted combine of each token's expert rows (plus the shared output), a gather per token."""
 
     @classmethod
-    def key(cls, call: CallSpec) -> MoEUnpermuteBuildKey:
+    def program_key(cls, call: CallSpec) -> MoEUnpermuteBuildKey:
         d = call.dtypes
         return MoEUnpermuteBuildKey(d["expert_output"], d["permuted_index"], d["topk_weights"], int(call.dims["H"]),
                                     int(call.dims["K"]), bool(call.flags["has_shared_output"]), call.arch)
@@ -121,7 +121,7 @@ class TileLangMoEPermute(TileLangImpl, MoEPermuteKernel):
     """Token copies grouped by expert (stable), the offsets and the inverse map; three kernels, no host sync."""
 
     @classmethod
-    def key(cls, call: CallSpec) -> MoEPermuteBuildKey:
+    def program_key(cls, call: CallSpec) -> MoEPermuteBuildKey:
         d = call.dtypes
         return MoEPermuteBuildKey(d["hidden_states"], d["topk_ids"], int(call.dims["H"]), int(call.dims["K"]),
                                   int(call.dims["num_experts"]), call.arch)
@@ -140,7 +140,7 @@ class TileLangMoEGroupedExperts(TileLangImpl, MoEGroupedExpertsKernel):
     gate/up GEMMs with SiLU-and-multiply fused, then the down GEMM; no host sync."""
 
     @classmethod
-    def key(cls, call: CallSpec) -> MoEGroupedExpertsBuildKey:
+    def program_key(cls, call: CallSpec) -> MoEGroupedExpertsBuildKey:
         E = int(call.dims["E"])
         return MoEGroupedExpertsBuildKey(call.dtypes["hidden_states"], E, int(call.dims["H"]), int(call.dims["I"]),
                                          call.dtypes["expert_offsets"], call.arch, skinny_max_rows(E))
@@ -163,9 +163,10 @@ class TileLangMoESharedExpert(TileLangImpl, MoESharedExpertKernel):
     refuse_key = staticmethod(moe_shared_expert_refusal)
 
     @classmethod
-    def key(cls, call: CallSpec) -> MoESharedExpertBuildKey:
+    def program_key(cls, call: CallSpec) -> MoESharedExpertBuildKey:
         return MoESharedExpertBuildKey(call.dtypes["x"], int(call.dims["H"]), int(call.dims["I"]),
-                                       bool(call.flags["has_expert_gate"]), call.arch, SKINNY_ROWS)
+                                       bool(call.flags["has_expert_gate"]), call.arch, SKINNY_ROWS,
+                                       skinny_tiling=SHARED_SKINNY_TILING)
 
     @classmethod
     def launcher(cls, key: MoESharedExpertBuildKey) -> Callable[..., Any]:
@@ -177,7 +178,7 @@ class TileLangChunkGDR(TileLangImpl, ChunkGDRKernel):
     l2 norm and ``has_initial_state`` are runtime flags, so one build serves every call of a head shape."""
 
     @classmethod
-    def key(cls, call: CallSpec) -> ChunkGDRBuildKey:
+    def program_key(cls, call: CallSpec) -> ChunkGDRBuildKey:
         d, dims = call.dtypes, call.dims
         return ChunkGDRBuildKey(d["query"], d["state"], int(dims["NK"]), int(dims["NV"]), int(dims["DK"]),
                                 int(dims["DV"]), call.arch, cu_dtype=d["cu_seqlens"], slot_dtype=d["ssm_state_indices"])
@@ -197,7 +198,7 @@ class TileLangAttentionDecode(TileLangImpl, AttentionDecodeKernel):
     """GQA decode over a contiguous or paged KV cache: split across programs, then combined."""
 
     @classmethod
-    def key(cls, call: CallSpec) -> DecodeBuildKey:
+    def program_key(cls, call: CallSpec) -> DecodeBuildKey:
         d, paged = call.dtypes, bool(call.flags.get("has_block_table"))
         return DecodeBuildKey(d["query"], int(call.dims["NQ"]), int(call.dims["NKV"]), int(call.dims["D"]), paged,
                               d["cache_seqlens"], d["block_table"] if paged else None, call.arch)
@@ -215,7 +216,7 @@ class TileLangAttentionPrefill(TileLangImpl, AttentionPrefillKernel):
     """Causal varlen GQA prefill (flash attention forward) writing a contiguous or paged KV cache."""
 
     @classmethod
-    def key(cls, call: CallSpec) -> PrefillBuildKey:
+    def program_key(cls, call: CallSpec) -> PrefillBuildKey:
         d, paged = call.dtypes, bool(call.flags.get("has_slot_mapping"))
         return PrefillBuildKey(d["query"], int(call.dims["NQ"]), int(call.dims["NKV"]), int(call.dims["D"]), paged,
                                d["cu_seqlens"], d["slot_mapping"] if paged else None, call.arch)

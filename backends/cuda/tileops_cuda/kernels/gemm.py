@@ -10,7 +10,7 @@ dynamic.
 
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ._common import Compiled, arch_refusal, compile_once
 
@@ -30,6 +30,10 @@ class GemmBuildKey:
     trans_b: bool = False
     batched: bool = False
     arch: str = "sm_90"
+    #: The linear's skinny program (:mod:`.skinny_linear`) launches as a programmatic dependent
+    #: (``_common.dependent_launch``). The GEMM's own warp-specialised programs launch plainly:
+    #: :func:`build_gemm` compiles them from the key without it.
+    dependent_launch: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,7 @@ def build_gemm(key: GemmBuildKey, tiling: GemmTiling | None = None) -> Compiled:
     """Compile once per process; ``.fn(a, b, c)`` launches it (contiguous, laid out as the key
     says, c non-empty). ValueError with the refusal reason."""
     tiling = tiling or default_gemm_tiling(key)
+    key = replace(key, dependent_launch=False)  # the GEMM's programs launch plainly (GemmBuildKey)
     # Warp specialisation (setmaxnreg) and wgmma need the arch-specific sm_90a target.
     target = "sm_90a" if key.arch in ("sm_90", "sm_90a") else key.arch
     return compile_once(("gemm", key, tiling), gemm_refusal(key), lambda: _program(key, tiling), target)

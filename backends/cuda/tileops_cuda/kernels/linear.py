@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ._common import Compiled, compile_many
 from .gemm import GemmBuildKey, GemmTiling, build_gemm
-from .skinny_linear import build_skinny_linear, rows_for, skinny_linear_refusal
+from .skinny_linear import SkinnyLinearTiling, build_skinny_linear, rows_for, skinny_linear_refusal
 
 __all__ = ["DECODE_GEMM_ROWS", "LinearPrograms", "build_linear_kernels", "decode_gemm_tiling"]
 
@@ -58,7 +58,7 @@ def build_linear_kernels(key: GemmBuildKey) -> LinearPrograms:
     jobs = [lambda: build_gemm(key), lambda: build_gemm(key, decode_gemm_tiling(key))]
     has_skinny = skinny_linear_refusal(key) is None
     if has_skinny:
-        jobs.append(lambda: build_skinny_linear(key))
+        jobs.append(lambda: build_skinny_linear(key, SkinnyLinearTiling(dependent_launch=key.dependent_launch)))
     built = compile_many(jobs)
     for b in built:
         if isinstance(b, BaseException):

@@ -40,7 +40,7 @@ from typing import Any
 from ._common import ELEM_BYTES, dependent_launch, dependent_launch_refusal
 from .skinny_linear import stage_rows_macro, staged_row_dot, weight_chunks
 
-__all__ = ["SKINNY_ROWS", "WARPS", "MoESkinnyTiling", "skinny_routed_programs", "skinny_shared_programs",
+__all__ = ["SHARED_SKINNY_TILING", "SKINNY_ROWS", "WARPS", "MoESkinnyTiling", "skinny_routed_programs", "skinny_shared_programs",
            "skinny_tiling_refusal"]
 
 #: Rows a program holds at most (the skinny linear's registered limit).
@@ -53,7 +53,8 @@ _UNROLL = 8
 
 @dataclass(frozen=True)
 class MoESkinnyTiling:
-    """Candidates of the skinny programs (all off until the H200 times them, ``moe_skinny_bench.py``).
+    """How the skinny programs run (timed by ``moe_skinny_bench.py``; the shared expert's registered form is
+    :data:`SHARED_SKINNY_TILING`, the routed experts' keys take the defaults).
 
     ``weights_first``: a warp issues its first weight chunk's loads before the rows are staged, so the
     two reads' latencies overlap (``SkinnyLinearTiling.weights_first``). ``down_features``: output
@@ -69,9 +70,18 @@ class MoESkinnyTiling:
     dependent_launch: bool = False
     #: The shared expert's gate logit computed by one more program of its skinny gate/up kernel (a
     #: warp's dot product of the staged rows with ``expert_gate``) instead of its own launch: a
-    #: launch fewer a layer. Its float32 sum runs in the skinny programs' order, not the logit
-    #: program's, so the logit may differ in its last bit (both within a rounding of float64).
+    #: launch fewer a layer. Its float32 sum is formed by the same macro as the other skinny dots
+    #: (``skinny_linear.staged_row_dot``); it measured bit-equal to the logit program's on the bench's
+    #: rows (2026-12-04e), and either is within a rounding of float64.
     fused_logit: bool = False
+
+
+#: The shared expert's registered skinny tiling: weights first, its gate logit formed by one more program
+#: of the gate/up kernel (session-2026-12-04e, moe_skinny_bench.py, CUDA graphs of 16 calls on rotating weights, bf16 H=2048 I=512
+#: gated; the registered keys launch it as a dependent, ``launch_policy``): 5.41 / 6.61 / 7.85 / 9.07 us at T = 1-4
+#: against 8.25 / 9.33 / 10.51 / 11.56 for the plain programs, bit-equal to them on every bench row;
+#: float64 on NaN-poisoned outputs in ``test_moe_shared_expert_gpu.py``.
+SHARED_SKINNY_TILING = MoESkinnyTiling(weights_first=True, fused_logit=True)
 
 
 def skinny_tiling_refusal(name: str, tiling: MoESkinnyTiling, intermediate: int, dtype: str,

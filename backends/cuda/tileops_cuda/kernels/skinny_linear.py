@@ -58,7 +58,8 @@ class SkinnyLinearTiling:
     #: Launched as a programmatic dependent of the stream's previous kernel
     #: (``_common.dependent_launch``): its launch and block scheduling overlap that kernel's tail, every
     #: memory access still after it, the same bits. A decode step launches this program two dozen times
-    #: back to back with short kernels between. A candidate until the H200 times it in graphs.
+    #: back to back with short kernels between. The linear sets it from its key's field
+    #: (``GemmBuildKey.dependent_launch``).
     dependent_launch: bool = False
 
 
