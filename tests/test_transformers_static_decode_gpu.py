@@ -17,12 +17,11 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 from tileops_core.integrations.transformers import apply_tileops, build_kernels, cache_kwargs, cache_of, static_decode_session  # noqa: E402
-from tileops_core.integrations.transformers._tiny import hf_torch_path, tiny_model  # noqa: E402
+from tileops_core.integrations.transformers._tiny import GPU_HEAD_SIZES, hf_torch_path, tiny_model  # noqa: E402
 from test_transformers_integration import _left_padded_batch  # noqa: E402
 from test_transformers_static_decode import _hf_greedy  # noqa: E402
 
 STEPS = 4
-GPU_SIZES = dict(linear_key_head_dim=128, linear_value_head_dim=128)
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +34,7 @@ def _no_contents_checks(monkeypatch: pytest.MonkeyPatch) -> None:
 def _on_cuda(model_type: str, seed: int, every_module: bool = False):
     """(float32 CPU model, bf16 CUDA copy on TileOPs, bf16 CUDA copy left as HF wrote it); the patched
     model's kernels are built up front, in parallel."""
-    ref = tiny_model(model_type, seed=seed, **GPU_SIZES)
+    ref = tiny_model(model_type, seed=seed, **GPU_HEAD_SIZES)
     hf = copy.deepcopy(ref).to("cuda", torch.bfloat16)
     patched = copy.deepcopy(hf)
     assert build_kernels(apply_tileops(patched, every_module=every_module).kernel_calls) == []
@@ -84,7 +83,7 @@ def test_the_eager_static_step_makes_no_host_sync(model_type: str, every_module:
 def test_attention_and_moe_run_on_tilelang_kernels_built_before_the_first_forward() -> None:
     from tileops_core.kernels.select import build_count
 
-    model = tiny_model("qwen3_5_moe", seed=47, **GPU_SIZES).to("cuda", torch.bfloat16)
+    model = tiny_model("qwen3_5_moe", seed=47, **GPU_HEAD_SIZES).to("cuda", torch.bfloat16)
     report = apply_tileops(model, every_module=True)
     assert report.unserved_modules() == []
     tilelang = {r.piece for r in report.served() if all(k.endswith("[cuda]") for k in (r.kernel or "").split(", "))}

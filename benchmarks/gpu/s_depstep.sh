@@ -7,6 +7,8 @@ el depstep
 export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tlc}
 # First the bits: the tiny Qwen3.5-MoE's steps with the registered (dependent) keys equal the plain keys' (eager and
 # graph). Its builds (two sets of about 30 kernels) need more than 210 s on a cold cache.
+timeout -s INT 240 python3 -u backends/cuda/bench/prebuild_models.py --plain qwen3_5_moe > "$out/depstep_prebuild.log" 2>&1
+tail -3 "$out/depstep_prebuild.log"
 timeout -s INT ${DEPSTEP_TEST_S:-360} python3 -m pytest -rA -n 2 -p no:cacheprovider \
     backends/cuda/tests/test_dependent_step_gpu.py > "$out/depstep_tests.log" 2>&1
 grep -E "^(PASSED|FAILED|ERROR)|[0-9]+ (passed|failed)|^E " "$out/depstep_tests.log" | tail -8

@@ -29,10 +29,10 @@ def test_dependent_kernels_give_the_plain_kernels_bits_over_a_models_decode_step
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from tileops_core.integrations.transformers import apply_tileops, build_kernels, static_decode_session
-    from tileops_core.integrations.transformers._tiny import tiny_model
+    from tileops_core.integrations.transformers._tiny import GPU_HEAD_SIZES, tiny_model
     from tileops_cuda.launch_policy import dependent_launches
 
-    base = tiny_model("qwen3_5_moe", seed=50, linear_key_head_dim=128, linear_value_head_dim=128)
+    base = tiny_model("qwen3_5_moe", seed=50, **GPU_HEAD_SIZES)
     base = base.to("cuda", torch.bfloat16)
     g = torch.Generator().manual_seed(51)
     ids = torch.randint(1, base.config.vocab_size, (2, 9), generator=g).cuda()
