@@ -173,6 +173,16 @@ def test_varlen_leaves_slots_of_padding_and_empty_sequences_bit_identical():
     assert torch.equal(state[untouched].view(torch.uint8), case["conv_state"][untouched].view(torch.uint8))
 
 
+def test_varlen_where_two_sequences_name_one_slot_the_later_ones_window_is_stored():
+    """The kernel's rule under the op's check (which refuses it): the later sequence wins, as a
+    token-by-token writer would leave it."""
+    case = _case([3, 5, 2], per_token=False)
+    case["conv_state_indices"][2] = case["conv_state_indices"][0]
+    _, state = _run_varlen(case, has_init=torch.tensor([True, True, True]))
+    slot = int(case["conv_state_indices"][0])
+    assert torch.equal(state[slot], torch.cat((case["conv_state"][slot][:, 2:], case["x"][8:].T), dim=1))
+
+
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 def test_garbage_metadata_never_leaves_an_output_element_unwritten(style):
     """Lengths short of T, empty and padding sequences, accepted counts out of range: every output

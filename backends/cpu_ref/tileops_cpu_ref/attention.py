@@ -49,11 +49,20 @@ def rope_angles(positions: torch.Tensor, rotary_dim: int, theta: float, rope_sty
         return freqs
     if rope_style != "mrope_interleaved":
         raise ValueError(f"rope_style must be 'neox' or 'mrope_interleaved', got {rope_style!r}")
-    i = torch.arange(rotary_dim // 2)
-    row = torch.zeros_like(i)
-    row[(i % 3 == 1) & (i < 3 * mrope_section[1])] = 1
-    row[(i % 3 == 2) & (i < 3 * mrope_section[2])] = 2
+    row = _mrope_rows(rotary_dim, tuple(mrope_section))
     return freqs.gather(0, row.view(1, 1, -1).expand(1, *freqs.shape[1:]))[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _mrope_rows(rotary_dim: int, mrope_section: tuple[int, ...]) -> torch.Tensor:
+    """Which position row (0, 1, 2) each frequency of interleaved MRoPE takes (:func:`rope_angles`),
+    made once per size and sections (shared: never write to it)."""
+    with torch.inference_mode(False):
+        i = torch.arange(rotary_dim // 2)
+        row = torch.zeros_like(i)
+        row[(i % 3 == 1) & (i < 3 * mrope_section[1])] = 1
+        row[(i % 3 == 2) & (i < 3 * mrope_section[2])] = 2
+        return row
 
 
 @functools.lru_cache(maxsize=64)
