@@ -7,7 +7,7 @@ script runs each row of a set through its op (so the registered kernel and build
 once untimed (build and first launch), then once inside an NVTX range named after the row;
 ``benchmarks/gpu/prefix.sh``'s ``ncu_row_set`` profiles exactly those ranges.
 
-    python3 row_profile.py {conv,decode,prefill,routing} [--rows LABEL,...] [--build-only | --labels]
+    python3 row_profile.py {conv,decode,experts,prefill,routing} [--rows LABEL,...] [--build-only | --labels]
 """
 
 import argparse
@@ -48,6 +48,14 @@ ROW_SETS = {
         ("MoETopKRoutingFwdOp", "qwen3-next-80b-prefill-4k"),
         ("MoETopKRoutingFwdOp", "qwen3.5-35b-prefill-4k"),
         ("MoETopKRoutingFwdOp", "qwen3-next-80b-decode-b64"),
+    ),
+    # Issue 21's model at decode: the MoE experts' warp-per-feature programs read their weights at 50-60% of the
+    # same-size copy where the skinny linear program reads a weight at 80-90% (2026-12-04e): the routed experts
+    # at B=1 and B=16 (the tile map, gate/up and down kernels), the shared expert at T=1 (its fused logit).
+    "experts": (
+        ("MoEGroupedExpertsFwdOp", "qwen3.5-35b-decode-b1"),
+        ("MoEGroupedExpertsFwdOp", "qwen3-next-80b-decode-b16"),
+        ("MoESharedExpertFwdOp", "qwen3-next-80b-decode-b1"),
     ),
 }
 
