@@ -135,9 +135,11 @@ def _candidates_misfit(key: MoETopKRoutingBuildKey) -> str | None:
 
 def with_fitting_routing_program(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey:
     """``key`` itself, or with the ``rounds`` program where ``candidates`` has no block for it (the
-    registered kernel's rule: never a refusal that the other program could serve)."""
+    registered kernel's rule: never a refusal that the other program could serve), without the
+    candidates program's fields (a ``rounds`` key with ``dependent_launch`` was refused into the CPU
+    reference until 2026-12-04e)."""
     if key.program == "candidates" and _plan(key) is not None and _candidates_misfit(key):
-        return dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False)
+        return dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False)
     return key
 
 
