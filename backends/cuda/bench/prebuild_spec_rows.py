@@ -12,7 +12,6 @@ with its reason (the test that needs it reports it again).
 
 from __future__ import annotations
 
-import importlib
 import sys
 import time
 from pathlib import Path
@@ -25,11 +24,9 @@ for _p in (str(_BACKENDS / "cuda"), str(_BACKENDS / "cpu_ref")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from tileops_core import load_manifest  # noqa: E402
-from tileops_core.bench.workloads import instantiate, plan_row  # noqa: E402
-from tileops_core.kernels import CallSpec, select_kernel  # noqa: E402
-from tileops_core.workloads import dtype_cases  # noqa: E402
+from tileops_core.kernels import select_kernel  # noqa: E402
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
+from tileops_cuda.spec_rows import cuda_calls  # noqa: E402
 
 #: The ops whose rows the spec-row GPU tests and the model-op bench run.
 MODEL_OPS = ("ZeroCentredRMSNormFwdOp", "FusedAddZeroCentredRMSNormFwdOp", "GatedRMSNormFwdOp", "GDNGatingFwdOp",
@@ -39,20 +36,12 @@ MODEL_OPS = ("ZeroCentredRMSNormFwdOp", "FusedAddZeroCentredRMSNormFwdOp", "Gate
 
 def cuda_entries(ops: tuple[str, ...], arch: str) -> dict[Any, Any]:
     """``{build identity: build}`` of the CUDA kernels every row and dtype of ``ops`` selects."""
-    manifest = load_manifest()
     entries: dict[Any, Any] = {}
-    for name in ops:
-        spec = manifest[name]
-        cls = getattr(importlib.import_module(spec.source["op"]), name)
-        for row in spec.workloads:
-            for case in dtype_cases(row):
-                _, plan = plan_row(spec, cls, instantiate(spec, row, case, meta_only=True))
-                for interface, c in plan.call_specs.items():
-                    call = CallSpec(c.op, c.interface, "cuda", arch, c.dtypes, c.dims, c.flags)
-                    selection = select_kernel(interface, call)
-                    if selection.chosen_backend == "cuda":
-                        entry = selection.chosen.entry_for(call)
-                        entries.setdefault(entry.build_key, entry.build)
+    for _, _, interface, call in cuda_calls(ops, arch):
+        selection = select_kernel(interface, call)
+        if selection.chosen_backend == "cuda":
+            entry = selection.chosen.entry_for(call)
+            entries.setdefault(entry.build_key, entry.build)
     return entries
 
 

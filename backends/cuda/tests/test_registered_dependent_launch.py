@@ -6,18 +6,15 @@ the field launches so on Hopper, but MoE routing's ``rounds`` program, which has
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any
 
 import pytest
 
 pytest.importorskip("torch")
 
-from tileops_core import load_manifest  # noqa: E402
-from tileops_core.bench.workloads import instantiate, plan_row  # noqa: E402
 from tileops_core.kernels import CallSpec, select_kernel  # noqa: E402
-from tileops_core.workloads import dtype_cases  # noqa: E402
 from tileops_cuda.launch_policy import dependent_launches  # noqa: E402
+from tileops_cuda.spec_rows import cuda_calls  # noqa: E402
 
 #: The ops of a Qwen3-Next / Qwen3.5 decode step that the CUDA backend serves.
 STEP_OPS = ("ZeroCentredRMSNormFwdOp", "FusedAddZeroCentredRMSNormFwdOp", "GatedRMSNormFwdOp", "GDNGatingFwdOp",
@@ -33,29 +30,20 @@ def _routing_past_a_warp(arch: str) -> CallSpec:
                     {"T": 4096, "E": 1024, "top_k": 8}, {"renormalize": True})
 
 
+def _served(interface: Any, call: CallSpec) -> tuple[Any, Any]:
+    """The class chosen for ``call`` and its build key (None for a class of no TileLang key)."""
+    chosen = select_kernel(interface, call).chosen
+    return chosen, chosen.entry_for(call).build_key[1] if hasattr(chosen, "program_key") else None
+
+
 def _selections(arch: str) -> list[tuple[str, str, Any, Any]]:
     """``(op, row label, chosen class, build key or None)`` of every call of every row of ``STEP_OPS``,
     and of routing past a warp."""
     from tileops_core.ops.moe import MoETopKRoutingKernel
 
-    manifest = load_manifest()
-    found = []
-    for name in STEP_OPS:
-        spec = manifest[name]
-        cls = getattr(importlib.import_module(spec.source["op"]), name)
-        for row in spec.workloads:
-            for case in dtype_cases(row):
-                _, plan = plan_row(spec, cls, instantiate(spec, row, case, meta_only=True))
-                for interface, c in plan.call_specs.items():
-                    call = CallSpec(c.op, c.interface, "cuda", arch, c.dtypes, c.dims, c.flags)
-                    chosen = select_kernel(interface, call).chosen
-                    key = chosen.entry_for(call).build_key[1] if hasattr(chosen, "program_key") else None
-                    found.append((name, row.label, chosen, key))
-    call = _routing_past_a_warp(arch)  # after the rows: planning them loaded the plugins
-    chosen = select_kernel(MoETopKRoutingKernel, call).chosen
-    found.append(("MoETopKRoutingFwdOp", "E=1024 float32", chosen,
-                  chosen.entry_for(call).build_key[1] if hasattr(chosen, "program_key") else None))
-    return found
+    found = [(name, label, *_served(interface, call)) for name, label, interface, call in cuda_calls(STEP_OPS, arch)]
+    # after the rows: planning them loaded the plugins
+    return found + [("MoETopKRoutingFwdOp", "E=1024 float32", *_served(MoETopKRoutingKernel, _routing_past_a_warp(arch)))]
 
 
 def _dependent_fields(key: Any) -> list[bool]:
