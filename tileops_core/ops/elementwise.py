@@ -27,5 +27,5 @@ class ReciprocalFwdOp(Op):
 
     interfaces = (ReciprocalKernel,)
 
-    def forward(self, input: Any, *, out: Any = None) -> Any:
+    def forward(self, input: Any, out: Any = None) -> Any:
         return self.launch(ReciprocalKernel, input, out)
