@@ -284,3 +284,37 @@ def test_sigmoid_gate_mul_gives_hf_bits_on_a_strided_gate(dtype):
     proj = torch.randn(3, 4, 2 * 16, generator=rng).to(dtype)
     attn, gate = torch.randn(3, 4, 16, generator=rng).to(dtype), proj[..., 16:]
     assert torch.equal(SigmoidGateMulFwdOp()(attn, gate), attn * torch.sigmoid(gate))
+
+
+@pytest.mark.parametrize("lengths", [[3, 1, 2], [2, 1, 3, 1, 2, 1, 1, 2, 3]], ids=["sliced-writes", "indexed-writes"])
+def test_the_reference_prefill_writes_and_attends_each_prompt_on_both_write_roads(lengths):
+    """Up to eight prompts on a contiguous cache the reference writes each as two slice copies, past
+    that through index tensors: either way each row holds its prompt from position zero and each
+    prompt attends causally within itself (float64), one prompt alone as slices, equal ones batched."""
+    from tileops_cpu_ref.attention import attention_prefill
+
+    args = _prefill_args(lengths)
+    before = args["key_cache"].clone()
+    out = attention_prefill(args["query"], args["key"], args["value"], args["key_cache"], args["value_cache"],
+                            args["cu_seqlens"], None, None)
+    start = 0
+    for b, n in enumerate(lengths):
+        before[b, :n] = args["key"][start : start + n]
+        expected = _sdpa64(*(args[x][start : start + n] for x in ("query", "key", "value")), True)
+        torch.testing.assert_close(out[start : start + n].double(), expected, rtol=2e-5, atol=2e-6)
+        start += n
+    assert torch.equal(args["key_cache"], before)
+
+
+def test_the_reference_prefill_leaves_tokens_no_prompt_covers_zero_and_refuses_a_cache_too_short():
+    from tileops_cpu_ref.attention import attention_prefill
+
+    args = _prefill_args([2, 3])
+    out = attention_prefill(args["query"], args["key"], args["value"], args["key_cache"], args["value_cache"],
+                            torch.tensor([0, 2, 4]), None, None)  # token 4 in no prompt (the op's check is off here)
+    assert torch.equal(out[4], torch.zeros_like(out[4])) and torch.isfinite(out).all()
+    short = args["key_cache"][:, :2].clone()
+    before = short.clone()
+    with pytest.raises(IndexError, match=r"sequence lengths \[2, 3\] do not fit a contiguous cache of 3 rows of 2"):
+        attention_prefill(args["query"], args["key"], args["value"], short, short.clone(), args["cu_seqlens"], None, None)
+    assert torch.equal(short, before)

@@ -16,6 +16,7 @@ raises before anything is written (the ops' contents checks name it first when e
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Sequence
 
 import torch
@@ -240,19 +241,50 @@ def attention_prefill(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     """Write the prompts' keys/values into the cache, then causal attention within each prompt."""
     T = query.shape[0]
     starts, lengths = _bounds(cu_seqlens, T)
-    tokens, rows, at = _token_slots(starts, lengths, slot_mapping, key_cache.shape[0], key_cache.shape[1])
     dev = query.device
-    tokens, rows, at = tokens.to(dev), rows.to(dev), at.to(dev)
-    key_cache[rows, at] = key.index_select(0, tokens)
-    value_cache[rows, at] = value.index_select(0, tokens)
-    out = torch.zeros(query.shape, dtype=query.dtype, device=dev)
+    if slot_mapping is None and len(starts) <= _SLICED_PROMPTS:
+        _write_prompts_sliced(starts, lengths, key, value, key_cache, value_cache)
+    else:
+        tokens, rows, at = _token_slots(starts, lengths, slot_mapping, key_cache.shape[0], key_cache.shape[1])
+        tokens, rows, at = tokens.to(dev), rows.to(dev), at.to(dev)
+        key_cache[rows, at] = key.index_select(0, tokens)
+        value_cache[rows, at] = value.index_select(0, tokens)
+    tiled = sum(lengths) == T and starts == [0, *itertools.accumulate(lengths)][:-1]  # every row is written
+    out = (torch.empty if tiled else torch.zeros)(query.shape, dtype=query.dtype, device=dev)
     for n in sorted({n for n in lengths if n > 0}):
-        first = torch.tensor([s for s, m in zip(starts, lengths) if m == n])
-        idx = (first.unsqueeze(1) + torch.arange(n)).flatten().to(dev)  # [same-length prompts · n]
+        group = [s for s, m in zip(starts, lengths) if m == n]
+        if len(group) == 1:  # one prompt of this length: slices, no gather
+            s = group[0]
+
+            def heads_first(x: torch.Tensor) -> torch.Tensor:
+                return x[s : s + n].unsqueeze(0).transpose(1, 2)
+
+            o = _sdpa(heads_first(query), heads_first(key), heads_first(value), scale, is_causal=True)
+            out[s : s + n] = o.transpose(1, 2)[0].to(out.dtype)
+            continue
+        idx = (torch.tensor(group).unsqueeze(1) + torch.arange(n)).flatten().to(dev)  # [same-length prompts · n]
 
         def heads_first(x: torch.Tensor) -> torch.Tensor:
-            return x.index_select(0, idx).view(first.numel(), n, *x.shape[1:]).transpose(1, 2)
+            return x.index_select(0, idx).view(len(group), n, *x.shape[1:]).transpose(1, 2)
 
         o = _sdpa(heads_first(query), heads_first(key), heads_first(value), scale, is_causal=True)
         out.index_copy_(0, idx, o.transpose(1, 2).reshape(-1, *query.shape[1:]).to(out.dtype))
     return out
+
+
+#: Prompts up to which a prefill on a contiguous cache writes each prompt's keys and values as two
+#: slice copies (a few calls each) rather than through index tensors (a dozen calls whatever the count).
+_SLICED_PROMPTS = 8
+
+
+def _write_prompts_sliced(starts: list[int], lengths: list[int], key: torch.Tensor, value: torch.Tensor,
+                          key_cache: torch.Tensor, value_cache: torch.Tensor) -> None:
+    """Prompt ``b``'s keys and values into cache row ``b``, positions ``0 .. n_b - 1``; checked first."""
+    N, L = key_cache.shape[:2]
+    if any(n > L for n in lengths) or (len(lengths) > N and any(n > 0 for n in lengths[N:])):
+        raise IndexError(f"sequence lengths {lengths} do not fit a contiguous cache of {N} rows of {L} "
+                         "positions; nothing was written")
+    for b, (s, n) in enumerate(zip(starts, lengths)):
+        if n > 0:
+            key_cache[b, :n] = key[s : s + n]
+            value_cache[b, :n] = value[s : s + n]

@@ -195,14 +195,18 @@ def _prefill(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: torch
     B, dev = n.numel(), key.device
     T = query.shape[0] // B
     counts = n.tolist()
-    take = (torch.arange(B, device=dev) * T).repeat_interleave(n) + torch.cat(
-        [torch.arange(T - k, T, device=dev) for k in counts])
     cu = torch.cat([torch.zeros(1, dtype=torch.int32, device=dev), torch.cumsum(n, 0, dtype=torch.int32)])
     store.reserve(T)
-    packed = ops.prefill(query[take], key[take], value[take], store.keys, store.values, cu)
+    if counts.count(T) == B:  # no padding: the rows are the packed prompts already
+        out = ops.prefill(query, key, value, store.keys, store.values, cu)
+    else:
+        take = (torch.arange(B, device=dev) * T).repeat_interleave(n) + torch.cat(
+            [torch.arange(T - k, T, device=dev) for k in counts])
+        packed = ops.prefill(query[take], key[take], value[take], store.keys, store.values, cu)
+        out = torch.zeros_like(query).index_copy_(0, take, packed)
     store.lengths.copy_(n)
     store.longest = max(counts, default=0)
-    return torch.zeros_like(query).index_copy_(0, take, packed)
+    return out
 
 
 def _check_new_tokens_real(attention_mask: Any, lengths: torch.Tensor, tokens: int, layer_idx: int) -> None:
