@@ -52,12 +52,15 @@ class QKNormRopeFwdOp(Op):
 
     def __init__(self, rotary_dim: int, theta: float = 10000.0, eps: float = 1e-06, rope_style: str = "neox",
                  mrope_section: tuple[int, int, int] = (11, 11, 10), **options: Any) -> None:
+        # a tuple from here on (a list would be shared with the caller), so forward passes it as it is
+        # and the call skips forward (one launch of its arguments: tileops_core.op.one_launch)
         super().__init__(rotary_dim=rotary_dim, theta=theta, eps=eps, rope_style=rope_style,
-                         mrope_section=mrope_section, **options)
+                         mrope_section=tuple(mrope_section) if isinstance(mrope_section, list) else mrope_section,
+                         **options)
 
     def forward(self, query: Any, key: Any, q_weight: Any, k_weight: Any, positions: Any) -> Any:
         return self.launch(QKNormRopeKernel, query, key, q_weight, k_weight, positions, self.rotary_dim, self.theta,
-                           self.eps, self.rope_style, tuple(self.mrope_section))
+                           self.eps, self.rope_style, self.mrope_section)
 
 
 class AttentionDecodeKernel(KernelInterface):
