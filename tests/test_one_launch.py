@@ -16,6 +16,7 @@ from tileops_core.bench.baselines import capture_launches
 from tileops_core.errors import CheckError, KernelError
 from tileops_core.ops.activation import SiluAndMulFwdOp, SiluAndMulKernel
 from tileops_core.ops.attention import QKNormRopeFwdOp
+from tileops_core.ops.moe import MoETopKRoutingFwdOp
 from tileops_core.ops.linear_attention import RecurrentGatedDeltaRuleFwdOp, RGDRKernel
 from tileops_core.ops.normalization import RMSNormFwdOp, RMSNormKernel
 from tileops_core.ops.reduction import SumFwdOp
@@ -30,8 +31,15 @@ def test_a_forward_of_one_launch_is_read_as_its_interface_and_params():
 
 
 def test_a_forward_that_converts_a_param_or_computes_keeps_the_general_path():
-    assert QKNormRopeFwdOp.definition().one_launch is None  # tuple(self.mrope_section)
+    assert MoETopKRoutingFwdOp.definition().one_launch is None  # to_torch(self.ids_dtype)
     assert SumFwdOp.definition().one_launch is None  # computes its dims before launching
+
+
+def test_an_op_that_stores_a_param_in_the_form_its_kernel_takes_is_one_launch():
+    """QKNormRopeFwdOp keeps ``mrope_section`` as a tuple from construction (a list passed in included), so
+    its forward passes every param as it is."""
+    assert QKNormRopeFwdOp.definition().one_launch.params[-1] == "mrope_section"
+    assert QKNormRopeFwdOp(rotary_dim=64, mrope_section=[11, 11, 10]).mrope_section == (11, 11, 10)
 
 
 @pytest.fixture
