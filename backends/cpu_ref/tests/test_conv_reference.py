@@ -173,6 +173,29 @@ def test_varlen_leaves_slots_of_padding_and_empty_sequences_bit_identical():
     assert torch.equal(state[untouched].view(torch.uint8), case["conv_state"][untouched].view(torch.uint8))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_varlen_of_one_long_prompt_among_short_ones_takes_the_token_table_and_agrees_with_the_padded_rows(dtype):
+    """Padding [1, 2, 1, 30] to the longest would hold 120 rows for 34 tokens: the token table serves it,
+    within the float64 oracle's tolerance, and the padded road agrees (the same sums in the same order;
+    which SIMD path adds them may round a float32 last bit differently) and stores the same windows."""
+    from tileops_cpu_ref import conv
+
+    case = _case([1, 2, 1, 30], per_token=False, dtype=dtype)
+    has_init = torch.tensor([True, False, True, True])
+    case["conv_state_indices"][1] = -1
+    out, state = _run_varlen(case, has_init=has_init)
+    expected = _oracle("CausalConv1dVarlenFwdOp", case, has_initial_state=has_init)
+    assert _relative(out, expected["out"]) <= OUT_TOL[dtype]
+    assert torch.equal(state, expected["conv_state"].to(dtype))
+    padded_state, starts, lengths = case["conv_state"].clone(), [0, 1, 3, 4], [1, 2, 1, 30]
+    slots = case["conv_state_indices"].tolist()
+    padded = conv._varlen_padded(case["x"], padded_state, case["weight"], case["bias"], "silu", starts, lengths,
+                                 [0, 1, 2, 3], slots, [s >= 0 and bool(u) for s, u in zip(slots, has_init)],
+                                 _poisoned(case["x"]))
+    torch.testing.assert_close(out, padded, rtol=1e-6 if dtype == torch.float32 else 8e-3, atol=1e-6)
+    assert torch.equal(state, padded_state)
+
+
 def test_varlen_where_two_sequences_name_one_slot_the_later_ones_window_is_stored():
     """The kernel's rule under the op's check (which refuses it): the later sequence wins, as a
     token-by-token writer would leave it."""

@@ -10,8 +10,9 @@ written) are laid as rows in front of ``x`` in one buffer, a ``[tokens, W]`` tab
 token's taps in it, and the output is ``W`` gathered multiply-adds: a Python loop over the
 taps only, never over sequences or tokens. A token's new window is its taps ``1 .. W - 1``,
 gathered the same way and scattered to the pool with one ``index_copy_``. The ragged decode step
-takes this road; the prefill lays each sequence as one padded row instead (:func:`causal_conv1d_varlen`:
-fewer torch calls, the same sums in the same order).
+takes this road, and so does a prefill whose sequences' lengths differ widely; otherwise the prefill lays
+each sequence as one padded row (:func:`causal_conv1d_varlen`: fewer torch calls, the same sums in the same
+order).
 
 The decode step's common layout, every sequence with the same ``L`` tokens tiling ``[0, T)``
 (plain decode: ``L = 1``), takes a shorter road with the same math: each sequence's initial
@@ -284,15 +285,13 @@ def causal_conv1d_varlen(x: torch.Tensor, conv_state: torch.Tensor, weight: torc
                          out: torch.Tensor | None = None) -> torch.Tensor:
     """The prefill: one final window per non-empty sequence with a non-negative slot; return ``out``.
 
-    Each non-empty sequence becomes a row of ``W - 1 + L_max`` float32 inputs (its initial window, or
-    zeros, then its tokens, then zeros), gathered from ``x`` and the pool with one index built on the
-    host; the taps are ``W`` multiply-adds over all rows at once, and the final windows one more
-    gather. About ten torch calls whatever the batch: the general token-table road
-    (:func:`_convolve`) took 323 µs a call on the tiny model's prefill against 83 µs for HF's
-    ``F.conv1d`` statement, most of a prefill's difference (2026-12-04, one thread).
+    Sequences of similar lengths go as padded rows (:func:`_varlen_padded`: about ten torch calls
+    whatever the batch); where padding them to the longest would more than double the tokens (one
+    long prompt among short ones), through the token table (:func:`_convolve`), which holds each
+    token once. The same sums in the same order either way (which SIMD path adds them may round a
+    float32 last bit differently).
     """
-    T, D = x.shape
-    W1 = weight.shape[1] - 1
+    T = x.shape[0]
     out = _out_buffer(x, out)
     starts, lengths = host_bounds(actual_seq_lengths, seq_lens_style)
     _check_bounds(starts, lengths, T)
@@ -303,7 +302,30 @@ def causal_conv1d_varlen(x: torch.Tensor, conv_state: torch.Tensor, weight: torc
     if not live:
         return out.zero_()
     initial = [False] * len(lengths) if has_initial_state is None else [bool(v) for v in has_initial_state.tolist()]
-    with_init = [i for i, (b, s) in enumerate(zip(live, slots)) if s >= 0 and initial[b]]
+    use = [s >= 0 and initial[b] for b, s in zip(live, slots)]
+    if len(live) * max(lengths[b] for b in live) <= 2 * T:
+        return _varlen_padded(x, conv_state, weight, bias, activation, starts, lengths, live, slots, use, out)
+    tokens = _Tokens(torch.tensor(starts, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64), T, x.device)
+    slot_t = torch.tensor(slots, dtype=torch.int64, device=x.device)
+    init = _initial_windows(conv_state, slot_t, torch.tensor(use, dtype=torch.bool, device=x.device))
+    taps, rows = _convolve(x, weight, bias, activation, init, tokens, out)
+    _write_windows(conv_state, slot_t, taps.index_select(0, tokens.last), rows)
+    return out
+
+
+def _varlen_padded(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                   activation: str | None, starts: list[int], lengths: list[int], live: list[int], slots: list[int],
+                   use: list[bool], out: torch.Tensor) -> torch.Tensor:
+    """The prefill with each non-empty sequence (``live``, its pool slot, whether its initial window is
+    read) as a row of ``W - 1 + L_max`` float32 inputs: its initial window or zeros, its tokens, then
+    zeros, gathered from ``x`` and the pool with one index built on the host; the taps are ``W``
+    multiply-adds over all rows at once, the final windows one more gather. The token-table road took
+    323 µs a call on the tiny model's prefill against 83 µs for HF's ``F.conv1d`` statement, most of
+    that prefill's difference; this one about 97 (2026-12-04, one thread).
+    """
+    T, D = x.shape
+    W1 = weight.shape[1] - 1
+    with_init = [i for i, u in enumerate(use) if u]
     n, L = len(live), max(lengths[b] for b in live)
     # Host indices, made into one tensor: the pool slots read; each padded row's sources in
     # cat(a zero row, the read windows' taps, x); the covered entries of the output rows, in token
