@@ -10,9 +10,9 @@ Qwen3.5-MoE decode step at real layer sizes, B=1, every module on TileOPs, in on
 with every key that has the field dependent, the same logits. So the registered keys launch so.
 
 :func:`registered_key` is what ``TileLangImpl.key`` returns: the class's ``program_key`` with the
-field (and the field of its skinny tiling) set as :data:`DEPENDENT_LAUNCH` says, and dropped where the
-arch has no programmatic dependent launch (``_common.launchable_on``: the same program launched
-plainly). :func:`dependent_launches` switches it for a ``with`` block: the A/B of
+field (and the field of its skinny tiling) set as :data:`DEPENDENT_LAUNCH` says, and off where the
+arch has no programmatic dependent launch (the same program launched plainly, as
+``_common.launchable_on`` does for the block-shapes table). :func:`dependent_launches` switches it for a ``with`` block: the A/B of
 ``bench/dependent_step.py`` and ``tests/test_dependent_step_gpu.py``.
 """
 
@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 from typing import Any, Iterator
 
-from .kernels._common import launchable_on
+from .kernels._common import DEPENDENT_LAUNCH_ARCHS
 
 __all__ = ["DEPENDENT_LAUNCH", "dependent_launches", "registered_key", "with_dependent_launch"]
 
@@ -46,14 +46,9 @@ def with_dependent_launch(key: Any, on: bool) -> Any:
 
 
 def registered_key(key: Any) -> Any:
-    """``key`` as the registered classes build it: :func:`with_dependent_launch` at
-    :data:`DEPENDENT_LAUNCH`, then launchable on its arch."""
-    key = with_dependent_launch(key, DEPENDENT_LAUNCH)
-    if hasattr(key, "arch"):
-        key = launchable_on(key.arch, key)
-        if hasattr(key, "skinny_tiling"):
-            key = dataclasses.replace(key, skinny_tiling=launchable_on(key.arch, key.skinny_tiling))
-    return key
+    """``key`` as the registered classes build it: :func:`with_dependent_launch`, on where
+    :data:`DEPENDENT_LAUNCH` says so and the key's arch has the launch, off elsewhere."""
+    return with_dependent_launch(key, DEPENDENT_LAUNCH and getattr(key, "arch", None) in DEPENDENT_LAUNCH_ARCHS)
 
 
 @contextlib.contextmanager

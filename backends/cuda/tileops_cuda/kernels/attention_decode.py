@@ -135,9 +135,7 @@ class DecodeBuildKey:
     arch: str = "sm_90"
     schedule: DecodeSchedule | None = None
     #: Split and combine programs launched as programmatic dependents of the stream's previous kernel
-    #: (``_common.dependent_launch``: the launch overlaps that kernel's tail, every access after it, the
-    #: same bits); a decode step's kernels follow one another back to back. Off until the H200 times
-    #: the step with it.
+    #: (``_common.dependent_launch``: the same bits); the registered keys set it (``launch_policy``).
     dependent_launch: bool = False
 
 

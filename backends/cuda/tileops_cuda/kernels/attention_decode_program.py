@@ -275,7 +275,6 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
     import tilelang.language as T
 
     dt, f32, i32 = key.dtype, "float32", "int32"
-    DEPENDENT = key.dependent_launch  # (the split program's ``key`` parameter shadows the build key inside)
     NQ, D = key.num_q_heads, key.head_dim
     TH = tiling.combine_threads
     PER = (D + TH - 1) // TH
@@ -290,7 +289,7 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
         chunk: T.int32,
     ):
         with T.Kernel(NQ, B, threads=TH) as (q, b):
-            dependent_launch(DEPENDENT)
+            dependent_launch(key.dependent_launch)
             tid = T.get_thread_binding()
             acc = T.alloc_local((PER,), f32)
             m = T.alloc_var(f32)
@@ -336,7 +335,6 @@ def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
     import tilelang.language as T
 
     dt, f32, i32 = key.dtype, "float32", "int32"
-    DEPENDENT = key.dependent_launch  # (the split program's ``key`` parameter shadows the build key inside)
     NQ, D = key.num_q_heads, key.head_dim
     TH, VEC, UNROLL = COMBINE_THREADS, 4, 8
     CH = D // VEC  # 4-channel vectors a row
@@ -354,7 +352,7 @@ def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
         chunk: T.int32,
     ):
         with T.Kernel(NQ, B, threads=TH) as (q, b):
-            dependent_launch(DEPENDENT)
+            dependent_launch(key.dependent_launch)
             tid = T.get_thread_binding()
             w_s = T.alloc_shared((TH,), f32)
             warp_s = T.alloc_shared((2, WARPS), f32)

@@ -45,8 +45,7 @@ class GDNGatingBuildKey:
     vectors: int = 2
     fast_math: bool = False
     #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
-    #: its launch overlaps that kernel's tail, every access after it, the same bits); a decode step's
-    #: kernels follow one another back to back. Off until the H200 times the step with it.
+    #: the same bits); the registered keys set it (``launch_policy``).
     dependent_launch: bool = False
 
 

@@ -90,11 +90,10 @@ class MoEGroupedExpertsBuildKey:
     #: programs (:mod:`.moe_skinny`, ``SKINNY_ROWS``-row tiles) instead of the decode tiling's; 0: never.
     #: The registered key takes :func:`skinny_max_rows`.
     skinny_max_rows: int = 0
-    #: The skinny programs' candidates (:class:`.moe_skinny.MoESkinnyTiling`; off by default).
+    #: How the skinny programs run (:class:`.moe_skinny.MoESkinnyTiling`).
     skinny_tiling: MoESkinnyTiling = MoESkinnyTiling()
     #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
-    #: its launch overlaps that kernel's tail, every access after it, the same bits); a decode step's
-    #: kernels follow one another back to back. Off until the H200 times the step with it.
+    #: the same bits); the registered keys set it (``launch_policy``).
     dependent_launch: bool = False
 
 

@@ -69,11 +69,10 @@ class MoESharedExpertBuildKey:
     #: instead of the decode tiling's tensor-core ones; 0: never. The registered key takes
     #: ``SKINNY_ROWS`` (H200, bf16 H=2048 I=512, 2026-12-04d: 1.55-2.17x the decode tiling at 1-4 rows).
     skinny_rows: int = 0
-    #: The skinny programs' candidates (:class:`.moe_skinny.MoESkinnyTiling`; off by default).
+    #: How the skinny programs run (:class:`.moe_skinny.MoESkinnyTiling`).
     skinny_tiling: MoESkinnyTiling = MoESkinnyTiling()
     #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
-    #: its launch overlaps that kernel's tail, every access after it, the same bits); a decode step's
-    #: kernels follow one another back to back. Off until the H200 times the step with it.
+    #: the same bits); the registered keys set it (``launch_policy``).
     dependent_launch: bool = False
 
 

@@ -26,8 +26,8 @@ within a rounding, not bit for bit; both are checked against float64. The launch
 programs where the build key asks (``MoESharedExpertBuildKey.skinny_rows``,
 ``MoEGroupedExpertsBuildKey.skinny_max_rows``); the registered keys do since the H200 timed them
 (2026-12-04d, ``moe_skinny_bench.py``): the shared expert 1.55-2.17x the decode tiling at 1-4 rows, the
-routed experts 1.07-1.25x at up to half a row an expert. :class:`MoESkinnyTiling` holds the candidates
-not yet timed (the keys' ``skinny_tiling``, all off).
+routed experts 1.07-1.25x at up to half a row an expert. :class:`MoESkinnyTiling` is how they run (the keys'
+``skinny_tiling``; the shared expert's registered one is :data:`SHARED_SKINNY_TILING`).
 
 tilelang is imported inside the builders, never at module import.
 """
@@ -40,8 +40,8 @@ from typing import Any
 from ._common import ELEM_BYTES, dependent_launch, dependent_launch_refusal
 from .skinny_linear import stage_rows_macro, staged_row_dot, weight_chunks
 
-__all__ = ["SHARED_SKINNY_TILING", "SKINNY_ROWS", "WARPS", "MoESkinnyTiling", "skinny_routed_programs", "skinny_shared_programs",
-           "skinny_tiling_refusal"]
+__all__ = ["SHARED_SKINNY_TILING", "SKINNY_ROWS", "WARPS", "MoESkinnyTiling", "skinny_routed_programs",
+           "skinny_shared_programs", "skinny_tiling_refusal"]
 
 #: Rows a program holds at most (the skinny linear's registered limit).
 SKINNY_ROWS = 4
@@ -77,9 +77,10 @@ class MoESkinnyTiling:
 
 
 #: The shared expert's registered skinny tiling: weights first, its gate logit formed by one more program
-#: of the gate/up kernel (session-2026-12-04e, moe_skinny_bench.py, CUDA graphs of 16 calls on rotating weights, bf16 H=2048 I=512
-#: gated; the registered keys launch it as a dependent, ``launch_policy``): 5.41 / 6.61 / 7.85 / 9.07 us at T = 1-4
-#: against 8.25 / 9.33 / 10.51 / 11.56 for the plain programs, bit-equal to them on every bench row;
+#: of the gate/up kernel (session-2026-12-04e, moe_skinny_bench.py, CUDA graphs of 16 calls on rotating
+#: weights, bf16 H=2048 I=512 gated; the registered keys launch it as a dependent, ``launch_policy``):
+#: 5.41 / 6.61 / 7.85 / 9.07 us at T = 1-4 against 8.25 / 9.33 / 10.51 / 11.56 for the plain programs,
+#: bit-equal to them on every bench row;
 #: float64 on NaN-poisoned outputs in ``test_moe_shared_expert_gpu.py``.
 SHARED_SKINNY_TILING = MoESkinnyTiling(weights_first=True, fused_logit=True)
 

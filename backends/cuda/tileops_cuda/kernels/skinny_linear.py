@@ -53,7 +53,8 @@ class SkinnyLinearTiling:
     #: Issue the first weight chunk's loads before the rows are staged, so that the two reads'
     #: latencies overlap (a program's only chunk at K <= 2048 in bf16) instead of following one
     #: another across the staging barrier. Same sums in the same order: bit for bit the same
-    #: results. A candidate until the H200 times it (``linear_decode_bench.py``).
+    #: results. Off: in CUDA graphs on the H200 (2026-12-04e, ``linear_decode_bench.py --graph``) it
+    #: was ahead on 11 of 14 rows by up to 0.6 µs and behind on the rest.
     weights_first: bool = False
     #: Launched as a programmatic dependent of the stream's previous kernel
     #: (``_common.dependent_launch``): its launch and block scheduling overlap that kernel's tail, every
