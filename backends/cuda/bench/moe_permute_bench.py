@@ -1,8 +1,9 @@
 """The MoE permute at a decode step's copies: the one-launch program against the three kernels.
 
 For Qwen3-Next (512 experts, top-10) and Qwen3.5-35B (256, top-8), H=2048 bf16, at B = 1, 4, 8, 12, 16
-tokens (as many copies as fit the candidate key's ``one_launch_copies`` = 128): the registered key's
-launch (the three kernels: rank, offsets, scatter) and the candidate's (``_one_launch_program``), each
+tokens (as many copies as fit ``one_launch_copies`` = 128): the three kernels (rank, offsets, scatter: what
+calls past the registered keys' ``REGISTERED_ONE_LAUNCH_COPIES`` run) and the one-launch program
+(``_one_launch_program``, registered since 2026-12-04f, when this bench measured it 1.60-1.92x), each
 as one CUDA graph of 16 back-to-back calls on 16 draws of ids (``cuda_bench_common.time_graph``, µs a
 call), their outputs compared bit for bit on the first draw ("!" where they differ).
 

@@ -17,9 +17,11 @@ each call of a graph on its own routing (16 draws, so the experts' weights mostl
 with the bytes of the experts a call reads (``3 · H · I · 2`` each) over the same-size copy.
 
 In both tables, the skinny programs under each of ``CANDIDATES`` (:class:`MoESkinnyTiling`) beside the
-registered ones, in µs, "!" where a candidate's output differs from the registered skinny programs' in a
+plain ones (the default tiling: one down feature a warp, launched plainly; the registered tilings are
+``SHARED_SKINNY_TILING`` = "dep fl" and ``ROUTED_SKINNY_TILING`` = "f2 dep", as the registered keys launch
+them), in µs, "!" where a candidate's output differs from the plain skinny programs' in a
 bit (the candidates keep the sums and their order, so none should; the fused logit's, "w-f fl", is formed
-by another program, and its relative difference to the registered programs is printed after the table's
+by another program, and its relative difference to the plain programs is printed after the table's
 row: 0 on every row on 2026-12-04e).
 
     python backends/cuda/bench/moe_skinny_bench.py [--shared-only] [--json F]
@@ -48,18 +50,19 @@ from tileops_cuda.registered_model import TileLangMoEGroupedExperts, TileLangMoE
 H, I, COPIES = 2048, 512, 16
 
 #: The skinny programs' candidates, by column name.
-CANDIDATES = {"w-first": MoESkinnyTiling(weights_first=True),
-              "w-f f2": MoESkinnyTiling(weights_first=True, down_features=2),
-              "w-f f4": MoESkinnyTiling(weights_first=True, down_features=4),
-              "dep": MoESkinnyTiling(weights_first=True, dependent_launch=True),
-              "dep f2": MoESkinnyTiling(weights_first=True, down_features=2, dependent_launch=True),
-              # down_features without weights_first (which cost the routed experts 0.5 us at B=1, 2026-12-04e)
+CANDIDATES = {"dep": MoESkinnyTiling(weights_first=True, dependent_launch=True),
               "f2": MoESkinnyTiling(down_features=2),
-              "f2 dep": MoESkinnyTiling(down_features=2, dependent_launch=True),
+              "f2 dep": MoESkinnyTiling(down_features=2, dependent_launch=True),  # the routed keys' (2026-12-04f)
+              # a gate row and an up row to two warps (NCU 2026-12-04f: 96 registers held the B=1 gate/up
+              # program to two programs an SM; 56 with the split, compiled for sm_90a)
+              "split": MoESkinnyTiling(gate_up_split=True),
+              "f2 split dep": MoESkinnyTiling(down_features=2, dependent_launch=True, gate_up_split=True),
               "w-f fl": MoESkinnyTiling(weights_first=True, fused_logit=True),
-              "dep fl": MoESkinnyTiling(weights_first=True, fused_logit=True, dependent_launch=True)}
+              "dep fl": MoESkinnyTiling(weights_first=True, fused_logit=True, dependent_launch=True),  # the shared's
+              "dep fl split": MoESkinnyTiling(weights_first=True, fused_logit=True, dependent_launch=True,
+                                              gate_up_split=True)}
 #: Candidates only the shared expert's programs read (the routed experts have no gate logit).
-SHARED_ONLY = ("w-f fl", "dep fl")
+SHARED_ONLY = ("w-f fl", "dep fl", "dep fl split")
 ROUTED = {n: t for n, t in CANDIDATES.items() if n not in SHARED_ONLY}
 
 

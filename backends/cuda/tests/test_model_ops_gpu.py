@@ -186,14 +186,24 @@ def test_grouped_experts_match_torch_grouped_mm_at_real_sizes(cuda_device, gen, 
 
 #: The warp-per-feature programs (a key whose ``skinny_max_rows`` takes every call): decode sizes,
 #: with an expert of more rows than a tile (5 tokens all on experts 0..3: 5 rows each, two 4-row
-#: tiles) and (40, 2, 8) below the prefill tiling's 256 rows (10 an expert: three tiles each).
+#: tiles) and (40, 2, 8) below the prefill tiling's 256 rows (10 an expert: three tiles each); one down
+#: feature a warp, the registered tiling (two, launched as the registered keys launch it), and that with a
+#: gate row and an up row to two warps (``gate_up_split``).
+@pytest.mark.parametrize("tiling", ["one-feature", "registered", "split"])
 @pytest.mark.parametrize("tokens,top_k,experts", [(1, 10, 512), (1, 8, 256), (5, 4, 4), (64, 8, 256), (40, 2, 8)])
-def test_the_skinny_routed_programs_match_torch_grouped_mm(cuda_device, gen, tokens, top_k, experts):
+def test_the_skinny_routed_programs_match_torch_grouped_mm(cuda_device, gen, tokens, top_k, experts, tiling):
     from tileops_cuda.kernels.moe_grouped_experts import MoEGroupedExpertsBuildKey
+    from tileops_cuda.kernels.moe_skinny import MoESkinnyTiling, routed_skinny_tiling
+    from tileops_cuda.launch_policy import registered_key
     from tileops_cuda.registered_model import TileLangMoEGroupedExperts
 
     key = MoEGroupedExpertsBuildKey("bfloat16", experts, 2048, 512, "int32", cuda_device[1],
-                                    skinny_max_rows=tokens * top_k)
+                                    skinny_max_rows=tokens * top_k, skinny_tiling=MoESkinnyTiling())
+    if tiling != "one-feature":
+        key = registered_key(dataclasses.replace(key, skinny_tiling=routed_skinny_tiling(512, "bfloat16")))
+        assert key.skinny_tiling.down_features == 2
+    if tiling == "split":
+        key = dataclasses.replace(key, skinny_tiling=dataclasses.replace(key.skinny_tiling, gate_up_split=True))
     launch = TileLangMoEGroupedExperts.launcher(key)
 
     def poisoned(x, offsets, gate_up, down):

@@ -138,3 +138,26 @@ def test_the_fused_logit_gate_up_gives_its_last_program_the_gate_logit():
                                                                 skinny_tiling=tiling))
     assert "logit" not in _source(ungated)  # no gate, nothing to fuse
 
+
+
+@pytest.mark.parametrize("fused_logit", [False, True], ids=["plain", "fused-logit"])
+def test_the_split_gate_up_gives_a_warp_one_row_and_meets_the_pair_in_shared_memory(fused_logit):
+    """``gate_up_split``: one row's vectors a lane (8 uint4 loads into one buffer, not two), a single warp sum
+    (and the logit's), the pair's sums through shared memory after a second barrier, and a grid of twice the
+    programs (I / 4 gate/up programs at 8 warps)."""
+    from tileops_cuda.kernels.moe_skinny import MoESkinnyTiling, skinny_routed_programs, skinny_shared_programs
+
+    tiling = MoESkinnyTiling(gate_up_split=True, fused_logit=fused_logit)
+    assert tiling.gate_up_features == 4
+    shared = MoESharedExpertBuildKey("bfloat16", 2048, 512, True, skinny_rows=4, skinny_tiling=tiling)
+    routed = MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512, skinny_max_rows=256, skinny_tiling=tiling)
+    for func, logit in ((skinny_shared_programs(shared)[0], fused_logit), (skinny_routed_programs(routed)[0], False)):
+        body = _source(func)
+        body = body[body.index("__global__"):]
+        assert "bfloat16_t wv[64];" in body and "g_w[" not in body and "u_w[" not in body
+        assert body.count("tl::warp_reduce_sum") == 1 + logit
+        assert "gu_s" in body and body.count("__syncthreads") >= 2
+        # a program's rows: 4 features of 2048 (x for the shared expert, y the routed map's features)
+        assert ("((int)blockIdx.x) * 8192)" in body) if func.attrs["global_symbol"].startswith("moe_shared") else (
+            "((int)blockIdx.y)) * (int64_t)8192)" in body)
+        assert ("((int)blockIdx.x) < 128)" in body) == logit  # the logit's program follows I / 4 = 128

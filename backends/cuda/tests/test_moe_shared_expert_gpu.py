@@ -63,7 +63,7 @@ def test_the_kernel_writes_every_element_of_a_poisoned_output_within_the_float64
     _check(out, args, f"T={tokens} gated={gated} {dtype} seed={gen.initial_seed()}")
 
 
-@pytest.mark.parametrize("tiling", ["plain", "dependent", "fused-logit"])
+@pytest.mark.parametrize("tiling", ["plain", "dependent", "fused-logit", "split"])
 @pytest.mark.parametrize("tokens", [1, 2, 3, 4, 5])
 @_GATED
 @_DTYPES
@@ -71,8 +71,9 @@ def test_the_skinny_programs_write_every_element_of_a_poisoned_output_within_the
         cuda_device, gen, tokens, gated, dtype, tiling):
     """A key with ``skinny_rows=4``: one to four rows run the warp-per-feature programs, five the
     decode tiling's (the launcher's switch), each checked as the tensor-core programs are; the plain
-    programs, the dependent ones the registered keys launch, and the fused logit's (a gated key's
-    logit formed in the down program, weights first)."""
+    programs, the dependent ones the registered keys launch, the fused logit's (a gated key's
+    logit formed by one more gate/up program, weights first), and that with a gate row and an up
+    row to two warps (``gate_up_split``)."""
     from tileops_cuda.kernels._common import dtype_name
     from tileops_cuda.kernels.moe_shared_expert import MoESharedExpertBuildKey
     from tileops_cuda.kernels.moe_skinny import MoESkinnyTiling
@@ -80,7 +81,9 @@ def test_the_skinny_programs_write_every_element_of_a_poisoned_output_within_the
 
     args = _inputs(gen, (tokens,), dtype, gated)
     skinny_tiling = {"plain": MoESkinnyTiling(), "dependent": MoESkinnyTiling(dependent_launch=True),
-                     "fused-logit": MoESkinnyTiling(weights_first=True, fused_logit=True, dependent_launch=True)}[tiling]
+                     "fused-logit": MoESkinnyTiling(weights_first=True, fused_logit=True, dependent_launch=True),
+                     "split": MoESkinnyTiling(weights_first=True, fused_logit=True, dependent_launch=True,
+                                              gate_up_split=True)}[tiling]
     key = MoESharedExpertBuildKey(dtype_name(dtype), H, I, gated, cuda_device[1], skinny_rows=4,
                                   dependent_launch=tiling != "plain", skinny_tiling=skinny_tiling)
     out = torch.full((tokens, H), float("nan"), dtype=dtype, device="cuda")

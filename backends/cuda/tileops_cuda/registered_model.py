@@ -23,9 +23,11 @@ from .kernels.chunk_gdr import ChunkGDRBuildKey, build_chunk_gdr, chunk_gdr_refu
 from .kernels.moe_grouped_experts import (
     MoEGroupedExpertsBuildKey, build_moe_grouped_experts, moe_grouped_experts_refusal, skinny_max_rows,
 )
-from .kernels.moe_permute import MoEPermuteBuildKey, build_moe_permute, moe_permute_refusal
+from .kernels.moe_permute import (
+    REGISTERED_ONE_LAUNCH_COPIES, MoEPermuteBuildKey, build_moe_permute, moe_permute_refusal,
+)
 from .kernels.moe_shared_expert import MoESharedExpertBuildKey, build_moe_shared_expert, moe_shared_expert_refusal
-from .kernels.moe_skinny import SHARED_SKINNY_TILING, SKINNY_ROWS
+from .kernels.moe_skinny import SHARED_SKINNY_TILING, SKINNY_ROWS, routed_skinny_tiling
 from .kernels.moe_topk_routing import (
     MoETopKRoutingBuildKey, build_moe_topk_routing, moe_topk_routing_refusal, with_fitting_routing_program,
 )
@@ -118,13 +120,15 @@ class TileLangMoEUnpermute(TileLangImpl, MoEUnpermuteKernel):
 
 
 class TileLangMoEPermute(TileLangImpl, MoEPermuteKernel):
-    """Token copies grouped by expert (stable), the offsets and the inverse map; three kernels, no host sync."""
+    """Token copies grouped by expert (stable), the offsets and the inverse map, no host sync: one launch for a
+    decode step's copies (up to ``REGISTERED_ONE_LAUNCH_COPIES``), three kernels past it."""
 
     @classmethod
     def program_key(cls, call: CallSpec) -> MoEPermuteBuildKey:
         d = call.dtypes
         return MoEPermuteBuildKey(d["hidden_states"], d["topk_ids"], int(call.dims["H"]), int(call.dims["K"]),
-                                  int(call.dims["num_experts"]), call.arch)
+                                  int(call.dims["num_experts"]), call.arch,
+                                  one_launch_copies=REGISTERED_ONE_LAUNCH_COPIES)
 
     @classmethod
     def reason(cls, call: CallSpec, key: MoEPermuteBuildKey) -> str | None:
@@ -141,9 +145,10 @@ class TileLangMoEGroupedExperts(TileLangImpl, MoEGroupedExpertsKernel):
 
     @classmethod
     def program_key(cls, call: CallSpec) -> MoEGroupedExpertsBuildKey:
-        E = int(call.dims["E"])
-        return MoEGroupedExpertsBuildKey(call.dtypes["hidden_states"], E, int(call.dims["H"]), int(call.dims["I"]),
-                                         call.dtypes["expert_offsets"], call.arch, skinny_max_rows(E))
+        E, I = int(call.dims["E"]), int(call.dims["I"])
+        return MoEGroupedExpertsBuildKey(call.dtypes["hidden_states"], E, int(call.dims["H"]), I,
+                                         call.dtypes["expert_offsets"], call.arch, skinny_max_rows(E),
+                                         skinny_tiling=routed_skinny_tiling(I, call.dtypes["hidden_states"]))
 
     @classmethod
     def reason(cls, call: CallSpec, key: MoEGroupedExpertsBuildKey) -> str | None:

@@ -98,13 +98,15 @@ class MoEGroupedExpertsBuildKey:
 
 
 def skinny_max_rows(experts: int) -> int:
-    """The rows up to which the skinny programs serve a call: half a row an expert on average.
+    """The rows up to which the skinny programs serve a call: a row an expert on average.
 
-    Measured on the H200 (``moe_skinny_bench.py``, bf16 H=2048 I=512, 2026-12-04d): the skinny
-    programs won at 0.31 and 0.5 rows an expert (B=16 on 512 experts top-10: 1.10x; on 256 top-8:
-    1.07x; 1.18-1.25x at B=1 and 4) and lost at 1.25 and 2 (B=64: 0.85x, 0.77x), where experts hold
-    more than a 4-row tile and the skinny programs read their weights once a tile."""
-    return experts // 2
+    Measured on the H200 (``moe_skinny_bench.py``, bf16 H=2048 I=512, CUDA graphs): with two down features
+    a warp (:data:`.moe_skinny.ROUTED_SKINNY_TILING`, 2026-12-04f) the skinny programs won at 1 and 0.625
+    rows an expert (B=32 on 256 experts top-8: 290.5 against the decode tiling's 304.7 µs; on 512 top-10:
+    396.7 against 429.3) and lost at 1.25 and 2 (B=64: 707.1 against 650.6; 479.2 against 400.3), where
+    experts hold more than a 4-row tile and the skinny programs read their weights once a tile. (With one
+    feature a warp, 2026-12-04d, they lost at B=32 too, and the bound was half a row an expert.)"""
+    return experts
 
 
 def tile_slots(rows: int, experts: int, block_m: int) -> int:

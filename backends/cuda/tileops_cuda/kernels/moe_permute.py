@@ -42,6 +42,11 @@ _NAME = "MoEPermute TileLang kernel"
 CHUNK = 512
 MAX_EXPERTS = 1024
 _LOADS_IN_FLIGHT = 8
+#: The registered keys' ``one_launch_copies``: calls of up to this many copies (a decode step's 16
+#: tokens at top-8) run the one-launch program. Measured on the H200 (2026-12-04f, ``moe_permute_bench.py``,
+#: CUDA graphs, bit-equal outputs): 1.60-1.92x the three kernels at every decode size up to 128 copies
+#: (Qwen3.5-35B B=1: 4.95 -> 2.69 µs; Qwen3-Next B=1: 5.79 -> 3.01 µs).
+REGISTERED_ONE_LAUNCH_COPIES = 128
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ class MoEPermuteBuildKey:
     experts: int
     arch: str = "sm_90"
     #: Calls of at most this many copies (N = T·K) run :func:`_one_launch_program` instead of the
-    #: three kernels; 0: never (a candidate until the H200 times it, ``model_ops_bench.py``).
+    #: three kernels; 0: never. The registered keys set :data:`REGISTERED_ONE_LAUNCH_COPIES`.
     one_launch_copies: int = 0
     #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
     #: the same bits); the registered keys set it (``launch_policy``).

@@ -27,7 +27,7 @@ programs where the build key asks (``MoESharedExpertBuildKey.skinny_rows``,
 ``MoEGroupedExpertsBuildKey.skinny_max_rows``); the registered keys do since the H200 timed them
 (2026-12-04d, ``moe_skinny_bench.py``): the shared expert 1.55-2.17x the decode tiling at 1-4 rows, the
 routed experts 1.07-1.25x at up to half a row an expert. :class:`MoESkinnyTiling` is how they run (the keys'
-``skinny_tiling``; the shared expert's registered one is :data:`SHARED_SKINNY_TILING`).
+``skinny_tiling``; the registered ones are :data:`SHARED_SKINNY_TILING` and :data:`ROUTED_SKINNY_TILING`).
 
 tilelang is imported inside the builders, never at module import.
 """
@@ -40,8 +40,8 @@ from typing import Any
 from ._common import ELEM_BYTES, dependent_launch, dependent_launch_refusal
 from .skinny_linear import stage_rows_macro, staged_row_dot, weight_chunks
 
-__all__ = ["SHARED_SKINNY_TILING", "SKINNY_ROWS", "WARPS", "MoESkinnyTiling", "skinny_routed_programs",
-           "skinny_shared_programs", "skinny_tiling_refusal"]
+__all__ = ["ROUTED_SKINNY_TILING", "SHARED_SKINNY_TILING", "SKINNY_ROWS", "WARPS", "MoESkinnyTiling",
+           "routed_skinny_tiling", "skinny_routed_programs", "skinny_shared_programs", "skinny_tiling_refusal"]
 
 #: Rows a program holds at most (the skinny linear's registered limit).
 SKINNY_ROWS = 4
@@ -53,8 +53,8 @@ _UNROLL = 8
 
 @dataclass(frozen=True)
 class MoESkinnyTiling:
-    """How the skinny programs run (timed by ``moe_skinny_bench.py``; the shared expert's registered form is
-    :data:`SHARED_SKINNY_TILING`, the routed experts' keys take the defaults).
+    """How the skinny programs run (timed by ``moe_skinny_bench.py``; the registered forms are
+    :data:`SHARED_SKINNY_TILING` and :data:`ROUTED_SKINNY_TILING`).
 
     ``weights_first``: a warp issues its first weight chunk's loads before the rows are staged, so the
     two reads' latencies overlap (``SkinnyLinearTiling.weights_first``). ``down_features``: output
@@ -74,6 +74,18 @@ class MoESkinnyTiling:
     #: (``skinny_linear.staged_row_dot``); it measured bit-equal to the logit program's on the bench's
     #: rows (2026-12-04e), and either is within a rounding of float64.
     fused_logit: bool = False
+    #: The gate/up program gives a gate row and an up row to two warps instead of both to one: half the
+    #: warps of a program take feature ``j``'s gate row, the other half its up row, and the two sums meet
+    #: in shared memory (each rounded, then ``act``, as before). A lane then holds one row's vectors in
+    #: flight, not two (the registers that held two programs an SM to 25% occupancy at B=1, NCU
+    #: 2026-12-04f), at twice the programs. Each sum keeps its lanes, vectors and order: the same bits.
+    gate_up_split: bool = False
+
+    @property
+    def gate_up_features(self) -> int:
+        """Features a gate/up program computes: a warp each, or a pair of warps each with
+        ``gate_up_split``."""
+        return WARPS // 2 if self.gate_up_split else WARPS
 
 
 #: The shared expert's registered skinny tiling: weights first, its gate logit formed by one more program
@@ -83,6 +95,15 @@ class MoESkinnyTiling:
 #: bit-equal to them on every bench row;
 #: float64 on NaN-poisoned outputs in ``test_moe_shared_expert_gpu.py``.
 SHARED_SKINNY_TILING = MoESkinnyTiling(weights_first=True, fused_logit=True)
+
+#: The routed experts' registered skinny tiling where its down rows fit (:func:`routed_skinny_tiling`): two
+#: features a warp of the down program (session-2026-12-04f, ``moe_skinny_bench.py``, CUDA graphs, bf16 H=2048
+#: I=512, bit-equal to the one-feature programs on every row; the registered keys launch it as a dependent): µs
+#: at B = 1/4/16/32/64, Qwen3.5-35B 22.02 / 56.19 / 168.81 / 290.47 / 479.22 and Qwen3-Next 25.72 / 69.09 /
+#: 221.88 / 396.70 / 707.09, against 22.86 / 59.88 / 185.88 / 322.29 / 529.04 and 26.30 / 74.08 / 245.47 /
+#: 443.71 / 779.94 for one feature a warp (plain) and 23.10 / 60.78 / 181.09 / 319.47 / 525.82 and 27.35 /
+#: 75.13 / 238.40 / 431.79 / 795.57 with weights first (dependent).
+ROUTED_SKINNY_TILING = MoESkinnyTiling(down_features=2)
 
 
 def skinny_tiling_refusal(name: str, tiling: MoESkinnyTiling, intermediate: int, dtype: str,
@@ -101,13 +122,21 @@ def skinny_tiling_refusal(name: str, tiling: MoESkinnyTiling, intermediate: int,
     return None
 
 
+def routed_skinny_tiling(intermediate: int, dtype: str) -> MoESkinnyTiling:
+    """:data:`ROUTED_SKINNY_TILING` where its down features fit a lane's loads (``skinny_tiling_refusal``);
+    one feature a warp elsewhere (a wide ``I``), so that a registered key never refuses for its tiling."""
+    fits = skinny_tiling_refusal("", ROUTED_SKINNY_TILING, intermediate, dtype, "sm_90") is None
+    return ROUTED_SKINNY_TILING if fits else MoESkinnyTiling()
+
+
 def _bodies(hidden: int, intermediate: int, dtype: str, tiling: MoESkinnyTiling) -> tuple[Any, Any, Any]:
     """``(gate_up, down_one, down_features)``: the TileLang macros of one program's rows
     ``[r0, min(r0 + R, end))`` (``tiling``'s candidates: :class:`MoESkinnyTiling`; ``down_features``
     serves ``tiling.down_features`` > 1, its docstring says how).
 
     ``gate_up(x, w_gate, g_row, w_up, u_row, r0, end, j, act, tid)`` writes ``act[r, j]`` from gate
-    row ``g_row`` and up row ``u_row``; ``down_one(act, w_down, d_row, r0, end, h, logit, out, tid, gated)``
+    row ``g_row`` and up row ``u_row`` (a warp's feature ``j``: ``tid // 32`` for a warp a feature,
+    ``(tid // 32) % gate_up_features`` with ``gate_up_split``); ``down_one(act, w_down, d_row, r0, end, h, logit, out, tid, gated)``
     writes ``out[r, h]`` from down row ``d_row``. A warp past the features (``j >= I``, ``h >= H``)
     reads a real row (the caller clamps it) and stores nothing."""
     import tilelang.language as T
@@ -119,11 +148,35 @@ def _bodies(hidden: int, intermediate: int, dtype: str, tiling: MoESkinnyTiling)
     NCH_GU, U_GU, load_gu, dot_gu = weight_chunks(R, H, dt, _UNROLL)
     U_D = weight_chunks(R, I, dt, _UNROLL)[1]  # vectors a lane holds of a down row (down_features)
     down_dot = staged_row_dot(R, I, dt, _UNROLL, TH)
+    row_dot = staged_row_dot(R, H, dt, _UNROLL, TH)  # a gate or an up row (``gate_up_split``)
     weights_first, F = tiling.weights_first, tiling.down_features
     KV_D = I // VEC
 
+    FG = tiling.gate_up_features
+
     @T.macro
-    def gate_up(x, w_gate, g_row, w_up, u_row, r0, end, j, act, tid):
+    def gate_up_pairs(x, w_gate, g_row, w_up, u_row, r0, end, j, act, tid):
+        """``gate_up`` with ``tiling.gate_up_split``: warp ``w`` sums feature ``j``'s gate row (``w < FG``)
+        or its up row (``w >= FG``, the same ``j``); lane 0 leaves the sums in ``gu_s``, and after the
+        barrier the gate warp forms ``act``."""
+        lane, w = tid % 32, tid // 32
+        x_s = T.alloc_shared((R, H), dt)
+        gu_s = T.alloc_shared((WARPS, R), f32)
+        acc = T.alloc_local((R,), f32)
+        row_dot(w_gate, g_row, x, x_s, acc, r0, end, tid, weights_first, w_up, u_row, w >= FG)
+        if lane == 0:
+            for m in T.unroll(R):
+                gu_s[w, m] = acc[m]
+        T.sync_threads()
+        if lane == 0 and w < FG and j < I:
+            for m in T.unroll(R):
+                if r0 + m < end:
+                    g = T.cast(T.cast(gu_s[w, m], dt), f32)
+                    u = T.cast(T.cast(gu_s[w + FG, m], dt), f32)
+                    act[r0 + m, j] = T.cast(g / (T.float32(1) + T.exp(-g)) * u, dt)
+
+    @T.macro
+    def gate_up_one(x, w_gate, g_row, w_up, u_row, r0, end, j, act, tid):
         lane = tid % 32
         x_s = T.alloc_shared((R, H), dt)
         g_acc = T.alloc_local((R,), f32)
@@ -212,7 +265,7 @@ def _bodies(hidden: int, intermediate: int, dtype: str, tiling: MoESkinnyTiling)
                     else:
                         out[r0 + m, h] = T.cast(o_acc[m], dt)
 
-    return gate_up, down_one, down_features
+    return (gate_up_pairs if tiling.gate_up_split else gate_up_one), down_one, down_features
 
 
 def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
@@ -226,7 +279,7 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
     H, I, dt = key.hidden, key.intermediate, key.dtype
     W = WARPS
     N = T.dynamic("N")
-    F, DL = key.skinny_tiling.down_features, key.skinny_tiling.dependent_launch
+    F, DL, FG = key.skinny_tiling.down_features, key.skinny_tiling.dependent_launch, key.skinny_tiling.gate_up_features
     gate_up, down_one, down_features = _bodies(H, I, dt, key.skinny_tiling)
     R = SKINNY_ROWS
     logit_dot = staged_row_dot(R, H, dt, _UNROLL, 32 * W)
@@ -255,21 +308,21 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
     @T.prim_func
     def moe_shared_skinny_gate_up(x: T.Tensor((N, H), dt), gate_proj: T.Tensor((I, H), dt),
                                   up_proj: T.Tensor((I, H), dt), act: T.Tensor((N, I), dt)):
-        with T.Kernel(T.ceildiv(I, W), threads=32 * W) as bx:
+        with T.Kernel(T.ceildiv(I, FG), threads=32 * W) as bx:
             dependent_launch(DL)
             tid = T.get_thread_binding()
-            j = bx * W + tid // 32
+            j = bx * FG + (tid // 32) % FG
             gate_up(x, gate_proj, T.min(j, I - 1), up_proj, T.min(j, I - 1), 0, N, j, act, tid)
 
     @T.prim_func
     def moe_shared_skinny_gate_up_logit(x: T.Tensor((N, H), dt), gate_proj: T.Tensor((I, H), dt),
                                         up_proj: T.Tensor((I, H), dt), expert_gate: T.Tensor((1, H), dt),
                                         act: T.Tensor((N, I), dt), logit: T.Tensor((N,), dt)):
-        with T.Kernel(T.ceildiv(I, W) + 1, threads=32 * W) as bx:
+        with T.Kernel(T.ceildiv(I, FG) + 1, threads=32 * W) as bx:
             dependent_launch(DL)
             tid = T.get_thread_binding()
-            if bx < T.ceildiv(I, W):
-                j = bx * W + tid // 32
+            if bx < T.ceildiv(I, FG):
+                j = bx * FG + (tid // 32) % FG
                 gate_up(x, gate_proj, T.min(j, I - 1), up_proj, T.min(j, I - 1), 0, N, j, act, tid)
             else:
                 logit_rows(x, expert_gate, 0, N, logit, tid)
@@ -307,31 +360,33 @@ def skinny_routed_programs(key: Any) -> tuple[Any, Any]:
     E, H, I, dt, i32 = key.experts, key.hidden, key.intermediate, key.dtype, "int32"
     W = WARPS
     N, S = T.dynamic("N"), T.dynamic("S")
-    F, DL = key.skinny_tiling.down_features, key.skinny_tiling.dependent_launch
+    F, DL, FG = key.skinny_tiling.down_features, key.skinny_tiling.dependent_launch, key.skinny_tiling.gate_up_features
     gate_up, down_one, down_features = _bodies(H, I, dt, key.skinny_tiling)
 
     @T.macro
     def slot(x, expert_offsets, bank, tile_expert, tile_row, out, bx, by, stage: str):
         """Map slot ``bx``'s tile through ``stage`` ("gate_up" or "down"), features ``by``'s warps
-        (``F`` features a warp in the down program)."""
+        (``FG`` features a gate/up program, ``F`` features a warp in the down program)."""
         e = tile_expert[bx]
         if e >= 0:
             tid = T.get_thread_binding()
-            f = by * W + tid // 32
             end = T.cast(expert_offsets[e + 1], i32)
             if stage == "gate_up":
-                g_row = e * 2 * I + T.min(f, I - 1)
-                gate_up(x, bank, g_row, bank, g_row + I, tile_row[bx], end, f, out, tid)
+                j = by * FG + (tid // 32) % FG
+                g_row = e * 2 * I + T.min(j, I - 1)
+                gate_up(x, bank, g_row, bank, g_row + I, tile_row[bx], end, j, out, tid)
             elif F > 1:
+                f = by * W + tid // 32
                 down_features(x, bank, e * H, tile_row[bx], end, f * F, None, out, tid, False)
             else:
+                f = by * W + tid // 32
                 down_one(x, bank, e * H + T.min(f, H - 1), tile_row[bx], end, f, None, out, tid, False)
 
     @T.prim_func
     def moe_skinny_gate_up(hidden_states: T.Tensor((N, H), dt), expert_offsets: T.Tensor((E + 1,), key.offsets_dtype),
                            gate_up_proj: T.Tensor((E * 2 * I, H), dt), tile_expert: T.Tensor((S,), i32),
                            tile_row: T.Tensor((S,), i32), act: T.Tensor((N, I), dt)):
-        with T.Kernel(S, T.ceildiv(I, W), threads=32 * W) as (bx, by):
+        with T.Kernel(S, T.ceildiv(I, FG), threads=32 * W) as (bx, by):
             dependent_launch(DL)
             slot(hidden_states, expert_offsets, gate_up_proj, tile_expert, tile_row, act, bx, by, "gate_up")
 

@@ -153,7 +153,9 @@ def staged_row_dot(rows: int, k: int, dtype: str, unroll: int, threads: int) -> 
     program (:func:`stage_rows_macro`), then ``acc[m]`` the dot product of weight row ``row`` with
     staged row ``m``, reduced across the warp (every lane holds it), a chunk at a time
     (:func:`weight_chunks`). With ``weights_first`` the first chunk's loads are issued before the
-    staging, so the two reads' latencies overlap; the sums and their order are the same."""
+    staging, so the two reads' latencies overlap; the sums and their order are the same. Given
+    ``w_alt`` (a warp-uniform ``alt``), the warps where ``alt`` holds read row ``row_alt`` of ``w_alt``
+    instead (the MoE experts' gate/up split: gate rows to half the warps, up rows to the others)."""
     import tilelang.language as T
 
     VEC = 16 // ELEM_BYTES[dtype]
@@ -161,18 +163,27 @@ def staged_row_dot(rows: int, k: int, dtype: str, unroll: int, threads: int) -> 
     NCH, U, load_chunk, dot_chunk = weight_chunks(rows, k, dtype, unroll)
 
     @T.macro
-    def row_dot(w, row, src, x_s, acc, r0, end, tid, weights_first: bool):
+    def load(w, row, w_alt, row_alt, alt, wv, lane, c):
+        if w_alt is None:
+            load_chunk(w, row, wv, lane, c)
+        elif alt:
+            load_chunk(w_alt, row_alt, wv, lane, c)
+        else:
+            load_chunk(w, row, wv, lane, c)
+
+    @T.macro
+    def row_dot(w, row, src, x_s, acc, r0, end, tid, weights_first: bool, w_alt=None, row_alt=None, alt=False):
         lane = tid % 32
         wv = T.alloc_local((U * VEC,), dtype)
         av = T.alloc_local((VEC,), dtype)
         if weights_first:
-            load_chunk(w, row, wv, lane, 0)
+            load(w, row, w_alt, row_alt, alt, wv, lane, 0)
         stage(src, x_s, r0, end, tid)
         for m in T.unroll(rows):
             acc[m] = T.float32(0)
         for c in T.serial(NCH):
             if not weights_first or c > 0:
-                load_chunk(w, row, wv, lane, c)
+                load(w, row, w_alt, row_alt, alt, wv, lane, c)
             dot_chunk(x_s, acc, wv, av, lane, c, r0, end)
         for m in T.unroll(rows):
             acc[m] = T.warp_reduce_sum(acc[m])
