@@ -168,3 +168,24 @@ def test_a_slot_past_the_pool_is_refused_before_any_write():
     with pytest.raises(IndexError, match="past the state pool"):
         chunk_gated_delta_rule(*case.values())
     assert torch.equal(case["state"], before)
+
+
+@pytest.mark.parametrize("lengths,padding", [([1], ()), ([63], ()), ([64], ()), ([130], ()), ([0, 65, 0], ()),
+                                             ([0, 70], (1,))], ids=["1", "63", "64", "130", "empties-65", "padding-70"])
+@pytest.mark.parametrize("dtype,state_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16)])
+def test_a_lone_sequence_runs_its_chunks_as_slices_within_the_tolerance(lengths, padding, dtype, state_dtype):
+    """One sequence with tokens (a prompt alone, the others empty) takes the slices path (``_lone_sequence``):
+    the oracle's outputs and state on a NaN-poisoned output, its slot read where ``has_initial_state`` says,
+    a padding slot's sequence writing nothing, every other slot bit for bit."""
+    case = _case(lengths, fresh_rng(), dtype=dtype, state_dtype=state_dtype, padding=padding)
+    before = case["state"].clone()
+    ref_out, ref_pool = chunk_gated_delta_rule_by_recurrence(*case.values())
+    out, pool = _run(case, out=torch.full(case["value"].shape, float("nan"), dtype=dtype))
+    assert torch.isfinite(out).all()
+    assert _rel(out, ref_out) < max(TOL[dtype], TOL[torch.float32])
+    assert _rel(pool, ref_pool) < max(TOL[state_dtype], TOL[torch.float32])
+    owner = [int(s) for s, n in zip(case["ssm_state_indices"], lengths) if n > 0 and s >= 0]
+    for slot in range(pool.shape[0]):
+        if slot not in owner:
+            assert torch.equal(pool[slot].view(torch.int16 if state_dtype != torch.float32 else torch.int32),
+                               before[slot].view(torch.int16 if state_dtype != torch.float32 else torch.int32))
