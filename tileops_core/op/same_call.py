@@ -59,8 +59,13 @@ def make_matcher(values: Sequence[Any]) -> Matcher | None:
     """A matcher for calls whose arguments have the metadata of ``values``, or None (no fast check)."""
     if _TensorGuards is None:
         return None
-    present = tuple(i for i, v in enumerate(values) if v is not None)
     absent = tuple(i for i, v in enumerate(values) if v is None)
+    # torch's guard answers False for any call that passes one tensor object twice, so a call like
+    # op(x, w, w) would never match and would rebuild its key and matcher every time: the guard
+    # takes each object once, and the matcher asks that a call repeat the same positions.
+    first: dict[int, int] = {}
+    present = tuple(i for i, v in enumerate(values) if v is not None and first.setdefault(id(v), i) == i)
+    repeats = tuple((i, first[id(v)]) for i, v in enumerate(values) if v is not None and first[id(v)] != i)
     tensors = [values[i] for i in present]
     if not tensors or not all(isinstance(t, torch.Tensor) and t.layout is torch.strided for t in tensors):
         return None
@@ -72,6 +77,14 @@ def make_matcher(values: Sequence[Any]) -> Matcher | None:
     check = guard.check
     n = len(values)
     pick: Callable[[Sequence[Any]], Any]
+    if repeats:
+        pick_once = itemgetter(*present) if len(present) > 1 else (lambda vals: (vals[present[0]],))
+
+        def matches_repeating(vals: Sequence[Any]) -> bool:
+            if len(vals) != n or any(vals[i] is not None for i in absent):
+                return False
+            return all(vals[i] is vals[j] for i, j in repeats) and check(*pick_once(vals))
+        return _with_extents(matches_repeating, values)
     if not absent:  # every argument a tensor: the values go to the check as they are
 
         def matches_all(vals: Sequence[Any]) -> bool:
