@@ -57,6 +57,9 @@ CANDIDATES = {"dep": MoESkinnyTiling(weights_first=True, dependent_launch=True),
               # program to two programs an SM; 56 with the split, compiled for sm_90a)
               "split": MoESkinnyTiling(gate_up_split=True),
               "f2 split dep": MoESkinnyTiling(down_features=2, dependent_launch=True, gate_up_split=True),
+              # four down features a warp: the B=1 down program in one wave (512 programs; NCU 2026-12-04f: 2.59 waves
+              # at one feature, 36% of DRAM); "w-f f4" lost 1.4 us at B=1 with weights first (2026-12-04e)
+              "f4 split dep": MoESkinnyTiling(down_features=4, dependent_launch=True, gate_up_split=True),
               "w-f fl": MoESkinnyTiling(weights_first=True, fused_logit=True),
               "dep fl": MoESkinnyTiling(weights_first=True, fused_logit=True, dependent_launch=True),  # the shared's
               "dep fl split": MoESkinnyTiling(weights_first=True, fused_logit=True, dependent_launch=True,
