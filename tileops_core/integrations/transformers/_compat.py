@@ -8,14 +8,18 @@ here instead of naming either.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
 __all__ = ["cache_keyword", "cache_kwargs", "cache_of"]
 
 
+@functools.lru_cache(maxsize=256)
 def cache_keyword(forward: Any, new: str = "cache", old: str = "past_key_values") -> str:
-    """The keyword ``forward`` takes its cache under: ``new`` where it has it, else ``old``."""
+    """The keyword ``forward`` takes its cache under: ``new`` where it has it, else ``old`` (once per
+    function: ``inspect.signature`` costs more than a tiny model's decode step spends in some ops,
+    and ``cache_kwargs`` asks on every step)."""
     return new if new in inspect.signature(forward).parameters else old
 
 
