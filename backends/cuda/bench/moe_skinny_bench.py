@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +42,8 @@ from cuda_bench_common import graph_bench_start, time_graph  # noqa: E402
 
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
 from tileops_cuda.kernels.moe_grouped_experts import (  # noqa: E402
-    PREFILL_ROWS_PER_EXPERT, MoEGroupedExpertsBuildKey, skinny_max_rows,
+    PREFILL_ROWS_PER_EXPERT, GroupedTiling, MoEGroupedExpertsBuildKey, _make_run, _routed_programs, build_experts,
+    skinny_max_rows,
 )
 from tileops_cuda.kernels.moe_shared_expert import MoESharedExpertBuildKey  # noqa: E402
 from tileops_cuda.kernels.moe_skinny import MoESkinnyTiling  # noqa: E402
@@ -67,6 +69,18 @@ CANDIDATES = {"dep": MoESkinnyTiling(weights_first=True, dependent_launch=True),
 #: Candidates only the shared expert's programs read (the routed experts have no gate logit).
 SHARED_ONLY = ("w-f fl", "dep fl", "dep fl split")
 ROUTED = {n: t for n, t in CANDIDATES.items() if n not in SHARED_ONLY}
+
+
+#: A decode tiling of narrower programs, beside the routed rows (NCU 2026-12-04f: at B=1 the decode tiling gives
+#: the gate/up kernel 64 programs, each streaming 512 kB of weights): gate/up 16 columns a program (256 programs
+#: at B=1), down 32 (512), eight stages in flight. Compiled for sm_90a on the CPU (wgmma n16 / n32).
+NARROW_DECODE = GroupedTiling(64, 16, 32, 128, 8)
+
+
+def _narrow_decode(key: MoEGroupedExpertsBuildKey) -> Any:
+    """The launch function of ``key`` (no skinny programs) with :data:`NARROW_DECODE` for every call."""
+    return build_experts("moe_grouped_experts_narrow", key, None, _routed_programs, _make_run,
+                         (NARROW_DECODE, NARROW_DECODE)).run
 
 
 def _built(launcher, keys: list) -> list:
@@ -150,6 +164,7 @@ def routed_rows(dev: torch.device, gen: torch.Generator, arch: str) -> list[dict
         keys += [MoEGroupedExpertsBuildKey("bfloat16", E, H, I, "int32", arch, skinny_max_rows=every, skinny_tiling=t)
                  for t in ROUTED.values()]
         default, skinny, *candidates = _built(TileLangMoEGroupedExperts.launcher, keys)
+        narrow, = _built(_narrow_decode, keys[:1])
         gate_up = (torch.randn(E, 2 * I, H, device=dev, generator=gen) / H ** 0.5).bfloat16()
         down = (torch.randn(E, H, I, device=dev, generator=gen) / I ** 0.5).bfloat16()
         print(f"{label}: the registered key runs the skinny programs up to {skinny_max_rows(E)} rows")
@@ -170,7 +185,9 @@ def routed_rows(dev: torch.device, gen: torch.Generator, arch: str) -> list[dict
                 return time_graph([lambda i=i: run(draws[i][0], draws[i][1], gate_up, down, outs[i])
                                    for i in range(COPIES)])
 
-            d_us, s_us = timed(default), timed(skinny)
+            d_us, s_us, n_us = timed(default), timed(skinny), timed(narrow)
+            got_n = narrow(x0, off0, gate_up, down, torch.full_like(x0, float("nan")))
+            n_diff = float((got_n.float() - want.float()).norm() / want.float().norm())
             times = {n: timed(run) for n, run in zip(ROUTED, candidates)}
             same = {n: bool(torch.equal(run(x0, off0, gate_up, down, torch.full_like(x0, float("nan"))), got))
                     for n, run in zip(ROUTED, candidates)}
@@ -180,9 +197,11 @@ def routed_rows(dev: torch.device, gen: torch.Generator, arch: str) -> list[dict
             dst = torch.empty_like(src)
             copy_us = time_graph([lambda: torch.mul(src, 1, out=dst)] * 4)
             rows.append({"model": label, "B": B, "decode_us": d_us, "skinny_us": s_us, "copy_us": copy_us,
-                         "experts_used": used, "rel_diff": diff, "candidates_us": times, "candidates_bitwise": same})
+                         "experts_used": used, "rel_diff": diff, "candidates_us": times, "candidates_bitwise": same,
+                         "narrow_decode_us": n_us, "narrow_decode_rel_diff": n_diff})
             print(f"{label:>12} {B:>3} {d_us:>10.2f} {s_us:>10.2f} {d_us / s_us:>13.2f}x "
-                  f"{100 * copy_us / s_us:>6.1f}% {diff:>9.2e}  " + _cells(times, same), flush=True)
+                  f"{100 * copy_us / s_us:>6.1f}% {diff:>9.2e}  " + _cells(times, same)
+                  + f"  narrow decode {n_us:.2f} (rel diff {n_diff:.1e})", flush=True)
     return rows
 
 
