@@ -96,9 +96,13 @@ def qk_norm_rope(query: torch.Tensor, key: torch.Tensor, q_weight: torch.Tensor,
     sin = emb.sin()
     sin[:, : freqs.shape[-1]].neg_()
     cos, sin = emb.cos().to(query.dtype).unsqueeze(1), sin.to(query.dtype).unsqueeze(1)
-    q = zero_centred_rms_norm(query, q_weight, eps)
-    k = zero_centred_rms_norm(key, k_weight, eps)
-    return _rotate(q, cos, sin), _rotate(k, cos, sin)
+    # q's and k's heads side by side, each with its own weight: one norm and one rotation over both (the same
+    # arithmetic element by element; at a decode step's sizes the op count is the time, not the elements)
+    nq, nkv = query.shape[1], key.shape[1]
+    both = torch.cat((query, key), dim=1)
+    weight = torch.cat((q_weight.expand(nq, -1), k_weight.expand(nkv, -1)))
+    out = _rotate(zero_centred_rms_norm(both, weight, eps), cos, sin)
+    return out[:, :nq].contiguous(), out[:, nq:].contiguous()
 
 
 def sigmoid_gate_mul(attn: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
