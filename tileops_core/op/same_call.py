@@ -77,15 +77,7 @@ def make_matcher(values: Sequence[Any]) -> Matcher | None:
     check = guard.check
     n = len(values)
     pick: Callable[[Sequence[Any]], Any]
-    if repeats:
-        pick_once = itemgetter(*present) if len(present) > 1 else (lambda vals: (vals[present[0]],))
-
-        def matches_repeating(vals: Sequence[Any]) -> bool:
-            if len(vals) != n or any(vals[i] is not None for i in absent):
-                return False
-            return all(vals[i] is vals[j] for i, j in repeats) and check(*pick_once(vals))
-        return _with_extents(matches_repeating, values)
-    if not absent:  # every argument a tensor: the values go to the check as they are
+    if not absent and not repeats:  # every argument a distinct tensor: the values go to the check as they are
 
         def matches_all(vals: Sequence[Any]) -> bool:
             return len(vals) == n and check(*vals)
@@ -96,13 +88,16 @@ def make_matcher(values: Sequence[Any]) -> Matcher | None:
         def pick(vals: Sequence[Any]) -> tuple[Any, ...]:
             return (vals[only],)
     else:
-        pick = itemgetter(*present)  # a tuple of the present arguments
+        pick = itemgetter(*present)  # a tuple of the present arguments, each object once
 
     def matches(vals: Sequence[Any]) -> bool:
         if len(vals) != n:
             return False
         for i in absent:
             if vals[i] is not None:
+                return False
+        for i, j in repeats:
+            if vals[i] is not vals[j]:
                 return False
         return check(*pick(vals))
     return _with_extents(matches, values)

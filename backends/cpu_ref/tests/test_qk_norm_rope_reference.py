@@ -8,16 +8,12 @@ import pytest
 import torch
 
 from cpu_ref_rows import fresh_rng
-from tileops_cpu_ref.attention import _rotate, qk_norm_rope, rope_angles
+from tileops_cpu_ref.attention import _rotate, qk_norm_rope, rope_tables
 from tileops_cpu_ref.gated_delta_net import zero_centred_rms_norm
 
 
 def _each_on_its_own(query, key, q_weight, k_weight, positions, rotary_dim, theta, eps, style, section):
-    freqs = rope_angles(positions, rotary_dim, theta, style, section)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    sin = emb.sin()
-    sin[:, : freqs.shape[-1]].neg_()
-    cos, sin = emb.cos().to(query.dtype).unsqueeze(1), sin.to(query.dtype).unsqueeze(1)
+    cos, sin = rope_tables(positions, rotary_dim, theta, style, section, query.dtype, query.device)
     return (_rotate(zero_centred_rms_norm(query, q_weight, eps), cos, sin),
             _rotate(zero_centred_rms_norm(key, k_weight, eps), cos, sin))
 

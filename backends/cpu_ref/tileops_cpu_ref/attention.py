@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from .constants import constant
 from .gated_delta_net import zero_centred_rms_norm
 
-__all__ = ["qk_norm_rope", "attention_decode", "attention_prefill", "sigmoid_gate_mul", "rope_angles"]
+__all__ = ["qk_norm_rope", "attention_decode", "attention_prefill", "sigmoid_gate_mul", "rope_angles", "rope_tables"]
 
 _ACC = torch.float32
 
@@ -87,15 +87,22 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> tor
     return rotated if R == x.shape[-1] else torch.cat((rotated, x[..., R:]), dim=-1)
 
 
+def rope_tables(positions: torch.Tensor, rotary_dim: int, theta: float, rope_style: str,
+                mrope_section: Sequence[int], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cos, signed_sin)`` as :func:`_rotate` takes them, ``[T, 1, rotary_dim]`` in ``dtype``: HF's
+    ``cos``/``sin`` of the angles (float32, rounded once), the sine's first half negated."""
+    freqs = rope_angles(positions, rotary_dim, theta, rope_style, mrope_section).to(device)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    sin = emb.sin()
+    sin[:, : freqs.shape[-1]].neg_()
+    return emb.cos().to(dtype).unsqueeze(1), sin.to(dtype).unsqueeze(1)
+
+
 def qk_norm_rope(query: torch.Tensor, key: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                  positions: torch.Tensor, rotary_dim: int, theta: float, eps: float, rope_style: str,
                  mrope_section: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Zero-centred RMSNorm per head (float32, rounded), then the rotary embedding in the input dtype."""
-    freqs = rope_angles(positions, rotary_dim, theta, rope_style, mrope_section).to(query.device)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    sin = emb.sin()
-    sin[:, : freqs.shape[-1]].neg_()
-    cos, sin = emb.cos().to(query.dtype).unsqueeze(1), sin.to(query.dtype).unsqueeze(1)
+    cos, sin = rope_tables(positions, rotary_dim, theta, rope_style, mrope_section, query.dtype, query.device)
     # q's and k's heads side by side, each with its own weight: one norm and one rotation over both (the same
     # arithmetic element by element; at a decode step's sizes the op count is the time, not the elements)
     nq, nkv = query.shape[1], key.shape[1]

@@ -56,6 +56,15 @@ def _per_value_head(x: torch.Tensor, NV: int, compute_dtype: torch.dtype, l2norm
     return x if NK == NV else x.repeat_interleave(NV // NK, dim=1)
 
 
+def _step_inputs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                 scale: float, l2norm: bool, compute_dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """``(q · scale, k, v, g, β)`` token-major in ``compute_dtype``, q and k per value head (:func:`_per_value_head`)."""
+    NV = value.shape[1]
+    q = _per_value_head(query, NV, compute_dtype, l2norm).mul_(scale)
+    k = _per_value_head(key, NV, compute_dtype, l2norm)
+    return (q, k, *(x.to(compute_dtype) for x in (value, g, beta)))
+
+
 def _initial_states(state: torch.Tensor, slots: list[int], reads: list[bool],
                     compute_dtype: torch.dtype) -> torch.Tensor:
     """``[n, NV, DV, DK]`` in ``compute_dtype``: ``state[slot]`` where a sequence reads its slot, else zeros."""
@@ -149,9 +158,8 @@ def chunk_gated_delta_rule(
     slots = [slot_list[b] for b in order]
     S = _initial_states(state, slots, [bool(has[b]) and slot_list[b] >= 0 for b in order], compute_dtype)
 
-    q_all = _per_value_head(query, NV, compute_dtype, use_qk_l2norm_in_kernel).mul_(scale)
-    k_all = _per_value_head(key, NV, compute_dtype, use_qk_l2norm_in_kernel)
-    v_all, g_all, beta_all = (x.to(compute_dtype) for x in (value, g, beta))
+    q_all, k_all, v_all, g_all, beta_all = _step_inputs(query, key, value, g, beta, scale, use_qk_l2norm_in_kernel,
+                                                        compute_dtype)
     # A batch of short prompts runs one chunk of its longest length, not one padded to 64: the
     # algebra holds for any chunk length, and the padding would be most of the work.
     chunk_size = min(chunk_size, int(lengths[0]))
@@ -186,17 +194,14 @@ def _lone_sequence(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     for any chunk length), and its slot is read and written in place, so the batched path's token tables,
     masks and index copies (a third of a short prompt's time on the CPU) are not built. The same steps."""
     rows = slice(start, end)
-    NV = value.shape[1]
-    q_all = _per_value_head(query[rows], NV, compute_dtype, l2norm).mul_(scale)
-    k_all = _per_value_head(key[rows], NV, compute_dtype, l2norm)
-    v_all, g_all, beta_all = (x[rows].to(compute_dtype) for x in (value, g, beta))
+    inputs = _step_inputs(query[rows], key[rows], value[rows], g[rows], beta[rows], scale, l2norm, compute_dtype)
     if reads and slot >= 0:
         S = state[slot : slot + 1].to(compute_dtype, copy=True)
     else:
         S = torch.zeros((1, *state.shape[1:]), dtype=compute_dtype, device=state.device)
     for a in range(0, end - start, chunk_size):
         c = slice(a, a + chunk_size)
-        o, S = _chunk_step(S, *(x[None, c].movedim(1, 2) for x in (q_all, k_all, v_all, g_all, beta_all)))
+        o, S = _chunk_step(S, *(x[None, c].movedim(1, 2) for x in inputs))
         out[start + a : start + a + o.shape[2]] = o[0].movedim(0, 1)
     if slot >= 0:
         state[slot] = S[0]
