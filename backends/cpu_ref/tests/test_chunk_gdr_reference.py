@@ -189,3 +189,14 @@ def test_a_lone_sequence_runs_its_chunks_as_slices_within_the_tolerance(lengths,
         if slot not in owner:
             assert torch.equal(pool[slot].view(torch.int16 if state_dtype != torch.float32 else torch.int32),
                                before[slot].view(torch.int16 if state_dtype != torch.float32 else torch.int32))
+
+
+@pytest.mark.parametrize("lengths", [[5, 7], [9]], ids=["batch", "lone"])
+def test_the_inputs_are_left_as_they_were_where_no_conversion_copies_them(lengths):
+    """float32 rows, as many key heads as value heads, no L2 norm: nothing converts the query, and the
+    scale must not be applied to the caller's tensor (it was, in place, before 2026-12-04f)."""
+    case = _case(lengths, fresh_rng(), NK=4, NV=4)
+    before = {name: t.clone() for name, t in case.items() if name != "state" and isinstance(t, torch.Tensor)}
+    _run(case)
+    for name, t in before.items():
+        assert torch.equal(case[name], t), f"{name} was written"

@@ -60,7 +60,7 @@ def _step_inputs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g:
                  scale: float, l2norm: bool, compute_dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     """``(q · scale, k, v, g, β)`` token-major in ``compute_dtype``, q and k per value head (:func:`_per_value_head`)."""
     NV = value.shape[1]
-    q = _per_value_head(query, NV, compute_dtype, l2norm).mul_(scale)
+    q = _per_value_head(query, NV, compute_dtype, l2norm) * scale  # not in place: that may be the caller's query
     k = _per_value_head(key, NV, compute_dtype, l2norm)
     return (q, k, *(x.to(compute_dtype) for x in (value, g, beta)))
 
