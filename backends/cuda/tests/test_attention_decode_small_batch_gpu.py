@@ -27,9 +27,12 @@ _MAX_TOKENS = 1 << 18  # as test_attention_gpu.py: larger rows are the bench's
 _NAMES = ("query", "key", "value", "key_cache", "value_cache", "cache_seqlens", "block_table")
 
 #: The candidates by the sweep's names: the light program (16-token paged blocks: loaded row by row), and over
-#: paged blocks gathered (``light_page_layout``; contiguous keys run the same program as ``par-bh16``).
+#: paged blocks gathered (``light_page_layout``; contiguous keys run the same program as ``par-bh16``); each beside
+#: the sliced combine (partials loaded with the log-sum-exps, a program a 64-channel slice).
 CANDIDATES = {"par-bh16": DecodeSchedule(combine="parallel", block_h=16),
-              "gather-bh16": DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16)}
+              "gather-bh16": DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16),
+              "par-bh16-sliced": DecodeSchedule(combine="sliced", block_h=16),
+              "gather-bh16-sliced": DecodeSchedule(paged_tiles="gather", combine="sliced", block_h=16)}
 _PARALLEL = DecodeSchedule(combine="parallel")
 
 

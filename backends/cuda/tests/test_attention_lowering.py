@@ -22,7 +22,7 @@ from tileops_cuda.kernels.attention_decode import (  # noqa: E402
     DecodeBuildKey, DecodeSchedule, default_tiling, page_layout, split_tiling,
 )
 from tileops_cuda.kernels.attention_decode_program import (  # noqa: E402
-    decode_combine_program, decode_parallel_combine_program, decode_split_program,
+    decode_combine_program, decode_parallel_combine_program, decode_sliced_combine_program, decode_split_program,
 )
 from tileops_cuda.kernels.attention_prefill import (  # noqa: E402
     CACHE_THREADS, CACHE_TOKENS, PREFILL_CACHE_WRITES, PREFILL_GRIDS, PREFILL_PROGRAMS, PREFILL_SETTINGS,
@@ -67,6 +67,19 @@ def test_the_three_stage_contiguous_pipeline_streams_with_bulk_copies():
 def test_the_parallel_combine_lowers_with_warp_shuffles_for_any_head_size(D, seqlens):
     source = _source(decode_parallel_combine_program(DecodeBuildKey("float16", 6, 2, D, seqlens_dtype=seqlens)))
     assert "__shfl_xor_sync" in source
+
+
+@pytest.mark.parametrize("D,seqlens,slices", [(256, "int32", True), (128, "int64", True), (16, "int64", False),
+                                              (48, "int32", False)])
+def test_the_sliced_combine_loads_the_partials_before_it_waits_for_the_weights(D, seqlens, slices):
+    """The prefetched partials' loads (one unrolled loop) come before the first barrier (the weights'
+    reduction), beside the log-sum-exps'; head sizes
+    that are a multiple of 64 channels are cut into a program a slice (the grid's third index)."""
+    source = _source(decode_sliced_combine_program(DecodeBuildKey("bfloat16", 16, 2, D, seqlens_dtype=seqlens)))
+    body = source[source.index("__launch_bounds__"):]
+    before_barrier = body[: body.index("__syncthreads")]
+    assert "*(float4*)(o_part + " in before_barrier and "lse_part[" in before_barrier
+    assert ("blockIdx.z" in body) == slices
 
 
 def test_the_decode_combine_program_lowers_for_small_heads_and_int64_lengths():

@@ -32,7 +32,8 @@ from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, dependent_launch_refusal, direct_entry
 from ._workspace import workspace_allocator
 from .attention_decode_program import (
-    COMBINE_THREADS, LOG2E, decode_combine_program, decode_parallel_combine_program, decode_split_program,
+    COMBINE_THREADS, LOG2E, decode_combine_program, decode_parallel_combine_program, decode_sliced_combine_program,
+    decode_split_program,
 )
 
 __all__ = ["COMBINES", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "DecodeTiling", "PAGED_TILES",
@@ -45,12 +46,15 @@ MAX_SPLITS = 256
 assert MAX_SPLITS <= COMBINE_THREADS  # the parallel combine gives each split one thread
 
 #: How the splits' partials are merged, in a second launch: ``serial`` (the first kernel: one
-#: program per query head walks the splits three times, a global round trip per split) or
+#: program per query head walks the splits three times, a global round trip per split),
 #: ``parallel`` (splits read at once, see
-#: :func:`~.attention_decode_program.decode_parallel_combine_program`). (A combine folded into the
+#: :func:`~.attention_decode_program.decode_parallel_combine_program`) or ``sliced`` (the partials
+#: loaded beside the log-sum-exps, a program per 64-channel slice of a head:
+#: :func:`~.attention_decode_program.decode_sliced_combine_program`; a candidate for B <= 8, not yet
+#: timed on the H200). (A combine folded into the
 #: split launch, its last program of a head merging, was measured 50-100x slower on the H200 and
 #: deleted: NOTES.md "Attention decode at small batch".)
-COMBINES = ("serial", "parallel")
+COMBINES = ("serial", "parallel", "sliced")
 
 #: Score rows of a split program: 64 (one wgmma tile, the group's query heads zero-padded) or 16
 #: (the light program, one mma tile: for groups of at most 16 query heads).
@@ -501,6 +505,8 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
             identity = ("attention_decode_combine", base, kind)
             if kind == "parallel":
                 return compiled(identity, lambda: decode_parallel_combine_program(base))
+            if kind == "sliced":
+                return compiled(identity, lambda: decode_sliced_combine_program(base))
             return compiled(identity, lambda: decode_combine_program(base, default_tiling(base)))
 
         def programs(block_size: int | None, schedule: DecodeSchedule) -> Callable[..., Any]:

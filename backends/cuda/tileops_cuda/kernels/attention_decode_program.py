@@ -54,8 +54,9 @@ from ._common import dependent_launch
 if TYPE_CHECKING:
     from .attention_decode import DecodeBuildKey, DecodeTiling
 
-__all__ = ["COMBINE_THREADS", "LOG2E", "WGMMA_ROWS", "decode_combine_program",
-           "decode_parallel_combine_program", "decode_split_program", "online_softmax_step"]
+__all__ = ["COMBINE_THREADS", "LOG2E", "SLICE_CHANNELS", "WGMMA_ROWS", "decode_combine_program",
+           "decode_parallel_combine_program", "decode_sliced_combine_program", "decode_split_program",
+           "lane_sums_macro", "online_softmax_step", "split_weights_macro"]
 
 #: log2(e): scores are exponentiated with exp2 after folding this into the softmax scale.
 LOG2E = 1.4426950408889634
@@ -67,6 +68,14 @@ WGMMA_ROWS = 64
 #: Threads of a parallel-combine program: one split's log-sum-exp each (so at most this many
 #: splits), then lanes of splits × 4-channel vectors for the weighted sum.
 COMBINE_THREADS = 256
+
+#: Channels of a row a sliced-combine program merges (:func:`decode_sliced_combine_program`): head sizes
+#: that are a multiple of it are cut into ``D / SLICE_CHANNELS`` programs a query head; others stay whole.
+SLICE_CHANNELS = 64
+
+#: Splits a lane of the sliced combine holds in registers: its first loads cover ``lanes · _PREFETCH``
+#: splits (128 at 64-channel slices), issued beside the log-sum-exps.
+_PREFETCH = 8
 
 
 def online_softmax_statistics(rows: int, cols: int) -> Any:
@@ -318,6 +327,76 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
     return decode_combine
 
 
+def split_weights_macro(threads: int) -> Any:
+    """The TileLang macro both parallel combines share: ``w_s[t]`` = split ``t``'s weight
+    ``exp2(lse_t - max) / sum`` over the ``active`` splits (0 past them), from thread ``t``'s
+    log-sum-exp ``lse`` (-inf past them): the maximum and the sum are warp shuffles, then one pass
+    over the warps' results in shared memory ``warp_s`` (``[2, threads // 32]``)."""
+    import tilelang.language as T
+
+    f32, WARPS = "float32", threads // 32
+
+    @T.macro
+    def split_weights(lse: Any, active: Any, tid: Any, warp_s: Any, w_s: Any):
+        x = T.alloc_var(f32)
+        m = T.alloc_var(f32)
+        e = T.alloc_var(f32)
+        total = T.alloc_var(f32)
+        x = lse
+        for o in T.unroll(5):
+            x = T.max(x, T.shfl_xor(x, 16 >> o))
+        if tid % 32 == 0:
+            warp_s[0, tid // 32] = x
+        T.sync_threads()
+        m = warp_s[0, 0]
+        for w in T.unroll(1, WARPS):
+            m = T.max(m, warp_s[0, w])
+        e = T.if_then_else(tid < active, T.exp2(lse - m), T.float32(0))
+        x = e
+        for o in T.unroll(5):
+            x = x + T.shfl_xor(x, 16 >> o)
+        if tid % 32 == 0:
+            warp_s[1, tid // 32] = x
+        T.sync_threads()
+        total = warp_s[1, 0]
+        for w in T.unroll(1, WARPS):
+            total = total + warp_s[1, w]
+        w_s[tid] = T.if_then_else(tid < active, e / total, T.float32(0))
+        T.sync_threads()
+
+    return split_weights
+
+
+def _vectors_and_lanes(channels: int) -> tuple[int, int]:
+    """A parallel combine's layout of ``channels`` (a multiple of 4): the 4-channel vectors a row,
+    and the lanes of splits (each vector's threads) that :data:`COMBINE_THREADS` hold."""
+    vectors = channels // 4
+    return vectors, COMBINE_THREADS // vectors
+
+
+def lane_sums_macro(lanes: int, vectors: int, dtype: str) -> Any:
+    """The TileLang macro ending both parallel combines: after a barrier, the first ``vectors`` threads
+    add the ``lanes`` lanes' 4-channel sums in ``sum_s`` (``[lanes, 4 · vectors]``), in lane order, and
+    store them rounded at ``out[b, q, c0 + 4 t ...]``."""
+    import tilelang.language as T
+
+    VEC = 4
+
+    @T.macro
+    def lane_sums_out(sum_s: Any, acc: Any, tid: Any, out: Any, b: Any, q: Any, c0: Any):
+        T.sync_threads()
+        if tid < vectors:
+            for v in T.unroll(VEC):
+                acc[v] = T.float32(0)
+            for l in T.unroll(lanes):
+                for v in T.vectorized(VEC):
+                    acc[v] = acc[v] + sum_s[l, tid * VEC + v]
+            for v in T.vectorized(VEC):
+                out[b, q, c0 + tid * VEC + v] = T.cast(acc[v], dtype)
+
+    return lane_sums_out
+
+
 def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
     """The combine PrimFunc with the splits read in parallel; the same parameters and result as
     :func:`decode_combine_program`, for at most :data:`COMBINE_THREADS` splits.
@@ -337,11 +416,12 @@ def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
     dt, f32, i32 = key.dtype, "float32", "int32"
     NQ, D = key.num_q_heads, key.head_dim
     TH, VEC, UNROLL = COMBINE_THREADS, 4, 8
-    CH = D // VEC  # 4-channel vectors a row
-    LANES = TH // CH
+    CH, LANES = _vectors_and_lanes(D)
     WARPS = TH // 32
     B, S = T.dynamic("B"), T.dynamic("S")
     NEG = -T.infinity(f32)
+    split_weights = split_weights_macro(TH)
+    lane_sums_out = lane_sums_macro(LANES, CH, dt)
 
     @T.prim_func
     def decode_parallel_combine(
@@ -359,10 +439,6 @@ def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
             sum_s = T.alloc_shared((LANES, D), f32)
             acc = T.alloc_local((VEC,), f32)
             lse = T.alloc_var(f32)
-            x = T.alloc_var(f32)
-            m = T.alloc_var(f32)
-            e = T.alloc_var(f32)
-            total = T.alloc_var(f32)
             wv = T.alloc_var(f32)
 
             n = T.cast(cache_seqlens[b], i32)
@@ -371,27 +447,7 @@ def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
             c = tid % CH
             # -- the weights: max and sum of the active splits' log-sum-exps -----------------
             lse = T.if_then_else(tid < active, lse_part[T.min(tid, S - 1), b, q], NEG)
-            x = lse
-            for o in T.unroll(5):
-                x = T.max(x, T.shfl_xor(x, 16 >> o))
-            if tid % 32 == 0:
-                warp_s[0, tid // 32] = x
-            T.sync_threads()
-            m = warp_s[0, 0]
-            for w in T.unroll(1, WARPS):
-                m = T.max(m, warp_s[0, w])
-            e = T.if_then_else(tid < active, T.exp2(lse - m), T.float32(0))
-            x = e
-            for o in T.unroll(5):
-                x = x + T.shfl_xor(x, 16 >> o)
-            if tid % 32 == 0:
-                warp_s[1, tid // 32] = x
-            T.sync_threads()
-            total = warp_s[1, 0]
-            for w in T.unroll(1, WARPS):
-                total = total + warp_s[1, w]
-            w_s[tid] = T.if_then_else(tid < active, e / total, T.float32(0))
-            T.sync_threads()
+            split_weights(lse, active, tid, warp_s, w_s)
             # -- the weighted sum: lane l takes splits l, l + LANES, ... ---------------------
             for v in T.unroll(VEC):
                 acc[v] = T.float32(0)
@@ -407,14 +463,96 @@ def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
                                                           c * VEC + v]
                 for v in T.vectorized(VEC):
                     sum_s[lane, c * VEC + v] = acc[v]
-            T.sync_threads()
-            if tid < CH:
-                for v in T.unroll(VEC):
-                    acc[v] = T.float32(0)
-                for l in T.unroll(LANES):
-                    for v in T.vectorized(VEC):
-                        acc[v] = acc[v] + sum_s[l, tid * VEC + v]
-                for v in T.vectorized(VEC):
-                    out[b, q, tid * VEC + v] = T.cast(acc[v], dt)
+            lane_sums_out(sum_s, acc, tid, out, b, q, 0)
 
     return decode_parallel_combine
+
+
+def decode_sliced_combine_program(key: "DecodeBuildKey") -> Any:
+    """The combine PrimFunc with every split's partial loaded beside its log-sum-exp; the same
+    parameters and result as :func:`decode_combine_program`, for at most :data:`COMBINE_THREADS` splits.
+
+    Why (issue 21, decode at B <= 8): the parallel combine waits for the log-sum-exps, reduces them,
+    and only then loads the partials, UNROLL-deep rounds of them: at B = 1 with 64 splits that is three
+    dependent round trips in one program per query head (16 programs on 132 SMs, 64 KiB each), and it
+    measured 6.2 µs of a 16.7 µs step under Nsight Compute (NOTES "ncudec"). The partials do not depend
+    on the weights, so here a lane's loads of its first ``_PREFETCH`` splits go out with the
+    log-sum-exp loads (one round trip for up to ``lanes · _PREFETCH`` splits), and a query head's row is
+    cut into :data:`SLICE_CHANNELS`-channel slices, a program each (4x the programs at D = 256, a quarter
+    of the bytes each). The weights are formed as in the parallel combine (warp shuffles, one shared
+    pass; every slice program of a head forms the same ones); lane ``l`` sums splits ``l, l + lanes, ...``
+    of its 4-channel vector and the lanes' sums are added in lane order: the sums' order differs from
+    the parallel combine's (its lanes are fewer), so the results agree within float32 rounding, both
+    checked against float64. Partials of splits past the active ones (and of a padding sequence, which
+    has none) are never written: their loads are clamped to a written split or to split 0 and their
+    terms selected away, never multiplied by a zero weight (a stale NaN must not leak in).
+    """
+    import tilelang.language as T
+
+    dt, f32, i32 = key.dtype, "float32", "int32"
+    NQ, D = key.num_q_heads, key.head_dim
+    TH, VEC, U = COMBINE_THREADS, 4, _PREFETCH
+    DC = SLICE_CHANNELS if D % SLICE_CHANNELS == 0 else D  # channels a program
+    DS, (CH, LANES), WARPS = D // DC, _vectors_and_lanes(DC), TH // 32
+    B, S = T.dynamic("B"), T.dynamic("S")
+    NEG = -T.infinity(f32)
+    split_weights = split_weights_macro(TH)
+    lane_sums_out = lane_sums_macro(LANES, CH, dt)
+
+    @T.macro
+    def load_partials(o_part: Any, part: Any, first: Any, lane: Any, last: Any, b: Any, q: Any, c: Any):
+        """Lane ``lane``'s vectors at channel ``c`` of splits ``first + lane + u · LANES`` (clamped to ``last``)."""
+        for u in T.unroll(U):
+            for v in T.vectorized(VEC):
+                part[u * VEC + v] = o_part[T.min(first + u * LANES + lane, last), b, q, c + v]
+
+    @T.macro
+    def add_weighted(acc: Any, part: Any, w_s: Any, first: Any, lane: Any, active: Any):
+        """``acc += w · partial`` for the loaded splits before ``active`` (the rest selected away)."""
+        for u in T.unroll(U):
+            for v in T.unroll(VEC):
+                acc[v] = acc[v] + T.if_then_else(first + u * LANES + lane < active,
+                                                 w_s[T.min(first + u * LANES + lane, TH - 1)] * part[u * VEC + v],
+                                                 T.float32(0))
+
+    @T.prim_func
+    def decode_sliced_combine(
+        o_part: T.Tensor((S, B, NQ, D), f32),
+        lse_part: T.Tensor((S, B, NQ), f32),
+        cache_seqlens: T.Tensor((B,), key.seqlens_dtype),
+        out: T.Tensor((B, NQ, D), dt),
+        chunk: T.int32,
+    ):
+        with T.Kernel(NQ, B, DS, threads=TH) as (q, b, ds):
+            dependent_launch(key.dependent_launch)
+            tid = T.get_thread_binding()
+            w_s = T.alloc_shared((TH,), f32)
+            warp_s = T.alloc_shared((2, WARPS), f32)
+            sum_s = T.alloc_shared((LANES, DC), f32)
+            part = T.alloc_local((U * VEC,), f32)
+            acc = T.alloc_local((VEC,), f32)
+            lse = T.alloc_var(f32)
+
+            n = T.cast(cache_seqlens[b], i32)
+            active = T.if_then_else(n >= 0, T.min(n // chunk + 1, S), 0)
+            last = T.max(active - 1, 0)  # a written split (split 0 when none is: its terms are selected away)
+            lane = tid // CH
+            c = ds * DC + (tid % CH) * VEC
+            # -- the first splits' partials, in flight beside the log-sum-exps ---------------------
+            load_partials(o_part, part, 0, lane, last, b, q, c)
+            lse = T.if_then_else(tid < active, lse_part[T.min(tid, S - 1), b, q], NEG)
+            # -- the weights: max and sum of the active splits' log-sum-exps -----------------------
+            split_weights(lse, active, tid, warp_s, w_s)
+            # -- the weighted sum: lane l takes splits l, l + LANES, ... -------------------------
+            for v in T.vectorized(VEC):
+                acc[v] = T.float32(0)
+            if lane < LANES:
+                add_weighted(acc, part, w_s, 0, lane, active)
+                for r in T.serial(T.ceildiv(T.max(active - LANES * U, 0), LANES * U)):  # past the first loads
+                    load_partials(o_part, part, (r + 1) * LANES * U, lane, last, b, q, c)
+                    add_weighted(acc, part, w_s, (r + 1) * LANES * U, lane, active)
+                for v in T.vectorized(VEC):
+                    sum_s[lane, (tid % CH) * VEC + v] = acc[v]
+            lane_sums_out(sum_s, acc, tid, out, b, q, ds * DC)
+
+    return decode_sliced_combine
