@@ -218,6 +218,20 @@ def test_grouped_mm_is_taken_only_for_the_16_byte_aligned_operands_it_accepts() 
     assert grouped_mm_takes(torch.randn(3, 8), torch.randn(2, 4, 8))
     assert not grouped_mm_takes(torch.randn(3, 7), torch.randn(2, 4, 7))  # rows of 28 bytes
     assert not grouped_mm_takes(torch.randn(3, 16).bfloat16(), torch.randn(2, 5, 16).bfloat16())  # 10-byte rows out
+    every_other = torch.randn(2, 4, 8, 2)[..., 0]  # aligned rows of elements 8 bytes apart (found in review)
+    assert not grouped_mm_takes(torch.randn(3, 8), every_other)
+    assert not grouped_mm_takes(torch.randn(3, 8, 2)[..., 0], torch.randn(2, 4, 8))
+
+
+def test_expert_weights_of_strided_elements_are_served_by_the_loop() -> None:
+    """Weight views whose elements are not adjacent are legal operands (the manifest asks no contiguity):
+    the per-expert loop serves them, with the contiguous weights' result."""
+    g = torch.Generator().manual_seed(12)
+    x, offsets = torch.randn(10, 16, generator=g), torch.tensor([0, 3, 3, 7, 10], dtype=torch.int32)
+    gate_up, down = torch.randn(4, 16, 16, generator=g) / 4, torch.randn(4, 16, 8, generator=g) / 3
+    strided = [torch.stack([w, torch.full_like(w, float("nan"))], -1)[..., 0] for w in (gate_up, down)]
+    op = MoEGroupedExpertsFwdOp()
+    torch.testing.assert_close(op(x, offsets, *strided), op(x, offsets, gate_up, down), rtol=1e-6, atol=1e-6)
 
 
 def test_no_tokens_route_to_empty_outputs_and_zero_offsets() -> None:

@@ -242,6 +242,17 @@ def test_padding_slot_writes_nothing_and_starts_from_zero():
     torch.testing.assert_close(out[0], first, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_an_empty_pool_serves_sequences_of_padding_slots_from_zeros(state_dtype):
+    """A pool of no slot leaves only padding (slots lie in [-1, S)): each sequence starts from zeros, as a
+    padding slot does in any pool (found in review: the gather of slot 0 raised)."""
+    case = _case([1, 2], state_dtype=state_dtype, with_g=True, padding=(0, 1, 2))
+    expected, _ = _oracle(case)
+    empty = case["state"][:0]
+    out = recurrent_gated_delta_rule(**{**case, "state": empty})
+    assert _relative(out, expected) <= max(OUT_TOL[torch.float32], STATE_TOL[state_dtype])
+
+
 def test_one_call_of_l_tokens_equals_l_calls_of_one_token():
     """A sequence decoded in one call matches the same tokens fed one per call, chained through one slot."""
     gen = fresh_rng()

@@ -162,7 +162,12 @@ def _softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.
 
 
 def _softmax_direct(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
-    return torch.softmax(input, dim, dtype=dtype)  # like the portable form, casts to dtype first
+    """torch's own call (like the portable form, it casts to ``dtype`` first). Its CPU kernel computes a
+    16-bit softmax in float32 and rounds once over the last axis only; over another it rounds its
+    intermediates (up to 1.4 ulp, found in review), so the portable form serves those."""
+    if (dtype or input.dtype) in _LOW and input.dim() and dim % input.dim() != input.dim() - 1:
+        return _softmax(input, dim, dtype)
+    return torch.softmax(input, dim, dtype=dtype)
 
 
 class RefSoftmax(_Reference, SoftmaxKernel):

@@ -107,13 +107,13 @@ def grouped_linear_by_loop(x: torch.Tensor, weight: torch.Tensor, offs: list[int
 
 
 def grouped_mm_takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether ``torch._grouped_mm`` runs ``x`` against ``weight[e].T`` here: on the CPU, with
-    every row stride, the output row and both base addresses a multiple of 16 bytes (it
-    refuses anything else, e.g. H = 7)."""
+    """Whether ``torch._grouped_mm`` runs ``x`` against ``weight[e].T`` here: on the CPU, with rows
+    of unit-stride elements, every row stride, the output row and both base addresses a multiple of
+    16 bytes (it refuses anything else, e.g. H = 7 or a strided view of every other element)."""
     size = x.element_size()
     strides = (x.stride(0), weight.stride(0), weight.stride(1), weight.shape[1])
-    return (x.device.type == "cpu" and hasattr(torch, "_grouped_mm") and all(s * size % 16 == 0 for s in strides)
-            and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0)
+    return (x.device.type == "cpu" and hasattr(torch, "_grouped_mm") and x.stride(1) == 1 and weight.stride(2) == 1
+            and all(s * size % 16 == 0 for s in strides) and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0)
 
 
 def _grouped_linear(x: torch.Tensor, weight: torch.Tensor, offs: list[int], ends: torch.Tensor) -> torch.Tensor:

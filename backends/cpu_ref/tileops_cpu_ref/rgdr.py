@@ -164,7 +164,11 @@ def _gathered_states(state: torch.Tensor, slots: torch.Tensor, compute_dtype: to
                      padded: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The initial states ``[n, NV, DV, DK]`` in ``compute_dtype`` (zeros where the slot is
     padding), and a buffer of their shape in the state's dtype when that differs (else None):
-    the gathered rows themselves, reused for the per-token re-quantisation."""
+    the gathered rows themselves, reused for the per-token re-quantisation. An empty pool has no row
+    to clamp a padding slot to, and every slot is padding there (slots lie in ``[-1, S)``): zeros."""
+    if state.shape[0] == 0:
+        S = torch.zeros((slots.numel(), *state.shape[1:]), dtype=compute_dtype, device=state.device)
+        return S, None if compute_dtype == state.dtype else torch.zeros_like(S, dtype=state.dtype)
     gathered = state.index_select(0, slots.clamp(min=0) if padded else slots)
     S = _cast(gathered, compute_dtype)
     if padded:
