@@ -61,13 +61,97 @@ def test_patched_logits_match_hf_over_prefill_and_decode_steps(model_type: str, 
 @pytest.mark.parametrize("model_type", TINY_MODEL_TYPES)
 def test_greedy_generate_gives_hf_tokens(model_type: str) -> None:
     ref, patched, _ = _pair(model_type, seed=2)
-    ids, mask = _left_padded_batch(ref.config.vocab_size, seed=3)
+    _assert_greedy_generate_equal(ref, patched, *_left_padded_batch(ref.config.vocab_size, seed=3))
+
+
+def _assert_greedy_generate_equal(ref, patched, ids: torch.Tensor, mask: torch.Tensor) -> None:
     kw = dict(attention_mask=mask, max_new_tokens=DECODE_STEPS + 1, do_sample=False, output_logits=True,
               return_dict_in_generate=True)
     with torch.no_grad():
         a, b = ref.generate(ids, **kw), patched.generate(ids, **kw)
     assert torch.equal(a.sequences, b.sequences)
     assert max((x - y).abs().max().item() for x, y in zip(a.logits, b.logits)) <= TOL
+
+
+@pytest.mark.parametrize("pads", [[4], [2, 5]], ids=["one-padded-row", "every-row-padded"])
+def test_greedy_generate_gives_hf_tokens_where_no_row_fills_the_prompt(pads: list[int]) -> None:
+    """A padded batch-1 prompt, or a batch padded to a fixed length: HF's cache length counts the padding,
+    which is longer than any row's real tokens (found in review: the second step was refused)."""
+    ref, patched, _ = _pair("qwen3_5", seed=8)
+    g = torch.Generator().manual_seed(9)
+    ids = torch.randint(1, ref.config.vocab_size, (len(pads), 12), generator=g)
+    mask = torch.ones_like(ids)
+    for row, k in enumerate(pads):
+        ids[row, :k], mask[row, :k] = 0, 0
+    _assert_greedy_generate_equal(ref, patched, ids, mask)
+
+
+def test_conversions_after_apply_keep_the_packed_mlp_weights_those_of_the_model() -> None:
+    """``.to(dtype)`` and a dtype round trip followed by a new state dict convert each Parameter on its
+    own; the packed gate/up weight follows them (found in review: a crash, then stale weights)."""
+    ref, patched, _ = _pair("qwen3_5", seed=10)
+    ids, mask = _left_padded_batch(ref.config.vocab_size, seed=11)
+    with torch.no_grad():
+        ref.to(torch.bfloat16), patched.to(torch.bfloat16)
+        a, b = ref(input_ids=ids, attention_mask=mask).logits, patched(input_ids=ids, attention_mask=mask).logits
+        assert b.dtype == torch.bfloat16 and (a - b)[mask.bool()].abs().max().item() <= 2e-2
+        ref.float(), patched.float()
+        new = tiny_model("qwen3_5", seed=12).state_dict()
+        ref.load_state_dict(new), patched.load_state_dict(new)
+        a, b = ref(input_ids=ids, attention_mask=mask).logits, patched(input_ids=ids, attention_mask=mask).logits
+    assert (a - b)[mask.bool()].abs().max().item() <= TOL
+
+
+def test_a_static_cache_and_attention_weights_are_refused_by_name() -> None:
+    """Neither has a TileOPs form: each is refused saying what was asked (found in review: a static cache
+    was refused as a padding problem, and attention weights came back empty)."""
+    _, patched, _ = _pair("qwen3_5", seed=13)
+    ids = torch.randint(1, patched.config.vocab_size, (1, 6), generator=torch.Generator().manual_seed(14))
+    with torch.no_grad():
+        with pytest.raises(NotImplementedError, match="a StaticCache"):
+            patched.generate(ids, cache_implementation="static", max_new_tokens=2, do_sample=False)
+        patched.set_attn_implementation("eager")  # (with sdpa HF itself returns no weights, and warns)
+        with pytest.raises(NotImplementedError, match="output_attentions"):
+            patched(input_ids=ids, output_attentions=True)
+
+
+def test_a_patched_model_refuses_a_deep_copy_and_says_how_to_copy_it() -> None:
+    """Its forwards close over its own modules: a copy would run on the original's weights (found in
+    review), so copying is refused for the model and for each patched module."""
+    _, patched, _ = _pair("qwen3_next", seed=15)
+    layer = next(m for m in patched.modules() if "forward" in vars(m))
+    for obj in (patched, layer):
+        with pytest.raises(TypeError, match="copy the model before apply_tileops"):
+            copy.deepcopy(obj)
+
+
+def test_a_call_that_asks_for_gradients_is_refused_with_the_way_to_call_it() -> None:
+    """The ops record no gradients: with grad mode on, a call whose activations or a patched norm's weight
+    require grad is refused (found in review: a misleading write check, or a silently missing gradient);
+    with every parameter frozen it runs."""
+    _, patched, _ = _pair("qwen3_5", seed=16)
+    ids = torch.randint(1, patched.config.vocab_size, (1, 6), generator=torch.Generator().manual_seed(17))
+    with pytest.raises(NotImplementedError, match=r"model.layers.0: .* torch.no_grad\(\)"):
+        patched(input_ids=ids)
+    patched.requires_grad_(False)
+    patched.model.norm.weight.requires_grad_(True)  # fine-tuning the final norm alone
+    with pytest.raises(NotImplementedError, match="model.norm: TileOPs ops record no gradients"):
+        patched(input_ids=ids)
+    patched.model.norm.weight.requires_grad_(False)
+    assert patched(input_ids=ids).logits.shape == (1, 6, patched.config.vocab_size)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe"])
+def test_router_logits_and_the_load_balancing_loss_are_hf_s(model_type: str) -> None:
+    """HF records router logits with a hook on the router module, which the patched block does not call:
+    the block runs the router's hooks itself (found in review: none were recorded and the loss failed)."""
+    ref, patched, _ = _pair(model_type, seed=18)
+    ids, mask = _left_padded_batch(ref.config.vocab_size, seed=19)
+    with torch.no_grad():
+        a, b = (m(input_ids=ids, attention_mask=mask, output_router_logits=True) for m in (ref, patched))
+    assert len(a.router_logits) == len(b.router_logits) > 0
+    assert max((x - y).abs().max().item() for x, y in zip(a.router_logits, b.router_logits)) <= TOL
+    assert abs(a.aux_loss.item() - b.aux_loss.item()) <= TOL
 
 
 def test_sampling_generate_gives_hf_tokens_for_the_same_seed() -> None:
@@ -148,7 +232,7 @@ def test_padding_after_the_prompt_is_refused_by_the_attention_adapter() -> None:
     with torch.no_grad():
         out = patched(input_ids=ids, attention_mask=mask, use_cache=True)
         late = torch.cat([mask, torch.tensor([[0], [1]])], 1)
-        with pytest.raises(NotImplementedError, match="the mask pads tokens after the prompt"):
+        with pytest.raises(NotImplementedError, match="the mask pads tokens of a call after the first one"):
             patched(input_ids=ids[:, -1:], attention_mask=late, use_cache=True,
                     **cache_kwargs(patched, cache_of(out)))
 

@@ -17,9 +17,10 @@ from test_transformers_integration import _left_padded_batch  # noqa: E402
 
 
 def _modules_run(model, ids: torch.Tensor, mask: torch.Tensor) -> set[str]:
-    """The modules whose forward runs in a prefill and one decode step."""
+    """The modules whose forward runs in a prefill and one decode step (their forward pre-hooks: a MoE block
+    that does its router's work runs the router's forward hooks for HF's output capture, not its forward)."""
     ran: set[str] = set()
-    handles = [m.register_forward_hook(lambda mod, args, out, name=name: ran.add(name))
+    handles = [m.register_forward_pre_hook(lambda mod, args, name=name: ran.add(name))
                for name, m in model.named_modules()]
     try:
         with torch.no_grad():

@@ -73,7 +73,22 @@ def apply_tileops(model: nn.Module, *, every_module: bool = False) -> TileOpsRep
         _walk(model, classes, report, every_module)
     report.kernel_calls = calls
     use_tileops_experts(model)
+    _refuse_deep_copies(model)
     return report
+
+
+def _refuse_deep_copies(model: nn.Module) -> None:
+    """A patched module's forward closes over the modules, weights and ops it was made from: a deep copy
+    would carry the original's forwards and run on the original's weights (found in review: wrong logits
+    once the copy's weights change). So the model and every module with a forward of its own refuse it,
+    naming the way that works; ``copy.deepcopy`` reads ``__deepcopy__`` from the instance."""
+    def refuse(memo: dict[int, Any]) -> Any:
+        raise TypeError("a model moved onto TileOPs cannot be deep-copied (its adapters close over this model's "
+                        "modules): copy the model before apply_tileops, then apply it to each copy")
+
+    for m in model.modules():
+        if m is model or "forward" in vars(m):
+            setattr(m, "__deepcopy__", refuse)  # (an instance attribute: nn.Module keeps it as given)
 
 
 def _walk(model: nn.Module, classes: dict[str, type], report: TileOpsReport, every_module: bool) -> None:

@@ -144,6 +144,10 @@ def _store_for(cache: Any, layer_idx: int, batch: int, tokens: int, nkv: int, d:
     if cache is None:
         return _KVStore(batch, tokens, nkv, d, like.dtype, like.device), 0
     layer = cache.layers[layer_idx]
+    if type(layer).__name__.startswith("Static"):  # its preallocated [B, NKV, max_len, D] and full-length masks
+        raise NotImplementedError(
+            f"layer {layer_idx}: a StaticCache ({type(layer).__name__}); the TileOPs attention adapter keeps its own "
+            "left-aligned cache: use the default dynamic cache, or static_decode_session for fixed shapes")
     store = getattr(layer, "_tileops_kv", None)
     seen = layer.get_seq_length() if getattr(layer, "is_initialized", False) else 0
     if store is None or seen == 0:
@@ -160,9 +164,14 @@ def _store_for(cache: Any, layer_idx: int, batch: int, tokens: int, nkv: int, d:
 
 
 def _publish(cache: Any, layer_idx: int, store: _KVStore, seen: int) -> None:
-    """Show HF the cache as ``[B, NKV, S, D]`` views of the store (``S`` counts padding, as HF's does)."""
+    """Show HF the cache as ``[B, NKV, S, D]`` views of the store (``S`` counts padding, as HF's does).
+
+    HF's count can exceed what the store holds for the ops (its longest row's real tokens): where every
+    row was left-padded, no row is as long as the prompt, so the store grows to ``S`` first (a slice
+    past its end would be shorter than ``S`` and HF's next mask would no longer match)."""
     if cache is None:
         return
+    store.reserve(seen)
     layer = cache.layers[layer_idx]
     layer.keys = store.keys[:, :seen].permute(0, 2, 1, 3)
     layer.values = store.values[:, :seen].permute(0, 2, 1, 3)
@@ -216,8 +225,9 @@ def _check_new_tokens_real(attention_mask: Any, lengths: torch.Tensor, tokens: i
     last = attention_mask[:, 0, -1]
     seen = (last if last.dtype == torch.bool else last == 0).sum(-1, dtype=lengths.dtype)
     if not torch.equal(seen.sub_(tokens), lengths):
-        raise NotImplementedError(f"layer {layer_idx}: the mask pads tokens after the prompt; the TileOPs attention "
-                                  "adapter drops padding only at the prefill")
+        raise NotImplementedError(f"layer {layer_idx}: the mask pads tokens of a call after the first one (padding "
+                                  "after the prompt, or left padding longer than the first prefill chunk); the "
+                                  "TileOPs attention adapter drops padding only in the first call of a cache")
 
 
 def _decode_steps(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -245,6 +255,10 @@ def _attention_forward(m: Any, ops: AttentionOps, positions: Positions) -> Calla
     def forward(hidden_states: torch.Tensor, position_embeddings: Any = None, attention_mask: Any = None,
                 cache: Any = None, past_key_values: Any = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
         cache = cache if cache is not None else past_key_values
+        if kwargs.get("output_attentions") and m.config._attn_implementation == "eager":
+            # (HF's eager attention returns the weights, where ours would be collected as none: found in review)
+            raise NotImplementedError(f"layer {layer_idx}: output_attentions; the TileOPs attention ops form no "
+                                      "attention weights: call the model without apply_tileops for them")
         B, T, _ = hidden_states.shape
         query, key, value, gate = layer.project(hidden_states, positions.flat(B, T, ops.rows))
         store, seen = _store_for(cache, layer_idx, B, T, nkv, d, key)

@@ -12,7 +12,6 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ...ops.activation import SiluAndMulFwdOp
 from ._plain import LinearOps, kept_on_torch
@@ -50,19 +49,42 @@ def patch_mlp(name: str, m: Any, op: SiluAndMulFwdOp, linears: LinearOps, every_
     answer = serving(op, torch.empty(1, 2 * w.shape[0], dtype=w.dtype, device=w.device))
     if not answer.ok:
         return [Route(name, kind, "act", type(op).__name__, None, answer.reason)]
-    with torch.no_grad():
-        packed = torch.cat([m.gate_proj.weight, m.up_proj.weight], dim=0)
     inter = w.shape[0]
-    m.gate_proj.weight = nn.Parameter(packed[:inter], requires_grad=w.requires_grad)
-    m.up_proj.weight = nn.Parameter(packed[inter:], requires_grad=w.requires_grad)
-    linear, matmul = linears.serving_for(packed, every_module)
+    packed, matmul = _pack(m, op, inter, linears, every_module)
+    _repack_after_conversions(m, lambda: _pack(m, op, inter, linears, every_module))
     gate_up = (f"{name}.gate_proj", f"{name}.up_proj")  # their weights are the packed one's halves
     if every_module and matmul.ok:
-        m.forward = _mlp_forward(m, op, packed, linear)
         packed_route = Route(name, kind, "gate/up", "LinearFwdOp", matmul.kernel, "packed into one matmul",
                              covers=gate_up)
     else:
-        m.forward = _mlp_forward(m, op, packed, None)
         packed_route = Route(name, kind, "gate/up", "LinearFwdOp", None,
                              kept_on_torch(matmul, "matmul (of gate/up packed into one)"), covers=gate_up)
     return [packed_route, Route(name, kind, "act", type(op).__name__, answer.kernel, "", covers=(f"{name}.act_fn",))]
+
+
+def _pack(m: Any, op: SiluAndMulFwdOp, inter: int, linears: LinearOps, every_module: bool) -> tuple[torch.Tensor, Any]:
+    """Pack the gate and up weights into one ``[2I, H]`` tensor whose halves become their Parameters'
+    data (the same Parameter objects: an optimiser or a state dict holding them keeps them), and set
+    the forward that multiplies by it; the packed matmul's serving answer."""
+    gate, up = m.gate_proj.weight, m.up_proj.weight
+    with torch.no_grad():
+        packed = torch.cat([gate, up], dim=0)
+    gate.data, up.data = packed[:inter], packed[inter:]
+    linear, matmul = linears.serving_for(packed, every_module)
+    m.forward = _mlp_forward(m, op, packed, linear if every_module and matmul.ok else None)
+    return packed, matmul
+
+
+def _repack_after_conversions(m: Any, repack: Callable[[], Any]) -> None:
+    """``model.to(dtype)``, ``.half()``, ``.cuda()`` convert each Parameter on its own (``Module._apply``):
+    the gate and up weights stop being halves of the packed tensor the forward multiplies by, which would
+    then keep the old dtype and values (found in review: a crash, or stale weights after a round trip and a
+    new state dict). The module's own ``_apply`` packs them again after every conversion."""
+    convert = m._apply  # the class's, bound to m
+
+    def _apply(fn: Callable[..., Any], recurse: bool = True) -> Any:
+        convert(fn, recurse)
+        repack()
+        return m
+
+    m._apply = _apply

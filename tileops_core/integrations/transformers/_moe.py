@@ -203,7 +203,8 @@ def _block_forward(m: Any, ops: _BlockOps) -> Callable[[torch.Tensor], torch.Ten
     shared = m.shared_expert
     weights_of_shared = (shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight,
                          m.shared_expert_gate.weight)
-    router_weight = m.gate.weight
+    router, router_weight = m.gate, m.gate.weight
+    router_hooks = router._forward_hooks  # (torch keeps this dict for the module's life)
     logits_op = ops.logits
 
     def forward(hidden_states: torch.Tensor) -> torch.Tensor:
@@ -212,8 +213,23 @@ def _block_forward(m: Any, ops: _BlockOps) -> Callable[[torch.Tensor], torch.Ten
         shared_out = ops.shared(x, *weights_of_shared)
         logits = logits_op(x, router_weight) if logits_op is not None else F.linear(x, router_weight)
         weights, ids = ops.routing(logits)
+        if router_hooks:
+            _router_ran(router, x, (logits, weights, ids))
         return ops.experts(x, ids, weights, shared_out).view(B, S, H)
     return forward
+
+
+def _router_ran(router: Any, x: torch.Tensor, output: tuple[torch.Tensor, ...]) -> None:
+    """The router module's forward hooks, given what its forward returns (logits, top-k weights, expert
+    ids): the block does the router's work in the ops and never calls it, and HF records
+    ``output_router_logits`` with such a hook (found in review: no logits were recorded and HF's
+    load-balancing loss indexed an empty tuple). Hooks observe; a value one returns is not used."""
+    with_kwargs = router._forward_hooks_with_kwargs
+    for key, hook in list(router._forward_hooks.items()):
+        if key in with_kwargs:
+            hook(router, (x,), {}, output)
+        else:
+            hook(router, (x,), output)
 
 
 def patch_sparse_moe_block(name: str, m: Any, every_module: bool) -> list[Route]:
