@@ -114,6 +114,32 @@ def test_a_varlen_call_of_one_sequence_runs_its_own_program_and_a_batch_the_keys
     assert [r[0] for r in ran] == ["one", "batch", "one", "batch"]
 
 
+def test_the_conv_launchers_give_their_programs_packed_metadata_and_bias():
+    """The programs read the metadata vectors and the bias as packed arrays (their host code asserts a unit
+    stride): a column of a slot table or a strided lengths vector is legal (found in review: refused at
+    launch), so the launchers pass packed copies where a view is strided."""
+    import torch
+
+    from tileops_cuda.kernels.conv1d import ConvUpdateBuildKey, _make_update_run, _make_varlen_run
+
+    seen: list = []
+
+    def record(*args):
+        seen.append([a for a in args if isinstance(a, torch.Tensor)])
+
+    D, W = 64, 4
+    x, pool = torch.zeros(6, D, dtype=torch.bfloat16), torch.zeros(8, D, W - 1, dtype=torch.bfloat16)
+    weight, bias = torch.zeros(D, W, dtype=torch.bfloat16), torch.zeros(D, 2, dtype=torch.bfloat16)[:, 0]
+    column = torch.zeros(6, 2, dtype=torch.int32)[:, 0]
+    every_other = torch.tensor([2, 0, 2, 0, 2, 0], dtype=torch.int32)[::2]
+    update = ConvUpdateBuildKey("bfloat16", D, W, True, True, "lengths", "int32", "int32", "int32", "sm_90")
+    _make_update_run(update, record)(x, pool, weight, every_other, column, bias, every_other, "silu", "lengths")
+    varlen = ConvVarlenBuildKey("bfloat16", D, W, True, True, True, "int32", "int32", False, "sm_90")
+    has_initial = torch.tensor([True, False, True, False, False, False])[::2]
+    _make_varlen_run(varlen, record)(x, pool, weight, every_other, column[:3], has_initial, bias, "silu", "lengths")
+    assert len(seen) == 2 and all(t.is_contiguous() for args in seen for t in args)
+
+
 def test_the_registered_varlen_conv_runs_one_sequence_at_64_threads_and_batches_at_128():
     key = registered.TileLangCausalConv1dVarlen.key(CallSpec(
         "CausalConv1dVarlenFwdOp", "causal_conv1d_varlen", "cuda", "sm_90",

@@ -198,9 +198,11 @@ def _make_update_run(key: ConvUpdateBuildKey, fn: Callable[..., Any]) -> Callabl
         launch.check_x(x)
         pool, copied = launch.pool_view(conv_state)
         dev = x.device
+        # (The vectors the programs read as packed arrays are made so: a column of a slot table is legal.)
         fn(launch.x_view(x), pool, launch.weight_flat(weight),
-           bias if bias is not None else launch.dummy(dev, launch.dtype), actual_seq_lengths, conv_state_indices,
-           num_accepted_tokens if num_accepted_tokens is not None else launch.dummy(dev, acc_dtype), out)
+           bias.contiguous() if bias is not None else launch.dummy(dev, launch.dtype), actual_seq_lengths.contiguous(),
+           conv_state_indices.contiguous(),
+           num_accepted_tokens.contiguous() if num_accepted_tokens is not None else launch.dummy(dev, acc_dtype), out)
         if copied:
             conv_state.copy_(pool.view(conv_state.shape))
         return out
@@ -231,6 +233,7 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any],
         launch.check_x(x)
         dev = x.device
         scan = 0
+        actual_seq_lengths = actual_seq_lengths.contiguous()  # (read as a packed array, as the vectors below)
         if seq_lens_style == "cu_seqlens":
             cu = actual_seq_lengths
         elif key.meta_lengths and 0 < actual_seq_lengths.shape[0] < key.threads:
@@ -241,12 +244,13 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any],
         B = cu.shape[0] - 1 + scan
         pool, copied = launch.pool_view(conv_state)
         xv = launch.x_view(x)
-        init = (has_initial_state.view(torch.uint8) if has_initial_state is not None
+        init = (has_initial_state.contiguous().view(torch.uint8) if has_initial_state is not None
                 else launch.dummy(dev, torch.uint8))
         top = 1 << (B.bit_length() - 1) if B > 0 else 0
         program = one_fn if B == 1 else fn
-        program(xv, pool, launch.weight_flat(weight), bias if bias is not None else launch.dummy(dev, launch.dtype),
-                cu, conv_state_indices, init, out, top, top.bit_length(), scan)
+        program(xv, pool, launch.weight_flat(weight),
+                bias.contiguous() if bias is not None else launch.dummy(dev, launch.dtype), cu,
+                conv_state_indices.contiguous(), init, out, top, top.bit_length(), scan)
         if copied:
             conv_state.copy_(pool.view(conv_state.shape))
         return out
