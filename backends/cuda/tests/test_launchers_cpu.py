@@ -96,16 +96,26 @@ def test_group_norm_launch_views_x_as_samples_groups_and_group_elements(monkeypa
     assert calls[0][0].shape == (3, groups, 12)
 
 
+@pytest.mark.parametrize("M", [4, 8])
 @pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True), (True, True)])
-def test_gemm_launch_allocates_m_by_n_for_each_transpose(monkeypatch, trans_a, trans_b):
-    def kernel(a, b, out):
-        out.copy_((a.t() if trans_a else a) @ (b.t() if trans_b else b))
+def test_gemm_launch_allocates_m_by_n_for_each_transpose(monkeypatch, trans_a, trans_b, M):
+    """A transposed A of M % 8 != 0 rows (not whole 16-byte vectors, which the bulk copies need) runs the
+    untransposed program on a packed copy (found in review: the transposed program's launch was refused)."""
+    programs: list[bool] = []
 
-    _stand_in(monkeypatch, "build_gemm", kernel)
+    def build(key):
+        def kernel(a, b, out):
+            assert a.is_contiguous()
+            out.copy_((a.t() if key.trans_a else a) @ (b.t() if key.trans_b else b))
+            programs.append(key.trans_a)
+        return SimpleNamespace(fn=kernel)
+
+    monkeypatch.setattr(registered, "build_gemm", build)
     launch = registered.TileLangGemm.launcher(gemm.GemmBuildKey("float16", 5, 7, trans_a, trans_b, False, "sm_90"))
-    a, b = torch.randn(*((7, 4) if trans_a else (4, 7))), torch.randn(*((5, 7) if trans_b else (7, 5)))
+    a, b = torch.randn(*((7, M) if trans_a else (M, 7))), torch.randn(*((5, 7) if trans_b else (7, 5)))
     torch.testing.assert_close(launch(a, b, trans_a, trans_b),
                                (a.t() if trans_a else a) @ (b.t() if trans_b else b))
+    assert programs == [trans_a and M % 8 == 0]
 
 
 def test_bmm_launch_keeps_the_batch_axis(monkeypatch):
