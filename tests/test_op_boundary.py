@@ -139,6 +139,29 @@ def test_out_buffer_under_compile_is_written_and_returned():
     torch.testing.assert_close(out, 1 / x)
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_compiled_call_gives_outputs_that_require_no_grad_as_an_eager_one(backend):
+    """The ops record no gradients; without an autograd kernel a compiled call's outputs required grad and
+    backward() left the input's .grad silently None (found in review)."""
+    op = BmmFwdOp()
+    a, b = r(2, 3, 4).requires_grad_(), r(2, 4, 5)
+    torch._dynamo.reset()
+    out = torch.compile(lambda a, b: op(a, b), fullgraph=True, backend=backend)(a, b)
+    assert not out.requires_grad and not op(a, b).requires_grad
+    torch.testing.assert_close(out, torch.bmm(a, b).detach())
+
+
+@pytest.mark.parametrize("buffer, fact", [(torch.empty(3, 4, dtype=torch.int32), "dtype int32"),
+                                          (torch.empty(4), "shape [4]")], ids=["dtype", "shape"])
+def test_a_compiled_call_refuses_an_out_buffer_its_output_does_not_fit(buffer, fact):
+    """copy_ would cast or broadcast into it (found in review: an int32 buffer took zeros silently)."""
+    op = ReciprocalFwdOp()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, o: op(x, out=o), fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match=re.escape(f"ReciprocalFwdOp: out buffer out has {fact}, output output is")):
+        compiled(r(3, 4) + 3, buffer)
+
+
 def test_check_failure_under_compile_names_the_declaration_at_trace_time():
     op = BmmFwdOp()
     torch._dynamo.reset()

@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 
+from ..errors import fail
 from ..kernels.fingerprint import selection_state_guard
 from ..lang.types import DTypeParam, Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
 from ..plugins.loader import ensure_plugins_loaded
 from .decompose import compile_key, sync_decomposition
+from .torchtypes import name_of
 
 if TYPE_CHECKING:
     from .base import Op
@@ -254,6 +256,9 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
     try:
         library.define(name + schema)
         library.impl(name, impl, "CompositeExplicitAutograd")
+        # No autograd formula: skip autograd, so a compiled call's outputs require no grad, as eager ones
+        # (found in review: they required grad, and backward() left the inputs' .grad silently None).
+        library.impl(name, torch.library.fallthrough_kernel, "Autograd")
         torch.library.register_fake(qualname, fake, lib=library)
     except Exception as exc:
         library._destroy()
@@ -282,13 +287,26 @@ def call_boundary(op: "Op", values: Sequence[Any]) -> Any:
         return result
     fresh = list((result,) if len(boundary.returned) == 1 else (result or ()))
     outs = []
-    for alias, buffer in boundary.out_plan:
+    for (alias, buffer), declared in zip(boundary.out_plan, boundary.spec.outputs.values()):
         if alias is not None:
             outs.append(values[alias])
             continue
         value = fresh.pop(0)
         if buffer is not None and values[buffer] is not None:
+            _check_buffer(boundary.spec.name, declared, values[buffer], value)
             values[buffer].copy_(value)
             value = values[buffer]
         outs.append(value)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _check_buffer(op: str, declared: Any, buffer: torch.Tensor, value: torch.Tensor) -> None:
+    """Under compile the custom op returns an output fresh and it is copied into the caller's buffer,
+    which ``copy_`` would cast or broadcast: the buffer's shape, dtype and device are checked here as an
+    eager call's step 5 checks them (found in review: a wrong dtype was cast silently). Dynamo reads
+    these at trace time, so a compiled graph pays nothing for them."""
+    facts = (("shape", list(buffer.shape), list(value.shape)),
+             ("dtype", name_of(buffer.dtype), name_of(value.dtype)), ("device", buffer.device, value.device))
+    for what, got, want in facts:
+        if got != want:
+            fail(op, f"out buffer {declared.buffer} has {what} {got}, output {declared.name} is {want}", declared.loc)
