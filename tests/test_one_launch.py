@@ -64,13 +64,16 @@ def test_a_writes_outputs_kernel_is_called_directly_with_what_forward_would_pass
     assert torch.equal(y, x * 2) and seen == [((8,), 1e-3)]
 
 
-def test_the_direct_call_reads_the_params_from_the_op_on_every_call(seen):
+def test_the_direct_call_passes_the_params_the_op_was_made_with(seen):
+    """A param cannot change after construction (an assignment is refused: it would bypass the checks and
+    the compiled path's values), so forward's ``self.eps`` and the direct call's agree on every call."""
     op = RMSNormFwdOp(normalized_shape=[8], eps=1e-3)
     x = torch.randn(3, 8)
     op(x, None)
-    op.eps = 1e-2  # what forward would read: self.eps
+    with pytest.raises(AttributeError, match="set at construction only"):
+        op.eps = 1e-2
     op(x, None)
-    assert [eps for _, eps in seen] == [1e-3, 1e-2]
+    assert [eps for _, eps in seen] == [1e-3, 1e-3]
 
 
 def test_a_kernel_raising_on_the_direct_call_is_named_with_its_backend_and_call_spec(fake_backend):

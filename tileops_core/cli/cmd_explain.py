@@ -162,7 +162,11 @@ def _reshaped(spec: OpSpec, instance: Any, shapes: dict[str, tuple[int, ...]], r
             known = ", ".join(instance.inputs) or "none"
             raise TileOpsError(f"--shape {name}=...: {spec.name} ({spec.file}:{spec.line}) has no call-time input "
                                f"{name!r} present in this row (inputs: {known})")
-        fresh = random_tensor(shape, current.dtype, rng) if not isinstance(current, TensorMeta) else None
+        try:
+            fresh = random_tensor(shape, current.dtype, rng) if not isinstance(current, TensorMeta) else None
+        except (RuntimeError, OverflowError) as exc:  # a size no memory holds (found in review: a traceback)
+            raise TileOpsError(f"--shape {name}={','.join(map(str, shape))}: explain calls the op on real tensors, "
+                               f"and this one cannot be allocated here ({str(exc).splitlines()[0]})") from exc
         instance.inputs[name] = (TensorMeta(shape, current.dtype) if fresh is None
                                  else fresh.to(current.device))
 

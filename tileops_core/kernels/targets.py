@@ -58,9 +58,15 @@ class Target:
 
 
 def parse_target(text: str | Target | None, source: str = "explicit") -> Target | None:
-    """Parse ``device[:arch][@backend]`` (None or "" means no target)."""
+    """Parse ``device[:arch][@backend]`` (None or "" means no target); a ``torch.device`` names its device
+    type (its index is no arch: found in review, a device raised a bare AttributeError)."""
     if text is None or isinstance(text, Target):
         return text
+    if type(text).__name__ == "device" and hasattr(text, "type"):  # torch.device, without importing torch here
+        text = text.type
+    if not isinstance(text, str):
+        raise TileOpsError(f"{source} target {text!r}: expected 'device[:arch][@backend]' or a torch.device, "
+                           f"not {type(text).__name__}")
     text = text.strip()
     if not text:
         return None

@@ -26,6 +26,7 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 
+from ..errors import TileOpsError
 from ..kernels.interface import KernelInterface
 from ..roofline import roofline_of_call
 from ..kernels.registry import GENERATION
@@ -96,13 +97,19 @@ class Op:
 
     def __init__(self, *, target: str | Target | None = None, check_contents: bool | None = None,
                  **values: Any) -> None:
+        if torch.compiler.is_dynamo_compiling():  # (dynamo cannot make the per-thread plan slot: found in review)
+            raise TileOpsError(f"{type(self).__name__} constructed inside a compiled function: construct ops "
+                               "outside torch.compile and call them inside")
         definition = type(self).definition()
         env, construction = definition.construct(values)
         self._def = definition
         self._env = env
         self._construction = construction
         self._target = parse_target(target, "the op's target=")
-        self._check_contents = contents_checking_default() if check_contents is None else bool(check_contents)
+        if check_contents is not None and not isinstance(check_contents, bool):  # ("no" would read as True)
+            raise TileOpsError(f"{type(self).__name__}: check_contents= takes True, False or None, not "
+                               f"{check_contents!r}")
+        self._check_contents = contents_checking_default() if check_contents is None else check_contents
         self._plans: dict[Any, CallPlan] = {}
         self._branches: dict[frozenset[str], Branch] = {}
         self._last_plan: CallPlan | None = None  # the hot path's first guess (any thread's last call)
@@ -115,6 +122,17 @@ class Op:
         for name in (*definition.spec.params, *definition.spec.static_dims):
             if not hasattr(type(self), name):
                 setattr(self, name, env[name])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A param (or static dim) is set once, at construction, from its checked value: a later assignment
+        would bypass the manifest's checks, and a compiled call would still pass the constructed value
+        (found in review: ``op.eps = -1e-4`` was taken, eager and compiled then disagreed)."""
+        definition = self.__dict__.get("_def")
+        if definition is not None and name in self.__dict__ and (name in definition.spec.params
+                                                                  or name in definition.spec.static_dims):
+            raise AttributeError(f"{type(self).__name__}.{name} is set at construction only: make a new op with "
+                                 f"{type(self).__name__}({name}=...)")
+        object.__setattr__(self, name, value)
 
     @property
     def params(self) -> dict[str, Any]:

@@ -369,9 +369,10 @@ class OpChecks:
             if not -tensor.dim() <= axis < max(tensor.dim(), 1):
                 fail(self.op, f"static dim {name}: {sd.expr.text} with axis {axis} is out of range for "
                               f"{sd.tensor} of rank {tensor.dim()}", sd.expr.loc)
-            if tensor.shape[axis] != env[name]:
+            size = tensor.shape[axis] if tensor.dim() else 1  # (a 0-d tensor's one axis, as torch counts it)
+            if size != env[name]:
                 fail(self.op, f"static dim {name} was promised as {env[name]} at construction, but {sd.expr.text} is "
-                              f"{tensor.shape[axis]}", sd.expr.loc)
+                              f"{size}", sd.expr.loc)
 
     def output_types(self, branch: Branch, env: Mapping[str, Any], env0: Mapping[str, Any],
                      tensors: Mapping[str, torch.Tensor], actual_dtypes: Mapping[str, str],
@@ -572,5 +573,7 @@ class OpChecks:
 
 
 def contents_checking_default() -> bool:
-    """``TILEOPS_CHECK_CONTENTS=1`` turns on the checks that read tensor contents (a sync)."""
-    return os.environ.get("TILEOPS_CHECK_CONTENTS", "") not in ("", "0", "false", "no")
+    """``TILEOPS_CHECK_CONTENTS=1`` turns on the checks that read tensor contents (a sync); off are unset,
+    "", 0, false, no and off, in any case and spacing (as the plugin switches read; found in review:
+    ``False`` turned them on)."""
+    return os.environ.get("TILEOPS_CHECK_CONTENTS", "").strip().lower() not in ("", "0", "false", "no", "off")

@@ -43,7 +43,15 @@ CURRENT = threading.local()
 def storage_id(t: torch.Tensor) -> int:
     """The identity of a tensor's storage (not its data pointer: every meta tensor and many
     empty ones have data pointer 0, while views keep their base's storage)."""
-    return t.untyped_storage()._cdata
+    try:
+        return t.untyped_storage()._cdata
+    except NotImplementedError as exc:  # a torch.func wrapper: no storage (found in review)
+        raise TileOpsError(_TRANSFORMS) from exc
+
+
+#: Why a call from inside a torch.func transform is refused.
+_TRANSFORMS = ("TileOPs ops take plain tensors, and torch.func transforms (vmap, grad, jacrev) pass wrappers "
+               "without storage: call the op outside the transform")
 
 
 def is_zero(n: Any) -> bool:
@@ -473,10 +481,13 @@ class CallPlan:
                     or (contiguous and not result.is_contiguous())):
                 return full(result, values)
             if nonempty:
-                sid = result.untyped_storage()._cdata
-                for v in values:
-                    if v is not None and v.untyped_storage()._cdata == sid:
-                        fail(op, f"output {name} shares storage with an input", loc)
+                try:
+                    sid = result.untyped_storage()._cdata
+                    for v in values:
+                        if v is not None and v.untyped_storage()._cdata == sid:
+                            fail(op, f"output {name} shares storage with an input", loc)
+                except NotImplementedError as exc:  # (the try costs nothing where nothing raises)
+                    raise TileOpsError(f"{op}: {_TRANSFORMS}") from exc
             return result
 
         return check

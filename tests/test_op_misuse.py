@@ -1,0 +1,68 @@
+"""What a user may get wrong at an op's public surface, and the clear error each gets (found in review).
+
+Each case was a bare IndexError / AttributeError, a silently wrong value or an unhelpful message.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+
+from tileops_core.cli.main import main
+from tileops_core.errors import CheckError, TileOpsError
+from tileops_core.op.checks import contents_checking_default
+from tileops_core.ops.normalization import RMSNormFwdOp
+from tileops_core.ops.reduction import SoftmaxFwdOp
+
+
+def test_a_static_dim_of_a_0d_input_is_its_one_axis_and_the_shape_rule_refuses_it():
+    with pytest.raises(CheckError, match=r"len\(S\) > 0 does not hold with S=\(\)"):
+        SoftmaxFwdOp(dim=0, N=1)(torch.tensor(1.0))
+
+
+def test_a_torch_device_is_a_target_and_anything_else_not_a_string_is_refused():
+    x, w = torch.randn(2, 8), torch.randn(8)
+    op = RMSNormFwdOp(normalized_shape=[8], target=torch.device("cpu"))
+    torch.testing.assert_close(op(x, w), torch.nn.functional.rms_norm(x, [8], w))
+    with pytest.raises(TileOpsError, match="expected 'device\\[:arch\\]\\[@backend\\]' or a torch.device, not int"):
+        RMSNormFwdOp(normalized_shape=[8], target=0)
+
+
+def test_a_param_is_set_at_construction_only():
+    op = RMSNormFwdOp(normalized_shape=[8], eps=1e-6)
+    with pytest.raises(AttributeError, match=r"RMSNormFwdOp.eps is set at construction only"):
+        op.eps = -1e-4
+    assert op.eps == 1e-6 and op.params["eps"] == 1e-6
+
+
+@pytest.mark.parametrize("transform", ["vmap", "grad"])
+def test_a_call_inside_a_torch_func_transform_is_refused_by_name(transform):
+    op, w = RMSNormFwdOp(normalized_shape=[8]), torch.randn(8)
+    f = torch.func.vmap(lambda x: op(x, w)) if transform == "vmap" else torch.func.grad(lambda x: op(x, w).sum())
+    with pytest.raises(TileOpsError, match="torch.func transforms"):
+        f(torch.randn(3, 8))
+
+
+def test_constructing_an_op_inside_a_compiled_function_says_where_to_construct_it():
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a: RMSNormFwdOp(normalized_shape=[8])(a), fullgraph=True, backend="eager")
+    with pytest.raises(Exception, match="construct ops outside torch.compile"):
+        compiled(torch.randn(3, 8))
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("yes", True), ("False", False), (" OFF ", False), ("0", False),
+                                       ("", False)])
+def test_the_contents_switch_reads_off_in_any_case_and_spacing(monkeypatch, value, on):
+    monkeypatch.setenv("TILEOPS_CHECK_CONTENTS", value)
+    assert contents_checking_default() is on
+
+
+def test_check_contents_takes_a_bool_or_none():
+    with pytest.raises(TileOpsError, match="check_contents= takes True, False or None, not 'no'"):
+        RMSNormFwdOp(normalized_shape=[8], check_contents="no")
+
+
+def test_explain_of_a_shape_no_memory_holds_is_a_cli_error(capsys):
+    assert main(["explain", "RMSNormFwdOp", "--shape", "x=99999999999,4096"]) != 0
+    assert "cannot be allocated here" in capsys.readouterr().err
