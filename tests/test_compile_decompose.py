@@ -59,6 +59,14 @@ def test_an_op_the_policy_does_not_name_stays_the_custom_op():
     assert CUSTOM_OP in graphs[-1]
 
 
+@pytest.mark.parametrize("text", ["RMSNormFwOp", "auto,-RMSNormFwOp"])
+def test_a_policy_naming_no_op_of_the_manifest_is_refused_with_the_close_name(text):
+    """A typo would name no op, silently (found in review; TILEOPS_KERNELS refuses its typos too)."""
+    set_decompose_policy(text)
+    with pytest.raises(Exception, match=r"names no op of the manifest: RMSNormFwOp \(did you mean RMSNormFwdOp\?\)"):
+        compile_and_trace(RMSNormFwdOp([32]), torch.randn(4, 32))
+
+
 def test_without_a_policy_every_op_stays_the_custom_op():
     _, graphs = compile_and_trace(RMSNormFwdOp([32]), torch.randn(4, 32))
     assert CUSTOM_OP in graphs[-1]

@@ -18,6 +18,7 @@ trace again (the boundary's guard), and the decision with it.
 
 from __future__ import annotations
 
+import difflib
 import threading
 import warnings
 from dataclasses import dataclass
@@ -25,13 +26,14 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 
-from ..errors import SelectionError
-from ..kernels.compile_policy import decompose_policy, on_policy_change
+from ..errors import SelectionError, TileOpsError
+from ..kernels.compile_policy import DecomposePolicy, decompose_policy, on_policy_change
 from ..kernels.fingerprint import selection_fingerprint
 from ..kernels.interface import CallSpec, KernelInterface
 from ..kernels.registry import active
 from ..kernels.select import Selection, choose_kernel, select_kernel
 from ..kernels.targets import Target, current_target
+from ..spec.manifest import load_manifest
 from .plan import CURRENT
 
 if TYPE_CHECKING:
@@ -109,12 +111,31 @@ def _declined(definition: "OpDef") -> str | None:
     """Why no call of the op decomposes, whatever kernels are installed (None: its calls may)."""
     name = definition.spec.name
     policy = decompose_policy()
+    if policy is not None:
+        _check_names(policy)
     if policy is None or not policy.wants(name):
         return f"the decomposition policy does not name {name} ({policy or 'TILEOPS_COMPILE_DECOMPOSE unset'})"
     boundary = definition.boundary
     if boundary is None or not boundary.plain or any(t.mutated for t in definition.spec.call_inputs):
         return "only an op with one fresh output and no mutated input decomposes"
     return None
+
+
+_names_checked: list[DecomposePolicy | None] = [None]
+
+
+def _check_names(policy: DecomposePolicy) -> None:
+    """Every op a policy names (or takes out) is an op of the manifest, checked once per policy: a typo
+    would otherwise name no op, silently (found in review; TILEOPS_KERNELS refuses its typos too)."""
+    if _names_checked[0] is policy:
+        return
+    ops = list(load_manifest())
+    unknown = sorted(n for n in policy.named | policy.excluded if n not in ops)
+    if unknown:
+        hints = [f"{n} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(n, ops, n=1)) else n
+                 for n in unknown]
+        raise TileOpsError(f"{policy}: names no op of the manifest: {', '.join(hints)}")
+    _names_checked[0] = policy
 
 
 def _select_traceable(interface: type[KernelInterface], call: CallSpec, target: Target | None

@@ -46,7 +46,7 @@ def patch_rms_norm(name: str, m: Any) -> list[Route]:
     weight = m.weight
 
     def forward(x: torch.Tensor) -> torch.Tensor:
-        if (x.requires_grad or weight.requires_grad) and torch.is_grad_enabled():
+        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):  # (no_grad: one C call)
             _refuse_gradients(name)
         return op(x, weight)
 
@@ -64,7 +64,7 @@ def _layer_forward(name: str, layer: Any, op: FusedAddZeroCentredRMSNormFwdOp,
 
     def forward(hidden_states: torch.Tensor, position_embeddings: Any = None, attention_mask: Any = None,
                 position_ids: Any = None, **kwargs: Any) -> torch.Tensor:
-        if hidden_states.requires_grad and torch.is_grad_enabled():
+        if torch.is_grad_enabled() and hidden_states.requires_grad:
             _refuse_gradients(name)
         h = input_layernorm(hidden_states)
         if linear:
