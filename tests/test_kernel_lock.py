@@ -114,6 +114,24 @@ def test_a_malformed_lock_line_is_named(tmp_path):
         read_lock(path)
 
 
+@pytest.mark.parametrize("content, message", [
+    (b"\xff\xfe\x00garbage\n", "cannot be read"),
+    (b'{"tileops_lock": 1, "distributions": [1, 2], "fingerprint": "x"}\n', ":1: the header's distributions"),
+], ids=["not-text", "bad-header"])
+def test_a_corrupt_lock_is_named_not_a_traceback(tmp_path, content, message):
+    """(Found in review: a UnicodeDecodeError or TypeError from every op call.)"""
+    path = tmp_path / "t.lock"
+    path.write_bytes(content)
+    with pytest.raises(TileOpsError, match=message):
+        read_lock(path)
+
+
+def test_tileops_lock_to_a_path_it_cannot_write_is_a_cli_error(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    assert main(["lock", "RMSNormFwdOp", "-o", str(tmp_path / "afile" / "x.lock")]) != 0
+    assert "cannot write -o" in capsys.readouterr().err
+
+
 def test_an_unreadable_lock_from_the_environment_fails_the_first_selection(tmp_path, monkeypatch):
     iface, fast, ref = fast_and_ref()
     monkeypatch.setenv("TILEOPS_LOCK", str(tmp_path / "missing.lock"))

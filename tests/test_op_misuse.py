@@ -66,3 +66,10 @@ def test_check_contents_takes_a_bool_or_none():
 def test_explain_of_a_shape_no_memory_holds_is_a_cli_error(capsys):
     assert main(["explain", "RMSNormFwdOp", "--shape", "x=99999999999,4096"]) != 0
     assert "cannot be allocated here" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the device is there")
+def test_explain_under_a_target_whose_device_is_absent_is_a_cli_error(capsys):
+    """As --device cuda is (found in review: an AssertionError from torch's lazy CUDA init)."""
+    assert main(["explain", "RMSNormFwdOp", "--target", "cuda"]) != 0
+    assert "is not available on this machine" in capsys.readouterr().err

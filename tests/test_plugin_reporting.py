@@ -197,3 +197,61 @@ def test_backends_names_the_plugin_whose_load_was_interrupted_and_exits_1(site, 
     assert ("loading plugins was interrupted by KeyboardInterrupt while plugin slowpoke (tileops-slowpoke) loaded; "
             "the next use loads the plugins again") in out
     assert "slowpoke  (tileops-slowpoke 1.2.3)" in out
+
+
+def test_a_kernel_of_an_op_no_manifest_defines_is_a_loading_notice(site, capsys):
+    """It could never be selected (found in review: it loaded silently)."""
+    install(site, f"""
+        from fake_backends import make_impl, make_interface
+
+        GHOST = make_impl(make_interface(op="RMSNormFwdop"), "GhostK")
+
+        def tileops_register(registrar):
+            registrar.backend("ghost", device_types=("cpu",), core_major={CORE_MAJOR})
+            registrar.kernels(GHOST)
+    """)
+    with pytest.warns(RuntimeWarning, match="GhostK \\[ghost\\] serves op 'RMSNormFwdop', which no manifest defines"):
+        record = reload_all()["fakeplug"]
+    assert record.status == "loaded"
+    assert main(["backends"]) == 1
+    assert "which no manifest defines, so no call can select it" in capsys.readouterr().out
+
+
+def test_two_kernel_classes_of_one_name_roll_the_plugin_back(site):
+    """Pins, locks and preferred_over name kernels by module:QualName (found in review: every call failed)."""
+    install(site, f"""
+        from fake_backends import make_impl, make_interface
+
+        IFACE = make_interface()
+        A, B = make_impl(IFACE, "TwinK"), make_impl(IFACE, "TwinK")
+
+        def tileops_register(registrar):
+            registrar.backend("twins", device_types=("cpu",), core_major={CORE_MAJOR})
+            registrar.kernels(A, B)
+    """)
+    with pytest.warns(RuntimeWarning):
+        record = reload_all()["fakeplug"]
+    assert record.status == "failed" and "TwinK: another kernel of" in record.reason
+    assert "twins" not in registry.backends()
+
+
+def test_a_shipped_op_whose_spec_cannot_be_used_is_a_loading_notice(site, capsys):
+    """Its file loads, yet every construction of the op fails (found in review: the plugin read as healthy)."""
+    spec = ('FakeCubeFwdOp:\n  family: fake\n  ref_api: "none"\n  status: implemented\n  signature:\n    inputs:\n'
+            '      x: {dtype: "float32", shape: "[*S"}\n    outputs:\n      y: {dtype: "same_as(q)", shape: "[*S]"}\n'
+            '  workloads:\n    - {x_shape: [4, 8], dtypes: [float32], label: "small"}\n')
+    ops = ("from tileops_core.op import Op\n\n\nclass FakeCubeFwdOp(Op):\n"
+           "    def forward(self, x):\n        return x\n")
+    install(site, f"""
+        from pathlib import Path
+
+        def tileops_register(registrar):
+            registrar.backend("cube", device_types=("cpu",), core_major={CORE_MAJOR})
+            registrar.manifest_dir(Path(__file__).parent / "manifest")
+            registrar.ops(__name__ + ".ops")
+    """, files={"manifest/cube.yaml": spec, "ops.py": ops})
+    with pytest.warns(RuntimeWarning, match="backend 'cube' ships op FakeCubeFwdOp, whose spec cannot be used"):
+        record = reload_all()["fakeplug"]
+    assert record.status == "loaded"
+    assert main(["backends"]) == 1
+    assert "same_as(q)" in capsys.readouterr().out

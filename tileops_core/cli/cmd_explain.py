@@ -121,13 +121,14 @@ def _simulated_device_type(text: str | None, arch: str) -> str:
 
 def _device(text: str | None, target: Target | None) -> torch.device:
     if text is None:
-        return default_device(target)
-    try:
-        device = torch.device(text)
-    except RuntimeError as exc:
-        raise TileOpsError(f"--device {text!r} is not a device: {exc} (--arch ARCH simulates a device type "
-                           "this torch does not know)") from None
-    if device.type != "cpu":
+        device = default_device(target)  # (a target's device is checked as --device is: found in review)
+    else:
+        try:
+            device = torch.device(text)
+        except RuntimeError as exc:
+            raise TileOpsError(f"--device {text!r} is not a device: {exc} (--arch ARCH simulates a device type "
+                               "this torch does not know)") from None
+    if device.type not in ("cpu", "meta"):
         acc = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
         if acc is None or acc.type != device.type:
             raise TileOpsError(f"device {device} is not available on this machine (accelerator: "

@@ -94,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
     with kernels_argument(args), use_target(scoped) if scoped is not None else contextlib.nullcontext():
         rows, problems = lock_rows(_specs(args.ops), args.device, arch)
         active = registry.active()
-        written = write_lock(args.output, rows, installed_distributions(active), selection_fingerprint(active))
+        try:
+            written = write_lock(args.output, rows, installed_distributions(active), selection_fingerprint(active))
+        except OSError as exc:  # (found in review: a traceback)
+            raise TileOpsError(f"cannot write -o {args.output}: {exc.strerror or exc}") from None
     if args.format == "json":
         print(json.dumps({"path": args.output, "call_specs": written, "problems": problems}, indent=2))
     else:

@@ -99,7 +99,7 @@ def read_lock(path: str | Path) -> KernelLock:
 
     try:
         text = Path(path).read_text()
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:  # (not text at all: found in review, a bare traceback)
         raise TileOpsError(f"lock file {path}: cannot be read: {exc}") from None
     entries: dict[str, LockEntry] = {}
     header: dict[str, Any] | None = None
@@ -129,8 +129,13 @@ def read_lock(path: str | Path) -> KernelLock:
         entries[key] = entry
     if header is None:
         raise TileOpsError(f"lock file {path} is empty; write one with `tileops lock`")
-    return KernelLock(str(path), entries, dict(header.get("distributions", {})), str(header.get("fingerprint", "")),
-                      hashlib.sha256(text.encode()).hexdigest()[:16])
+    distributions, fingerprint = header.get("distributions", {}), header.get("fingerprint", "")
+    if (not isinstance(distributions, dict) or not all(isinstance(v, str) for v in distributions.values())
+            or not isinstance(fingerprint, str)):
+        raise TileOpsError(f"{path}:1: the header's distributions must map names to version strings and its "
+                           "fingerprint be a string; write the lock again with `tileops lock`")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return KernelLock(str(path), entries, dict(distributions), fingerprint, digest)
 
 
 _path: list[str | None] = [None]

@@ -228,6 +228,11 @@ class Registry:
             existing = self._impls.setdefault(impl.interface(), [])
             if impl in existing:
                 raise PluginError(f"{impl.qualname()} is registered twice")
+            if any(other.qualname() == impl.qualname() for other in existing):
+                # Pins, locks and preferred_over name kernels by module:QualName: two classes of one name
+                # (a class factory) could not be told apart, and every call would see two (found in review).
+                raise PluginError(f"{impl.qualname()}: another kernel of {impl.interface().qualname()} already has "
+                                  "this name; give each kernel class its own name")
             # The launch contract (kernels.contract); its PluginError rolls the plugin back.
             check_registered(impl, self._contract_warned)
             existing.append(impl)

@@ -161,7 +161,8 @@ def _notice(state: PluginState, text: str) -> None:
 
 def _check_loaded(registry: Registry, backend: str, dirs: tuple[Path, ...]) -> None:
     """What a loaded plugin declares that cannot work, though nothing had to be rolled back:
-    a spec of its own that does not load (only ``tileops validate`` would have said so), a
+    a spec of its own that does not load (only ``tileops validate`` would have said so), a kernel of
+    an op no manifest defines, a
     specialised kernel overlapping another backend's with no ``preferred_over`` between them, and
     a ``preferred_over`` naming no registered kernel (a typo, or a backend that is not installed)."""
     labels = tuple(source_label(backend, d) + "/" for d in dirs)
@@ -171,6 +172,17 @@ def _check_loaded(registry: Registry, backend: str, dirs: tuple[Path, ...]) -> N
                 _notice(registry.plugins, f"backend {backend!r} ships a spec that does not load: {problem}")
     for overlap in registry.unresolved_overlaps(backend):
         _notice(registry.plugins, overlap)
+    known = load_manifest()
+    for name in registry.backends()[backend].ops:  # loads, yet cannot make an op (found in review)
+        spec = known.get(name)
+        if spec is not None and not spec.usable:
+            problems = "; ".join(str(p) for p in spec.problems)
+            _notice(registry.plugins, f"backend {backend!r} ships op {name}, whose spec cannot be used: {problems}")
+    for impl in registry.backends()[backend].kernels:  # (found in review: such a kernel was silently inert)
+        if impl.interface().op not in known:
+            _notice(registry.plugins, f"{impl.qualname()} [{backend}] serves op {impl.interface().op!r}, which no "
+                    "manifest defines, so no call can select it (a typo in its interface's op, or a spec the plugin "
+                    "does not ship)")
     for impl in registry.backends()[backend].kernels:
         found = registry.resolve_preferred(impl)
         for named in impl.preferred_over:
