@@ -84,6 +84,14 @@ def _mul(a: Any, b: Any) -> Any:
     return a * b
 
 
+def _add(a: Any, b: Any) -> Any:
+    """``a + b``, with concatenations bounded as repetitions are (found in review: a chain of lets that
+    each doubled a tuple took gigabytes from a few lines of a manifest)."""
+    if isinstance(a, (str, tuple, list)) and isinstance(b, (str, tuple, list)) and len(a) + len(b) > MAX_SEQUENCE:
+        raise ExprError(f"a concatenation of {len(a)} and {len(b)} items is longer than {MAX_SEQUENCE}")
+    return a + b
+
+
 def _mod(a: Any, b: Any) -> Any:
     if isinstance(a, str):  # "%s" % x is string formatting, not arithmetic
         raise ExprError("string formatting with % is not in the language")
@@ -151,7 +159,7 @@ PRIMITIVE_IMPLS: dict[str, Callable[..., Any]] = {
 }
 
 _BIN: dict[str, Callable[[Any, Any], Any]] = {
-    "+": operator.add, "-": operator.sub, "*": _mul, "/": operator.truediv,
+    "+": _add, "-": operator.sub, "*": _mul, "/": operator.truediv,
     "//": operator.floordiv, "%": _mod, "**": _pow,
 }
 _CMP: dict[str, Callable[[Any, Any], Any]] = {

@@ -171,7 +171,7 @@ class OpChecks:
                                       f"{option.name}.{value.tag} is not a {ftype}", adt.loc)
                 fenv = {f: getattr(value, f) for f in variant.fields}
                 for inv in variant.invariants:
-                    if not inv.fn(fenv):
+                    if not self._eval(inv, fenv, f"param {name}: invariant"):
                         fail(self.op, f"param {name}: invariant {inv.text} of {option.name}.{value.tag} does not "
                                       f"hold with {self._values(inv, fenv)}", inv.loc)
 
@@ -181,7 +181,7 @@ class OpChecks:
         except Unbound as exc:
             fail(self.op, f"{what} {e.text!r} refers to {exc.name}, which has no value on this call "
                           f"(guard it with present(...))", e.loc)
-        except (ArithmeticError, TypeError, ValueError, LookupError) as exc:
+        except (ArithmeticError, TypeError, ValueError, LookupError, AttributeError, RuntimeError) as exc:
             fail(self.op, f"{what} {e.text!r} cannot be evaluated: {exc}", e.loc)
 
     def _values(self, e: Expr, env: Mapping[str, Any]) -> str:
@@ -351,12 +351,20 @@ class OpChecks:
             run_solve(branch.solve, patterns, shapes, env, origin)
         except UnifyError as exc:
             fail(self.op, exc.message, spec.inputs[exc.tensor].loc)
+        except (Unbound, ArithmeticError, TypeError, ValueError, LookupError, AttributeError) as exc:  # (found in
+            # review: an axis `N // M` with M = 0 raised ZeroDivisionError from inside the solver)
+            fail(self.op, f"the input shapes {', '.join(f'{n}={list(s)}' for n, s in shapes.items())} cannot be "
+                          f"solved against the signature: {type(exc).__name__}: {exc}", self.loc)
         self._check_static_dims(tensors, env)
         for name, e in branch.lets:
             if name not in env:
                 env[name] = self._eval(e, env, f"let {name}")
         for e in branch.rules:
-            if not self._eval(e, env, "shape rule"):
+            holds = self._eval(e, env, "shape rule")
+            if isinstance(holds, (tuple, list, str)):  # always true: "N > 2, M > 2" is a tuple (found in review)
+                fail(self.op, f"shape rule {e.text!r} is not a condition (it gives a {type(holds).__name__}); "
+                              "write one comparison a rule, or join them with 'and'", e.loc)
+            if not holds:
                 fail(self.op, f"{e.text} does not hold with {self._values(e, env)}", e.loc)
         return env, tensors, converted, actual_dtypes, dtype_env
 
@@ -541,7 +549,12 @@ class OpChecks:
             except (Unbound, KeyError) as exc:
                 name = exc.name if isinstance(exc, Unbound) else exc.args[0]
                 fail(self.op, f"output {o.name} shape {o.shape_text} needs {name}, which no input determines", o.loc)
+            except (ArithmeticError, TypeError, ValueError, AttributeError, RuntimeError) as exc:  # (found in review)
+                fail(self.op, f"output {o.name} shape {o.shape_text} cannot be evaluated: {type(exc).__name__}: "
+                              f"{exc}", o.loc)
         for d in dims:
+            if isinstance(d, bool) or not isinstance(d, (int, torch.SymInt)):  # (N / 2 is a float: found in review)
+                fail(self.op, f"output {o.name} shape {o.shape_text} = {dims} has an axis that is not an integer", o.loc)
             if isinstance(d, int) and d < 0:
                 fail(self.op, f"output {o.name} shape {o.shape_text} = {dims} has a negative axis", o.loc)
         return tuple(dims)

@@ -97,5 +97,5 @@ def attempt(fn: Callable[[Mapping[str, Any]], Any], env: Mapping[str, Any]) -> O
         # Python raises these only when an operand is None here: every present value is
         # UNKNOWN (which raises Undecided first) or a real param value of the right type.
         return Outcome(False, absent=str(exc))
-    except (ExprError, ZeroDivisionError, ValueError, IndexError, KeyError, RecursionError):
+    except (ExprError, ArithmeticError, ValueError, IndexError, KeyError, RecursionError):  # (OverflowError: review)
         return Outcome(False)

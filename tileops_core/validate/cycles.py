@@ -7,7 +7,7 @@ from where the search first met it, so the search is written once here.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 __all__ = ["find_cycles"]
 
@@ -21,22 +21,26 @@ def find_cycles(edges: Mapping[str, Iterable[str]]) -> list[list[str]]:
     found: list[list[str]] = []
     seen: set[frozenset[str]] = set()
     state: dict[str, int] = {}  # 1 = on the path, 2 = done
-
-    def visit(name: str, path: list[str]) -> None:
-        state[name] = 1
-        path.append(name)
-        for nxt in edges[name]:
-            if state.get(nxt) == 1:
+    # An explicit stack, not recursion: a manifest is untrusted input, and a chain of 1500 lets ran out
+    # of Python's recursion limit (found in review). Each frame is a name and its remaining references.
+    for start in edges:
+        if state.get(start) is not None:
+            continue
+        path: list[str] = [start]
+        stack: list[Iterator[str]] = [iter(edges[start])]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
                 cycle = path[path.index(nxt):] + [nxt]
                 if frozenset(cycle) not in seen:
                     seen.add(frozenset(cycle))
                     found.append(cycle)
             elif state.get(nxt) is None:
-                visit(nxt, path)
-        path.pop()
-        state[name] = 2
-
-    for name in edges:
-        if state.get(name) is None:
-            visit(name, [])
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(edges[nxt]))
     return found

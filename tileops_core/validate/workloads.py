@@ -78,7 +78,8 @@ def _row_keys(ctx: SpecContext, row: WorkloadRow, allowed: set[str]) -> list[Dia
                                 fix=f"did you mean {close[0]!r}?" if close else
                                 "pass generator arguments inside generator: {name: ..., <arg>: ...}",
                                 key=f"key:{key}"))
-        elif key.endswith("_dtype") and key[:-6] in ctx.spec.inputs and value not in DTYPE_NAMES:
+        elif key.endswith("_dtype") and key[:-6] in ctx.spec.inputs and not (isinstance(value, str)
+                                                                              and value in DTYPE_NAMES):
             out.append(ctx.diag("L3.dtype-name", f"workload row {label!r}: {key} = {value!r} is not a dtype name",
                                 loc=row.loc, key=f"dtype:{key}"))
         elif key == "dtypes" and isinstance(value, list):

@@ -19,7 +19,7 @@ from .instance import DTypeCase, RowFinding, RowInstance
 __all__ = ["EVAL_ERRORS", "check_roofline", "check_shape_rules", "show"]
 
 #: What evaluating a spec expression on a row's values can raise.
-EVAL_ERRORS = (Unbound, ExprError, TypeError, ValueError, ZeroDivisionError, IndexError, AttributeError, KeyError)
+EVAL_ERRORS = (Unbound, ExprError, TypeError, ValueError, ArithmeticError, IndexError, AttributeError, KeyError)
 
 
 def show(v: Any) -> str:

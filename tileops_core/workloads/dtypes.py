@@ -85,7 +85,7 @@ class _CaseDTypes:
         decl = self.decls.get(name)
         explicit = self.given(name)
         if explicit is not None:
-            if explicit not in DTYPE_NAMES:
+            if not isinstance(explicit, str) or explicit not in DTYPE_NAMES:  # (a list: found in review)
                 self.problems.append(f"{name}_dtype = {explicit!r} is not a dtype name")
                 return None
             if not self.accepts(decl, explicit, name, stack + (name,)):

@@ -245,6 +245,9 @@ class _Row:
             self.fail("C6.unify", exc.message)
         except Unbound as exc:
             self.fail("C7.instantiate", f"unifying the inputs needs {exc.name}, which has no value")
+        except (ArithmeticError, TypeError, ValueError, LookupError, AttributeError) as exc:  # (found in review:
+            # an axis `N // M` on a row with M = 0 ended the validator in a traceback)
+            self.fail("C7.instantiate", f"unifying the inputs fails: {type(exc).__name__}: {exc}")
         for name, value in given.items():
             if name in env and _norm(env[name]) != _norm(value):
                 source = origin.get(name, "the inputs")
