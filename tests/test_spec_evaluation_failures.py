@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from example_ops import probe_specs
-from tileops_core.errors import CheckError, ExprError
+from tileops_core.errors import CheckError, ExprError, SpecError
 from tileops_core.kernels.interface import KernelInterface
 from tileops_core.lang.evaluate import MAX_SEQUENCE, compile_node
 from tileops_core.lang.parse import parse_expr
@@ -66,3 +66,17 @@ def test_a_concatenation_is_bounded_as_a_repetition_is():
     assert len(doubled({"s": (1,) * (MAX_SEQUENCE // 2)})) == MAX_SEQUENCE
     with pytest.raises(ExprError, match=f"longer than {MAX_SEQUENCE}"):
         doubled({"s": (1,) * MAX_SEQUENCE})
+
+
+def test_a_declaration_that_cannot_make_an_op_fails_its_construction_not_its_class_statement(extra_manifest):
+    """(Found in review: an alias to no input, and a param named as a Python keyword, failed the class
+    statement with a bare KeyError / ValueError.)"""
+    extra_manifest(probe_specs(
+        ProbeAliasNowhereFwdOp='inputs:\n  x: {dtype: float32, shape: "[N]"}\n'
+                               'outputs:\n  y: {dtype: float32, shape: "[N]", alias: nope}\n',
+        ProbeKeywordFwdOp='inputs:\n  x: {dtype: float32, shape: "[N]"}\noutputs:\n  y: {dtype: float32, shape: "[N]"}\n'
+                          'params:\n  lambda: {type: int, default: 1}\n'), file="names.yaml")
+    for name in ("ProbeAliasNowhereFwdOp", "ProbeKeywordFwdOp"):
+        op_cls = _op(name)  # the class statement binds nothing it cannot
+        with pytest.raises(SpecError, match=f"the spec of {name} cannot"):
+            op_cls()

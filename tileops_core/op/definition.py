@@ -153,7 +153,14 @@ def definition_of(op_cls: type) -> OpDef:
         if not spec.usable:
             problems = "\n  ".join(str(p) for p in spec.problems)
             raise SpecError(f"the spec of {name} cannot be used:\n  {problems}", spec.location, rule="L0.unusable")
-        definition = OpDef(op_cls, spec)
+        try:
+            definition = OpDef(op_cls, spec)
+        except (KeyError, TypeError, ValueError) as exc:  # a declaration the loader let through (found in review:
+            # an alias to no input, a keyword or non-string name failed the class statement with a bare error)
+            if isinstance(exc, SpecError):
+                raise
+            raise SpecError(f"the spec of {name} cannot make an op: {type(exc).__name__}: {exc}", spec.location,
+                            rule="L0.unusable") from exc
         _definitions[op_cls] = definition
         return definition
 

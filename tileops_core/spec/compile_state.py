@@ -8,6 +8,8 @@ detector all report through :meth:`CompileState.problem`.
 
 from __future__ import annotations
 
+import keyword
+
 from typing import Any, Callable
 
 from pydantic import BaseModel, ValidationError
@@ -115,5 +117,7 @@ def _conditions(value: Any) -> list[ir.Node]:
 
 
 def is_identifier(text: Any) -> bool:
-    """A name a spec may declare: a Python identifier not starting with ``_``."""
-    return isinstance(text, str) and text.isidentifier() and not text.startswith("_")
+    """A name a spec may declare: a Python identifier, not a keyword (it becomes a parameter name of the
+    op's forward and its torch.library schema: found in review), not starting with ``_``."""
+    return (isinstance(text, str) and text.isidentifier() and not keyword.iskeyword(text)
+            and not text.startswith("_"))
