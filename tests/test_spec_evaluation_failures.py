@@ -23,6 +23,7 @@ _SIGNATURES = {
     "ProbeAxisDivFwdOp": ("[N, M, N // M]", "[N]", ()),
     "ProbeHalfFwdOp": ("[N]", "[N / 2]", ()),
     "ProbeTupleRuleFwdOp": ("[N, M]", "[N, M]", ("N > 2, M > 2",)),
+    "ProbeStringRuleFwdOp": ("[N, M]", "[N, M]", ("'N > 2'",)),
 }
 PROBES = probe_specs(**{
     name: (f'inputs:\n  x: {{dtype: float32, shape: "{x}"}}\noutputs:\n  y: {{dtype: float32, shape: "{y}"}}\n'
@@ -53,7 +54,6 @@ def probes(extra_manifest, fake_backend):
     ("ProbeOutDivFwdOp", (4, 0), "output y shape [N // D] cannot be evaluated: ZeroDivisionError"),
     ("ProbeAxisDivFwdOp", (4, 0, 1), "the input shapes x=[4, 0, 1] cannot be solved against the signature"),
     ("ProbeHalfFwdOp", (4,), "output y shape [N / 2] = [2.0] has an axis that is not an integer"),
-    ("ProbeTupleRuleFwdOp", (1, 1), "shape rule 'N > 2, M > 2' is not a condition (it gives a tuple)"),
 ])
 def test_an_expression_that_fails_on_a_call_is_a_check_error_naming_its_file(probes, name, shape, message):
     with pytest.raises(CheckError, match="extra/evaluation.yaml") as info:
@@ -80,3 +80,10 @@ def test_a_declaration_that_cannot_make_an_op_fails_its_construction_not_its_cla
         op_cls = _op(name)  # the class statement binds nothing it cannot
         with pytest.raises(SpecError, match=f"the spec of {name} cannot"):
             op_cls()
+
+
+@pytest.mark.parametrize("name, what", [("ProbeTupleRuleFwdOp", "tuple"), ("ProbeStringRuleFwdOp", "str")])
+def test_a_shape_rule_that_is_no_condition_makes_its_spec_unusable(probes, name, what):
+    """A tuple or a constant holds always: the rule would never be enforced (found in review)."""
+    with pytest.raises(SpecError, match=f"a shape rule is a condition, and .* is a {what} \\(always true\\)"):
+        probes[name]()

@@ -227,7 +227,13 @@ class NameResolver(CompileState):
 
     def _check_rule(self, e: Expr, kinds: Mapping[str, str], params: Mapping[str, ParamSpec],
                     tensors: Mapping[str, TensorSpec], types: Mapping[str, ADTSpec]) -> None:
-        """A ``shape_rules`` entry: a refinement only, never a declaration (seed 000 table 3)."""
+        """A ``shape_rules`` entry: a refinement only, never a declaration (seed 000 table 3), and a condition:
+        a tuple (``"N > 2, M > 2"``) or a constant string or number holds always (found in review)."""
+        if isinstance(e.node, ir.Tuple) or (isinstance(e.node, ir.Const) and not isinstance(e.node.value, bool)):
+            what = "tuple" if isinstance(e.node, ir.Tuple) else type(e.node.value).__name__
+            self.problem(f"a shape rule is a condition, and {e.text!r} is a {what} (always true); write one comparison "
+                         "a rule, or join them with 'and'", e.loc.field or "", e.loc.line, e.text, rule="C5")
+            return
         found = legacy_form(e, kinds)
         if found is not None:
             self.problem(found.message, e.loc.field or "", e.loc.line, e.text, rule=found.rule, fix=found.fix,
