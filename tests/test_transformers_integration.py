@@ -99,6 +99,11 @@ def test_conversions_after_apply_keep_the_packed_mlp_weights_those_of_the_model(
         new = tiny_model("qwen3_5", seed=12).state_dict()
         ref.load_state_dict(new), patched.load_state_dict(new)
         a, b = ref(input_ids=ids, attention_mask=mask).logits, patched(input_ids=ids, attention_mask=mask).logits
+        assert (a - b)[mask.bool()].abs().max().item() <= TOL
+        # assign=True would replace the Parameters the adapters hold (found in review: mixed weights): refused
+        with pytest.raises(RuntimeError, match=r"assign=True\) on a model moved onto TileOPs"):
+            patched.load_state_dict(tiny_model("qwen3_5", seed=20).state_dict(), assign=True)
+        b = patched(input_ids=ids, attention_mask=mask).logits  # nothing was loaded
     assert (a - b)[mask.bool()].abs().max().item() <= TOL
 
 

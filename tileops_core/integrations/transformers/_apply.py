@@ -74,7 +74,19 @@ def apply_tileops(model: nn.Module, *, every_module: bool = False) -> TileOpsRep
     report.kernel_calls = calls
     use_tileops_experts(model)
     _refuse_deep_copies(model)
+    model.register_load_state_dict_pre_hook(_refuse_assigning_loads)
     return report
+
+
+def _refuse_assigning_loads(module: nn.Module, state_dict: Any, prefix: str, local_metadata: dict[str, Any],
+                            *args: Any) -> None:
+    """``load_state_dict(..., assign=True)`` replaces the Parameter objects, while the adapters hold the ones they
+    were made with (looked up once, to keep the host path short): the logits would mix old and new weights
+    (found in review). Refused before anything is loaded; in-place loads are followed."""
+    if local_metadata.get("assign_to_params_buffers"):
+        raise RuntimeError("load_state_dict(..., assign=True) on a model moved onto TileOPs: its adapters hold the "
+                           "Parameters they were made with; load in place (assign=False), or load before "
+                           "apply_tileops")
 
 
 def _refuse_deep_copies(model: nn.Module) -> None:
