@@ -144,13 +144,13 @@ def _store_for(cache: Any, layer_idx: int, batch: int, tokens: int, nkv: int, d:
     if cache is None:
         return _KVStore(batch, tokens, nkv, d, like.dtype, like.device), 0
     layer = cache.layers[layer_idx]
-    if type(layer).__name__.startswith("Static"):  # its preallocated [B, NKV, max_len, D] and full-length masks
-        raise NotImplementedError(
-            f"layer {layer_idx}: a StaticCache ({type(layer).__name__}); the TileOPs attention adapter keeps its own "
-            "left-aligned cache: use the default dynamic cache, or static_decode_session for fixed shapes")
     store = getattr(layer, "_tileops_kv", None)
     seen = layer.get_seq_length() if getattr(layer, "is_initialized", False) else 0
     if store is None or seen == 0:
+        if type(layer).__name__.startswith("Static"):  # preallocated [B, NKV, max_len, D], full-length masks
+            raise NotImplementedError(
+                f"layer {layer_idx}: a StaticCache ({type(layer).__name__}); the TileOPs attention adapter keeps its "
+                "own left-aligned cache: use the default dynamic cache, or static_decode_session for fixed shapes")
         if seen:
             raise ValueError(f"layer {layer_idx}: the cache holds {seen} tokens written by an unpatched forward")
         store = _KVStore(batch, tokens, nkv, d, like.dtype, like.device)

@@ -1,7 +1,8 @@
 """The SiLU-gated MLPs on SiluAndMulFwdOp (the MoE block's pieces are in ``_moe``).
 
-``*MLP`` (gate_proj, up_proj, down_proj): the gate and up weights are packed once into one
-``[2I, H]`` tensor whose halves become the two Linears' weights (views, no extra memory), so
+``*MLP`` (gate_proj, up_proj, down_proj): the gate and up weights are packed (again after a dtype
+or device conversion) into one ``[2I, H]`` tensor whose halves become the two Linears' weights
+(views, no extra memory), so
 one matmul (LinearFwdOp with ``every_module``, else torch's) yields SiluAndMulFwdOp's
 ``[*, 2I]`` input. ``down_proj`` is a Linear like any other (``_plain``).
 """
@@ -50,8 +51,11 @@ def patch_mlp(name: str, m: Any, op: SiluAndMulFwdOp, linears: LinearOps, every_
     if not answer.ok:
         return [Route(name, kind, "act", type(op).__name__, None, answer.reason)]
     inter = w.shape[0]
-    packed, matmul = _pack(m, op, inter, linears, every_module)
-    _repack_after_conversions(m, lambda: _pack(m, op, inter, linears, every_module))
+    def repack() -> tuple[torch.Tensor, Any]:
+        return _pack(m, op, inter, linears, every_module)
+
+    _, matmul = repack()
+    _repack_after_conversions(m, repack)
     gate_up = (f"{name}.gate_proj", f"{name}.up_proj")  # their weights are the packed one's halves
     if every_module and matmul.ok:
         packed_route = Route(name, kind, "gate/up", "LinearFwdOp", matmul.kernel, "packed into one matmul",
