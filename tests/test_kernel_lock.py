@@ -132,6 +132,13 @@ def test_tileops_lock_to_a_path_it_cannot_write_is_a_cli_error(tmp_path, capsys)
     assert "cannot write -o" in capsys.readouterr().err
 
 
+def test_tileops_lock_with_an_arch_but_no_device_is_a_cli_error_not_cpu_lines(tmp_path, capsys):
+    path = tmp_path / "x.lock"
+    assert main(["lock", "RMSNormFwdOp", "--arch", "sm_90", "-o", str(path)]) != 0
+    assert "--device" in capsys.readouterr().err
+    assert not path.exists()
+
+
 def test_an_unreadable_lock_from_the_environment_fails_the_first_selection(tmp_path, monkeypatch):
     iface, fast, ref = fast_and_ref()
     monkeypatch.setenv("TILEOPS_LOCK", str(tmp_path / "missing.lock"))

@@ -89,6 +89,9 @@ def lock_rows(specs: list[OpSpec], device_type: str, arch: str) -> tuple[list[di
 def run(args: argparse.Namespace) -> int:
     if args.device != "cpu" and not args.arch:
         raise TileOpsError(f"--device {args.device}: name its arch with --arch (e.g. --arch sm_90)")
+    if args.device == "cpu" and args.arch not in (None, "cpu"):  # (found in review: cpu/sm_90 lines no call matches)
+        raise TileOpsError(f"--arch {args.arch} names the arch of a device other than cpu: "
+                           f"name the device with --device (e.g. --device cuda)")
     arch = args.arch or "cpu"
     scoped = parse_target(args.target, "--target") if args.target else None
     with kernels_argument(args), use_target(scoped) if scoped is not None else contextlib.nullcontext():
