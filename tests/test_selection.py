@@ -264,6 +264,15 @@ def test_selections_of_older_registry_generations_are_dropped():
     assert len(registry.active().caches.selections) <= 1
 
 
+def test_a_kernel_whose_build_returns_no_callable_is_a_failed_build_and_selection_falls_back():
+    iface = make_interface()  # no launch signature declared: only callability can be checked
+    add_backend("vendor", make_impl(iface, "NoneK", build=lambda: None))
+    add_backend("ref", make_impl(iface, "RefK", devices=("*",), general=True))
+    with pytest.warns(RuntimeWarning, match=r"fakes:NoneK \[vendor\] build failed .*returned NoneType, not a callable"):
+        assert kernel_for(iface, make_call(iface, N=8))() == "RefK"
+    assert kernel_for(iface, make_call(iface, N=16))() == "RefK"  # a cached None is never taken for a kernel
+
+
 def test_a_kernel_whose_build_raises_is_named_marked_failed_and_selection_falls_back():
     iface = make_interface()
 

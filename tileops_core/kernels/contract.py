@@ -77,6 +77,9 @@ def check_registered(impl: type[KernelInterface], warned: set[type[KernelInterfa
 def check_built(impl: type[KernelInterface], kernel: Callable[..., Any]) -> None:
     """The build-time check: what ``impl``'s build returned, against its interface (PluginError)."""
     interface = impl.interface()
+    if not callable(kernel):  # (found in review: a None build was cached and raised a bare KeyError)
+        raise PluginError(f"{impl.qualname()}: its build returned {type(kernel).__name__}, not a callable "
+                          f"launcher for {interface.__name__}")
     declared = declared_launch(interface)
     if declared is not None:
         _enforce(impl, interface, declared, kernel, "the launcher its build returned")
