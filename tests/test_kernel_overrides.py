@@ -140,6 +140,13 @@ def test_a_star_rule_applies_to_every_op():
     assert chosen(iface) is ref and chosen(other) is other_ref
 
 
+@pytest.mark.parametrize("text", ["*=ref;SteerOp=fast", "SteerOp=fast;*=ref"])
+def test_an_ops_own_pin_outranks_a_star_pin_in_either_order(text):
+    iface, fast, ref = two_backends()
+    set_kernel_overrides(text)
+    assert chosen(iface) is fast
+
+
 def test_a_misspelled_backend_is_an_error_naming_what_is_installed():
     iface, fast, ref = two_backends()
     set_kernel_overrides("SteerOp=reff")

@@ -8,7 +8,7 @@ Written ``Op=rule[,rule...][;Op=...]``, in ``TILEOPS_KERNELS``, on the command l
 A rule is a backend name (``cpu_ref``), a kernel class name (``RefRMSNorm``) or its full
 ``module:QualName``; a leading ``-`` denies it instead of pinning it. ``*`` as the op applies
 the rules to every op (``*=-cuda`` keeps the CUDA backend out everywhere). An op has at most
-one pin and any number of denies.
+one pin and any number of denies; an op's own pin outranks a ``*`` pin, whichever is written first.
 
 Where they sit among the layers (highest first): an op's ``target=`` > ``use_target()`` >
 **these overrides' pins** > ``set_target()``/``TILEOPS_TARGET`` > automatic. A pin replaces

@@ -88,7 +88,8 @@ def steering_for(interface: Impl, call: CallSpec, target: Target | None, registr
         for impl in impls:
             if rule.names(impl, backend_of(impl)):
                 denied.setdefault(impl, f"denied by {overrides.source} ({rule.entry!r})")
-    pin = next((r for r in rules if not r.deny), None)
+    pins = [r for r in rules if not r.deny]  # an op's own pin outranks a '*' pin, wherever each is written
+    pin = next((r for r in pins if r.op == call.op), pins[0] if pins else None)
     lock = active_lock()
     if lock is not None:
         warn_version_drift(lock, installed_distributions(registry))
