@@ -20,6 +20,23 @@ def lowered_source(program: Callable[[Any], Any], key: Any) -> str:
         return tilelang.lower(func, target=target).kernel_source
 
 
+def grid_extents(func: Any) -> dict[str, Any]:
+    """A TileLang PrimFunc's grid before lowering: ``{"blockIdx.x": extent, ...}``, an extent an
+    int or the expression of the program's runtime sizes it launches with."""
+    tilelang = pytest.importorskip("tilelang")
+    tir = tilelang.tvm.tirx
+    extents: dict[str, Any] = {}
+
+    def visit(node: Any) -> None:
+        if isinstance(node, tir.For) and node.thread_binding is not None:
+            tag = node.thread_binding.thread_tag
+            if tag.startswith("blockIdx"):
+                extents[tag] = node.extent
+
+    tir.stmt_functor.post_order_visit(func.body, visit)
+    return extents
+
+
 def waits_before_its_first_memory_access(source: str, buffers: str) -> bool:
     """Whether a dependent-launch program's CUDA waits for the previous kernel
     (``cudaGridDependencySynchronize``) before its first access to any of ``buffers`` (a regex

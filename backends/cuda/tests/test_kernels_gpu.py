@@ -59,7 +59,9 @@ def test_softmax_matches_float64(shape, dtype, cuda_device, gen):
     _within_rounding(launch(x, -1, None), torch.softmax(x.double(), -1))
 
 
-@pytest.mark.parametrize("shape,dtype", [((37, 2 * 14336), "bfloat16"), ((3, 2 * 256), "float32"), ((2, 5, 2 * 88), "float16")])
+# (262200, 2 * 512) float32: 65550 row tiles of 4, past the 65535 that grid y would hold (the grid is on x).
+@pytest.mark.parametrize("shape,dtype", [((37, 2 * 14336), "bfloat16"), ((3, 2 * 256), "float32"), ((2, 5, 2 * 88), "float16"),
+                                         ((262200, 2 * 512), "float32")])  # fmt: skip
 def test_silu_and_mul_matches_float64(shape, dtype, cuda_device, gen):
     import torch
     import torch.nn.functional as F
@@ -126,8 +128,9 @@ def test_linear_matches_float64_through_each_of_its_programs(n, k, dtype, cuda_d
 @pytest.mark.parametrize(
     "shape,dims,dtype,out",
     [((64, 4096), (-1,), "bfloat16", None), ((1 << 20,), None, "float32", None), ((300, 64), (0,), "float16", None),
-     ((8, 32, 4, 128), (2,), "float32", None), ((6, 1000), (1,), "bfloat16", "float32"), ((4, 5, 6), (0, 1), "float32", None)],  # fmt: skip
-)
+     ((8, 32, 4, 128), (2,), "float32", None), ((6, 1000), (1,), "bfloat16", "float32"), ((4, 5, 6), (0, 1), "float32", None),
+     ((70001, 64), (-1,), "float32", None), ((70001, 5, 24), (1,), "bfloat16", None)],  # fmt: skip
+)  # the last two: 70001 output rows, past grid y / z's 65535 (both passes launch on grid x)
 def test_sum_matches_float64(shape, dims, dtype, out, cuda_device, gen):
     import torch
 
@@ -143,7 +146,7 @@ def test_sum_matches_float64(shape, dims, dtype, out, cuda_device, gen):
 @pytest.mark.parametrize(
     "shape,groups,dtype,affine",
     [((2, 64, 16, 16), 8, "float32", False), ((2, 64, 16, 16), 8, "float32", True), ((3, 128, 32, 32), 32, "bfloat16", True),
-     ((2, 32, 40), 4, "float16", True)],  # fmt: skip
+     ((2, 32, 40), 4, "float16", True), ((70001, 8, 4), 2, "float32", True)],  # fmt: skip (70001: past grid y's cap)
 )
 def test_group_norm_matches_float64(shape, groups, dtype, affine, cuda_device, gen):
     import torch

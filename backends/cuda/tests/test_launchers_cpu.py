@@ -125,6 +125,16 @@ def test_bmm_launch_keeps_the_batch_axis(monkeypatch):
     torch.testing.assert_close(launch(a, b), torch.bmm(a, b))
 
 
+def test_bmm_launch_runs_a_batch_past_cudas_grid_z_cap_in_pieces(monkeypatch):
+    monkeypatch.setattr(registered, "GRID_YZ_MAX", 4)  # the program's grid z is the batch: CUDA caps it at 65535
+    calls = _stand_in(monkeypatch, "build_gemm", lambda a, b, out: out.copy_(torch.bmm(a, b)))
+    launch = registered.TileLangBmm.launcher(gemm.GemmBuildKey("float16", 5, 7, False, False, True, "sm_90"))
+    a, b = torch.randn(10, 4, 7), torch.randn(10, 7, 5)
+    torch.testing.assert_close(launch(a, b), torch.bmm(a, b))
+    assert [args[0].shape[0] for args in calls] == [4, 4, 2]
+    assert all(t.is_contiguous() for args in calls for t in args)
+
+
 def _stand_in_linear(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[tuple[Any, ...]]]:
     """The linear programs stood in for by ``a @ w.t()`` (no skinny one where it refuses the key, as
     built); the calls each received, by program."""

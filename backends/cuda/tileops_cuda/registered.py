@@ -45,7 +45,7 @@ from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 from ._tilelang_impl import TileLangImpl, rows_of
 from .kernels.conv1d import (ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen, conv_refusal,
                              fitted_to_width)
-from .kernels._common import ELEM_BYTES
+from .kernels._common import ELEM_BYTES, GRID_YZ_MAX
 from .kernels._row_views import head_view, row_view
 from .kernels.block_shapes import with_block_shape
 from .kernels.gated_rmsnorm import GatedRMSNormBuildKey, build_gated_rmsnorm, gated_rmsnorm_refusal
@@ -294,7 +294,11 @@ class TileLangBmm(TileLangImpl, BmmKernel):
             a, b = a.contiguous(), b.contiguous()
             if out is None:
                 out = torch.empty((a.shape[0], a.shape[1], n), dtype=a.dtype, device=a.device)
-            fn(a, b, out)
+            if a.shape[0] <= GRID_YZ_MAX:
+                fn(a, b, out)
+            else:  # the batch is the program's grid z: launched in pieces of at most 65535
+                for s in range(0, a.shape[0], GRID_YZ_MAX):
+                    fn(a[s:s + GRID_YZ_MAX], b[s:s + GRID_YZ_MAX], out[s:s + GRID_YZ_MAX])
             return out
 
         return bmm

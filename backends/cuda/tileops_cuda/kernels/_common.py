@@ -121,6 +121,10 @@ def arch_refusal(kernel: str, arch: str, archs: Iterable[str] = SUPPORTED_ARCHS)
 #: The element dtypes the row kernels are written for.
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 
+#: CUDA's cap on gridDim.y and gridDim.z (x takes 2^31 - 1): a program that puts a runtime
+#: extent on y or z is launched in pieces of at most this many (or lays its grid out on x).
+GRID_YZ_MAX = 65535
+
 
 def row_refusal(kernel: str, dtype: str, size: str, n: int, arch: str, plan: Callable[[], Any] | None = None,
                 fit: str = "") -> str | None:

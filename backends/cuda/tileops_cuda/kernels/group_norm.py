@@ -63,7 +63,8 @@ def _program(key: GroupNormBuildKey):
 
     @T.macro
     def body(x, w, b, y, eps):
-        with T.Kernel(G, Nn, threads=_THREADS) as (bg, bn):
+        with T.Kernel(Nn * G, threads=_THREADS) as bx:  # one axis, groups varying fastest: N may pass 65535
+            bg, bn = bx % G, bx // G
             s1 = T.alloc_fragment((BD,), f32)
             s2 = T.alloc_fragment((BD,), f32)
             r1 = T.alloc_fragment((1,), f32)

@@ -8,7 +8,9 @@ Any reduction over adjacent dims of a contiguous tensor is ``[A, K, B] -> [A, B]
 
 Partials are fp32 ``[A, P(, B)]``; a second tiny launch folds them and casts to the
 output dtype (torch.sum keeps the input dtype for floating inputs). Non-adjacent dims are
-refused.
+refused. Both passes launch one grid axis (x, up to 2^31 - 1 programs) in the order a
+``(P, A)`` / ``(B/BB, P, A)`` grid would run: A is any number of rows, and CUDA caps grid
+y and z at 65535.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
@@ -66,7 +68,8 @@ def _rows_program(key: SumBuildKey):
 
     @T.prim_func
     def sum_rows(x: T.Tensor((A, K), key.dtype), part: T.Tensor((A, P), key.out_dtype)):
-        with T.Kernel(P, A, threads=_THREADS) as (bp, ba):
+        with T.Kernel(A * P, threads=_THREADS) as bx:  # one axis: A may pass grid y's 65535
+            ba, bp = bx // P, bx % P
             acc = T.alloc_fragment((BK,), f32)
             tot = T.alloc_fragment((1,), f32)
             T.clear(acc)
@@ -101,7 +104,8 @@ def _cols_program(key: SumBuildKey):
 
     @T.prim_func
     def sum_cols(x: T.Tensor((A, K, B), key.dtype), part: T.Tensor((A, P, B), key.out_dtype)):
-        with T.Kernel(B // BB, P, A, threads=_THREADS) as (bb, bp, ba):
+        with T.Kernel(A * P * (B // BB), threads=_THREADS) as bx:  # one axis, column tiles varying fastest
+            bb, bp, ba = bx % (B // BB), bx // (B // BB) % P, bx // (B // BB) // P
             acc = T.alloc_fragment((RK, BB), f32)
             tot = T.alloc_fragment((BB,), f32)
             T.clear(acc)

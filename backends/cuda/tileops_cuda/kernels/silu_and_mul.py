@@ -47,7 +47,9 @@ def _program(key: SiluAndMulBuildKey):
 
     @T.prim_func
     def silu_and_mul_fwd(x: T.Tensor((M, 2 * N), dt), y: T.Tensor((M, N), dt)):
-        with T.Kernel(T.ceildiv(N, BN), T.ceildiv(M, BM), threads=threads) as (bx, by):
+        # One grid axis, column tiles varying fastest: ceil(M / BM) row tiles may pass grid y's 65535.
+        with T.Kernel(T.ceildiv(M, BM) * (N // BN), threads=threads) as b:
+            bx, by = b % (N // BN), b // (N // BN)
             for i, j in T.Parallel(BM, BN):
                 a = T.cast(x[by * BM + i, bx * BN + j], f32)
                 b = T.cast(x[by * BM + i, N + bx * BN + j], f32)
