@@ -46,8 +46,9 @@ def _classes(model_type: str) -> dict[str, type]:
 def _containers(model: nn.Module) -> set[str]:
     """The modules that only call their children: the model wrappers and module lists."""
     inner = getattr(model, "model", None)
+    text = getattr(inner, "language_model", None)  # the vision-language models' text decoder
     return {name for name, m in model.named_modules()
-            if m is model or m is inner or isinstance(m, (nn.ModuleList, nn.ModuleDict))}
+            if m is model or m is inner or m is text or isinstance(m, (nn.ModuleList, nn.ModuleDict))}
 
 
 def apply_tileops(model: nn.Module, *, every_module: bool = False) -> TileOpsReport:
@@ -104,8 +105,12 @@ def _refuse_deep_copies(model: nn.Module) -> None:
 
 
 def _walk(model: nn.Module, classes: dict[str, type], report: TileOpsReport, every_module: bool) -> None:
-    """Route every module of ``model``, parents first, into ``report``."""
-    config: Any = model.config
+    """Route every module of ``model``, parents first, into ``report``. The ops read the text decoder's
+    config: a vision-language model (``qwen3_5``, ``qwen3_5_moe``: the published Qwen3.5 checkpoints)
+    holds it as its ``text_config`` (found in review: its own config has no ``rms_norm_eps``); its
+    vision tower's modules are other classes, and stay HF's."""
+    model_config: Any = model.config
+    config: Any = model_config.get_text_config(decoder=True)
     gdn_ops, metadata, silu_and_mul, linears = GDNOps(float(config.rms_norm_eps)), _Metadata(), SiluAndMulFwdOp(), \
         LinearOps()
     cache_problem = cache_has_linear_attention_layers()

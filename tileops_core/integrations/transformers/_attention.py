@@ -31,6 +31,7 @@ prompt, and a cache rearranged by HF (beam search, cropping), are refused with t
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -44,13 +45,20 @@ __all__ = ["AttentionLayer", "AttentionOps", "AttentionPatcher", "Positions", "p
 
 
 class Positions:
-    """The integer positions of the model's current forward, as its rotary module received them."""
+    """The integer positions of the model's current forward, as its rotary module received them.
+
+    Kept per thread: two threads running one model each read their own forward's positions
+    (found in review: one model-wide slot gave a thread the other's rotary positions)."""
 
     def __init__(self) -> None:
-        self.current: torch.Tensor | None = None
+        self._thread = threading.local()
+
+    @property
+    def current(self) -> torch.Tensor | None:
+        return getattr(self._thread, "positions", None)
 
     def hook(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.current = args[1] if len(args) > 1 else kwargs["position_ids"]
+        self._thread.positions = args[1] if len(args) > 1 else kwargs["position_ids"]
 
     def flat(self, batch: int, tokens: int, rows: int) -> torch.Tensor:
         """``[B · T]`` (NeoX) or ``[3, B · T]`` (MRoPE) positions of this forward."""
@@ -138,6 +146,17 @@ class _KVStore:
             setattr(self, name, new)
 
 
+#: Cache layers whose own update() the adapter would have to follow, and does not: a static layer is
+#: preallocated with full-length masks, a quantized one counts tokens only in its update() (found in
+#: review: every decode step ran as a fresh one-token prefill), a sliding or indexed one drops keys.
+_UNFOLLOWED_LAYER_KINDS = ("Static", "Quantized", "Sliding", "Indexed")
+
+
+def _unfollowed_layer_kind(layer: Any) -> str | None:
+    return next((kind for cls in type(layer).__mro__ for kind in _UNFOLLOWED_LAYER_KINDS if kind in cls.__name__),
+                None)
+
+
 def _store_for(cache: Any, layer_idx: int, batch: int, tokens: int, nkv: int, d: int, like: torch.Tensor) -> tuple[
         _KVStore, int]:
     """The layer's store and the tokens (padding included, as HF counts them) already in it."""
@@ -147,10 +166,12 @@ def _store_for(cache: Any, layer_idx: int, batch: int, tokens: int, nkv: int, d:
     store = getattr(layer, "_tileops_kv", None)
     seen = layer.get_seq_length() if getattr(layer, "is_initialized", False) else 0
     if store is None or seen == 0:
-        if type(layer).__name__.startswith("Static"):  # preallocated [B, NKV, max_len, D], full-length masks
+        kind = _unfollowed_layer_kind(layer)
+        if kind is not None:
             raise NotImplementedError(
-                f"layer {layer_idx}: a StaticCache ({type(layer).__name__}); the TileOPs attention adapter keeps its "
-                "own left-aligned cache: use the default dynamic cache, or static_decode_session for fixed shapes")
+                f"layer {layer_idx}: a {kind} cache layer ({type(layer).__name__}); the TileOPs attention adapter keeps "
+                "its own left-aligned cache in a dynamic one: use the default dynamic cache, or static_decode_session "
+                "for fixed shapes")
         if seen:
             raise ValueError(f"layer {layer_idx}: the cache holds {seen} tokens written by an unpatched forward")
         store = _KVStore(batch, tokens, nkv, d, like.dtype, like.device)

@@ -49,7 +49,10 @@ class GDNOps:
 
 
 class _Metadata:
-    """Per (B, T, device): lengths, prefix sums and slots (row b -> slot b), made once."""
+    """Per (B, T, device): lengths, prefix sums and slots (row b -> slot b), made once; a model
+    serving prompts of ever-new lengths keeps the last few dozen shapes, not all it has seen."""
+
+    _KEPT = 64
 
     def __init__(self) -> None:
         self._made: dict[tuple[int, int, torch.device], tuple[torch.Tensor, ...]] = {}
@@ -58,6 +61,8 @@ class _Metadata:
         key = (batch, tokens, device)
         made = self._made.get(key)
         if made is None:
+            if len(self._made) >= self._KEPT:
+                self._made.clear()
             rows = torch.arange(batch, dtype=torch.int32, device=device)
             ones = torch.ones(batch, dtype=torch.int32, device=device)
             cu = torch.arange(batch + 1, dtype=torch.int32, device=device) * tokens

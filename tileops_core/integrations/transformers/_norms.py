@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+from torch.nn.modules.module import _global_forward_hooks
 
 from ...ops.gated_delta_net import FusedAddZeroCentredRMSNormFwdOp, ZeroCentredRMSNormFwdOp
 from ._report import Route
@@ -73,6 +74,8 @@ def _layer_forward(name: str, layer: Any, op: FusedAddZeroCentredRMSNormFwdOp,
         else:
             h, _ = mixer(hidden_states=h, attention_mask=attention_mask, position_ids=position_ids,
                          position_embeddings=position_embeddings, **kwargs)
+        if mixer._forward_hooks or _global_forward_hooks:
+            h = h.clone()  # a hook may keep (or have returned) the mixer's output: the add must not write into it
         normed = op(hidden_states, h, weight)  # h <- hidden_states + h, as HF's residual add rounds it
         out = mlp(normed)
         if isinstance(out, tuple):  # MoE blocks may return (hidden, router logits)

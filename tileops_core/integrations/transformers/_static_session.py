@@ -50,6 +50,10 @@ class StaticDecodeSession:
     def __init__(self, model: Any, max_batch: int, max_len: int, capture: str = "eager") -> None:
         if capture not in CAPTURE_MODES:
             raise ValueError(f"capture must be one of {', '.join(CAPTURE_MODES)}, got {capture!r}")
+        if not hasattr(getattr(model, "model", None), "layers"):
+            raise ValueError(f"static_decode_session serves the text models (…ForCausalLM); {type(model).__name__} "
+                             f"is not one (a vision-language model's decode positions follow its images: "
+                             f"decode it with generate())")
         unpatched = _unpatched_mixers(model)
         if unpatched:
             raise ValueError(f"static_decode_session needs every token mixer on TileOPs (apply_tileops(model) first); "

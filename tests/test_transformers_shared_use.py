@@ -1,0 +1,91 @@
+"""A patched model used as PyTorch code is used beyond one generate() call: by two threads at once,
+under forward hooks that keep or replace a module's output, with a cache of another kind. Each case was
+found in review; each test compares with the unpatched model of the same weights, or asks for a refusal."""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from tileops_core.integrations.transformers import apply_tileops, cache_kwargs  # noqa: E402
+from tileops_core.integrations.transformers._tiny import tiny_model  # noqa: E402
+
+TOL = 1e-4
+
+
+def _pair(model_type: str, **sizes):
+    ref = tiny_model(model_type, **sizes)
+    patched = copy.deepcopy(ref)
+    apply_tileops(patched)
+    return ref, patched
+
+
+def test_two_threads_sharing_a_model_each_rotate_by_their_own_positions() -> None:
+    """Thread A stops at the attention layer, after its rotary module recorded A's positions, while the
+    main thread runs a whole forward with other positions; A then goes on and must read its own (one
+    model-wide slot gave it B's: logits off by 0.1)."""
+    ref, patched = _pair("qwen3_next")  # layers 0-2 GatedDeltaNet, layer 3 attention
+    ids = torch.randint(1, 256, (2, 24), generator=torch.Generator().manual_seed(1))
+    pos_a = torch.arange(24).expand(2, 24)
+    pos_b = pos_a * 3  # not a shift of pos_a (rotary attention sees only differences)
+    at_attention, b_done, got = threading.Event(), threading.Event(), {}
+
+    def pause_thread_a(module, args):
+        if threading.current_thread().name == "A":
+            at_attention.set()
+            assert b_done.wait(60)
+
+    patched.model.layers[3].register_forward_pre_hook(pause_thread_a)
+
+    def run_a() -> None:
+        with torch.no_grad():
+            got["A"] = patched(input_ids=ids, position_ids=pos_a).logits
+
+    a = threading.Thread(target=run_a, name="A")
+    a.start()
+    assert at_attention.wait(60)
+    with torch.no_grad():
+        got["B"] = patched(input_ids=ids, position_ids=pos_b).logits
+    b_done.set()
+    a.join(60)
+    with torch.no_grad():
+        for name, pos in (("A", pos_a), ("B", pos_b)):
+            assert (got[name] - ref(input_ids=ids, position_ids=pos).logits).abs().max() < TOL, name
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5", "qwen3_5_moe"])
+def test_a_hook_keeping_or_replacing_a_token_mixers_output_sees_hfs_values(model_type: str) -> None:
+    """The fused residual add writes its sum in place: not into a tensor a hook kept, nor into one a hook
+    returned (found in review: captured outputs became residual + output, patched runs drifted)."""
+    ref, patched = _pair(model_type)
+    ids = torch.randint(1, 256, (2, 10), generator=torch.Generator().manual_seed(2))
+    kept: dict[str, list[torch.Tensor]] = {"ref": [], "patched": []}
+    stored: dict[str, torch.Tensor] = {}
+    for name, model in (("ref", ref), ("patched", patched)):
+        mixer = model.model.layers[0].linear_attn
+        mixer.register_forward_hook(lambda m, args, out, name=name: kept[name].append(out))
+        with torch.no_grad():
+            model(input_ids=ids)
+        stored[name] = kept[name][0].clone()
+        mixer.register_forward_hook(lambda m, args, out, name=name: stored[name])  # activation patching
+    with torch.no_grad():
+        runs = [(ref(input_ids=ids).logits, patched(input_ids=ids).logits) for _ in range(3)]
+    assert (kept["patched"][0] - kept["ref"][0]).abs().max() < TOL
+    assert (kept["patched"][0] - stored["patched"]).abs().max() == 0  # the kept tensor was not written into
+    assert max((want - got).abs().max().item() for want, got in runs) < TOL
+
+
+def test_a_quantized_cache_is_refused_by_name_not_run_as_fresh_prefills() -> None:
+    """HF's quantized layers count tokens only in their own update(): the adapter read 0 tokens seen and ran
+    every decode step as a prefill of one token (logits off by 0.4-0.75)."""
+    cache_utils = pytest.importorskip("transformers.cache_utils")
+    _, patched = _pair("qwen3_5", layer_types=["full_attention"] * 4)
+    ids = torch.randint(1, 256, (1, 6), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="a Quantized cache layer"):
+        patched.generate(ids, **cache_kwargs(patched, cache_utils.QuantizedCache("fp8", patched.config)),
+                         max_new_tokens=2, do_sample=False)
