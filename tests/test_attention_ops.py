@@ -97,6 +97,21 @@ def test_decode_block_a_sequence_reads_outside_the_cache_is_refused():
     _refused(AttentionDecodeFwdOp(), args, rf"block_table\[0, 1\]={N} is outside \[0, {N}\) but sequence 0 reads it")
 
 
+@pytest.mark.parametrize("entry", [-1, "N"])
+def test_decode_without_contents_checks_refuses_a_read_block_outside_the_cache_before_writing(entry):
+    """The kernel's own check covers every block a step reads, not only the one it writes (found in review:
+    -1 read block N - 1 silently, N raised after the new key was written)."""
+    from tileops_core.errors import KernelError
+
+    args = _decode_args([5, 1], capacity=8, block_size=2)
+    N = args["key_cache"].shape[0]
+    args["block_table"][0, 0] = N if entry == "N" else -1  # a block sequence 0 reads; it writes block 2
+    before = (args["key_cache"].clone(), args["value_cache"].clone())
+    with pytest.raises(KernelError, match=rf"outside \[0, {N}\) among those the step reads; nothing was written"):
+        AttentionDecodeFwdOp(check_contents=False)(**args)
+    assert torch.equal(args["key_cache"], before[0]) and torch.equal(args["value_cache"], before[1])
+
+
 def test_decode_block_table_entries_past_the_last_block_are_never_read():
     args = _decode_args([3, 0], capacity=8, block_size=2)
     garbage = {k: v.clone() for k, v in args.items()}

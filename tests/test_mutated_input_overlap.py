@@ -91,6 +91,42 @@ def test_an_input_expanded_far_beyond_its_memory_is_refused_before_any_allocatio
             op(a, b)
 
 
+def test_an_expanded_input_is_refused_on_a_warm_call_of_a_plan_made_for_a_contiguous_one():
+    """Softmax's plan key has no contiguity in it: an expanded input of a shape already planned reused that
+    plan, whose list of non-contiguous arguments was empty (found in review: accepted, a 256 MiB copy)."""
+    from tileops_core.ops.reduction import SoftmaxFwdOp
+
+    op = SoftmaxFwdOp(dim=0, N=1)
+    n = 2**26 + 16
+    op(torch.ones(1, n))
+    for _ in range(2):  # and again: a refused call leaves no matcher that would let the next one through
+        with pytest.raises(CheckError, match=r"SoftmaxFwdOp: input input is expanded \(strides \[1, 0\]\)"):
+            op(torch.ones(1, 1).expand(1, n))
+
+
+def test_a_mutated_inference_tensor_outside_inference_mode_is_refused_before_anything_is_written():
+    """torch writes an inference tensor only in inference mode: the kernel would fail after its first writes
+    (found in review: the key cache written, then the value cache's write raised)."""
+    from tileops_core.ops.attention import AttentionDecodeFwdOp
+
+    g = torch.Generator().manual_seed(5)
+    args = dict(query=torch.randn(2, 4, 8, generator=g), key=torch.randn(2, 2, 8, generator=g),
+                value=torch.randn(2, 2, 8, generator=g), key_cache=torch.randn(3, 6, 2, 8, generator=g),
+                cache_seqlens=torch.tensor([2, 4]))
+    with torch.inference_mode():
+        args["value_cache"] = torch.randn(3, 6, 2, 8)
+    before = args["key_cache"].clone()
+    op = AttentionDecodeFwdOp()
+    for _ in range(2):  # cold and warm
+        with pytest.raises(CheckError, match=r"input value_cache is mutated \(written in place\) and is an inference "
+                                             r"tensor .*call the op under torch.inference_mode\(\)"):
+            op(**args)
+        assert torch.equal(args["key_cache"], before)
+    with torch.inference_mode():
+        op(**args)  # where torch writes it, the op does
+    assert not torch.equal(args["key_cache"], before)
+
+
 def test_a_modestly_expanded_input_is_served():
     from tileops_core.ops.gemm import GemmFwdOp
 

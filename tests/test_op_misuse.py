@@ -73,3 +73,22 @@ def test_explain_under_a_target_whose_device_is_absent_is_a_cli_error(capsys):
     """As --device cuda is (found in review: an AssertionError from torch's lazy CUDA init)."""
     assert main(["explain", "RMSNormFwdOp", "--target", "cuda"]) != 0
     assert "is not available on this machine" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("eps", [-1.0, float("nan")])
+def test_a_group_norm_eps_below_zero_or_nan_is_refused_by_its_rule(eps):
+    from tileops_core.ops.normalization import GroupNormFwdOp
+
+    with pytest.raises(CheckError, match=r"GroupNormFwdOp: eps >= 0 does not hold .*\(manifest/normalization.yaml:\d+"):
+        GroupNormFwdOp(num_groups=2, eps=eps)(torch.randn(2, 4, 3))
+
+
+def test_a_recurrent_delta_rule_over_keys_of_no_channels_is_refused_by_its_rule():
+    """The default scale is DK ** -0.5 (found in review: DK = 0 passed every rule and the kernel divided by 0)."""
+    from tileops_core.ops.linear_attention import RecurrentGatedDeltaRuleFwdOp
+
+    T, NK, NV, DV = 2, 1, 2, 4
+    args = (torch.randn(T, NK, 0), torch.randn(T, NK, 0), torch.randn(T, NV, DV), torch.rand(T, NV),
+            torch.randn(3, NV, DV, 0), torch.tensor([1, 1], dtype=torch.int32), torch.tensor([0, 2], dtype=torch.int32))
+    with pytest.raises(CheckError, match=r"DK > 0 does not hold with DK=0 \(manifest/linear_attention.yaml:\d+"):
+        RecurrentGatedDeltaRuleFwdOp()(*args)

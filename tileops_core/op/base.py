@@ -220,6 +220,11 @@ class Op:
         except Exception:  # not a tensor, or a layout without strides: the slow path names it
             key = None
         plan = self._plans.get(key)  # a None key is never stored
+        if plan is not None and not self._def.key_has_contiguity:
+            # The key does not say which arguments are expanded, so the plan's own list cannot: each call
+            # that comes here (its strides unlike those of the last matched call) is checked before a
+            # matcher is made for it (found in review: a warm call skipped the refusal a cold one made).
+            plan.check_expanded_inputs(values, every_argument=True)
         if plan is not None and plan is last and plan.generation == GENERATION[0]:
             # The last plan's own key, yet its matcher missed: it was made where the dispatch
             # state differs (an eager call versus the compile boundary's implementation, below

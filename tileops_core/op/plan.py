@@ -369,7 +369,9 @@ class CallPlan:
         which decides exactly (interleaved views pass) and names the overlap.
         """
         full = self.check_written_inputs
-        if any(m in self.noncontiguous_args and overlaps_itself(values[m]) for m in self.mutated_inputs):
+        if any(m in self.noncontiguous_args and overlaps_itself(values[m]) for m in self.mutated_inputs) or (
+                not torch.is_inference_mode_enabled()
+                and any(values[m] is not None and values[m].is_inference() for m in self.mutated_inputs)):
             return lambda vals: full(vals, extents)  # refused on every such call, as on the first
         ranges = tuple((m, extents[m], tuple((j, e) for j, e in enumerate(extents) if e and j != m))
                        for m in self.mutated_inputs if extents[m])
@@ -425,11 +427,11 @@ class CallPlan:
                     i = self.buffer_index.index(j)
                     fail(self.op, f"out buffer {self.arg_names[j]} shares storage with an input", self.out_locs[i])
 
-    def check_expanded_inputs(self, values: Sequence[Any]) -> None:
-        """On plans with non-contiguous arguments: an expanded (stride-0) input whose dense size
-        is out of all proportion to its memory is refused before any kernel materialises it
-        (a GEMM whose ``a`` is one element expanded to 2**31 columns asked for 8.6 GB)."""
-        for i in self.noncontiguous_args:
+    def check_expanded_inputs(self, values: Sequence[Any], every_argument: bool = False) -> None:
+        """On plans with non-contiguous arguments (or ``every_argument``): an expanded (stride-0)
+        input whose dense size is out of all proportion to its memory is refused before any kernel
+        materialises it (a GEMM whose ``a`` is one element expanded to 2**31 columns asked for 8.6 GB)."""
+        for i in range(len(values)) if every_argument else self.noncontiguous_args:
             sizes = expanded_beyond_limit(values[i])
             if sizes is not None:
                 dense, real = sizes
@@ -447,6 +449,11 @@ class CallPlan:
             if v is None:
                 continue
             name = self.arg_names[m]
+            if v.is_inference() and not torch.is_inference_mode_enabled():  # (found in review: written part-way)
+                fail(self.op, f"input {name} is mutated (written in place) and is an inference tensor (made under "
+                              "torch.inference_mode()), which torch writes only inside inference mode: a kernel "
+                              "would fail after its first writes; call the op under torch.inference_mode(), or pass "
+                              f"a tensor made outside it ({name}.clone() there)", loc)
             if m in self.noncontiguous_args and overlaps_itself(v):
                 fail(self.op, f"input {name} is mutated (written in place) and overlaps itself (strides "
                               f"{list(v.stride())}, an expanded view): a kernel would write some elements more "

@@ -291,6 +291,17 @@ def test_a_pool_at_an_offset_in_its_storage_is_written_like_any_other(offset):
     _assert_matches_oracle(case)
 
 
+def test_a_contiguous_pool_with_an_odd_stride_on_a_size_one_axis_is_written_like_any_other():
+    # is_contiguous() ignores the stride of a size-1 axis; the 16-byte view of the pool write must not
+    # (found in review: NV = 1 permuted from [S, DV, DK, 1] raised "stride(1) must be divisible by 4").
+    case = _case([1] * 5, NK=1, NV=1, DK=128, DV=128)
+    pool = case["state"]
+    odd = torch.empty(pool.shape[0], 128, 128, 1).permute(0, 3, 1, 2)
+    assert odd.is_contiguous() and odd.stride(1) == 1
+    case["state"] = odd.copy_(pool)
+    _assert_matches_oracle(case)
+
+
 def test_a_slot_past_the_pool_is_refused_before_anything_is_written():
     case = _case([3, 2])
     pool = case["state"].shape[0]

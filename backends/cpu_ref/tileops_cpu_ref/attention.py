@@ -185,9 +185,15 @@ def attention_decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         if bool((n >= table.shape[1] * L).any()):
             raise IndexError(f"cache_seqlens {lengths.tolist()} exceed the block table's {table.shape[1]} blocks of "
                              f"{L}; nothing was written")
+        # Every block the step reads, not only the one it writes (found in review: an entry of -1 before it
+        # read block N - 1, one past N raised after the write).
+        read = torch.arange(table.shape[1]).unsqueeze(0) <= (n // L).unsqueeze(1)  # [n_live, blocks]
+        entries = table[live]
+        outside = read & ((entries < 0) | (entries >= N))
+        if bool(outside.any()):
+            raise IndexError(f"the block table names blocks {entries[outside].tolist()} outside [0, {N}) among those "
+                             f"the step reads; nothing was written")
         rows, at = table[live, n // L], n % L
-        if bool(((rows < 0) | (rows >= N)).any()):
-            raise IndexError(f"the block table names blocks {rows.tolist()} outside [0, {N}); nothing was written")
     dev = query.device
     rows, at, live_d = rows.to(dev), at.to(dev), live.to(dev)
     key_cache[rows, at] = key.index_select(0, live_d)

@@ -184,7 +184,9 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     """
     if t.numel() < 2**16 or not t.is_contiguous() or (t.shape[-1] * t.element_size()) % 16 or t.data_ptr() % 16:
         return t
-    return t.view(torch.complex128)
+    # Rows of plain strides first: is_contiguous() passes a size-1 axis of any stride, which the dtype view
+    # refuses (found in review: an NV = 1 pool permuted from [S, DV, DK, 1]).
+    return t.view(t.shape[0], -1).view(torch.complex128)
 
 
 def _write_states(state: torch.Tensor, slots: torch.Tensor, S: torch.Tensor, padded: bool) -> None:
