@@ -170,6 +170,23 @@ def test_capture_records_what_the_op_hands_its_kernel_and_ref_calls_the_general_
     assert graph and torch.equal(calls[0](), op(*args))
 
 
+def test_each_cases_torch_compile_baseline_is_compiled_past_dynamos_recompile_limit():
+    """Dynamo stops compiling a function after recompile_limit graphs and runs it eagerly (found in review:
+    from the ninth shape on, "torch.compile" timed eager code): each case's baseline starts afresh."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    spec = resolve_specs(["RMSNormFwdOp"])[0]
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for rows in (2, 3, 5):
+            x = torch.randn(rows, 4096, generator=torch.Generator().manual_seed(_seed()))
+            op = op_class(spec)(normalized_shape=[4096])
+            before = counters["stats"]["unique_graphs"]
+            calls, _ = make_baseline("torch.compile", op, [[x]])
+            torch.testing.assert_close(calls[0](), op(x))
+            assert counters["stats"]["unique_graphs"] == before + 1, f"{rows} rows: not compiled"
+
+
 def test_the_restorer_puts_a_mutated_state_back_and_is_none_without_mutation():
     spec = resolve_specs(["RecurrentGatedDeltaRuleFwdOp"])[0]
     row = next(r for r in spec.workloads if r.label == "tiny-fp32")

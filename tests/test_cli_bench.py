@@ -71,6 +71,13 @@ def test_bench_format_json_prints_only_the_document(capsys):
     (["ops", "Nope"], "tileops ops: error: unknown op 'Nope'"),
     (["calibrate", "--device", "cuda:0"], "tileops calibrate: error: device 'cuda:0' is not available"),
     (["calibrate", "--matmul-n", "8"], "tileops calibrate: error: the matmul size must be at least 64"),
+    (["calibrate", "--copy-mib", "0"], "tileops calibrate: error: the copy must be at least 1 MiB"),  # (0 was "default")
+    # --decode-step runs no op rows: their options are refused by name, not ignored (found in review)
+    (["bench", "--decode-step", "RMSNormFwdOp", "--workload", "x", "--plot", "a.png", "--min-samples", "9"],
+     "tileops bench: error: --decode-step times a fixed decode step; OP names, --workload, --plot, --min-samples "
+     "apply to op rows only"),
+    (["bench", "--decode-step", "--baseline", "none"], "tileops bench: error: --decode-step times a fixed decode step; "
+                                                        "--baseline apply"),
 ])
 def test_a_user_error_is_one_line_and_exit_code_2(argv, message, capsys):
     assert main(argv) == 2
@@ -91,6 +98,46 @@ def test_bench_decode_step_runs_an_extra_policy_beside_the_three_and_writes_them
         ("compile_fullgraph", p) for p in ("custom_ops", "all_decompositions", "default", "rms_norm_only")]
     assert next(w for w in doc["ways"] if w["policy"] == "rms_norm_only")["decomposed"] == ["RMSNormFwdOp"]
     assert "compile_fullgraph [rms_norm_only]" in capsys.readouterr().out
+
+
+def test_bench_decode_step_prints_its_results_when_its_json_cannot_be_written(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    threads = torch.get_num_threads()
+    try:
+        code = main(["bench", "--decode-step", "--quick", "--threads", "1", "--json", str(tmp_path / "afile" / "d.json")])
+    finally:
+        torch.set_num_threads(threads)
+    out, err = capsys.readouterr()
+    assert code == 1 and "compile_fullgraph" in out
+    assert "tileops bench: cannot write --json" in err and "Traceback" not in err
+
+
+def test_min_samples_takes_as_many_samples_as_asked_past_the_time_cap(capsys):
+    from tileops_core.bench.timing import DEFAULT
+
+    asked = 400
+    assert main(["bench", "SumFwdOp", "--workload", "small-full", "--min-samples", str(asked), "--min-time", "1e-6",
+                 "--warmup", "1", "--baseline", "none", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["results"][0]["time"]["samples"] >= asked and doc["timing"]["max_time_s"] >= 3600 > DEFAULT.max_time_s
+
+
+@pytest.mark.parametrize("seconds, text", [(0.99996, "1 s"), (9.9996e-4, "1 ms"), (1.234e-5, "12.3 us"),
+                                           (4e-10, "0.4 ns")])
+def test_times_are_rounded_before_their_unit_is_chosen(seconds, text):
+    from tileops_core.bench.report import format_rate, format_time
+
+    assert format_time(seconds) == text
+    assert format_rate(999.7e9, "B") == "1 TB/s"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_demo_counts_must_be_positive_integers(value, capsys):
+    for flag in ("--tokens", "--batch"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["demo", flag, value])
+        assert exit_.value.code == 2
+        assert "Traceback" not in capsys.readouterr().err
 
 
 def test_an_unknown_baseline_is_rejected_by_the_parser(capsys):

@@ -139,6 +139,31 @@ def test_tileops_lock_with_an_arch_but_no_device_is_a_cli_error_not_cpu_lines(tm
     assert not path.exists()
 
 
+def test_tileops_lock_reads_a_device_index_as_its_type_and_refuses_a_type_nothing_is_for(tmp_path, capsys):
+    """Calls carry a device type (found in review: --device cuda:0 locked every row to the reference kernel
+    under device type 'cuda:0', which no call matches, and exited 0)."""
+    pytest.importorskip("tileops_cuda")
+    indexed, plain = tmp_path / "indexed.lock", tmp_path / "plain.lock"
+    assert main(["lock", "RMSNormFwdOp", "--device", "cuda:0", "--arch", "sm_90", "-o", str(indexed)]) == 0
+    assert main(["lock", "RMSNormFwdOp", "--device", "cuda", "--arch", "sm_90", "-o", str(plain)]) == 0
+    assert indexed.read_text().splitlines()[1:] == plain.read_text().splitlines()[1:]
+    rows = [json.loads(line) for line in plain.read_text().splitlines()[1:]]
+    assert rows and {r["call"]["device_type"] for r in rows} == {"cuda"} and {r["backend"] for r in rows} == {"cuda"}
+    capsys.readouterr()
+    assert main(["lock", "RMSNormFwdOp", "--device", "gpu", "--arch", "sm_90", "-o", str(tmp_path / "x.lock")]) == 2
+    assert "no installed backend or kernel is for device type 'gpu'" in capsys.readouterr().err
+    assert not (tmp_path / "x.lock").exists()
+
+
+@pytest.mark.parametrize("argv", [["lock", "NoSuchOp"], ["lock", "--device", "cuda"], ["explain", "NoSuchOp"],
+                                  ["explain", "RMSNormFwdOp", "--workload", "nope"], ["explain"],
+                                  ["explain", "RMSNormFwdOp", "--arch", "sm_90"]])
+def test_a_usage_error_of_lock_or_explain_exits_2_like_every_command(argv, tmp_path, capsys):
+    """Exit 1 stays for findings (explain: no kernel serves the call), 2 for what the user typed wrong."""
+    assert main([*argv, *(["-o", str(tmp_path / "x.lock")] if argv[0] == "lock" else [])]) == 2
+    assert f"tileops {argv[0]}: error: " in capsys.readouterr().err
+
+
 def test_an_unreadable_lock_from_the_environment_fails_the_first_selection(tmp_path, monkeypatch):
     iface, fast, ref = fast_and_ref()
     monkeypatch.setenv("TILEOPS_LOCK", str(tmp_path / "missing.lock"))

@@ -194,6 +194,16 @@ def test_explain_shows_the_override_layer_in_its_place_and_the_cli_flag_leaves_n
     assert overrides.kernel_overrides() is None
 
 
+def test_an_empty_kernels_flag_replaces_the_environment_by_no_override(monkeypatch, capsys):
+    """The help says --kernels replaces TILEOPS_KERNELS; '' is "no override" (found in review: it was skipped,
+    so the environment's deny stayed and no kernel was chosen)."""
+    monkeypatch.setenv("TILEOPS_KERNELS", "RMSNormFwdOp=-RefRMSNorm")
+    overrides.refresh_env_overrides()
+    assert main(["explain", "RMSNormFwdOp", "--kernels", "", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["interfaces"][0]["chosen"].endswith(":RefRMSNorm")
+
+
 def test_backends_reports_an_override_naming_nothing_installed_and_exits_1(capsys):
     assert main(["backends", "--kernels", "RMSNormFwdOp=cpu_reff"]) == 1
     out = capsys.readouterr().out

@@ -108,6 +108,31 @@ def test_calibrate_measures_copy_and_matmul_on_the_cpu():
     assert load_profile_roundtrip(profile) == profile
 
 
+def test_a_calibration_over_a_base_takes_its_peaks_and_none_of_its_measured_figures():
+    """Found in review: the base's measured figures (an earlier calibration's, another machine's) were
+    written again as this run's, for every dtype the run did not measure."""
+    sizes = CalibrationSizes(4 << 20, 128, ("float32",))
+    quick = TimingOptions(warmup=1, min_samples=3, min_time_s=0.01, max_time_s=0.5)
+    base = HardwareProfile(name="base", device_type="cpu", match=["x"], memory=Rate(peak=5e10, measured=1.0),
+                           compute={"float32": Rate(peak=2e12, measured=1.0), "float64": Rate(measured=1.0),
+                                    "bfloat16": Rate(peak=4e12, measured=1.0, note="an old run")})
+    profile = calibrate("cpu", sizes, quick, base)
+    assert profile.memory.peak == 5e10 and profile.memory.measured != 1.0
+    assert profile.compute["float32"].peak == 2e12 and profile.compute["float32"].measured != 1.0
+    assert profile.compute["bfloat16"] == Rate(peak=4e12) and "float64" not in profile.compute
+
+
+def test_a_calibration_whose_buffers_cannot_be_held_is_a_usage_error(monkeypatch):
+    import torch
+
+    def no_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("out of memory (simulated)")
+
+    monkeypatch.setattr(torch, "empty_like", no_memory)
+    with pytest.raises(UsageError, match=r"cannot hold the calibration's buffers on cpu \(a copy of 4 MiB"):
+        calibrate("cpu", CalibrationSizes(4 << 20, 128, ("float32",)))
+
+
 def load_profile_roundtrip(profile: HardwareProfile) -> HardwareProfile:
     import yaml
 

@@ -82,8 +82,26 @@ def test_explain_model_exits_1_naming_the_modules_left_on_torch(capsys: pytest.C
     assert {r["piece"] for r in gdn["routes"]} >= {"recurrent decode", "chunked prefill"}
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "qwen3_next", "--set", "linear_key_head_dimm=32"], "has no field 'linear_key_head_dimm'; did you "
+                                                                     "mean linear_key_head_dim"),
+    (["--model", "qwen3_5_moe", "--set", "intermediate_size=64"], "Qwen3_5MoeTextConfig has no field 'intermediate_size'"),
+    (["--model", "qwen3_next", "--set", "head_dim=--5"], "write KEY=VALUE with a positive integer value"),
+    (["--model", "qwen3_next", "--set", "hidden_size=0"], "write KEY=VALUE with a positive integer value"),
+    (["--model", "qwen3_next", "--workload", "x", "--arch", "sm_90"], "explain --model does not take --workload, "
+                                                                       "--arch"),
+    (["RMSNormFwdOp", "--every-module", "--set", "head_dim=8"], "explain an op does not take --every-module, --set"),
+])
+def test_explain_refuses_what_its_mode_does_not_take_and_a_set_it_cannot_apply(argv, message, capsys) -> None:
+    """Found in review: these passed silently (a misspelt field, a dropped one, the other mode's options) or
+    ended in a traceback."""
+    assert main(["explain", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
 def test_explain_takes_an_op_or_a_model(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain"]) == 1
+    assert main(["explain"]) == 2  # a usage error
     assert "takes an op (tileops explain RMSNormFwdOp) or --model TYPE" in capsys.readouterr().err
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "SelectionError",
     "PluginError",
     "KernelError",
+    "UsageError",
     "fail",
 ]
 
@@ -47,6 +48,12 @@ class Location:
 
 class TileOpsError(Exception):
     """Base class of every error TileOPs raises on purpose."""
+
+
+class UsageError(TileOpsError):
+    """What the user asked a command for cannot be done as asked: a bad value, or a name (an op, a
+    workload, a device, a path) that does not exist. The ``tileops`` CLI exits 2 on it, as argparse
+    does on a bad flag; 1 stays for findings and failures."""
 
 
 class ExprError(TileOpsError, ValueError):

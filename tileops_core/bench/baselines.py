@@ -122,6 +122,13 @@ def make_baseline(kind: str, op: Any, args_sets: Sequence[Sequence[Any]]) -> tup
     if kind == "eager":
         return [functools.partial(op, *a) for a in args_sets], False
     if kind in ("ref", "torch.compile"):
+        if kind == "torch.compile":
+            import torch._dynamo
+
+            # Each case compiles afresh: dynamo stops compiling a function after recompile_limit (8) graphs
+            # and runs it eagerly from then on, and the reference kernels share wrapper functions, so a
+            # long run's later cases timed eager code as "torch.compile" (found in review).
+            torch._dynamo.reset()
         calls = [_reference_call(capture_launches(op, a), kind == "torch.compile") for a in args_sets]
         return calls, True
     raise TileOpsError(f"unknown baseline {kind!r} (known: {', '.join(BASELINES)})")

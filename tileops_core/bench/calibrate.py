@@ -71,22 +71,31 @@ def calibrate(device: Any, sizes: CalibrationSizes | None = None, options: Timin
         base = known.profile if known is not None and known.profile.describes(device.type, name) == 2 else None
     gen = torch.Generator(device="cpu").manual_seed(int.from_bytes(os.urandom(4), "little"))
     elems = sizes.copy_bytes // 4
-    src = torch.randn(elems, generator=gen).to(device)
-    dst = torch.empty_like(src)
-    subjects = [Subject("copy", [lambda: dst.copy_(src)])]
-    matmuls = []
-    for dtype_name in sizes.dtypes:
-        dtype = getattr(torch, dtype_name)
-        n = sizes.matmul_n
-        a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-        b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-        c = torch.empty(n, n, device=device, dtype=dtype)
-        matmuls.append((dtype_name, a, b, c))
-        subjects.append(Subject(f"matmul-{dtype_name}", [functools.partial(torch.matmul, a, b, out=c)]))
+    try:
+        src = torch.randn(elems, generator=gen).to(device)
+        dst = torch.empty_like(src)
+        subjects = [Subject("copy", [lambda: dst.copy_(src)])]
+        matmuls = []
+        for dtype_name in sizes.dtypes:
+            dtype = getattr(torch, dtype_name)
+            n = sizes.matmul_n
+            a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+            b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+            c = torch.empty(n, n, device=device, dtype=dtype)
+            matmuls.append((dtype_name, a, b, c))
+            subjects.append(Subject(f"matmul-{dtype_name}", [functools.partial(torch.matmul, a, b, out=c)]))
+    except (RuntimeError, MemoryError) as exc:  # out of memory is a RuntimeError (found in review: a traceback)
+        raise UsageError(f"cannot hold the calibration's buffers on {device} (a copy of {sizes.copy_bytes >> 20} MiB, "
+                         f"matmuls of n={sizes.matmul_n}): {str(exc).splitlines()[0]}; give a smaller --copy-mib or "
+                         "--matmul-n") from None
     measured = time_subjects(subjects, device, options)
     bandwidth = 2 * elems * 4 / measured[0].median_s
     when = datetime.date.today().isoformat()
-    compute: dict[str, Rate] = dict(base.compute) if base is not None else {}
+    # Only the base's datasheet peaks carry over: its measured figures are another run's, perhaps another
+    # machine's, and a dtype this run did not measure keeps its peak alone (found in review: an earlier
+    # calibration's float32 figure was written again as this run's).
+    compute: dict[str, Rate] = ({k: Rate(peak=r.peak) for k, r in base.compute.items() if r.peak is not None}
+                                if base is not None else {})
     for (dtype_name, *_), m in zip(matmuls, measured[1:]):
         rate = 2 * sizes.matmul_n ** 3 / m.median_s
         peak = base.compute[dtype_name].peak if base is not None and dtype_name in base.compute else None
@@ -97,7 +106,7 @@ def calibrate(device: Any, sizes: CalibrationSizes | None = None, options: Timin
     if device.type == "cuda":
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", None) or l2
     sources = [f"tileops calibrate on {name} ({device}), {when}, torch {torch.__version__}"]
-    if base is not None:
+    if base is not None and (base.memory.peak is not None or compute):
         sources.append(f"peaks from profile {base.name}")
     return HardwareProfile(name=f"calibrated-{_slug(name)}", description=f"{name}, measured by tileops calibrate",
                            device_type=device.type, match=[name], memory=memory, compute=compute, l2_bytes=l2,

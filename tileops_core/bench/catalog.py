@@ -13,7 +13,7 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Iterable
 
-from ..errors import TileOpsError
+from ..errors import TileOpsError, UsageError
 from ..spec.manifest import load_manifest
 from ..spec.nodes import OpSpec
 
@@ -21,10 +21,6 @@ if TYPE_CHECKING:
     from ..op.base import Op
 
 __all__ = ["UsageError", "UnknownName", "benchable_specs", "import_op_module", "op_class", "resolve_specs"]
-
-
-class UsageError(TileOpsError):
-    """What the user asked for cannot be done as asked (a bad value); the CLI exits 2 on it."""
 
 
 class UnknownName(UsageError):

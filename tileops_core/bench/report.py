@@ -252,6 +252,7 @@ def format_time(seconds: float | None) -> str:
     """``12.3 us``, ``4.56 ms``: three significant digits, a unit a reader does not convert."""
     if seconds is None:
         return "-"
+    seconds = float(f"{seconds:.3g}")  # rounded before the unit is chosen: 0.99996 s is "1 s", not "1e+03 ms"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if seconds >= scale:
             return f"{seconds / scale:.3g} {unit}"
@@ -262,6 +263,7 @@ def format_rate(value: float | None, unit: str) -> str:
     """``1.23 T{unit}/s`` with an SI prefix."""
     if value is None:
         return "-"
+    value = float(f"{value:.3g}")  # (rounded first, as format_time)
     for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if value >= scale:
             return f"{value / scale:.3g} {prefix}{unit}/s"

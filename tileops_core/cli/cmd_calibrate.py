@@ -47,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         device = parse_device(args.device)
         defaults = default_sizes(device.type)
-        sizes = CalibrationSizes((args.copy_mib << 20) if args.copy_mib else defaults.copy_bytes,
-                                 args.matmul_n or defaults.matmul_n, args.dtype or defaults.dtypes)
+        # (given sizes are taken as given, 0 included, and refused there: found in review, 0 meant the default)
+        sizes = CalibrationSizes((args.copy_mib << 20) if args.copy_mib is not None else defaults.copy_bytes,
+                                 args.matmul_n if args.matmul_n is not None else defaults.matmul_n,
+                                 args.dtype or defaults.dtypes)
     except UsageError as exc:
         return usage_error(NAME, str(exc))
     if args.out and not args.out.endswith((".yaml", ".yml")):

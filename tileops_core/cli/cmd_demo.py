@@ -11,7 +11,7 @@ import argparse
 import json
 
 from ..errors import TileOpsError
-from .main import EXIT_FINDINGS, EXIT_OK
+from .main import EXIT_FINDINGS, EXIT_OK, positive_int
 
 __all__ = ["NAME", "HELP", "add_arguments", "run"]
 
@@ -25,8 +25,8 @@ TOLERANCE = 1e-4
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="qwen3_next", choices=("qwen3_next", "qwen3_5", "qwen3_5_moe"),
                         help="which tiny random-init model to build (default: qwen3_next)")
-    parser.add_argument("--tokens", type=int, default=8, help="tokens to generate per row (default 8)")
-    parser.add_argument("--batch", type=int, default=2, help="rows, left-padded (default 2)")
+    parser.add_argument("--tokens", type=positive_int, default=8, help="tokens to generate per row (default 8)")
+    parser.add_argument("--batch", type=positive_int, default=2, help="rows, left-padded (default 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the prompt")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 

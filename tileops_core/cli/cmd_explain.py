@@ -26,14 +26,14 @@ import torch
 
 from ..bench.workloads import dtype_cases, instantiate, plan_row, random_tensor
 from ..lang.tensor_meta import TensorMeta
-from ..errors import TileOpsError
+from ..bench.catalog import UnknownName, resolve_specs
+from ..errors import TileOpsError, UsageError
 from ..kernels import registry
 from ..kernels.interface import CallSpec
 from ..kernels.select import Selection, select_kernel, target_problem
 from ..kernels.targets import Target, active_target_source, current_target, default_device, parse_target, \
     target_layers, use_target
 from ..op.decompose import compile_path
-from ..spec.manifest import get_spec
 from ..spec.nodes import OpSpec, WorkloadRow
 from ..kernels.overrides import kernel_overrides
 from ..kernels.steering import steering_layers
@@ -89,7 +89,7 @@ def _row(spec: OpSpec, label: str | None) -> WorkloadRow:
         if row.label == label:
             return row
     known = ", ".join(r.label for r in spec.workloads)
-    raise TileOpsError(f"{spec.name} has no workload labelled {label!r} (labels: {known})")
+    raise UnknownName(f"{spec.name} has no workload labelled {label!r} (labels: {known})")
 
 
 def _case(row: WorkloadRow, dtype: str | None) -> Any:
@@ -99,23 +99,30 @@ def _case(row: WorkloadRow, dtype: str | None) -> Any:
     for case in cases:
         if str(case) == dtype:
             return case
-    raise TileOpsError(f"workload {row.label} has no dtypes entry {dtype!r} (entries: "
+    raise UnknownName(f"workload {row.label} has no dtypes entry {dtype!r} (entries: "
                        f"{', '.join(str(c) for c in cases)})")
 
 
-def _simulated_device_type(text: str | None, arch: str) -> str:
-    """The device type ``--arch`` simulates, from ``--device type[:index]``.
+def simulated_device_type(text: str | None, arch: str) -> str:
+    """The device type ``--arch`` simulates, from ``--device type[:index]``: one that an installed
+    backend or kernel declares (a misspelt one would match no kernel, silently).
 
     Read as text, not ``torch.device``: torch knows a backend's device type (``npu``) only
     once that backend's extension is loaded, and simulating means not having it.
     """
     if text is None:
-        raise TileOpsError(f"--arch {arch} simulates a device: name its type with --device (e.g. --device npu)")
+        raise UsageError(f"--arch {arch} simulates a device: name its type with --device (e.g. --device npu)")
     device_type, _, index = text.partition(":")
     if not device_type.isidentifier() or (index and not index.isdigit()):
-        raise TileOpsError(f"--device {text!r} is not a device: write type[:index], e.g. npu or npu:0")
+        raise UsageError(f"--device {text!r} is not a device: write type[:index], e.g. npu or npu:0")
     if device_type in ("cpu", "meta"):
-        raise TileOpsError(f"--arch simulates an accelerator; {device_type} has no arch to choose")
+        raise UsageError(f"--arch simulates an accelerator; {device_type} has no arch to choose")
+    active = registry.active()
+    known = {t for info in active.backends().values() for t in info.device_types}
+    known |= {d for info in active.backends().values() for k in info.kernels for d in k.devices if d != "*"}
+    if device_type not in known:
+        raise UnknownName(f"--device {text!r}: no installed backend or kernel is for device type {device_type!r} "
+                          f"(installed: {', '.join(sorted(known)) or 'none'})")
     return device_type
 
 
@@ -126,18 +133,18 @@ def _device(text: str | None, target: Target | None) -> torch.device:
         try:
             device = torch.device(text)
         except RuntimeError as exc:
-            raise TileOpsError(f"--device {text!r} is not a device: {exc} (--arch ARCH simulates a device type "
-                               "this torch does not know)") from None
+            raise UsageError(f"--device {text!r} is not a device: {exc} (--arch ARCH simulates a device type "
+                             "this torch does not know)") from None
     if device.type not in ("cpu", "meta"):
         acc = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
         if acc is None or acc.type != device.type:
-            raise TileOpsError(f"device {device} is not available on this machine (accelerator: "
-                               f"{acc.type if acc is not None else 'none'}); explain builds the call on the device "
-                               "(--arch ARCH simulates one)")
+            raise UsageError(f"device {device} is not available on this machine (accelerator: "
+                             f"{acc.type if acc is not None else 'none'}); explain builds the call on the device "
+                             "(--arch ARCH simulates one)")
     return device
 
 
-def _as_if_on(call: CallSpec, device_type: str, arch: str) -> CallSpec:
+def as_if_on(call: CallSpec, device_type: str, arch: str) -> CallSpec:
     """``call`` (planned on meta tensors) as the same call on a ``device_type`` device of ``arch``."""
     return CallSpec(call.op, call.interface, device_type, arch, call.dtypes, call.dims, call.flags)
 
@@ -149,8 +156,8 @@ def parse_shapes(texts: list[str]) -> dict[str, tuple[int, ...]]:
         name, eq, dims = text.partition("=")
         parts = [p.strip() for p in dims.split(",")] if dims.strip() else []
         if not eq or not name.strip().isidentifier() or not all(p.isdigit() for p in parts):
-            raise TileOpsError(f"--shape {text!r}: write NAME=D0,D1,... with non-negative integer sizes, "
-                               "e.g. --shape x=8,1000")
+            raise UsageError(f"--shape {text!r}: write NAME=D0,D1,... with non-negative integer sizes, "
+                             "e.g. --shape x=8,1000")
         shapes[name.strip()] = tuple(int(p) for p in parts)
     return shapes
 
@@ -179,11 +186,11 @@ def explain(op_name: str, *, workload: str | None = None, dtype: str | None = No
     With ``arch``, the ``device`` is simulated (module docstring). ``shapes`` gives inputs other
     shapes than the row's (``--shape``): any call a vendor wants explained, checked as a call is.
     """
-    spec = get_spec(op_name)
+    spec = resolve_specs([op_name])[0]  # (an unknown name is a usage error that suggests the closest)
     cls = op_class(spec)
     row = _row(spec, workload)
     case = _case(row, dtype)
-    simulated = _simulated_device_type(device, arch) if arch is not None else None
+    simulated = simulated_device_type(device, arch) if arch is not None else None
     rng = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
     if simulated is None:
         instance = instantiate(spec, row, case, device=_device(device, current_target()), rng=rng)
@@ -198,7 +205,7 @@ def explain(op_name: str, *, workload: str | None = None, dtype: str | None = No
     interfaces = op.definition().interfaces
     calls = {i: plan.call_specs[i] for i in interfaces}
     if simulated is not None and arch is not None:
-        calls = {i: _as_if_on(call, simulated, arch) for i, call in calls.items()}
+        calls = {i: as_if_on(call, simulated, arch) for i, call in calls.items()}
     selections: list[Selection] = [select_kernel(i, calls[i], target) for i in interfaces]
     compiled = compile_path(op.definition(), calls, target)
     return {
@@ -271,9 +278,25 @@ def _text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: Options of one mode that the other has no use for, with their values when not given.
+_OP_ONLY: dict[str, Any] = {"workload": None, "shape": [], "arch": None}
+_MODEL_ONLY: dict[str, Any] = {"every_module": False, "set": []}
+
+
+def _refuse_other_modes_options(args: argparse.Namespace) -> None:
+    """An option of the other mode is refused by name, not ignored (found in review: --model dropped
+    --workload, --shape and --arch; an op dropped --every-module and --set)."""
+    other = _OP_ONLY if args.model is not None else _MODEL_ONLY
+    given = ["--" + name.replace("_", "-") for name, default in other.items() if getattr(args, name) != default]
+    if given:
+        mode = "--model" if args.model is not None else "an op"
+        raise UsageError(f"explain {mode} does not take {', '.join(given)}")
+
+
 def run(args: argparse.Namespace) -> int:
     if (args.op is None) == (args.model is None):
-        raise TileOpsError("tileops explain takes an op (tileops explain RMSNormFwdOp) or --model TYPE, one of them")
+        raise UsageError("tileops explain takes an op (tileops explain RMSNormFwdOp) or --model TYPE, one of them")
+    _refuse_other_modes_options(args)
     scoped = parse_target(args.target, "--target") if args.target else None
     with kernels_argument(args), use_target(scoped) if scoped is not None else contextlib.nullcontext():
         if args.model is not None:

@@ -19,9 +19,9 @@ import contextlib
 import json
 from typing import Any
 
-from ..bench.catalog import benchable_specs
+from ..bench.catalog import UnknownName, benchable_specs
 from ..bench.workloads import dtype_cases, instantiate, plan_row
-from ..errors import TileOpsError
+from ..errors import TileOpsError, UsageError
 from ..kernels import registry
 from ..kernels.fingerprint import selection_fingerprint
 from ..kernels.lock import write_lock
@@ -29,7 +29,7 @@ from ..kernels.select import select_kernel
 from ..kernels.steering import installed_distributions
 from ..kernels.targets import current_target, parse_target, use_target
 from ..spec.nodes import OpSpec
-from .cmd_explain import _as_if_on, op_class
+from .cmd_explain import as_if_on, op_class, simulated_device_type
 from .main import EXIT_FINDINGS, EXIT_OK
 from .steer_options import add_kernels_argument, kernels_argument
 
@@ -55,7 +55,7 @@ def _specs(names: list[str]) -> list[OpSpec]:
     specs = benchable_specs()
     unknown = [n for n in names if n not in specs]
     if unknown:
-        raise TileOpsError(f"not implemented ops with workloads: {', '.join(unknown)} (ops: {', '.join(specs)})")
+        raise UnknownName(f"not implemented ops with workloads: {', '.join(unknown)} (ops: {', '.join(specs)})")
     return [specs[n] for n in names] if names else list(specs.values())
 
 
@@ -75,7 +75,7 @@ def lock_rows(specs: list[OpSpec], device_type: str, arch: str) -> tuple[list[di
                     problems.append(f"{where}: {str(exc).splitlines()[0]}")
                     continue
                 for interface, meta_call in plan.call_specs.items():
-                    call = _as_if_on(meta_call, device_type, arch)
+                    call = as_if_on(meta_call, device_type, arch)
                     selection = select_kernel(interface, call, target)
                     if selection.chosen is None:
                         problems.append(f"{where}: no kernel serves {interface.__name__}:\n{selection.report()}")
@@ -88,14 +88,17 @@ def lock_rows(specs: list[OpSpec], device_type: str, arch: str) -> tuple[list[di
 
 def run(args: argparse.Namespace) -> int:
     if args.device != "cpu" and not args.arch:
-        raise TileOpsError(f"--device {args.device}: name its arch with --arch (e.g. --arch sm_90)")
+        raise UsageError(f"--device {args.device}: name its arch with --arch (e.g. --arch sm_90)")
     if args.device == "cpu" and args.arch not in (None, "cpu"):  # (found in review: cpu/sm_90 lines no call matches)
-        raise TileOpsError(f"--arch {args.arch} names the arch of a device other than cpu: "
-                           f"name the device with --device (e.g. --device cuda)")
+        raise UsageError(f"--arch {args.arch} names the arch of a device other than cpu: "
+                         f"name the device with --device (e.g. --device cuda)")
     arch = args.arch or "cpu"
+    # Calls carry a device type: cuda:0 is cuda, and a type no kernel is for is refused (found in review:
+    # --device cuda:0 locked every row to the reference kernel and exited 0).
+    device_type = "cpu" if args.device == "cpu" else simulated_device_type(args.device, arch)
     scoped = parse_target(args.target, "--target") if args.target else None
     with kernels_argument(args), use_target(scoped) if scoped is not None else contextlib.nullcontext():
-        rows, problems = lock_rows(_specs(args.ops), args.device, arch)
+        rows, problems = lock_rows(_specs(args.ops), device_type, arch)
         active = registry.active()
         try:
             written = write_lock(args.output, rows, installed_distributions(active), selection_fingerprint(active))
@@ -104,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({"path": args.output, "call_specs": written, "problems": problems}, indent=2))
     else:
-        print(f"{args.output}: {written} call specs locked for {args.device}/{arch}")
+        print(f"{args.output}: {written} call specs locked for {device_type}/{arch}")
         for problem in problems:
             print(f"problem: {problem}")
     return EXIT_FINDINGS if problems else EXIT_OK

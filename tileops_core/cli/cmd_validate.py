@@ -19,19 +19,12 @@ import sys
 from ..validate.lint import DEFAULT_MAX_COMBINATIONS
 from ..validate.report import render_json, render_text
 from ..validate.runner import Report, UsageError, torch_available, validate
-from .main import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from .main import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, positive_int
 
 __all__ = ["NAME", "HELP", "add_arguments", "needs_plugins", "run"]
 
 NAME = "validate"
 HELP = "check specs (structure, the eight checks on every discriminant combination, code conformance)"
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     parser.add_argument("--no-conformance", dest="conformance", action="store_false",
                         help="run the spec lint alone: no op classes, no plugins loaded, torch not imported")
-    parser.add_argument("--max-combinations", type=_positive, default=DEFAULT_MAX_COMBINATIONS, metavar="N",
+    parser.add_argument("--max-combinations", type=positive_int, default=DEFAULT_MAX_COMBINATIONS, metavar="N",
                         help="advisory note past N discriminant combinations (all are still checked; default "
                              f"{DEFAULT_MAX_COMBINATIONS})")
 

@@ -12,12 +12,14 @@ Needs ``tileops[transformers]``.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import re
 from typing import Any
 
 import torch
 
-from ..errors import TileOpsError
+from ..errors import TileOpsError, UsageError
 from .main import EXIT_FINDINGS, EXIT_OK
 
 __all__ = ["add_model_arguments", "model_report", "parse_settings", "run_model"]
@@ -37,14 +39,28 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_settings(texts: list[str]) -> dict[str, int]:
-    """``["head_dim=128"]`` as ``{"head_dim": 128}``."""
+    """``["head_dim=128"]`` as ``{"head_dim": 128}``: sizes and counts, so positive integers."""
     out: dict[str, int] = {}
     for text in texts:
         key, eq, value = text.partition("=")
-        if not eq or not key.strip().isidentifier() or not value.strip().lstrip("-").isdigit():
-            raise TileOpsError(f"--set {text!r}: write KEY=VALUE with an integer value, e.g. --set head_dim=128")
+        if not eq or not key.strip().isidentifier() or not re.fullmatch(r"\d+", value.strip()) or int(value) < 1:
+            raise UsageError(f"--set {text!r}: write KEY=VALUE with a positive integer value, e.g. --set head_dim=128")
         out[key.strip()] = int(value)
     return out
+
+
+def _check_settings(model: Any, settings: dict[str, int]) -> None:
+    """Each ``--set`` is a field of the model's config and took its value (found in review: HF configs
+    keep any keyword, so a misspelt field passed silently, and the tiny MoE model drops intermediate_size)."""
+    known = set(type(model.config)().to_dict())
+    for key, value in settings.items():
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise UsageError(f"--set {key}: {type(model.config).__name__} has no field {key!r}{hint}")
+        if getattr(model.config, key, None) != value:
+            raise UsageError(f"--set {key}={value}: the tiny {model.config.model_type} model does not take it "
+                             f"(its {key} is {getattr(model.config, key, None)!r})")
 
 
 def model_report(model_type: str, device: torch.device, dtype: str = "float32", every_module: bool = False,
@@ -63,8 +79,9 @@ def model_report(model_type: str, device: torch.device, dtype: str = "float32", 
     transformers.logging.set_verbosity_error()  # the random-init model's notes are expected here
     try:
         model = tiny_model(model_type, dtype=getattr(torch, dtype), **(settings or {})).to(device)
-    except (TypeError, ValueError) as exc:
-        raise TileOpsError(f"cannot build a {model_type} model with {settings}: {exc}") from None
+    except (TypeError, ValueError, RuntimeError) as exc:  # (RuntimeError: sizes torch cannot allocate)
+        raise UsageError(f"cannot build a {model_type} model with {settings}: {str(exc).splitlines()[0]}") from None
+    _check_settings(model, settings or {})
     return apply_tileops(model, every_module=every_module)
 
 

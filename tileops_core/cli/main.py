@@ -19,14 +19,25 @@ from types import ModuleType
 from typing import NoReturn, Sequence
 
 from .._version import __version__
-from ..errors import TileOpsError
+from ..errors import TileOpsError, UsageError
 
-__all__ = ["main", "COMMANDS", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE"]
+__all__ = ["main", "COMMANDS", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE", "positive_int"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 #: Sub-command modules, in the order ``--help`` lists them.
 COMMANDS = ("ops", "validate", "bench", "calibrate", "backends", "explain", "lock", "docs", "demo")
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for counts: a bad value is a usage error (exit 2), not a traceback later."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return value
 
 
 def _command_modules(names: Sequence[str] = COMMANDS) -> list[ModuleType]:
@@ -90,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             ensure_plugins_loaded()  # the command sees the installed backends and the specs they ship
         return int(args._run(args) or EXIT_OK)
+    except UsageError as exc:  # whichever command raised it (found in review: explain and lock exited 1)
+        print(f"tileops {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except TileOpsError as exc:
         print(f"tileops {args.command}: {exc}", file=sys.stderr)
         return EXIT_FINDINGS

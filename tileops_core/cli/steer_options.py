@@ -20,7 +20,8 @@ __all__ = ["add_kernels_argument", "kernels_argument", "steering_lines"]
 
 
 def add_kernels_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kernels", metavar="SPEC", help="per-op kernel overrides, replacing TILEOPS_KERNELS: "
+    parser.add_argument("--kernels", metavar="SPEC", help="per-op kernel overrides, replacing TILEOPS_KERNELS ('' "
+                                                         "for none): "
                                                          "'Op=kernel|backend|-denied[,...];...', e.g. "
                                                          "'RMSNormFwdOp=cpu_ref;RecurrentGatedDeltaRuleFwdOp=-TileLangRGDR'")
     parser.add_argument("--lock", metavar="PATH", help="follow this lock file (written by `tileops lock`), "
@@ -31,8 +32,10 @@ def add_kernels_argument(parser: argparse.ArgumentParser) -> None:
 def kernels_argument(args: argparse.Namespace) -> Iterator[None]:
     """The command runs under ``--kernels`` and ``--lock``; what was in force before comes back after."""
     with contextlib.ExitStack() as stack:
-        if getattr(args, "kernels", None):
-            stack.enter_context(use_kernel_overrides(args.kernels, "--kernels"))
+        if getattr(args, "kernels", None) is not None:
+            # --kernels '' replaces TILEOPS_KERNELS by no override (found in review: it was skipped); the empty
+            # text would mean "fall back to the environment" to the setting, ';' is the empty list of entries.
+            stack.enter_context(use_kernel_overrides(args.kernels or ";", "--kernels"))
         if getattr(args, "lock", None):
             stack.enter_context(use_lock(args.lock))
         yield

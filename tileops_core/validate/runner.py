@@ -20,14 +20,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import Location, SpecError, TileOpsError
+from ..errors import Location, SpecError, UsageError
 from ..plugins.hookspecs import ENTRY_POINT_GROUP
 from ..spec.declared import MANIFEST_ENTRY_POINT_GROUP, declared_sources
 from ..spec.manifest import Manifest, ManifestSource, core_manifest_dir, load_files, manifest_sources
 from .diagnostics import ERROR, Diagnostic, from_spec_error, merge, sort_key
 from .lint import DEFAULT_MAX_COMBINATIONS, LintResult, lint_spec
 
-__all__ = ["Report", "validate", "target_files"]
+__all__ = ["Report", "UsageError", "validate", "target_files"]
 
 
 @dataclass
@@ -52,10 +52,6 @@ class Report:
         counts = {s: sum(1 for d in self.diagnostics if d.severity == s) for s in ("error", "warning", "advisory")}
         return {"ok": self.ok, "counts": counts, "seconds": round(self.seconds, 3), "files": sorted(self.files),
                 "notes": self.notes, "ops": self.ops, "diagnostics": [d.as_dict() for d in self.diagnostics]}
-
-
-class UsageError(TileOpsError):
-    """A path or op name that does not exist (the CLI exits 2)."""
 
 
 def target_files(paths: Sequence[str | Path] | None,
