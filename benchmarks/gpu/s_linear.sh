@@ -5,7 +5,7 @@ el linear
 # step with its kernels by GPU time (hf_gpu_decode.py). About 5 minutes.
 export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tlc}
 timeout -s INT ${LINEAR_TEST_S:-200} python3 -m pytest -rA -n 8 -p no:cacheprovider backends/cuda/tests/test_kernels_gpu.py \
-    -k "linear_matches or gemm" > "$out/linear_tests.log" 2>&1
+    -k "${LINEAR_K:-linear_matches or gemm}" > "$out/linear_tests.log" 2>&1
 grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)|^E " "$out/linear_tests.log" | tail -15
 timeout -s INT ${LINEAR_BENCH_S:-200} python3 -u backends/cuda/bench/linear_decode_bench.py --rows ${LINEAR_ROWS:-1,2,4,8} ${LINEAR_GEMM_ROWS:+--gemm-tilings $LINEAR_GEMM_ROWS} ${LINEAR_GRAPH_ROWS:+--graph $LINEAR_GRAPH_ROWS} --json "$out/linear_decode.json" \
     > "$out/linear_decode.log" 2>&1

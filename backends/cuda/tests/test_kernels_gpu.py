@@ -78,8 +78,10 @@ def test_silu_and_mul_matches_float64(shape, dtype, cuda_device, gen):
     [(256, 512, 384, False, True, "bfloat16", None), (200, 384, 256, False, False, "float16", None),
      (128, 256, 512, True, False, "bfloat16", None), (64, 256, 128, True, True, "float16", None),
      (300, 256, 128, False, False, "bfloat16", 3),
-     (5, 256, 128, True, False, "bfloat16", None), (100, 256, 128, True, True, "float16", None)],  # fmt: skip
-    # (M = 5 and 100 with A transposed: rows of A not whole 16-byte vectors, served by the untransposed program)
+     (5, 256, 128, True, False, "bfloat16", None), (100, 256, 128, True, True, "float16", None),
+     (8, 136, 40, False, False, "bfloat16", 70001)],  # fmt: skip
+    # (M = 5 and 100 with A transposed: rows of A not whole 16-byte vectors, served by the untransposed program;
+    # a batch of 70001: past grid z's 65535, launched in two pieces)
 )
 def test_gemm_matches_float64(m, n, k, ta, tb, dtype, batch, cuda_device, gen):
     import torch
