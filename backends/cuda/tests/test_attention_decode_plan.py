@@ -225,6 +225,24 @@ def test_a_call_shape_is_planned_once_and_one_split_needs_no_combine():
     assert [c[0] for c in calls] == ["program", "combine-program", "split"]
 
 
+def test_a_launcher_keeps_a_bounded_number_of_call_shapes_plans(monkeypatch):
+    """Serving varies B and the block table's width step to step (found in review: 16384 plans kept by one
+    launcher): past MAX_PLANS the plans are dropped and made again on demand."""
+    torch = pytest.importorskip("torch")
+    from tileops_cuda.kernels import attention_decode as ad
+
+    planned: list = []
+    real = ad.call_plan
+    monkeypatch.setattr(ad, "call_plan", lambda *args: planned.append(args[1]) or real(*args))
+    monkeypatch.setattr(ad, "MAX_PLANS", 2)
+    run = _recording_run(_key(head_dim=16, schedule=ad.DecodeSchedule(splits=1)), [])
+    cache = torch.randn(4, 64, 2, 16)
+    for batch in (1, 2, 1, 3, 1):
+        q, kv = torch.randn(batch, 16, 16), torch.randn(batch, 2, 16)
+        run(q, kv, kv, cache, cache.clone(), torch.arange(batch, dtype=torch.int32), None, None)
+    assert planned == [1, 2, 3, 1]  # B=1 planned once, then again after the third shape dropped the first two
+
+
 def test_the_light_schedule_gets_sixteen_score_rows_fitting_three_an_sm_and_plans_one_an_sm():
     from tileops_cuda.kernels.attention_decode import DecodeSchedule, planned_splits, split_tiling
 

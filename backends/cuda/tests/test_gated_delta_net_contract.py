@@ -65,7 +65,8 @@ def test_two_dimensional_rows_are_one_outer_row_of_heads():
     lambda: torch.randn(64, 64).bfloat16().t(),  # last axis not contiguous
     lambda: torch.randn(64, 72).bfloat16()[:, 1:65],  # start not 16-byte aligned
     lambda: torch.randn(64, 67).bfloat16()[:, :64],  # row stride not a whole 16-byte vector
-], ids=["transposed", "misaligned-start", "odd-row-stride"])
+    lambda: torch.randn(1, 72).bfloat16()[:, 1:65],  # contiguous, start not aligned: .contiguous() returns it as it is
+], ids=["transposed", "misaligned-start", "odd-row-stride", "contiguous-misaligned-start"])
 def test_views_the_kernels_cannot_read_are_copied_into_rows_they_can(make):
     t = make()
     view, copied = row_view(t, 64)

@@ -135,6 +135,49 @@ def test_bmm_launch_runs_a_batch_past_cudas_grid_z_cap_in_pieces(monkeypatch):
     assert all(t.is_contiguous() for args in calls for t in args)
 
 
+def test_sum_launch_of_a_0d_input_with_a_dim_is_the_input(monkeypatch):
+    """torch.sum(x, 0) of a 0-d x is x (found in review: the launcher divided by the 0 axes)."""
+    monkeypatch.setattr(reduce_sum, "build_sum", lambda key: _sum_pass(key.kind))
+    launch = registered.TileLangSum.launcher(("float32", "float32", "sm_90"))
+    for dim in (0, -1, [0]):
+        torch.testing.assert_close(launch(torch.tensor(3.5), dim, False, None), torch.tensor(3.5))
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_conv_launch_over_a_pool_of_no_slots_runs_every_token_as_padding(varlen):
+    """A [0, D, W - 1] pool with every slot -1 is a legal call (found in review: view(0, -1) raised)."""
+    from tileops_cuda.kernels import conv1d
+
+    D, W, T = 64, 4, 3
+    x, weight, pool = torch.randn(T, D), torch.randn(D, W), torch.empty(0, D, W - 1)
+    lengths = torch.ones(T, dtype=torch.int32)
+    seen = []
+    if varlen:
+        key = conv1d.ConvVarlenBuildKey("float32", D, W, True, False, "lengths", "int32", "int32")
+        run = conv1d._make_varlen_run(key, lambda *args: seen.append(args))
+    else:
+        key = conv1d.ConvUpdateBuildKey("float32", D, W, True, False, "lengths", "int32", "int32")
+        run = conv1d._make_update_run(key, lambda *args: seen.append(args))
+    run(x, pool, weight, lengths, torch.full((T,), -1, dtype=torch.int32), None, None, "silu", "lengths",
+        torch.empty(T, D))
+    assert seen and seen[0][1].shape == (0, D * (W - 1))
+
+
+def test_conv_launch_copies_contiguous_rows_at_a_misaligned_start_into_aligned_memory():
+    from tileops_cuda.kernels import conv1d
+
+    D, W = 64, 4
+    key = conv1d.ConvUpdateBuildKey("bfloat16", D, W, True, False, "lengths", "int32", "int32")
+    seen = []
+    run = conv1d._make_update_run(key, lambda *args: seen.append(args))
+    x = torch.randn(1, D + 8).bfloat16()[:, 1:D + 1]  # one token, contiguous, 2 bytes past an aligned start
+    assert x.is_contiguous() and x.data_ptr() % 16
+    pool = torch.randn(2, D, W - 1).bfloat16()
+    run(x, pool, torch.randn(D, W).bfloat16(), torch.ones(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
+        None, None, "silu", "lengths", torch.empty(1, D, dtype=torch.bfloat16))
+    assert seen[0][0].data_ptr() % 16 == 0 and torch.equal(seen[0][0], x)
+
+
 def _stand_in_linear(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[tuple[Any, ...]]]:
     """The linear programs stood in for by ``a @ w.t()`` (no skinny one where it refuses the key, as
     built); the calls each received, by program."""

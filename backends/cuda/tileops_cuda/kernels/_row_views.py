@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["readable", "row_view", "head_view"]
+__all__ = ["packed", "readable", "row_view", "head_view"]
 
 _VECTOR_BYTES = 16
 
@@ -36,6 +36,13 @@ def readable(t: Any) -> bool:
     return all(s % elems == 0 for s in strides)
 
 
+def packed(t: Any) -> Any:
+    """A fresh packed copy of ``t``, which the allocator places 16-byte aligned: ``t.contiguous()`` returns
+    a contiguous ``t`` itself, misaligned start and all (found in review: a one-token slice of a projection
+    at an odd offset reached the programs' 16-byte loads as it was)."""
+    return t.clone() if t.is_contiguous() else t.contiguous()
+
+
 def row_view(t: Any, width: int) -> tuple[Any, bool]:
     """``t`` as ``[rows, width]`` read in place where it can be, else a contiguous copy.
 
@@ -44,7 +51,7 @@ def row_view(t: Any, width: int) -> tuple[Any, bool]:
     view = _view(t, (-1, width))
     if view is not None and readable(view):
         return view, False
-    return t.contiguous().view(-1, width), True
+    return packed(t).view(-1, width), True
 
 
 def head_view(t: Any, width: int) -> tuple[Any, bool]:
@@ -60,7 +67,7 @@ def head_view(t: Any, width: int) -> tuple[Any, bool]:
     view = _view(t, shape)
     if view is not None and readable(view):
         return view, False
-    return t.contiguous().view(shape), True
+    return packed(t).view(shape), True
 
 
 def _view(t: Any, shape: tuple[int, ...]) -> Any:

@@ -70,6 +70,9 @@ LIGHT_HEAD_DIM_STEP = 32
 #: blocks with asynchronous copies; the slot the step writes is read back).
 PAGED_TILES = ("block", "gather")
 
+#: Call shapes whose plans one launcher keeps (a plan is a few small Python objects).
+MAX_PLANS = 4096
+
 
 @dataclass(frozen=True)
 class DecodeSchedule:
@@ -455,6 +458,8 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         shape = (B, block_size, capacity, dev)
         hit = plans.get(shape)
         if hit is None:
+            if len(plans) >= MAX_PLANS:  # serving varies B and the table's width step to step (found in review)
+                plans.clear()
             hit = plans[shape] = plan(B, block_size, capacity, dev)
         split_fn, combine_fn, splits, chunk = hit
         kc = FlatCache("attention decode TileLang kernel", key_cache, NKV, D)

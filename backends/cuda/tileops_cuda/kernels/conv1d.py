@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from ._common import (ELEM_BYTES, arch_refusal, cached_build, compile_many, compile_prim_func, dependent_launch_refusal,
                       direct_entry)
+from ._row_views import packed
 from .conv1d_program import conv_update_program, conv_varlen_program
 
 __all__ = ["ConvUpdateBuildKey", "ConvVarlenBuildKey", "build_conv_update", "build_conv_varlen", "conv_refusal",
@@ -155,7 +156,7 @@ class _Launch:
         self._dummies: dict[Any, Any] = {}
 
     def x_view(self, x: Any) -> Any:
-        return x if _aligned_rows(x, self.vec) else x.contiguous()
+        return x if _aligned_rows(x, self.vec) else packed(x)
 
     def pool_view(self, pool: Any) -> tuple[Any, bool]:
         """``(flat pool, whether it is a copy to write back)``."""
@@ -163,9 +164,10 @@ class _Launch:
         if S * self.dim * (self.width - 1) > _INT32_LIMIT:
             raise ValueError(f"causal conv1d TileLang kernel: a pool of {S} slots x {self.dim} channels x "
                              f"{self.width - 1} exceeds int32 indexing; use fewer slots per pool")
+        flat = self.dim * (self.width - 1)  # (not -1: a pool of no slots has no size to infer; found in review)
         if pool.is_contiguous() and pool.data_ptr() % 16 == 0:
-            return pool.view(S, -1), False
-        return pool.contiguous().view(S, -1), True
+            return pool.view(S, flat), False
+        return packed(pool).view(S, flat), True
 
     def dummy(self, device: Any, dtype: Any) -> Any:
         """A one-element tensor standing for an absent input (never read by the program)."""

@@ -581,12 +581,12 @@ def _make_run(key: QKNormRopeBuildKey, fn: Any) -> Any:
     """The interface-shaped launch function around the compiled ``fn`` (see ``registered``)."""
     import torch
 
-    from ._row_views import readable
+    from ._row_views import packed, readable
 
     D = key.head_dim
 
     def heads(t: Any) -> Any:
-        return t if readable(t) else t.contiguous()
+        return t if readable(t) else packed(t)
 
     def qk_norm_rope(query: Any, key: Any, q_weight: Any, k_weight: Any, positions: Any, rotary_dim: int,
                      theta: float, eps: float, rope_style: str, mrope_section: Sequence[int],

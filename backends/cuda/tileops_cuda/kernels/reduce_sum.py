@@ -196,6 +196,8 @@ def sum_launch(dtype: str, out_dtype: str, arch: str) -> Callable[..., Any]:
 
     def total(input: Any, dim: Any, keepdim: bool, dtype: Any, out: Any = None) -> Any:
         dims = None if dim is None else (tuple(dim) if isinstance(dim, (tuple, list)) else (dim,))
+        if input.dim() == 0:
+            dims = None  # a 0-d input's dim 0 / -1 is the whole of it, as in torch (found in review: modulo by 0)
         input = input.contiguous()
         if out is None:
             out = torch.empty(_reduced_shape(tuple(input.shape), dims, keepdim), dtype=result_dtype,
