@@ -111,6 +111,35 @@ def test_poisoned_output_is_fully_written():
     assert torch.isfinite(poison).all()
 
 
+@pytest.mark.parametrize("cu, spans", [([0, 3], [(0, 3)]), ([2, 5, 8], [(2, 5), (5, 8)]), ([0, 0], []),
+                                       ([-8, -2], []), ([-3, 4], [(0, 4)]), ([-3, 4, 8], [(0, 4), (4, 8)])])
+def test_unchecked_metadata_runs_the_clipped_spans_and_zeroes_the_tokens_no_span_covers(cu, spans):
+    """Contents checks off, cu_seqlens that do not tile [0, T): the spans every backend follows (RGDR's
+    clipped_bounds) and zeros elsewhere (found in review: rows left as torch.empty gave 5.7e18, and negative
+    bounds ran as Python slices from the end)."""
+    T = 8
+    case = _case([T], fresh_rng(), NK=1, NV=2, DK=16, DV=8)
+    case["cu_seqlens"] = torch.tensor(cu, dtype=torch.int32)
+    B = len(cu) - 1
+    case["ssm_state_indices"] = torch.arange(B, dtype=torch.int32)
+    case["has_initial_state"] = None
+    poison = torch.full(case["value"].shape, float("nan"))
+    out, pool = _run(case, out=poison)
+    covered = torch.zeros(T, dtype=torch.bool)
+    for start, end in spans:
+        covered[start:end] = True
+    assert torch.isfinite(out).all() and not out[~covered].any()
+    for b, (start, end) in enumerate(spans):  # each span as its own well-formed call
+        alone = dict(case, query=case["query"][start:end], key=case["key"][start:end],
+                     value=case["value"][start:end], g=case["g"][start:end], beta=case["beta"][start:end],
+                     cu_seqlens=torch.tensor([0, end - start], dtype=torch.int32),
+                     ssm_state_indices=torch.tensor([b], dtype=torch.int32))
+        want, want_pool = _run(alone)
+        torch.testing.assert_close(out[start:end], want)
+        torch.testing.assert_close(pool[b], want_pool[b])
+    assert torch.equal(pool[len(spans):], case["state"][len(spans):])  # no other slot written
+
+
 def test_without_has_initial_state_every_sequence_starts_from_zeros():
     case = _case([63, 65], fresh_rng(), initial=False)
     zeros = dict(case, state=torch.zeros_like(case["state"]))

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import torch
 
-from .rgdr import L2NORM_EPS, recurrent_gated_delta_rule
+from .rgdr import L2NORM_EPS, clipped_bounds, recurrent_gated_delta_rule, zero_uncovered_tokens
 
 __all__ = ["CHUNK", "chunk_gated_delta_rule", "chunk_gated_delta_rule_by_recurrence"]
 
@@ -137,24 +137,28 @@ def chunk_gated_delta_rule(
     scale = DK**-0.5 if scale is None else scale
     if out is None:
         out = torch.empty(value.shape, dtype=value.dtype, device=value.device)
-    bounds = cu_seqlens.tolist()
+    # The spans every backend follows, unchecked metadata included (RGDR.md): clipped to [0, T) and laid end to
+    # end, the tokens no sequence covers zeroed (found in review: left unwritten, and negative bounds read as
+    # Python slices from the end).
+    starts, lengths = clipped_bounds(cu_seqlens.tolist(), "cu_seqlens", T)
+    ends = [s + n for s, n in zip(starts, lengths)]
     slot_list = ssm_state_indices.tolist()
     outside = [s for s in slot_list if s >= state.shape[0]]
     if outside:
         raise IndexError(f"ssm_state_indices {outside[:8]} lie past the state pool of {state.shape[0]} slots; "
                          "nothing was written")
+    zero_uncovered_tokens(out, starts, lengths)
     has = [False] * len(slot_list) if has_initial_state is None else has_initial_state.tolist()
     # Sequences with tokens, most chunks first: the ones alive at chunk step j are a prefix.
-    order = sorted((b for b in range(len(slot_list)) if bounds[b + 1] > bounds[b]),
-                   key=lambda b: bounds[b] - bounds[b + 1])
+    order = sorted((b for b in range(len(slot_list)) if lengths[b] > 0), key=lambda b: -lengths[b])
     if not order:
         return out
     if len(order) == 1:
         b = order[0]
-        return _lone_sequence(query, key, value, g, beta, state, bounds[b], bounds[b + 1], slot_list[b],
+        return _lone_sequence(query, key, value, g, beta, state, starts[b], ends[b], slot_list[b],
                               bool(has[b]), scale, use_qk_l2norm_in_kernel, compute_dtype, chunk_size, out)
-    starts = torch.tensor([bounds[b] for b in order], dtype=torch.int64, device=value.device)
-    lengths = torch.tensor([bounds[b + 1] - bounds[b] for b in order], dtype=torch.int64, device=value.device)
+    first = torch.tensor([starts[b] for b in order], dtype=torch.int64, device=value.device)
+    count = torch.tensor([lengths[b] for b in order], dtype=torch.int64, device=value.device)
     slots = [slot_list[b] for b in order]
     S = _initial_states(state, slots, [bool(has[b]) and slot_list[b] >= 0 for b in order], compute_dtype)
 
@@ -162,14 +166,14 @@ def chunk_gated_delta_rule(
                                                         compute_dtype)
     # A batch of short prompts runs one chunk of its longest length, not one padded to 64: the
     # algebra holds for any chunk length, and the padding would be most of the work.
-    chunk_size = min(chunk_size, int(lengths[0]))
-    n_chunks = (lengths + chunk_size - 1) // chunk_size
+    chunk_size = min(chunk_size, int(count[0]))
+    n_chunks = (count + chunk_size - 1) // chunk_size
     offsets = torch.arange(chunk_size, device=value.device)
     for j in range(int(n_chunks[0])):
         n = int((n_chunks > j).sum())
         position = j * chunk_size + offsets  # [C] within each sequence
-        valid = position < lengths[:n, None]  # [n, C]
-        tokens = (starts[:n, None] + position).masked_fill(~valid, 0).flatten()
+        valid = position < count[:n, None]  # [n, C]
+        tokens = (first[:n, None] + position).masked_fill(~valid, 0).flatten()
         keep = valid.flatten()
 
         def chunk(x: torch.Tensor) -> torch.Tensor:

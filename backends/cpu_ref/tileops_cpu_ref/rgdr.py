@@ -48,7 +48,8 @@ import torch
 
 from .constants import constant
 
-__all__ = ["recurrent_gated_delta_rule", "host_bounds", "sequence_bounds", "uniform_length", "L2NORM_EPS"]
+__all__ = ["recurrent_gated_delta_rule", "host_bounds", "sequence_bounds", "uniform_length", "clipped_bounds",
+           "zero_uncovered_tokens", "L2NORM_EPS"]
 
 #: The epsilon of the in-kernel q/k l2 normalisation (flash-linear-attention's value).
 L2NORM_EPS = 1e-6
@@ -245,7 +246,7 @@ def clipped_accepted(accepted: list[int], lengths: list[int]) -> list[int]:
     return [min(max(a, 1), n) if n > 0 else a for a, n in zip(accepted, lengths)]
 
 
-def _zero_uncovered_tokens(out: torch.Tensor, starts: list[int], lengths: list[int]) -> None:
+def zero_uncovered_tokens(out: torch.Tensor, starts: list[int], lengths: list[int]) -> None:
     """Rows no sequence covers (only unchecked metadata leaves any) are zeros, never left
     unwritten: the spans of :func:`clipped_bounds` tile one range, so these are a head and a tail."""
     T = out.shape[0]
@@ -287,7 +288,7 @@ def recurrent_gated_delta_rule(
         out = torch.empty(value.shape, dtype=value.dtype, device=value.device)
     starts, lengths = clipped_bounds(actual_seq_lengths.tolist(), seq_lens_style, T)
     accepted = None if num_accepted_tokens is None else clipped_accepted(num_accepted_tokens.tolist(), lengths)
-    _zero_uncovered_tokens(out, starts, lengths)
+    zero_uncovered_tokens(out, starts, lengths)
     schedule = _Schedule.plan(starts, lengths, accepted, T, state.device)
     if schedule is None:
         return out
