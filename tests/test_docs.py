@@ -145,3 +145,57 @@ def test_pages_of_ops_that_are_gone_are_removed_and_nothing_else(tmp_path):
     assert not (tmp_path / "ops" / "OldFwdOp.md").exists()
     assert (tmp_path / "notes.txt").read_text() == "mine"
     assert (tmp_path / "index.md").is_file()
+
+
+@pytest.fixture(scope="module")
+def one_matrix():
+    """The support matrix of the installed backends, made once for the write tests below."""
+    ensure_plugins_loaded()
+    return support_matrix(benchable_specs().values())
+
+
+def test_a_run_removes_only_its_own_stale_pages_and_never_follows_the_list_outside_the_folder(tmp_path, one_matrix):
+    """Found in review: entries of the `.tileops-docs` list were unlinked wherever they pointed."""
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+    (victim / "abs.txt").write_text("precious")
+    write_docs(out, ("md",), one_matrix)
+    (out / "ops" / "GoneFwdOp.md").write_text("a page of an op that no longer exists")
+    with (out / ".tileops-docs").open("a") as ledger:
+        ledger.write(f"ops/GoneFwdOp.md\n../victim/keep.txt\n{victim / 'abs.txt'}\nnotes.md/../../victim/keep.txt\n")
+    write_docs(out, ("md",), one_matrix)
+    assert not (out / "ops" / "GoneFwdOp.md").exists()
+    assert (victim / "keep.txt").read_text() == (victim / "abs.txt").read_text() == "precious"
+
+
+def test_a_run_in_one_format_keeps_the_pages_of_the_other(tmp_path, one_matrix):
+    """Found in review: `--format html` after a run of both deleted every Markdown page."""
+    both = write_docs(tmp_path, ("md", "html"), one_matrix)
+    write_docs(tmp_path, ("html",), one_matrix)
+    assert all(p.is_file() for p in both)
+    write_docs(tmp_path, ("md",), one_matrix)  # and the list still names the html pages, so a later run can
+    assert all(p.is_file() for p in both)
+
+
+def test_a_folder_blocked_by_a_file_fails_the_run_before_any_page_is_written(tmp_path, one_matrix):
+    (tmp_path / "ops").write_text("not a folder")
+    with pytest.raises(NotADirectoryError, match=r"ops is a file where the pages need a folder"):
+        write_docs(tmp_path, ("md",), one_matrix)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ops"]
+
+
+def test_tileops_ops_counts_an_op_as_served_only_where_a_kernel_serves_a_probed_call():
+    """Found in review: an op whose one kernel refused every call was counted as served."""
+    from tileops_core.cli.cmd_ops import format_matrix
+    from tileops_core.docsgen.matrix import OpSupport, RefusalRegion, SupportCell
+
+    specs = resolve_specs(["RMSNormFwdOp", "SoftmaxFwdOp"])
+
+    def cell(op, served):
+        return SupportCell(op, "K", "m:K", "b", False, "cpu", ("cpu",), "float32", served,
+                           () if served else (RefusalRegion("no", ("row[float32]",)),))
+
+    matrix = [OpSupport(specs[0], ["float32"], [cell("RMSNormFwdOp", ("row[float32]",))]),
+              OpSupport(specs[1], ["float32"], [cell("SoftmaxFwdOp", ())])]
+    assert format_matrix(matrix).splitlines()[-1].startswith("2 op(s), 1 served by an installed kernel")

@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         written = write_docs(out, formats, matrix)
     except OSError as exc:
-        return usage_error(NAME, f"cannot write under --out {out}: {exc.strerror or exc}")
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        return usage_error(NAME, f"cannot write under --out {out}: {exc.strerror or exc}{where}")
     pages = len(written) // len(formats)
     print(f"wrote {pages} page(s) x {', '.join(formats)} under {out}/ (start at {out / ('index' + FORMATS[formats[0]][0])})")
     gaps = [s.spec.name for s in matrix if s.unserved or s.problems]
