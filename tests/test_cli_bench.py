@@ -71,6 +71,9 @@ def test_bench_format_json_prints_only_the_document(capsys):
     (["ops", "Nope"], "tileops ops: error: unknown op 'Nope'"),
     (["calibrate", "--device", "cuda:0"], "tileops calibrate: error: device 'cuda:0' is not available"),
     (["calibrate", "--matmul-n", "8"], "tileops calibrate: error: the matmul size must be at least 64"),
+    (["bench", "--warmup", "0"], "tileops bench: error: --warmup must be at least 1"),
+    (["bench", "--profile", "nvidia-h200"], "tileops bench: error: hardware profile 'nvidia-h200' describes a cuda "
+                                             "device; this run is on cpu"),
     (["calibrate", "--copy-mib", "0"], "tileops calibrate: error: the copy must be at least 1 MiB"),  # (0 was "default")
     # --decode-step runs no op rows: their options are refused by name, not ignored (found in review)
     (["bench", "--decode-step", "RMSNormFwdOp", "--workload", "x", "--plot", "a.png", "--min-samples", "9"],
@@ -120,6 +123,19 @@ def test_min_samples_takes_as_many_samples_as_asked_past_the_time_cap(capsys):
                  "--warmup", "1", "--baseline", "none", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["results"][0]["time"]["samples"] >= asked and doc["timing"]["max_time_s"] >= 3600 > DEFAULT.max_time_s
+
+
+def test_a_host_time_that_could_not_be_measured_fails_the_run(monkeypatch, capsys):
+    """Found in review: the case printed "not measured" and the run exited 0."""
+    from tileops_core.bench import runner
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no launch to take apart")
+
+    monkeypatch.setattr(runner, "measure_host_times", broken)
+    assert main(["bench", "SumFwdOp", "--workload", "small-full", *FAST, "--baseline", "none", "--host-time",
+                 "--format", "json"]) == 1
+    assert "no launch to take apart" in json.loads(capsys.readouterr().out)["results"][0]["host_time"]["error"]
 
 
 @pytest.mark.parametrize("seconds, text", [(0.99996, "1 s"), (9.9996e-4, "1 ms"), (1.234e-5, "12.3 us"),

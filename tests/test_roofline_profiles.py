@@ -52,7 +52,9 @@ def test_a_saved_calibration_of_this_device_beats_the_generic_profile(empty_user
 
 
 def test_an_explicit_profile_name_or_path_wins_and_an_unknown_one_is_a_clear_error(tmp_path):
-    assert profile_for("cpu", "Some CPU", "nvidia-h200").profile.name == "nvidia-h200"
+    assert profile_for("cuda", "NVIDIA A100-SXM4-80GB", "nvidia-h200").profile.name == "nvidia-h200"
+    with pytest.raises(TileOpsError, match="'nvidia-h200' describes a cuda device; this run is on cpu"):
+        profile_for("cpu", "Some CPU", "nvidia-h200")  # (found in review: every efficiency 0.0%)
     path = tmp_path / "p.yaml"
     path.write_text(dump_profile(HardwareProfile(name="x", device_type="cpu", generic=True, memory=Rate(peak=1e9),
                                                  compute={"float32": Rate(peak=1e10)})))
