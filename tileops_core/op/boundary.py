@@ -220,9 +220,14 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
     def impl(*args: Any) -> Any:
         op = boundary_ref[0].instance(args[boundary_ref[0].encoded])
         result = op.run_planned([*args[:n_inputs], *padding])
+        # Fresh outputs packed, as the fake makes them: Inductor compares the real strides with the fake's
+        # (found in review: a kernel's strided output, which eager accepts, failed the compiled call).
         if single:  # the common case: the op's one output is the custom op's result
-            return result
-        return pick((result,) if len(spec.outputs) == 1 else tuple(result))
+            return result if result.is_contiguous() else result.contiguous()
+        picked = pick((result,) if len(spec.outputs) == 1 else tuple(result))
+        if isinstance(picked, tuple):
+            return tuple(o if o.is_contiguous() else o.contiguous() for o in picked)
+        return picked if picked is None or picked.is_contiguous() else picked.contiguous()
 
     def fake(*args: Any) -> Any:
         # Hooks (kernels/fingerprint.py, op/decompose.py): the trace sees the loaded selection

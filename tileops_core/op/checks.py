@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..errors import Location, fail
+from ..errors import Location, TileOpsError, fail
 from ..kernels.interface import CallSpec, KernelInterface
 from ..kernels.targets import current_target, default_device
 from ..lang import ir
@@ -32,7 +32,7 @@ from ..spec.nodes import REQUIRED, Expr, FamilyRef, FamilySpec, OpSpec, TensorSp
 from .plan import CallPlan, TensorMeta, is_zero, numel, storage_id
 from .torchtypes import TORCH_DTYPES, name_of
 
-__all__ = ["Branch", "OpChecks", "OutputTypes", "contents_checking_default"]
+__all__ = ["Branch", "OpChecks", "OutputTypes", "SymbolicDims", "contents_checking_default"]
 
 
 def _fmt(value: Any) -> str:
@@ -41,6 +41,11 @@ def _fmt(value: Any) -> str:
     if isinstance(value, tuple):
         return "(" + ", ".join(_fmt(v) for v in value) + ("," if len(value) == 1 else "") + ")"
     return repr(value)
+
+
+class SymbolicDims(TileOpsError):
+    """A call spec asked for under a trace whose shapes are symbolic in a dim a kernel specialises on:
+    no kernel can be selected for it there (a decomposition declines; eager calls never see it)."""
 
 
 @dataclass(frozen=True)
@@ -566,6 +571,10 @@ class OpChecks:
         for name, dt in zip(out_names, out_dtypes):
             dtypes[name] = name_of(dt)
         dims = {k: tuple(v) if isinstance(v, list) else v for k, v in op_obj.specialisation(interface, env).items()}
+        symbolic = [k for k, v in dims.items() if any(isinstance(x, torch.SymInt) for x in (v if isinstance(v, tuple)
+                                                                                            else (v,)))]
+        if symbolic:
+            raise SymbolicDims(f"{self.op}: {interface.__name__} specialises on {', '.join(symbolic)}, symbolic here")
         flags: dict[str, Any] = {}
         for t in self.spec.inputs.values():
             if t.optional:

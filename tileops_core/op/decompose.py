@@ -33,7 +33,9 @@ from ..kernels.interface import CallSpec, KernelInterface
 from ..kernels.registry import active
 from ..kernels.select import Selection, choose_kernel, select_kernel
 from ..kernels.targets import Target, current_target
+from ..plugins import ensure_plugins_loaded
 from ..spec.manifest import load_manifest
+from .checks import SymbolicDims
 from .plan import CURRENT
 
 if TYPE_CHECKING:
@@ -149,7 +151,10 @@ def _traceable_plan(op: "Op", values: list[Any]) -> tuple["CallPlan", Any] | Non
     definition = op.definition()
     if _declined(definition) is not None:  # the policy first: no planning for ops it does not name
         return None
-    plan = definition.plan(op, values)
+    try:
+        plan = definition.plan(op, values)
+    except SymbolicDims:  # a dynamic-shape trace of a dim a kernel specialises on: the custom op serves it (found
+        return None       # in review: SiluAndMul's N = D // 2 raised "unhashable SymInt" inside the fake)
     target = op.target or current_target()
     for interface, call in plan.call_specs.items():
         try:
@@ -190,6 +195,7 @@ def compile_key(op_name: str) -> str:
     compiled with the custom op would be served where the policy now decomposes it, and the
     other way round. In-process, the selection guard already traces the call again.
     """
+    ensure_plugins_loaded()  # the fingerprint of the loaded state, on the first trace too (found in review)
     policy = decompose_policy()
     return selection_fingerprint() if policy is not None and policy.wants(op_name) else ""
 

@@ -191,7 +191,7 @@ def _update_uniform(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Ten
             windows = row.unfold(-1, W - 1, 1).narrow(2, 1, L).transpose(1, 2).reshape(T, D, W - 1)
     result = _activate(acc, activation).transpose(1, 2).reshape(T, D)
     if out is None:
-        out = _cast(result, x.dtype)
+        out = _cast(result, x.dtype).contiguous()  # (packed, as every backend writes it: found in review)
     else:
         out.copy_(result)
     writers = _last_writer_of_each_slot(slots)

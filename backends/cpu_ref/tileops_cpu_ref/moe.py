@@ -51,7 +51,9 @@ def moe_topk_routing(router_logits: torch.Tensor, top_k: int, renormalize: bool,
     values, ids = values[:, :top_k], ids[:, :top_k]
     if renormalize:
         values = values.div_(values.sum(dim=-1, keepdim=True))  # a slice of sort's fresh result
-    return values.to(router_logits.dtype), ids.to(ids_dtype)
+    # Packed, as every backend writes its outputs (found in review: the slices' strides broke Inductor, whose
+    # fake of the op is packed).
+    return values.to(router_logits.dtype).contiguous(), ids.to(ids_dtype).contiguous()
 
 
 def _check_range(name: str, values: torch.Tensor, high: int) -> None:
