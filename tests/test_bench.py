@@ -187,6 +187,49 @@ def test_each_cases_torch_compile_baseline_is_compiled_past_dynamos_recompile_li
             assert counters["stats"]["unique_graphs"] == before + 1, f"{rows} rows: not compiled"
 
 
+def test_input_sets_rotate_through_twice_the_l2_counted_in_the_bytes_a_call_touches():
+    """A decode step touches a few slots of a pool it holds whole (found in review: sets were counted by what
+    they hold, so a cycle touched 40 of the 100 MiB asked)."""
+    from tileops_core.bench.runner import _instance_sets
+    from tileops_core.workloads import dtype_cases
+
+    spec = resolve_specs(["RecurrentGatedDeltaRuleFwdOp"])[0]
+    row = next(r for r in spec.workloads if r.label == "tiny-fp32")
+    case = BenchCase(spec, row, dtype_cases(row)[0])
+    touched = int(roofline_of_row(spec, row, case.case).bytes)
+    held = sum(t.numel() * t.element_size() for t in instantiate(spec, row, case.case).inputs.values()
+               if isinstance(t, torch.Tensor))
+    assert touched < held
+    sets, note = _instance_sets(case, BenchConfig(torch.device("cpu"), "none", rotate_bytes=5 * touched), 0)
+    assert len(sets) == 5 and note is None
+    sets, note = _instance_sets(case, BenchConfig(torch.device("cpu"), "none", rotate_bytes=5 * touched, max_sets=2), 0)
+    assert len(sets) == 2 and "2 set(s)" in note and "may be read from the L2" in note
+
+
+def test_on_an_accelerator_timed_by_wall_clock_the_restore_finishes_before_the_clock_starts(monkeypatch):
+    """Found in review: on a device timed around synchronize() (an NPU), the restore's queued copies were
+    waited for inside each sample's last call. A queue stands in for the device: work is queued, synchronize
+    waits for it; a call queues 1 ms, the restore 20 ms."""
+    import time
+
+    from tileops_core.bench.timing import time_subjects
+
+    busy = [0.0]
+
+    def enqueue(seconds):
+        busy[0] = max(busy[0], time.perf_counter()) + seconds
+
+    def synchronize(*args, **kwargs):
+        while time.perf_counter() < busy[0]:
+            pass
+
+    monkeypatch.setattr(torch.xpu, "synchronize", synchronize)
+    options = TimingOptions(warmup=1, min_samples=5, max_samples=5, min_time_s=0.0, max_time_s=5.0, sample_s=2e-3)
+    subject = Subject("op", [lambda: enqueue(1e-3)], reset=lambda: enqueue(20e-3))
+    measured = time_subjects([subject], torch.device("xpu"), options)[0]
+    assert measured.median_s < 5e-3  # about 1 ms a call, not 1 ms plus a share of the 20 ms restore
+
+
 def test_the_restorer_puts_a_mutated_state_back_and_is_none_without_mutation():
     spec = resolve_specs(["RecurrentGatedDeltaRuleFwdOp"])[0]
     row = next(r for r in spec.workloads if r.label == "tiny-fp32")
