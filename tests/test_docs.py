@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tileops_core import load_manifest
 from tileops_core.bench.catalog import benchable_specs, resolve_specs
-from tileops_core.docsgen.blocks import Link, Page, Para, Table, to_html, to_markdown
+from tileops_core.docsgen.blocks import Bullets, Link, Page, Para, Table, to_html, to_markdown
 from tileops_core.docsgen.matrix import support_matrix
 from tileops_core.docsgen.site import write_docs
 from tileops_core.docsgen.summary import kernel_rows, refusal_regions
@@ -133,6 +135,9 @@ def test_renderers_escape_what_they_are_given():
     html, md = to_html(page), to_markdown(page)
     assert "<script>" not in html and "&lt;script&gt;" in html and 'href="../index.html"' in html
     assert "| x \\| y |" in md and "[index](../index.md)" in md
+    assert not re.search(r"(?<!\\)<", md) and "\\<script>" in md  # every < escaped (found in review: none was)
+    bullets = to_markdown(Page("t", "ops/X").add(Bullets(["a refusal reason\nof two lines", "next"])))
+    assert "- a refusal reason of two lines\n- next" in bullets
 
 
 def test_pages_of_ops_that_are_gone_are_removed_and_nothing_else(tmp_path):

@@ -3,7 +3,9 @@
 Pages are built once as a list of blocks (headings, paragraphs, tables, code, lists)
 and rendered twice, so the Markdown and the HTML of a page can never say different
 things, and no page text is ever pasted into markup unescaped: the HTML renderer escapes
-every string it is given, the Markdown renderer escapes table cells.
+every string it is given; the Markdown renderer escapes every ``<`` (no tag of a spec's or a
+plugin's text reaches a Markdown viewer's HTML), and a table cell's ``|`` and a cell's or
+list item's line breaks.
 """
 
 from __future__ import annotations
@@ -95,25 +97,27 @@ def _relative(page: Page, target: str, ext: str) -> str:
 
 # -- Markdown -------------------------------------------------------------------------------
 
-def _md_inline(page: Page, content: Inline, cell: bool = False) -> str:
+def _md_inline(page: Page, content: Inline, cell: bool = False, one_line: bool = False) -> str:
     out = []
     for part in _parts(content):
         if isinstance(part, Link):
             out.append(f"[{part.text}]({_relative(page, part.target, '.md')})")
         else:
-            text = str(part)
+            text = str(part).replace("<", "\\<")  # (found in review: a plugin's <script> reached the page)
             if cell:
-                text = text.replace("|", "\\|").replace("\n", " ")
+                text = text.replace("|", "\\|")
+            if cell or one_line:
+                text = text.replace("\n", " ")
             out.append(text)
     return "".join(out)
 
 
 def to_markdown(page: Page) -> str:
     """The page as GitHub-flavoured Markdown."""
-    lines = [f"# {page.title}", ""]
+    lines = [f"# {_md_inline(page, page.title, one_line=True)}", ""]
     for block in page.blocks:
         if isinstance(block, Heading):
-            lines += ["#" * (block.level + 1) + " " + block.text, ""]
+            lines += ["#" * (block.level + 1) + " " + _md_inline(page, block.text, one_line=True), ""]
         elif isinstance(block, Para):
             lines += [_md_inline(page, block.content), ""]
         elif isinstance(block, Table):
@@ -126,7 +130,7 @@ def to_markdown(page: Page) -> str:
             fence = "````" if "```" in block.text else "```"
             lines += [fence + block.language, block.text.rstrip("\n"), fence, ""]
         elif isinstance(block, Bullets):
-            lines += [f"- {_md_inline(page, item)}" for item in block.items]
+            lines += [f"- {_md_inline(page, item, one_line=True)}" for item in block.items]
             lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
 
