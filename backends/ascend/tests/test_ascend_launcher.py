@@ -102,6 +102,34 @@ def test_a_padding_slot_is_refused_at_launch():
     )
 
 
+def test_a_slot_past_the_pool_is_refused_at_launch_and_through_the_op_raises_refused_call(monkeypatch):
+    """With the core's contents checks off (their default) a slot of S reached the kernel, a write past the pool
+    on a 310P; and the op's call wrapped the launch's refusal in a KernelError, which the documented
+    `except RefusedCall` / `except ValueError` did not catch (both found in review)."""
+    launcher = _launcher(_never_called)
+    monkeypatch.setattr(op_base, "choose_kernel", lambda interface, call, target=None: (AscendRGDR310P, launcher))
+    case = make_case([2, 2], seed=22)
+    case["ssm_state_indices"][2] = case["state"].shape[0]
+    before = case["state"].clone()
+    with pytest.raises(RefusedCall, match=r"ssm_state_indices\[2\] = \d+ is past the pool of \d+ slots") as err:
+        RecurrentGatedDeltaRuleFwdOp(check_contents=False)(*(case[n] for n in (
+            "query", "key", "value", "beta", "state", "actual_seq_lengths", "ssm_state_indices", "g", "gk",
+            "num_accepted_tokens")))
+    assert isinstance(err.value, ValueError) and torch.equal(case["state"], before)
+
+
+def test_accepted_counts_past_a_sequences_length_are_clipped_as_every_backend_clips_them():
+    """Found in review: the 310P kernel read the first token's slot for a count past L_b (outputs 0.56 off)."""
+    case = make_case([3, 2], accepted=True, seed=7)
+    clipped = dict(case, num_accepted_tokens=torch.tensor([3, 2], dtype=torch.int32),
+                   state=case["state"].clone())
+    want_out, want_state = reference(clipped)
+    case["num_accepted_tokens"] = torch.tensor([5, 2], dtype=torch.int32)  # 5 > L_0 = 3
+    out = _launcher()(*_args(case), None, "lengths", False)
+    torch.testing.assert_close(out.double(), want_out, **OUT_TOL)
+    torch.testing.assert_close(case["state"].double(), want_state.double(), **STATE_TOL)
+
+
 def test_platforms_are_detected_once_per_device_with_the_detected_core_count(monkeypatch):
     fake = fake_torch_npu("Ascend310P3", 10, 10, count=2, current=1)
     monkeypatch.setitem(sys.modules, "torch_npu", fake)

@@ -121,12 +121,20 @@ def test_sequences_of_exactly_mtp_tokens_pass_contents():
     assert contents_refusal_reason(torch.tensor([8, 8]), torch.arange(16)) is None
 
 
-def test_lengths_are_not_read_when_t_is_at_most_mtp():
-    class Unreadable:
-        def tolist(self):
-            raise AssertionError("lengths read although T <= MAX_MTP")
+@pytest.mark.parametrize("meta, style, tokens", [([9], "lengths", 5), ([8, 8], "lengths", 9), ([2, 2], "lengths", 5),
+                                                 ([0, 3, 2], "cu_seqlens", 3), ([1, 3], "cu_seqlens", 3)])
+def test_metadata_that_does_not_tile_the_tokens_is_refused_whatever_t(meta, style, tokens):
+    """The kernel follows the lengths as given (found in review: [9] over 5 tokens and [8, 8] over 9 reached
+    it with the core's contents checks off, their default; it stopped silently or ran past T)."""
+    reason = contents_refusal_reason(torch.tensor(meta), torch.arange(len(meta) - (style == "cu_seqlens")),
+                                     seq_lens_style=style, tokens=tokens)
+    assert reason is not None and ("do not tile" in reason or "more than MAX_MTP" in reason)
 
-    assert contents_refusal_reason(Unreadable(), torch.arange(8)) is None
+
+def test_a_slot_past_the_pool_is_refused_as_a_padding_slot_is():
+    assert contents_refusal_reason([1, 1], [0, 9], pool_slots=9, tokens=2) == (
+        "ssm_state_indices[1] = 9 is past the pool of 9 slots: the 310P kernel would write outside the state pool")
+    assert contents_refusal_reason([1, 1], [0, 8], pool_slots=9, tokens=2) is None
 
 
 def test_padding_slot_is_refused():

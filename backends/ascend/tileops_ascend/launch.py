@@ -38,6 +38,8 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
+from tileops_core.errors import TileOpsError
+
 from .platform import ASCEND_310P, AscendPlatform
 from .refusal import RgdrCall, contents_refusal_reason, refusal_reason
 from .tiling import RgdrTiling, compute_tiling
@@ -91,8 +93,10 @@ class KernelInputs(NamedTuple):
 KERNEL_INPUT_ORDER: tuple[str, ...] = KernelInputs._fields
 
 
-class RefusedCall(ValueError):
-    """The 310P kernel refuses this call; raised before anything is written, the message says why."""
+class RefusedCall(TileOpsError, ValueError):
+    """The 310P kernel refuses this call; raised before anything is written, the message says why. A
+    TileOpsError, so that the op's call raises it as it is (found in review: the core wrapped it in a
+    KernelError, and ``except RefusedCall`` / ``except ValueError``, as documented, caught nothing)."""
 
 
 def prepare_kernel_inputs(
@@ -107,6 +111,7 @@ def prepare_kernel_inputs(
     g: torch.Tensor | None = None,
     gk: torch.Tensor | None = None,
     num_accepted_tokens: torch.Tensor | None = None,
+    seq_lens_style: str = "lengths",
 ) -> KernelInputs:
     """Gather the inputs, keyword-only, into the layout the kernel reads.
 
@@ -121,7 +126,8 @@ def prepare_kernel_inputs(
             "state must be contiguous: the 310P kernel updates it in place through dense [S, NV, DV, DK] strides, "
             "and a contiguous copy would receive the update instead of the caller's pool"
         )
-    accepted = None if num_accepted_tokens is None else num_accepted_tokens.to(torch.int32).contiguous()
+    accepted = None if num_accepted_tokens is None else _clipped_accepted(num_accepted_tokens, actual_seq_lengths,
+                                                                             seq_lens_style)
     return KernelInputs(
         query=query.contiguous(),
         key=key.contiguous(),
@@ -134,6 +140,17 @@ def prepare_kernel_inputs(
         gk=None if gk is None else gk.contiguous(),
         num_accepted_tokens=accepted,
     )
+
+
+def _clipped_accepted(accepted: torch.Tensor, meta: torch.Tensor, seq_lens_style: str) -> torch.Tensor:
+    """Each accepted count clipped to ``[1, L_b]`` on the device (no sync), as every backend follows it
+    (``tileops_cpu_ref.rgdr.clipped_accepted``; a sequence without tokens keeps its count): the 310P kernel
+    instead reads the first token's slot for a count past ``L_b`` (found in review: outputs 0.56 off the
+    other backends'). int32: the kernel reads it through an ``int32_t`` pointer whatever its dtype."""
+    lengths = (meta[1:] - meta[:-1]) if seq_lens_style == "cu_seqlens" else meta
+    lengths = lengths.to(torch.int32)
+    counts = accepted.to(torch.int32)
+    return torch.where(lengths > 0, torch.minimum(counts.clamp(min=1), lengths), counts).contiguous()
 
 
 def describe_call(
@@ -243,8 +260,9 @@ def recurrent_gated_delta_rule_npu(
 
     ``check_contents`` (default on) reads ``actual_seq_lengths`` and
     ``ssm_state_indices`` back to the host (one device sync) and raises before launch
-    if a sequence is longer than ``MAX_MTP`` or a slot is negative: the kernel would
-    otherwise stop silently or write outside the state pool. Turn it off only where
+    if a sequence is longer than ``MAX_MTP``, the sequences do not tile the T tokens, or a
+    slot lies outside the pool: the kernel would otherwise stop silently, run past T or
+    write outside the state pool. Turn it off only where
     the caller guarantees both (for example vLLM-Ascend's decode metadata).
 
     ``binding``: an already resolved binding (the built kernel of
@@ -262,6 +280,7 @@ def recurrent_gated_delta_rule_npu(
         g=g,
         gk=gk,
         num_accepted_tokens=num_accepted_tokens,
+        seq_lens_style=seq_lens_style,
     )
     call = describe_call(inputs, seq_lens_style=seq_lens_style, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
     # Both are pure functions of plain values; a decode loop repeats the same few shapes, so they are cached.
@@ -272,8 +291,11 @@ def recurrent_gated_delta_rule_npu(
         # No token: nothing is computed and no slot is written; the kernel is not launched.
         return torch.empty_like(value)
     if check_contents:
-        reason = contents_refusal_reason(
-            inputs.actual_seq_lengths, inputs.ssm_state_indices, seq_lens_style=seq_lens_style, platform=platform
+        meta = inputs.actual_seq_lengths.reshape(-1)
+        values = torch.cat((meta.to(torch.int64), inputs.ssm_state_indices.reshape(-1).to(torch.int64))).tolist()
+        reason = contents_refusal_reason(  # (both read in one transfer: one device sync)
+            values[: meta.numel()], values[meta.numel():], seq_lens_style=seq_lens_style, platform=platform,
+            pool_slots=inputs.state.shape[0], tokens=call.t,
         )
         if reason is not None:
             raise RefusedCall(f"RGDR on {platform.arch} refuses this call: {reason}")

@@ -241,34 +241,48 @@ def contents_refusal_reason(
     *,
     seq_lens_style: str = "lengths",
     platform: AscendPlatform = ASCEND_310P,
+    pool_slots: int | None = None,
+    tokens: int | None = None,
 ) -> str | None:
     """Why these metadata values would make the 310P kernel go wrong silently, or None.
 
-    Reads the tensors' values (``.tolist()``: a device sync on an NPU). Refuses a
-    sequence longer than ``MAX_MTP`` and a negative (padding) slot. Other contents
-    errors (lengths not summing to T, slots past the pool, accepted counts out of
-    range) are the core's contents checks, shared with every backend.
+    Takes the values as lists, or reads tensors' (``.tolist()``: a device sync on an NPU; the
+    launcher reads both in one transfer). Refuses a sequence
+    longer than ``MAX_MTP``, sequences that do not tile the ``tokens`` of the call (lengths
+    negative or not summing to T; prefix sums not from 0, decreasing or not ending at T), and
+    a slot that is padding (negative) or past the ``pool_slots``: the kernel has no padding
+    path and no clipping, so each would stop it silently, run it past T, or write outside the
+    pool. The other backends follow unchecked metadata by clipping it (``clipped_bounds``); this
+    one cannot, so it refuses (found in review: a slot of S and lengths past T reached the
+    kernel with the core's contents checks off, their default). Accepted counts are clipped on
+    the device before launch (``launch.prepare_kernel_inputs``).
     """
     reasons: list[str] = []
-    slots = [int(s) for s in ssm_state_indices.tolist()]
-    if len(slots) > platform.max_mtp:
-        meta = [int(x) for x in actual_seq_lengths.tolist()]
-        if seq_lens_style == "cu_seqlens":
-            lengths = [meta[i + 1] - meta[i] for i in range(len(meta) - 1)]
-        else:
-            lengths = meta
-        for b, length in enumerate(lengths):
-            if length > platform.max_mtp:
-                reasons.append(
-                    f"sequence {b} has {length} tokens, more than MAX_MTP={platform.max_mtp}: the 310P kernel would "
-                    "stop at it silently, leaving it and the rest of its core's work uncomputed"
-                )
-                break
-    for i, slot in enumerate(slots):
-        if slot < 0:
+    slots = [int(s) for s in (ssm_state_indices.tolist() if hasattr(ssm_state_indices, "tolist")
+                              else ssm_state_indices)]
+    meta = [int(x) for x in (actual_seq_lengths.tolist() if hasattr(actual_seq_lengths, "tolist")
+                             else actual_seq_lengths)]
+    cu = seq_lens_style == "cu_seqlens"
+    lengths = [meta[i + 1] - meta[i] for i in range(len(meta) - 1)] if cu else meta
+    for b, length in enumerate(lengths):
+        if length > platform.max_mtp:
             reasons.append(
-                f"ssm_state_indices[{i}] = {slot} is a padding slot: the 310P kernel has no padding path and "
-                "would write outside the state pool"
+                f"sequence {b} has {length} tokens, more than MAX_MTP={platform.max_mtp}: the 310P kernel would "
+                "stop at it silently, leaving it and the rest of its core's work uncomputed"
             )
+            break
+    if tokens is not None:
+        tiles = (meta[:1] == [0] and meta[-1:] == [tokens] and all(n >= 0 for n in lengths)) if cu else (
+            all(n >= 0 for n in lengths) and sum(lengths) == tokens)
+        if not tiles:
+            reasons.append(
+                f"actual_seq_lengths {meta[:16]}{' ...' if len(meta) > 16 else ''} ({seq_lens_style}) do not tile the "
+                f"{tokens} tokens: the 310P kernel follows them as given and would run past T or leave tokens out"
+            )
+    for i, slot in enumerate(slots):
+        if slot < 0 or (pool_slots is not None and slot >= pool_slots):
+            what = "a padding slot: the 310P kernel has no padding path and" if slot < 0 else (
+                f"past the pool of {pool_slots} slots: the 310P kernel")
+            reasons.append(f"ssm_state_indices[{i}] = {slot} is {what} would write outside the state pool")
             break
     return "; ".join(reasons) if reasons else None
