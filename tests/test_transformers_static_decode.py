@@ -111,6 +111,35 @@ def test_decode_steps_past_max_len_are_refused() -> None:
         session.step(tokens)
 
 
+def test_an_empty_prompt_is_refused_before_the_running_batch_is_touched() -> None:
+    """Found in review: a prompt of no tokens wrote the pools, then raised, and the next step ran on the wiped
+    state (logits 0.3 off)."""
+    patched = tiny_model("qwen3_next", seed=31)
+    apply_tileops(patched)
+    session = static_decode_session(patched, 2, 16)
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=32)
+    tokens = session.prefill(ids, mask).argmax(-1)
+    lengths = [kv.lengths.clone() for kv in session.pools.kv.values()]
+    with pytest.raises(ValueError, match="a prompt of 2 rows x 0 tokens does not fit"):
+        session.prefill(ids[:, :0], mask[:, :0])
+    assert all(torch.equal(kv.lengths, n) for kv, n in zip(session.pools.kv.values(), lengths))
+    session.step(tokens)  # the batch goes on
+
+
+def test_forward_hooks_the_step_would_skip_are_refused_by_module() -> None:
+    """The step calls the layers' pieces and the mixers' forwards itself (found in review: a hook on a mixer
+    ran under generate() and was skipped by the session, logits 0.01 off)."""
+    patched = tiny_model("qwen3_next", seed=33)
+    apply_tileops(patched)
+    session = static_decode_session(patched, 2, 16)
+    handle = patched.model.layers[0].linear_attn.register_forward_hook(lambda m, a, out: out * 0.5)
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=34)
+    with pytest.raises(ValueError, match="forward hooks on model.layers.0.linear_attn would not run"):
+        session.prefill(ids, mask)
+    handle.remove()
+    session.prefill(ids, mask)
+
+
 def test_a_model_without_tileops_mixers_is_refused_by_layer() -> None:
     with pytest.raises(ValueError, match=r"apply_tileops\(model\) first.*model.layers.0"):
         static_decode_session(tiny_model("qwen3_next"), 2, 16)

@@ -65,6 +65,26 @@ def test_captured_steps_equal_the_eager_static_steps(model_type: str, capture: s
     assert diff <= 1e-3, f"{capture} replays differ from eager static steps by {diff}"
 
 
+def test_a_reduce_overhead_session_replays_graphs_over_more_batch_sizes_than_the_recompile_limit() -> None:
+    """Found in review (on the CPU, not yet run here): the compiled step made its metadata inside its trace
+    (two compiles a batch size: the fifth size hit the limit of 8) and wrote pool views not marked static
+    (cudagraph trees then ran it without a graph). Ten batch sizes, each equal to the eager session's step,
+    and no cudagraph skipped."""
+    from torch._dynamo.utils import counters
+
+    _, patched, _ = _on_cuda("qwen3_next", seed=43)
+    eager, compiled = static_decode_session(patched, 10, 8), static_decode_session(patched, 10, 8, "reduce_overhead")
+    skips = counters["inductor"]["cudagraph_skips"]
+    g = torch.Generator().manual_seed(44)
+    for batch in range(1, 11):
+        ids = torch.randint(1, patched.config.vocab_size, (batch, 3), generator=g).cuda()
+        step = torch.randint(1, patched.config.vocab_size, (batch,), generator=g).cuda()
+        want = (eager.prefill(ids).float(), eager.step(step).float())
+        got = (compiled.prefill(ids).float(), compiled.step(step).float())
+        assert max((a - b).abs().max().item() for a, b in zip(want, got)) <= 1e-3, batch
+    assert counters["inductor"]["cudagraph_skips"] == skips
+
+
 @pytest.mark.parametrize("model_type, every_module", [("qwen3_next", False), ("qwen3_5_moe", True)])
 def test_the_eager_static_step_makes_no_host_sync(model_type: str, every_module: bool) -> None:
     _, patched, _ = _on_cuda(model_type, seed=43, every_module=every_module)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from ...op.checks import contents_checking_default
 from ._static_pools import StaticPools
@@ -85,13 +86,15 @@ class StaticDecodeSession:
         Returns the logits at each row's last position, ``[B, V]``."""
         B, T = input_ids.shape
         p = self.pools
-        if B > p.max_batch or T >= p.max_len:
+        if not 0 < B <= p.max_batch or not 0 < T < p.max_len:  # (an empty prompt wiped the batch: found in review)
             raise ValueError(f"a prompt of {B} rows x {T} tokens does not fit the session's {p.max_batch} rows x "
                              f"{p.max_len} tokens (one left for the first step)")
+        _refuse_hooks(self.model)
         if position_ids is not None and position_ids.dim() != 2:
             raise NotImplementedError("prefill takes position_ids [B, T] (one row); multimodal position rows are not "
                                       "continued by the static step")
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
+        last = out.logits[:, -1]  # (taken before the pools are written: nothing after this can fail on the prompt)
         cache = cache_of(out)
         for i, g in p.gdn.items():
             g.conv[:B].copy_(cache.layers[i].conv_states[0])
@@ -110,8 +113,8 @@ class StaticDecodeSession:
         else:
             p.positions[:B].copy_(position_ids[:, -1] + 1)
         self._batch, self._tokens = B, T
-        self._step.start(B)
-        return out.logits[:, -1]
+        self._step.start(B, static=self.capture == "reduce_overhead")
+        return last
 
     @torch.no_grad()
     def step(self, next_ids: torch.Tensor) -> torch.Tensor:
@@ -122,16 +125,18 @@ class StaticDecodeSession:
         if self._tokens >= self.pools.max_len:
             raise ValueError(f"the rows hold {self._tokens} tokens, the session's max_len")
         self.pools.ids[:B].copy_(next_ids.reshape(B))
-        self._tokens += 1
         if self.capture == "cuda_graph":
             if self._graph is None or self._graph_batch != B:
                 self._capture(B)
             self._graph.replay()
             assert self._graph_logits is not None
-            return self._graph_logits
-        if self.capture == "reduce_overhead":
-            return self._compiled_step()(B)
-        return self._step(B)
+            logits = self._graph_logits
+        elif self.capture == "reduce_overhead":
+            logits = self._compiled_step()(B)
+        else:
+            logits = self._step(B)
+        self._tokens += 1  # (counted once the step ran: a failed capture or compile leaves the count as it was)
+        return logits
 
     @property
     def step_function(self) -> Callable[[int], torch.Tensor]:
@@ -150,25 +155,27 @@ class StaticDecodeSession:
         saved = self.pools.snapshot()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            run(B)  # the first call plans and builds kernels, which may synchronise
-            previous = torch.cuda.get_sync_debug_mode()
-            if check_syncs:
-                torch.cuda.set_sync_debug_mode("error")
-            try:
-                run(B)
-            except RuntimeError as exc:
-                if not check_syncs:
-                    raise
-                raise RuntimeError(
-                    "the decode step synchronises with the host, which a CUDA graph cannot hold (the traceback shows "
-                    "where; a reference kernel serving the conv1d update, RGDR, attention decode or the MoE permute / "
-                    "grouped experts reads its metadata on the host: see apply_tileops' report for the kernels "
-                    f"here): {exc}") from exc
-            finally:
-                torch.cuda.set_sync_debug_mode(previous)
-        torch.cuda.current_stream().wait_stream(side)
-        self.pools.restore(saved)
+        try:
+            with torch.cuda.stream(side):
+                run(B)  # the first call plans and builds kernels, which may synchronise
+                previous = torch.cuda.get_sync_debug_mode()
+                if check_syncs:
+                    torch.cuda.set_sync_debug_mode("error")
+                try:
+                    run(B)
+                except RuntimeError as exc:
+                    if not check_syncs:
+                        raise
+                    raise RuntimeError(
+                        "the decode step synchronises with the host, which a CUDA graph cannot hold (the traceback "
+                        "shows where; a reference kernel serving the conv1d update, RGDR, attention decode or the MoE "
+                        "permute / grouped experts reads its metadata on the host: see apply_tileops' report for the "
+                        f"kernels here): {exc}") from exc
+                finally:
+                    torch.cuda.set_sync_debug_mode(previous)
+        finally:  # a failed warm-up leaves the state as the prefill left it too (found in review: two steps ahead)
+            torch.cuda.current_stream().wait_stream(side)
+            self.pools.restore(saved)
 
     def _capture(self, B: int) -> None:
         self._warm_up(B, self._step, check_syncs=True)
@@ -181,6 +188,11 @@ class StaticDecodeSession:
         if self._compiled is None:
             for t in self.pools.tensors():
                 torch._dynamo.mark_static_address(t)
+            # One graph per batch size is inherent (the step is specialised on it): a session serving more
+            # sizes than dynamo's default recompile limit (8) would hit it with fullgraph=True (found in
+            # review), so the limit is raised to what this session can ask for.
+            limit = torch._dynamo.config.recompile_limit
+            torch._dynamo.config.recompile_limit = max(limit, self.pools.max_batch + 8)
             compiled = torch.compile(self._step, mode="reduce-overhead", fullgraph=True)
 
             def run(B: int) -> torch.Tensor:
@@ -189,6 +201,20 @@ class StaticDecodeSession:
             self._warm_up(self._batch, run)
             self._compiled = run
         return self._compiled
+
+
+def _refuse_hooks(model: Any) -> None:
+    """The step calls the decoder layers' pieces and the token mixers' forwards itself (a CUDA graph
+    holds no Python hook): a forward hook on one of them would be skipped silently (found in review:
+    logits 0.01 off a hooked generate()), so it is refused, as global forward hooks are."""
+    hooked = [f"model.layers.{i}{part}" for i, layer in enumerate(model.model.layers)
+              for part, m in (("", layer), (".linear_attn", getattr(layer, "linear_attn", None)),
+                              (".self_attn", getattr(layer, "self_attn", None)))
+              if m is not None and (m._forward_hooks or m._forward_pre_hooks)]
+    if hooked or _global_forward_hooks or _global_forward_pre_hooks:
+        raise ValueError(f"static_decode_session runs the decoder layers' pieces itself, so forward hooks on "
+                         f"{', '.join(hooked) or 'every module (global hooks)'} would not run: remove them, or "
+                         "decode with generate()")
 
 
 def static_decode_session(model: Any, max_batch: int, max_len: int, capture: str = "eager") -> StaticDecodeSession:

@@ -50,7 +50,7 @@ class StaticStep:
         inner, config = model.model, model.config
         gdn_ops = GDNOps(float(config.rms_norm_eps))
         _without_contents_checks(*vars(gdn_ops).values())
-        metadata = _Metadata()
+        metadata = self._metadata = _Metadata()
         self._gdn = {i: _gdn_forward(inner.layers[i].linear_attn, gdn_ops, metadata) for i in pools.gdn}
         self._add_norm = {i: FusedAddZeroCentredRMSNormFwdOp(eps=float(layer.post_attention_layernorm.eps),
                                                              check_contents=False)
@@ -66,11 +66,21 @@ class StaticStep:
             self._rope_rows = ops.rows
         self._gdn_cache: StaticGDNCache | None = None
 
-    def start(self, batch: int) -> None:
+    def start(self, batch: int, static: bool = False) -> None:
         """A new batch was prefilled into the pools: the GatedDeltaNet layers continue from them. The
-        cache object is kept while the batch size is (a compiled step guards on it)."""
+        cache object is kept while the batch size is (a compiled step guards on it). Its one-token
+        metadata is made here, outside any compiled region: a trace that made it would change what
+        its own guards read, and compile twice per batch size (found in review: the fifth batch size
+        hit the recompile limit). ``static``: its pool views are marked static addresses, as the pools
+        are, so that a reduce-overhead step that writes them in place still replays its CUDA graph."""
         if self._gdn_cache is None or self._gdn_cache.batch != batch:
             self._gdn_cache = StaticGDNCache(self.pools.gdn, batch)
+            if static:
+                for slot in self._gdn_cache.layers.values():
+                    torch._dynamo.mark_static_address(slot.conv_states[0])
+                    torch._dynamo.mark_static_address(slot.recurrent_states[0])
+        if self.pools.gdn:
+            self._metadata(batch, 1, self.pools.ids.device)
 
     def __call__(self, batch: int) -> torch.Tensor:
         inner, p = self.model.model, self.pools
