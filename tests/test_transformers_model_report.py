@@ -105,6 +105,30 @@ def test_explain_takes_an_op_or_a_model(capsys: pytest.CaptureFixture[str]) -> N
     assert "takes an op (tileops explain RMSNormFwdOp) or --model TYPE" in capsys.readouterr().err
 
 
+def test_build_kernels_names_a_build_that_failed_where_the_next_kernel_served_and_counts_no_dispatch(
+        fresh_registry) -> None:
+    """Found in review: selection contained the failed build (the next kernel served) and build_kernels returned
+    no failure; and its builds were counted in the dispatch report as kernels that served calls."""
+    import warnings
+
+    from fake_backends import add_backend, make_call, make_impl, make_interface
+    from tileops_core.integrations.transformers import build_kernels
+    from tileops_core.kernels.dispatch_stats import dispatch_report, reset_dispatch_stats
+
+    def broken():
+        raise ZeroDivisionError("tile size 0")
+
+    iface = make_interface()
+    add_backend("vendor", make_impl(iface, "FastK", build=broken))
+    add_backend("ref", make_impl(iface, "RefK", devices=("*",), general=True))
+    reset_dispatch_stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        failed = build_kernels([(iface, make_call(iface, N=8), None)])
+    assert len(failed) == 1 and "fakes:FastK [vendor] failed: build failed" in failed[0]
+    assert not dispatch_report().rows
+
+
 def test_build_kernels_builds_every_kernel_the_forward_and_the_static_step_then_use(fresh_registry) -> None:
     from tileops_core.integrations.transformers import build_kernels, static_decode_session
     from tileops_core.kernels.select import build_count

@@ -214,13 +214,14 @@ def kernel_for(interface: type[KernelInterface], call: CallSpec, target: Target 
 
 
 def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Target | None = None, *,
-                  traceable: bool = False) -> tuple[type[KernelInterface], Callable[..., Any]]:
+                  traceable: bool = False, count: bool = True) -> tuple[type[KernelInterface], Callable[..., Any]]:
     """The implementation chosen for ``call`` and its built kernel (cached per registry generation).
 
     Selection reads the active registry as it is: loading plugins is the caller's job, done
     before any call spec is built (:meth:`OpDef.plan <tileops_core.op.definition.OpDef.plan>`).
     ``traceable``: among traceable kernels only (:func:`select_kernel`); the general kernel
-    chosen so is the compile policy's explicit choice, not a fallback to warn about.
+    chosen so is the compile policy's explicit choice, not a fallback to warn about. ``count``: off for
+    a build ahead of any call (``build_kernels``), which binds no plan and is not a dispatch to report.
     """
     registry = active()
     caches = registry.caches
@@ -228,7 +229,7 @@ def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
     if caches.generation == GENERATION[0]:
         cached = caches.selections.get(key)
         if cached is not None:
-            return _counted(registry, call, *cached)
+            return _counted(registry, call, *cached) if count else (cached[0], cached[1])
     broken: dict[type[KernelInterface], str] = {}
     while True:  # a kernel whose build fails drops out, and the rule runs again without it
         generation = GENERATION[0]
@@ -258,7 +259,7 @@ def choose_kernel(interface: type[KernelInterface], call: CallSpec, target: Targ
                 caches.selections.clear()
                 caches.generation = generation
             caches.selections[key] = (chosen, kernel, fallback)
-    return _counted(registry, call, chosen, kernel, fallback)
+    return _counted(registry, call, chosen, kernel, fallback) if count else (chosen, kernel)
 
 
 def _counted(registry: Registry, call: CallSpec, chosen: type[KernelInterface], kernel: Callable[..., Any],
