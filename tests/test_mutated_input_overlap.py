@@ -127,6 +127,29 @@ def test_a_mutated_inference_tensor_outside_inference_mode_is_refused_before_any
     assert not torch.equal(args["key_cache"], before)
 
 
+def test_a_call_matched_by_a_check_made_inside_inference_mode_still_refuses_an_inference_tensor_outside_it():
+    """Inside inference_mode plain tensors carry the dispatch keys inference tensors carry outside it, so the
+    fast check of a plan warmed there matched them (found in review: the state written part-way)."""
+    from tileops_core.ops.conv import CausalConv1dUpdateFwdOp
+
+    g = torch.Generator().manual_seed(6)
+
+    def args():
+        return (torch.randn(2, 8, generator=g), torch.randn(3, 8, 3, generator=g), torch.randn(8, 4, generator=g),
+                torch.ones(2, dtype=torch.int32), torch.arange(2, dtype=torch.int32))
+
+    op = CausalConv1dUpdateFwdOp(activation="silu", check_contents=False)
+    warm = args()
+    with torch.inference_mode():
+        op(*warm)
+        op(*warm)
+        inference = args()
+    before = inference[1].clone()
+    with pytest.raises(CheckError, match="input conv_state is mutated .* and is an inference tensor"):
+        op(*inference)
+    assert torch.equal(inference[1], before)
+
+
 def test_a_modestly_expanded_input_is_served():
     from tileops_core.ops.gemm import GemmFwdOp
 

@@ -375,8 +375,14 @@ class CallPlan:
             return lambda vals: full(vals, extents)  # refused on every such call, as on the first
         ranges = tuple((m, extents[m], tuple((j, e) for j, e in enumerate(extents) if e and j != m))
                        for m in self.mutated_inputs if extents[m])
+        mutated = self.mutated_inputs
 
         def check(vals: Sequence[Any]) -> None:
+            # The mode is read per call: a matcher made inside inference_mode matches inference tensors passed
+            # outside it (their dispatch keys agree), which the full check refuses (found in review).
+            if not torch.is_inference_mode_enabled() and any(vals[m] is not None and vals[m].is_inference()
+                                                             for m in mutated):
+                return full(vals, extents)
             for m, size, others in ranges:
                 lo = vals[m].data_ptr()
                 hi = lo + size
