@@ -89,3 +89,29 @@ def test_a_quantized_cache_is_refused_by_name_not_run_as_fresh_prefills() -> Non
     with torch.no_grad(), pytest.raises(NotImplementedError, match="a Quantized cache layer"):
         patched.generate(ids, **cache_kwargs(patched, cache_utils.QuantizedCache("fp8", patched.config)),
                          max_new_tokens=2, do_sample=False)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe"])
+def test_a_conversion_that_replaces_parameters_is_refused_and_applying_again_follows_the_new_ones(model_type):
+    """Found in review: after `to("meta")` / `to_empty` / a load, or any conversion under
+    set_overwrite_module_params_on_conversion(True), the adapters ran on the Parameters they were made with
+    (logits 0.03-1.7 off). The conversion raises, naming the way; apply_tileops again serves the new ones."""
+    ref, patched = _pair(model_type)
+    with pytest.raises(RuntimeError, match="this conversion replaced the Parameters of a model moved onto TileOPs"):
+        patched.to("meta")
+    ref, patched = _pair(model_type)
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
+    try:
+        with pytest.raises(RuntimeError, match="call apply_tileops\\(model\\) again now"):
+            patched.to(torch.float32)
+    finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(False)
+    apply_tileops(patched)
+    g = torch.Generator().manual_seed(8)
+    state = {k: v + 0.05 * torch.randn(v.shape, generator=g) if v.is_floating_point() else v
+             for k, v in ref.state_dict().items()}
+    ref.load_state_dict(state)
+    patched.load_state_dict(state)  # in place, into the Parameters the second apply_tileops holds
+    ids = torch.randint(1, 256, (2, 7), generator=g)
+    with torch.no_grad():
+        assert (ref(input_ids=ids).logits - patched(input_ids=ids).logits).abs().max() < TOL

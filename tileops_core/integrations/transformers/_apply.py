@@ -75,6 +75,7 @@ def apply_tileops(model: nn.Module, *, every_module: bool = False) -> TileOpsRep
     report.kernel_calls = calls
     use_tileops_experts(model)
     _refuse_deep_copies(model)
+    _refuse_replaced_parameters(model)
     model.register_load_state_dict_pre_hook(_refuse_assigning_loads)
     return report
 
@@ -88,6 +89,33 @@ def _refuse_assigning_loads(module: nn.Module, state_dict: Any, prefix: str, loc
         raise RuntimeError("load_state_dict(..., assign=True) on a model moved onto TileOPs: its adapters hold the "
                            "Parameters they were made with; load in place (assign=False), or load before "
                            "apply_tileops")
+
+
+def _refuse_replaced_parameters(model: nn.Module) -> None:
+    """A conversion that replaces the Parameter objects (to or from ``meta``, or any conversion under
+    ``torch.__future__.set_overwrite_module_params_on_conversion(True)``) leaves the adapters on the ones
+    they were made with (found in review: logits 0.5 off after ``to("meta")``, ``to_empty``, a load). The
+    model's ``_apply`` raises after such a conversion, naming the way that works; the Parameters it
+    compares with are the latest ``apply_tileops``' (an instance attribute: applying again refreshes them)."""
+    setattr(model, "_tileops_parameters",
+            [(m, name, p) for m in model.modules() for name, p in m._parameters.items() if p is not None])
+    if "_apply" in vars(model):
+        return  # wrapped by an earlier apply_tileops
+    convert = model._apply  # the class's, bound to the model
+
+    def _apply(fn: Any, recurse: bool = True) -> Any:
+        out = convert(fn, recurse)
+        held = getattr(model, "_tileops_parameters", [])
+        replaced = [f"{type(m).__name__}.{name}" for m, name, p in held if m._parameters.get(name) is not p]
+        if replaced:
+            raise RuntimeError(
+                f"this conversion replaced the Parameters of a model moved onto TileOPs ({replaced[0]} and "
+                f"{len(replaced) - 1} more), while its adapters hold the ones they were made with (a move to or from "
+                "'meta', or torch.__future__.set_overwrite_module_params_on_conversion(True)): convert or load the "
+                "model first and apply_tileops after, or call apply_tileops(model) again now")
+        return out
+
+    setattr(model, "_apply", _apply)  # (an instance attribute: nn.Module keeps it as given)
 
 
 def _refuse_deep_copies(model: nn.Module) -> None:
