@@ -380,9 +380,11 @@ class CallPlan:
         def check(vals: Sequence[Any]) -> None:
             # The mode is read per call: a matcher made inside inference_mode matches inference tensors passed
             # outside it (their dispatch keys agree), which the full check refuses (found in review).
-            if not torch.is_inference_mode_enabled() and any(vals[m] is not None and vals[m].is_inference()
-                                                             for m in mutated):
-                return full(vals, extents)
+            if not torch.is_inference_mode_enabled():  # (a loop, not any() over a generator: this is the hot path)
+                for m in mutated:
+                    v = vals[m]
+                    if v is not None and v.is_inference():
+                        return full(vals, extents)
             for m, size, others in ranges:
                 lo = vals[m].data_ptr()
                 hi = lo + size
