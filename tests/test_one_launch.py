@@ -32,7 +32,15 @@ def test_a_forward_of_one_launch_is_read_as_its_interface_and_params():
 
 def test_a_forward_that_converts_a_param_or_computes_keeps_the_general_path():
     assert MoETopKRoutingFwdOp.definition().one_launch is None  # to_torch(self.ids_dtype)
-    assert SumFwdOp.definition().one_launch is None  # computes its dims before launching
+
+
+def test_sum_and_softmax_pass_their_dtype_by_name_and_are_one_launch():
+    """Their kernels take the dtype param as the name it is kept as, so the call skips forward (a CPU call of
+    a small sum paid two to three more Python frames before)."""
+    from tileops_core.ops.reduction import SoftmaxFwdOp
+
+    assert SumFwdOp.definition().one_launch.params == ("dim", "keepdim", "dtype")
+    assert SoftmaxFwdOp.definition().one_launch.params == ("dim", "dtype")
 
 
 def test_an_op_that_stores_a_param_in_the_form_its_kernel_takes_is_one_launch():

@@ -9,7 +9,6 @@ import torch
 
 from ..kernels.interface import KernelInterface, launch_signature
 from ..op.base import Op
-from ..op.torchtypes import to_torch
 
 __all__ = [
     "SoftmaxKernel", "SoftmaxFwdOp", "SumKernel", "SumFwdOp", "reduction_extent", "reduced_axes_adjacent",
@@ -23,8 +22,8 @@ class SoftmaxKernel(KernelInterface):
     specialise_on = ("N", "dim")
 
     @launch_signature
-    def launch(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
-        raise NotImplementedError  # a declaration: kernels implement it
+    def launch(input: torch.Tensor, dim: int, dtype: str | None) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it (dtype by name: "float32")
 
 
 class SoftmaxFwdOp(Op):
@@ -38,8 +37,8 @@ class SoftmaxFwdOp(Op):
         super().__init__(dim=dim, dtype=dtype, N=N, **options)
 
     def forward(self, input: Any) -> Any:
-        dtype = None if self.dtype is None else to_torch(self.dtype)
-        return self.launch(SoftmaxKernel, input, self.dim, dtype)
+        # The dtype param as it is (a name): the one launch the op layer calls directly, no forward frame.
+        return self.launch(SoftmaxKernel, input, self.dim, self.dtype)
 
 
 class SumKernel(KernelInterface):
@@ -49,8 +48,8 @@ class SumKernel(KernelInterface):
 
     @launch_signature
     def launch(input: torch.Tensor, dim: int | tuple[int, ...] | None, keepdim: bool,
-               dtype: torch.dtype | None) -> torch.Tensor:
-        raise NotImplementedError  # a declaration: kernels implement it
+               dtype: str | None) -> torch.Tensor:
+        raise NotImplementedError  # a declaration: kernels implement it (dtype by name: "float64")
 
 
 def reduction_extent(shape: tuple[int, ...], dim: Any) -> tuple[int, int, int]:
@@ -94,5 +93,4 @@ class SumFwdOp(Op):
         return {"extent": reduction_extent(shape, dim), "adjacent": reduced_axes_adjacent(len(shape), dim)}
 
     def forward(self, input: Any) -> Any:
-        dtype = None if self.dtype is None else to_torch(self.dtype)
-        return self.launch(SumKernel, input, self.dim, self.keepdim, dtype)
+        return self.launch(SumKernel, input, self.dim, self.keepdim, self.dtype)  # (as Softmax: one direct launch)

@@ -155,19 +155,21 @@ class RefGroupNorm(_Reference, GroupNormKernel):
     cpu_half_in_float32 = frozenset({"bfloat16"})
 
 
-def _softmax(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
+def _softmax(input: torch.Tensor, dim: int, dtype: str | None) -> torch.Tensor:
+    dtype = None if dtype is None else getattr(torch, dtype)
     out_dtype = dtype or input.dtype
     src = input.to(out_dtype) if dtype is not None else input
     return torch.softmax(_acc(src), dim).to(out_dtype)
 
 
-def _softmax_direct(input: torch.Tensor, dim: int, dtype: torch.dtype | None) -> torch.Tensor:
+def _softmax_direct(input: torch.Tensor, dim: int, dtype: str | None) -> torch.Tensor:
     """torch's own call (like the portable form, it casts to ``dtype`` first). Its CPU kernel computes a
     16-bit softmax in float32 and rounds once over the last axis only; over another it rounds its
     intermediates (up to 1.4 ulp, found in review), so the portable form serves those."""
-    if (dtype or input.dtype) in _LOW and input.dim() and dim % input.dim() != input.dim() - 1:
+    to = None if dtype is None else getattr(torch, dtype)
+    if (to or input.dtype) in _LOW and input.dim() and dim % input.dim() != input.dim() - 1:
         return _softmax(input, dim, dtype)
-    return torch.softmax(input, dim, dtype=dtype)
+    return torch.softmax(input, dim, dtype=to)
 
 
 class RefSoftmax(_Reference, SoftmaxKernel):
@@ -176,8 +178,8 @@ class RefSoftmax(_Reference, SoftmaxKernel):
     cpu_half_in_float32 = _HALF_NAMES
 
 
-def _sum(input: torch.Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
-    out_dtype = dtype or input.dtype
+def _sum(input: torch.Tensor, dim: Any, keepdim: bool, dtype: str | None) -> torch.Tensor:
+    out_dtype = input.dtype if dtype is None else getattr(torch, dtype)
     acc = torch.float64 if out_dtype == torch.float64 else torch.float32
     if dim is None:
         result = torch.sum(input, dtype=acc)
@@ -188,11 +190,12 @@ def _sum(input: torch.Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None
     return result.to(out_dtype)
 
 
-def _sum_direct(input: torch.Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
+def _sum_direct(input: torch.Tensor, dim: Any, keepdim: bool, dtype: str | None) -> torch.Tensor:
+    to = None if dtype is None else getattr(torch, dtype)
     if dim is None:
-        result = torch.sum(input, dtype=dtype)
+        result = torch.sum(input, dtype=to)
         return result.reshape((1,) * input.dim()) if keepdim else result
-    return torch.sum(input, dim=dim, keepdim=keepdim, dtype=dtype)
+    return torch.sum(input, dim=dim, keepdim=keepdim, dtype=to)
 
 
 class RefSum(_Reference, SumKernel):
