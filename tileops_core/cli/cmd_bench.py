@@ -33,7 +33,7 @@ from ..bench.report import build_document, format_table
 from ..bench.runner import BenchConfig, Interrupted, plan_cases, run_bench
 from ..bench.timing import DEFAULT, QUICK, TimingOptions
 from ..errors import TileOpsError
-from .main import EXIT_FINDINGS, EXIT_OK
+from .main import EXIT_FINDINGS, EXIT_OK, options_given
 from .usage import parse_device, usage_error
 
 __all__ = ["NAME", "HELP", "add_arguments", "run"]
@@ -177,10 +177,9 @@ _ROW_OPTIONS: dict[str, Any] = {"ops": [], "workload": [], "baseline": "ref", "p
 def _refuse_row_options(args: argparse.Namespace) -> None:
     """--decode-step times its own fixed step: an op-row option given with it is refused by name, not
     ignored (found in review: OP names, --workload, --plot and the timing options passed silently)."""
-    given = [name for name, default in _ROW_OPTIONS.items() if getattr(args, name) != default]
+    given = ["OP names" if flag == "--ops" else flag for flag in options_given(args, _ROW_OPTIONS)]
     if given:
-        flags = ", ".join("OP names" if n == "ops" else "--" + n.replace("_", "-") for n in given)
-        raise UsageError(f"--decode-step times a fixed decode step; {flags} apply to op rows only")
+        raise UsageError(f"--decode-step times a fixed decode step; {', '.join(given)} apply to op rows only")
 
 
 def run(args: argparse.Namespace) -> int:

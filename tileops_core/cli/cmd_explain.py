@@ -38,7 +38,7 @@ from ..spec.nodes import OpSpec, WorkloadRow
 from ..kernels.overrides import kernel_overrides
 from ..kernels.steering import steering_layers
 from .explain_model import add_model_arguments, run_model
-from .main import EXIT_FINDINGS, EXIT_OK
+from .main import EXIT_FINDINGS, EXIT_OK, options_given
 from .steer_options import add_kernels_argument, kernels_argument, steering_lines
 
 __all__ = ["NAME", "HELP", "add_arguments", "run", "explain", "op_class", "parse_shapes"]
@@ -286,8 +286,7 @@ _MODEL_ONLY: dict[str, Any] = {"every_module": False, "set": []}
 def _refuse_other_modes_options(args: argparse.Namespace) -> None:
     """An option of the other mode is refused by name, not ignored (found in review: --model dropped
     --workload, --shape and --arch; an op dropped --every-module and --set)."""
-    other = _OP_ONLY if args.model is not None else _MODEL_ONLY
-    given = ["--" + name.replace("_", "-") for name, default in other.items() if getattr(args, name) != default]
+    given = options_given(args, _OP_ONLY if args.model is not None else _MODEL_ONLY)
     if given:
         mode = "--model" if args.model is not None else "an op"
         raise UsageError(f"explain {mode} does not take {', '.join(given)}")

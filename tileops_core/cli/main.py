@@ -21,7 +21,7 @@ from typing import NoReturn, Sequence
 from .._version import __version__
 from ..errors import TileOpsError, UsageError
 
-__all__ = ["main", "COMMANDS", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE", "positive_int"]
+__all__ = ["main", "COMMANDS", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE", "options_given", "positive_int"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -38,6 +38,12 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be a positive integer")
     return value
+
+
+def options_given(args: argparse.Namespace, defaults: dict[str, object]) -> list[str]:
+    """The flags (``--name``) among ``defaults`` whose value is not the default: what a mode of a command
+    that has no use for them refuses by name instead of ignoring."""
+    return ["--" + name.replace("_", "-") for name, default in defaults.items() if getattr(args, name) != default]
 
 
 def _command_modules(names: Sequence[str] = COMMANDS) -> list[ModuleType]:
