@@ -214,6 +214,33 @@ def test_many_short_sequences_share_one_launch(arch, cuda_device, gen):
     _check(inputs, {"use_qk_l2norm_in_kernel": True}, arch, by_recurrence=False)
 
 
+def test_the_op_reads_inputs_and_writes_a_pool_that_start_off_a_16_byte_boundary(arch, cuda_device, gen):
+    """Contiguous, one element past a 16-byte boundary: the core copies only non-contiguous inputs and
+    ``.contiguous()`` returns these as they are (found in review: the rows reached 16-byte loads, the pool
+    16-byte stores, misaligned); the launcher packs them and writes the pool back."""
+    import torch
+
+    from tileops_core.kernels import select_kernel
+    from tileops_core.ops.gated_delta_prefill import ChunkGatedDeltaRuleFwdOp
+
+    def misaligned(t):
+        base = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+        view = base[1:].view(t.shape).copy_(t)
+        assert view.is_contiguous() and view.data_ptr() % 16
+        return view
+
+    inputs = _case([100, 30], cuda_device[0], gen)
+    expected_out, expected_pool = _truth(inputs, {"use_qk_l2norm_in_kernel": True}, by_recurrence=True)
+    shifted = {n: None if t is None else misaligned(t) for n, t in inputs.items()}
+    op = ChunkGatedDeltaRuleFwdOp(use_qk_l2norm_in_kernel=True)
+    out = op(**shifted)
+    for interface, call in op.last_plan.call_specs.items():
+        selection = select_kernel(interface, call)
+        assert selection.chosen_backend == "cuda", selection.report()
+    assert _rel(out, expected_out) <= OUT_TOL
+    assert _rel(shifted["state"], expected_pool) <= STATE_TOL["float32"]
+
+
 def test_the_op_on_cuda_selects_the_tilelang_kernel_and_matches(arch, cuda_device, gen):
     from tileops_core.kernels import select_kernel
     from tileops_core.ops.gated_delta_prefill import ChunkGatedDeltaRuleFwdOp

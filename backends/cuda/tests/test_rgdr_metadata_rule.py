@@ -271,9 +271,10 @@ def test_each_call_runs_the_tiling_the_schedule_picks_for_its_counts_repeated_or
     run = rgdr._make_run(key, schedule, {t: recorder(t) for t in schedule.tilings()}, 4)
     many = schedule.short_from_seqs
     counts = [(1, 1), (schedule.large_from_seqs, schedule.large_from_seqs), (many, many), (many, 3 * many), (1, 1)]
+    pool = torch.empty(1, 4, 128, 128, device="meta")
     for B, T in counts + counts:
         q, v = torch.empty(T, 2, 128, device="meta"), torch.empty(T, 4, 128, device="meta")
-        run(q, q, v, None, None, torch.ones(B, dtype=torch.int32), None, None, out=v)
+        run(q, q, v, None, pool, torch.ones(B, dtype=torch.int32), None, None, out=v)
     picked = [schedule.pick(B, T) for B, T in counts + counts]
     assert [t for t, _ in launched] == picked and len(set(picked)) >= 3
     splits = [s for _, s in launched]
@@ -297,10 +298,11 @@ def test_a_speculating_schedule_runs_the_speculative_twin_exactly_on_decode_step
     run = rgdr._make_run(key, schedule, {t: recorder(t) for t in schedule.tilings()}, 4)
     plain = rgdr._make_run(key, base, {t: recorder(t) for t in base.tilings()}, 4)
     many = base.short_from_seqs
+    pool = torch.empty(1, 4, 128, 128, device="meta")
     for B, T in [(1, 1), (1, 2), (many, many), (many, 2 * many), (base.large_from_seqs, base.large_from_seqs)]:
         q, v = torch.empty(T, 2, 128, device="meta"), torch.empty(T, 4, 128, device="meta")
         for r in (run, plain):
-            r(q, q, v, None, None, torch.ones(B, dtype=torch.int32), None, None, out=v)
+            r(q, q, v, None, pool, torch.ones(B, dtype=torch.int32), None, None, out=v)
         (spec, spec_splits), (tiling, splits) = launched[-2:]
         assert spec == replace(tiling, speculate=(T == B)) and spec_splits == splits
         assert not tiling.speculate

@@ -6,7 +6,8 @@ arguments the op passes it and NaN-filled outputs (every element must be written
 through its public API on CUDA tensors (the TileLang kernel selected wherever it does not
 refuse). Each call draws a fresh seed, printed in every failure. Skips cleanly without a GPU
 or tilelang. Ops served by TileLang kernels with their own spec-row checks elsewhere (RGDR,
-conv1d) are not listed here.
+conv1d) are not listed here; one row of every op a launcher serves is run again with each input
+contiguous at a misaligned start (``MISALIGNED_ROWS``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tileops_core.kernels import select_kernel
 from tileops_core.workloads import dtype_cases
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests"))
-from catalogue_references import ERROR_SCALES, REFERENCES, TOLERANCE, relative_error  # noqa: E402
+from catalogue_references import ERROR_SCALES, REFERENCES, TOLERANCE, relative_error, resolve_ref_api  # noqa: E402
 
 #: The gated-delta-net layer's norms and gating, then the attention and MoE block's memory-bound ops.
 OPS = ("ZeroCentredRMSNormFwdOp", "FusedAddZeroCentredRMSNormFwdOp", "GatedRMSNormFwdOp", "GDNGatingFwdOp",
@@ -55,7 +56,8 @@ def _instance(name: str, row_index: int, case: Any) -> tuple[Any, Any, Any, str]
 
 
 def _check(spec: Any, got: dict, originals: dict, params: dict, where: str) -> None:
-    expected = REFERENCES[spec.name](None, originals, params)
+    api = None if spec.ref_api == "none" else resolve_ref_api(spec.ref_api)  # (as the conformance suite's)
+    expected = REFERENCES[spec.name](api, originals, params)
     scale = ERROR_SCALES[spec.name](originals, params) if spec.name in ERROR_SCALES else None
     for out_name, out in got.items():
         ref = expected[out_name]
@@ -112,6 +114,61 @@ def test_op_on_cuda_selects_tilelang_unless_refused_and_matches_float64(cuda_dev
     got = dict(zip(spec.outputs, result if isinstance(result, tuple) else (result,)))
     for name_, out in got.items():
         assert out.device.type == "cuda" and out.dtype == inst.dtypes[name_], f"{where}: {name_}"
+    got.update({t.name: args[i] for i, t in enumerate(spec.call_inputs) if t.mutated and i < len(args)})
+    _check(spec, got, originals, op.params, where)
+
+
+#: A row each launcher whose programs read an input in 16-byte vectors or through tensor maps serves (its
+#: TileLang kernel selected), with the dtype case: (op, row label, dtype). ``test_launch_alignment.py`` checks
+#: the same launchers on the CPU; the chunked prefill's row is in ``test_chunk_gdr_gpu.py``.
+MISALIGNED_ROWS = (
+    ("RMSNormFwdOp", "decode-m1-4096", "bfloat16"), ("RMSNormFwdOp", "small-fp32-weight", "float32"),
+    ("SoftmaxFwdOp", "attn-probs-2k", "bfloat16"), ("SiluAndMulFwdOp", "llama3-8b-mlp-decode-256", "bfloat16"),
+    ("SumFwdOp", "rows-16m", "bfloat16"), ("GroupNormFwdOp", "image-g32-affine", "bfloat16"),
+    ("GemmFwdOp", "llama3-8b-up-decode", "bfloat16"), ("BmmFwdOp", "llama-attn-scores-2k", "float16"),
+    ("LinearFwdOp", "qwen3.5-out-proj-decode-b4", "bfloat16"), ("LinearFwdOp", "llama3-8b-up-decode", "bfloat16"),
+    ("ZeroCentredRMSNormFwdOp", "qwen3-next-80b-decode-m1", "bfloat16"),
+    ("FusedAddZeroCentredRMSNormFwdOp", "qwen3.5-h4096-decode-m1", "bfloat16"),
+    ("GatedRMSNormFwdOp", "qwen3-next-decode-m1", "bfloat16"), ("QKNormRopeFwdOp", "qwen3-next-decode-t1", "bfloat16"),
+    ("MoETopKRoutingFwdOp", "qwen3.5-35b-decode-b1", "bfloat16"),
+    ("MoEUnpermuteFwdOp", "qwen3-next-80b-decode-b1", "bfloat16"), ("MoEGroupedExpertsFwdOp", "tiny", "bfloat16"),
+    ("MoESharedExpertFwdOp", "qwen3-next-80b-decode-b1", "bfloat16"),
+    ("MoESharedExpertFwdOp", "tiny-3d-ungated", "bfloat16"),
+    ("AttentionDecodeFwdOp", "tiny-contiguous", "bfloat16"), ("AttentionDecodeFwdOp", "tiny-paged", "bfloat16"),
+    ("AttentionPrefillFwdOp", "tiny-contiguous", "bfloat16"), ("AttentionPrefillFwdOp", "tiny-paged", "bfloat16"),
+    ("RecurrentGatedDeltaRuleFwdOp", "qwen3.5-b1-t1-fp32state", "bfloat16"),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b1-t1", "bfloat16"),
+    ("CausalConv1dVarlenFwdOp", "tiny-padding-bf16", "bfloat16"),
+)
+
+
+def _misaligned(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a contiguous tensor one element past a 16-byte boundary (``.contiguous()`` returns
+    such a tensor as it is; the caching allocator starts ``base`` on a 512-byte one)."""
+    base = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    view = base[1:].view(t.shape).copy_(t)
+    assert view.is_contiguous() and view.data_ptr() % 16
+    return view
+
+
+@pytest.mark.parametrize("name,label,dtype", MISALIGNED_ROWS, ids=[f"{n}-{l}[{d}]" for n, l, d in MISALIGNED_ROWS])
+def test_op_on_cuda_matches_float64_with_every_input_contiguous_at_a_misaligned_start(cuda_device, name: str,
+                                                                                     label: str, dtype: str) -> None:
+    """Found in review: the launchers passed a contiguous input at a misaligned start (a one-token slice of a
+    fused projection at an odd offset) to programs that read 16-byte vectors; they pack it now, and write a
+    mutated one (a pool, a cache) back through its packed copy."""
+    spec = load_manifest()[name]
+    row_index = next(i for i, row in enumerate(spec.workloads) if row.label == label)
+    case = next(c for c in dtype_cases(spec.workloads[row_index]) if str(c) == dtype)
+    spec, cls, inst, where = _instance(name, row_index, case)
+    originals = {n: t.clone() for n, t in inst.inputs.items()}
+    args = [None if a is None else _misaligned(a.to("cuda")) for a in inst.call_args(spec)]
+    op = cls(**inst.op_kwargs)
+    result = op(*args)
+    for interface, call in op.last_plan.call_specs.items():
+        selection = select_kernel(interface, call)
+        assert selection.chosen_backend == "cuda", f"{where}: {selection.report()}"
+    got = dict(zip(spec.outputs, result if isinstance(result, tuple) else (result,)))
     got.update({t.name: args[i] for i, t in enumerate(spec.call_inputs) if t.mutated and i < len(args)})
     _check(spec, got, originals, op.params, where)
 

@@ -10,10 +10,12 @@ Every class declares ``writes_outputs``: the core calls the built function as
 shape and dtype), and the function writes them. The function is the one launch layer: it
 calls the compiled TVM-FFI function directly (:func:`~.kernels._common.direct_entry`), with
 everything that depends only on the build (the kernel, defaults, the compiled signature)
-bound when it was made. Per call it does only what depends on the call: a contiguity copy
-where the interface does not guarantee one (a no-op when already contiguous), a 2-D view
-where the kernel's tensor rank differs from the call's. Called without the outputs (a core
-that allocates nothing) it allocates them itself, so it serves either contract.
+bound when it was made. Per call it does only what depends on the call: a packed copy of an
+input the program reads in 16-byte vectors where it is not contiguous or not 16-byte aligned
+(the interfaces that declare contiguity get the core's copy only of a non-contiguous input;
+``kernels._row_views`` says why the test is in line), a 2-D view where the kernel's tensor
+rank differs from the call's. Called without the outputs (a core that allocates nothing) it
+allocates them itself, so it serves either contract.
 
 The launch functions take their interface's declared launch signature (``RGDRKernel.launch``,
 ...) by its names, then the outputs with defaults. Being closures over a build key, they are
@@ -46,7 +48,7 @@ from ._tilelang_impl import TileLangImpl, rows_of
 from .kernels.conv1d import (ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen, conv_refusal,
                              fitted_to_width)
 from .kernels._common import ELEM_BYTES, GRID_YZ_MAX
-from .kernels._row_views import head_view, row_view
+from .kernels._row_views import head_view, packed, row_view
 from .kernels.block_shapes import with_block_shape
 from .kernels.gated_rmsnorm import GatedRMSNormBuildKey, build_gated_rmsnorm, gated_rmsnorm_refusal
 from .kernels.gdn_gating import GDNGatingBuildKey, build_gdn_gating, gdn_gating_refusal
@@ -72,8 +74,8 @@ __all__ = ["KERNELS"]
 
 class TileLangRMSNorm(TileLangImpl, RMSNormKernel):
     """RMSNorm over the flattened normalised axes (they are trailing; the interface's
-    ``needs_contiguous`` has the core pass x and weight contiguous, so a launch only views
-    them as rows)."""
+    ``needs_contiguous`` has the core pass x and weight contiguous, so a launch copies only one
+    at a misaligned start and views them as rows)."""
 
     refuse_key = staticmethod(rmsnorm_refusal)
 
@@ -95,6 +97,10 @@ class TileLangRMSNorm(TileLangImpl, RMSNormKernel):
         if key.has_weight:
 
             def rms_norm(x: Any, weight: Any, normalized_shape: Any, eps: float | None, out: Any = None) -> Any:
+                if x.data_ptr() % 16:
+                    x = packed(x)
+                if weight.data_ptr() % 16:
+                    weight = packed(weight)
                 if out is None:
                     out = empty_like(x)
                 fn(rows_of(x, hidden), weight if weight.dim() == 1 else weight.view(-1), rows_of(out, hidden),
@@ -104,6 +110,8 @@ class TileLangRMSNorm(TileLangImpl, RMSNormKernel):
         else:
 
             def rms_norm(x: Any, weight: Any, normalized_shape: Any, eps: float | None, out: Any = None) -> Any:
+                if x.data_ptr() % 16:
+                    x = packed(x)
                 if out is None:
                     out = empty_like(x)
                 fn(rows_of(x, hidden), rows_of(out, hidden), eps_default if eps is None else eps)
@@ -137,7 +145,8 @@ class TileLangSoftmax(TileLangImpl, SoftmaxKernel):
         empty_like = torch.empty_like
 
         def softmax(input: Any, dim: int, dtype: Any, out: Any = None) -> Any:
-            input = input.contiguous()
+            if not input.is_contiguous() or input.data_ptr() % 16:
+                input = packed(input)
             if out is None:
                 out = empty_like(input)
             fn(rows_of(input, length), rows_of(out, length))
@@ -163,7 +172,8 @@ class TileLangSiluAndMul(TileLangImpl, SiluAndMulKernel):
         width = key.width
 
         def silu_and_mul(x: Any, out: Any = None) -> Any:
-            x = x.contiguous()
+            if not x.is_contiguous() or x.data_ptr() % 16:
+                x = packed(x)
             if out is None:
                 out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
             fn(rows_of(x, 2 * width), rows_of(out, width))
@@ -211,10 +221,12 @@ class TileLangGroupNorm(TileLangImpl, GroupNormKernel):
 
         # x is viewed as [N, G, D] (the key fixes G and D); weight and bias come together or not
         # at all (the spec checks it), so the key's affine flag decides the compiled signature.
+        # Only x is read in vectors (weight and bias an element at a time): only x needs an aligned start.
         if key.affine:
 
             def group_norm(x: Any, weight: Any, bias: Any, num_groups: int, eps: float, out: Any = None) -> Any:
-                x = x.contiguous()
+                if not x.is_contiguous() or x.data_ptr() % 16:
+                    x = packed(x)
                 if out is None:
                     out = empty_like(x)
                 fn(x.view(x.shape[0], groups, -1), weight.contiguous(), bias.contiguous(),
@@ -224,7 +236,8 @@ class TileLangGroupNorm(TileLangImpl, GroupNormKernel):
         else:
 
             def group_norm(x: Any, weight: Any, bias: Any, num_groups: int, eps: float, out: Any = None) -> Any:
-                x = x.contiguous()
+                if not x.is_contiguous() or x.data_ptr() % 16:
+                    x = packed(x)
                 if out is None:
                     out = empty_like(x)
                 fn(x.view(x.shape[0], groups, -1), out.view(x.shape[0], groups, -1), eps)
@@ -264,7 +277,11 @@ class TileLangGemm(TileLangImpl, GemmKernel):
                 if not untransposed:
                     untransposed.append(build_gemm(dataclasses.replace(key, trans_a=False)).fn)
                 run, a = untransposed[0], a.t()
-            a, b = a.contiguous(), b.contiguous()
+            # (The bulk copies' tensor maps need 16-byte aligned starts.)
+            if not a.is_contiguous() or a.data_ptr() % 16:
+                a = packed(a)
+            if not b.is_contiguous() or b.data_ptr() % 16:
+                b = packed(b)
             if out is None:
                 out = torch.empty((a.shape[1] if run is fn and trans_a else a.shape[0], n), dtype=a.dtype,
                                   device=a.device)
@@ -291,7 +308,10 @@ class TileLangBmm(TileLangImpl, BmmKernel):
         n = key.n
 
         def bmm(a: Any, b: Any, out: Any = None) -> Any:
-            a, b = a.contiguous(), b.contiguous()
+            if not a.is_contiguous() or a.data_ptr() % 16:
+                a = packed(a)
+            if not b.is_contiguous() or b.data_ptr() % 16:
+                b = packed(b)
             if out is None:
                 out = torch.empty((a.shape[0], a.shape[1], n), dtype=a.dtype, device=a.device)
             if a.shape[0] <= GRID_YZ_MAX:
@@ -328,9 +348,13 @@ class TileLangLinear(TileLangImpl, LinearKernel):
             if out is None:
                 out = torch.empty((*input.shape[:-1], n), dtype=input.dtype, device=input.device)
             out2d = rows_of(out, n)
-            a = rows_of(input.contiguous(), k)
+            if not input.is_contiguous() or input.data_ptr() % 16:
+                input = packed(input)
+            if not weight.is_contiguous() or weight.data_ptr() % 16:
+                weight = packed(weight)
+            a = rows_of(input, k)
             m = a.shape[0]
-            (few if m <= few_rows else some if m <= DECODE_GEMM_ROWS else many)(a, weight.contiguous(), out2d)
+            (few if m <= few_rows else some if m <= DECODE_GEMM_ROWS else many)(a, weight, out2d)
             if bias is not None:
                 out2d += bias
             return out
@@ -360,7 +384,8 @@ class TileLangRGDR(TileLangImpl, RGDRKernel):
     @classmethod
     def launcher(cls, key: RGDRBuildKey) -> Callable[..., Any]:
         # The launcher's `run` takes exactly this interface's arguments, then `out`; the
-        # interface's needs_contiguous means the core already made every tensor contiguous.
+        # interface's needs_contiguous means the core already made every tensor contiguous
+        # (`run` packs one the programs read in vectors where its start is not 16-byte aligned).
         return build_rgdr(key).run
 
 
@@ -404,6 +429,8 @@ class TileLangCausalConv1dVarlen(TileLangImpl, CausalConv1dVarlenKernel):
     @classmethod
     def launcher(cls, key: ConvVarlenBuildKey) -> Callable[..., Any]:
         return build_conv_varlen(key).run
+
+
 class TileLangZeroCentredRMSNorm(TileLangImpl, ZeroCentredRMSNormKernel):
     """Zero-centred RMSNorm over the last axis; x is read in place as strided rows where it can be."""
 
@@ -424,7 +451,9 @@ class TileLangZeroCentredRMSNorm(TileLangImpl, ZeroCentredRMSNormKernel):
         def zero_centred_rms_norm(x: Any, weight: Any, eps: float, out: Any = None) -> Any:
             if out is None:
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-            fn(row_view(x, hidden)[0], weight.contiguous(), rows_of(out, hidden), eps)
+            if not weight.is_contiguous() or weight.data_ptr() % 16:
+                weight = packed(weight)
+            fn(row_view(x, hidden)[0], weight, rows_of(out, hidden), eps)
             return out
 
         return zero_centred_rms_norm
@@ -452,7 +481,9 @@ class TileLangFusedAddZeroCentredRMSNorm(TileLangImpl, FusedAddZeroCentredRMSNor
             if out is None:
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
             rows, copied = row_view(residual, hidden)
-            fn(row_view(x, hidden)[0], rows, weight.contiguous(), rows_of(out, hidden), eps)
+            if not weight.is_contiguous() or weight.data_ptr() % 16:
+                weight = packed(weight)
+            fn(row_view(x, hidden)[0], rows, weight, rows_of(out, hidden), eps)
             if copied:
                 residual.copy_(rows.view(residual.shape))
             return out
@@ -482,7 +513,9 @@ class TileLangGatedRMSNorm(TileLangImpl, GatedRMSNormKernel):
                 out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
             x3 = head_view(x, width)[0]
             out3 = out if x3 is x else out.view(x3.shape)  # out has x's shape
-            fn(x3, head_view(gate, width)[0], weight.contiguous(), out3, eps)
+            if not weight.is_contiguous() or weight.data_ptr() % 16:
+                weight = packed(weight)
+            fn(x3, head_view(gate, width)[0], weight, out3, eps)
             return out
 
         return gated_rms_norm
@@ -511,6 +544,7 @@ class TileLangGDNGating(TileLangImpl, GDNGatingKernel):
                 g = torch.empty(a.shape, dtype=torch.float32, device=a.device)
             if beta is None:
                 beta = torch.empty(b.shape, dtype=b.dtype, device=b.device)
+            # (A_log and dt_bias are read an element at a time: any contiguous start serves.)
             fn(row_view(a, heads)[0], row_view(b, heads)[0], A_log.contiguous(), dt_bias.contiguous(),
                rows_of(g, heads), rows_of(beta, heads))
             return g, beta

@@ -195,7 +195,8 @@ class TileLangChunkGDR(TileLangImpl, ChunkGDRKernel):
     @classmethod
     def launcher(cls, key: ChunkGDRBuildKey) -> Callable[..., Any]:
         # `run` takes the interface's arguments, then `out`; the interface's needs_contiguous
-        # means the core already made every tensor contiguous.
+        # means the core already made every tensor contiguous (`run` packs one the programs read
+        # in vectors where its start is not 16-byte aligned).
         return build_chunk_gdr(key).run
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._common import arch_refusal
+from ._row_views import packed
 
 __all__ = ["FlatCache", "attention_refusal", "compile_arch"]
 
@@ -48,8 +49,8 @@ def compile_arch(arch: str) -> str:
 
 class FlatCache:
     """A cache ``[N, L, NKV, D]`` as the programs read it, ``[N · L, NKV, D]``: a view of a
-    contiguous cache, else a contiguous copy that :meth:`write_back` copies back (correct, not
-    fast)."""
+    contiguous cache at a 16-byte aligned start (the programs' tensor maps and vector stores need
+    one), else a packed copy that :meth:`write_back` copies back (correct, not fast)."""
 
     __slots__ = ("cache", "flat", "copied")
 
@@ -58,8 +59,8 @@ class FlatCache:
             raise ValueError(f"{name}: a cache of {cache.numel()} elements exceeds int32 indexing; use a smaller "
                              "pool per call")
         self.cache = cache
-        self.copied = not cache.is_contiguous()
-        self.flat = (cache.contiguous() if self.copied else cache).view(-1, kv_heads, head_dim)
+        self.copied = not cache.is_contiguous() or cache.data_ptr() % 16 != 0
+        self.flat = (packed(cache) if self.copied else cache).view(-1, kv_heads, head_dim)
 
     def write_back(self) -> None:
         if self.copied:

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, dependent_launch_refusal, direct_entry
+from ._row_views import packed
 from ._workspace import workspace_allocator
 from .attention_decode_program import (
     COMBINE_THREADS, LOG2E, decode_combine_program, decode_parallel_combine_program, decode_sliced_combine_program,
@@ -469,7 +470,10 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         table = dummy_table(dev) if block_table is None else block_table.contiguous()
         scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
         seqlens = cache_seqlens.contiguous()
-        split_fn(query.contiguous(), key.contiguous(), value.contiguous(), kc.flat, vc.flat, seqlens, table, o_part,
+        # The new rows are read in 16-byte vectors: packed and 16-byte aligned (the metadata: any contiguous start).
+        query, key, value = [t if t.is_contiguous() and t.data_ptr() % 16 == 0 else packed(t)
+                             for t in (query, key, value)]
+        split_fn(query, key, value, kc.flat, vc.flat, seqlens, table, o_part,
                  lse_part, out, L, chunk, scale_log2)
         if splits > 1:
             combine_fn(o_part, lse_part, seqlens, out, chunk)

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, direct_entry
+from ._row_views import packed
 from .attention_decode_program import LOG2E
 from .attention_prefill_program import (
     Q64_PROGRAMS_PER_SM, prefill_attention_overlap_program, prefill_attention_program, prefill_attention_q64_program,
@@ -197,7 +198,11 @@ def _make_run(key: PrefillBuildKey, attention_fn: Callable[..., Any], cache_fn: 
         B = cu_seqlens.shape[0] - 1
         if T == 0:
             return out  # a zero-sized grid is not launchable
-        q, k, v = query.contiguous(), key.contiguous(), value.contiguous()
+        # The rows are read through tensor maps or in 16-byte vectors: packed and 16-byte aligned (the metadata: any
+        # contiguous start).
+        q = query if query.is_contiguous() and not query.data_ptr() % 16 else packed(query)
+        k = key if key.is_contiguous() and not key.data_ptr() % 16 else packed(key)
+        v = value if value.is_contiguous() and not value.data_ptr() % 16 else packed(value)
         cu = cu_seqlens.contiguous()
         kc = FlatCache("attention prefill TileLang kernel", key_cache, NKV, D)
         vc = FlatCache("attention prefill TileLang kernel", value_cache, NKV, D)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ._common import arch_refusal, cached_build, compile_prim_func, direct_entry
+from ._row_views import packed
 from .chunk_gdr_program import (
     CHUNK, chunk_gdr_meta_program, chunk_gdr_output_program, chunk_gdr_state_program, chunk_gdr_wy_program,
 )
@@ -164,15 +165,22 @@ def _make_run(build_key: ChunkGDRBuildKey, meta_fn: Callable[..., Any], wy: Call
         meta, gcum, kscale = _carve(_float32_work_shapes(B, NC, NV), f32, dev)
         meta = meta.view(i32)  # int32 cu_seqlens, chunk table, slots
         cu, chunks, slots = meta[:B + 1], meta[B + 1:2 * B + 2], meta[2 * B + 2:]
+        # The core passes every tensor contiguous (the interface's needs_contiguous), not 16-byte aligned: the rows
+        # and the pool are read (the pool written) in vectors, so one at a misaligned start is packed (the pool
+        # written back after).
+        query, key, value = [t if t.data_ptr() % 16 == 0 else packed(t) for t in (query, key, value)]
+        pool = packed(state) if state.data_ptr() % 16 else state
         meta_fn(cu_seqlens, ssm_state_indices, cu, slots, chunks)
         top = 1 << (B.bit_length() - 1)
         l2 = int(bool(use_qk_l2norm_in_kernel))
         has = no_init(dev) if has_initial_state is None else has_initial_state.view(torch.uint8)
         wy(key, value, g, beta, cu, chunks, w, u, kf, gcum, kscale, top, top.bit_length(), l2)
-        state_fn(w, u, kf, gcum, cu, chunks, slots, has, state, h, d,
+        state_fn(w, u, kf, gcum, cu, chunks, slots, has, pool, h, d,
                  int(has_initial_state is not None))
         out_fn(query, key, gcum, kscale, h, d, cu, chunks, out, top, top.bit_length(), l2,
                float(default_scale if scale is None else scale))
+        if pool is not state:
+            state.copy_(pool)
         return out
 
     return run

@@ -177,7 +177,10 @@ class _Launch:
         return d
 
     def weight_flat(self, weight: Any) -> Any:
-        return weight.contiguous().view(-1)
+        """The taps as one packed vector at a 16-byte aligned start (the programs read them in 16-byte vectors)."""
+        if not weight.is_contiguous() or weight.data_ptr() % 16:
+            weight = packed(weight)
+        return weight.view(-1)
 
     def out_of(self, x: Any, out: Any) -> Any:
         return self.torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out

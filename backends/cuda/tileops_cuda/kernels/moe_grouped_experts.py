@@ -38,6 +38,7 @@ from typing import Any
 
 from ._common import (arch_refusal, cached_build, compile_prim_func, dependent_launch, dependent_launch_refusal,
                       direct_entry)
+from ._row_views import packed
 from ._workspace import workspace_allocator
 from .moe_permute import expert_threads
 from .moe_skinny import SKINNY_ROWS, MoESkinnyTiling, skinny_routed_programs, skinny_tiling_refusal
@@ -300,7 +301,9 @@ def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: 
             out = torch.empty(hidden_states.shape, dtype=hidden_states.dtype, device=hidden_states.device)
         if N == 0:
             return out
-        gate_up_proj, down_proj = gate_up_proj.contiguous(), down_proj.contiguous()
+        # The rows and both banks are read through tensor maps or in 16-byte vectors: packed, 16-byte aligned.
+        gate_up_proj, down_proj, hidden_states = [t if t.is_contiguous() and t.data_ptr() % 16 == 0 else packed(t)
+                                                  for t in (gate_up_proj, down_proj, hidden_states)]
         if N >= prefill_from:
             (tiles, gate_up, down), block_m = prefill, PREFILL_TILING.block_m
         elif N <= key.skinny_max_rows:  # the warp-per-feature programs take the banks flat (.moe_skinny)
@@ -312,9 +315,9 @@ def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: 
         dev = hidden_states.device
         tile_map = empty((2, slots), torch.int32, dev)
         act = empty((N, I), hidden_states.dtype, dev)
-        x, offsets = hidden_states.contiguous(), expert_offsets.contiguous()
+        offsets = expert_offsets.contiguous()
         tiles(offsets, tile_map[0], tile_map[1])
-        gate_up(x, offsets, gate_up_proj, tile_map[0], tile_map[1], act)
+        gate_up(hidden_states, offsets, gate_up_proj, tile_map[0], tile_map[1], act)
         down(act, offsets, down_proj, tile_map[0], tile_map[1], out)
         return out
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._common import dependent_launch
+from ._row_views import packed
 from ._workspace import workspace_allocator
 from .moe_grouped_experts import (PREFILL_TILING, ExpertsLauncher, GroupedTiling, build_experts, down_tile,
                                   experts_refusal, gate_up_tile)
@@ -167,28 +168,36 @@ def _make_run(key: MoESharedExpertBuildKey, decode: tuple[Any, ...], prefill: tu
                           out: Any = None) -> Any:
         if out is None:
             out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        rows = x.contiguous().view(-1, H)
+        # The rows, the weights and the gate are read through tensor maps or in 16-byte vectors: packed and
+        # 16-byte aligned (a contiguous tensor off a 16-byte boundary is copied too).
+        if not x.is_contiguous() or x.data_ptr() % 16:
+            x = packed(x)
+        rows = x.view(-1, H)
         N = rows.shape[0]
         if N == 0:
             return out
+        gate_proj, up_proj, down_proj = [t if t.is_contiguous() and t.data_ptr() % 16 == 0 else packed(t)
+                                         for t in (gate_proj, up_proj, down_proj)]
+        if gated and (not expert_gate.is_contiguous() or expert_gate.data_ptr() % 16):
+            expert_gate = packed(expert_gate)
         act = empty((N, I), x.dtype, x.device)
         out_rows = out.view(N, H)
         if N <= skinny_rows:  # the skinny programs take the weights as they are, [I, H] and [H, I]
             gate_up, down = decode[-2:]
-            w_down = down_proj.contiguous()
+            w_down = down_proj
             if fused_logit:  # the gate/up kernel writes the logit too (MoESkinnyTiling.fused_logit)
                 logit = empty((N,), x.dtype, x.device)
-                gate_up(rows, gate_proj.contiguous(), up_proj.contiguous(), expert_gate.contiguous(), act, logit)
+                gate_up(rows, gate_proj, up_proj, expert_gate, act, logit)
                 down(act, w_down, logit, out_rows)
                 return out
-            gate_up(rows, gate_proj.contiguous(), up_proj.contiguous(), act)
+            gate_up(rows, gate_proj, up_proj, act)
         else:
             gate_up, down = prefill[:2] if N >= PREFILL_ROWS else decode[:2]  # the gate logit's is decode[2]
-            gate_up(rows, gate_proj.contiguous().view(1, I, H), up_proj.contiguous().view(1, I, H), act)
-            w_down = down_proj.contiguous().view(1, H, I)
+            gate_up(rows, gate_proj.view(1, I, H), up_proj.view(1, I, H), act)
+            w_down = down_proj.view(1, H, I)
         if gated:
             logit = empty((N,), x.dtype, x.device)
-            decode[2](rows, expert_gate.contiguous(), logit)
+            decode[2](rows, expert_gate, logit)
             down(act, w_down, logit, out_rows)
         else:
             down(act, w_down, out_rows)

@@ -41,6 +41,7 @@ from typing import Any
 
 from ._common import ELEM_BYTES, annotate_pass_configs, arch_refusal, dependent_launch, dependent_launch_refusal
 from ._launcher import RunLauncher, build_run_launcher
+from ._row_views import packed
 
 __all__ = ["MoETopKRoutingBuildKey", "build_moe_topk_routing", "moe_topk_routing_refusal",
            "with_fitting_routing_program"]
@@ -377,7 +378,9 @@ def _make_run(key: MoETopKRoutingBuildKey, fn: Any) -> Any:
         if topk_ids is None:
             topk_ids = torch.empty((T, K), dtype=ids_dtype, device=router_logits.device)
         if T:
-            fn(router_logits.contiguous(), topk_weights, topk_ids)
+            if not router_logits.is_contiguous() or router_logits.data_ptr() % 16:
+                router_logits = packed(router_logits)  # (read in 16-byte vectors)
+            fn(router_logits, topk_weights, topk_ids)
         return topk_weights, topk_ids
 
     return moe_topk_routing

@@ -21,6 +21,7 @@ from typing import Any
 
 from ._common import ELEM_BYTES, arch_refusal, dependent_launch, dependent_launch_refusal
 from ._launcher import RunLauncher, build_run_launcher
+from ._row_views import packed
 
 __all__ = ["MoEUnpermuteBuildKey", "build_moe_unpermute", "moe_unpermute_refusal"]
 
@@ -138,9 +139,15 @@ def _make_run(key: MoEUnpermuteBuildKey, fn: Any) -> Any:
             out = torch.empty((T, H), dtype=expert_output.dtype, device=expert_output.device)
         if T == 0:
             return out
-        y, idx, w = expert_output.contiguous(), permuted_index.contiguous(), topk_weights.contiguous()
+        # The expert rows and the shared output are read in 16-byte vectors, the index and weights an element
+        # at a time: only the rows need an aligned start.
+        y, idx, w = expert_output, permuted_index.contiguous(), topk_weights.contiguous()
+        if not y.is_contiguous() or y.data_ptr() % 16:
+            y = packed(y)
         if key.has_shared:
-            fn(y, idx, w, shared_output.contiguous(), out)
+            if not shared_output.is_contiguous() or shared_output.data_ptr() % 16:
+                shared_output = packed(shared_output)
+            fn(y, idx, w, shared_output, out)
         else:
             fn(y, idx, w, out)
         return out

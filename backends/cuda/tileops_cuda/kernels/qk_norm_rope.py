@@ -601,7 +601,12 @@ def _make_run(key: QKNormRopeBuildKey, fn: Any) -> Any:
             rows, section_h, section_w = positions.view(1, -1), 0, 0
         else:
             rows, section_h, section_w = positions, int(mrope_section[1]), int(mrope_section[2])
-        fn(heads(query), heads(key), q_weight.contiguous(), k_weight.contiguous(), rows.contiguous(),
+        # The weights are read in 16-byte vectors (packed where misaligned), the positions an element at a time.
+        if not q_weight.is_contiguous() or q_weight.data_ptr() % 16:
+            q_weight = packed(q_weight)
+        if not k_weight.is_contiguous() or k_weight.data_ptr() % 16:
+            k_weight = packed(k_weight)
+        fn(heads(query), heads(key), q_weight, k_weight, rows.contiguous(),
            inv_freq_table(theta, rotary_dim, D, query.device), query_out, key_out, int(rotary_dim), section_h,
            section_w, float(eps))
         return query_out, key_out

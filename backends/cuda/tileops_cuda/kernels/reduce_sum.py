@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ._common import ELEM_BYTES, Compiled, arch_refusal, compile_once
+from ._row_views import packed
 
 __all__ = ["SumBuildKey", "build_sum", "sum_launch", "sum_refusal", "plan_sum"]
 
@@ -172,8 +173,9 @@ def sum_launch(dtype: str, out_dtype: str, arch: str) -> Callable[..., Any]:
 
     The two passes are compiled for a reduced length (rows) or a kept inner size (columns),
     which are shapes of the call, so they are found per call shape, once: a repeated shape
-    calls the compiled functions directly. ``input`` is made contiguous (a no-op when it
-    is; the interface does not guarantee it)."""
+    calls the compiled functions directly. ``input`` is packed (``_row_views.packed``) where it is
+    not contiguous or not 16-byte aligned (the passes read it in 16-byte vectors; the interface
+    guarantees neither)."""
     import torch
 
     vec = 16 // ELEM_BYTES[dtype]
@@ -198,7 +200,8 @@ def sum_launch(dtype: str, out_dtype: str, arch: str) -> Callable[..., Any]:
         dims = None if dim is None else (tuple(dim) if isinstance(dim, (tuple, list)) else (dim,))
         if input.dim() == 0:
             dims = None  # a 0-d input's dim 0 / -1 is the whole of it, as in torch (found in review: modulo by 0)
-        input = input.contiguous()
+        if not input.is_contiguous() or input.data_ptr() % 16:
+            input = packed(input)
         if out is None:
             out = torch.empty(_reduced_shape(tuple(input.shape), dims, keepdim), dtype=result_dtype,
                               device=input.device)

@@ -29,6 +29,7 @@ from ._common import SUPPORTED_ARCHS as _SUPPORTED_ARCHS
 from ._common import (
     cached_build, compile_many, compile_prim_func, dependent_launch_refusal, direct_entry, launchable_on,
 )
+from ._row_views import packed
 from .rgdr_program import L2NORM_EPS, rgdr_program
 
 __all__ = [
@@ -416,7 +417,8 @@ class RGDRLauncher:
     compiled function. It writes ``out`` (allocated when None) and ``state`` in place on
     the current CUDA stream (so it captures into CUDA graphs), never synchronises, and
     returns ``out``. Tensors must be contiguous and match the key; B and T may change from
-    call to call.
+    call to call. The rows, a vector ``gk`` and the pool are read (the pool written) in
+    vectors: one at a start off a 16-byte boundary is packed (the pool written back after).
 
     Calling the launcher itself, ``launcher(query, key, value, beta, state,
     actual_seq_lengths, ssm_state_indices, g, gk, num_accepted_tokens, out, scale)``, first
@@ -521,9 +523,15 @@ def _make_run(key: RGDRBuildKey, schedule: RGDRSchedule, entries: dict[RGDRTilin
                                  f"(sums saturating at T) holds below {MAX_TOKENS}")
             launch = launch_for(n_seq, n_tokens)
         fn, splits = launch
-        fn(*compiled_inputs((query, key, value, beta, state, actual_seq_lengths, ssm_state_indices, g, gk,
+        query, key, value = [t if t.data_ptr() % 16 == 0 else packed(t) for t in (query, key, value)]
+        if gk is not None and gk.data_ptr() % 16:
+            gk = packed(gk)
+        pool = packed(state) if state.data_ptr() % 16 else state
+        fn(*compiled_inputs((query, key, value, beta, pool, actual_seq_lengths, ssm_state_indices, g, gk,
                              num_accepted_tokens)),
            out, default_scale if scale is None else float(scale), splits)  # fmt: skip
+        if pool is not state:
+            state.copy_(pool)
         return out
 
     return run
