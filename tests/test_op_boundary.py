@@ -64,9 +64,10 @@ def clone(args):
      "(Tensor x, Tensor? weight, Tensor? bias, SymInt num_groups, float eps, str? tileops_target, bool tileops_check_contents, str tileops_compile_key=\"\") -> Tensor"),
     (SSDDecodeFwdOp, "ssd_decode_fwd_op",
      "(Tensor A, Tensor dt, Tensor x, Tensor B_in, Tensor C_in, Tensor(a5!) state, str? tileops_target, bool tileops_check_contents, str tileops_compile_key=\"\") -> Tensor"),
-    (ReciprocalFwdOp, "reciprocal_fwd_op", "(Tensor input, str? tileops_target, bool tileops_check_contents, str tileops_compile_key=\"\") -> Tensor"),
+    (ReciprocalFwdOp, "reciprocal_fwd_op", "(Tensor input, Tensor? out, str? tileops_target, bool tileops_check_contents, str tileops_compile_key=\"\") -> Tensor"),
 ])
 def test_schema_holds_the_call_tensors_params_and_target_and_marks_only_mutated_inputs(cls, name, schema):
+    # (an out buffer is a call tensor the op never writes: it takes it to refuse shared storage)
     # (a suffix _2, _3, ... when another class of the same name registered first in this process)
     qualname = cls.definition().boundary.qualname
     assert re.fullmatch(rf"tileops::{name}(_\d+)?", qualname), qualname
@@ -91,10 +92,15 @@ def test_redefining_an_op_class_registers_a_second_custom_op_under_a_new_name():
 def test_opcheck_passes(make_op, make_args):
     op = make_op()
     boundary = type(op).definition().boundary
-    n_inputs = boundary.n_inputs
     args = make_args()
-    args = args + (None,) * (n_inputs - len(args))
+    args = args + (None,) * (boundary.n_tensors - len(args))
     torch.library.opcheck(boundary.opoverload, (*args, *boundary.encode(op)))
+
+
+def test_opcheck_passes_with_an_out_buffer():
+    op = ReciprocalFwdOp()
+    boundary = type(op).definition().boundary
+    torch.library.opcheck(boundary.opoverload, (r(3, 4) + 3, torch.empty(3, 4), *boundary.encode(op)))
 
 
 def test_eager_calls_do_not_go_through_the_dispatcher(monkeypatch):

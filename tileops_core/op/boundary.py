@@ -1,8 +1,8 @@
 """The compile boundary: one ``torch.library`` op per op class, made from the spec.
 
 Under ``torch.compile`` an op call becomes a call of ``torch.ops.tileops.<name>``: the
-schema holds the call-time tensors and every param (and static dim) as real arguments,
-then the instance's own target and check_contents setting,
+schema holds the call-time tensors (inputs, then out buffers) and every param (and static
+dim) as real arguments, then the instance's own target and check_contents setting,
 then the compile key (:func:`~.decompose.compile_key`: the selection state where the
 decomposition policy names the op, a constant in the traced graph so that torch's on-disk
 caches, keyed by the graph, never serve a graph compiled under another decision),
@@ -20,6 +20,15 @@ boundary destroys it.
 Custom ops may not return their inputs, so outputs written into an ``out=`` buffer are
 returned fresh by the boundary and copied into the buffer by the traced wrapper, and
 alias outputs are returned by the wrapper itself.
+
+Storage an eager call refuses to share is refused here too. The fake implementation refuses
+what the trace shows (dynamo's fake tensors share a storage where the caller's tensors do): an
+out buffer sharing storage with an input (the buffers are arguments of the op for this, read by
+nothing), a mutated input overlapping another argument. Dynamo does not guard on storage sharing
+between distinct tensors, so a graph traced for separate tensors also runs for aliased ones: the
+implementation checks the real out buffers again, and a mutated input is checked there by the
+op's own call where the real tensor reaches it (the ``eager`` backend, Inductor's in-place op),
+not under ``aot_eager``, whose functionalization hands it a copy.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from ..kernels.fingerprint import selection_state_guard
 from ..lang.types import DTypeParam, Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
 from ..plugins.loader import ensure_plugins_loaded
 from .decompose import compile_key, sync_decomposition
+from .plan import check_buffer_storage
 from .torchtypes import name_of
 
 if TYPE_CHECKING:
@@ -69,11 +79,13 @@ class Boundary:
         self.encoders = encoders
         self.returned = returned  # indices of outputs the op returns
         self.n_inputs = len(self.spec.call_inputs)
+        #: The schema's tensor arguments: the call-time inputs, then the out buffers (the forward arguments).
+        self.n_tensors = definition.n_args
         #: Schema arguments after the tensors that make an instance: params, static dims, target,
         #: check_contents (the compile key that follows only keys torch's caches).
         self.n_encoded = len(self.spec.params) + len(self.spec.static_dims) + 2
         #: Where those arguments stand in a call of the op (what :meth:`instance` takes).
-        self.encoded = slice(self.n_inputs, self.n_inputs + self.n_encoded)
+        self.encoded = slice(self.n_tensors, self.n_tensors + self.n_encoded)
         self._instances: dict[Any, Any] = {}
         self._last: tuple[tuple[Any, ...], Any] | None = None  # (schema arguments, instance) of the last call
         self._lock = threading.Lock()
@@ -86,6 +98,8 @@ class Boundary:
             for o in self.spec.outputs.values())
         #: One output that is neither an alias nor buffered: the op's result is the custom op's.
         self.plain = len(self.out_plan) == 1 and self.out_plan[0] == (None, None)
+        #: Per out buffer: its argument index, forward keyword and declaration (:meth:`check_buffer_sharing`).
+        self.buffers = tuple((index[o.buffer], o.buffer, o.loc) for o in self.spec.outputs.values() if o.buffer)
 
     @property
     def opoverload(self) -> Any:
@@ -124,6 +138,14 @@ class Boundary:
                     self._instances[key] = op
         self._last = (tuple(args), op)
         return op
+
+    def check_buffer_sharing(self, args: Sequence[Any]) -> None:
+        """Step 5's storage rule for the out buffers of a call of the op (``args``: its schema
+        arguments; fake tensors in the fake implementation, real ones in the implementation)."""
+        inputs = args[: self.n_inputs]
+        for j, name, loc in self.buffers:
+            if args[j] is not None:
+                check_buffer_storage(self.spec.name, name, loc, args[j], inputs)
 
     def remove(self) -> None:
         """Undo the registration (the validator binds specs for a while)."""
@@ -180,6 +202,12 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
     for t in spec.call_inputs:
         ann = Optional[torch.Tensor] if t.optional else torch.Tensor
         params.append(inspect.Parameter(t.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=ann))
+    # The out buffers, which the op never writes (the traced wrapper copies into them): it takes them
+    # to refuse one that shares storage with an input (module docstring).
+    for o in spec.outputs.values():
+        if o.buffer:
+            params.append(inspect.Parameter(o.buffer, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                            annotation=Optional[torch.Tensor]))
     encoders: list[Callable[[Any], Any]] = []
     for name, p in spec.params.items():
         got = _annotation(p.type)
@@ -229,16 +257,24 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
             return tuple(o if o.is_contiguous() else o.contiguous() for o in picked)
         return picked if picked is None or picked.is_contiguous() else picked.contiguous()
 
+    def impl_checking_buffers(*args: Any) -> Any:
+        # The trace's verdict on the buffers does not hold for a later call's tensors (module docstring).
+        boundary_ref[0].check_buffer_sharing(args)
+        return impl(*args)
+
     def fake(*args: Any) -> Any:
         # Hooks (kernels/fingerprint.py, op/decompose.py): the trace sees the loaded selection
         # state, so the guard call_boundary reads after this op is not failed by the first call's
         # plugin load; and Inductor's table holds this op's decomposition exactly when this call
         # decomposes, before Inductor consults it.
         ensure_plugins_loaded()
-        op = boundary_ref[0].instance(args[boundary_ref[0].encoded])
+        boundary = boundary_ref[0]
+        op = boundary.instance(args[boundary.encoded])
         values = list(args[:n_inputs]) + [None] * n_buffers
         plan = definition.plan(op, values, kernels=False)
-        sync_decomposition(boundary_ref[0], op, values)
+        boundary.check_buffer_sharing(args)
+        plan.check_traced_written_inputs(args[: boundary.n_tensors])
+        sync_decomposition(boundary, op, values)
         return pick(tuple(torch.empty(s, dtype=d, device=plan.device) for s, d in zip(plan.out_shapes,
                                                                                      plan.out_dtypes)))
 
@@ -260,7 +296,7 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
     library = torch.library.Library(NAMESPACE, "FRAGMENT")
     try:
         library.define(name + schema)
-        library.impl(name, impl, "CompositeExplicitAutograd")
+        library.impl(name, impl_checking_buffers if n_buffers else impl, "CompositeExplicitAutograd")
         # No autograd formula: skip autograd, so a compiled call's outputs require no grad, as eager ones
         # (found in review: they required grad, and backward() left the inputs' .grad silently None).
         library.impl(name, torch.library.fallthrough_kernel, "Autograd")
@@ -284,7 +320,7 @@ def call_boundary(op: "Op", values: Sequence[Any]) -> Any:
     """
     boundary = op._def.boundary  # the instance's own reference: dynamo guards on it, not on a registry dict
     assert boundary is not None  # callers check
-    result = boundary.fn(*values[: boundary.n_inputs], *op._boundary_args, compile_key(boundary.spec.name))
+    result = boundary.fn(*values, *op._boundary_args, compile_key(boundary.spec.name))
     # Hook (kernels/fingerprint.py): dynamo guards on the selection state's generation, so a
     # compiled graph is traced again after kernels, overrides or the lock change.
     selection_state_guard()

@@ -29,7 +29,7 @@ from ..lang.shapes import Axis, ShapePattern
 from ..lang.types import ADTRef, Enum, Prim, UnionT, is_maybe
 from ..lang.unify import SolvePlan, UnifyError, plan_solve, run_solve
 from ..spec.nodes import REQUIRED, Expr, FamilyRef, FamilySpec, OpSpec, TensorSpec
-from .plan import CallPlan, TensorMeta, is_zero, numel, storage_id
+from .plan import CallPlan, TensorMeta, check_buffer_storage, is_zero, numel
 from .torchtypes import TORCH_DTYPES, name_of
 
 __all__ = ["Branch", "OpChecks", "OutputTypes", "SymbolicDims", "contents_checking_default"]
@@ -437,9 +437,7 @@ class OpChecks:
                 fail(self.op, f"out buffer {o.buffer} has layout {buf.layout}, expected strided", o.loc)
             if o.contiguous and not buf.is_contiguous():
                 fail(self.op, f"out buffer {o.buffer} must be contiguous", o.loc)
-            for t in tensors.values():
-                if buf.numel() and t.numel() and storage_id(buf) == storage_id(t):
-                    fail(self.op, f"out buffer {o.buffer} shares storage with an input", o.loc)
+            check_buffer_storage(self.op, o.buffer, o.loc, buf, tensors.values())
 
     def _calling_device(self, args: Mapping[str, Any], construction: Mapping[str, torch.Tensor],
                         env0: Mapping[str, Any], op_target: Any = None) -> tuple[torch.device, bool]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -29,11 +29,11 @@ from ..kernels.targets import Target
 from ..lang.tensor_meta import TensorMeta
 from .alloc import fresh_allocator
 from .one_launch import OneLaunch
-from .overlap import expanded_beyond_limit, overlapping_argument, overlaps_itself
+from .overlap import expanded_beyond_limit, overlapping_argument, overlaps_itself, traced_overlapping_argument
 from .same_call import Matcher, make_matcher
 from .torchtypes import name_of
 
-__all__ = ["BoundKernels", "CallPlan", "CURRENT", "TensorMeta", "is_zero", "numel"]
+__all__ = ["BoundKernels", "CallPlan", "CURRENT", "TensorMeta", "check_buffer_storage", "is_zero", "numel"]
 
 #: The call being executed on this thread: ``CURRENT.call = (op, plan, bound, values)`` while
 #: ``forward`` runs (set by :class:`~tileops_core.op.base.Op`, read by ``Op.launch``).
@@ -52,6 +52,18 @@ def storage_id(t: torch.Tensor) -> int:
 #: Why a call from inside a torch.func transform is refused.
 _TRANSFORMS = ("TileOPs ops take plain tensors, and torch.func transforms (vmap, grad, jacrev) pass wrappers "
                "without storage: call the op outside the transform")
+
+
+def check_buffer_storage(op: str, name: str, loc: Location, buffer: torch.Tensor, inputs: Iterable[Any]) -> None:
+    """Step 5's storage rule for one passed out buffer (``name``, declared at ``loc``): it shares no
+    storage with an input (None: absent). Eager calls check it at planning and on every call that
+    passes a buffer; compiled calls on the trace's fake tensors and in the implementation."""
+    if not buffer.numel():
+        return
+    sid = storage_id(buffer)
+    for v in inputs:
+        if v is not None and v.numel() and storage_id(v) == sid:
+            fail(op, f"out buffer {name} shares storage with an input", loc)
 
 
 def is_zero(n: Any) -> bool:
@@ -427,13 +439,7 @@ class CallPlan:
             if any(st == 0 and sz > 1 for st, sz in zip(buf.stride(), buf.shape)):
                 fail(self.op, f"out buffer {name} is expanded (stride 0 on an axis of size > 1): its elements "
                               f"overlap, strides {list(buf.stride())}; pass a buffer of its own memory", loc)
-            if not buf.numel():
-                continue
-            sid = storage_id(buf)
-            for v in values[:n_inputs]:
-                if v is not None and v.numel() and storage_id(v) == sid:
-                    i = self.buffer_index.index(j)
-                    fail(self.op, f"out buffer {self.arg_names[j]} shares storage with an input", self.out_locs[i])
+            check_buffer_storage(self.op, name, loc, buf, values[:n_inputs])
 
     def check_expanded_inputs(self, values: Sequence[Any], every_argument: bool = False) -> None:
         """On plans with non-contiguous arguments (or ``every_argument``): an expanded (stride-0)
@@ -466,12 +472,24 @@ class CallPlan:
                 fail(self.op, f"input {name} is mutated (written in place) and overlaps itself (strides "
                               f"{list(v.stride())}, an expanded view): a kernel would write some elements more "
                               "than once; pass a tensor of its own memory", loc)
-            j = overlapping_argument(values, m, extents)
-            if j is not None:
-                other = self.arg_names[j]
-                fail(self.op, f"input {name} is mutated (written in place) and shares memory with {other}: a kernel "
-                              f"would change {other} while reading it; pass arguments that do not overlap (e.g. "
-                              f"{other}.clone())", loc)
+            self._refuse_shared_memory(m, overlapping_argument(values, m, extents), loc)
+
+    def check_traced_written_inputs(self, values: Sequence[Any]) -> None:
+        """:meth:`check_written_inputs`'s rule against other arguments, on the fake tensors of a
+        compiled call's trace (the boundary's fake implementation runs it). Functionalization then
+        hands the implementation a copy of each mutated input, so the run-time check cannot see
+        what it shares (``aot_eager``); the trace still can."""
+        for m, loc in zip(self.mutated_inputs, self.mutated_locs):
+            if values[m] is not None:
+                self._refuse_shared_memory(m, traced_overlapping_argument(values, m), loc)
+
+    def _refuse_shared_memory(self, m: int, j: int | None, loc: Location) -> None:
+        """Refuse a call whose mutated input ``m`` (declared at ``loc``) overlaps argument ``j`` (None: none does)."""
+        if j is not None:
+            name, other = self.arg_names[m], self.arg_names[j]
+            fail(self.op, f"input {name} is mutated (written in place) and shares memory with {other}: a kernel "
+                          f"would change {other} while reading it; pass arguments that do not overlap (e.g. "
+                          f"{other}.clone())", loc)
 
     # -- step 7 -----------------------------------------------------------------------------
 

@@ -1,0 +1,118 @@
+"""A compiled call refuses the storage sharing an eager call refuses, with the eager call's error.
+
+An eager call refuses an out buffer that shares storage with an input, and a mutated input that
+shares memory with another argument (a ``CheckError`` naming the declaration). Compiled, the out
+buffer reached no check (the custom op returns a fresh output, which the traced wrapper copies
+into the buffer), and under ``aot_eager`` functionalization handed the kernel a copy of the mutated
+input: both calls were computed. What the trace shows is refused while dynamo traces, which wraps
+the error (the ``CheckError`` is in its chain); a graph traced for separate tensors, which dynamo
+runs for aliased ones too, refuses a shared out buffer when it runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+
+from example_ops import REFERENCE_KERNELS, ReciprocalFwdOp, SSDDecodeFwdOp, at, rand, ssd_args
+from tileops_core import CheckError
+
+BACKENDS = ["eager", "aot_eager", "inductor"]
+
+
+@pytest.fixture(autouse=True)
+def kernels(fake_backend):
+    for interface, fn in REFERENCE_KERNELS.items():
+        fake_backend.kernel(interface, fn)
+
+
+def compiled(fn, backend):
+    torch._dynamo.reset()
+    return torch.compile(fn, fullgraph=True, backend=backend)
+
+
+def check_error(call) -> CheckError:
+    """The ``CheckError`` that ``call()`` raised: the error itself, or the one in the chain of the
+    error dynamo raised instead (dynamo wraps what a fake implementation raises while it traces)."""
+    with pytest.raises(Exception) as info:
+        call()
+    error: BaseException | None = info.value
+    while error is not None and not isinstance(error, CheckError):
+        error = error.__cause__ or error.__context__
+    assert error is not None, f"no CheckError in the chain of {info.value!r}"
+    return error
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_compiled_call_refuses_an_out_buffer_sharing_storage_with_its_input_as_eager_does(backend):
+    op = ReciprocalFwdOp()
+    x = rand(2, 3, 4) + 3
+    eager = check_error(lambda: op(x[0], out=x[1]))
+    assert str(eager) == "ReciprocalFwdOp: out buffer out shares storage with an input" + at(
+        op.op_spec().outputs["output"])
+    call = compiled(lambda t, o: op(t, out=o), backend)
+    got = check_error(lambda: call(x[0], x[1]))
+    assert (type(got), str(got)) == (type(eager), str(eager))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_graph_compiled_for_separate_tensors_refuses_an_out_buffer_sharing_storage_when_it_runs(backend):
+    # Dynamo does not guard on storage sharing between distinct tensors: the graph traced for
+    # separate ones runs for aliased ones, and its implementation refuses them as eager does.
+    op = ReciprocalFwdOp()
+    call = compiled(lambda t, o: op(t, out=o), backend)
+    x, out = rand(3, 4) + 3, torch.empty(3, 4)
+    assert call(x, out) is out
+    torch.testing.assert_close(out, 1 / x)
+    aliased = rand(2, 3, 4) + 3
+    eager = check_error(lambda: op(aliased[0], out=aliased[1]))
+    with pytest.raises(CheckError) as info:
+        call(aliased[0], aliased[1])
+    assert str(info.value) == str(eager)
+
+
+def test_an_aot_eager_call_refuses_a_mutated_input_sharing_memory_with_another_argument_as_eager_does():
+    op = SSDDecodeFwdOp()
+    A, _, x, B_in, C_in, state = ssd_args()
+    dt = state[..., 0]  # read from the state the call writes
+    eager = check_error(lambda: op(A, dt, x, B_in, C_in, state))
+    assert str(eager) == (
+        "SSDDecodeFwdOp: input state is mutated (written in place) and shares memory with dt: a kernel would change "
+        "dt while reading it; pass arguments that do not overlap (e.g. dt.clone())" + at(op.op_spec().inputs["state"]))
+    call = compiled(lambda *args: op(*args), "aot_eager")
+    got = check_error(lambda: call(A, dt, x, B_in, C_in, state))
+    assert (type(got), str(got)) == (type(eager), str(eager))
+
+
+def test_a_compiled_call_accepts_a_mutated_input_interleaved_with_another_argument_without_a_common_byte():
+    # The trace's check lists bytes as eager does: ranges that meet without a shared element pass.
+    op = SSDDecodeFwdOp()
+    A, dt, x, B_in, C_in, state = ssd_args()
+    rows = torch.empty(*state.shape[:3], state.shape[3] + 1)  # per (b, h, p): the state row, then dt
+    state_view, dt_view = rows[..., :-1].copy_(state), rows[..., -1].copy_(dt)
+    expected_state = state.clone()
+    expected = op(A, dt, x, B_in, C_in, expected_state)
+    out = compiled(lambda *args: op(*args), "aot_eager")(A, dt_view, x, B_in, C_in, state_view)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(state_view, expected_state)
+
+
+
+def test_the_trace_time_overlap_check_reads_hints_by_the_name_torch_before_2_13_gives_them(monkeypatch):
+    # torch 2.11 (the H200's) has symbolic_shapes.hint_int and no optimization_hint: importing the new
+    # name failed every compiled call with a mutated input there, refused or not (seen on the H200).
+    from torch.fx.experimental import symbolic_shapes
+    from tileops_core.op import overlap
+
+    hinted = []
+
+    def hint_int(a, fallback=None):
+        hinted.append(a)
+        return a
+
+    monkeypatch.setattr(symbolic_shapes, "hint_int", hint_int, raising=False)
+    monkeypatch.delattr(symbolic_shapes, "optimization_hint")
+    t = torch.empty(4, 6)[1:, ::2]
+    assert overlap._hinted_span(t) == (4 * 6, (3, 3), (6, 2), 4)
+    assert hinted == [6, 3, 3, 6, 2]
