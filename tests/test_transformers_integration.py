@@ -131,16 +131,16 @@ def test_a_patched_model_refuses_a_deep_copy_and_says_how_to_copy_it() -> None:
 
 
 def test_a_call_that_asks_for_gradients_is_refused_with_the_way_to_call_it() -> None:
-    """The ops record no gradients: with grad mode on, a call whose activations or a patched norm's weight
-    require grad is refused (found in review: a misleading write check, or a silently missing gradient);
-    with every parameter frozen it runs."""
+    """The ops record no gradients: with grad mode on, a call whose input embeddings or a weight of the text
+    model require grad is refused, naming it (found in review: a misleading write check, or a silently
+    missing gradient); with every parameter frozen it runs."""
     _, patched, _ = _pair("qwen3_5", seed=16)
     ids = torch.randint(1, patched.config.vocab_size, (1, 6), generator=torch.Generator().manual_seed(17))
-    with pytest.raises(NotImplementedError, match=r"model.layers.0: .* torch.no_grad\(\)"):
+    with pytest.raises(NotImplementedError, match=r"model.embed_tokens.weight requires grad: .* torch.no_grad\(\)"):
         patched(input_ids=ids)
     patched.requires_grad_(False)
     patched.model.norm.weight.requires_grad_(True)  # fine-tuning the final norm alone
-    with pytest.raises(NotImplementedError, match="model.norm: TileOPs ops record no gradients"):
+    with pytest.raises(NotImplementedError, match="model.norm.weight requires grad: TileOPs ops record no gradients"):
         patched(input_ids=ids)
     patched.model.norm.weight.requires_grad_(False)
     assert patched(input_ids=ids).logits.shape == (1, 6, patched.config.vocab_size)

@@ -13,6 +13,7 @@ from torch import nn
 
 from ...ops.activation import SiluAndMulFwdOp
 from ._attention import AttentionPatcher
+from ._forward import ForwardChecks, gradients_check
 from ._gdn import GDNOps, _Metadata, patch_gated_delta_net
 from ._mlp import patch_mlp
 from ._moe import patch_experts, patch_router, patch_sparse_moe_block, use_tileops_experts
@@ -58,7 +59,9 @@ def apply_tileops(model: nn.Module, *, every_module: bool = False) -> TileOpsRep
     model's device; modules TileOPs cannot serve stay as they were, with the reason.
     ``every_module=True`` also routes the plain layers torch serves with vendor libraries (the
     Linear layers and the embedding lookup, ``_plain``), so that every module runs on a TileOPs
-    op; off, they stay torch's (cuBLAS' matmul is the faster one at decode sizes).
+    op; off, they stay torch's (cuBLAS' matmul is the faster one at decode sizes). A call the
+    patched model cannot serve is refused before any layer runs, leaving the caller's cache as it
+    was (``_forward``).
     """
     config: Any = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
@@ -143,13 +146,15 @@ def _walk(model: nn.Module, classes: dict[str, type], report: TileOpsReport, eve
         LinearOps()
     cache_problem = cache_has_linear_attention_layers()
     rotaries = tuple(c for role, c in classes.items() if role.endswith("RotaryEmbedding"))
-    patch_attention = AttentionPatcher(model, config, rotaries)
+    text_name, text = _text_model(model, classes)
+    checks = ForwardChecks.of(text)
+    patch_attention = AttentionPatcher(model, config, rotaries, checks)
     covered: set[str] = set()  # modules an ancestor no longer calls (its routes do their work): not patched
     for name, m in model.named_modules():
         if name in covered:
             continue
         if isinstance(m, classes.get("GatedDeltaNet", ())):
-            routes = patch_gated_delta_net(name, m, gdn_ops, metadata, cache_problem)
+            routes = patch_gated_delta_net(name, m, gdn_ops, metadata, cache_problem, checks)
         elif isinstance(m, classes.get("SparseMoeBlock", ())):
             routes = patch_sparse_moe_block(name, m, every_module)
         elif isinstance(m, classes.get("MLP", ())):
@@ -173,3 +178,13 @@ def _walk(model: nn.Module, classes: dict[str, type], report: TileOpsReport, eve
         report.routes += routes
         covered.update(c for r in routes for c in r.covers)
     report.routes += patch_attention.finish()
+    if report.served():
+        checks.register("gradients", gradients_check(text_name, text))
+
+
+def _text_model(model: nn.Module, classes: dict[str, type]) -> tuple[str, nn.Module]:
+    """The module that runs the decoder layers (its forward builds the masks and the cache, then calls
+    them in turn), and its name: where a forward's checks run before any layer does."""
+    decoder_layer = classes.get("DecoderLayer", ())
+    return next(((name, m) for name, m in model.named_modules() if isinstance(getattr(m, "layers", None), nn.ModuleList)
+                 and any(isinstance(layer, decoder_layer) for layer in m.layers)), ("", model))

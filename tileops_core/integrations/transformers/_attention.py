@@ -17,6 +17,11 @@ positions it is called with (``[B, T]``, or ``[3, B, T]`` for Qwen3.5's MRoPE), 
 attention layer of that forward reads; HF's cos/sin are not used, and once every attention layer
 is patched the rotary module no longer computes them (its forward returns None).
 
+The mask: HF's, whose form depends on the attention implementation, is not read. The forward's
+checks (``_forward``; :meth:`AttentionPatcher.check_forward`) read the mask the model was given,
+before any layer runs, and record each row's count of real tokens for a cache's first call, which
+every attention layer of that forward reads (:class:`CurrentForward`).
+
 The static decode step (``_static_step``) shares :class:`AttentionLayer`, the two ends of the
 forward, and writes and reads its own fixed-address cache through AttentionDecodeFwdOp.
 
@@ -26,7 +31,8 @@ left-aligned (left padding is dropped at the prefill) and their count. The layer
 ``values`` are views of it shaped as HF's (``[B, NKV, S, D]``), so ``get_seq_length`` and the masks
 HF builds stay right; only the patched layer reads the contents. Tokens after the prefill run as
 decode steps, one per token (a continued prompt of T tokens is T steps). Padding after the
-prompt, and a cache rearranged by HF (beam search, cropping), are refused with the reason.
+prompt (or left padding longer than generate's first prefill chunk), and a cache rearranged by HF
+(beam search, cropping), are refused with the reason, before any layer of that forward runs.
 """
 
 from __future__ import annotations
@@ -38,33 +44,48 @@ from typing import Any, Callable
 import torch
 
 from ...ops.attention import AttentionDecodeFwdOp, AttentionPrefillFwdOp, QKNormRopeFwdOp, SigmoidGateMulFwdOp
+from ._forward import ForwardCall, ForwardChecks
 from ._report import Route
 from ._serving import serving
 
-__all__ = ["AttentionLayer", "AttentionOps", "AttentionPatcher", "Positions", "patch_attention"]
+__all__ = ["AttentionLayer", "AttentionOps", "AttentionPatcher", "CurrentForward", "patch_attention"]
 
 
-class Positions:
-    """The integer positions of the model's current forward, as its rotary module received them.
+class CurrentForward:
+    """What the attention layers of the model's current forward read besides their arguments, recorded
+    before any layer runs: the integer positions the model's rotary module received (its forward
+    pre-hook), and, in a cache's first call, each row's count of real tokens
+    (:meth:`AttentionPatcher.check_forward`, from the mask the model was given).
 
-    Kept per thread: two threads running one model each read their own forward's positions
-    (found in review: one model-wide slot gave a thread the other's rotary positions)."""
+    Kept per thread: two threads running one model each read their own forward's (found in review:
+    one model-wide slot gave a thread the other's rotary positions)."""
 
     def __init__(self) -> None:
         self._thread = threading.local()
 
     @property
-    def current(self) -> torch.Tensor | None:
+    def positions(self) -> torch.Tensor | None:
         return getattr(self._thread, "positions", None)
 
-    def hook(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def record_positions(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self._thread.positions = args[1] if len(args) > 1 else kwargs["position_ids"]
+
+    def record_real_tokens(self, n: torch.Tensor | None) -> None:
+        """``[B]`` for a cache's first call; None for a later one (its layers decode and read none)."""
+        self._thread.real_tokens = n
+
+    def real_tokens(self) -> torch.Tensor:
+        n: torch.Tensor | None = getattr(self._thread, "real_tokens", None)
+        if n is None:
+            raise RuntimeError("the attention adapter's prefill ran without the check of the model's forward, which "
+                               "counts each row's real tokens (call the model, not its layers)")
+        return n
 
     def flat(self, batch: int, tokens: int, rows: int) -> torch.Tensor:
         """``[B · T]`` (NeoX) or ``[3, B · T]`` (MRoPE) positions of this forward."""
-        if self.current is None:
+        p = self.positions
+        if p is None:
             raise RuntimeError("the attention adapter ran before the model's rotary module recorded positions")
-        p = self.current
         if rows == 3:
             return p.expand(3, batch, tokens).reshape(3, batch * tokens)
         return p.expand(batch, tokens).reshape(batch * tokens)
@@ -157,15 +178,20 @@ def _unfollowed_layer_kind(layer: Any) -> str | None:
                 None)
 
 
-def _store_for(cache: Any, layer_idx: int, batch: int, tokens: int, nkv: int, d: int, like: torch.Tensor) -> tuple[
-        _KVStore, int]:
-    """The layer's store and the tokens (padding included, as HF counts them) already in it."""
-    if cache is None:
-        return _KVStore(batch, tokens, nkv, d, like.dtype, like.device), 0
-    layer = cache.layers[layer_idx]
+def _cache_state(layer: Any) -> tuple[_KVStore | None, int]:
+    """A cache layer's store (None until the adapter made one) and the tokens it holds, padding
+    included, as HF counts them; a store that holds none is made again."""
     store = getattr(layer, "_tileops_kv", None)
     seen = layer.get_seq_length() if getattr(layer, "is_initialized", False) else 0
-    if store is None or seen == 0:
+    return (store if seen else None), seen
+
+
+def _held(cache: Any, layer_idx: int, batch: int) -> tuple[_KVStore | None, int]:
+    """:func:`_cache_state` of a cache layer the adapter can write for ``batch`` rows; the cache layers
+    it cannot follow are refused (before any layer runs: :meth:`AttentionPatcher.check_forward`)."""
+    layer = cache.layers[layer_idx]
+    store, seen = _cache_state(layer)
+    if store is None:
         kind = _unfollowed_layer_kind(layer)
         if kind is not None:
             raise NotImplementedError(
@@ -174,13 +200,28 @@ def _store_for(cache: Any, layer_idx: int, batch: int, tokens: int, nkv: int, d:
                 "for fixed shapes")
         if seen:
             raise ValueError(f"layer {layer_idx}: the cache holds {seen} tokens written by an unpatched forward")
-        store = _KVStore(batch, tokens, nkv, d, like.dtype, like.device)
-        layer._tileops_kv = store
-        layer.is_initialized, layer.device = True, like.device
     elif layer.keys is not getattr(layer, "_tileops_keys_view", None):
         raise NotImplementedError(
             f"layer {layer_idx}: HF rearranged the attention cache (beam search or cropping), which the TileOPs "
             "adapter's left-aligned cache cannot follow; call this model without apply_tileops for that")
+    elif store.lengths.numel() != batch:
+        raise ValueError(f"layer {layer_idx}: the cache holds {store.lengths.numel()} rows, and this call {batch}: a "
+                         "cache continues the batch it was filled with")
+    return store, seen
+
+
+def _store_for(cache: Any, layer_idx: int, batch: int, tokens: int, nkv: int, d: int, like: torch.Tensor) -> tuple[
+        _KVStore, int]:
+    """The layer's store and the tokens (padding included, as HF counts them) already in it; made
+    (and shown to HF as the layer's) on the cache's first call."""
+    if cache is None:
+        return _KVStore(batch, tokens, nkv, d, like.dtype, like.device), 0
+    layer = cache.layers[layer_idx]
+    store, seen = _cache_state(layer)
+    if store is None:
+        store = _KVStore(batch, tokens, nkv, d, like.dtype, like.device)
+        layer._tileops_kv = store
+        layer.is_initialized, layer.device = True, like.device
     return store, seen
 
 
@@ -199,20 +240,35 @@ def _publish(cache: Any, layer_idx: int, store: _KVStore, seen: int) -> None:
     layer._tileops_keys_view = layer.keys
 
 
-def _real_tokens(attention_mask: torch.Tensor | None, batch: int, tokens: int, device: torch.device) -> torch.Tensor:
-    """Each row's count of real tokens in a prefill: the keys its last query may attend to.
+def _last_query_row(attention_mask: Any, kv_length: int, device: torch.device) -> torch.Tensor | None:
+    """The keys the forward's last query may attend to, ``[B, S]`` bool, from the mask the model was
+    given, as HF's mask for the full-attention layers has them: a 4-D mask's last row (bool, or additive
+    with 0 where allowed), or a 2-D padding mask's first ``kv_length`` columns (the cache's tokens and
+    this call's; columns it lacks count as padding, as HF pads them). A dict holds one mask per layer
+    type. None: no mask (no padding anywhere)."""
+    mask = attention_mask.get("full_attention") if isinstance(attention_mask, dict) else attention_mask
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor) or mask.dim() not in (2, 4):
+        form = f"{mask.dim()}-D tensor" if isinstance(mask, torch.Tensor) else f"type {type(mask).__name__}"
+        raise NotImplementedError(f"an attention mask of {form}: the TileOPs attention adapter reads 2-D padding "
+                                  "masks and 4-D tensor masks")
+    if mask.dim() == 4:
+        last = mask[:, 0, -1, :]
+        return (last if last.dtype == torch.bool else last == 0).to(device)
+    row = mask[:, :kv_length].to(device=device, dtype=torch.bool)
+    return torch.nn.functional.pad(row, (0, kv_length - row.shape[1]))
 
-    They must be the row's last tokens (left padding); anything else is refused.
-    """
-    if attention_mask is None:
+
+def _real_tokens(row: torch.Tensor | None, batch: int, tokens: int, device: torch.device) -> torch.Tensor:
+    """Each row's count of real tokens in a cache's first call: the keys its last query may attend to
+    (``row``, :func:`_last_query_row`). They must be the row's last tokens (left padding); anything
+    else is refused."""
+    if row is None:
         return torch.full((batch,), tokens, dtype=torch.int32, device=device)
-    if not isinstance(attention_mask, torch.Tensor):
-        raise NotImplementedError(f"an attention mask of type {type(attention_mask).__name__}: the TileOPs attention "
-                                  "adapter reads the 4-D masks of the 'sdpa' and 'eager' implementations")
-    last = attention_mask[:, 0, -1, :] if attention_mask.dtype == torch.bool else attention_mask[:, 0, -1, :] == 0
-    n = last.sum(-1).to(torch.int32)
+    n = row.sum(-1, dtype=torch.int32)
     suffix = torch.arange(tokens, device=device).unsqueeze(0) >= (tokens - n).unsqueeze(1)
-    if not torch.equal(last, suffix):
+    if not torch.equal(row, suffix):
         raise NotImplementedError("the attention mask is not causal with left padding; the TileOPs attention "
                                   "adapter packs each row's real tokens as its last ones")
     return n
@@ -239,16 +295,18 @@ def _prefill(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: torch
     return out
 
 
-def _check_new_tokens_real(attention_mask: Any, lengths: torch.Tensor, tokens: int, layer_idx: int) -> None:
-    """After the prefill every token of every row is real: the last query sees its row's count plus them."""
-    if not isinstance(attention_mask, torch.Tensor):
-        return  # None: no padding anywhere (HF skips the mask)
-    last = attention_mask[:, 0, -1]
-    seen = (last if last.dtype == torch.bool else last == 0).sum(-1, dtype=lengths.dtype)
-    if not torch.equal(seen.sub_(tokens), lengths):
-        raise NotImplementedError(f"layer {layer_idx}: the mask pads tokens of a call after the first one (padding "
-                                  "after the prompt, or left padding longer than the first prefill chunk); the "
-                                  "TileOPs attention adapter drops padding only in the first call of a cache")
+def _check_new_tokens_real(row: torch.Tensor | None, lengths: torch.Tensor, tokens: int) -> None:
+    """After a cache's first call every token of every row is real: the last query sees its row's
+    count plus this call's tokens (``row``, :func:`_last_query_row`; None: no padding anywhere)."""
+    if row is None:
+        return
+    padded = row.sum(-1, dtype=lengths.dtype).sub_(tokens) != lengths
+    if bool(padded.any()):
+        raise NotImplementedError(
+            f"the mask pads tokens of a call after the first one (rows {padded.nonzero().flatten().tolist()}: padding "
+            "after the prompt, or left padding longer than the first prefill chunk); the TileOPs attention adapter "
+            "drops padding only in the first call of a cache: generate with a prefill_chunk_size at least as long as "
+            "the longest left padding, or without one")
 
 
 def _decode_steps(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -269,24 +327,22 @@ def _decode_steps(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: 
     return out.view_as(query)
 
 
-def _attention_forward(m: Any, ops: AttentionOps, positions: Positions) -> Callable[..., tuple[torch.Tensor, None]]:
+def _attention_forward(m: Any, ops: AttentionOps, current: CurrentForward) -> Callable[..., tuple[torch.Tensor, None]]:
+    """The layer's forward. HF's mask is not read: its form depends on the attention implementation, and
+    the forward's check (:meth:`AttentionPatcher.check_forward`) has read the mask the model was given,
+    refused what this forward cannot serve, and counted the real tokens of a cache's first call."""
     layer = AttentionLayer(m, ops)
     nkv, d, layer_idx = layer.nkv, layer.d, layer.layer_idx
 
     def forward(hidden_states: torch.Tensor, position_embeddings: Any = None, attention_mask: Any = None,
                 cache: Any = None, past_key_values: Any = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
         cache = cache if cache is not None else past_key_values
-        if kwargs.get("output_attentions") and m.config._attn_implementation == "eager":
-            # (HF's eager attention returns the weights, where ours would be collected as none: found in review)
-            raise NotImplementedError(f"layer {layer_idx}: output_attentions; the TileOPs attention ops form no "
-                                      "attention weights: call the model without apply_tileops for them")
         B, T, _ = hidden_states.shape
-        query, key, value, gate = layer.project(hidden_states, positions.flat(B, T, ops.rows))
+        query, key, value, gate = layer.project(hidden_states, current.flat(B, T, ops.rows))
         store, seen = _store_for(cache, layer_idx, B, T, nkv, d, key)
         if seen == 0:
-            out = _prefill(ops, store, query, key, value, _real_tokens(attention_mask, B, T, key.device))
+            out = _prefill(ops, store, query, key, value, current.real_tokens())
         else:
-            _check_new_tokens_real(attention_mask, store.lengths, T, layer_idx)
             out = _decode_steps(ops, store, query, key, value, B, T)
         _publish(cache, layer_idx, store, seen + T)
         return layer.output(out, gate, B, T), None
@@ -311,7 +367,7 @@ def _example_calls(m: Any, ops: AttentionOps) -> list[tuple[str, Any, tuple[Any,
     ]
 
 
-def patch_attention(name: str, m: Any, ops: AttentionOps, positions: Positions) -> list[Route]:
+def patch_attention(name: str, m: Any, ops: AttentionOps, current: CurrentForward) -> list[Route]:
     """Replace ``m.forward`` when every op of the layer has a kernel here; the routes either way."""
     kind = type(m).__name__
     if ops.rope_type != "default":
@@ -324,7 +380,7 @@ def patch_attention(name: str, m: Any, ops: AttentionOps, positions: Positions) 
     if not all(r.served for r in routes):  # the cache's layout is all or nothing: leave the whole layer
         return [Route(name, kind, r.piece, r.op, None, r.reason or "another piece of the layer has no kernel here")
                 for r in routes]
-    m.forward = _attention_forward(m, ops, positions)
+    m.forward = _attention_forward(m, ops, current)
     norms = (f"{name}.q_norm", f"{name}.k_norm")  # their work is the op's: their own forwards are no longer called
     return [replace(r, reason="q_norm and k_norm fused in", covers=norms) if r.op == "QKNormRopeFwdOp" else r
             for r in routes]
@@ -337,16 +393,20 @@ def _no_tables(x: Any, position_ids: Any = None) -> None:
 
 
 class AttentionPatcher:
-    """Patches a model's attention layers: one set of ops for all of them, and the positions
-    recorded from the model's rotary module(s) once the first layer is patched; :meth:`finish`
-    routes the rotary module itself after the walk."""
+    """Patches a model's attention layers: one set of ops for all of them; once the first layer is
+    patched, the positions recorded from the model's rotary module(s), and :meth:`check_forward`
+    registered among the model's forward checks; :meth:`finish` routes the rotary module itself
+    after the walk."""
 
-    def __init__(self, model: Any, config: Any, rotary_classes: tuple[type, ...]) -> None:
+    def __init__(self, model: Any, config: Any, rotary_classes: tuple[type, ...], checks: ForwardChecks) -> None:
         self._config = config
         self._rotaries: list[tuple[str, Any]] = [(n, x) for n, x in model.named_modules()
                                                  if rotary_classes and isinstance(x, rotary_classes)]
+        self._checks = checks
         self._ops: AttentionOps | None = None
-        self._positions: Positions | None = None
+        self._current = CurrentForward()
+        self._layers: list[int] = []  # the patched layers' indices
+        self._attention_config: Any = None  # the layers' config (set_attn_implementation changes it in place)
         self._seen = 0
         self._rope_routes: list[Route] = []
 
@@ -357,14 +417,32 @@ class AttentionPatcher:
                           f"{len(self._rotaries)} text rotary modules in the model, not one to record positions from")]
         if self._ops is None:
             self._ops = AttentionOps(self._config, m.head_dim, getattr(self._rotaries[0][1], "mrope_section", None))
-        positions = self._positions or Positions()
-        routes = patch_attention(name, m, self._ops, positions)
+        routes = patch_attention(name, m, self._ops, self._current)
         if all(r.served for r in routes):
-            if self._positions is None:
-                self._rotaries[0][1].register_forward_pre_hook(positions.hook, with_kwargs=True)
-                self._positions = positions
+            if not self._layers:
+                self._rotaries[0][1].register_forward_pre_hook(self._current.record_positions, with_kwargs=True)
+                self._checks.register("attention layers", self.check_forward)
+                self._attention_config = m.config
+            self._layers.append(m.layer_idx)
             self._rope_routes += [r for r in routes if r.op == "QKNormRopeFwdOp"]
         return routes
+
+    def check_forward(self, call: ForwardCall) -> None:
+        """The patched layers' refusals of one forward, made before any layer runs (``_forward``): attention
+        weights asked of the eager implementation, cache layers the adapter cannot follow, and a mask it
+        cannot serve; in a cache's first call, records each row's count of real tokens for the layers."""
+        if call.output_attentions and self._attention_config._attn_implementation == "eager":
+            # (HF's eager attention returns the weights, where ours would be collected as none: found in review)
+            raise NotImplementedError("output_attentions: the TileOPs attention ops form no attention weights: call "
+                                      "the model without apply_tileops for them")
+        held = [_held(call.cache, i, call.batch) for i in self._layers] if call.cache is not None else []
+        store, seen = held[0] if held else (None, 0)  # (the layers agree: each forward writes all of them)
+        row = _last_query_row(call.attention_mask, seen + call.tokens, call.device)
+        if store is None:
+            self._current.record_real_tokens(_real_tokens(row, call.batch, call.tokens, call.device))
+        else:
+            _check_new_tokens_real(row, store.lengths, call.tokens)
+            self._current.record_real_tokens(None)
 
     def finish(self) -> list[Route]:
         """The rotary module's route, once every attention layer was seen. When all of them run on

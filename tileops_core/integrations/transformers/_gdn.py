@@ -29,9 +29,10 @@ from ...ops.conv import CausalConv1dUpdateFwdOp, CausalConv1dVarlenFwdOp
 from ...ops.gated_delta_net import GatedRMSNormFwdOp, GDNGatingFwdOp
 from ...ops.gated_delta_prefill import ChunkGatedDeltaRuleFwdOp
 from ...ops.linear_attention import RecurrentGatedDeltaRuleFwdOp
+from ._forward import ForwardCall, ForwardChecks
 from ._report import Route
 from ._serving import serving
-from ._state import GDNShapes, pools_for
+from ._state import GDNShapes, check_pools, pools_for
 
 __all__ = ["GDNOps", "patch_gated_delta_net"]
 
@@ -159,8 +160,18 @@ def _example_calls(m: Any, ops: GDNOps) -> list[tuple[str, Any, tuple[Any, ...]]
     ]
 
 
-def patch_gated_delta_net(name: str, m: Any, ops: GDNOps, metadata: _Metadata, why_not: str | None) -> list[Route]:
-    """Replace ``m.forward`` when every op of the layer has a kernel here; the routes either way."""
+def _pools_check(layer_idx: int, shapes: GDNShapes) -> Callable[[ForwardCall], None]:
+    """The layer's refusals of a forward's cache, for :class:`ForwardChecks` (a fresh cache has nothing to refuse)."""
+    def check(call: ForwardCall) -> None:
+        if call.cache is not None:
+            check_pools(call.cache, layer_idx, call.batch, shapes)
+    return check
+
+
+def patch_gated_delta_net(name: str, m: Any, ops: GDNOps, metadata: _Metadata, why_not: str | None,
+                          checks: ForwardChecks) -> list[Route]:
+    """Replace ``m.forward`` when every op of the layer has a kernel here, registering its cache's refusals
+    in ``checks``; the routes either way."""
     kind = type(m).__name__
     if why_not is not None:
         return [Route(name, kind, "layer", None, None, why_not)]
@@ -174,6 +185,7 @@ def patch_gated_delta_net(name: str, m: Any, ops: GDNOps, metadata: _Metadata, w
         return [Route(name, kind, r.piece, r.op, None, r.reason or "another piece of the layer has no kernel here")
                 for r in routes]
     m.forward = _gdn_forward(m, ops, metadata)  # an instance attribute: nn.Module.__call__ finds it first
+    checks.register(name, _pools_check(m.layer_idx, _shapes(m)))
     # The conv ops read conv1d's weights and the gated norm op norm's: neither module's forward is called.
     child = {"conv1d decode": "conv1d", "conv1d prefill": "conv1d", "gated norm": "norm"}
     return [replace(r, covers=(f"{name}.{child[r.piece]}",)) if r.piece in child else r for r in routes]

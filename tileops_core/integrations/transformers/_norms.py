@@ -23,16 +23,6 @@ from ._compat import cache_keyword
 __all__ = ["patch_decoder_layer", "patch_rms_norm"]
 
 
-def _refuse_gradients(where: str) -> None:
-    """A patched forward asked for gradients (found in review: a plain call without ``torch.no_grad()``
-    met the fused add's write check, with advice that would break training, and a trainable final norm
-    silently got no gradient)."""
-    raise NotImplementedError(
-        f"{where}: TileOPs ops record no gradients, and this call asks for them (grad mode on, an input or "
-        "weight requiring grad): call the model under torch.no_grad() or torch.inference_mode(), as generate() "
-        "does, or train the model without apply_tileops")
-
-
 def _example(weight: torch.Tensor) -> torch.Tensor:
     return torch.empty(1, weight.shape[0], dtype=weight.dtype, device=weight.device)
 
@@ -47,16 +37,13 @@ def patch_rms_norm(name: str, m: Any) -> list[Route]:
     weight = m.weight
 
     def forward(x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):  # (no_grad: one C call)
-            _refuse_gradients(name)
         return op(x, weight)
 
     m.forward = forward
     return [Route(name, kind, "norm", type(op).__name__, answer.kernel, "")]
 
 
-def _layer_forward(name: str, layer: Any, op: FusedAddZeroCentredRMSNormFwdOp,
-                   cache_name: str) -> Callable[..., torch.Tensor]:
+def _layer_forward(layer: Any, op: FusedAddZeroCentredRMSNormFwdOp, cache_name: str) -> Callable[..., torch.Tensor]:
     linear = getattr(layer, "block_type", getattr(layer, "layer_type", None)) == "linear_attention"
     mixer_cache = cache_keyword(type(layer.linear_attn).forward, "cache", "cache_params") if linear else cache_name
     weight = layer.post_attention_layernorm.weight
@@ -65,8 +52,6 @@ def _layer_forward(name: str, layer: Any, op: FusedAddZeroCentredRMSNormFwdOp,
 
     def forward(hidden_states: torch.Tensor, position_embeddings: Any = None, attention_mask: Any = None,
                 position_ids: Any = None, **kwargs: Any) -> torch.Tensor:
-        if torch.is_grad_enabled() and hidden_states.requires_grad:
-            _refuse_gradients(name)
         h = input_layernorm(hidden_states)
         if linear:
             kwargs[mixer_cache] = kwargs.pop(cache_name, None)
@@ -95,6 +80,6 @@ def patch_decoder_layer(name: str, layer: Any) -> list[Route]:
     answer = serving(op, x, x.clone(), norm.weight)
     if not answer.ok:
         return [Route(name, kind, "residual add + norm", type(op).__name__, None, answer.reason)]
-    layer.forward = _layer_forward(name, layer, op, cache_name)
+    layer.forward = _layer_forward(layer, op, cache_name)
     return [Route(name, kind, "residual add + norm", type(op).__name__, answer.kernel, "",
                   covers=(f"{name}.post_attention_layernorm",))]

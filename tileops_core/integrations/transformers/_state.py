@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["GDNShapes", "LinearAttentionPools", "cache_has_linear_attention_layers", "pools_for"]
+__all__ = ["GDNShapes", "LinearAttentionPools", "cache_has_linear_attention_layers", "check_pools", "pools_for"]
 
 
 @dataclass(frozen=True)
@@ -60,25 +60,37 @@ def _fresh(batch: int, shapes: GDNShapes, dtype: torch.dtype, device: torch.devi
     return conv, ssm
 
 
-def pools_for(cache: Any, layer_idx: int, batch: int, shapes: GDNShapes, dtype: torch.dtype,
-              device: torch.device) -> LinearAttentionPools:
-    """The pools of ``layer_idx`` in ``cache`` (made on its first forward; None: this call only)."""
-    if cache is None:
-        conv, ssm = _fresh(batch, shapes, dtype, device)
-        return LinearAttentionPools(conv, ssm, False)
+def _holds_pools(layer: Any, batch: int, shapes: GDNShapes) -> bool:
+    conv, ssm = layer.conv_states[0], layer.recurrent_states[0]
+    return conv is not None and ssm is not None and tuple(conv.shape) == (batch, *shapes.conv)
+
+
+def check_pools(cache: Any, layer_idx: int, batch: int, shapes: GDNShapes) -> None:
+    """Refuse a cache whose layer ``layer_idx`` the adapter cannot continue for ``batch`` rows. Made at the
+    forward's entry (``_forward``), before any layer writes: :func:`pools_for` relies on it."""
     layer = cache.layers[layer_idx]
     if getattr(layer, "record_past", False):
         raise NotImplementedError(
             f"layer {layer_idx}: the cache records past conv states (assisted decoding's rollback), which needs HF's "
             "own conv layout; call this model without apply_tileops for assisted generation")
+    if layer.has_previous_state[0] and not _holds_pools(layer, batch, shapes):
+        conv = layer.conv_states[0]
+        raise ValueError(
+            f"layer {layer_idx}: the cache holds conv state {tuple(conv.shape) if conv is not None else None}, "
+            f"not TileOPs' pool {(batch, *shapes.conv)}: it was filled by an unpatched forward or for another batch "
+            "size")
+
+
+def pools_for(cache: Any, layer_idx: int, batch: int, shapes: GDNShapes, dtype: torch.dtype,
+              device: torch.device) -> LinearAttentionPools:
+    """The pools of ``layer_idx`` in ``cache`` (made on its first forward; None: this call only). A cache
+    that :func:`check_pools` refuses never gets here."""
+    if cache is None:
+        conv, ssm = _fresh(batch, shapes, dtype, device)
+        return LinearAttentionPools(conv, ssm, False)
+    layer = cache.layers[layer_idx]
     continuing = bool(layer.has_previous_state[0])
-    conv, ssm = layer.conv_states[0], layer.recurrent_states[0]
-    expected = (batch, *shapes.conv)
-    if conv is None or ssm is None or tuple(conv.shape) != expected:
-        if continuing:
-            raise ValueError(
-                f"layer {layer_idx}: the cache holds conv state {tuple(conv.shape) if conv is not None else None}, "
-                f"not TileOPs' pool {expected}: it was filled by an unpatched forward or for another batch size")
+    if not _holds_pools(layer, batch, shapes):
         conv, ssm = _fresh(batch, shapes, dtype, device)
         if not torch.compiler.is_compiling():  # as HF does: static addresses let CUDA graphs capture the step
             torch._dynamo.mark_static_address(conv)
@@ -88,4 +100,4 @@ def pools_for(cache: Any, layer_idx: int, batch: int, shapes: GDNShapes, dtype: 
         layer.conv_kernel_size[0] = shapes.conv[1]
         layer.dtype, layer.device = dtype, device
     layer.has_previous_state[0] = True  # after this forward the pools hold the batch's tokens
-    return LinearAttentionPools(conv, ssm, continuing)
+    return LinearAttentionPools(layer.conv_states[0], layer.recurrent_states[0], continuing)

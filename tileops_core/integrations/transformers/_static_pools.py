@@ -45,8 +45,6 @@ class _PoolSlot:
     """What the GatedDeltaNet adapter reads of a linear-attention cache layer (``_state.pools_for``),
     holding the static pools' first ``B`` rows, which a prefill has filled."""
 
-    record_past = False
-
     def __init__(self, pools: GDNPools, batch: int) -> None:
         self.conv_states = [pools.conv[:batch]]
         self.recurrent_states = [pools.ssm[:batch]]
