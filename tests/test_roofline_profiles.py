@@ -110,6 +110,27 @@ def test_calibrate_measures_copy_and_matmul_on_the_cpu():
     assert load_profile_roundtrip(profile) == profile
 
 
+def test_calibrated_bandwidth_is_the_faster_of_the_memcpy_and_the_elementwise_copy(monkeypatch):
+    """Found on the H200: ``copy_`` of 1 GiB took the memcpy path at 2.71 TB/s, where the elementwise
+    kernel moves 4.24 TB/s; a profile calibrated from ``copy_`` alone scored every kernel 1.57x too high."""
+    import types
+
+    from tileops_core.bench import calibrate as calibration
+
+    timed = []
+
+    def time_subjects(subjects, device, options):
+        timed.extend(s.name for s in subjects)
+        medians = {"copy": 2.0, "elementwise copy": 1.0}
+        return [types.SimpleNamespace(median_s=medians.get(s.name, 0.5)) for s in subjects]
+
+    monkeypatch.setattr(calibration, "time_subjects", time_subjects)
+    profile = calibrate("cpu", CalibrationSizes(4 << 20, 128, ("float32",)))
+    assert timed == ["copy", "elementwise copy", "matmul-float32"]
+    assert profile.memory.measured == 2 * (4 << 20) / 1.0
+    assert profile.compute["float32"].measured == 2 * 128 ** 3 / 0.5
+
+
 def test_a_calibration_over_a_base_takes_its_peaks_and_none_of_its_measured_figures():
     """Found in review: the base's measured figures (an earlier calibration's, another machine's) were
     written again as this run's, for every dtype the run did not measure."""

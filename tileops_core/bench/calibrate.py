@@ -5,7 +5,10 @@ machine (this memory configuration, this clock, this driver) is the figure a ker
 author can act on. ``tileops calibrate`` times, with the bench's own timer:
 
 * a device-to-device copy of a buffer far larger than any cache, counting read and write
-  (``2 * bytes / time``), as memory bandwidth;
+  (``2 * bytes / time``), as memory bandwidth: the faster of ``Tensor.copy_`` and an elementwise
+  copy (``torch.mul(src, 1, out=dst)``). On the H200 ``copy_`` of 1 GiB takes the memcpy path at
+  2.71 TB/s while the elementwise kernel moves 4.24 TB/s (``backends/cuda/NOTES.md``, "Copy
+  ceiling"): a profile calibrated from ``copy_`` alone scored every kernel 1.57x too high;
 * a square matmul per dtype (``2 * n**3 / time``) as the compute ceiling of that dtype.
 
 The result is a :class:`HardwareProfile` whose ``measured`` figures are these and whose
@@ -74,7 +77,8 @@ def calibrate(device: Any, sizes: CalibrationSizes | None = None, options: Timin
     try:
         src = torch.randn(elems, generator=gen).to(device)
         dst = torch.empty_like(src)
-        subjects = [Subject("copy", [lambda: dst.copy_(src)])]
+        subjects = [Subject("copy", [lambda: dst.copy_(src)]),
+                    Subject("elementwise copy", [functools.partial(torch.mul, src, 1, out=dst)])]
         matmuls = []
         for dtype_name in sizes.dtypes:
             dtype = getattr(torch, dtype_name)
@@ -89,14 +93,14 @@ def calibrate(device: Any, sizes: CalibrationSizes | None = None, options: Timin
                          f"matmuls of n={sizes.matmul_n}): {str(exc).splitlines()[0]}; give a smaller --copy-mib or "
                          "--matmul-n") from None
     measured = time_subjects(subjects, device, options)
-    bandwidth = 2 * elems * 4 / measured[0].median_s
+    bandwidth = 2 * elems * 4 / min(m.median_s for m in measured[:2])
     when = datetime.date.today().isoformat()
     # Only the base's datasheet peaks carry over: its measured figures are another run's, perhaps another
     # machine's, and a dtype this run did not measure keeps its peak alone (found in review: an earlier
     # calibration's float32 figure was written again as this run's).
     compute: dict[str, Rate] = ({k: Rate(peak=r.peak) for k, r in base.compute.items() if r.peak is not None}
                                 if base is not None else {})
-    for (dtype_name, *_), m in zip(matmuls, measured[1:]):
+    for (dtype_name, *_), m in zip(matmuls, measured[2:]):
         rate = 2 * sizes.matmul_n ** 3 / m.median_s
         peak = base.compute[dtype_name].peak if base is not None and dtype_name in base.compute else None
         compute[dtype_name] = Rate(peak=peak, measured=rate, note=f"torch.matmul n={sizes.matmul_n}, {when}")
