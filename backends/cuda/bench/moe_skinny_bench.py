@@ -18,7 +18,7 @@ with the bytes of the experts a call reads (``3 · H · I · 2`` each) over the 
 
 In both tables, the skinny programs under each of ``CANDIDATES`` (:class:`MoESkinnyTiling`) beside the
 plain ones (the default tiling: one down feature a warp, launched plainly; the registered tilings are
-``SHARED_SKINNY_TILING`` = "dep fl" and ``ROUTED_SKINNY_TILING`` = "f2 dep", as the registered keys launch
+``SHARED_SKINNY_TILING`` = "dep fl" and ``ROUTED_SKINNY_TILING`` = "f2 split dep", as the registered keys launch
 them), in µs, "!" where a candidate's output differs from the plain skinny programs' in a
 bit (the candidates keep the sums and their order, so none should; the fused logit's, "w-f fl", is formed
 by another program, and its relative difference to the plain programs is printed after the table's

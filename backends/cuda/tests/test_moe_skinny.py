@@ -83,7 +83,8 @@ def test_a_decode_call_runs_the_skinny_programs_on_flat_banks_up_to_the_keys_row
 @pytest.mark.parametrize("intermediate,features", [(512, 2), (1024, 2), (1536, 1), (4096, 1)])
 def test_the_registered_key_takes_two_down_features_a_warp_where_they_fit_and_never_refuses_for_them(
         intermediate, features):
-    """The routed experts' registered key (two down features a warp, ``ROUTED_SKINNY_TILING``) falls back to
+    """The routed experts' registered key (two down features a warp and the gate/up split,
+    ``ROUTED_SKINNY_TILING``) falls back to
     one where a down row takes more than half a lane's loads in flight (bf16 I > 1024), instead of a key the
     kernel refuses; its skinny bound is a row an expert."""
     from tileops_core.kernels import CallSpec
@@ -94,4 +95,5 @@ def test_the_registered_key_takes_two_down_features_a_warp_where_they_fit_and_ne
                     {"E": 256, "H": 2048, "I": intermediate, "T": 8}, {})
     key = TileLangMoEGroupedExperts.key(call)
     assert key.skinny_tiling.down_features == features and key.skinny_max_rows == 256
+    assert key.skinny_tiling.gate_up_split  # gate/up rows are H long whatever I is
     assert TileLangMoEGroupedExperts.reason(call, key) is None

@@ -34,6 +34,7 @@ tilelang is imported inside the builders, never at module import.
 
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,13 +98,14 @@ class MoESkinnyTiling:
 SHARED_SKINNY_TILING = MoESkinnyTiling(weights_first=True, fused_logit=True)
 
 #: The routed experts' registered skinny tiling where its down rows fit (:func:`routed_skinny_tiling`): two
-#: features a warp of the down program (session-2026-12-04f, ``moe_skinny_bench.py``, CUDA graphs, bf16 H=2048
-#: I=512, bit-equal to the one-feature programs on every row; the registered keys launch it as a dependent): µs
-#: at B = 1/4/16/32/64, Qwen3.5-35B 22.02 / 56.19 / 168.81 / 290.47 / 479.22 and Qwen3-Next 25.72 / 69.09 /
-#: 221.88 / 396.70 / 707.09, against 22.86 / 59.88 / 185.88 / 322.29 / 529.04 and 26.30 / 74.08 / 245.47 /
-#: 443.71 / 779.94 for one feature a warp (plain) and 23.10 / 60.78 / 181.09 / 319.47 / 525.82 and 27.35 /
-#: 75.13 / 238.40 / 431.79 / 795.57 with weights first (dependent).
-ROUTED_SKINNY_TILING = MoESkinnyTiling(down_features=2)
+#: features a warp of the down program (session-2026-12-04f) and a gate row and an up row to two warps
+#: (``gate_up_split``, session-2026-12-05c), ``moe_skinny_bench.py``, CUDA graphs, bf16 H=2048 I=512, bit-equal
+#: to the one-feature programs on every row; the registered keys launch it as a dependent. µs at B =
+#: 1/4/16/32/64, Qwen3.5-35B 21.13 / 54.90 / 165.26 / 284.94 / 470.91 and Qwen3-Next 24.58 / 67.12 / 216.31 /
+#: 388.15 / 686.30, against 21.95 / 56.28 / 168.29 / 290.63 / 478.55 and 25.55 / 68.63 / 221.21 / 396.72 / 705.06
+#: without the split (the former key, same run), and 22.71 / 59.90 / 185.45 / 323.13 / 527.55 and 26.19 /
+#: 73.74 / 244.69 / 441.78 / 795.73 for one feature a warp.
+ROUTED_SKINNY_TILING = MoESkinnyTiling(down_features=2, gate_up_split=True)
 
 
 def skinny_tiling_refusal(name: str, tiling: MoESkinnyTiling, intermediate: int, dtype: str,
@@ -124,9 +126,10 @@ def skinny_tiling_refusal(name: str, tiling: MoESkinnyTiling, intermediate: int,
 
 def routed_skinny_tiling(intermediate: int, dtype: str) -> MoESkinnyTiling:
     """:data:`ROUTED_SKINNY_TILING` where its down features fit a lane's loads (``skinny_tiling_refusal``);
-    one feature a warp elsewhere (a wide ``I``), so that a registered key never refuses for its tiling."""
+    one feature a warp elsewhere (a wide ``I``), so that a registered key never refuses for its tiling. The
+    gate/up split stays: its rows are ``H`` long whatever ``I`` is."""
     fits = skinny_tiling_refusal("", ROUTED_SKINNY_TILING, intermediate, dtype, "sm_90") is None
-    return ROUTED_SKINNY_TILING if fits else MoESkinnyTiling()
+    return ROUTED_SKINNY_TILING if fits else dataclasses.replace(ROUTED_SKINNY_TILING, down_features=1)
 
 
 def _bodies(hidden: int, intermediate: int, dtype: str, tiling: MoESkinnyTiling) -> tuple[Any, Any, Any]:
