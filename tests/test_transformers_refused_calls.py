@@ -217,3 +217,27 @@ def test_attention_weights_the_config_asks_for_are_refused_as_the_keyword_is() -
     ids, _ = _left_padded([0])
     with torch.no_grad(), pytest.raises(NotImplementedError, match="^output_attentions: the TileOPs attention ops"):
         model(input_ids=ids)
+
+
+@pytest.mark.parametrize("tokens,fails_at", [(1, 0), (3, 0), (3, 2)])
+def test_a_decode_step_that_raises_leaves_the_stores_longest_count_equal_to_its_rows(tokens, fails_at):
+    """Found in review: the host's longest count rose by the call's tokens before the first step ran, so
+    a step refused by its op left it past every row's count (and HF's view of the cache one too long)."""
+    from tileops_core.integrations.transformers._attention import _KVStore, _decode_steps
+
+    class Ops:
+        calls = 0
+
+        def decode(self, q, k, v, keys, values, lengths):
+            Ops.calls += 1
+            if Ops.calls > fails_at:
+                raise RuntimeError("refused by the op")
+            return q.clone()
+
+    store = _KVStore(2, 4, 1, 8, torch.float32, torch.device("cpu"))
+    store.lengths.fill_(3)
+    store.longest = 3
+    q = torch.randn(2 * tokens, 2, 8)
+    with pytest.raises(RuntimeError, match="refused by the op"):
+        _decode_steps(Ops(), store, q, torch.randn(2 * tokens, 1, 8), torch.randn(2 * tokens, 1, 8), 2, tokens)
+    assert store.longest == int(store.lengths.max()) == 3 + fails_at

@@ -312,18 +312,21 @@ def _check_new_tokens_real(row: torch.Tensor | None, lengths: torch.Tensor, toke
 def _decode_steps(ops: AttentionOps, store: _KVStore, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                   B: int, T: int) -> torch.Tensor:
     """``T`` new tokens a row after cached ones: one decode step per token (a continued prompt is
-    ``T`` steps; generation's ``T == 1`` is one)."""
+    ``T`` steps; generation's ``T == 1`` is one). The counts advance with each step the op has taken, so
+    a step that raises leaves the host's longest count equal to the rows' (found in review: it was raised
+    by ``T`` before the first step ran)."""
     store.reserve(store.longest + T)
-    store.longest += T
     if T == 1:  # generation: one step, its output as the op returns it
         out = ops.decode(query, key, value, store.keys, store.values, store.lengths)
         store.lengths += 1
+        store.longest += 1
         return out
     out = torch.empty_like(query).view(B, T, *query.shape[1:])
     q, k, v = (x.view(B, T, *x.shape[1:]) for x in (query, key, value))
     for t in range(T):
         out[:, t] = ops.decode(q[:, t], k[:, t], v[:, t], store.keys, store.values, store.lengths)
         store.lengths += 1
+        store.longest += 1
     return out.view_as(query)
 
 
