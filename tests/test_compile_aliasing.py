@@ -6,7 +6,14 @@ buffer reached no check (the custom op returns a fresh output, which the traced 
 into the buffer), and under ``aot_eager`` functionalization handed the kernel a copy of the mutated
 input: both calls were computed. What the trace shows is refused while dynamo traces, which wraps
 the error (the ``CheckError`` is in its chain); a graph traced for separate tensors, which dynamo
-runs for aliased ones too, refuses a shared out buffer when it runs.
+runs for aliased ones too, refuses a shared out buffer when it runs. A mutated input that overlaps
+itself is refused in the trace with eager's error too (torch's functionalization failed on it with its own).
+
+Traced with dynamic shapes, a mutated input interleaved with another of the graph's inputs, which eager
+accepts (no common element), was computed wrong under ``aot_eager`` and failed Inductor's compile: torch's
+AOTAutograd merges them into one base and rebuilds them with wrong strides. Such a call is refused in the
+trace; the layouts torch compiles right (views made inside the compiled function, parts of one buffer whose
+byte ranges do not meet, static shapes) are not.
 """
 
 from __future__ import annotations
@@ -27,9 +34,16 @@ def kernels(fake_backend):
         fake_backend.kernel(interface, fn)
 
 
-def compiled(fn, backend):
+def compiled(fn, backend, dynamic=False):
     torch._dynamo.reset()
-    return torch.compile(fn, fullgraph=True, backend=backend)
+    return torch.compile(fn, fullgraph=True, backend=backend, dynamic=dynamic)
+
+
+def interleaved_rows(state, dt):
+    """``state`` and ``dt`` copied into one buffer: per (b, h, p) the state row, then dt; the two views
+    share the buffer and no element."""
+    rows = torch.empty(*state.shape[:3], state.shape[3] + 1)
+    return rows, rows[..., :-1].copy_(state), rows[..., -1].copy_(dt)
 
 
 def check_error(call) -> CheckError:
@@ -85,17 +99,106 @@ def test_an_aot_eager_call_refuses_a_mutated_input_sharing_memory_with_another_a
     assert (type(got), str(got)) == (type(eager), str(eager))
 
 
-def test_a_compiled_call_accepts_a_mutated_input_interleaved_with_another_argument_without_a_common_byte():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_compiled_call_accepts_a_mutated_input_interleaved_with_another_argument_without_a_common_byte(backend):
     # The trace's check lists bytes as eager does: ranges that meet without a shared element pass.
     op = SSDDecodeFwdOp()
     A, dt, x, B_in, C_in, state = ssd_args()
-    rows = torch.empty(*state.shape[:3], state.shape[3] + 1)  # per (b, h, p): the state row, then dt
-    state_view, dt_view = rows[..., :-1].copy_(state), rows[..., -1].copy_(dt)
+    _, state_view, dt_view = interleaved_rows(state, dt)
     expected_state = state.clone()
     expected = op(A, dt, x, B_in, C_in, expected_state)
-    out = compiled(lambda *args: op(*args), "aot_eager")(A, dt_view, x, B_in, C_in, state_view)
+    out = compiled(lambda *args: op(*args), backend)(A, dt_view, x, B_in, C_in, state_view)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(state_view, expected_state)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_dynamic_shape_compiled_call_refuses_a_mutated_input_interleaved_with_another_input_torch_rebuilds_wrongly(
+        backend):
+    # AOTAutograd merges the two inputs into one base and rebuilds dt with its outer stride h*p*(n+1) read as
+    # h*p: aot_eager computed wrong output and state, Inductor failed ("mul expected 2 arguments, got 3").
+    op = SSDDecodeFwdOp()
+    A, dt, x, B_in, C_in, state = ssd_args()
+    rows, state_view, dt_view = interleaved_rows(state, dt)
+    before = rows.clone()
+    call = compiled(lambda *args: op(*args), backend, dynamic=True)
+    got = check_error(lambda: call(A, dt_view, x, B_in, C_in, state_view))
+    assert str(got) == (
+        "SSDDecodeFwdOp: input state is mutated (written in place) and shares its buffer with dt without a common "
+        "element, which an eager call accepts; compiled with dynamic shapes, torch's AOTAutograd merges such inputs "
+        "into one base and rebuilds them from it with wrong strides (wrong results under aot_eager, a failed compile "
+        "under Inductor); pass tensors of separate buffers (e.g. dt.clone()), or compile with static shapes "
+        "(dynamic=False)" + at(op.op_spec().inputs["state"]))
+    assert torch.equal(rows, before)  # refused while tracing: nothing was written
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_dynamic_shape_compiled_call_accepts_interleaved_inputs_whose_wrongly_rebuilt_stride_is_a_length_1_axis(
+        backend):
+    # One batch row: the stride AOTAutograd rebuilds wrongly addresses nothing, and aot_eager computes the call
+    # right. (Inductor fails to compile it, with torch's error: no compile computes it wrong, so it is not refused.)
+    op = SSDDecodeFwdOp()
+    A, dt, x, B_in, C_in, state = ssd_args(b=1)
+    _, state_view, dt_view = interleaved_rows(state, dt)
+    expected_state = state.clone()
+    expected = op(A, dt, x, B_in, C_in, expected_state)
+    out = compiled(lambda *args: op(*args), backend, dynamic=True)(A, dt_view, x, B_in, C_in, state_view)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(state_view, expected_state)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("made_inside", ["both views", "the read view"])
+def test_a_dynamic_shape_compiled_call_accepts_interleaved_views_made_inside_the_compiled_function(backend,
+                                                                                                  made_inside):
+    # Views the function makes are traced from their base, which AOTAutograd does not rebuild: computed right.
+    op = SSDDecodeFwdOp()
+    A, dt, x, B_in, C_in, state = ssd_args()
+    rows, state_view, _ = interleaved_rows(state, dt)
+    expected_state = state.clone()
+    expected = op(A, dt, x, B_in, C_in, expected_state)
+    if made_inside == "both views":
+        call = compiled(lambda A, rows, x, B_in, C_in: op(A, rows[..., -1], x, B_in, C_in, rows[..., :-1]), backend,
+                        dynamic=True)
+        out = call(A, rows, x, B_in, C_in)
+    else:
+        call = compiled(lambda A, rows, x, B_in, C_in, s: op(A, rows[..., -1], x, B_in, C_in, s), backend,
+                        dynamic=True)
+        out = call(A, rows, x, B_in, C_in, state_view)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(rows[..., :-1], expected_state)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_dynamic_shape_compiled_call_accepts_a_mutated_input_and_another_input_in_apart_parts_of_one_buffer(backend):
+    # Byte ranges that do not meet: AOTAutograd's own analysis tells them apart and does not merge them.
+    op = SSDDecodeFwdOp()
+    A, dt, x, B_in, C_in, state = ssd_args()
+    arena = torch.empty(state.numel() + dt.numel())
+    state_view = arena[:state.numel()].view(state.shape).copy_(state)
+    dt_view = arena[state.numel():].view(dt.shape).copy_(dt)
+    expected_state = state.clone()
+    expected = op(A, dt, x, B_in, C_in, expected_state)
+    out = compiled(lambda *args: op(*args), backend, dynamic=True)(A, dt_view, x, B_in, C_in, state_view)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(state_view, expected_state)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_compiled_call_refuses_a_mutated_input_that_overlaps_itself_as_eager_does(backend, dynamic):
+    # aot_eager and Inductor failed in functionalization's write-back, with torch's error.
+    op = SSDDecodeFwdOp()
+    A, dt, x, B_in, C_in, state = ssd_args()
+    expanded = state[:1].expand(state.shape)  # every batch row is row 0
+    eager = check_error(lambda: op(A, dt, x, B_in, C_in, expanded))
+    assert str(eager) == (
+        "SSDDecodeFwdOp: input state is mutated (written in place) and overlaps itself (strides [0, 15, 5, 1], an "
+        "expanded view): a kernel would write some elements more than once; pass a tensor of its own memory"
+        + at(op.op_spec().inputs["state"]))
+    call = compiled(lambda *args: op(*args), backend, dynamic=dynamic)
+    got = check_error(lambda: call(A, dt, x, B_in, C_in, expanded))
+    assert (type(got), str(got)) == (type(eager), str(eager))
 
 
 

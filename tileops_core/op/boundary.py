@@ -24,11 +24,20 @@ alias outputs are returned by the wrapper itself.
 Storage an eager call refuses to share is refused here too. The fake implementation refuses
 what the trace shows (dynamo's fake tensors share a storage where the caller's tensors do): an
 out buffer sharing storage with an input (the buffers are arguments of the op for this, read by
-nothing), a mutated input overlapping another argument. Dynamo does not guard on storage sharing
+nothing), a mutated input overlapping another argument or itself (an expanded view: torch's
+functionalization failed on it with its own error). Dynamo does not guard on storage sharing
 between distinct tensors, so a graph traced for separate tensors also runs for aliased ones: the
 implementation checks the real out buffers again, and a mutated input is checked there by the
 op's own call where the real tensor reaches it (the ``eager`` backend, Inductor's in-place op),
-not under ``aot_eager``, whose functionalization hands it a copy.
+not under ``aot_eager``, whose functionalization hands it a copy. A mutated inference tensor
+reaches eager's check only that way too: its fake tensor says it is no inference tensor (under
+``aot_eager`` torch refuses it with its own error as it writes the result back).
+
+One sharing eager accepts is refused in the trace as well: a mutated input and another of the
+graph's inputs in one buffer without a common element, traced with dynamic shapes, where torch's
+AOTAutograd rebuilds them with wrong strides (:func:`~.overlap.traced_argument_torch_mistraces`:
+wrong results under ``aot_eager``, a failed compile under Inductor). The trace cannot tell which
+backend compiles it, so the ``eager`` backend, which would compute such a call, refuses it too.
 """
 
 from __future__ import annotations
@@ -39,18 +48,21 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..errors import fail
 from ..kernels.fingerprint import selection_state_guard
 from ..lang.types import DTypeParam, Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
 from ..plugins.loader import ensure_plugins_loaded
 from .decompose import compile_key, sync_decomposition
+from .overlap import traced_argument_torch_mistraces, traced_stand_in
 from .plan import check_buffer_storage
 from .torchtypes import name_of
 
 if TYPE_CHECKING:
     from .base import Op
     from .definition import OpDef
+    from .plan import CallPlan
 
 __all__ = ["Boundary", "make_boundary", "call_boundary", "TARGET_ARG", "CONTENTS_ARG", "COMPILE_KEY_ARG", "NAMESPACE"]
 
@@ -146,6 +158,32 @@ class Boundary:
         for j, name, loc in self.buffers:
             if args[j] is not None:
                 check_buffer_storage(self.spec.name, name, loc, args[j], inputs)
+
+    def check_traced_written_inputs(self, plan: "CallPlan", tensors: Sequence[Any]) -> None:
+        """Step 5's rules for the inputs a kernel writes, on the fake tensors of a trace (``tensors``:
+        the schema's tensor arguments; the fake implementation runs this), then the sharing torch's
+        compile of dynamic shapes gets wrong (module docstring).
+
+        A written input that overlaps itself is judged by the eager check on a stand-in with the
+        trace's sizes and strides (:func:`~.overlap.traced_stand_in`), so the message is eager's;
+        one that overlaps another argument, by the plan's traced check."""
+        stand_ins = list(tensors)
+        for m in plan.mutated_inputs:
+            if tensors[m] is not None:
+                stand_ins[m] = traced_stand_in(tensors[m])
+        with unset_fake_temporarily():  # stand-ins are meta tensors, read outside the trace
+            plan.check_written_inputs(stand_ins, [0] * len(stand_ins))  # a stand-in touches no memory (extent 0)
+        plan.check_traced_written_inputs(tensors)
+        for m, loc in zip(plan.mutated_inputs, plan.mutated_locs):
+            j = None if tensors[m] is None else traced_argument_torch_mistraces(tensors, m, plan.mutated_inputs)
+            if j is not None:
+                name, other = plan.arg_names[m], plan.arg_names[j]
+                fail(self.spec.name,
+                     f"input {name} is mutated (written in place) and shares its buffer with {other} without a "
+                     f"common element, which an eager call accepts; compiled with dynamic shapes, torch's "
+                     f"AOTAutograd merges such inputs into one base and rebuilds them from it with wrong strides "
+                     f"(wrong results under aot_eager, a failed compile under Inductor); pass tensors of separate "
+                     f"buffers (e.g. {other}.clone()), or compile with static shapes (dynamic=False)", loc)
 
     def remove(self) -> None:
         """Undo the registration (the validator binds specs for a while)."""
@@ -273,7 +311,7 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
         values = list(args[:n_inputs]) + [None] * n_buffers
         plan = definition.plan(op, values, kernels=False)
         boundary.check_buffer_sharing(args)
-        plan.check_traced_written_inputs(args[: boundary.n_tensors])
+        boundary.check_traced_written_inputs(plan, args[: boundary.n_tensors])
         sync_decomposition(boundary, op, values)
         return pick(tuple(torch.empty(s, dtype=d, device=plan.device) for s, d in zip(plan.out_shapes,
                                                                                      plan.out_dtypes)))

@@ -15,18 +15,21 @@ with the call its matcher was made for (:func:`extents_of` runs once per matcher
 two ranges meet are the bytes compared exactly.
 
 A compiled call is checked on the fake tensors of its trace as well
-(:func:`traced_overlapping_argument`): there functionalization has not yet given a written input
-a copy of its own, which it later does (``aot_eager`` would compute what eager refuses).
+(:func:`traced_overlapping_argument`, and eager's rule for one tensor on :func:`traced_stand_in`):
+there functionalization has not yet given a written input a copy of its own, which it later does
+(``aot_eager`` would compute what eager refuses). One sharing eager accepts is refused there too,
+where torch's compile gets it wrong (:func:`traced_argument_torch_mistraces`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+from typing import Any, Collection, Sequence
 
 import torch
 
 __all__ = ["EXPANDED_LIMIT", "expanded_beyond_limit", "extents_of", "overlapping_argument", "overlaps_itself",
-           "traced_overlapping_argument"]
+           "traced_argument_torch_mistraces", "traced_overlapping_argument", "traced_stand_in"]
 
 #: Where a tensor's elements lie: (first byte, sizes, strides in elements, bytes per element).
 _Span = tuple[int, tuple[int, ...], tuple[int, ...], int]
@@ -94,6 +97,119 @@ def traced_overlapping_argument(values: Sequence[Any], written: int) -> int | No
                 if _exactly_overlap(mine, v, span, theirs):
                     return j
     return None
+
+
+def traced_stand_in(t: torch.Tensor) -> torch.Tensor:
+    """A ``meta`` tensor with a fake tensor's sizes and strides, symbolic values at their hints (the
+    traced call's own): eager's rule for one written tensor (:func:`overlaps_itself`) decides on it as
+    on the caller's tensor, and its message shows the caller's strides. It touches no memory (its
+    extent is 0), so no rule between arguments applies to it."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    _, shape, stride, _ = _hinted_span(t)
+    with unset_fake_temporarily():
+        return torch.empty_strided(shape, stride, dtype=t.dtype, device="meta")
+
+
+def traced_argument_torch_mistraces(values: Sequence[Any], written: int, mutated: Collection[int]) -> int | None:
+    """The argument sharing a storage with the written input ``values[written]``, without a common
+    element (:func:`traced_overlapping_argument` passed them), that torch's compile of dynamic shapes
+    gets wrong (None: none does); ``values``: the fake tensors of a trace, ``mutated``: the indices of
+    the written inputs.
+
+    AOTAutograd (torch 2.13, ``_aot_autograd/runtime_wrappers.py`` ``merge_view_inputs``) merges the
+    inputs of a graph that share a storage, one of them written, into one base, unless its analysis of
+    their symbolic extents (``compute_overlapping_inputs``) tells them apart, which it cannot for
+    interleaved views. It then rebuilds each of them from that base with the sizes, strides and offset
+    of the trace, and the proxy tracer rebuilds a symbolic value it has not seen from its expression
+    (``proxy_tensor._build_proxy_for_sym_expr``): a product of three or more factors (``s0*s1*s2``, the
+    outer stride of a view of a 4-d buffer) becomes one ``operator.mul`` node with three arguments,
+    which the graph's code runs as ``s0*s1`` (``aot_eager``: a wrong stride, wrong results) and Inductor
+    refuses ("mul expected 2 arguments, got 3"). Static shapes are compared exactly and not merged.
+
+    Only the graph's inputs are merged (views made inside the compiled function are traced from their
+    base, which is), and a written input that is its base or a slice of it is rebuilt from the slice
+    bounds alone (``auto_functionalize.try_use_slice``): what this rule reads is what the merge puts in
+    the graph and what decides the elements read (:func:`_rebuilt_from`). A call no compile gets wrong
+    is not refused; one that Inductor alone fails to compile keeps torch's error.
+    """
+    mine = values[written]
+    storage = mine.untyped_storage()._cdata
+    for j, v in enumerate(values):
+        if j == written or v is None or v.untyped_storage()._cdata != storage:
+            continue
+        pair = ((written, mine), (j, v))
+        if not any(isinstance(n, torch.SymInt) for _, t in pair for n in _metadata(t)):
+            continue  # static shapes: torch compares the extents exactly and does not merge
+        shape_env = getattr(mine.fake_mode, "shape_env", None)
+        with shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext():
+            if not _torch_cannot_separate(mine, v):
+                continue
+            if any(_from_caller(t) and _has_long_product(_rebuilt_from(t, i in mutated)) for i, t in pair):
+                return j
+    return None
+
+
+def _metadata(t: torch.Tensor) -> tuple[Any, ...]:
+    """A tensor's sizes, strides and storage offset."""
+    return (*t.shape, *t.stride(), t.storage_offset())
+
+
+def _torch_cannot_separate(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether AOTAutograd's analysis of symbolic extents finds that ``a`` and ``b`` may overlap (the
+    function its ``compute_overlapping_inputs`` calls, as it calls it). Where this torch has no such function
+    (it is private; older ones analysed extents in Python), the answer is yes: a refusal, never a wrong result."""
+    try:
+        from torch._C._dynamo.guards import compute_overlapping_tensors
+
+        return len(compute_overlapping_tensors([a, b], True)) > 1
+    except (ImportError, TypeError):
+        return True
+
+
+def _from_caller(t: torch.Tensor) -> bool:
+    """Whether a fake tensor is an input of the graph dynamo is tracing (one of the caller's tensors)
+    rather than made by an op inside the compiled function. Where torch does not say (no dynamo trace,
+    another torch), every tensor counts as the caller's: a refusal, never a wrong result."""
+    from torch._dynamo import symbolic_convert
+
+    tx = getattr(getattr(symbolic_convert, "tls", None), "current_tx", None)
+    graphargs = getattr(getattr(tx, "output", None), "graphargs", None)
+    if graphargs is None:
+        return True
+    return any(getattr(a, "fake_tensor", None) is t for a in graphargs)
+
+
+def _rebuilt_from(t: torch.Tensor, written: bool) -> tuple[Any, ...]:
+    """The symbolic values the merge puts in the graph to rebuild ``t`` from its base and that decide
+    which elements it reads: the sizes, the strides of axes longer than one (a wrong stride of a length-1
+    axis addresses the same elements: ``aot_eager`` computes such a call right, Inductor fails to compile
+    it with torch's error) and the offset; for a written input that is its base or a slice of it, the
+    slice bounds."""
+    if written and t._base is not None:
+        try:
+            from torch._higher_order_ops.auto_functionalize import is_alias, try_use_slice
+        except ImportError:  # another torch: the sizes, strides and offset (a refusal, never a wrong result)
+            return _metadata(t)
+        if is_alias(t._base, t):
+            return ()
+        sliced = try_use_slice(t._base, t)
+        if sliced is not None:
+            return tuple(sliced[1:])
+    strides = (s for n, s in zip(t.shape, t.stride()) if not (type(n) is int and n == 1))
+    return (*t.shape, *strides, t.storage_offset())
+
+
+def _has_long_product(values: Sequence[Any]) -> bool:
+    """Whether a symbolic value's expression holds a product of three or more factors (what the proxy
+    tracer rebuilds as a two-argument ``operator.mul`` given three)."""
+    pending = [v.node.expr for v in values if isinstance(v, torch.SymInt)]
+    while pending:  # the expression trees (sympy), walked through their ``args``
+        expr = pending.pop()
+        if expr.is_Mul and len(expr.args) > 2:
+            return True
+        pending.extend(expr.args)
+    return False
 
 
 def _span(t: torch.Tensor) -> _Span:
