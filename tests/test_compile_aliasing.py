@@ -46,6 +46,17 @@ def interleaved_rows(state, dt):
     return rows, rows[..., :-1].copy_(state), rows[..., -1].copy_(dt)
 
 
+def assert_compiled_call_computes_as_eager(op, backend, dynamic, args, dt_view, state_view):
+    """The compiled call on ``dt_view`` and ``state_view`` (``args``' dt and state, laid out otherwise) gives
+    eager's output and state for ``args``."""
+    A, dt, x, B_in, C_in, state = args
+    expected_state = state.clone()
+    expected = op(A, dt, x, B_in, C_in, expected_state)
+    out = compiled(lambda *a: op(*a), backend, dynamic=dynamic)(A, dt_view, x, B_in, C_in, state_view)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(state_view, expected_state)
+
+
 def check_error(call) -> CheckError:
     """The ``CheckError`` that ``call()`` raised: the error itself, or the one in the chain of the
     error dynamo raised instead (dynamo wraps what a fake implementation raises while it traces)."""
@@ -105,11 +116,7 @@ def test_a_compiled_call_accepts_a_mutated_input_interleaved_with_another_argume
     op = SSDDecodeFwdOp()
     A, dt, x, B_in, C_in, state = ssd_args()
     _, state_view, dt_view = interleaved_rows(state, dt)
-    expected_state = state.clone()
-    expected = op(A, dt, x, B_in, C_in, expected_state)
-    out = compiled(lambda *args: op(*args), backend)(A, dt_view, x, B_in, C_in, state_view)
-    torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(state_view, expected_state)
+    assert_compiled_call_computes_as_eager(op, backend, False, (A, dt, x, B_in, C_in, state), dt_view, state_view)
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
@@ -140,11 +147,7 @@ def test_a_dynamic_shape_compiled_call_accepts_interleaved_inputs_whose_wrongly_
     op = SSDDecodeFwdOp()
     A, dt, x, B_in, C_in, state = ssd_args(b=1)
     _, state_view, dt_view = interleaved_rows(state, dt)
-    expected_state = state.clone()
-    expected = op(A, dt, x, B_in, C_in, expected_state)
-    out = compiled(lambda *args: op(*args), backend, dynamic=True)(A, dt_view, x, B_in, C_in, state_view)
-    torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(state_view, expected_state)
+    assert_compiled_call_computes_as_eager(op, backend, True, (A, dt, x, B_in, C_in, state), dt_view, state_view)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -177,11 +180,7 @@ def test_a_dynamic_shape_compiled_call_accepts_a_mutated_input_and_another_input
     arena = torch.empty(state.numel() + dt.numel())
     state_view = arena[:state.numel()].view(state.shape).copy_(state)
     dt_view = arena[state.numel():].view(dt.shape).copy_(dt)
-    expected_state = state.clone()
-    expected = op(A, dt, x, B_in, C_in, expected_state)
-    out = compiled(lambda *args: op(*args), backend, dynamic=True)(A, dt_view, x, B_in, C_in, state_view)
-    torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(state_view, expected_state)
+    assert_compiled_call_computes_as_eager(op, backend, True, (A, dt, x, B_in, C_in, state), dt_view, state_view)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
