@@ -19,7 +19,9 @@ from tileops_core.ops.attention import QKNormRopeFwdOp
 from tileops_core.ops.moe import MoETopKRoutingFwdOp
 from tileops_core.ops.linear_attention import RecurrentGatedDeltaRuleFwdOp, RGDRKernel
 from tileops_core.ops.normalization import RMSNormFwdOp, RMSNormKernel
+from tileops_core.ops.normalization import RMSNormFwdOp as CatalogueRMSNormFwdOp
 from tileops_core.ops.reduction import SumFwdOp
+from tileops_core.op import current_call
 from tileops_core.op.one_launch import OneLaunch, one_launch_of
 
 
@@ -192,3 +194,65 @@ def test_the_interface_is_resolved_where_forward_resolves_it():
     assert one_launch_of(_as_written, d.arg_names, d.interfaces, names) == OneLaunch(RMSNormKernel, ("normalized_shape",
                                                                                                     "eps"))
     assert one_launch_of(_as_written, d.arg_names, (SiluAndMulKernel,), names) is None  # not one of the op's
+
+
+def test_a_kernel_returning_its_result_finds_the_call_it_serves_recorded_on_the_direct_call(fake_backend):
+    seen = []
+    fake_backend.kernel(RMSNormKernel, lambda x, weight, normalized_shape, eps: seen.append(current_call()[0]) or x * 2,
+                        general=False)
+    op = RMSNormFwdOp(normalized_shape=[8])
+    x = torch.randn(2, 8)
+    op(x, None)
+    op(x, None)
+    assert op.last_plan.bound[None].direct is not None and seen == [op, op]
+
+
+def _unrecorded(x, weight, normalized_shape, eps):
+    with pytest.raises(RuntimeError, match=r"only valid inside an op's forward\(\)"):
+        current_call()
+    return x * 2
+
+
+def test_a_kernel_declaring_it_never_reads_the_current_call_runs_with_none_recorded(fake_backend):
+    """``reads_current_call = False`` (the CPU references): the direct call records nothing for it."""
+    fake_backend.kernel(RMSNormKernel, _unrecorded, general=False, reads_current_call=False)
+    op = RMSNormFwdOp(normalized_shape=[8])
+    x = torch.randn(2, 8)
+    assert torch.equal(op(x, None), x * 2) and torch.equal(op(x, None), x * 2)
+    assert op.last_plan.bound[None].direct is not None
+
+
+def test_an_op_called_inside_a_kernel_that_records_nothing_records_its_own_call_and_clears_it(fake_backend):
+    inner = SiluAndMulFwdOp()
+    served = []
+    fake_backend.kernel(SiluAndMulKernel, lambda x: served.append(current_call()[0]) or x[..., :4] * 2, general=False)
+
+    def outer(x, weight, normalized_shape, eps):
+        y = inner(x)
+        return _unrecorded(x, weight, normalized_shape, eps) + y.repeat(1, 2)
+
+    fake_backend.kernel(RMSNormKernel, outer, general=False, reads_current_call=False)
+    x = torch.randn(2, 8)
+    assert torch.equal(RMSNormFwdOp(normalized_shape=[8])(x, None), x * 2 + (x[..., :4] * 2).repeat(1, 2))
+    assert served == [inner]
+    with pytest.raises(RuntimeError, match=r"only valid inside an op's forward\(\)"):
+        current_call()
+
+
+def test_an_op_whose_class_defines_a_param_reads_it_on_every_call(fake_backend):
+    """A param the op's class itself defines (here a property) is not fixed at construction: the
+    direct call, which passes the params read when its kernel is bound, is not made for such an
+    op, and forward reads the param on every call."""
+    got = []
+    fake_backend.kernel(RMSNormKernel, lambda x, weight, normalized_shape, eps: got.append(eps) or x * 2, general=False)
+
+    class RMSNormFwdOp(CatalogueRMSNormFwdOp):
+        eps_now = 1e-3
+        eps = property(lambda self: self.eps_now)
+
+    op = RMSNormFwdOp(normalized_shape=[8], eps=1e-3)
+    x = torch.randn(2, 8)
+    op(x, None)
+    op.eps_now = 1e-2
+    op(x, None)
+    assert got == [1e-3, 1e-2] and op.last_plan.bound[None].direct is None

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from example_ops import (REFERENCE_KERNELS, BmmFwdOp, BmmKernel, GroupNormFwdOp, GroupNormKernel, ReciprocalKernel,
                          RMSNormFwdOp, RMSNormKernel, SSDDecodeKernel, at, failure, probe_specs, rand,
                          reciprocal_reference, recording, ssd_args, ssd_reference)
-from tileops_core.kernels import KernelInterface
+from tileops_core.kernels import KernelInterface, launch_signature
 from tileops_core.op import Op
 
 
@@ -420,3 +420,185 @@ def test_an_out_buffer_that_cannot_be_written_is_named_on_a_fresh_and_a_warm_cal
     expected = f"ReciprocalFwdOp: out buffer out {why}" + at(op.op_spec().outputs["output"])
     assert failure(lambda: op(rand(3, 4), out=make_out())) == expected
     assert failure(lambda: ReciprocalFwdOp()(rand(3, 4), out=make_out())) == expected
+
+
+# -- step 7 on a warm call: one guard of the output's metadata, its storage by identity --------------------
+
+def _right_then(wrong):
+    """A Bmm kernel whose first call returns the right result and every later one ``wrong(result)``."""
+    calls = []
+
+    def kernel(a, b):
+        calls.append(1)
+        d = torch.bmm(a, b)
+        return d if len(calls) == 1 else wrong(d)
+    return kernel
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda d: d[:, :-1], "output d has shape [2, 2, 5], the spec gives [2, 3, 5]"),
+    (lambda d: d[None], "output d has shape [1, 2, 3, 5], the spec gives [2, 3, 5]"),
+    (lambda d: d.double(), "output d has dtype float64, the spec gives float32"),
+    (lambda d: torch.empty(2, 3, 5, device="meta"), "output d is on meta, the call is on cpu"),
+    (lambda d: d.to_sparse(), "output d has layout torch.sparse_coo, expected strided"),
+    (lambda d: (d,), "output d is tuple, expected a tensor"),
+], ids=["shape", "rank", "dtype", "device", "layout", "not_a_tensor"])
+def test_a_warm_call_refuses_each_output_the_first_call_would_have(use, wrong, message):
+    """A call whose plan and output guard exist (the first call made them) checks the output as fully."""
+    use(BmmKernel, _right_then(wrong))
+    op = BmmFwdOp()
+    a, b = rand(2, 3, 4), rand(2, 4, 5)
+    torch.testing.assert_close(op(a, b), torch.bmm(a, b))
+    assert failure(lambda: op(a, b)) == f"BmmFwdOp: {message}" + at(op.op_spec().outputs["d"])
+
+
+def test_a_warm_call_accepts_an_output_of_any_strides_where_the_spec_asks_no_contiguity(use):
+    use(BmmKernel, _right_then(lambda d: d.mT.contiguous().mT))
+    op = BmmFwdOp()
+    a, b = rand(2, 3, 4), rand(2, 4, 5)
+    op(a, b)
+    d = op(a, b)
+    assert not d.is_contiguous()
+    torch.testing.assert_close(d, torch.bmm(a, b))
+
+
+class Tagged(torch.Tensor):
+    """A tensor subclass a kernel may return: the output guard does not match it, the fields are read."""
+
+
+def test_a_warm_call_accepts_a_tensor_subclass_and_still_checks_its_metadata(use):
+    results = iter([lambda d: d.as_subclass(Tagged), lambda d: d.as_subclass(Tagged),
+                    lambda d: d.double().as_subclass(Tagged)])
+    use(BmmKernel, lambda a, b: next(results)(torch.bmm(a, b)))
+    op = BmmFwdOp()
+    a, b = rand(2, 3, 4), rand(2, 4, 5)
+    assert type(op(a, b)) is Tagged and type(op(a, b)) is Tagged
+    assert failure(lambda: op(a, b)).startswith("BmmFwdOp: output d has dtype float64")
+
+
+def test_calls_in_and_out_of_inference_mode_have_their_outputs_checked_alike(use):
+    """The output guard compares dispatch keys, which differ in inference mode: whichever state
+    it was made in, a call in the other has its output checked as fully."""
+    use(BmmKernel, _right_then(lambda d: d.double()))
+    op = BmmFwdOp()
+    a, b = rand(2, 3, 4), rand(2, 4, 5)
+    torch.testing.assert_close(op(a, b), torch.bmm(a, b))
+    with torch.inference_mode():
+        assert failure(lambda: op(a, b)).startswith("BmmFwdOp: output d has dtype float64")
+        assert failure(lambda: op(a.clone(), b.clone())).startswith("BmmFwdOp: output d has dtype float64")
+    assert failure(lambda: op(a, b)).startswith("BmmFwdOp: output d has dtype float64")
+
+
+def test_output_sharing_the_input_storage_without_overlapping_the_input_is_rejected(use):
+    """The rule is one storage, not overlapping bytes: a result written to another part of the
+    input's base shares its storage (a test of the input's own byte range would pass it)."""
+    use(ReciprocalKernel, lambda input, out=None: input._base[1].copy_(input.reciprocal()))
+    op = ReciprocalFwdOp()
+    base = rand(2, 3, 4)
+    assert failure(lambda: op(base[0])) == (
+        "ReciprocalFwdOp: output output shares storage with an input" + at(op.op_spec().outputs["output"]))
+    assert failure(lambda: op(base[0])) == (  # the warm call: the same step 7
+        "ReciprocalFwdOp: output output shares storage with an input" + at(op.op_spec().outputs["output"]))
+
+
+CONTIGUOUS_PROBE = probe_specs(
+    ProbeContiguousOutputFwdOp="""
+    inputs:
+      x: {dtype: float32, shape: "[M, N]"}
+    outputs:
+      y: {dtype: float32, shape: "[N, M]", contiguous: true}
+""")
+
+
+class ProbeContiguousOutputKernel(KernelInterface):
+    op = "ProbeContiguousOutputFwdOp"
+
+    @launch_signature
+    def launch(x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError  # a declaration
+
+
+class ProbeContiguousOutputFwdOp(Op):
+    interfaces = (ProbeContiguousOutputKernel,)
+
+    def forward(self, x):
+        return self.launch(ProbeContiguousOutputKernel, x)
+
+
+def test_a_warm_call_refuses_a_strided_result_for_an_output_declared_contiguous(use, extra_manifest):
+    extra_manifest(CONTIGUOUS_PROBE)
+    results = iter([lambda x: x.t().contiguous(), lambda x: x.t().clone()])  # the second keeps x.t()'s strides
+    use(ProbeContiguousOutputKernel, lambda x: next(results)(x))
+    op = ProbeContiguousOutputFwdOp()
+    x = rand(3, 4)
+    torch.testing.assert_close(op(x), x.t())
+    assert failure(lambda: op(x)) == (
+        "ProbeContiguousOutputFwdOp: output y must be contiguous" + at(op.op_spec().outputs["y"]))
+
+
+TWO_FRESH_PROBE = probe_specs(
+    ProbeTwoFreshFwdOp="""
+    inputs:
+      x: {dtype: float32, shape: "[M, N]"}
+    outputs:
+      total: {dtype: float32, shape: "[M]"}
+      peak: {dtype: float32, shape: "[M]"}
+""")
+
+
+class ProbeTwoFreshKernel(KernelInterface):
+    op = "ProbeTwoFreshFwdOp"
+
+    @launch_signature
+    def launch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError  # a declaration
+
+
+class ProbeTwoFreshFwdOp(Op):
+    interfaces = (ProbeTwoFreshKernel,)
+
+    def forward(self, x):
+        return self.launch(ProbeTwoFreshKernel, x)
+
+
+def _sums_then(wrong):
+    """The probe's kernel: (row sums, row maxima) on the first call, ``wrong(x, sums, maxima)`` after."""
+    calls = []
+
+    def kernel(x):
+        calls.append(1)
+        total, peak = x.sum(1), x.amax(1)
+        return (total, peak) if len(calls) == 1 else wrong(x, total, peak)
+    return kernel
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda x, t, p: (t, p.double()), "output peak has dtype float64, the spec gives float32"),
+    (lambda x, t, p: (t[:-1], p), "output total has shape [2], the spec gives [3]"),
+    (lambda x, t, p: (t, p.to_sparse()), "output peak has layout torch.sparse_coo, expected strided"),
+    (lambda x, t, p: (t, None), "output peak is NoneType, expected a tensor"),
+    (lambda x, t, p: (t, x[:, 0]), "output peak shares storage with an input"),
+    (lambda x, t, p: (t, x.new_empty(0).set_(x.untyped_storage(), 0, (3,), (1,))), "output peak shares storage with an input"),
+    (lambda x, t, p: (t, p, p), "the implementation returned tuple, expected 2 outputs (total, peak)"),
+], ids=["dtype", "shape", "layout", "none", "view_of_the_input", "set_to_its_storage", "count"])
+def test_a_warm_call_with_two_fresh_outputs_refuses_each_output_the_first_call_would_have(use, extra_manifest, wrong,
+                                                                                          message):
+    extra_manifest(TWO_FRESH_PROBE)
+    use(ProbeTwoFreshKernel, _sums_then(wrong))
+    op = ProbeTwoFreshFwdOp()
+    x = rand(3, 4)
+    total, peak = op(x)
+    torch.testing.assert_close(peak, x.amax(1))
+    where = op.op_spec().location if message.startswith("the") else op.op_spec().outputs[message.split()[1]].loc
+    assert failure(lambda: op(x)) == f"ProbeTwoFreshFwdOp: {message} ({where.where()})"
+
+
+def test_a_warm_call_with_two_fresh_outputs_accepts_them_as_a_list(use, extra_manifest):
+    extra_manifest(TWO_FRESH_PROBE)
+    use(ProbeTwoFreshKernel, _sums_then(lambda x, t, p: [t, p]))
+    op = ProbeTwoFreshFwdOp()
+    x = rand(3, 4)
+    op(x)
+    total, peak = op(x)
+    torch.testing.assert_close(total, x.sum(1))
+    torch.testing.assert_close(peak, x.amax(1))

@@ -3,6 +3,9 @@
 torch's ``TensorGuards`` answers False for any call that repeats a tensor object, so before the
 matcher took each object once, ``op(x, w, w)`` rebuilt its plan key and its matcher on every call
 (the hot path's slowest branch: 120 -> 152 µs a QKNormRope call on the CPU with one weight for q and k).
+
+The same module makes step 7's check of one fresh output's metadata (``make_output_matcher``): a
+guard of the planned shape, dtype and device, which must accept nothing step 7 would refuse.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import pytest
 import torch
 
 import tileops_core.op.plan as plan_module
-from tileops_core.op.same_call import make_matcher
+from tileops_core.op.same_call import make_matcher, make_output_matcher
 from tileops_core.ops.attention import QKNormRopeFwdOp
 
 
@@ -47,3 +50,39 @@ def test_an_op_called_with_one_weight_for_query_and_key_keeps_its_matcher(monkey
     op(q, k, w, w.clone(), positions)  # two weights now: planned once more, then matched
     op(q, k, w, w.clone(), positions)
     assert len(made) == 2
+
+
+class _Tagged(torch.Tensor):
+    pass
+
+
+def test_an_output_matcher_accepts_a_plain_strided_tensor_of_the_planned_metadata_only():
+    """Step 7's one C++ check of a fresh output: True says shape, dtype, device, strided layout
+    (and, where asked, contiguity); anything else is False, and the caller reads the fields."""
+    matches = make_output_matcher((4, 8), torch.float32, torch.device("cpu"), contiguous=False)
+    if matches is None:
+        pytest.skip("this torch has no usable TensorGuards: step 7 reads the fields")
+    x = torch.randn(4, 8)
+    assert matches(x) and matches(torch.randn(8, 4).t()) and matches(torch.randn(4, 16)[:, ::2])  # any strides
+    for other in (torch.randn(4, 9), torch.randn(4, 8, 1), torch.randn(32), x.double(), x.half(),
+                  torch.empty(4, 8, device="meta"), x.to_sparse(), x.clone().requires_grad_(), x.as_subclass(_Tagged),
+                  None, 3.0, (x,)):
+        assert not matches(other), other
+
+
+def test_an_output_matcher_for_a_contiguous_output_asks_for_the_contiguous_strides():
+    matches = make_output_matcher((4, 8), torch.float32, torch.device("cpu"), contiguous=True)
+    if matches is None:
+        pytest.skip("this torch has no usable TensorGuards: step 7 reads the fields")
+    assert matches(torch.randn(4, 8))
+    assert not matches(torch.randn(8, 4).t()) and not matches(torch.randn(4, 16)[:, ::2])
+    assert not matches(torch.randn(1, 8).expand(4, 8))
+
+
+def test_an_output_matcher_made_outside_inference_mode_says_nothing_of_an_inference_tensor():
+    """It compares dispatch keys: False here means only that the fields are read one by one."""
+    matches = make_output_matcher((4, 8), torch.float32, torch.device("cpu"), contiguous=False)
+    if matches is None:
+        pytest.skip("this torch has no usable TensorGuards: step 7 reads the fields")
+    with torch.inference_mode():
+        assert not matches(torch.randn(4, 8))

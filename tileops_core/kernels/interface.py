@@ -154,6 +154,12 @@ class KernelInterface:
     #: (non-alias) outputs allocated by the core from the plan, and writes them; its return
     #: value is ignored. The core then knows the outputs are right by construction.
     writes_outputs: ClassVar[bool] = False
+    #: False when the built kernel never reads the call it serves (``current_call()``, and through
+    #: it ``Op.launch``, ``Op.bound``, ``Op.construction_tensor``): a function of its arguments alone.
+    #: An op call that launches such a kernel directly (``tileops_core.op.one_launch``) then does not
+    #: record the call on the thread for it, which costs about 0.2 µs a call. True (the default):
+    #: recorded, as under ``forward``.
+    reads_current_call: ClassVar[bool] = True
     #: True when the built kernel is plain torch code that torch.compile can trace: a compiled
     #: call of an op the decomposition policy names is inlined as the kernel the selection rule
     #: picks among traceable ones only (kernels/compile_policy.py).

@@ -299,7 +299,7 @@ class Op:
         bound = plan.bind(target, choose_kernel)
         launch = self._def.one_launch
         if launch is not None and type(self).launch is Op.launch:
-            bound.bind_direct(launch)
+            bound.bind_direct(launch, self)
         return bound
 
     def _forward_without_grad(self, plan: CallPlan, values: Sequence[Any]) -> Any:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
@@ -30,7 +29,7 @@ from ..lang.tensor_meta import TensorMeta
 from .alloc import fresh_allocator
 from .one_launch import OneLaunch
 from .overlap import expanded_beyond_limit, overlapping_argument, overlaps_itself, traced_overlapping_argument
-from .same_call import Matcher, make_matcher
+from .same_call import Matcher, make_matcher, make_output_matcher
 from .torchtypes import name_of
 
 __all__ = ["BoundKernels", "CallPlan", "CURRENT", "TensorMeta", "check_buffer_storage", "is_zero", "numel"]
@@ -40,11 +39,36 @@ __all__ = ["BoundKernels", "CallPlan", "CURRENT", "TensorMeta", "check_buffer_st
 CURRENT = threading.local()
 
 
+def _load_storage_address() -> Callable[[torch.Tensor], int]:
+    """``t.untyped_storage()._cdata`` (the address of the tensor's ``StorageImpl``) without the
+    Python storage object: torch's ``_storage_address`` reads it in C++, where building the
+    storage object for a kernel's fresh output costs about 0.3 µs a call. Used only where it
+    gives the same number as the storage object (checked here, on a tensor and a view of it)
+    and refuses a storage-less wrapper as the storage object does (NotImplementedError)."""
+
+    def through_storage(t: torch.Tensor) -> int:
+        return t.untyped_storage()._cdata
+
+    address = getattr(torch._C, "_storage_address", None)
+    if address is None:
+        return through_storage
+    try:
+        t = torch.empty(2, 3)
+        same = address(t) == address(t[1:]) == t.untyped_storage()._cdata != address(torch.empty(2, 3))
+    except Exception:  # another signature on this build: the storage object serves
+        return through_storage
+    return address if same else through_storage
+
+
+#: The address of a tensor's ``StorageImpl``: what tells two storages apart (:func:`storage_id`).
+_storage_address = _load_storage_address()
+
+
 def storage_id(t: torch.Tensor) -> int:
     """The identity of a tensor's storage (not its data pointer: every meta tensor and many
     empty ones have data pointer 0, while views keep their base's storage)."""
     try:
-        return t.untyped_storage()._cdata
+        return _storage_address(t)
     except NotImplementedError as exc:  # a torch.func wrapper: no storage (found in review)
         raise TileOpsError(_TRANSFORMS) from exc
 
@@ -52,6 +76,14 @@ def storage_id(t: torch.Tensor) -> int:
 #: Why a call from inside a torch.func transform is refused.
 _TRANSFORMS = ("TileOPs ops take plain tensors, and torch.func transforms (vmap, grad, jacrev) pass wrappers "
                "without storage: call the op outside the transform")
+
+
+def _storage_ids(values: Sequence[Any]) -> set[int]:
+    """The storage identities of the tensors among ``values`` (None: absent), as :func:`storage_id` gives each."""
+    try:
+        return {_storage_address(v) for v in values if v is not None}
+    except NotImplementedError as exc:  # a torch.func wrapper: no storage
+        raise TileOpsError(_TRANSFORMS) from exc
 
 
 def check_buffer_storage(op: str, name: str, loc: Location, buffer: torch.Tensor, inputs: Iterable[Any]) -> None:
@@ -117,17 +149,22 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
         self.kernels[interface] = impl
         return impl, kernel, call
 
-    def bind_direct(self, launch: OneLaunch) -> None:
+    def bind_direct(self, launch: OneLaunch, op: Any) -> None:
         """Bind ``launch.interface`` (selecting its kernel now, as the first launch would) and,
         where its kernel needs no contiguity copy, set :attr:`direct`: the kernel called with the
         op's arguments and its params, then either fresh outputs (a kernel that writes the outputs
         the plan allocates) or step 7 on what it returns (a kernel that returns its outputs).
 
         What ``forward`` and the launcher would do per call is done once here: the arguments'
-        arrangement is the forward's own (:class:`OneLaunch`) and the outputs' shapes are the
-        plan's. Written into fresh outputs, the result is right by construction (step 7 has nothing
-        to check: fresh storage, planned metadata); returned, it goes through the plan's step 7 as
-        after ``forward``. The params are read from the op on every call, as ``forward`` reads them.
+        arrangement is the forward's own (:class:`OneLaunch`), the outputs' shapes are the plan's,
+        and the params are those of ``op``, the instance this plan belongs to, read now: each is
+        an instance attribute set once, at construction, from its checked value (``Op.__setattr__``
+        refuses another), so every ``forward`` would read the same. A param the op's class itself
+        defines (a property, say) could change: such an op keeps the general path, which reads it
+        per call. Written into fresh outputs, the result is right by construction (step 7 has
+        nothing to check: fresh storage, planned metadata); returned, it goes through the plan's
+        step 7 as after ``forward``, with the call recorded on the thread while the kernel runs, as
+        under ``forward``, unless the kernel declares it never reads it (``reads_current_call``).
         A kernel writing outputs the plan does not allocate keeps the general path.
         """
         interface = launch.interface
@@ -137,17 +174,24 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
         writes = getattr(impl, "writes_outputs", False)
         if (writes and not plan.fresh_outputs) or (plan.copies_needed and interface.needs_contiguous):
             return
-        names = launch.params
-        params: Callable[[Any], tuple[Any, ...]]
-        if len(names) > 1:
-            params = attrgetter(*names)  # a tuple of the params, read in C
-        elif names:
-            def params(op: Any, name: str = names[0]) -> tuple[Any, ...]:
-                return (getattr(op, name),)
-        else:
-            def params(op: Any) -> tuple[Any, ...]:
-                return ()
+        if any(name not in vars(op) or hasattr(type(op), name) for name in launch.params):
+            return
+        params = tuple(getattr(op, name) for name in launch.params)
         raised = _kernel_error(plan, impl, call)
+        if not writes and not impl.reads_current_call:
+            check = plan.check_outputs
+
+            def direct_returning_unrecorded(values: Sequence[Any], op: Any) -> Any:
+                # A kernel that never reads the current call (it declares so): nothing to record.
+                try:
+                    result = kernel(*values, *params)
+                except TileOpsError:
+                    raise
+                except Exception as exc:
+                    raise raised(exc) from exc
+                return check(result, values)
+            self.direct = direct_returning_unrecorded
+            return
         if not writes:
             check = plan.check_outputs
             current = CURRENT
@@ -158,7 +202,7 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
                 previous = getattr(current, "call", None)
                 current.call = (op, plan, self, values)
                 try:
-                    result = kernel(*values, *params(op))
+                    result = kernel(*values, *params)
                 except TileOpsError:
                     raise
                 except Exception as exc:
@@ -175,7 +219,7 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
             def direct_into_one(values: Sequence[Any], op: Any) -> Any:
                 out = alloc()
                 try:
-                    kernel(*values, *params(op), out)
+                    kernel(*values, *params, out)
                 except TileOpsError:
                     raise
                 except Exception as exc:
@@ -186,7 +230,7 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
 
         def direct_into(values: Sequence[Any], op: Any) -> Any:
             outs = tuple(a() for a in allocs)
-            _run_kernel(kernel, (*values, *params(op), *outs), {}, raised)
+            _run_kernel(kernel, (*values, *params, *outs), {}, raised)
             return outs
         self.direct = direct_into
 
@@ -255,6 +299,11 @@ def _run_kernel(kernel: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
         raise
     except Exception as exc:
         raise raised(exc) from exc
+
+
+def _unknown_output(result: Any) -> bool:
+    """The output guard of a plan that has none (yet): it says nothing, the fields are checked."""
+    return False
 
 
 class _Made:
@@ -341,9 +390,14 @@ class CallPlan:
         self.fresh_dtypes = tuple(self.out_dtypes[i] for i in fresh)
         self.copies_needed = bool(self.noncontiguous_args)
         self.made = _Made()
-        #: Step 7 for this plan: the fast closure for one fresh output, else the full check.
+        #: Per output, for step 7: the guard of a fresh output's metadata, made with the matcher
+        #: (:meth:`match_calls_like`), or a check that says nothing (the fields are then read one by one).
+        self._output_like: list[Callable[[Any], bool]] = [_unknown_output] * len(slots)
+        self._output_guards_made = False
+        #: Step 7 for this plan: a fast closure where every output is fresh, else the full check.
         self.check_outputs: Callable[[Any, Sequence[Any]], Any] = (
-            self._one_fresh_output_check() if self._single and slots[0][1] is None else self.check_outputs_in_full)
+            self.check_outputs_in_full if not self.fresh_outputs
+            else self._one_fresh_output_check() if self._single else self._fresh_outputs_check())
 
     # -- kernels ----------------------------------------------------------------------------
 
@@ -360,7 +414,8 @@ class CallPlan:
 
     def match_calls_like(self, values: Sequence[Any]) -> None:
         """Make :attr:`matches` for calls with the metadata of ``values``, carrying the check of
-        written inputs that the calls it accepts run (its ``check_written``).
+        written inputs that the calls it accepts run (its ``check_written``); the first time, also the
+        guards step 7 checks fresh outputs with (:func:`.same_call.make_output_matcher`).
 
         A matched call has these sizes and strides, so each argument's byte extent, and whether
         a written input overlaps itself, are known here: what the overlap rule compares per
@@ -371,6 +426,16 @@ class CallPlan:
         if matches is not None and self.mutated_inputs:
             matches.check_written = self._written_inputs_check(values, matches.extents)
         self.matches = matches
+        if not self._output_guards_made:
+            # Once, with the plan's first matcher: they compare dispatch keys, so calls in another dispatch state
+            # (inference mode, a compiled call's implementation) read the fields, as before there were guards;
+            # remade with every matcher, they would cost the calls that alternate strides on one key 3 µs each.
+            self._output_guards_made = True
+            for i, identity, _, _ in self._slots:
+                if identity is None:
+                    like = make_output_matcher(self.out_shapes[i], self.out_dtypes[i], self.device,
+                                               self.contiguous_outputs[i])
+                    self._output_like[i] = _unknown_output if like is None else like
 
     def _written_inputs_check(self, values: Sequence[Any], extents: Sequence[int]) -> Callable[[Sequence[Any]], None]:
         """:meth:`check_written_inputs` for calls with the sizes and strides of ``values``, as one closure.
@@ -498,7 +563,11 @@ class CallPlan:
 
         A result the plan itself allocated (a ``writes_outputs`` kernel) never comes here: the
         op returns it at once (:attr:`made`), its metadata right by construction and its
-        storage new. Anything here that looks off goes to the full check, which names what is wrong.
+        storage new. The metadata is one C++ check where the plan has an output guard (made with
+        its matcher, :func:`.same_call.make_output_matcher`), else, or where the guard does not
+        match, the fields read one by one; the storage is compared by identity with every input's
+        (:func:`storage_id`, read without a Python storage object). Anything here that looks off
+        goes to the full check, which names what is wrong.
         """
         shape, dtype, device = self.out_shapes[0], self.out_dtypes[0], self.device
         on_cpu = device.type == "cpu"
@@ -506,21 +575,52 @@ class CallPlan:
         nonempty = self._slots[0][3]
         full = self.check_outputs_in_full
         op, name, loc = self.op, self.out_names[0], self.out_locs[0]
+        address = _storage_address
+        like = self._output_like
 
         def check(result: Any, values: Sequence[Any]) -> Any:
-            if ((type(result) is not _Tensor and not isinstance(result, _Tensor)) or result.shape != shape
+            if not like[0](result) and (  # one C++ check of the metadata, else field by field
+                    (type(result) is not _Tensor and not isinstance(result, _Tensor)) or result.shape != shape
                     or result.dtype is not dtype or result.layout is not _STRIDED
                     or (not result.is_cpu if on_cpu else result.device != device)
                     or (contiguous and not result.is_contiguous())):
                 return full(result, values)
             if nonempty:
                 try:
-                    sid = result.untyped_storage()._cdata
+                    sid = address(result)
                     for v in values:
-                        if v is not None and v.untyped_storage()._cdata == sid:
+                        if v is not None and address(v) == sid:
                             fail(op, f"output {name} shares storage with an input", loc)
                 except NotImplementedError as exc:  # (the try costs nothing where nothing raises)
                     raise TileOpsError(f"{op}: {_TRANSFORMS}") from exc
+            return result
+
+        return check
+
+    def _fresh_outputs_check(self) -> Callable[[Any, Sequence[Any]], Any]:
+        """Step 7 for a plan of several outputs, every one fresh, as a closure (see
+        :meth:`_one_fresh_output_check`): a tuple of outputs each matching its guard needs only
+        the storage compared; anything else goes to the full check, which names what is wrong."""
+        n = len(self._slots)
+        likes = self._output_like
+        nonempty = tuple(i for i, _, _, non_empty in self._slots if non_empty)
+        full = self.check_outputs_in_full
+        address = _storage_address
+
+        def check(result: Any, values: Sequence[Any]) -> Any:
+            if type(result) is not tuple or len(result) != n:
+                return full(result, values)
+            for like, out in zip(likes, result):
+                if not like(out):
+                    return full(result, values)
+            if nonempty:
+                try:
+                    storages = {address(v) for v in values if v is not None}
+                    for i in nonempty:
+                        if address(result[i]) in storages:
+                            return full(result, values)
+                except NotImplementedError as exc:
+                    raise TileOpsError(f"{self.op}: {_TRANSFORMS}") from exc
             return result
 
         return check
@@ -536,21 +636,24 @@ class CallPlan:
             fail(self.op, f"the implementation returned {type(result).__name__}, expected {n} outputs "
                           f"({', '.join(self.out_names)})", self.loc)
         storages = None
+        like = self._output_like
         for i, identity, what, nonempty in self._slots:
             out = outs[i]
-            if not isinstance(out, torch.Tensor):
-                fail(self.op, f"output {self.out_names[i]} is {type(out).__name__}, expected a tensor",
-                     self.out_locs[i])
-            if identity is not None:
-                if out is not values[identity]:
-                    fail(self.op, f"output {self.out_names[i]} must be {what}", self.out_locs[i])
-                continue
-            if (out.shape != self.out_shapes[i] or out.dtype is not self.out_dtypes[i] or out.device != self.device
-                    or out.layout is not torch.strided or (self.contiguous_outputs[i] and not out.is_contiguous())):
-                self._mismatch(i, out)
+            if identity is not None or not like[i](out):  # (a fresh output's guard: its metadata in one check)
+                if not isinstance(out, torch.Tensor):
+                    fail(self.op, f"output {self.out_names[i]} is {type(out).__name__}, expected a tensor",
+                         self.out_locs[i])
+                if identity is not None:
+                    if out is not values[identity]:
+                        fail(self.op, f"output {self.out_names[i]} must be {what}", self.out_locs[i])
+                    continue
+                if (out.shape != self.out_shapes[i] or out.dtype is not self.out_dtypes[i]
+                        or out.device != self.device or out.layout is not torch.strided
+                        or (self.contiguous_outputs[i] and not out.is_contiguous())):
+                    self._mismatch(i, out)
             if nonempty:
                 if storages is None:
-                    storages = {storage_id(v) for v in values if v is not None}
+                    storages = _storage_ids(values)
                 if storage_id(out) in storages:
                     fail(self.op, f"output {self.out_names[i]} shares storage with an input", self.out_locs[i])
         return result

@@ -18,9 +18,10 @@ from typing import Any, Callable, Protocol, Sequence, cast
 
 import torch
 
+from .alloc import contiguous_strides
 from .overlap import extents_of
 
-__all__ = ["Matcher", "make_matcher"]
+__all__ = ["Matcher", "make_matcher", "make_output_matcher"]
 
 
 class Matcher(Protocol):
@@ -53,6 +54,24 @@ def _load_guards() -> Any:
 
 
 _TensorGuards = _load_guards()
+
+
+def _guards_check_outputs() -> bool:
+    """Whether a guard with unchecked strides (None) serves step 7 on this build: it must accept
+    any strides and still refuse another layout, device, dtype, shape or tensor type."""
+    if _TensorGuards is None:
+        return False
+    try:
+        guard = _TensorGuards(torch.empty(0), dynamic_dims_sizes=[[2, 3]], dynamic_dims_strides=[[None, None]])
+        x = torch.empty(2, 3)
+        return (guard.check(x) and guard.check(torch.empty(3, 2).t()) and not guard.check(x.to_sparse())
+                and not guard.check(torch.empty(2, 3, device="meta")) and not guard.check(x.double())
+                and not guard.check(x[None]) and not guard.check(None))
+    except Exception:
+        return False
+
+
+_OUTPUT_GUARDS = _guards_check_outputs()
 
 
 def make_matcher(values: Sequence[Any]) -> Matcher | None:
@@ -108,3 +127,27 @@ def _with_extents(matches: Callable[[Sequence[Any]], bool], values: Sequence[Any
     setattr(matches, "extents", extents_of(values))
     setattr(matches, "check_written", None)
     return cast(Matcher, matches)
+
+
+def make_output_matcher(shape: Sequence[int], dtype: torch.dtype, device: torch.device,
+                        contiguous: bool) -> Callable[[Any], bool] | None:
+    """``matches(result) -> bool`` for step 7's metadata of one fresh output, in one C++ check; or None.
+
+    True only for a plain strided tensor (no subclass) of exactly ``shape``, ``dtype`` and
+    ``device``, with the contiguous strides where ``contiguous`` (its strides unchecked
+    otherwise), that does not require grad: everything step 7 asks of a fresh output but its
+    storage. The five attribute reads and comparisons it replaces cost about 0.3 µs a call, the
+    check 0.13. False says nothing: the caller checks field by field. The guard compares
+    dispatch keys, so a call in another dispatch state than the one it was made in (inference
+    mode, below autograd in a compiled call's implementation) never matches it.
+    """
+    if not _OUTPUT_GUARDS or not all(type(n) is int for n in shape):  # (a symbolic size: no guard on it here)
+        return None
+    sizes = list(shape)
+    strides: list[int | None] = list(contiguous_strides(tuple(sizes))) if contiguous else [None] * len(sizes)
+    try:
+        guard = _TensorGuards(torch.empty(0, dtype=dtype, device=device), dynamic_dims_sizes=[sizes],
+                              dynamic_dims_strides=[strides])
+    except Exception:  # a device or dtype torch's guard does not take: the field checks serve
+        return None
+    return cast(Callable[[Any], bool], guard.check)

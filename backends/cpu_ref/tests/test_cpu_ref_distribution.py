@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,22 @@ def test_plugin_registers_every_reference_kernel_as_the_cpu_ref_backend():
     assert info.distribution == "tileops-cpu-ref"
     assert set(info.kernels) == set(KERNELS)
     assert all(k.general and k.devices == ("*",) for k in KERNELS)
+
+
+def test_reference_kernels_declare_that_they_never_read_the_current_call_and_none_does():
+    """``reads_current_call = False`` lets a direct op call skip recording the call for the kernel
+    (about 0.2 µs of a 1 µs torch call); it is true while no module of the package reaches the
+    call: none names ``current_call``, ``Op.launch``, ``Op.bound`` or ``Op.construction_tensor``."""
+    from tileops_cpu_ref.kernels import KERNELS
+
+    assert [k for k in KERNELS if k.reads_current_call] == []
+    reaching = {"current_call", "launch", "bound", "construction_tensor", "CURRENT"}
+    for path in sorted((CPU_REF / "tileops_cpu_ref").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        used |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        used |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert not used & reaching, f"{path.name} uses {sorted(used & reaching)}"
 
 
 def test_version_comes_from_the_root_version_file_through_sdist_and_wheel(tmp_path):

@@ -87,6 +87,8 @@ class _Reference:
     devices: ClassVar[tuple[str, ...]] = ("*",)
     supported_archs: ClassVar[tuple[str, ...]] = ("*",)
     general: ClassVar[bool] = True
+    #: Each form is a function of its arguments alone: a direct launch records no current call for it.
+    reads_current_call: ClassVar[bool] = False
 
     #: The portable form: half precision computed in float32, rounded once.
     fn: Callable[..., Any]
