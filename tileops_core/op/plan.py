@@ -178,29 +178,18 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
             return
         params = tuple(getattr(op, name) for name in launch.params)
         raised = _kernel_error(plan, impl, call)
-        if not writes and not impl.reads_current_call:
-            check = plan.check_outputs
-
-            def direct_returning_unrecorded(values: Sequence[Any], op: Any) -> Any:
-                # A kernel that never reads the current call (it declares so): nothing to record.
-                try:
-                    result = kernel(*values, *params)
-                except TileOpsError:
-                    raise
-                except Exception as exc:
-                    raise raised(exc) from exc
-                return check(result, values)
-            self.direct = direct_returning_unrecorded
-            return
         if not writes:
             check = plan.check_outputs
             current = CURRENT
+            record = impl.reads_current_call
 
             def direct_returning(values: Sequence[Any], op: Any) -> Any:
                 # The call stays current while the kernel runs, as under forward: a kernel may read
-                # it (``current_call()``: the plan's device, the op's construction tensors).
-                previous = getattr(current, "call", None)
-                current.call = (op, plan, self, values)
+                # it (``current_call()``: the plan's device, the op's construction tensors); one that
+                # declares it never does runs with nothing recorded.
+                if record:
+                    previous = getattr(current, "call", None)
+                    current.call = (op, plan, self, values)
                 try:
                     result = kernel(*values, *params)
                 except TileOpsError:
@@ -208,7 +197,8 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
                 except Exception as exc:
                     raise raised(exc) from exc
                 finally:
-                    current.call = previous
+                    if record:
+                        current.call = previous
                 return check(result, values)
             self.direct = direct_returning
             return
