@@ -182,6 +182,15 @@ def _assisted_decoding_cache(model: Any) -> tuple[Any, Callable[[Any], Any]]:
     return cache, lambda m: m(input_ids=ids, attention_mask=mask, cache=cache)
 
 
+def _packing_keywords(model: Any) -> tuple[Any, Callable[[Any], Any]]:
+    """HF's varlen keywords (DataCollatorWithFlattening's), which the layers receive through their kwargs."""
+    cache = DynamicCache(config=model.config)
+    ids, _ = _left_padded([0])
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    return cache, lambda m: m(input_ids=ids, cache=cache, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=7,
+                              max_length_k=7)
+
+
 @pytest.mark.parametrize("layers", [{}, ATTENTION_FIRST], ids=["gated-delta-net-first", "attention-first"])
 @pytest.mark.parametrize("call, error, message", [
     (_static_cache, NotImplementedError, r"layer \d: a Static cache layer \(StaticLayer\)"),
@@ -195,8 +204,10 @@ def _assisted_decoding_cache(model: Any) -> tuple[Any, Callable[[Any], Any]]:
     (_another_batch_size, ValueError,
      r"^layer 0: the cache holds (conv state \(2, .* not TileOPs' pool \(1, |2 rows, and this call 1: )"),
     (_assisted_decoding_cache, NotImplementedError, r"^layer \d: the cache records past conv states"),
+    (_packing_keywords, NotImplementedError, "^cu_seq_lens_q and cu_seq_lens_k given: packed sequences;"),
 ], ids=["static-cache", "right-padding", "padding-after-the-prompt", "attention-weights", "beam-search",
-        "gradients-with-frozen-norms-and-embeddings", "another-batch-size", "assisted-decoding-cache"])
+        "gradients-with-frozen-norms-and-embeddings", "another-batch-size", "assisted-decoding-cache",
+        "packing-keywords"])
 def test_a_refused_call_leaves_every_layer_of_the_cache_as_it_was(call: Scenario, error: type[Exception], message: str,
                                                                     layers: dict[str, Any]) -> None:
     model = _patched(**layers)
@@ -206,6 +217,27 @@ def test_a_refused_call_leaves_every_layer_of_the_cache_as_it_was(call: Scenario
             pytest.raises(error, match=message):
         refused(model)
     _assert_unchanged(snapshots[-1], _snapshot(cache))
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5"])
+def test_positions_hf_reads_as_packed_sequences_are_refused_and_served_where_it_reads_one_sequence(
+        model_type: str) -> None:
+    """Without a mask and a cache, HF's masks read positions that do not run on by one as packed sequences and
+    keep them apart, which the TileOPs layers cannot: refused. Positions that run on from an offset, and any
+    positions with a cache, HF reads as one sequence a row: served, equal to HF's logits."""
+    hf = tiny_model(model_type, seed=1)
+    model = _patched(model_type)
+    ids, _ = _left_padded([0, 0], tokens=6)
+    restarting = torch.tensor([[0, 1, 2, 3, 4, 5], [0, 1, 2, 0, 1, 2]])
+    with torch.no_grad():
+        with pytest.raises(NotImplementedError, match=re.escape(
+                "position_ids that do not run on by one within rows [1], no attention mask and no cache: packed "
+                "sequences; the TileOPs layers run one sequence a row")):
+            model(input_ids=ids, position_ids=restarting, use_cache=False)
+        for positions, use_cache in ((torch.arange(3, 9).expand(2, 6), False), (restarting, True)):
+            expected = hf(input_ids=ids, position_ids=positions, use_cache=use_cache).logits
+            got = model(input_ids=ids, position_ids=positions, use_cache=use_cache).logits
+            assert (got - expected).abs().max().item() <= 1e-4, use_cache
 
 
 def test_attention_weights_the_config_asks_for_are_refused_as_the_keyword_is() -> None:

@@ -20,7 +20,11 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-__all__ = ["ForwardCall", "ForwardChecks", "gradients_check"]
+__all__ = ["ForwardCall", "ForwardChecks", "gradients_check", "packed_sequences_check"]
+
+#: HF's keywords for sequences packed into one row (``FlashAttentionKwargs``, as ``DataCollatorWithFlattening``
+#: passes them); the layers below the text model receive them through ``**kwargs``
+_PACKING_KEYWORDS = ("cu_seq_lens_q", "cu_seq_lens_k")
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,12 @@ class ForwardCall:
     #: whether the forward returns attention weights (the keyword, else the config's default, as HF reads it)
     output_attentions: bool
     inputs_embeds_require_grad: bool
+    #: the text positions ``[B, T]`` where HF's masks read them for packed sequences: given (a 2-D
+    #: ``position_ids``, or the text row of a four-row MRoPE one) to a forward with no attention mask that keeps
+    #: no cache (``use_cache`` off, none passed); None otherwise
+    packing_positions: torch.Tensor | None = None
+    #: the packing keywords given (``_PACKING_KEYWORDS`` that are not None)
+    packing_keywords: tuple[str, ...] = ()
 
 
 class ForwardChecks:
@@ -81,9 +91,20 @@ class ForwardChecks:
         call = ForwardCall(int(shaped.shape[0]), int(shaped.shape[1]), shaped.device, given.get("attention_mask"),
                            cache if cache is not None else given.get("past_key_values"),
                            bool(given.get("output_attentions", getattr(self._config, "output_attentions", False))),
-                           embeds is not None and embeds.requires_grad)
+                           embeds is not None and embeds.requires_grad, self._packing_positions(given, cache),
+                           tuple(k for k in _PACKING_KEYWORDS if given.get(k) is not None))
         for check in self._checks.values():
             check(call)
+
+    def _packing_positions(self, given: dict[str, Any], cache: Any) -> torch.Tensor | None:
+        """The text positions where HF's mask functions look for packed sequences (``find_packed_sequence_indices``
+        runs where the mask is None and the forward has no cache: one passed, or one it makes when ``use_cache``)."""
+        if given.get("attention_mask") is not None or cache is not None or given.get("past_key_values") is not None:
+            return None
+        use_cache = given.get("use_cache")
+        if use_cache if use_cache is not None else getattr(self._config, "use_cache", True):
+            return None
+        return _text_positions(given.get("position_ids"))
 
 
 def gradients_check(name: str, text_model: nn.Module) -> Callable[[ForwardCall], None]:
@@ -110,3 +131,39 @@ def gradients_check(name: str, text_model: nn.Module) -> Callable[[ForwardCall],
             "under torch.no_grad() or torch.inference_mode(), as generate() does, or train the model without "
             "apply_tileops")
     return check
+
+
+def _text_positions(position_ids: Any) -> torch.Tensor | None:
+    """The text positions of ``position_ids`` as HF's text models read them for the masks: a 2-D tensor as it
+    is, the first row of a ``[4, B, T]`` one (Qwen3.5's text, temporal, height, width); None otherwise (a
+    three-row MRoPE tensor has no text row: an image's positions are not consecutive)."""
+    if not isinstance(position_ids, torch.Tensor):
+        return None
+    if position_ids.dim() == 2:
+        return position_ids
+    return position_ids[0] if position_ids.dim() == 3 and position_ids.shape[0] == 4 else None
+
+
+def packed_sequences_check(call: ForwardCall) -> None:
+    """The refusal of several sequences packed into one row, where HF keeps them apart: its varlen keywords,
+    or positions that do not run on by one within a row in a forward with no mask and no cache, which HF's
+    masks read as packed sequences (with a mask or a cache HF reads such positions as one sequence's, and so
+    do the TileOPs layers). The TileOPs layers run one sequence a row, so they would attend and recur across
+    the sequences' boundaries (found in review: two prompts packed with restarting positions were served with
+    logits 0.29 off HF's). Positions are read on the host, which waits for the device, only in such a forward
+    of several tokens, and never while compiling or capturing a CUDA graph."""
+    reason = ""
+    positions = call.packing_positions
+    if call.packing_keywords:
+        reason = f"{' and '.join(call.packing_keywords)} given"
+    elif positions is not None and call.tokens > 1 and not torch.compiler.is_compiling() \
+            and not (positions.is_cuda and torch.cuda.is_current_stream_capturing()):
+        restarts = (positions[:, 1:] - positions[:, :-1] != 1).any(-1)
+        if bool(restarts.any()):
+            rows = restarts.nonzero().flatten().tolist()
+            reason = f"position_ids that do not run on by one within rows {rows}, no attention mask and no cache"
+    if reason:
+        raise NotImplementedError(
+            f"{reason}: packed sequences; the TileOPs layers run one sequence a row and would attend and recur "
+            "across the packed sequences' boundaries: pass the sequences as rows of a batch (left-padded, with an "
+            "attention mask), or call the model without apply_tileops")
