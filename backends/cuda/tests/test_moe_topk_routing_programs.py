@@ -46,27 +46,62 @@ def test_the_registered_key_takes_its_program_from_the_block_shapes_table(monkey
                                                                                          dependent_launch=True)
 
 
+@pytest.mark.parametrize("program", ["candidates", "logits"])
 @pytest.mark.parametrize("dtype,experts,top_k", [("float32", 1024, 8), ("bfloat16", 64, 40)],
                          ids=["two-warps-a-token", "top_k-past-31"])
-def test_a_key_the_candidates_program_cannot_hold_falls_back_to_rounds(monkeypatch, dtype, experts, top_k):
-    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangMoETopKRouting", ((None, {"program": "candidates"}),))
+def test_a_key_the_warp_programs_cannot_hold_falls_back_to_rounds(monkeypatch, program, dtype, experts, top_k):
+    monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangMoETopKRouting", ((None, {"program": program}),))
     key = TileLangMoETopKRouting.key(_call(dtype, experts, top_k))
     # launched plainly: the rounds program has no dependent form
     assert key.program == "rounds" and not key.dependent_launch and TileLangMoETopKRouting.reason(None, key) is None
-    assert with_fitting_routing_program(_CANDIDATES) == _CANDIDATES
+    fitting = dataclasses.replace(_CANDIDATES, program=program)
+    assert with_fitting_routing_program(fitting) == fitting
+
+
+@pytest.mark.parametrize("renormalize", [True, False], ids=["renorm", "no-renorm"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_the_logits_program_serves_the_model_rows_both_ways(dtype, renormalize):
+    # No refusal that renormalize=False would need: the program sums every expert's e for it.
+    for experts, top_k in ((512, 10), (256, 8)):
+        key = MoETopKRoutingBuildKey(dtype, "int64", experts, top_k, renormalize, "sm_90a", "logits", 1, True, True)
+        assert moe_topk_routing_refusal(key) is None and with_fitting_routing_program(key) == key
+
+
+@pytest.mark.parametrize("count,depth", [(c, d) for c in (4, 8, 12, 16) for d in (1, 2, 4)])
+def test_the_heads_network_leaves_a_lanes_largest_keys_sorted(count, depth):
+    import random
+
+    from tileops_cuda.kernels.moe_topk_routing import _heads_network
+
+    steps, heads = _heads_network(count, depth)
+    rng = random.Random(count * 10 + depth)
+    for _ in range(200):
+        values = [rng.randint(0, 5) for _ in range(count)]  # many ties
+        want = sorted(values, reverse=True)[:depth]
+        for op, a, b in steps:
+            values[a], values[b] = (max(values[a], values[b]), min(values[a], values[b])) if op == "ce" else \
+                (max(values[a], values[b]), values[b])
+        assert [values[h] for h in heads] == want
 
 
 @pytest.mark.parametrize("fields,reason", [
-    ({"program": "heap"}, "program='heap' is not one of ('rounds', 'candidates')"),
+    ({"program": "heap"}, "program='heap' is not one of ('rounds', 'candidates', 'logits')"),
     ({"program": "candidates", "tokens": 33}, "the candidates program takes 0-32 tokens a program (tokens=33)"),
     ({"program": "candidates", "experts": 1024, "dtype": "float32"},
      "the candidates program holds a token in one warp (E=1024 in float32 takes 64 threads); use program='rounds'"),
     ({"program": "candidates", "top_k": 32}, "the candidates program ranks top_k + 1 <= 32 lanes (top_k=32)"),
-    ({"unchecked_index": True}, "unchecked_index is a field of the candidates program (program='rounds'); drop it"),
-    ({"dependent_launch": True}, "dependent_launch is a field of the candidates program (program='rounds'); drop it"),
+    ({"unchecked_index": True},
+     "unchecked_index is a field of the candidates and logits programs (program='rounds'); drop it"),
+    ({"dependent_launch": True},
+     "dependent_launch is a field of the candidates and logits programs (program='rounds'); drop it"),
+    ({"program": "logits", "tokens": 33}, "the logits program takes 0-32 tokens a program (tokens=33)"),
+    ({"program": "logits", "experts": 1024, "dtype": "float32"},
+     "the logits program holds a token in one warp (E=1024 in float32 takes 64 threads); use program='rounds'"),
+    ({"program": "logits", "top_k": 32}, "the logits program ranks top_k + 1 <= 32 lanes (top_k=32)"),
     ({"program": "candidates", "dependent_launch": True, "arch": "sm_80"},
      "dependent_launch needs programmatic dependent launch (sm_90, sm_90a), not sm_80; drop dependent_launch"),
-], ids=["program", "tokens", "experts", "top_k", "unchecked-rounds", "dependent-rounds", "dependent-sm80"])
+], ids=["program", "tokens", "experts", "top_k", "unchecked-rounds", "dependent-rounds", "logits-tokens",
+        "logits-experts", "logits-top_k", "dependent-sm80"])
 def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in moe_topk_routing_refusal(dataclasses.replace(_NEXT, **fields))
 
@@ -187,3 +222,57 @@ def test_a_dependent_launch_candidates_program_waits_before_its_first_memory_acc
     assert waits_before_its_first_memory_access(_lowered(dataclasses.replace(key, dependent_launch=True)),
                                                 "router_logits|topk_weights|topk_ids")
     assert "cudaGridDependencySynchronize" not in _lowered(key)
+
+
+# The logits program: both model rows in every logits dtype, both ids dtypes, renormalisation both ways,
+# one token a program (the registered block shape); and a padded row (E below a warp of vectors).
+_LOGITS = [MoETopKRoutingBuildKey(dtype, ids, experts, top_k, renorm, "sm_90a", "logits", 1, True, True)
+           for dtype in ("bfloat16", "float16", "float32") for experts, top_k in ((512, 10), (256, 8))
+           for ids, renorm in (("int64", True), ("int32", False))]
+
+
+_PADDED_LOGITS = MoETopKRoutingBuildKey("float32", "int32", 12, 3, False, "sm_90a", "logits", 2)
+
+
+@pytest.mark.parametrize("key", [*_LOGITS, _PADDED_LOGITS],
+                         ids=lambda k: f"{k.dtype}-E{k.experts}-k{k.top_k}-{k.ids_dtype}-renorm{k.renormalize}")
+def test_the_logits_program_lowers_with_one_warp_sync_and_expf_only_in_its_fallback(key):
+    source = _lowered(key)
+    body = source[source.index("__launch_bounds__"):]
+    assert re.search(r"router_logits( \+ |\[)", body).start() < body.index("expf(")  # every load first
+    assert "__syncthreads" not in source and source.count("__syncwarp()") == 1  # the fallback's slots
+    assert "__all_sync" in source and "__any_sync" in source
+    # The fast path takes one expf a lane (the lane's selected expert) and, without renormalisation, one an
+    # expert for the full sum; the fallback the rounds program's one an expert.
+    per_lane = (key.experts + 31) // 32 if key.experts >= 256 else None
+    fallback = source.index("if (if_condition) {")
+    fast = source[:fallback].count("expf(")
+    assert fast == (1 if key.renormalize else 2), fast
+    if per_lane is not None:
+        assert "tl::warp_reduce_max(keys[" in source  # the rounds over the lanes' heads
+
+
+@pytest.mark.parametrize("key", [k for k in _LOGITS if k.dtype != "float32"][:4],
+                         ids=lambda k: f"{k.dtype}-E{k.experts}-k{k.top_k}-renorm{k.renormalize}")
+def test_the_logits_program_of_16_bit_logits_reads_16_byte_vectors_and_reduces_32_bit_keys(key):
+    source = _lowered(key)
+    assert len(re.findall(r"\*\(uint4\*\)\(raw \+ ", source)) == 1  # in an unrolled loop
+    assert re.search(r"\bint keys\[\d+\];", source)  # one redux.sync a round, not a shuffle butterfly
+
+
+@pytest.mark.parametrize("key", [_LOGITS[0], _LOGITS[2]], ids=["qwen3-next-E512-k10", "qwen3.5-E256-k8"])
+def test_the_logits_program_of_the_model_rows_spills_nothing_for_sm_90a(key, tmp_path):
+    pytest.importorskip("tilelang")
+    nvcc = _nvcc()
+    from tilelang.env import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH
+
+    cu = tmp_path / "routing.cu"
+    cu.write_text(_lowered(key))
+    out = subprocess.run([nvcc, "-arch=sm_90a", "-std=c++17", "-c", "-Xptxas", "-v", "-DENABLE_BF16",
+                          f"-I{TILELANG_TEMPLATE_PATH}", f"-I{CUTLASS_INCLUDE_DIR}", "-o", os.devnull, str(cu)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out.stderr)
+    registers = [int(r) for r in re.findall(r"Used (\d+) registers", out.stderr)]
+    assert spills and all(a == "0" and b == "0" for a, b in spills), out.stderr
+    assert registers and max(registers) <= 64, out.stderr

@@ -13,7 +13,7 @@ every reduction is a warp shuffle).
 Specialised on the logits' dtype, the ids' dtype, E, top_k and renormalize; the token count
 is dynamic.
 
-Two programs (the build key's ``program``; ``block_shapes.py`` registers ``"candidates"``, measured 1.4-1.9x
+Three programs (the build key's ``program``; ``block_shapes.py`` registers ``"candidates"``, measured 1.4-1.9x
 faster on the H200; ``"rounds"`` serves keys it cannot hold and is its bit-for-bit reference):
 
 * ``"rounds"``: the program above, a token per program of one
@@ -31,6 +31,26 @@ faster on the H200; ``"rounds"`` serves keys it cannot hold and is its bit-for-b
   probability at the boundary; a non-finite sum) the warp runs the ``"rounds"`` selection on
   its registers. Warps sync by ``__syncwarp`` (a token's work never leaves its warp), so the
   block-wide barrier pass is off.
+* ``"logits"`` (not registered; raced in the sweep): the candidates program's warps, rows and layout,
+  selecting on the logits (softmax is monotonic) and taking ``expf`` of the top_k + 1 only. Each
+  logit becomes a unique integer key (its bits with the negatives' magnitude flipped, then
+  ``E - 1 - expert``; int64 for float32 logits), a fixed max/min network leaves each lane's 4 largest
+  sorted, and top_k rounds of one ``redux.sync`` each pop the warp's largest head. Then the first
+  outsider of another logit than the k-th (``B``), ``e = expf(l - max)`` of the top_k and ``B``, and
+  weights ``e / sum(top_k e)`` (``renormalize``; a butterfly sum, not k order) or ``e / sum(all e)``:
+  within tolerance of ``rounds``' weights, not its bits. Its ids are ``rounds``' exactly: the warp
+  keeps this result only when (a) the row is finite (largest key finite, no NaN key anywhere), (b) no
+  lane held more of the selection than its 4 heads, and (c) for each adjacent pair of the top_k
+  (and the k-th against ``B``) of different logits, ``e_hi >= 2**-100`` and
+  ``e_hi > e_lo * (1 + 2**-18)``. Why (c) suffices: ``rounds`` orders by ``p = e / S``, ``S`` in
+  [1, E]; both programs' ``expf`` lie within 2 ulp of exp at the same ``fl(l - max)`` (rounding is
+  monotonic), so ``e_hi`` exceeds any ``e`` at a logit at most ``e_lo``'s by more than 2**-21
+  relatively; quotients that far apart round to distinct normal floats (``e_hi / S >= 2**-110``), so
+  every expert outside, or below, keeps a smaller probability and equal logits keep equal ones
+  (ordered by id in both). Otherwise (ties of -0 and +0, underflow, logits a few ulp apart,
+  non-finite rows) the warp runs ``rounds``' selection on the reloaded row, bit for bit ``rounds``.
+  Fast path, static SASS for sm_90a: ~370 instructions at E=512 top-10 bf16, ~260 at E=256 top-8
+  (the candidates program ~650); float32 logits ~700 (64-bit keys: shuffle butterflies).
 """
 
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
@@ -49,7 +69,9 @@ __all__ = ["MoETopKRoutingBuildKey", "build_moe_topk_routing", "moe_topk_routing
 _DTYPES = ("float16", "bfloat16", "float32")
 _ID_DTYPES = ("int32", "int64")
 _NAME = "MoETopKRouting TileLang kernel"
-_PROGRAMS = ("rounds", "candidates")
+_PROGRAMS = ("rounds", "candidates", "logits")
+#: The programs of a warp a token (``tokens`` a program): their fields, their one misfit rule.
+_WARP_PROGRAMS = ("candidates", "logits")
 #: The candidates program's tokens a program when the key leaves it to the plan (0).
 _TOKENS = 4
 #: Candidate slots a warp: one a lane, and one more that takes the stores of the other experts.
@@ -110,15 +132,16 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
     if key.program not in _PROGRAMS:
         return f"{_NAME}: program={key.program!r} is not one of {_PROGRAMS}"
     for field in ("unchecked_index", "dependent_launch"):
-        if getattr(key, field) and key.program != "candidates":
-            return f"{_NAME}: {field} is a field of the candidates program (program={key.program!r}); drop it"
+        if getattr(key, field) and key.program not in _WARP_PROGRAMS:
+            return (f"{_NAME}: {field} is a field of the candidates and logits programs (program={key.program!r}); "
+                    "drop it")
     reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
     if reason is not None:
         return reason
-    if key.program == "candidates":
+    if key.program in _WARP_PROGRAMS:
         why = _candidates_misfit(key)
         if why:
-            return f"{_NAME}: the candidates program {why}; use program='rounds'"
+            return f"{_NAME}: the {key.program} program {why}; use program='rounds'"
     return arch_refusal(_NAME, key.arch)
 
 
@@ -139,7 +162,7 @@ def with_fitting_routing_program(key: MoETopKRoutingBuildKey) -> MoETopKRoutingB
     registered kernel's rule: never a refusal that the other program could serve), without the
     candidates program's fields (a ``rounds`` key with ``dependent_launch`` was refused into the CPU
     reference until 2026-12-04e)."""
-    if key.program == "candidates" and _plan(key) is not None and _candidates_misfit(key):
+    if key.program in _WARP_PROGRAMS and _plan(key) is not None and _candidates_misfit(key):
         return dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False)
     return key
 
@@ -153,7 +176,8 @@ def _sum_in_order(terms: list) -> Any:
 
 
 def _program(key: MoETopKRoutingBuildKey):
-    return _candidates_program(key) if key.program == "candidates" else _rounds_program(key)
+    programs = {"rounds": _rounds_program, "candidates": _candidates_program, "logits": _logits_program}
+    return programs[key.program](key)
 
 
 def _rounds_program(key: MoETopKRoutingBuildKey):
@@ -360,6 +384,256 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
                 fv[2] = T.reinterpret(f32, slots[w, OUT + lane])
                 topk_weights[tok, lane] = T.cast(fv[2] / fv[4] if key.renormalize else fv[2], dt)
                 topk_ids[tok, lane] = T.cast(slots[w, OUT + K + lane], idt)
+
+    return moe_topk_routing
+
+
+#: The logits program's heads a lane keeps (its largest keys, sorted): a lane holding more of a token's
+#: top_k than this before the last round sends the token to the rounds selection (E=512, top-10: ~0.6%).
+_HEADS = 4
+
+
+def _heads_network(count: int, depth: int) -> tuple[list[tuple[str, int, int]], list[int]]:
+    """The compare-exchanges that leave a lane's ``depth`` largest of ``count`` keys sorted, and where.
+
+    Returns ``(steps, heads)``: each step ``("ce", i, j)`` puts the larger of slots i, j in i and the
+    smaller in j; ``("max", i, j)`` keeps the larger in i (j is dropped). ``heads`` are the slots of
+    the result, largest first. Blocks of sorted slots merge pairwise: ``c_i = max(A_i, B_{d-1-i})``
+    is the union's top d in bitonic order, which half-cleaners sort (absent slots are known to be
+    the least, so their steps vanish here, not in the program)."""
+    steps: list[tuple[str, int, int]] = []
+
+    def sort_bitonic(block: list[int | None]) -> None:
+        n = len(block)
+        half = n // 2
+        while half:
+            for start in range(0, n, 2 * half):
+                for i in range(start, start + half):
+                    a, b = block[i], block[i + half]
+                    if a is not None and b is not None:
+                        steps.append(("ce", a, b))
+                    elif a is None:  # the absent one is the least: the present one moves up
+                        block[i], block[i + half] = b, None
+            half //= 2
+
+    def merge(a: list[int | None], b: list[int | None]) -> list[int | None]:
+        out: list[int | None] = []
+        for i in range(depth):
+            x, y = a[i], b[depth - 1 - i]
+            if x is not None and y is not None:
+                steps.append(("max", x, y))
+            out.append(x if x is not None else y)
+        sort_bitonic(out)
+        return out
+
+    blocks = [[r] + [None] * (depth - 1) for r in range(count)]
+    while len(blocks) > 1:
+        merged = [merge(blocks[i], blocks[i + 1]) for i in range(0, len(blocks) - 1, 2)]
+        blocks = merged + blocks[len(blocks) - len(blocks) % 2:]
+    heads = blocks[0]
+    assert all(h is not None for h in heads)
+    return steps, [h for h in heads if h is not None]
+
+
+def _ordered(bits: int, width: int) -> int:
+    """The signed integer a logit's ``width``-bit pattern orders as (the float order: negatives'
+    magnitude bits flipped, the sign kept)."""
+    signed = bits - (1 << width) if bits >> (width - 1) else bits
+    return signed ^ ((1 << (width - 1)) - 1) if signed < 0 else signed
+
+
+#: A logit dtype's bits of +inf.
+_INF_BITS = {"float16": 0x7C00, "bfloat16": 0x7F80, "float32": 0x7F800000}
+#: The logits program's margin: two experts of different logits keep their probabilities' order
+#: (and an expert outside the selection stays below the k-th) when the larger ``e`` exceeds the
+#: smaller times this, both expf's within 2 ulp of exp, and the larger at least ``_LEAST_E``.
+_MARGIN = 1.0 + 2.0**-18
+_LEAST_E = 2.0**-100
+
+
+def _logits_program(key: MoETopKRoutingBuildKey):
+    """The ``logits`` program (module docstring): the candidates program's warps, rows and layout;
+    the selection on integer keys of the logits, the exponentials of the top_k + 1 only.
+
+    A key is ``(ordered(bits(l)) << VB) | 2**(VB-1) | (E - 1 - expert)`` (``VB`` the logits' width,
+    16 or 32: an int32 key, an int64 one for float32 logits): unique, in the order of (logit, lower
+    id) but for -0 below +0 (the guard's tie). Padded experts take ``PAD``, below every real key but
+    the NaNs with the sign set; ``EMPTY`` (below all) fills a lane's heads past its keys, ``MARK``
+    (above all) past its heads when it holds more keys than heads.
+
+    Bounds (``unchecked_index``): as in the candidates program, rows ``tok`` in ``[0, M)``, logits
+    read only below E, outputs at ``[tok, lane < K]``; the slots are written at ``k < K`` and
+    ``K + k`` and read at ``lane < K``."""
+    import tilelang.language as T
+
+    E, K, dt, idt, f32, i32 = key.experts, key.top_k, key.dtype, key.ids_dtype, "float32", "int32"
+    plan = _plan(key)
+    assert plan is not None and not _candidates_misfit(key)  # the refusal turned the others away
+    vw = min(_vec(dt), E & -E)
+    PER = plan[1] // 32  # keys a lane
+    NV = PER // vw
+    TOK = key.tokens or _TOKENS
+    PADDED = plan[1] != E
+    VB = 8 * ELEM_BYTES[dt]  # a logit's bits
+    kt, st, ut = ("int64", "int32", "uint32") if VB == 32 else ("int32", "int16", "uint16")
+    ukt = "uint64" if VB == 32 else "uint32"
+    MAG = (1 << (VB - 1)) - 1
+    FLAG = 1 << (VB - 1)  # set in every real expert's low half: none of them is PAD
+    HI_INF = _ordered(_INF_BITS[dt], VB)
+    HI_NINF = _ordered(_INF_BITS[dt] | FLAG, VB)
+    PAD = HI_NINF << VB
+    EMPTY, MARK = -(1 << (2 * VB - 1)), (1 << (2 * VB - 1)) - 1
+    D = min(_HEADS, PER)
+    STEPS, H = _heads_network(PER, D)
+    FILL = MARK if PER > D else EMPTY
+    K1 = min(K + 1, E)  # lanes holding a key: the top_k and the first outsider of another logit
+    M = T.dynamic("M")
+    KC = T.int64 if VB == 32 else T.int32  # a key constant
+
+    def expert(r, lane):
+        return (r // vw) * 32 * vw + lane * vw + r % vw
+
+    def logit_of(k):
+        """The float32 logit a key holds."""
+        hv = T.shift_right(k, KC(VB))
+        bits = T.if_then_else(hv >= 0, hv, hv ^ KC(MAG))
+        return T.cast(T.reinterpret(dt, T.cast(bits, ut)), f32)
+
+    @T.prim_func
+    def moe_topk_routing(router_logits: T.Tensor((M, E), dt), topk_weights: T.Tensor((M, K), dt),
+                         topk_ids: T.Tensor((M, K), idt)):
+        annotate_pass_configs(key.unchecked_index, {"tl.disable_thread_storage_sync": True})
+        with T.Kernel(T.ceildiv(M, TOK), threads=32 * TOK) as bx:
+            dependent_launch(key.dependent_launch)
+            tid = T.get_thread_binding()
+            raw = T.alloc_local((PER,), dt)
+            keys = T.alloc_local((PER,), kt)
+            base = T.alloc_local((NV,), kt)
+            kv = T.alloc_local((6,), kt)  # swap, the round's best, the lane's key, the lane min, its outsider, top
+            fv = T.alloc_local((6,), f32)  # max logit, e, the next lane's e, sum, weight, renorm sum
+            iv = T.alloc_local((4,), i32)  # the round's winner, slow, fast, the lane's id
+            ev = T.alloc_local((PER,), f32)  # the rounds selection (the fallback)
+            rkeys = T.alloc_local((PER,), "int64")
+            rbest = T.alloc_local((1,), "int64")
+            slots = T.alloc_shared((TOK, 2 * K), i32)  # the fallback's chosen probabilities' bits, then ids
+            w = tid // 32
+            lane = tid % 32
+            tok = T.min(bx * TOK + w, M - 1)
+            # 1. The row as the candidates program loads it, every load first.
+            for i in T.unroll(NV):
+                for j in T.vectorized(vw):
+                    raw[i * vw + j] = router_logits[tok, T.min(i * 32 * vw + lane * vw + j, E - 1)] \
+                        if PADDED else router_logits[tok, i * 32 * vw + lane * vw + j]
+            # 2. Keys. base[i] ^ j is the low half of expert (i, lane, j): E - 1 - expert ends in vw - 1
+            #    ones (vw divides E), so subtracting j < vw is an exclusive or.
+            for i in T.unroll(NV):
+                base[i] = KC(FLAG | (E - 1)) - T.cast(i * 32 * vw + lane * vw, kt)
+            kv[3] = KC(MARK)
+            for r in T.unroll(PER):
+                kv[0] = T.cast(T.shift_left(T.cast(T.reinterpret(ut, raw[r]), ukt), T.cast(VB, ukt)), kt)
+                kv[0] = kv[0] ^ (T.shift_right(kv[0], KC(2 * VB - 1)) & KC(MAG << VB))
+                keys[r] = kv[0] | (base[r // vw] ^ KC(r % vw))
+                if PADDED:
+                    keys[r] = T.if_then_else(expert(r, lane) < E, keys[r], KC(PAD))
+                kv[3] = T.min(kv[3], keys[r])
+            # 3. The lane's D largest keys, sorted, in slots H (a fixed network of max/min).
+            for op, a, b in STEPS:
+                if op == "ce":
+                    kv[0] = T.max(keys[a], keys[b])
+                    keys[b] = T.min(keys[a], keys[b])
+                    keys[a] = kv[0]
+                else:
+                    keys[a] = T.max(keys[a], keys[b])
+            # 4. top_k rounds over the lanes' first heads (keys are unique: one lane wins each);
+            #    lane k keeps round k's key.
+            kv[2] = KC(EMPTY)
+            for r in list(range(K)):
+                kv[1] = T.warp_reduce_max(keys[H[0]])
+                if r == 0:
+                    kv[5] = kv[1]
+                kv[2] = T.if_then_else(lane == r, kv[1], kv[2])
+                iv[0] = T.if_then_else(keys[H[0]] == kv[1], 1, 0)
+                for d in list(range(D - 1)):
+                    keys[H[d]] = T.if_then_else(iv[0] == 1, keys[H[d + 1]], keys[H[d]])
+                keys[H[D - 1]] = T.if_then_else(iv[0] == 1, KC(FILL), keys[H[D - 1]])
+            # 5. The first outsider of another logit than the k-th's: the largest key below the k-th's
+            #    logit (its low half cleared); unknown where a lane's last head is not below it and
+            #    the lane holds more keys (or ran out of heads before the last round: MARK).
+            kv[0] = T.shift_left(T.shift_right(kv[1], KC(VB)), KC(VB))
+            kv[4] = KC(EMPTY)
+            for d in list(range(D - 1, -1, -1)):
+                kv[4] = T.if_then_else(keys[H[d]] < kv[0], keys[H[d]], kv[4])
+            kv[4] = T.warp_reduce_max(kv[4])
+            if K1 > K:
+                kv[2] = T.if_then_else(lane == K, kv[4], kv[2])
+            iv[1] = T.if_then_else(T.any_sync(kv[3] < KC(PAD)) != 0, 1, 0)  # a NaN with the sign set
+            if PER > D:
+                iv[1] = iv[1] | T.if_then_else(T.any_sync(keys[H[D - 1]] >= kv[0]) != 0, 1, 0)
+            # 6. e = exp(l - max) of the lane's key; the order check against the next lane's.
+            fv[0] = logit_of(kv[5])
+            fv[1] = T.exp(logit_of(kv[2]) - fv[0])
+            fv[2] = T.shfl_down(fv[1], 1)
+            kv[0] = T.shfl_down(kv[2], 1)
+            iv[3] = E - 1 - T.cast(kv[2] & KC(FLAG - 1), i32)
+            iv[2] = T.if_then_else(T.all_sync(
+                lane >= K or T.shift_right(kv[2], KC(VB)) == T.shift_right(kv[0], KC(VB))
+                or (lane == K - 1 and kv[4] <= KC(PAD))
+                or (fv[1] >= T.float32(_LEAST_E) and fv[1] > fv[2] * T.float32(_MARGIN))) != 0, 1, 0)
+            iv[2] = T.if_then_else(iv[1] == 0 and T.shift_right(kv[5], KC(VB)) < KC(HI_INF)
+                                   and T.shift_right(kv[5], KC(VB)) > KC(HI_NINF), iv[2], 0)
+            # 7. The weights: over the top_k's e, or over every expert's.
+            if key.renormalize:
+                fv[3] = T.warp_reduce_sum(T.if_then_else(lane < K, fv[1], T.float32(0)))
+            else:
+                fv[3] = T.float32(0)
+                for r in T.unroll(PER):
+                    if not PADDED or expert(r, lane) < E:
+                        fv[3] = fv[3] + T.exp(T.cast(raw[r], f32) - fv[0])
+                fv[3] = T.warp_reduce_sum(fv[3])
+            fv[4] = T.call_extern(f32, "__fdividef", fv[1], fv[3])  # the sum lies in [1, E]: no range issue
+            if iv[2] == 0:
+                # The rounds selection on the row, as the candidates program's fallback runs it.
+                for i in T.unroll(NV):
+                    for j in T.vectorized(vw):
+                        ev[i * vw + j] = T.if_then_else(
+                            i * 32 * vw + lane * vw + j < E,
+                            T.cast(router_logits[tok, i * 32 * vw + lane * vw + j], f32), -T.infinity(f32))
+                fv[0] = -T.infinity(f32)
+                for r in T.unroll(PER):
+                    fv[0] = T.max(fv[0], ev[r])
+                fv[0] = T.warp_reduce_max(fv[0])
+                for r in T.unroll(PER):
+                    ev[r] = T.exp(ev[r] - fv[0])
+                fv[3] = T.float32(0)
+                for rv in T.unroll(PER):
+                    fv[3] = fv[3] + ev[(rv % NV) * vw + rv // NV]
+                fv[3] = T.warp_reduce_sum(fv[3])
+                for r in T.unroll(PER):
+                    rkeys[r] = T.if_then_else(
+                        expert(r, lane) < E,
+                        T.shift_left(T.cast(T.reinterpret(i32, ev[r] / fv[3]), "int64"), T.int64(32))
+                        | T.cast(E - 1 - expert(r, lane), "int64"),
+                        T.int64(-1))
+                for k in T.serial(K):
+                    rbest[0] = T.int64(-1)
+                    for r in T.unroll(PER):
+                        rbest[0] = T.max(rbest[0], rkeys[r])
+                    rbest[0] = T.warp_reduce_max(rbest[0])
+                    if lane == 0:
+                        slots[w, k] = T.cast(T.shift_right(rbest[0], T.int64(32)), i32)
+                        slots[w, K + k] = T.cast(E - 1 - (rbest[0] & T.int64(0xFFFFFFFF)), i32)
+                    for r in T.unroll(PER):
+                        rkeys[r] = T.if_then_else(rkeys[r] == rbest[0], T.int64(-1), rkeys[r])
+                T.sync_warp()
+                fv[5] = _sum_in_order([T.reinterpret(f32, slots[w, k]) for k in range(K)])
+                if lane < K:
+                    fv[4] = T.reinterpret(f32, slots[w, lane])
+                    if key.renormalize:
+                        fv[4] = fv[4] / fv[5]
+                    iv[3] = slots[w, K + lane]
+            if lane < K and bx * TOK + w < M:
+                topk_weights[tok, lane] = T.cast(fv[4], dt)
+                topk_ids[tok, lane] = T.cast(iv[3], idt)
 
     return moe_topk_routing
 
