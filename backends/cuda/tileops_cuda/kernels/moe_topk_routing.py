@@ -235,6 +235,37 @@ def _rounds_program(key: MoETopKRoutingBuildKey):
     return moe_topk_routing
 
 
+def _softmax_row_macro(E: int, NV: int, vw: int) -> Any:
+    """A TileLang macro ``(router_logits, ev, fv, total, tok, lane)``: row ``tok``'s float32 ``e = exp(l - max)``
+    in a lane's ``ev`` (the layout of the ``candidates`` program's docstring: ``NV`` vectors of ``vw``, experts
+    past ``E`` as ``-inf``, so 0), the row's max in ``fv[0]`` and the sum of ``e`` in ``fv[total]``, each float32
+    step the one ``"rounds"`` takes, in its order (a lane's vectors interleaved, then the butterfly). The
+    ``candidates`` program runs it first; the ``logits`` program in its fallback (the same bits as ``rounds``)."""
+    import tilelang.language as T
+
+    f32, PER = "float32", NV * vw
+
+    @T.macro
+    def softmax_row(router_logits, ev, fv, total, tok, lane):
+        for i in T.unroll(NV):
+            for j in T.vectorized(vw):
+                ev[i * vw + j] = T.if_then_else(
+                    i * 32 * vw + lane * vw + j < E,
+                    T.cast(router_logits[tok, i * 32 * vw + lane * vw + j], f32), -T.infinity(f32))
+        fv[0] = -T.infinity(f32)
+        for r in T.unroll(PER):
+            fv[0] = T.max(fv[0], ev[r])
+        fv[0] = T.warp_reduce_max(fv[0])
+        for r in T.unroll(PER):
+            ev[r] = T.exp(ev[r] - fv[0])
+        fv[total] = T.float32(0)
+        for rv in T.unroll(PER):
+            fv[total] = fv[total] + ev[(rv % NV) * vw + rv // NV]
+        fv[total] = T.warp_reduce_sum(fv[total])
+
+    return softmax_row
+
+
 def _candidates_program(key: MoETopKRoutingBuildKey):
     """The ``candidates`` program (module docstring): warp ``w`` of program ``bx`` holds token
     ``bx * TOK + w`` (a warp past the rows repeats the last token and stores nothing), lane ``t``
@@ -258,6 +289,7 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
     vw = min(_vec(dt), E & -E)
     PER = plan[1] // 32  # values a lane
     NV = PER // vw  # vectors a lane
+    softmax_row = _softmax_row_macro(E, NV, vw)
     TOK = key.tokens or _TOKENS
     K1 = K + 1
     PADDED = plan[1] != E  # lanes hold experts past E (-inf logits: exp gives 0)
@@ -290,21 +322,7 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
             tok = T.min(bx * TOK + w, M - 1)
             # 1. The row, every load first (vw-wide vectors: 16 bytes on the model rows); then softmax
             #    as "rounds" computes it.
-            for i in T.unroll(NV):
-                for j in T.vectorized(vw):
-                    ev[i * vw + j] = T.if_then_else(
-                        i * 32 * vw + lane * vw + j < E,
-                        T.cast(router_logits[tok, i * 32 * vw + lane * vw + j], f32), -T.infinity(f32))
-            fv[0] = -T.infinity(f32)
-            for r in T.unroll(PER):
-                fv[0] = T.max(fv[0], ev[r])
-            fv[0] = T.warp_reduce_max(fv[0])
-            for r in T.unroll(PER):
-                ev[r] = T.exp(ev[r] - fv[0])
-            fv[1] = T.float32(0)
-            for rv in T.unroll(PER):  # "rounds"' order: a lane's vectors interleaved, then the butterfly
-                fv[1] = fv[1] + ev[(rv % NV) * vw + rv // NV]
-            fv[1] = T.warp_reduce_sum(fv[1])
+            softmax_row(router_logits, ev, fv, 1, tok, lane)
             # 2. tau: the (top_k + 1)-th largest lane maximum of e (float bits order as integers:
             #    e >= 0); 0 (every expert) where fewer lanes hold experts.
             iv[0] = -1
@@ -472,6 +490,7 @@ def _logits_program(key: MoETopKRoutingBuildKey):
     vw = min(_vec(dt), E & -E)
     PER = plan[1] // 32  # keys a lane
     NV = PER // vw
+    softmax_row = _softmax_row_macro(E, NV, vw)
     TOK = key.tokens or _TOKENS
     PADDED = plan[1] != E
     VB = 8 * ELEM_BYTES[dt]  # a logit's bits
@@ -593,21 +612,7 @@ def _logits_program(key: MoETopKRoutingBuildKey):
             fv[4] = T.call_extern(f32, "__fdividef", fv[1], fv[3])  # the sum lies in [1, E]: no range issue
             if iv[2] == 0:
                 # The rounds selection on the row, as the candidates program's fallback runs it.
-                for i in T.unroll(NV):
-                    for j in T.vectorized(vw):
-                        ev[i * vw + j] = T.if_then_else(
-                            i * 32 * vw + lane * vw + j < E,
-                            T.cast(router_logits[tok, i * 32 * vw + lane * vw + j], f32), -T.infinity(f32))
-                fv[0] = -T.infinity(f32)
-                for r in T.unroll(PER):
-                    fv[0] = T.max(fv[0], ev[r])
-                fv[0] = T.warp_reduce_max(fv[0])
-                for r in T.unroll(PER):
-                    ev[r] = T.exp(ev[r] - fv[0])
-                fv[3] = T.float32(0)
-                for rv in T.unroll(PER):
-                    fv[3] = fv[3] + ev[(rv % NV) * vw + rv // NV]
-                fv[3] = T.warp_reduce_sum(fv[3])
+                softmax_row(router_logits, ev, fv, 3, tok, lane)
                 for r in T.unroll(PER):
                     rkeys[r] = T.if_then_else(
                         expert(r, lane) < E,
