@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._version import CORE_MAJOR, __version__
@@ -38,9 +39,17 @@ def _detected(info: BackendInfo) -> tuple[list[dict[str, Any]], str | None]:
     if info.detect is None:
         return [], None
     try:
-        return [dict(d) for d in info.detect()], None
+        found = info.detect()
+        devices = list(found) if isinstance(found, Iterable) and not isinstance(found, (str, bytes, Mapping)) else None
     except Exception as exc:  # a broken detect() is a finding about that backend, not a crash of the command
         return [], f"detect() raised {type(exc).__name__}: {exc}"
+    if devices is None or not all(isinstance(d, Mapping) for d in devices):
+        return [], (f"detect() returned {found!r}, not a list of mappings such as "
+                    "[{'device': 'cuda:0', 'arch': 'sm_90'}]")
+    # Values a backend reports (a torch.device, a number) are shown as text, in JSON too (found in review:
+    # a torch.device made `--format json` a traceback).
+    return [{str(k): v if isinstance(v, (str, int, float, bool)) or v is None else str(v) for k, v in d.items()}
+            for d in devices], None
 
 
 def collect() -> dict[str, Any]:

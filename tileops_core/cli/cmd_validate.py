@@ -1,14 +1,16 @@
 """``tileops validate``: the spec validator (seed 001's L0-L4, seed 000's eight checks, table 3).
 
 With no path it validates the whole manifest: the core's specs and every directory a
-loaded plugin contributes. Paths (files or directories of ``*.yaml``) validate just those.
+loaded plugin contributes; a plugin that failed to load is an error. Paths (files or
+directories of ``*.yaml``) validate just those.
 ``spec-only`` specs get the spec lint; ``implemented`` ones also the conformance pass
 against their op class; ``--check-op NAME`` runs everything for one op and reports only
 it. ``--no-conformance`` runs the lint alone, without loading plugins or importing torch
 (also what happens, with a note, where torch is not installed). ``--fix`` applies the mechanical rewrites of table 3 in place, then validates again.
 
 Exit code: 0 when no error is left (warnings and advisories do not fail), 1 when errors
-remain, 2 for a usage error (a missing path, an unknown op).
+remain (or ``--fix`` cannot write a file), 2 for a usage error (a missing path, a folder
+with no ``*.yaml`` file, an unknown op).
 """
 
 from __future__ import annotations
@@ -53,27 +55,38 @@ def run(args: argparse.Namespace) -> int:
                             conformance=args.conformance)
 
         report = once()
-        if args.fix and _fix(report):
-            report = once()
+        unwritten = False
+        if args.fix:
+            changed, unwritten = _fix(report)
+            if changed:
+                report = once()
     except UsageError as exc:
         print(f"tileops validate: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(render_json(report) if args.format == "json" else render_text(report))
-    return EXIT_OK if report.ok else EXIT_FINDINGS
+    return EXIT_OK if report.ok and not unwritten else EXIT_FINDINGS
 
 
-def _fix(report: Report) -> bool:
-    """Rewrite every file with a fixable finding; say what changed on stderr (stdout keeps the report)."""
+def _fix(report: Report) -> tuple[bool, bool]:
+    """Rewrite every file with a fixable finding; say what changed on stderr (stdout keeps the report).
+
+    Returns whether a file changed, and whether one could not be written (it is left as it was,
+    the others are still fixed; found in review: a read-only file ended the command in a traceback)."""
     from ..validate.fix import FIXABLE, fix_file
 
     files = report.files
     targets = sorted({d.file for d in report.diagnostics if d.rule in FIXABLE and d.file in files})
-    changed = False
+    changed = unwritten = False
     for label in targets:
-        result = fix_file(files[label], label)
+        try:
+            result = fix_file(files[label], label)
+        except OSError as exc:
+            print(f"tileops validate: --fix cannot write {files[label]}: {exc.strerror or exc}", file=sys.stderr)
+            unwritten = True
+            continue
         for line in result.applied:
             print(f"fixed {label}: {line}", file=sys.stderr)
         for line in result.skipped:
             print(f"not fixed: {line}", file=sys.stderr)
         changed |= result.changed
-    return changed
+    return changed, unwritten

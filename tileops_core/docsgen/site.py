@@ -43,6 +43,8 @@ def write_docs(out: str | Path, formats: Sequence[str] = ("md", "html"),
         blocked = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
         if blocked is not None and blocked != path:
             raise NotADirectoryError(f"{blocked} is a file where the pages need a folder")
+        if path.is_dir():  # (found in review: pages before it were rewritten, then "Is a directory")
+            raise IsADirectoryError(f"{path} is a folder where a page goes")
     root.mkdir(parents=True, exist_ok=True)
     for path, text in rendered:
         path.parent.mkdir(parents=True, exist_ok=True)

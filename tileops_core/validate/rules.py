@@ -61,6 +61,8 @@ _ERRORS: dict[str, str] = {
     "T3.7": "table 3 row 7: a set comprehension; write unique_axes(dim, n)",
     # Seed 001's levels beyond L0.
     "L1.name": "L1: the op name is not a valid Python class name",
+    "L1.plugin": "L1: an installed plugin failed to load, so its op classes and kernels were not checked (the specs it "
+                 "declares in package metadata get the lint alone)",
     "L1.import": "L1: the op module named by source.op cannot be imported",
     "L1.class": "L1: no Op class in source.op named exactly as the manifest key",
     "L1.init": "L1: __init__ does not take the spec's params in order with the spec's defaults, and its static dims "

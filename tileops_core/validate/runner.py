@@ -7,7 +7,9 @@ everything for one op and reports only that op. The conformance pass imports tor
 op modules, so it is imported only when some spec needs it; ``conformance=False`` (or no
 torch installed) runs the lint alone without importing torch: plugins are then not loaded,
 and their specs are read from the directories they declare in package metadata
-(:mod:`tileops_core.spec.declared`). The report's notes say what was skipped and why.
+(:mod:`tileops_core.spec.declared`). With the conformance pass, a plugin that failed to load
+is an error (``L1.plugin``), and the specs it declares in package metadata get the lint alone.
+The report's notes say what was skipped and why.
 """
 
 from __future__ import annotations
@@ -67,7 +69,11 @@ def target_files(paths: Sequence[str | Path] | None,
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            files.extend((p, str(Path(raw) / p.name)) for p in sorted(path.glob("*.yaml")))
+            found = sorted(path.glob("*.yaml"))
+            if not found:  # (found in review: a folder of .yml files passed, having checked nothing)
+                raise UsageError(f"no *.yaml file in {raw}: nothing to validate (specs are read from files ending "
+                                 "in .yaml)")
+            files.extend((p, str(Path(raw) / p.name)) for p in found)
         elif path.is_file():
             files.append((path, str(raw)))
         else:
@@ -95,11 +101,15 @@ def validate(paths: Sequence[str | Path] | None = None, *, check_op: str | None 
         notes.append("conformance pass skipped: torch is not installed; the spec lint ran alone")
     sources: list[ManifestSource] | None = None
     problems: list[SpecError] = []
+    lint_only: tuple[str, ...] = ()  # labels of spec folders whose op classes are not checked
     if not paths and conformance:
         from ..plugins import ensure_plugins_loaded
 
         ensure_plugins_loaded()  # the manifest is the core's specs and those installed plugins ship
-        problems = _undeclared_plugin_specs()
+        problems = _undeclared_plugin_specs() + _failed_plugins()
+        sources, lint_only, note = _unloaded_plugin_sources()
+        if note:
+            notes.append(note)
     elif not paths:
         sources, problems, note = _lint_sources()
         notes.append(note)
@@ -115,7 +125,8 @@ def validate(paths: Sequence[str | Path] | None = None, *, check_op: str | None 
             continue
         result = lint_spec(spec, max_combinations=max_combinations)
         diagnostics.extend(result.diagnostics)
-        full = conformance and (spec.status == "implemented" or name == check_op)
+        full = conformance and (spec.status == "implemented" or name == check_op) \
+            and not spec.file.startswith(lint_only)
         if full:
             diagnostics.extend(_conformance(result, manifest if not paths else None, modules))
         report.ops[name] = {"file": spec.file, "line": spec.line, "status": spec.status,
@@ -141,6 +152,36 @@ def _undeclared_plugin_specs() -> list[SpecError]:
                 fix=f'declare it: [project.entry-points."{MANIFEST_ENTRY_POINT_GROUP}"] {plugin} = '
                     f'"<package>.{source.directory.name}"'))
     return problems
+
+
+def _failed_plugins() -> list[SpecError]:
+    """A plugin that failed to load: none of its op classes or kernels was checked, and the specs it
+    ships from its hook alone were not even read (found in review: such a run passed clean)."""
+    from ..plugins import plugin_records
+
+    out = []
+    for record in plugin_records():
+        if record.status == "failed":
+            dist = f" ({record.distribution} {record.version})" if record.distribution else ""
+            out.append(SpecError(f"plugin {record.name}{dist} failed to load, so its op classes and kernels went "
+                                 f"unchecked: {record.reason}", Location(record.origin), rule="L1.plugin",
+                                 fix="`tileops backends` shows the failure; fix the plugin or uninstall it"))
+    return out
+
+
+def _unloaded_plugin_sources() -> tuple[list[ManifestSource], tuple[str, ...], str | None]:
+    """The loaded manifest's folders, then those plugins declare in package metadata but that are not
+    loaded (a plugin that failed or was switched off): the latter get the lint alone, since their op
+    classes are not bound to them. Returns the sources, the labels of the latter, and a note naming them."""
+    sources = manifest_sources()
+    known = {s.directory.resolve() for s in sources}
+    unloaded = [s for s in declared_sources()[0] if s.directory not in known]
+    if not unloaded:
+        return sources, (), None
+    plugins = ", ".join(dict.fromkeys(s.label.split(":")[0] for s in unloaded))
+    note = (f"plugins that did not load ({plugins}): the specs they declare got the spec lint alone, no "
+            "conformance pass")
+    return sources + unloaded, tuple(f"{s.label}/" for s in unloaded), note
 
 
 def _lint_sources() -> tuple[list[ManifestSource], list[SpecError], str]:
