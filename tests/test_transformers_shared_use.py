@@ -58,25 +58,55 @@ def test_two_threads_sharing_a_model_each_rotate_by_their_own_positions() -> Non
             assert (got[name] - ref(input_ids=ids, position_ids=pos).logits).abs().max() < TOL, name
 
 
+def _hooked_runs(ref, patched, module_of) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], list[tuple]]:
+    """A forward hook on ``module_of(model)`` keeps its output in one forward of each model; then a hook there
+    returns that kept tensor (activation patching) for three more. ``(kept, a copy of it, the runs' logits)``."""
+    ids = torch.randint(1, 256, (2, 10), generator=torch.Generator().manual_seed(2))
+    kept: dict[str, torch.Tensor] = {}
+    stored: dict[str, torch.Tensor] = {}
+    for name, model in (("ref", ref), ("patched", patched)):
+        module = module_of(model)
+        handle = module.register_forward_hook(lambda m, args, out, name=name: kept.setdefault(name, out))
+        with torch.no_grad():
+            model(input_ids=ids)
+        handle.remove()
+        stored[name] = kept[name].clone()
+        module.register_forward_hook(lambda m, args, out, name=name: stored[name])  # activation patching
+    with torch.no_grad():
+        runs = [(ref(input_ids=ids).logits, patched(input_ids=ids).logits) for _ in range(3)]
+    return kept, stored, runs
+
+
 @pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5", "qwen3_5_moe"])
 def test_a_hook_keeping_or_replacing_a_token_mixers_output_sees_hfs_values(model_type: str) -> None:
     """The fused residual add writes its sum in place: not into a tensor a hook kept, nor into one a hook
     returned (found in review: captured outputs became residual + output, patched runs drifted)."""
-    ref, patched = _pair(model_type)
-    ids = torch.randint(1, 256, (2, 10), generator=torch.Generator().manual_seed(2))
-    kept: dict[str, list[torch.Tensor]] = {"ref": [], "patched": []}
-    stored: dict[str, torch.Tensor] = {}
-    for name, model in (("ref", ref), ("patched", patched)):
-        mixer = model.model.layers[0].linear_attn
-        mixer.register_forward_hook(lambda m, args, out, name=name: kept[name].append(out))
-        with torch.no_grad():
-            model(input_ids=ids)
-        stored[name] = kept[name][0].clone()
-        mixer.register_forward_hook(lambda m, args, out, name=name: stored[name])  # activation patching
-    with torch.no_grad():
-        runs = [(ref(input_ids=ids).logits, patched(input_ids=ids).logits) for _ in range(3)]
-    assert (kept["patched"][0] - kept["ref"][0]).abs().max() < TOL
-    assert (kept["patched"][0] - stored["patched"]).abs().max() == 0  # the kept tensor was not written into
+    kept, stored, runs = _hooked_runs(*_pair(model_type), lambda model: model.model.layers[0].linear_attn)
+    assert (kept["patched"] - kept["ref"]).abs().max() < TOL
+    assert (kept["patched"] - stored["patched"]).abs().max() == 0  # the kept tensor was not written into
+    assert max((want - got).abs().max().item() for want, got in runs) < TOL
+
+
+def _out_projection(model, layer: int):
+    """The last module of a decoder layer's token mixer: its output is the mixer's output."""
+    mixer = getattr(model.model.layers[layer], "linear_attn", None) or model.model.layers[layer].self_attn
+    return getattr(mixer, "out_proj", None) or mixer.o_proj
+
+
+@pytest.mark.parametrize("every_module", [False, True])
+@pytest.mark.parametrize("layer", [0, 3], ids=["gated-delta-net", "attention"])
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5", "qwen3_5_moe"])
+def test_a_hook_keeping_or_replacing_the_out_projections_output_sees_hfs_values(model_type: str, layer: int,
+                                                                                every_module: bool) -> None:
+    """The mixer's output is its out projection's (``o_proj`` / ``out_proj``), which the fused add wrote into
+    (found in review: an activation a hook kept there became residual + output, 0.07 off HF's, and a tensor a
+    hook returned there was written into, so the runs after it drifted)."""
+    ref = tiny_model(model_type)
+    patched = copy.deepcopy(ref)
+    apply_tileops(patched, every_module=every_module)
+    kept, stored, runs = _hooked_runs(ref, patched, lambda model: _out_projection(model, layer))
+    assert (kept["patched"] - kept["ref"]).abs().max() < TOL
+    assert (kept["patched"] - stored["patched"]).abs().max() == 0  # the kept tensor was not written into
     assert max((want - got).abs().max().item() for want, got in runs) < TOL
 
 

@@ -166,3 +166,17 @@ def test_the_step_traces_as_one_graph_and_computes_the_eager_step(model_type: st
         session.pools.restore(saved)
         got = compiled(2)
     assert torch.equal(want, got)
+
+
+def test_a_forward_hook_on_a_mixers_out_projection_is_refused_by_module() -> None:
+    """The step adds the residual into the mixer's output in place, which is its out projection's (found in
+    review: an activation a hook kept on o_proj was the sum, 0.06 off HF's)."""
+    patched = tiny_model("qwen3_5", seed=33)
+    apply_tileops(patched)
+    session = static_decode_session(patched, 2, 16)
+    handle = patched.model.layers[3].self_attn.o_proj.register_forward_hook(lambda m, a, out: None)
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=34)
+    with pytest.raises(ValueError, match="which is the output of model.layers.3.self_attn.o_proj: a forward hook"):
+        session.prefill(ids, mask)
+    handle.remove()
+    session.prefill(ids, mask)

@@ -5,7 +5,9 @@
 - ``*DecoderLayer``: HF adds the mixer's output to the layer input and normalises the sum
   with ``post_attention_layernorm``; the adapter does both in FusedAddZeroCentredRMSNormFwdOp,
   which writes the sum into the mixer's output (a tensor the layer owns; the layer input,
-  which output capture may hold, is never written). The rest of the layer is HF's order.
+  which output capture may hold, is never written; nor is the mixer's output where a forward
+  hook on the mixer or on its out projection, whose output it is, may hold it: the add writes
+  a copy). The rest of the layer is HF's order.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ def _layer_forward(layer: Any, op: FusedAddZeroCentredRMSNormFwdOp, cache_name: 
     weight = layer.post_attention_layernorm.weight
     # The layer's modules, looked up once (nn.Module attribute lookups cost per call)
     input_layernorm, mixer, mlp = layer.input_layernorm, layer.linear_attn if linear else layer.self_attn, layer.mlp
+    # The mixer's output is its out projection's: hooks on either may keep it (torch keeps these dicts for the
+    # modules' life; found in review: an activation kept on o_proj became residual + output)
+    projection = getattr(mixer, "out_proj", None) if linear else getattr(mixer, "o_proj", None)
+    mixer_hooks, projection_hooks = mixer._forward_hooks, getattr(projection, "_forward_hooks", {})
 
     def forward(hidden_states: torch.Tensor, position_embeddings: Any = None, attention_mask: Any = None,
                 position_ids: Any = None, **kwargs: Any) -> torch.Tensor:
@@ -59,7 +65,7 @@ def _layer_forward(layer: Any, op: FusedAddZeroCentredRMSNormFwdOp, cache_name: 
         else:
             h, _ = mixer(hidden_states=h, attention_mask=attention_mask, position_ids=position_ids,
                          position_embeddings=position_embeddings, **kwargs)
-        if mixer._forward_hooks or _global_forward_hooks:
+        if mixer_hooks or projection_hooks or _global_forward_hooks:
             h = h.clone()  # a hook may keep (or have returned) the mixer's output: the add must not write into it
         normed = op(hidden_states, h, weight)  # h <- hidden_states + h, as HF's residual add rounds it
         out = mlp(normed)

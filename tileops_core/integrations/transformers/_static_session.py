@@ -206,7 +206,8 @@ class StaticDecodeSession:
 def _refuse_hooks(model: Any) -> None:
     """The step calls the decoder layers' pieces and the token mixers' forwards itself (a CUDA graph
     holds no Python hook): a forward hook on one of them would be skipped silently (found in review:
-    logits 0.01 off a hooked generate()), so it is refused, as global forward hooks are."""
+    logits 0.01 off a hooked generate()), so it is refused, as global forward hooks are; so is one on a mixer's
+    out projection, whose output the step writes the residual add into."""
     hooked = [f"model.layers.{i}{part}" for i, layer in enumerate(model.model.layers)
               for part, m in (("", layer), (".linear_attn", getattr(layer, "linear_attn", None)),
                               (".self_attn", getattr(layer, "self_attn", None)))
@@ -215,6 +216,16 @@ def _refuse_hooks(model: Any) -> None:
         raise ValueError(f"static_decode_session runs the decoder layers' pieces itself, so forward hooks on "
                          f"{', '.join(hooked) or 'every module (global hooks)'} would not run: remove them, or "
                          "decode with generate()")
+    # The step adds the residual into the mixer's output in place, as the patched layer does where no hook holds
+    # it; that output is the out projection's (found in review: an activation kept on o_proj was 0.06 off HF's)
+    projections = [f"model.layers.{i}.{mixer}.{proj}" for i, layer in enumerate(model.model.layers)
+                   for mixer, proj in (("linear_attn", "out_proj"), ("self_attn", "o_proj"))
+                   if getattr(getattr(layer, mixer, None), proj, None) is not None
+                   and getattr(getattr(layer, mixer), proj)._forward_hooks]
+    if projections:
+        raise ValueError(f"static_decode_session's step adds the residual into the token mixers' output in place, "
+                         f"which is the output of {', '.join(projections)}: a forward hook there would see (and keep) "
+                         "the sum, not the projection's output: remove them, or decode with generate()")
 
 
 def static_decode_session(model: Any, max_batch: int, max_len: int, capture: str = "eager") -> StaticDecodeSession:

@@ -39,13 +39,14 @@ def tiny_model(model_type: str = "qwen3_next", *, seed: int = 0, dtype: torch.dt
     torch.manual_seed(seed)
     common = {**_COMMON, **sizes}
     if model_type == "qwen3_next":  # every other layer sparse: dense and MoE MLPs side by side
-        config: Any = hf.Qwen3NextConfig(**common, **_MOE, decoder_sparse_step=2)
+        # (``sizes`` override the MoE defaults too: found in review, num_experts=8 was a TypeError)
+        config: Any = hf.Qwen3NextConfig(**{**_MOE, "decoder_sparse_step": 2, **common})
         cls: Any = hf.Qwen3NextForCausalLM
     elif model_type == "qwen3_5":
         config, cls = hf.Qwen3_5TextConfig(**common), hf.Qwen3_5ForCausalLM
     elif model_type == "qwen3_5_moe":
         moe = {k: v for k, v in common.items() if k != "intermediate_size"}
-        config, cls = hf.Qwen3_5MoeTextConfig(**moe, **_MOE), hf.Qwen3_5MoeForCausalLM
+        config, cls = hf.Qwen3_5MoeTextConfig(**{**_MOE, **moe}), hf.Qwen3_5MoeForCausalLM
     else:
         raise ValueError(f"tiny_model builds {', '.join(TINY_MODEL_TYPES)}, not {model_type!r}")
     return cls(config).to(dtype).eval()
