@@ -5,6 +5,8 @@ the same weights, or asks for a refusal that names the way that works."""
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -43,3 +45,24 @@ def test_a_moe_model_of_other_expert_counts_generates_hfs_tokens(model_type: str
         want, got = ref.generate(ids, **kw), patched.generate(ids, **kw)
     assert torch.equal(want.sequences, got.sequences)
     assert max((a - b).abs().max().item() for a, b in zip(want.logits, got.logits)) < TOL
+
+
+def test_the_embedding_lookups_unit_weight_follows_the_table_to_another_device() -> None:
+    """``model.to(device)`` after ``apply_tileops(every_module=True)`` converts the table in place; the
+    lookup's unit weight must come from the table's device at the call (found in review: it stayed on the
+    device of the apply, so a model moved to CUDA gathered with a CPU weight). The op is a recorder here:
+    this machine has one device, so a stand-in table moves to ``meta``."""
+    from tileops_core.integrations.transformers._plain import _lookup_forward
+
+    seen: list[torch.device] = []
+
+    def op(weight: Any, ids: torch.Tensor, unit: torch.Tensor) -> torch.Tensor:
+        seen.append(unit.device)
+        return torch.empty(ids.shape[0], weight.shape[1])
+
+    table = SimpleNamespace(shape=(16, 4), device=torch.device("cpu"))  # what the lookup reads of its table
+    lookup = _lookup_forward(op, table)  # type: ignore[arg-type]
+    lookup(torch.tensor([[1, 2]]))
+    table.device = torch.device("meta")
+    assert lookup(torch.tensor([[1, 2]])).shape == (1, 2, 4)
+    assert seen == [torch.device("cpu"), torch.device("meta")]

@@ -159,3 +159,18 @@ def test_linear_op_serves_the_narrow_projections_of_qwen3_5_moe(out_features: in
         want = F.linear(x.double(), w.double())
         err = (op(x, w).double() - want).abs().max().item()
         assert err <= 2 ** -7 * want.abs().max().item(), f"rows {rows}: {err}"
+
+
+def test_a_model_moved_to_cuda_after_apply_tileops_with_every_module_gives_hfs_logits() -> None:
+    """``apply_tileops(every_module=True)`` on the CPU, then ``.to("cuda")``: every adapter follows its
+    Parameters (the embedding lookup's unit weight among them, found in review on the CPU)."""
+    ref = tiny_model("qwen3_5_moe", seed=43, **GPU_HEAD_SIZES)
+    patched = copy.deepcopy(ref)
+    apply_tileops(patched, every_module=True)
+    hf, patched = ref.to("cuda"), patched.to("cuda")
+    ids, mask = (t.cuda() for t in _left_padded_batch(patched.config.vocab_size, seed=44))
+    with torch.no_grad():
+        want = hf(input_ids=ids, attention_mask=mask).logits
+        got = patched(input_ids=ids, attention_mask=mask).logits
+    scale = want.abs().max().item()
+    assert (got - want).abs().max().item() <= 1e-3 * scale

@@ -73,11 +73,17 @@ def patch_linear(name: str, m: Any, ops: LinearOps, every_module: bool) -> list[
 
 
 def _lookup_forward(op: MoEUnpermuteFwdOp, weight: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    one = torch.ones(1, 1, dtype=torch.float32, device=weight.device)
+    """The lookup as a gather with a unit weight a token, the unit on the device the table is on now: a
+    model moved after ``apply_tileops`` (``.to("cuda")`` converts the Parameter in place) brings its table,
+    and the unit follows (found in review: it stayed on the device of the apply)."""
+    ones: dict[torch.device, torch.Tensor] = {}
     H = weight.shape[1]
 
     def forward(ids: torch.Tensor) -> torch.Tensor:
         flat = ids.reshape(-1, 1)
+        one = ones.get(weight.device)
+        if one is None:
+            one = ones.setdefault(weight.device, torch.ones(1, 1, dtype=torch.float32, device=weight.device))
         return op(weight, flat, one.expand(flat.shape[0], 1)).view(*ids.shape, H)
     return forward
 
