@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from ..errors import fail
+from ..errors import CheckError, fail
 from ..kernels.fingerprint import selection_state_guard
 from ..lang.types import DTypeParam, Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
 from ..plugins.loader import ensure_plugins_loaded
@@ -309,7 +309,7 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
         boundary = boundary_ref[0]
         op = boundary.instance(args[boundary.encoded])
         values = list(args[:n_inputs]) + [None] * n_buffers
-        plan = definition.plan(op, values, kernels=False)
+        plan = _plan_in_trace(definition, op, values)
         boundary.check_buffer_sharing(args)
         boundary.check_traced_written_inputs(plan, args[: boundary.n_tensors])
         sync_decomposition(boundary, op, values)
@@ -347,6 +347,35 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
     boundary = Boundary(definition, qualname, library, encoders, returned)
     boundary_ref.append(boundary)
     return boundary, None
+
+
+def _plan_in_trace(definition: "OpDef", op: "Op", values: Sequence[Any]) -> "CallPlan":
+    """Steps 1-5 on the fake tensors of a trace, refusing a call with eager's message.
+
+    Traced with dynamic shapes, the checks see symbolic sizes and a refusal would name them
+    (``query shape [s10, s21]``, found in review). The refused call is planned again on ``meta``
+    stand-ins with the trace's sizes and strides at their hints (the caller's own), and where that
+    refuses at the same declaration, its message, eager's, is the one raised."""
+    try:
+        return definition.plan(op, values, kernels=False)
+    except CheckError as traced:
+        if not any(isinstance(v, torch.Tensor) and any(isinstance(n, torch.SymInt) for n in (*v.shape, *v.stride()))
+                   for v in values):
+            raise
+        stand_ins = [traced_stand_in(v) if isinstance(v, torch.Tensor) else v for v in values]
+        try:
+            with unset_fake_temporarily():
+                definition.plan(op, stand_ins, kernels=False)
+        except CheckError as eager:
+            if _declaration(eager) and _declaration(eager) == _declaration(traced):
+                raise eager from traced
+        raise
+
+
+def _declaration(error: CheckError) -> str:
+    """The ``(file:line)`` a check's message ends with: where the refusing declaration is."""
+    text = str(error)
+    return text[text.rfind(" ("):] if text.endswith(")") else ""
 
 
 def call_boundary(op: "Op", values: Sequence[Any]) -> Any:

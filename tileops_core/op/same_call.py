@@ -8,7 +8,8 @@ torch's own ``TensorGuards`` (what ``torch.compile`` guards tensors with) compar
 device, sizes, strides, ``requires_grad`` and dispatch keys. It is stricter than the key
 (strides rather than contiguity), so a hit means the key is the same; a miss only means
 the key is built and looked up as usual. Where torch lacks that check, or it does not
-behave as expected on this build, no matcher is made and every call builds the key.
+behave as expected on this build, no matcher is made and every call builds the key. A nested
+tensor never reaches the check (:func:`_any_nested`): torch's guard aborts the process on one.
 """
 
 from __future__ import annotations
@@ -99,7 +100,15 @@ def make_matcher(values: Sequence[Any]) -> Matcher | None:
     if not absent and not repeats:  # every argument a distinct tensor: the values go to the check as they are
 
         def matches_all(vals: Sequence[Any]) -> bool:
-            return len(vals) == n and check(*vals)
+            if len(vals) != n:
+                return False
+            try:  # (:func:`_any_nested` written out: this is every warm call's first step)
+                for t in vals:
+                    if t.is_nested:
+                        return False
+            except AttributeError:
+                return False
+            return check(*vals)
         return _with_extents(matches_all, values)
     if len(present) == 1:
         only = present[0]
@@ -118,8 +127,23 @@ def make_matcher(values: Sequence[Any]) -> Matcher | None:
         for i, j in repeats:
             if vals[i] is not vals[j]:
                 return False
-        return check(*pick(vals))
+        picked = pick(vals)
+        return not _any_nested(picked) and check(*picked)
     return _with_extents(matches, values)
+
+
+def _any_nested(tensors: Sequence[Any]) -> bool:
+    """True where torch's guard must not be given ``tensors``: it reads the sizes of each, and a nested
+    tensor of the strided layout has none; its C++ error then aborts the process (torch 2.13; found in
+    review: a warm op called with one died without a traceback). Such a call misses the matcher and the
+    plan's checks refuse it. Anything but a tensor counts as well: the guard refuses it too."""
+    try:
+        for t in tensors:
+            if t.is_nested:
+                return True
+    except AttributeError:
+        return True
+    return False
 
 
 def _with_extents(matches: Callable[[Sequence[Any]], bool], values: Sequence[Any]) -> Matcher:
