@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -103,16 +105,24 @@ def test_bench_decode_step_runs_an_extra_policy_beside_the_three_and_writes_them
     assert "compile_fullgraph [rms_norm_only]" in capsys.readouterr().out
 
 
-def test_bench_decode_step_prints_its_results_when_its_json_cannot_be_written(tmp_path, capsys):
-    (tmp_path / "afile").write_text("")
+def test_bench_decode_step_prints_its_results_when_its_json_cannot_be_written(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "d.json"
+    path.write_text("read-only\n")
+    access = os.access
+
+    def read_only(name, mode, *args, **kwargs):  # found only when writing (chmod does not stop root, who runs CI)
+        return not mode & os.W_OK if Path(name).resolve() == path.resolve() else access(name, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", read_only)
     threads = torch.get_num_threads()
     try:
-        code = main(["bench", "--decode-step", "--quick", "--threads", "1", "--json", str(tmp_path / "afile" / "d.json")])
+        code = main(["bench", "--decode-step", "--quick", "--threads", "1", "--json", str(path)])
     finally:
         torch.set_num_threads(threads)
     out, err = capsys.readouterr()
     assert code == 1 and "compile_fullgraph" in out
     assert "tileops bench: cannot write --json" in err and "Traceback" not in err
+    assert path.read_text() == "read-only\n"
 
 
 def test_min_samples_takes_as_many_samples_as_asked_past_the_time_cap(capsys):
@@ -233,11 +243,11 @@ def test_an_unwritable_output_is_one_line_not_a_traceback(tmp_path, capsys):
     blocker.write_text("x")
     assert main(["docs", "--out", str(blocker / "sub")]) == 2
     assert _usage_line(capsys).startswith(f"tileops docs: error: cannot write under --out {blocker / 'sub'}")
-    assert main(["bench", "SumFwdOp", "--quick", *FAST, "--baseline", "none", "--json", str(blocker / "r.json")]) == 1
+    assert main(["bench", "SumFwdOp", "--quick", *FAST, "--baseline", "none", "--json", str(blocker / "r.json")]) == 2
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if "the CPU is busy" not in line]  # depends on the machine
     assert len(lines) == 1 and "Traceback" not in captured.err
-    assert lines[0].startswith(f"tileops bench: cannot write --json {blocker / 'r.json'}: ")
+    assert lines[0] == f"tileops bench: error: --json {blocker / 'r.json'}: {blocker} is a file, not a folder"
     assert "results in" not in captured.out
 
 

@@ -161,7 +161,10 @@ def test_duplicate_backend_name_is_refused_and_the_first_plugin_keeps_it(site):
     with pytest.warns(RuntimeWarning):
         records = reload_all()
     assert records["first"].status == "loaded"
-    assert records["second"].reason == "backend 'samename' rolled back: backend 'samename' is registered twice"
+    assert records["second"].reason == (
+        "backend 'samename' rolled back: backend 'samename' is registered twice: plugin first (tileops-first 1.2.3) "
+        "holds it, and plugin second (tileops-second 1.2.3) declares it too; uninstall one, or keep one out with "
+        "TILEOPS_DISABLE_PLUGINS=second")
     assert [k.__name__ for k in registry.backends()["samename"].kernels] == ["FirstK"]
     assert registry.implementations(sys.modules[second].IFACE) == []
 
@@ -516,7 +519,10 @@ def test_a_plugin_taking_a_core_backend_name_is_the_one_rolled_back_whatever_its
         records = reload_all()
     assert records["cpu_ref"].status == "loaded"
     assert records["aaa-dupname"].status == "failed"
-    assert records["aaa-dupname"].reason.endswith("backend 'cpu_ref' is registered twice")
+    assert records["aaa-dupname"].reason.endswith(
+        f"backend 'cpu_ref' is registered twice: plugin cpu_ref (tileops-cpu-ref {records['cpu_ref'].version}) holds "
+        "it, and plugin aaa-dupname (tileops-aaa-dupname 1.2.3) declares it too; uninstall one, or keep one out with "
+        "TILEOPS_DISABLE_PLUGINS=aaa-dupname")
     assert registry.backends()["cpu_ref"].distribution == "tileops-cpu-ref"
     x = torch.randn(2, 8)
     torch.testing.assert_close(RMSNormFwdOp(normalized_shape=[8])(x), torch.nn.functional.rms_norm(x, [8]))

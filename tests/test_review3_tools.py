@@ -10,6 +10,7 @@ of a folder holding no spec passed having checked nothing.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 import types
@@ -80,14 +81,14 @@ def test_validate_fix_on_a_file_it_cannot_write_is_one_line_and_exit_1(tmp_path,
     path = tmp_path / "fixme.yaml"
     shutil.copy(CORPUS / "t3_4_tensor_is_none.yaml", path)
     before = path.read_text()
-    write_text = pathlib.Path.write_text
+    access = os.access
 
-    def read_only(self, *args, **kwargs):
-        if self == path:
-            raise PermissionError(13, "Permission denied", str(self))
-        return write_text(self, *args, **kwargs)
+    def read_only(name, mode, *args, **kwargs):  # the file is read-only (chmod does not stop root, who runs CI)
+        if pathlib.Path(name).resolve() == path.resolve() and mode & os.W_OK:
+            return False
+        return access(name, mode, *args, **kwargs)
 
-    monkeypatch.setattr(pathlib.Path, "write_text", read_only)
+    monkeypatch.setattr(os, "access", read_only)
     assert main(["validate", "--fix", str(path)]) == 1
     err = capsys.readouterr().err
     assert f"tileops validate: --fix cannot write {path}: Permission denied\n" in err
@@ -141,3 +142,137 @@ def test_validate_of_a_folder_holding_no_spec_is_a_usage_error(tmp_path, capsys)
     assert main(["validate", "--no-conformance", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (f"tileops validate: no *.yaml file in {tmp_path}: nothing to validate "
                                        "(specs are read from files ending in .yaml)\n")
+
+
+# -- fourth pass: usage errors exit 2, a taken backend name names its holder, writes replace whole files -----------
+
+def _error_line(capsys) -> str:
+    """The one line a usage error prints on stderr (and nothing else there)."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.count("\n") == 1, err
+    return err.rstrip("\n")
+
+
+def test_the_steer_string_given_to_kernels_is_a_usage_error(capsys):
+    assert main(["explain", "RMSNormFwdOp", "--kernels", "garbage"]) == 2
+    assert _error_line(capsys) == ("tileops explain: error: --kernels: entry 'garbage' is not 'Op=kernel', "
+                                   "'Op=backend' or 'Op=-denied' (e.g. RMSNormFwdOp=cpu_ref;"
+                                   "RecurrentGatedDeltaRuleFwdOp=-TileLangRGDR)")
+
+
+@pytest.mark.parametrize("command", ["explain", "lock"])
+def test_a_target_of_a_device_type_nothing_installed_is_for_is_a_usage_error(command, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # where lock would write tileops.lock
+    plugins.load_plugins()
+    installed = ", ".join(sorted({t for b in plugins.loaded_registry().backends().values() for t in b.device_types
+                                  if t != "*"} | {"cpu"}))
+    assert main([command, "RMSNormFwdOp", "--target", "nope"]) == 2
+    assert _error_line(capsys) == (f"tileops {command}: error: target nope (--target) names device type 'nope', "
+                                   f"which no installed backend or kernel is for (installed: {installed}): a typo, "
+                                   "or its backend is not installed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lock_flag_naming_a_missing_file_is_a_usage_error(tmp_path, capsys):
+    missing = tmp_path / "missing.lock"
+    assert main(["explain", "RMSNormFwdOp", "--lock", str(missing)]) == 2
+    assert _error_line(capsys) == (f"tileops explain: error: --lock: lock file {missing}: cannot be read: [Errno 2] "
+                                   f"No such file or directory: '{missing}'")
+
+
+def test_a_lock_flag_naming_a_file_that_is_no_lock_is_a_usage_error(tmp_path, capsys):
+    path = tmp_path / "notes.json"
+    path.write_text('{"hi": 1}\n')
+    assert main(["backends", "--lock", str(path)]) == 2
+    assert _error_line(capsys) == (f"tileops backends: error: --lock: {path}:1: not a tileops lock header (expected "
+                                   '{"tileops_lock": 1, ...}); write one with `tileops lock`')
+
+
+def test_a_backend_name_taken_twice_names_both_plugins_and_their_distributions(site):
+    body = """
+        def tileops_register(registrar):
+            registrar.backend("alpha", device_types=("cpu",), core_major=%d)
+    """ % CORE_MAJOR
+    install(site, body, dist="tileops-alpha-one", version="1.0", entry="alpha_one")
+    install(site, body, dist="tileops-alpha-two", version="2.0", entry="alpha_two")
+    with pytest.warns(RuntimeWarning):
+        records = {r.name: r for r in plugins.load_plugins()}
+    assert records["alpha_one"].status == "loaded"
+    assert records["alpha_two"].reason == (
+        "backend 'alpha' rolled back: backend 'alpha' is registered twice: plugin alpha_one (tileops-alpha-one 1.0) "
+        "holds it, and plugin alpha_two (tileops-alpha-two 2.0) declares it too; uninstall one, or keep one out with "
+        "TILEOPS_DISABLE_PLUGINS=alpha_two")
+
+
+def test_lock_of_an_unknown_op_is_the_usage_error_other_commands_give(tmp_path, capsys):
+    assert main(["explain", "RMSNormFwdO"]) == 2
+    explained = _error_line(capsys).removeprefix("tileops explain: error: ")
+    assert explained.startswith("unknown op 'RMSNormFwdO'; did you mean RMSNormFwdOp")
+    assert main(["lock", "RMSNormFwdO", "-o", str(tmp_path / "x.lock")]) == 2
+    assert _error_line(capsys) == f"tileops lock: error: {explained}"
+
+
+def test_lock_of_an_op_that_has_no_workloads_to_lock_keeps_saying_so(tmp_path, monkeypatch, capsys):
+    from tileops_core.cli import cmd_lock
+
+    benchable = cmd_lock.benchable_specs()
+    monkeypatch.setattr(cmd_lock, "benchable_specs", lambda: {n: s for n, s in benchable.items()
+                                                              if n != "RMSNormFwdOp"})
+    assert main(["lock", "RMSNormFwdOp", "-o", str(tmp_path / "x.lock")]) == 2
+    assert _error_line(capsys).startswith("tileops lock: error: not implemented ops with workloads: RMSNormFwdOp "
+                                          "(ops: ")
+
+
+@pytest.mark.parametrize("command", [["bench", "SumFwdOp", "--quick", "--baseline", "none", "--json"],
+                                     ["calibrate", "--quick", "--copy-mib", "1", "--matmul-n", "64", "--out"]])
+def test_an_output_under_a_file_is_a_usage_error_that_says_so_before_any_work(command, tmp_path, capsys):
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    target = blocker / "sub" / ("r.json" if command[0] == "bench" else "p.yaml")
+    assert main([*command, str(target)]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""  # nothing was run
+    assert out.err == f"tileops {command[0]}: error: {command[-1]} {target}: {blocker} is a file, not a folder\n"
+
+
+def _disk_fills_half_way(monkeypatch) -> None:
+    """Every ``Path.write_text`` writes half its text, then fails as a full disk does."""
+    def half(self, data, *args, **kwargs):
+        with open(self, "w") as f:
+            f.write(data[: len(data) // 2])
+        raise OSError(28, "No space left on device", str(self))
+
+    monkeypatch.setattr(pathlib.Path, "write_text", half)
+
+
+@pytest.mark.parametrize("command,name", [
+    (["bench", "SumFwdOp", "--quick", "--baseline", "none", "--min-samples", "3", "--min-time", "0.005", "--json"],
+     "r.json"),
+    (["lock", "RMSNormFwdOp", "-o"], "x.lock"),
+    (["calibrate", "--quick", "--copy-mib", "1", "--matmul-n", "64", "--out"], "p.yaml"),
+    (["validate", "--fix"], "fixme.yaml"),
+], ids=["bench --json", "lock -o", "calibrate --out", "validate --fix"])
+def test_a_write_that_fails_half_way_leaves_the_previous_file_whole_and_no_temporary_file(command, name, tmp_path,
+                                                                                          monkeypatch, capsys):
+    path = tmp_path / name
+    if command[0] == "validate":
+        shutil.copy(CORPUS / "t3_4_tensor_is_none.yaml", path)
+    else:
+        path.write_text("the previous file\n")
+    before = path.read_text()
+    _disk_fills_half_way(monkeypatch)
+    assert main([*command, str(path)]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert path.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_backends_exits_1_when_a_backend_detect_raised(capsys):
+    def broken():
+        raise RuntimeError("driver gone")
+
+    plugins.load_plugins()
+    plugins.register_plugin(_detecting_plugin("breaks", broken), "breaks")
+    assert main(["backends"]) == 1
+    assert "    detected: error: detect() raised RuntimeError: driver gone" in capsys.readouterr().out

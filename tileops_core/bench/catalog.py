@@ -20,7 +20,8 @@ from ..spec.nodes import OpSpec
 if TYPE_CHECKING:
     from ..op.base import Op
 
-__all__ = ["UsageError", "UnknownName", "benchable_specs", "import_op_module", "op_class", "resolve_specs"]
+__all__ = ["UsageError", "UnknownName", "benchable_specs", "import_op_module", "op_class", "resolve_specs",
+           "unknown_op"]
 
 
 class UnknownName(UsageError):
@@ -69,9 +70,15 @@ def resolve_specs(names: Iterable[str]) -> list[OpSpec]:
     for name in names:
         spec = specs.get(name)
         if spec is None:
-            close = difflib.get_close_matches(name, list(specs), n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(close)}?" if close else f" (known: {', '.join(specs)})"
-            raise UnknownName(f"unknown op {name!r}{hint}")
+            raise unknown_op(name, specs)
         if spec not in out:
             out.append(spec)
     return out
+
+
+def unknown_op(name: str, known: Iterable[str]) -> UnknownName:
+    """The error for an op name that is none of ``known``: it suggests the closest names, else lists them."""
+    names = list(known)
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else f" (known: {', '.join(names)})"
+    return UnknownName(f"unknown op {name!r}{hint}")

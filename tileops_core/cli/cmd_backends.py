@@ -4,8 +4,10 @@ Lists every registered backend (distribution, version, device types, kernels, op
 ships, the devices its ``detect()`` reports), the plugins that the environment disabled,
 and every load failure with its reason, and what loading noticed (an allow-list naming no
 installed plugin, a plugin spec that does not load, a ``preferred_over`` naming no kernel).
-Exit code 1 when a plugin failed to load or loading noticed something, so CI can assert a
-clean install.
+Exit code 1 when a plugin failed to load, loading noticed something, or a backend's
+``detect()`` raised or returned something other than a list of devices (a backend broken
+on this machine: it lists no devices, and shows ``detected: error``), so CI can assert a
+clean install; 2 for a ``--kernels`` or ``--lock`` that cannot be used.
 """
 
 from __future__ import annotations
@@ -131,4 +133,5 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(data, indent=2) if args.format == "json" else _text(data))
     steering = data["steering"]
     problems = steering["override_problems"] or steering["lock_error"]
-    return EXIT_FINDINGS if data["failures"] or data["notices"] or problems else EXIT_OK
+    broken = any(b["detect_error"] for b in data["backends"])  # (found in review: exit 0)
+    return EXIT_FINDINGS if data["failures"] or data["notices"] or problems or broken else EXIT_OK

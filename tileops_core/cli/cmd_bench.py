@@ -8,8 +8,10 @@ and FLOP/s, arithmetic intensity, bound and efficiency against the hardware prof
 and its speedup over the baseline measured in the same run.
 
 Exit codes: 0 every case ran; 1 a case or its baseline failed (the others still ran and
-are reported); 2 a usage error (unknown op, workload label, device or profile); 130
-stopped by Ctrl-C (the cases finished so far are still printed and written).
+are reported), or ``--json``/``--plot`` could not be written; 2 a usage error (unknown op,
+workload label, device or profile; an output path under a file, checked before the run);
+130 stopped by Ctrl-C (the cases finished so far are still printed and written).
+``--json`` replaces its file whole or not at all (:mod:`.output`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ..bench.runner import BenchConfig, Interrupted, plan_cases, run_bench
 from ..bench.timing import DEFAULT, QUICK, TimingOptions
 from ..errors import TileOpsError
 from .main import EXIT_FINDINGS, EXIT_OK, options_given
+from .output import check_output_path, replacing
 from .usage import parse_device, usage_error
 
 __all__ = ["NAME", "HELP", "add_arguments", "run"]
@@ -159,14 +162,22 @@ def _decode_step(device: torch.device, args: argparse.Namespace) -> int:
     doc = result.as_dict()
     print(json.dumps(doc, indent=2) if args.format == "json" else format_decode_step(result))
     bad = any(w.error or not w.matches_eager for w in result.ways)
-    if args.json:  # after the results are printed: a path that cannot be written loses nothing (found in review)
-        try:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-        except OSError as exc:
-            print(f"tileops bench: cannot write --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
-            bad = True
+    # After the results are printed: a path that cannot be written loses nothing (found in review).
+    if args.json and not _write_json(args.json, doc):
+        bad = True
     return EXIT_FINDINGS if bad else EXIT_OK
+
+
+def _write_json(path: str, doc: dict[str, Any]) -> bool:
+    """Write ``doc`` to ``--json`` whole (or leave the file there as it was); a failure is one line on stderr."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with replacing(path) as temporary:
+            temporary.write_text(json.dumps(doc, indent=2) + "\n")
+    except OSError as exc:
+        print(f"tileops bench: cannot write --json {path}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    return True
 
 
 #: Options of op rows, and the value each has when not given: --decode-step runs no op rows, so none applies.
@@ -193,6 +204,9 @@ def run(args: argparse.Namespace) -> int:
             if args.threads < 1:
                 raise UsageError("--threads must be at least 1")
             torch.set_num_threads(args.threads)
+        for flag, path in (("--json", args.json), ("--plot", args.plot)):
+            if path:
+                check_output_path(flag, path)  # before the run, not after it
         if args.policy and not args.decode_step:
             raise UsageError("--policy chooses decomposition policies of --decode-step; op rows run eager")
         if args.decode_step:
@@ -221,13 +235,10 @@ def run(args: argparse.Namespace) -> int:
     wrote: list[str] = []
     write_failed = False
     if args.json:
-        try:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+        if _write_json(args.json, doc):
             wrote.append(f"results in {args.json}")
-        except OSError as exc:
+        else:
             write_failed = True
-            print(f"tileops bench: cannot write --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
     if args.plot:
         from ..bench.plot import plot_roofline
         try:

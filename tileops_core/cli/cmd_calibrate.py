@@ -3,7 +3,12 @@
 The profile it prints (YAML, or JSON with ``--format json``) has this machine's measured
 figures and the datasheet peaks of the profile that already describes the device. Save
 it with ``--out FILE`` (then pass ``tileops bench --profile FILE``) or ``--save`` (into the
-user profile directory, where ``tileops bench`` finds it for this device by itself).
+user profile directory, where ``tileops bench`` finds it for this device by itself); a file
+is replaced whole or not at all (:mod:`.output`).
+
+Exit codes: 0 written (or printed); 1 a file could not be written; 2 a usage error (a size
+or dtype it cannot measure, a device not here, an ``--out`` that is no ``.yaml`` file or lies
+under a file).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from ..bench.catalog import UsageError
 from ..bench.profiles import device_name, dump_profile, profile_for, user_profile_dir
 from ..bench.timing import DEFAULT, QUICK
 from .main import EXIT_FINDINGS, EXIT_OK
+from .output import check_output_path, replacing
 from .usage import parse_device, usage_error
 
 __all__ = ["NAME", "HELP", "add_arguments", "run"]
@@ -51,10 +57,12 @@ def run(args: argparse.Namespace) -> int:
         sizes = CalibrationSizes((args.copy_mib << 20) if args.copy_mib is not None else defaults.copy_bytes,
                                  args.matmul_n if args.matmul_n is not None else defaults.matmul_n,
                                  args.dtype or defaults.dtypes)
+        if args.out and not args.out.endswith((".yaml", ".yml")):
+            raise UsageError(f"--out writes a YAML profile; give a name ending in .yaml, got {args.out!r}")
+        if args.out:
+            check_output_path("--out", args.out)  # before calibrating, not after
     except UsageError as exc:
         return usage_error(NAME, str(exc))
-    if args.out and not args.out.endswith((".yaml", ".yml")):
-        return usage_error(NAME, f"--out writes a YAML profile; give a name ending in .yaml, got {args.out!r}")
     name = device_name(device)
     known = profile_for(device.type, name)
     if known is not None and known.profile.describes(device.type, name) != 2:
@@ -74,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     for target in targets:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
+            with replacing(target) as temporary:
+                temporary.write_text(text)
             print(f"wrote {target}", file=sys.stderr)
         except OSError as exc:
             print(f"tileops calibrate: cannot write {target}: {exc.strerror or exc}", file=sys.stderr)

@@ -31,15 +31,15 @@ from ..errors import TileOpsError, UsageError
 from ..kernels import registry
 from ..kernels.interface import CallSpec
 from ..kernels.select import Selection, select_kernel, target_problem
-from ..kernels.targets import Target, active_target_source, current_target, default_device, parse_target, \
-    target_layers, use_target
+from ..kernels.targets import Target, active_target_source, current_target, default_device, target_layers, use_target
 from ..op.decompose import compile_path
 from ..spec.nodes import OpSpec, WorkloadRow
 from ..kernels.overrides import kernel_overrides
 from ..kernels.steering import steering_layers
 from .explain_model import add_model_arguments, run_model
 from .main import EXIT_FINDINGS, EXIT_OK, options_given
-from .steer_options import add_kernels_argument, kernels_argument, steering_lines
+from .steer_options import add_kernels_argument, installed_device_types, kernels_argument, steering_lines, \
+    target_argument
 
 __all__ = ["NAME", "HELP", "add_arguments", "run", "explain", "op_class", "parse_shapes"]
 
@@ -117,9 +117,7 @@ def simulated_device_type(text: str | None, arch: str) -> str:
         raise UsageError(f"--device {text!r} is not a device: write type[:index], e.g. npu or npu:0")
     if device_type in ("cpu", "meta"):
         raise UsageError(f"--arch simulates an accelerator; {device_type} has no arch to choose")
-    active = registry.active()
-    known = {t for info in active.backends().values() for t in info.device_types}
-    known |= {d for info in active.backends().values() for k in info.kernels for d in k.devices if d != "*"}
+    known = installed_device_types()
     if device_type not in known:
         raise UnknownName(f"--device {text!r}: no installed backend or kernel is for device type {device_type!r} "
                           f"(installed: {', '.join(sorted(known)) or 'none'})")
@@ -296,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
     if (args.op is None) == (args.model is None):
         raise UsageError("tileops explain takes an op (tileops explain RMSNormFwdOp) or --model TYPE, one of them")
     _refuse_other_modes_options(args)
-    scoped = parse_target(args.target, "--target") if args.target else None
+    scoped = target_argument(args)
     with kernels_argument(args), use_target(scoped) if scoped is not None else contextlib.nullcontext():
         if args.model is not None:
             return run_model(args, _device(args.device, current_target()))

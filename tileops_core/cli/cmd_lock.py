@@ -9,7 +9,9 @@ distributions' versions and the selection fingerprint. ``TILEOPS_LOCK=PATH`` the
 selection follow it (:mod:`tileops_core.kernels.lock`).
 
 A row that cannot be planned, or a call no kernel serves, is reported and makes the exit
-code 1; the lock still holds every call spec that was chosen.
+code 1; the lock still holds every call spec that was chosen. An unknown op name, or a
+``--kernels``/``--target`` that cannot be used, is a usage error (exit 2). The lock file is
+replaced whole or not at all (:mod:`.output`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import contextlib
 import json
 from typing import Any
 
-from ..bench.catalog import UnknownName, benchable_specs
+from ..bench.catalog import UnknownName, benchable_specs, unknown_op
 from ..bench.workloads import dtype_cases, instantiate, plan_row
 from ..errors import TileOpsError, UsageError
 from ..kernels import registry
@@ -27,11 +29,13 @@ from ..kernels.fingerprint import selection_fingerprint
 from ..kernels.lock import write_lock
 from ..kernels.select import select_kernel
 from ..kernels.steering import installed_distributions
-from ..kernels.targets import current_target, parse_target, use_target
+from ..kernels.targets import current_target, use_target
+from ..spec.manifest import load_manifest
 from ..spec.nodes import OpSpec
 from .cmd_explain import as_if_on, op_class, simulated_device_type
 from .main import EXIT_FINDINGS, EXIT_OK
-from .steer_options import add_kernels_argument, kernels_argument
+from .output import replacing
+from .steer_options import add_kernels_argument, kernels_argument, target_argument
 
 __all__ = ["NAME", "HELP", "add_arguments", "run", "lock_rows"]
 
@@ -53,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _specs(names: list[str]) -> list[OpSpec]:
     specs = benchable_specs()
+    manifest = load_manifest()
+    for name in names:
+        if name not in manifest:  # a typo, said as every command says it (found in review: "not implemented")
+            raise unknown_op(name, specs)
     unknown = [n for n in names if n not in specs]
     if unknown:
         raise UnknownName(f"not implemented ops with workloads: {', '.join(unknown)} (ops: {', '.join(specs)})")
@@ -96,12 +104,13 @@ def run(args: argparse.Namespace) -> int:
     # Calls carry a device type: cuda:0 is cuda, and a type no kernel is for is refused (found in review:
     # --device cuda:0 locked every row to the reference kernel and exited 0).
     device_type = "cpu" if args.device == "cpu" else simulated_device_type(args.device, arch)
-    scoped = parse_target(args.target, "--target") if args.target else None
+    scoped = target_argument(args)
     with kernels_argument(args), use_target(scoped) if scoped is not None else contextlib.nullcontext():
         rows, problems = lock_rows(_specs(args.ops), device_type, arch)
         active = registry.active()
         try:
-            written = write_lock(args.output, rows, installed_distributions(active), selection_fingerprint(active))
+            with replacing(args.output) as temporary:  # whole or not at all: a lock is followed line by line
+                written = write_lock(temporary, rows, installed_distributions(active), selection_fingerprint(active))
         except OSError as exc:  # (found in review: a traceback)
             raise TileOpsError(f"cannot write -o {args.output}: {exc.strerror or exc}") from None
     if args.format == "json":

@@ -6,7 +6,8 @@ directories of ``*.yaml``) validate just those.
 ``spec-only`` specs get the spec lint; ``implemented`` ones also the conformance pass
 against their op class; ``--check-op NAME`` runs everything for one op and reports only
 it. ``--no-conformance`` runs the lint alone, without loading plugins or importing torch
-(also what happens, with a note, where torch is not installed). ``--fix`` applies the mechanical rewrites of table 3 in place, then validates again.
+(also what happens, with a note, where torch is not installed). ``--fix`` applies the mechanical rewrites of table 3 in place, then validates again;
+each file is replaced whole or not at all (:mod:`.output`).
 
 Exit code: 0 when no error is left (warnings and advisories do not fail), 1 when errors
 remain (or ``--fix`` cannot write a file), 2 for a usage error (a missing path, a folder
@@ -22,6 +23,7 @@ from ..validate.lint import DEFAULT_MAX_COMBINATIONS
 from ..validate.report import render_json, render_text
 from ..validate.runner import Report, UsageError, torch_available, validate
 from .main import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, positive_int
+from .output import replacing
 
 __all__ = ["NAME", "HELP", "add_arguments", "needs_plugins", "run"]
 
@@ -79,7 +81,10 @@ def _fix(report: Report) -> tuple[bool, bool]:
     changed = unwritten = False
     for label in targets:
         try:
-            result = fix_file(files[label], label)
+            result = fix_file(files[label], label, write=False)
+            if result.changed:  # whole or not at all: a spec cut short would not load
+                with replacing(files[label]) as temporary:
+                    temporary.write_text(result.text, encoding="utf-8")
         except OSError as exc:
             print(f"tileops validate: --fix cannot write {files[label]}: {exc.strerror or exc}", file=sys.stderr)
             unwritten = True

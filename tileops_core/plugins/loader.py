@@ -274,9 +274,14 @@ def _apply(registry: Registry, candidate: _Candidate, contribution: Contribution
         raise PluginError(f"backend {backend.name!r} was built for tileops core major {backend.core_major}, but the "
                           f"installed core is tileops {__version__} (major {CORE_MAJOR}); install a release of {who} "
                           f"built for core {CORE_MAJOR}.x, or a tileops {backend.core_major}.x core")
+    holder = registry.backends().get(backend.name)
+    if holder is not None:  # (found in review: the registry's own error named neither plugin)
+        raise PluginError(f"backend {backend.name!r} is registered twice: {_holder(registry.plugins, holder)} holds "
+                          f"it, and {_plugin(candidate.name, candidate.distribution, candidate.version)} declares it "
+                          f"too; uninstall one, or keep one out with {ENV_DISABLE}={candidate.name}")
     info = BackendInfo(backend.name, candidate.distribution, backend.version or candidate.version,
                        backend.device_types, backend.description, detect=backend.detect)
-    handle = registry.add_backend(info)  # a duplicate backend name raises here, before anything needs undoing
+    handle = registry.add_backend(info)  # nothing registered yet: a failure here needs no undoing
     try:
         for impl in contribution.kernels:
             handle.kernel(impl)
@@ -294,6 +299,26 @@ def _apply(registry: Registry, candidate: _Candidate, contribution: Contribution
         handle.undo()
         raise
     return handle, ops
+
+
+def _release(distribution: str | None, version: str | None) -> str:
+    """``distribution version`` (empty when the distribution is unknown)."""
+    return " ".join(part for part in (distribution, version) if part) if distribution else ""
+
+
+def _plugin(name: str, distribution: str | None, version: str | None) -> str:
+    """``plugin NAME (distribution version)``, as much of it as is known."""
+    release = _release(distribution, version)
+    return f"plugin {name} ({release})" if release else f"plugin {name}"
+
+
+def _holder(state: PluginState, info: BackendInfo) -> str:
+    """Who registered backend ``info``: the loaded plugin that declared it, else code in this process."""
+    for record in state.records.values():
+        if record.status == "loaded" and record.backend == info.name:
+            return _plugin(record.name, record.distribution, record.version)
+    release = _release(info.distribution, info.version)
+    return f"code in this process (register_backend(){', ' + release if release else ''}; not a plugin)"
 
 
 def _check_new_ops(backend: str, dirs: tuple[Path, ...]) -> None:
