@@ -54,6 +54,11 @@ group_norm = recording(RUNS, "gn", REFERENCE_KERNELS[GroupNormKernel])
 bmm = recording(RUNS, "bmm", REFERENCE_KERNELS[BmmKernel])
 
 
+def by(interface):
+    """How step 7's refusal ends: the kernel that produced the outputs (``use`` registers it under "fake")."""
+    return f"\n  kernel: conftest:Test{interface.__name__} [fake]"
+
+
 @pytest.fixture
 def use(fake_backend):
     """``use(interface, fn)``: the kernel this test runs."""
@@ -67,28 +72,30 @@ def test_output_of_the_wrong_shape_names_the_output_declaration(use):
     use(BmmKernel, lambda a, b: torch.bmm(a, b)[:, :-1])
     op = BmmFwdOp()
     assert failure(lambda: op(rand(2, 3, 4), rand(2, 4, 5))) == (
-        "BmmFwdOp: output d has shape [2, 2, 5], the spec gives [2, 3, 5]" + at(op.op_spec().outputs["d"]))
+        "BmmFwdOp: output d has shape [2, 2, 5], the spec gives [2, 3, 5]" + at(op.op_spec().outputs["d"])
+        + by(BmmKernel))
 
 
 def test_output_of_the_wrong_dtype(use):
     use(BmmKernel, lambda a, b: torch.bmm(a, b).double())
     op = BmmFwdOp()
     assert failure(lambda: op(rand(2, 3, 4), rand(2, 4, 5))) == (
-        "BmmFwdOp: output d has dtype float64, the spec gives float32" + at(op.op_spec().outputs["d"]))
+        "BmmFwdOp: output d has dtype float64, the spec gives float32" + at(op.op_spec().outputs["d"]) + by(BmmKernel))
 
 
 def test_output_on_another_device(use):
     use(BmmKernel, lambda a, b: torch.empty(2, 3, 5, device="meta"))
     op = BmmFwdOp()
     assert failure(lambda: op(rand(2, 3, 4), rand(2, 4, 5))) == (
-        "BmmFwdOp: output d is on meta, the call is on cpu" + at(op.op_spec().outputs["d"]))
+        "BmmFwdOp: output d is on meta, the call is on cpu" + at(op.op_spec().outputs["d"]) + by(BmmKernel))
 
 
 def test_output_with_a_sparse_layout(use):
     use(BmmKernel, lambda a, b: torch.bmm(a, b).to_sparse())
     op = BmmFwdOp()
     assert failure(lambda: op(rand(2, 3, 4), rand(2, 4, 5))) == (
-        "BmmFwdOp: output d has layout torch.sparse_coo, expected strided" + at(op.op_spec().outputs["d"]))
+        "BmmFwdOp: output d has layout torch.sparse_coo, expected strided" + at(op.op_spec().outputs["d"])
+        + by(BmmKernel))
 
 
 @pytest.mark.parametrize("result, shown", [(None, "NoneType"), ((torch.empty(2, 3, 5),), "tuple"), (3.0, "float")])
@@ -96,7 +103,7 @@ def test_output_that_is_not_a_tensor(use, result, shown):
     use(BmmKernel, lambda a, b: result)
     op = BmmFwdOp()
     assert failure(lambda: op(rand(2, 3, 4), rand(2, 4, 5))) == (
-        f"BmmFwdOp: output d is {shown}, expected a tensor" + at(op.op_spec().outputs["d"]))
+        f"BmmFwdOp: output d is {shown}, expected a tensor" + at(op.op_spec().outputs["d"]) + by(BmmKernel))
 
 
 def test_output_is_checked_on_every_call_not_only_the_first(use):
@@ -112,7 +119,8 @@ def test_output_that_is_a_view_of_an_input_shares_storage(use):
     use(RMSNormKernel, lambda x, w, shape, eps: x.view_as(x))
     op = RMSNormFwdOp([8])
     assert failure(lambda: op(rand(4, 8))) == (
-        "RMSNormFwdOp: output output shares storage with an input" + at(op.op_spec().outputs["output"]))
+        "RMSNormFwdOp: output output shares storage with an input" + at(op.op_spec().outputs["output"])
+        + by(RMSNormKernel))
 
 
 @pytest.mark.parametrize("alias", [
@@ -124,7 +132,8 @@ def test_output_sharing_the_input_storage_in_any_disguise_is_rejected(use, alias
     use(ReciprocalKernel, lambda input, out=None: alias(input.reciprocal_()))
     op = ReciprocalFwdOp()
     assert failure(lambda: op(rand(3, 4))) == (
-        "ReciprocalFwdOp: output output shares storage with an input" + at(op.op_spec().outputs["output"]))
+        "ReciprocalFwdOp: output output shares storage with an input" + at(op.op_spec().outputs["output"])
+        + by(ReciprocalKernel))
 
 
 def test_output_sharing_the_storage_of_the_weight_is_rejected(use):
@@ -172,7 +181,8 @@ def test_kernel_that_returns_a_new_tensor_instead_of_the_out_buffer(use):
     use(ReciprocalKernel, lambda input, out=None: torch.reciprocal(input))
     op = ReciprocalFwdOp()
     assert failure(lambda: op(rand(3, 4), out=torch.empty(3, 4))) == (
-        "ReciprocalFwdOp: output output must be the out buffer passed by the caller" + at(op.op_spec().outputs["output"]))
+        "ReciprocalFwdOp: output output must be the out buffer passed by the caller" + at(op.op_spec().outputs["output"])
+        + by(ReciprocalKernel))
 
 
 def test_out_buffer_sharing_storage_is_caught_on_a_call_with_known_shapes(use):
@@ -381,7 +391,8 @@ def test_alias_output_that_is_a_copy(use, probes):
     use(ProbeOutputsKernel, lambda x: (x.sum(1), x.clone()))
     op = ProbeOutputsFwdOp()
     assert failure(lambda: op(rand(3, 4))) == (
-        "ProbeOutputsFwdOp: output x_out must be the very input it aliases" + at(op.op_spec().outputs["x_out"]))
+        "ProbeOutputsFwdOp: output x_out must be the very input it aliases" + at(op.op_spec().outputs["x_out"])
+        + by(ProbeOutputsKernel))
 
 
 @pytest.mark.parametrize("result, shown", [(None, "NoneType"), ((torch.empty(3),), "tuple")])
@@ -390,21 +401,23 @@ def test_wrong_number_of_outputs(use, probes, result, shown):
     op = ProbeOutputsFwdOp()
     assert failure(lambda: op(rand(3, 4))) == (
         f"ProbeOutputsFwdOp: the implementation returned {shown}, expected 2 outputs (total, x_out) "
-        f"({op.op_spec().location.where()})")
+        f"({op.op_spec().location.where()})" + by(ProbeOutputsKernel))
 
 
 def test_none_among_the_outputs(use, probes):
     use(ProbeOutputsKernel, lambda x: (None, x))
     op = ProbeOutputsFwdOp()
     assert failure(lambda: op(rand(3, 4))) == (
-        "ProbeOutputsFwdOp: output total is NoneType, expected a tensor" + at(op.op_spec().outputs["total"]))
+        "ProbeOutputsFwdOp: output total is NoneType, expected a tensor" + at(op.op_spec().outputs["total"])
+        + by(ProbeOutputsKernel))
 
 
 def test_output_declared_contiguous_must_be(use, probes):
     use(ProbeOutputsKernel, lambda x: (torch.empty(6)[::2], x))
     op = ProbeOutputsFwdOp()
     assert failure(lambda: op(rand(3, 4))) == (
-        "ProbeOutputsFwdOp: output total must be contiguous" + at(op.op_spec().outputs["total"]))
+        "ProbeOutputsFwdOp: output total must be contiguous" + at(op.op_spec().outputs["total"])
+        + by(ProbeOutputsKernel))
 
 
 @pytest.mark.parametrize("make_out, why", [
@@ -449,7 +462,7 @@ def test_a_warm_call_refuses_each_output_the_first_call_would_have(use, wrong, m
     op = BmmFwdOp()
     a, b = rand(2, 3, 4), rand(2, 4, 5)
     torch.testing.assert_close(op(a, b), torch.bmm(a, b))
-    assert failure(lambda: op(a, b)) == f"BmmFwdOp: {message}" + at(op.op_spec().outputs["d"])
+    assert failure(lambda: op(a, b)) == f"BmmFwdOp: {message}" + at(op.op_spec().outputs["d"]) + by(BmmKernel)
 
 
 def test_a_warm_call_accepts_an_output_of_any_strides_where_the_spec_asks_no_contiguity(use):
@@ -496,9 +509,11 @@ def test_output_sharing_the_input_storage_without_overlapping_the_input_is_rejec
     op = ReciprocalFwdOp()
     base = rand(2, 3, 4)
     assert failure(lambda: op(base[0])) == (
-        "ReciprocalFwdOp: output output shares storage with an input" + at(op.op_spec().outputs["output"]))
+        "ReciprocalFwdOp: output output shares storage with an input" + at(op.op_spec().outputs["output"])
+        + by(ReciprocalKernel))
     assert failure(lambda: op(base[0])) == (  # the warm call: the same step 7
-        "ReciprocalFwdOp: output output shares storage with an input" + at(op.op_spec().outputs["output"]))
+        "ReciprocalFwdOp: output output shares storage with an input" + at(op.op_spec().outputs["output"])
+        + by(ReciprocalKernel))
 
 
 CONTIGUOUS_PROBE = probe_specs(
@@ -533,7 +548,8 @@ def test_a_warm_call_refuses_a_strided_result_for_an_output_declared_contiguous(
     x = rand(3, 4)
     torch.testing.assert_close(op(x), x.t())
     assert failure(lambda: op(x)) == (
-        "ProbeContiguousOutputFwdOp: output y must be contiguous" + at(op.op_spec().outputs["y"]))
+        "ProbeContiguousOutputFwdOp: output y must be contiguous" + at(op.op_spec().outputs["y"])
+        + by(ProbeContiguousOutputKernel))
 
 
 TWO_FRESH_PROBE = probe_specs(
@@ -590,7 +606,7 @@ def test_a_warm_call_with_two_fresh_outputs_refuses_each_output_the_first_call_w
     total, peak = op(x)
     torch.testing.assert_close(peak, x.amax(1))
     where = op.op_spec().location if message.startswith("the") else op.op_spec().outputs[message.split()[1]].loc
-    assert failure(lambda: op(x)) == f"ProbeTwoFreshFwdOp: {message} ({where.where()})"
+    assert failure(lambda: op(x)) == f"ProbeTwoFreshFwdOp: {message} ({where.where()})" + by(ProbeTwoFreshKernel)
 
 
 def test_a_warm_call_with_two_fresh_outputs_accepts_them_as_a_list(use, extra_manifest):

@@ -26,7 +26,7 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 
-from ..errors import TileOpsError
+from ..errors import CheckError, TileOpsError
 from ..kernels.interface import KernelInterface
 from ..roofline import roofline_of_call
 from ..kernels.registry import GENERATION
@@ -302,7 +302,10 @@ class Op:
         if result is made.out and result is not None:  # step 7 holds by construction (see CallPlan.made)
             made.out = None
             return result
-        return plan.check_outputs(result, values)
+        try:
+            return plan.check_outputs(result, values)
+        except CheckError as refused:  # (a try costs nothing where nothing raises)
+            raise bound.name_kernels(refused) from None
 
     def _bind(self, plan: CallPlan, target: Target | None) -> BoundKernels:
         """The plan's launchers under ``target``; where ``forward`` is one launch of the op's own

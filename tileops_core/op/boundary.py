@@ -19,7 +19,8 @@ boundary destroys it.
 
 Custom ops may not return their inputs, so outputs written into an ``out=`` buffer are
 returned fresh by the boundary and copied into the buffer by the traced wrapper, and
-alias outputs are returned by the wrapper itself.
+alias outputs are returned by the wrapper itself; the fake implementation checks that each
+passed buffer fits its output first (:meth:`Boundary.check_buffer_fit`).
 
 Storage an eager call refuses to share is refused here too. The fake implementation refuses
 what the trace shows (dynamo's fake tensors share a storage where the caller's tensors do): an
@@ -55,7 +56,7 @@ from ..kernels.fingerprint import selection_state_guard
 from ..lang.types import DTypeParam, Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
 from ..plugins.loader import ensure_plugins_loaded
 from .decompose import compile_key, sync_decomposition
-from .overlap import traced_argument_torch_mistraces, traced_stand_in
+from .overlap import hint_function, traced_argument_torch_mistraces, traced_stand_in
 from .plan import check_buffer_storage
 from .torchtypes import name_of
 
@@ -112,6 +113,9 @@ class Boundary:
         self.plain = len(self.out_plan) == 1 and self.out_plan[0] == (None, None)
         #: Per out buffer: its argument index, forward keyword and declaration (:meth:`check_buffer_sharing`).
         self.buffers = tuple((index[o.buffer], o.buffer, o.loc) for o in self.spec.outputs.values() if o.buffer)
+        #: Per out buffer: its output's index and name, and its own argument index and keyword (:meth:`check_buffer_fit`).
+        self.buffered_outputs = tuple((i, o.name, index[o.buffer], o.buffer, o.loc)
+                                      for i, o in enumerate(self.spec.outputs.values()) if o.buffer)
 
     @property
     def opoverload(self) -> Any:
@@ -158,6 +162,27 @@ class Boundary:
         for j, name, loc in self.buffers:
             if args[j] is not None:
                 check_buffer_storage(self.spec.name, name, loc, args[j], inputs)
+
+    def check_buffer_fit(self, plan: "CallPlan", args: Sequence[Any]) -> None:
+        """Step 5's fit of each passed out buffer to its output (shape, dtype, device), on the fake tensors
+        of a trace (the fake implementation runs this). The op returns the output fresh and the traced
+        wrapper copies it into the buffer, which ``copy_`` would cast or broadcast (found in review: a wrong
+        dtype was cast silently). Checked here, not in the traced wrapper, so that a refusal traced with
+        dynamic shapes names the caller's sizes (the hints) as eager does, not symbols (``[s45]``); the
+        comparison of symbolic sizes guards the graph as dynamo's own did."""
+        for i, output, j, name, loc in self.buffered_outputs:
+            buffer = args[j]
+            if buffer is None:
+                continue
+            shape = plan.out_shapes[i]
+            if list(buffer.shape) != list(shape):
+                hint = hint_function()
+                fail(self.spec.name, f"out buffer {name} has shape {[hint(n) for n in buffer.shape]}, output "
+                                     f"{output} is {[hint(n) for n in shape]}", loc)
+            for what, got, want in (("dtype", name_of(buffer.dtype), name_of(plan.out_dtypes[i])),
+                                    ("device", buffer.device, plan.device)):
+                if got != want:
+                    fail(self.spec.name, f"out buffer {name} has {what} {got}, output {output} is {want}", loc)
 
     def check_traced_written_inputs(self, plan: "CallPlan", tensors: Sequence[Any]) -> None:
         """Step 5's rules for the inputs a kernel writes, on the fake tensors of a trace (``tensors``:
@@ -310,6 +335,7 @@ def make_boundary(definition: "OpDef") -> tuple[Boundary | None, str | None]:
         op = boundary.instance(args[boundary.encoded])
         values = list(args[:n_inputs]) + [None] * n_buffers
         plan = _plan_in_trace(definition, op, values)
+        boundary.check_buffer_fit(plan, args)
         boundary.check_buffer_sharing(args)
         boundary.check_traced_written_inputs(plan, args[: boundary.n_tensors])
         sync_decomposition(boundary, op, values)
@@ -395,26 +421,14 @@ def call_boundary(op: "Op", values: Sequence[Any]) -> Any:
         return result
     fresh = list((result,) if len(boundary.returned) == 1 else (result or ()))
     outs = []
-    for (alias, buffer), declared in zip(boundary.out_plan, boundary.spec.outputs.values()):
+    for alias, buffer in boundary.out_plan:
         if alias is not None:
             outs.append(values[alias])
             continue
         value = fresh.pop(0)
-        if buffer is not None and values[buffer] is not None:
-            _check_buffer(boundary.spec.name, declared, values[buffer], value)
+        if buffer is not None and values[buffer] is not None:  # (it fits: the fake implementation checked it)
             values[buffer].copy_(value)
             value = values[buffer]
         outs.append(value)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
-
-def _check_buffer(op: str, declared: Any, buffer: torch.Tensor, value: torch.Tensor) -> None:
-    """Under compile the custom op returns an output fresh and it is copied into the caller's buffer,
-    which ``copy_`` would cast or broadcast: the buffer's shape, dtype and device are checked here as an
-    eager call's step 5 checks them (found in review: a wrong dtype was cast silently). Dynamo reads
-    these at trace time, so a compiled graph pays nothing for them."""
-    facts = (("shape", list(buffer.shape), list(value.shape)),
-             ("dtype", name_of(buffer.dtype), name_of(value.dtype)), ("device", buffer.device, value.device))
-    for what, got, want in facts:
-        if got != want:
-            fail(op, f"out buffer {declared.buffer} has {what} {got}, output {declared.name} is {want}", declared.loc)

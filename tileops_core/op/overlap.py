@@ -28,8 +28,8 @@ from typing import Any, Collection, Sequence
 
 import torch
 
-__all__ = ["EXPANDED_LIMIT", "expanded_beyond_limit", "extents_of", "overlapping_argument", "overlaps_itself",
-           "traced_argument_torch_mistraces", "traced_overlapping_argument", "traced_stand_in"]
+__all__ = ["EXPANDED_LIMIT", "expanded_beyond_limit", "extents_of", "hint_function", "overlapping_argument",
+           "overlaps_itself", "traced_argument_torch_mistraces", "traced_overlapping_argument", "traced_stand_in"]
 
 #: Where a tensor's elements lie: (first byte, sizes, strides in elements, bytes per element).
 _Span = tuple[int, tuple[int, ...], tuple[int, ...], int]
@@ -218,13 +218,13 @@ def _span(t: torch.Tensor) -> _Span:
 
 def _hinted_span(t: torch.Tensor) -> _Span:
     """The span of a fake tensor within its storage, symbolic values at their hints."""
-    hint = _hint_function()
+    hint = hint_function()
     size = t.element_size()
     return (hint(t.storage_offset()) * size, tuple(hint(n) for n in t.shape), tuple(hint(n) for n in t.stride()),
             size)
 
 
-def _hint_function() -> Any:
+def hint_function() -> Any:
     """``symbolic_shapes.optimization_hint``, named ``hint_int`` before torch 2.13 (the H200's torch 2.11 has
     only that name: importing the new one failed every compiled call with a mutated input there)."""
     from torch.fx.experimental import symbolic_shapes

@@ -10,7 +10,8 @@ part of step 7 that a kernel could have broken.
 
 A kernel declaring ``writes_outputs`` receives outputs that the plan allocates (right shape,
 dtype, device, fresh storage), so step 7 has nothing left to check for them; any other
-result goes through :meth:`CallPlan.check_outputs`.
+result goes through :meth:`CallPlan.check_outputs`, whose refusal the caller, which knows the
+kernels it bound, extends with their names (:meth:`BoundKernels.name_kernels`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from ..errors import KernelError, Location, TileOpsError, fail
+from ..errors import CheckError, KernelError, Location, TileOpsError, fail
 from ..kernels.interface import CallSpec, KernelInterface
 from ..kernels.registry import backend_of
 from ..kernels.targets import Target
@@ -149,6 +150,17 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
         self.kernels[interface] = impl
         return impl, kernel, call
 
+    def name_kernels(self, refused: CheckError) -> CheckError:
+        """Step 7's refusal of a call's outputs, naming the kernel that produced them (its name and
+        backend), so that a plugin's author sees which kernel broke the contract; made on the failure
+        path only. A plan's output check knows no kernel (one plan serves every target); the launchers
+        bound under this target do. Where ``forward`` launched several interfaces, each bound kernel is
+        named: step 7 cannot tell which one wrote the output."""
+        if not self.kernels:
+            return refused
+        names = ", ".join(f"{impl.qualname()} [{backend_of(impl)}]" for impl in self.kernels.values())
+        return CheckError(f"{refused}\n  {'kernel' if len(self.kernels) == 1 else 'kernels'}: {names}")
+
     def bind_direct(self, launch: OneLaunch, op: Any) -> None:
         """Bind ``launch.interface`` (selecting its kernel now, as the first launch would) and,
         where its kernel needs no contiguity copy, set :attr:`direct`: the kernel called with the
@@ -199,7 +211,10 @@ class BoundKernels(dict[type[KernelInterface], Callable[..., Any]]):  # a dict: 
                 finally:
                     if record:
                         current.call = previous
-                return check(result, values)
+                try:
+                    return check(result, values)
+                except CheckError as refused:
+                    raise self.name_kernels(refused) from None
             self.direct = direct_returning
             return
         allocs = plan.fresh_allocators()

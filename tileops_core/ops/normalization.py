@@ -47,6 +47,10 @@ class RMSNormFwdOp(Op):
     eps: float | None
 
     def __init__(self, normalized_shape: Any, eps: float | None = None, **options: Any) -> None:
+        """``normalized_shape`` as torch takes it: a list or tuple of sizes, or an int ``n`` for ``(n,)``
+        (``torch.nn.RMSNorm(n)``); the spec checks the sizes (each positive) at construction."""
+        if isinstance(normalized_shape, int) and not isinstance(normalized_shape, bool):
+            normalized_shape = (normalized_shape,)
         super().__init__(normalized_shape=normalized_shape, eps=eps, **options)
 
     def forward(self, x: Any, weight: Any = None) -> Any:
