@@ -266,10 +266,14 @@ def test_a_slot_past_the_pool_is_refused_before_anything_is_written():
     assert torch.equal(state, case["conv_state"])
 
 
-def test_a_sequence_reaching_past_t_is_refused_before_anything_is_written():
-    case = _case([3, 2], per_token=False)
-    case["actual_seq_lengths"] = torch.tensor([3, 4])
-    state = case["conv_state"].clone()
-    with pytest.raises(ValueError, match=r"sequence 1 covers tokens \[3, 7\), outside \[0, 5\); nothing was written"):
-        causal_conv1d_varlen(case["x"], state, case["weight"], case["actual_seq_lengths"], case["conv_state_indices"])
-    assert torch.equal(state, case["conv_state"])
+@pytest.mark.parametrize("run", [causal_conv1d_update, causal_conv1d_varlen], ids=["update", "varlen"])
+def test_a_sequence_reaching_past_t_is_clipped_to_t_as_rgdr_clips_it(run):
+    """Unchecked lengths past T (contents checks off, as in serving) follow RGDR's rule
+    (``clipped_bounds``), as the spec says the metadata means what it means there: the call equals
+    the one with the clipped lengths, bit for bit (it raised ValueError, writing nothing)."""
+    case = _case([3, 2], per_token=run is causal_conv1d_update)
+    clipped_state, state = case["conv_state"].clone(), case["conv_state"].clone()
+    args = (case["weight"],)
+    want = run(case["x"], clipped_state, *args, torch.tensor([3, 2]), case["conv_state_indices"])
+    got = run(case["x"], state, *args, torch.tensor([3, 4]), case["conv_state_indices"])
+    assert torch.equal(got, want) and torch.equal(state, clipped_state)

@@ -21,9 +21,11 @@ length-``W`` windows (an ``unfold`` view) are the taps of its tokens and whose l
 windows after the first are the windows to store. A handful of torch calls, whatever ``B``.
 Plain decode (``L = 1``) at all but tiny sizes skips the row too (:func:`_one_token_each`).
 
-Metadata is read on the host (a few hundred integers at most). Tokens no sequence covers get
-zeros; a sequence reaching outside ``[0, T)`` or of negative length, and a slot past the pool,
-raise before anything is written (the ops' contents checks name them first when enabled).
+Metadata is read on the host (a few hundred integers at most). Unchecked metadata is followed by
+RecurrentGatedDeltaRuleFwdOp's rule (:func:`~tileops_cpu_ref.rgdr.clipped_bounds`: the sequences laid
+end to end inside ``[0, T)``, a negative length counting as 0; accepted counts clipped to ``[1, L_b]``),
+as the conv ops' specs say; tokens no sequence covers get zeros. A slot past the pool raises before
+anything is written (the ops' contents checks name bad metadata first when enabled).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from .rgdr import host_bounds, uniform_length
+from .rgdr import clipped_bounds, uniform_length
 
 __all__ = ["causal_conv1d_update", "causal_conv1d_varlen"]
 
@@ -50,8 +52,7 @@ class _Tokens:
     its sequence, ``token`` the row of ``x``; all int64 tensors on ``device``.
     """
 
-    def __init__(self, starts: torch.Tensor, lengths: torch.Tensor, T: int, device: torch.device) -> None:
-        _check_bounds(starts.tolist(), lengths.tolist(), T)
+    def __init__(self, starts: torch.Tensor, lengths: torch.Tensor, device: torch.device) -> None:
         self.live = torch.nonzero(lengths > 0).flatten()
         live_lengths = lengths[self.live]
         n = int(live_lengths.sum())
@@ -69,15 +70,6 @@ class _Tokens:
         from_x = self.live.numel() * W1 + self.token.unsqueeze(1) - W1 + torch.arange(width, device=rel.device)
         from_init = (self.seq * W1 + W1).unsqueeze(1) + rel
         return torch.where(rel >= 0, from_x, from_init)
-
-
-def _check_bounds(starts: Sequence[int], lengths: Sequence[int], T: int) -> None:
-    """Refuse negative lengths and a non-empty sequence reaching outside ``[0, T)``, before any write."""
-    if any(n < 0 for n in lengths):
-        raise ValueError(f"actual_seq_lengths gives negative sequence lengths {list(lengths)}")
-    for b, (a, n) in enumerate(zip(starts, lengths)):
-        if n > 0 and (a < 0 or a + n > T):
-            raise ValueError(f"sequence {b} covers tokens [{a}, {a + n}), outside [0, {T}); nothing was written")
 
 
 def _check_pool(slots: Sequence[int], pool: int) -> None:
@@ -256,7 +248,7 @@ def causal_conv1d_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torc
     T = x.shape[0]
     host_slots = conv_state_indices.tolist()
     _check_pool(host_slots, conv_state.shape[0])
-    starts, lengths = host_bounds(actual_seq_lengths, seq_lens_style)
+    starts, lengths = clipped_bounds(actual_seq_lengths.tolist(), seq_lens_style, T)
     L = uniform_length(starts, lengths, T)
     if L:
         host_accepted = None if num_accepted_tokens is None else num_accepted_tokens.tolist()
@@ -264,7 +256,7 @@ def causal_conv1d_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torc
                                host_accepted, out)
     out = _out_buffer(x, out)
     starts_t, lengths_t = torch.tensor(starts, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64)
-    tokens = _Tokens(starts_t, lengths_t, T, x.device)
+    tokens = _Tokens(starts_t, lengths_t, x.device)
     slots = conv_state_indices.to(device=x.device, dtype=torch.int64)
     live_lengths = lengths_t[tokens.live]
     first = starts_t[tokens.live]
@@ -293,8 +285,7 @@ def causal_conv1d_varlen(x: torch.Tensor, conv_state: torch.Tensor, weight: torc
     """
     T = x.shape[0]
     out = _out_buffer(x, out)
-    starts, lengths = host_bounds(actual_seq_lengths, seq_lens_style)
-    _check_bounds(starts, lengths, T)
+    starts, lengths = clipped_bounds(actual_seq_lengths.tolist(), seq_lens_style, T)
     live = [b for b, n in enumerate(lengths) if n > 0]
     all_slots = conv_state_indices.tolist()
     slots = [int(all_slots[b]) for b in live]
@@ -305,7 +296,7 @@ def causal_conv1d_varlen(x: torch.Tensor, conv_state: torch.Tensor, weight: torc
     use = [s >= 0 and initial[b] for b, s in zip(live, slots)]
     if len(live) * max(lengths[b] for b in live) <= 2 * T:
         return _varlen_padded(x, conv_state, weight, bias, activation, starts, lengths, live, slots, use, out)
-    tokens = _Tokens(torch.tensor(starts, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64), T, x.device)
+    tokens = _Tokens(torch.tensor(starts, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64), x.device)
     slot_t = torch.tensor(slots, dtype=torch.int64, device=x.device)
     init = _initial_windows(conv_state, slot_t, torch.tensor(use, dtype=torch.bool, device=x.device))
     taps, rows = _convolve(x, weight, bias, activation, init, tokens, out)
