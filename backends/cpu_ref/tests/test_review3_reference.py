@@ -480,6 +480,74 @@ def test_attention_prefill_ragged_padding_and_uncovered_tail_match_the_loop(dtyp
     assert torch.equal(kc2, want_k) and torch.equal(vc2, want_v)
 
 
+#: Unchecked cu_seqlens for T = 8 tokens: past T, decreasing, negative, a head before the first prompt.
+UNCHECKED_CU = {"past-T": [0, 3, 10], "far-past-T": [0, 2, 30, 31], "decreasing": [0, 5, 3, 8],
+                "decreasing-below-a-start": [2, 2, 7, 1, 8], "negative-first": [-3, 4, 6],
+                "all-negative": [-2, -5, -1], "head-and-tail": [3, 4, 6]}
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("cu", list(UNCHECKED_CU.values()), ids=list(UNCHECKED_CU))
+def test_attention_prefill_with_unchecked_cu_seqlens_follows_the_rgdr_rule(cu, paged):
+    """cu_seqlens past T, negative or decreasing (contents checks off, as in serving) are clipped
+    as RGDR clips them (the spec's text, written out in ``_spans``): each prompt attends over and
+    writes the tokens of its clipped span, the tokens no prompt covers are zeros and write
+    nothing, and the call never raises (it raised a bare ValueError)."""
+    from tileops_cpu_ref.attention import attention_prefill
+
+    gen = fresh_rng()
+    T, NQ, NKV, D, L = 8, 4, 2, 8, 4
+    spans = _spans(cu, "cu_seqlens", T)
+    clipped = [spans[0][0], *(s + n for s, n in spans)]  # the spans as valid prefix sums, for the loop
+    N = 6 if paged else len(spans)
+    kc = torch.randn(N, L if paged else T, NKV, D, generator=gen)
+    vc = torch.randn(kc.shape, generator=gen)
+    slots = None
+    if paged:
+        slots = torch.randperm(N * L, generator=gen)[:T].tolist()
+        slots[1] = -1
+    q, k, v = (torch.randn(T, h, D, generator=gen) for h in (NQ, NKV, NKV))
+    want, want_k, want_v = _prefill_oracle(q, k, v, kc, vc, clipped, slots, 0.4)
+    got = attention_prefill(q, k, v, kc, vc, torch.tensor(cu, dtype=torch.int32),
+                            None if slots is None else torch.tensor(slots), 0.4)
+    assert not got.isnan().any()
+    assert _rel(got, want) <= TOL[torch.float32]
+    uncovered = [t for t in range(T) if not any(s <= t < s + n for s, n in spans)]
+    assert torch.equal(got[uncovered], torch.zeros_like(got[uncovered]))
+    assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+
+
+def test_attention_prefill_clipped_spans_are_the_rgdr_rule_s():
+    """The reference's prompts are ``clipped_bounds``'s for every cu_seqlens above (one rule)."""
+    from tileops_cpu_ref.attention import _bounds
+    from tileops_cpu_ref.rgdr import clipped_bounds
+
+    for cu in UNCHECKED_CU.values():
+        starts, lengths = _bounds(torch.tensor(cu), 8)
+        assert list(zip(starts, lengths)) == _spans(cu, "cu_seqlens", 8) == list(zip(*clipped_bounds(cu, "cu_seqlens",
+                                                                                                       8)))
+
+
+def test_attention_prefill_op_without_contents_checks_serves_decreasing_cu_seqlens(monkeypatch):
+    """Through the op, contents checks off (serving): no error; prompt 1 (cu 5 -> 3) is empty and
+    prompt 2 spans the clipped [5, 8); with checks on the same call is refused by name."""
+    from tileops_core.errors import CheckError
+    from tileops_core.ops.attention import AttentionPrefillFwdOp
+
+    monkeypatch.delenv("TILEOPS_CHECK_CONTENTS", raising=False)
+    gen = fresh_rng()
+    T, NQ, NKV, D = 8, 4, 2, 8
+    q, k, v = (torch.randn(T, h, D, generator=gen) for h in (NQ, NKV, NKV))
+    kc, vc = torch.randn(3, T, NKV, D, generator=gen), torch.randn(3, T, NKV, D, generator=gen)
+    cu = torch.tensor([0, 5, 3, 8], dtype=torch.int32)
+    want, want_k, want_v = _prefill_oracle(q, k, v, kc, vc, [0, 5, 5, 8], None, None)
+    got = AttentionPrefillFwdOp(check_contents=False)(q, k, v, kc, vc, cu)
+    assert _rel(got, want) <= TOL[torch.float32] and torch.equal(kc, want_k) and torch.equal(vc, want_v)
+    with pytest.raises(CheckError, match=r"^AttentionPrefillFwdOp: .* gives negative sequence lengths \[5, -2, 5\] "
+                                         r"\(manifest/attention.yaml:\d+\)$"):
+        AttentionPrefillFwdOp(check_contents=True)(q, k, v, kc, vc, cu)
+
+
 # -- QKNormRope -----------------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from .constants import constant
 from .gated_delta_net import zero_centred_rms_norm
+from .rgdr import clipped_bounds
 
 __all__ = ["qk_norm_rope", "attention_decode", "attention_prefill", "sigmoid_gate_mul", "rope_angles", "rope_tables"]
 
@@ -223,13 +224,12 @@ def attention_decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 
 
 def _bounds(cu_seqlens: torch.Tensor, T: int) -> tuple[list[int], list[int]]:
-    cu = cu_seqlens.to("cpu", torch.int64).tolist()
-    starts, lengths = cu[:-1], [b - a for a, b in zip(cu[:-1], cu[1:])]
-    for b, (s, n) in enumerate(zip(starts, lengths)):
-        if n < 0 or s < 0 or s + n > T:
-            raise ValueError(f"cu_seqlens {cu} give sequence {b} the tokens [{s}, {s + n}), outside [0, {T}); "
-                             "nothing was written")
-    return starts, lengths
+    """The prompts' ``(starts, lengths)`` as the spec reads ``cu_seqlens``, unchecked metadata
+    included: RecurrentGatedDeltaRuleFwdOp's rule (:func:`~tileops_cpu_ref.rgdr.clipped_bounds`),
+    prompt ``b`` spanning ``[clip(max(cu[0..b])), clip(max(cu[0..b + 1])))`` with ``clip(x) =
+    min(max(x, 0), T)``: spans end to end inside the tokens, entries past T or decreasing never
+    raise (they raised a bare ValueError), valid prefix sums read as written."""
+    return clipped_bounds(cu_seqlens.tolist(), "cu_seqlens", T)
 
 
 def _token_slots(starts: list[int], lengths: list[int], slot_mapping: torch.Tensor | None, N: int,

@@ -23,6 +23,7 @@ from tileops_cuda.kernels.attention_prefill import (
 )
 
 from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
+from catalogue_references import TOLERANCE, relative_error  # noqa: E402  (the path attention_cases adds)
 
 PREFILL = "AttentionPrefillFwdOp"
 #: The build key's own settings (its four fields' defaults).
@@ -262,3 +263,74 @@ def test_prefill_captures_in_a_cuda_graph(setting, arch, cuda_device, gen):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager_out)
+
+
+#: Unchecked cu_seqlens (contents checks off, as in serving) over T = 260 tokens (three query tiles):
+#: past T, decreasing (a prompt starting below the running maximum: spans that overlap as written), a
+#: prompt far past T ahead of in-range ones (more query tiles, as written, than the grid has), negative.
+_UNCHECKED_PREFILL_T = 260
+_UNCHECKED_CU = {"past-T": [0, 70, 400], "decreasing": [0, 150, 100, 260],
+                 "decreasing-below-a-start": [20, 20, 200, 60, 240], "far-past-T-first": [0, 1000, 0, 260],
+                 "negative-first": [-50, 130, 260], "all-negative": [-5, -9, -1]}
+
+
+def _unchecked_prefill_batch(device, gen, cu: list, block: int | None):
+    """Qwen3-Next-sized prompts over ``_UNCHECKED_PREFILL_T`` tokens with the unchecked ``cu``: a
+    contiguous cache of T positions a row (every clipped prompt fits), or a paged pool of random
+    slots, two of them padding."""
+    import torch
+
+    T, NQ, NKV, D, tdt = _UNCHECKED_PREFILL_T, 16, 2, 256, torch.bfloat16
+    r = lambda *s: torch.randn(*s, device=device, generator=gen).to(tdt)  # noqa: E731
+    inputs = dict(query=r(T, NQ, D), key=r(T, NKV, D), value=r(T, NKV, D),
+                  cu_seqlens=torch.tensor(cu, dtype=torch.int32, device=device))
+    if block is None:
+        inputs.update(key_cache=r(len(cu) + 1, T, NKV, D), value_cache=r(len(cu) + 1, T, NKV, D))
+        return inputs
+    N = -(-T // block) + 4
+    slots = torch.randperm(N * block, device=device, generator=gen)[:T].int()
+    slots[[3, 200]] = -1
+    inputs.update(key_cache=r(N, block, NKV, D), value_cache=r(N, block, NKV, D), slot_mapping=slots)
+    return inputs
+
+
+@pytest.mark.parametrize("setting", _settings())
+@pytest.mark.parametrize("block", [None, 16], ids=["contiguous", "paged16"])
+@pytest.mark.parametrize("cu", list(_UNCHECKED_CU.values()), ids=list(_UNCHECKED_CU))
+def test_prefill_unchecked_cu_seqlens_follow_the_rgdr_rule(cu, block, setting, arch, cuda_device, gen):
+    """The spec reads unchecked cu_seqlens as RGDR's ``clipped_bounds`` does (prompts end to end
+    inside [0, T): prompt b spans [clip(max(cu[0..b])), clip(max(cu[0..b + 1])))): ``out`` (poisoned
+    with NaN) is the float64 attention over the clipped prompts, zeros where no prompt covers a
+    token, the caches bit for bit (a token written where its clipped prompt puts it; slots no token
+    addresses keep their bits). The CPU reference on the same unchecked cu_seqlens gives the same."""
+    import torch
+
+    from tileops_cpu_ref.attention import attention_prefill
+    from tileops_cpu_ref.rgdr import clipped_bounds
+
+    T = _UNCHECKED_PREFILL_T
+    inputs = _unchecked_prefill_batch(cuda_device[0], gen, cu, block)
+    starts, lengths = clipped_bounds(cu, "cu_seqlens", T)
+    clipped = torch.tensor([starts[0], *(s + n for s, n in zip(starts, lengths))], dtype=torch.int32,
+                           device=cuda_device[0])
+    cpu = {n: t.cpu().clone() for n, t in inputs.items()}
+    ref_out = attention_prefill(cpu["query"], cpu["key"], cpu["value"], cpu["key_cache"], cpu["value_cache"],
+                                cpu["cu_seqlens"], cpu.get("slot_mapping"), 0.1)
+
+    def reference(inputs, scale):
+        return _prefill_reference(dict(inputs, cu_seqlens=clipped), scale)
+
+    key = dataclasses.replace(_prefill_key(inputs, arch), **setting)
+    want_out, _, _ = reference(inputs, 0.1)
+    compare_with_reference(lambda: build_attention_prefill(key), prefill_refusal(key), reference, _PREFILL_ARGS,
+                           inputs, 0.1)
+    assert relative_error(ref_out, want_out.cpu()) <= TOLERANCE[ref_out.dtype]
+    covered = {t for s, n in zip(starts, lengths) for t in range(s, s + n)}
+    uncovered = [t for t in range(T) if t not in covered]
+    out = build_attention_prefill(key).run(*[inputs.get(n) for n in _PREFILL_ARGS], 0.1,
+                                           torch.full_like(inputs["query"], float("nan")))
+    torch.cuda.synchronize()
+    assert torch.equal(out[uncovered], torch.zeros_like(out[uncovered]))
+    for name in ("key_cache", "value_cache"):
+        assert torch.equal(cpu[name].view(torch.int16), inputs[name].cpu().view(torch.int16)), \
+            f"the CPU reference's {name} differs from the kernel's"

@@ -442,3 +442,94 @@ def test_a_dependent_launch_program_chains_steps_on_one_pool_like_the_plain_prog
         assert torch.equal(bits(pool), bits(want_pool))
 
     assert_replays_like_eager(lambda: chain(runs[True], pool, outs), reset, check)
+
+
+#: Unchecked metadata (contents checks off, as in serving) over T = 12 tokens: ``(style, metadata)``.
+#: The spec reads it as RGDR's ``clipped_bounds`` does; the decreasing cases start a sequence below
+#: the running maximum, where clipping the start alone (``clip(cu[b])``) and the rule's
+#: ``clip(max(cu[0..b]))`` disagree (a reviewer's reading of conv1d_program.py's decode start).
+_UNCHECKED_T = 12
+_UNCHECKED_META = {
+    "lengths-past-T": ("lengths", [3, 6, 7]),
+    "lengths-negative": ("lengths", [2, -3, 4, 9]),
+    "lengths-first-past-T": ("lengths", [15, 2]),
+    "cu-past-T": ("cu_seqlens", [0, 4, 20]),
+    "cu-decreasing": ("cu_seqlens", [0, 7, 3, 10]),
+    "cu-decreasing-below-a-start": ("cu_seqlens", [2, 2, 9, 1, 11]),
+    "cu-negative-first": ("cu_seqlens", [-4, 5, 12]),
+}
+
+
+def _clipped_metadata(meta: list, style: str, T: int, accepted: list | None):
+    """The metadata the spec reads ``meta`` as, written as valid metadata of the same style (what
+    the float64 loop reads literally), and the accepted counts clipped to ``[1, L_b]``."""
+    from tileops_cpu_ref.rgdr import clipped_accepted, clipped_bounds
+
+    starts, lengths = clipped_bounds(meta, style, T)
+    valid = lengths if style == "lengths" else [starts[0] if starts else 0, *(s + n for s, n in zip(starts, lengths))]
+    return valid, None if accepted is None else clipped_accepted(accepted, lengths), starts, lengths
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", list(_UNCHECKED_META))
+@pytest.mark.parametrize("op", [UPDATE, VARLEN])
+def test_unchecked_metadata_matches_the_clipping_reference(op, case, dtype, arch, cuda_device, gen):
+    """Lengths past T, negative lengths, cu_seqlens past T, negative or decreasing, accepted counts
+    outside ``[1, L_b]`` (the launcher checks no contents, as the ops with checks off): the kernel's
+    ``out`` (poisoned with NaN first) is the float64 loop over the clipped spans and the pool is its
+    pool bit for bit (slots no token addresses keep theirs); the CPU reference on the same unchecked
+    metadata agrees; the unchecked-index program writes the same bits."""
+    import torch
+
+    from tileops_cpu_ref.conv import causal_conv1d_update, causal_conv1d_varlen
+
+    dev, T, D, W = cuda_device[0], _UNCHECKED_T, 128, 4
+    style, meta = _UNCHECKED_META[case]
+    B = len(meta) - (style == "cu_seqlens")
+    tdt = getattr(torch, dtype)
+    n_slots = T if op == UPDATE else B
+    pool = torch.randn(n_slots + 3, D, W - 1, device=dev, generator=gen).to(tdt)
+    slots = torch.randperm(n_slots + 3, device=dev, generator=gen)[:n_slots].int()
+    slots[1] = -1
+    inputs = dict(x=torch.randn(T, D, device=dev, generator=gen).to(tdt), conv_state=pool.clone(),
+                  weight=torch.randn(D, W, device=dev, generator=gen).to(tdt),
+                  actual_seq_lengths=torch.tensor(meta, dtype=torch.int32, device=dev), conv_state_indices=slots,
+                  bias=torch.randn(D, device=dev, generator=gen).to(tdt))
+    accepted = None
+    if op == UPDATE:
+        accepted = [0, 99, -3, 2, 1][:B]
+        inputs["num_accepted_tokens"] = torch.tensor(accepted, dtype=torch.int32, device=dev)
+    else:
+        inputs["has_initial_state"] = torch.rand(B, device=dev, generator=gen) < 0.7
+    params = {"activation": "silu", "seq_lens_style": style}
+    valid, clipped_acc, starts, lengths = _clipped_metadata(meta, style, T, accepted)
+    originals = {n: t.cpu().clone() for n, t in inputs.items()}
+    before = dict(inputs, conv_state=pool.clone())
+
+    out = torch.full_like(inputs["x"], float("nan"))
+    _call(op, _launcher(op, inputs, params, arch), inputs, params, out)
+    torch.cuda.synchronize()
+
+    loop_inputs = dict(originals, actual_seq_lengths=torch.tensor(valid))
+    if clipped_acc is not None:
+        loop_inputs["num_accepted_tokens"] = torch.tensor(clipped_acc)
+    expected = REFERENCES[op](None, loop_inputs, params)
+    err = relative_error(out.cpu(), expected["out"])
+    assert err <= TOLERANCE[out.dtype], f"out relative error {err:.3g} against the loop over the clipped spans"
+    covered = [t for s, n in zip(starts, lengths) for t in range(s, s + n)]
+    uncovered = [t for t in range(T) if t not in covered]
+    assert torch.equal(out[uncovered].cpu(), torch.zeros(len(uncovered), D, dtype=tdt))
+    got = inputs["conv_state"].cpu()
+    assert torch.equal(got.view(torch.uint8), expected["conv_state"].to(got.dtype).view(torch.uint8))
+
+    o = originals
+    ref_pool = o["conv_state"].clone()
+    if op == UPDATE:
+        ref_out = causal_conv1d_update(o["x"], ref_pool, o["weight"], o["actual_seq_lengths"], o["conv_state_indices"],
+                                       o["bias"], o["num_accepted_tokens"], activation="silu", seq_lens_style=style)
+    else:
+        ref_out = causal_conv1d_varlen(o["x"], ref_pool, o["weight"], o["actual_seq_lengths"], o["conv_state_indices"],
+                                       o["has_initial_state"], o["bias"], activation="silu", seq_lens_style=style)
+    assert relative_error(out.cpu(), ref_out.to(torch.float64)) <= TOLERANCE[out.dtype]
+    assert torch.equal(got.view(torch.uint8), ref_pool.view(torch.uint8))
+    _compare_unchecked(op, before, inputs["conv_state"], out, params, arch)
