@@ -184,7 +184,18 @@ def test_decode_paged_and_contiguous_layouts_of_one_cache_agree():
 def test_prefill_cu_seqlens_that_do_not_tile_t_are_refused():
     args = _prefill_args([2, 3])
     args["cu_seqlens"] = torch.tensor([0, 2, 4])
-    _refused(AttentionPrefillFwdOp(), args, r"AttentionPrefillFwdOp: actual_seq_lengths sums to 4 tokens, but T=5")
+    _refused(AttentionPrefillFwdOp(), args, r"AttentionPrefillFwdOp: cu_seqlens sums to 4 tokens, but T=5")
+
+
+@pytest.mark.parametrize("cu, message", [
+    ([0, 4, 2], r"cu_seqlens gives negative sequence lengths \[4, -2\]"),
+    ([1, 2, 5], r"cu_seqlens must start at 0, got \[1\]"),
+])
+def test_prefill_cu_seqlens_refusals_name_cu_seqlens(cu, message):
+    """Found in review: the shared metadata check named prefill's input ``actual_seq_lengths``."""
+    args = _prefill_args([2, 3])
+    args["cu_seqlens"] = torch.tensor(cu)
+    _refused(AttentionPrefillFwdOp(), args, f"AttentionPrefillFwdOp: {message}")
 
 
 def test_prefill_prompt_longer_than_the_contiguous_cache_is_refused():

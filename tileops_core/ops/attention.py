@@ -163,7 +163,7 @@ class AttentionPrefillFwdOp(PackedMetadataChecks, _KVCacheAttentionOp):
             return
         op, inputs = type(self).__name__, self.op_spec().inputs
         N, L = cache.shape[0], cache.shape[1]
-        lengths = self.sequence_lengths(op, meta, query.shape[0], inputs["cu_seqlens"].loc)
+        lengths = self.sequence_lengths(op, meta, query.shape[0], inputs["cu_seqlens"].loc, "cu_seqlens")
         slot_mapping = tensors.get("slot_mapping")
         if slot_mapping is None:
             long = torch.nonzero(lengths > L).flatten()

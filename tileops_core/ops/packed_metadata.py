@@ -40,19 +40,23 @@ class PackedMetadataChecks:
         if accepted is not None:
             self.accepted_within_lengths(op, accepted, lengths, inputs["num_accepted_tokens"].loc)
 
-    def sequence_lengths(self, op: str, meta: torch.Tensor, T: int, loc: Any) -> torch.Tensor:
-        """The ``[B]`` lengths (int64, CPU); they must be non-negative and sum to ``T``."""
+    def sequence_lengths(self, op: str, meta: torch.Tensor, T: int, loc: Any,
+                         name: str = "actual_seq_lengths") -> torch.Tensor:
+        """The ``[B]`` lengths (int64, CPU) from input ``name``; they must be non-negative and sum to
+        ``T``. The refusals name the input as the op declares it (found in review: attention
+        prefill's ``cu_seqlens`` was refused as ``actual_seq_lengths``)."""
         meta = meta.to("cpu", torch.int64)
         if self.seq_lens_style == "cu_seqlens":
             if meta.numel() == 0 or int(meta[0]) != 0:
-                fail(op, f"actual_seq_lengths (cu_seqlens) must start at 0, got {meta[:1].tolist()}", loc)
+                shown = name if name == "cu_seqlens" else f"{name} (cu_seqlens)"
+                fail(op, f"{shown} must start at 0, got {meta[:1].tolist()}", loc)
             lengths = meta[1:] - meta[:-1]
         else:
             lengths = meta
         if bool((lengths < 0).any()):
-            fail(op, f"actual_seq_lengths gives negative sequence lengths {lengths.tolist()}", loc)
+            fail(op, f"{name} gives negative sequence lengths {lengths.tolist()}", loc)
         if int(lengths.sum()) != T:
-            fail(op, f"actual_seq_lengths sums to {int(lengths.sum())} tokens, but T={T}", loc)
+            fail(op, f"{name} sums to {int(lengths.sum())} tokens, but T={T}", loc)
         return lengths
 
     @staticmethod
