@@ -31,7 +31,7 @@ from typing import Any, Callable
 from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, dependent_launch_refusal, direct_entry
 from ._row_views import packed
-from ._workspace import workspace_allocator
+from ._workspace import shape_allocator
 from .attention_decode_program import (
     COMBINE_THREADS, LOG2E, decode_combine_program, decode_parallel_combine_program, decode_sliced_combine_program,
     decode_split_program,
@@ -410,8 +410,9 @@ class DecodeLauncher:
         return self.kernels[index].get_kernel_source()
 
 
-#: What one call shape runs: the split function, the combine function, splits, chunk.
-_Plan = tuple[Callable[..., Any], Callable[..., Any], int, int]
+#: What one call shape runs: the split function, the combine function, splits, chunk, and the
+#: allocators of its two partial workspaces (``[splits, B, NQ, D]``, ``[splits, B, NQ]`` float32).
+_Plan = tuple[Callable[..., Any], Callable[..., Any], int, int, Callable[[], Any], Callable[[], Any]]
 
 
 def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedule], Callable[..., Any]],
@@ -423,7 +424,6 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
     import torch
 
     f32 = torch.float32
-    empty = workspace_allocator()
     D, NQ, NKV = key.head_dim, key.num_q_heads, key.num_kv_heads
     sms: dict[Any, int] = {}
     dummies: dict[Any, Any] = {}
@@ -443,7 +443,9 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
 
     def plan(B: int, block_size: int | None, capacity: int, device: Any) -> _Plan:
         schedule, _, splits, chunk = call_plan(key, B, block_size, capacity, lambda: multiprocessors(device))
-        return programs(block_size, schedule), combines(schedule.combine), splits, chunk
+        # The workspaces' shapes follow from the plan: their allocators are made with it, once a shape.
+        return (programs(block_size, schedule), combines(schedule.combine), splits, chunk,
+                shape_allocator((splits, B, NQ, D), f32, device), shape_allocator((splits, B, NQ), f32, device))
 
     def attention_decode(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,
                          block_table: Any, scale: Any, out: Any = None) -> Any:
@@ -462,11 +464,11 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
             if len(plans) >= MAX_PLANS:  # serving varies B and the table's width step to step (found in review)
                 plans.clear()
             hit = plans[shape] = plan(B, block_size, capacity, dev)
-        split_fn, combine_fn, splits, chunk = hit
+        split_fn, combine_fn, splits, chunk, o_alloc, lse_alloc = hit
         kc = FlatCache("attention decode TileLang kernel", key_cache, NKV, D)
         vc = FlatCache("attention decode TileLang kernel", value_cache, NKV, D)
-        o_part = empty((splits, B, NQ, D), f32, dev)
-        lse_part = empty((splits, B, NQ), f32, dev)
+        o_part = o_alloc()
+        lse_part = lse_alloc()
         table = dummy_table(dev) if block_table is None else block_table.contiguous()
         scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
         seqlens = cache_seqlens.contiguous()

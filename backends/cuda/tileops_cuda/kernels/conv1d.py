@@ -138,11 +138,6 @@ def fitted_to_width(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey:
     return replace(key, tokens=tokens, chunk=-(-key.chunk // tokens) * tokens)
 
 
-def _aligned_rows(x: Any, vec: int) -> bool:
-    """Rows readable in place as 16-byte vectors: unit channel stride, aligned start and row stride."""
-    return (x.shape[1] <= 1 or x.stride(1) == 1) and x.stride(0) % vec == 0 and x.data_ptr() % 16 == 0
-
-
 class _Launch:
     """Per-call plumbing shared by both launchers (everything here is host-side shapes and pointers)."""
 
@@ -155,8 +150,17 @@ class _Launch:
         self.dtype = getattr(torch, dtype)
         self._dummies: dict[Any, Any] = {}
 
-    def x_view(self, x: Any) -> Any:
-        return x if _aligned_rows(x, self.vec) else packed(x)
+    def x_rows(self, x: Any) -> Any:
+        """``x`` (``[rows, D]``) checked for int32 indexing, as the programs read it: itself where its rows are
+        readable in place as 16-byte vectors (unit channel stride, aligned start and row stride), else a packed
+        copy. Both from one read of the shape and the strides (a call's most frequent host work here)."""
+        rows, cols = x.shape
+        row_stride, col_stride = x.stride()
+        if rows * max(row_stride, cols) > _INT32_LIMIT:
+            raise ValueError(f"causal conv1d TileLang kernel: x of {rows} rows exceeds int32 indexing")
+        if (cols <= 1 or col_stride == 1) and row_stride % self.vec == 0 and x.data_ptr() % 16 == 0:
+            return x
+        return packed(x)
 
     def pool_view(self, pool: Any) -> tuple[Any, bool]:
         """``(flat pool, whether it is a copy to write back)``."""
@@ -185,10 +189,6 @@ class _Launch:
     def out_of(self, x: Any, out: Any) -> Any:
         return self.torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
 
-    def check_x(self, x: Any) -> None:
-        if x.shape[0] * max(x.stride(0), x.shape[1]) > _INT32_LIMIT:
-            raise ValueError(f"causal conv1d TileLang kernel: x of {x.shape[0]} rows exceeds int32 indexing")
-
 
 def _make_update_run(key: ConvUpdateBuildKey, fn: Callable[..., Any]) -> Callable[..., Any]:
     launch = _Launch(key.dtype, key.dim, key.width)
@@ -200,11 +200,11 @@ def _make_update_run(key: ConvUpdateBuildKey, fn: Callable[..., Any]) -> Callabl
         out = launch.out_of(x, out)
         if x.shape[0] == 0:
             return out  # nothing to write; a zero-sized grid is not launchable
-        launch.check_x(x)
+        xv = launch.x_rows(x)
         pool, copied = launch.pool_view(conv_state)
         dev = x.device
         # (The vectors the programs read as packed arrays are made so: a column of a slot table is legal.)
-        fn(launch.x_view(x), pool, launch.weight_flat(weight),
+        fn(xv, pool, launch.weight_flat(weight),
            bias.contiguous() if bias is not None else launch.dummy(dev, launch.dtype), actual_seq_lengths.contiguous(),
            conv_state_indices.contiguous(),
            num_accepted_tokens.contiguous() if num_accepted_tokens is not None else launch.dummy(dev, acc_dtype), out)
@@ -235,7 +235,7 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any],
         out = launch.out_of(x, out)
         if x.shape[0] == 0:
             return out
-        launch.check_x(x)
+        xv = launch.x_rows(x)
         dev = x.device
         scan = 0
         actual_seq_lengths = actual_seq_lengths.contiguous()  # (read as a packed array, as the vectors below)
@@ -248,7 +248,6 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any],
             cu = torch.nn.functional.pad(torch.cumsum(actual_seq_lengths, 0, dtype=dtype), (1, 0))
         B = cu.shape[0] - 1 + scan
         pool, copied = launch.pool_view(conv_state)
-        xv = launch.x_view(x)
         init = (has_initial_state.contiguous().view(torch.uint8) if has_initial_state is not None
                 else launch.dummy(dev, torch.uint8))
         top = 1 << (B.bit_length() - 1) if B > 0 else 0

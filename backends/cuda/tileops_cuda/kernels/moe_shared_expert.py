@@ -172,7 +172,7 @@ def _make_run(key: MoESharedExpertBuildKey, decode: tuple[Any, ...], prefill: tu
         # 16-byte aligned (a contiguous tensor off a 16-byte boundary is copied too).
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = packed(x)
-        rows = x.view(-1, H)
+        rows = x if x.dim() == 2 and x.shape[1] == H else x.view(-1, H)  # (a 2-D x is its rows: no new view)
         N = rows.shape[0]
         if N == 0:
             return out
@@ -181,7 +181,7 @@ def _make_run(key: MoESharedExpertBuildKey, decode: tuple[Any, ...], prefill: tu
         if gated and (not expert_gate.is_contiguous() or expert_gate.data_ptr() % 16):
             expert_gate = packed(expert_gate)
         act = empty((N, I), x.dtype, x.device)
-        out_rows = out.view(N, H)
+        out_rows = out if out.dim() == 2 and out.shape[1] == H else out.view(N, H)
         if N <= skinny_rows:  # the skinny programs take the weights as they are, [I, H] and [H, I]
             gate_up, down = decode[-2:]
             w_down = down_proj

@@ -557,6 +557,8 @@ def _program(key: QKNormRopeBuildKey):
 
 
 _INV_FREQ: dict[tuple[float, int, int, str], Any] = {}
+#: The tables one launcher keeps by (theta, rotary_dim, device) (past this the cache starts again).
+_MAX_TABLES = 64
 _INV_FREQ_LOCK = threading.Lock()
 
 
@@ -584,9 +586,9 @@ def _make_run(key: QKNormRopeBuildKey, fn: Any) -> Any:
     from ._row_views import packed, readable
 
     D = key.head_dim
-
-    def heads(t: Any) -> Any:
-        return t if readable(t) else packed(t)
+    # The inv_freq table of each (theta, rotary_dim, device) the launcher has met: the module's table
+    # keys on str(device), which costs more than the launch's other host work; these are op params.
+    tables: dict[tuple[Any, ...], Any] = {}
 
     def qk_norm_rope(query: Any, key: Any, q_weight: Any, k_weight: Any, positions: Any, rotary_dim: int,
                      theta: float, eps: float, rope_style: str, mrope_section: Sequence[int],
@@ -599,6 +601,12 @@ def _make_run(key: QKNormRopeBuildKey, fn: Any) -> Any:
             return query_out, key_out
         if rope_style == "neox":
             rows, section_h, section_w = positions.view(1, -1), 0, 0
+        elif positions.stride(0) == 0:
+            # Text-only MRoPE positions are one row expanded to three (stride 0, what HF passes at a decode
+            # step): every frequency's row holds the same positions, so row 0 read by NeoX's rule (sections
+            # 0) is the same rotation, without the per-call copy of the expansion (an allocation and a copy
+            # launch on the GPU). Read from the strides only: nothing on the device is looked at.
+            rows, section_h, section_w = positions[0].unsqueeze(0), 0, 0
         else:
             rows, section_h, section_w = positions, int(mrope_section[1]), int(mrope_section[2])
         # The weights are read in 16-byte vectors (packed where misaligned), the positions an element at a time.
@@ -606,9 +614,15 @@ def _make_run(key: QKNormRopeBuildKey, fn: Any) -> Any:
             q_weight = packed(q_weight)
         if not k_weight.is_contiguous() or k_weight.data_ptr() % 16:
             k_weight = packed(k_weight)
-        fn(heads(query), heads(key), q_weight, k_weight, rows.contiguous(),
-           inv_freq_table(theta, rotary_dim, D, query.device), query_out, key_out, int(rotary_dim), section_h,
-           section_w, float(eps))
+        device = query.device
+        table_key = (theta, rotary_dim, device)
+        inv_freq = tables.get(table_key)
+        if inv_freq is None:
+            if len(tables) >= _MAX_TABLES:
+                tables.clear()
+            inv_freq = tables[table_key] = inv_freq_table(theta, rotary_dim, D, device)
+        fn(query if readable(query) else packed(query), key if readable(key) else packed(key), q_weight, k_weight,
+           rows.contiguous(), inv_freq, query_out, key_out, int(rotary_dim), section_h, section_w, float(eps))
         return query_out, key_out
 
     return qk_norm_rope
