@@ -276,3 +276,12 @@ def test_backends_exits_1_when_a_backend_detect_raised(capsys):
     plugins.register_plugin(_detecting_plugin("breaks", broken), "breaks")
     assert main(["backends"]) == 1
     assert "    detected: error: detect() raised RuntimeError: driver gone" in capsys.readouterr().out
+
+
+def test_backends_with_autoloading_off_says_none_loaded_and_why(capsys, monkeypatch):
+    """Found in review: with ``TILEOPS_DISABLE_PLUGIN_AUTOLOAD`` set, the installed backends were reported as
+    "none installed"."""
+    monkeypatch.setenv(plugins.ENV_NO_AUTOLOAD, "1")
+    main(["backends"])
+    assert ("backends: none loaded (TILEOPS_DISABLE_PLUGIN_AUTOLOAD is set: installed plugins are not loaded)"
+            in capsys.readouterr().out.splitlines())

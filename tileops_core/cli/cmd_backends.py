@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._version import CORE_MAJOR, __version__
 from ..kernels import registry
 from ..kernels.records import BackendInfo
-from ..plugins import plugin_records
+from ..plugins import ENV_NO_AUTOLOAD, plugin_records
 from ..kernels.steering import steering_layers
 from ..kernels.targets import target_layers
 from .main import EXIT_FINDINGS, EXIT_OK
@@ -86,7 +87,11 @@ def collect() -> dict[str, Any]:
 def _text(data: dict[str, Any]) -> str:
     core = data["core"]
     lines = [f"tileops {core['version']} (core major {core['major']})", ""]
-    lines.append(f"backends ({len(data['backends'])}):" if data["backends"] else "backends: none installed")
+    if data["backends"]:
+        lines.append(f"backends ({len(data['backends'])}):")
+    else:  # (found in review: "none installed" where autoloading was off and the backends were installed)
+        off = f" ({ENV_NO_AUTOLOAD} is set: installed plugins are not loaded)" if os.environ.get(ENV_NO_AUTOLOAD) else ""
+        lines.append(f"backends: none loaded{off}")
     for b in data["backends"]:
         dist = f"{b['distribution']} {b['version']}" if b["distribution"] else f"in-process, version {b['version']}"
         lines.append(f"  {b['name']}  ({dist})")
