@@ -84,6 +84,18 @@ def test_the_heads_network_leaves_a_lanes_largest_keys_sorted(count, depth):
         assert [values[h] for h in heads] == want
 
 
+def test_a_word_of_two_16_bit_logits_orders_both_halves_as_each_logit_alone():
+    # The logits program builds its 16-bit keys from whole words: every pattern in either half, the
+    # other half every sign (no borrow crosses), against the one-logit order.
+    from tileops_cuda.kernels.moe_topk_routing import _ordered, _word_ordered
+
+    for bits in range(1 << 16):
+        want = _ordered(bits, 16) & 0xFFFF
+        for other in (0x0000, 0x7FFF, 0x8000, 0xFFFF, 0x7F80, 0xFF80):
+            assert _word_ordered(bits | other << 16) & 0xFFFF == want
+            assert _word_ordered(other | bits << 16) >> 16 == want
+
+
 @pytest.mark.parametrize("fields,reason", [
     ({"program": "heap"}, "program='heap' is not one of ('rounds', 'candidates', 'logits')"),
     ({"program": "candidates", "tokens": 33}, "the candidates program takes 0-32 tokens a program (tokens=33)"),
