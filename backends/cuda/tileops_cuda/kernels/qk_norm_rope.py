@@ -556,18 +556,20 @@ def _program(key: QKNormRopeBuildKey):
     return qk_norm_rope
 
 
-_INV_FREQ: dict[tuple[float, int, int, str], Any] = {}
-#: The tables one launcher keeps by (theta, rotary_dim, device) (past this the cache starts again).
-_MAX_TABLES = 64
+_INV_FREQ: dict[tuple[Any, ...], Any] = {}
 _INV_FREQ_LOCK = threading.Lock()
 
 
 def inv_freq_table(theta: float, rotary_dim: int, head_dim: int, device: Any) -> Any:
     """HF's float32 ``inv_freq`` (``1 / theta ** (arange(0, R, 2) / R)``, made on the CPU as HF
-    makes it), zero-padded to ``head_dim // 2`` entries, on ``device``; made once per key."""
+    makes it), zero-padded to ``head_dim // 2`` entries, on ``device``; made once per key.
+
+    Looked up on every launch, so the key is the values as given (a ``torch.device`` hashes as
+    itself; equal numbers hash alike): building ``str(device)`` a call cost more than the launch's
+    other host work (found profiling the decode step's host path)."""
     import torch
 
-    key = (float(theta), int(rotary_dim), int(head_dim), str(device))
+    key = (theta, rotary_dim, head_dim, device)
     table = _INV_FREQ.get(key)
     if table is None:
         inv = 1.0 / (float(theta) ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
@@ -586,9 +588,6 @@ def _make_run(key: QKNormRopeBuildKey, fn: Any) -> Any:
     from ._row_views import packed, readable
 
     D = key.head_dim
-    # The inv_freq table of each (theta, rotary_dim, device) the launcher has met: the module's table
-    # keys on str(device), which costs more than the launch's other host work; these are op params.
-    tables: dict[tuple[Any, ...], Any] = {}
 
     def qk_norm_rope(query: Any, key: Any, q_weight: Any, k_weight: Any, positions: Any, rotary_dim: int,
                      theta: float, eps: float, rope_style: str, mrope_section: Sequence[int],
@@ -614,15 +613,9 @@ def _make_run(key: QKNormRopeBuildKey, fn: Any) -> Any:
             q_weight = packed(q_weight)
         if not k_weight.is_contiguous() or k_weight.data_ptr() % 16:
             k_weight = packed(k_weight)
-        device = query.device
-        table_key = (theta, rotary_dim, device)
-        inv_freq = tables.get(table_key)
-        if inv_freq is None:
-            if len(tables) >= _MAX_TABLES:
-                tables.clear()
-            inv_freq = tables[table_key] = inv_freq_table(theta, rotary_dim, D, device)
         fn(query if readable(query) else packed(query), key if readable(key) else packed(key), q_weight, k_weight,
-           rows.contiguous(), inv_freq, query_out, key_out, int(rotary_dim), section_h, section_w, float(eps))
+           rows.contiguous(), inv_freq_table(theta, rotary_dim, D, query.device), query_out, key_out,
+           int(rotary_dim), section_h, section_w, float(eps))
         return query_out, key_out
 
     return qk_norm_rope
