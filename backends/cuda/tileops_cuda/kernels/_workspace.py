@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["shape_allocator", "workspace_allocator"]
+__all__ = ["workspace_allocator"]
 
 #: Allocators one launcher keeps (serving batches vary; past this the cache starts again).
 _MAX_SHAPES = 256
@@ -38,11 +38,3 @@ def workspace_allocator() -> Callable[[tuple[int, ...], Any, Any], Any]:
 
     return empty
 
-
-def shape_allocator(shape: tuple[int, ...], dtype: Any, device: Any) -> Callable[[], Any]:
-    """``alloc()``: a new contiguous uninitialised tensor of one fixed (shape, dtype, device) a call, for a
-    launcher that keeps it with a call shape's plan (no per-call lookup of the shape, as in
-    :func:`workspace_allocator`)."""
-    from tileops_core.op.alloc import fresh_allocator  # torch with it: at a launcher's build, never at import
-
-    return fresh_allocator(shape, dtype, device)

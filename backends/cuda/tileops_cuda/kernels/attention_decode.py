@@ -31,7 +31,6 @@ from typing import Any, Callable
 from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, dependent_launch_refusal, direct_entry
 from ._row_views import packed
-from ._workspace import shape_allocator
 from .attention_decode_program import (
     COMBINE_THREADS, LOG2E, decode_combine_program, decode_parallel_combine_program, decode_sliced_combine_program,
     decode_split_program,
@@ -422,6 +421,7 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
     both compile on first use. A call shape's plan (schedule, programs, splits) is made once and
     looked up after."""
     import torch
+    from tileops_core.op.alloc import fresh_allocator
 
     f32 = torch.float32
     D, NQ, NKV = key.head_dim, key.num_q_heads, key.num_kv_heads
@@ -445,7 +445,7 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         schedule, _, splits, chunk = call_plan(key, B, block_size, capacity, lambda: multiprocessors(device))
         # The workspaces' shapes follow from the plan: their allocators are made with it, once a shape.
         return (programs(block_size, schedule), combines(schedule.combine), splits, chunk,
-                shape_allocator((splits, B, NQ, D), f32, device), shape_allocator((splits, B, NQ), f32, device))
+                fresh_allocator((splits, B, NQ, D), f32, device), fresh_allocator((splits, B, NQ), f32, device))
 
     def attention_decode(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cache_seqlens: Any,
                          block_table: Any, scale: Any, out: Any = None) -> Any:
