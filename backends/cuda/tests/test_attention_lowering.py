@@ -192,10 +192,11 @@ def test_an_unknown_maker_of_tile_counts_is_refused_with_the_choices():
 
 
 @pytest.mark.parametrize("cu_dtype", ["int32", "int64"])
-def test_the_tile_counts_are_one_block_scanning_the_sequences_a_chunk_at_a_time(cu_dtype):
+def test_the_tile_counts_are_one_block_scanning_the_clipped_prompts_a_chunk_at_a_time(cu_dtype):
     source = _source(prefill_tile_counts_program(PrefillBuildKey("bfloat16", 16, 2, 256, cu_dtype=cu_dtype), 128))
     assert "__launch_bounds__(1024, 1) prefill_tile_counts_kernel" in source
-    assert "+ 127) >> 7)" in source  # ceil(length / 128)
+    assert "(((end + 127) - begin) >> 7)" in source  # ceil(length / 128) of the clipped prompt
+    assert "max(((int*)ends)[((int)threadIdx.x)], below[0])" in source  # the max-scan that clips the prefix sums
     assert "tma_load" not in source
 
 

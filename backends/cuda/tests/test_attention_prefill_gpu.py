@@ -202,22 +202,44 @@ def tile_count_kernels(arch):
     return dict(zip(variants, built))
 
 
-@pytest.mark.parametrize("B", [1, 9, 1024, 3000])
+@pytest.mark.parametrize("B", [1, 9, 1023, 1024, 3000])
 @pytest.mark.parametrize("cu_dtype", ["int32", "int64"])
 @pytest.mark.parametrize("block_m", [128, 64])
-def test_the_tile_count_kernel_makes_the_prefix_sums_the_torch_path_makes(B, cu_dtype, block_m, tile_count_kernels,
-                                                                          cuda_device, gen):
+@pytest.mark.parametrize("order", ["valid", "unchecked"])
+def test_the_tile_count_kernel_makes_the_clipped_prefix_sums_the_torch_path_makes(order, B, cu_dtype, block_m,
+                                                                                  tile_count_kernels, cuda_device,
+                                                                                  gen):
+    """``prompt_cu`` is ``cummax(clip(cu_seqlens, 0, T))`` (RGDR's ``clipped_bounds``), ``tile_cu`` the
+    prefix sums of its prompts' query tiles: valid prefix sums come back as given; unchecked ones (negative,
+    decreasing, past T) clipped, across the 1024-entry chunks the program scans."""
+    import itertools
+
     import torch
+
+    from tileops_cpu_ref.rgdr import clipped_bounds
 
     kernel = tile_count_kernels[cu_dtype, block_m]
     if isinstance(kernel, Exception):
         raise kernel
-    lengths = torch.randint(-3, 400, (B,), generator=gen, device=cuda_device[0])  # some negative: count none
-    cu = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0)).to(getattr(torch, cu_dtype))
+    if order == "valid":
+        lengths = torch.randint(0, 400, (B,), generator=gen, device=cuda_device[0])
+        cu = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0))
+        T = int(cu[-1])
+    else:  # some negative lengths, entries below 0 and past T
+        lengths = torch.randint(-300, 400, (B,), generator=gen, device=cuda_device[0])
+        cu = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0)) - 500
+        T = max(1, int(cu.max()) // 2)
+    cu = cu.to(getattr(torch, cu_dtype))
     got = torch.full((B + 1,), -7, dtype=torch.int32, device=cu.device)
-    kernel(cu, got)
-    want = torch.nn.functional.pad(torch.cumsum(-(-lengths.clamp(min=0) // block_m), 0), (1, 0)).int()
-    assert torch.equal(got, want)
+    prompts = torch.full((B + 1,), -7, dtype=cu.dtype, device=cu.device)
+    kernel(cu, got, prompts, T)
+    starts, spans = clipped_bounds(cu.tolist(), "cu_seqlens", T)
+    want_prompts = [starts[0], *(s + n for s, n in zip(starts, spans))]
+    want_tiles = [0, *itertools.accumulate(-(-n // block_m) for n in spans)]
+    assert prompts.tolist() == want_prompts
+    assert got.tolist() == want_tiles
+    if order == "valid":
+        assert torch.equal(prompts, cu)
 
 
 @pytest.mark.parametrize("setting", _settings())

@@ -203,10 +203,21 @@ def _make_run(key: PrefillBuildKey, attention_fn: Callable[..., Any], cache_fn: 
         q = query if query.is_contiguous() and not query.data_ptr() % 16 else packed(query)
         k = key if key.is_contiguous() and not key.data_ptr() % 16 else packed(key)
         v = value if value.is_contiguous() and not value.data_ptr() % 16 else packed(value)
-        cu = cu_seqlens.contiguous()
         kc = FlatCache("attention prefill TileLang kernel", key_cache, NKV, D)
         vc = FlatCache("attention prefill TileLang kernel", value_cache, NKV, D)
         slots = dummy_slots(query.device) if slot_mapping is None else slot_mapping.contiguous()
+        # The prompts as the spec reads cu_seqlens: cummax(clip(cu_seqlens, 0, T)) (valid metadata as given;
+        # unchecked metadata laid end to end inside [0, T), so no token has two prompts and no row two writers).
+        if B == 0:
+            cu = cu_seqlens.contiguous()  # no prompt: every token is uncovered whatever the one entry says
+        elif tiles_fn is None:
+            cu = cu_seqlens.clamp(0, T).cummax(0).values
+            lengths = cu[1:] - cu[:-1]
+            tile_cu = torch.nn.functional.pad(torch.cumsum(-(-lengths // tiling.block_m), 0), (1, 0)).int()
+        else:
+            cu = torch.empty((B + 1,), dtype=cu_seqlens.dtype, device=cu_seqlens.device)
+            tile_cu = torch.empty((B + 1,), dtype=torch.int32, device=cu.device)
+            tiles_fn(cu_seqlens.contiguous(), tile_cu, cu, T)
         if cache_fn is not None:
             cache_fn(k, v, cu, slots, kc.flat, vc.flat, out.view(T, NQ * D), key_cache.shape[1],
                      max(B, 1).bit_length())
@@ -214,12 +225,6 @@ def _make_run(key: PrefillBuildKey, attention_fn: Callable[..., Any], cache_fn: 
             out.zero_()
         if B > 0:
             scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
-            if tiles_fn is None:
-                lengths = (cu[1:] - cu[:-1]).clamp(min=0)
-                tile_cu = torch.nn.functional.pad(torch.cumsum(-(-lengths // tiling.block_m), 0), (1, 0)).int()
-            else:
-                tile_cu = torch.empty((B + 1,), dtype=torch.int32, device=cu.device)
-                tiles_fn(cu, tile_cu)
             if cache_fn is None:
                 attention_fn(q, k, v, cu, tile_cu, slots, kc.flat, vc.flat, out, key_cache.shape[1], scale_log2,
                              B.bit_length())

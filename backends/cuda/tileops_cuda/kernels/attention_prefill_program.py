@@ -4,8 +4,13 @@ Host-side decisions live in :mod:`tileops_cuda.kernels.attention_prefill`; seman
 ``manifest/attention.yaml``'s ``AttentionPrefillFwdOp`` (the reference is
 ``tileops_cpu_ref.attention.attention_prefill``).
 
+Every program reads the prompts' prefix sums as the spec reads ``cu_seqlens``: ``cummax(clip(cu_seqlens,
+0, T))``, made by the tile-count program (or the launcher's torch path) before the others run, so
+unchecked metadata (negative, decreasing, past T) gives each token at most one prompt; below, ``cu``
+is those prefix sums.
+
 Cache write: one program per (tile of ``TT`` tokens, key/value head); a thread copies 16-byte
-vectors. Token ``t`` of sequence ``b`` (found by a binary search over ``cu_seqlens``) goes to
+vectors. Token ``t`` of sequence ``b`` (found by a binary search over ``cu``) goes to
 flat cache row ``b · L + (t - cu[b])`` (contiguous) or ``slot_mapping[t]`` (paged; negative:
 nothing). The same programs write zeros to the outputs of tokens outside ``[cu[0], cu[B])``
 (only unchecked metadata leaves any), so every output element is written by exactly one pass.
@@ -129,41 +134,66 @@ def prefill_cache_program(key: "PrefillBuildKey", tokens_per_program: int, threa
 
 
 def prefill_tile_counts_program(key: "PrefillBuildKey", block_m: int) -> Any:
-    """The tile-count PrimFunc ``(cu_seqlens, tile_cu)``: ``tile_cu[0] = 0`` and ``tile_cu[b + 1]``
-    the number of ``block_m``-token query tiles of sequences ``0 .. b`` (a negative length counts
-    none): the prefix sums the attention's grid numbers its tiles by, made in one launch (the
-    launcher's torch path takes about eight small kernels). One program of 1024 threads walks the
-    sequences 1024 at a time: each thread counts one, a scan in shared memory sums them, and
-    every thread carries the running total to the next chunk."""
+    """The tile-count PrimFunc ``(cu_seqlens, tile_cu, prompt_cu, tokens)``: ``prompt_cu`` the
+    prefix sums as the spec reads them, ``cummax(clip(cu_seqlens))`` with ``clip(x) = min(max(x,
+    0), tokens)`` (valid metadata unchanged; unchecked metadata laid end to end inside ``[0, T)``,
+    as RGDR's ``clipped_bounds`` does), which the cache write and the attention read in place of
+    ``cu_seqlens``; ``tile_cu[0] = 0`` and ``tile_cu[b + 1]`` the number of ``block_m``-token
+    query tiles of prompts ``0 .. b`` by ``prompt_cu``: the prefix sums the attention's grid
+    numbers its tiles by, made in one launch (the launcher's torch path takes about ten small
+    kernels). One program of 1024 threads walks the entries 1024 at a time: a max-scan in shared
+    memory clips them, each thread counts the tiles of the prompt ending at its entry, a sum-scan
+    adds them up, and every thread carries the running maximum and total to the next chunk."""
     import tilelang.language as T
 
     i32, CH, LOG_CH = "int32", 1024, 10
+    cu_t = key.cu_dtype
     BM1 = T.dynamic("BM1")
 
+    def inclusive_scan(combine: Any) -> Any:
+        """An in-place Hillis-Steele scan of 1024 non-negative values under ``combine``
+        (identity 0), every thread synchronised after it."""
+
+        @T.macro
+        def scan(values: Any, tid: Any, below: Any):
+            for s in T.serial(LOG_CH):
+                T.sync_threads()
+                below[0] = T.if_then_else(tid >= T.shift_left(1, s), values[tid - T.shift_left(1, s)], 0)
+                T.sync_threads()
+                values[tid] = combine(values[tid], below[0])
+            T.sync_threads()
+
+        return scan
+
+    running_max, running_sum = inclusive_scan(T.max), inclusive_scan(lambda a, b: a + b)
+
     @T.prim_func
-    def prefill_tile_counts(cu_seqlens: T.Tensor((BM1,), key.cu_dtype), tile_cu: T.Tensor((BM1,), i32)):
+    def prefill_tile_counts(cu_seqlens: T.Tensor((BM1,), cu_t), tile_cu: T.Tensor((BM1,), i32),
+                            prompt_cu: T.Tensor((BM1,), cu_t), tokens: T.int32):
         with T.Kernel(1, threads=CH):
             tid = T.get_thread_binding()
+            ends = T.alloc_shared((CH,), i32)
             counts = T.alloc_shared((CH,), i32)
             below = T.alloc_local((1,), i32)
-            carry = T.alloc_local((1,), i32)
+            top = T.alloc_local((1,), i32)  # the clipped maximum of the earlier chunks' entries
+            carry = T.alloc_local((1,), i32)  # their tiles
+            top[0] = 0
             carry[0] = 0
-            if tid == 0:
-                tile_cu[0] = 0
-            for c in T.serial(T.ceildiv(BM1 - 1, CH)):
-                b = c * CH + tid
-                n = T.if_then_else(b < BM1 - 1, T.cast(cu_seqlens[T.min(b + 1, BM1 - 1)], i32)
-                                   - T.cast(cu_seqlens[T.min(b, BM1 - 1)], i32), 0)
-                counts[tid] = T.ceildiv(T.max(n, 0), block_m)
-                for s in T.serial(LOG_CH):  # inclusive Hillis-Steele scan
-                    T.sync_threads()
-                    below[0] = T.if_then_else(tid >= T.shift_left(1, s), counts[tid - T.shift_left(1, s)], 0)
-                    T.sync_threads()
-                    counts[tid] = counts[tid] + below[0]
-                T.sync_threads()
-                if b < BM1 - 1:
-                    tile_cu[b + 1] = carry[0] + counts[tid]
+            for c in T.serial(T.ceildiv(BM1, CH)):
+                j = c * CH + tid
+                ends[tid] = T.if_then_else(j < BM1, T.cast(T.max(T.min(cu_seqlens[T.min(j, BM1 - 1)], T.cast(
+                    tokens, cu_t)), T.cast(0, cu_t)), i32), 0)
+                running_max(ends, tid, below)
+                end = T.max(top[0], ends[tid])
+                begin = T.if_then_else(tid > 0, T.max(top[0], ends[T.max(tid - 1, 0)]), top[0])
+                counts[tid] = T.if_then_else(j > 0 and j < BM1, T.ceildiv(end - begin, block_m), 0)
+                running_sum(counts, tid, below)
+                if j < BM1:
+                    prompt_cu[j] = T.cast(end, cu_t)
+                    tile_cu[j] = carry[0] + counts[tid]
+                top[0] = T.max(top[0], ends[CH - 1])
                 carry[0] = carry[0] + counts[CH - 1]
+                T.sync_threads()  # every thread has read ends[CH - 1] and counts[CH - 1] before the next chunk
 
     return prefill_tile_counts
 

@@ -1,0 +1,84 @@
+"""The prefill launcher hands its programs the prompts as the spec reads ``cu_seqlens``, on the CPU
+with the compiled functions stood in for.
+
+Unchecked ``cu_seqlens`` (negative, decreasing, past T) must reach the cache write and the attention
+as ``cummax(clip(cu_seqlens, 0, T))`` (RGDR's ``clipped_bounds``): a raw decreasing pair would give a
+token two prompts and an output row two writers. With ``tile_counts="torch"`` the launcher clips;
+with ``"kernel"`` the tile-count program does (its output checked on the GPU by
+``test_attention_prefill_gpu.py``), launched before the programs that read it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tileops_cpu_ref.rgdr import clipped_bounds  # noqa: E402
+from tileops_cuda.kernels import attention_prefill  # noqa: E402
+from tileops_cuda.kernels.attention_prefill import PrefillBuildKey, default_tiling  # noqa: E402
+
+_CU = {"valid": [0, 5, 5, 140, 200], "decreasing": [0, 150, 100, 200], "negative-first": [-50, 130, 200],
+       "past-T": [0, 70, 400, 90], "all-negative": [-5, -9, -1]}
+_T = 200
+
+
+def _prompts(cu: list[int]) -> list[int]:
+    starts, spans = clipped_bounds(cu, "cu_seqlens", _T)
+    return [starts[0], *(s + n for s, n in zip(starts, spans))]
+
+
+def _launch(cu: list[int], tile_counts: str, cache_write: str) -> list[tuple[str, Any]]:
+    """Run the launcher on CPU tensors with recorders for the programs; the calls in order."""
+    calls: list[tuple[str, Any]] = []
+    key = PrefillBuildKey("bfloat16", 4, 2, 64, tile_counts=tile_counts, cache_write=cache_write)
+
+    def tiles(cu_seqlens: Any, tile_cu: Any, prompt_cu: Any, tokens: int) -> None:
+        calls.append(("tiles", (cu_seqlens.tolist(), tokens)))
+        prompt_cu.copy_(torch.tensor(_prompts(cu_seqlens.tolist()), dtype=prompt_cu.dtype))
+        tile_cu.fill_(0)
+
+    def cache(k: Any, v: Any, cu_arg: Any, *rest: Any) -> None:
+        calls.append(("cache", cu_arg.tolist()))
+
+    def attention(q: Any, k: Any, v: Any, cu_arg: Any, tile_cu: Any, *rest: Any) -> None:
+        calls.append(("attention", (cu_arg.tolist(), tile_cu.tolist())))
+
+    run = attention_prefill._make_run(key, attention, cache if cache_write == "launch" else None,
+                                      tiles if tile_counts == "kernel" else None)
+    q = torch.randn(_T, 4, 64).bfloat16()
+    kv = torch.randn(_T, 2, 64).bfloat16()
+    key_cache = torch.zeros(max(len(cu) - 1, 1), _T, 2, 64, dtype=torch.bfloat16)
+    run(q, kv, kv.clone(), key_cache, key_cache.clone(), torch.tensor(cu, dtype=torch.int64), None, None)
+    return calls
+
+
+@pytest.mark.parametrize("cache_write", ["launch", "attention"])
+@pytest.mark.parametrize("cu", list(_CU.values()), ids=list(_CU))
+def test_the_torch_tile_counts_hand_the_programs_the_clipped_prompts(cu, cache_write):
+    calls = _launch(cu, "torch", cache_write)
+    prompts = _prompts(cu)
+    block_m = default_tiling(PrefillBuildKey("bfloat16", 4, 2, 64)).block_m
+    tiles = [0, *itertools.accumulate(-(-(e - s) // block_m) for s, e in zip(prompts, prompts[1:]))]
+    want = ([("cache", prompts)] if cache_write == "launch" else []) + [("attention", (prompts, tiles))]
+    assert calls == want
+    if cu == _CU["valid"]:
+        assert prompts == cu
+
+
+@pytest.mark.parametrize("cache_write", ["launch", "attention"])
+@pytest.mark.parametrize("cu", list(_CU.values()), ids=list(_CU))
+def test_the_tile_count_program_runs_first_and_its_prompts_are_what_the_programs_read(cu, cache_write):
+    calls = _launch(cu, "kernel", cache_write)
+    prompts = _prompts(cu)
+    assert calls[0] == ("tiles", (cu, _T))
+    assert [c[0] for c in calls[1:]] == (["cache"] if cache_write == "launch" else []) + ["attention"]
+    assert all((c[1] if c[0] == "cache" else c[1][0]) == prompts for c in calls[1:])
+
+
+def test_no_prompt_launches_the_zeroing_alone_whatever_the_one_entry_says():
+    assert _launch([37], "kernel", "launch") == [("cache", [37])]
+    assert _launch([37], "torch", "attention") == []
