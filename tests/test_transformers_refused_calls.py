@@ -191,6 +191,18 @@ def _packing_keywords(model: Any) -> tuple[Any, Callable[[Any], Any]]:
                               max_length_k=7)
 
 
+def _autocast(model: Any) -> tuple[Any, Callable[[Any], Any]]:
+    """A float32 model under CPU bfloat16 autocast: HF's Linear ran in bfloat16, the first op met a float32 weight
+    beside bfloat16 activations, after the layers before it had run."""
+    cache = DynamicCache(config=model.config)
+    ids, mask = _left_padded([3, 0])
+
+    def call(m: Any) -> Any:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return m(input_ids=ids, attention_mask=mask, cache=cache)
+    return cache, call
+
+
 @pytest.mark.parametrize("layers", [{}, ATTENTION_FIRST], ids=["gated-delta-net-first", "attention-first"])
 @pytest.mark.parametrize("call, error, message", [
     (_static_cache, NotImplementedError, r"layer \d: a Static cache layer \(StaticLayer\)"),
@@ -205,9 +217,11 @@ def _packing_keywords(model: Any) -> tuple[Any, Callable[[Any], Any]]:
      r"^layer 0: the cache holds (conv state \(2, .* not TileOPs' pool \(1, |2 rows, and this call 1: )"),
     (_assisted_decoding_cache, NotImplementedError, r"^layer \d: the cache records past conv states"),
     (_packing_keywords, NotImplementedError, "^cu_seq_lens_q and cu_seq_lens_k given: packed sequences;"),
+    (_autocast, NotImplementedError, re.escape("torch.autocast('cpu', dtype=torch.bfloat16) is on: TileOPs ops do not "
+                                               "follow autocast's casts")),
 ], ids=["static-cache", "right-padding", "padding-after-the-prompt", "attention-weights", "beam-search",
         "gradients-with-frozen-norms-and-embeddings", "another-batch-size", "assisted-decoding-cache",
-        "packing-keywords"])
+        "packing-keywords", "autocast"])
 def test_a_refused_call_leaves_every_layer_of_the_cache_as_it_was(call: Scenario, error: type[Exception], message: str,
                                                                     layers: dict[str, Any]) -> None:
     model = _patched(**layers)

@@ -13,7 +13,7 @@ from torch import nn
 
 from ...ops.activation import SiluAndMulFwdOp
 from ._attention import AttentionPatcher
-from ._forward import ForwardChecks, gradients_check, packed_sequences_check
+from ._forward import ForwardChecks, autocast_check, gradients_check, packed_sequences_check
 from ._gdn import GDNOps, _Metadata, patch_gated_delta_net
 from ._mlp import patch_mlp
 from ._moe import patch_experts, patch_router, patch_sparse_moe_block, use_tileops_experts
@@ -181,6 +181,7 @@ def _walk(model: nn.Module, classes: dict[str, type], report: TileOpsReport, eve
     if report.served():
         checks.register("gradients", gradients_check(text_name, text))
         checks.register("packed sequences", packed_sequences_check)
+        checks.register("autocast", autocast_check)
 
 
 def _text_model(model: nn.Module, classes: dict[str, type]) -> tuple[str, nn.Module]:

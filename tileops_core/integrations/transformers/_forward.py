@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-__all__ = ["ForwardCall", "ForwardChecks", "gradients_check", "packed_sequences_check"]
+__all__ = ["ForwardCall", "ForwardChecks", "autocast_check", "gradients_check", "packed_sequences_check"]
 
 #: HF's keywords for sequences packed into one row (``FlashAttentionKwargs``, as ``DataCollatorWithFlattening``
 #: passes them); the layers below the text model receive them through ``**kwargs``
@@ -131,6 +131,20 @@ def gradients_check(name: str, text_model: nn.Module) -> Callable[[ForwardCall],
             "under torch.no_grad() or torch.inference_mode(), as generate() does, or train the model without "
             "apply_tileops")
     return check
+
+
+def autocast_check(call: ForwardCall) -> None:
+    """The refusal of a forward under ``torch.autocast`` for its device. HF's layers follow autocast's casts (a
+    Linear or conv1d computes in the autocast dtype, a norm in float32); TileOPs ops run in the dtypes they are
+    given, so the first op met mixed dtypes (found in review: a float32 model under CPU bfloat16 autocast was
+    refused by ``CausalConv1dVarlenFwdOp`` naming its weight's dtype, after the layers before it had run)."""
+    if not torch.is_autocast_enabled(call.device.type):
+        return
+    dtype = str(torch.get_autocast_dtype(call.device.type)).removeprefix("torch.")
+    raise NotImplementedError(
+        f"torch.autocast({call.device.type!r}, dtype=torch.{dtype}) is on: TileOPs ops do not follow autocast's "
+        f"casts, they run in the dtypes they are given: cast the model instead (model.to(torch.{dtype})), or call "
+        "it outside autocast")
 
 
 def _text_positions(position_ids: Any) -> torch.Tensor | None:
