@@ -44,6 +44,23 @@ def test_a_call_inside_a_torch_func_transform_is_refused_by_name(transform):
         f(torch.randn(3, 8))
 
 
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_torch_jit_trace_records_the_custom_op_not_what_its_kernel_runs(warm):
+    """The tracer sees dispatcher calls only: a TileLang launch would be dropped from the trace, leaving the
+    output's allocation (found in review; on the CPU the trace recorded the reference kernel's torch ops at the
+    traced shape). A warm op's matcher misses under the trace, so cold and warm calls both take the custom op."""
+    op, w = RMSNormFwdOp(normalized_shape=[8]), torch.randn(8)
+    x = torch.randn(3, 8)
+    if warm:
+        op(x, w)
+    traced = torch.jit.trace(lambda a, b: op(a, b) * 2, (x, w))
+    nodes = [n.kind() for n in traced.graph.nodes()]
+    assert "tileops::rms_norm_fwd_op" in nodes and not any(k.startswith("aten::rms_norm") for k in nodes)
+    y = torch.randn(3, 8)
+    torch.testing.assert_close(traced(y, w), 2 * torch.nn.functional.rms_norm(y, [8], w))
+    assert op(y, w) is not None and op.last_plan is not None  # eager calls after the trace keep their path
+
+
 def test_constructing_an_op_inside_a_compiled_function_says_where_to_construct_it():
     torch._dynamo.reset()
     compiled = torch.compile(lambda a: RMSNormFwdOp(normalized_shape=[8])(a), fullgraph=True, backend="eager")

@@ -59,6 +59,7 @@ def current_call() -> tuple["Op", CallPlan, Sequence[Any]]:
 
 
 _is_compiling: Callable[[], bool] = torch.compiler.is_compiling
+_is_tracing: Callable[[], bool] = torch._C._is_tracing
 
 
 class Op:
@@ -222,6 +223,16 @@ class Op:
             return call_boundary(self, values)
         return self._call(values)
 
+    def _traced(self, values: Sequence[Any]) -> Any:
+        """A call under ``torch.jit.trace``, which records dispatcher calls only: the eager path runs the kernel
+        outside its view (a TileLang launch is no torch op), so the trace would keep the output's allocation
+        and drop the kernel that writes it. Through the compile boundary the trace records the custom op,
+        as ``torch.export`` does; an op without one is refused (found in review)."""
+        if self._def.boundary is None:
+            raise TileOpsError(f"{type(self).__name__}: torch.jit.trace records torch ops only, and this op has no "
+                               f"custom op to record ({self._def.boundary_reason}): call it outside the trace")
+        return call_boundary(self, values)
+
     def _plan_of(self, values: Sequence[Any]) -> CallPlan:
         """Steps 1-5, or the plan a previous call with this key made (same registry generation).
 
@@ -260,6 +271,8 @@ class Op:
         plan = self._last_plan
         matches = None if plan is None or plan.generation != GENERATION[0] else plan.matches
         if plan is None or matches is None or not matches(values):
+            if _is_tracing():  # (a matcher made outside the trace misses in it: the tracer's key is in the TLS)
+                return self._traced(values)
             plan = self._plan_of(values)
             matches = None
         else:
