@@ -447,7 +447,9 @@ def test_a_dependent_launch_program_chains_steps_on_one_pool_like_the_plain_prog
 #: Unchecked metadata (contents checks off, as in serving) over T = 12 tokens: ``(style, metadata)``.
 #: The spec reads it as RGDR's ``clipped_bounds`` does; the decreasing cases start a sequence below
 #: the running maximum, where clipping the start alone (``clip(cu[b])``) and the rule's
-#: ``clip(max(cu[0..b]))`` disagree (a reviewer's reading of conv1d_program.py's decode start).
+#: ``clip(max(cu[0..b]))`` disagree, and a negative length lowers a raw sum's later starts (both
+#: programs read them so until 2026-12-05; the varlen one also left a negative first start's tokens
+#: uncovered).
 _UNCHECKED_T = 12
 _UNCHECKED_META = {
     "lengths-past-T": ("lengths", [3, 6, 7]),
@@ -470,44 +472,39 @@ def _clipped_metadata(meta: list, style: str, T: int, accepted: list | None):
     return valid, None if accepted is None else clipped_accepted(accepted, lengths), starts, lengths
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("case", list(_UNCHECKED_META))
-@pytest.mark.parametrize("op", [UPDATE, VARLEN])
-def test_unchecked_metadata_matches_the_clipping_reference(op, case, dtype, arch, cuda_device, gen):
-    """Lengths past T, negative lengths, cu_seqlens past T, negative or decreasing, accepted counts
-    outside ``[1, L_b]`` (the launcher checks no contents, as the ops with checks off): the kernel's
-    ``out`` (poisoned with NaN first) is the float64 loop over the clipped spans and the pool is its
-    pool bit for bit (slots no token addresses keep theirs); the CPU reference on the same unchecked
-    metadata agrees; the unchecked-index program writes the same bits."""
+def _check_unchecked(op: str, style: str, meta, accepted: list | None, dtype: str, T: int, arch: str, dev, gen,
+                     **tile) -> None:
+    """``meta`` (a ``[B]`` or ``[B + 1]`` int tensor on ``dev``, checks off) through the kernel of
+    ``tile``: ``out`` (poisoned with NaN first) is the float64 loop over the spec's clipped spans,
+    uncovered tokens zeros, the pool its pool bit for bit (slots no token addresses keep theirs);
+    the CPU reference on the same unchecked metadata agrees; the unchecked-index program writes
+    the same bits. ``accepted`` (decode) may lie outside ``[1, L_b]``."""
     import torch
 
     from tileops_cpu_ref.conv import causal_conv1d_update, causal_conv1d_varlen
 
-    dev, T, D, W = cuda_device[0], _UNCHECKED_T, 128, 4
-    style, meta = _UNCHECKED_META[case]
-    B = len(meta) - (style == "cu_seqlens")
+    D, W = 128, 4
+    B = meta.shape[0] - (style == "cu_seqlens")
     tdt = getattr(torch, dtype)
     n_slots = T if op == UPDATE else B
     pool = torch.randn(n_slots + 3, D, W - 1, device=dev, generator=gen).to(tdt)
     slots = torch.randperm(n_slots + 3, device=dev, generator=gen)[:n_slots].int()
     slots[1] = -1
     inputs = dict(x=torch.randn(T, D, device=dev, generator=gen).to(tdt), conv_state=pool.clone(),
-                  weight=torch.randn(D, W, device=dev, generator=gen).to(tdt),
-                  actual_seq_lengths=torch.tensor(meta, dtype=torch.int32, device=dev), conv_state_indices=slots,
-                  bias=torch.randn(D, device=dev, generator=gen).to(tdt))
-    accepted = None
+                  weight=torch.randn(D, W, device=dev, generator=gen).to(tdt), actual_seq_lengths=meta,
+                  conv_state_indices=slots, bias=torch.randn(D, device=dev, generator=gen).to(tdt))
     if op == UPDATE:
-        accepted = [0, 99, -3, 2, 1][:B]
         inputs["num_accepted_tokens"] = torch.tensor(accepted, dtype=torch.int32, device=dev)
     else:
         inputs["has_initial_state"] = torch.rand(B, device=dev, generator=gen) < 0.7
     params = {"activation": "silu", "seq_lens_style": style}
-    valid, clipped_acc, starts, lengths = _clipped_metadata(meta, style, T, accepted)
+    valid, clipped_acc, starts, lengths = _clipped_metadata(meta.tolist(), style, T,
+                                                            accepted if op == UPDATE else None)
     originals = {n: t.cpu().clone() for n, t in inputs.items()}
     before = dict(inputs, conv_state=pool.clone())
 
     out = torch.full_like(inputs["x"], float("nan"))
-    _call(op, _launcher(op, inputs, params, arch), inputs, params, out)
+    _call(op, _launcher(op, inputs, params, arch, **tile), inputs, params, out)
     torch.cuda.synchronize()
 
     loop_inputs = dict(originals, actual_seq_lengths=torch.tensor(valid))
@@ -532,4 +529,43 @@ def test_unchecked_metadata_matches_the_clipping_reference(op, case, dtype, arch
                                        o["has_initial_state"], o["bias"], activation="silu", seq_lens_style=style)
     assert relative_error(out.cpu(), ref_out.to(torch.float64)) <= TOLERANCE[out.dtype]
     assert torch.equal(got.view(torch.uint8), ref_pool.view(torch.uint8))
-    _compare_unchecked(op, before, inputs["conv_state"], out, params, arch)
+    _compare_unchecked(op, before, inputs["conv_state"], out, params, arch, **tile)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", list(_UNCHECKED_META))
+@pytest.mark.parametrize("op", [UPDATE, VARLEN])
+def test_unchecked_metadata_matches_the_clipping_reference(op, case, dtype, arch, cuda_device, gen):
+    """Lengths past T, negative lengths, cu_seqlens past T, negative or decreasing, accepted counts
+    outside ``[1, L_b]`` (the launcher checks no contents, as the ops with checks off), through the
+    registered block shape: the kernel follows the spec's rule (:func:`_check_unchecked`)."""
+    import torch
+
+    style, meta = _UNCHECKED_META[case]
+    B = len(meta) - (style == "cu_seqlens")
+    _check_unchecked(op, style, torch.tensor(meta, dtype=torch.int32, device=cuda_device[0]),
+                     [0, 99, -3, 2, 1][:B], dtype, _UNCHECKED_T, arch, cuda_device[0], gen)
+
+
+@pytest.mark.parametrize("tile", [{}, {"threads": 32}], ids=["in-kernel", "past-threads"])
+@pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
+@pytest.mark.parametrize("op", [UPDATE, VARLEN])
+def test_unchecked_metadata_of_many_sequences_and_64_bit_entries_matches_the_clipping_reference(
+        op, style, tile, arch, cuda_device, gen):
+    """70 sequences over 50 tokens, int64 metadata with entries past int32 (clipped, never wrapped),
+    negative, and decreasing both among the first 32 entries and after them. Registered shape: the
+    varlen program scans all of them itself (a sum of clipped lengths, a running maximum of clipped
+    prefix sums); 32 threads: the varlen launcher gives it non-decreasing prefix sums past its
+    threads, and the decode program reaches its serial tail (more than two blocks of threads)."""
+    import torch
+
+    dev, T, B = cuda_device[0], 50, 70
+    if style == "lengths":
+        meta = torch.randint(-1, 3, (B,), device=dev, generator=gen)
+        meta[3], meta[B - 5] = -2**33, 2**33 + 5  # (2**33 + 5 wraps to 5 in int32)
+    else:
+        meta = torch.randint(0, T + 1, (B + 1,), device=dev, generator=gen).sort().values
+        meta[5], meta[20] = -2**33, meta[20] - 9  # negative; decreasing inside the first 32
+        meta[40], meta[B - 2], meta[B] = meta[40] - 12, 2**33 + 5, T - 3  # decreasing past them; past int32
+    accepted = torch.randint(-3, 5, (B,), device=dev, generator=gen).tolist()
+    _check_unchecked(op, style, meta.to(torch.int64), accepted, "bfloat16", T, arch, dev, gen, **tile)

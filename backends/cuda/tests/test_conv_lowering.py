@@ -23,7 +23,7 @@ def _source(program) -> str:
 def test_the_varlen_program_lowers_for_sm_90(meta_lengths):
     key = ConvVarlenBuildKey("bfloat16", 1088, 4, True, True, True, "int64", "int32", meta_lengths, "sm_90")
     source = _source(conv_varlen_program(key))
-    assert ("__shfl_up_sync" in source) == meta_lengths
+    assert ("int up = __shfl_up_sync" in source) == meta_lengths  # the lengths' sum-scan
 
 
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
@@ -53,8 +53,9 @@ def test_unchecked_index_drops_the_update_tokens_bounds_checks():
     for guard in ("if ((t < T) && (0 <= t))", "if (((t < T) && (0 <= t)))", "< BM)) {\n        condval"):
         assert guard in checked and guard not in unchecked, guard
     # with no sequences (B = 0) the unchecked program still reads no metadata: its own check
-    assert "if ((((int)blockIdx.y) < BM)) {\n    condval = seq_meta[((int64_t)((int)blockIdx.y))];" in unchecked
-    assert "if ((((int)blockIdx.y) < NA)) {\n    condval_1 = nacc[((int64_t)((int)blockIdx.y))];" in unchecked
+    for guard, entry in (("BM", "condval = min(max(seq_meta[((int64_t)((int)blockIdx.y))], 0), T);"),
+                         ("NA", "condval_1 = min(max(nacc[((int64_t)((int)blockIdx.y))], 1), T);")):
+        assert f"if ((((int)blockIdx.y) < {guard})) {{\n    {entry}" in unchecked
 
 
 def test_unchecked_index_drops_the_varlen_metadata_and_row_bounds_checks():
@@ -63,6 +64,46 @@ def test_unchecked_index_drops_the_varlen_metadata_and_row_bounds_checks():
     for guard in ("if ((c_1 <= NI))", "if ((c_1 <= NH))", "if ((0 < S))", "+ r) < T) {",
                   "((0 <= (found[0] + found[3])) && ((found[0] + found[3]) < BM))"):
         assert guard in checked and guard not in unchecked, guard
+
+
+# Unchecked metadata (contents checks off) follows the specs' rule (tileops_cpu_ref.rgdr.clipped_bounds): every
+# entry clipped into [0, T] in its own dtype before it becomes int32, lengths summed saturating at T, prefix sums
+# through their running maximum (a start is clip(max(cu[0..b])), not clip(cu[b])). The GPU test
+# test_conv_gpu.py::test_unchecked_metadata_matches_the_clipping_reference checks the values.
+def _clipped(entry: str, lo: int = 0) -> str:
+    """The CUDA of a 64-bit metadata ``entry`` clipped into ``[lo, T]``, then made int32."""
+    return f"((int)min(max({entry}, (int64_t){lo}), ((int64_t)T)))"
+
+
+@pytest.mark.parametrize("style,reduced", [
+    ("lengths", ["part = min((part + {}), T);", "part = min((part + __shfl_xor_sync", "start = 0;",
+                 "start = min((start + red[w]), T);"]),
+    ("cu_seqlens", ["part = max(part, {});", "part = max(part, __shfl_xor_sync", "start = own;",
+                    "start = max(start, red[w]);"]),
+], ids=["lengths", "cu_seqlens"])
+def test_a_decode_sequence_starts_at_the_clipped_earlier_entries_reduced(style, reduced):
+    """Lengths: their saturating sum; prefix sums: their maximum with the sequence's own entry."""
+    from lowered_source import lowered_source
+
+    key = ConvUpdateBuildKey("bfloat16", 8192, 4, True, False, style, "int64", "int32", "int64", "sm_90",
+                             unchecked_index=True)
+    source = lowered_source(conv_update_program, key)
+    for line in reduced:
+        assert line.format(_clipped("seq_meta[((h * 128) + ((int)threadIdx.x))]")) in source, line
+    assert _clipped("nacc[((int64_t)((int)blockIdx.y))]", lo=1) in source  # the accepted count, into [1, T]
+
+
+def test_the_varlen_search_runs_over_the_running_maximum_of_the_clipped_prefix_sums():
+    from lowered_source import lowered_source
+
+    key = ConvVarlenBuildKey("bfloat16", 8192, 4, True, False, True, "int64", "int32", False, "sm_90",
+                             unchecked_index=True)
+    source = lowered_source(conv_varlen_program, key)
+    # the first `threads` entries, scanned into shared memory by every program
+    assert f"part[0] = {_clipped('cu[min(((int)threadIdx.x), nb)]')};" in source
+    assert "part[0] = max(part[0], __shfl_up_sync(" in source and "part[0] = max(part[0], condval);" in source
+    # the entries past them (non-decreasing from the launcher): clipped as the search reads them
+    assert _clipped("cu[(found[(int64_t)0] + found[(int64_t)3])]") in source
 
 
 # ``dependent_launch`` (``_common.dependent_launch``): both programs wait for the stream's previous kernel before

@@ -2,18 +2,20 @@
 reference's outputs and pool on the CPU (no GPU needed; ``test_conv_gpu.py`` checks the kernel).
 
 The model below transcribes ``conv_varlen_program``: per chunk of ``C`` tokens (and its
-``W - 2`` tokens past the end), the binary search over cu_seqlens and the token codes (``-2``
+``W - 2`` tokens past the end), the binary search over cu_seqlens as the program reads them
+(each entry clipped into ``[0, T]``, then their running maximum: the spec's rule) and the token codes (``-2``
 zero, ``-1`` another program's, ``0`` computed, ``b + 1`` sequence ``b`` starts here), the group
 flags that send a group to the slow path, the rows loaded per group (zeros past ``T``; past the
 chunk only where the token is computed here), the rolling window restarted from the pool at a
 sequence's first token, and the final window written there. Every index the program reads is
 checked to lie inside its buffer, and every output row to be written exactly once, also under
-metadata no caller should pass.
+metadata no caller should pass, which is read as the reference reads it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from itertools import accumulate
 
 import pytest
 import torch
@@ -27,9 +29,12 @@ class StreamModel:
     def __init__(self, x, pool, weight, bias, cu: list[int], slots: list[int], has_init: list[int] | None,
                  chunk: int, tokens: int) -> None:
         self.x, self.pool, self.weight, self.bias = x.double(), pool.double().clone(), weight.double(), bias
-        self.cu, self.slots, self.has_init = cu, slots, has_init
         self.C, self.G = chunk, tokens
         self.T, self.D = x.shape
+        # What the search reads: the program's running maximum of its first `threads` clipped entries, the
+        # launcher's of the rest (valid prefix sums: themselves).
+        self.cu = list(accumulate((min(max(v, 0), self.T) for v in cu), max))
+        self.slots, self.has_init = slots, has_init
         self.W1 = weight.shape[1] - 1
         self.out = torch.full((self.T, self.D), float("nan"), dtype=torch.float64)
         self.writes: Counter[int] = Counter()
@@ -158,14 +163,87 @@ def test_without_initial_states_the_windows_start_from_zeros():
     assert torch.equal(model.pool, ref_pool.double())
 
 
-@pytest.mark.parametrize("cu", [[0, 2, 2, 5, 6], [3, 1, 9, 4, 40], [-5, 2, 30, -1], [7, 7, 7], [0, 100], [5]])
-def test_unchecked_metadata_writes_every_output_row_once_and_reads_in_bounds(cu):
-    """Prefix sums out of order, negative, past T: each row still written once (zero if uncovered)."""
-    gen = torch.Generator().manual_seed(9)
+#: Prefix sums out of order, negative, past T (over T = 12 tokens).
+UNCHECKED_CU = [[0, 2, 2, 5, 6], [3, 1, 9, 4, 40], [-5, 2, 30, -1], [7, 7, 7], [0, 100], [5], [0, 7, 3, 10],
+                [2, 2, 9, 1, 11], [-4, 5, 12]]
+
+
+def _unchecked_model(cu: list[int]) -> tuple[StreamModel, dict]:
+    gen = torch.Generator()
+    gen.seed()  # fresh data every run
     T, D, W = 12, 3, 4
     B = len(cu) - 1
-    model = StreamModel(torch.randn(T, D, generator=gen), torch.randn(B + 1, D, W - 1, generator=gen),
-                        torch.randn(D, W, generator=gen), None, cu, list(range(B)), [1] * B, 6, 3)
+    inputs = dict(x=torch.randn(T, D, generator=gen), pool=torch.randn(B + 1, D, W - 1, generator=gen),
+                  weight=torch.randn(D, W, generator=gen), slots=torch.randperm(B + 1, generator=gen)[:B].tolist(),
+                  init=(torch.rand(B, generator=gen) < 0.7).int().tolist())
+    model = StreamModel(inputs["x"], inputs["pool"], inputs["weight"], None, cu, inputs["slots"], inputs["init"], 6, 3)
     model.run(silu=True)
-    assert [model.writes[t] for t in range(T)] == [1] * T
+    return model, inputs
+
+
+@pytest.mark.parametrize("cu", UNCHECKED_CU)
+def test_unchecked_metadata_writes_every_output_row_once_and_reads_in_bounds(cu):
+    """Each row still written once (zero if uncovered)."""
+    model, _ = _unchecked_model(cu)
+    assert [model.writes[t] for t in range(model.T)] == [1] * model.T
     assert torch.isfinite(model.out).all()
+
+
+@pytest.mark.parametrize("cu", UNCHECKED_CU)
+def test_unchecked_metadata_is_read_as_the_reference_reads_it(cu):
+    """The spec's rule (``tileops_cpu_ref.rgdr.clipped_bounds``): a sequence starts at
+    ``clip(max(cu[0..b]))``, so a decreasing or negative entry never moves one below an earlier one."""
+    model, i = _unchecked_model(cu)
+    ref_pool = i["pool"].clone()
+    ref_out = causal_conv1d_varlen(i["x"], ref_pool, i["weight"], torch.tensor(cu), torch.tensor(i["slots"]),
+                                   torch.tensor(i["init"], dtype=torch.bool), activation="silu",
+                                   seq_lens_style="cu_seqlens")
+    assert torch.allclose(model.out, ref_out.double(), rtol=1e-5, atol=1e-5)
+    assert torch.equal(model.pool, ref_pool.double())
+
+
+def _searched_prefix_sums(cu: list[int], scan: int, T: int, threads: int, meta_lengths: bool) -> list[int]:
+    """What ``conv_varlen_program``'s search reads, as in ``[0, T]`` (a value past ``T`` covers no token):
+    its first ``threads`` entries from shared memory (the clipped lengths' sums where ``scan``, else the
+    clipped entries, through their running maximum in a cu_seqlens program), the rest clipped as read."""
+    def clip(v: int) -> int:
+        return min(max(v, 0), T)
+
+    if scan:
+        return [clip(v) for v in accumulate((clip(v) for v in cu), initial=0)]
+    shared = [clip(v) for v in cu[:threads]]
+    if not meta_lengths:
+        shared = list(accumulate(shared, max))
+    return shared + [clip(v) for v in cu[threads:]]
+
+
+@pytest.mark.parametrize("B", [10, 70], ids=["in-kernel", "past-threads"])
+@pytest.mark.parametrize("meta_lengths", [False, True])
+@pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
+def test_the_launcher_and_the_program_search_the_prefix_sums_the_spec_reads(style, meta_lengths, B):
+    """The launcher's metadata (on the CPU, the compiled program stood in for) as the program reads
+    it: ``cummax(clip(cu))``, the bounds of ``tileops_cpu_ref.rgdr.clipped_bounds``, whichever of the
+    launcher (a cummax past the program's threads, clamped lengths' sums) and the program (its scans)
+    does the work; 64-bit entries past int32, negative and decreasing ones included."""
+    from tileops_cpu_ref.rgdr import clipped_bounds
+    from tileops_cuda.kernels import conv1d
+
+    gen = torch.Generator()
+    gen.seed()
+    T, D, W, threads = 50, 64, 4, 32
+    if style == "lengths":
+        meta = torch.randint(-1, 3, (B,), generator=gen)
+        meta[3], meta[B - 5] = -2**33, 2**33 + 5
+    else:
+        meta = torch.randint(0, T + 1, (B + 1,), generator=gen).sort().values
+        meta[5], meta[8], meta[B - 2], meta[B] = -2**33, meta[8] - 9, 2**33 + 5, T - 3
+        meta[B // 2] -= 12  # decreasing past the first 32 entries where B = 70
+    key = conv1d.ConvVarlenBuildKey("float32", D, W, True, False, False, "int64", "int32", meta_lengths,
+                                    threads=threads)
+    seen = []
+    run = conv1d._make_varlen_run(key, lambda *args: seen.append(args))
+    run(torch.randn(T, D), torch.randn(B, D, W - 1), torch.randn(D, W), meta, torch.arange(B, dtype=torch.int32),
+        None, None, "silu", style, torch.empty(T, D))
+    cu, scan = seen[0][4].tolist(), seen[0][-1]
+    starts, lengths = clipped_bounds(meta.tolist(), style, T)
+    assert _searched_prefix_sums(cu, scan, T, threads, meta_lengths) == [*starts, starts[-1] + lengths[-1]]

@@ -222,6 +222,20 @@ def one_sequence_key(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey | None:
     return replace(key, threads=key.one_sequence_threads, one_sequence_threads=0)
 
 
+def _prefix_sums(lengths: Any, T: int, same_dtype: bool) -> Any:
+    """The running sums of ``lengths``, each already clipped into ``[0, T]``: int64 (a cu_seqlens program's
+    input), or with ``same_dtype`` the lengths' own dtype (a lengths program's). Where int32 sums could pass
+    int32 (only garbage lengths reach that) they are made in int64 and clipped to ``T``, which the program
+    reads them as, never wrapped."""
+    import torch
+
+    if not same_dtype or lengths.dtype == torch.int64:
+        return torch.cumsum(lengths, 0, dtype=torch.int64)
+    if lengths.shape[0] * T <= _INT32_LIMIT:
+        return torch.cumsum(lengths, 0, dtype=lengths.dtype)
+    return torch.cumsum(lengths, 0, dtype=torch.int64).clamp_(max=T).to(lengths.dtype)
+
+
 def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any],
                      one_fn: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """The launch path of ``key``'s program ``fn``; ``one_fn``, where given, serves calls of one sequence."""
@@ -239,13 +253,17 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any],
         dev = x.device
         scan = 0
         actual_seq_lengths = actual_seq_lengths.contiguous()  # (read as a packed array, as the vectors below)
+        # The search runs over the prefix sums as the spec reads them, cummax(clip(cu)): the program clips every
+        # entry it reads and takes the running maximum of its first `threads` (conv1d_program); entries past
+        # those, and all of a lengths program's, must come non-decreasing (one cummax launch, or clamped lengths).
+        T, n = x.shape[0], actual_seq_lengths.shape[0]
         if seq_lens_style == "cu_seqlens":
-            cu = actual_seq_lengths
-        elif key.meta_lengths and 0 < actual_seq_lengths.shape[0] < key.threads:
-            cu, scan = actual_seq_lengths, 1  # the kernel sums them (ConvVarlenBuildKey)
-        else:  # prefix sums on the device, no sync
-            dtype = actual_seq_lengths.dtype if key.meta_lengths else torch.int64
-            cu = torch.nn.functional.pad(torch.cumsum(actual_seq_lengths, 0, dtype=dtype), (1, 0))
+            own_max = n <= key.threads and not key.meta_lengths
+            cu = actual_seq_lengths if own_max else actual_seq_lengths.cummax(0).values
+        elif key.meta_lengths and 0 < n < key.threads and n * T <= _INT32_LIMIT:
+            cu, scan = actual_seq_lengths, 1  # the kernel sums them, each clipped to [0, T] (ConvVarlenBuildKey)
+        else:  # prefix sums on the device, no sync; a negative length counts as 0
+            cu = torch.nn.functional.pad(_prefix_sums(actual_seq_lengths.clamp(0, T), T, key.meta_lengths), (1, 0))
         B = cu.shape[0] - 1 + scan
         pool, copied = launch.pool_view(conv_state)
         init = (has_initial_state.contiguous().view(torch.uint8) if has_initial_state is not None

@@ -14,6 +14,11 @@ Host-side decisions (build keys, refusals, the launchers) live in
   exp and reciprocal: ~1e-6 relative, far under every output dtype's tolerance); one
   rounding to the output dtype.
 * Nothing depends on B, T or the pool size at compile time.
+* Metadata, unchecked included, is read as the specs' rule (``tileops_cpu_ref.rgdr.clipped_bounds``),
+  every entry clipped into ``[0, T]`` in its own dtype as it is loaded (a 64-bit entry never wraps):
+  lengths, a negative one counting as 0, summed saturating at T; prefix sums through their running
+  maximum, so sequence ``b`` starts at ``clip(max(cu[0..b]))``. Valid metadata reads as written (its
+  entries lie in ``[0, T]`` and its prefix sums never decrease).
 
 Decode: one program per (channel block, sequence), plus one row of programs that writes zeros
 to the tokens no sequence covers (only unchecked metadata leaves any). A program reads its
@@ -24,7 +29,9 @@ faster on the H200: backends/cuda/NOTES.md, ninth session.)
 
 Varlen (:func:`conv_varlen_program`): one program a chunk of ``chunk`` tokens and a
 channel block, its rows loaded a group of ``tokens`` ahead and its window rolling in registers;
-a token's sequence comes from one binary search a chunk over cu_seqlens. A sequence's head
+a token's sequence comes from one binary search a chunk over the clipped prefix sums' running
+maximum (its first ``threads`` entries scanned into shared memory by each program, the rest made
+non-decreasing by the launcher, where there are more). A sequence's head
 tokens (its first ``W - 1``, whose taps reach into the initial window) are all computed by the
 program holding its first token, even past the chunk's end (the next program skips them), and
 that program writes the sequence's final window after the reads: each pool slot is read and
@@ -37,23 +44,26 @@ repeated slots, lengths or cu_seqlens past T, decreasing or negative, accepted c
 range; the shape rules give ``conv_state_indices``, ``has_initial_state`` and
 ``num_accepted_tokens`` B entries, and the launchers launch nothing for T = 0):
 
-* Decode. ``s = clip(start, 0, T)`` and ``L = clip(end, s, T) - s``, so a token
+* Decode. Every entry is clipped into ``[0, T]`` as it is loaded, so the start (their saturating
+  sum or maximum) is ``s`` in ``[0, T]``, and ``L = clip(end, s, T) - s``, so a token
   ``t = s + j`` (``j < L``) is in ``[0, T)``: its ``x`` row, ``out`` row, ``slots[t]`` and
   ``slots[min(t + 1, T - 1)]``; the first window's slot index is clipped into ``[0, T)``. Pool
-  rows are read and written only under ``0 <= slot < S``. Lengths are read at indices below
-  ``by <= B``; the sequence's own entry and its accepted count only where ``by < B`` (B may be
-  0: the unchecked program checks that itself, TileLang's check is gone). The zero rows are
-  ``[0, lo)`` and ``[s, T)`` with ``0 <= lo, s <= T``.
+  rows are read and written only under ``0 <= slot < S``. The earlier entries (lengths or prefix
+  sums) are read at indices below ``by <= B``; the sequence's own entry only where ``by`` is below
+  their count and its accepted count only where ``by < B`` (B may be 0: the unchecked program
+  checks that itself, TileLang's check is gone). The zero rows are ``[0, lo)`` and ``[s, T)``
+  with ``0 <= lo, s <= T``.
 * Varlen. A program's chunk starts below T (``by < ceil(T / C)``); rows before it are read
   where ``t >= 0``, rows of the chunk where ``t < T``. The search's global reads are at
   ``found + step < nb`` (``found >= 0``) or ``min(found (+ 1), nb)``, both in ``cu``'s ``nb`` or
   ``nb + 1`` entries (in-kernel lengths are fewer than ``threads``: those reads go to shared
-  memory). A token is computed (``code >= 0``) only where it is owned: ``lo <= t < hi``,
-  ``t < T``; its ``out`` row is then in range and the sequence ``c - 1 = pos < nb = B``, so
-  ``slots[c - 1]`` and ``has_init[c - 1]`` are. Pool rows only under ``0 <= slot < S``. The
-  final window's rows ``u = ends - W1 + k`` with ``u >= t`` lie in ``[t, min(hi, T))``; one with
-  ``u < t`` comes from the initial window at tap ``W1 + u - t``, in ``[1, W1)`` since
-  ``ends >= t + 1``. Uncovered tokens (``code == -2``) are written only for ``t < T``.
+  memory); the ``threads`` entries scanned into shared memory are read at ``min(tid, nb)``. A
+  token is computed (``code >= 0``) only where it is owned: ``lo <= t < hi``, ``t < T``; its
+  ``out`` row is then in range and the sequence ``c - 1 = pos < nb = B``, so ``slots[c - 1]``
+  and ``has_init[c - 1]`` are. Pool rows only under ``0 <= slot < S``. The final window's rows
+  ``u = ends - W1 + k`` with ``u >= t`` lie in ``[t, min(hi, T))``; one with ``u < t`` comes
+  from the initial window at tap ``W1 + u - t``, in ``[1, W1)`` since ``ends >= t + 1``.
+  Uncovered tokens (``code == -2``) are written only for ``t < T``.
 * Both: weights and bias at channels ``c0 + e < D`` (``c0 < D`` is checked, ``D`` is whole
   vectors).
 
@@ -98,12 +108,44 @@ def _load_taps(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> Any:
     return load_taps
 
 
-def _find_sequence(threads: int) -> Any:
+def _clip_tokens(value: Any, Tn: Any, lo: int = 0) -> Any:
+    """``min(max(value, lo), T)`` in the metadata's own dtype, then int32: the specs' ``clip`` (a
+    64-bit entry past int32 is clipped, never wrapped)."""
+    import tilelang.language as T
+
+    return T.cast(T.min(T.max(value, T.cast(lo, value.dtype)), T.cast(Tn, value.dtype)), "int32")
+
+
+def _running_max(threads: int) -> Any:
+    """A macro ``(part, wsum, tid)``: ``part[0]`` (a one-element int32 local buffer, one a thread,
+    non-negative) becomes the maximum over threads ``0..tid`` of the block; ``wsum`` (int32 shared,
+    one entry a warp) is left holding each warp's maximum (one barrier; the caller fences before
+    writing it again). A lane below a shuffle's offset gets its own value back, which the maximum
+    absorbs, so the warp's steps need no lane test."""
+    import tilelang.language as T
+
+    @T.macro
+    def running_max(part, wsum, tid):
+        for off in T.unroll(5):
+            part[0] = T.max(part[0], T.shfl_up(part[0], 1 << off))
+        if tid % 32 == 31:
+            wsum[tid // 32] = part[0]
+        T.sync_threads()
+        for w in T.unroll(max(threads // 32, 1)):
+            part[0] = T.max(part[0], T.if_then_else(w < tid // 32, wsum[w], 0))
+
+    return running_max
+
+
+def _find_sequence(threads: int, Tn: Any) -> Any:
     """A macro setting ``found[:3]`` to ``(b, cu[b], cu[b + 1])`` for token ``t``, ``b`` the last
     with ``cu[b] <= t`` (halving steps from ``top``, the largest power of two <= B; ``found[3]``
-    holds the step);
-    the first ``threads`` entries come from ``cus`` (shared memory), so the search's dependent
-    steps are shared-memory reads (global ones only past that many sequences)."""
+    holds the step); ``cu`` must be non-decreasing, as the prefix sums the spec reads (clipped,
+    their running maximum) are.
+    The first ``threads`` entries come from ``cus`` (shared memory), so the search's dependent
+    steps are shared-memory reads (global ones only past that many sequences, clipped into
+    ``[0, Tn]`` as read: ``Tn`` is the program's token count, a closure, not a macro argument, which
+    would rename it in the kernel's signature)."""
     import tilelang.language as T
 
     TH = threads
@@ -115,13 +157,13 @@ def _find_sequence(threads: int) -> Any:
         for _ in T.serial(nbits):
             if found[0] + found[3] < NB:
                 if T.if_then_else(found[0] + found[3] < TH, cus[T.min(found[0] + found[3], TH - 1)],
-                                  T.cast(cu[found[0] + found[3]], "int32")) <= t:
+                                  _clip_tokens(cu[found[0] + found[3]], Tn)) <= t:
                     found[0] = found[0] + found[3]
             found[3] = found[3] // 2
         found[1] = T.if_then_else(found[0] < TH, cus[T.min(found[0], TH - 1)],
-                                  T.cast(cu[T.min(found[0], NB)], "int32"))
+                                  _clip_tokens(cu[T.min(found[0], NB)], Tn))
         found[2] = T.if_then_else(found[0] + 1 < TH, cus[T.min(found[0] + 1, TH - 1)],
-                                  T.cast(cu[T.min(found[0] + 1, NB)], "int32"))
+                                  _clip_tokens(cu[T.min(found[0] + 1, NB)], Tn))
 
     return find_sequence
 
@@ -143,12 +185,16 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
     NB = BM if lengths_style else BM - 1
     load_taps = _load_taps(key)
 
+    def combine(a, b):
+        """The reduction of the earlier sequences' clipped entries into a start (both in ``[0, T]``)."""
+        return T.min(a + b, Tn) if lengths_style else T.max(a, b)
+
     @T.macro
     def zero_rows(seq_meta, out, s, c0, zero):
         """Zeros for the tokens outside [first start, last end): for the last row of programs
         ``s`` is where the last sequence ends (see the bounds). A macro, not inline: its
         argument binding (a copy of ``s``) is part of the registered program's CUDA."""
-        lo = T.max(T.min(T.cast(seq_meta[0], i32), Tn), 0) if not lengths_style else 0
+        lo = _clip_tokens(seq_meta[0], Tn) if not lengths_style else 0
         for t in T.serial(lo):
             for e in T.vectorized(VC):
                 out[t, c0 + e] = zero[e]
@@ -196,32 +242,35 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             if c0 < D:
                 load_taps(weight, bias, wv, bv, c0)
             if key.unchecked_index:  # B may be 0 (BM = NA = 0): read only where `by` is a sequence
-                own = T.if_then_else(by < BM, T.cast(seq_meta[by], i32), 0)
-                acc_n = T.if_then_else(by < NA, T.cast(nacc[by], i32), 0) if has_acc else 1
+                own = T.if_then_else(by < BM, _clip_tokens(seq_meta[by], Tn), 0)
+                acc_n = T.if_then_else(by < NA, _clip_tokens(nacc[by], Tn, 1), 0) if has_acc else 1
             else:
-                own = T.cast(seq_meta[T.max(T.min(by, BM - 1), 0)], i32)
-                acc_n = T.cast(nacc[T.max(T.min(by, NA - 1), 0)], i32) if has_acc else 1
+                own = _clip_tokens(seq_meta[T.max(T.min(by, BM - 1), 0)], Tn)
+                acc_n = _clip_tokens(nacc[T.max(T.min(by, NA - 1), 0)], Tn, 1) if has_acc else 1
+            # The start is the earlier entries reduced (the spec's rule, every entry clipped into
+            # [0, T] first): lengths summed saturating at T, prefix sums' maximum with cu[by] (a
+            # decreasing entry starts no sequence below an earlier one). Valid metadata: the plain sum,
+            # cu[by] itself.
+            part = T.alloc_var(i32)
+            part = 0  # the identity of both reductions
+            for h in T.unroll(2):  # the first 2 * TH entries: independent loads, all in flight
+                if h * TH + tid < by:
+                    part = combine(part, _clip_tokens(seq_meta[h * TH + tid], Tn))
+            for it in T.serial(T.max(T.ceildiv(by, TH) - 2, 0)):
+                if (it + 2) * TH + tid < by:
+                    part = combine(part, _clip_tokens(seq_meta[(it + 2) * TH + tid], Tn))
+            for off in T.unroll(5):
+                part = combine(part, T.shfl_xor(part, 16 >> off))
+            if tid % 32 == 0:
+                red[tid // 32] = part
+            T.sync_threads()
+            start = 0 if lengths_style else own
+            for w in T.unroll(max(TH // 32, 1)):
+                start = combine(start, red[w])
             if lengths_style:
-                part = T.alloc_var(i32)
-                part = 0
-                for h in T.unroll(2):  # the first 2 * TH lengths: independent loads, all in flight
-                    if h * TH + tid < by:
-                        part = part + T.cast(seq_meta[h * TH + tid], i32)
-                for it in T.serial(T.max(T.ceildiv(by, TH) - 2, 0)):
-                    if (it + 2) * TH + tid < by:
-                        part = part + T.cast(seq_meta[(it + 2) * TH + tid], i32)
-                for off in T.unroll(5):
-                    part = part + T.shfl_xor(part, 16 >> off)
-                if tid % 32 == 0:
-                    red[tid // 32] = part
-                T.sync_threads()
-                start = 0
-                for w in T.unroll(max(TH // 32, 1)):
-                    start = start + red[w]
                 end = start + T.if_then_else(by < NB, own, 0)
             else:
-                start = own
-                end = T.cast(seq_meta[T.min(by + 1, NB)], i32)
+                end = _clip_tokens(seq_meta[T.min(by + 1, NB)], Tn)
             s = T.max(T.min(start, Tn), 0)
             L = T.max(T.min(end, Tn), s) - s
             for e in T.vectorized(VC):
@@ -310,8 +359,9 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     ROUNDS = (C + E + TH - 1) // TH  # of the per-token search, one token a thread a round
     Tn, XS, S, BM, NI, NH, NBIAS = (T.dynamic(n) for n in ("T", "XS", "S", "BM", "NI", "NH", "NBIAS"))
     load_taps = _load_taps(key)
-    find_sequence = _find_sequence(TH)
+    find_sequence = _find_sequence(TH, Tn)
     block_scan = block_scan_macro(TH)
+    running_max = _running_max(TH)
 
     @T.macro
     def token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov, rows, r, j, t, c0, starts):
@@ -453,21 +503,25 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                     else:
                         for e in T.vectorized(VC):
                             xs[i * VC + e] = T.cast(0, dt)
-            # -- each token's role (see the docstring), one binary search a token over cu_seqlens
-            # (its first TH entries in shared memory; lengths-style metadata of fewer than TH
-            # sequences is turned into them here, ``scan`` = 1) ----------------------------------
+            # -- each token's role (see the docstring), one binary search a token over the prefix
+            # sums as the spec reads them, cummax(clip(cu_seqlens)) (its first TH entries in shared
+            # memory; lengths-style metadata of fewer than TH sequences is turned into them here,
+            # ``scan`` = 1: each length clipped into [0, T], then summed) -------------------------
+            part = T.alloc_local((1,), i32)
+            wsum = T.alloc_shared((max(TH // 32, 1),), i32)
             if key.meta_lengths:
-                part = T.alloc_local((1,), i32)
-                wsum = T.alloc_shared((max(TH // 32, 1),), i32)
                 own_len = T.alloc_var(i32)
                 nb = BM - 1 + scan
-                own_len = T.if_then_else(scan != 0 and tid < BM, T.cast(cu[T.min(tid, BM - 1)], i32), 0)
+                own_len = T.if_then_else(scan != 0 and tid < BM, _clip_tokens(cu[T.min(tid, BM - 1)], Tn), 0)
                 part[0] = own_len
                 block_scan(part, wsum, tid)  # of the lengths
-                cus[tid] = T.if_then_else(scan != 0, part[0] - own_len, T.cast(cu[T.min(tid, nb)], i32))
+                # (scan = 0: the launcher's prefix sums, non-decreasing already)
+                cus[tid] = T.if_then_else(scan != 0, part[0] - own_len, _clip_tokens(cu[T.min(tid, nb)], Tn))
             else:
                 nb = BM - 1
-                cus[tid] = T.cast(cu[T.min(tid, nb)], i32)
+                part[0] = _clip_tokens(cu[T.min(tid, nb)], Tn)
+                running_max(part, wsum, tid)  # a no-op on valid cu_seqlens
+                cus[tid] = part[0]
             for r in T.unroll((NG + TH) // TH):
                 if r * TH + tid <= NG:
                     starts[r * TH + tid] = 0
