@@ -66,3 +66,28 @@ def test_the_embedding_lookups_unit_weight_follows_the_table_to_another_device()
     table.device = torch.device("meta")
     assert lookup(torch.tensor([[1, 2]])).shape == (1, 2, 4)
     assert seen == [torch.device("cpu"), torch.device("meta")]
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe"])
+def test_pickling_a_moved_model_is_refused_by_name_and_its_state_dict_loads_into_a_fresh_one(model_type: str) -> None:
+    """``torch.save(model)`` met a bare "Can't pickle local object" error (found in review); the state dict is the
+    way that works, and a shallow copy still shares the model's modules."""
+    import io
+    import pickle
+
+    model = tiny_model(model_type, seed=3)
+    apply_tileops(model)
+    for dump in (lambda: torch.save(model, io.BytesIO()), lambda: pickle.dumps(model)):
+        with pytest.raises(TypeError, match="a model moved onto TileOPs cannot be pickled or deep-copied"):
+            dump()
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    buffer.seek(0)
+    fresh = tiny_model(model_type, seed=4)
+    fresh.load_state_dict(torch.load(buffer))
+    apply_tileops(fresh)
+    ids = torch.randint(1, 200, (2, 7), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want = model(ids).logits
+        torch.testing.assert_close(fresh(ids).logits, want, rtol=0, atol=0)
+        torch.testing.assert_close(copy.copy(model)(ids).logits, want, rtol=0, atol=0)

@@ -75,6 +75,14 @@ class ForwardChecks:
             setattr(text_model, "_tileops_forward_checks", checks)  # (an instance attribute: nn.Module keeps it)
         return checks
 
+    def __reduce__(self) -> Any:
+        """Refused by name: the checks close over the patched model's modules, and pickling the model
+        (``torch.save(model)``) reaches them first, through the text model's forward pre-hook (found in review:
+        a bare "Can't pickle local object" error). A shallow ``copy.copy`` of the model does not get here."""
+        raise TypeError("a model moved onto TileOPs cannot be pickled or deep-copied (its adapters close over this "
+                        "model's modules): save model.state_dict(), load it into a fresh model and call "
+                        "apply_tileops on that one")
+
     def register(self, key: Hashable, check: Callable[[ForwardCall], None]) -> None:
         """``check`` for the module(s) ``key`` names, in place of an earlier apply's."""
         self._checks[key] = check
