@@ -111,6 +111,25 @@ def test_decode_steps_past_max_len_are_refused() -> None:
         session.step(tokens)
 
 
+@pytest.mark.parametrize("wrong", ["fewer rows", "two tokens a row", "float ids"])
+def test_step_ids_that_are_not_one_integer_a_row_are_refused_and_the_batch_goes_on(wrong: str) -> None:
+    """Found in review: ids for another batch size met a bare reshape error, and float ids were truncated into the
+    token buffer silently; the step and its count are left as they were."""
+    patched = tiny_model("qwen3_next", seed=33)
+    apply_tileops(patched)
+    session = static_decode_session(patched, 2, 16)
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=34)
+    tokens = session.prefill(ids, mask).argmax(-1)
+    given = {"fewer rows": tokens[:1], "two tokens a row": torch.stack([tokens, tokens], 1),
+             "float ids": tokens.float()}[wrong]
+    with pytest.raises(ValueError, match=r"^step\(\) takes one token id a row of the prefilled batch, an integer "
+                                         r"tensor \[2\] or \[2, 1\], not "):
+        session.step(given)
+    untouched = static_decode_session(patched, 2, 16)
+    untouched.prefill(ids, mask)
+    torch.testing.assert_close(session.step(tokens.view(2, 1)), untouched.step(tokens), rtol=0, atol=0)
+
+
 def test_an_empty_prompt_is_refused_before_the_running_batch_is_touched() -> None:
     """Found in review: a prompt of no tokens wrote the pools, then raised, and the next step ran on the wiped
     state (logits 0.3 off)."""

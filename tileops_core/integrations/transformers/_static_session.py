@@ -124,6 +124,11 @@ class StaticDecodeSession:
             raise RuntimeError("step() before prefill(): the session holds no batch")
         if self._tokens >= self.pools.max_len:
             raise ValueError(f"the rows hold {self._tokens} tokens, the session's max_len")
+        if next_ids.shape not in ((B,), (B, 1)) or next_ids.dtype.is_floating_point or next_ids.is_complex():
+            # (found in review: a bare reshape error for another batch size; float ids were truncated silently)
+            raise ValueError(f"step() takes one token id a row of the prefilled batch, an integer tensor [{B}] or "
+                             f"[{B}, 1], not {next_ids.dtype} {list(next_ids.shape)}: prefill() the new batch first "
+                             "to change its size")
         self.pools.ids[:B].copy_(next_ids.reshape(B))
         if self.capture == "cuda_graph":
             if self._graph is None or self._graph_batch != B:
