@@ -130,6 +130,25 @@ def test_step_ids_that_are_not_one_integer_a_row_are_refused_and_the_batch_goes_
     torch.testing.assert_close(session.step(tokens.view(2, 1)), untouched.step(tokens), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("wrong", ["one row", "short mask", "short positions"])
+def test_prefill_inputs_of_other_shapes_than_the_prompts_are_refused_by_name(wrong: str) -> None:
+    """Found in review: a mask a token short was refused as "not causal with left padding", positions a token
+    short met a bare expand error, one-dimensional ids a bare unpacking error."""
+    patched = tiny_model("qwen3_next", seed=35)
+    apply_tileops(patched)
+    session = static_decode_session(patched, 2, 16)
+    ids, mask = _left_padded_batch(patched.config.vocab_size, seed=36)  # [2, 9]
+    call, message = {
+        "one row": ((ids[0], None, None), r"^prefill takes input_ids \[B, T\], not \[9\]$"),
+        "short mask": ((ids, mask[:, 1:], None),
+                       r"^prefill: attention_mask \[2, 8\] is not the prompt's \[B, T\] = \[2, 9\]$"),
+        "short positions": ((ids, None, torch.arange(8).expand(2, 8)),
+                            r"^prefill: position_ids \[2, 8\] is not the prompt's \[B, T\] = \[2, 9\]$"),
+    }[wrong]
+    with pytest.raises(ValueError, match=message):
+        session.prefill(*call)
+
+
 def test_an_empty_prompt_is_refused_before_the_running_batch_is_touched() -> None:
     """Found in review: a prompt of no tokens wrote the pools, then raised, and the next step ran on the wiped
     state (logits 0.3 off)."""

@@ -84,7 +84,14 @@ class StaticDecodeSession:
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Run the prompt (left padding allowed) through the model; its states go to the pools.
         Returns the logits at each row's last position, ``[B, V]``."""
+        if input_ids.dim() != 2:
+            raise ValueError(f"prefill takes input_ids [B, T], not {list(input_ids.shape)}")
         B, T = input_ids.shape
+        for name, given in (("attention_mask", attention_mask), ("position_ids", position_ids)):
+            # (found in review: a mask a token short was refused as "not causal with left padding"; positions a
+            # token short met a bare expand error)
+            if given is not None and given.dim() == 2 and tuple(given.shape) != (B, T):
+                raise ValueError(f"prefill: {name} {list(given.shape)} is not the prompt's [B, T] = [{B}, {T}]")
         p = self.pools
         if not 0 < B <= p.max_batch or not 0 < T < p.max_len:  # (an empty prompt wiped the batch: found in review)
             raise ValueError(f"a prompt of {B} rows x {T} tokens does not fit the session's {p.max_batch} rows x "
