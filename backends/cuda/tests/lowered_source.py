@@ -45,3 +45,31 @@ def waits_before_its_first_memory_access(source: str, buffers: str) -> bool:
     wait = body.index("cudaGridDependencySynchronize();")
     first_access = min(m.start() for m in re.finditer(rf"\b({buffers})\[", body))
     return wait < first_access and wait < body.index("cudaTriggerProgrammaticLaunchCompletion();")
+
+
+def _subscript(text: str, at: int) -> str:
+    """The subscript of the ``[`` at ``at`` in ``text``, brackets balanced."""
+    depth = 0
+    for i in range(at, len(text)):
+        depth += {"[": 1, "]": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[at + 1 : i]
+    raise ValueError(f"an unclosed subscript at {at}")
+
+
+def index_casts(source: str, buffer: str, bound: str) -> tuple[int, list[str]]:
+    """The casts to int of a 64-bit index table ``buffer``'s entries in ``source`` (where its loads are
+    inline, as without TileLang's bounds checks): how many, and the lines of those not on the line after
+    a test of the same entry against ``[0, bound)`` in 64 bits, ``bound`` as the CUDA prints it
+    (``(int64_t)0 <= buffer[i]`` and ``buffer[i] < ((int64_t)S)``): an entry made int32 before its range
+    test wraps."""
+    lines = source.splitlines()
+    count, untested = 0, []
+    for n, line in enumerate(lines):
+        for m in re.finditer(rf"\(\(int\){buffer}\[", line):
+            entry = f"{buffer}[{_subscript(line, m.end() - 1)}]"
+            count += 1
+            before = lines[n - 1] if n else ""
+            if f"(int64_t)0 <= {entry}" not in before or f"{entry} < {bound})" not in before:
+                untested.append(line.strip())
+    return count, untested

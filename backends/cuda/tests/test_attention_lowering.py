@@ -233,6 +233,27 @@ def test_the_producer_warpgroup_writes_the_caches_after_issuing_its_loads(key):
     assert "key_cache" not in _overlap_source(dataclasses.replace(key, cache_write="launch"))
 
 
+# A 64-bit slot_mapping entry is tested against the cache's rows in its own dtype before it becomes the int32 row (made
+# int32 first, 2**32 + k wraps onto row k: another token's cache row written); int32 slots keep the row's one compare.
+# test_attention_prefill_gpu.py::test_prefill_unchecked_64_bit_slots_past_int32_are_padding_not_the_rows_they_wrap_to
+# checks the values.
+_WIDE_ROW_TEST = re.compile(r"if \(\(\(\(int64_t\)0 <= condval_\d+\) && \(condval_\d+ < \(\(int64_t\)NL\)\)\)\)")
+
+
+@pytest.mark.parametrize("writer", ["cache-program", "producer-warpgroup"])
+def test_a_64_bit_slot_is_tested_against_the_cache_rows_in_its_own_dtype_before_it_becomes_the_row(writer):
+    def source(slot_dtype: str) -> str:
+        key = PrefillBuildKey("bfloat16", 16, 2, 256, True, "int32", slot_dtype)
+        if writer == "cache-program":
+            return _source(prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS))
+        return _overlap_source(dataclasses.replace(key, cache_write="attention"))
+
+    wide, narrow = source("int64"), source("int32")
+    assert len(_WIDE_ROW_TEST.findall(wide)) == 1 and "row = ((int)" not in wide
+    assert "< ((int64_t)NL)" not in narrow and "row = ((int)" not in narrow
+    assert "if ((0 <= row) && (row < NL)) {" in wide and "if ((0 <= row) && (row < NL)) {" in narrow
+
+
 def test_an_unknown_prefill_grid_order_is_refused_with_the_choices():
     with pytest.raises(ValueError) as info:
         PrefillBuildKey("bfloat16", 16, 2, 256, grid="sequences")

@@ -72,6 +72,7 @@ def _prefill_keys_used(arch: str) -> set:
                 used.add(key)
     used |= {PrefillBuildKey(dtype, NQ, NKV, D, arch=arch) for NQ, NKV, D, dtype in _PREFILL_GROUPS}
     qwen = [key for key in used if key.head_dim == 256 and key.cu_dtype == "int32"]  # the ragged test's
+    used.add(PrefillBuildKey("bfloat16", 16, 2, 256, True, "int32", "int64", arch))  # the 64-bit slots' test
     used = {dataclasses.replace(key, **setting) for key in used for setting in _SETTINGS.values()}
     return used | {dataclasses.replace(key, **setting) for key in qwen for setting in _RAGGED_SETTINGS}
 
@@ -356,3 +357,42 @@ def test_prefill_unchecked_cu_seqlens_follow_the_rgdr_rule(cu, block, setting, a
     for name in ("key_cache", "value_cache"):
         assert torch.equal(cpu[name].view(torch.int16), inputs[name].cpu().view(torch.int16)), \
             f"the CPU reference's {name} differs from the kernel's"
+
+
+@pytest.mark.parametrize("setting", _settings())
+def test_prefill_unchecked_64_bit_slots_past_int32_are_padding_not_the_rows_they_wrap_to(setting, arch, cuda_device,
+                                                                                       gen):
+    """int64 slot_mapping, checks off, with entries ``2**32 + k`` (``k`` in int32: a real cache row): one names
+    a row no token writes, one the row the previous token writes. Past the cache, both are padding, as a GPU
+    kernel reads a slot the cache does not hold (the CPU reference refuses it, writing nothing): those tokens
+    write nothing. ``out`` is the float64 reference's with those entries -1 (a cache write does not change the
+    attention) and both caches its caches bit for bit, so row ``k`` keeps its bits or the previous token's row.
+    Every setting: the cache-write program and the attention programs that write the caches themselves."""
+    import torch
+
+    from tileops_cpu_ref.attention import attention_prefill
+
+    inputs = _prefill_batch(cuda_device[0], gen, [5, 70], block=16)
+    slots = inputs["slot_mapping"].long()
+    free = sorted(set(range(inputs["key_cache"].shape[0] * 16)) - set(slots.tolist()))
+    spare = free[int(torch.randint(len(free), (1,), generator=gen, device=cuda_device[0]))]
+    slots[2], slots[40] = 2**32 + spare, 2**32 + slots[39]
+    padded = slots.clone()
+    padded[[2, 40]] = -1
+    inputs["slot_mapping"] = slots
+    cpu = {n: t.cpu().clone() for n, t in inputs.items()}
+    with pytest.raises(IndexError, match="nothing was written"):
+        attention_prefill(cpu["query"], cpu["key"], cpu["value"], cpu["key_cache"], cpu["value_cache"],
+                          cpu["cu_seqlens"], cpu["slot_mapping"], None)
+
+    def reference(inputs, scale):
+        return _prefill_reference(dict(inputs, slot_mapping=padded), scale)
+
+    key = dataclasses.replace(_prefill_key(inputs, arch), **setting)
+    assert key.slot_dtype == "int64"
+    compare_with_reference(lambda: build_attention_prefill(key), prefill_refusal(key), reference, _PREFILL_ARGS,
+                           inputs, None)
+    for name in ("key_cache", "value_cache"):
+        rows = inputs[name].view(-1, *inputs[name].shape[2:])
+        assert torch.equal(rows[spare].cpu().view(torch.int16), cpu[name].view(-1, *rows.shape[1:])[spare].view(
+            torch.int16)), f"{name} row {spare} (the first entry in int32) was written"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import pytest
 
+from tileops_cpu_ref.rgdr import clipped_bounds
 from tileops_cuda.kernels.chunk_gdr import ChunkGDRBuildKey, build_chunk_gdr, chunk_gdr_refusal
 
 OP = "ChunkGatedDeltaRuleFwdOp"
@@ -46,8 +47,9 @@ def _key(inputs, arch: str, stages: int = 2) -> ChunkGDRBuildKey:
 
 
 def _rel(got, ref) -> float:
+    """``||got - ref|| / ||ref||``; absolute where ``ref`` is all zeros (every token uncovered)."""
     got, ref = got.double().cpu(), ref.double().cpu()
-    return float((got - ref).norm() / ref.norm())
+    return float((got - ref).norm() / (ref.norm() if ref.norm() > 0 else 1))
 
 
 def _truth(inputs, params, by_recurrence: bool):
@@ -64,11 +66,14 @@ def _truth(inputs, params, by_recurrence: bool):
     return out, pool
 
 
-def _check(inputs, params, arch: str, by_recurrence: bool, stages: int = 2) -> dict:
-    """Run the launcher on a copy of the pool with a poisoned ``out`` and compare; returns the errors."""
+def _check(inputs, params, arch: str, by_recurrence: bool, stages: int = 2, truth_slots=None) -> dict:
+    """Run the launcher on a copy of the pool with a poisoned ``out`` and compare; returns the errors.
+    ``truth_slots``: the slots the truth reads in place of the call's (the call's with the entries a GPU
+    kernel reads as padding made -1)."""
     import torch
 
-    expected_out, expected_pool = _truth(inputs, params, by_recurrence)
+    truth = inputs if truth_slots is None else dict(inputs, ssm_state_indices=truth_slots)
+    expected_out, expected_pool = _truth(truth, params, by_recurrence)
     pool = inputs["state"].clone()
     out = torch.full_like(inputs["value"], float("nan"))
     run = build_chunk_gdr(_key(inputs, arch, stages)).run
@@ -77,9 +82,12 @@ def _check(inputs, params, arch: str, by_recurrence: bool, stages: int = 2) -> d
     torch.cuda.synchronize()
     assert not out.isnan().any(), "some output rows were never written"
     out_err = _rel(out, expected_out)
-    slots = inputs["ssm_state_indices"].long().cpu()
-    bounds = inputs["cu_seqlens"].long().cpu()
-    written = sorted(int(s) for b, s in enumerate(slots.tolist()) if s >= 0 and bounds[b + 1] > bounds[b])
+    # the spans the reference follows (valid cu_seqlens: as written), so unchecked metadata is checked too
+    starts, lengths = clipped_bounds(inputs["cu_seqlens"].tolist(), "cu_seqlens", out.shape[0])
+    head, tail = (starts[0], starts[-1] + lengths[-1]) if starts else (out.shape[0], out.shape[0])
+    assert not out[:head].any() and not out[tail:].any(), "a token no sequence covers is not zero"
+    slots = truth["ssm_state_indices"].long().cpu()
+    written = sorted(int(s) for b, s in enumerate(slots.tolist()) if s >= 0 and lengths[b] > 0)
     untouched = [s for s in range(pool.shape[0]) if s not in written]
     got_pool, original = pool.cpu(), inputs["state"].cpu()
     for s in untouched:
@@ -181,28 +189,40 @@ def test_without_has_initial_state_every_sequence_starts_from_zeros(arch, cuda_d
 
 @pytest.mark.parametrize("B", [1, 255, 256, 700])
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])
-def test_the_metadata_kernel_writes_int32_metadata_and_the_chunk_table(B, index_dtype, arch, cuda_device):
-    """Across its blocks of sequences (256 a block), in both index dtypes; lengths of 0..200 and,
-    as unchecked metadata may hold, a decreasing pair (a floor of a negative count, as torch's)."""
+def test_the_metadata_kernel_writes_the_clipped_prefix_sums_the_chunk_table_and_zeros(B, index_dtype, arch,
+                                                                                      cuda_device):
+    """Across its blocks of sequences (256 a block), in both index dtypes, on unchecked cu_seqlens (past T,
+    negative, decreasing; int64: past int32 both ways): ``cu = cummax(clip(cu_seqlens))`` (the spec's
+    rule), the chunk table of those lengths, the slots as int32, and zeros in exactly the output rows of
+    the tokens no sequence covers (the rest keep their NaN)."""
     import torch
 
     from tileops_cuda.kernels._common import direct_entry
 
     dev, idt = cuda_device[0], getattr(torch, index_dtype)
-    lengths = torch.randint(0, 200, (B,), generator=torch.Generator().manual_seed(B))
+    rng = torch.Generator().manual_seed(B)
+    lengths = torch.randint(0, 200, (B,), generator=rng)
     cu = torch.nn.functional.pad(lengths.cumsum(0), (1, 0))
-    if B > 2:
-        cu[2] = cu[1] - 70  # decreasing: a count of floor((-70 + 63) / 64) = -1, then a longer one
+    T = int(cu[-1]) + 1
+    garbage = [int(cu[-1]) + 50, -30, 2**32 + 3, -(2**32) + 3] if index_dtype == "int64" else [T + 50, -30]
+    for b in torch.randperm(B + 1, generator=rng)[: (B + 1) // 3].tolist():
+        cu[b] = garbage[b % len(garbage)] if b % 3 else max(int(cu[b]) - 70, 0)  # or decreasing
+    cu[0] = 5  # an uncovered head
     slots = torch.randperm(B + 5, generator=torch.Generator().manual_seed(7))[:B] - 1  # -1 included
     key = ChunkGDRBuildKey("bfloat16", "float32", 2, 4, 128, 128, arch, cu_dtype=index_dtype, slot_dtype=index_dtype)
     meta = direct_entry(build_chunk_gdr(key).kernels[0])
     got = torch.full((3 * B + 2,), -7, dtype=torch.int32, device=dev)
-    meta(cu.to(idt).to(dev), slots.to(idt).to(dev), got[:B + 1], got[2 * B + 2:], got[B + 1:2 * B + 2])
+    out = torch.full((T, 4, 128), float("nan"), dtype=torch.bfloat16, device=dev)
+    meta(cu.to(idt).to(dev), slots.to(idt).to(dev), got[:B + 1], got[2 * B + 2:], got[B + 1:2 * B + 2], out)
     torch.cuda.synchronize()
-    counts = torch.div(cu[1:] - cu[:-1] + 63, 64, rounding_mode="floor")
-    table = torch.nn.functional.pad(counts.cumsum(0), (1, 0))
-    expected = torch.cat([cu, table, slots]).int()
-    assert torch.equal(got.cpu(), expected)
+    clipped = cu.clamp(0, T).cummax(0).values
+    assert clipped[:-1].tolist() == clipped_bounds(cu.tolist(), "cu_seqlens", T)[0]
+    table = torch.nn.functional.pad((-(-(clipped[1:] - clipped[:-1]) // 64)).cumsum(0), (1, 0))
+    assert torch.equal(got.cpu(), torch.cat([clipped, table, slots]).int())
+    uncovered = torch.ones(T, dtype=torch.bool)
+    uncovered[int(clipped[0]):int(clipped[-1])] = False
+    assert bool(uncovered.any()) and torch.equal(out.isnan().all(-1).all(-1).cpu(), ~uncovered)
+    assert not out[uncovered.to(dev)].any()
 
 
 def test_many_short_sequences_share_one_launch(arch, cuda_device, gen):
@@ -255,3 +275,87 @@ def test_the_op_on_cuda_selects_the_tilelang_kernel_and_matches(arch, cuda_devic
         assert selection.chosen_backend == "cuda", selection.report()
     assert _rel(out, expected_out) <= OUT_TOL
     assert _rel(pool, expected_pool) <= STATE_TOL["float32"]
+
+
+def test_unchecked_64_bit_slots_past_int32_are_padding_not_the_slots_they_wrap_to(arch, cuda_device, gen):
+    """int64 ssm_state_indices, checks off (the launcher reads no contents), with entries ``2**32 + k`` (``k`` in
+    int32: a real slot): sequence 0's names a spare slot, where it would read its initial state; sequence 2's
+    the slot of sequence 1. Outside ``[0, S)``, both are padding, as a GPU kernel reads such a slot (the CPU
+    reference refuses it): zeros for the initial state, no state written. ``out`` and the written slots are
+    the recurrence's with those entries -1; every other slot, the spare one and sequence 1's own included
+    where it writes, keeps its bits or holds what its own sequence wrote."""
+    from tileops_cpu_ref.chunk_gdr import chunk_gated_delta_rule
+
+    inputs = _case([70, 5, 130, 64], cuda_device[0], gen, NK=1, NV=2, DK=64, DV=64)
+    inputs["has_initial_state"][:] = True
+    slots = inputs["ssm_state_indices"].long()
+    spare = next(s for s in range(inputs["state"].shape[0]) if s not in slots.tolist())
+    slots[0], slots[2] = 2**32 + spare, 2**32 + slots[1]
+    padded = slots.clone()
+    padded[[0, 2]] = -1
+    inputs["ssm_state_indices"] = slots
+    with pytest.raises(IndexError, match="past the state pool"):
+        chunk_gated_delta_rule(**dict(inputs, state=inputs["state"].clone()), use_qk_l2norm_in_kernel=True)
+    _check(inputs, {"use_qk_l2norm_in_kernel": True}, arch, by_recurrence=True, truth_slots=padded)
+
+
+#: Unchecked cu_seqlens (B = 4 sequences over T = 320 tokens) and what the spec reads them as.
+_UNCHECKED_CU = {
+    "past_T": [20, 100, 250, 330, 1000],  # head [0, 20) uncovered; sequence 2 ends at T, 3 is empty
+    "decreasing": [0, 150, 80, 260, 300],  # sequence 1 empty, 2 spans [150, 260); tail [300, 320) uncovered
+    "decreasing_below_an_earlier_start": [0, 100, 200, 50, 320],  # 2 empty (50 < 100), 3 spans [200, 320)
+    "negative_first": [-70, 60, 130, 200, 320],  # sequence 0 spans [0, 60)
+    "all_negative": [-5, -3, -10, -1, -2],  # no sequence has a token: every output zero, no state written
+}
+
+
+def _unchecked_case(cu_seqlens, index_dtype, dev, gen):
+    """4 sequences (slots of their own, every one with an initial state, so an empty one could read and
+    write its slot) over 320 tokens, with ``cu_seqlens`` as given."""
+    import torch
+
+    inputs = _case([80] * 4, dev, gen, NK=1, NV=2, DK=64, DV=64)
+    inputs["has_initial_state"][:] = True
+    inputs["cu_seqlens"] = torch.tensor(cu_seqlens, dtype=getattr(torch, index_dtype), device=dev)
+    inputs["ssm_state_indices"] = inputs["ssm_state_indices"].to(getattr(torch, index_dtype))
+    return inputs
+
+
+@pytest.mark.parametrize("name", list(_UNCHECKED_CU))
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_unchecked_cu_seqlens_are_read_as_the_reference_reads_them(name, index_dtype, arch, cuda_device, gen):
+    """Contents checks off (the launcher reads no contents): the spans are ``clipped_bounds``'s, so ``out``
+    (NaN-poisoned first) is the CPU reference's on the same inputs, zeros where no sequence covers a token,
+    and the pool bit-identical in every slot no sequence with tokens writes (empty sequences' included)."""
+    inputs = _unchecked_case(_UNCHECKED_CU[name], index_dtype, cuda_device[0], gen)
+    _check(inputs, {"use_qk_l2norm_in_kernel": True}, arch, by_recurrence=False)
+
+
+def test_unchecked_int64_cu_seqlens_past_int32_are_clipped_not_wrapped(arch, cuda_device, gen):
+    """int64 entries ``-(2**32) + 40``, ``2**32 + 120``, ``2**32 + 5``, ``2**33``: made int32 first they would
+    read 40, 120, 5, 0 (sequence 0 starting at 40, sequence 1 ending at 120); clipped in int64 they are
+    0 and T, so sequence 1 spans [90, 320) and sequences 2 and 3 are empty."""
+    cu = [-(2**32) + 40, 90, 2**32 + 120, 2**32 + 5, 2**33]
+    assert clipped_bounds(cu, "cu_seqlens", 320) == ([0, 90, 320, 320], [90, 230, 0, 0])
+    inputs = _unchecked_case(cu, "int64", cuda_device[0], gen)
+    _check(inputs, {"use_qk_l2norm_in_kernel": True}, arch, by_recurrence=False)
+
+
+def test_unchecked_cu_seqlens_of_many_sequences_are_read_as_the_reference_reads_them(arch, cuda_device, gen):
+    """300 sequences (two blocks of the metadata program, whose running maximum crosses between them),
+    int64 cu_seqlens with a third of the entries garbage: negative (past int32 too), decreasing, below an
+    earlier start; and past T (past int32 too) near the end, where every later sequence is then empty."""
+    import torch
+
+    lengths = torch.randint(0, 24, (300,), generator=torch.Generator().manual_seed(
+        int(torch.randint(1 << 30, (1,), generator=gen, device=cuda_device[0])))).tolist()
+    inputs = _case(lengths, cuda_device[0], gen, NK=1, NV=2, DK=64, DV=64, padding=(3, 290))
+    T = sum(lengths)
+    cu = inputs["cu_seqlens"].long().cpu()
+    picks = torch.randperm(296, generator=torch.Generator().manual_seed(T))[:100].tolist()
+    for i, b in enumerate(picks):
+        cu[b] = [-4, -(2**32) + 7, max(int(cu[b]) - 10, 0), max(int(cu[b]) - 200, 0)][i % 4]
+    cu[297], cu[300] = 2**32 + 7, T + 9
+    inputs["cu_seqlens"] = cu.to(cuda_device[0])
+    inputs["ssm_state_indices"] = inputs["ssm_state_indices"].long()
+    _check(inputs, {"use_qk_l2norm_in_kernel": True}, arch, by_recurrence=False)

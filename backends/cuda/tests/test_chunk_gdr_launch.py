@@ -60,8 +60,9 @@ def _recorded_call(lengths, has_initial_state=True):
 def test_the_metadata_kernel_writes_what_the_others_read_and_the_grid_bound_covers_every_chunk(lengths):
     calls, out = _recorded_call(lengths)
     B = len(lengths)
-    cu_seqlens, slots_in, cu, slots, chunks = calls["meta"]
+    cu_seqlens, slots_in, cu, slots, chunks, zeroed = calls["meta"]
     assert cu_seqlens.dtype == slots_in.dtype == torch.int64  # read as given, converted in the kernel
+    assert zeroed is out  # where it zeroes the rows of tokens no sequence covers (T: its rows)
     assert all(t.dtype == torch.int32 for t in (cu, slots, chunks))
     assert (cu.shape[0], chunks.shape[0], slots.shape[0]) == (B + 1, B + 1, B)
     assert calls["wy"][4] is cu and calls["wy"][5] is chunks and calls["state"][6] is slots
@@ -82,6 +83,19 @@ def test_has_initial_state_and_the_l2_norm_are_runtime_flags():
 def test_a_call_without_tokens_launches_nothing(lengths):
     calls, out = _recorded_call(lengths)
     assert calls == {} and out.shape[0] == 0
+
+
+def test_tokens_without_sequences_are_zeros_and_nothing_is_launched():
+    """B = 0 with T > 0 (cu_seqlens ``[c]``, checks off): every token is uncovered, so zeros (a zero-sized
+    grid is not launchable; torch fills ``out``)."""
+    calls = {}
+    run = chunk_gdr._make_run(KEY, *(lambda *a, n=n: calls.setdefault(n, a) for n in ("meta", "wy", "state", "out")))
+    T = 5
+    out = torch.full((T, 4, 64), float("nan"), dtype=torch.bfloat16)
+    got = run(torch.randn(T, 2, 64).bfloat16(), torch.randn(T, 2, 64).bfloat16(), torch.randn(T, 4, 64).bfloat16(),
+              -torch.rand(T, 4), torch.rand(T, 4).bfloat16(), torch.randn(2, 4, 64, 64),
+              torch.tensor([3], dtype=torch.int64), torch.zeros(0, dtype=torch.int64), out=out)
+    assert calls == {} and got is out and not out.any()
 
 
 def test_a_prefill_past_int32_indexing_is_refused_before_launching():

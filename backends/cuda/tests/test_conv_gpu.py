@@ -472,6 +472,17 @@ def _clipped_metadata(meta: list, style: str, T: int, accepted: list | None):
     return valid, None if accepted is None else clipped_accepted(accepted, lengths), starts, lengths
 
 
+def _cpu_reference(op: str, i, params):
+    """The CPU kernel (``tileops_cpu_ref.conv``) on ``i``; returns ``out``, writes ``i["conv_state"]``."""
+    from tileops_cpu_ref.conv import causal_conv1d_update, causal_conv1d_varlen
+
+    if op == UPDATE:
+        return causal_conv1d_update(i["x"], i["conv_state"], i["weight"], i["actual_seq_lengths"],
+                                    i["conv_state_indices"], i.get("bias"), i.get("num_accepted_tokens"), **params)
+    return causal_conv1d_varlen(i["x"], i["conv_state"], i["weight"], i["actual_seq_lengths"], i["conv_state_indices"],
+                                i.get("has_initial_state"), i.get("bias"), **params)
+
+
 def _check_unchecked(op: str, style: str, meta, accepted: list | None, dtype: str, T: int, arch: str, dev, gen,
                      **tile) -> None:
     """``meta`` (a ``[B]`` or ``[B + 1]`` int tensor on ``dev``, checks off) through the kernel of
@@ -480,8 +491,6 @@ def _check_unchecked(op: str, style: str, meta, accepted: list | None, dtype: st
     the CPU reference on the same unchecked metadata agrees; the unchecked-index program writes
     the same bits. ``accepted`` (decode) may lie outside ``[1, L_b]``."""
     import torch
-
-    from tileops_cpu_ref.conv import causal_conv1d_update, causal_conv1d_varlen
 
     D, W = 128, 4
     B = meta.shape[0] - (style == "cu_seqlens")
@@ -519,14 +528,8 @@ def _check_unchecked(op: str, style: str, meta, accepted: list | None, dtype: st
     got = inputs["conv_state"].cpu()
     assert torch.equal(got.view(torch.uint8), expected["conv_state"].to(got.dtype).view(torch.uint8))
 
-    o = originals
-    ref_pool = o["conv_state"].clone()
-    if op == UPDATE:
-        ref_out = causal_conv1d_update(o["x"], ref_pool, o["weight"], o["actual_seq_lengths"], o["conv_state_indices"],
-                                       o["bias"], o["num_accepted_tokens"], activation="silu", seq_lens_style=style)
-    else:
-        ref_out = causal_conv1d_varlen(o["x"], ref_pool, o["weight"], o["actual_seq_lengths"], o["conv_state_indices"],
-                                       o["has_initial_state"], o["bias"], activation="silu", seq_lens_style=style)
+    ref_pool = originals["conv_state"].clone()
+    ref_out = _cpu_reference(op, dict(originals, conv_state=ref_pool), params)
     assert relative_error(out.cpu(), ref_out.to(torch.float64)) <= TOLERANCE[out.dtype]
     assert torch.equal(got.view(torch.uint8), ref_pool.view(torch.uint8))
     _compare_unchecked(op, before, inputs["conv_state"], out, params, arch, **tile)
@@ -569,3 +572,50 @@ def test_unchecked_metadata_of_many_sequences_and_64_bit_entries_matches_the_cli
         meta[40], meta[B - 2], meta[B] = meta[40] - 12, 2**33 + 5, T - 3  # decreasing past them; past int32
     accepted = torch.randint(-3, 5, (B,), device=dev, generator=gen).tolist()
     _check_unchecked(op, style, meta.to(torch.int64), accepted, "bfloat16", T, arch, dev, gen, **tile)
+
+
+@pytest.mark.parametrize("unchecked_index", [False, True], ids=["checked", "unchecked-index"])
+@pytest.mark.parametrize("op", [UPDATE, VARLEN])
+def test_unchecked_64_bit_slots_past_int32_are_padding_not_the_slots_they_wrap_to(op, unchecked_index, arch,
+                                                                                  cuda_device, gen):
+    """int64 conv_state_indices, checks off, with entries ``2**32 + k`` (``k`` in int32: a real slot): one names
+    a slot no other entry does, its sequence reading its initial window there; the other the slot the entry
+    before it names (decode: the previous token's, which the wrapped entry would have made it skip; varlen:
+    another sequence's). Outside ``[0, S)``, both are padding, as a GPU kernel reads such a slot (the CPU
+    reference refuses it): a zero initial window, nothing written. ``out`` (NaN-poisoned first) is the float64
+    loop's with those entries -1 and the pool its pool bit for bit, so both real slots hold what the valid
+    entries wrote or their own bits."""
+    import torch
+
+    dev, D, W, lengths = cuda_device[0], 128, 4, [3, 1, 4, 2]
+    B, T = len(lengths), sum(lengths)
+    n_slots = T if op == UPDATE else B
+    tdt = torch.bfloat16
+    pool = torch.randn(n_slots + 3, D, W - 1, device=dev, generator=gen).to(tdt)
+    slots = torch.randperm(n_slots + 3, device=dev, generator=gen)[:n_slots]
+    spare = next(s for s in range(n_slots + 3) if s not in slots.tolist())
+    # decode: token 0 (sequence 0's first: its initial window and a write), token 5 (sequence 2's second,
+    # wrapping onto token 4's slot); varlen: sequence 0, and sequence 2 wrapping onto sequence 1's slot
+    wide, onto = (0, 5) if op == UPDATE else (0, 2)
+    slots[wide], slots[onto] = 2**32 + spare, 2**32 + slots[onto - 1]
+    padded = slots.clone()
+    padded[[wide, onto]] = -1
+    inputs = dict(x=torch.randn(T, D, device=dev, generator=gen).to(tdt), conv_state=pool.clone(),
+                  weight=torch.randn(D, W, device=dev, generator=gen).to(tdt),
+                  actual_seq_lengths=torch.tensor(lengths, dtype=torch.int64, device=dev),
+                  conv_state_indices=slots, bias=torch.randn(D, device=dev, generator=gen).to(tdt))
+    if op == VARLEN:
+        inputs["has_initial_state"] = torch.ones(B, dtype=torch.bool, device=dev)
+    params = {"activation": "silu", "seq_lens_style": "lengths"}
+    want = REFERENCES[op](None, {n: t.cpu() for n, t in dict(inputs, conv_state_indices=padded).items()}, params)
+    with pytest.raises(IndexError, match="lie past the conv state pool"):
+        _cpu_reference(op, {n: t.cpu().clone() for n, t in inputs.items()}, params)
+
+    out = torch.full_like(inputs["x"], float("nan"))
+    _call(op, _launcher(op, inputs, params, arch, unchecked_index=unchecked_index), inputs, params, out)
+    torch.cuda.synchronize()
+    err = relative_error(out.cpu(), want["out"])
+    assert err <= TOLERANCE[out.dtype], f"out relative error {err:.3g} against the loop with the entries -1"
+    got = inputs["conv_state"].cpu()
+    assert torch.equal(got.view(torch.uint8), want["conv_state"].to(got.dtype).view(torch.uint8))
+    assert torch.equal(got[spare].view(torch.uint8), pool[spare].cpu().view(torch.uint8))

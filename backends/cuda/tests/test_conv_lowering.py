@@ -119,3 +119,22 @@ def test_a_dependent_launch_program_waits_before_its_first_memory_access(program
 
     assert waits_before_its_first_memory_access(lowered_source(program, replace(key, dependent_launch=True)), buffers)
     assert "cudaGridDependencySynchronize" not in lowered_source(program, key)
+
+
+# A 64-bit slot is tested against the pool in its own dtype before it becomes int32 (made int32 first, 2**32 + k
+# wraps onto slot k: another sequence's window read or written); int32 slots keep their one compare, the same code.
+# test_conv_gpu.py::test_unchecked_64_bit_slots_past_int32_are_padding_not_the_slots_they_wrap_to checks the values.
+@pytest.mark.parametrize("program,key,casts", [
+    (conv_update_program, _UPDATE_MTP, 3),  # the initial window's slot, each token's and the next token's
+    (conv_varlen_program, _VARLEN_CU, 6),  # a sequence's slot, at each use on its first token
+], ids=["update", "varlen"])  # fmt: skip
+def test_a_64_bit_slot_is_tested_against_the_pool_in_its_own_dtype_before_it_becomes_int32(program, key, casts):
+    from dataclasses import replace
+
+    from lowered_source import index_casts, lowered_source
+
+    wide = lowered_source(program, replace(key, slot_dtype="int64", unchecked_index=True))
+    assert index_casts(wide, "slots", "((int64_t)S)") == (casts, [])
+    narrow = lowered_source(program, replace(key, unchecked_index=True))
+    assert "< ((int64_t)S)" not in narrow and "(int)slots[" not in narrow
+    assert ("int sl = slots[((int64_t)t)];" in narrow) == (program is conv_update_program)

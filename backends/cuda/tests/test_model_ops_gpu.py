@@ -163,6 +163,46 @@ def test_the_one_launch_permute_matches_the_reference_and_the_three_kernels_bits
         assert torch.equal(g, w)
 
 
+@pytest.mark.parametrize("one_launch", [0, 128], ids=["three-kernels", "one-launch"])
+def test_an_unchecked_64_bit_id_past_int32_is_left_unplaced_not_given_the_expert_it_wraps_to(one_launch, cuda_device,
+                                                                                             gen):
+    """int64 topk_ids, checks off (the launcher reads no contents), with an entry ``2**32 + e`` (``e`` in int32:
+    an expert other copies chose, whose rows it would join and shift). Outside ``[0, E)``, it is left unplaced
+    as any such id is (the CPU reference refuses it): ``permuted_index`` -1 there, ``expert_offsets`` those of
+    the other copies, each placed copy's row where the stable order of the placed ids puts it; the rows past
+    the placed copies keep their poison; the same bits as the entry -1."""
+    from tileops_cuda.kernels.moe_permute import MoEPermuteBuildKey, build_moe_permute
+
+    T, K, E, H = 9, 8, 256, 2048
+    run = build_moe_permute(MoEPermuteBuildKey("bfloat16", "int64", H, K, E, cuda_device[1],
+                                               one_launch_copies=one_launch)).run
+    x = torch.randn(T, H, device="cuda", generator=gen).bfloat16()
+    ids = torch.randint(0, E, (T, K), device="cuda", generator=gen)
+    ids[1, 2] = 2**32 + ids[4, 0]
+
+    def permute(ids):
+        outs = (torch.full((T * K, H), float("nan"), device="cuda").bfloat16(),
+                torch.full((E + 1,), -7, dtype=torch.int32, device="cuda"),
+                torch.full((T, K), -7, dtype=torch.int32, device="cuda"))
+        return run(x, ids, E, *outs)
+
+    permuted, offsets, index = permute(ids)
+    flat = ids.flatten()
+    placed = (flat >= 0) & (flat < E)
+    order = torch.sort(torch.where(placed, flat, E), stable=True).indices[: int(placed.sum())]
+    want_index = torch.full((T * K,), -1, dtype=torch.int32, device="cuda")
+    want_index[order] = torch.arange(order.numel(), dtype=torch.int32, device="cuda")
+    want_offsets = torch.searchsorted(flat[order], torch.arange(E + 1, device="cuda"), out_int32=True)
+    assert torch.equal(index.flatten(), want_index) and torch.equal(offsets, want_offsets)
+    assert torch.equal(permuted[: order.numel()], x[order // K])
+    assert permuted[order.numel() :].isnan().all()
+    minus = ids.clone()
+    minus[1, 2] = -1
+    for got, want in zip((permuted, offsets, index), permute(minus)):
+        assert torch.equal(got.view(torch.int16 if got.is_floating_point() else got.dtype),
+                           want.view(torch.int16 if want.is_floating_point() else want.dtype))
+
+
 def test_permute_reads_strided_hidden_states_in_place(cuda_device, gen):
     from tileops_core.ops.moe import MoEPermuteFwdOp
 

@@ -5,6 +5,7 @@ lowering for sm_90a where tilelang is installed (its H200 test is in test_model_
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -62,3 +63,22 @@ def test_the_one_launch_permute_lowers_with_the_ids_in_shared_memory_and_the_blo
     body = lowered_source(permute._one_launch_program, key)
     assert "moe_permute_one_launch_kernel" in body and "tl::CumSum1D" in body
     assert "expert_offsets[0] = 0;" in body and "permuted_index[" in body and "*(uint4*)(permuted + " in body
+
+
+#: The test of an int64 id against E = 256 in its own dtype, as the CUDA prints it.
+_WIDE_ID_TEST = re.compile(r"\(int64_t\)0 <= condval_\d+\)+ && \(condval_\d+ < \(int64_t\)256\)")
+
+
+@pytest.mark.parametrize("program", ["_rank_program", "_scatter_program", "_one_launch_program"])
+def test_a_64_bit_id_is_tested_against_the_experts_in_its_own_dtype_before_it_becomes_int32(program):
+    """Made int32 first, an unchecked id ``2**32 + e`` would place its copy under expert ``e`` (moving the
+    rows of every copy after it); tested in int64, it is out of range and left unplaced. An int32 id keeps
+    its one compare, the same code."""
+    from lowered_source import lowered_source
+
+    def source(ids_dtype: str) -> str:
+        key = permute.MoEPermuteBuildKey("bfloat16", ids_dtype, 2048, 8, 256, one_launch_copies=128)
+        return lowered_source(getattr(permute, program), key)
+
+    assert len(_WIDE_ID_TEST.findall(source("int64"))) == 1
+    assert "< (int64_t)256" not in source("int32")

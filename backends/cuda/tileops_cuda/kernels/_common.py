@@ -298,25 +298,28 @@ def inverse_rms_macro(rows: int, cols: int, n: int) -> Any:
     return inverse_rms
 
 
-def block_scan_macro(threads: int) -> Any:
+def block_scan_macro(threads: int, combine: Callable[[Any, Any], Any] | None = None) -> Any:
     """A TileLang macro ``(part, wsum, tid)``: ``part[0]`` (a one-element int32 local buffer, one a
-    thread: a macro cannot assign its caller's var) becomes the inclusive prefix sum over threads
-    ``0..tid`` of the block; ``wsum``, an int32 shared buffer of ``max(threads // 32, 1)``
-    entries, is left holding each warp's total (one warp-shuffle scan and one barrier; the caller
-    fences before writing ``wsum`` again)."""
+    thread: a macro cannot assign its caller's var) becomes the inclusive scan over threads ``0..tid``
+    of the block under ``combine`` (None: the sum; ``T.max`` over non-negative values: the running
+    maximum); ``wsum``, an int32 shared buffer of ``max(threads // 32, 1)`` entries, is left holding
+    each warp's total (one warp-shuffle scan and one barrier; the caller fences before writing
+    ``wsum`` again)."""
     import tilelang.language as T
+
+    add = combine or (lambda a, b: a + b)
 
     @T.macro
     def block_scan(part, wsum, tid):
         for off in T.unroll(5):  # inclusive scan within the warp
             up = T.shfl_up(part[0], 1 << off)
             if tid % 32 >= (1 << off):
-                part[0] = part[0] + up
+                part[0] = add(part[0], up)
         if tid % 32 == 31:
             wsum[tid // 32] = part[0]
         T.sync_threads()
         for w in T.unroll(max(threads // 32, 1)):
             if w < tid // 32:
-                part[0] = part[0] + wsum[w]
+                part[0] = add(part[0], wsum[w])
 
     return block_scan

@@ -11,8 +11,9 @@ is those prefix sums.
 
 Cache write: one program per (tile of ``TT`` tokens, key/value head); a thread copies 16-byte
 vectors. Token ``t`` of sequence ``b`` (found by a binary search over ``cu``) goes to
-flat cache row ``b · L + (t - cu[b])`` (contiguous) or ``slot_mapping[t]`` (paged; negative:
-nothing). The same programs write zeros to the outputs of tokens outside ``[cu[0], cu[B])``
+flat cache row ``b · L + (t - cu[b])`` (contiguous) or ``slot_mapping[t]`` (paged; outside the
+cache's rows: nothing, tested in slot_mapping's own dtype, so a 64-bit ``2**32 + k`` is padding, not row
+``k``). The same programs write zeros to the outputs of tokens outside ``[cu[0], cu[B])``
 (only unchecked metadata leaves any), so every output element is written by exactly one pass.
 
 Attention: one program per (query tile of ``BM`` tokens, query head), the tiles of all
@@ -44,6 +45,7 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
+from ._index_metadata import narrowed_index
 from .attention_decode_program import online_softmax_statistics, online_softmax_step
 
 if TYPE_CHECKING:
@@ -116,7 +118,7 @@ def prefill_cache_program(key: "PrefillBuildKey", tokens_per_program: int, threa
                     if t >= first and t < last:
                         search(cu_seqlens, BM1 - 1, t, nbits, b, step)  # the sequence holding t
                         if key.paged:
-                            row = T.cast(slot_mapping[t], i32)
+                            row = narrowed_index(slot_mapping[t], NL)
                         else:  # a prompt longer than its row writes nothing past the row
                             pos = t - T.cast(cu_seqlens[b[0]], i32)
                             row = T.if_then_else(pos < cache_len, b[0] * cache_len + pos, -1)
@@ -209,7 +211,7 @@ def cache_rows_writer(key: "PrefillBuildKey", tiling: "PrefillTiling", threads: 
     G programs that read kv head ``h``'s diagonal tile write its 128 rows between them, each row
     once (the query tile that holds token t is the only one with t among its rows; a sequence's
     tokens are its query rows). A row goes where the cache-write program puts it (``slot_mapping``,
-    negative or past the pool: nothing; contiguous: ``b · cache_len + pos`` while ``pos <
+    negative or past the pool, in its own dtype: nothing; contiguous: ``b · cache_len + pos`` while ``pos <
     cache_len``). Outputs of tokens outside ``[cu[0], cu[B])``: the program whose grid index ``bx``
     is ``t // BM`` zeros head ``hq``'s row of token ``t`` (a token index, not a query tile: the
     grid has ``ceil(T / BM) + B - 1 >= ceil(T / BM)`` tiles, and no query tile covers such a
@@ -235,7 +237,7 @@ def cache_rows_writer(key: "PrefillBuildKey", tiling: "PrefillTiling", threads: 
             c = (e % VPR) * VC
             if e < ROWS * VPR and i < BM and q0 + i < length:
                 if key.paged:
-                    row = T.cast(slot_mapping[start + q0 + i], i32)
+                    row = narrowed_index(slot_mapping[start + q0 + i], NL)
                 else:  # a prompt longer than its row writes nothing past the row
                     row = T.if_then_else(q0 + i < cache_len, b * cache_len + q0 + i, -1)
                 if row >= 0 and row < NL:

@@ -7,8 +7,11 @@ and how a call is launched. The programs are :mod:`tileops_cuda.kernels.chunk_gd
 
 A launch never synchronises with the host (it captures into a CUDA graph): the chunk table
 ``cc`` (prefix sums of each sequence's chunk count) is made on the device from
-``cu_seqlens`` by the first of four kernels, which also converts the metadata to int32, and
-the grids are sized by the bound ``(T + 63 B) // 64`` on the number of chunks. (Five torch
+``cu_seqlens`` by the first of four kernels, which also converts the metadata to int32 (the
+prefix sums as the spec reads them: ``cummax(clip(cu_seqlens))``, clipped into ``[0, T]``, so
+unchecked metadata lays the sequences end to end inside the tokens) and zeroes the outputs of
+tokens no sequence covers, and the grids are sized by the bound ``(T + 63 B) // 64`` on the
+number of chunks (which the clipped lengths, summing to at most T, never pass). (Five torch
 launches did that before, about 200 us of host time a call on the H200's host, during which
 the GPU waited: backends/cuda/NOTES.md, tenth session.) Per call it allocates the work
 buffers (through torch's caching allocator, in two allocations carved into views): ``W``,
@@ -157,20 +160,20 @@ def _make_run(build_key: ChunkGDRBuildKey, meta_fn: Callable[..., Any], wy: Call
         if out is None:
             out = torch.empty(value.shape, dtype=value.dtype, device=value.device)
         T, B = value.shape[0], ssm_state_indices.shape[0]
-        if T == 0 or B == 0:
-            return out  # nothing to write; a zero-sized grid is not launchable
+        if T == 0 or B == 0:  # a zero-sized grid is not launchable
+            return out.zero_() if T else out  # no sequence: every token is uncovered (zeros), no state written
         NC = _check_int32(T, B, state.shape[0], build_key)
         dev = value.device
         w, kf, u, d, h = _carve(_work_shapes(NC, NV, DK, DV), dt, dev)
         meta, gcum, kscale = _carve(_float32_work_shapes(B, NC, NV), f32, dev)
-        meta = meta.view(i32)  # int32 cu_seqlens, chunk table, slots
+        meta = meta.view(i32)  # int32 clipped cu_seqlens, chunk table, slots
         cu, chunks, slots = meta[:B + 1], meta[B + 1:2 * B + 2], meta[2 * B + 2:]
         # The core passes every tensor contiguous (the interface's needs_contiguous), not 16-byte aligned: the rows
         # and the pool are read (the pool written) in vectors, so one at a misaligned start is packed (the pool
         # written back after).
         query, key, value = [t if t.data_ptr() % 16 == 0 else packed(t) for t in (query, key, value)]
         pool = packed(state) if state.data_ptr() % 16 else state
-        meta_fn(cu_seqlens, ssm_state_indices, cu, slots, chunks)
+        meta_fn(cu_seqlens, ssm_state_indices, cu, slots, chunks, out)  # also zeroes uncovered tokens' rows
         top = 1 << (B.bit_length() - 1)
         l2 = int(bool(use_qk_l2norm_in_kernel))
         has = no_init(dev) if has_initial_state is None else has_initial_state.view(torch.uint8)

@@ -12,9 +12,13 @@ tokens and value head, with ``G`` the running sum of ``g`` from the chunk start,
 The programs, in launch order (one CUDA stream, nothing synchronises):
 
 0. ``meta``: one program. From ``cu_seqlens`` and the slots in their own integer dtypes, the
-   int32 metadata the others read: ``cu`` and the slots as int32 and the chunk table ``cc``
-   (one launch where torch took five: a prefix sum over the sequences in blocks of
-   ``META_THREADS``, each block one warp-shuffle scan and one barrier).
+   int32 metadata the others read: ``cu``, the prefix sums as the spec reads them
+   (``cummax(clip(cu_seqlens))``: valid metadata as it is, unchecked metadata laid end to end
+   inside ``[0, T)``, each entry clipped in its own dtype), the slots as int32 (a 64-bit slot past
+   int32 as -1, padding, never wrapped onto a real slot) and the chunk table ``cc`` (one launch
+   where torch took five: a max-scan and a prefix sum over the sequences in blocks of
+   ``META_THREADS``, each block two warp-shuffle scans and three barriers); and zeros in ``out``
+   for the tokens no sequence covers (none for valid metadata).
 1. ``wy``: one program per (chunk, value head). Loads the chunk's k, v, g, β (rows past the
    sequence's end are zero), forms the cumulative decays and, with in-kernel l2 norm, the
    key rows' inverse norms (applied as row/column scales, so k itself is never rounded
@@ -36,7 +40,8 @@ The programs, in launch order (one CUDA stream, nothing synchronises):
 Varlen: ``cc [B + 1]`` (made on the device by ``meta``) holds the prefix sums of each
 sequence's chunk count; chunk ``c`` belongs to the last sequence ``b`` with ``cc[b] <= c``
 (a binary search of ``nbits`` halving steps from ``top``, the largest power of two <= B).
-Grids are sized by the bound ``NC = (T + 63 B) // 64`` on the chunk count, so nothing
+Grids are sized by the bound ``NC = (T + 63 B) // 64`` on the chunk count (the clipped lengths
+are >= 0 and sum to at most T, whatever the metadata held), so nothing
 waits for the metadata on the host; programs past ``cc[B]`` compute on zero rows and store
 nothing anyone reads. Work buffers are laid out by chunk (``[NC, C, NV, D]``), so every
 program reads and writes whole 64-row tiles. Nothing depends on B, T or the pool size at
@@ -50,6 +55,7 @@ tilelang is imported inside the builders, never at module import.
 from typing import TYPE_CHECKING, Any
 
 from ._common import block_scan_macro
+from ._index_metadata import clip_tokens, narrowed_index
 from .rgdr_program import L2NORM_EPS
 
 if TYPE_CHECKING:
@@ -66,6 +72,9 @@ THREADS = 128
 META_THREADS = 256
 #: Rows of the diagonal blocks the inverse starts from.
 _SUB = 16
+#: The slots an int32 holds: the metadata program makes a wider slot past them -1 (padding) rather than wrap it
+#: onto a real one; the state program's own ``0 <= slot < S`` test reads the rest (no pool size reaches ``meta``).
+_INT32_SLOTS = 2**31 - 1
 
 
 def state_block_v(head_v_dim: int) -> int:
@@ -128,15 +137,27 @@ def _masked_rows_macro(T: Any, C: int, D: int, dt: str) -> Any:
 
 
 def chunk_gdr_meta_program(key: "ChunkGDRBuildKey") -> Any:
-    """Kernel 0: ``(cu_seqlens, slots, cu, slots32, cc)``: ``cu`` and ``slots32`` the first two as
-    int32, ``cc[0] = 0`` and ``cc[b + 1] = cc[b] + floor((cu[b + 1] - cu[b] + 63) / 64)``, the
-    chunk table (a floor, so metadata that is not increasing gives what torch's
-    ``div(..., rounding_mode="floor")`` gave, and the other programs mask as before)."""
+    """Kernel 0: ``(cu_seqlens, slots, cu, slots32, cc, out)``, one program of ``META_THREADS``.
+
+    ``cu`` is the prefix sums as the spec reads them, ``cummax(clip(cu_seqlens))`` with ``clip(x) =
+    min(max(x, 0), T)`` (``T`` is ``out``'s rows): each entry clipped in its own dtype, so an int64 one
+    past int32 never wraps, then made int32. Valid metadata (from 0, non-decreasing, to T) is its own
+    ``cu``; unchecked metadata lays the sequences end to end inside ``[0, T)``, as RGDR's
+    ``clipped_bounds`` does, so every length ``cu[b + 1] - cu[b]`` is >= 0 and the chunk table fits the
+    grids' bound. ``slots32`` the slots as int32 (a 64-bit one past int32: -1). ``cc[0] = 0`` and
+    ``cc[b + 1] = cc[b] + floor((cu[b + 1] - cu[b] + 63) / 64)``. The sequences are read a block of
+    ``META_THREADS`` at a time: a max-scan of the clipped entries (a barrier more), a sum-scan of the chunk
+    counts, and every thread carries the running maximum and total to the next block. Then the tokens
+    no sequence covers, ``[0, cu[0])`` and ``[cu[B], T)`` (none for valid metadata), get zero outputs,
+    one 16-byte vector a thread and step: the other programs write only the sequences' rows."""
     import tilelang.language as T
 
-    i32, TH, C = "int32", META_THREADS, CHUNK
-    BM, NS = T.dynamic("BM"), T.dynamic("NS")
-    block_scan = block_scan_macro(TH)
+    i32, TH, C, dt = "int32", META_THREADS, CHUNK, key.input_dtype
+    NV, DV = key.num_v_heads, key.head_v_dim
+    VEC = 16 // (4 if dt == "float32" else 2)  # elements of a 16-byte vector
+    RV = NV * DV // VEC  # vectors of an output row
+    BM, NS, Tn = T.dynamic("BM"), T.dynamic("NS"), T.dynamic("T")
+    block_scan, block_max_scan = block_scan_macro(TH), block_scan_macro(TH, T.max)
 
     @T.prim_func
     def chunk_gdr_meta(
@@ -145,30 +166,50 @@ def chunk_gdr_meta_program(key: "ChunkGDRBuildKey") -> Any:
         cu: T.Tensor((BM,), i32),
         slots32: T.Tensor((NS,), i32),
         cc: T.Tensor((BM,), i32),
+        out: T.Tensor((Tn, NV, DV), dt),
     ):
         with T.Kernel(1, threads=TH) as _:
             tid = T.get_thread_binding()
             wsum = T.alloc_shared((TH // 32,), i32)
-            carry = T.alloc_var(i32)
+            wmax = T.alloc_shared((TH // 32,), i32)
+            carry = T.alloc_var(i32)  # the chunks of the earlier blocks' sequences
+            high = T.alloc_var(i32)  # the clipped maximum of the earlier blocks' entries
             part = T.alloc_local((1,), i32)
+            start = T.alloc_local((1,), i32)
             carry = 0
+            high = 0
             if tid == 0:
                 cc[0] = 0
             for r in T.serial(T.ceildiv(BM, TH)):
                 b = r * TH + tid
                 part[0] = 0
+                start[0] = 0
                 if b < BM:
-                    cu[b] = T.cast(cu_seqlens[b], i32)
+                    start[0] = clip_tokens(cu_seqlens[b], Tn)
                 if b < NS:
-                    slots32[b] = T.cast(slots[b], i32)
-                if b + 1 < BM:
-                    part[0] = T.floordiv(T.cast(cu_seqlens[b + 1], i32) - T.cast(cu_seqlens[b], i32) + (C - 1), C)
+                    slots32[b] = narrowed_index(slots[b], _INT32_SLOTS)  # past int32: -1, padding
+                block_max_scan(start, wmax, tid)  # of the clipped entries
+                start[0] = T.max(start[0], high)  # cu[b]: where sequence b starts
+                if b < BM:
+                    cu[b] = start[0]
+                if b + 1 < BM:  # its length: max(clip(cu_seqlens[b + 1]), cu[b]) - cu[b]
+                    part[0] = T.floordiv(T.max(clip_tokens(cu_seqlens[b + 1], Tn), start[0]) - start[0] + (C - 1), C)
                 block_scan(part, wsum, tid)  # of the chunk counts
                 if b + 1 < BM:
                     cc[b + 1] = carry + part[0]
-                for w in T.unroll(TH // 32):  # the block's total, the same in every thread
+                for w in T.unroll(TH // 32):  # the block's maximum and total, the same in every thread
+                    high = T.max(high, wmax[w])
                     carry = carry + wsum[w]
-                T.sync_threads()  # every thread has read wsum before the next block writes it
+                T.sync_threads()  # every thread has read wmax and wsum before the next block writes them
+            # -- zeros for the tokens no sequence covers: [0, cu[0]) then [cu[B], T), cu[B] = high --------
+            head = clip_tokens(cu_seqlens[0], Tn)
+            for e in T.serial(T.ceildiv((head + Tn - high) * RV, TH)):
+                idx = e * TH + tid
+                if idx < (head + Tn - high) * RV:
+                    row = idx // RV
+                    t = T.if_then_else(row < head, row, row - head + high)
+                    for j in T.vectorized(VEC):
+                        out[t, idx % RV // (DV // VEC), idx % (DV // VEC) * VEC + j] = T.cast(0, dt)
 
     return chunk_gdr_meta
 

@@ -18,7 +18,9 @@ Host-side decisions (build keys, refusals, the launchers) live in
   every entry clipped into ``[0, T]`` in its own dtype as it is loaded (a 64-bit entry never wraps):
   lengths, a negative one counting as 0, summed saturating at T; prefix sums through their running
   maximum, so sequence ``b`` starts at ``clip(max(cu[0..b]))``. Valid metadata reads as written (its
-  entries lie in ``[0, T]`` and its prefix sums never decrease).
+  entries lie in ``[0, T]`` and its prefix sums never decrease). A slot outside ``[0, S)`` is padding
+  (never read, never written), tested in the slots' own dtype: a 64-bit slot ``2**32 + k`` is padding,
+  not slot ``k`` (:func:`._index_metadata.narrowed_index`).
 
 Decode: one program per (channel block, sequence), plus one row of programs that writes zeros
 to the tokens no sequence covers (only unchecked metadata leaves any). A program reads its
@@ -78,6 +80,7 @@ tilelang is imported inside the builders, never at module import.
 from typing import TYPE_CHECKING, Any
 
 from ._common import annotate_pass_configs, block_scan_macro, dependent_launch, programs_at_registers
+from ._index_metadata import clip_tokens, narrowed_index
 
 if TYPE_CHECKING:
     from .conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey
@@ -106,14 +109,6 @@ def _load_taps(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> Any:
                 bv[e] = bias[c0 + e]
 
     return load_taps
-
-
-def _clip_tokens(value: Any, Tn: Any, lo: int = 0) -> Any:
-    """``min(max(value, lo), T)`` in the metadata's own dtype, then int32: the specs' ``clip`` (a
-    64-bit entry past int32 is clipped, never wrapped)."""
-    import tilelang.language as T
-
-    return T.cast(T.min(T.max(value, T.cast(lo, value.dtype)), T.cast(Tn, value.dtype)), "int32")
 
 
 def _running_max(threads: int) -> Any:
@@ -157,13 +152,13 @@ def _find_sequence(threads: int, Tn: Any) -> Any:
         for _ in T.serial(nbits):
             if found[0] + found[3] < NB:
                 if T.if_then_else(found[0] + found[3] < TH, cus[T.min(found[0] + found[3], TH - 1)],
-                                  _clip_tokens(cu[found[0] + found[3]], Tn)) <= t:
+                                  clip_tokens(cu[found[0] + found[3]], Tn)) <= t:
                     found[0] = found[0] + found[3]
             found[3] = found[3] // 2
         found[1] = T.if_then_else(found[0] < TH, cus[T.min(found[0], TH - 1)],
-                                  _clip_tokens(cu[T.min(found[0], NB)], Tn))
+                                  clip_tokens(cu[T.min(found[0], NB)], Tn))
         found[2] = T.if_then_else(found[0] + 1 < TH, cus[T.min(found[0] + 1, TH - 1)],
-                                  _clip_tokens(cu[T.min(found[0] + 1, NB)], Tn))
+                                  clip_tokens(cu[T.min(found[0] + 1, NB)], Tn))
 
     return find_sequence
 
@@ -194,7 +189,7 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
         """Zeros for the tokens outside [first start, last end): for the last row of programs
         ``s`` is where the last sequence ends (see the bounds). A macro, not inline: its
         argument binding (a copy of ``s``) is part of the registered program's CUDA."""
-        lo = _clip_tokens(seq_meta[0], Tn) if not lengths_style else 0
+        lo = clip_tokens(seq_meta[0], Tn) if not lengths_style else 0
         for t in T.serial(lo):
             for e in T.vectorized(VC):
                 out[t, c0 + e] = zero[e]
@@ -242,11 +237,11 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             if c0 < D:
                 load_taps(weight, bias, wv, bv, c0)
             if key.unchecked_index:  # B may be 0 (BM = NA = 0): read only where `by` is a sequence
-                own = T.if_then_else(by < BM, _clip_tokens(seq_meta[by], Tn), 0)
-                acc_n = T.if_then_else(by < NA, _clip_tokens(nacc[by], Tn, 1), 0) if has_acc else 1
+                own = T.if_then_else(by < BM, clip_tokens(seq_meta[by], Tn), 0)
+                acc_n = T.if_then_else(by < NA, clip_tokens(nacc[by], Tn, 1), 0) if has_acc else 1
             else:
-                own = _clip_tokens(seq_meta[T.max(T.min(by, BM - 1), 0)], Tn)
-                acc_n = _clip_tokens(nacc[T.max(T.min(by, NA - 1), 0)], Tn, 1) if has_acc else 1
+                own = clip_tokens(seq_meta[T.max(T.min(by, BM - 1), 0)], Tn)
+                acc_n = clip_tokens(nacc[T.max(T.min(by, NA - 1), 0)], Tn, 1) if has_acc else 1
             # The start is the earlier entries reduced (the spec's rule, every entry clipped into
             # [0, T] first): lengths summed saturating at T, prefix sums' maximum with cu[by] (a
             # decreasing entry starts no sequence below an earlier one). Valid metadata: the plain sum,
@@ -255,10 +250,10 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             part = 0  # the identity of both reductions
             for h in T.unroll(2):  # the first 2 * TH entries: independent loads, all in flight
                 if h * TH + tid < by:
-                    part = combine(part, _clip_tokens(seq_meta[h * TH + tid], Tn))
+                    part = combine(part, clip_tokens(seq_meta[h * TH + tid], Tn))
             for it in T.serial(T.max(T.ceildiv(by, TH) - 2, 0)):
                 if (it + 2) * TH + tid < by:
-                    part = combine(part, _clip_tokens(seq_meta[(it + 2) * TH + tid], Tn))
+                    part = combine(part, clip_tokens(seq_meta[(it + 2) * TH + tid], Tn))
             for off in T.unroll(5):
                 part = combine(part, T.shfl_xor(part, 16 >> off))
             if tid % 32 == 0:
@@ -270,7 +265,7 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             if lengths_style:
                 end = start + T.if_then_else(by < NB, own, 0)
             else:
-                end = _clip_tokens(seq_meta[T.min(by + 1, NB)], Tn)
+                end = clip_tokens(seq_meta[T.min(by + 1, NB)], Tn)
             s = T.max(T.min(start, Tn), 0)
             L = T.max(T.min(end, Tn), s) - s
             for e in T.vectorized(VC):
@@ -278,7 +273,7 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
 
             # -- the initial window: the slot of the first accepted token, zeros if padding -------
             acc_n = T.max(T.min(acc_n, L), 1)
-            slot0 = T.if_then_else(L > 0, T.cast(slots[T.max(T.min(s + acc_n - 1, Tn - 1), 0)], i32), -1)
+            slot0 = T.if_then_else(L > 0, narrowed_index(slots[T.max(T.min(s + acc_n - 1, Tn - 1), 0)], S), -1)
             if c0 < D:
                 if by < NB:
                     for p in T.unroll(W1):
@@ -304,10 +299,10 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
                             for k in T.unroll(W1 - 1):
                                 sv[i * W1 + k] = sv[i * W1 + k + 1]
                             sv[i * W1 + W1 - 1] = xc[i]
-                        sl = T.cast(slots[t], i32)
+                        sl = narrowed_index(slots[t], S)
                         # A slot the next token of this sequence writes again is skipped: nothing
                         # reads it in between, so the final contents are identical.
-                        nxt = T.if_then_else(j + 1 < L, T.cast(slots[T.min(t + 1, Tn - 1)], i32), -1)
+                        nxt = T.if_then_else(j + 1 < L, narrowed_index(slots[T.min(t + 1, Tn - 1)], S), -1)
                         if sl >= 0 and sl < S and sl != nxt:
                             for p in T.unroll(W1):
                                 for e in T.vectorized(VC):
@@ -373,7 +368,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             if c > 0:
                 # -- the first token of sequence c - 1: its initial window, then its final window
                 # written to the same slot (this thread is its only reader and writer) ---------
-                slot = T.cast(slots[c - 1], i32)
+                slot = narrowed_index(slots[c - 1], S)
                 valid = slot >= 0 and slot < S
                 for p in T.unroll(W1):  # the initial window, one pool vector at a time, into the window
                     for e in T.vectorized(VC):
@@ -512,14 +507,14 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             if key.meta_lengths:
                 own_len = T.alloc_var(i32)
                 nb = BM - 1 + scan
-                own_len = T.if_then_else(scan != 0 and tid < BM, _clip_tokens(cu[T.min(tid, BM - 1)], Tn), 0)
+                own_len = T.if_then_else(scan != 0 and tid < BM, clip_tokens(cu[T.min(tid, BM - 1)], Tn), 0)
                 part[0] = own_len
                 block_scan(part, wsum, tid)  # of the lengths
                 # (scan = 0: the launcher's prefix sums, non-decreasing already)
-                cus[tid] = T.if_then_else(scan != 0, part[0] - own_len, _clip_tokens(cu[T.min(tid, nb)], Tn))
+                cus[tid] = T.if_then_else(scan != 0, part[0] - own_len, clip_tokens(cu[T.min(tid, nb)], Tn))
             else:
                 nb = BM - 1
-                part[0] = _clip_tokens(cu[T.min(tid, nb)], Tn)
+                part[0] = clip_tokens(cu[T.min(tid, nb)], Tn)
                 running_max(part, wsum, tid)  # a no-op on valid cu_seqlens
                 cus[tid] = part[0]
             for r in T.unroll((NG + TH) // TH):

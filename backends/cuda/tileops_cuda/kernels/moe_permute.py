@@ -19,7 +19,8 @@ in its chunk)``, with the flat copies cut into chunks of C:
 Nothing here synchronises with the host: without the op's contents check
 (``TILEOPS_CHECK_CONTENTS=1``, which names an id outside ``[0, E)`` before anything runs), an
 out-of-range copy is left unplaced (its ``permuted_index`` is -1 and ``expert_offsets[E]``
-counts only the placed rows). Specialised on the two dtypes, H, K and E; the token count is
+counts only the placed rows); an int64 id is tested in its own dtype, so ``2**32 + e`` is out of
+range, not expert ``e``. Specialised on the two dtypes, H, K and E; the token count is
 dynamic.
 """
 
@@ -30,6 +31,7 @@ from typing import Any
 
 from ._common import (ELEM_BYTES, arch_refusal, cached_build, compile_prim_func, dependent_launch,
                       dependent_launch_refusal, direct_entry)
+from ._index_metadata import narrowed_index
 from ._workspace import workspace_allocator
 
 __all__ = ["MoEPermuteBuildKey", "build_moe_permute", "expert_threads", "moe_permute_refusal"]
@@ -129,7 +131,7 @@ def _rank_program(key: MoEPermuteBuildKey):
             before = T.alloc_var(i32, init=0)
             after = T.alloc_var(i32, init=0)
             f = bx * C + tx
-            chunk[tx] = T.if_then_else(f < N, T.cast(ids[T.min(f, N - 1)], i32), -1)
+            chunk[tx] = T.if_then_else(f < N, narrowed_index(ids[T.min(f, N - 1)], E), -1)
             for e in T.Parallel(E):
                 per_expert[e] = 0
             T.sync_threads()
@@ -207,7 +209,7 @@ def _scatter_program(key: MoEPermuteBuildKey):
             dest = T.alloc_shared((BR,), i32)
             for r in T.Parallel(BR):
                 f = bx * BR + r
-                e = T.cast(ids[T.min(f, N - 1)], i32)
+                e = narrowed_index(ids[T.min(f, N - 1)], E)
                 placed = f < N and e >= 0 and e < E
                 row = T.if_then_else(placed, expert_offsets[T.max(T.min(e, E - 1), 0)]
                                      + prefix[f // C, T.max(T.min(e, E - 1), 0)] + ranks[T.min(f, N - 1)], -1)
@@ -257,7 +259,7 @@ def _one_launch_program(key: MoEPermuteBuildKey):
             for i in T.serial(T.ceildiv(MC, TE)):
                 if i * TE + tx < MC:
                     f = i * TE + tx
-                    ids_s[f] = T.if_then_else(f < N, T.cast(ids[T.min(f, N - 1)], i32), -1)
+                    ids_s[f] = T.if_then_else(f < N, narrowed_index(ids[T.min(f, N - 1)], E), -1)
             T.sync_threads()
             for j in T.serial(N):  # a thread an expert: its count (an id outside [0, E) counts nowhere)
                 if ids_s[j] == tx:

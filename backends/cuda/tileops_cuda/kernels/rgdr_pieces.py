@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from ._common import ELEM_BYTES as _ELEM_BYTES
+from ._index_metadata import clip_tokens, index_or_padding
 
 if TYPE_CHECKING:
     from .rgdr import RGDRBuildKey
@@ -106,16 +107,11 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
         always (no branch is emitted)."""
         return base + (tid // 32) * 32 // TPR < L if stage_live_warps else True
 
-    def clip_tokens(x, Tn, lo=0):
-        """``min(max(x, lo), T)`` in ``x``'s own (metadata) dtype, then int32: a 64-bit value
-        past int32 is clipped, never wrapped."""
-        return T.cast(T.min(T.max(x, T.cast(lo, x.dtype)), T.cast(Tn, x.dtype)), i32)
-
     def slot_or_padding(slots, i, S):
         """``slots[i]`` as int32 when it names one of the pool's ``S`` slots, else -1: a slot
         outside ``[0, S)`` is padding (never read, never written), compared in the slots' own
-        dtype so a 64-bit index never wraps onto a real slot."""
-        return T.if_then_else(T.And(slots[i] >= 0, slots[i] < T.cast(S, slots.dtype)), T.cast(slots[i], i32), -1)
+        dtype so a 64-bit index never wraps onto a real slot (:func:`.index_or_padding`)."""
+        return index_or_padding(slots[i], S)
 
     @T.macro
     def read_slot(slots, i, S, slot: T.Ref):
@@ -124,8 +120,7 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
         the branch its own test opens, a second dependent load)."""
         raw = T.alloc_var(slots.dtype)
         raw = slots[i]
-        valid = T.And(raw >= 0, raw < T.cast(S, slots.dtype))
-        slot = T.if_then_else(valid, T.cast(raw, i32), -1)  # noqa: F841 - a T.Ref
+        slot = index_or_padding(raw, S)  # noqa: F841 - a T.Ref
 
     @T.macro
     def sequence_span(seq_meta, nacc, Tn, by, tid, red, start: T.Ref, L: T.Ref, acc_n: T.Ref):
