@@ -6,8 +6,9 @@ As ``test_attention_gpu.py``: a NaN-poisoned ``out``, NaN in every cache slot no
 outputs at the conformance suite's tolerances, the caches bit for bit. Beyond it: lengths at the
 tile edges and the last slot at split counts up to 256, a padding-only batch (zeros), an empty
 batch, and the
-default schedule (no pin) at B=1 chaining decode steps in a CUDA graph. Compiles only its own
-kernels, so a device run of it is short.
+default schedule (no pin) at B=1 chaining decode steps in a CUDA graph; and unchecked metadata (lengths
+at or past the capacity, block-table entries outside the pool) on every program it reaches, the 64-row
+ones included. Compiles only its own kernels, so a device run of it is short.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import pytest
 from tileops_cuda.kernels.attention_decode import DecodeBuildKey, DecodeSchedule, build_attention_decode, decode_refusal
 
 from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
-from decode_cases import decode_batch, decode_reference, poison_unread
+from catalogue_references import TOLERANCE, relative_error
+from decode_cases import decode_batch, decode_reference, places, poison_unread
 from graph_replays import assert_replays_like_eager
 
 DECODE = "AttentionDecodeFwdOp"
@@ -72,7 +74,9 @@ def _keys_used(arch: str) -> list[DecodeBuildKey]:
     from tileops_core import load_manifest
 
     qwen = DecodeBuildKey("bfloat16", 16, 2, 256, arch=arch)
+    paged = DecodeBuildKey("bfloat16", 16, 2, 256, True, "int32", "int32", arch=arch)
     keys = [dataclasses.replace(qwen, schedule=_PARALLEL)]
+    keys += [dataclasses.replace(paged if block else qwen, schedule=s) for block, s in UNCHECKED_RUNS.values()]
     for row in load_manifest()[DECODE].workloads:
         v, gen = row.values, row.values["generator"]
         if "block_size" in gen or int(gen["B"]) * int(gen["context"]) > _MAX_TOKENS:
@@ -227,3 +231,132 @@ def test_the_default_schedule_at_small_batch_chains_decode_steps_on_one_cache_in
         assert all(torch.equal(caches[n].view(torch.int16), want_caches[n].view(torch.int16)) for n in caches)
 
     assert_replays_like_eager(lambda: chain(caches, outs), reset, check)
+
+
+# -- Unchecked metadata (the launcher is called directly, as with contents checks off) ---------------
+# A length at or past the capacity is padding: nothing written, zeros out; through a block-table entry
+# outside [0, N) nothing is read or written (that sequence's output is unspecified). Either way every other
+# sequence's output and every cache slot are what they are without that sequence: the reference, which
+# fails such a call on the host, is run on the batch with that sequence made padding.
+
+#: Every program unchecked metadata reaches: the light split program and the 64-row one with each combine,
+#: one split (the split pass writes the output), and on 16-token blocks gathered, row by row (the light
+#: program's ``block`` tiles) and inside 64-token blocks (bulk copies).
+UNCHECKED_RUNS = {
+    "contiguous-light": (None, DecodeSchedule(combine="parallel", block_h=16, splits=4)),
+    "contiguous-light-sliced": (None, DecodeSchedule(combine="sliced", block_h=16, splits=4)),
+    "contiguous-serial": (None, DecodeSchedule(splits=4)),
+    "contiguous-one-split": (None, DecodeSchedule(splits=1)),
+    "paged16-light-gathered": (16, DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16, splits=4)),
+    "paged16-light-rows": (16, DecodeSchedule(combine="parallel", block_h=16, splits=4)),
+    "paged16-gathered": (16, DecodeSchedule(paged_tiles="gather", combine="parallel", splits=4)),
+    "paged64-bulk": (64, DecodeSchedule(combine="parallel", splits=4)),
+}
+_PAGED_RUNS = [name for name, (block, _) in UNCHECKED_RUNS.items() if block is not None]
+_UNCHECKED_CAPACITY = 192  # positions a sequence: 12 blocks of 16, 3 of 64
+
+
+def _unchecked_call(inputs, arch: str, schedule: DecodeSchedule):
+    """``out`` (NaN-poisoned before the call) and the caches after one call on copies of them."""
+    import torch
+
+    caches = {n: inputs[n].clone() for n in ("key_cache", "value_cache")}
+    out = torch.full_like(inputs["query"], float("nan"))
+    build_attention_decode(_pinned_key(inputs, arch, schedule)).run(
+        *[caches.get(n, inputs.get(n)) for n in _NAMES], None, out)
+    torch.cuda.synchronize()  # an access outside the caches or the table fails here
+    return out, caches
+
+
+def _assert_others_as_the_reference(out, caches, expected, want_caches, others) -> None:
+    """Sequences ``others`` within the float64 reference's tolerance; every cache slot bit for bit."""
+    import torch
+
+    err = relative_error(out[others], expected[others])
+    assert err <= TOLERANCE[out.dtype], f"out relative error {err:.3g} over the other sequences"
+    for name, want in want_caches.items():
+        assert torch.equal(caches[name].view(torch.int16), want.view(torch.int16)), f"a {name} slot differs"
+
+
+@pytest.mark.parametrize("past", [0, 5], ids=["at-capacity", "capacity+5"])
+@pytest.mark.parametrize("run", list(UNCHECKED_RUNS))
+def test_an_unchecked_length_at_or_past_the_capacity_is_padding(run, past, arch, cuda_device, gen):
+    """Sequences 1 and 4 (the last: its table row is the table's last) at the capacity or past it,
+    sequence 1 before one that reads its first positions (the contiguous program wrote the next row's
+    slot ``n - L``; the paged ones read past the table row): zeros, no slot written, the others as
+    the reference."""
+    import torch
+
+    block, schedule = UNCHECKED_RUNS[run]
+    bad = _UNCHECKED_CAPACITY + past
+    inputs = decode_batch(cuda_device[0], gen, [40, bad, 150, 0, bad], block=block, capacity=_UNCHECKED_CAPACITY)
+    lengths = inputs["cache_seqlens"]
+    padding = {**inputs, "cache_seqlens": torch.where(lengths >= _UNCHECKED_CAPACITY, -1, lengths)}
+    poison_unread(padding)  # (the caches are shared: the padding sequences' slots are NaN)
+    expected, kc, vc = decode_reference(padding, None)
+    out, caches = _unchecked_call(inputs, arch, schedule)
+    assert torch.equal(out[[1, 4]], torch.zeros_like(out[[1, 4]]))
+    rows, at = places(inputs, 2, past)  # sequence 2's slots that sequence 1's position n would run on to
+    assert torch.equal(caches["key_cache"][rows, at].view(torch.int16), kc[rows, at].view(torch.int16)), \
+        "the next sequence's slots were written"
+    _assert_others_as_the_reference(out, caches, expected, {"key_cache": kc, "value_cache": vc}, [0, 2, 3])
+
+
+def test_an_unchecked_int64_length_past_int32_is_padding_not_its_low_bits(arch, cuda_device, gen):
+    """``2**32 + 5`` is compared in its own dtype: padding, not a sequence of 5 (its low 32 bits)."""
+    import torch
+
+    inputs = decode_batch(cuda_device[0], gen, [40, 5, 150], capacity=_UNCHECKED_CAPACITY)
+    padding = {**inputs, "cache_seqlens": torch.tensor([40, -1, 150], dtype=torch.int64, device=cuda_device[0])}
+    poison_unread(padding)
+    expected, kc, vc = decode_reference(padding, None)
+    inputs["cache_seqlens"] = torch.tensor([40, 2**32 + 5, 150], dtype=torch.int64, device=cuda_device[0])
+    out, caches = _unchecked_call(inputs, arch, UNCHECKED_RUNS["contiguous-light"][1])
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    _assert_others_as_the_reference(out, caches, expected, {"key_cache": kc, "value_cache": vc}, [0, 2])
+
+
+#: Block-table entries outside the pool's N blocks: negative, N itself, and 2**31 - 1 (its first row,
+#: ``entry · L``, wraps int32: the bounds checks the programs had were made in int32, their addresses
+#: in int64).
+_OUTSIDE = {"negative": lambda N: -7, "N": lambda N: N, "int32-max": lambda N: 2**31 - 1}
+
+
+@pytest.mark.parametrize("where", ["read", "written"])
+@pytest.mark.parametrize("entry", list(_OUTSIDE))
+@pytest.mark.parametrize("run", _PAGED_RUNS)
+def test_an_unchecked_block_entry_outside_the_pool_is_never_read_or_written_through(run, entry, where, arch,
+                                                                                    cuda_device, gen):
+    """Sequence 1 (70 tokens) with one entry outside ``[0, N)``: its first block (only read) or the
+    block its new key/value goes to. Its output is unspecified; the others' outputs are the
+    reference's and every slot is as without it (a read block's step still writes its new row)."""
+    import torch
+
+    block, schedule = UNCHECKED_RUNS[run]
+    inputs = decode_batch(cuda_device[0], gen, [40, 70, 33, 150], block=block, capacity=_UNCHECKED_CAPACITY)
+    poison_unread(inputs)
+    table, N = inputs["block_table"], inputs["key_cache"].shape[0]
+    padding = {**inputs, "cache_seqlens": torch.tensor([40, -1, 33, 150], dtype=torch.int32, device=cuda_device[0])}
+    expected, kc, vc = decode_reference(padding, None)
+    j = 0 if where == "read" else 70 // block
+    if where == "read":  # its step's own slot, in a valid block
+        kc[table[1, 70 // block], 70 % block] = inputs["key"][1]
+        vc[table[1, 70 // block], 70 % block] = inputs["value"][1]
+    table[1, j] = _OUTSIDE[entry](N)
+    out, caches = _unchecked_call(inputs, arch, schedule)
+    _assert_others_as_the_reference(out, caches, expected, {"key_cache": kc, "value_cache": vc}, [0, 2, 3])
+
+
+def test_an_unchecked_int64_block_entry_past_int32_is_outside_the_pool_not_its_low_bits(arch, cuda_device, gen):
+    """``2**32 + k`` (k another sequence's block) for the block sequence 1 writes: compared in its own
+    dtype, so nothing is written, where its low 32 bits would name block k."""
+    import torch
+
+    inputs = decode_batch(cuda_device[0], gen, [40, 70, 33, 150], block=16, capacity=_UNCHECKED_CAPACITY)
+    poison_unread(inputs)
+    inputs["block_table"] = table = inputs["block_table"].long()
+    padding = {**inputs, "cache_seqlens": torch.tensor([40, -1, 33, 150], dtype=torch.int32, device=cuda_device[0])}
+    expected, kc, vc = decode_reference(padding, None)
+    table[1, 70 // 16] = 2**32 + int(table[0, 0])
+    out, caches = _unchecked_call(inputs, arch, UNCHECKED_RUNS["paged16-light-gathered"][1])
+    _assert_others_as_the_reference(out, caches, expected, {"key_cache": kc, "value_cache": vc}, [0, 2, 3])

@@ -143,6 +143,54 @@ def test_the_contiguous_split_program_reads_no_block_table():
     assert "block_table[" not in _decode_split_source(DecodeSchedule(combine="parallel"))
 
 
+#: Unchecked metadata (issue 21): the decode programs a length reaches (contiguous and paged splits, the three
+#: combines), int32 and int64 lengths, and the paged splits by how they read a block: gathered, row by row, in bulk.
+_LENGTH_READERS = {
+    "split-contiguous": lambda sd: decode_split_program(DecodeBuildKey("bfloat16", 16, 2, 256, seqlens_dtype=sd),
+                                                        default_tiling(_QWEN_DECODE), None),
+    "split-paged-gathered": lambda sd: decode_split_program(
+        DecodeBuildKey("bfloat16", 16, 2, 256, True, sd, "int32"), *page_layout(16, "gather")[::-1]),
+    "combine-serial": lambda sd: decode_combine_program(DecodeBuildKey("bfloat16", 16, 2, 256, seqlens_dtype=sd),
+                                                        default_tiling(_QWEN_DECODE)),
+    "combine-parallel": lambda sd: decode_parallel_combine_program(
+        DecodeBuildKey("bfloat16", 16, 2, 256, seqlens_dtype=sd)),
+    "combine-sliced": lambda sd: decode_sliced_combine_program(DecodeBuildKey("bfloat16", 16, 2, 256,
+                                                                              seqlens_dtype=sd)),
+}
+
+
+@pytest.mark.parametrize("seqlens", ["int32", "int64"])
+@pytest.mark.parametrize("program", list(_LENGTH_READERS))
+def test_a_decode_program_tests_a_length_against_the_capacity_in_its_own_dtype_before_using_it(program, seqlens):
+    """The first read of ``cache_seqlens`` is ``0 <= n < capacity`` (a length at or past the capacity is
+    padding, as a negative one; an int64 one compared before it is narrowed), in every program."""
+    source = _source(_LENGTH_READERS[program](seqlens))
+    body = source[source.index("{", source.index("__launch_bounds__")):]
+    test = re.search(r"(?:\(int64_t\))?0 <= cache_seqlens\[([^\]]+)\]\) && \(cache_seqlens\[\1\] < "
+                     + (r"\(\(int64_t\)capacity\)" if seqlens == "int64" else "capacity"), body)
+    assert test is not None and test.start() <= body.index("cache_seqlens[") < test.end()
+
+
+@pytest.mark.parametrize("block,tiles,rows,table,pool", [
+    (16, "gather", 64, "int32", "(NL >> 4)"), (16, "gather", 16, "int64", "(NL >> 4)"),
+    (16, "block", 16, "int32", "blocks"), (3, "block", 64, "int64", "blocks"), (64, "block", 64, "int32", "(NL >> 6)")],
+    ids=["gathered", "light-gathered-int64", "light-row-by-row", "row-by-row-int64", "bulk"])
+def test_a_paged_split_program_reaches_the_caches_only_through_a_clamped_block_entry(block, tiles, rows, table, pool):
+    """Every cache address (loads, bulk copies, the step's write) takes its table entry through an unsigned
+    clamp (an entry outside [0, N) lands past the pool, where the bounds-checked loads read zeros and no
+    row wraps int32), and the write is under a test of that entry against the pool's N blocks."""
+    from lowered_source import lowered_source
+
+    key = DecodeBuildKey("bfloat16", 16, 2, 256, True, "int32", table)
+    page, tiling = split_tiling(key, DecodeSchedule(paged_tiles=tiles, block_h=rows), block)
+    source = lowered_source(lambda key: decode_split_program(key, tiling, page), key)
+    uint = "uint64_t" if table == "int64" else "uint"
+    addressing = [line for line in source.splitlines()
+                  if re.search(r"\b(key|value)_cache(\[| \+ )|tma_load\((key|value)_cache_desc", line)]
+    assert addressing and all(f"min((({uint})" in line for line in addressing), addressing
+    assert re.search(rf"min\(\(\({uint}\)\w+\), [^;]*\)\) < {re.escape(pool)}\)\) {{", source)
+
+
 @pytest.mark.parametrize("paged", [False, True])
 def test_the_prefill_programs_lower_and_the_attention_streams_with_bulk_copies(paged):
     key = PrefillBuildKey("bfloat16", 16, 2, 256, paged, "int64", "int32" if paged else None)

@@ -442,6 +442,9 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         return t
 
     def plan(B: int, block_size: int | None, capacity: int, device: Any) -> _Plan:
+        if capacity > 2**31 - 1:  # the programs take it, and positions, as int32
+            raise ValueError(f"attention decode TileLang kernel: a block table of {capacity} positions exceeds int32 "
+                             "positions; pass at most 2**31 - 1 positions a sequence")
         schedule, _, splits, chunk = call_plan(key, B, block_size, capacity, lambda: multiprocessors(device))
         # The workspaces' shapes follow from the plan: their allocators are made with it, once a shape.
         return (programs(block_size, schedule), combines(schedule.combine), splits, chunk,
@@ -475,10 +478,11 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         # The new rows are read in 16-byte vectors: packed and 16-byte aligned (the metadata: any contiguous start).
         query, key, value = [t if t.is_contiguous() and t.data_ptr() % 16 == 0 else packed(t)
                              for t in (query, key, value)]
+        # The capacity bounds the lengths in the programs (unchecked metadata: one at or past it is padding).
         split_fn(query, key, value, kc.flat, vc.flat, seqlens, table, o_part,
-                 lse_part, out, L, chunk, scale_log2)
+                 lse_part, out, L, capacity, chunk, scale_log2)
         if splits > 1:
-            combine_fn(o_part, lse_part, seqlens, out, chunk)
+            combine_fn(o_part, lse_part, seqlens, out, capacity, chunk)
         kc.write_back()
         vc.write_back()
         return out

@@ -42,6 +42,18 @@ fits inside a block, so one table entry a tile; a runtime scalar in the row-by-r
 Table entries past a sequence's last block are never read. Nothing is compiled per B,
 context or pool size.
 
+Unchecked metadata (contents checks off; the reference fails such a call on the host, a kernel
+cannot): every program reads a length as ``index_or_padding(cache_seqlens[b], capacity)``
+(``capacity``: L, or M · L paged; compared in the lengths' own dtype), so one at or past the
+capacity is padding like a negative one: nothing written, zeros out (before, the contiguous
+program wrote it into the next sequence's first row, and the paged ones read past the table
+row). A block-table entry outside ``[0, N)`` is clamped, unsigned in its own dtype, to N, one
+past the pool: the bounds-checked loads (TileLang's guards, TMA's bounds) read its rows as
+zeros, and the step's key/value is not written there. That sequence's
+output is then unspecified; nothing outside the caches and the table is read or written (before,
+an entry past ``2**31 / L`` wrapped the guards' int32 row arithmetic and was read and written
+far past the pool, and an int64 one past int32 was narrowed onto a real block).
+
 tilelang is imported inside the builders, never at module import.
 """
 
@@ -50,6 +62,7 @@ tilelang is imported inside the builders, never at module import.
 from typing import TYPE_CHECKING, Any
 
 from ._common import dependent_launch
+from ._index_metadata import index_or_padding
 
 if TYPE_CHECKING:
     from .attention_decode import DecodeBuildKey, DecodeTiling
@@ -122,9 +135,10 @@ def online_softmax_step(rows: int, cols: int, dim: int) -> Any:
 
 def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: int | None) -> Any:  # noqa: C901
     """The split PrimFunc: ``(query, key, value, key_cache, value_cache, cache_seqlens,
-    block_table, o_part, lse_part, out, cache_len, chunk, scale_log2)``. The caches are flat
+    block_table, o_part, lse_part, out, cache_len, capacity, chunk, scale_log2)``. The caches are flat
     ``[N · L, NKV, D]``; ``block_table`` is a ``[1, 1]`` dummy for the contiguous layout;
-    ``cache_len`` is L: the capacity (contiguous) or the block size (paged).
+    ``cache_len`` is L: the capacity (contiguous) or the block size (paged); ``capacity`` is a
+    sequence's positions (L, or M · L paged): a length at or past it is padding.
 
     ``page``: None for the contiguous layout (a tile is ``BN`` consecutive rows: one bulk copy);
     the block size for the paged layout when ``BN`` divides it (a tile lies inside one block:
@@ -148,17 +162,33 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
     bulk = page is None or (page > 0 and not tiling.gather)
     light = BH < WGMMA_ROWS
 
-    def flat_row(table: Any, b: Any, p: Any, cache_len: Any) -> Any:
+    def pool_blocks(blocks: Any) -> Any:
+        """The pool's blocks (paged): ``NL // page`` where the block size is compiled in (a shift or a
+        multiply), else ``blocks``, the variable the row-by-row program divides into once (a let
+        binding would be inlined at every row)."""
+        return NL // page if page else blocks
+
+    def pool_block(table: Any, b: Any, p: Any, cache_len: Any, blocks: Any) -> Any:
+        """The pool block holding position ``p`` of sequence ``b`` (paged): its table entry where that is
+        in ``[0, N)``, else N, one past the pool (the guarded loads read its rows as zeros; its rows fit
+        int32): the entry clamped to N, unsigned in its own dtype, so a negative one is clamped too."""
+        u = "uint64" if table.dtype == "int64" else "uint32"
+        return T.cast(T.min(T.cast(table[b, p // (page or cache_len)], u), T.cast(pool_blocks(blocks), u)), i32)
+
+    def in_pool(table: Any, b: Any, p: Any, cache_len: Any, blocks: Any) -> Any:
+        """Whether position ``p`` of sequence ``b`` has a cache row (the contiguous layout's always do)."""
+        return True if page is None else pool_block(table, b, p, cache_len, blocks) < pool_blocks(blocks)
+
+    def flat_row(table: Any, b: Any, p: Any, cache_len: Any, blocks: Any) -> Any:
         """The flat cache row of position ``p`` of sequence ``b`` (``p`` inside the sequence)."""
         if page is None:
             return b * cache_len + p
-        if page > 0:
-            return T.cast(table[b, p // page], i32) * page + p % page
-        return T.cast(table[b, p // cache_len], i32) * cache_len + p % cache_len
+        size = page or cache_len
+        return pool_block(table, b, p, cache_len, blocks) * size + p % size
 
     @T.macro
     def load_tile(cache: Any, new: Any, tile: Any, table: Any, b: Any, h: Any, base: Any, n: Any, hi: Any,
-                  cache_len: Any):
+                  cache_len: Any, blocks: Any):
         """Positions ``base .. base + BN - 1`` of sequence ``b``, head ``h``, into ``tile``. Bulk
         copies: rows at n and past ``hi`` hold whatever their (in-bounds) addresses hold, callers
         replace and mask them; gathered rows: position n as this program wrote it, rows past n
@@ -167,16 +197,17 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
         if page is None:
             T.copy(cache[b * cache_len + base : b * cache_len + base + BN, h, :], tile)
         elif bulk:  # BN divides the block size: a tile lies inside one block
-            T.copy(cache[T.cast(table[b, base // page], i32) * page + base % page :
-                         T.cast(table[b, base // page], i32) * page + base % page + BN, h, :], tile)
+            T.copy(cache[flat_row(table, b, base, cache_len, blocks) :
+                         flat_row(table, b, base, cache_len, blocks) + BN, h, :], tile)
         elif tiling.gather:
             for i, d in T.Parallel(BN, D):
-                tile[i, d] = cache[flat_row(table, b, T.min(base + i, n), cache_len), h, d]
+                tile[i, d] = cache[flat_row(table, b, T.min(base + i, n), cache_len, blocks), h, d]
         else:
             for i, d in T.Parallel(BN, D):
                 tile[i, d] = T.if_then_else(
                     base + i < hi, T.if_then_else(base + i == n, new[b, h, d],
-                                                  cache[flat_row(table, b, T.min(base + i, n), cache_len), h, d]),
+                                                  cache[flat_row(table, b, T.min(base + i, n), cache_len, blocks),
+                                                        h, d]),
                     T.cast(0, dt))
 
     @T.prim_func
@@ -192,6 +223,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
         lse_part: T.Tensor((S, B, NQ), f32),
         out: T.Tensor((B, NQ, D), dt),
         cache_len: T.int32,
+        capacity: T.int32,
         chunk: T.int32,
         scale_log2: T.float32,
     ):
@@ -213,25 +245,28 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
             rescale = T.alloc_fragment((BH,), f32)
             row_sum = T.alloc_fragment((BH,), f32)
             l_sum = T.alloc_fragment((BH,), f32)
+            blocks = T.alloc_var(i32)  # the row-by-row program's pool blocks (pool_blocks)
 
             # The queries first: their loads do not wait for the length's (the write below
             # branches on it), so both latencies overlap before the pipeline starts.
             for i, d in T.Parallel(BH, D):
                 q_s[i, d] = T.if_then_else(i < G, query[b, h * G + T.min(i, G - 1), d], T.cast(0, dt))
 
-            n = T.cast(cache_seqlens[b], i32)
+            n = index_or_padding(cache_seqlens[b], capacity)
+            if page == 0:
+                blocks = NL // cache_len
             lo = sid * chunk
             hi = T.min(lo + chunk, n + 1)  # this program's positions: [lo, hi)
             active = n >= 0 and lo <= n
             tiles = T.if_then_else(active, T.ceildiv(hi - lo, BN), 0)
 
-            if active and n < lo + chunk:
+            if active and n < lo + chunk and in_pool(block_table, b, n, cache_len, blocks):
                 # The step's key/value into position n's slot. Nothing reads it back from there
                 # (this program takes position n from the inputs; no other program reads the
                 # slot), so the write needs no ordering against the bulk copies.
                 for d in T.Parallel(D):
-                    key_cache[flat_row(block_table, b, n, cache_len), h, d] = key_new[b, h, d]
-                    value_cache[flat_row(block_table, b, n, cache_len), h, d] = value_new[b, h, d]
+                    key_cache[flat_row(block_table, b, n, cache_len, blocks), h, d] = key_new[b, h, d]
+                    value_cache[flat_row(block_table, b, n, cache_len, blocks), h, d] = value_new[b, h, d]
             if tiling.gather:
                 T.sync_threads()  # the gathered loads read the slot just written
 
@@ -241,7 +276,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
 
             for k in T.Pipelined(tiles, num_stages=tiling.stages):
                 base = lo + k * BN
-                load_tile(key_cache, key_new, k_s, block_table, b, h, base, n, hi, cache_len)
+                load_tile(key_cache, key_new, k_s, block_table, b, h, base, n, hi, cache_len, blocks)
                 # The tile holding position n (the only one with rows past hi: chunks are whole
                 # tiles): its key from the input.
                 if bulk and n < base + BN:
@@ -252,7 +287,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                 for i, j in T.Parallel(BH, BN):  # scaled scores (log2 domain); -inf past hi
                     acc_s[i, j] = T.if_then_else(base + j < hi, acc_s[i, j] * scale_log2, NEG)
                 softmax_step(acc_s, acc_p, acc_o, m_cur, m_prev, rescale, row_sum, l_sum)
-                load_tile(value_cache, value_new, v_s, block_table, b, h, base, n, hi, cache_len)
+                load_tile(value_cache, value_new, v_s, block_table, b, h, base, n, hi, cache_len, blocks)
                 if bulk and n < base + BN:
                     # Position n's value from the input; zeros, not only zero weights, in the rows
                     # past hi: whatever the slots there hold (NaN) stays out of the product.
@@ -278,9 +313,10 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
 
 
 def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any:
-    """The combine PrimFunc: ``(o_part, lse_part, cache_seqlens, out, chunk)``. One program per
+    """The combine PrimFunc: ``(o_part, lse_part, cache_seqlens, out, capacity, chunk)``. One program per
     (query head, sequence); each thread owns ``ceil(D / threads)`` channels. Sequence ``b`` has
-    ``n // chunk + 1`` active splits (the split pass wrote exactly those); padding gets zeros."""
+    ``n // chunk + 1`` active splits (the split pass wrote exactly those); padding (a length
+    outside ``[0, capacity)``, as the split pass reads it) gets zeros."""
     import tilelang.language as T
 
     dt, f32, i32 = key.dtype, "float32", "int32"
@@ -295,6 +331,7 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
         lse_part: T.Tensor((S, B, NQ), f32),
         cache_seqlens: T.Tensor((B,), key.seqlens_dtype),
         out: T.Tensor((B, NQ, D), dt),
+        capacity: T.int32,
         chunk: T.int32,
     ):
         with T.Kernel(NQ, B, threads=TH) as (q, b):
@@ -304,7 +341,7 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
             m = T.alloc_var(f32)
             total = T.alloc_var(f32)
             w = T.alloc_var(f32)
-            n = T.cast(cache_seqlens[b], i32)
+            n = index_or_padding(cache_seqlens[b], capacity)
             active = T.min(T.max(n, 0) // chunk + 1, S)
             for e in T.unroll(PER):
                 acc[e] = T.float32(0)
@@ -429,6 +466,7 @@ def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
         lse_part: T.Tensor((S, B, NQ), f32),
         cache_seqlens: T.Tensor((B,), key.seqlens_dtype),
         out: T.Tensor((B, NQ, D), dt),
+        capacity: T.int32,
         chunk: T.int32,
     ):
         with T.Kernel(NQ, B, threads=TH) as (q, b):
@@ -441,7 +479,7 @@ def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
             lse = T.alloc_var(f32)
             wv = T.alloc_var(f32)
 
-            n = T.cast(cache_seqlens[b], i32)
+            n = index_or_padding(cache_seqlens[b], capacity)
             active = T.if_then_else(n >= 0, T.min(n // chunk + 1, S), 0)
             lane = tid // CH
             c = tid % CH
@@ -521,6 +559,7 @@ def decode_sliced_combine_program(key: "DecodeBuildKey") -> Any:
         lse_part: T.Tensor((S, B, NQ), f32),
         cache_seqlens: T.Tensor((B,), key.seqlens_dtype),
         out: T.Tensor((B, NQ, D), dt),
+        capacity: T.int32,
         chunk: T.int32,
     ):
         with T.Kernel(NQ, B, DS, threads=TH) as (q, b, ds):
@@ -533,7 +572,7 @@ def decode_sliced_combine_program(key: "DecodeBuildKey") -> Any:
             acc = T.alloc_local((VEC,), f32)
             lse = T.alloc_var(f32)
 
-            n = T.cast(cache_seqlens[b], i32)
+            n = index_or_padding(cache_seqlens[b], capacity)
             active = T.if_then_else(n >= 0, T.min(n // chunk + 1, S), 0)
             last = T.max(active - 1, 0)  # a written split (split 0 when none is: its terms are selected away)
             lane = tid // CH
