@@ -45,7 +45,7 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
-from ._index_metadata import narrowed_index
+from ._index_metadata import clip_tokens, narrowed_index
 from .attention_decode_program import online_softmax_statistics, online_softmax_step
 
 if TYPE_CHECKING:
@@ -183,8 +183,7 @@ def prefill_tile_counts_program(key: "PrefillBuildKey", block_m: int) -> Any:
             carry[0] = 0
             for c in T.serial(T.ceildiv(BM1, CH)):
                 j = c * CH + tid
-                ends[tid] = T.if_then_else(j < BM1, T.cast(T.max(T.min(cu_seqlens[T.min(j, BM1 - 1)], T.cast(
-                    tokens, cu_t)), T.cast(0, cu_t)), i32), 0)
+                ends[tid] = T.if_then_else(j < BM1, clip_tokens(cu_seqlens[T.min(j, BM1 - 1)], tokens), 0)
                 running_max(ends, tid, below)
                 end = T.max(top[0], ends[tid])
                 begin = T.if_then_else(tid > 0, T.max(top[0], ends[T.max(tid - 1, 0)]), top[0])
