@@ -62,7 +62,7 @@ def test_the_rows_of_uncovered_tokens_are_zeroed_in_16_byte_vectors():
     """``[0, clip(cu[0]))`` then ``[high, T)``: a loop of ``head + T - high`` rows (no iteration for valid
     metadata), each row's bf16 zeros stored as 16-byte vectors."""
     body = _meta_body("int32")
-    assert re.search(r"for \(int e = 0; e < [^;]*head[^;]*T[^;]*high[^;]*; \+\+e\)", body)
+    assert re.search(r"int tail = high;\s*for \(int i = 0; i < [^;]*head[^;]*T[^;]*tail[^;]*; \+\+i\)", body)
     assert "*(uint4*)(out + " in body
 
 

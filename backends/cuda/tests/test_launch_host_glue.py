@@ -48,6 +48,8 @@ def test_launch_views_are_readable_in_place_exactly_where_the_alignment_rule_say
 
 
 def test_launch_moe_grouped_experts_runs_its_three_programs_on_one_tile_map():
+    """The tiles program fills a three-row map (expert, first row, row bound) and zeroes the rows of
+    ``out`` no expert covers, so it takes ``out`` too; gate/up and down read the same three rows."""
     key = moe_grouped_experts.MoEGroupedExpertsBuildKey("float32", 4, 64, 32, skinny_max_rows=4)
     calls: list[tuple[str, tuple[Any, ...]]] = []
 
@@ -62,11 +64,16 @@ def test_launch_moe_grouped_experts_runs_its_three_programs_on_one_tile_map():
               torch.randn(4, 64, 64), torch.randn(4, 64, 32))
     assert out.shape == (rows, 64)
     (_, tiles), (_, gate_up), (_, down) = calls
-    expert, row = tiles[1], tiles[2]
+    _, expert, row, end, tiles_out = tiles
     assert [c[0] for c in calls] == ["tiles", "gate_up", "down"]
+    assert tiles_out is out and down[5] is out
+    assert expert.dtype == row.dtype == end.dtype == torch.int32
+    # the three rows of one map, in that order
+    assert row.data_ptr() - expert.data_ptr() == end.data_ptr() - row.data_ptr() == 4 * expert.numel()
     for args in (gate_up, down):
-        assert (args[3].data_ptr(), args[4].data_ptr()) == (expert.data_ptr(), row.data_ptr())
-        assert args[3].shape == args[4].shape == expert.shape
+        assert [a.data_ptr() for a in (args[1], args[3], args[4])] == [end.data_ptr(), expert.data_ptr(),
+                                                                       row.data_ptr()]
+        assert args[1].shape == args[3].shape == args[4].shape == expert.shape
 
 
 def test_launch_attention_decode_hands_each_call_fresh_partials_of_its_plans_shape():

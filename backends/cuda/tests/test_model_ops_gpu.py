@@ -3,7 +3,8 @@ spec rows (``test_spec_rows_gpu.py``): the strided inputs a model passes them (t
 gate halves of q_proj's output) are read in place and give the bits their contiguous copies
 give; MRoPE with equal position rows is NeoX; routing ties go to the lower id; permute gives the
 reference's exact bits over many chunks; the routed experts match ``torch._grouped_mm`` at real
-sizes (their spec rows run only tiny there). Skips cleanly without a GPU or tilelang.
+sizes (their spec rows run only tiny there), and read unchecked expert offsets as the spec's clipped
+ranges. Skips cleanly without a GPU or tilelang.
 """
 
 from __future__ import annotations
@@ -275,3 +276,61 @@ def _check_grouped_experts(gen, tokens, top_k, experts, run):
         want = grouped_linear_by_loop((torch.nn.functional.silu(g) * u).bfloat16(), down, host)
     err = float((got.float() - want.float()).norm() / want.float().norm())
     assert not torch.isnan(got).any() and err < 1e-2, err
+
+
+#: Unchecked expert_offsets over E = 8 experts and N rows (contents checks off, as in serving), by case: rising
+#: from 0 to N (two experts empty); decreasing (experts starting below an earlier one's end); negative first
+#: entries and entries past N; a head and a tail no expert covers (a positive first entry, a last below N);
+#: int64 entries past int32 (made int32 first, ``-2**32 + N // 3`` would start the rows at N // 3 and
+#: ``2**32 + 5N // 6`` would end expert 6 there).
+_UNCHECKED_OFFSETS = {
+    "valid": lambda N: [0, N // 8, N // 8, N // 3, N // 2, N // 2, 2 * N // 3, 5 * N // 6, N],
+    "decreasing": lambda N: [0, N // 2, N // 4, 3 * N // 4, N // 8, N // 8, N, N // 3, N],
+    "negative-first-past-N": lambda N: [-N, -1, N // 3, 2 * N, N // 2, N + 7, N, 3 * N, N],
+    "head-and-tail-uncovered": lambda N: [N // 5, N // 5, -3, N // 2, N // 3, 2 * N // 3, 2 * N // 3, 3 * N // 4,
+                                          3 * N // 4],
+    "int64-past-int32": lambda N: [-(2**32) + N // 3, N // 4, N // 4, N // 2, N // 2 + 1, 2 * N // 3, 3 * N // 4,
+                                   2**32 + 5 * N // 6, N],
+}
+
+
+#: E = 8 (the key the (300, 2, 8) row above builds): at most 8 rows take the skinny programs
+#: (``skinny_max_rows``), fewer than 256 the 64-row tiling, at least 256 (``PREFILL_ROWS_PER_EXPERT``) the
+#: 128-row one.
+@pytest.mark.parametrize("rows", [6, 200, 600], ids=["skinny", "64-row-tiles", "128-row-tiles"])
+@pytest.mark.parametrize("case", list(_UNCHECKED_OFFSETS))
+def test_grouped_experts_read_unchecked_offsets_as_clipped_ranges_and_zero_the_rows_none_covers(cuda_device, gen,
+                                                                                                 case, rows):
+    """The spec's reading with contents checks off: expert e's rows are ``[b_e, b_{e+1})`` with ``b_e =
+    clip(max(expert_offsets[0..e]))`` into ``[0, N]``, the rows outside ``[b_0, b_E)`` zeros. Through the op
+    (checks off), and through the same build on a NaN-poisoned ``out`` (every row written, the op's bits);
+    the covered rows against the reference on the clipped offsets, which it accepts (a float32 loop here)."""
+    from itertools import accumulate
+
+    from tileops_core.kernels import CallSpec
+    from tileops_core.ops.moe import MoEGroupedExpertsFwdOp
+    from tileops_cpu_ref.moe import moe_grouped_experts
+    from tileops_cuda.registered_model import TileLangMoEGroupedExperts
+
+    E, H, I = 8, 2048, 512
+    offsets_dtype = "int64" if case == "int64-past-int32" else "int32"
+    offsets = _UNCHECKED_OFFSETS[case](rows)
+    bounds = [min(max(b, 0), rows) for b in accumulate(offsets, max)]
+    x = torch.randn(rows, H, device="cuda", generator=gen).bfloat16()
+    gate_up = (torch.randn(E, 2 * I, H, device="cuda", generator=gen) / H ** 0.5).bfloat16()
+    down = (torch.randn(E, H, I, device="cuda", generator=gen) / I ** 0.5).bfloat16()
+    expert_offsets = torch.tensor(offsets, dtype=getattr(torch, offsets_dtype), device="cuda")
+
+    got = MoEGroupedExpertsFwdOp(check_contents=False)(x, expert_offsets, gate_up, down)
+    call = CallSpec("MoEGroupedExpertsFwdOp", "MoEGroupedExpertsKernel", "cuda", cuda_device[1],
+                    {"hidden_states": "bfloat16", "expert_offsets": offsets_dtype}, {"E": E, "H": H, "I": I}, {})
+    poisoned = torch.full_like(x, float("nan"))
+    TileLangMoEGroupedExperts.launcher(TileLangMoEGroupedExperts.key(call))(x, expert_offsets, gate_up, down, poisoned)
+    torch.cuda.synchronize()
+    assert torch.equal(poisoned.view(torch.int16), got.view(torch.int16))
+    head, tail = bounds[0], bounds[E]
+    assert torch.equal(got[:head], torch.zeros_like(got[:head])) and torch.equal(got[tail:],
+                                                                                   torch.zeros_like(got[tail:]))
+    want = moe_grouped_experts(x[head:tail], torch.tensor([b - head for b in bounds]), gate_up, down)
+    err = float((got[head:tail].float() - want.float()).norm() / want.float().norm())
+    assert err < 1e-2, err

@@ -2,16 +2,20 @@
 shared expert's (with and without its sigmoid gate, both tilings, bf16 and fp16, Qwen3.5's
 H=2048 I=512 and a tiny row) stream their operands with bulk copies into wgmma, its gate-logit
 program reduces a row across the block, and the routed experts' programs, whose gate/up and down
-bodies the shared expert inlines too, still lower for both tilings."""
+bodies the shared expert inlines too, still lower for both tilings. The routed experts' tile map reads
+``expert_offsets`` as the spec does with contents checks off (clipped in their own dtype, max-scanned,
+the uncovered rows zeroed), and the programs after it bound a tile's rows by the map alone."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 tilelang = pytest.importorskip("tilelang")
 
 from tileops_cuda.kernels.moe_grouped_experts import (  # noqa: E402
-    DECODE_TILING, PREFILL_TILING, MoEGroupedExpertsBuildKey, _routed_programs,
+    DECODE_TILING, PREFILL_TILING, MoEGroupedExpertsBuildKey, _routed_programs, _tiles_program,
 )
 from tileops_cuda.kernels.moe_shared_expert import (  # noqa: E402
     SHARED_DECODE_TILING, MoESharedExpertBuildKey, shared_programs,
@@ -51,6 +55,65 @@ def test_the_gate_logit_program_reduces_each_row_across_the_block(dtype, hidden)
 def test_the_routed_expert_programs_still_lower_for_both_tilings(tiling):
     for func in _routed_programs(MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512), tiling):
         assert "__global__" in _source(func)
+
+
+def _tiles_body(experts: int, offsets_dtype: str) -> str:
+    key = MoEGroupedExpertsBuildKey("bfloat16", experts, 2048, 512, offsets_dtype)
+    source = _source(_tiles_program(key, DECODE_TILING.block_m))
+    return source[source.index("__launch_bounds__"):]
+
+
+@pytest.mark.parametrize("experts", [512, 8])  # a thread an expert, and a warp past the experts
+@pytest.mark.parametrize("offsets_dtype", ["int32", "int64"])
+def test_the_tile_map_clips_every_offset_into_0_n_in_its_own_dtype_before_it_is_made_int32(offsets_dtype, experts):
+    """Entry e (the scan), e + 1 (the expert's end), E (the uncovered tail) and 0 (the uncovered head):
+    each read inside ``min(max(., 0), N)`` in the offsets' dtype (an int64 entry past int32 made int32
+    first would wrap into ``[0, N]``: ``2**32 + 5`` would end an expert at row 5), none cast bare."""
+    body = _tiles_body(experts, offsets_dtype)
+    loads = re.findall(r"expert_offsets\[", body)
+    clipped = re.findall(r"\(\(int\)min\(max\(expert_offsets\[[^;]*?, \(int64_t\)0\), \(\(int64_t\)N\)\)\)"
+                         if offsets_dtype == "int64" else r"min\(max\(expert_offsets\[[^;]*?, 0\), N\)", body)
+    assert len(loads) == len(clipped) == 4, (loads, clipped)
+    assert "(int)expert_offsets[" not in body
+
+
+def test_the_tile_map_max_scans_the_clipped_starts_and_sum_scans_the_tile_counts():
+    """A warp-shuffle max-scan of the clipped entries (``b_e``), then a sum-scan of the tile counts, each
+    warp total in a buffer of its own (no fence between the scans); expert e ends at ``b_{e+1} =
+    max(clip(expert_offsets[e + 1]), b_e)``, so its count ``ceil((b_{e+1} - b_e) / 64)`` is never negative,
+    and every tile's slot records that bound."""
+    body = _tiles_body(512, "int32")
+    scans = re.findall(r"__shfl_up_sync\([^;]*\);\s*if \([^\n]*\) \{\s*(\w+)\[0\] = (max\(|\()\1\[0\]", body)
+    assert scans == [("start", "max("), ("slots", "(")], scans
+    assert "((int*)wmax)[" in body and "((int*)wsum)[" in body
+    assert re.search(r"end = max\(min\(max\(expert_offsets\[\(\(\(int\)threadIdx.x\) \+ 1\)\], 0\), N\), start\[0\]\);",
+                     body)
+    assert "count = (((end + 63) - start[0]) >> 6);" in body
+    assert re.search(r"tile_end\[[^;]*\] = end;", body)
+    # b_E, where the uncovered tail starts: the block's maximum, then the last entry's
+    assert re.search(r"tail = max\(tail, \(\(int\*\)wmax\)\[w\w*\]\);", body)
+    assert "tail = max(tail, min(max(expert_offsets[512]" in body
+
+
+def test_the_rows_no_expert_covers_are_zeroed_in_16_byte_vectors():
+    """``[0, clip(expert_offsets[0]))`` then ``[b_E, N)``: a loop of ``head + N - tail`` rows' vectors (no
+    iteration for valid offsets), each row's bf16 zeros stored as 16-byte vectors."""
+    body = _tiles_body(512, "int32")
+    assert re.search(r"for \(int i = 0; i < [^;]*head[^;]*N[^;]*tail[^;]*; \+\+i\)", body)
+    assert "*(uint4*)(out + " in body
+
+
+@pytest.mark.parametrize("tiling", [DECODE_TILING, PREFILL_TILING], ids=["decode", "prefill"])
+def test_the_programs_after_the_map_bound_a_tiles_rows_by_its_slot_not_by_the_offsets(tiling):
+    """gate/up and down (and the skinny programs, with the decode tiling) take no ``expert_offsets``:
+    a tile's rows stop at ``tile_end[slot]``, which the map's program clipped into ``[0, N]``."""
+    key = MoEGroupedExpertsBuildKey("bfloat16", 512, 2048, 512, "int64", skinny_max_rows=256)
+    programs = _routed_programs(key, tiling)
+    for func in (*programs[1:3], *programs[4:]):
+        body = _source(func)
+        body = body[body.index("__launch_bounds__"):]
+        assert "expert_offsets" not in body and "tile_end[" in body, func.attrs["global_symbol"]
+        assert re.search(r"< \(?tile_end\[", body), func.attrs["global_symbol"]
 
 
 @pytest.mark.parametrize("gated", [True, False], ids=["gated", "ungated"])

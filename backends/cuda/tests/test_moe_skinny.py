@@ -21,34 +21,35 @@ Key = routed.MoEGroupedExpertsBuildKey
 
 
 def _programs(name: str, block_m: int, E: int, H: int, I: int, calls: list[tuple[str, Any]]) -> tuple[Any, ...]:
-    """``(tiles, gate_up, down)`` stand-ins: the tile map of ``block_m``-row tiles, then each
-    mapped tile's rows through its expert's weights (``[E, ·, ·]`` banks or flat ones)."""
+    """``(tiles, gate_up, down)`` stand-ins for valid offsets: the tile map of ``block_m``-row tiles
+    (expert, first row, row bound), then each mapped tile's rows through its expert's weights
+    (``[E, ·, ·]`` banks or flat ones)."""
 
-    def tiles(offsets, tile_expert, tile_row):
+    def tiles(offsets, tile_expert, tile_row, tile_end, out):
         calls.append((f"{name}/tiles", tile_expert.shape))
         tile_expert.fill_(-1)
         slot = 0
         for e in range(E):
             for r0 in range(int(offsets[e]), int(offsets[e + 1]), block_m):
-                tile_expert[slot], tile_row[slot] = e, r0
+                tile_expert[slot], tile_row[slot], tile_end[slot] = e, r0, int(offsets[e + 1])
                 slot += 1
 
-    def tiles_of(offsets, tile_expert, tile_row):
-        for e, r0 in zip(tile_expert.tolist(), tile_row.tolist()):
+    def tiles_of(tile_expert, tile_row, tile_end):
+        for e, r0, end in zip(tile_expert.tolist(), tile_row.tolist(), tile_end.tolist()):
             if e >= 0:
-                yield e, slice(r0, min(r0 + block_m, int(offsets[e + 1])))
+                yield e, slice(r0, min(r0 + block_m, end))
 
-    def gate_up(x, offsets, bank, tile_expert, tile_row, act):
+    def gate_up(x, tile_end, bank, tile_expert, tile_row, act):
         calls.append((f"{name}/gate_up", bank.shape))
         bank = bank.view(E, 2 * I, H)
-        for e, rows in tiles_of(offsets, tile_expert, tile_row):
+        for e, rows in tiles_of(tile_expert, tile_row, tile_end):
             g, u = F.linear(x[rows], bank[e, :I]), F.linear(x[rows], bank[e, I:])
             act[rows] = F.silu(g) * u
 
-    def down(act, offsets, bank, tile_expert, tile_row, out):
+    def down(act, tile_end, bank, tile_expert, tile_row, out):
         calls.append((f"{name}/down", bank.shape))
         bank = bank.view(E, H, I)
-        for e, rows in tiles_of(offsets, tile_expert, tile_row):
+        for e, rows in tiles_of(tile_expert, tile_row, tile_end):
             out[rows] = F.linear(act[rows], bank[e])
 
     return tiles, gate_up, down

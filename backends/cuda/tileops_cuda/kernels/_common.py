@@ -6,6 +6,7 @@ Nothing here imports tilelang or torch at module import; both load on first buil
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -20,6 +21,7 @@ __all__ = [
     "annotate_pass_configs",
     "arch_refusal",
     "block_scan_macro",
+    "uncovered_rows_macro",
     "cached_build",
     "compile_many",
     "compile_once",
@@ -323,3 +325,34 @@ def block_scan_macro(threads: int, combine: Callable[[Any, Any], Any] | None = N
                 part[0] = add(part[0], wsum[w])
 
     return block_scan
+
+
+def uncovered_rows_macro(threads: int, row_shape: tuple[int, ...], dtype: str) -> Any:
+    """A TileLang macro ``(out, head, tail, tid)``: zeros in the rows ``[0, head)`` and
+    ``[tail, rows)`` of ``out`` (``[rows, *row_shape]``, rows of whole 16-byte vectors), one vector a
+    thread and step over the block's ``threads``. The rows no sequence or expert covers under
+    unchecked metadata (the spec's clipped reading): for valid metadata both ranges are empty and
+    the loop makes no iteration, so a program pays a compare for the guarantee."""
+    import tilelang.language as T
+
+    vec = 16 // ELEM_BYTES[dtype]
+    inner = row_shape[-1]
+    rv = math.prod(row_shape) // vec  # vectors of a row
+
+    @T.macro
+    def zero_rows(out, head, tail, tid):
+        # out.shape[0] inline: a dynamic size bound to a name here takes that name in the kernel's signature
+        for i in T.serial(T.ceildiv((head + out.shape[0] - tail) * rv, threads)):
+            idx = i * threads + tid
+            if idx < (head + out.shape[0] - tail) * rv:
+                row = idx // rv
+                zero_row = T.alloc_var("int32")  # a variable: a macro's plain name is substituted at every use
+                zero_row = T.if_then_else(row < head, row, row - head + tail)
+                first = idx % rv * vec  # the vector's first element in the row
+                for j in T.vectorized(vec):
+                    if len(row_shape) == 1:
+                        out[zero_row, first + j] = T.cast(0, dtype)
+                    else:
+                        out[zero_row, first // inner, first % inner + j] = T.cast(0, dtype)
+
+    return zero_rows

@@ -54,7 +54,7 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
-from ._common import block_scan_macro
+from ._common import block_scan_macro, uncovered_rows_macro
 from ._index_metadata import clip_tokens, narrowed_index
 from .rgdr_program import L2NORM_EPS
 
@@ -154,10 +154,9 @@ def chunk_gdr_meta_program(key: "ChunkGDRBuildKey") -> Any:
 
     i32, TH, C, dt = "int32", META_THREADS, CHUNK, key.input_dtype
     NV, DV = key.num_v_heads, key.head_v_dim
-    VEC = 16 // (4 if dt == "float32" else 2)  # elements of a 16-byte vector
-    RV = NV * DV // VEC  # vectors of an output row
     BM, NS, Tn = T.dynamic("BM"), T.dynamic("NS"), T.dynamic("T")
     block_scan, block_max_scan = block_scan_macro(TH), block_scan_macro(TH, T.max)
+    zero_rows = uncovered_rows_macro(TH, (NV, DV), dt)
 
     @T.prim_func
     def chunk_gdr_meta(
@@ -202,14 +201,7 @@ def chunk_gdr_meta_program(key: "ChunkGDRBuildKey") -> Any:
                     carry = carry + wsum[w]
                 T.sync_threads()  # every thread has read wmax and wsum before the next block writes them
             # -- zeros for the tokens no sequence covers: [0, cu[0]) then [cu[B], T), cu[B] = high --------
-            head = clip_tokens(cu_seqlens[0], Tn)
-            for e in T.serial(T.ceildiv((head + Tn - high) * RV, TH)):
-                idx = e * TH + tid
-                if idx < (head + Tn - high) * RV:
-                    row = idx // RV
-                    t = T.if_then_else(row < head, row, row - head + high)
-                    for j in T.vectorized(VEC):
-                        out[t, idx % RV // (DV // VEC), idx % (DV // VEC) * VEC + j] = T.cast(0, dt)
+            zero_rows(out, clip_tokens(cu_seqlens[0], Tn), high, tid)
 
     return chunk_gdr_meta
 

@@ -5,10 +5,14 @@ permuted hidden states, the experts' row ranges read from ``expert_offsets`` on 
 Three kernels, no host synchronisation:
 
 1. ``tiles`` (one program, a thread per expert): each expert's rows cut into tiles of BM, the
-   tile counts scanned in shared memory, and a tile map written: tile -> (expert, first row),
-   -1 past the last tile. The map has ``min(N, ceil(N / BM) + E)`` slots (a host-side bound:
-   every tile holds a row, and at most one partial tile per expert), so the GEMM grids need
-   no count from the device;
+   tile counts scanned across the block, and a tile map written: tile -> (expert, first row, row
+   bound), expert -1 past the last tile. The rows are the spec's reading of ``expert_offsets``:
+   ``[b_e, b_{e+1})`` with ``b_e = clip(max(expert_offsets[0..e]))`` into ``[0, N]`` (valid
+   offsets as written; unchecked ones, with contents checks off, laid end to end inside the rows,
+   since a kernel cannot raise without a device sync), and the rows no expert covers get zeros
+   here. The map has ``min(N, ceil(N / BM) + E)`` slots (a host-side bound: every tile holds a
+   row, and at most one partial tile per expert, whatever the offsets hold), so the GEMM grids
+   need no count from the device, and no tile reaches past N;
 2. ``gate_up`` (a program per tile and BN columns of I): ``g = x @ gate_rows.T`` and
    ``u = x @ up_rows.T`` share the x tile (two wgmma accumulators, float32), rounded to the
    input dtype, then ``act = round(silu(g) · u)`` in float32 (the spec's roundings);
@@ -19,7 +23,7 @@ sync): 64-row tiles and narrow programs when experts hold few rows (decode: many
 stream the weights), 128-row tiles with two consumer warpgroups when they hold many (prefill:
 an expert's rows fit one or two tiles, so its weights are read about once). Operand tiles
 stream through a multi-stage shared-memory pipeline (TMA, warp-specialised) into
-``T.gemm``; rows of a tile past its expert's range are computed on (they belong to the next
+``T.gemm``; rows of a tile past its row bound are computed on (they belong to the next
 expert or lie past N) but never stored. A program whose map slot is -1 does nothing. Experts without rows cost
 nothing; each used expert's weights are read once per row tile. Specialised on dtype, E, H, I
 and the offsets' dtype; the row count N is dynamic. float32 is refused (the tensor cores would
@@ -36,8 +40,9 @@ separate weights and a static tile map, so the two never drift apart.
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import (arch_refusal, cached_build, compile_prim_func, dependent_launch, dependent_launch_refusal,
-                      direct_entry)
+from ._common import (arch_refusal, block_scan_macro, cached_build, compile_prim_func, dependent_launch,
+                      dependent_launch_refusal, direct_entry, uncovered_rows_macro)
+from ._index_metadata import clip_tokens
 from ._row_views import packed
 from ._workspace import workspace_allocator
 from .moe_permute import expert_threads
@@ -144,35 +149,61 @@ def moe_grouped_experts_refusal(key: MoEGroupedExpertsBuildKey) -> str | None:
 
 
 def _tiles_program(key: MoEGroupedExpertsBuildKey, block_m: int):
+    """The tile-map PrimFunc ``(expert_offsets, tile_expert, tile_row, tile_end, out)``: expert ``e``'s rows
+    are ``[b_e, b_{e+1})`` with ``b_e = clip(max(expert_offsets[0..e]))`` and ``clip(x) = min(max(x, 0), N)``
+    (the spec's reading: valid offsets as written, unchecked ones laid end to end inside ``[0, N)``), cut
+    into ``block_m``-row tiles; slot ``s`` holds tile ``s``'s expert, first row and row bound ``b_{e+1}``,
+    expert -1 past the last tile. A thread an expert: a max-scan of the clipped offsets gives each its
+    start, a sum-scan of the tile counts its first slot. The ranges are disjoint inside ``[0, N)``, every
+    tile holds a row and only an expert's last is partial, so the tiles fit ``tile_slots(N, E, block_m)``
+    whatever the offsets hold. Offsets are clipped in their own dtype (an int64 entry past int32 made
+    int32 first would wrap into ``[0, N]``). Then the rows no expert covers, ``[0, b_0)`` and ``[b_E, N)``
+    (none for valid offsets: no iteration), get zero outputs, a 16-byte vector a thread and step: the
+    GEMM programs write only the experts' rows."""
     import tilelang.language as T
 
-    E, i32, TE, BM = key.experts, "int32", expert_threads(key.experts), block_m
-    S = T.dynamic("S")  # tile map slots
+    E, H, dt, i32, TE, BM = key.experts, key.hidden, key.dtype, "int32", expert_threads(key.experts), block_m
+    S, N = T.dynamic("S"), T.dynamic("N")  # tile map slots, rows
+    running_max, running_sum = block_scan_macro(TE, T.max), block_scan_macro(TE)
+    zero_rows = uncovered_rows_macro(TE, (H,), dt)
 
     @T.prim_func
     def moe_expert_tiles(expert_offsets: T.Tensor((E + 1,), key.offsets_dtype), tile_expert: T.Tensor((S,), i32),
-                         tile_row: T.Tensor((S,), i32)):
+                         tile_row: T.Tensor((S,), i32), tile_end: T.Tensor((S,), i32), out: T.Tensor((N, H), dt)):
         with T.Kernel(1, threads=TE):
             dependent_launch(key.dependent_launch)
             e = T.get_thread_binding()
-            ends = T.alloc_shared((TE,), i32)
-            first = T.alloc_var(i32, init=0)
-            count = T.alloc_var(i32, init=0)
+            wmax = T.alloc_shared((TE // 32,), i32)
+            wsum = T.alloc_shared((TE // 32,), i32)
+            start = T.alloc_local((1,), i32)  # b_e after the max-scan
+            slots = T.alloc_local((1,), i32)  # the tiles of experts 0..e after the sum-scan
+            end = T.alloc_var(i32, init=0)  # b_{e+1}
+            count = T.alloc_var(i32, init=0)  # expert e's tiles
+            tail = T.alloc_var(i32, init=0)  # b_E: where the uncovered tail starts
+            used = T.alloc_var(i32, init=0)  # every expert's tiles
+            start[0] = 0  # past the experts: the max-scan's identity (the clipped values are >= 0)
             if e < E:
-                first = T.cast(expert_offsets[e], i32)
-                count = T.ceildiv(T.cast(expert_offsets[e + 1], i32) - first, BM)
-            ends[e] = count
-            T.sync_threads()
-            T.cumsum(src=ends, dim=0)
-            T.sync_threads()
-            start = ends[e] - count
+                start[0] = clip_tokens(expert_offsets[e], N)
+            running_max(start, wmax, e)
+            if e < E:
+                end = T.max(clip_tokens(expert_offsets[e + 1], N), start[0])
+                count = T.ceildiv(end - start[0], BM)
+            slots[0] = count
+            running_sum(slots, wsum, e)  # wsum: a buffer of its own, so no fence after the max-scan
+            for w in T.unroll(TE // 32):  # the block's maximum and total, the same in every thread
+                tail = T.max(tail, wmax[w])
+                used = used + wsum[w]
+            tail = T.max(tail, clip_tokens(expert_offsets[E], N))
+            first = slots[0] - count
             for q in T.serial(count):
-                tile_expert[start + q] = e
-                tile_row[start + q] = first + q * BM
-            used = ends[TE - 1]
+                tile_expert[first + q] = e
+                tile_row[first + q] = start[0] + q * BM
+                tile_end[first + q] = end
             for q in T.serial(T.ceildiv(S, TE)):
                 if q * TE + e >= used and q * TE + e < S:
                     tile_expert[q * TE + e] = -1
+            # -- zeros for the rows no expert covers: [0, b_0) then [b_E, N) ---------------------------
+            zero_rows(out, clip_tokens(expert_offsets[0], N), tail, e)
 
     return moe_expert_tiles
 
@@ -247,20 +278,21 @@ def down_tile(key: Any, tiling: GroupedTiling, gated: bool = False):
 def _gate_up_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
     import tilelang.language as T
 
-    E, H, I, dt = key.experts, key.hidden, key.intermediate, key.dtype
+    E, H, I, dt, i32 = key.experts, key.hidden, key.intermediate, key.dtype, "int32"
     N, S = T.dynamic("N"), T.dynamic("S")
     body = gate_up_tile(key, tiling)
 
     @T.prim_func
-    def moe_gate_up(hidden_states: T.Tensor((N, H), dt), expert_offsets: T.Tensor((E + 1,), key.offsets_dtype),
-                    gate_up_proj: T.Tensor((E, 2 * I, H), dt), tile_expert: T.Tensor((S,), "int32"),
-                    tile_row: T.Tensor((S,), "int32"), act: T.Tensor((N, I), dt)):
+    def moe_gate_up(hidden_states: T.Tensor((N, H), dt), tile_end: T.Tensor((S,), i32),
+                    gate_up_proj: T.Tensor((E, 2 * I, H), dt), tile_expert: T.Tensor((S,), i32),
+                    tile_row: T.Tensor((S,), i32), act: T.Tensor((N, I), dt)):
         with T.Kernel(S, T.ceildiv(I, tiling.block_n_gate_up), threads=tiling.threads) as (bx, by):
             dependent_launch(key.dependent_launch)
-            e = tile_expert[bx]
-            if e >= 0:
-                body(hidden_states, gate_up_proj, 0, gate_up_proj, I, e, tile_row[bx],
-                     T.cast(expert_offsets[e + 1], "int32"), by, act)
+            # The expert is read where it is used: bound once (``e = tile_expert[bx]``) and read by the
+            # producer warps alone, it fails TileLang 0.1.15's host/device split ("used before definition").
+            if tile_expert[bx] >= 0:
+                body(hidden_states, gate_up_proj, 0, gate_up_proj, I, tile_expert[bx], tile_row[bx], tile_end[bx], by,
+                     act)
 
     return moe_gate_up
 
@@ -268,19 +300,17 @@ def _gate_up_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
 def _down_program(key: MoEGroupedExpertsBuildKey, tiling: GroupedTiling):
     import tilelang.language as T
 
-    E, H, I, dt = key.experts, key.hidden, key.intermediate, key.dtype
+    E, H, I, dt, i32 = key.experts, key.hidden, key.intermediate, key.dtype, "int32"
     N, S = T.dynamic("N"), T.dynamic("S")
     body = down_tile(key, tiling)
 
     @T.prim_func
-    def moe_down(act: T.Tensor((N, I), dt), expert_offsets: T.Tensor((E + 1,), key.offsets_dtype),
-                 down_proj: T.Tensor((E, H, I), dt), tile_expert: T.Tensor((S,), "int32"),
-                 tile_row: T.Tensor((S,), "int32"), out: T.Tensor((N, H), dt)):
+    def moe_down(act: T.Tensor((N, I), dt), tile_end: T.Tensor((S,), i32), down_proj: T.Tensor((E, H, I), dt),
+                 tile_expert: T.Tensor((S,), i32), tile_row: T.Tensor((S,), i32), out: T.Tensor((N, H), dt)):
         with T.Kernel(S, T.ceildiv(H, tiling.block_n_down), threads=tiling.threads) as (bx, by):
             dependent_launch(key.dependent_launch)
-            e = tile_expert[bx]
-            if e >= 0:
-                body(act, down_proj, e, tile_row[bx], T.cast(expert_offsets[e + 1], "int32"), by, None, out)
+            if tile_expert[bx] >= 0:  # the expert read where it is used, as in the gate/up program
+                body(act, down_proj, tile_expert[bx], tile_row[bx], tile_end[bx], by, None, out)
 
     return moe_down
 
@@ -313,14 +343,14 @@ def _make_run(key: MoEGroupedExpertsBuildKey, decode: tuple[Any, ...], prefill: 
             (tiles, gate_up, down), block_m = decode[:3], DECODE_TILING.block_m
         slots = tile_slots(N, E, block_m)
         dev = hidden_states.device
-        tile_map = empty((2, slots), torch.int32, dev)
+        tile_map = empty((3, slots), torch.int32, dev)
         act = empty((N, I), hidden_states.dtype, dev)
         offsets = expert_offsets.contiguous()
-        # The map's two rows, viewed once for the three launches (a view costs a tensor a call).
-        tile_expert, tile_row = tile_map[0], tile_map[1]
-        tiles(offsets, tile_expert, tile_row)
-        gate_up(hidden_states, offsets, gate_up_proj, tile_expert, tile_row, act)
-        down(act, offsets, down_proj, tile_expert, tile_row, out)
+        # The map's three rows, viewed once for the three launches (a view costs a tensor a call).
+        tile_expert, tile_row, tile_end = tile_map.unbind()
+        tiles(offsets, tile_expert, tile_row, tile_end, out)
+        gate_up(hidden_states, tile_end, gate_up_proj, tile_expert, tile_row, act)
+        down(act, tile_end, down_proj, tile_expert, tile_row, out)
         return out
 
     return moe_grouped_experts

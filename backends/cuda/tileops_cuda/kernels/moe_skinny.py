@@ -354,10 +354,10 @@ def skinny_shared_programs(key: Any) -> tuple[Any, Any]:
 
 def skinny_routed_programs(key: Any) -> tuple[Any, Any]:
     """``(gate_up, down)`` PrimFuncs for a ``MoEGroupedExpertsBuildKey``, over the tile map of
-    ``SKINNY_ROWS``-row tiles (program ``(slot, features)``; a slot of expert -1 does nothing):
-    ``gate_up(hidden_states [N, H], expert_offsets [E + 1], gate_up_proj [E · 2I, H], tile_expert [S],
-    tile_row [S], act [N, I])`` and ``down(act [N, I], expert_offsets, down_proj [E · H, I],
-    tile_expert, tile_row, out [N, H])``."""
+    ``SKINNY_ROWS``-row tiles (program ``(slot, features)``; a slot of expert -1 does nothing; a tile's
+    rows are ``[tile_row, tile_end)``, bounds the map's program has clipped into ``[0, N]``):
+    ``gate_up(hidden_states [N, H], tile_end [S], gate_up_proj [E · 2I, H], tile_expert [S], tile_row [S],
+    act [N, I])`` and ``down(act [N, I], tile_end, down_proj [E · H, I], tile_expert, tile_row, out [N, H])``."""
     import tilelang.language as T
 
     E, H, I, dt, i32 = key.experts, key.hidden, key.intermediate, key.dtype, "int32"
@@ -367,13 +367,13 @@ def skinny_routed_programs(key: Any) -> tuple[Any, Any]:
     gate_up, down_one, down_features = _bodies(H, I, dt, key.skinny_tiling)
 
     @T.macro
-    def slot(x, expert_offsets, bank, tile_expert, tile_row, out, bx, by, stage: str):
+    def slot(x, tile_end, bank, tile_expert, tile_row, out, bx, by, stage: str):
         """Map slot ``bx``'s tile through ``stage`` ("gate_up" or "down"), features ``by``'s warps
         (``FG`` features a gate/up program, ``F`` features a warp in the down program)."""
         e = tile_expert[bx]
         if e >= 0:
             tid = T.get_thread_binding()
-            end = T.cast(expert_offsets[e + 1], i32)
+            end = tile_end[bx]
             if stage == "gate_up":
                 j = by * FG + (tid // 32) % FG
                 g_row = e * 2 * I + T.min(j, I - 1)
@@ -386,19 +386,18 @@ def skinny_routed_programs(key: Any) -> tuple[Any, Any]:
                 down_one(x, bank, e * H + T.min(f, H - 1), tile_row[bx], end, f, None, out, tid, False)
 
     @T.prim_func
-    def moe_skinny_gate_up(hidden_states: T.Tensor((N, H), dt), expert_offsets: T.Tensor((E + 1,), key.offsets_dtype),
+    def moe_skinny_gate_up(hidden_states: T.Tensor((N, H), dt), tile_end: T.Tensor((S,), i32),
                            gate_up_proj: T.Tensor((E * 2 * I, H), dt), tile_expert: T.Tensor((S,), i32),
                            tile_row: T.Tensor((S,), i32), act: T.Tensor((N, I), dt)):
         with T.Kernel(S, T.ceildiv(I, FG), threads=32 * W) as (bx, by):
             dependent_launch(DL)
-            slot(hidden_states, expert_offsets, gate_up_proj, tile_expert, tile_row, act, bx, by, "gate_up")
+            slot(hidden_states, tile_end, gate_up_proj, tile_expert, tile_row, act, bx, by, "gate_up")
 
     @T.prim_func
-    def moe_skinny_down(act: T.Tensor((N, I), dt), expert_offsets: T.Tensor((E + 1,), key.offsets_dtype),
-                        down_proj: T.Tensor((E * H, I), dt), tile_expert: T.Tensor((S,), i32),
-                        tile_row: T.Tensor((S,), i32), out: T.Tensor((N, H), dt)):
+    def moe_skinny_down(act: T.Tensor((N, I), dt), tile_end: T.Tensor((S,), i32), down_proj: T.Tensor((E * H, I), dt),
+                        tile_expert: T.Tensor((S,), i32), tile_row: T.Tensor((S,), i32), out: T.Tensor((N, H), dt)):
         with T.Kernel(S, T.ceildiv(H, W * F), threads=32 * W) as (bx, by):
             dependent_launch(DL)
-            slot(act, expert_offsets, down_proj, tile_expert, tile_row, out, bx, by, "down")
+            slot(act, tile_end, down_proj, tile_expert, tile_row, out, bx, by, "down")
 
     return moe_skinny_gate_up, moe_skinny_down
