@@ -80,6 +80,15 @@ def test_pickling_a_moved_model_is_refused_by_name_and_its_state_dict_loads_into
     for dump in (lambda: torch.save(model, io.BytesIO()), lambda: pickle.dumps(model)):
         with pytest.raises(TypeError, match="a model moved onto TileOPs cannot be pickled or deep-copied"):
             dump()
+    # A patched module alone too (found in review: a bare "Can't pickle local object" for a single layer), each
+    # kind once; a shallow copy of one still works.
+    patched = {type(m).__name__: m for m in model.modules() if "forward" in vars(m)}
+    assert {"Qwen3NextGatedDeltaNet", "Qwen3_5MoeGatedDeltaNet"} & set(patched) and len(patched) >= 5, patched
+    for module in patched.values():
+        for dump in (lambda: torch.save(module, io.BytesIO()), lambda: pickle.dumps(module)):
+            with pytest.raises(TypeError, match="nor can the modules it patched"):
+                dump()
+        assert copy.copy(module).forward is module.forward
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     buffer.seek(0)

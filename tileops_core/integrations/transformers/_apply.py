@@ -77,7 +77,7 @@ def apply_tileops(model: nn.Module, *, every_module: bool = False) -> TileOpsRep
         _walk(model, classes, report, every_module)
     report.kernel_calls = calls
     use_tileops_experts(model)
-    _refuse_deep_copies(model)
+    _refuse_copies(model)
     _refuse_replaced_parameters(model)
     model.register_load_state_dict_pre_hook(_refuse_assigning_loads)
     return report
@@ -121,18 +121,37 @@ def _refuse_replaced_parameters(model: nn.Module) -> None:
     setattr(model, "_apply", _apply)  # (an instance attribute: nn.Module keeps it as given)
 
 
-def _refuse_deep_copies(model: nn.Module) -> None:
+class _PickleRefusal:
+    """Placed first in the ``__dict__`` of a moved model and of each module it patched: pickling one
+    (``torch.save(layer)``) meets this before any closure the apply left there (a forward, a conversion
+    hook, a deep-copy refusal) and raises by name (found in review: a bare "Can't pickle local object" for
+    a single layer). A shallow ``copy.copy`` copies the dict without pickling it, so it still works."""
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a model moved onto TileOPs cannot be pickled or deep-copied, nor can the modules it patched "
+                        "(their forwards close over this model's modules): save model.state_dict(), load it into a "
+                        "fresh model and call apply_tileops on that one")
+
+
+def _refuse_copies(model: nn.Module) -> None:
     """A patched module's forward closes over the modules, weights and ops it was made from: a deep copy
     would carry the original's forwards and run on the original's weights (found in review: wrong logits
-    once the copy's weights change). So the model and every module with a forward of its own refuse it,
-    naming the way that works; ``copy.deepcopy`` reads ``__deepcopy__`` from the instance."""
+    once the copy's weights change), and a pickle cannot hold them. So the model and every module the
+    apply patched refuse both, naming the way that works; ``copy.deepcopy`` reads ``__deepcopy__`` from the
+    instance, and the pickler walks the instance's ``__dict__`` in order."""
     def refuse(memo: dict[int, Any]) -> Any:
         raise TypeError("a model moved onto TileOPs cannot be deep-copied (its adapters close over this model's "
                         "modules): copy the model before apply_tileops, then apply it to each copy")
 
     for m in model.modules():
-        if m is model or "forward" in vars(m):
+        state = vars(m)
+        if m is model or "forward" in state or "_apply" in state:
             setattr(m, "__deepcopy__", refuse)  # (an instance attribute: nn.Module keeps it as given)
+            if "_tileops_pickle_refusal" not in state:
+                rest = dict(state)
+                state.clear()
+                state["_tileops_pickle_refusal"] = _PickleRefusal()
+                state.update(rest)
 
 
 def _walk(model: nn.Module, classes: dict[str, type], report: TileOpsReport, every_module: bool) -> None:
