@@ -34,6 +34,16 @@ def cuda_device():
     return torch.device("cuda"), f"sm_{major}{minor}"
 
 
+@pytest.fixture(scope="session")
+def prebuild_all() -> bool:
+    """Whether a module's prebuild fixture compiles every kernel its tests use, up front: in one process,
+    yes (nvcc runs in parallel, ahead of the first test); under pytest-xdist, no. There each worker would
+    compile every key of the module at once, beside fifteen others doing the same into their own caches
+    (twenty-eighth session: both attention files under ``-n 16``, 441 tests, none finished in 262 s),
+    while on first use a worker compiles only what its own tests need."""
+    return not os.environ.get("PYTEST_XDIST_WORKER")
+
+
 @pytest.fixture
 def gen(cuda_device):
     """A CUDA generator seeded from entropy: every test draws fresh random data."""

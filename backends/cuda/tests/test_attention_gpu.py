@@ -75,9 +75,11 @@ def _keys_used(arch: str) -> dict:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def prebuilt(arch):
+def prebuilt(arch, prebuild_all):
     """Compile every kernel the module needs concurrently (nvcc runs in parallel; a failure is
-    left for the test that needs the kernel to report)."""
+    left for the test that needs the kernel to report). Not under xdist (``prebuild_all``)."""
+    if not prebuild_all:
+        return
     from tileops_cuda.kernels._common import compile_many
 
     def thunk(key, blocks):

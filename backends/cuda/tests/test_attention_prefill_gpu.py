@@ -78,10 +78,12 @@ def _prefill_keys_used(arch: str) -> set:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def prebuilt(arch):
+def prebuilt(arch, prebuild_all):
     """Compile every kernel the module needs concurrently (nvcc runs in parallel), the warp-specialised
     programs (the slowest to lower and compile) first so that none of them starts last; a failure
-    is left for the test that needs the kernel to report."""
+    is left for the test that needs the kernel to report. Not under xdist (``prebuild_all``)."""
+    if not prebuild_all:
+        return
     from tileops_cuda.kernels._common import compile_many
 
     keys = sorted(_prefill_keys_used(arch), key=lambda k: (k.program == "pipelined", k.head_dim != 256, str(k)))
