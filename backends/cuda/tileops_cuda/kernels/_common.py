@@ -337,6 +337,9 @@ def uncovered_rows_macro(threads: int, row_shape: tuple[int, ...], dtype: str) -
 
     vec = 16 // ELEM_BYTES[dtype]
     inner = row_shape[-1]
+    if len(row_shape) not in (1, 2) or inner % vec:
+        raise ValueError(f"uncovered_rows_macro: rows of shape {row_shape} are not one or two axes whose last holds "
+                         f"whole 16-byte vectors of {dtype}")
     rv = math.prod(row_shape) // vec  # vectors of a row
 
     @T.macro
