@@ -107,17 +107,11 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
         always (no branch is emitted)."""
         return base + (tid // 32) * 32 // TPR < L if stage_live_warps else True
 
-    def slot_or_padding(slots, i, S):
-        """``slots[i]`` as int32 when it names one of the pool's ``S`` slots, else -1: a slot
-        outside ``[0, S)`` is padding (never read, never written), compared in the slots' own
-        dtype so a 64-bit index never wraps onto a real slot (:func:`.index_or_padding`)."""
-        return index_or_padding(slots[i], S)
-
     @T.macro
     def read_slot(slots, i, S, slot: T.Ref):
-        """``slot = slot_or_padding(slots, i, S)`` from one load whose value nothing waits
-        for until ``slot`` is used (:func:`slot_or_padding` inline reloads the index inside
-        the branch its own test opens, a second dependent load)."""
+        """``slot = index_or_padding(slots[i], S)`` (a slot outside ``[0, S)`` is padding, -1) from one
+        load whose value nothing waits for until ``slot`` is used (``index_or_padding`` of ``slots[i]``
+        inline reloads the index inside the branch its own test opens, a second dependent load)."""
         raw = T.alloc_var(slots.dtype)
         raw = slots[i]
         slot = index_or_padding(raw, S)  # noqa: F841 - a T.Ref
@@ -170,7 +164,7 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
     def first_slot(slots, Tn, S, start, acc_n):
         """The slot of a sequence's first accepted token, the initial state, -1 when that is
         padding (the index is clamped: an empty sequence is skipped by the caller's ``L > 0``)."""
-        return slot_or_padding(slots, T.max(T.min(start + acc_n - 1, Tn - 1), 0), S)
+        return index_or_padding(slots[T.max(T.min(start + acc_n - 1, Tn - 1), 0)], S)
 
     @T.macro
     def sequence_bounds(seq_meta, nacc, Tn, by, tid, red):
@@ -305,9 +299,9 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
         (``last``: it is its sequence's last token). Padding (a slot outside ``[0, S)``) is not
         written; nor is a slot the next token of the sequence writes again: nothing reads it
         in between, so the final contents are identical."""
-        sl = slot_or_padding(slots, tt, S)
+        sl = index_or_padding(slots[tt], S)
         sl_s[i] = sl
-        nxt = T.if_then_else(last, -1, slot_or_padding(slots, T.min(tt + 1, Tn - 1), S))
+        nxt = T.if_then_else(last, -1, index_or_padding(slots[T.min(tt + 1, Tn - 1)], S))
         w_s[i] = T.if_then_else(sl >= 0 and sl != nxt, 1, 0)
 
     @T.macro
