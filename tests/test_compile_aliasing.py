@@ -201,20 +201,45 @@ def test_a_compiled_call_refuses_a_mutated_input_that_overlaps_itself_as_eager_d
 
 
 
-def test_the_trace_time_overlap_check_reads_hints_by_the_name_torch_before_2_13_gives_them(monkeypatch):
-    # torch 2.11 (the H200's) has symbolic_shapes.hint_int and no optimization_hint: importing the new
-    # name failed every compiled call with a mutated input there, refused or not (seen on the H200).
+def _symbolic_ints():
+    """A backed symbol hinted 6, an expression of it, and an unbacked symbol (no hint), from a shape env."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    backed = env.create_symintnode(env.create_symbol(6, ConstantSource("s")), hint=6)
+    return backed, backed * 3 - 1, env.create_unbacked_symint()
+
+
+def test_trace_time_hints_of_backed_sizes_are_read_from_their_nodes_calling_no_release_function(monkeypatch):
+    # torch 2.11 (the H200's) warns on every call of hint_int ("used size_hint instead"), 2.13 deprecates
+    # size_hint, and importing optimization_hint on 2.11 once failed every compiled call with a mutated input:
+    # backed sizes, the only ones a compiled call's tensors have here, must need none of them.
     from torch.fx.experimental import symbolic_shapes
     from tileops_core.op import overlap
 
-    hinted = []
+    def refuse(*args, **kwargs):
+        raise AssertionError("a release's hint function was called for a backed size")
+
+    monkeypatch.setattr(symbolic_shapes, "hint_int", refuse, raising=False)
+    monkeypatch.setattr(symbolic_shapes, "optimization_hint", refuse, raising=False)
+    backed, expression, _ = _symbolic_ints()
+    assert (overlap.hint_of(backed), overlap.hint_of(expression), overlap.hint_of(7)) == (6, 17, 7)
+    t = torch.empty(4, 6)[1:, ::2]
+    assert overlap._hinted_span(t) == (4 * 6, (3, 3), (6, 2), 4)
+
+
+def test_an_unbacked_size_asks_the_release_hint_function_by_the_name_torch_before_2_13_gives_it(monkeypatch):
+    from torch.fx.experimental import symbolic_shapes
+    from tileops_core.op import overlap
+
+    asked = []
 
     def hint_int(a, fallback=None):
-        hinted.append(a)
-        return a
+        asked.append(a)
+        return 11
 
     monkeypatch.setattr(symbolic_shapes, "hint_int", hint_int, raising=False)
     monkeypatch.delattr(symbolic_shapes, "optimization_hint")
-    t = torch.empty(4, 6)[1:, ::2]
-    assert overlap._hinted_span(t) == (4 * 6, (3, 3), (6, 2), 4)
-    assert hinted == [6, 3, 3, 6, 2]
+    _, _, unbacked = _symbolic_ints()
+    assert overlap.hint_of(unbacked) == 11 and asked == [unbacked]

@@ -56,7 +56,7 @@ from ..kernels.fingerprint import selection_state_guard
 from ..lang.types import DTypeParam, Enum, ListOf, NoneT, ParamType, Prim, TupleOf, UnionT
 from ..plugins.loader import ensure_plugins_loaded
 from .decompose import compile_key, sync_decomposition
-from .overlap import hint_function, traced_argument_torch_mistraces, traced_stand_in
+from .overlap import hint_of, traced_argument_torch_mistraces, traced_stand_in
 from .plan import check_buffer_storage
 from .torchtypes import name_of
 
@@ -176,9 +176,8 @@ class Boundary:
                 continue
             shape = plan.out_shapes[i]
             if list(buffer.shape) != list(shape):
-                hint = hint_function()
-                fail(self.spec.name, f"out buffer {name} has shape {[hint(n) for n in buffer.shape]}, output "
-                                     f"{output} is {[hint(n) for n in shape]}", loc)
+                fail(self.spec.name, f"out buffer {name} has shape {[hint_of(n) for n in buffer.shape]}, output "
+                                     f"{output} is {[hint_of(n) for n in shape]}", loc)
             for what, got, want in (("dtype", name_of(buffer.dtype), name_of(plan.out_dtypes[i])),
                                     ("device", buffer.device, plan.device)):
                 if got != want:

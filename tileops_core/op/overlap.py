@@ -28,7 +28,7 @@ from typing import Any, Collection, Sequence
 
 import torch
 
-__all__ = ["EXPANDED_LIMIT", "expanded_beyond_limit", "extents_of", "hint_function", "overlapping_argument",
+__all__ = ["EXPANDED_LIMIT", "expanded_beyond_limit", "extents_of", "hint_of", "overlapping_argument",
            "overlaps_itself", "traced_argument_torch_mistraces", "traced_overlapping_argument", "traced_stand_in"]
 
 #: Where a tensor's elements lie: (first byte, sizes, strides in elements, bytes per element).
@@ -218,18 +218,28 @@ def _span(t: torch.Tensor) -> _Span:
 
 def _hinted_span(t: torch.Tensor) -> _Span:
     """The span of a fake tensor within its storage, symbolic values at their hints."""
-    hint = hint_function()
     size = t.element_size()
-    return (hint(t.storage_offset()) * size, tuple(hint(n) for n in t.shape), tuple(hint(n) for n in t.stride()),
-            size)
+    return (hint_of(t.storage_offset()) * size, tuple(hint_of(n) for n in t.shape),
+            tuple(hint_of(n) for n in t.stride()), size)
 
 
-def hint_function() -> Any:
-    """``symbolic_shapes.optimization_hint``, named ``hint_int`` before torch 2.13 (the H200's torch 2.11 has
-    only that name: importing the new one failed every compiled call with a mutated input there)."""
+def hint_of(value: Any) -> int:
+    """The concrete value a symbolic int stands for in this trace (a plain int as it is).
+
+    A backed symbol carries its hint on its node, and so does every expression built from backed symbols:
+    read there, no torch function is called, whose name and deprecations move between releases (torch 2.11
+    has ``hint_int``, deprecated in favour of ``size_hint``; 2.13 has ``optimization_hint`` and deprecates
+    ``size_hint``; a FutureWarning on every compiled call was the H200's). Only an unbacked symbol (no hint on
+    its node) asks the release's own function, by whichever name it has."""
+    if not isinstance(value, torch.SymInt):
+        return int(value)
+    node_hint = value.node.hint
+    if node_hint is not None:
+        return int(node_hint)
     from torch.fx.experimental import symbolic_shapes
 
-    return getattr(symbolic_shapes, "optimization_hint", None) or getattr(symbolic_shapes, "hint_int")
+    release_hint = getattr(symbolic_shapes, "optimization_hint", None) or getattr(symbolic_shapes, "hint_int")
+    return int(release_hint(value))
 
 
 def _span_extent(span: _Span) -> int:
