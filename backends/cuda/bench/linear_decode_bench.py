@@ -17,9 +17,9 @@ compiled at the prefill tiling ("prefill", 128 x 256), the registered decode til
 pipelines: more programs, more weight bytes in flight), each checked against float64, timed beside
 ``F.linear``. The candidates are reachable from the op only through ``decode_gemm_tiling``.
 
-With ``--graph``, a third: the skinny program's candidates (``GRAPH_CANDIDATES``: weights first, and
-launched as a programmatic dependent) in CUDA graphs of back-to-back calls, where a dependent launch
-can overlap the previous call's tail.
+With ``--graph``, a third: the skinny program as the registered key builds it, with its weights first,
+and plain (``graph_candidates``) in CUDA graphs of back-to-back calls, where a dependent launch can
+overlap the previous call's tail.
 
     python backends/cuda/bench/linear_decode_bench.py [--rows 1,2,4,8] [--reps 50] [--gemm-tilings 8,16,32,64]
         [--graph 1,4] [--json F]
@@ -43,6 +43,7 @@ from tileops_cuda.kernels._common import compile_many  # noqa: E402
 from tileops_cuda.kernels.gemm import GemmBuildKey, GemmTiling, build_gemm  # noqa: E402
 from tileops_cuda.kernels.linear import DECODE_GEMM_ROWS, build_linear_kernels, decode_gemm_tiling  # noqa: E402
 from tileops_cuda.kernels.skinny_linear import SkinnyLinearTiling, build_skinny_linear, rows_for  # noqa: E402
+from tileops_cuda.launch_policy import registered_key  # noqa: E402
 
 #: (label, out_features N, in_features K) of the decode step's linear layers at hidden 2048.
 SHAPES = (
@@ -60,22 +61,31 @@ SHAPES = (
 #: staging (column "w-first"; "!" where its output differs from the registered program's in a bit).
 WEIGHTS_FIRST = SkinnyLinearTiling(weights_first=True)
 #: The skinny program's candidates timed in CUDA graphs (``--graph``), where a programmatic dependent
-#: launch can overlap the previous call's tail (events between single calls would not show it).
-GRAPH_CANDIDATES = {"registered": SkinnyLinearTiling(), "w-first": WEIGHTS_FIRST,
-                    "dep": SkinnyLinearTiling(weights_first=True, dependent_launch=True)}
+#: launch can overlap the previous call's tail (events between single calls would not show it):
+#: "registered" is the tiling ``build_linear_kernels`` gives the registered key (``registered_key``:
+#: a programmatic dependent on Hopper), "w-first" the same with its weights first (what would be
+#: registered if it wins every row with no "!"), "plain" neither.
+def graph_candidates(key: GemmBuildKey) -> dict[str, SkinnyLinearTiling]:
+    dependent = registered_key(key).dependent_launch
+    return {"registered": SkinnyLinearTiling(dependent_launch=dependent),
+            "w-first": SkinnyLinearTiling(weights_first=True, dependent_launch=dependent),
+            "plain": SkinnyLinearTiling()}
+
+
+GRAPH_COLUMNS = ("registered", "w-first", "plain")
 GRAPH_COPIES = 8
 
 
 def skinny_graph_table(dev: torch.device, arch: str, rows: list[int]) -> list[dict]:
-    """The ``--graph`` table: per shape and row count, each of ``GRAPH_CANDIDATES`` as one CUDA graph of
+    """The ``--graph`` table: per shape and row count, each of ``graph_candidates(key)`` as one CUDA graph of
     ``GRAPH_COPIES`` back-to-back calls on as many copies of the weight (more bytes than L2 holds
     on the wide shapes), µs a call (``cuda_bench_common.time_graph``), "!" where a candidate's output
     differs from the registered program's in a bit."""
     gen = torch.Generator(device=dev).manual_seed(2)
     keys = [GemmBuildKey("bfloat16", n, k, False, True, False, arch) for _, n, k in SHAPES]
-    jobs = [(key, t) for key in keys for t in GRAPH_CANDIDATES.values()]
+    jobs = list({(key, t) for key in keys for t in graph_candidates(key).values()})
     built = dict(zip(jobs, compile_many([lambda key=key, t=t: build_skinny_linear(key, t) for key, t in jobs])))
-    print(f"\n{'shape (CUDA graphs)':42s} {'M':>3s}  " + "  ".join(f"{n:>12s}" for n in GRAPH_CANDIDATES))
+    print(f"\n{'shape (CUDA graphs)':42s} {'M':>3s}  " + "  ".join(f"{n:>12s}" for n in GRAPH_COLUMNS))
     out_rows = []
     for (label, n, k), key in zip(SHAPES, keys):
         ws = [(torch.randn(n, k, device=dev, generator=gen) / k ** 0.5).to(torch.bfloat16) for _ in range(GRAPH_COPIES)]
@@ -85,7 +95,7 @@ def skinny_graph_table(dev: torch.device, arch: str, rows: list[int]) -> list[di
             x = torch.randn(m, k, device=dev, generator=gen).to(torch.bfloat16)
             want = None
             row: dict = {"shape": label, "N": n, "K": k, "M": m, "us": {}, "bitwise": {}}
-            for name, t in GRAPH_CANDIDATES.items():
+            for name, t in graph_candidates(key).items():
                 prog = built[(key, t)]
                 if isinstance(prog, BaseException):
                     raise prog
@@ -97,7 +107,7 @@ def skinny_graph_table(dev: torch.device, arch: str, rows: list[int]) -> list[di
                                               for i in range(GRAPH_COPIES)])
             out_rows.append(row)
             print(f"{label[:42]:42s} {m:3d}  " + "  ".join(
-                f"{row['us'][c]:11.2f}{' ' if row['bitwise'][c] else '!'}" for c in GRAPH_CANDIDATES), flush=True)
+                f"{row['us'][c]:11.2f}{' ' if row['bitwise'][c] else '!'}" for c in GRAPH_COLUMNS), flush=True)
     return out_rows
 
 
