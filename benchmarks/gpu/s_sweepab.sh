@@ -1,0 +1,33 @@
+el sweepab
+# sweepab: a layer_ops_sweep row set timed from an older tree of this repository and from this one, old-new-old in
+# one run (a drift of the card between the three shows as old1 != old2), to tell a kernel's regression from a
+# different card or day. SWEEPAB_REV names the old commit, SWEEPAB_ONLY the sweep's --only. The old tree travels in
+# the bundle folder; make it once in this checkout (under 1 MB):
+#   git archive REV -- . ':(exclude)backends/cuda/bench/results' ':(exclude)docs' ':(exclude)tests' \
+#       | xz > .device/tree_REV.tar.xz
+# Queued (twenty-ninth session's numbers against earlier runs):
+#   SWEEPAB_REV=9d4e3f1 (3ebf2e7^) SWEEPAB_ONLY=CausalConv1dVarlen: the 8-sequence varlen conv 50.5 us in a graph (71.3% of
+#     the copy) against 45.6-47.0 us (75-78%) in every run before 3ebf2e7 (the clipped cu_seqlens reading: a
+#     max-scan and two more barriers a program; 128 registers and no spill either way, 2472 -> 2560 SASS lines);
+#   SWEEPAB_REV=f74ed96 SWEEPAB_ONLY=MoETopKRoutingFwdOp/qwen3-next-80b-decode-b64: every routing program at 64
+#     tokens 5.0-6.0 us in a graph (24.5% of the copy) against 2.2-3.0 us in the eighteenth session (f74ed96);
+#     the 4k rows and the B=1 model step did not move.
+# About 1.5 minutes a tree for one row; this tree is installed again at the end.
+sweepab_run() {  # sweepab_run TREE NAME: the sweep from TREE (installed first), logged as sweepab_NAME
+    (cd "$1" && python3 -m pip install -q --no-deps --no-build-isolation -e . -e backends/cpu_ref -e backends/cuda \
+        > "$out/sweepab_pip_$2.log" 2>&1 || tail -3 "$out/sweepab_pip_$2.log")
+    (cd "$1" && timeout -s INT ${SWEEPAB_S:-100} python3 -u backends/cuda/bench/layer_ops_sweep.py --only "$SWEEPAB_ONLY" \
+        --budget ${SWEEPAB_BUDGET:-70} --reps 40 --json "$out/sweepab_$2.json" 2>&1 | grep --line-buffered -v "TileLang:" \
+        > "$out/sweepab_$2.log")
+    echo "-- $2 ($1)"; grep -E "same-size copy|^[A-Za-z0-9]+FwdOp  .*(registered|\{)|Error" "$out/sweepab_$2.log" | head -14
+}
+tar_ab=".device/tree_${SWEEPAB_REV:-none}.tar.xz"
+if [ -f "$tar_ab" ] && [ -n "${SWEEPAB_ONLY:-}" ]; then
+    rm -rf /tmp/abold && mkdir -p /tmp/abold && tar -C /tmp/abold -xJf "$tar_ab"
+    sweepab_run /tmp/abold old1
+    sweepab_run "$PWD" new
+    sweepab_run /tmp/abold old2
+    python3 -m pip install -q --no-deps --no-build-isolation -e . -e backends/cpu_ref -e backends/cuda > "$out/sweepab_pip_end.log" 2>&1
+else
+    echo "sweepab: set SWEEPAB_ONLY and make $tar_ab (see benchmarks/gpu/s_sweepab.sh)"
+fi
