@@ -11,7 +11,7 @@ el sweepab
 #     max-scan and two more barriers a program; 128 registers and no spill either way, 2472 -> 2560 SASS lines);
 #   SWEEPAB_REV=f74ed96 SWEEPAB_ONLY=MoETopKRoutingFwdOp/qwen3-next-80b-decode-b64: every routing program at 64
 #     tokens 5.0-6.0 us in a graph (24.5% of the copy) against 2.2-3.0 us in the eighteenth session (f74ed96);
-#     the 4k rows and the B=1 model step did not move.
+#     the 4k rows and the B=1 model step did not move; the programs' generated CUDA is byte-identical at both trees.
 # About 1.5 minutes a tree for one row; this tree is installed again at the end.
 sweepab_run() {  # sweepab_run TREE NAME: the sweep from TREE (installed first), logged as sweepab_NAME
     (cd "$1" && python3 -m pip install -q --no-deps --no-build-isolation -e . -e backends/cpu_ref -e backends/cuda \
