@@ -150,6 +150,33 @@ def test_a_call_matched_by_a_check_made_inside_inference_mode_still_refuses_an_i
     assert torch.equal(inference[1], before)
 
 
+def test_a_call_matched_by_a_check_made_outside_inference_mode_still_refuses_an_inference_tensor_outside_it():
+    """A plan warmed outside inference_mode keeps no per-call mode test (its fast check misses on an inference
+    tensor, whose dispatch keys differ from the plain tensor's it was made for): the call reaches the full
+    check, which refuses it before anything is written, warm after warm."""
+    from tileops_core.ops.conv import CausalConv1dUpdateFwdOp
+
+    g = torch.Generator().manual_seed(7)
+
+    def args():
+        return (torch.randn(2, 8, generator=g), torch.randn(3, 8, 3, generator=g), torch.randn(8, 4, generator=g),
+                torch.ones(2, dtype=torch.int32), torch.arange(2, dtype=torch.int32))
+
+    op = CausalConv1dUpdateFwdOp(activation="silu", check_contents=False)
+    warm = args()
+    op(*warm)
+    op(*warm)
+    with torch.inference_mode():
+        inference = args()
+    before = inference[1].clone()
+    for mixed in (inference, (warm[0], inference[1], *warm[2:])):  # every argument, or only the mutated one
+        for _ in range(2):
+            with pytest.raises(CheckError, match="input conv_state is mutated .* and is an inference tensor"):
+                op(*mixed)
+            assert torch.equal(inference[1], before)
+    op(*warm)  # and the warm plan still serves plain tensors
+
+
 def test_a_modestly_expanded_input_is_served():
     from tileops_core.ops.gemm import GemmFwdOp
 
