@@ -6,6 +6,8 @@ results 0.13 off the unaliased run. Views of one arena that do not overlap stay 
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import pytest
 import torch
 
@@ -127,18 +129,23 @@ def test_a_mutated_inference_tensor_outside_inference_mode_is_refused_before_any
     assert not torch.equal(args["key_cache"], before)
 
 
-def test_a_call_matched_by_a_check_made_inside_inference_mode_still_refuses_an_inference_tensor_outside_it():
-    """Inside inference_mode plain tensors carry the dispatch keys inference tensors carry outside it, so the
-    fast check of a plan warmed there matched them (found in review: the state written part-way)."""
+def _conv_update_and_its_arguments(seed: int) -> tuple[Any, Callable[[], tuple]]:
+    """A conv decode op (its state mutated, contents unchecked) and a maker of fresh arguments for it."""
     from tileops_core.ops.conv import CausalConv1dUpdateFwdOp
 
-    g = torch.Generator().manual_seed(6)
+    g = torch.Generator().manual_seed(seed)
 
-    def args():
+    def args() -> tuple:
         return (torch.randn(2, 8, generator=g), torch.randn(3, 8, 3, generator=g), torch.randn(8, 4, generator=g),
                 torch.ones(2, dtype=torch.int32), torch.arange(2, dtype=torch.int32))
 
-    op = CausalConv1dUpdateFwdOp(activation="silu", check_contents=False)
+    return CausalConv1dUpdateFwdOp(activation="silu", check_contents=False), args
+
+
+def test_a_call_matched_by_a_check_made_inside_inference_mode_still_refuses_an_inference_tensor_outside_it():
+    """Inside inference_mode plain tensors carry the dispatch keys inference tensors carry outside it, so the
+    fast check of a plan warmed there matched them (found in review: the state written part-way)."""
+    op, args = _conv_update_and_its_arguments(6)
     warm = args()
     with torch.inference_mode():
         op(*warm)
@@ -154,15 +161,7 @@ def test_a_call_matched_by_a_check_made_outside_inference_mode_still_refuses_an_
     """A plan warmed outside inference_mode keeps no per-call mode test (its fast check misses on an inference
     tensor, whose dispatch keys differ from the plain tensor's it was made for): the call reaches the full
     check, which refuses it before anything is written, warm after warm."""
-    from tileops_core.ops.conv import CausalConv1dUpdateFwdOp
-
-    g = torch.Generator().manual_seed(7)
-
-    def args():
-        return (torch.randn(2, 8, generator=g), torch.randn(3, 8, 3, generator=g), torch.randn(8, 4, generator=g),
-                torch.ones(2, dtype=torch.int32), torch.arange(2, dtype=torch.int32))
-
-    op = CausalConv1dUpdateFwdOp(activation="silu", check_contents=False)
+    op, args = _conv_update_and_its_arguments(7)
     warm = args()
     op(*warm)
     op(*warm)
