@@ -149,8 +149,9 @@ _QK_CANDIDATES = [
 #: First the registered shape without TileLang's bounds checks (``unchecked_index``: the row's loads and the
 #: outputs' stores lose their ``1 <= M`` guard, 1008 -> 992 static SASS instructions at E=512).
 #: Then (seventeenth session) the registered shape launched as a programmatic dependent (``dependent_launch``).
-#: Then (issue 21, the logits program: selection on the logits' keys, expf for the top_k only; ~370 fast-path
-#: SASS instructions a token at E=512 top-10 bf16 against the candidates program's ~650-780, ~260 at E=256):
+#: Then (issue 21, the logits program: selection on the logits' keys, expf for the top_k only; ~450 fast-path
+#: SASS instructions a token at E=512 top-10 bf16 against the candidates program's ~650-780, ~300 at E=256,
+#: with 8 heads a lane since the twenty-ninth session: at 4 a 4k-token call always held a few fallback tokens):
 #: at the registered block shape (one token, unchecked, dependent launch) and launched plainly.
 _ROUTING_CANDIDATES = [{"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},

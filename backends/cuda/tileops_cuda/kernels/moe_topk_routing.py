@@ -34,13 +34,13 @@ faster on the H200; ``"rounds"`` serves keys it cannot hold and is its bit-for-b
 * ``"logits"`` (not registered; raced in the sweep): the candidates program's warps, rows and layout,
   selecting on the logits (softmax is monotonic) and taking ``expf`` of the top_k + 1 only. Each
   logit becomes a unique integer key (its bits with the negatives' magnitude flipped, then
-  ``E - 1 - expert``; int64 for float32 logits), a fixed max/min network leaves each lane's 4 largest
-  sorted, and top_k rounds of one ``redux.sync`` each pop the warp's largest head. Then the first
+  ``E - 1 - expert``; int64 for float32 logits), a fixed max/min network leaves each lane's 8 largest
+  sorted (``_HEADS``), and top_k rounds of one ``redux.sync`` each pop the warp's largest head. Then the first
   outsider of another logit than the k-th (``B``), ``e = expf(l - max)`` of the top_k and ``B``, and
   weights ``e / sum(top_k e)`` (``renormalize``; a butterfly sum, not k order) or ``e / sum(all e)``:
   within tolerance of ``rounds``' weights, not its bits. Its ids are ``rounds``' exactly: the warp
   keeps this result only when (a) the row is finite (largest key finite, no NaN key anywhere), (b) no
-  lane held more of the selection than its 4 heads, and (c) for each adjacent pair of the top_k
+  lane held more of the selection than its heads, and (c) for each adjacent pair of the top_k
   (and the k-th against ``B``) of different logits, ``e_hi >= 2**-100`` and
   ``e_hi > e_lo * (1 + 2**-18)``. Why (c) suffices: ``rounds`` orders by ``p = e / S``, ``S`` in
   [1, E]; both programs' ``expf`` lie within 2 ulp of exp at the same ``fl(l - max)`` (rounding is
@@ -49,8 +49,8 @@ faster on the H200; ``"rounds"`` serves keys it cannot hold and is its bit-for-b
   every expert outside, or below, keeps a smaller probability and equal logits keep equal ones
   (ordered by id in both). Otherwise (ties of -0 and +0, underflow, logits a few ulp apart,
   non-finite rows) the warp runs ``rounds``' selection on the reloaded row, bit for bit ``rounds``.
-  Fast path, static SASS for sm_90a: ~370 instructions at E=512 top-10 bf16, ~260 at E=256 top-8
-  (the candidates program ~650); float32 logits ~700 (64-bit keys: shuffle butterflies).
+  Fast path, static SASS for sm_90a: ~450 instructions at E=512 top-10 bf16, ~300 at E=256 top-8
+  (the candidates program ~650).
 """
 
 # No `from __future__ import annotations`: TileLang evaluates prim_func annotations.
@@ -406,9 +406,15 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
     return moe_topk_routing
 
 
-#: The logits program's heads a lane keeps (its largest keys, sorted): a lane holding more of a token's
-#: top_k than this before the last round sends the token to the rounds selection (E=512, top-10: ~0.6%).
-_HEADS = 4
+#: The logits program's heads a lane keeps (its largest keys, sorted; a power of two, as the network's
+#: merges need): a lane holding this many of a token's top_k sends the token to the rounds selection. At 4
+#: that was 0.40% of random bf16 tokens at E=512 top-10 and 0.13% at E=256 top-8, so about 16 and 5 tokens
+#: of every 4k-token call: the call is one wave of one-warp programs, so its time is its slowest warp's,
+#: fast path and fallback (the twenty-ninth session's sweep: 19.1 / 10.1 us in a graph against the
+#: candidates program's 8.5 / 5.7). At 8 no random token of 32k falls back at either (every key a head at
+#: E=256); the fast path grows 358 -> 451 static SASS instructions at E=512, 253 -> 304 at E=256 (nvcc 13,
+#: no spill), still under the candidates program's ~650.
+_HEADS = 8
 
 
 def _heads_network(count: int, depth: int) -> tuple[list[tuple[str, int, int]], list[int]]:
