@@ -6,7 +6,7 @@ el sweepab
 #   git archive REV -- . ':(exclude)backends/cuda/bench/results' ':(exclude)docs' ':(exclude)tests' \
 #       | xz > .device/tree_REV.tar.xz
 # Queued (twenty-ninth session's numbers against earlier runs):
-#   SWEEPAB_REV=9d4e3f1 (3ebf2e7^) SWEEPAB_ONLY=CausalConv1dVarlen: the 8-sequence varlen conv 50.5 us in a graph (71.3% of
+#   SWEEPAB_REV=9d4e3f1 (3ebf2e7^) SWEEPAB_ONLY=CausalConv1dVarlenFwdOp/qwen3.5-prefill-4k-8seq: the 8-sequence varlen conv 50.5 us in a graph (71.3% of
 #     the copy) against 45.6-47.0 us (75-78%) in every run before 3ebf2e7 (the clipped cu_seqlens reading: a
 #     max-scan and two more barriers a program; 128 registers and no spill either way, 2472 -> 2560 SASS lines);
 #   SWEEPAB_REV=f74ed96 SWEEPAB_ONLY=MoETopKRoutingFwdOp/qwen3-next-80b-decode-b64: every routing program at 64
