@@ -176,6 +176,28 @@ def test_a_call_matched_by_a_check_made_outside_inference_mode_still_refuses_an_
     op(*warm)  # and the warm plan still serves plain tensors
 
 
+def test_a_plan_warmed_inside_an_autograd_function_still_refuses_an_inference_tensor_outside_inference_mode():
+    """An ``autograd.Function``'s forward runs below autograd: the plan warmed there must still tell an inference
+    tensor from a plain one (the per-call test is kept only for plans warmed inside inference_mode)."""
+    op, args = _conv_update_and_its_arguments(8)
+
+    class Step(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *values: Any) -> Any:
+            return op(*values)
+
+    warm = args()
+    warm[0].requires_grad_()
+    Step.apply(*warm)
+    Step.apply(*warm)
+    with torch.inference_mode():
+        inference = args()
+    before = inference[1].clone()
+    with pytest.raises(CheckError, match="input conv_state is mutated .* and is an inference tensor"):
+        Step.apply(warm[0], *inference[1:])
+    assert torch.equal(inference[1], before)
+
+
 def test_a_modestly_expanded_input_is_served():
     from tileops_core.ops.gemm import GemmFwdOp
 
