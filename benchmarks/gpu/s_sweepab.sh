@@ -16,10 +16,19 @@ el sweepab
 sweepab_run() {  # sweepab_run TREE NAME: the sweep from TREE (installed first), logged as sweepab_NAME
     (cd "$1" && python3 -m pip install -q --no-deps --no-build-isolation -e . -e backends/cpu_ref -e backends/cuda \
         > "$out/sweepab_pip_$2.log" 2>&1 || tail -3 "$out/sweepab_pip_$2.log")
+    # The SM clock every 100 ms while the sweep runs (its compiles idle the card: read the median and maximum):
+    # latency-bound rows (one warp an SM, as routing at 64 tokens) follow it directly.
+    nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,pstate,power.draw --format=csv,noheader -lms 100 \
+        > "$out/sweepab_clocks_$2.log" 2>&1 &
+    local sampler=$!
     (cd "$1" && timeout -s INT ${SWEEPAB_S:-100} python3 -u backends/cuda/bench/layer_ops_sweep.py --only "$SWEEPAB_ONLY" \
         --budget ${SWEEPAB_BUDGET:-70} --reps 40 --json "$out/sweepab_$2.json" 2>&1 | grep --line-buffered -v "TileLang:" \
         > "$out/sweepab_$2.log")
+    kill "$sampler" 2>/dev/null
     echo "-- $2 ($1)"; grep -E "same-size copy|^[A-Za-z0-9]+FwdOp  .*(registered|\{)|Error" "$out/sweepab_$2.log" | head -14
+    # SM clock (MHz) over the samples: minimum, median, maximum, and the samples' count
+    sed -E 's/ MHz//g' "$out/sweepab_clocks_$2.log" | awk -F', ' '$1 ~ /^[0-9]+$/ {print $1}' | sort -n \
+        | awk '{v[NR] = $1} END {if (NR) printf "   SM clock MHz: min %d, median %d, max %d (%d samples)\n", v[1], v[int((NR + 1) / 2)], v[NR], NR}'
 }
 tar_ab=".device/tree_${SWEEPAB_REV:-none}.tar.xz"
 if [ -f "$tar_ab" ] && [ -n "${SWEEPAB_ONLY:-}" ]; then
