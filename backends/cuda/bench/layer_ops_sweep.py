@@ -189,12 +189,13 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # First the registered shape without TileLang's bounds checks (``unchecked_index``: 80 -> 74 registers,
     # 4 of the token loop's guards gone; NOTES "Unchecked accesses in the memory-bound kernels").
     # Then (twenty-ninth session) the registered shape speculating on the decode layout (``speculate``: the
-    # guessed token's slot, window and row in flight during the start's reduction; 72 -> 91 registers).
+    # guessed token's slot, window and row in flight during the start's reduction; 72 -> 91 registers); the
+    # t2-mtp row never keeps the guess, so there it shows what a miss costs.
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [_CONV_DEPENDENT, _CONV_UNCHECKED, _CONV_SPECULATIVE,
                                                     {"threads": 64}, {"threads": 64, "registers": 0},
                                                     {"registers": 40}]),
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [_CONV_DEPENDENT, _CONV_UNCHECKED, {"threads": 64},
-                                                        {"registers": 0}]),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [_CONV_DEPENDENT, _CONV_UNCHECKED, _CONV_SPECULATIVE,
+                                                        {"threads": 64}, {"registers": 0}]),
     # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, the next group in flight.
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", _conv_varlen_candidates()),
