@@ -97,14 +97,16 @@ class TileLangRMSNorm(TileLangImpl, RMSNormKernel):
         if key.has_weight:
 
             def rms_norm(x: Any, weight: Any, normalized_shape: Any, eps: float | None, out: Any = None) -> Any:
-                if x.data_ptr() % 16:
-                    x = packed(x)
-                if weight.data_ptr() % 16:
-                    weight = packed(weight)
+                if (x.data_ptr() | weight.data_ptr()) % 16:  # (one test for the common call, both aligned)
+                    x = x if x.data_ptr() % 16 == 0 else packed(x)
+                    weight = weight if weight.data_ptr() % 16 == 0 else packed(weight)
                 if out is None:
                     out = empty_like(x)
-                fn(rows_of(x, hidden), weight if weight.dim() == 1 else weight.view(-1), rows_of(out, hidden),
-                   eps_default if eps is None else eps)  # fmt: skip
+                if x.dim() == 2 and x.shape[1] == hidden:  # (a decode step's [M, hidden] rows as they are, no view)
+                    fn(x, weight if weight.dim() == 1 else weight.view(-1), out, eps_default if eps is None else eps)
+                else:
+                    fn(rows_of(x, hidden), weight if weight.dim() == 1 else weight.view(-1), rows_of(out, hidden),
+                       eps_default if eps is None else eps)  # fmt: skip
                 return out
 
         else:
@@ -114,7 +116,10 @@ class TileLangRMSNorm(TileLangImpl, RMSNormKernel):
                     x = packed(x)
                 if out is None:
                     out = empty_like(x)
-                fn(rows_of(x, hidden), rows_of(out, hidden), eps_default if eps is None else eps)
+                if x.dim() == 2 and x.shape[1] == hidden:
+                    fn(x, out, eps_default if eps is None else eps)
+                else:
+                    fn(rows_of(x, hidden), rows_of(out, hidden), eps_default if eps is None else eps)
                 return out
 
         return rms_norm
@@ -176,7 +181,10 @@ class TileLangSiluAndMul(TileLangImpl, SiluAndMulKernel):
                 x = packed(x)
             if out is None:
                 out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
-            fn(rows_of(x, 2 * width), rows_of(out, width))
+            if x.dim() == 2:  # ([M, 2N] by the spec's shapes, out [M, N]: the rows as they are, no view)
+                fn(x, out)
+            else:
+                fn(rows_of(x, 2 * width), rows_of(out, width))
             return out
 
         return silu_and_mul
