@@ -61,6 +61,21 @@ def test_rmsnorm_launch_uses_the_dtypes_epsilon_for_eps_none_and_allocates_witho
     torch.testing.assert_close(out, F.rms_norm(x, (8,)))
 
 
+@pytest.mark.parametrize("shape,normalized,rows", [((5, 12), (12,), (5, 12)), ((4, 3), (4, 3), (1, 12))],
+                         ids=["rows", "both-axes"])
+def test_rmsnorm_launch_of_a_2d_input_hands_rows_of_the_normalized_width(monkeypatch, shape, normalized, rows):
+    # A 2-D input whose last axis is the width goes to the kernel as it is; one normalized over both axes is
+    # viewed as rows of their product (the launcher's fast path tests the width, not only the rank).
+    def kernel(x, w, out, eps):
+        out.copy_(F.rms_norm(x, (x.shape[-1],), w, eps))
+
+    calls = _stand_in(monkeypatch, "build_rmsnorm", kernel)
+    launch = registered.TileLangRMSNorm.launcher(rmsnorm.RMSNormBuildKey("float32", 12, True, "sm_90"))
+    x, w = torch.randn(*shape), torch.randn(*normalized)
+    torch.testing.assert_close(launch(x, w, normalized, 1e-5), F.rms_norm(x, normalized, w, 1e-5))
+    assert calls[0][0].shape == rows and calls[0][2].shape == rows and (calls[0][0] is x) == (rows == shape)
+
+
 def test_softmax_launch_writes_the_last_axis_softmax(monkeypatch):
     _stand_in(monkeypatch, "build_softmax", lambda x, out: out.copy_(torch.softmax(x, -1)))
     launch = registered.TileLangSoftmax.launcher(softmax.SoftmaxBuildKey("float32", 16, "sm_90"))
