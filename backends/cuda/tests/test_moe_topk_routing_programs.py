@@ -84,6 +84,14 @@ def test_the_heads_network_leaves_a_lanes_largest_keys_sorted(count, depth):
         assert [values[h] for h in heads] == want
 
 
+@pytest.mark.parametrize("count,depth", [(16, 6), (16, 3), (4, 8), (8, 0)])
+def test_the_heads_network_refuses_a_depth_its_merges_cannot_sort(count, depth):
+    from tileops_cuda.kernels.moe_topk_routing import _heads_network
+
+    with pytest.raises(ValueError, match="must be a power of two and at most count"):
+        _heads_network(count, depth)
+
+
 def test_a_word_of_two_16_bit_logits_orders_both_halves_as_each_logit_alone():
     # The logits program builds its 16-bit keys from whole words: every pattern in either half, the
     # other half every sign (no borrow crosses), against the one-logit order.

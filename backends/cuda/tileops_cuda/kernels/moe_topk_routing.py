@@ -425,6 +425,9 @@ def _heads_network(count: int, depth: int) -> tuple[list[tuple[str, int, int]], 
     the result, largest first. Blocks of sorted slots merge pairwise: ``c_i = max(A_i, B_{d-1-i})``
     is the union's top d in bitonic order, which half-cleaners sort (absent slots are known to be
     the least, so their steps vanish here, not in the program)."""
+    if depth < 1 or depth & (depth - 1) or depth > count:
+        raise ValueError(f"_heads_network: depth {depth} must be a power of two and at most count {count} (the "
+                         "bitonic half-cleaners sort blocks of a power of two)")
     steps: list[tuple[str, int, int]] = []
 
     def sort_bitonic(block: list[int | None]) -> None:
