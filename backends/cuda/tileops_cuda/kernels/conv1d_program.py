@@ -301,13 +301,9 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
                                 )
                     for j in T.serial(L):
                         t = s + j
-                        if key.speculate:
-                            if guess != 0:  # (L = 1: the only token, whose row came with the guess)
-                                for e in T.vectorized(VC):
-                                    xc[e] = xg[e]
-                            else:
-                                for e in T.vectorized(VC):
-                                    xc[e] = x[t, c0 + e]
+                        if key.speculate and guess != 0:  # (L = 1: the only token, whose row came with the guess)
+                            for e in T.vectorized(VC):
+                                xc[e] = xg[e]
                         else:
                             for e in T.vectorized(VC):
                                 xc[e] = x[t, c0 + e]
