@@ -102,11 +102,9 @@ class TileLangRMSNorm(TileLangImpl, RMSNormKernel):
                     weight = weight if weight.data_ptr() % 16 == 0 else packed(weight)
                 if out is None:
                     out = empty_like(x)
-                if x.dim() == 2 and x.shape[1] == hidden:  # (a decode step's [M, hidden] rows as they are, no view)
-                    fn(x, weight if weight.dim() == 1 else weight.view(-1), out, eps_default if eps is None else eps)
-                else:
-                    fn(rows_of(x, hidden), weight if weight.dim() == 1 else weight.view(-1), rows_of(out, hidden),
-                       eps_default if eps is None else eps)  # fmt: skip
+                rows = x.dim() == 2 and x.shape[1] == hidden  # (a decode step's [M, hidden]: as they are, no view)
+                fn(x if rows else rows_of(x, hidden), weight if weight.dim() == 1 else weight.view(-1),
+                   out if rows else rows_of(out, hidden), eps_default if eps is None else eps)  # fmt: skip
                 return out
 
         else:
@@ -116,10 +114,9 @@ class TileLangRMSNorm(TileLangImpl, RMSNormKernel):
                     x = packed(x)
                 if out is None:
                     out = empty_like(x)
-                if x.dim() == 2 and x.shape[1] == hidden:
-                    fn(x, out, eps_default if eps is None else eps)
-                else:
-                    fn(rows_of(x, hidden), rows_of(out, hidden), eps_default if eps is None else eps)
+                rows = x.dim() == 2 and x.shape[1] == hidden
+                fn(x if rows else rows_of(x, hidden), out if rows else rows_of(out, hidden),
+                   eps_default if eps is None else eps)
                 return out
 
         return rms_norm
