@@ -79,7 +79,6 @@ def graph_candidates(key: GemmBuildKey) -> dict[str, SkinnyLinearTiling]:
             "32 warps": SkinnyLinearTiling(warps=32, dependent_launch=dependent)}
 
 
-GRAPH_COLUMNS = ("registered", "w-first", "plain", "16 warps", "32 warps")
 GRAPH_COPIES = 8
 
 
@@ -92,7 +91,8 @@ def skinny_graph_table(dev: torch.device, arch: str, rows: list[int]) -> list[di
     keys = [GemmBuildKey("bfloat16", n, k, False, True, False, arch) for _, n, k in SHAPES]
     jobs = list({(key, t) for key in keys for t in graph_candidates(key).values()})
     built = dict(zip(jobs, compile_many([lambda key=key, t=t: build_skinny_linear(key, t) for key, t in jobs])))
-    print(f"\n{'shape (CUDA graphs)':42s} {'M':>3s}  " + "  ".join(f"{n:>12s}" for n in GRAPH_COLUMNS))
+    columns = tuple(graph_candidates(keys[0]))  # (every key's candidates carry the same names)
+    print(f"\n{'shape (CUDA graphs)':42s} {'M':>3s}  " + "  ".join(f"{n:>12s}" for n in columns))
     out_rows = []
     for (label, n, k), key in zip(SHAPES, keys):
         ws = [(torch.randn(n, k, device=dev, generator=gen) / k ** 0.5).to(torch.bfloat16) for _ in range(GRAPH_COPIES)]
@@ -114,7 +114,7 @@ def skinny_graph_table(dev: torch.device, arch: str, rows: list[int]) -> list[di
                                               for i in range(GRAPH_COPIES)])
             out_rows.append(row)
             print(f"{label[:42]:42s} {m:3d}  " + "  ".join(
-                f"{row['us'][c]:11.2f}{' ' if row['bitwise'][c] else '!'}" for c in GRAPH_COLUMNS), flush=True)
+                f"{row['us'][c]:11.2f}{' ' if row['bitwise'][c] else '!'}" for c in columns), flush=True)
     return out_rows
 
 
