@@ -3,15 +3,16 @@ el sweepab
 # one run (a drift of the card between the three shows as old1 != old2), to tell a kernel's regression from a
 # different card or day. SWEEPAB_REV names the old commit, SWEEPAB_ONLY the sweep's --only. The old tree travels in
 # the bundle folder; make it once in this checkout (under 1 MB):
-#   git archive REV -- . ':(exclude)backends/cuda/bench/results' ':(exclude)docs' ':(exclude)tests' \
-#       | xz > .device/tree_REV.tar.xz
-# Queued (twenty-ninth session's numbers against earlier runs):
-#   SWEEPAB_REV=9d4e3f1 (3ebf2e7^) SWEEPAB_ONLY=CausalConv1dVarlenFwdOp/qwen3.5-prefill-4k-8seq: the 8-sequence varlen conv 50.5 us in a graph (71.3% of
-#     the copy) against 45.6-47.0 us (75-78%) in every run before 3ebf2e7 (the clipped cu_seqlens reading: a
-#     max-scan and two more barriers a program; 128 registers and no spill either way, 2472 -> 2560 SASS lines);
-#   SWEEPAB_REV=f74ed96 SWEEPAB_ONLY=MoETopKRoutingFwdOp/qwen3-next-80b-decode-b64: every routing program at 64
-#     tokens 5.0-6.0 us in a graph (24.5% of the copy) against 2.2-3.0 us in the eighteenth session (f74ed96);
-#     the 4k rows and the B=1 model step did not move; the programs' generated CUDA is byte-identical at both trees.
+#   git archive REV -- . ':(exclude)backends/cuda/bench/results' ':(exclude)docs' ':(exclude)tests' > /tmp/t.tar
+#   git archive REV -- tests/catalogue_references.py > /tmp/c.tar && tar -A -f /tmp/t.tar /tmp/c.tar
+#   xz -c /tmp/t.tar > .device/tree_REV.tar.xz
+# (the sweep imports tests/catalogue_references.py: a tree without it fails at import, as the thirtieth session's
+# first try did). SWEEPAB_NEW_ARGS goes to this tree's sweep only (e.g. --candidates 1: the registered key alone).
+# Run in the thirtieth session (H100, session-2026-12-05g/s30d): the 8-sequence varlen conv old1/new/old2 62.26 /
+# 62.23 / 62.32 us in a graph (no regression); routing at 64 tokens 2.23 / 5.28 / 2.23 us with the kernels' CUDA,
+# build and launch code identical and route_ab.py (section routeab) timing both trees' kernels alike (5.3 us):
+# queued again with SWEEPAB_NEW_ARGS="--candidates 1", which leaves out the only difference of the two sweeps (this
+# tree also builds the two logits candidates).
 # About 1.5 minutes a tree for one row; this tree is installed again at the end.
 sweepab_run() {  # sweepab_run TREE NAME: the sweep from TREE (installed first), logged as sweepab_NAME
     (cd "$1" && python3 -m pip install -q --no-deps --no-build-isolation -e . -e backends/cpu_ref -e backends/cuda \
@@ -21,8 +22,9 @@ sweepab_run() {  # sweepab_run TREE NAME: the sweep from TREE (installed first),
     nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,pstate,power.draw --format=csv,noheader -lms 100 \
         > "$out/sweepab_clocks_$2.log" 2>&1 &
     local sampler=$!
+    local extra=""; [ "$2" = new ] && extra="${SWEEPAB_NEW_ARGS:-}"
     (cd "$1" && timeout -s INT ${SWEEPAB_S:-100} python3 -u backends/cuda/bench/layer_ops_sweep.py --only "$SWEEPAB_ONLY" \
-        --budget ${SWEEPAB_BUDGET:-70} --reps 40 --json "$out/sweepab_$2.json" 2>&1 | grep --line-buffered -v "TileLang:" \
+        --budget ${SWEEPAB_BUDGET:-70} --reps 40 --json "$out/sweepab_$2.json" $extra 2>&1 | grep --line-buffered -v "TileLang:" \
         > "$out/sweepab_$2.log")
     kill "$sampler" 2>/dev/null
     echo "-- $2 ($1)"; grep -E "same-size copy|^[A-Za-z0-9]+FwdOp  .*(registered|\{)|Error" "$out/sweepab_$2.log" | head -14
