@@ -149,6 +149,23 @@ def test_a_few_equal_logits_among_the_largest_are_ranked_by_id(cuda_device, gen,
     _assert_bits_of_rounds(_key("bfloat16", E, top_k, True, "int64", cuda_device[1], **shape), logits)
 
 
+@pytest.mark.parametrize("E,top_k", _MODELS)
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
+def test_a_kth_expert_tied_with_tau_across_lanes_is_ranked_as_rounds_ranks_it(cuda_device, gen, shape, E, top_k):
+    # top_k - 1 experts with larger logits, then two or three equal logits (0.5) at the boundary, the rest far
+    # below: the (top_k + 1)-th lane maximum (tau) is the k-th expert's e itself, the case whose old bound (the
+    # float below tau) divided onto the k-th's probability about every other token; the outsiders' largest e now
+    # bounds them. Candidates path or not, the bits are rounds'.
+    T = 2048
+    logits = torch.rand(T, E, device="cuda", generator=gen) * 6 - 12
+    order = torch.rand(T, E, device="cuda", generator=gen).argsort(dim=1)
+    logits.scatter_(1, order[:, :top_k - 1], torch.rand(T, top_k - 1, device="cuda", generator=gen) * 3 + 1)
+    ties = 2 + (torch.arange(T, device="cuda") % 2)[:, None]  # two or three tied experts a token
+    at_boundary = order[:, top_k - 1:top_k + 2]
+    logits.scatter_(1, at_boundary, torch.where(torch.arange(3, device="cuda") < ties, 0.5, -6.0))
+    _assert_bits_of_rounds(_key("bfloat16", E, top_k, True, "int64", cuda_device[1], **shape), logits.bfloat16())
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
 def test_probabilities_underflowed_to_zero_tie_at_the_lower_ids(cuda_device, gen, shape):
     # One or two experts near 100, the rest near -100: every other probability is 0.0 and the

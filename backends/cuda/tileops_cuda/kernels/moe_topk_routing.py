@@ -24,12 +24,15 @@ faster on the H200; ``"rounds"`` serves keys it cannot hold and is its bit-for-b
   the candidates are the experts with ``e >= tau`` (at least top_k + 1 of them, usually a few
   more), compacted into the warp's shared slots, one a lane. Only they are divided by the sum,
   and each ranks itself against the others on the very key of ``"rounds"``. An expert outside
-  has ``e`` at most the float below ``tau``, so a probability at most ``q = pred(tau) / sum``
-  (division rounds monotonically): when ``q`` is below the k-th candidate's probability no
-  outsider can enter the top_k, and the result is the one ``"rounds"`` computes. Otherwise
-  (more than 32 candidates, as with long runs of equal logits; distinct ``e`` that round to one
-  probability at the boundary; a non-finite sum) the warp runs the ``"rounds"`` selection on
-  its registers. Warps sync by ``__syncwarp`` (a token's work never leaves its warp), so the
+  has ``e`` at most ``o``, the largest ``e`` below ``tau`` (one more warp max), so a probability at
+  most ``q = o / sum`` (division rounds monotonically): when ``q`` is below the k-th candidate's
+  probability no outsider can enter the top_k, and the result is the one ``"rounds"`` computes.
+  Otherwise (more than 32 candidates, as with long runs of equal logits; distinct ``e`` that round
+  to one probability at the boundary; a non-finite sum) the warp runs the ``"rounds"`` selection on
+  its registers. (The bound was ``pred(tau) / sum`` until the thirtieth session: with 16-bit logits
+  the k-th expert often ties ``tau`` exactly, two lanes holding one logit, and the float below
+  ``tau`` then divides to the k-th's probability about every other time; about one token of 64 fell
+  back, and a 64-token call, one wave, took its fallback warp's 5.3 us instead of 2.3.) Warps sync by ``__syncwarp`` (a token's work never leaves its warp), so the
   block-wide barrier pass is off.
 * ``"logits"`` (not registered; raced in the sweep): the candidates program's warps, rows and layout,
   selecting on the logits (softmax is monotonic) and taking ``expf`` of the top_k + 1 only. Each
@@ -311,7 +314,7 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
             ev = T.alloc_local((PER,), f32)
             keys = T.alloc_local((PER,), i64)  # the rounds selection (the fallback)
             fv = T.alloc_local((5,), f32)  # top, lane sum / total, the lane's candidate's p, the k-th p, renorm sum
-            iv = T.alloc_local((8,), i32)  # h, tau, count, lane count, position, N, rank, path (1: candidates)
+            iv = T.alloc_local((8,), i32)  # h then o, tau, count, lane count, position, N, rank, path (1: candidates)
             kv = T.alloc_local((2,), i64)  # the lane's candidate key, the round's best
             # A warp's slots, one buffer so that no two of them share memory: the candidates' e bits
             # [0, 33) and ids [33, 66) (slot 32 of each takes the other experts' stores: no branch),
@@ -337,11 +340,16 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
                     iv[1] = T.max(iv[4], 0)
                 iv[2] = iv[2] + T.cast(T.popcount(T.ballot_sync(iv[0] == iv[4])), i32)
                 iv[0] = T.if_then_else(iv[0] == iv[4], -1, iv[0])
-            # 3. The candidates (e >= tau) and each lane's first slot: an inclusive scan of the counts.
+            # 3. The candidates (e >= tau) and each lane's first slot: an inclusive scan of the counts;
+            #    beside them the largest e outside (o, bits; -1 where every expert is a candidate).
             iv[3] = 0
+            iv[0] = -1
             for r in T.unroll(PER):
                 if not PADDED or expert(r, lane) < E:
                     iv[3] = iv[3] + T.if_then_else(T.reinterpret(i32, ev[r]) >= iv[1], 1, 0)
+                    iv[0] = T.if_then_else(T.reinterpret(i32, ev[r]) < iv[1],
+                                           T.max(iv[0], T.reinterpret(i32, ev[r])), iv[0])
+            iv[0] = T.warp_reduce_max(iv[0])
             iv[4] = iv[3]
             for o in T.unroll(5):
                 iv[5] = T.shfl_up(iv[4], 1 << o)
@@ -368,11 +376,11 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
                 iv[6] = 0
                 for j in T.serial(iv[5]):
                     iv[6] = iv[6] + T.if_then_else(T.shfl_sync(kv[0], j) > kv[0], 1, 0)
-                # 5. Exact when every expert outside (e <= the float below tau) has a probability
-                #    below the k-th candidate's: division rounds monotonically.
+                # 5. Exact when every expert outside (e <= o) has a probability below the k-th
+                #    candidate's: division rounds monotonically.
                 fv[3] = T.shfl_sync(fv[2], T.cast(T.popcount(
                     T.ballot_sync(lane < iv[5] and iv[6] == K - 1) - T.uint64(1)), i32))
-                if iv[1] == 0 or T.reinterpret(f32, iv[1] - 1) / fv[1] < fv[3]:
+                if iv[0] < 0 or T.reinterpret(f32, iv[0]) / fv[1] < fv[3]:
                     iv[7] = 1
                     if lane < iv[5] and iv[6] < K:
                         slots[w, OUT + iv[6]] = T.reinterpret(i32, fv[2])
