@@ -57,7 +57,7 @@ from ..lang.types import DTypeParam, Enum, ListOf, NoneT, ParamType, Prim, Tuple
 from ..plugins.loader import ensure_plugins_loaded
 from .decompose import compile_key, sync_decomposition
 from .overlap import hint_of, traced_argument_torch_mistraces, traced_stand_in
-from .plan import check_buffer_storage
+from .storage import check_buffer_storage
 from .torchtypes import name_of
 
 if TYPE_CHECKING:

@@ -29,7 +29,8 @@ from ..lang.shapes import Axis, ShapePattern
 from ..lang.types import ADTRef, Enum, Prim, UnionT, is_maybe
 from ..lang.unify import SolvePlan, UnifyError, plan_solve, run_solve
 from ..spec.nodes import REQUIRED, Expr, FamilyRef, FamilySpec, OpSpec, TensorSpec
-from .plan import CallPlan, TensorMeta, check_buffer_storage, is_zero, numel
+from .plan import CallPlan, TensorMeta, is_zero, numel
+from .storage import check_buffer_storage
 from .torchtypes import TORCH_DTYPES, name_of
 
 __all__ = ["Branch", "OpChecks", "OutputTypes", "SymbolicDims", "contents_checking_default"]

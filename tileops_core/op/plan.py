@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -31,72 +31,14 @@ from .alloc import fresh_allocator
 from .one_launch import OneLaunch
 from .overlap import expanded_beyond_limit, overlapping_argument, overlaps_itself, traced_overlapping_argument
 from .same_call import Matcher, make_matcher, make_output_matcher
+from .storage import TRANSFORM_REFUSAL, check_buffer_storage, storage_address, storage_id, storage_ids
 from .torchtypes import name_of
 
-__all__ = ["BoundKernels", "CallPlan", "CURRENT", "TensorMeta", "check_buffer_storage", "is_zero", "numel"]
+__all__ = ["BoundKernels", "CallPlan", "CURRENT", "TensorMeta", "is_zero", "numel"]
 
 #: The call being executed on this thread: ``CURRENT.call = (op, plan, bound, values)`` while
 #: ``forward`` runs (set by :class:`~tileops_core.op.base.Op`, read by ``Op.launch``).
 CURRENT = threading.local()
-
-
-def _load_storage_address() -> Callable[[torch.Tensor], int]:
-    """``t.untyped_storage()._cdata`` (the address of the tensor's ``StorageImpl``) without the
-    Python storage object: torch's ``_storage_address`` reads it in C++, where building the
-    storage object for a kernel's fresh output costs about 0.3 µs a call. Used only where it
-    gives the same number as the storage object (checked here, on a tensor and a view of it)
-    and refuses a storage-less wrapper as the storage object does (NotImplementedError)."""
-
-    def through_storage(t: torch.Tensor) -> int:
-        return t.untyped_storage()._cdata
-
-    address = getattr(torch._C, "_storage_address", None)
-    if address is None:
-        return through_storage
-    try:
-        t = torch.empty(2, 3)
-        same = address(t) == address(t[1:]) == t.untyped_storage()._cdata != address(torch.empty(2, 3))
-    except Exception:  # another signature on this build: the storage object serves
-        return through_storage
-    return address if same else through_storage
-
-
-#: The address of a tensor's ``StorageImpl``: what tells two storages apart (:func:`storage_id`).
-_storage_address = _load_storage_address()
-
-
-def storage_id(t: torch.Tensor) -> int:
-    """The identity of a tensor's storage (not its data pointer: every meta tensor and many
-    empty ones have data pointer 0, while views keep their base's storage)."""
-    try:
-        return _storage_address(t)
-    except NotImplementedError as exc:  # a torch.func wrapper: no storage (found in review)
-        raise TileOpsError(_TRANSFORMS) from exc
-
-
-#: Why a call from inside a torch.func transform is refused.
-_TRANSFORMS = ("TileOPs ops take plain tensors, and torch.func transforms (vmap, grad, jacrev) pass wrappers "
-               "without storage: call the op outside the transform")
-
-
-def _storage_ids(values: Sequence[Any]) -> set[int]:
-    """The storage identities of the tensors among ``values`` (None: absent), as :func:`storage_id` gives each."""
-    try:
-        return {_storage_address(v) for v in values if v is not None}
-    except NotImplementedError as exc:  # a torch.func wrapper: no storage
-        raise TileOpsError(_TRANSFORMS) from exc
-
-
-def check_buffer_storage(op: str, name: str, loc: Location, buffer: torch.Tensor, inputs: Iterable[Any]) -> None:
-    """Step 5's storage rule for one passed out buffer (``name``, declared at ``loc``): it shares no
-    storage with an input (None: absent). Eager calls check it at planning and on every call that
-    passes a buffer; compiled calls on the trace's fake tensors and in the implementation."""
-    if not buffer.numel():
-        return
-    sid = storage_id(buffer)
-    for v in inputs:
-        if v is not None and v.numel() and storage_id(v) == sid:
-            fail(op, f"out buffer {name} shares storage with an input", loc)
 
 
 def is_zero(n: Any) -> bool:
@@ -583,7 +525,7 @@ class CallPlan:
         nonempty = self._slots[0][3]
         full = self.check_outputs_in_full
         op, name, loc = self.op, self.out_names[0], self.out_locs[0]
-        address = _storage_address
+        address = storage_address
         like = self._output_like
 
         def check(result: Any, values: Sequence[Any]) -> Any:
@@ -600,7 +542,7 @@ class CallPlan:
                         if v is not None and address(v) == sid:
                             fail(op, f"output {name} shares storage with an input", loc)
                 except NotImplementedError as exc:  # (the try costs nothing where nothing raises)
-                    raise TileOpsError(f"{op}: {_TRANSFORMS}") from exc
+                    raise TileOpsError(f"{op}: {TRANSFORM_REFUSAL}") from exc
             return result
 
         return check
@@ -613,7 +555,7 @@ class CallPlan:
         likes = self._output_like
         nonempty = tuple(i for i, _, _, non_empty in self._slots if non_empty)
         full = self.check_outputs_in_full
-        address = _storage_address
+        address = storage_address
 
         def check(result: Any, values: Sequence[Any]) -> Any:
             if type(result) is not tuple or len(result) != n:
@@ -628,7 +570,7 @@ class CallPlan:
                         if address(result[i]) in storages:
                             return full(result, values)
                 except NotImplementedError as exc:
-                    raise TileOpsError(f"{self.op}: {_TRANSFORMS}") from exc
+                    raise TileOpsError(f"{self.op}: {TRANSFORM_REFUSAL}") from exc
             return result
 
         return check
@@ -661,7 +603,7 @@ class CallPlan:
                     self._mismatch(i, out)
             if nonempty:
                 if storages is None:
-                    storages = _storage_ids(values)
+                    storages = storage_ids(values)
                 if storage_id(out) in storages:
                     fail(self.op, f"output {self.out_names[i]} shares storage with an input", self.out_locs[i])
         return result
