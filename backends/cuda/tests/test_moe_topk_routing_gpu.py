@@ -62,6 +62,8 @@ _MODELS = [pytest.param(512, 10, id="E512-k10"), pytest.param(256, 8, id="E256-k
 _RENORM = [pytest.param(True, id="renorm"), pytest.param(False, id="no-renorm")]
 #: The outsider test's rows: (dtype, E, top_k).
 _OUTSIDER = [("float32", 256, 1), ("float32", 256, 4), ("float32", 256, 8), ("bfloat16", 512, 10)]
+#: The fast-path test's rows: float32 logits of both model widths (E=512: more keys a lane than heads).
+_FAST_PATH = [("float32", 512, 10), ("float32", 256, 8)]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -75,6 +77,7 @@ def _prebuilt(cuda_device, request):
     bases = {(p.values[0], p.values[2], p.values[3], p.values[4], p.values[5]) for p in _spec_rows()}
     bases |= {("bfloat16", m.values[0], m.values[1], r, "int64") for m in _MODELS for r in (True, False)}
     bases |= {(d, e, k, r, "int64") for d, e, k in _OUTSIDER for r in (True, False)}
+    bases |= {(d, e, k, True, "int64") for d, e, k in _FAST_PATH}
     selected = [item.callspec.params.get("shape") for item in request.session.items if hasattr(item, "callspec")]
     shapes = [{}, *(s for s in SHAPES if s in selected)]
     keys = [_key(*base, arch, **shape) for base in sorted(bases) for shape in shapes]
@@ -196,6 +199,21 @@ def test_an_outsider_whose_probability_rounds_onto_the_kth_is_not_left_out(cuda_
     logits = logits.to(getattr(torch, dtype))
     _, ids = _assert_bits_of_rounds(_key(dtype, E, top_k, renormalize, "int64", cuda_device[1], **shape), logits)
     assert bool((ids == 0).any()), "no token had expert 0 in its top_k: the rows test nothing"
+
+
+@pytest.mark.parametrize("dtype,E,top_k", _FAST_PATH)
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s["program"] == "logits"], ids=_shape_id)
+def test_the_logits_program_keeps_random_tokens_on_its_fast_path(cuda_device, gen, shape, dtype, E, top_k):
+    # The fast path's float32 weights (a butterfly sum, __fdividef) differ from rounds' in the last bits on
+    # nearly every token (99% by a CPU model); the fallback gives rounds' bits. A guard that sends every token
+    # to the fallback, as the unknown-outsider test did at E=512 until the thirtieth session, shows as none.
+    logits = torch.randn(4096, E, device="cuda", generator=gen)
+    key = _key(dtype, E, top_k, True, "int64", cuda_device[1], **shape)
+    weights, _ = _assert_bits_of_rounds(key, logits)
+    want, _ = _route(dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False,
+                                         dependent_launch=False), logits)
+    differ = (weights.view(torch.int32) != want.view(torch.int32)).any(1).float().mean().item()
+    assert differ > 0.5, f"{key}: only {differ:.1%} of random tokens took the fast path"
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)

@@ -415,13 +415,12 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
 
 
 #: The logits program's heads a lane keeps (its largest keys, sorted; a power of two, as the network's
-#: merges need): a lane holding this many of a token's top_k sends the token to the rounds selection. At 4
-#: that was 0.40% of random bf16 tokens at E=512 top-10 and 0.13% at E=256 top-8, so about 16 and 5 tokens
-#: of every 4k-token call: the call is one wave of one-warp programs, so its time is its slowest warp's,
-#: fast path and fallback (the twenty-ninth session's sweep: 19.1 / 10.1 us in a graph against the
-#: candidates program's 8.5 / 5.7). At 8 no random token of 32k falls back at either (every key a head at
-#: E=256); the fast path grows 358 -> 451 static SASS instructions at E=512, 253 -> 304 at E=256 (nvcc 13,
-#: no spill), still under the candidates program's ~650.
+#: merges need): a lane holding this many of a token's top_k sends the token to the rounds selection, at 4
+#: 0.40% of random bf16 tokens at E=512 top-10 and 0.13% at E=256 top-8, at 8 none of 32k at either (every
+#: key a head at E=256). The fast path grows 358 -> 451 static SASS instructions at E=512, 253 -> 304 at E=256
+#: (nvcc 13, no spill), still under the candidates program's ~650. (The twenty-ninth session read the 4k
+#: rows' loss, 19.1 / 10.1 us against 8.5 / 5.7, as those few tokens; the thirtieth found every token of a
+#: row wider than the heads falling back, through the unknown-outsider test: ``_logits_program``.)
 _HEADS = 8
 
 
@@ -500,8 +499,14 @@ def _logits_program(key: MoETopKRoutingBuildKey):
     A key is ``(ordered(bits(l)) << VB) | 2**(VB-1) | (E - 1 - expert)`` (``VB`` the logits' width,
     16 or 32: an int32 key, an int64 one for float32 logits): unique, in the order of (logit, lower
     id) but for -0 below +0 (the guard's tie). Padded experts take ``PAD``, below every real key but
-    the NaNs with the sign set; ``EMPTY`` (below all) fills a lane's heads past its keys, ``MARK``
-    (above all) past its heads when it holds more keys than heads.
+    the NaNs with the sign set; ``EMPTY`` (below all) fills a lane's heads as the rounds pop them.
+    A lane holding more keys than heads knows nothing of the rest but that they lie below its last
+    head as the network left it (``kv[6]``): where that head is not below the k-th's logit, the first
+    outsider may be among them, or the lane ran out of heads, and the token falls back. (Until the
+    thirtieth session the test read the last head after the rounds, where every lane that had won a
+    round held the fill, then ``MARK``, above all: every token of a row wider than the heads, E=512
+    at 8 heads and E=256 at 4, fell back, so the program lost those rows by about the rounds
+    selection's time, 19.9 against 8.7 us at Qwen3-Next 4k on an H100.)
 
     Bounds (``unchecked_index``): as in the candidates program, rows ``tok`` in ``[0, M)``, logits
     read only below E, outputs at ``[tok, lane < K]``; the slots are written at ``k < K`` and
@@ -528,7 +533,6 @@ def _logits_program(key: MoETopKRoutingBuildKey):
     EMPTY, MARK = -(1 << (2 * VB - 1)), (1 << (2 * VB - 1)) - 1
     D = min(_HEADS, PER)
     STEPS, H = _heads_network(PER, D)
-    FILL = MARK if PER > D else EMPTY
     K1 = min(K + 1, E)  # lanes holding a key: the top_k and the first outsider of another logit
     M = T.dynamic("M")
     KC = T.int64 if VB == 32 else T.int32  # a key constant
@@ -557,7 +561,8 @@ def _logits_program(key: MoETopKRoutingBuildKey):
             keys = T.alloc_local((PER,), kt)
             base = T.alloc_local((NV,), kt)
             uw = T.alloc_local((2,), "uint32")  # a word of two 16-bit logits, its signs
-            kv = T.alloc_local((6,), kt)  # swap, the round's best, the lane's key, the lane min, its outsider, top
+            kv = T.alloc_local((7,), kt)  # swap, the round's best, the lane's key, the lane min, its outsider, top,
+            #                                   the lane's last head before the rounds
             fv = T.alloc_local((6,), f32)  # max logit, e, the next lane's e, sum, weight, renorm sum
             iv = T.alloc_local((4,), i32)  # the round's winner, slow, fast, the lane's id
             ev = T.alloc_local((PER,), f32)  # the rounds selection (the fallback)
@@ -603,6 +608,8 @@ def _logits_program(key: MoETopKRoutingBuildKey):
                     keys[a] = kv[0]
                 else:
                     keys[a] = T.max(keys[a], keys[b])
+            if PER > D:
+                kv[6] = keys[H[D - 1]]
             # 4. top_k rounds over the lanes' first heads (keys are unique: one lane wins each);
             #    lane k keeps round k's key.
             kv[2] = KC(EMPTY)
@@ -614,10 +621,11 @@ def _logits_program(key: MoETopKRoutingBuildKey):
                 iv[0] = T.if_then_else(keys[H[0]] == kv[1], 1, 0)
                 for d in list(range(D - 1)):
                     keys[H[d]] = T.if_then_else(iv[0] == 1, keys[H[d + 1]], keys[H[d]])
-                keys[H[D - 1]] = T.if_then_else(iv[0] == 1, KC(FILL), keys[H[D - 1]])
+                keys[H[D - 1]] = T.if_then_else(iv[0] == 1, KC(EMPTY), keys[H[D - 1]])
             # 5. The first outsider of another logit than the k-th's: the largest key below the k-th's
-            #    logit (its low half cleared); unknown where a lane's last head is not below it and
-            #    the lane holds more keys (or ran out of heads before the last round: MARK).
+            #    logit (its low half cleared); unknown where a lane holds more keys than heads and its
+            #    last head before the rounds is not below it (a lane that ran out of heads included:
+            #    that head was a winner, at or above the k-th).
             kv[0] = T.shift_left(T.shift_right(kv[1], KC(VB)), KC(VB))
             kv[4] = KC(EMPTY)
             for d in list(range(D - 1, -1, -1)):
@@ -627,7 +635,7 @@ def _logits_program(key: MoETopKRoutingBuildKey):
                 kv[2] = T.if_then_else(lane == K, kv[4], kv[2])
             iv[1] = T.if_then_else(T.any_sync(kv[3] < KC(PAD)) != 0, 1, 0)  # a NaN with the sign set
             if PER > D:
-                iv[1] = iv[1] | T.if_then_else(T.any_sync(keys[H[D - 1]] >= kv[0]) != 0, 1, 0)
+                iv[1] = iv[1] | T.if_then_else(T.any_sync(kv[6] >= kv[0]) != 0, 1, 0)
             # 6. e = exp(l - max) of the lane's key; the order check against the next lane's.
             fv[0] = logit_of(kv[5])
             fv[1] = T.exp(logit_of(kv[2]) - fv[0])
