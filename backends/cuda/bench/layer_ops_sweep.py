@@ -117,7 +117,6 @@ def _conv_varlen_candidates() -> list[dict[str, Any]]:
 #: scheduling of a call overlap the previous call's tail; RGDR's small roles gained 1.18-1.20x at 3-4 µs).
 _CONV_UNCHECKED = {"threads": 128, "registers": 0, "unchecked_index": True}
 _CONV_DEPENDENT = {**_CONV_UNCHECKED, "dependent_launch": True}
-_CONV_SPECULATIVE = {**_CONV_DEPENDENT, "speculate": True}  # the registered shape (a dependent on Hopper), speculating
 
 #: QKNormRope at D=256 bf16 (16 q + 2 k heads): the registered entry is the lanes program at 40 registers
 #: (61-67% of the same-size copy on the H200; 4 rows a thread, 128 and 512 threads measured slower and are
@@ -188,14 +187,10 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # measured no faster (results/session-2026-12-03d/conv_sweep.log) and were deleted.
     # First the registered shape without TileLang's bounds checks (``unchecked_index``: 80 -> 74 registers,
     # 4 of the token loop's guards gone; NOTES "Unchecked accesses in the memory-bound kernels").
-    # Then (twenty-ninth session) the registered shape speculating on the decode layout (``speculate``: the
-    # guessed token's slot, window and row in flight during the start's reduction; 72 -> 91 registers); the
-    # t2-mtp row never keeps the guess, so there it shows what a miss costs.
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [_CONV_DEPENDENT, _CONV_UNCHECKED, _CONV_SPECULATIVE,
-                                                    {"threads": 64}, {"threads": 64, "registers": 0},
-                                                    {"registers": 40}]),
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [_CONV_DEPENDENT, _CONV_UNCHECKED, _CONV_SPECULATIVE,
-                                                        {"threads": 64}, {"registers": 0}]),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [_CONV_DEPENDENT, _CONV_UNCHECKED, {"threads": 64},
+                                                    {"threads": 64, "registers": 0}, {"registers": 40}]),
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [_CONV_DEPENDENT, _CONV_UNCHECKED, {"threads": 64},
+                                                        {"registers": 0}]),
     # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, the next group in flight.
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-1seq", _conv_varlen_candidates()),

@@ -4,9 +4,6 @@ before a GPU run."""
 
 from __future__ import annotations
 
-import dataclasses
-import re
-
 import pytest
 
 tilelang = pytest.importorskip("tilelang")
@@ -141,18 +138,3 @@ def test_a_64_bit_slot_is_tested_against_the_pool_in_its_own_dtype_before_it_bec
     narrow = lowered_source(program, replace(key, unchecked_index=True))
     assert "< ((int64_t)S)" not in narrow and "(int)slots[" not in narrow
     assert ("int sl = slots[((int64_t)t)];" in narrow) == (program is conv_update_program)
-
-
-@pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
-def test_the_speculative_decode_reads_the_guessed_window_before_the_start_reduction_and_the_plain_one_after(style):
-    # The decode layout's guess (sequence `by` is token `by` alone) puts the window's pool loads and the row's
-    # x load ahead of the block barrier of the start's reduction; the plain program reads them after it.
-    key = ConvUpdateBuildKey("bfloat16", 8192, 4, True, False, style, "int32", "int32", "int32", "sm_90",
-                             threads=128, registers=0)
-    for speculate in (False, True):
-        source = _source(conv_update_program(dataclasses.replace(key, speculate=speculate)))
-        body = source[source.index("__global__"):]
-        barrier = body.index("__syncthreads();")
-        for buffer in ("pool", "x"):  # (16-byte vector loads: ``*(uint4*)(pool + ...)``)
-            first_read = re.search(rf"\(uint4\*\)\({buffer} \+", body)
-            assert first_read is not None and (first_read.start() < barrier) == speculate, (buffer, speculate)

@@ -65,12 +65,6 @@ class ConvUpdateBuildKey:
     #: overlap that kernel's tail; the same bits. Hopper only; measured no faster on either conv (eighteenth
     #: session, session-2026-12-04b/conv_sweep.log), so in no block shape.
     dependent_launch: bool = False
-    #: The program guesses the decode layout (sequence ``by`` is token ``by`` alone) and issues that token's
-    #: slot, window and input row before the reduction that finds where the sequence starts; the guess is
-    #: kept where the sequence is exactly that one token, else the window is read again from the real
-    #: first slot: the same bits on any metadata (RGDR's speculative decode programs, issue 16, did the
-    #: same for their chain). Off: in no block shape until the H200 times it (``layer_ops_sweep.py``).
-    speculate: bool = False
 
 
 @dataclass(frozen=True)

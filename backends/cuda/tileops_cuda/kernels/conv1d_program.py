@@ -231,24 +231,11 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             accv = T.alloc_local((VC,), f32)
             ov = T.alloc_local((VC,), dt)
             zero = T.alloc_local((VC,), dt)
-            xg = T.alloc_local((VC,), dt)  # the guessed first input row (``speculate``)
-            guess = T.alloc_var(i32)  # the guessed first slot; then whether the guess held (``speculate``)
             # -- where sequence `by` starts and ends (for by == NB: the end of the last one) -----
             # Every load that does not depend on another is issued first: the chain
             # metadata -> slot -> window is the decode step's latency, paid once per program.
             if c0 < D:
                 load_taps(weight, bias, wv, bv, c0)
-            if key.speculate:
-                # The decode layout's guess: sequence `by` is token `by` alone, so its window comes from
-                # slots[by] and its row is x[by]; both go out now, in flight during the reduction.
-                guess = T.if_then_else(by < Tn, narrowed_index(slots[T.max(T.min(by, Tn - 1), 0)], S), -1)
-                if c0 < D and by < NB and by < Tn:
-                    for p in T.unroll(W1):  # (the window's read below, from the guessed slot)
-                        for e in T.vectorized(VC):
-                            sv[p * VC + e] = T.if_then_else(guess >= 0 and guess < S,
-                                                            pool[T.max(guess, 0), c0 * W1 + p * VC + e], T.cast(0, dt))
-                    for e in T.vectorized(VC):
-                        xg[e] = x[T.max(T.min(by, Tn - 1), 0), c0 + e]
             if key.unchecked_index:  # B may be 0 (BM = NA = 0): read only where `by` is a sequence
                 own = T.if_then_else(by < BM, clip_tokens(seq_meta[by], Tn), 0)
                 acc_n = T.if_then_else(by < NA, clip_tokens(nacc[by], Tn, 1), 0) if has_acc else 1
@@ -287,26 +274,17 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             # -- the initial window: the slot of the first accepted token, zeros if padding -------
             acc_n = T.max(T.min(acc_n, L), 1)
             slot0 = T.if_then_else(L > 0, narrowed_index(slots[T.max(T.min(s + acc_n - 1, Tn - 1), 0)], S), -1)
-            if key.speculate:
-                # The guess held where the sequence is token `by` alone: its first accepted token is `by`
-                # (acc_n is 1 at L = 1), so slot0 is the slot read for the guess and sv, xg are its data.
-                guess = T.if_then_else(by < NB and by < Tn and s == by and L == 1, 1, 0)
             if c0 < D:
                 if by < NB:
-                    if not key.speculate or guess == 0:  # (a Python test first: no test at all without it)
-                        for p in T.unroll(W1):
-                            for e in T.vectorized(VC):
-                                sv[p * VC + e] = T.if_then_else(
-                                    slot0 >= 0 and slot0 < S, pool[T.max(slot0, 0), c0 * W1 + p * VC + e], T.cast(0, dt)
-                                )
+                    for p in T.unroll(W1):
+                        for e in T.vectorized(VC):
+                            sv[p * VC + e] = T.if_then_else(
+                                slot0 >= 0 and slot0 < S, pool[T.max(slot0, 0), c0 * W1 + p * VC + e], T.cast(0, dt)
+                            )
                     for j in T.serial(L):
                         t = s + j
-                        if key.speculate and guess != 0:  # (L = 1: the only token, whose row came with the guess)
-                            for e in T.vectorized(VC):
-                                xc[e] = xg[e]
-                        else:
-                            for e in T.vectorized(VC):
-                                xc[e] = x[t, c0 + e]
+                        for e in T.vectorized(VC):
+                            xc[e] = x[t, c0 + e]
                         for i in T.unroll(VC):
                             accv[i] = T.cast(bv[i], f32) if key.has_bias else T.float32(0)
                             for k in T.unroll(W1):
