@@ -198,9 +198,11 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # rows of Qwen3-Next (NeoX) and Qwen3.5 (MRoPE) share one kernel per block shape.
     *(("QKNormRopeFwdOp", label, _QK_CANDIDATES)
       for label in ("qwen3-next-prefill-16k", "qwen3-next-prefill-4k", "qwen3.5-prefill-4k")),
-    # MoE routing (issue 21): both models' prefill 4k (4 and 2 MB of logits) and a decode batch.
+    # MoE routing (issue 21): both models' prefill 4k (4 and 2 MB of logits) and decode batch of 64 (the
+    # registered program is one per row width, so a program registered for both widths must win all four).
     *(("MoETopKRoutingFwdOp", label, _ROUTING_CANDIDATES)
-      for label in ("qwen3-next-80b-prefill-4k", "qwen3.5-35b-prefill-4k", "qwen3-next-80b-decode-b64")),
+      for label in ("qwen3-next-80b-prefill-4k", "qwen3.5-35b-prefill-4k", "qwen3-next-80b-decode-b64",
+                    "qwen3.5-35b-decode-b64")),
 ]
 
 
