@@ -32,8 +32,8 @@ faster on the H200; ``"rounds"`` serves keys it cannot hold and is its bit-for-b
   its registers. (The bound was ``pred(tau) / sum`` until the thirtieth session: with 16-bit logits
   the k-th expert often ties ``tau`` exactly, two lanes holding one logit, and the float below
   ``tau`` then divides to the k-th's probability about every other time; about one token of 64 fell
-  back, and a 64-token call, one wave, took its fallback warp's 5.3 us instead of 2.3.) Warps sync by ``__syncwarp`` (a token's work never leaves its warp), so the
-  block-wide barrier pass is off.
+  back, and a 64-token call, one wave, took its fallback warp's 5.3 us instead of 2.3.) Warps sync
+  by ``__syncwarp`` (a token's work never leaves its warp), so the block-wide barrier pass is off.
 * ``"logits"`` (not registered; raced in the sweep): the candidates program's warps, rows and layout,
   selecting on the logits (softmax is monotonic) and taking ``expf`` of the top_k + 1 only. Each
   logit becomes a unique integer key (its bits with the negatives' magnitude flipped, then
