@@ -9,7 +9,7 @@ el sweepab
 # (the sweep imports tests/catalogue_references.py: a tree without it fails at import, as the thirtieth session's
 # first try did). SWEEPAB_NEW_ARGS goes to this tree's sweep only (e.g. --candidates 1: the registered key alone).
 # Run in the thirtieth session (H100, session-2026-12-05g/s30d): the 8-sequence varlen conv old1/new/old2 62.26 /
-# 62.23 / 62.32 us in a graph (no regression); routing at 64 tokens 2.23 / 5.28 / 2.23 us with the kernels' CUDA,
+# 62.23 / 62.32 us in a graph (no regression); routing at 64 tokens 2.29 / 5.28 / 2.23 us with the kernels' CUDA,
 # build and launch code identical and route_ab.py (section routeab) timing both trees' kernels alike (5.3 us):
 # queued again with SWEEPAB_NEW_ARGS="--candidates 1", which leaves out the only difference of the two sweeps (this
 # tree also builds the two logits candidates).
