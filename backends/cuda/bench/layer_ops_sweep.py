@@ -152,10 +152,13 @@ _QK_CANDIDATES = [
 #: Then (issue 21, the logits program: selection on the logits' keys, expf for the top_k only; ~450 fast-path
 #: SASS instructions a token at E=512 top-10 bf16 against the candidates program's ~650-780, ~300 at E=256,
 #: with 8 heads a lane since the twenty-ninth session: at 4 a 4k-token call always held a few fallback tokens):
-#: at the registered block shape (one token, unchecked, dependent launch) and launched plainly.
+#: at the registered block shape (one token, unchecked, dependent launch), launched plainly, and with each of
+#: the two fields alone (thirty-first session: plain won Qwen3.5's 4k row by 0.9 us, the pair its 64-token row).
 _ROUTING_CANDIDATES = [{"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
                        {"program": "logits", "tokens": 1},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True},
+                       {"program": "logits", "tokens": 1, "dependent_launch": True},
                        {"program": "candidates", "tokens": 1, "unchecked_index": True},
                        *({"program": "candidates", "tokens": t} for t in (1, 2, 4, 8))]
 

@@ -21,8 +21,9 @@ from tileops_cuda.kernels import moe_topk_routing as routing
 
 #: (label, E, top_k) of the rows timed: the decode rows of both models.
 ROWS = [("qwen3-next-80b-decode-b64", 512, 10), ("qwen3.5-35b-decode-b64", 256, 8)]
-#: The programs timed: the registered shape of the candidates program (a dependent launch), the same plain,
-#: and the rounds program (the fallback's cost, alone).
+#: The programs timed: the candidates program at the shape registered until the thirty-first session (a
+#: dependent launch) and plain, the logits program at the registered shape (``block_shapes.py``), and the
+#: rounds program (both warp programs' fallback, alone). The labels stay those of the logged runs (s31b).
 PROGRAMS = {"candidates (registered)": dict(program="candidates", tokens=1, unchecked_index=True,
                                             dependent_launch=True),
             "candidates plain": dict(program="candidates", tokens=1),

@@ -34,7 +34,7 @@ def _call(dtype: str, experts: int, top_k: int, arch: str = "sm_90a") -> CallSpe
 
 
 def test_the_registered_key_takes_its_program_from_the_block_shapes_table(monkeypatch):
-    registered = dataclasses.replace(_CANDIDATES, tokens=1, unchecked_index=True, dependent_launch=True)
+    registered = dataclasses.replace(_NEXT, program="logits", tokens=1, unchecked_index=True, dependent_launch=True)
     assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10)) == registered
     # launched plainly where the arch cannot launch a dependent
     plain = dataclasses.replace(registered, arch="sm_80", dependent_launch=False)

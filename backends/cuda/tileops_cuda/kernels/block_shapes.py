@@ -68,7 +68,13 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # route_sweep.log, graph replays of back-to-back calls against the same program launched plainly, one run): 8.83
     # us against 9.16 at 4k, 5.70 against 6.19 on Qwen3.5-35B, 2.18 against 2.65 at decode B=64; alone it ties
     # (12.19 / 8.99 / 5.82 us against 12.27 / 8.99 / 5.76). Off Hopper the field is dropped (launchable_on).
-    "TileLangMoETopKRouting": ((None, {"program": "candidates", "tokens": 1, "unchecked_index": True,
+    # The logits program (thirty-first session, H100, session-2026-12-05h/s31e-f route_sweep.log, graph time), once
+    # the thirtieth session's fix kept its tokens on the fast path, as the registered keys launch (a dependent:
+    # launch_policy): Qwen3-Next E=512 5.48 us against the candidates entry's 6.81 at 4k, 1.68 against 2.43 at 64
+    # tokens; Qwen3.5 E=256 5.54 against 5.55 at 4k (a tie; launched plainly it reads 4.6, but the policy's
+    # measurement is the whole step's), 1.56 against 2.12 at 64 tokens. Ids bit for bit the rounds program's,
+    # weights within tolerance of them (341 GPU tests, s31a route_tests.log).
+    "TileLangMoETopKRouting": ((None, {"program": "logits", "tokens": 1, "unchecked_index": True,
                                        "dependent_launch": True}),),
 }
 

@@ -13,8 +13,9 @@ every reduction is a warp shuffle).
 Specialised on the logits' dtype, the ids' dtype, E, top_k and renormalize; the token count
 is dynamic.
 
-Three programs (the build key's ``program``; ``block_shapes.py`` registers ``"candidates"``, measured 1.4-1.9x
-faster on the H200; ``"rounds"`` serves keys it cannot hold and is its bit-for-bit reference):
+Three programs (the build key's ``program``; ``block_shapes.py`` registers ``"logits"``, measured 1.2-1.4x
+faster than ``"candidates"`` on an H100 and that 1.4-1.9x faster than ``"rounds"`` on the H200; ``"rounds"``
+serves keys the warp programs cannot hold and is their reference: ids and, for ``"candidates"``, weights bit for bit):
 
 * ``"rounds"``: the program above, a token per program of one
   warp. top_k + 2 dependent chains of warp shuffles a token, and a float32 division per expert.
@@ -34,9 +35,9 @@ faster on the H200; ``"rounds"`` serves keys it cannot hold and is its bit-for-b
   ``tau`` then divides to the k-th's probability about every other time; about one token of 64 fell
   back, and a 64-token call, one wave, took its fallback warp's 5.3 us instead of 2.3.) Warps sync
   by ``__syncwarp`` (a token's work never leaves its warp), so the block-wide barrier pass is off.
-* ``"logits"`` (not registered; raced in the sweep): the candidates program's warps, rows and layout,
-  selecting on the logits (softmax is monotonic) and taking ``expf`` of the top_k + 1 only. Each
-  logit becomes a unique integer key (its bits with the negatives' magnitude flipped, then
+* ``"logits"`` (registered since the thirty-first session: ``block_shapes``): the candidates program's
+  warps, rows and layout, selecting on the logits (softmax is monotonic) and taking ``expf`` of the top_k + 1
+  only. Each logit becomes a unique integer key (its bits with the negatives' magnitude flipped, then
   ``E - 1 - expert``; int64 for float32 logits), a fixed max/min network leaves each lane's 8 largest
   sorted (``_HEADS``), and top_k rounds of one ``redux.sync`` each pop the warp's largest head. Then the first
   outsider of another logit than the k-th (``B``), ``e = expf(l - max)`` of the top_k and ``B``, and
@@ -94,13 +95,15 @@ class MoETopKRoutingBuildKey:
     arch: str = "sm_90"
     program: str = "rounds"
     tokens: int = 0
-    #: The candidates program compiled without TileLang's bounds checks (pass config
+    #: A warp program compiled without TileLang's bounds checks (pass config
     #: ``tl.disable_safe_memory_legalize``): every access is in bounds by construction (see
-    #: ``_candidates_program``); registered (block_shapes.py: 1.01-1.06x on the H200).
+    #: ``_candidates_program``, ``_logits_program``); registered (block_shapes.py: the candidates program
+    #: 1.01-1.06x on the H200, the logits program a tie).
     unchecked_index: bool = False
-    #: The candidates program launched as a programmatic dependent of the stream's previous kernel
+    #: A warp program launched as a programmatic dependent of the stream's previous kernel
     #: (``_common.dependent_launch``): its launch and block scheduling overlap that kernel's tail, the
-    #: same bits. Hopper only; registered (block_shapes.py: 1.04-1.22x in graphs of back-to-back calls).
+    #: same bits. Hopper only; registered (block_shapes.py: 1.04-1.37x in graphs of back-to-back calls,
+    #: but 0.85x for the logits program at Qwen3.5's 4k row).
     dependent_launch: bool = False
 
 
