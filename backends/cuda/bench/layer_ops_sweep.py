@@ -143,24 +143,23 @@ _QK_CANDIDATES = [
     {"registers": 0, "table": "pairs", **_QK_FAST},
     {"registers": 40, "table": "pairs"}]
 
-#: MoE routing (E=512 top-10 and E=256 top-8 in bf16): the registered entry is the first program (rounds, a
-#: token per 32-thread program, 50 registers); the candidates program at 1-8 tokens a program, one warp each
-#: (ptxas for sm_90a: 48 registers at E=512, 38 at E=256, no spills: 32 warps an SM at 4096 tokens).
-#: First the registered shape without TileLang's bounds checks (``unchecked_index``: the row's loads and the
-#: outputs' stores lose their ``1 <= M`` guard, 1008 -> 992 static SASS instructions at E=512).
-#: Then (seventeenth session) the registered shape launched as a programmatic dependent (``dependent_launch``).
-#: Then (issue 21, the logits program: selection on the logits' keys, expf for the top_k only; ~450 fast-path
-#: SASS instructions a token at E=512 top-10 bf16 against the candidates program's ~650-780, ~300 at E=256,
-#: with 8 heads a lane since the twenty-ninth session: at 4 a 4k-token call always held a few fallback tokens):
-#: at the registered block shape (one token, unchecked, dependent launch), launched plainly, and with each of
-#: the two fields alone (thirty-first session: plain won Qwen3.5's 4k row by 0.9 us, the pair its 64-token row).
-_ROUTING_CANDIDATES = [{"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
-                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
+#: MoE routing (E=512 top-10 and E=256 top-8 in bf16). The registered shape first: the logits program (issue 21:
+#: selection on the logits' keys, expf for the top_k + 1 only; ~450 fast-path SASS instructions a token at E=512
+#: top-10 bf16, ~300 at E=256, against the candidates program's ~650-780), one token (warp) a program, without
+#: TileLang's bounds checks, launched as a programmatic dependent. Then the logits program plain and with each
+#: of the two fields alone (thirty-first session: plain won Qwen3.5's 4k row by 0.9 us, the pair its 64-token
+#: row), and at 2-8 tokens a program: a one-warp block caps an SM at 32 resident warps, and a 4k-token call
+#: (one wave) leaves the early-launched blocks of a dependent next call one slot an SM. Then the candidates
+#: program (registered until the thirty-first session; 48 registers at E=512, 38 at E=256, no spills) at its
+#: registered shape until then and at 1-4 tokens a program.
+_ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
                        {"program": "logits", "tokens": 1},
                        {"program": "logits", "tokens": 1, "unchecked_index": True},
                        {"program": "logits", "tokens": 1, "dependent_launch": True},
-                       {"program": "candidates", "tokens": 1, "unchecked_index": True},
-                       *({"program": "candidates", "tokens": t} for t in (1, 2, 4, 8))]
+                       *({"program": "logits", "tokens": t, "unchecked_index": True, "dependent_launch": True}
+                         for t in (2, 4, 8)),
+                       {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
+                       *({"program": "candidates", "tokens": t} for t in (1, 2, 4))]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
 #: key (the others keep the build key's defaults); the registered block shape is always first.
