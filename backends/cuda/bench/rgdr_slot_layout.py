@@ -1,0 +1,124 @@
+"""RGDR's large rows with the state slots where the bench puts them (a random permutation) and in order.
+
+Why: issue 16's table (thirty-first session, H100, ``s31c``) reads 92-96% of the copy ceiling on most
+B >= 128 rows and 74-80% on a few, and the few are exactly the rows that write 32768 head states a call
+(T x NV: 16/32 heads at B=256 T_b=4 and B=128 T_b=8, 8/16 at B=256 T_b=8), in either state dtype, so
+neither the bytes (1 GB in bf16, 2 GB in fp32) nor the program (B=128 and B=256 run the same role)
+explains them. The bench gives every token its own slot of the pool at random (``testing.rgdr_case``),
+as a serving pool does, and each head state is a 32-64 KB run at a random place in that pool. This
+times the default schedule's launcher on the same inputs with the slot indices as drawn and with
+``slot = token`` (each sequence's states side by side), and beside them two fan copies at each row's
+footprint: 8 KiB blocks read once and written ``T_b`` times, in order and to places permuted at the
+granularity of a head state. If the slow rows recover in order and the permuted copy drops as they
+do, the dip is the memory system's answer to scattered writes, and the ceiling the table divides by
+should be the permuted one; if the copy holds where the kernel drops, the kernel is the lead.
+
+    PYTHONPATH=backends/cuda:backends/cpu_ref python3 backends/cuda/bench/rgdr_slot_layout.py
+"""
+
+# No `from __future__ import annotations`: the TileLang copy kernel below is annotated with locals.
+
+import argparse
+import json
+
+import torch
+
+from cuda_bench_common import log, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
+from tileops_cuda.kernels.rgdr import build_rgdr
+
+#: (NK, NV, state, B, T_b): the three slow rows of each state dtype and a fast row beside each.
+ROWS = [(16, 32, st, B, tb) for st in ("float32", "bfloat16") for B, tb in ((128, 4), (256, 4), (128, 8))] + [
+    (8, 16, st, 256, tb) for st in ("float32", "bfloat16") for tb in (4, 8)]
+_BLOCK = 2048  # float32 elements a fan-copy block: 8 KiB
+_SCATTER_COPIES: dict = {}
+
+
+def _scatter_fan_kernel(fan: int):
+    """Reads 8 KiB block ``b`` of ``x`` once and writes it to blocks ``dst[k, b]`` of ``y``, k < ``fan``."""
+    if fan not in _SCATTER_COPIES:
+        import tilelang.language as T
+
+        from tileops_cuda.kernels._common import compile_prim_func
+
+        nb = T.dynamic("NB")
+        ny = T.dynamic("NY")
+        blk = _BLOCK
+
+        @T.prim_func
+        def scatter_fan(x: T.Tensor((nb, blk), T.float32), dst: T.Tensor((fan, nb), T.int32),
+                        y: T.Tensor((ny, blk), T.float32)):
+            with T.Kernel(nb, threads=128) as bx:
+                v = T.alloc_fragment((blk,), T.float32)
+                for i in T.Parallel(blk):
+                    v[i] = x[bx, i]
+                for k in T.unroll(fan):
+                    for i in T.Parallel(blk):
+                        y[dst[k, bx], i] = v[i]
+
+        _SCATTER_COPIES[fan] = compile_prim_func(scatter_fan, "sm_90")
+    return _SCATTER_COPIES[fan]
+
+
+def fan_destinations(fan: int, blocks: int, run_blocks: int, scattered: bool) -> torch.Tensor:
+    """``dst[k, b]``: where copy ``k`` of block ``b`` goes among ``fan * blocks``, runs of ``run_blocks``
+    blocks kept together (a head state) and, when ``scattered``, the runs in a random order."""
+    runs = fan * blocks // run_blocks
+    order = torch.randperm(runs) if scattered else torch.arange(runs)
+    flat = (order[:, None] * run_blocks + torch.arange(run_blocks)).flatten()
+    return flat.view(fan, blocks).to(torch.int32)
+
+
+def time_fan(state_bytes: int, fan: int, run_bytes: int, scattered: bool) -> float:
+    """GB/s (read + written) of the scatter fan copy over a source of ``state_bytes``."""
+    blocks = state_bytes // (4 * _BLOCK)
+    x = torch.randn(blocks, _BLOCK, device="cuda")
+    y = torch.empty(fan * blocks, _BLOCK, device="cuda")
+    dst = fan_destinations(fan, blocks, max(1, run_bytes // (4 * _BLOCK)), scattered).cuda()
+    kern = _scatter_fan_kernel(fan)
+    kern(x, dst, y)
+    torch.cuda.synchronize()
+    k = int(torch.randint(fan, ()))
+    assert torch.equal(y[dst[k].long()], x), "the scatter fan copy wrote wrong data"
+    us = time_graph([lambda: kern(x, dst, y)], target_ms=200)
+    del x, y, dst
+    torch.cuda.empty_cache()
+    return (1 + fan) * state_bytes / (us * 1e-6) / 1e9
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", default=None)
+    opts = ap.parse_args()
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(31)
+    log(torch.cuda.get_device_name())
+    log("row                      |  random us  GB/s | in order us  GB/s | fan copy GB/s in order  permuted")
+    results = []
+    for nk, nv, state, B, tb in ROWS:
+        key = rgdr_key(nk, nv, state)
+        launcher = build_rgdr(key)
+        sbytes = 4 if state == "float32" else 2
+        foot = rgdr_bytes(B, tb, nk, nv, sbytes)
+        row = dict(NK=nk, NV=nv, state=state, B=B, Tb=tb, bytes=foot)
+        sets, calls = rgdr_calls(launcher, key, B, tb, gen, 1)
+        row["random_us"] = time_graph(calls)
+        c = sets[0]
+        c["ssm_state_indices"].copy_(torch.arange(B * tb, dtype=c["ssm_state_indices"].dtype))
+        row["in_order_us"] = time_graph(calls)
+        del sets, calls, c
+        torch.cuda.empty_cache()
+        head_state = 128 * 128 * sbytes
+        for name, scattered in (("fan_in_order_GBps", False), ("fan_permuted_GBps", True)):
+            row[name] = time_fan(B * nv * head_state, tb, head_state, scattered)
+        results.append(row)
+        log(f"{nk:2d}/{nv:2d} {state:8s} B={B:3d} T_b={tb} | {row['random_us']:8.1f} "
+            f"{foot / row['random_us'] / 1e3:6.0f} | {row['in_order_us']:8.1f} {foot / row['in_order_us'] / 1e3:6.0f} | "
+            f"{row['fan_in_order_GBps']:10.0f} {row['fan_permuted_GBps']:9.0f}")
+    if opts.json:
+        with open(opts.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
