@@ -49,6 +49,7 @@ from tileops_cuda.testing import check_rgdr, rel_err, rgdr_case  # noqa: E402
 from cuda_bench_common import (  # noqa: E402
     RESULTS, ROTATE_BYTES, fla_bytes, host_overhead, log, rgdr_bytes, rgdr_calls, rgdr_key, time_graph,
 )
+from fan_copy import BLOCK, fan_copy_kernel, fan_destinations  # noqa: E402
 from rgdr_sweep import SWEEP, bench_host, choose_schedule, sweep_rgdr  # noqa: E402
 
 _SM_COPY = None
@@ -77,35 +78,6 @@ def _sm_copy_kernel():
     return _SM_COPY
 
 
-_FAN_COPIES: dict = {}
-
-
-def _fan_copy_kernel(fan: int):
-    """The SM copy that reads each 8 KiB block once and writes it ``fan`` times: the traffic of an
-    RGDR row with ``fan`` tokens a sequence (the state read once, written after every token), whose
-    writes outnumber its reads; a 1:1 copy does not say what such traffic can reach."""
-    if fan not in _FAN_COPIES:
-        import tilelang.language as T
-
-        from tileops_cuda.kernels._common import compile_prim_func
-
-        nb = T.dynamic("NB")
-        blk = 128 * 4 * 4
-
-        @T.prim_func
-        def fan_copy(x: T.Tensor((nb, blk), T.float32), y: T.Tensor((fan, nb, blk), T.float32)):
-            with T.Kernel(nb, threads=128) as bx:
-                v = T.alloc_fragment((blk,), T.float32)
-                for i in T.Parallel(blk):
-                    v[i] = x[bx, i]
-                for k in T.unroll(fan):
-                    for i in T.Parallel(blk):
-                        y[k, bx, i] = v[i]
-
-        _FAN_COPIES[fan] = compile_prim_func(fan_copy, "sm_90")
-    return _FAN_COPIES[fan]
-
-
 def fan_ceilings(fans) -> dict:
     """Per fan-out ``k``: the bandwidth (bytes read + written) of reading 512 MiB once and writing it
     ``k`` times, by the TileLang fan copy and by torch's copy_ of an expanded source (the best of
@@ -115,21 +87,22 @@ def fan_ceilings(fans) -> dict:
     a = torch.randn(n // 4, device="cuda")
     for k in fans:
         b = torch.empty(k, n // 4, device="cuda")
-        kern = _fan_copy_kernel(k)
-        blocks = b.view(-1, k, 2048)  # torch's form: block i's k copies side by side
-        ways = {"tilelang": lambda a=a, b=b, kern=kern: kern(a.view(-1, 2048), b.view(k, -1, 2048)),
-                "copy_expand": lambda a=a, blocks=blocks, k=k: blocks.copy_(a.view(-1, 1, 2048).expand(-1, k, -1))}
+        kern = fan_copy_kernel(k)
+        dst = fan_destinations(k, n // 4 // BLOCK).cuda()  # copy i of the source is b[i]
+        blocks = b.view(-1, k, BLOCK)  # torch's form: block i's k copies side by side
+        ways = {"tilelang": lambda a=a, b=b, kern=kern, dst=dst: kern(a.view(-1, BLOCK), dst, b.view(-1, BLOCK)),
+                "copy_expand": lambda a=a, blocks=blocks, k=k: blocks.copy_(a.view(-1, 1, BLOCK).expand(-1, k, -1))}
         row = {}
         for name, fn in ways.items():
             fn()
             torch.cuda.synchronize()
             us = time_graph([fn], target_ms=300)
             row[name] = {"us": us, "GBps": (1 + k) * n / (us * 1e-6) / 1e9}
-        kern(a.view(-1, 2048), b.view(k, -1, 2048))
+        kern(a.view(-1, BLOCK), dst, b.view(-1, BLOCK))
         assert all(torch.equal(b[i], a) for i in range(k)), "fan copy kernel wrote wrong data"
         row["GBps"] = max(v["GBps"] for v in row.values())
         res[k] = row
-        del b, blocks
+        del b, blocks, dst
         torch.cuda.empty_cache()
     log("fan", json.dumps(res))
     return res

@@ -16,69 +16,32 @@ should be the permuted one; if the copy holds where the kernel drops, the kernel
     PYTHONPATH=backends/cuda:backends/cpu_ref python3 backends/cuda/bench/rgdr_slot_layout.py
 """
 
-# No `from __future__ import annotations`: the TileLang copy kernel below is annotated with locals.
-
 import argparse
 import json
 
 import torch
 
 from cuda_bench_common import log, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
+from fan_copy import BLOCK, fan_copy_kernel, fan_destinations
 from tileops_cuda.kernels.rgdr import build_rgdr
 
 #: (NK, NV, state, B, T_b): the three slow rows of each state dtype and a fast row beside each.
 ROWS = [(16, 32, st, B, tb) for st in ("float32", "bfloat16") for B, tb in ((128, 4), (256, 4), (128, 8))] + [
     (8, 16, st, 256, tb) for st in ("float32", "bfloat16") for tb in (4, 8)]
-_BLOCK = 2048  # float32 elements a fan-copy block: 8 KiB
-_SCATTER_COPIES: dict = {}
-
-
-def _scatter_fan_kernel(fan: int):
-    """Reads 8 KiB block ``b`` of ``x`` once and writes it to blocks ``dst[k, b]`` of ``y``, k < ``fan``."""
-    if fan not in _SCATTER_COPIES:
-        import tilelang.language as T
-
-        from tileops_cuda.kernels._common import compile_prim_func
-
-        nb = T.dynamic("NB")
-        ny = T.dynamic("NY")
-        blk = _BLOCK
-
-        @T.prim_func
-        def scatter_fan(x: T.Tensor((nb, blk), T.float32), dst: T.Tensor((fan, nb), T.int32),
-                        y: T.Tensor((ny, blk), T.float32)):
-            with T.Kernel(nb, threads=128) as bx:
-                v = T.alloc_fragment((blk,), T.float32)
-                for i in T.Parallel(blk):
-                    v[i] = x[bx, i]
-                for k in T.unroll(fan):
-                    for i in T.Parallel(blk):
-                        y[dst[k, bx], i] = v[i]
-
-        _SCATTER_COPIES[fan] = compile_prim_func(scatter_fan, "sm_90")
-    return _SCATTER_COPIES[fan]
-
-
-def fan_destinations(fan: int, blocks: int, run_blocks: int, scattered: bool) -> torch.Tensor:
-    """``dst[k, b]``: where copy ``k`` of block ``b`` goes among ``fan * blocks``, runs of ``run_blocks``
-    blocks kept together (a head state) and, when ``scattered``, the runs in a random order."""
-    runs = fan * blocks // run_blocks
-    order = torch.randperm(runs) if scattered else torch.arange(runs)
-    flat = (order[:, None] * run_blocks + torch.arange(run_blocks)).flatten()
-    return flat.view(fan, blocks).to(torch.int32)
 
 
 def time_fan(state_bytes: int, fan: int, run_bytes: int, scattered: bool) -> float:
-    """GB/s (read + written) of the scatter fan copy over a source of ``state_bytes``."""
-    blocks = state_bytes // (4 * _BLOCK)
-    x = torch.randn(blocks, _BLOCK, device="cuda")
-    y = torch.empty(fan * blocks, _BLOCK, device="cuda")
-    dst = fan_destinations(fan, blocks, max(1, run_bytes // (4 * _BLOCK)), scattered).cuda()
-    kern = _scatter_fan_kernel(fan)
+    """GB/s (read + written) of the fan copy over a source of ``state_bytes``, runs of ``run_bytes`` in
+    order or ``scattered``."""
+    blocks = state_bytes // (4 * BLOCK)
+    x = torch.randn(blocks, BLOCK, device="cuda")
+    y = torch.empty(fan * blocks, BLOCK, device="cuda")
+    dst = fan_destinations(fan, blocks, max(1, run_bytes // (4 * BLOCK)), scattered).cuda()
+    kern = fan_copy_kernel(fan)
     kern(x, dst, y)
     torch.cuda.synchronize()
     k = int(torch.randint(fan, ()))
-    assert torch.equal(y[dst[k].long()], x), "the scatter fan copy wrote wrong data"
+    assert torch.equal(y[dst[k].long()], x), "the fan copy wrote wrong data"
     us = time_graph([lambda: kern(x, dst, y)], target_ms=200)
     del x, y, dst
     torch.cuda.empty_cache()
