@@ -1,10 +1,10 @@
 """RGDR's large rows with the state slots where the bench puts them (a random permutation) and in order.
 
-Why: issue 16's table (thirty-first session, H100, ``s31c``) reads 92-96% of the copy ceiling on most
-B >= 128 rows and 74-80% on a few, and the few are exactly the rows that write 32768 head states a call
-(T x NV: 16/32 heads at B=256 T_b=4 and B=128 T_b=8, 8/16 at B=256 T_b=8), in either state dtype, so
-neither the bytes (1 GB in bf16, 2 GB in fp32) nor the program (B=128 and B=256 run the same role)
-explains them. The bench gives every token its own slot of the pool at random (``testing.rgdr_case``),
+Why: issue 16's table (thirty-first session, H100, ``s31c``) reads 84-96% of the copy ceiling on the
+B >= 128 rows that write up to 16384 head states a call (T x NV) and 75-80% on those that write 32768 or more
+(16/32 heads at B=256 T_b=4 and B=128 T_b=8, 8/16 at B=256 T_b=8; fp32 8/16 aside, 87%), in either state
+dtype, so neither the bytes (bf16 16/32 B=256 T_b=4 writes 1 GB at 79%, fp32 B=128 T_b=4 1 GB at 92%) nor
+the program (B=128 and B=256 run the same role) explains them. The bench gives every token its own slot of the pool at random (``testing.rgdr_case``),
 as a serving pool does, and each head state is a 32-64 KB run at a random place in that pool. This
 times the default schedule's launcher on the same inputs with the slot indices as drawn and with
 ``slot = token`` (each sequence's states side by side), and beside them two fan copies at each row's
