@@ -149,10 +149,7 @@ _QK_CANDIDATES = [
 #: TileLang's bounds checks, launched as a programmatic dependent. Then the logits program plain and with each
 #: of the two fields alone (thirty-first session: plain won Qwen3.5's 4k row by 0.9 us, the pair its 64-token
 #: row), and at 2-8 tokens a program: a one-warp block caps an SM at 32 resident warps, and a 4k-token call
-#: (one wave) leaves the early-launched blocks of a dependent next call one slot an SM. With 4 heads a lane
-#: (``heads``): 21% fewer fast-path instructions (static SASS 1256 -> 1160 at E=512, 928 -> 864 at E=256),
-#: and 0.4% / 0.13% of tokens through the fallback: a 4k row may gain, a 64-token row pays the lottery
-#: (``routing_seeds_bench.py`` times it over data sets). Then the candidates
+#: (one wave) leaves the early-launched blocks of a dependent next call one slot an SM. Then the candidates
 #: program (registered until the thirty-first session; 48 registers at E=512, 38 at E=256, no spills) at its
 #: registered shape until then and at 1-4 tokens a program.
 _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
@@ -161,9 +158,6 @@ _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": Tru
                        {"program": "logits", "tokens": 1, "dependent_launch": True},
                        *({"program": "logits", "tokens": t, "unchecked_index": True, "dependent_launch": True}
                          for t in (2, 4, 8)),
-                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
-                        "heads": 4},
-                       {"program": "logits", "tokens": 1, "heads": 4},
                        {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
                        *({"program": "candidates", "tokens": t} for t in (1, 2, 4))]
 

@@ -22,14 +22,12 @@ from tileops_cuda.kernels import moe_topk_routing as routing
 #: (label, E, top_k) of the rows timed: the decode rows of both models.
 ROWS = [("qwen3-next-80b-decode-b64", 512, 10), ("qwen3.5-35b-decode-b64", 256, 8)]
 #: The programs timed: the candidates program at the shape registered until the thirty-first session (a
-#: dependent launch) and plain, the logits program at the registered shape (``block_shapes.py``) and with 4
-#: heads a lane (a token in about 250 falls back at E=512: the lottery again, by design), and the rounds
-#: program (both warp programs' fallback, alone). The labels stay those of the logged runs (s31b).
+#: dependent launch) and plain, the logits program at the registered shape (``block_shapes.py``), and the
+#: rounds program (both warp programs' fallback, alone). The labels stay those of the logged runs (s31b).
 PROGRAMS = {"candidates (registered)": dict(program="candidates", tokens=1, unchecked_index=True,
                                             dependent_launch=True),
             "candidates plain": dict(program="candidates", tokens=1),
             "logits": dict(program="logits", tokens=1, unchecked_index=True, dependent_launch=True),
-            "logits 4 heads": dict(program="logits", tokens=1, unchecked_index=True, dependent_launch=True, heads=4),
             "rounds": dict(program="rounds")}
 
 

@@ -33,16 +33,13 @@ SHAPES = [*({"program": "candidates", "tokens": t} for t in (1, 4, 8)),
           {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
           # the logits program (selection on the logits' keys): plain and as the sweep races it
           {"program": "logits", "tokens": 1}, {"program": "logits", "tokens": 4},
-          {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
-          # with 4 heads a lane (a sweep field): more tokens through the fallback, the same ids
-          {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True, "heads": 4}]
+          {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True}]
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 
 def _shape_id(shape: dict) -> str:
     return (f"{shape['program']}-tokens{shape['tokens']}" + ("-unchecked" if shape.get("unchecked_index") else "")
-            + ("-dependent" if shape.get("dependent_launch") else "")
-            + (f"-heads{shape['heads']}" if shape.get("heads") else ""))
+            + ("-dependent" if shape.get("dependent_launch") else ""))
 
 
 def _spec_rows() -> list:
@@ -106,7 +103,7 @@ def _assert_bits_of_rounds(key: MoETopKRoutingBuildKey, logits: torch.Tensor) ->
     bit); returns them."""
     weights, ids = _route(key, logits)
     want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False,
-                                                        dependent_launch=False, heads=0), logits)
+                                                        dependent_launch=False), logits)
     bits = _BITS[logits.dtype]
     differ = weights.view(bits) != want_weights.view(bits)
     if key.program == "logits":
@@ -214,7 +211,7 @@ def test_the_logits_program_keeps_random_tokens_on_its_fast_path(cuda_device, ge
     key = _key(dtype, E, top_k, True, "int64", cuda_device[1], **shape)
     weights, _ = _assert_bits_of_rounds(key, logits)
     want, _ = _route(dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False,
-                                         dependent_launch=False, heads=0), logits)
+                                         dependent_launch=False), logits)
     differ = (weights.view(torch.int32) != want.view(torch.int32)).any(1).float().mean().item()
     assert differ > 0.5, f"{key}: only {differ:.1%} of random tokens took the fast path"
 
@@ -242,7 +239,7 @@ def test_a_last_program_with_fewer_tokens_than_warps_writes_only_its_tokens(cuda
     ids = torch.full((T + 8, 10), -1, dtype=torch.int64, device="cuda")
     build_moe_topk_routing(key).run(logits, 10, True, torch.int64, weights[:T], ids[:T])
     want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False,
-                                                        dependent_launch=False, heads=0), logits)
+                                                        dependent_launch=False), logits)
     assert torch.equal(ids[:T], want_ids)
     if program == "candidates":
         assert torch.equal(weights[:T].view(torch.int16), want_weights.view(torch.int16))

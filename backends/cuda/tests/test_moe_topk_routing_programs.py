@@ -120,11 +120,8 @@ def test_a_word_of_two_16_bit_logits_orders_both_halves_as_each_logit_alone():
     ({"program": "logits", "top_k": 32}, "the logits program ranks top_k + 1 <= 32 lanes (top_k=32)"),
     ({"program": "candidates", "dependent_launch": True, "arch": "sm_80"},
      "dependent_launch needs programmatic dependent launch (sm_90, sm_90a), not sm_80; drop dependent_launch"),
-    ({"program": "candidates", "heads": 4}, "heads is a field of the logits program (program='candidates'); drop it"),
-    ({"program": "logits", "heads": 16}, "heads=16 is not a power of two up to 8 (the heads network's merges)"),
-    ({"program": "logits", "heads": 3}, "heads=3 is not a power of two up to 8"),
 ], ids=["program", "tokens", "experts", "top_k", "unchecked-rounds", "dependent-rounds", "logits-tokens",
-        "logits-experts", "logits-top_k", "dependent-sm80", "heads-candidates", "heads-16", "heads-3"])
+        "logits-experts", "logits-top_k", "dependent-sm80"])
 def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in moe_topk_routing_refusal(dataclasses.replace(_NEXT, **fields))
 
@@ -219,13 +216,6 @@ def test_a_key_that_falls_back_to_rounds_drops_unchecked_index():
                                                                     unchecked_index=False)
 
 
-def test_a_logits_key_that_falls_back_to_rounds_drops_its_heads():
-    key = dataclasses.replace(_NEXT, program="logits", experts=1024, dtype="float32", heads=4)
-    fitting = with_fitting_routing_program(key)
-    assert fitting == dataclasses.replace(key, program="rounds", heads=0)
-    assert moe_topk_routing_refusal(fitting) is None
-
-
 def test_a_dependent_launch_candidates_program_waits_before_its_first_memory_access():
     from lowered_source import waits_before_its_first_memory_access
 
@@ -263,15 +253,6 @@ def test_the_logits_program_lowers_with_one_warp_sync_and_expf_only_in_its_fallb
         assert "tl::warp_reduce_max(keys[" in source  # the rounds over the lanes' heads
 
 
-@pytest.mark.parametrize("heads", [0, 4, 2])
-@pytest.mark.parametrize("key", [_LOGITS[0], _LOGITS[2]], ids=["qwen3-next-E512-k10", "qwen3.5-E256-k8"])
-def test_the_logits_programs_rounds_shift_as_many_heads_as_its_key_keeps(key, heads):
-    # A round pops the winning lane's first head: one select a head a round (8 when the key leaves it to the
-    # program), so fewer heads make a shorter fast path.
-    source = _lowered(dataclasses.replace(key, heads=heads))
-    assert source.count("if ((iv[0] == 1))") == key.top_k * (heads or 8)
-
-
 @pytest.mark.parametrize("key", [k for k in _LOGITS if k.dtype != "float32"][:4],
                          ids=lambda k: f"{k.dtype}-E{k.experts}-k{k.top_k}-renorm{k.renormalize}")
 def test_the_logits_program_of_16_bit_logits_reads_16_byte_vectors_and_reduces_32_bit_keys(key):
@@ -280,9 +261,9 @@ def test_the_logits_program_of_16_bit_logits_reads_16_byte_vectors_and_reduces_3
     assert re.search(r"\bint keys\[\d+\];", source)  # one redux.sync a round, not a shuffle butterfly
 
 
-@pytest.mark.parametrize("key", [*_LOWERED[:2], _LOGITS[0], _LOGITS[2], dataclasses.replace(_LOGITS[0], heads=4)],
-                         ids=[*(f"{p}-{row}" for p in ("candidates", "logits")
-                                for row in ("qwen3-next-E512-k10", "qwen3.5-E256-k8")), "logits-4-heads-E512"])
+@pytest.mark.parametrize("key", [*_LOWERED[:2], _LOGITS[0], _LOGITS[2]],
+                         ids=[f"{p}-{row}" for p in ("candidates", "logits")
+                              for row in ("qwen3-next-E512-k10", "qwen3.5-E256-k8")])
 def test_the_warp_programs_of_the_model_rows_spill_nothing_for_sm_90a(key, tmp_path):
     pytest.importorskip("tilelang")
     nvcc = _nvcc()

@@ -105,9 +105,6 @@ class MoETopKRoutingBuildKey:
     #: same bits. Hopper only; registered (block_shapes.py: 1.04-1.37x in graphs of back-to-back calls,
     #: but 0.85x for the logits program at Qwen3.5's 4k row).
     dependent_launch: bool = False
-    #: The logits program's heads a lane keeps (0: ``_HEADS``): fewer, a shorter fast path and more
-    #: tokens sent to the fallback (``_HEADS``' comment). A sweep field, not registered.
-    heads: int = 0
 
 
 def _vec(dtype: str) -> int:
@@ -144,10 +141,6 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
         if getattr(key, field) and key.program not in _WARP_PROGRAMS:
             return (f"{_NAME}: {field} is a field of the candidates and logits programs (program={key.program!r}); "
                     "drop it")
-    if key.heads and key.program != "logits":
-        return f"{_NAME}: heads is a field of the logits program (program={key.program!r}); drop it"
-    if key.heads not in (0, 1, 2, 4, 8):
-        return f"{_NAME}: heads={key.heads} is not a power of two up to 8 (the heads network's merges); use 0"
     reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
     if reason is not None:
         return reason
@@ -176,8 +169,7 @@ def with_fitting_routing_program(key: MoETopKRoutingBuildKey) -> MoETopKRoutingB
     candidates program's fields (a ``rounds`` key with ``dependent_launch`` was refused into the CPU
     reference until 2026-12-04e)."""
     if key.program in _WARP_PROGRAMS and _plan(key) is not None and _candidates_misfit(key):
-        return dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False,
-                                   heads=0)
+        return dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False)
     return key
 
 
@@ -431,10 +423,7 @@ def _candidates_program(key: MoETopKRoutingBuildKey):
 #: key a head at E=256). The fast path grows 358 -> 451 static SASS instructions at E=512, 253 -> 304 at E=256
 #: (nvcc 13, no spill), still under the candidates program's ~650. (The twenty-ninth session read the 4k
 #: rows' loss, 19.1 / 10.1 us against 8.5 / 5.7, as those few tokens; the thirtieth found every token of a
-#: row wider than the heads falling back, through the unknown-outsider test: ``_logits_program``.) The key's
-#: ``heads`` field sets another count for the sweep: with the fix, 4 heads may pay at 4k tokens (a wave of
-#: one-warp programs issue-bound on the fast path, a few fallback warps spread over the SMs) and not at 64
-#: (one warp an SM: a call lasts as long as its one fallback warp, in about a quarter of the calls at E=512).
+#: row wider than the heads falling back, through the unknown-outsider test: ``_logits_program``.)
 _HEADS = 8
 
 
@@ -545,7 +534,7 @@ def _logits_program(key: MoETopKRoutingBuildKey):
     HI_NINF = _ordered(_INF_BITS[dt] | FLAG, VB)
     PAD = HI_NINF << VB
     EMPTY, MARK = -(1 << (2 * VB - 1)), (1 << (2 * VB - 1)) - 1
-    D = min(key.heads or _HEADS, PER)
+    D = min(_HEADS, PER)
     STEPS, H = _heads_network(PER, D)
     K1 = min(K + 1, E)  # lanes holding a key: the top_k and the first outsider of another logit
     M = T.dynamic("M")
