@@ -9,7 +9,17 @@ if [ ! -f /tmp/site/.done ] && [ ! -f .device/bundle.tar.xz ]; then
 fi
 if [ ! -f /tmp/site/.done ]; then tar -C /tmp/site -xJf .device/bundle.tar.xz && touch /tmp/site/.done; fi
 export PYTHONPATH=/tmp/site TILELANG_CACHE_DIR=/tmp/tlc PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-deps --no-build-isolation -e . -e backends/cpu_ref -e backends/cuda > "$out/pip.log" 2>&1 || tail -5 "$out/pip.log"
+# install_tree DIR LOG: the project and both backends of the tree at DIR, installed editable and offline over
+# whatever was installed (pip's output in LOG, its tail printed on failure). The A/B sections install an older
+# tree's copy with it and this one's again.
+install_tree() {
+    (cd "$1" && python3 -m pip install -q --no-deps --no-build-isolation -e . -e backends/cpu_ref -e backends/cuda \
+        > "$2" 2>&1 || tail -5 "$2")
+}
+# unpack_old_tree TARBALL: an older tree of this repository (.device/tree_REV.tar.xz, made as s_sweepab.sh says)
+# into a fresh /tmp/abold.
+unpack_old_tree() { rm -rf /tmp/abold && mkdir -p /tmp/abold && tar -C /tmp/abold -xJf "$1"; }
+install_tree . "$out/pip.log"
 t0=$(date +%s)
 el() { echo "[t=$(( $(date +%s) - t0 ))s] $*"; }
 # rgdr_gpu_tests NAME LIMIT_S WORKERS SELECTION: test_rgdr_gpu.py's tests matching SELECTION (-k), -v so that a

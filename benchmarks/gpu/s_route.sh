@@ -1,10 +1,11 @@
 el route
 # route (issue 21): MoE top-k routing. The GPU tests of the candidates and logits programs (1, 4 and 8 tokens a program,
-# bit for bit against the registered rounds program and within tolerance of float64: spec rows, long runs of
+# ids bit for bit against the rounds program, the candidates program's weights too, the logits program's within
+# tolerance of them, and within tolerance of float64: spec rows, long runs of
 # equal logits, probabilities underflowed to zero, the outsider check, a k-th tied with tau across lanes,
 # non-finite logits, partial programs, the logits program's fast path on random float32 tokens; its kernels
-# compiled concurrently first), then the sweep of the four routing rows (candidates at 1/2/4/8 tokens a program,
-# the logits program plain and as the registered key's shape, checked against float64, timed alone and in CUDA
+# compiled concurrently first), then the sweep of the four routing rows (the registered logits program, its fields
+# one at a time, 2-8 tokens a program, the candidates program; checked against float64, timed alone and in CUDA
 # graphs beside the same-size copy; medians). One process for the tests: xdist workers would compile the same
 # kernels each. ~5.5 minutes (the tests took 178 s on an H100 in the thirtieth session).
 timeout -s INT ${ROUTE_TEST_S:-240} python3 -m pytest -rA -p no:cacheprovider backends/cuda/tests/test_moe_topk_routing_gpu.py \

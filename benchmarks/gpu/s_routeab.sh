@@ -6,8 +6,7 @@ el routeab
 # fast time on all. About 2 minutes.
 tar_ab=".device/tree_${SWEEPAB_REV:-f74ed96}.tar.xz"
 rab_run() {  # rab_run TREE NAME
-    (cd "$1" && python3 -m pip install -q --no-deps --no-build-isolation -e . -e backends/cpu_ref -e backends/cuda \
-        > "$out/routeab_pip_$2.log" 2>&1 || tail -3 "$out/routeab_pip_$2.log")
+    install_tree "$1" "$out/routeab_pip_$2.log"
     [ "$1" = "$PWD" ] || cp backends/cuda/bench/routing_seeds_bench.py "$1/backends/cuda/bench/"
     echo "-- $2 ($1)"
     (cd "$1/backends/cuda/bench" && timeout -s INT ${ROUTEAB_S:-100} python3 -u routing_seeds_bench.py 2>&1 \
@@ -15,7 +14,7 @@ rab_run() {  # rab_run TREE NAME
     grep -E "median|Error|error" "$out/routeab_$2.log" | head -12
 }
 if [ -f "$tar_ab" ]; then
-    rm -rf /tmp/abold && mkdir -p /tmp/abold && tar -C /tmp/abold -xJf "$tar_ab"
+    unpack_old_tree "$tar_ab"
     rab_run /tmp/abold old
     rab_run "$PWD" new
 else

@@ -10,13 +10,11 @@ el sweepab
 # first try did). SWEEPAB_NEW_ARGS goes to this tree's sweep only (e.g. --candidates 1: the registered key alone).
 # Run in the thirtieth session (H100, session-2026-12-05g/s30d): the 8-sequence varlen conv old1/new/old2 62.26 /
 # 62.23 / 62.32 us in a graph (no regression); routing at 64 tokens 2.29 / 5.28 / 2.23 us with the kernels' CUDA,
-# build and launch code identical and route_ab.py (section routeab) timing both trees' kernels alike (5.3 us):
-# queued again with SWEEPAB_NEW_ARGS="--candidates 1", which leaves out the only difference of the two sweeps (this
-# tree also builds the two logits candidates).
+# build and launch code identical and an A/B of the kernels alone timing both trees alike (5.3 us). The thirty-first
+# session's routeab (routing_seeds_bench.py over 12 data sets) read that as a lottery the guard fix removed.
 # About 1.5 minutes a tree for one row; this tree is installed again at the end.
 sweepab_run() {  # sweepab_run TREE NAME: the sweep from TREE (installed first), logged as sweepab_NAME
-    (cd "$1" && python3 -m pip install -q --no-deps --no-build-isolation -e . -e backends/cpu_ref -e backends/cuda \
-        > "$out/sweepab_pip_$2.log" 2>&1 || tail -3 "$out/sweepab_pip_$2.log")
+    install_tree "$1" "$out/sweepab_pip_$2.log"
     # The SM clock every 100 ms while the sweep runs (its compiles idle the card: read the median and maximum):
     # latency-bound rows (one warp an SM, as routing at 64 tokens) follow it directly.
     nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,pstate,power.draw --format=csv,noheader -lms 100 \
@@ -34,11 +32,11 @@ sweepab_run() {  # sweepab_run TREE NAME: the sweep from TREE (installed first),
 }
 tar_ab=".device/tree_${SWEEPAB_REV:-none}.tar.xz"
 if [ -f "$tar_ab" ] && [ -n "${SWEEPAB_ONLY:-}" ]; then
-    rm -rf /tmp/abold && mkdir -p /tmp/abold && tar -C /tmp/abold -xJf "$tar_ab"
+    unpack_old_tree "$tar_ab"
     sweepab_run /tmp/abold old1
     sweepab_run "$PWD" new
     sweepab_run /tmp/abold old2
-    python3 -m pip install -q --no-deps --no-build-isolation -e . -e backends/cpu_ref -e backends/cuda > "$out/sweepab_pip_end.log" 2>&1
+    install_tree . "$out/sweepab_pip_end.log"
 else
     echo "sweepab: set SWEEPAB_ONLY and make $tar_ab (see benchmarks/gpu/s_sweepab.sh)"
 fi

@@ -4,8 +4,9 @@ Why: issue 16's table (thirty-first session, H100, ``s31c``) reads 84-96% of the
 B >= 128 rows that write up to 16384 head states a call (T x NV) and 75-80% on those that write 32768 or more
 (16/32 heads at B=256 T_b=4 and B=128 T_b=8, 8/16 at B=256 T_b=8; fp32 8/16 aside, 87%), in either state
 dtype, so neither the bytes (bf16 16/32 B=256 T_b=4 writes 1 GB at 79%, fp32 B=128 T_b=4 1 GB at 92%) nor
-the program (B=128 and B=256 run the same role) explains them. The bench gives every token its own slot of the pool at random (``testing.rgdr_case``),
-as a serving pool does, and each head state is a 32-64 KB run at a random place in that pool. This
+the program (B=128 and B=256 run the same role) explains them. The bench gives every token its own slot of
+the pool at random (``testing.rgdr_case``), as a serving pool does, and each head state is a 32-64 KB run at
+a random place in that pool. This
 times the default schedule's launcher on the same inputs with the slot indices as drawn and with
 ``slot = token`` (each sequence's states side by side), and beside them two fan copies at each row's
 footprint: 8 KiB blocks read once and written ``T_b`` times, in order and to places permuted at the
@@ -75,8 +76,9 @@ def main() -> int:
             row[name] = time_fan(B * nv * head_state, tb, head_state, scattered)
         results.append(row)
         log(f"{nk:2d}/{nv:2d} {state:8s} B={B:3d} T_b={tb} | {row['random_us']:8.1f} "
-            f"{foot / row['random_us'] / 1e3:6.0f} | {row['in_order_us']:8.1f} {foot / row['in_order_us'] / 1e3:6.0f} | "
-            f"{row['fan_in_order_GBps']:10.0f} {row['fan_permuted_GBps']:9.0f}")
+            f"{foot / row['random_us'] / 1e3:6.0f} | {row['in_order_us']:8.1f} "
+            f"{foot / row['in_order_us'] / 1e3:6.0f} | {row['fan_in_order_GBps']:10.0f} "
+            f"{row['fan_permuted_GBps']:9.0f}")
     if opts.json:
         with open(opts.json, "w") as fh:
             json.dump(results, fh, indent=1)
