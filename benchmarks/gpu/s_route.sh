@@ -11,6 +11,4 @@ el route
 timeout -s INT ${ROUTE_TEST_S:-240} python3 -m pytest -rA -p no:cacheprovider backends/cuda/tests/test_moe_topk_routing_gpu.py \
     backends/cuda/tests/test_moe_topk_routing_programs.py > "$out/route_tests.log" 2>&1
 grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)|INTERNALERROR> [A-Z]" "$out/route_tests.log" | tail -15
-timeout -s INT ${ROUTE_SWEEP_S:-120} python3 -u backends/cuda/bench/layer_ops_sweep.py --only MoETopK --budget ${ROUTE_BUDGET:-100} \
-    --reps 40 --json "$out/route_sweep.json" 2>&1 | grep --line-buffered -v "TileLang:tilelang.jit" > "$out/route_sweep.log"
-grep -E "^copy peak|^MoETopK|fastest|^  MoETopK|Error|error" "$out/route_sweep.log" | grep -v '^{' | tail -30
+source benchmarks/gpu/s_routesweep.sh
