@@ -4,4 +4,4 @@
 el routesweep
 timeout -s INT ${ROUTE_SWEEP_S:-120} python3 -u backends/cuda/bench/layer_ops_sweep.py --only MoETopK --budget ${ROUTE_BUDGET:-100} \
     --reps 40 --json "$out/route_sweep.json" 2>&1 | grep --line-buffered -v "TileLang:tilelang.jit" > "$out/route_sweep.log"
-grep -E "^copy peak|^MoETopK|fastest|^  MoETopK|Error|error" "$out/route_sweep.log" | grep -v '^{' | tail -30
+grep -E "^copy peak|^MoETopK|fastest|^  MoETopK|Error|error" "$out/route_sweep.log" | grep -v '^{' | tail -60
