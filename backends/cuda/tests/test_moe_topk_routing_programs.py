@@ -71,7 +71,7 @@ def test_the_logits_program_serves_the_model_rows_both_ways(dtype, renormalize):
 def test_the_heads_network_leaves_a_lanes_largest_keys_sorted(count, depth):
     import random
 
-    from tileops_cuda.kernels.moe_topk_routing import _heads_network
+    from tileops_cuda.kernels.moe_topk_routing_program import _heads_network
 
     steps, heads = _heads_network(count, depth)
     rng = random.Random(count * 10 + depth)
@@ -86,7 +86,7 @@ def test_the_heads_network_leaves_a_lanes_largest_keys_sorted(count, depth):
 
 @pytest.mark.parametrize("count,depth", [(16, 6), (16, 3), (4, 8), (8, 0)])
 def test_the_heads_network_refuses_a_depth_its_merges_cannot_sort(count, depth):
-    from tileops_cuda.kernels.moe_topk_routing import _heads_network
+    from tileops_cuda.kernels.moe_topk_routing_program import _heads_network
 
     with pytest.raises(ValueError, match="must be a power of two and at most count"):
         _heads_network(count, depth)
@@ -95,7 +95,7 @@ def test_the_heads_network_refuses_a_depth_its_merges_cannot_sort(count, depth):
 def test_a_word_of_two_16_bit_logits_orders_both_halves_as_each_logit_alone():
     # The logits program builds its 16-bit keys from whole words: every pattern in either half, the
     # other half every sign (no borrow crosses), against the one-logit order.
-    from tileops_cuda.kernels.moe_topk_routing import _ordered, _word_ordered
+    from tileops_cuda.kernels.moe_topk_routing_program import _ordered, _word_ordered
 
     for bits in range(1 << 16):
         want = _ordered(bits, 16) & 0xFFFF
@@ -127,9 +127,9 @@ def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
 
 
 def _lowered(key: MoETopKRoutingBuildKey) -> str:
-    from tileops_cuda.kernels import moe_topk_routing
+    from tileops_cuda.kernels.moe_topk_routing_program import routing_program
 
-    return lowered_source(moe_topk_routing._program, key)
+    return lowered_source(routing_program, key)
 
 
 # The spec's model rows (16 and 8 experts a lane), rows with padded lanes (E below a warp of
