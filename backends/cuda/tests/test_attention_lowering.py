@@ -30,8 +30,9 @@ from tileops_cuda.kernels.attention_prefill import (  # noqa: E402
 )
 from tileops_cuda.kernels.attention_prefill import default_tiling as prefill_tiling  # noqa: E402
 from tileops_cuda.kernels.attention_prefill_program import (  # noqa: E402
-    prefill_attention_overlap_program, prefill_attention_program, prefill_cache_program, prefill_tile_counts_program,
+    prefill_attention_program, prefill_cache_program, prefill_tile_counts_program,
 )
+from tileops_cuda.kernels.attention_prefill_warpspec import prefill_attention_overlap_program  # noqa: E402
 
 _TARGET = {"kind": "cuda", "arch": "sm_90"}
 

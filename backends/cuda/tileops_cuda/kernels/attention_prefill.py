@@ -6,7 +6,8 @@ which attention program and grid order; never B, T or the pool size), what the k
 the outputs of tokens no sequence covers), then the attention, on the current stream, or, with
 ``cache_write="attention"``, the attention alone doing both; nothing synchronises, so launches
 capture into CUDA graphs. The programs are
-:mod:`tileops_cuda.kernels.attention_prefill_program`.
+:mod:`tileops_cuda.kernels.attention_prefill_program`'s and, with the pipeline written out,
+:mod:`tileops_cuda.kernels.attention_prefill_warpspec`'s.
 
 The attention reads the step's own keys and values (prompts attend to their own tokens only,
 no earlier context), so the cache write and the attention are independent; a cache that is not
@@ -23,9 +24,9 @@ from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, direct_entry
 from ._row_views import packed
 from .attention_decode_program import LOG2E
-from .attention_prefill_program import (
-    Q64_PROGRAMS_PER_SM, prefill_attention_overlap_program, prefill_attention_program, prefill_attention_q64_program,
-    prefill_cache_program, prefill_tile_counts_program, value_blocks_refusal,
+from .attention_prefill_program import prefill_attention_program, prefill_cache_program, prefill_tile_counts_program
+from .attention_prefill_warpspec import (
+    Q64_PROGRAMS_PER_SM, prefill_attention_overlap_program, prefill_attention_q64_program, value_blocks_refusal,
 )
 
 __all__ = ["PREFILL_CACHE_WRITES", "PREFILL_SETTINGS", "PREFILL_GRIDS", "PREFILL_PROGRAMS", "PREFILL_TILE_COUNTS",
