@@ -70,6 +70,10 @@ def test_bench_format_json_prints_only_the_document(capsys):
                                                              "is already a policy of the run"),
     (["bench", "--decode-step", "--policy", "x=RMS Norm"], "tileops bench: error: --policy x: 'RMS Norm' is not an op "
                                                            "name"),
+    (["bench", "--only-policies"], "tileops bench: error: --only-policies chooses decomposition policies of "
+                                   "--decode-step"),
+    (["bench", "--decode-step", "--only-policies"], "tileops bench: error: --only-policies runs the --policy entries "
+                                                    "alone: give at least one"),
     (["ops", "Nope"], "tileops ops: error: unknown op 'Nope'"),
     (["calibrate", "--device", "cuda:0"], "tileops calibrate: error: device 'cuda:0' is not available"),
     (["calibrate", "--matmul-n", "8"], "tileops calibrate: error: the matmul size must be at least 64"),
@@ -103,6 +107,21 @@ def test_bench_decode_step_runs_an_extra_policy_beside_the_three_and_writes_them
         ("compile_fullgraph", p) for p in ("custom_ops", "all_decompositions", "default", "rms_norm_only")]
     assert next(w for w in doc["ways"] if w["policy"] == "rms_norm_only")["decomposed"] == ["RMSNormFwdOp"]
     assert "compile_fullgraph [rms_norm_only]" in capsys.readouterr().out
+
+
+def test_bench_decode_step_runs_only_the_given_policies_under_their_own_names(tmp_path, capsys):
+    out = tmp_path / "decode.json"
+    threads = torch.get_num_threads()
+    try:
+        assert main(["bench", "--decode-step", "--quick", "--threads", "1", "--only-policies",
+                     "--policy", "default=RMSNormFwdOp", "--json", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    doc = json.loads(out.read_text())
+    assert doc["policies"] == {"default": "RMSNormFwdOp"}
+    assert [(w["way"], w["policy"]) for w in doc["ways"]] == [("eager", None), ("compile_fullgraph", "default")]
+    assert doc["policy_verdicts"] == []  # nothing to compare the default with
+    assert "compile_fullgraph [default]" in capsys.readouterr().out
 
 
 def test_bench_decode_step_prints_its_results_when_its_json_cannot_be_written(tmp_path, monkeypatch, capsys):

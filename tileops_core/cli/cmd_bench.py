@@ -79,6 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", action="append", default=[], metavar="NAME=TEXT",
                         help="with --decode-step: also run the compiled ways under this TILEOPS_COMPILE_DECOMPOSE "
                              "text, e.g. rms_norm_only=RMSNormFwdOp (to choose the default list op by op); repeatable")
+    parser.add_argument("--only-policies", action="store_true",
+                        help="with --decode-step: the compiled ways under the --policy entries alone, not the three of "
+                             "the comparison (one policy a process: no compiled way timed after another's graphs)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar on stderr (default: when stderr is a terminal)")
     timing = parser.add_argument_group("timing")
@@ -131,12 +134,15 @@ def _warn_if_busy(device: torch.device) -> None:
               "threads may include scheduling stalls; --threads 1 is steadier on a shared machine", file=sys.stderr)
 
 
-def _decode_policies(entries: list[str]) -> dict[str, str]:
-    """The decode step's policies: the three of the comparison, then each ``--policy NAME=TEXT``."""
+def _decode_policies(entries: list[str], only: bool = False) -> dict[str, str]:
+    """The decode step's policies: the three of the comparison (unless ``only``), then each
+    ``--policy NAME=TEXT``."""
     from ..bench.decode_step import POLICIES
     from ..kernels.compile_policy import parse_decompose_policy
 
-    policies = dict(POLICIES)
+    if only and not entries:
+        raise UsageError("--only-policies runs the --policy entries alone: give at least one, e.g. default=measured")
+    policies = {} if only else dict(POLICIES)
     for entry in entries:
         name, eq, text = entry.partition("=")
         if not eq or not name.isidentifier() or not text.strip():
@@ -157,7 +163,7 @@ def _decode_step(device: torch.device, args: argparse.Namespace) -> int:
     cfg = DecodeStepConfig() if device.type == "cuda" else TINY
     if args.quick:
         cfg = replace(cfg, steps=min(cfg.steps, 50), repeats=min(cfg.repeats, 5))
-    policies = _decode_policies(args.policy)
+    policies = _decode_policies(args.policy, args.only_policies)
     result = run_decode_step(device, cfg, seed=args.seed or 0, policies=policies)
     doc = result.as_dict()
     print(json.dumps(doc, indent=2) if args.format == "json" else format_decode_step(result))
@@ -207,8 +213,9 @@ def run(args: argparse.Namespace) -> int:
         for flag, path in (("--json", args.json), ("--plot", args.plot)):
             if path:
                 check_output_path(flag, path)  # before the run, not after it
-        if args.policy and not args.decode_step:
-            raise UsageError("--policy chooses decomposition policies of --decode-step; op rows run eager")
+        if (args.policy or args.only_policies) and not args.decode_step:
+            flag = "--policy" if args.policy else "--only-policies"
+            raise UsageError(f"{flag} chooses decomposition policies of --decode-step; op rows run eager")
         if args.decode_step:
             _refuse_row_options(args)
             return _decode_step(device, args)
