@@ -11,7 +11,8 @@ the pairing of that pool's memory with its own slot permutation is slow, and RGD
 ``T_b`` times at the addresses that pairing gives.
 This repeats those steps and adds the one they lacked: the fan copy (``fan_copy.py``) writing
 ``T_b`` copies of each sequence's head states exactly where RGDR writes them, in each draw's pool
-with its own slots and with the other's. If the copy slows on the slow pairing as RGDR does, the
+with its own slots and with the other's, its programs numbered sequence-major and head-major (which
+addresses are written at once is what the pairing could change). If the copy slows on the slow pairing as RGDR does, the
 memory system sets that row's ceiling: no kernel
 can write those addresses faster, and the next step is the order in which programs write. If the
 copy holds, the lead is the kernel.
@@ -31,25 +32,30 @@ from tileops_cuda.kernels.rgdr import build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
 
-def state_destinations(slots: torch.Tensor, B: int, tb: int, nv: int, head_blocks: int) -> torch.Tensor:
+def state_destinations(slots: torch.Tensor, B: int, tb: int, nv: int, head_blocks: int,
+                       heads_first: bool = False) -> torch.Tensor:
     """``dst[k, b]``: the 8 KiB block of the pool that copy ``k`` of source block ``b`` lands in, where
-    source block ``b`` is block ``j`` of head ``h`` of sequence ``s`` (in that order) and copy ``k``
-    goes to the slot of the sequence's ``k``-th token: the blocks RGDR writes after each token."""
+    source block ``b`` is block ``j`` of head ``h`` of sequence ``s``, numbered sequence-major (``s, h, j``)
+    or, ``heads_first``, head-major (``h, s, j``: programs launched together write one head of many
+    sequences), and copy ``k`` goes to the slot of the sequence's ``k``-th token: the blocks RGDR writes
+    after each token."""
     slot = slots.view(B, tb).long()  # [s, k]
     h = torch.arange(nv, device=slots.device)
     j = torch.arange(head_blocks, device=slots.device)
     dst = (slot.t()[:, :, None, None] * nv + h[None, None, :, None]) * head_blocks + j  # [k, s, h, j]
+    if heads_first:
+        dst = dst.transpose(1, 2)  # [k, h, s, j]
     return dst.reshape(tb, -1).to(torch.int32).contiguous()
 
 
-def time_fan_at(pool: torch.Tensor, slots: torch.Tensor, B: int, tb: int) -> float:
+def time_fan_at(pool: torch.Tensor, slots: torch.Tensor, B: int, tb: int, heads_first: bool) -> float:
     """Microseconds of the fan copy writing ``T_b`` copies of B sequences' head states into ``pool`` at
     ``slots`` (a fresh source of the same size: the writes are RGDR's, the reads contiguous)."""
     nv = pool.shape[1]
     head_blocks = pool[0, 0].numel() * pool.element_size() // (4 * BLOCK)
     y = pool.view(torch.float32).view(-1, BLOCK)
     x = torch.randn(B * nv * head_blocks, BLOCK, device=pool.device)
-    dst = state_destinations(slots, B, tb, nv, head_blocks)
+    dst = state_destinations(slots, B, tb, nv, head_blocks, heads_first)
     kern = fan_copy_kernel(tb)
     kern(x, dst, y)
     torch.cuda.synchronize()
@@ -92,9 +98,10 @@ def main() -> int:
     sb.copy_(ib)
     for pname, draw in (("a", a), ("b", b)):
         for sname, slots in (("a", ia), ("b", ib)):
-            tag = f"fan copy: {pname}'s pool, {sname}'s slots"
-            res[tag] = time_fan_at(draw[0][0]["state"], slots, B, tb)
-            log(f"{tag:33s} {res[tag]:8.1f} us")
+            for order, heads_first in (("sequence-major", False), ("head-major", True)):
+                tag = f"fan copy: {pname}'s pool, {sname}'s slots, {order}"
+                res[tag] = time_fan_at(draw[0][0]["state"], slots, B, tb, heads_first)
+                log(f"{tag:48s} {res[tag]:8.1f} us")
     if opts.json:
         Path(opts.json).write_text(json.dumps(res, indent=1))
     return 0
