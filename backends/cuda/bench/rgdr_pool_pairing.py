@@ -15,7 +15,8 @@ with its own slots and with the other's, its programs numbered sequence-major an
 addresses are written at once is what the pairing could change). If the copy slows on the slow pairing as RGDR does, the
 memory system sets that row's ceiling: no kernel
 can write those addresses faster, and the next step is the order in which programs write. If the
-copy holds, the lead is the kernel.
+copy holds, the lead is the kernel. Last, the row's tiling with its grid transposed
+(``RGDRTiling.sequences_fastest``) on both draws: the candidate where the order of writes is the cause.
 
     PYTHONPATH=backends/cuda:backends/cpu_ref python3 backends/cuda/bench/rgdr_pool_pairing.py
 """
@@ -26,9 +27,11 @@ from pathlib import Path
 
 import torch
 
-from cuda_bench_common import log, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
+from dataclasses import replace
+
+from cuda_bench_common import calls_on, log, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
 from fan_copy import BLOCK, fan_copy_kernel
-from tileops_cuda.kernels.rgdr import build_rgdr
+from tileops_cuda.kernels.rgdr import build_rgdr, default_schedule
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
 
@@ -96,6 +99,15 @@ def main() -> int:
     rgdr("b's pool, a's slots", b)
     sa.copy_(ia)
     sb.copy_(ib)
+    # The candidate if the memory system is the cause: the row's tiling with its grid transposed
+    # (RGDRTiling.sequences_fastest), so programs launched together write other slots.
+    tiling = default_schedule(key).pick(B, B * tb)
+    if not tiling.stream:
+        transposed = build_rgdr(key, replace(tiling, sequences_fastest=True))
+        for name, draw in (("a", a), ("b", b)):
+            tag = f"rgdr sequences fastest, {name}'s draw"
+            res[tag] = time_graph(calls_on(transposed, draw[0]))
+            log(f"{tag:48s} {res[tag]:8.1f} us {foot / res[tag] / 1e3:6.0f} GB/s")
     for pname, draw in (("a", a), ("b", b)):
         for sname, slots in (("a", ia), ("b", ib)):
             for order, heads_first in (("sequence-major", False), ("head-major", True)):
