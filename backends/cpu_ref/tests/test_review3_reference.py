@@ -15,36 +15,9 @@ import pytest
 import torch
 
 from cpu_ref_rows import fresh_rng
+from review3_common import TOL, rel, spans_of
 from tileops_core.ops.conv import CausalConv1dUpdateFwdOp, CausalConv1dVarlenFwdOp
 from tileops_cpu_ref.conv import causal_conv1d_update, causal_conv1d_varlen
-
-TOL = {torch.float32: 2e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
-
-
-def _rel(got: torch.Tensor, expected: torch.Tensor) -> float:
-    den = float(expected.double().norm())
-    return float((got.double() - expected.double()).norm()) / (den or 1.0)
-
-
-def _spans(meta: list[int], style: str, T: int) -> list[tuple[int, int]]:
-    """The spec's rule for unchecked metadata (manifest/linear_attention.yaml, which the conv ops'
-    specs refer to), written out: with clip(x) = min(max(x, 0), T), lengths lie end to end (a
-    negative one counts as 0); cu_seqlens span [clip(max(cu[0..b])), max(start, clip(cu[b + 1])))."""
-    clip = lambda v: min(max(v, 0), T)  # noqa: E731
-    spans = []
-    if style == "lengths":
-        s = 0
-        for n in meta:
-            n = max(n, 0)
-            spans.append((clip(s), clip(s + n) - clip(s)))
-            s += n
-    else:
-        for b in range(len(meta) - 1):
-            start = clip(max(meta[: b + 1]))
-            end = max(start, clip(meta[b + 1]))
-            spans.append((start, end - start))
-    return spans
-
 
 def _live_sequences(spans, slots, accepted):
     """``(start, length, initial slot)`` of each sequence with tokens: the slot of its first accepted
@@ -119,7 +92,7 @@ def _check_conv(op_name, inputs, meta, style, extra, activation="silu"):
     tolerance, every pool slot bit for bit against the oracle's rounding (windows are copies)."""
     x, state = inputs["x"], inputs["conv_state"]
     T = x.shape[0]
-    spans = _spans(meta, style, T)
+    spans = spans_of(meta, style, T)
     slots = inputs["conv_state_indices"].tolist()
     pool = state.clone()
     out = torch.full_like(x, float("nan"))
@@ -139,7 +112,7 @@ def _check_conv(op_name, inputs, meta, style, extra, activation="silu"):
         want, want_pool = _conv_varlen_oracle(x, state, inputs["weight"], inputs["bias"], spans, slots, has_init,
                                               activation)
     assert not got.isnan().any()
-    assert _rel(got, want) <= TOL[x.dtype]
+    assert rel(got, want) <= TOL[x.dtype]
     assert torch.equal(pool, want_pool.to(state.dtype))
     return got, pool
 
@@ -286,7 +259,7 @@ def _check_rgdr(inp, meta, style, slots, *, gate="g", accepted=None, l2=False):
     from tileops_cpu_ref.rgdr import recurrent_gated_delta_rule
 
     T = inp["query"].shape[0]
-    spans = _spans(meta, style, T)
+    spans = spans_of(meta, style, T)
     g = inp["g"] if gate in ("g", "g+gk", "g+gkv") else None
     gk = {"gk": inp["gk_scalar"], "g+gk": inp["gk_scalar"], "gkv": inp["gk_vector"],
           "g+gkv": inp["gk_vector"]}.get(gate)
@@ -299,12 +272,12 @@ def _check_rgdr(inp, meta, style, slots, *, gate="g", accepted=None, l2=False):
                                    g, gk, accepted, l2=l2)
     assert not got.isnan().any()
     tol = max(TOL[inp["value"].dtype], TOL[inp["state"].dtype])
-    assert _rel(got, want) <= tol * 4
+    assert rel(got, want) <= tol * 4
     addressed = {slots[t] for a, n in spans for t in range(a, a + n) if slots[t] >= 0}
     for s in range(pool.shape[0]):
         if s not in addressed:
             assert torch.equal(pool[s], inp["state"][s]), f"slot {s} not addressed but changed"
-    assert _rel(pool, want_pool) <= tol * 4
+    assert rel(pool, want_pool) <= tol * 4
     return got, pool
 
 
@@ -358,196 +331,6 @@ def test_rgdr_largest_head_counts_with_tiny_dims():
     _check_rgdr(inp, [2, 2], "lengths", [4, 0, 3, 1], gate="g", accepted=[2, 1])
 
 
-# -- attention decode and prefill -----------------------------------------------------------------
-
-
-def _attend(q, keys, values, scale):
-    """One query row ``[NQ, D]`` over ``keys``/``values`` ``[n, NKV, D]``, float64, GQA by h // grp."""
-    NQ, D = q.shape
-    grp = NQ // keys.shape[1]
-    scale = D**-0.5 if scale is None else scale
-    out = torch.zeros(NQ, D, dtype=torch.float64)
-    for h in range(NQ):
-        kh, vh = keys[:, h // grp].double(), values[:, h // grp].double()
-        w = torch.softmax((kh @ q[h].double()) * scale, dim=0)
-        out[h] = w @ vh
-    return out
-
-
-def _decode_oracle(q, k, v, kc, vc, lens, table, scale):
-    kc, vc = kc.clone(), vc.clone()
-    L = kc.shape[1]
-    out = torch.zeros(q.shape, dtype=torch.float64)
-    for b, n in enumerate(lens):
-        if n < 0:
-            continue
-        where = (b, n) if table is None else (table[b][n // L], n % L)
-        kc[where], vc[where] = k[b], v[b]
-        pos = [(b, p) if table is None else (table[b][p // L], p % L) for p in range(n + 1)]
-        keys = torch.stack([kc[r, o] for r, o in pos])
-        vals = torch.stack([vc[r, o] for r, o in pos])
-        out[b] = _attend(q[b], keys, vals, scale)
-    return out, kc, vc
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("paged", [False, True])
-def test_attention_decode_padding_and_ragged_lengths_match_the_loop(dtype, paged):
-    """Padding rows (-1) write nothing and give zeros; positions past a sequence's length (NaN here)
-    and block-table entries past its last block (garbage here) are never read."""
-    from tileops_cpu_ref.attention import attention_decode
-
-    gen = fresh_rng()
-    B, NQ, NKV, D, L = 5, 8, 2, 4, 3 if paged else 9
-    lens = [0, -1, 7, 2, 8]
-    N = 16 if paged else B
-    kc = torch.full((N, L, NKV, D), float("nan"), dtype=dtype)
-    vc = kc.clone()
-    table = None
-    if paged:
-        blocks = torch.randperm(N, generator=gen).tolist()
-        table = [[blocks[3 * b + j] if j * L <= max(n, 0) else 10**6 for j in range(3)] for b, n in enumerate(lens)]
-        table[1] = [-5, -5, -5]
-    for b, n in enumerate(lens):  # the cached tokens, fresh random values
-        for p in range(max(n, 0)):
-            r, o = (b, p) if table is None else (table[b][p // L], p % L)
-            kc[r, o], vc[r, o] = torch.randn(NKV, D, generator=gen), torch.randn(NKV, D, generator=gen)
-    q = torch.randn(B, NQ, D, generator=gen).to(dtype)
-    k, v = torch.randn(B, NKV, D, generator=gen).to(dtype), torch.randn(B, NKV, D, generator=gen).to(dtype)
-    want, want_k, want_v = _decode_oracle(q, k, v, kc, vc, lens, table, None)
-    kc2, vc2 = kc.clone(), vc.clone()
-    got = attention_decode(q, k, v, kc2, vc2, torch.tensor(lens), None if table is None else torch.tensor(table), None)
-    assert not got.isnan().any()
-    assert torch.equal(got[1], torch.zeros_like(got[1]))
-    assert _rel(got, want) <= TOL[dtype]
-    assert torch.equal(kc2.isnan(), want_k.isnan()) and torch.equal(kc2.nan_to_num(), want_k.nan_to_num())
-    assert torch.equal(vc2.nan_to_num(), want_v.nan_to_num())
-
-
-@pytest.mark.parametrize("B", [0, 1])
-def test_attention_decode_empty_batch_and_one_sequence(B):
-    from tileops_cpu_ref.attention import attention_decode
-
-    gen = fresh_rng()
-    kc, vc = torch.randn(2, 6, 1, 4, generator=gen), torch.randn(2, 6, 1, 4, generator=gen)
-    q, k, v = torch.randn(B, 4, 4, generator=gen), torch.randn(B, 1, 4, generator=gen), torch.randn(B, 1, 4, generator=gen)
-    lens = [5] * B
-    want, want_k, want_v = _decode_oracle(q, k, v, kc, vc, lens, None, 0.3)
-    got = attention_decode(q, k, v, kc, vc, torch.tensor(lens, dtype=torch.int64), None, 0.3)
-    assert _rel(got, want) <= 2e-5 and torch.equal(kc, want_k) and torch.equal(vc, want_v)
-
-
-def _prefill_oracle(q, k, v, kc, vc, cu, slots, scale):
-    kc, vc = kc.clone(), vc.clone()
-    L = kc.shape[1]
-    out = torch.zeros(q.shape, dtype=torch.float64)
-    for b in range(len(cu) - 1):
-        s, n = cu[b], cu[b + 1] - cu[b]
-        for j in range(n):
-            t = s + j
-            if slots is None:
-                kc[b, j], vc[b, j] = k[t], v[t]
-            elif slots[t] >= 0:
-                kc[slots[t] // L, slots[t] % L], vc[slots[t] // L, slots[t] % L] = k[t], v[t]
-            out[t] = _attend(q[t], k[s : t + 1], v[s : t + 1], scale)
-    return out, kc, vc
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("paged", [False, True])
-def test_attention_prefill_ragged_padding_and_uncovered_tail_match_the_loop(dtype, paged):
-    from tileops_cpu_ref.attention import attention_prefill
-
-    gen = fresh_rng()
-    lengths = [4, 0, 1, 6, 4, 4]
-    cu = [0, *torch.tensor(lengths).cumsum(0).tolist()]
-    T = cu[-1] + 2  # two tokens past cu_seqlens[B]: zeros, no write
-    NQ, NKV, D, L = 6, 3, 4, 4
-    N = 12 if paged else len(lengths)
-    kc = torch.randn(N, 8 if not paged else L, NKV, D, generator=gen).to(dtype)
-    vc = torch.randn(kc.shape, generator=gen).to(dtype)
-    slots = None
-    if paged:
-        slots = torch.randperm(N * L, generator=gen)[:T].tolist()
-        slots[2] = slots[-1] = -1
-    q, k, v = (torch.randn(T, h, D, generator=gen).to(dtype) for h in (NQ, NKV, NKV))
-    want, want_k, want_v = _prefill_oracle(q, k, v, kc, vc, cu, slots, None)
-    kc2, vc2 = kc.clone(), vc.clone()
-    got = attention_prefill(q, k, v, kc2, vc2, torch.tensor(cu), None if slots is None else torch.tensor(slots), None)
-    assert not got.isnan().any()
-    assert _rel(got, want) <= TOL[dtype]
-    assert torch.equal(got[-2:], torch.zeros_like(got[-2:]))
-    assert torch.equal(kc2, want_k) and torch.equal(vc2, want_v)
-
-
-#: Unchecked cu_seqlens for T = 8 tokens: past T, decreasing, negative, a head before the first prompt.
-UNCHECKED_CU = {"past-T": [0, 3, 10], "far-past-T": [0, 2, 30, 31], "decreasing": [0, 5, 3, 8],
-                "decreasing-below-a-start": [2, 2, 7, 1, 8], "negative-first": [-3, 4, 6],
-                "all-negative": [-2, -5, -1], "head-and-tail": [3, 4, 6]}
-
-
-@pytest.mark.parametrize("paged", [False, True])
-@pytest.mark.parametrize("cu", list(UNCHECKED_CU.values()), ids=list(UNCHECKED_CU))
-def test_attention_prefill_with_unchecked_cu_seqlens_follows_the_rgdr_rule(cu, paged):
-    """cu_seqlens past T, negative or decreasing (contents checks off, as in serving) are clipped
-    as RGDR clips them (the spec's text, written out in ``_spans``): each prompt attends over and
-    writes the tokens of its clipped span, the tokens no prompt covers are zeros and write
-    nothing, and the call never raises (it raised a bare ValueError)."""
-    from tileops_cpu_ref.attention import attention_prefill
-
-    gen = fresh_rng()
-    T, NQ, NKV, D, L = 8, 4, 2, 8, 4
-    spans = _spans(cu, "cu_seqlens", T)
-    clipped = [spans[0][0], *(s + n for s, n in spans)]  # the spans as valid prefix sums, for the loop
-    N = 6 if paged else len(spans)
-    kc = torch.randn(N, L if paged else T, NKV, D, generator=gen)
-    vc = torch.randn(kc.shape, generator=gen)
-    slots = None
-    if paged:
-        slots = torch.randperm(N * L, generator=gen)[:T].tolist()
-        slots[1] = -1
-    q, k, v = (torch.randn(T, h, D, generator=gen) for h in (NQ, NKV, NKV))
-    want, want_k, want_v = _prefill_oracle(q, k, v, kc, vc, clipped, slots, 0.4)
-    got = attention_prefill(q, k, v, kc, vc, torch.tensor(cu, dtype=torch.int32),
-                            None if slots is None else torch.tensor(slots), 0.4)
-    assert not got.isnan().any()
-    assert _rel(got, want) <= TOL[torch.float32]
-    uncovered = [t for t in range(T) if not any(s <= t < s + n for s, n in spans)]
-    assert torch.equal(got[uncovered], torch.zeros_like(got[uncovered]))
-    assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
-
-
-def test_attention_prefill_clipped_spans_are_the_rgdr_rule_s():
-    """The reference's prompts are ``clipped_bounds``'s for every cu_seqlens above (one rule)."""
-    from tileops_cpu_ref.attention import _bounds
-    from tileops_cpu_ref.rgdr import clipped_bounds
-
-    for cu in UNCHECKED_CU.values():
-        starts, lengths = _bounds(torch.tensor(cu), 8)
-        assert list(zip(starts, lengths)) == _spans(cu, "cu_seqlens", 8) == list(zip(*clipped_bounds(cu, "cu_seqlens",
-                                                                                                       8)))
-
-
-def test_attention_prefill_op_without_contents_checks_serves_decreasing_cu_seqlens(monkeypatch):
-    """Through the op, contents checks off (serving): no error; prompt 1 (cu 5 -> 3) is empty and
-    prompt 2 spans the clipped [5, 8); with checks on the same call is refused by name."""
-    from tileops_core.errors import CheckError
-    from tileops_core.ops.attention import AttentionPrefillFwdOp
-
-    monkeypatch.delenv("TILEOPS_CHECK_CONTENTS", raising=False)
-    gen = fresh_rng()
-    T, NQ, NKV, D = 8, 4, 2, 8
-    q, k, v = (torch.randn(T, h, D, generator=gen) for h in (NQ, NKV, NKV))
-    kc, vc = torch.randn(3, T, NKV, D, generator=gen), torch.randn(3, T, NKV, D, generator=gen)
-    cu = torch.tensor([0, 5, 3, 8], dtype=torch.int32)
-    want, want_k, want_v = _prefill_oracle(q, k, v, kc, vc, [0, 5, 5, 8], None, None)
-    got = AttentionPrefillFwdOp(check_contents=False)(q, k, v, kc, vc, cu)
-    assert _rel(got, want) <= TOL[torch.float32] and torch.equal(kc, want_k) and torch.equal(vc, want_v)
-    with pytest.raises(CheckError, match=r"^AttentionPrefillFwdOp: .* gives negative sequence lengths \[5, -2, 5\] "
-                                         r"\(manifest/attention.yaml:\d+\)$"):
-        AttentionPrefillFwdOp(check_contents=True)(q, k, v, kc, vc, cu)
-
-
 # -- QKNormRope -----------------------------------------------------------------------------------
 
 
@@ -589,8 +372,8 @@ def test_qk_norm_rope_matches_the_loop(dtype, style, R, section):
     pos = torch.randint(0, 50, (T,) if style == "neox" else (3, T), generator=gen)
     qo, ko = qk_norm_rope(q, k, qw, kw, pos, R, 1000.0, 1e-6, style, section)
     tol = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}[dtype]
-    assert _rel(qo, _qk_norm_rope_oracle(q, qw, pos, R, 1000.0, 1e-6, style, section)) <= tol
-    assert _rel(ko, _qk_norm_rope_oracle(k, kw, pos, R, 1000.0, 1e-6, style, section)) <= tol
+    assert rel(qo, _qk_norm_rope_oracle(q, qw, pos, R, 1000.0, 1e-6, style, section)) <= tol
+    assert rel(ko, _qk_norm_rope_oracle(k, kw, pos, R, 1000.0, 1e-6, style, section)) <= tol
     e0, e1 = qk_norm_rope(q[:0], k[:0], qw, kw, pos[..., :0], R, 1000.0, 1e-6, style, section)
     assert e0.shape == (0, NQ, D) and e1.shape == (0, NKV, D)
 
@@ -612,21 +395,21 @@ def test_norms_and_gdn_gating_match_the_loop(dtype):
         v = v.double()
         return v / torch.sqrt((v * v).mean(-1, keepdim=True) + 1e-6)
 
-    assert _rel(zero_centred_rms_norm(x, w, 1e-6), norm(x) * (1 + w.double())) <= tol
+    assert rel(zero_centred_rms_norm(x, w, 1e-6), norm(x) * (1 + w.double())) <= tol
     res = r.clone()
     got = fused_add_zero_centred_rms_norm(x, res, w, 1e-6)
     assert torch.equal(res, x + r)
-    assert _rel(got, norm(x + r) * (1 + w.double())) <= tol
+    assert rel(got, norm(x + r) * (1 + w.double())) <= tol
     g = gate.double()
-    assert _rel(gated_rms_norm(x, gate, w, 1e-6), w.double() * norm(x) * g * torch.sigmoid(g)) <= tol * 2
+    assert rel(gated_rms_norm(x, gate, w, 1e-6), w.double() * norm(x) * g * torch.sigmoid(g)) <= tol * 2
     a, b = torch.randn(5, 32, generator=gen).mul(8).to(dtype), torch.randn(5, 32, generator=gen).to(dtype)
     A_log, dt_bias = torch.randn(32, generator=gen).to(dtype), torch.randn(32, generator=gen).to(dtype)
     g_out, beta = gdn_gating(a, b, A_log, dt_bias)
     z = a.double() + dt_bias.double()
     softplus = torch.where(z > 20, z, torch.log1p(torch.exp(z)))
     assert g_out.dtype == torch.float32 and beta.dtype == dtype
-    assert _rel(g_out, -torch.exp(A_log.double()) * softplus) <= 2e-6
-    assert _rel(beta, torch.sigmoid(b.double())) <= tol
+    assert rel(g_out, -torch.exp(A_log.double()) * softplus) <= 2e-6
+    assert rel(beta, torch.sigmoid(b.double())) <= tol
     e = gdn_gating(a[:0], b[:0], A_log, dt_bias)
     assert e[0].shape == (0, 32) and e[1].shape == (0, 32)
 
@@ -652,7 +435,7 @@ def test_moe_block_matches_the_loop(dtype, T):
         p = torch.softmax(logits[t].double(), 0)
         order = sorted(range(E), key=lambda e: (-float(torch.softmax(logits[t].float(), 0)[e]), e))[:K]
         assert ids[t].tolist() == order
-        assert _rel(weights[t], p[order] / p[order].sum()) <= tol
+        assert rel(weights[t], p[order] / p[order].sum()) <= tol
     x = torch.randn(T, H, generator=gen).to(dtype)
     permuted, offsets, index = moe_permute(x, ids, E)
     copies = sorted(range(T * K), key=lambda c: (int(ids.view(-1)[c]), c))
@@ -668,14 +451,14 @@ def test_moe_block_matches_the_loop(dtype, T):
         gu = gate_up[e].double() @ permuted[r].double()
         gg, uu = gu[:I], gu[I:]
         want[r] = down[e].double() @ (gg * torch.sigmoid(gg) * uu)
-    assert not expert_out.isnan().any() and _rel(expert_out, want) <= tol * 2
+    assert not expert_out.isnan().any() and rel(expert_out, want) <= tol * 2
     shared = torch.randn(T, H, generator=gen).to(dtype)
     y = moe_unpermute(expert_out, index, weights, shared)
     want_y = shared.double().clone()
     for t in range(T):
         for k in range(K):
             want_y[t] += weights[t, k].double() * expert_out[int(index[t, k])].double()
-    assert _rel(y, want_y) <= tol
+    assert rel(y, want_y) <= tol
 
 
 # -- ChunkGatedDeltaRule --------------------------------------------------------------------------
@@ -708,44 +491,12 @@ def test_chunk_gdr_matches_the_token_loop(state_dtype, lengths, tail):
             start[sl] = 0
     tok_slots = [slots[b] for b in range(B) for _ in range(lengths[b])] + [-1] * tail
     want, want_pool = _rgdr_oracle(inp["query"], inp["key"], inp["value"], inp["beta"], start,
-                                   _spans(cu, "cu_seqlens", T), tok_slots, inp["g"], requant=False)
+                                   spans_of(cu, "cu_seqlens", T), tok_slots, inp["g"], requant=False)
     assert not out.isnan().any()
-    assert _rel(out, want) <= 1e-5
+    assert rel(out, want) <= 1e-5
     for s in range(pool.shape[0]):
         written = any(sl == s and lengths[b] > 0 for b, sl in enumerate(slots))
         if written:
-            assert _rel(pool[s], want_pool[s]) <= max(1e-5, TOL[state_dtype])
+            assert rel(pool[s], want_pool[s]) <= max(1e-5, TOL[state_dtype])
         else:
             assert torch.equal(pool[s], inp["state"][s])
-
-
-def test_attention_decode_contiguous_all_live_never_reads_past_a_length():
-    from tileops_cpu_ref.attention import attention_decode
-
-    gen = fresh_rng()
-    B, NQ, NKV, D, L = 4, 4, 2, 4, 8
-    lens = [3, 0, 7, 1]
-    kc = torch.full((B + 1, L, NKV, D), float("nan"))
-    vc = kc.clone()
-    for b, n in enumerate(lens):
-        kc[b, :n], vc[b, :n] = torch.randn(n, NKV, D, generator=gen), torch.randn(n, NKV, D, generator=gen)
-    q, k, v = torch.randn(B, NQ, D, generator=gen), torch.randn(B, NKV, D, generator=gen), torch.randn(B, NKV, D, generator=gen)
-    want, want_k, _ = _decode_oracle(q, k, v, kc, vc, lens, None, None)
-    got = attention_decode(q, k, v, kc, vc, torch.tensor(lens, dtype=torch.int32), None, None)
-    assert not got.isnan().any() and _rel(got, want) <= 2e-5
-    assert torch.equal(kc.nan_to_num(), want_k.nan_to_num())
-
-
-def test_attention_prefill_many_prompts_on_a_contiguous_cache():
-    """More prompts than the sliced-write path takes (the index path), empty ones among them."""
-    from tileops_cpu_ref.attention import attention_prefill
-
-    gen = fresh_rng()
-    lengths = [2, 0, 3, 1, 1, 4, 0, 2, 5, 1, 3]
-    cu = [0, *torch.tensor(lengths).cumsum(0).tolist()]
-    T, NQ, NKV, D = cu[-1], 4, 4, 4
-    kc, vc = torch.randn(len(lengths), 6, NKV, D, generator=gen), torch.randn(len(lengths), 6, NKV, D, generator=gen)
-    q, k, v = (torch.randn(T, h, D, generator=gen) for h in (NQ, NKV, NKV))
-    want, want_k, want_v = _prefill_oracle(q, k, v, kc, vc, cu, None, 0.7)
-    got = attention_prefill(q, k, v, kc, vc, torch.tensor(cu), None, 0.7)
-    assert _rel(got, want) <= 2e-5 and torch.equal(kc, want_k) and torch.equal(vc, want_v)
