@@ -5,7 +5,7 @@ el rgdrpairing
 # pool and slots slows any kernel writing those addresses (the memory system) or only RGDR (the kernel). Under a
 # minute a row; RGDRPAIRING_ROWS lists rows as NK,NV,state,B,T_b. First the GPU tests of the transposed grid
 # (RGDRTiling.sequences_fastest: float64 and the plain tiling's bits), which the pairing then times on both draws.
-rgdr_gpu_tests seqfast ${RGDRPAIRING_TEST_S:-200} 2 "sequences_fastest"
+rgdr_gpu_tests seqfast ${RGDRPAIRING_TEST_S:-200} 2 "sequences and fastest"
 (cd backends/cuda/bench && for row in ${RGDRPAIRING_ROWS:-16,32,float32,256,4 16,32,bfloat16,256,8}; do
     timeout -s INT 120 python3 -u rgdr_pool_pairing.py --row "$row" --json "$out/rgdr_pairing_${row//,/_}.json" 2>&1 \
         | grep -v "TileLang:"; done) > "$out/rgdr_pairing.log"
