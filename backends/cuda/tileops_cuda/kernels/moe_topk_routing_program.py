@@ -108,6 +108,23 @@ def candidates_misfit(key: "MoETopKRoutingBuildKey") -> str | None:
     return None
 
 
+def _warp_layout(key: "MoETopKRoutingBuildKey") -> tuple[int, int, int, int, bool, Any]:
+    """How the candidates and logits programs lay a token on a warp, as ``rounds`` does: ``(vw, PER, NV, TOK,
+    PADDED, expert)``. ``vw`` is the vector TileLang's layout gave ``rounds`` (the 16-byte vector, or the largest
+    power of two dividing E below it, so that the ``expert < E`` mask is uniform across a vector), ``PER`` the
+    values a lane holds in ``NV`` vectors, ``TOK`` the tokens (warps) a program, ``PADDED`` whether lanes hold
+    experts past E, and ``expert(r, lane)`` the expert of a lane's ``r``-th value."""
+    plan = routing_plan(key)
+    assert plan is not None and not candidates_misfit(key)  # the refusal turned the others away
+    vw = min(_vec(key.dtype), key.experts & -key.experts)
+    per = plan[1] // 32
+
+    def expert(r: Any, lane: Any) -> Any:
+        return (r // vw) * 32 * vw + lane * vw + r % vw
+
+    return vw, per, per // vw, key.tokens or _TOKENS, plan[1] != key.experts, expert
+
+
 def _sum_in_order(terms: list) -> Any:
     """``((t0 + t1) + t2) + ...``: the chosen probabilities summed in k order, one expression."""
     total = terms[0]
@@ -226,20 +243,11 @@ def _candidates_program(key: "MoETopKRoutingBuildKey"):
     import tilelang.language as T
 
     E, K, dt, idt, f32, i32, i64 = key.experts, key.top_k, key.dtype, key.ids_dtype, "float32", "int32", "int64"
-    plan = routing_plan(key)
-    assert plan is not None and not candidates_misfit(key)  # the refusal turned the others away
-    vw = min(_vec(dt), E & -E)
-    PER = plan[1] // 32  # values a lane
-    NV = PER // vw  # vectors a lane
+    vw, PER, NV, TOK, PADDED, expert = _warp_layout(key)  # (padded experts: -inf logits, exp gives 0)
     softmax_row = _softmax_row_macro(E, NV, vw)
-    TOK = key.tokens or _TOKENS
     K1 = K + 1
-    PADDED = plan[1] != E  # lanes hold experts past E (-inf logits: exp gives 0)
     OUT = 2 * _SLOTS  # the chosen top_k's slots
     M = T.dynamic("M")
-
-    def expert(r, lane):
-        return (r // vw) * 32 * vw + lane * vw + r % vw
 
     @T.prim_func
     def moe_topk_routing(router_logits: T.Tensor((M, E), dt), topk_weights: T.Tensor((M, K), dt),
@@ -453,14 +461,8 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
     import tilelang.language as T
 
     E, K, dt, idt, f32, i32 = key.experts, key.top_k, key.dtype, key.ids_dtype, "float32", "int32"
-    plan = routing_plan(key)
-    assert plan is not None and not candidates_misfit(key)  # the refusal turned the others away
-    vw = min(_vec(dt), E & -E)
-    PER = plan[1] // 32  # keys a lane
-    NV = PER // vw
+    vw, PER, NV, TOK, PADDED, expert = _warp_layout(key)  # PER: keys a lane
     softmax_row = _softmax_row_macro(E, NV, vw)
-    TOK = key.tokens or _TOKENS
-    PADDED = plan[1] != E
     VB = 8 * ELEM_BYTES[dt]  # a logit's bits
     kt, st, ut = ("int64", "int32", "uint32") if VB == 32 else ("int32", "int16", "uint16")
     ukt = "uint64" if VB == 32 else "uint32"
@@ -479,9 +481,6 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
     # top-10, 266 -> 263 at E=256 top-8 (nvcc 13); not without renormalisation, where the full sum reads
     # the logits again (+20), nor on padded rows (+2 to +4).
     WORDS = VB == 16 and vw % 2 == 0 and key.renormalize and not PADDED
-
-    def expert(r, lane):
-        return (r // vw) * 32 * vw + lane * vw + r % vw
 
     def logit_of(k):
         """The float32 logit a key holds."""
