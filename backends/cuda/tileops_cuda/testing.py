@@ -13,7 +13,7 @@ from typing import Any
 
 from .kernels.rgdr import RGDRBuildKey
 
-__all__ = ["rgdr_case", "check_rgdr", "rel_err"]
+__all__ = ["rgdr_case", "check_rgdr", "rgdr_reference", "rel_err"]
 
 
 def _torch_dtype(name: str) -> Any:
@@ -120,7 +120,7 @@ def rgdr_case(
     )
 
 
-def _reference(case: dict[str, Any], key: RGDRBuildKey, compute_dtype: Any) -> tuple[Any, Any]:
+def rgdr_reference(case: dict[str, Any], key: RGDRBuildKey, compute_dtype: Any) -> tuple[Any, Any]:
     """(out, state) of the reference on a copy of the case's state (the case is not touched)."""
     import torch
     from tileops_cpu_ref.rgdr import recurrent_gated_delta_rule
@@ -179,8 +179,8 @@ def check_rgdr(launcher: Any, case: dict[str, Any]) -> dict[str, Any]:
     )
     if state.is_cuda:
         torch.cuda.synchronize()
-    out64, st64 = _reference(case, key, torch.float64)
-    out32, st32 = _reference(case, key, torch.float32)
+    out64, st64 = rgdr_reference(case, key, torch.float64)
+    out32, st32 = rgdr_reference(case, key, torch.float32)
 
     slots = case["ssm_state_indices"].long()
     written = torch.zeros(state.shape[0], dtype=torch.bool, device=state.device)
