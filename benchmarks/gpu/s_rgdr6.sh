@@ -1,8 +1,7 @@
 el rgdr6
-# rgdr6 (issue 16): the RGDR tilings of rgdr_sweep.LEAN_CANDIDATES (the current round, 6: the tiled roles of the
-# rows at B >= 128 with their grid transposed, NOTES.md thirty-second session; round 5 was bf16 decode steps on one-
-# and four-row programs, round 4 launched every registered role as a programmatic dependent; rounds 1-3 were
-# instruction cuts and tile shapes). Their GPU tests (float64 on a poisoned output, untouched slots, the plain
+# rgdr6 (issue 16): the RGDR tilings of rgdr_sweep.LEAN_CANDIDATES (the current round, 5: bf16 decode steps on one-
+# and four-row programs, NOTES.md seventeenth session; round 4 launched every registered role as a programmatic
+# dependent; rounds 1-3 were instruction cuts and tile shapes). Their GPU tests (float64 on a poisoned output, untouched slots, the plain
 # tiling's bits, unchecked metadata, six steps chained on one pool on a stream and in a graph), then backends/cuda/bench/rgdr_lean.py: each candidate on its role's rows (LEAN_ROWS) beside
 # the default schedule and the same-size copy. Under 10 minutes, alone in its call. Results into $OUT (or $out).
 OUT=${OUT:-$out}; mkdir -p "$OUT"

@@ -2,8 +2,7 @@
 
 Why: an RGDR row with ``T_b`` tokens a sequence reads each state once and writes it after every token, so
 its writes outnumber its reads and a 1:1 copy does not say what such traffic can reach. ``bench_cuda.py``
-takes its fan ceilings from this copy with the copies side by side (:func:`fan_destinations` in order);
-``rgdr_slot_layout.py`` also with the copies scattered as a slot pool scatters head states.
+takes its fan ceilings from this copy with the copies side by side (:func:`fan_destinations`).
 """
 
 # No `from __future__ import annotations`: the TileLang kernel below is annotated with locals.
@@ -43,11 +42,7 @@ def fan_copy_kernel(fan: int):
     return _KERNELS[fan]
 
 
-def fan_destinations(fan: int, blocks: int, run_blocks: int = 1, scattered: bool = False) -> torch.Tensor:
-    """``dst[k, b]`` (int32, on the CPU): where copy ``k`` of block ``b`` goes among ``fan * blocks``.
-    In order, copy ``k`` of the whole source is the ``k``-th of ``fan`` side by side; ``scattered``, runs of
-    ``run_blocks`` blocks (a head state) keep together and the runs take a random order."""
-    runs = fan * blocks // run_blocks
-    order = torch.randperm(runs) if scattered else torch.arange(runs)
-    flat = (order[:, None] * run_blocks + torch.arange(run_blocks)).flatten()
-    return flat.view(fan, blocks).to(torch.int32)
+def fan_destinations(fan: int, blocks: int) -> torch.Tensor:
+    """``dst[k, b]`` (int32, on the CPU): where copy ``k`` of block ``b`` goes among ``fan * blocks``: copy ``k``
+    of the whole source is the ``k``-th of ``fan`` side by side."""
+    return torch.arange(fan * blocks, dtype=torch.int32).view(fan, blocks)

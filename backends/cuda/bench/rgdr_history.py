@@ -1,10 +1,10 @@
 """Which part of the bench's history before a draw makes a large RGDR row slow on it: each history in a process
 of its own, then one draw of the row's inputs, timed replay by replay.
 
-Why: ``rgdr_draws.py`` (session 33, H100) timed 16/32 heads fp32 B=256 T_b=4 on eight new draws, pools
+Why: ``rgdr_draws.py`` (session 33, H100; deleted since with the transposed grid it raced) timed 16/32 heads fp32 B=256 T_b=4 on eight new draws, pools
 moved by spacers, and every draw ran at 968-971 us, within 1% of the fan copy at the same addresses; but
 the draw the bench makes right after ``check_rgdr`` ran a same-size case ran at 1111 us
-(``rgdr_pool_pairing.py``). So something the check leaves behind slows the next draw. The histories:
+(``rgdr_pool_pairing.py``, deleted likewise). So something the check leaves behind slows the next draw. The histories:
 none (``fresh``, whose slots are another permutation: its generator drew no case before); a same-size
 case made and freed (``alloc``); that case launched once on a copy of its pool (``launch``); the float64
 reference alone (``reference``); the bench's ``check_rgdr`` (``check``), then the allocator's cache emptied

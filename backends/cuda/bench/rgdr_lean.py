@@ -17,10 +17,11 @@ Round 4: every registered role launched as a programmatic dependent
 time per call includes the overlap of each launch with the previous call's tail, as consecutive kernels
 of a decode step would overlap when the kernel before RGDR lets it launch early.
 
-Round 5: bf16's B=1..8 and B=32 decode rows, the two left short of issue 16's targets.
+Round 5 (``rgdr_sweep.LEAN_CANDIDATES`` now): bf16's B=1..8 and B=32 decode rows, the two left short of
+issue 16's targets.
 
-Round 6 (``rgdr_sweep.LEAN_CANDIDATES`` now): the tiled roles of the rows at B >= 128 with their grid transposed
-(``RGDRTiling.sequences_fastest``).
+Round 6 (thirty-third session, deleted since): the tiled roles of the rows at B >= 128 with their grid
+transposed (sequences on ``blockIdx.x``): 0.954-0.979x the default schedule on every row it was timed on.
 
 Per state dtype: every candidate is built (concurrently), checked against float64 on a decode step
 and a ragged batch (NaN-poisoned output, untouched slots bit-identical) and for bit equality with

@@ -43,27 +43,26 @@ ROUND2 = dict(unpack_bits=True, row_deltas=True, stage_live_warps=True)
 #: 32..63 sequences; the four-row program's B=8 and 16 rows are not measured yet (the small role serves them).
 _PDL = dict(dependent_launch=True)
 _SPEC = dict(speculate=True)
-#: Round 6 (NOTES.md, thirty-second session): the registered tiled roles of the rows at B >= 128 with their grid
-#: transposed (RGDRTiling.sequences_fastest), the candidate for the large rows whose time moved by 14-16% with the
-#: pairing of a pool's memory and its slot permutation (rgdr_pool_pairing.py says whether the order of writes is
-#: the cause). The large roles as registered (plain launch); fp32's small role, its short at T_b=1, speculating
-#: and a dependent as registered.
-_SEQFAST = dict(sequences_fastest=True)
-_LARGE_ROWS = ((128, 2), (128, 4), (128, 8), (256, 2), (256, 4), (256, 8))
-LEAN_FIELDS = (*LEAN, *ROUND2, *_PDL, *_SEQFAST)
+_FEW = ((1, 1), (2, 1), (4, 1), (8, 1))
+LEAN_FIELDS = (*LEAN, *ROUND2, *_PDL)
 LEAN_CANDIDATES = {
     "bfloat16": {
-        "large-seqfast": RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **_SEQFAST),
+        "small1-pdl-spec": RGDRTiling(128, 16, 1, 8, **_SPEC, **TILED_LEAN, **_PDL),
+        "small-pdl-spec": RGDRTiling(128, 16, 2, 8, **_SPEC, **TILED_LEAN, **_PDL),
+        "short4-pdl-spec": RGDRTiling(128, 16, 4, 6, True, True, **LEAN, **_PDL),
+        "large-pdl-spec": RGDRTiling(128, 16, 8, 4, **_SPEC, **TILED_LEAN, **_PDL),
     },
     "float32": {
-        "large-seqfast": RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **_SEQFAST),
-        "small-pdl-spec-seqfast": RGDRTiling(128, 16, 2, 8, **_SPEC, **TILED_LEAN, **_PDL, **_SEQFAST),
+        "small1-pdl-spec": RGDRTiling(128, 16, 1, 8, **_SPEC, **TILED_LEAN, **_PDL),
     },
 }
 #: The rows (B, T_b) each candidate is timed on: its role's (a candidate missing here is timed on every row).
 LEAN_ROWS = {
-    "bfloat16": {"large-seqfast": ((128, 4), (128, 8), (256, 4), (256, 8))},
-    "float32": {"large-seqfast": _LARGE_ROWS, "small-pdl-spec-seqfast": ((32, 1), (128, 1), (256, 1))},
+    "bfloat16": {"small1-pdl-spec": _FEW, "small-pdl-spec": ((32, 1),),
+                 "short4-pdl-spec": ((8, 1), (16, 1), (32, 1), (64, 1), (128, 1), (256, 1), (32, 2), (64, 2), (128, 2),
+                                     (256, 2)),
+                 "large-pdl-spec": ((32, 1),)},
+    "float32": {"small1-pdl-spec": _FEW},
 }
 for _st, _named in LEAN_CANDIDATES.items():
     SWEEP[_st] += [t for t in _named.values() if t not in SWEEP[_st]]

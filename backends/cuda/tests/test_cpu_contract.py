@@ -83,12 +83,6 @@ def test_rgdr_refuses_a_streaming_field_on_a_tiled_layout(field):
     assert reason == f"RGDR TileLang kernel: {field} is a streaming-layout field; set stream=True or drop it"
 
 
-def test_rgdr_refuses_a_transposed_grid_on_the_streaming_layout():
-    assert rgdr.rgdr_refusal(_key(), rgdr.RGDRTiling(128, 16, 4, 4, sequences_fastest=True)) is None
-    reason = rgdr.rgdr_refusal(_key(), rgdr.RGDRTiling(128, 16, 4, 4, True, sequences_fastest=True))
-    assert reason == "RGDR TileLang kernel: sequences_fastest is a tiled-layout field; set stream=False or drop it"
-
-
 def test_rgdr_refuses_a_transposed_reduction_over_more_rows_than_lanes():
     reason = rgdr.rgdr_refusal(_key(), rgdr.RGDRTiling(32, 4, 8, 4, reduce_rows="transpose"))
     assert "rows_per_thread=8 must be a power of two at most threads_per_row=4; use 'butterfly'" in reason

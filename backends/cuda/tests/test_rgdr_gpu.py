@@ -279,11 +279,6 @@ LEAN_CANDIDATES = {
     "bf16-tiled-large-pdl": ("bfloat16", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **PDL)),
     "fp32-tiled-small-pdl-speculative": ("float32", RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **PDL)),
     "fp32-tiled-large-pdl": ("float32", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **PDL)),
-    # The transposed grid (sequences_fastest; NOTES.md, thirty-second session) on the tiled roles of the large rows.
-    "fp32-tiled-large-sequences-fastest": ("float32", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, sequences_fastest=True)),
-    "bf16-tiled-large-sequences-fastest": ("bfloat16", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, sequences_fastest=True)),
-    "fp32-tiled-small-pdl-sequences-fastest": ("float32", RGDRTiling(128, 16, 2, 8, **TILED_LEAN, **PDL,
-                                                                     sequences_fastest=True)),
     # Round 5: bf16's decode steps of one sequence and of 16..63 (RGDRSchedule.decode_steps).
     "bf16-tiled-1row-pdl-speculative": ("bfloat16", RGDRTiling(128, 16, 1, 8, False, True, **TILED_LEAN, **PDL)),
     "bf16-stream-4rows-pdl-speculative": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, True, **LEAN, **PDL)),
@@ -296,7 +291,7 @@ def _plain(tiling: RGDRTiling) -> RGDRTiling:
 
     return replace(tiling, exact_tokens=False, unchecked_index=False, pingpong=False, flat_rows=False,
                    reduce_rows="butterfly", unpack_bits=False, row_deltas=False, stage_live_warps=False,
-                   dependent_launch=False, sequences_fastest=False)  # fmt: skip
+                   dependent_launch=False)  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(LEAN_CANDIDATES))

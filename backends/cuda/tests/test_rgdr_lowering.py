@@ -166,20 +166,3 @@ def test_dependent_launch_is_refused_where_the_arch_has_no_programmatic_dependen
     key = RGDRBuildKey("bfloat16", "bfloat16", 16, 32, 128, 128, arch="sm_80")
     assert "drop dependent_launch" in rgdr_refusal(key, RGDRTiling(128, 16, 2, 8, dependent_launch=True))
     assert rgdr_refusal(key, RGDRTiling(128, 16, 2, 8)) is None
-
-
-def test_sequences_fastest_is_the_tiled_program_with_its_grid_axes_swapped():
-    """The transposed grid changes which programs run together, nothing a program does: its CUDA is
-    the plain program's with ``blockIdx.x`` and ``blockIdx.y`` exchanged (fp32's large role)."""
-    from dataclasses import replace
-
-    from lowered_source import lowered_source
-
-    from tileops_cuda.kernels.rgdr import default_schedule
-
-    key = RGDRBuildKey("bfloat16", "float32", 16, 32, 128, 128, use_qk_l2norm=True, arch="sm_90a")
-    large = default_schedule(key).large
-    plain = lowered_source(lambda k: rgdr_program(k, large), key)
-    swapped = lowered_source(lambda k: rgdr_program(k, replace(large, sequences_fastest=True)), key)
-    assert swapped != plain
-    assert swapped.replace("blockIdx.x", "@").replace("blockIdx.y", "blockIdx.x").replace("@", "blockIdx.y") == plain

@@ -168,12 +168,6 @@ class RGDRTiling:
     kernel's tail instead of following its end: at B=1 the launch gap is a large share of a step
     (issue 16's 3.0 / 3.5 µs rows). Every access still follows the previous kernel's completion,
     so the bits are the plain program's.
-
-    ``sequences_fastest``: tiled layout only: the grid transposed, ``(B, NV * tiles)`` instead of
-    ``(NV * tiles, B)``, so the programs launched together run one value-row tile of many sequences
-    (each writing its states to other slots) instead of every head of a few sequences. The same
-    programs, the same bits. Off by default; the candidate for the large rows whose time moved by
-    14-16% with the pairing of a pool's memory and its slots (NOTES.md, thirty-second session).
     """
 
     threads: int = 128
@@ -191,7 +185,6 @@ class RGDRTiling:
     row_deltas: bool = False
     stage_live_warps: bool = False
     dependent_launch: bool = False
-    sequences_fastest: bool = False
 
     def __post_init__(self) -> None:
         if self.reduce_rows not in _ROW_REDUCTIONS:
@@ -382,8 +375,6 @@ def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | N
     for field in ("pingpong", "flat_rows"):
         if getattr(tiling, field) and not tiling.stream:
             return f"RGDR TileLang kernel: {field} is a streaming-layout field; set stream=True or drop it"
-    if tiling.sequences_fastest and tiling.stream:
-        return "RGDR TileLang kernel: sequences_fastest is a tiled-layout field; set stream=False or drop it"
     if tiling.unpack_bits and key.state_dtype != "bfloat16":
         return (
             f"RGDR TileLang kernel: unpack_bits reads a bfloat16 state's fp32 values from its bits; a "

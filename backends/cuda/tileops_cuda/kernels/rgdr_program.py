@@ -78,76 +78,66 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
         return True if tiling.exact_tokens else base + c2 < L
 
     @T.macro
-    def tiled_program(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, bx, by):
-        """Program ``(bx, by)`` of the tiled layout: value-row tile ``bx % NVT`` of value head
-        ``bx // NVT``, sequence ``by``."""
-        T.annotate_min_blocks_per_sm(tiling.min_blocks)
-        dependent_launch(tiling.dependent_launch)
-        tid = T.get_thread_binding()
-        lane = tid % TPR
-        rg = tid // TPR
-        h = bx // NVT
-        vt = bx % NVT
-        hk = h // GRP
-
-        red, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s = P.token_buffers(BV)
-        Sx, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sx: the running state
-        if speculate:
-            # The decode layout's guess, issued before the metadata resolves: sequence `by`
-            # is token `by` alone. Its inputs' and its slot's loads first, then its state
-            # (which waits for the slot only), then the q/k arithmetic meanwhile.
-            live_g = rg == 0 and by < Tn
-            slot_g = T.alloc_var(i32)
-            P.read_slot(slots, T.min(by, Tn - 1), S, slot_g)
-            if P.warp_live(0, 1, tid):  # the guess stages one token: row group 0's
-                P.load_dvec(gk, by, live_g, h, lane, dvec)
-                P.load_qk(query, key_, by, live_g, hk, lane, xq, xk)
-            P.stage_values(value, beta, slots, g, gk, Tn, S, tid, h, vt * BV, BV, by, T.min(1, Tn - by), 0,
-                           v_s, b_s, d_s, sl_s, w_s)  # fmt: skip
-            P.load_rows(state, Sx, slot_g, slot_g >= 0, h, vt * BV, rg, lane)
-            if P.warp_live(0, 1, tid):
-                P.finish_qk(scale, live_g, lane, rg, xq, xk, qk_s)
-                P.store_dvec(live_g, lane, rg, dvec, dv_s)
-            start, L, acc_n = P.sequence_bounds(seq_meta, nacc, Tn, by, tid, red)
-            if P.guess_missed(start, L, by):  # the general path from here, the guess discarded
-                slot0 = T.alloc_var(i32)
-                P.read_slot(slots, T.max(T.min(start + acc_n - 1, Tn - 1), 0), S, slot0)
-                P.load_rows(state, Sx, slot0, slot0 >= 0 and L > 0, h, vt * BV, rg, lane)
-        else:
-            start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, S, by, tid, red)
-            # -- initial state: zeros if padding (an empty sequence skips everything below)
-            P.load_rows(state, Sx, slot0, slot0 >= 0 and L > 0, h, vt * BV, rg, lane)
-
-        if L > 0:
-            for ch in T.serial(T.ceildiv(L, C)):
-                base = ch * C
-                if P.guess_missed(start, L, by):  # a hit is one token, staged above
-                    T.sync_threads()  # the previous chunk's staging buffers are free
-                    P.stage_chunk(query, key_, value, beta, slots, g, gk, scale, Tn, S, tid, lane, rg, hk, h,
-                                  vt * BV, BV, start, L, base, xq, xk, dvec, qk_s, v_s, b_s, d_s, sl_s, w_s,
-                                  dv_s)  # fmt: skip
-                T.sync_threads()
-                # -- the recurrence, token by token, state in registers -------------------
-                for c2 in T.serial(token_trips(L, base)):
-                    if live_token(L, base, c2):
-                        if vector_decay:
-                            for cc in T.unroll(EPT // SV):
-                                for e in T.vectorized(SV):
-                                    dvec[cc * SV + e] = dv_s[c2, col(cc, lane, SV, e)]
-                        P.token_step(state, out, Sx, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, lane, rg, h,
-                                     vt * BV, 0, start + base + c2, b_s[c2],
-                                     d_s[c2] if scalar_decay else T.float32(1))  # fmt: skip
-        P.zero_uncovered(out, Tn, NB, by, tid, start, L, h * DV + vt * BV, BV)
-
-    @T.macro
     def body_tiled(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, splits):
         annotate_pass_configs(tiling.unchecked_index)  # in bounds by construction: RGDRTiling
-        if tiling.sequences_fastest:  # the grid transposed: blockIdx.x runs over the sequences
-            with T.Kernel(NB, NV * NVT, threads=THREADS) as (by, bx):
-                tiled_program(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, bx, by)
-        else:
-            with T.Kernel(NV * NVT, NB, threads=THREADS) as (bx, by):
-                tiled_program(query, key_, value, beta, state, seq_meta, slots, g, gk, nacc, out, scale, bx, by)
+        with T.Kernel(NV * NVT, NB, threads=THREADS) as (bx, by):
+            T.annotate_min_blocks_per_sm(tiling.min_blocks)
+            dependent_launch(tiling.dependent_launch)
+            tid = T.get_thread_binding()
+            lane = tid % TPR
+            rg = tid // TPR
+            h = bx // NVT
+            vt = bx % NVT
+            hk = h // GRP
+
+            red, qk_s, v_s, b_s, d_s, sl_s, w_s, dv_s = P.token_buffers(BV)
+            Sx, kq, xq, xk, dvec, pacc, acc = P.token_registers()  # Sx: the running state
+            if speculate:
+                # The decode layout's guess, issued before the metadata resolves: sequence `by`
+                # is token `by` alone. Its inputs' and its slot's loads first, then its state
+                # (which waits for the slot only), then the q/k arithmetic meanwhile.
+                live_g = rg == 0 and by < Tn
+                slot_g = T.alloc_var(i32)
+                P.read_slot(slots, T.min(by, Tn - 1), S, slot_g)
+                if P.warp_live(0, 1, tid):  # the guess stages one token: row group 0's
+                    P.load_dvec(gk, by, live_g, h, lane, dvec)
+                    P.load_qk(query, key_, by, live_g, hk, lane, xq, xk)
+                P.stage_values(value, beta, slots, g, gk, Tn, S, tid, h, vt * BV, BV, by, T.min(1, Tn - by), 0,
+                               v_s, b_s, d_s, sl_s, w_s)  # fmt: skip
+                P.load_rows(state, Sx, slot_g, slot_g >= 0, h, vt * BV, rg, lane)
+                if P.warp_live(0, 1, tid):
+                    P.finish_qk(scale, live_g, lane, rg, xq, xk, qk_s)
+                    P.store_dvec(live_g, lane, rg, dvec, dv_s)
+                start, L, acc_n = P.sequence_bounds(seq_meta, nacc, Tn, by, tid, red)
+                if P.guess_missed(start, L, by):  # the general path from here, the guess discarded
+                    slot0 = T.alloc_var(i32)
+                    P.read_slot(slots, T.max(T.min(start + acc_n - 1, Tn - 1), 0), S, slot0)
+                    P.load_rows(state, Sx, slot0, slot0 >= 0 and L > 0, h, vt * BV, rg, lane)
+            else:
+                start, L, slot0 = P.sequence_first_slot(seq_meta, nacc, slots, Tn, S, by, tid, red)
+                # -- initial state: zeros if padding (an empty sequence skips everything below)
+                P.load_rows(state, Sx, slot0, slot0 >= 0 and L > 0, h, vt * BV, rg, lane)
+
+            if L > 0:
+                for ch in T.serial(T.ceildiv(L, C)):
+                    base = ch * C
+                    if P.guess_missed(start, L, by):  # a hit is one token, staged above
+                        T.sync_threads()  # the previous chunk's staging buffers are free
+                        P.stage_chunk(query, key_, value, beta, slots, g, gk, scale, Tn, S, tid, lane, rg, hk, h,
+                                      vt * BV, BV, start, L, base, xq, xk, dvec, qk_s, v_s, b_s, d_s, sl_s, w_s,
+                                      dv_s)  # fmt: skip
+                    T.sync_threads()
+                    # -- the recurrence, token by token, state in registers -------------------
+                    for c2 in T.serial(token_trips(L, base)):
+                        if live_token(L, base, c2):
+                            if vector_decay:
+                                for cc in T.unroll(EPT // SV):
+                                    for e in T.vectorized(SV):
+                                        dvec[cc * SV + e] = dv_s[c2, col(cc, lane, SV, e)]
+                            P.token_step(state, out, Sx, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, lane, rg, h,
+                                         vt * BV, 0, start + base + c2, b_s[c2],
+                                         d_s[c2] if scalar_decay else T.float32(1))  # fmt: skip
+            P.zero_uncovered(out, Tn, NB, by, tid, start, L, h * DV + vt * BV, BV)
 
     NCH = GRP * DV // BV  # row chunks of one key-head group (stream mode)
     GR = GRP * DV  # rows of one key-head group
