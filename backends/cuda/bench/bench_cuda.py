@@ -47,14 +47,12 @@ from tileops_cuda.kernels.rgdr import build_rgdr, default_schedule  # noqa: E402
 from tileops_cuda.testing import check_rgdr, rel_err, rgdr_case  # noqa: E402
 
 from cuda_bench_common import (  # noqa: E402
-    RESULTS, ROTATE_BYTES, fla_bytes, host_overhead, log, rgdr_bytes, rgdr_calls, rgdr_key, time_graph,
+    RESULTS, RGDR_WARMUP_MS, ROTATE_BYTES, fla_bytes, host_overhead, log, rgdr_bytes, rgdr_calls, rgdr_key, time_graph,
 )
 from fan_copy import BLOCK, fan_copy_kernel, fan_destinations  # noqa: E402
 from rgdr_sweep import SWEEP, bench_host, choose_schedule, sweep_rgdr  # noqa: E402
 
 _SM_COPY = None
-#: Untimed replays before each RGDR and FLA row: past the 40-50 ms that a large row stays slow after its check.
-RGDR_WARMUP_MS = 200.0
 
 
 def _sm_copy_kernel():

@@ -77,6 +77,11 @@ def replay_times(g: torch.cuda.CUDAGraph, n: int, per: int = 1) -> list[float]:
     return times
 
 
+#: Untimed replays before an RGDR row timed right after a check: past the 40-50 ms that a large row stays slow
+#: after its check on the H200 (``rgdr_history.py``, session 33).
+RGDR_WARMUP_MS = 200.0
+
+
 def time_graph(calls, target_ms: float = 40.0, max_replays: int = 200, warmup_ms: float = 0.0) -> float:
     """Median device time per call (µs): one CUDA graph holds all ``calls`` (one per input
     set); replayed many times, each replay timed with events. ``warmup_ms`` of untimed replays

@@ -17,7 +17,7 @@ What it said on the H200 (session 33, ``results/session-2026-12-05j/s33e-s33j``)
 ms of the row's replays run 10% slower (790-800 against 714-724 us), then every later replay and graph runs
 fast, refilled pool or not; sleep, an emptied cache or a copy load in between leave it slow, a launch alone
 does not (one slow replay), and the pool lands at offset 0 of its own segment every time. So the bench warms
-each RGDR row up for longer than that (``bench_cuda.RGDR_WARMUP_MS``).
+each RGDR row up for longer than that (``cuda_bench_common.RGDR_WARMUP_MS``).
 
     PYTHONPATH=backends/cuda:backends/cpu_ref python3 backends/cuda/bench/rgdr_history.py
 """
