@@ -6,5 +6,6 @@ timeout -s INT ${CONV_TEST_S:-240} python3 -m pytest -rA -n 16 -p no:cacheprovid
     > "$out/conv_tests.log" 2>&1
 grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)|INTERNALERROR> [A-Z]" "$out/conv_tests.log" | tail -15
 timeout -s INT ${CONV_SWEEP_S:-290} python3 -u backends/cuda/bench/layer_ops_sweep.py --only ${CONV_ONLY:-CausalConv1d} --budget ${CONV_BUDGET:-240} --reps 40 \
+    ${SWEEP_WARMUP_MS:+--warmup-ms $SWEEP_WARMUP_MS} \
     --json "$out/conv_sweep.json" 2>&1 | grep --line-buffered -v "TileLang:tilelang.jit" > "$out/conv_sweep.log"
 grep -E "^CausalConv|fastest|^  Causal|Error|error" "$out/conv_sweep.log" | tail -45

@@ -331,9 +331,12 @@ def rotations(nbytes: float) -> int:
     return max(2, min(32, -(-ROTATE_BYTES // max(int(nbytes), 1))))
 
 
-def graph_us(sets: list, fn: Callable[..., Any], replays: int = 20) -> float:
+def graph_us(sets: list, fn: Callable[..., Any], replays: int = 20, warmup_ms: float = 0.0) -> float:
     """Per-call time as ``tileops bench`` measures it: one CUDA graph of back-to-back calls
-    ``fn(*args)``, one per argument set of ``sets``, replayed; the median per call."""
+    ``fn(*args)``, one per argument set of ``sets``, replayed after ``warmup_ms`` of untimed replays
+    (``--warmup-ms``: a large RGDR row reads 10% slow for its first 40-50 ms of replays after a check,
+    ``rgdr_history.py``; a sweep at 0 and at 200 says whether these rows have such a phase); the
+    median per call."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up off the capture stream, as capture requires
@@ -345,6 +348,15 @@ def graph_us(sets: list, fn: Callable[..., Any], replays: int = 20) -> float:
     with torch.cuda.graph(graph):
         for args in sets:
             fn(*args)
+    if warmup_ms > 0:
+        graph.replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        for _ in range(int(warmup_ms / max(start.elapsed_time(end), 1e-3))):
+            graph.replay()
     times = []
     for _ in range(replays):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -361,8 +373,8 @@ class Copies:
     """Device copies timed like the kernels: the 1 GiB peak and, per size, the fastest of
     ``torch.mul(a, 1, out=b)`` and ``b.copy_(a)`` moving that many bytes (half each way)."""
 
-    def __init__(self, timer: Timer) -> None:
-        self.timer = timer
+    def __init__(self, timer: Timer, warmup_ms: float = 0.0) -> None:
+        self.timer, self.warmup_ms = timer, warmup_ms
         self._same: dict[int, tuple[float, float]] = {}
         a = torch.ones(COPY_BYTES // 2, device="cuda", dtype=torch.bfloat16)  # 1 GiB each way, as before
         b = torch.empty_like(a)
@@ -378,7 +390,7 @@ class Copies:
             a, b = bufs[0]
             ways = (lambda a, b: torch.mul(a, 1, out=b), lambda a, b: b.copy_(a))
             single = min(self.timer.us(lambda w=w: w(a, b)) for w in ways)
-            graphed = min(graph_us(bufs, w) for w in ways)
+            graphed = min(graph_us(bufs, w, warmup_ms=self.warmup_ms) for w in ways)
             self._same[n] = (single, graphed)
             del bufs
         return self._same[n]
@@ -472,7 +484,7 @@ def measure(r: SweepRow, timer: Timer, copies: Copies, opts: Any, started: float
             rec["rel_err"] = max(check(row, c.fn) for row in checked)
             args = fresh_args(timed)
             us = timer.us(lambda: c.fn(*args))
-            g_us = graph_us([fresh_args(timed) for _ in range(rotations(timed.bytes))], c.fn)
+            g_us = graph_us([fresh_args(timed) for _ in range(rotations(timed.bytes))], c.fn, warmup_ms=opts.warmup_ms)
             rec.update(us=us, pct_peak=100 * timed.bytes / (us * 1e-6) / copies.peak_bps, pct_same=100 * same_us / us,
                        graph_us=g_us, graph_pct_peak=100 * timed.bytes / (g_us * 1e-6) / copies.peak_bps,
                        graph_pct_same=100 * same_graph_us / g_us, same_us=same_us, same_graph_us=same_graph_us)
@@ -577,6 +589,8 @@ def main() -> int:
     ap.add_argument("--compile-only", action="store_true", help="no GPU: compile, print registers and spills")
     ap.add_argument("--arch", default="sm_90a", help="the arch --compile-only builds for")
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "layer_ops_sweep.json"))
+    ap.add_argument("--warmup-ms", type=float, default=0.0,
+                    help="untimed graph replays before the timed ones, in ms (kernels and copies alike)")
     opts = ap.parse_args()
     if opts.compile_only:
         return compile_only(opts.arch, opts.only, opts.candidates)
@@ -586,7 +600,7 @@ def main() -> int:
     log(f"{sum(len(r.candidates) for r in rows)} candidates in {len(rows)} rows; {torch.cuda.get_device_name()}")
     log(f"compiled in {build_all(rows):.0f} s")
     timer = Timer(opts.reps)
-    copies = Copies(timer)
+    copies = Copies(timer, opts.warmup_ms)
     log(f"copy peak {copies.peak_bps / 1e12:.3f} TB/s (torch.mul, 1 GiB); launch floor {launch_floor(timer):.2f} us")
     seed = int.from_bytes(os.urandom(4), "little")
     log(f"seed {seed}")
