@@ -47,10 +47,16 @@ def _decode_oracle(q, k, v, kc, vc, lens, table, scale):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("paged", [False, True])
-def test_attention_decode_padding_and_ragged_lengths_match_the_loop(dtype, paged):
+@pytest.mark.parametrize("one_at_a_time", [False, True], ids=["one-gather", "a-gather-a-sequence"])
+def test_attention_decode_padding_and_ragged_lengths_match_the_loop(dtype, paged, one_at_a_time, monkeypatch):
     """Padding rows (-1) write nothing and give zeros; positions past a sequence's length (NaN here)
-    and block-table entries past its last block (garbage here) are never read."""
+    and block-table entries past its last block (garbage here) are never read. The same when the
+    sequences' keys and values are gathered a sequence at a time (what a large batch gets: ``_GATHERED``)."""
+    from tileops_cpu_ref import attention
     from tileops_cpu_ref.attention import attention_decode
+
+    if one_at_a_time:
+        monkeypatch.setattr(attention, "_GATHERED", 1)
 
     gen = fresh_rng()
     B, NQ, NKV, D, L = 5, 8, 2, 4, 3 if paged else 9

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from typing import Sequence
 
 import torch
@@ -29,6 +30,9 @@ from .rgdr import clipped_bounds
 __all__ = ["qk_norm_rope", "attention_decode", "attention_prefill", "sigmoid_gate_mul", "rope_angles", "rope_tables"]
 
 _ACC = torch.float32
+#: Cache elements a decode step gathers at a time (a group of sequences' keys, and as many values): 64 Mi,
+#: 256 MiB of float32 each.
+_GATHERED = 1 << 26
 
 
 @functools.lru_cache(maxsize=64)
@@ -202,9 +206,26 @@ def attention_decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     out = torch.zeros(query.shape, dtype=query.dtype, device=dev)
     if live.numel() == 0:
         return out
+    # The live sequences a group at a time, each group's gathered keys and values within _GATHERED elements:
+    # a paged batch of 64 at 32k would otherwise gather 4 GiB of float32 keys and as much of values at once.
+    per_seq = (int(n.max()) + 1) * math.prod(key_cache.shape[2:])
+    group = max(1, _GATHERED // per_seq)
+    for g0 in range(0, live.numel(), group):
+        g = slice(g0, g0 + group)
+        out.index_copy_(0, live_d[g], _decode_gathered(query.index_select(0, live_d[g]), key_cache, value_cache,
+                                                        live[g], n[g], None if block_table is None else table, L,
+                                                        scale).to(out.dtype))
+    return out
+
+
+def _decode_gathered(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, live: torch.Tensor,
+                     n: torch.Tensor, table: torch.Tensor | None, L: int, scale: float | None) -> torch.Tensor:
+    """Attention of the sequences ``live`` (their queries ``query``, lengths ``n``, CPU indices) over
+    positions ``0 .. n`` gathered from the caches (contiguous rows, or ``table``'s blocks of ``L``)."""
+    dev = query.device
     ctx = int(n.max()) + 1
     pos = torch.arange(ctx)
-    if block_table is None:
+    if table is None:
         src_rows, src_at = live.unsqueeze(1).expand(-1, ctx), pos.expand(live.numel(), -1)
     else:
         blocks = table[live].gather(1, (pos // L).clamp(max=table.shape[1] - 1).expand(live.numel(), -1))
@@ -217,10 +238,8 @@ def attention_decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     # reaches the output (0 · NaN would).
     k = torch.where(keep, key_cache[src_rows, src_at].to(_ACC), 0.0)  # [n_live, ctx, NKV, D]
     v = torch.where(keep, value_cache[src_rows, src_at].to(_ACC), 0.0)
-    q = query.index_select(0, live_d).unsqueeze(2)  # [n_live, NQ, 1, D]
-    o = _sdpa(q, k.transpose(1, 2), v.transpose(1, 2), scale, attn_mask=valid.view(-1, 1, 1, ctx))
-    out.index_copy_(0, live_d, o.squeeze(2).to(out.dtype))
-    return out
+    o = _sdpa(query.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2), scale, attn_mask=valid.view(-1, 1, 1, ctx))
+    return o.squeeze(2)
 
 
 def _bounds(cu_seqlens: torch.Tensor, T: int) -> tuple[list[int], list[int]]:
