@@ -296,13 +296,32 @@ def _qk_norm_rope(api, i, p):
     return out
 
 
+#: Attention scores :func:`_attend` holds at a time (float64, 1 GiB): a 16k-token prompt's whole causal score
+#: matrix would take 34 GB, which SDPA's float64 path on the CPU materialises.
+_SCORES = 1 << 27
+
+
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, causal: bool) -> torch.Tensor:
-    """float64 SDPA of one sequence, ``[S, NQ, D]`` queries over ``[S', NKV, D]`` keys/values."""
+    """float64 SDPA of one sequence, ``[S, NQ, D]`` queries over ``[S', NKV, D]`` keys/values; a block of
+    queries at a time where the scores would pass :data:`_SCORES` (causal as SDPA's ``is_causal``, aligned
+    top-left: query ``i`` sees keys ``0..i``)."""
     rep = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    o = F.scaled_dot_product_attention(q.double().transpose(0, 1), k.double().transpose(0, 1),
-                                       v.double().transpose(0, 1), is_causal=causal, scale=scale)
-    return o.transpose(0, 1)
+    qh, kh, vh = (t.double().transpose(0, 1) for t in (q, k, v))  # [NQ, S, D]
+    S, Sk = qh.shape[1], kh.shape[1]
+    block = max(1, _SCORES // max(1, qh.shape[0] * Sk))
+    if block >= S:
+        return F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, scale=scale).transpose(0, 1)
+    parts = []
+    for s0 in range(0, S, block):
+        s1 = min(S, s0 + block)
+        if causal:
+            mask = torch.arange(min(s1, Sk)).unsqueeze(0) <= torch.arange(s0, s1).unsqueeze(1)
+            parts.append(F.scaled_dot_product_attention(qh[:, s0:s1], kh[:, :s1], vh[:, :s1], attn_mask=mask,
+                                                        scale=scale))
+        else:
+            parts.append(F.scaled_dot_product_attention(qh[:, s0:s1], kh, vh, scale=scale))
+    return torch.cat(parts, dim=1).transpose(0, 1)
 
 
 def _attention_decode(api, i, p):
