@@ -18,8 +18,9 @@ for _p in (str(_BACKENDS / "cuda"), str(_BACKENDS / "cpu_ref")):
 from tileops_cuda.kernels.rgdr import RGDRBuildKey  # noqa: E402
 from tileops_cuda.testing import rgdr_case  # noqa: E402
 
-__all__ = ["L2_BYTES", "RESULTS", "ROTATE_BYTES", "calls_on", "fla_bytes", "graph_bench_start", "host_overhead", "log",
-           "rgdr_bytes", "rgdr_calls", "rgdr_key", "report_rows", "time_graph"]
+__all__ = ["L2_BYTES", "RESULTS", "RGDR_WARMUP_MS", "ROTATE_BYTES", "calls_on", "captured", "fla_bytes",
+           "graph_bench_start", "host_overhead", "log", "replay_times", "rgdr_bytes", "rgdr_calls", "rgdr_key",
+           "report_rows", "time_graph", "warm_up"]
 
 L2_BYTES = 60 * 2**20
 ROTATE_BYTES = 4 * L2_BYTES  # each timed graph touches at least this much distinct memory
@@ -77,6 +78,15 @@ def replay_times(g: torch.cuda.CUDAGraph, n: int, per: int = 1) -> list[float]:
     return times
 
 
+def warm_up(g: torch.cuda.CUDAGraph, warmup_ms: float) -> float:
+    """Replay ``g`` untimed for about ``warmup_ms`` (one timed replay says how many replays that is);
+    the milliseconds of that replay."""
+    est = max(replay_times(g, 1)[0] / 1e3, 1e-3)
+    for _ in range(int(warmup_ms / est)):
+        g.replay()
+    return est
+
+
 #: Untimed replays before an RGDR row timed right after a check: past the 40-50 ms that a large row stays slow
 #: after its check on the H200 (``rgdr_history.py``, session 33).
 RGDR_WARMUP_MS = 200.0
@@ -89,9 +99,7 @@ def time_graph(calls, target_ms: float = 40.0, max_replays: int = 200, warmup_ms
     first 40-50 ms of replays on the H200, on the same data and pool as the fast replays after
     (``rgdr_history.py``, session 33), so the rows the bench checks first warm up."""
     g = captured(calls)
-    est = max(replay_times(g, 1)[0] / 1e3, 1e-3)  # ms
-    for _ in range(int(warmup_ms / est)):
-        g.replay()
+    est = warm_up(g, warmup_ms)
     n = int(max(10, min(max_replays, target_ms / est)))
     times = replay_times(g, n, len(calls))
     del g

@@ -58,11 +58,13 @@ from typing import Any, Callable
 import torch
 
 _ROOT = Path(__file__).resolve().parents[3]
-for _p in (_ROOT / "backends" / "cuda", _ROOT / "backends" / "cpu_ref", _ROOT / "tests"):
+_BENCH = Path(__file__).resolve().parent  # cuda_bench_common, the timing this sweep shares with the other benches
+for _p in (_ROOT / "backends" / "cuda", _ROOT / "backends" / "cpu_ref", _ROOT / "tests", _BENCH):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
 from catalogue_references import REFERENCES, TOLERANCE, relative_error  # noqa: E402
+from cuda_bench_common import captured, replay_times, warm_up  # noqa: E402
 
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
 from tileops_cuda.kernels.block_shapes import block_shape_of  # noqa: E402
@@ -337,34 +339,10 @@ def graph_us(sets: list, fn: Callable[..., Any], replays: int = 20, warmup_ms: f
     (``--warmup-ms``: a large RGDR row reads 10% slow for its first 40-50 ms of replays after a check,
     ``rgdr_history.py``; a sweep at 0 and at 200 says whether these rows have such a phase); the
     median per call."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the capture stream, as capture requires
-        for args in sets:
-            fn(*args)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for args in sets:
-            fn(*args)
+    graph = captured([lambda args=args: fn(*args) for args in sets])
     if warmup_ms > 0:
-        graph.replay()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        for _ in range(int(warmup_ms / max(start.elapsed_time(end), 1e-3))):
-            graph.replay()
-    times = []
-    for _ in range(replays):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        graph.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3 / len(sets))
+        warm_up(graph, warmup_ms)
+    times = replay_times(graph, replays, len(sets))
     del graph
     return statistics.median(times)
 
