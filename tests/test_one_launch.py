@@ -256,3 +256,36 @@ def test_an_op_whose_class_defines_a_param_reads_it_on_every_call(fake_backend):
     op.eps_now = 1e-2
     op(x, None)
     assert got == [1e-3, 1e-2] and op.last_plan.bound[None].direct is None
+
+
+def test_the_source_read_of_every_catalogue_forward_is_what_inspect_reads():
+    """``_source_of`` slices a forward's lines by its code positions instead of tokenising like
+    ``inspect.getsource``; both must give the same function, multi-line launches included."""
+    import ast
+    import importlib
+    import inspect
+    import pkgutil
+    import textwrap
+
+    import tileops_core.ops
+    from tileops_core.op.base import Op
+    from tileops_core.op.one_launch import _source_of
+
+    for info in pkgutil.iter_modules(tileops_core.ops.__path__):
+        importlib.import_module(f"tileops_core.ops.{info.name}")
+
+    def forwards(cls):
+        for sub in cls.__subclasses__():
+            if "forward" in sub.__dict__ and sub.__module__.startswith("tileops_core.ops."):
+                yield sub.__dict__["forward"]
+            yield from forwards(sub)
+
+    found = list(dict.fromkeys(forwards(Op)))
+    assert len(found) >= 20
+    multi_line = 0
+    for forward in found:
+        mine, theirs = (ast.dump(ast.parse(textwrap.dedent(src))) for src in (_source_of(forward),
+                                                                              inspect.getsource(forward)))
+        assert mine == theirs, forward.__qualname__
+        multi_line += _source_of(forward).count("\n") > 3
+    assert multi_line  # a launch over several lines is among them

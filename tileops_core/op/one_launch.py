@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import textwrap
 import types
 from dataclasses import dataclass
@@ -44,8 +45,7 @@ def one_launch_of(forward: Any, arg_names: tuple[str, ...], interfaces: tuple[ty
     if not isinstance(forward, types.FunctionType):
         return None
     try:
-        source = textwrap.dedent(inspect.getsource(forward))
-        tree = ast.parse(source)
+        tree = ast.parse(textwrap.dedent(_source_of(forward)))
     except (OSError, TypeError, SyntaxError):  # no source (a REPL, generated code): the general path
         return None
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
@@ -80,6 +80,26 @@ def one_launch_of(forward: Any, arg_names: tuple[str, ...], interfaces: tuple[ty
             return None
         attrs.append(node.attr)
     return OneLaunch(interface, tuple(attrs))
+
+
+def _source_of(forward: types.FunctionType) -> str:
+    """``forward``'s source lines: from its first line to the last line its instructions span.
+
+    ``inspect.getsource`` finds a function's end by tokenising from its first line: 4.0 ms for
+    the catalogue's 21 forwards on the CPU, against 1.3 ms for this slice, in the first call of
+    a model (``tileops demo``'s first ``generate()`` ran 15 ms over HF's). The code object
+    already says where the body ends. Where it cannot (Python 3.10 has no ``co_positions``),
+    ``inspect`` reads it.
+    """
+    code = forward.__code__
+    positions = getattr(code, "co_positions", None)
+    if positions is None:
+        return inspect.getsource(forward)
+    lines = linecache.getlines(code.co_filename, forward.__globals__)
+    end = max((e for _, e, _, _ in positions() if e is not None), default=0)
+    if not lines or end < code.co_firstlineno:
+        raise OSError(f"no source for {code.co_name}")  # as inspect says it: the general path
+    return "".join(lines[code.co_firstlineno - 1:end])
 
 
 def _is_docstring(node: ast.stmt) -> bool:
