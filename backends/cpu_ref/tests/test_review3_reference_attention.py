@@ -209,12 +209,18 @@ def test_attention_prefill_op_without_contents_checks_serves_decreasing_cu_seqle
         AttentionPrefillFwdOp(check_contents=True)(q, k, v, kc, vc, cu)
 
 
-def test_attention_decode_contiguous_all_live_never_reads_past_a_length():
+@pytest.mark.parametrize("lens", [[3, 0, 7, 1], [5, 5, 5, 5]], ids=["ragged", "equal"])
+@pytest.mark.parametrize("group", [None, 1, 2], ids=["one-group", "a-row-a-group", "two-rows-a-group"])
+def test_attention_decode_contiguous_all_live_never_reads_past_a_length(lens, group, monkeypatch):
+    """The all-live contiguous path (slices, no gather), whole and in groups of rows (what a large
+    batch gets: ``_GATHERED``), the last group short; NaN past every length is never read."""
+    from tileops_cpu_ref import attention
     from tileops_cpu_ref.attention import attention_decode
 
+    if group is not None:
+        monkeypatch.setattr(attention, "_GATHERED", group * (max(lens) + 1) * 2 * 4)
     gen = fresh_rng()
     B, NQ, NKV, D, L = 4, 4, 2, 4, 8
-    lens = [3, 0, 7, 1]
     kc = torch.full((B + 1, L, NKV, D), float("nan"))
     vc = kc.clone()
     for b, n in enumerate(lens):
@@ -224,6 +230,10 @@ def test_attention_decode_contiguous_all_live_never_reads_past_a_length():
     got = attention_decode(q, k, v, kc, vc, torch.tensor(lens, dtype=torch.int32), None, None)
     assert not got.isnan().any() and rel(got, want) <= 2e-5
     assert torch.equal(kc.nan_to_num(), want_k.nan_to_num())
+    if group is not None:
+        whole = attention_decode(q, k, v, kc.clone(), vc.clone(), torch.tensor(lens, dtype=torch.int32), None, None)
+        monkeypatch.setattr(attention, "_GATHERED", 1 << 26)
+        assert torch.equal(whole, attention_decode(q, k, v, kc.clone(), vc.clone(), torch.tensor(lens), None, None))
 
 
 def test_attention_prefill_many_prompts_on_a_contiguous_cache():

@@ -153,15 +153,30 @@ def _decode_every_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     key_cache.index_put_((rows, at), key)
     value_cache.index_put_((rows, at), value)
     ctx = longest + 1
-    k, v = key_cache[:B, :ctx].to(_ACC), value_cache[:B, :ctx].to(_ACC)  # [B, ctx, NKV, D]
+    out = torch.empty_like(query)
+    # A group of rows at a time, its float32 keys and values within _GATHERED elements each, as the
+    # general path does (a batch of 64 at 32k would otherwise convert 4 GiB of keys and as much of values).
+    group = max(1, _GATHERED // (ctx * math.prod(key_cache.shape[2:])))
+    for g0 in range(0, B, group):
+        g = slice(g0, min(g0 + group, B))
+        out[g] = _attend_rows(query[g], key_cache[g, :ctx], value_cache[g, :ctx], at[g], shortest == longest, scale)
+    return out
+
+
+def _attend_rows(query: torch.Tensor, key_rows: torch.Tensor, value_rows: torch.Tensor, at: torch.Tensor,
+                 equal: bool, scale: float | None) -> torch.Tensor:
+    """:func:`_decode_every_row` for some rows: ``query`` ``[n, NQ, D]`` over ``key_rows`` /
+    ``value_rows`` ``[n, ctx, NKV, D]`` at positions ``0 .. at`` (``equal``: every ``at`` is ``ctx - 1``)."""
+    n, ctx = key_rows.shape[:2]
+    k, v = key_rows.to(_ACC), value_rows.to(_ACC)
     q = query.unsqueeze(2)
-    if shortest == longest:
+    if equal:
         return _sdpa(q, k.transpose(1, 2), v.transpose(1, 2), scale).squeeze(2).to(query.dtype)
-    valid = torch.arange(ctx, device=dev) <= at.unsqueeze(1)  # [B, ctx]
-    mask = valid.view(B, 1, 1, ctx)
+    valid = torch.arange(ctx, device=query.device) <= at.unsqueeze(1)  # [n, ctx]
+    mask = valid.view(n, 1, 1, ctx)
     o = _sdpa(q, k.transpose(1, 2), v.transpose(1, 2), scale, attn_mask=mask)
     if bool(o.isnan().any()):
-        keep, zero = valid.view(B, ctx, 1, 1), constant(0.0, _ACC)
+        keep, zero = valid.view(n, ctx, 1, 1), constant(0.0, _ACC)
         k, v = torch.where(keep, k, zero), torch.where(keep, v, zero)
         o = _sdpa(q, k.transpose(1, 2), v.transpose(1, 2), scale, attn_mask=mask)
     return o.squeeze(2).to(query.dtype)
