@@ -24,7 +24,8 @@ models: a contract is checked when it is registered, never per call):
 An interface that declares nothing is accepted with one :class:`ContractWarning` per
 interface that says exactly what to add (``plugins/README.md``, "The launch contract", says
 why it is not refused). Annotations a kernel's module cannot resolve (names imported under
-``TYPE_CHECKING``) are left out of the comparison; names, order and kinds never are.
+``TYPE_CHECKING``) are left out of the comparison; names, order and kinds never are. Annotation
+strings are read by :mod:`.annotations`, never handed to ``eval``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import warnings
 from typing import Any, Callable
 
 from ..errors import PluginError
+from .annotations import UnreadableAnnotation, resolved_signature
 from .interface import KernelInterface, LaunchSignature
 
 __all__ = ["ContractWarning", "check_built", "check_registered", "declared_launch", "mismatches",
@@ -157,9 +159,9 @@ def _signature(launcher: Callable[..., Any]) -> tuple[inspect.Signature, bool]:
             _P(a.name, _P.KEYWORD_ONLY if a.kwarg_only else _P.POSITIONAL_OR_KEYWORD,
                default=None if a.has_default_value() else _P.empty) for a in schema.arguments]), False
     try:
-        return inspect.signature(launcher, eval_str=True), True
-    except (NameError, AttributeError, SyntaxError):  # names under TYPE_CHECKING: compare without annotations
-        return inspect.signature(launcher), False
+        return resolved_signature(launcher), True
+    except (NameError, AttributeError, SyntaxError, UnreadableAnnotation):  # names under TYPE_CHECKING, or a
+        return inspect.signature(launcher), False  # form no annotation is made of: compare without annotations
 
 
 def _display(fn: Callable[..., Any]) -> str:

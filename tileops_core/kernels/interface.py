@@ -19,6 +19,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Hashable, Mapping
 
+from .annotations import resolved_signature
+
 __all__ = ["CallSpec", "KernelEntry", "KernelInterface", "LaunchSignature", "launch_signature"]
 
 
@@ -87,10 +89,11 @@ class LaunchSignature:
                                 "positional parameter without a default (Op.forward passes every one, in order)")
 
     def resolved(self) -> inspect.Signature:
-        """The signature with its annotations evaluated (TypeError naming the stub if one does not resolve)."""
+        """The signature with its annotations resolved (:mod:`.annotations`, no ``eval``); a TypeError
+        naming the stub if one does not resolve."""
         if self._resolved is None:
             try:
-                self._resolved = inspect.signature(self.stub, eval_str=True)
+                self._resolved = resolved_signature(self.stub)
             except Exception as exc:  # an annotation naming nothing is the declaration's error
                 raise TypeError(f"launch signature {self.stub.__qualname__}: an annotation does not resolve "
                                 f"({type(exc).__name__}: {exc})") from exc

@@ -1,0 +1,135 @@
+"""Annotations written as text (``from __future__ import annotations``), read without ``eval``.
+
+The launch contract (:mod:`.contract`) compares a launcher's annotations with its interface's.
+Under postponed evaluation both are strings, and ``inspect.signature(eval_str=True)`` would
+hand each to ``eval`` in the defining module's globals: a plugin's string run as code, which
+this project never does with what a manifest or a plugin supplies. Here a string is parsed
+(``ast.parse``) and only the forms annotations are made of are resolved: names (the module's
+globals, then builtins), attributes of modules and classes, subscripts of the standard
+library's generics (``tuple[int, ...]``, ``Optional[X]``, ``Callable[[A], R]``, a
+``typing.Generic`` subclass), ``X | Y`` of types, ``None``, ``...`` and nested strings.
+Anything else (a call, an operator other than ``|``, a subscript of some other object) is an
+:class:`UnreadableAnnotation`, which the contract treats as it treats a name it cannot find:
+that annotation is left out of the comparison; names, order and kinds never are.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import inspect
+import sys
+import types
+from collections.abc import Mapping
+from typing import Any, Callable
+
+__all__ = ["UnreadableAnnotation", "resolve_annotation", "resolved_signature"]
+
+#: Modules whose generics and union operators are the language's own, never a plugin's code.
+_STDLIB = frozenset({"builtins", "typing", "types", "collections.abc", "_collections_abc", "abc", "typing_extensions"})
+
+
+class UnreadableAnnotation(ValueError):
+    """An annotation string outside the forms annotations are made of (see the module docstring)."""
+
+
+def resolved_signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """``inspect.signature(fn)`` with its string annotations resolved in ``fn``'s module, as
+    ``eval_str=True`` would resolve them, without ``eval``. Raises NameError or AttributeError
+    for a name that is not there, SyntaxError for text that is no expression, and
+    :class:`UnreadableAnnotation` for a form outside the grammar."""
+    signature = inspect.signature(fn)
+    namespace = _namespace_of(fn)
+
+    def read(annotation: Any) -> Any:
+        return resolve_annotation(annotation, namespace) if isinstance(annotation, str) else annotation
+
+    return signature.replace(parameters=[p.replace(annotation=read(p.annotation))
+                                         for p in signature.parameters.values()],
+                             return_annotation=read(signature.return_annotation))
+
+
+def resolve_annotation(text: str, namespace: Mapping[str, Any]) -> Any:
+    """The object the annotation ``text`` names, its names looked up in ``namespace`` then builtins."""
+    return _value(ast.parse(text.strip(), mode="eval").body, namespace)
+
+
+def _value(node: ast.expr, ns: Mapping[str, Any]) -> Any:
+    if isinstance(node, ast.Constant):
+        if node.value is None or node.value is Ellipsis:
+            return node.value
+        if isinstance(node.value, str):  # a forward reference inside the annotation
+            return resolve_annotation(node.value, ns)
+    elif isinstance(node, ast.Name):
+        if node.id in ns:
+            return ns[node.id]
+        if hasattr(builtins, node.id):
+            return getattr(builtins, node.id)
+        raise NameError(f"name {node.id!r} is not defined")
+    elif isinstance(node, ast.Attribute):
+        base = _value(node.value, ns)
+        if isinstance(base, (types.ModuleType, type)):
+            return getattr(base, node.attr)
+    elif isinstance(node, ast.Subscript):
+        base = _value(node.value, ns)
+        if _standard_generic(base):
+            index = node.slice
+            args = tuple(_value(e, ns) for e in index.elts) if isinstance(index, ast.Tuple) else _value(index, ns)
+            return _applied(node, lambda: base[args])
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        left, right = _value(node.left, ns), _value(node.right, ns)
+        if _union_operand(left) and _union_operand(right):
+            return _applied(node, lambda: left | right)
+    elif isinstance(node, ast.List):  # the parameter list of Callable[[A, B], R]
+        return [_value(e, ns) for e in node.elts]
+    raise UnreadableAnnotation(f"{ast.unparse(node)!r} is not a form an annotation is made of")
+
+
+def _applied(node: ast.expr, form: Callable[[], Any]) -> Any:
+    """A subscript or union of resolved parts; the standard library's TypeError (``tuple[1]``,
+    ``Optional[int, str]``) is an unreadable annotation, not an unreadable signature."""
+    try:
+        return form()
+    except TypeError as exc:
+        raise UnreadableAnnotation(f"{ast.unparse(node)!r}: {exc}") from exc
+
+
+def _standard_generic(base: Any) -> bool:
+    """Whether subscripting ``base`` runs only the standard library's code (no plugin's ``__getitem__``)."""
+    if not isinstance(base, type):
+        return type(base).__module__ in _STDLIB  # typing's special forms and aliases, GenericAlias
+    if base.__module__ == "builtins":
+        return hasattr(base, "__class_getitem__")  # tuple, list, dict, type, ...
+    getitem = getattr(base, "__class_getitem__", None)
+    return getattr(getattr(getitem, "__func__", getitem), "__module__", None) in _STDLIB
+
+
+def _union_operand(value: Any) -> bool:
+    """Whether ``|`` on ``value`` is the language's union (no plugin's ``__or__``)."""
+    if value is None:
+        return True
+    if isinstance(value, type):
+        return type(value).__or__ is type.__or__ and type(value).__ror__ is type.__ror__
+    return type(value).__module__ in _STDLIB
+
+
+def _namespace_of(fn: Callable[..., Any]) -> Mapping[str, Any]:
+    """The globals ``fn``'s annotations were written in: those of the function ``inspect.signature``
+    reads them from (through ``__wrapped__``, bound methods, partials and ``__call__``)."""
+    obj: Any = fn
+    while True:
+        obj = inspect.unwrap(obj)
+        if isinstance(obj, types.MethodType):
+            obj = obj.__func__
+        elif isinstance(obj, functools.partial):
+            obj = obj.func
+        else:
+            break
+    if isinstance(obj, types.FunctionType):
+        return obj.__globals__
+    call = getattr(type(obj), "__call__", None)
+    if isinstance(call, types.FunctionType):
+        return call.__globals__
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    return vars(module) if module is not None else {}
