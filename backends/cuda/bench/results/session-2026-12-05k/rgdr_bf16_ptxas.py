@@ -1,5 +1,8 @@
+"""Registers and spills of bf16 RGDR tilings, lowered by tilelang and compiled by nvcc for sm_90a (no GPU):
+run from anywhere with a python that has tilelang (thirty-fourth session: /work/tlvenv), nvcc on PATH."""
 import os, sys, subprocess, pathlib, re
-sys.path[:0] = ['/work/main', '/work/main/backends/cuda', '/work/main/backends/cpu_ref', '/work/main/backends/cuda/tests']
+ROOT = pathlib.Path(__file__).resolve().parents[5]
+sys.path[:0] = [str(ROOT / p) for p in (".", "backends/cuda", "backends/cpu_ref", "backends/cuda/tests")]
 import tilelang
 from lowered_source import lowered_source
 from tileops_cuda.kernels.rgdr import RGDRTiling, RGDRBuildKey, STREAM_CUTS, TILED_CUTS, rgdr_refusal
