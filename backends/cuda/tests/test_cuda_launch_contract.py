@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from tileops_core.kernels.annotations import resolved_signature  # noqa: E402
 from tileops_core.kernels.contract import declared_launch, mismatches  # noqa: E402
 from tileops_cuda import registered  # noqa: E402
 from tileops_cuda.stand_ins import stood_in  # noqa: E402
@@ -63,4 +64,8 @@ def test_the_launcher_of_each_tilelang_kernel_conforms_to_its_interface(stand_in
                                                                   "affine": has_weight}))
     declared = declared_launch(impl.interface())
     assert declared is not None
-    assert mismatches(declared, impl.launcher(key), impl.writes_outputs) == []
+    launcher = impl.launcher(key)
+    assert mismatches(declared, launcher, impl.writes_outputs) == []
+    # Its annotations can be read (tileops_core.kernels.annotations raises where one cannot), so the types were
+    # compared too: an annotation the reader leaves out would drop that comparison without a word.
+    resolved_signature(launcher)
