@@ -132,6 +132,26 @@ def copy_ceiling(tag: str) -> dict:
     return res
 
 
+def in_place_ceiling() -> dict:
+    """Bandwidth (bytes read + written) of 1 GiB copied onto itself, each element read and written back
+    to its own address, as an RGDR decode step at T_b = 1 rewrites each state in its own slot: whether
+    in-place traffic reaches what a copy into another buffer does on this card. Informational: the
+    rows' %copy stays against :func:`copy_ceiling`."""
+    res = {}
+    kern = _sm_copy_kernel()
+    n = 2**30
+    a = torch.randn(n // 4, device="cuda")
+    for name, fn in (("mul1", lambda: torch.mul(a, 1.0, out=a)),
+                     ("tilelang", lambda: kern(a.view(-1, 2048), a.view(-1, 2048)))):
+        us = time_graph([fn], target_ms=300)
+        res[name] = {"us": us, "GBps": 2 * n / (us * 1e-6) / 1e9}
+    del a
+    torch.cuda.empty_cache()
+    res["GBps"] = max(v["GBps"] for v in res.values())
+    log("in-place", json.dumps(res))
+    return res
+
+
 def fla_calls(fla_fn, sets, B, tb):
     """FLA in its native layout: [B, T_b, H, K] inputs, initial_state [B, HV, K, V] gathered
     from the same pool (fp32 or bf16, as our state), final state out (fp32)."""
@@ -461,6 +481,10 @@ def table() -> str:
     for k, f in RESULTS.get("fan", {}).items():
         lines.append(f"fan copy ceiling, read once and written {k}x: {f['GBps']:.0f} GB/s ({100 * f['GBps'] / cp:.1f}% of the "
                      "copy ceiling): what %fan below compares with")  # fmt: skip
+    if "in_place" in RESULTS:
+        ip = RESULTS["in_place"]["GBps"]
+        lines.append(f"in-place copy, each element written back to its own address (a T_b=1 row's traffic): {ip:.0f} GB/s "
+                     f"({100 * ip / cp:.1f}% of the copy ceiling)")
     lines.append("RGDR  NK/NV state  B  Tb |   us    GB/s  %copy  %fan |  FLA us  x-vs-FLA | ok  state_err  (ref32)   out_err (ref32)")
     for r in RESULTS["rgdr"]:
         if "us" not in r:
@@ -548,6 +572,7 @@ def main() -> int:
     if args.batches:
         batches = [int(b) for b in args.batches.split(",")]
     RESULTS["fan"] = fan_ceilings(tbs)
+    RESULTS["in_place"] = in_place_ceiling()
     gen = torch.Generator(device="cuda")
     gen.seed()
 
