@@ -54,18 +54,22 @@ def test_every_catalogue_declaration_and_reference_launcher_resolves_as_eval_str
     ("dict[str, 'torch.Tensor']", dict[str, torch.Tensor]),
     ("typing.Any", typing.Any),
     ("list[tuple[int, int]] | int | None", list[tuple[int, int]] | int | None),
+    ("typing.Literal['lengths', 'cu_seqlens']", typing.Literal["lengths", "cu_seqlens"]),
+    ("typing.Literal[-1, 0, True]", typing.Literal[-1, 0, True]),
+    ("typing.Annotated[torch.Tensor, 'state pool', 3]", typing.Annotated[torch.Tensor, "state pool", 3]),
 ])
 def test_the_forms_annotations_are_made_of_resolve(text, want):
     namespace = {"torch": torch, "typing": typing, "collections": collections}
     assert resolve_annotation(text, namespace) == want
 
 
-@pytest.mark.parametrize("text", ["record()", "torch.Tensor + 1", "[x for x in ()]", "(lambda: torch.Tensor)()",
+@pytest.mark.parametrize("text", ["record()", "typing.Annotated[int, record()]", "typing.Literal[record]",
+                                  "torch.Tensor + 1", "[x for x in ()]", "(lambda: torch.Tensor)()",
                                   "torch.Tensor if record else None", "record.__call__()", "torch.ones(2)[0]"])
 def test_an_expression_that_is_no_annotation_is_refused_without_running(text):
     CALLS.clear()
     with pytest.raises(UnreadableAnnotation):
-        resolve_annotation(text, {"torch": torch, "record": record})
+        resolve_annotation(text, {"torch": torch, "record": record, "typing": typing})
     assert CALLS == []
 
 

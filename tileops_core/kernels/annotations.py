@@ -7,7 +7,8 @@ this project never does with what a manifest or a plugin supplies. Here a string
 (``ast.parse``) and only the forms annotations are made of are resolved: names (the module's
 globals, then builtins), attributes of modules and classes, subscripts of the standard
 library's generics (``tuple[int, ...]``, ``Optional[X]``, ``Callable[[A], R]``, a
-``typing.Generic`` subclass), ``X | Y`` of types, ``None``, ``...`` and nested strings.
+``typing.Generic`` subclass; constants inside ``Literal[...]`` and ``Annotated[X, ...]``'s
+metadata), ``X | Y`` of types, ``None``, ``...`` and nested strings.
 Anything else (a call, an operator other than ``|``, a subscript of some other object) is an
 :class:`UnreadableAnnotation`, which the contract treats as it treats a name it cannot find:
 that annotation is left out of the comparison; names, order and kinds never are.
@@ -21,6 +22,7 @@ import functools
 import inspect
 import sys
 import types
+import typing
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -74,8 +76,11 @@ def _value(node: ast.expr, ns: Mapping[str, Any]) -> Any:
     elif isinstance(node, ast.Subscript):
         base = _value(node.value, ns)
         if _standard_generic(base):
-            index = node.slice
-            args = tuple(_value(e, ns) for e in index.elts) if isinstance(index, ast.Tuple) else _value(index, ns)
+            items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            # Literal's arguments are values, and so is Annotated's metadata after its first argument.
+            typed = 0 if base is typing.Literal else 1 if base is typing.Annotated else len(items)
+            parts = [_value(e, ns) for e in items[:typed]] + [_literal(e) for e in items[typed:]]
+            args = tuple(parts) if isinstance(node.slice, ast.Tuple) else parts[0]
             return _applied(node, lambda: base[args])
     elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
         left, right = _value(node.left, ns), _value(node.right, ns)
@@ -84,6 +89,16 @@ def _value(node: ast.expr, ns: Mapping[str, Any]) -> Any:
     elif isinstance(node, ast.List):  # the parameter list of Callable[[A, B], R]
         return [_value(e, ns) for e in node.elts]
     raise UnreadableAnnotation(f"{ast.unparse(node)!r} is not a form an annotation is made of")
+
+
+def _literal(node: ast.expr) -> Any:
+    """A value inside ``Literal[...]`` or ``Annotated[X, ...]``: a constant (a negative number included)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        if isinstance(node.operand.value, (int, float)) and not isinstance(node.operand.value, bool):
+            return -node.operand.value
+    if isinstance(node, ast.Constant):
+        return node.value
+    raise UnreadableAnnotation(f"{ast.unparse(node)!r} is not a constant")
 
 
 def _applied(node: ast.expr, form: Callable[[], Any]) -> Any:
