@@ -156,3 +156,30 @@ def test_the_module_of_a_bound_method_partial_or_callable_object_is_the_one_read
     want = inspect.Parameter("x", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
     for fn in (Launcher(), Launcher().run, functools.partial(plain, y=1), functools.wraps(plain)(lambda *a: a)):
         assert resolved_signature(fn).parameters["x"] == want, fn
+
+
+def test_an_unreadable_annotation_is_left_out_and_the_others_are_still_compared():
+    """A launcher annotated with another library's generic (its own ``__class_getitem__``) keeps the type
+    check of its other parameters: here ``x`` annotated ``int`` where the interface has a tensor."""
+
+    def launcher(x, weight, normalized_shape, eps):
+        raise AssertionError("never called")
+
+    launcher.__annotations__ = {"x": "int", "weight": "PluginGeneric[int]"}  # the name resolves, the form does not
+    CALLS.clear()
+    assert mismatches(declared_launch(RMSNormKernel), launcher) == [
+        "'x' is annotated int where the interface has torch.Tensor"]
+    assert CALLS == []
+
+
+def test_an_interface_declaring_an_unreadable_annotation_still_declares_the_rest():
+    from tileops_core.kernels.interface import launch_signature
+
+    def launch(x: "PluginGeneric[int]", eps: "float | None") -> "torch.Tensor":
+        raise NotImplementedError
+
+    resolved = launch_signature(launch).resolved()
+    assert resolved.parameters["x"].annotation is inspect.Parameter.empty
+    assert resolved.parameters["eps"].annotation == (float | None) and resolved.return_annotation is torch.Tensor
+    with pytest.raises(UnreadableAnnotation):
+        resolved_signature(launch)  # without omit_unreadable: the strict reading the CUDA contract test uses

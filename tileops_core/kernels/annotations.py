@@ -9,9 +9,9 @@ globals, then builtins), attributes of modules and classes, subscripts of the st
 library's generics (``tuple[int, ...]``, ``Optional[X]``, ``Callable[[A], R]``, a
 ``typing.Generic`` subclass; constants inside ``Literal[...]`` and ``Annotated[X, ...]``'s
 metadata), ``X | Y`` of types, ``None``, ``...`` and nested strings.
-Anything else (a call, an operator other than ``|``, a subscript of some other object) is an
-:class:`UnreadableAnnotation`, which the contract treats as it treats a name it cannot find:
-that annotation is left out of the comparison; names, order and kinds never are.
+Anything else (a call, an operator other than ``|``, a subscript of some other object, such as
+a third-party array generic) is an :class:`UnreadableAnnotation`: the contract leaves that
+annotation out of the comparison and compares the others; names, order and kinds always.
 """
 
 from __future__ import annotations
@@ -36,16 +36,24 @@ class UnreadableAnnotation(ValueError):
     """An annotation string outside the forms annotations are made of (see the module docstring)."""
 
 
-def resolved_signature(fn: Callable[..., Any]) -> inspect.Signature:
+def resolved_signature(fn: Callable[..., Any], *, omit_unreadable: bool = False) -> inspect.Signature:
     """``inspect.signature(fn)`` with its string annotations resolved in ``fn``'s module, as
     ``eval_str=True`` would resolve them, without ``eval``. Raises NameError or AttributeError
-    for a name that is not there, SyntaxError for text that is no expression, and
-    :class:`UnreadableAnnotation` for a form outside the grammar."""
+    for a name that is not there and SyntaxError for text that is no expression. An annotation
+    outside the grammar raises :class:`UnreadableAnnotation`, or with ``omit_unreadable`` is left
+    out (``inspect.Parameter.empty``: compared with nothing) while the others stay resolved."""
     signature = inspect.signature(fn)
     namespace = _namespace_of(fn)
 
     def read(annotation: Any) -> Any:
-        return resolve_annotation(annotation, namespace) if isinstance(annotation, str) else annotation
+        if not isinstance(annotation, str):
+            return annotation
+        try:
+            return resolve_annotation(annotation, namespace)
+        except UnreadableAnnotation:
+            if omit_unreadable:
+                return inspect.Parameter.empty
+            raise
 
     return signature.replace(parameters=[p.replace(annotation=read(p.annotation))
                                          for p in signature.parameters.values()],

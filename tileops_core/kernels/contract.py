@@ -37,7 +37,7 @@ import warnings
 from typing import Any, Callable
 
 from ..errors import PluginError
-from .annotations import UnreadableAnnotation, resolved_signature
+from .annotations import resolved_signature
 from .interface import KernelInterface, LaunchSignature
 
 __all__ = ["ContractWarning", "check_built", "check_registered", "declared_launch", "mismatches",
@@ -158,10 +158,10 @@ def _signature(launcher: Callable[..., Any]) -> tuple[inspect.Signature, bool]:
         return inspect.Signature([
             _P(a.name, _P.KEYWORD_ONLY if a.kwarg_only else _P.POSITIONAL_OR_KEYWORD,
                default=None if a.has_default_value() else _P.empty) for a in schema.arguments]), False
-    try:
-        return resolved_signature(launcher), True
-    except (NameError, AttributeError, SyntaxError, UnreadableAnnotation):  # names under TYPE_CHECKING, or a
-        return inspect.signature(launcher), False  # form no annotation is made of: compare without annotations
+    try:  # an annotation outside the forms .annotations reads is left out; the others are compared
+        return resolved_signature(launcher, omit_unreadable=True), True
+    except (NameError, AttributeError, SyntaxError):  # names under TYPE_CHECKING: compare without annotations
+        return inspect.signature(launcher), False
 
 
 def _display(fn: Callable[..., Any]) -> str:

@@ -89,11 +89,11 @@ class LaunchSignature:
                                 "positional parameter without a default (Op.forward passes every one, in order)")
 
     def resolved(self) -> inspect.Signature:
-        """The signature with its annotations resolved (:mod:`.annotations`, no ``eval``); a TypeError
-        naming the stub if one does not resolve."""
+        """The signature with its annotations resolved (:mod:`.annotations`, no ``eval``; one outside the
+        forms it reads is left out); a TypeError naming the stub where a name does not resolve."""
         if self._resolved is None:
             try:
-                self._resolved = resolved_signature(self.stub)
+                self._resolved = resolved_signature(self.stub, omit_unreadable=True)
             except Exception as exc:  # an annotation naming nothing is the declaration's error
                 raise TypeError(f"launch signature {self.stub.__qualname__}: an annotation does not resolve "
                                 f"({type(exc).__name__}: {exc})") from exc
