@@ -153,14 +153,21 @@ def _decode_every_row(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     key_cache.index_put_((rows, at), key)
     value_cache.index_put_((rows, at), value)
     ctx = longest + 1
+    group = _rows_a_group(ctx, key_cache)
+    if group >= B:  # a decode step of a small batch: one group, its result returned as it is
+        return _attend_rows(query, key_cache[:B, :ctx], value_cache[:B, :ctx], at, shortest == longest, scale)
     out = torch.empty_like(query)
-    # A group of rows at a time, its float32 keys and values within _GATHERED elements each, as the
-    # general path does (a batch of 64 at 32k would otherwise convert 4 GiB of keys and as much of values).
-    group = max(1, _GATHERED // (ctx * math.prod(key_cache.shape[2:])))
     for g0 in range(0, B, group):
         g = slice(g0, min(g0 + group, B))
         out[g] = _attend_rows(query[g], key_cache[g, :ctx], value_cache[g, :ctx], at[g], shortest == longest, scale)
     return out
+
+
+def _rows_a_group(ctx: int, key_cache: torch.Tensor) -> int:
+    """How many sequences a decode step attends at once: their ``ctx`` positions of float32 keys within
+    ``_GATHERED`` elements, and as many of values (a batch of 64 at 32k would otherwise convert 4 GiB of
+    keys and as much of values at once); at least one."""
+    return max(1, _GATHERED // (ctx * math.prod(key_cache.shape[2:])))
 
 
 def _attend_rows(query: torch.Tensor, key_rows: torch.Tensor, value_rows: torch.Tensor, at: torch.Tensor,
@@ -221,10 +228,7 @@ def attention_decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     out = torch.zeros(query.shape, dtype=query.dtype, device=dev)
     if live.numel() == 0:
         return out
-    # The live sequences a group at a time, each group's gathered keys and values within _GATHERED elements:
-    # a paged batch of 64 at 32k would otherwise gather 4 GiB of float32 keys and as much of values at once.
-    per_seq = (int(n.max()) + 1) * math.prod(key_cache.shape[2:])
-    group = max(1, _GATHERED // per_seq)
+    group = _rows_a_group(int(n.max()) + 1, key_cache)
     for g0 in range(0, live.numel(), group):
         g = slice(g0, g0 + group)
         out.index_copy_(0, live_d[g], _decode_gathered(query.index_select(0, live_d[g]), key_cache, value_cache,
