@@ -78,6 +78,12 @@ def _sm_copy_kernel():
     return _SM_COPY
 
 
+def _bandwidth(fn, moved: int) -> dict:
+    """``fn``'s graph-replay median (300 ms of replays) and the bandwidth of its ``moved`` bytes (read + written)."""
+    us = time_graph([fn], target_ms=300)
+    return {"us": us, "GBps": moved / (us * 1e-6) / 1e9}
+
+
 def fan_ceilings(fans) -> dict:
     """Per fan-out ``k``: the bandwidth (bytes read + written) of reading 512 MiB once and writing it
     ``k`` times, by the TileLang fan copy and by torch's copy_ of an expanded source (the best of
@@ -96,8 +102,7 @@ def fan_ceilings(fans) -> dict:
         for name, fn in ways.items():
             fn()
             torch.cuda.synchronize()
-            us = time_graph([fn], target_ms=300)
-            row[name] = {"us": us, "GBps": (1 + k) * n / (us * 1e-6) / 1e9}
+            row[name] = _bandwidth(fn, (1 + k) * n)
         kern(a.view(-1, BLOCK), dst, b.view(-1, BLOCK))
         assert all(torch.equal(b[i], a) for i in range(k)), "fan copy kernel wrote wrong data"
         row["GBps"] = max(v["GBps"] for v in row.values())
@@ -122,8 +127,7 @@ def copy_ceiling(tag: str) -> dict:
         torch.cuda.synchronize()
         for name, fn in (("copy_", lambda a=a, b=b: b.copy_(a)), ("mul1", lambda a=a, b=b: torch.mul(a, 1.0, out=b)),
                          ("tilelang", lambda a=a, b=b: kern(a.view(-1, 2048), b.view(-1, 2048)))):  # fmt: skip
-            us = time_graph([fn], target_ms=300)
-            res[f"{name}@{n >> 30}GiB"] = {"us": us, "GBps": 2 * n / (us * 1e-6) / 1e9}
+            res[f"{name}@{n >> 30}GiB"] = _bandwidth(fn, 2 * n)
         assert torch.equal(a, b), "SM copy kernel wrote wrong data"
         del a, b
         torch.cuda.empty_cache()
@@ -143,8 +147,7 @@ def in_place_ceiling() -> dict:
     a = torch.randn(n // 4, device="cuda")
     for name, fn in (("mul1", lambda: torch.mul(a, 1.0, out=a)),
                      ("tilelang", lambda: kern(a.view(-1, 2048), a.view(-1, 2048)))):
-        us = time_graph([fn], target_ms=300)
-        res[name] = {"us": us, "GBps": 2 * n / (us * 1e-6) / 1e9}
+        res[name] = _bandwidth(fn, 2 * n)
     del a
     torch.cuda.empty_cache()
     res["GBps"] = max(v["GBps"] for v in res.values())
