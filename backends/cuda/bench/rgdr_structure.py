@@ -1,0 +1,252 @@
+"""What RGDR's memory structure alone reaches on this card: its decode traffic with no recurrence.
+
+Why: on the H200 the registered RGDR programs read and write a T_b = 1 decode step's states at 80-92% of
+the copy ceiling, where on the H100 the same programs reach 93-98%; neither more bytes in flight (the
+tenth session's ring) nor fewer instructions (rounds 1-3) closed it. This separates the structure from
+the arithmetic: each program here walks the pool exactly as an RGDR layout does (a program a (sequence,
+value head, tile of rows), or a (sequence, key head) streaming its group's rows in chunks; a row over
+``tpr`` lanes in 16-byte runs interleaved across them; ``rows`` rows a thread; slots gathered from an index
+tensor) but only loads each state tile and stores it back in place, after ``work`` dependent FMAs an
+element (x * a + b with a = 1, b = -0.0 passed at run time: the bits stay, nothing folds). With no work
+it is the layout's ceiling; with work, how much arithmetic a byte the layout hides.
+
+Reported beside the 1 GiB copy ceiling, the in-place copy ceiling (``bench_cuda``) and the registered
+RGDR schedule on the same rows, all in this run, as µs and % of the copy ceiling by the bytes each moves
+(the structures: the states read and written; RGDR: ``rgdr_bytes``, its inputs included). CUDA-graph
+replay medians after ``RGDR_WARMUP_MS`` of untimed replays. Every structure is first checked out of place
+(the pool copied to a poisoned one, every live slot's bits equal, the others untouched).
+
+    python3 rgdr_structure.py [--states bfloat16,float32] [--batches 128,256] [--only SUBSTRING] [--json F]
+"""
+
+import argparse
+import functools
+import json
+import math
+
+import torch
+from cuda_bench_common import RGDR_WARMUP_MS, ROTATE_BYTES, calls_on, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
+
+from tileops_cuda.kernels._common import ELEM_BYTES, annotate_pass_configs, compile_many, compile_prim_func
+from tileops_cuda.kernels.rgdr import build_rgdr, default_schedule
+
+NK, NV, DV, DK = 16, 32, 128, 128
+
+
+def structures(state: str) -> dict:
+    """Name -> (layout, threads, lanes a row, rows a thread, programs an SM, depth, work, in place).
+
+    ``depth``: the streamed layout's chunks in flight ahead of the one stored (1 is RGDR's prefetch). In
+    place, the program reads and writes one pool parameter, as RGDR does, and a compiler fence between
+    chunks holds each chunk's loads in their place; out of place (``src`` read-only) the compiler hoists
+    every load of a program to its top: that is the layout with all its bytes in flight, a ceiling."""
+    out = {}
+    for rows in (2, 4, 8):
+        for blocks in (4, 8):
+            out[f"tiled-r{rows}-b{blocks}"] = ("tiled", 128, 16, rows, blocks, 0, 1, True)
+    out["tiled-r4-b8-hoisted"] = ("tiled", 128, 16, 4, 8, 0, 0, False)
+    for rows in (4, 8):
+        for depth in (1, 2, 3):
+            out[f"stream-r{rows}-d{depth}"] = ("stream", 128, 16, rows, 4, depth, 1, True)
+        out[f"stream-r{rows}-hoisted"] = ("stream", 128, 16, rows, 4, 1, 0, False)
+    for work in (4, 8, 16):
+        out[f"tiled-r4-b8-w{work}"] = ("tiled", 128, 16, 4, 8, 0, work, True)
+        out[f"stream-r8-d1-w{work}"] = ("stream", 128, 16, 8, 4, 1, work, True)
+    return out
+
+
+def structure_kernel(state: str, *config) -> object:
+    """:func:`structure_program` compiled for sm_90."""
+    return compile_prim_func(structure_program(state, *config), "sm_90")
+
+
+def structure_program(state: str, layout: str, threads: int, tpr: int, rows: int, blocks: int, depth: int,
+                      work: int, in_place: bool):
+    """In place ``kern(pool, slots, a, b)``, else ``kern(src, dst, slots, a, b)``: the states of ``slots``
+    (B int32) of the pool ((S, NV*DV, DK)) stored to the same slots after ``work`` FMAs an element
+    (``x * a + b``), laid out as the module docstring says."""
+    import tilelang.language as T
+
+    f32 = "float32"
+    S, B = T.dynamic("S"), T.dynamic("B")
+    vec = 16 // ELEM_BYTES[state]
+    ept = DK // tpr
+    nvec = ept // vec
+    lanes_rows = threads // tpr
+    bv = lanes_rows * rows
+    group = NV // NK * DV
+    nch = group // bv
+    assert ept % vec == 0 and DV % bv == 0 and group % bv == 0, (state, layout, rows)
+    assert work or not in_place, "in place, a store of the loaded value could be dropped: give it work"
+    grid = NV * DV // bv if layout == "tiled" else NK
+
+    def col(cc, lane, e):
+        return (cc * tpr + lane) * vec + e
+
+    @T.macro
+    def load(src, bufs, k, slot, row0, rg, lane):
+        for r in T.unroll(rows):
+            for cc in T.unroll(nvec):
+                for e in T.vectorized(vec):
+                    bufs[k, r, cc * vec + e] = src[slot, row0 + r * lanes_rows + rg, col(cc, lane, e)]
+
+    @T.macro
+    def store(dst, bufs, k, slot, row0, rg, lane, a, b):
+        if work:
+            for r in T.unroll(rows):
+                for i in T.unroll(ept):
+                    x = T.alloc_var(f32)
+                    x = T.cast(bufs[k, r, i], f32)
+                    for _ in T.unroll(work):
+                        x = x * a + b
+                    bufs[k, r, i] = T.cast(x, state)
+        for r in T.unroll(rows):
+            for cc in T.unroll(nvec):
+                for e in T.vectorized(vec):
+                    dst[slot, row0 + r * lanes_rows + rg, col(cc, lane, e)] = bufs[k, r, cc * vec + e]
+
+    @T.macro
+    def body_tiled(src, dst, bufs, slot, bx, rg, lane, a, b):
+        load(src, bufs, 0, slot, bx * bv, rg, lane)
+        store(dst, bufs, 0, slot, bx * bv, rg, lane, a, b)
+
+    @T.macro
+    def body_stream(src, dst, bufs, slot, bx, rg, lane, a, b):
+        for c in T.unroll(min(depth, nch)):
+            load(src, bufs, c, slot, bx * group + c * bv, rg, lane)
+        for c in T.unroll(nch):  # unrolled: each chunk's buffer index is a constant, a register set
+            if in_place:  # a compiler fence: the chunk `depth` ahead is the furthest load in flight
+                T.evaluate(T.call_extern("int32", "__syncwarp"))
+            if c + depth < nch:
+                load(src, bufs, (c + depth) % (depth + 1), slot, bx * group + (c + depth) * bv, rg, lane)
+            store(dst, bufs, c % (depth + 1), slot, bx * group + c * bv, rg, lane, a, b)
+
+    body = body_tiled if layout == "tiled" else body_stream
+
+    @T.macro
+    def program(src, dst, slots, a, b):
+        annotate_pass_configs(True)  # every access in bounds: slots are checked by the caller
+        with T.Kernel(grid, B, threads=threads) as (bx, by):
+            T.annotate_min_blocks_per_sm(blocks)
+            tid = T.get_thread_binding()
+            slot = T.alloc_var("int32")
+            slot = slots[by]
+            bufs = T.alloc_local((depth + 1, rows, ept), state)
+            body(src, dst, bufs, slot, bx, tid // tpr, tid % tpr, a, b)
+
+    pool_t = T.Tensor((S, NV * DV, DK), state)
+    if in_place:
+
+        @T.prim_func
+        def kern(pool: pool_t, slots: T.Tensor((B,), "int32"), a: T.float32, b: T.float32):
+            program(pool, pool, slots, a, b)
+
+    else:
+
+        @T.prim_func
+        def kern(src: T.Tensor((S, NV * DV, DK), state), dst: T.Tensor((S, NV * DV, DK), state),
+                 slots: T.Tensor((B,), "int32"), a: T.float32, b: T.float32):
+            program(src, dst, slots, a, b)
+
+    return kern
+
+
+def run(kern, in_place: bool, pool, slots, a: float):
+    """One call: in place on ``pool``, or from ``pool`` to itself through both parameters."""
+    if in_place:
+        kern(pool, slots, a, -0.0)
+    else:
+        kern(pool, pool, slots, a, -0.0)
+
+
+def check(kern, state: str, config: tuple, gen) -> str | None:
+    """None if ``kern`` scales every live slot by ``2 ** work`` (exact) and touches no other slot."""
+    work, in_place = config[6], config[7]
+    src = torch.randn(9, NV * DV, DK, device="cuda", generator=gen).to(getattr(torch, state))
+    slots = torch.tensor([7, 0, 3, 5], dtype=torch.int32, device="cuda")
+    if in_place:
+        pool = src.clone()
+        kern(pool, slots, 2.0, -0.0)
+    else:
+        pool = torch.full_like(src, float("nan"))
+        kern(src, pool, slots, 2.0, -0.0)
+    torch.cuda.synchronize()
+    live = slots.long()
+    dead = [i for i in range(9) if i not in live.tolist()]
+    if not torch.equal(pool[live], src[live] * 2.0**work):
+        return "live slots differ"
+    if not (torch.equal(pool[dead], src[dead]) if in_place else torch.isnan(pool[dead].float()).all()):
+        return "a slot outside the batch was written"
+    return None
+
+
+def rows_of(kern, in_place: bool, state: str, B: int, gen) -> list:
+    """Calls of ``kern`` in place on rotated pools of ``B + 1`` slots (B of them drawn at random)."""
+    foot = 2 * B * NV * DV * DK * ELEM_BYTES[state]
+    n = max(1, min(16, math.ceil(ROTATE_BYTES / foot)))
+    calls = []
+    for _ in range(n):
+        pool = torch.randn(B + 1, NV * DV, DK, device="cuda", generator=gen).to(getattr(torch, state))
+        slots = torch.randperm(B + 1, device="cuda", generator=gen)[:B].to(torch.int32)
+        calls.append(functools.partial(run, kern, in_place, pool, slots, 1.0))
+    return calls
+
+
+def main() -> None:
+    from bench_cuda import copy_ceiling, in_place_ceiling
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--states", default="bfloat16,float32")
+    ap.add_argument("--batches", default="128,256")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(35)
+    states = args.states.split(",")
+    batches = [int(b) for b in args.batches.split(",")]
+    todo = [(st, name, cfg) for st in states for name, cfg in structures(st).items() if args.only in name]
+    thunks = [functools.partial(structure_kernel, st, *cfg) for st, _, cfg in todo]
+    thunks += [functools.partial(build_rgdr, rgdr_key(NK, NV, st), default_schedule(rgdr_key(NK, NV, st)))
+               for st in states]
+    built = compile_many(thunks)
+    kernels, rgdr = {}, dict(zip(states, built[len(todo):]))
+    cfgs = {(st, name): cfg for st, name, cfg in todo}
+    for (st, name, cfg), k in zip(todo, built):
+        why = repr(k)[:300] if isinstance(k, BaseException) else check(k, st, cfg, gen)
+        print(json.dumps({"structure": [st, name], "config": cfg, "ok": why is None, "why": why}), flush=True)
+        if why is None:
+            kernels[st, name] = k
+    ceiling = copy_ceiling("structure")["GBps"]
+    in_place = in_place_ceiling()["GBps"]
+    results = {"copy_GBps": ceiling, "in_place_GBps": in_place, "rows": []}
+    print(f"\ncopy ceiling {ceiling:.0f} GB/s, in place {in_place:.0f} GB/s ({100 * in_place / ceiling:.1f}%)")
+    for st in states:
+        for B in batches:
+            moved = 2 * B * NV * DV * DK * ELEM_BYTES[st]
+            line = {}
+            if not isinstance(rgdr[st], BaseException):
+                key = rgdr_key(NK, NV, st)
+                foot = rgdr_bytes(B, 1, NK, NV, ELEM_BYTES[st])
+                sets, _ = rgdr_calls(rgdr[st], key, B, 1, gen, max(1, min(16, math.ceil(ROTATE_BYTES / foot))))
+                us = time_graph(calls_on(rgdr[st], sets), warmup_ms=RGDR_WARMUP_MS)
+                line["rgdr (registered)"] = (us, foot)
+                del sets
+            for (s, name), k in kernels.items():
+                if s != st:
+                    continue
+                us = time_graph(rows_of(k, cfgs[st, name][7], st, B, gen), warmup_ms=RGDR_WARMUP_MS)
+                line[name] = (us, moved)
+                torch.cuda.empty_cache()
+            print(f"\n{st} B={B} T_b=1")
+            for name, (us, nbytes) in sorted(line.items(), key=lambda kv: kv[1][0] / kv[1][1]):
+                pct = 100 * nbytes / (us * 1e-6) / 1e9 / ceiling
+                results["rows"].append({"state": st, "B": B, "name": name, "us": us, "bytes": nbytes, "pct": pct})
+                print(f"  {name:22s} {us:8.2f} us  {pct:5.1f}% of copy", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
