@@ -28,7 +28,8 @@ import torch
 from cuda_bench_common import RGDR_WARMUP_MS, ROTATE_BYTES, calls_on, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
 
 from tileops_cuda.kernels._common import ELEM_BYTES, annotate_pass_configs, compile_many, compile_prim_func
-from tileops_cuda.kernels.rgdr import build_rgdr, default_schedule
+from tileops_cuda.kernels.rgdr import TILED_CUTS, RGDRSchedule, RGDRTiling, build_rgdr, default_schedule
+from tileops_cuda.testing import check_rgdr, rgdr_case
 
 NK, NV, DV, DK = 16, 32, 128, 128
 
@@ -41,9 +42,8 @@ def structures(state: str) -> dict:
     chunks holds each chunk's loads in their place; out of place (``src`` read-only) the compiler hoists
     every load of a program to its top: that is the layout with all its bytes in flight, a ceiling."""
     out = {}
-    for rows in (2, 4, 8):
-        for blocks in (4, 8):
-            out[f"tiled-r{rows}-b{blocks}"] = ("tiled", 128, 16, rows, blocks, 0, 1, True)
+    for rows, blocks in ((1, 8), (1, 16), (2, 4), (2, 8), (2, 16), (4, 4), (4, 8), (8, 4), (8, 8)):
+        out[f"tiled-r{rows}-b{blocks}"] = ("tiled", 128, 16, rows, blocks, 0, 1, True)
     out["tiled-r4-b8-hoisted"] = ("tiled", 128, 16, 4, 8, 0, 0, False)
     for rows in (4, 8):
         for depth in (1, 2, 3):
@@ -52,6 +52,19 @@ def structures(state: str) -> dict:
     for work in (4, 8, 16):
         out[f"tiled-r4-b8-w{work}"] = ("tiled", 128, 16, 4, 8, 0, work, True)
         out[f"stream-r8-d1-w{work}"] = ("stream", 128, 16, 8, 4, 1, work, True)
+    return out
+
+
+def rgdr_variants(state: str) -> dict:
+    """Name -> RGDR schedule timed beside the structures: the registered one, and for bf16 the tiled
+    layouts the structures favour (2 and 4 rows a thread at 8 programs an SM, speculating) run at every
+    batch size."""
+    key = rgdr_key(NK, NV, state)
+    out = {"rgdr (registered)": default_schedule(key)}
+    if state == "bfloat16":
+        for rows in (2, 4):
+            t = RGDRTiling(128, 16, rows, 8, False, True, **TILED_CUTS, dependent_launch=True)
+            out[f"rgdr tiled-r{rows}-b8"] = RGDRSchedule(t, t, 1 << 62)
     return out
 
 
@@ -207,16 +220,27 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     todo = [(st, name, cfg) for st in states for name, cfg in structures(st).items() if args.only in name]
     thunks = [functools.partial(structure_kernel, st, *cfg) for st, _, cfg in todo]
-    thunks += [functools.partial(build_rgdr, rgdr_key(NK, NV, st), default_schedule(rgdr_key(NK, NV, st)))
-               for st in states]
+    rg = [(st, name, sc) for st in states for name, sc in rgdr_variants(st).items()]
+    thunks += [functools.partial(build_rgdr, rgdr_key(NK, NV, st), sc) for st, _, sc in rg]
     built = compile_many(thunks)
-    kernels, rgdr = {}, dict(zip(states, built[len(todo):]))
+    kernels, rgdr = {}, {}
     cfgs = {(st, name): cfg for st, name, cfg in todo}
     for (st, name, cfg), k in zip(todo, built):
         why = repr(k)[:300] if isinstance(k, BaseException) else check(k, st, cfg, gen)
         print(json.dumps({"structure": [st, name], "config": cfg, "ok": why is None, "why": why}), flush=True)
         if why is None:
             kernels[st, name] = k
+    for (st, name, _), launcher in zip(rg, built[len(todo):]):
+        why = repr(launcher)[:300] if isinstance(launcher, BaseException) else None
+        for lengths in ([1] * 33, [3, 1, 9, 0, 17, 1, 2]):
+            if why is None:
+                case = rgdr_case(rgdr_key(NK, NV, st), lengths, device="cuda", generator=gen, padding=0.1,
+                                 pad_first_of=1)
+                res = check_rgdr(launcher, case)
+                why = None if res["ok"] else res["why"]
+        print(json.dumps({"rgdr": [st, name], "ok": why is None, "why": why}), flush=True)
+        if why is None:
+            rgdr[st, name] = launcher
     ceiling = copy_ceiling("structure")["GBps"]
     in_place = in_place_ceiling()["GBps"]
     results = {"copy_GBps": ceiling, "in_place_GBps": in_place, "rows": []}
@@ -225,13 +249,15 @@ def main() -> None:
         for B in batches:
             moved = 2 * B * NV * DV * DK * ELEM_BYTES[st]
             line = {}
-            if not isinstance(rgdr[st], BaseException):
-                key = rgdr_key(NK, NV, st)
-                foot = rgdr_bytes(B, 1, NK, NV, ELEM_BYTES[st])
-                sets, _ = rgdr_calls(rgdr[st], key, B, 1, gen, max(1, min(16, math.ceil(ROTATE_BYTES / foot))))
-                us = time_graph(calls_on(rgdr[st], sets), warmup_ms=RGDR_WARMUP_MS)
-                line["rgdr (registered)"] = (us, foot)
+            key = rgdr_key(NK, NV, st)
+            foot = rgdr_bytes(B, 1, NK, NV, ELEM_BYTES[st])
+            for (s, name), launcher in rgdr.items():
+                if s != st:
+                    continue
+                sets, _ = rgdr_calls(launcher, key, B, 1, gen, max(1, min(16, math.ceil(ROTATE_BYTES / foot))))
+                line[name] = (time_graph(calls_on(launcher, sets), warmup_ms=RGDR_WARMUP_MS), foot)
                 del sets
+                torch.cuda.empty_cache()
             for (s, name), k in kernels.items():
                 if s != st:
                     continue
