@@ -57,14 +57,16 @@ def structures(state: str) -> dict:
 
 def rgdr_variants(state: str) -> dict:
     """Name -> RGDR schedule timed beside the structures: the registered one, and for bf16 the tiled
-    layouts the structures favour (2 and 4 rows a thread at 8 programs an SM, speculating) run at every
-    batch size."""
+    layouts the structures favour (4 rows a thread at 8 programs an SM, 8 at 4; speculating; with and
+    without round 2's instruction cuts) run at every batch size."""
     key = rgdr_key(NK, NV, state)
     out = {"rgdr (registered)": default_schedule(key)}
     if state == "bfloat16":
-        for rows in (2, 4):
-            t = RGDRTiling(128, 16, rows, 8, False, True, **TILED_CUTS, dependent_launch=True)
-            out[f"rgdr tiled-r{rows}-b8"] = RGDRSchedule(t, t, 1 << 62)
+        cuts = dict(unpack_bits=True, row_deltas=True, stage_live_warps=True)  # round 2's fields
+        for rows, blocks in ((4, 8), (8, 4)):
+            for more in ({}, cuts):
+                t = RGDRTiling(128, 16, rows, blocks, False, True, **TILED_CUTS, **more, dependent_launch=True)
+                out[f"rgdr tiled-r{rows}-b{blocks}{'-cuts' if more else ''}"] = RGDRSchedule(t, t, 1 << 62)
     return out
 
 
