@@ -28,7 +28,7 @@ import torch
 from cuda_bench_common import RGDR_WARMUP_MS, ROTATE_BYTES, calls_on, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
 
 from tileops_cuda.kernels._common import ELEM_BYTES, annotate_pass_configs, compile_many, compile_prim_func
-from tileops_cuda.kernels.rgdr import TILED_CUTS, RGDRSchedule, RGDRTiling, build_rgdr, default_schedule
+from tileops_cuda.kernels.rgdr import STREAM_CUTS, TILED_CUTS, RGDRSchedule, RGDRTiling, build_rgdr, default_schedule
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
 NK, NV, DV, DK = 16, 32, 128, 128
@@ -58,7 +58,8 @@ def structures(state: str) -> dict:
 def rgdr_variants(state: str) -> dict:
     """Name -> RGDR schedule timed beside the structures: the registered one, and for bf16 the tiled
     layouts the structures favour (4 rows a thread at 8 programs an SM, 8 at 4; speculating; with and
-    without round 2's instruction cuts) run at every batch size."""
+    without round 2's instruction cuts) and streamed layouts with more warps an SM, run at every batch
+    size."""
     key = rgdr_key(NK, NV, state)
     out = {"rgdr (registered)": default_schedule(key)}
     if state == "bfloat16":
@@ -67,6 +68,11 @@ def rgdr_variants(state: str) -> dict:
             for more in ({}, cuts):
                 t = RGDRTiling(128, 16, rows, blocks, False, True, **TILED_CUTS, **more, dependent_launch=True)
                 out[f"rgdr tiled-r{rows}-b{blocks}{'-cuts' if more else ''}"] = RGDRSchedule(t, t, 1 << 62)
+        # The streamed layout with more warps an SM at the same registers a thread: 256 threads a program
+        # (4 rows at 3 programs an SM, 2 rows at 4; 80 / 64 registers), and the 4-row program of B = 16..63.
+        for threads, rows, blocks in ((256, 4, 3), (256, 2, 4), (128, 4, 6)):
+            t = RGDRTiling(threads, 16, rows, blocks, True, True, **STREAM_CUTS, dependent_launch=True)
+            out[f"rgdr stream{threads}-r{rows}-b{blocks}"] = RGDRSchedule(t, t, 1 << 62)
     return out
 
 
@@ -270,7 +276,7 @@ def main() -> None:
             for name, (us, nbytes) in sorted(line.items(), key=lambda kv: kv[1][0] / kv[1][1]):
                 pct = 100 * nbytes / (us * 1e-6) / 1e9 / ceiling
                 results["rows"].append({"state": st, "B": B, "name": name, "us": us, "bytes": nbytes, "pct": pct})
-                print(f"  {name:22s} {us:8.2f} us  {pct:5.1f}% of copy", flush=True)
+                print(f"  {name:26s} {us:8.2f} us  {pct:5.1f}% of copy", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
