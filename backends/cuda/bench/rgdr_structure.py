@@ -16,7 +16,7 @@ RGDR schedule on the same rows, all in this run, as µs and % of the copy ceilin
 replay medians after ``RGDR_WARMUP_MS`` of untimed replays. Every structure is first checked out of place
 (the pool copied to a poisoned one, every live slot's bits equal, the others untouched).
 
-    python3 rgdr_structure.py [--states bfloat16,float32] [--batches 128,256] [--only SUBSTRING] [--json F]
+    python3 rgdr_structure.py [--states bfloat16,float32] [--batches 128,256] [--tbs 1,2] [--only SUBSTRING] [--json F]
 """
 
 import argparse
@@ -219,6 +219,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--states", default="bfloat16,float32")
     ap.add_argument("--batches", default="128,256")
+    ap.add_argument("--tbs", default="1", help="tokens a sequence for the RGDR rows (the structures: 1 only)")
     ap.add_argument("--only", default="")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -226,6 +227,7 @@ def main() -> None:
     gen.manual_seed(35)
     states = args.states.split(",")
     batches = [int(b) for b in args.batches.split(",")]
+    tbs = [int(t) for t in args.tbs.split(",")]
     todo = [(st, name, cfg) for st in states for name, cfg in structures(st).items() if args.only in name]
     thunks = [functools.partial(structure_kernel, st, *cfg) for st, _, cfg in todo]
     rg = [(st, name, sc) for st in states for name, sc in rgdr_variants(st).items()]
@@ -254,28 +256,29 @@ def main() -> None:
     results = {"copy_GBps": ceiling, "in_place_GBps": in_place, "rows": []}
     print(f"\ncopy ceiling {ceiling:.0f} GB/s, in place {in_place:.0f} GB/s ({100 * in_place / ceiling:.1f}%)")
     for st in states:
-        for B in batches:
+        for B, tb in [(B, 1) for B in batches] + [(B, tb) for B in batches for tb in tbs if tb > 1]:
             moved = 2 * B * NV * DV * DK * ELEM_BYTES[st]
             line = {}
             key = rgdr_key(NK, NV, st)
-            foot = rgdr_bytes(B, 1, NK, NV, ELEM_BYTES[st])
+            foot = rgdr_bytes(B, tb, NK, NV, ELEM_BYTES[st])
             for (s, name), launcher in rgdr.items():
                 if s != st:
                     continue
-                sets, _ = rgdr_calls(launcher, key, B, 1, gen, max(1, min(16, math.ceil(ROTATE_BYTES / foot))))
+                sets, _ = rgdr_calls(launcher, key, B, tb, gen, max(1, min(16, math.ceil(ROTATE_BYTES / foot))))
                 line[name] = (time_graph(calls_on(launcher, sets), warmup_ms=RGDR_WARMUP_MS), foot)
                 del sets
                 torch.cuda.empty_cache()
             for (s, name), k in kernels.items():
-                if s != st:
+                if s != st or tb > 1:  # the structures are a decode step's traffic: one read, one write
                     continue
                 us = time_graph(rows_of(k, cfgs[st, name][7], st, B, gen), warmup_ms=RGDR_WARMUP_MS)
                 line[name] = (us, moved)
                 torch.cuda.empty_cache()
-            print(f"\n{st} B={B} T_b=1")
+            print(f"\n{st} B={B} T_b={tb}")
             for name, (us, nbytes) in sorted(line.items(), key=lambda kv: kv[1][0] / kv[1][1]):
                 pct = 100 * nbytes / (us * 1e-6) / 1e9 / ceiling
-                results["rows"].append({"state": st, "B": B, "name": name, "us": us, "bytes": nbytes, "pct": pct})
+                results["rows"].append({"state": st, "B": B, "Tb": tb, "name": name, "us": us, "bytes": nbytes,
+                                        "pct": pct})
                 print(f"  {name:26s} {us:8.2f} us  {pct:5.1f}% of copy", flush=True)
     if args.json:
         with open(args.json, "w") as f:
