@@ -45,6 +45,7 @@ def structures(state: str) -> dict:
     for rows, blocks in ((1, 8), (1, 16), (2, 4), (2, 8), (2, 16), (4, 4), (4, 8), (8, 4), (8, 8)):
         out[f"tiled-r{rows}-b{blocks}"] = ("tiled", 128, 16, rows, blocks, 0, 1, True)
     out["tiled-r4-b8-hoisted"] = ("tiled", 128, 16, 4, 8, 0, 0, False)
+    out["tiled256-r4-b4"] = ("tiled", 256, 16, 4, 4, 0, 1, True)
     for rows in (4, 8):
         for depth in (1, 2, 3):
             out[f"stream-r{rows}-d{depth}"] = ("stream", 128, 16, rows, 4, depth, 1, True)
@@ -64,10 +65,12 @@ def rgdr_variants(state: str) -> dict:
     out = {"rgdr (registered)": default_schedule(key)}
     if state == "bfloat16":
         cuts = dict(unpack_bits=True, row_deltas=True, stage_live_warps=True)  # round 2's fields
-        for rows, blocks in ((4, 8), (8, 4)):
+        # (256 threads at 4 rows: a 64-row tile, the per-program staging over twice the rows at the same 32 warps)
+        for threads, rows, blocks in ((128, 4, 8), (128, 8, 4), (256, 4, 4)):
             for more in ({}, cuts):
-                t = RGDRTiling(128, 16, rows, blocks, False, True, **TILED_CUTS, **more, dependent_launch=True)
-                out[f"rgdr tiled-r{rows}-b{blocks}{'-cuts' if more else ''}"] = RGDRSchedule(t, t, 1 << 62)
+                t = RGDRTiling(threads, 16, rows, blocks, False, True, **TILED_CUTS, **more, dependent_launch=True)
+                wide = "256" if threads == 256 else ""
+                out[f"rgdr tiled{wide}-r{rows}-b{blocks}{'-cuts' if more else ''}"] = RGDRSchedule(t, t, 1 << 62)
         # The streamed layout with more warps an SM at the same registers a thread: 256 threads a program
         # (4 rows at 3 programs an SM, 2 rows at 4; 80 / 64 registers), and the 4-row program of B = 16..63.
         for threads, rows, blocks in ((256, 4, 3), (256, 2, 4), (128, 4, 6)):
