@@ -10,11 +10,13 @@ tensor) but only loads each state tile and stores it back in place, after ``work
 element (x * a + b with a = 1, b = -0.0 passed at run time: the bits stay, nothing folds). With no work
 it is the layout's ceiling; with work, how much arithmetic a byte the layout hides.
 
-Reported beside the 1 GiB copy ceiling, the in-place copy ceiling (``bench_cuda``) and the registered
-RGDR schedule on the same rows, all in this run, as µs and % of the copy ceiling by the bytes each moves
-(the structures: the states read and written; RGDR: ``rgdr_bytes``, its inputs included). CUDA-graph
-replay medians after ``RGDR_WARMUP_MS`` of untimed replays. Every structure is first checked out of place
-(the pool copied to a poisoned one, every live slot's bits equal, the others untouched).
+Reported beside the 1 GiB copy ceiling, the in-place copy ceiling (``bench_cuda``) and RGDR layouts
+(:func:`rgdr_variants`: the registered schedule and candidates) on the same rows, all in this run, as µs and
+% of the copy ceiling by the bytes each moves (the structures: the states read and written; RGDR:
+``rgdr_bytes``, its inputs included). CUDA-graph replay medians after ``RGDR_WARMUP_MS`` of untimed
+replays. Every structure is first checked with ``a = 2`` (every live slot scaled by ``2 ** work``, bit for
+bit; every other slot untouched, or still NaN out of place), and every RGDR layout against float64 on a
+decode step and a ragged batch (``check_rgdr``). ``--tbs`` adds RGDR rows of more tokens a sequence.
 
     python3 rgdr_structure.py [--states bfloat16,float32] [--batches 128,256] [--tbs 1,2] [--only SUBSTRING] [--json F]
 """
