@@ -8,7 +8,9 @@ value head, tile of rows), or a (sequence, key head) streaming its group's rows 
 ``tpr`` lanes in 16-byte runs interleaved across them; ``rows`` rows a thread; slots gathered from an index
 tensor) but only loads each state tile and stores it back in place, after ``work`` dependent FMAs an
 element (x * a + b with a = 1, b = -0.0 passed at run time: the bits stay, nothing folds). With no work
-it is the layout's ceiling; with work, how much arithmetic a byte the layout hides.
+it is the layout's ceiling; with work, how much arithmetic a byte the layout hides. The ``bulk`` layout
+moves the chunks through shared memory with bulk copies (TMA) instead of registers: a design RGDR does not
+have yet, timed as a structure first.
 
 Reported beside the 1 GiB copy ceiling, the in-place copy ceiling (``bench_cuda``) and RGDR layouts
 (:func:`rgdr_variants`: the registered schedule and candidates) on the same rows, all in this run, as µs and
@@ -37,7 +39,8 @@ NK, NV, DV, DK = 16, 32, 128, 128
 
 
 def structures(state: str) -> dict:
-    """Name -> (layout, threads, lanes a row, rows a thread, programs an SM, depth, work, in place).
+    """Name -> (layout, threads, lanes a row, rows a thread, programs an SM, depth, work, in place); for the
+    ``bulk`` layout (:func:`bulk_program`) rows are a chunk's and depth its stages.
 
     ``depth``: the streamed layout's chunks in flight ahead of the one stored (1 is RGDR's prefetch). In
     place, the program reads and writes one pool parameter, as RGDR does, and a compiler fence between
@@ -52,6 +55,11 @@ def structures(state: str) -> dict:
         for depth in (1, 2, 3):
             out[f"stream-r{rows}-d{depth}"] = ("stream", 128, 16, rows, 4, depth, 1, True)
         out[f"stream-r{rows}-hoisted"] = ("stream", 128, 16, rows, 4, 1, 0, False)
+    # Bulk copies: chunk rows, stages, programs an SM within 228 KB of shared memory and no spill (ptxas).
+    bulk = ((64, 2, 4), (64, 3, 3), (32, 3, 4), (32, 4, 4)) if state == "bfloat16" else ((64, 2, 3), (32, 2, 4),
+                                                                                            (32, 3, 4))
+    for rows, stages, blocks in bulk:
+        out[f"bulk-r{rows}-s{stages}-b{blocks}"] = ("bulk", 128, 16, rows, blocks, stages, 1, True)
     for work in (4, 8, 16):
         out[f"tiled-r4-b8-w{work}"] = ("tiled", 128, 16, 4, 8, 0, work, True)
         out[f"stream-r8-d1-w{work}"] = ("stream", 128, 16, 8, 4, 1, work, True)
@@ -82,8 +90,48 @@ def rgdr_variants(state: str) -> dict:
 
 
 def structure_kernel(state: str, *config) -> object:
-    """:func:`structure_program` compiled for sm_90."""
+    """:func:`structure_program` (or :func:`bulk_program` for the ``bulk`` layout) compiled for sm_90."""
+    if config[0] == "bulk":
+        _, threads, _, rows, blocks, depth, work, _ = config
+        return compile_prim_func(bulk_program(state, threads, rows, blocks, depth, work), "sm_90")
     return compile_prim_func(structure_program(state, *config), "sm_90")
+
+
+def bulk_program(state: str, threads: int, rows: int, blocks: int, stages: int, work: int):
+    """In place ``kern(pool, slots, a, b)``: a program a (sequence, key head) streams its group's rows in
+    chunks of ``rows`` rows through shared memory with bulk copies (``T.copy`` of a whole chunk: TMA on
+    Hopper), ``stages`` chunks in flight (``T.Pipelined``), each chunk then through registers (``work``
+    FMAs an element) and back to its place. The bytes in flight sit in shared memory, not registers: the
+    design the issue names next (bulk asynchronous copies of state tiles), as a structure."""
+    import tilelang.language as T
+
+    f32 = "float32"
+    S, B = T.dynamic("S"), T.dynamic("B")
+    group = NV // NK * DV
+    nch = group // rows
+    assert group % rows == 0 and work >= 1, (rows, work)
+
+    def fmas(x, a, b):
+        for _ in range(work):
+            x = x * a + b
+        return x
+
+    @T.prim_func
+    def kern(pool: T.Tensor((S, NV * DV, DK), state), slots: T.Tensor((B,), "int32"), a: T.float32, b: T.float32):
+        with T.Kernel(NK, B, threads=threads) as (bx, by):
+            T.annotate_min_blocks_per_sm(blocks)
+            slot = T.alloc_var("int32")
+            slot = slots[by]
+            chunk_s = T.alloc_shared((rows, DK), state)
+            chunk_r = T.alloc_fragment((rows, DK), state)
+            for c in T.Pipelined(nch, num_stages=stages):
+                T.copy(pool[slot, bx * group + c * rows : bx * group + (c + 1) * rows, :], chunk_s)
+                T.copy(chunk_s, chunk_r)
+                for i, j in T.Parallel(rows, DK):
+                    chunk_r[i, j] = T.cast(fmas(T.cast(chunk_r[i, j], f32), a, b), state)
+                T.copy(chunk_r, pool[slot, bx * group + c * rows : bx * group + (c + 1) * rows, :])
+
+    return kern
 
 
 def structure_program(state: str, layout: str, threads: int, tpr: int, rows: int, blocks: int, depth: int,
@@ -225,7 +273,7 @@ def main() -> None:
     ap.add_argument("--states", default="bfloat16,float32")
     ap.add_argument("--batches", default="128,256")
     ap.add_argument("--tbs", default="1", help="tokens a sequence for the RGDR rows (the structures: 1 only)")
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="structures whose name holds one of these comma-separated parts")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     gen = torch.Generator(device="cuda")
@@ -233,7 +281,8 @@ def main() -> None:
     states = args.states.split(",")
     batches = [int(b) for b in args.batches.split(",")]
     tbs = [int(t) for t in args.tbs.split(",")]
-    todo = [(st, name, cfg) for st in states for name, cfg in structures(st).items() if args.only in name]
+    wanted = args.only.split(",")
+    todo = [(st, name, cfg) for st in states for name, cfg in structures(st).items() if any(w in name for w in wanted)]
     thunks = [functools.partial(structure_kernel, st, *cfg) for st, _, cfg in todo]
     rg = [(st, name, sc) for st in states for name, sc in rgdr_variants(st).items()]
     thunks += [functools.partial(build_rgdr, rgdr_key(NK, NV, st), sc) for st, _, sc in rg]
