@@ -18,7 +18,7 @@ import functools
 import json
 
 import torch
-from cuda_bench_common import time_graph
+from cuda_bench_common import same_size_copy, time_graph
 from tileops_cpu_ref.conv import causal_conv1d_varlen
 
 from tileops_cuda.kernels._common import compile_many
@@ -95,10 +95,7 @@ def main() -> None:
         if isinstance(built, BaseException):
             print(f"build failed ({style}, init={init}): {built!r}"[:400], flush=True)
     moved = 2 * T * D * 2  # x read, out written (the windows are noise beside them)
-    a = torch.randn(moved // 4, device="cuda", generator=gen).to(torch.bfloat16)
-    bufs = [(a, torch.empty_like(a))] + [(torch.empty_like(a), torch.empty_like(a)) for _ in range(7)]
-    copy_us = time_graph([lambda s=s, d=d: torch.mul(s, 1, out=d) for s, d in bufs])
-    del a, bufs
+    copy_us = same_size_copy(moved)
     print(f"same-size copy ({moved / 2**20:.0f} MiB moved): {copy_us:.2f} us", flush=True)
     results = []
     for label, (lengths, style, init) in ROWS.items():

@@ -20,7 +20,7 @@ from tileops_cuda.testing import rgdr_case  # noqa: E402
 
 __all__ = ["L2_BYTES", "RESULTS", "RGDR_WARMUP_MS", "ROTATE_BYTES", "calls_on", "captured", "fla_bytes",
            "graph_bench_start", "host_overhead", "log", "replay_times", "rgdr_bytes", "rgdr_calls", "rgdr_key",
-           "report_rows", "time_graph", "warm_up"]
+           "report_rows", "rgdr_check_cases", "same_size_copy", "time_graph", "warm_up"]
 
 L2_BYTES = 60 * 2**20
 ROTATE_BYTES = 4 * L2_BYTES  # each timed graph touches at least this much distinct memory
@@ -145,6 +145,25 @@ def fla_bytes(B, tb, nk, nv, state_bytes, in_bytes=2, dk=128, dv=128):
     slot = nv * dv * dk
     T = B * tb
     return B * slot * (state_bytes + 4) + T * (2 * nk * dk + 2 * nv * dv + nv) * in_bytes + T * nv * 4
+
+
+def rgdr_check_cases(key, gen, decode: int = 33):
+    """The cases an RGDR experiment checks a launcher on before timing it, each drawn when it is reached: a
+    decode step of ``decode`` one-token sequences and a ragged batch (an empty sequence among them), a tenth
+    of the tokens padding and a padding first slot."""
+    for lengths in ([1] * decode, [3, 1, 9, 0, 17, 1, 2]):
+        yield rgdr_case(key, lengths, device="cuda", generator=gen, padding=0.1, pad_first_of=1)
+
+
+def same_size_copy(moved: int) -> float:
+    """Graph µs of a copy moving ``moved`` bytes (half read, half written), rotated over buffers: the
+    baseline an experiment's row is a % of."""
+    n = max(1, min(64, -(-ROTATE_BYTES // moved)))
+    srcs = [torch.randn(max(1, moved // 4), device="cuda").to(torch.bfloat16) for _ in range(n)]
+    dsts = [torch.empty_like(a) for a in srcs]
+    us = time_graph([lambda a=a, b=b: torch.mul(a, 1, out=b) for a, b in zip(srcs, dsts)])
+    del srcs, dsts
+    return us
 
 
 def rgdr_calls(launcher, key, B, tb, gen, nsets):

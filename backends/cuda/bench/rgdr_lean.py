@@ -37,13 +37,13 @@ import json
 import statistics
 from dataclasses import asdict, fields, replace
 
-from cuda_bench_common import experiment_args, report_rows, rgdr_key
+from cuda_bench_common import experiment_args, report_rows, rgdr_check_cases, rgdr_key
 from rgdr_speculate import same_bits, time_row
 from rgdr_sweep import LEAN_CANDIDATES, LEAN_FIELDS, LEAN_ROWS
 
 from tileops_cuda.kernels._common import compile_many
 from tileops_cuda.kernels.rgdr import RGDRTiling, build_rgdr
-from tileops_cuda.testing import check_rgdr, rgdr_case
+from tileops_cuda.testing import check_rgdr
 
 ROWS = [(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (32, 1), (64, 1), (128, 1), (256, 1), (32, 2), (64, 2), (128, 2),
         (256, 2), (128, 4), (256, 4)]
@@ -74,11 +74,11 @@ def main() -> None:
             if name not in got or f"plain:{name}" not in got:
                 continue
             ok = True
-            for lengths in ([1] * 70, [3, 1, 9, 0, 17, 1, 2]):
-                case = rgdr_case(key, lengths, device="cuda", generator=gen, padding=0.1, pad_first_of=1)
+            for case in rgdr_check_cases(key, gen, decode=70):
                 res = check_rgdr(got[name], case)
                 same = same_bits(got[name], got[f"plain:{name}"], case)
-                rec = {"check": [st, name, len(lengths)], "ok": res["ok"], "why": res["why"], "bits_equal_plain": same}
+                rec = {"check": [st, name, case["actual_seq_lengths"].numel()], "ok": res["ok"], "why": res["why"],
+                       "bits_equal_plain": same}
                 results["checks"].append(rec)
                 print(json.dumps(rec), flush=True)
                 ok = ok and res["ok"] and same

@@ -20,11 +20,12 @@ import statistics
 from dataclasses import asdict, replace
 
 import torch
-from cuda_bench_common import RGDR_WARMUP_MS, ROTATE_BYTES, calls_on, rgdr_bytes, rgdr_calls, rgdr_key, time_graph
+from cuda_bench_common import (RGDR_WARMUP_MS, ROTATE_BYTES, calls_on, rgdr_bytes, rgdr_calls, rgdr_check_cases,
+                               rgdr_key, same_size_copy, time_graph)
 
 from tileops_cuda.kernels._common import ELEM_BYTES, compile_many
 from tileops_cuda.kernels.rgdr import build_rgdr, default_schedule
-from tileops_cuda.testing import check_rgdr, rgdr_case
+from tileops_cuda.testing import check_rgdr
 
 ROWS = [(1, 1), (8, 1), (32, 1), (128, 1), (256, 1), (32, 2)]
 
@@ -40,16 +41,6 @@ def variants(state: str) -> dict:
     if base.speculating != every:  # fp32's default already speculates in every role
         out["speculate"] = replace(base, speculating=every)
     return out
-
-
-def same_size_copy(moved: int) -> float:
-    """Graph µs of a copy moving ``moved`` bytes (half read, half written), rotated over buffers."""
-    n = max(1, min(64, -(-ROTATE_BYTES // moved)))
-    srcs = [torch.randn(max(1, moved // 4), device="cuda").to(torch.bfloat16) for _ in range(n)]
-    dsts = [torch.empty_like(a) for a in srcs]
-    us = time_graph([lambda a=a, b=b: torch.mul(a, 1, out=b) for a, b in zip(srcs, dsts)])
-    del srcs, dsts
-    return us
 
 
 def time_row(launchers: dict, key, B: int, tb: int, gen, rounds: int) -> tuple[int, float, dict]:
@@ -107,9 +98,9 @@ def main() -> None:
         return
     for (st, name), L in launchers.items():
         key = rgdr_key(16, 32, st)
-        for lengths in ([1] * 33, [3, 1, 9, 0, 17, 1, 2]):
-            res = check_rgdr(L, rgdr_case(key, lengths, device="cuda", generator=gen, padding=0.1, pad_first_of=1))
-            rec = {"check": [st, name, len(lengths)], "ok": res["ok"], "why": res["why"]}
+        for case in rgdr_check_cases(key, gen):
+            res = check_rgdr(L, case)
+            rec = {"check": [st, name, case["actual_seq_lengths"].numel()], "ok": res["ok"], "why": res["why"]}
             results["checks"].append(rec)
             print(json.dumps(rec), flush=True)
             if not res["ok"]:
