@@ -61,6 +61,11 @@ def structures(state: str) -> dict:
                                                                                             (32, 3, 4))
     for rows, stages, blocks in bulk:
         out[f"bulk-r{rows}-s{stages}-b{blocks}"] = ("bulk", 128, 16, rows, blocks, stages, 1, True)
+    # The same with the stores by bulk copy too (registers -> shared -> TMA store): one chunk buffer more a
+    # program, so one program an SM fewer where shared memory bounds them.
+    for rows, stages, blocks in bulk:
+        out[f"bulkst-r{rows}-s{stages}-b{max(blocks - 1, 2)}"] = ("bulkst", 128, 16, rows, max(blocks - 1, 2),
+                                                                 stages, 1, True)
     for work in (4, 8, 16):
         out[f"tiled-r4-b8-w{work}"] = ("tiled", 128, 16, 4, 8, 0, work, True)
         out[f"stream-r8-d1-w{work}"] = ("stream", 128, 16, 8, 4, 1, work, True)
@@ -99,18 +104,21 @@ def _fma_chain(x, a, b, work: int):
 
 def structure_kernel(state: str, *config) -> object:
     """:func:`structure_program` (or :func:`bulk_program` for the ``bulk`` layout) compiled for sm_90."""
-    if config[0] == "bulk":
+    if config[0] in ("bulk", "bulkst"):
         _, threads, _, rows, blocks, depth, work, _ = config
-        return compile_prim_func(bulk_program(state, threads, rows, blocks, depth, work), "sm_90")
+        return compile_prim_func(bulk_program(state, threads, rows, blocks, depth, work, config[0] == "bulkst"),
+                                 "sm_90")
     return compile_prim_func(structure_program(state, *config), "sm_90")
 
 
-def bulk_program(state: str, threads: int, rows: int, blocks: int, stages: int, work: int):
+def bulk_program(state: str, threads: int, rows: int, blocks: int, stages: int, work: int, bulk_store: bool = False):
     """In place ``kern(pool, slots, a, b)``: a program a (sequence, key head) streams its group's rows in
     chunks of ``rows`` rows through shared memory with bulk copies (``T.copy`` of a whole chunk: TMA on
     Hopper), ``stages`` chunks in flight (``T.Pipelined``), each chunk then through registers (``work``
     FMAs an element) and back to its place. The bytes in flight sit in shared memory, not registers: the
-    design the issue names next (bulk asynchronous copies of state tiles), as a structure."""
+    design the issue names next (bulk asynchronous copies of state tiles), as a structure. ``bulk_store``:
+    the chunk goes back through shared memory by a bulk copy too (a TMA store), so neither direction of the
+    state traffic is issued thread by thread."""
     import tilelang.language as T
 
     f32 = "float32"
@@ -128,12 +136,17 @@ def bulk_program(state: str, threads: int, rows: int, blocks: int, stages: int, 
             slot = slots[by]
             chunk_s = T.alloc_shared((rows, DK), state)
             chunk_r = T.alloc_fragment((rows, DK), state)
+            chunk_o = T.alloc_shared((rows, DK), state) if bulk_store else None
             for c in T.Pipelined(nch, num_stages=stages):
                 T.copy(pool[slot, bx * group + c * rows : bx * group + (c + 1) * rows, :], chunk_s)
                 T.copy(chunk_s, chunk_r)
                 for i, j in T.Parallel(rows, DK):
                     chunk_r[i, j] = T.cast(_fma_chain(T.cast(chunk_r[i, j], f32), a, b, work), state)
-                T.copy(chunk_r, pool[slot, bx * group + c * rows : bx * group + (c + 1) * rows, :])
+                if bulk_store:
+                    T.copy(chunk_r, chunk_o)
+                    T.copy(chunk_o, pool[slot, bx * group + c * rows : bx * group + (c + 1) * rows, :])
+                else:
+                    T.copy(chunk_r, pool[slot, bx * group + c * rows : bx * group + (c + 1) * rows, :])
 
     return kern
 
