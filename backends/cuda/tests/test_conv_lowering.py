@@ -19,15 +19,11 @@ def _source(program) -> str:
         return tilelang.lower(program, target=_TARGET).kernel_source
 
 
-@pytest.mark.parametrize("staged", [False, True], ids=["plain", "staged-starts"])
 @pytest.mark.parametrize("meta_lengths", [False, True], ids=["cu", "lengths"])
-def test_the_varlen_program_lowers_for_sm_90(meta_lengths, staged):
-    key = ConvVarlenBuildKey("bfloat16", 1088, 4, True, True, True, "int64", "int32", meta_lengths, "sm_90",
-                             staged_starts=staged)
+def test_the_varlen_program_lowers_for_sm_90(meta_lengths):
+    key = ConvVarlenBuildKey("bfloat16", 1088, 4, True, True, True, "int64", "int32", meta_lengths, "sm_90")
     source = _source(conv_varlen_program(key))
     assert ("int up = __shfl_up_sync" in source) == meta_lengths  # the lengths' sum-scan
-    # staged: the starts' slots and flags go through shared memory (sslot, sinit); plain: no such buffers
-    assert ("sslot" in source) == staged and ("sinit" in source) == staged
 
 
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])

@@ -100,12 +100,6 @@ class ConvVarlenBuildKey:
     #: program too and the launcher runs it where the batch holds one sequence (a host shape: no
     #: sync). A single long prompt and a batch of prompts want different shapes (block_shapes.py).
     one_sequence_threads: int = 0
-    #: Each sequence's slot and initial-state flag read by the search (one thread a start, into shared
-    #: memory) instead of by every thread at the sequence's first token: the start's dependent chain
-    #: (slot, then the pool) one global read shorter, in the part of the program the first group's
-    #: loads already overlap. On a 4k call, which is one wave, a program holding a start finishes last
-    #: (NOTES.md, thirty-sixth session). The same bits.
-    staged_starts: bool = False
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:

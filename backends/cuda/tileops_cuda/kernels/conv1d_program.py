@@ -62,8 +62,7 @@ range; the shape rules give ``conv_state_indices``, ``has_initial_state`` and
   memory); the ``threads`` entries scanned into shared memory are read at ``min(tid, nb)``. A
   token is computed (``code >= 0``) only where it is owned: ``lo <= t < hi``, ``t < T``; its
   ``out`` row is then in range and the sequence ``c - 1 = pos < nb = B``, so ``slots[c - 1]``
-  and ``has_init[c - 1]`` are (a ``staged_starts`` key reads them in the search, under the same
-  ownership test, into shared entries ``[0, C + E)`` indexed by the token's chunk index). Pool rows only under ``0 <= slot < S``. The final window's rows
+  and ``has_init[c - 1]`` are. Pool rows only under ``0 <= slot < S``. The final window's rows
   ``u = ends - W1 + k`` with ``u >= t`` lie in ``[t, min(hi, T))``; one with ``u < t`` comes
   from the initial window at tap ``W1 + u - t``, in ``[1, W1)`` since ``ends >= t + 1``.
   Uncovered tokens (``code == -2``) are written only for ``t < T``.
@@ -359,13 +358,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     block_scan = block_scan_macro(TH)
     running_max = _running_max(TH)
 
-    def init_set(has_init, sinit, c, j):
-        """Whether the sequence starting at chunk token ``j`` (code ``c``) has an initial state (an expression)."""
-        return sinit[T.min(j, C + E - 1)] != 0 if key.staged_starts else has_init[c - 1] != 0
-
     @T.macro
-    def token(x, pool, slots, has_init, out, code, ends, sslot, sinit, wf, bv, xw, nv, xr, accv, ov, rows, r, j, t,
-              c0, starts):  # fmt: skip
+    def token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov, rows, r, j, t, c0, starts):
         """Token ``t`` (chunk index ``j``, its row at ``rows[r * VC:]``): a sequence's start where
         ``starts`` (a Python bool: the code exists only on the groups' slow path), its output,
         then the window rolled."""
@@ -374,12 +368,12 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             if c > 0:
                 # -- the first token of sequence c - 1: its initial window, then its final window
                 # written to the same slot (this thread is its only reader and writer) ---------
-                slot = sslot[T.min(j, C + E - 1)] if key.staged_starts else narrowed_index(slots[c - 1], S)
+                slot = narrowed_index(slots[c - 1], S)
                 valid = slot >= 0 and slot < S
                 for p in T.unroll(W1):  # the initial window, one pool vector at a time, into the window
                     for e in T.vectorized(VC):
                         if key.has_init:
-                            xr[e] = T.if_then_else(valid and init_set(has_init, sinit, c, j),
+                            xr[e] = T.if_then_else(valid and has_init[c - 1] != 0,
                                                    pool[T.max(T.min(slot, S - 1), 0), c0 * W1 + p * VC + e],
                                                    T.cast(0, dt))
                         else:
@@ -399,8 +393,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                             for v in T.unroll(VC):
                                 if key.has_init:
                                     nv[v * W1 + k] = T.if_then_else(
-                                        init_set(has_init, sinit, c, j), pool[slot, (c0 + v) * W1 + W1 + u - t],
-                                        T.cast(0, dt))
+                                        has_init[c - 1] != 0, pool[slot, (c0 + v) * W1 + W1 + u - t], T.cast(0, dt))
                                 else:
                                     nv[v * W1 + k] = T.cast(0, dt)
                     for p in T.unroll(W1):
@@ -427,13 +420,13 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             xw[(W1 - 1) * VC + v] = T.cast(rows[r * VC + v], f32)
 
     @T.macro
-    def run_group(x, pool, slots, has_init, out, code, ends, sslot, sinit, starts, wf, bv, xw, nv, xr, xt, accv, ov,
-                  xs, c0, t0, g):  # fmt: skip
+    def run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xt, accv, ov, xs, c0, t0,
+                  g):  # fmt: skip
         """The tokens of group ``g`` (its rows in ``xs``): the fast path where no sequence starts in
         the group, else one token at a time with its row re-read (an L1 hit) and the start logic."""
         if starts[g] == 0:
             for i in T.unroll(G):
-                token(x, pool, slots, has_init, out, code, ends, sslot, sinit, wf, bv, xw, nv, xr, accv, ov,
+                token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov,
                       xs, i, g * G + i, t0 + g * G + i, c0, False)
         else:
             for i in T.serial(G):
@@ -443,7 +436,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                 else:
                     for e in T.vectorized(VC):
                         xt[e] = T.cast(0, dt)
-                token(x, pool, slots, has_init, out, code, ends, sslot, sinit, wf, bv, xw, nv, xr, accv, ov,
+                token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov,
                       xt, 0, g * G + i, t0 + g * G + i, c0, True)
 
     @T.prim_func
@@ -473,9 +466,6 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             code = T.alloc_shared((C + E,), i32)
             ends = T.alloc_shared((C + E,), i32)  # where each token's sequence ends (read at first tokens)
             starts = T.alloc_shared((NG + 1,), i32)  # whether a group holds a sequence's first token
-            # A first token's slot and initial-state flag, read during the search (``staged_starts``)
-            sslot = T.alloc_shared((C + E if key.staged_starts else 1,), i32)
-            sinit = T.alloc_shared((C + E if key.staged_starts and key.has_init else 1,), i32)
             found = T.alloc_local((4,), i32)  # a token's sequence, its bounds, the search's step
             nb = T.alloc_var(i32)  # sequences: BM - 1 for cu_seqlens, BM for lengths scanned here
             wv = T.alloc_local((VC * W,), dt)
@@ -546,10 +536,6 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                     ends[jj] = T.min(hi, Tn)  # metadata past T (unchecked) never reads past x
                     if own and lo == t:
                         starts[jj // G] = 1
-                        if key.staged_starts:  # the start's dependent reads, off its group's path
-                            sslot[jj] = narrowed_index(slots[pos], S)
-                            if key.has_init:
-                                sinit[jj] = T.cast(has_init[pos], i32)
             T.sync_threads()
             if c0 < D:
                 for q in T.unroll(VC * W):
@@ -572,8 +558,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                             else:
                                 for e in T.vectorized(VC):
                                     xn[i * VC + e] = T.cast(0, dt)
-                    run_group(x, pool, slots, has_init, out, code, ends, sslot, sinit, starts, wf, bv, xw, nv, xr, xt,
-                              accv, ov, xs, c0, t0, g)  # fmt: skip
+                    run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xt, accv, ov,
+                              xs, c0, t0, g)  # fmt: skip
                     for q in T.unroll(G * VC):
                         xs[q] = xn[q]
 
