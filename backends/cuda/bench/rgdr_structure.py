@@ -64,8 +64,8 @@ def structures(state: str) -> dict:
     # The same with the stores by bulk copy too (registers -> shared -> TMA store): one chunk buffer more a
     # program, so one program an SM fewer where shared memory bounds them.
     for rows, stages, blocks in bulk:
-        out[f"bulkst-r{rows}-s{stages}-b{max(blocks - 1, 2)}"] = ("bulkst", 128, 16, rows, max(blocks - 1, 2),
-                                                                 stages, 1, True)
+        fewer = max(blocks - 1, 2)
+        out[f"bulkst-r{rows}-s{stages}-b{fewer}"] = ("bulkst", 128, 16, rows, fewer, stages, 1, True)
     for work in (4, 8, 16):
         out[f"tiled-r4-b8-w{work}"] = ("tiled", 128, 16, 4, 8, 0, work, True)
         out[f"stream-r8-d1-w{work}"] = ("stream", 128, 16, 8, 4, 1, work, True)
@@ -144,9 +144,8 @@ def bulk_program(state: str, threads: int, rows: int, blocks: int, stages: int, 
                     chunk_r[i, j] = T.cast(_fma_chain(T.cast(chunk_r[i, j], f32), a, b, work), state)
                 if bulk_store:
                     T.copy(chunk_r, chunk_o)
-                    T.copy(chunk_o, pool[slot, bx * group + c * rows : bx * group + (c + 1) * rows, :])
-                else:
-                    T.copy(chunk_r, pool[slot, bx * group + c * rows : bx * group + (c + 1) * rows, :])
+                T.copy(chunk_o if bulk_store else chunk_r,
+                       pool[slot, bx * group + c * rows : bx * group + (c + 1) * rows, :])
 
     return kern
 
