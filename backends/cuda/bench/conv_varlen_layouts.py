@@ -9,7 +9,11 @@ the initial states, and starts off the 64-token chunk boundaries. Every row is c
 reference (float32 sums; the bf16 output within 1e-2 of 1 + |reference|, every final window bit for bit) and then timed in CUDA
 graphs beside a copy of the same bytes.
 
-    python3 conv_varlen_layouts.py [--json F]
+    python3 conv_varlen_layouts.py [--rows layouts|positions] [--twin FIELD] [--json F]
+
+``--rows positions`` asks where one extra sequence's cost comes from: a second start early, in the middle or
+late in the grid, on and off a chunk boundary, with and without an initial state, and with padding slots (no
+pool read or write at the start: what is left is the start's slow path in the program).
 """
 
 import argparse
@@ -23,11 +27,11 @@ from tileops_cpu_ref.conv import causal_conv1d_varlen
 
 from tileops_cuda.kernels._common import compile_many
 from tileops_cuda.kernels.block_shapes import with_block_shape
-from tileops_cuda.kernels.conv1d import ConvVarlenBuildKey, build_conv_varlen
+from tileops_cuda.kernels.conv1d import ConvVarlenBuildKey, build_conv_varlen, with_start_order
 
 T, D, W = 4096, 8192, 4
 
-#: label -> (sequence lengths, metadata style, initial states)
+#: label -> (sequence lengths, metadata style, initial states[, padding slots])
 ROWS = {
     "1 x 4096, lengths, no init (the 1-prompt row)": ([4096], "lengths", False),
     "1 x 4096, cu_seqlens, init": ([4096], "cu_seqlens", True),
@@ -43,21 +47,40 @@ ROWS = {
     "64 x 64, cu_seqlens, init": ([64] * 64, "cu_seqlens", True),
 }
 
+#: The same form: one extra start moved through the grid (64-token chunks; chunk 32 is the middle).
+POSITION_ROWS = {
+    "1 x 4096, cu_seqlens, init": ([4096], "cu_seqlens", True),
+    "1 x 4096, cu_seqlens, no init": ([4096], "cu_seqlens", False),
+    "2, second start at chunk 1 (64 + 4032), init": ([64, 4032], "cu_seqlens", True),
+    "2, second start at chunk 32 (2048 + 2048), init": ([2048, 2048], "cu_seqlens", True),
+    "2, second start at chunk 63 (4032 + 64), init": ([4032, 64], "cu_seqlens", True),
+    "2, second start in chunk 32 at 32 (2080 + 2016), init": ([2080, 2016], "cu_seqlens", True),
+    "2, second start at chunk 32, no init": ([2048, 2048], "cu_seqlens", False),
+    "2, second start at chunk 63, no init": ([4032, 64], "cu_seqlens", False),
+    "2, second start at chunk 32, padding slots": ([2048, 2048], "cu_seqlens", True, True),
+    "8 x 512, cu_seqlens, init": ([512] * 8, "cu_seqlens", True),
+    "8 x 512, cu_seqlens, padding slots": ([512] * 8, "cu_seqlens", True, True),
+}
 
-def launcher(style: str, init: bool):
-    """The launcher the registered kernel class would build for such a call (TileLangCausalConv1dVarlen)."""
+
+@functools.cache
+def launcher(style: str, init: bool, twin: str = ""):
+    """The launcher the registered kernel class would build for such a call (TileLangCausalConv1dVarlen);
+    ``twin``: a boolean field of the build key flipped (a candidate timed beside the registered program)."""
     key = ConvVarlenBuildKey("bfloat16", D, W, True, False, init, "int32", "int32", style != "cu_seqlens", "sm_90")
-    return build_conv_varlen(with_block_shape("TileLangCausalConv1dVarlen", key, D * 2))
+    key = with_start_order(with_block_shape("TileLangCausalConv1dVarlen", key, D * 2))
+    return build_conv_varlen(dataclasses.replace(key, **{twin: not getattr(key, twin)}) if twin else key)
 
 
-def inputs(lengths, style: str, init: bool, gen) -> dict:
+def inputs(lengths, style: str, init: bool, gen, pad: bool = False) -> dict:
     B = len(lengths)
+    slots = torch.full((B,), -1, dtype=torch.int32) if pad else torch.randperm(B + 3)[:B].to(torch.int32)
     x = torch.randn(T, D, device="cuda", generator=gen).to(torch.bfloat16)
     n = torch.tensor(lengths, dtype=torch.int32)
     meta = n if style == "lengths" else torch.nn.functional.pad(n.cumsum(0), (1, 0)).to(torch.int32)
     return {"x": x, "conv_state": torch.randn(B + 3, D, W - 1, device="cuda", generator=gen).to(torch.bfloat16),
             "weight": torch.randn(D, W, device="cuda", generator=gen).to(torch.bfloat16),
-            "actual_seq_lengths": meta.cuda(), "conv_state_indices": torch.randperm(B + 3)[:B].to(torch.int32).cuda(),
+            "actual_seq_lengths": meta.cuda(), "conv_state_indices": slots.cuda(),
             "has_initial_state": (torch.arange(B) % 3 != 1).cuda() if init else None}
 
 
@@ -86,31 +109,38 @@ def check(run, c: dict, style: str) -> str | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", choices=("layouts", "positions"), default="layouts")
+    ap.add_argument("--twin", default="", help="a boolean build-key field: each row also timed with it flipped")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    rows = ROWS if args.rows == "layouts" else POSITION_ROWS
     gen = torch.Generator(device="cuda")
     gen.manual_seed(17)
-    styles = sorted({(style, init) for _, style, init in ROWS.values()})
-    for (style, init), built in zip(styles, compile_many([functools.partial(launcher, *s) for s in styles])):
+    twins = ("", args.twin) if args.twin else ("",)
+    ways = sorted({(row[1], row[2], twin) for row in rows.values() for twin in twins})
+    for way, built in zip(ways, compile_many([functools.partial(launcher, *w) for w in ways])):
         if isinstance(built, BaseException):
-            print(f"build failed ({style}, init={init}): {built!r}"[:400], flush=True)
+            print(f"build failed {way}: {built!r}"[:400], flush=True)
     moved = 2 * T * D * 2  # x read, out written (the windows are noise beside them)
     copy_us = same_size_copy(moved)
     print(f"same-size copy ({moved / 2**20:.0f} MiB moved): {copy_us:.2f} us", flush=True)
     results = []
-    for label, (lengths, style, init) in ROWS.items():
-        built = launcher(style, init)  # compiled above: the process's build cache
-        run = built.run
-        sets = [inputs(lengths, style, init, gen) for _ in range(8)]
-        why = check(run, sets[0], style)
-        rec = {"row": label, "key": dataclasses.asdict(built.key), "ok": why is None, "why": why}
-        if why is None:
-            outs = [torch.empty_like(c["x"]) for c in sets]
-            us = time_graph([lambda c=c, o=o: call(run, c, style, o) for c, o in zip(sets, outs)], warmup_ms=100)
-            rec.update(us=us, pct_same=100 * copy_us / us)
-        results.append(rec)
-        print(f"{label:55s} " + (f"{rec['us']:7.2f} us  {rec['pct_same']:5.1f}% of the same-size copy"
-                                  if why is None else f"FAILED: {why}"), flush=True)
+    for label, (lengths, style, init, *pad) in rows.items():
+        sets = [inputs(lengths, style, init, gen, *pad) for _ in range(8)]
+        for twin in twins:
+            built = launcher(style, init, twin)  # compiled above: the process's build cache
+            run = built.run
+            why = check(run, sets[0], style)
+            rec = {"row": label, "twin": twin, "key": dataclasses.asdict(built.key), "ok": why is None, "why": why}
+            if why is None:
+                outs = [torch.empty_like(c["x"]) for c in sets]
+                us = time_graph([lambda c=c, o=o, run=run: call(run, c, style, o) for c, o in zip(sets, outs)],
+                                warmup_ms=100)
+                rec.update(us=us, pct_same=100 * copy_us / us)
+            results.append(rec)
+            name = label + (f" [{twin}={getattr(built.key, twin)}]" if twin else "")
+            print(f"{name:72s} " + (f"{rec['us']:7.2f} us  {rec['pct_same']:5.1f}% of the same-size copy"
+                                     if why is None else f"FAILED: {why}"), flush=True)
         del sets
         torch.cuda.empty_cache()
     if args.json:

@@ -4,8 +4,9 @@ Every workload row of both ops runs through the launcher with a NaN-poisoned ``o
 are compared at the conformance suite's tolerances (float32 2e-5, float16 2e-3, bfloat16
 1.6e-2, relative) and the pool bit for bit (windows are copies of inputs, so written slots
 equal the reference exactly and untouched slots keep their bits). Every case also runs the
-key's ``unchecked_index`` program (no TileLang bounds checks) on the same inputs, which must
-write the same bits as the checked one: garbage metadata included.
+key's ``unchecked_index`` program (no TileLang bounds checks), and the varlen key's
+``end_rows_first`` program, on the same inputs, which must write the same bits as the checked
+one: garbage metadata included.
 """
 
 from __future__ import annotations
@@ -93,17 +94,21 @@ def _check(op: str, inputs, params, arch: str, **tile) -> None:
 
 
 def _compare_unchecked(op: str, before, pool_after, out, params, arch: str, **tile) -> None:
-    """The ``unchecked_index`` program (no TileLang bounds checks) on ``before`` (the inputs as
-    they were before the checked program ran) writes the bits the checked one wrote: ``out`` and
-    the whole pool (``pool_after``)."""
+    """The ``unchecked_index`` program (no TileLang bounds checks), and for the varlen op the
+    ``end_rows_first`` one (a start's final-window rows loaded before its slot), each on a copy of
+    ``before`` (the inputs as they were before the checked program ran), write the bits the checked
+    one wrote: ``out`` and the whole pool (``pool_after``)."""
     import torch
 
-    got = _call(op, _launcher(op, before, params, arch, **tile, unchecked_index=True), before, params,
-                torch.full_like(out, float("nan")))
-    torch.cuda.synchronize()
-    assert torch.equal(got.view(torch.uint8), out.view(torch.uint8)), "the unchecked program's out differs"
-    assert torch.equal(before["conv_state"].view(torch.uint8), pool_after.view(torch.uint8)), \
-        "the unchecked program's pool differs"
+    twins = [{"unchecked_index": True}] + ([{"end_rows_first": True}] if op == VARLEN else [])
+    for twin in twins:
+        inputs = dict(before, conv_state=before["conv_state"].clone())
+        got = _call(op, _launcher(op, inputs, params, arch, **{**tile, **twin}), inputs, params,
+                    torch.full_like(out, float("nan")))
+        torch.cuda.synchronize()
+        assert torch.equal(got.view(torch.uint8), out.view(torch.uint8)), f"the {twin} program's out differs"
+        assert torch.equal(inputs["conv_state"].view(torch.uint8), pool_after.view(torch.uint8)), \
+            f"the {twin} program's pool differs"
 
 
 @pytest.fixture(scope="module")

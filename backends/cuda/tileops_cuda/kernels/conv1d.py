@@ -25,7 +25,7 @@ from ._row_views import packed
 from .conv1d_program import conv_update_program, conv_varlen_program
 
 __all__ = ["ConvUpdateBuildKey", "ConvVarlenBuildKey", "build_conv_update", "build_conv_varlen", "conv_refusal",
-           "fitted_to_width", "one_sequence_key"]
+           "fitted_to_width", "one_sequence_key", "with_start_order"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
 _INDEX_DTYPES = ("int32", "int64")
@@ -100,6 +100,11 @@ class ConvVarlenBuildKey:
     #: program too and the launcher runs it where the batch holds one sequence (a host shape: no
     #: sync). A single long prompt and a batch of prompts want different shapes (block_shapes.py).
     one_sequence_threads: int = 0
+    #: A start's final-window rows of ``x`` (its sequence's last ``W - 1``) loaded before its slot,
+    #: so that they travel beside the slot read and the pool read that depends on it instead of
+    #: after them: the start's dependent chain one DRAM round trip shorter. On a 4k call, which is one
+    #: wave, a program holding a start finishes last (NOTES.md, thirty-sixth session). The same bits.
+    end_rows_first: bool = False
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
@@ -213,6 +218,16 @@ def _make_update_run(key: ConvUpdateBuildKey, fn: Callable[..., Any]) -> Callabl
         return out
 
     return run
+
+
+def with_start_order(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey:
+    """``key`` with ``end_rows_first`` where it measured faster: keys without initial states. There a
+    start's chain is the slot read and then its sequence's end rows, and loading the rows first took
+    0.9-1.5 us off the 4k single prompt in two runs on an H100 (1.5-2.5 points of the copy), about even
+    on eight prompts. With initial states it lost 0.4-3.4 us on every row (the pool reads and the
+    rows in flight at once, at the 128-register cap): those keys keep the plain order
+    (bench/results/session-2026-12-06c, ``conv_varlen_layouts.py --twin end_rows_first``)."""
+    return replace(key, end_rows_first=not key.has_init)
 
 
 def one_sequence_key(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey | None:

@@ -359,7 +359,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     running_max = _running_max(TH)
 
     @T.macro
-    def token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov, rows, r, j, t, c0, starts):
+    def token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, xe, accv, ov, rows, r, j, t, c0,
+              starts):  # fmt: skip
         """Token ``t`` (chunk index ``j``, its row at ``rows[r * VC:]``): a sequence's start where
         ``starts`` (a Python bool: the code exists only on the groups' slow path), its output,
         then the window rolled."""
@@ -368,6 +369,11 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             if c > 0:
                 # -- the first token of sequence c - 1: its initial window, then its final window
                 # written to the same slot (this thread is its only reader and writer) ---------
+                if key.end_rows_first:  # the final window's x rows in flight before the slot is read
+                    for k in T.unroll(W1):
+                        if ends[j] - W1 + k >= t:
+                            for e in T.vectorized(VC):
+                                xe[k * VC + e] = x[ends[j] - W1 + k, c0 + e]
                 slot = narrowed_index(slots[c - 1], S)
                 valid = slot >= 0 and slot < S
                 for p in T.unroll(W1):  # the initial window, one pool vector at a time, into the window
@@ -385,10 +391,14 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                     for k in T.unroll(W1):
                         u = e_ - W1 + k
                         if u >= t:
-                            for e in T.vectorized(VC):
-                                xr[e] = x[u, c0 + e]
-                            for v in T.unroll(VC):
-                                nv[v * W1 + k] = xr[v]
+                            if key.end_rows_first:
+                                for v in T.unroll(VC):
+                                    nv[v * W1 + k] = xe[k * VC + v]
+                            else:
+                                for e in T.vectorized(VC):
+                                    xr[e] = x[u, c0 + e]
+                                for v in T.unroll(VC):
+                                    nv[v * W1 + k] = xr[v]
                         else:  # a sequence shorter than W - 1: the initial window's tail
                             for v in T.unroll(VC):
                                 if key.has_init:
@@ -420,13 +430,13 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             xw[(W1 - 1) * VC + v] = T.cast(rows[r * VC + v], f32)
 
     @T.macro
-    def run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xt, accv, ov, xs, c0, t0,
-                  g):  # fmt: skip
+    def run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xe, xt, accv, ov, xs, c0,
+                  t0, g):  # fmt: skip
         """The tokens of group ``g`` (its rows in ``xs``): the fast path where no sequence starts in
         the group, else one token at a time with its row re-read (an L1 hit) and the start logic."""
         if starts[g] == 0:
             for i in T.unroll(G):
-                token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov,
+                token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, xe, accv, ov,
                       xs, i, g * G + i, t0 + g * G + i, c0, False)
         else:
             for i in T.serial(G):
@@ -436,7 +446,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                 else:
                     for e in T.vectorized(VC):
                         xt[e] = T.cast(0, dt)
-                token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, accv, ov,
+                token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, xe, accv, ov,
                       xt, 0, g * G + i, t0 + g * G + i, c0, True)
 
     @T.prim_func
@@ -475,6 +485,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             xs = T.alloc_local((G * VC,), dt)  # this group's rows
             nv = T.alloc_local((VC * W1,), dt)  # a final window, channel-major like the pool
             xr = T.alloc_local((VC,), dt)
+            xe = T.alloc_local((W1 * VC if key.end_rows_first else 1,), dt)  # a final window's x rows, row-major
             xt = T.alloc_local((VC,), dt)  # the current row on a group's slow path
             accv = T.alloc_local((VC,), f32)
             ov = T.alloc_local((VC,), dt)
@@ -558,8 +569,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                             else:
                                 for e in T.vectorized(VC):
                                     xn[i * VC + e] = T.cast(0, dt)
-                    run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xt, accv, ov,
-                              xs, c0, t0, g)  # fmt: skip
+                    run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xe, xt, accv,
+                              ov, xs, c0, t0, g)  # fmt: skip
                     for q in T.unroll(G * VC):
                         xs[q] = xn[q]
 
