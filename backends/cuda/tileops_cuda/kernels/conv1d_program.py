@@ -381,33 +381,42 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
         for v in T.unroll(VC):
             xw[(W1 - 1) * VC + v] = T.cast(rows[r * VC + v], f32)
 
+    NW = TH * W1 * VC  # one region of the deferred start's copies: W - 1 vectors a thread
+
+    def copy16(iw, region, q, src, offset, pred):
+        """One 16-byte cp.async into this thread's vector ``q`` of ``region`` of ``iw`` (zeros where
+        ``pred`` is false)."""
+        tid = T.get_thread_binding()
+        return T.ptx_cp_async(
+            T.tvm_access_ptr(T.type_annotation(dt), iw.data, region * NW + tid * (W1 * VC) + q * VC, VC, 2),
+            T.tvm_access_ptr(T.type_annotation(dt), src.data, offset, VC, 1), VC, predicate=pred)
+
     @T.macro
-    def finish_deferred(x, pool, slots, out, code, wf, bv, xw, nv, xr, accv, ov, iw, dfr, t0, c0, tid):
+    def finish_deferred(pool, slots, out, code, wf, bv, xw, nv, accv, ov, iw, dfr, t0, c0, tid):
         """The deferred start ``dfr`` (its chunk index, its sequence's end): its head tokens from the
-        initial window its copies brought into ``iw`` (zeros without one), then its final window
-        written to its slot, exactly as the plain program computes them at the start; ``xw`` is
-        free here (the token after it rolls its own window back in within ``W - 1`` tokens)."""
+        initial window (region 0 of ``iw``; zeros without one) and their rows (region 1), then its
+        final window (its sequence's last rows, region 2, or the initial window's tail) written to
+        its slot, exactly as the plain program computes them at the start. Everything it reads
+        came by its own copies: nothing here waits on global memory. ``xw`` is free here (the token
+        after it rolls its own window back in within ``W - 1`` tokens)."""
         td = t0 + dfr[0]
         slot = narrowed_index(slots[code[dfr[0]] - 1], S)
+        base = tid * (W1 * VC)
         T.ptx_wait_group(0)  # this thread's own copies: no barrier
         for q in T.unroll(W1 * VC):  # the pool's channel-major window into the tap-major window
-            xw[q % W1 * VC + q // W1] = T.cast(iw[tid * (W1 * VC) + q], f32)
+            xw[q % W1 * VC + q // W1] = T.cast(iw[base + q], f32)
         for i in T.unroll(W1):
             if td + i < dfr[1]:
-                for e in T.vectorized(VC):
-                    xr[e] = x[td + i, c0 + e]
-                emit(out, wf, bv, xw, accv, ov, xr, 0, td + i, c0)
-                roll(xw, xr, 0)
+                emit(out, wf, bv, xw, accv, ov, iw, (NW + base) // VC + i, td + i, c0)
+                roll(xw, iw, (NW + base) // VC + i)
         if slot >= 0 and slot < S:
             for k in T.unroll(W1):
                 if dfr[1] - W1 + k >= td:
-                    for e in T.vectorized(VC):
-                        xr[e] = x[dfr[1] - W1 + k, c0 + e]
                     for v in T.unroll(VC):
-                        nv[v * W1 + k] = xr[v]
+                        nv[v * W1 + k] = iw[2 * NW + base + k * VC + v]
                 else:  # a sequence shorter than W - 1: the initial window's tail
                     for v in T.unroll(VC):
-                        nv[v * W1 + k] = iw[tid * (W1 * VC) + v * W1 + W1 + dfr[1] - W1 + k - td]
+                        nv[v * W1 + k] = iw[base + v * W1 + W1 + dfr[1] - W1 + k - td]
             for p in T.unroll(W1):
                 for e in T.vectorized(VC):
                     pool[slot, c0 * W1 + p * VC + e] = nv[p * VC + e]
@@ -428,14 +437,14 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                 # shared memory without waiting; its head tokens and final window wait for the
                 # end of the program (finish_deferred) ------------------------------------------
                 if dfr[0] >= 0:
-                    finish_deferred(x, pool, slots, out, code, wf, bv, xw, nv, xr, accv, ov, iw, dfr, t0, c0, tid)
+                    finish_deferred(pool, slots, out, code, wf, bv, xw, nv, accv, ov, iw, dfr, t0, c0, tid)
                 slot = narrowed_index(slots[c - 1], S)
-                for p in T.unroll(W1):
-                    T.ptx_cp_async(
-                        T.tvm_access_ptr(T.type_annotation(dt), iw.data, tid * (W1 * VC) + p * VC, VC, 2),
-                        T.tvm_access_ptr(T.type_annotation(dt), pool.data,
-                                         T.max(T.min(slot, S - 1), 0) * (D * W1) + c0 * W1 + p * VC, VC, 1),
-                        VC, predicate=(slot >= 0 and slot < S and has_init[c - 1] != 0) if key.has_init else False)
+                e_ = ends[j]
+                for p in T.unroll(W1):  # the initial window, the head rows, the last rows
+                    copy16(iw, 0, p, pool, T.max(T.min(slot, S - 1), 0) * (D * W1) + c0 * W1 + p * VC,
+                           (slot >= 0 and slot < S and has_init[c - 1] != 0) if key.has_init else False)
+                    copy16(iw, 1, p, x, T.min(t + p, Tn - 1) * XS + c0, t + p < e_)
+                    copy16(iw, 2, p, x, T.max(e_ - W1 + p, 0) * XS + c0, e_ - W1 + p >= t)
                 T.ptx_commit_group()
                 dfr[0] = j
                 dfr[1] = ends[j]
@@ -532,7 +541,11 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
         scan: T.int32,
     ):
         T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
-        annotate_pass_configs(key.unchecked_index)  # in bounds by construction: the module's "Bounds"
+        # in bounds by construction: the module's "Bounds". A deferred start's copies are each thread's own, which
+        # the automatic barriers cannot see: that program keeps the explicit ones, exact where no shared buffer
+        # reuses another's memory
+        annotate_pass_configs(key.unchecked_index, {"tl.disable_shared_memory_reuse": True,
+                                                    "tl.disable_thread_storage_sync": True} if key.deferred_start else None)
         with T.Kernel(NCB, T.ceildiv(Tn, C), threads=TH) as (bx, by):
             if key.registers:
                 T.annotate_min_blocks_per_sm(programs_at_registers(TH, key.registers))
@@ -555,8 +568,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             xr = T.alloc_local((VC,), dt)
             xe = T.alloc_local((W1 * VC if key.end_rows_first else 1,), dt)  # a final window's x rows, row-major
             xt = T.alloc_local((VC,), dt)  # the current row on a group's slow path
-            # a deferred start's initial window (each thread its own W - 1 vectors) and (chunk index, end)
-            iw = T.alloc_shared((TH * W1 * VC,), dt) if key.deferred_start else None
+            # a deferred start's copies (finish_deferred: each thread its own vectors) and (chunk index, end)
+            iw = T.alloc_shared((3 * NW,), dt) if key.deferred_start else None
             dfr = T.alloc_local((2,), i32) if key.deferred_start else None
             accv = T.alloc_local((VC,), f32)
             ov = T.alloc_local((VC,), dt)
@@ -649,6 +662,6 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                         xs[q] = xn[q]
                 if key.deferred_start:
                     if dfr[0] >= 0:
-                        finish_deferred(x, pool, slots, out, code, wf, bv, xw, nv, xr, accv, ov, iw, dfr, t0, c0, tid)
+                        finish_deferred(pool, slots, out, code, wf, bv, xw, nv, accv, ov, iw, dfr, t0, c0, tid)
 
     return conv_varlen
