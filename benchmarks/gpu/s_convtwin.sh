@@ -1,6 +1,6 @@
 el convtwin
 # convtwin (issue 17): a varlen conv twin (CONV_TWIN, a boolean ConvVarlenBuildKey field, flipped from the registered
-# key; default deferred_start): every conv GPU test, which runs the twins on every varlen case bit for bit against the
+# key; default end_rows_first): every conv GPU test, which runs the twins on every varlen case bit for bit against the
 # plain program (garbage metadata included), then convpos and convlayouts with the twin timed beside the registered
 # program on each 4k row (CONV_ROWS: either set). About 6 minutes (CONV_TEST_K=nothing skips the tests).
 timeout -s INT ${CONV_TEST_S:-240} python3 -m pytest -rA -n 16 -p no:cacheprovider ${CONV_TEST_K:+-k "$CONV_TEST_K"} \
@@ -10,7 +10,7 @@ OUT=${OUT:-$out}; mkdir -p "$OUT"
 export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tlc} PYTHONUNBUFFERED=1
 cd backends/cuda/bench
 for rows in ${CONV_ROWS:-positions layouts}; do
-timeout ${CONVPOS_S:-170} python3 conv_varlen_layouts.py --rows $rows --twin ${CONV_TWIN:-deferred_start} \
+timeout ${CONVPOS_S:-170} python3 conv_varlen_layouts.py --rows $rows --twin ${CONV_TWIN:-end_rows_first} \
     --json "$OUT/conv_$rows.json" 2>&1 | grep --line-buffered -v "TileLang:tilelang.jit" > "$OUT/conv_$rows.log"
 echo "rc=$?"; tail -24 "$OUT/conv_$rows.log"
 done

@@ -19,28 +19,18 @@ def _source(program) -> str:
         return tilelang.lower(program, target=_TARGET).kernel_source
 
 
-@pytest.mark.parametrize("twin", ["plain", "end_rows_first", "deferred_start"])
+@pytest.mark.parametrize("end_rows_first", [False, True], ids=["plain", "end-rows-first"])
 @pytest.mark.parametrize("meta_lengths", [False, True], ids=["cu", "lengths"])
-def test_the_varlen_program_lowers_for_sm_90(meta_lengths, twin):
+def test_the_varlen_program_lowers_for_sm_90(meta_lengths, end_rows_first):
     key = ConvVarlenBuildKey("bfloat16", 1088, 4, True, True, True, "int64", "int32", meta_lengths, "sm_90",
-                             **({} if twin == "plain" else {twin: True}))
-    from lowered_source import lowered_source
-
-    source = lowered_source(conv_varlen_program, key)  # under the program's own pass configs
+                             end_rows_first=end_rows_first)
+    source = _source(conv_varlen_program(key))
     assert ("int up = __shfl_up_sync" in source) == meta_lengths  # the lengths' sum-scan
     # end_rows_first: a start's final-window rows go into their own registers (xe) before its slot is read
-    if twin == "end_rows_first":
+    if end_rows_first:
         assert "bfloat16_t xe[24];" in source and source.index("xe + (k_") < source.index("slots[")
     else:
         assert "xe[" not in source
-    # deferred_start: the initial window, the head rows and the last rows come by cp.async into shared
-    # memory, waited for only where the deferred start is finished (at a later start of the chunk and after
-    # the chunk), and no automatic barrier joins them: the program's three explicit ones (the search's scan,
-    # its inputs, its roles) are all it has; the others keep the two TileLang adds
-    deferred = twin == "deferred_start"
-    assert source.count("tl::cp_async_wait<0>();") == (2 if deferred else 0)
-    assert source.count("cp_async_gs_conditional<16>") == (3 if deferred else 0)
-    assert source.count("__syncthreads();") == (3 if deferred else 5)
 
 
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])

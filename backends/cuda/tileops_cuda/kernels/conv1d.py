@@ -105,13 +105,6 @@ class ConvVarlenBuildKey:
     #: after them: the start's dependent chain one DRAM round trip shorter. On a 4k call, which is one
     #: wave, a program holding a start finishes last (NOTES.md, thirty-sixth session). The same bits.
     end_rows_first: bool = False
-    #: A chunk's first start deferred: its initial window copied into shared memory (cp.async, no
-    #: wait) at the start, its head tokens (its first ``W - 1``) and final window computed after the
-    #: chunk's other tokens, so the slot's pool read travels while the chunk streams instead of
-    #: holding the program at the start (a later start in the chunk finishes the deferred one first:
-    #: the plain order of reads and writes on the slots). With initial states a start costs 1.3-2.8
-    #: us of a one-wave 4k call, the pool chain (NOTES.md, thirty-seventh session). The same bits.
-    deferred_start: bool = False
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:

@@ -359,96 +359,13 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     running_max = _running_max(TH)
 
     @T.macro
-    def emit(out, wf, bv, xw, accv, ov, rows, r, t, c0):
-        """Token ``t``'s output from the window before it (``xw``) and its row (``rows[r * VC:]``)."""
-        for v in T.unroll(VC):
-            accv[v] = T.cast(bv[v], f32) if key.has_bias else T.float32(0)
-            for k in T.unroll(W1):
-                accv[v] = accv[v] + wf[v * W + k] * xw[k * VC + v]
-            accv[v] = accv[v] + wf[v * W + W1] * T.cast(rows[r * VC + v], f32)
-            if key.silu:
-                accv[v] = accv[v] * T.fast_rcp(T.float32(1) + T.__exp(-accv[v]))
-            ov[v] = T.cast(accv[v], dt)
-        for e in T.vectorized(VC):
-            out[t, c0 + e] = ov[e]
-
-    @T.macro
-    def roll(xw, rows, r):
-        """The window moved on by one token: ``rows[r * VC:]`` becomes its last entry."""
-        for k in T.unroll(W1 - 1):
-            for v in T.unroll(VC):
-                xw[k * VC + v] = xw[(k + 1) * VC + v]
-        for v in T.unroll(VC):
-            xw[(W1 - 1) * VC + v] = T.cast(rows[r * VC + v], f32)
-
-    NW = TH * W1 * VC  # one region of the deferred start's copies: W - 1 vectors a thread
-
-    def copy16(iw, region, q, src, offset, pred):
-        """One 16-byte cp.async into this thread's vector ``q`` of ``region`` of ``iw`` (zeros where
-        ``pred`` is false)."""
-        tid = T.get_thread_binding()
-        return T.ptx_cp_async(
-            T.tvm_access_ptr(T.type_annotation(dt), iw.data, region * NW + tid * (W1 * VC) + q * VC, VC, 2),
-            T.tvm_access_ptr(T.type_annotation(dt), src.data, offset, VC, 1), VC, predicate=pred)
-
-    @T.macro
-    def finish_deferred(pool, slots, out, code, wf, bv, xw, nv, accv, ov, iw, dfr, t0, c0, tid):
-        """The deferred start ``dfr`` (its chunk index, its sequence's end): its head tokens from the
-        initial window (region 0 of ``iw``; zeros without one) and their rows (region 1), then its
-        final window (its sequence's last rows, region 2, or the initial window's tail) written to
-        its slot, exactly as the plain program computes them at the start. Everything it reads
-        came by its own copies: nothing here waits on global memory. ``xw`` is free here (the token
-        after it rolls its own window back in within ``W - 1`` tokens)."""
-        td = t0 + dfr[0]
-        slot = narrowed_index(slots[code[dfr[0]] - 1], S)
-        base = tid * (W1 * VC)
-        T.ptx_wait_group(0)  # this thread's own copies: no barrier
-        for q in T.unroll(W1 * VC):  # the pool's channel-major window into the tap-major window
-            xw[q % W1 * VC + q // W1] = T.cast(iw[base + q], f32)
-        for i in T.unroll(W1):
-            if td + i < dfr[1]:
-                emit(out, wf, bv, xw, accv, ov, iw, (NW + base) // VC + i, td + i, c0)
-                roll(xw, iw, (NW + base) // VC + i)
-        if slot >= 0 and slot < S:
-            for k in T.unroll(W1):
-                if dfr[1] - W1 + k >= td:
-                    for v in T.unroll(VC):
-                        nv[v * W1 + k] = iw[2 * NW + base + k * VC + v]
-                else:  # a sequence shorter than W - 1: the initial window's tail
-                    for v in T.unroll(VC):
-                        nv[v * W1 + k] = iw[base + v * W1 + W1 + dfr[1] - W1 + k - td]
-            for p in T.unroll(W1):
-                for e in T.vectorized(VC):
-                    pool[slot, c0 * W1 + p * VC + e] = nv[p * VC + e]
-        dfr[0] = -1
-        dfr[1] = -1
-
-    @T.macro
     def token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, xe, accv, ov, rows, r, j, t, c0,
-              starts, iw, dfr, t0, tid):  # fmt: skip
+              starts):  # fmt: skip
         """Token ``t`` (chunk index ``j``, its row at ``rows[r * VC:]``): a sequence's start where
         ``starts`` (a Python bool: the code exists only on the groups' slow path), its output,
         then the window rolled."""
         c = T.if_then_else(j < C + E, code[T.min(j, C + E - 1)], -1)
-        if starts and key.deferred_start:
-            if c > 0:
-                # -- the first token of sequence c - 1: an earlier deferred start of this chunk
-                # finished first (the plain order), then this one's initial window copied into
-                # shared memory without waiting; its head tokens and final window wait for the
-                # end of the program (finish_deferred) ------------------------------------------
-                if dfr[0] >= 0:
-                    finish_deferred(pool, slots, out, code, wf, bv, xw, nv, accv, ov, iw, dfr, t0, c0, tid)
-                slot = narrowed_index(slots[c - 1], S)
-                e_ = ends[j]
-                for p in T.unroll(W1):  # the initial window, the head rows, the last rows
-                    copy16(iw, 0, p, pool, T.max(T.min(slot, S - 1), 0) * (D * W1) + c0 * W1 + p * VC,
-                           (slot >= 0 and slot < S and has_init[c - 1] != 0) if key.has_init else False)
-                    copy16(iw, 1, p, x, T.min(t + p, Tn - 1) * XS + c0, t + p < e_)
-                    copy16(iw, 2, p, x, T.max(e_ - W1 + p, 0) * XS + c0, e_ - W1 + p >= t)
-                T.ptx_commit_group()
-                dfr[0] = j
-                dfr[1] = ends[j]
-        elif starts:
+        if starts:
             if c > 0:
                 # -- the first token of sequence c - 1: its initial window, then its final window
                 # written to the same slot (this thread is its only reader and writer) ---------
@@ -492,29 +409,35 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                     for p in T.unroll(W1):
                         for e in T.vectorized(VC):
                             pool[slot, c0 * W1 + p * VC + e] = nv[p * VC + e]
-        if key.deferred_start:
-            # a deferred start's head tokens (its first W - 1, inside its sequence) wait for it
-            if c >= 0 and not (T.Cast("uint32", j - dfr[0]) < W1 and t < dfr[1]):
-                emit(out, wf, bv, xw, accv, ov, rows, r, t, c0)
-            elif c == -2:
-                for e in T.vectorized(VC):
-                    out[t, c0 + e] = T.cast(0, dt)
-        elif c >= 0:
-            emit(out, wf, bv, xw, accv, ov, rows, r, t, c0)
+        if c >= 0:
+            for v in T.unroll(VC):
+                accv[v] = T.cast(bv[v], f32) if key.has_bias else T.float32(0)
+                for k in T.unroll(W1):
+                    accv[v] = accv[v] + wf[v * W + k] * xw[k * VC + v]
+                accv[v] = accv[v] + wf[v * W + W1] * T.cast(rows[r * VC + v], f32)
+                if key.silu:
+                    accv[v] = accv[v] * T.fast_rcp(T.float32(1) + T.__exp(-accv[v]))
+                ov[v] = T.cast(accv[v], dt)
+            for e in T.vectorized(VC):
+                out[t, c0 + e] = ov[e]
         elif c == -2:
             for e in T.vectorized(VC):
                 out[t, c0 + e] = T.cast(0, dt)
-        roll(xw, rows, r)
+        for k in T.unroll(W1 - 1):
+            for v in T.unroll(VC):
+                xw[k * VC + v] = xw[(k + 1) * VC + v]
+        for v in T.unroll(VC):
+            xw[(W1 - 1) * VC + v] = T.cast(rows[r * VC + v], f32)
 
     @T.macro
     def run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xe, xt, accv, ov, xs, c0,
-                  t0, g, iw, dfr, tid):  # fmt: skip
+                  t0, g):  # fmt: skip
         """The tokens of group ``g`` (its rows in ``xs``): the fast path where no sequence starts in
         the group, else one token at a time with its row re-read (an L1 hit) and the start logic."""
         if starts[g] == 0:
             for i in T.unroll(G):
                 token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, xe, accv, ov,
-                      xs, i, g * G + i, t0 + g * G + i, c0, False, iw, dfr, t0, tid)
+                      xs, i, g * G + i, t0 + g * G + i, c0, False)
         else:
             for i in T.serial(G):
                 if t0 + g * G + i < Tn:
@@ -524,7 +447,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                     for e in T.vectorized(VC):
                         xt[e] = T.cast(0, dt)
                 token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, xe, accv, ov,
-                      xt, 0, g * G + i, t0 + g * G + i, c0, True, iw, dfr, t0, tid)
+                      xt, 0, g * G + i, t0 + g * G + i, c0, True)
 
     @T.prim_func
     def conv_varlen(
@@ -541,11 +464,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
         scan: T.int32,
     ):
         T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
-        # in bounds by construction: the module's "Bounds". A deferred start's copies are each thread's own, which
-        # the automatic barriers cannot see: that program keeps the explicit ones, exact where no shared buffer
-        # reuses another's memory
-        annotate_pass_configs(key.unchecked_index, {"tl.disable_shared_memory_reuse": True,
-                                                    "tl.disable_thread_storage_sync": True} if key.deferred_start else None)
+        annotate_pass_configs(key.unchecked_index)  # in bounds by construction: the module's "Bounds"
         with T.Kernel(NCB, T.ceildiv(Tn, C), threads=TH) as (bx, by):
             if key.registers:
                 T.annotate_min_blocks_per_sm(programs_at_registers(TH, key.registers))
@@ -568,9 +487,6 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             xr = T.alloc_local((VC,), dt)
             xe = T.alloc_local((W1 * VC if key.end_rows_first else 1,), dt)  # a final window's x rows, row-major
             xt = T.alloc_local((VC,), dt)  # the current row on a group's slow path
-            # a deferred start's copies (finish_deferred: each thread its own vectors) and (chunk index, end)
-            iw = T.alloc_shared((3 * NW,), dt) if key.deferred_start else None
-            dfr = T.alloc_local((2,), i32) if key.deferred_start else None
             accv = T.alloc_local((VC,), f32)
             ov = T.alloc_local((VC,), dt)
             # -- loads that need no metadata first: taps, the window rows before the chunk, the
@@ -636,9 +552,6 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                 for q in T.unroll(VC * W):
                     wf[q] = T.cast(wv[q], f32)
                 xn = T.alloc_local((G * VC,), dt)  # the next group's rows, in flight during this group
-                if key.deferred_start:
-                    dfr[0] = -1
-                    dfr[1] = -1  # no token t is below it: no head waits
                 for g in T.serial(NG + 1):  # the chunk's groups, then its head tokens past the end
                     if g + 1 < NG:
                         for i in T.unroll(G):
@@ -657,11 +570,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                                 for e in T.vectorized(VC):
                                     xn[i * VC + e] = T.cast(0, dt)
                     run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xe, xt, accv,
-                              ov, xs, c0, t0, g, iw, dfr, tid)  # fmt: skip
+                              ov, xs, c0, t0, g)  # fmt: skip
                     for q in T.unroll(G * VC):
                         xs[q] = xn[q]
-                if key.deferred_start:
-                    if dfr[0] >= 0:
-                        finish_deferred(pool, slots, out, code, wf, bv, xw, nv, accv, ov, iw, dfr, t0, c0, tid)
 
     return conv_varlen
