@@ -103,7 +103,8 @@ class ConvVarlenBuildKey:
     #: A start's final-window rows of ``x`` (its sequence's last ``W - 1``) loaded before its slot,
     #: so that they travel beside the slot read and the pool read that depends on it instead of
     #: after them: the start's dependent chain one DRAM round trip shorter. On a 4k call, which is one
-    #: wave, a program holding a start finishes last (NOTES.md, thirty-sixth session). The same bits.
+    #: wave, a program holding a start finishes last (NOTES.md, thirty-sixth session). The same bits;
+    #: faster only without initial states (thirty-seventh session), which ``with_start_order`` keeps.
     end_rows_first: bool = False
 
 
