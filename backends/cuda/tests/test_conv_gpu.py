@@ -5,7 +5,7 @@ are compared at the conformance suite's tolerances (float32 2e-5, float16 2e-3, 
 1.6e-2, relative) and the pool bit for bit (windows are copies of inputs, so written slots
 equal the reference exactly and untouched slots keep their bits). Every case also runs the
 key's ``unchecked_index`` program (no TileLang bounds checks), and the varlen key's
-``end_rows_first`` program, on the same inputs, which must write the same bits as the checked
+``end_rows_first`` and ``unrolled_starts`` programs, on the same inputs, which must write the same bits as the checked
 one: garbage metadata included.
 """
 
@@ -95,12 +95,14 @@ def _check(op: str, inputs, params, arch: str, **tile) -> None:
 
 def _compare_unchecked(op: str, before, pool_after, out, params, arch: str, **tile) -> None:
     """The ``unchecked_index`` program (no TileLang bounds checks), and for the varlen op the
-    ``end_rows_first`` one (a start's final-window rows loaded before its slot), each on a copy of
+    ``end_rows_first`` one (a start's final-window rows loaded before its slot) and the
+    ``unrolled_starts`` one (a start's group unrolled from its rows in registers), each on a copy of
     ``before`` (the inputs as they were before the checked program ran), write the bits the checked
     one wrote: ``out`` and the whole pool (``pool_after``)."""
     import torch
 
-    twins = [{"unchecked_index": True}] + ([{"end_rows_first": True}] if op == VARLEN else [])
+    twins = [{"unchecked_index": True}] + ([{"end_rows_first": True}, {"unrolled_starts": True}] if op == VARLEN
+                                           else [])
     for twin in twins:
         inputs = dict(before, conv_state=before["conv_state"].clone())
         got = _call(op, _launcher(op, inputs, params, arch, **{**tile, **twin}), inputs, params,

@@ -19,18 +19,20 @@ def _source(program) -> str:
         return tilelang.lower(program, target=_TARGET).kernel_source
 
 
-@pytest.mark.parametrize("end_rows_first", [False, True], ids=["plain", "end-rows-first"])
+@pytest.mark.parametrize("twin", ["plain", "end_rows_first", "unrolled_starts"])
 @pytest.mark.parametrize("meta_lengths", [False, True], ids=["cu", "lengths"])
-def test_the_varlen_program_lowers_for_sm_90(meta_lengths, end_rows_first):
+def test_the_varlen_program_lowers_for_sm_90(meta_lengths, twin):
     key = ConvVarlenBuildKey("bfloat16", 1088, 4, True, True, True, "int64", "int32", meta_lengths, "sm_90",
-                             end_rows_first=end_rows_first)
+                             **({} if twin == "plain" else {twin: True}))
     source = _source(conv_varlen_program(key))
     assert ("int up = __shfl_up_sync" in source) == meta_lengths  # the lengths' sum-scan
     # end_rows_first: a start's final-window rows go into their own registers (xe) before its slot is read
-    if end_rows_first:
+    if twin == "end_rows_first":
         assert "bfloat16_t xe[24];" in source and source.index("xe + (k_") < source.index("slots[")
     else:
         assert "xe[" not in source
+    # the plain slow path re-reads each row into xt; unrolled_starts reads the group's rows from xs
+    assert ("xt[" in source) == (twin != "unrolled_starts")
 
 
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])

@@ -106,6 +106,11 @@ class ConvVarlenBuildKey:
     #: wave, a program holding a start finishes last (NOTES.md, thirty-sixth session). The same bits;
     #: faster only without initial states (thirty-seventh session), which ``with_start_order`` keeps.
     end_rows_first: bool = False
+    #: A group holding a start unrolled like the others, from the rows already in registers, its
+    #: start logic under each token's own test, where the plain program runs it one token at a time
+    #: with each row re-read: without pool traffic a start still costs up to 2.5 us of a one-wave 4k
+    #: call on an H100 (padding slots, NOTES.md, thirty-seventh session). The same bits.
+    unrolled_starts: bool = False
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:

@@ -433,11 +433,16 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     def run_group(x, pool, slots, has_init, out, code, ends, starts, wf, bv, xw, nv, xr, xe, xt, accv, ov, xs, c0,
                   t0, g):  # fmt: skip
         """The tokens of group ``g`` (its rows in ``xs``): the fast path where no sequence starts in
-        the group, else one token at a time with its row re-read (an L1 hit) and the start logic."""
+        the group, else one token at a time with its row re-read (an L1 hit) and the start logic
+        (``unrolled_starts``: unrolled from ``xs`` like the fast path, the start logic included)."""
         if starts[g] == 0:
             for i in T.unroll(G):
                 token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, xe, accv, ov,
                       xs, i, g * G + i, t0 + g * G + i, c0, False)
+        elif key.unrolled_starts:
+            for i in T.unroll(G):
+                token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, xe, accv, ov,
+                      xs, i, g * G + i, t0 + g * G + i, c0, True)
         else:
             for i in T.serial(G):
                 if t0 + g * G + i < Tn:
