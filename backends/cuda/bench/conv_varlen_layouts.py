@@ -25,9 +25,10 @@ import torch
 from cuda_bench_common import same_size_copy, time_graph
 from tileops_cpu_ref.conv import causal_conv1d_varlen
 
+from tileops_core.kernels import CallSpec
 from tileops_cuda.kernels._common import compile_many
-from tileops_cuda.kernels.block_shapes import with_block_shape
-from tileops_cuda.kernels.conv1d import ConvVarlenBuildKey, build_conv_varlen, with_start_order
+from tileops_cuda.kernels.conv1d import build_conv_varlen
+from tileops_cuda.registered import TileLangCausalConv1dVarlen
 
 T, D, W = 4096, 8192, 4
 
@@ -65,10 +66,13 @@ POSITION_ROWS = {
 
 @functools.cache
 def launcher(style: str, init: bool, twin: str = ""):
-    """The launcher the registered kernel class would build for such a call (TileLangCausalConv1dVarlen);
-    ``twin``: a boolean field of the build key flipped (a candidate timed beside the registered program)."""
-    key = ConvVarlenBuildKey("bfloat16", D, W, True, False, init, "int32", "int32", style != "cu_seqlens", "sm_90")
-    key = with_start_order(with_block_shape("TileLangCausalConv1dVarlen", key, D * 2))
+    """The launcher of the registered kernel class's program key for such a call (launched plainly, as
+    every row here always was); ``twin``: a boolean field of that key flipped (a candidate timed beside
+    the registered program)."""
+    key = TileLangCausalConv1dVarlen.program_key(CallSpec(
+        "CausalConv1dVarlenFwdOp", "causal_conv1d_varlen", "cuda", "sm_90",
+        {"x": "bfloat16", "actual_seq_lengths": "int32", "conv_state_indices": "int32"}, {"D": D, "W": W},
+        {"activation": "silu", "has_bias": False, "has_has_initial_state": init, "seq_lens_style": style}))
     return build_conv_varlen(dataclasses.replace(key, **{twin: not getattr(key, twin)}) if twin else key)
 
 

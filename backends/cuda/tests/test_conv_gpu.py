@@ -5,8 +5,8 @@ are compared at the conformance suite's tolerances (float32 2e-5, float16 2e-3, 
 1.6e-2, relative) and the pool bit for bit (windows are copies of inputs, so written slots
 equal the reference exactly and untouched slots keep their bits). Every case also runs the
 key's ``unchecked_index`` program (no TileLang bounds checks), and the varlen key's
-``end_rows_first`` and ``unrolled_starts`` programs, on the same inputs, which must write the same bits as the checked
-one: garbage metadata included.
+``end_rows_first`` and ``unrolled_starts`` programs, on the same inputs, which must write the
+same bits as the checked one: garbage metadata included.
 """
 
 from __future__ import annotations
