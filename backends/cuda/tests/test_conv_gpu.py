@@ -96,13 +96,14 @@ def _check(op: str, inputs, params, arch: str, **tile) -> None:
 def _compare_unchecked(op: str, before, pool_after, out, params, arch: str, **tile) -> None:
     """The ``unchecked_index`` program (no TileLang bounds checks), and for the varlen op the
     ``end_rows_first`` one (a start's final-window rows loaded before its slot) and the
-    ``unrolled_starts`` one (a start's group unrolled from its rows in registers), each on a copy of
+    ``unrolled_starts`` one (a start's group unrolled from its rows in registers), and both together
+    (the registered program without initial states, ``with_start_order``), each on a copy of
     ``before`` (the inputs as they were before the checked program ran), write the bits the checked
     one wrote: ``out`` and the whole pool (``pool_after``)."""
     import torch
 
-    twins = [{"unchecked_index": True}] + ([{"end_rows_first": True}, {"unrolled_starts": True}] if op == VARLEN
-                                           else [])
+    start_orders = [{"end_rows_first": True}, {"unrolled_starts": True}, {"end_rows_first": True, "unrolled_starts": True}]
+    twins = [{"unchecked_index": True}] + (start_orders if op == VARLEN else [])
     for twin in twins:
         inputs = dict(before, conv_state=before["conv_state"].clone())
         got = _call(op, _launcher(op, inputs, params, arch, **{**tile, **twin}), inputs, params,

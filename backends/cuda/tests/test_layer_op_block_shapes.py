@@ -149,13 +149,14 @@ def test_the_registered_varlen_conv_runs_one_sequence_at_64_threads_and_batches_
 
 
 @pytest.mark.parametrize("has_init", [False, True], ids=["no-init", "init"])
-def test_the_registered_varlen_conv_loads_a_starts_end_rows_first_only_without_initial_states(has_init):
-    """Measured (``with_start_order``): the end rows first won without initial states and lost with them."""
+def test_the_registered_varlen_conv_orders_and_unrolls_its_starts_only_without_initial_states(has_init):
+    """Measured (``with_start_order``): the end rows first and the unrolled start groups won without
+    initial states and lost with them."""
     key = registered.TileLangCausalConv1dVarlen.key(CallSpec(
         "CausalConv1dVarlenFwdOp", "causal_conv1d_varlen", "cuda", "sm_90",
         {"x": "bfloat16", "actual_seq_lengths": "int32", "conv_state_indices": "int32"}, {"D": 8192, "W": 4},
         {"activation": "silu", "has_bias": False, "has_has_initial_state": has_init, "seq_lens_style": "cu_seqlens"}))
-    assert key.end_rows_first is not has_init and conv_refusal(key) is None
+    assert key.end_rows_first is not has_init and key.unrolled_starts is not has_init and conv_refusal(key) is None
 
 
 @pytest.mark.parametrize("width,tokens,chunk", [(4, 4, 64), (5, 4, 64), (6, 5, 65), (8, 7, 70)])

@@ -109,7 +109,8 @@ class ConvVarlenBuildKey:
     #: A group holding a start unrolled like the others, from the rows already in registers, its
     #: start logic under each token's own test, where the plain program runs it one token at a time
     #: with each row re-read: without pool traffic a start still costs up to 2.5 us of a one-wave 4k
-    #: call on an H100 (padding slots, NOTES.md, thirty-seventh session). The same bits.
+    #: call on an H100 (padding slots, NOTES.md, thirty-seventh session). The same bits; faster only
+    #: without initial states (thirty-eighth session), which ``with_start_order`` keeps.
     unrolled_starts: bool = False
 
 
@@ -227,13 +228,15 @@ def _make_update_run(key: ConvUpdateBuildKey, fn: Callable[..., Any]) -> Callabl
 
 
 def with_start_order(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey:
-    """``key`` with ``end_rows_first`` where it measured faster: keys without initial states. There a
-    start's chain is the slot read and then its sequence's end rows, and loading the rows first took
-    0.9-1.5 us off the 4k single prompt in two runs on an H100 (1.5-2.5 points of the copy), about even
-    on eight prompts. With initial states it lost 0.4-3.4 us on every row (the pool reads and the
-    rows in flight at once, at the 128-register cap): those keys keep the plain order
-    (bench/results/session-2026-12-06c; ``CONV_TWIN=end_rows_first run.sh convtwin`` times it again)."""
-    return replace(key, end_rows_first=not key.has_init)
+    """``key`` with ``end_rows_first`` and ``unrolled_starts`` where they measured faster: keys without
+    initial states. There a start's chain is the slot read and then its sequence's end rows; loading
+    the rows first took 0.9-1.5 us off the 4k single prompt in two runs on an H100 (1.5-2.5 points of
+    the copy), and unrolling a start's group on top of it took 0.6-1.7 us more off every no-init row in
+    two more (bench/results/session-2026-12-06c and -06d). With initial states each lost on every row
+    (end rows first 0.4-3.4 us, unrolled 0.5-4.2 us: the pool reads and the rows in flight at once, at
+    the 128-register cap), and so did unrolling with padding slots: those keys keep the plain program
+    (``CONV_TWIN=unrolled_starts run.sh convtwin`` times it again)."""
+    return replace(key, end_rows_first=not key.has_init, unrolled_starts=not key.has_init)
 
 
 def one_sequence_key(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey | None:
