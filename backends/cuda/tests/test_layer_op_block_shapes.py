@@ -104,6 +104,8 @@ def test_a_varlen_call_of_one_sequence_runs_its_own_program_and_a_batch_the_keys
     assert one_sequence_key(key) == ConvVarlenBuildKey("bfloat16", 64, 4, meta_lengths=True, arch="sm_90", threads=64)
     assert one_sequence_key(ConvVarlenBuildKey("bfloat16", 64, 4)) is None
     assert one_sequence_key(ConvVarlenBuildKey("bfloat16", 64, 4, one_sequence_threads=128)) is None
+    ordered = ConvVarlenBuildKey("bfloat16", 64, 4, one_sequence_threads=64, end_rows_first=True, unrolled_starts=True)
+    assert one_sequence_key(ordered) == ConvVarlenBuildKey("bfloat16", 64, 4, threads=64)  # no initial states
     ran: list = []
     run = _make_varlen_run(key, lambda *a: ran.append(("batch", a[4].shape[0])), lambda *a: ran.append(("one", 1)))
     pool, w = torch.zeros(4, 64, 3, dtype=torch.bfloat16), torch.zeros(64, 4, dtype=torch.bfloat16)
@@ -149,14 +151,20 @@ def test_the_registered_varlen_conv_runs_one_sequence_at_64_threads_and_batches_
 
 
 @pytest.mark.parametrize("has_init", [False, True], ids=["no-init", "init"])
-def test_the_registered_varlen_conv_orders_and_unrolls_its_starts_only_without_initial_states(has_init):
-    """Measured (``with_start_order``): the end rows first and the unrolled start groups won without
-    initial states and lost with them."""
+def test_the_registered_varlen_conv_orders_and_unrolls_its_starts_except_one_sequence_without_initial_states(has_init):
+    """Measured on the H200 (``with_start_order``, ``one_sequence_key``): the end rows first and the
+    unrolled start groups won on every batch and with initial states, and cost the one-sequence
+    program without them 8 us."""
+    from tileops_cuda.kernels.conv1d import one_sequence_key
+
     key = registered.TileLangCausalConv1dVarlen.key(CallSpec(
         "CausalConv1dVarlenFwdOp", "causal_conv1d_varlen", "cuda", "sm_90",
         {"x": "bfloat16", "actual_seq_lengths": "int32", "conv_state_indices": "int32"}, {"D": 8192, "W": 4},
         {"activation": "silu", "has_bias": False, "has_has_initial_state": has_init, "seq_lens_style": "cu_seqlens"}))
-    assert key.end_rows_first is not has_init and key.unrolled_starts is not has_init and conv_refusal(key) is None
+    assert key.end_rows_first and key.unrolled_starts and conv_refusal(key) is None
+    one = one_sequence_key(key)
+    assert one is not None and (one.end_rows_first, one.unrolled_starts) == (has_init, has_init)
+    assert conv_refusal(one) is None
 
 
 @pytest.mark.parametrize("width,tokens,chunk", [(4, 4, 64), (5, 4, 64), (6, 5, 65), (8, 7, 70)])

@@ -104,13 +104,13 @@ class ConvVarlenBuildKey:
     #: so that they travel beside the slot read and the pool read that depends on it instead of
     #: after them: the start's dependent chain one DRAM round trip shorter. On a 4k call, which is one
     #: wave, a program holding a start finishes last (NOTES.md, thirty-sixth session). The same bits;
-    #: faster only without initial states (thirty-seventh session), which ``with_start_order`` keeps.
+    #: where it is faster depends on the card (``with_start_order``, thirty-eighth session).
     end_rows_first: bool = False
     #: A group holding a start unrolled like the others, from the rows already in registers, its
     #: start logic under each token's own test, where the plain program runs it one token at a time
     #: with each row re-read: without pool traffic a start still costs up to 2.5 us of a one-wave 4k
-    #: call on an H100 (padding slots, NOTES.md, thirty-seventh session). The same bits; faster only
-    #: without initial states (thirty-eighth session), which ``with_start_order`` keeps.
+    #: call on an H100 (padding slots, NOTES.md, thirty-seventh session). The same bits; registered
+    #: with ``end_rows_first`` (``with_start_order``, thirty-eighth session).
     unrolled_starts: bool = False
 
 
@@ -228,22 +228,27 @@ def _make_update_run(key: ConvUpdateBuildKey, fn: Callable[..., Any]) -> Callabl
 
 
 def with_start_order(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey:
-    """``key`` with ``end_rows_first`` and ``unrolled_starts`` where they measured faster: keys without
-    initial states. There a start's chain is the slot read and then its sequence's end rows; loading
-    the rows first took 0.9-1.5 us off the 4k single prompt in two runs on an H100 (1.5-2.5 points of
-    the copy), and unrolling a start's group on top of it took 0.6-1.7 us more off every no-init row in
-    two more (bench/results/session-2026-12-06c and -06d). With initial states each lost on every row
-    (end rows first 0.4-3.4 us, unrolled 0.5-4.2 us: the pool reads and the rows in flight at once, at
-    the 128-register cap), and so did unrolling with padding slots: those keys keep the plain program
-    (``CONV_TWIN=unrolled_starts run.sh convtwin`` times it again)."""
-    return replace(key, end_rows_first=not key.has_init, unrolled_starts=not key.has_init)
+    """``key`` with ``end_rows_first`` and ``unrolled_starts``, which together measured fastest on the
+    H200 wherever a start has a slot read to hide behind (bench/results/session-2026-12-06d, s38e-h):
+    with initial states the 4k rows of 1-64 prompts went from 78-84% of the same-size copy (plain) to
+    79-87% (the 8-prompt row 44.6 -> 42.4 us), and batches without them gained 0.5-1.8 us. A
+    one-sequence program without initial states keeps the plain order (``one_sequence_key``). On an
+    H100 the order is reversed (both won only without initial states, s38a-c); the two cards share
+    ``sm_90`` and the targets are the H200's. ``CONV_TWIN=end_rows_first run.sh convtwin`` times it
+    again."""
+    return replace(key, end_rows_first=True, unrolled_starts=True)
 
 
 def one_sequence_key(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey | None:
-    """The key of the program a one-sequence call of ``key`` runs, or None where it runs ``key``'s."""
+    """The key of the program a one-sequence call of ``key`` runs, or None where it runs ``key``'s.
+    Without initial states its one start is token 0 with no slot read before it, and either start
+    field cost the 4k prompt 40.1-40.6 -> 47.8-48.4 us on the H200 (88% -> 73% of the copy): that
+    program runs its start plainly."""
     if not key.one_sequence_threads or key.one_sequence_threads == key.threads:
         return None
-    return replace(key, threads=key.one_sequence_threads, one_sequence_threads=0)
+    return replace(key, threads=key.one_sequence_threads, one_sequence_threads=0,
+                   end_rows_first=key.end_rows_first and key.has_init,
+                   unrolled_starts=key.unrolled_starts and key.has_init)
 
 
 def _prefix_sums(lengths: Any, T: int, same_dtype: bool) -> Any:
