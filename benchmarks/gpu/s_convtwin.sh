@@ -1,6 +1,6 @@
 el convtwin
-# convtwin (issue 17): a varlen conv twin (CONV_TWIN, a boolean ConvVarlenBuildKey field, flipped from the registered
-# key; default end_rows_first): every conv GPU test, which runs the twins on every varlen case bit for bit against the
+# convtwin (issue 17): a varlen conv twin (CONV_TWIN: a boolean ConvVarlenBuildKey field flipped from the registered
+# key, or FIELD=INT such as threads=64; default end_rows_first): every conv GPU test, which runs the twins on every varlen case bit for bit against the
 # plain program (garbage metadata included), then convpos and convlayouts with the twin timed beside the registered
 # program on each 4k row (CONV_ROWS: either set). About 6 minutes (CONV_TEST_K=nothing skips the tests).
 timeout -s INT ${CONV_TEST_S:-330} python3 -m pytest -rA -n 16 -p no:cacheprovider ${CONV_TEST_K:+-k "$CONV_TEST_K"} \

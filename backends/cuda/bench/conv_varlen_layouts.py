@@ -9,7 +9,7 @@ the initial states, and starts off the 64-token chunk boundaries. Every row is c
 reference (float32 sums; the bf16 output within 1e-2 of 1 + |reference|, every final window bit for bit) and then timed in CUDA
 graphs beside a copy of the same bytes.
 
-    python3 conv_varlen_layouts.py [--rows layouts|positions] [--twin FIELD] [--json F]
+    python3 conv_varlen_layouts.py [--rows layouts|positions] [--twin FIELD|FIELD=INT] [--json F]
 
 ``--rows positions`` asks where one extra sequence's cost comes from: a second start early, in the middle or
 late in the grid, on and off a chunk boundary, with and without an initial state, and with padding slots (no
@@ -27,7 +27,7 @@ from tileops_cpu_ref.conv import causal_conv1d_varlen
 
 from tileops_core.kernels import CallSpec
 from tileops_cuda.kernels._common import compile_many
-from tileops_cuda.kernels.conv1d import build_conv_varlen
+from tileops_cuda.kernels.conv1d import ConvVarlenBuildKey, build_conv_varlen
 from tileops_cuda.registered import TileLangCausalConv1dVarlen
 
 T, D, W = 4096, 8192, 4
@@ -64,16 +64,25 @@ POSITION_ROWS = {
 }
 
 
+def twinned(key: ConvVarlenBuildKey, twin: str) -> ConvVarlenBuildKey:
+    """``key`` with ``twin`` applied: ``FIELD`` flips a boolean field, ``FIELD=INT`` sets an integer one
+    (``threads=64``: a block-shape candidate); the registered key where ``twin`` is empty."""
+    if not twin:
+        return key
+    field, _, value = twin.partition("=")
+    return dataclasses.replace(key, **{field: int(value) if value else not getattr(key, field)})
+
+
 @functools.cache
 def launcher(style: str, init: bool, twin: str = ""):
     """The launcher of the registered kernel class's program key for such a call (launched plainly, as
-    every row here always was); ``twin``: a boolean field of that key flipped (a candidate timed beside
-    the registered program)."""
+    every row here always was); ``twin``: that key changed by ``twinned`` (a candidate timed beside the
+    registered program)."""
     key = TileLangCausalConv1dVarlen.program_key(CallSpec(
         "CausalConv1dVarlenFwdOp", "causal_conv1d_varlen", "cuda", "sm_90",
         {"x": "bfloat16", "actual_seq_lengths": "int32", "conv_state_indices": "int32"}, {"D": D, "W": W},
         {"activation": "silu", "has_bias": False, "has_has_initial_state": init, "seq_lens_style": style}))
-    return build_conv_varlen(dataclasses.replace(key, **{twin: not getattr(key, twin)}) if twin else key)
+    return build_conv_varlen(twinned(key, twin))
 
 
 def inputs(lengths, style: str, init: bool, gen, pad: bool = False) -> dict:
@@ -114,7 +123,8 @@ def check(run, c: dict, style: str) -> str | None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", choices=("layouts", "positions"), default="layouts")
-    ap.add_argument("--twin", default="", help="a boolean build-key field: each row also timed with it flipped")
+    ap.add_argument("--twin", default="", help="FIELD (a boolean build-key field, flipped) or FIELD=INT: each row "
+                    "also timed with the registered key so changed")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     rows = ROWS if args.rows == "layouts" else POSITION_ROWS
@@ -142,7 +152,8 @@ def main() -> None:
                                 warmup_ms=100)
                 rec.update(us=us, pct_same=100 * copy_us / us)
             results.append(rec)
-            name = label + (f" [{twin}={getattr(built.key, twin)}]" if twin else "")
+            field = twin.partition("=")[0]
+            name = label + (f" [{field}={getattr(built.key, field)}]" if twin else "")
             print(f"{name:72s} " + (f"{rec['us']:7.2f} us  {rec['pct_same']:5.1f}% of the same-size copy"
                                      if why is None else f"FAILED: {why}"), flush=True)
         del sets

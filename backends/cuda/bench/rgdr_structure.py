@@ -73,12 +73,20 @@ def structures(state: str) -> dict:
 
 
 def rgdr_variants(state: str) -> dict:
-    """Name -> RGDR schedule timed beside the structures: the registered one, and for bf16 the tiled
-    layouts the structures favour (4 rows a thread at 8 programs an SM, 8 at 4; speculating; with and
-    without round 2's instruction cuts) and streamed layouts with more warps an SM, run at every batch
-    size."""
+    """Name -> RGDR schedule timed beside the structures: the registered one, the tiled 1-2-row layouts
+    for both states, and for bf16 the tiled layouts the structures favour (4 rows a thread at 8 programs
+    an SM, 8 at 4; speculating; with and without round 2's instruction cuts) and streamed layouts with
+    more warps an SM, run at every batch size."""
     key = rgdr_key(NK, NV, state)
     out = {"rgdr (registered)": default_schedule(key)}
+    # The tiled layouts of 1-2 rows a thread that led the structures on the H200 at B = 128/256 (s38d:
+    # bf16 tiled-r2-b16 86.4% of the copy against the registered RGDR's 80.4%, fp32 tiled-r1-b16 93.3%
+    # against 89.8%), as RGDR programs of the small role's form (dependent launches). At 16 programs an
+    # SM (32 registers) RGDR spills; at 12 (40) these lower without a spill for sm_90a (ptxas), 2 rows
+    # at fp32 only at 8 (64 registers).
+    for rows, blocks in ((1, 12), (2, 8)) + (((2, 12),) if state == "bfloat16" else ()):
+        t = RGDRTiling(128, 16, rows, blocks, False, True, **TILED_CUTS, dependent_launch=True)
+        out[f"rgdr tiled-r{rows}-b{blocks}"] = RGDRSchedule(t, t, 1 << 62)
     if state == "bfloat16":
         cuts = dict(unpack_bits=True, row_deltas=True, stage_live_warps=True)  # round 2's fields
         # (256 threads at 4 rows: a 64-row tile, the per-program staging over twice the rows at the same 32 warps)
