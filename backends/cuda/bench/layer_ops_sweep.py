@@ -111,8 +111,13 @@ def _conv_varlen_candidates() -> list[dict[str, Any]]:
     4-byte vectors a thread (slower on both rows: results/session-2026-12-03d/conv_sweep.log);
     these vary the threads. First the registered shape without TileLang's bounds checks
     (``unchecked_index``; helper unchecked-kernels, NOTES "Unchecked accesses in the memory-bound
-    kernels": 2352 -> 1480 static SASS instructions, the group loop 1845 -> 1011, at 4k 8 sequences)."""
-    return [{"dependent_launch": True}, {"unchecked_index": True}, {"threads": 256}, {"threads": 64}]
+    kernels": 2352 -> 1480 static SASS instructions, the group loop 1845 -> 1011, at 4k 8 sequences).
+    The first two are the registered key with one change each (the sweep's base has every block-shape
+    field at its default): launched as a programmatic dependent, as it was from the launch policy until
+    the thirty-eighth session; and with the plain start order (``with_start_order``)."""
+    registered = {"one_sequence_threads": 64, "end_rows_first": True, "unrolled_starts": True}
+    return [{**registered, "dependent_launch": True}, {"one_sequence_threads": 64}, {"unchecked_index": True},
+            {"threads": 256}, {"threads": 64}]
 
 #: The registered decode-conv shape (block_shapes.py): without TileLang's bounds checks (registered), and that
 #: launched as a programmatic dependent (``dependent_launch``, seventeenth session: the launch and block

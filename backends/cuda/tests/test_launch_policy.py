@@ -71,3 +71,23 @@ def test_the_gemm_builds_its_programs_without_the_linears_field(monkeypatch):
     gemm.build_gemm(GemmBuildKey("bfloat16", 64, 64, dependent_launch=True))
     gemm.build_gemm(GemmBuildKey("bfloat16", 64, 64))
     assert seen[0] == seen[1] and not seen[0][1].dependent_launch
+
+
+def _conv_call(op: str, interface: str, arch: str = "sm_90a") -> CallSpec:
+    flags = {"activation": "silu", "has_bias": False, "seq_lens_style": "cu_seqlens"}
+    flags.update({"has_has_initial_state": True} if "varlen" in interface else {"has_num_accepted_tokens": False})
+    return CallSpec(op, interface, "cuda", arch,
+                    {"x": "bfloat16", "actual_seq_lengths": "int32", "conv_state_indices": "int32"},
+                    {"D": 8192, "W": 4}, flags)
+
+
+def test_a_class_that_opts_out_launches_plainly_on_hopper_while_its_decode_sibling_is_a_dependent():
+    """The varlen conv (prefill) measured slower as a dependent and says so (``launches_as_dependent``);
+    the conv update, in the decode step the policy was measured on, stays one."""
+    from tileops_cuda.registered import TileLangCausalConv1dUpdate, TileLangCausalConv1dVarlen
+
+    assert not TileLangCausalConv1dVarlen.launches_as_dependent and TileLangCausalConv1dUpdate.launches_as_dependent
+    varlen = TileLangCausalConv1dVarlen.key(_conv_call("CausalConv1dVarlenFwdOp", "causal_conv1d_varlen"))
+    update = TileLangCausalConv1dUpdate.key(_conv_call("CausalConv1dUpdateFwdOp", "causal_conv1d_update"))
+    assert not varlen.dependent_launch and update.dependent_launch
+    assert varlen == TileLangCausalConv1dVarlen.program_key(_conv_call("CausalConv1dVarlenFwdOp", "causal_conv1d_varlen"))

@@ -22,13 +22,20 @@ class TileLangImpl:
     general: ClassVar[bool] = False
     #: The launch functions write the outputs the core allocates (see the module docstring).
     writes_outputs: ClassVar[bool] = True
+    #: Whether :func:`.launch_policy.registered_key` applies to this class's keys. The policy was
+    #: measured on the decode step's graph; a class outside that step whose dependent program
+    #: measured slower says False, and why, in its body.
+    launches_as_dependent: ClassVar[bool] = True
 
     @classmethod
     def key(cls, call: CallSpec) -> Any:
         """The build key ``call`` runs: :meth:`program_key` as the registered kernels launch
         (:func:`.launch_policy.registered_key`: as programmatic dependents), launched plainly where
-        the key's program has no dependent form (MoE routing's ``rounds`` program refuses one)."""
+        the key's program has no dependent form (MoE routing's ``rounds`` program refuses one) or
+        the class opts out (:attr:`launches_as_dependent`)."""
         key = cls.program_key(call)
+        if not cls.launches_as_dependent:
+            return with_dependent_launch(key, False)
         launched = registered_key(key)
         if launched != key and cls.reason(call, launched) is not None:
             return with_dependent_launch(key, False)

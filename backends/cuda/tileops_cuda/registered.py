@@ -421,6 +421,11 @@ class TileLangCausalConv1dVarlen(TileLangImpl, CausalConv1dVarlenKernel):
     """The causal conv1d prefill kernels (outputs, then final windows)."""
 
     refuse_key = staticmethod(conv_refusal)
+    # Launched plainly: as a programmatic dependent the 4k row of 8 prompts took 49.78 us against 45.58 in
+    # one H200 run (session-2026-12-04b, a tie at one prompt), and the sweep's row went from 45.6-47.0 us
+    # in every run before the launch policy to 50.0-51.4 in every run after it. A prefill kernel, it is
+    # not in the decode step the policy was measured on (launch_policy).
+    launches_as_dependent = False
 
     @classmethod
     def program_key(cls, call: CallSpec) -> ConvVarlenBuildKey:
