@@ -68,6 +68,7 @@ from cuda_bench_common import captured, replay_times, warm_up  # noqa: E402
 
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
 from tileops_cuda.kernels.block_shapes import block_shape_of  # noqa: E402
+from tileops_cuda.launch_policy import with_dependent_launch  # noqa: E402
 
 from tileops_core import load_manifest  # noqa: E402
 from tileops_core.bench.baselines import capture_launches  # noqa: E402
@@ -112,12 +113,10 @@ def _conv_varlen_candidates() -> list[dict[str, Any]]:
     these vary the threads. First the registered shape without TileLang's bounds checks
     (``unchecked_index``; helper unchecked-kernels, NOTES "Unchecked accesses in the memory-bound
     kernels": 2352 -> 1480 static SASS instructions, the group loop 1845 -> 1011, at 4k 8 sequences).
-    The first two are the registered key with one change each (the sweep's base has every block-shape
-    field at its default): launched as a programmatic dependent, as it was from the launch policy until
-    the thirty-eighth session; and with the plain start order (``with_start_order``)."""
-    registered = {"one_sequence_threads": 64, "end_rows_first": True, "unrolled_starts": True}
-    return [{**registered, "dependent_launch": True}, {"one_sequence_threads": 64}, {"unchecked_index": True},
-            {"threads": 256}, {"threads": 64}]
+    The first is the registered key with the plain start order (``with_start_order``; the sweep's base
+    has every block-shape field at its default); ``plan_sweep`` times the registered key as a
+    programmatic dependent too, as it ran from the launch policy until the thirty-eighth session."""
+    return [{"one_sequence_threads": 64}, {"unchecked_index": True}, {"threads": 256}, {"threads": 64}]
 
 #: The registered decode-conv shape (block_shapes.py): without TileLang's bounds checks (registered), and that
 #: launched as a programmatic dependent (``dependent_launch``, seventeenth session: the launch and block
@@ -257,10 +256,20 @@ def _without_block_shape(key: Any) -> Any:
     return dataclasses.replace(key, **defaults)
 
 
+def _launch_flipped(key: Any) -> Any:
+    """``key`` launched the other way (plainly where it is a programmatic dependent, and the reverse),
+    or None where it has no such field. The launch policy was measured on the decode step's graph and
+    a prefill row can lose by it (the varlen conv, thirty-eighth session), so every row is timed both
+    ways in one run."""
+    if not hasattr(key, "dependent_launch"):
+        return None
+    return with_dependent_launch(key, not key.dependent_launch)
+
+
 def plan_sweep(arch: str, only: str = "", most: int | None = None) -> list[SweepRow]:
     """Every sweep entry's candidates (build keys for ``arch``) and the rows each is checked on:
-    the entries whose ``op/row label`` contains ``only``, the first ``most`` candidates of each
-    (all when None) beside the registered block shape."""
+    the entries whose ``op/row label`` contains ``only``, the registered block shape and it launched
+    the other way (``_launch_flipped``), then the first ``most`` candidates of each (all when None)."""
     manifest = load_manifest()
     rows = []
     for op_name, label, configs in SWEEP:
@@ -281,9 +290,12 @@ def plan_sweep(arch: str, only: str = "", most: int | None = None) -> list[Sweep
                     if other is impl and _without_block_shape(other.key(other_call)) == base:
                         cases.append((row, case))
         candidates = [Candidate("registered", registered)]
+        flipped = _launch_flipped(registered)
+        if flipped is not None:
+            candidates.append(Candidate(f"registered, dependent_launch={flipped.dependent_launch}", flipped))
         for cfg in configs[:most]:
             key = dataclasses.replace(base, **cfg)
-            if key != registered:
+            if all(key != c.key for c in candidates):  # the registered key, flipped or not, once
                 candidates.append(Candidate(json.dumps(cfg), key))
         rows.append(SweepRow(op_name, label, spec, impl, cases, candidates))
     return rows
