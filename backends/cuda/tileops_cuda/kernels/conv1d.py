@@ -62,8 +62,10 @@ class ConvUpdateBuildKey:
     unchecked_index: bool = False
     #: Launched as a programmatic dependent of the stream's previous kernel (``_common.dependent_launch``:
     #: the wait, then the release, before the first memory access), so its launch and block scheduling
-    #: overlap that kernel's tail; the same bits. Hopper only; measured no faster on either conv (eighteenth
-    #: session, session-2026-12-04b/conv_sweep.log), so in no block shape.
+    #: overlap that kernel's tail; the same bits. Hopper only; in no block shape. Alone it tied on the
+    #: update and lost 4.2 us on the varlen 8-prompt row (eighteenth session, session-2026-12-04b
+    #: conv_sweep.log). The launch policy turns it on for the update, a decode-step kernel, and the varlen
+    #: class opts out (``launches_as_dependent``, registered.py).
     dependent_launch: bool = False
 
 
