@@ -5,12 +5,14 @@ are compared at the conformance suite's tolerances (float32 2e-5, float16 2e-3, 
 1.6e-2, relative) and the pool bit for bit (windows are copies of inputs, so written slots
 equal the reference exactly and untouched slots keep their bits). Every case also runs the
 key's ``unchecked_index`` program (no TileLang bounds checks), and the varlen key's
-``end_rows_first`` and ``unrolled_starts`` programs, on the same inputs, which must write the
-same bits as the checked one: garbage metadata included.
+``end_rows_first`` and ``unrolled_starts`` programs (and, without initial states, the
+initial-state program), on the same inputs, which must write the same bits as the checked one:
+garbage metadata included.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import sys
 
@@ -62,8 +64,8 @@ def _launcher(op: str, inputs, params, arch: str, **tile):
         return build_conv_update(key).run
     key = ConvVarlenBuildKey(d("x"), D, W, silu, bias, inputs.get("has_initial_state") is not None,
                              d("actual_seq_lengths"), d("conv_state_indices"), params["seq_lens_style"] != "cu_seqlens",
-                             arch, **tile)
-    return build_conv_varlen(fitted_to_width(key)).run
+                             arch)
+    return build_conv_varlen(fitted_to_width(dataclasses.replace(key, **tile))).run
 
 
 def _call(op: str, run, inputs, params, out):
@@ -96,14 +98,17 @@ def _check(op: str, inputs, params, arch: str, **tile) -> None:
 def _compare_unchecked(op: str, before, pool_after, out, params, arch: str, **tile) -> None:
     """The ``unchecked_index`` program (no TileLang bounds checks), and for the varlen op the
     ``end_rows_first`` one (a start's final-window rows loaded before its slot) and the
-    ``unrolled_starts`` one (a start's group unrolled from its rows in registers), and both together
-    (the registered program without initial states, ``with_start_order``), each on a copy of
+    ``unrolled_starts`` one (a start's group unrolled from its rows in registers), both together (the
+    registered batch program, ``with_start_order``), and for a call without initial states the
+    initial-state program (its flags the launcher's one-element zero dummy), each on a copy of
     ``before`` (the inputs as they were before the checked program ran), write the bits the checked
     one wrote: ``out`` and the whole pool (``pool_after``)."""
     import torch
 
     start_orders = [{"end_rows_first": True}, {"unrolled_starts": True}, {"end_rows_first": True, "unrolled_starts": True}]
-    twins = [{"unchecked_index": True}] + (start_orders if op == VARLEN else [])
+    # a call without initial states through the initial-state program (the launcher's zero dummy as the flags)
+    fresh = [{"has_init": True}] if before.get("has_initial_state") is None else []
+    twins = [{"unchecked_index": True}] + (start_orders + fresh if op == VARLEN else [])
     for twin in twins:
         inputs = dict(before, conv_state=before["conv_state"].clone())
         got = _call(op, _launcher(op, inputs, params, arch, **{**tile, **twin}), inputs, params,
