@@ -68,12 +68,16 @@ POSITION_ROWS = {
 
 
 def twinned(key: ConvVarlenBuildKey, twin: str) -> ConvVarlenBuildKey:
-    """``key`` with ``twin`` applied: ``FIELD`` flips a boolean field, ``FIELD=INT`` sets an integer one
-    (``threads=64``: a block-shape candidate); the registered key where ``twin`` is empty."""
+    """``key`` with ``twin`` applied: ``FIELD`` flips a boolean field, ``FIELD=INT`` sets a field
+    (``threads=64``: a block-shape candidate; ``has_init=1``: a boolean set, not flipped); the
+    registered key where ``twin`` is empty."""
     if not twin:
         return key
     field, _, value = twin.partition("=")
-    return dataclasses.replace(key, **{field: int(value) if value else not getattr(key, field)})
+    now = getattr(key, field)
+    if not value:
+        return dataclasses.replace(key, **{field: not now})
+    return dataclasses.replace(key, **{field: bool(int(value)) if isinstance(now, bool) else int(value)})
 
 
 @functools.cache
