@@ -105,7 +105,8 @@ def _compare_unchecked(op: str, before, pool_after, out, params, arch: str, **ti
     one wrote: ``out`` and the whole pool (``pool_after``)."""
     import torch
 
-    start_orders = [{"end_rows_first": True}, {"unrolled_starts": True}, {"end_rows_first": True, "unrolled_starts": True}]
+    start_orders = [{"end_rows_first": True}, {"unrolled_starts": True},
+                    {"end_rows_first": True, "unrolled_starts": True}]
     # a call without initial states through the initial-state program (the launcher's zero dummy as the flags)
     fresh = [{"has_init": True}] if before.get("has_initial_state") is None else []
     twins = [{"unchecked_index": True}] + (start_orders + fresh if op == VARLEN else [])

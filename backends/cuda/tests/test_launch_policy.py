@@ -87,7 +87,8 @@ def test_a_class_that_opts_out_launches_plainly_on_hopper_while_its_decode_sibli
     from tileops_cuda.registered import TileLangCausalConv1dUpdate, TileLangCausalConv1dVarlen
 
     assert not TileLangCausalConv1dVarlen.launches_as_dependent and TileLangCausalConv1dUpdate.launches_as_dependent
-    varlen = TileLangCausalConv1dVarlen.key(_conv_call("CausalConv1dVarlenFwdOp", "causal_conv1d_varlen"))
+    varlen_call = _conv_call("CausalConv1dVarlenFwdOp", "causal_conv1d_varlen")
+    varlen = TileLangCausalConv1dVarlen.key(varlen_call)
     update = TileLangCausalConv1dUpdate.key(_conv_call("CausalConv1dUpdateFwdOp", "causal_conv1d_update"))
     assert not varlen.dependent_launch and update.dependent_launch
-    assert varlen == TileLangCausalConv1dVarlen.program_key(_conv_call("CausalConv1dVarlenFwdOp", "causal_conv1d_varlen"))
+    assert varlen == TileLangCausalConv1dVarlen.program_key(varlen_call)
