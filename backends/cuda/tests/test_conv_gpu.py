@@ -213,7 +213,9 @@ def test_a_varlen_key_with_a_one_sequence_program_runs_it_on_one_sequence_only(l
                                                                                gen):
     """The registered varlen shape (``one_sequence_threads``: a second program at 64 threads for
     one-sequence calls) against float64, its unchecked twin bit for bit, and the bits of the
-    plain key it runs: the 64-thread program for one sequence, the 128-thread one for a batch."""
+    plain key it runs: the 64-thread program for one sequence, the 128-thread one for a batch; and
+    with ``few_sequences`` the batch of three through the few-sequence program (the batch program's
+    start order at 64 threads), the same bits."""
     import torch
 
     dev = cuda_device[0]
@@ -231,14 +233,17 @@ def test_a_varlen_key_with_a_one_sequence_program_runs_it_on_one_sequence_only(l
     _check(VARLEN, inputs, params, arch, one_sequence_threads=64)
     plain = {"threads": 64} if B == 1 else {}
     outs, pools = [], []
-    for tile in ({"one_sequence_threads": 64}, plain):
+    ordered = {"end_rows_first": True, "unrolled_starts": True}
+    tiles = ({"one_sequence_threads": 64}, plain, {"one_sequence_threads": 64, "few_sequences": 8, **ordered})
+    for tile in tiles:
         pool = start.clone()
         outs.append(_call(VARLEN, _launcher(VARLEN, inputs, params, arch, **tile), dict(inputs, conv_state=pool),
                           params, torch.full_like(inputs["x"], float("nan"))))
         pools.append(pool)
     torch.cuda.synchronize()
-    assert torch.equal(outs[0].view(torch.uint8), outs[1].view(torch.uint8))
-    assert torch.equal(pools[0].view(torch.uint8), pools[1].view(torch.uint8))
+    for tile, got, pool in zip(tiles[1:], outs[1:], pools[1:]):
+        assert torch.equal(outs[0].view(torch.uint8), got.view(torch.uint8)), f"{tile}: out differs"
+        assert torch.equal(pools[0].view(torch.uint8), pool.view(torch.uint8)), f"{tile}: pool differs"
 
 
 @pytest.mark.parametrize("B", [31, 32, 70])
@@ -290,7 +295,7 @@ def test_update_partial_blocks_padding_and_a_shared_slot_match_the_reference(sty
     dev = cuda_device[0]
     lengths = [1, 0, 2, 3, 1, 1, 2, 0, 3, 1, 2, 1, 1]
     accepted = [1, 1, 2, 2, 1, 1, 1, 1, 3, 1, 2, 1, 1]
-    B, T, D, W = len(lengths), sum(lengths), 1024 + 64, 4
+    T, D, W = sum(lengths), 1024 + 64, 4
     meta = torch.tensor(lengths, device=dev, dtype=torch.int32)
     if style == "cu_seqlens":
         meta = torch.nn.functional.pad(meta.cumsum(0), (1, 0)).int()

@@ -11,6 +11,7 @@ import importlib.util
 import pathlib
 import shutil
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -88,7 +89,8 @@ def test_the_zero_centred_norm_refuses_block_shapes_it_has_no_program_for(fields
     ({"tokens": 2}, "tokens=2 must be at least W - 1"),
     ({"threads": 96}, "threads=96 must be a power of two"),
     ({"one_sequence_threads": 48}, "one_sequence_threads=48 must be a power of two"),
-], ids=["no-chunk", "partial-group", "narrow-group", "threads", "one-sequence-threads"])
+    ({"few_sequences": 0}, "few_sequences=0 must be at least 1"),
+], ids=["no-chunk", "partial-group", "narrow-group", "threads", "one-sequence-threads", "few-sequences"])
 def test_the_varlen_conv_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in conv_refusal(ConvVarlenBuildKey("bfloat16", 1024, 4, **fields))
 
@@ -114,6 +116,35 @@ def test_a_varlen_call_of_one_sequence_runs_its_own_program_and_a_batch_the_keys
         x = torch.zeros(7, 64, dtype=torch.bfloat16)
         run(x, pool, w, meta, torch.arange(len(lengths), dtype=torch.int32), None, None, "silu", style, None)
     assert [r[0] for r in ran] == ["one", "batch", "one", "batch"]
+
+
+def test_a_varlen_call_of_few_sequences_runs_the_batch_program_at_the_one_sequence_threads():
+    """``few_sequences`` sends calls of 2 to that many sequences to a third program: the batch program
+    (its start order, initial states read) at ``one_sequence_threads``; more go to the batch program.
+    With initial states it is the one-sequence program, compiled once."""
+    import torch
+
+    from tileops_cuda.kernels.conv1d import _make_varlen_run, batch_key, few_sequences_key, one_sequence_key
+
+    ordered = ConvVarlenBuildKey("bfloat16", 64, 4, one_sequence_threads=64, few_sequences=3, end_rows_first=True,
+                                 unrolled_starts=True)
+    few = few_sequences_key(ordered)
+    assert few == ConvVarlenBuildKey("bfloat16", 64, 4, has_init=True, threads=64, end_rows_first=True,
+                                     unrolled_starts=True)
+    assert few == replace(batch_key(ordered), threads=64, one_sequence_threads=0, few_sequences=1)
+    assert one_sequence_key(ordered) != few  # without initial states one sequence runs its start plainly
+    assert one_sequence_key(replace(ordered, has_init=True)) == few_sequences_key(replace(ordered, has_init=True))
+    assert few_sequences_key(replace(ordered, few_sequences=1)) is None
+    assert few_sequences_key(replace(ordered, one_sequence_threads=0)) is None
+    ran: list = []
+    run = _make_varlen_run(ordered, lambda *a: ran.append("batch"), lambda *a: ran.append("one"),
+                           lambda *a: ran.append("few"))
+    pool, w = torch.zeros(5, 64, 3, dtype=torch.bfloat16), torch.zeros(64, 4, dtype=torch.bfloat16)
+    for B in (1, 2, 3, 4):
+        x = torch.zeros(B, 64, dtype=torch.bfloat16)
+        run(x, pool, w, torch.ones(B, dtype=torch.int32), torch.arange(B, dtype=torch.int32), None, None, "silu",
+            "lengths", None)
+    assert ran == ["one", "few", "few", "batch"]
 
 
 def test_the_conv_launchers_give_their_programs_packed_metadata_and_bias():
@@ -171,8 +202,6 @@ def test_a_varlen_batch_without_initial_states_runs_the_initial_state_program_an
     """Measured on the H200 (``batch_key``): fresh prompts in a batch ran 6 us faster through the
     initial-state program, its flags the launcher's zero; one fresh prompt keeps the plain program. A key
     without bounds checks would read past that zero, and keeps its own program."""
-    from dataclasses import replace
-
     from tileops_cuda.kernels.conv1d import batch_key, one_sequence_key
 
     key = registered.TileLangCausalConv1dVarlen.key(CallSpec(

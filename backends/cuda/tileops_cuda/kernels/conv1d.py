@@ -25,7 +25,7 @@ from ._row_views import packed
 from .conv1d_program import conv_update_program, conv_varlen_program
 
 __all__ = ["ConvUpdateBuildKey", "ConvVarlenBuildKey", "batch_key", "build_conv_update", "build_conv_varlen",
-           "conv_refusal", "fitted_to_width", "one_sequence_key", "with_start_order"]
+           "conv_refusal", "few_sequences_key", "fitted_to_width", "one_sequence_key", "with_start_order"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
 _INDEX_DTYPES = ("int32", "int64")
@@ -102,6 +102,12 @@ class ConvVarlenBuildKey:
     #: program too and the launcher runs it where the batch holds one sequence (a host shape: no
     #: sync). A single long prompt and a batch of prompts want different shapes (block_shapes.py).
     one_sequence_threads: int = 0
+    #: The most sequences a call may hold for the ``one_sequence_threads`` shape to serve it too (1:
+    #: one-sequence calls only): a batch of 2 to ``few_sequences`` runs ``few_sequences_key``'s
+    #: program, the batch program at those threads. With the start order of the thirty-eighth session
+    #: the 64-thread shape led the 2-8 prompt rows by 0.1-0.6 us and lost 16 and 64 prompts (one H200
+    #: run, session-2026-12-06e s39c2); a host shape, no sync.
+    few_sequences: int = 1
     #: A start's final-window rows of ``x`` (its sequence's last ``W - 1``) loaded before its slot,
     #: so that they travel beside the slot read and the pool read that depends on it instead of
     #: after them: the start's dependent chain one DRAM round trip shorter. On a 4k call, which is one
@@ -134,6 +140,8 @@ def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
         value = getattr(key, field, 0)
         if value not in (32, 64, 128, 256, 512, 1024) and (field == "threads" or value):
             return f"{name}: {field}={value} must be a power of two in [32, 1024]; use the defaults"
+    if isinstance(key, ConvVarlenBuildKey) and key.few_sequences < 1:
+        return f"{name}: few_sequences={key.few_sequences} must be at least 1 (one-sequence calls); use the defaults"
     if isinstance(key, ConvVarlenBuildKey) and not (
             key.tokens >= key.width - 1 and 0 < key.chunk <= _MAX_CHUNK and key.chunk % key.tokens == 0):
         return (f"{name}: tokens={key.tokens} must be at least W - 1 and chunk={key.chunk} a positive multiple "
@@ -249,7 +257,7 @@ def one_sequence_key(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey | None:
     program runs its start plainly."""
     if not key.one_sequence_threads or key.one_sequence_threads == key.threads:
         return None
-    return replace(key, threads=key.one_sequence_threads, one_sequence_threads=0,
+    return replace(key, threads=key.one_sequence_threads, one_sequence_threads=0, few_sequences=1,
                    end_rows_first=key.end_rows_first and key.has_init,
                    unrolled_starts=key.unrolled_starts and key.has_init)
 
@@ -267,6 +275,15 @@ def batch_key(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey:
     return replace(key, has_init=True)
 
 
+def few_sequences_key(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey | None:
+    """The key of the program a call of 2 to ``few_sequences`` sequences runs, or None where the batch
+    program serves it: ``batch_key``'s program (its start order, initial states read) at
+    ``one_sequence_threads``."""
+    if key.few_sequences < 2 or not key.one_sequence_threads or key.one_sequence_threads == key.threads:
+        return None
+    return replace(batch_key(key), threads=key.one_sequence_threads, one_sequence_threads=0, few_sequences=1)
+
+
 def _prefix_sums(lengths: Any, T: int, same_dtype: bool) -> Any:
     """The running sums of ``lengths``, each already clipped into ``[0, T]``: int64 (a cu_seqlens program's
     input), or with ``same_dtype`` the lengths' own dtype (a lengths program's). Where int32 sums could pass
@@ -281,11 +298,14 @@ def _prefix_sums(lengths: Any, T: int, same_dtype: bool) -> Any:
     return torch.cumsum(lengths, 0, dtype=torch.int64).clamp_(max=T).to(lengths.dtype)
 
 
-def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any],
-                     one_fn: Callable[..., Any] | None = None) -> Callable[..., Any]:
-    """The launch path of ``key``'s program ``fn``; ``one_fn``, where given, serves calls of one sequence."""
+def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any], one_fn: Callable[..., Any] | None = None,
+                     few_fn: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """The launch path of ``key``'s program ``fn``; ``one_fn``, where given, serves calls of one sequence, and
+    ``few_fn`` calls of 2 to ``key.few_sequences``."""
     launch = _Launch(key.dtype, key.dim, key.width)
     one_fn = one_fn or fn
+    few_fn = few_fn or fn
+    few = key.few_sequences
     torch = launch.torch
 
     def run(x: Any, conv_state: Any, weight: Any, actual_seq_lengths: Any, conv_state_indices: Any,
@@ -314,7 +334,7 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any],
         init = (has_initial_state.contiguous().view(torch.uint8) if has_initial_state is not None
                 else launch.dummy(dev, torch.uint8))
         top = 1 << (B.bit_length() - 1) if B > 0 else 0
-        program = one_fn if B == 1 else fn
+        program = one_fn if B == 1 else few_fn if B <= few else fn
         program(xv, pool, launch.weight_flat(weight),
                 bias.contiguous() if bias is not None else launch.dummy(dev, launch.dtype), cu,
                 conv_state_indices.contiguous(), init, out, top, top.bit_length(), scan)
@@ -359,21 +379,22 @@ def _compile_varlen(key: ConvVarlenBuildKey) -> Any:
 
 
 def build_conv_varlen(key: ConvVarlenBuildKey) -> ConvLauncher:
-    """Compile the varlen kernel (once per process; with the key's one-sequence program beside it,
-    concurrently) and return its launcher; ValueError with the refusal reason."""
+    """Compile the varlen kernel (once per process; with the key's one- and few-sequence programs beside
+    it, concurrently) and return its launcher; ValueError with the refusal reason."""
     reason = conv_refusal(key)
     if reason is not None:
         raise ValueError(reason)
 
-    batch, one = batch_key(key), one_sequence_key(key)
+    batch, one, few = batch_key(key), one_sequence_key(key), few_sequences_key(key)
+    keys = list(dict.fromkeys(k for k in (batch, one, few) if k is not None))  # each program compiled once
 
     def make() -> ConvLauncher:
-        keys = (batch,) if one is None else (batch, one)
         kernels = compile_many([functools.partial(_compile_varlen, k) for k in keys])
         failed = next((k for k in kernels if isinstance(k, BaseException)), None)
         if failed is not None:
             raise failed
-        entries = [direct_entry(k) for k in kernels]
-        return ConvLauncher(key, tuple(kernels), _make_varlen_run(key, *entries))
+        entry = {k: direct_entry(kernel) for k, kernel in zip(keys, kernels)}
+        return ConvLauncher(key, tuple(kernels), _make_varlen_run(
+            key, entry[batch], None if one is None else entry[one], None if few is None else entry[few]))
 
     return cached_build(("conv_varlen", key), make)
