@@ -46,7 +46,9 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # A call of one sequence runs the same shape at 64 threads (one_sequence_threads): 41.43 us against 45.56 on the
     # 4k single prompt (85.6% of the same-size copy against 77.8%; session-2026-12-04b conv_sweep.log, graph time),
     # 42.94 against 45.55 in the eleventh session (session-2026-12-03d); at 8 sequences 64 threads lost both times
-    # (50.73 and 51.70 us against 45.58 and 46.34), so batches keep 128.
+    # (50.73 and 51.70 us against 45.58 and 46.34), so batches keep 128. With the start order of the thirty-eighth
+    # session, 64 threads led 2-8 prompts by 0.1-0.6 us in one H200 run and lost 16 and 64 prompts (0.4, 3.4 us;
+    # session-2026-12-06e s39c2): few_sequences=8 would take them; not registered before a second run.
     "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 128, "chunk": 64,
                                            "one_sequence_threads": 64}),),
     # The lanes program at a 40-register cap with the warp's own (token, frequency) table, the 2π-reduced
