@@ -6,8 +6,8 @@ count: the eight-prompt row is cu_seqlens-style with initial states read from th
 program); the one-prompt row is lengths-style without them (its own 64-thread program). Each row here
 changes one thing at a time: the sequence count (1 to 64, starts on chunk boundaries), the metadata style,
 the initial states, and starts off the 64-token chunk boundaries. Every row is checked against the CPU
-reference (float32 sums; the bf16 output within 1e-2 of 1 + |reference|, every final window bit for bit) and then timed in CUDA
-graphs beside a copy of the same bytes.
+reference (float32 sums; the bf16 output within 1e-2 of 1 + |reference|, every final window bit for bit) and
+then timed in CUDA graphs beside a copy of the same bytes.
 
     python3 conv_varlen_layouts.py [--rows layouts|positions] [--twin FIELD|FIELD=INT] [--json F]
 
@@ -69,7 +69,7 @@ POSITION_ROWS = {
 
 def twinned(key: ConvVarlenBuildKey, twin: str) -> ConvVarlenBuildKey:
     """``key`` with ``twin`` applied: ``FIELD`` flips a boolean field, ``FIELD=INT`` sets a field
-    (``threads=64``: a block-shape candidate; ``has_init=1``: a boolean set, not flipped); the
+    (``threads=64``, ``few_sequences=8``: block-shape candidates; ``has_init=1``: a boolean set, not flipped); the
     registered key where ``twin`` is empty."""
     if not twin:
         return key
