@@ -44,9 +44,10 @@ import sys
 import tarfile
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -127,6 +128,28 @@ def kernel_classes(module: ModuleType) -> dict[str, Any]:
 def kernel_for(kernel: Any, call: Any) -> Callable[..., Any]:
     """What ``kernel`` runs for ``call``: the function its entry builds, as the op would get it."""
     return kernel.entry_for(call).build()
+
+
+def baseline_mismatch(torch_call: Callable[..., Any], kernel_fn: Callable[..., Any], args: list[Any]) -> str | None:
+    """Why ``torch_call`` does not compute what ``kernel_fn`` computes on ``args``, or None: a race against a
+    different computation (or one that raises) says nothing. Each side runs on its own copy of the tensors,
+    since some kernels write an input (the fused add's residual); outputs compare within 1e-2 for 16-bit
+    dtypes and 1e-4 otherwise (both sides round once from float32 sums, in different orders)."""
+    def fresh() -> list[Any]:
+        return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+    want, got = kernel_fn(*fresh()), torch_call(*fresh())
+    wants = tuple(want) if isinstance(want, (tuple, list)) else (want,)
+    gots = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+    if len(wants) != len(gots):
+        return f"{len(gots)} outputs against the kernel's {len(wants)}"
+    for i, (w, g) in enumerate(zip(wants, gots)):
+        tol = 1e-2 if w.dtype in (torch.float16, torch.bfloat16) else 1e-4
+        try:
+            torch.testing.assert_close(g, w, rtol=tol, atol=tol)
+        except AssertionError as exc:
+            return f"output {i}: " + " ".join(str(exc).split())
+    return None
 
 
 # -- RGDR against a Hugging Face style torch loop ------------------------------------------------------------
@@ -276,11 +299,16 @@ def ssd_table(kernels: dict[str, dict[str, Any]], args: argparse.Namespace) -> l
 # -- every other op against its ref_api ----------------------------------------------------------------------
 
 
-def _sum(x: torch.Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None) -> torch.Tensor:
+def _torch_dtype(name: str | None) -> torch.dtype | None:
+    """A kernel's dtype argument (the spec's name of a dtype, as ops pass it to their kernels) as torch's."""
+    return None if name is None else getattr(torch, name)
+
+
+def _sum(x: torch.Tensor, dim: Any, keepdim: bool, dtype: str | None) -> torch.Tensor:
     if dim is None:
-        total = torch.sum(x, dtype=dtype)
+        total = torch.sum(x, dtype=_torch_dtype(dtype))
         return total.reshape((1,) * x.dim()) if keepdim else total
-    return torch.sum(x, dim, keepdim=keepdim, dtype=dtype)
+    return torch.sum(x, dim, keepdim=keepdim, dtype=_torch_dtype(dtype))
 
 
 def _silu_and_mul(x: torch.Tensor) -> torch.Tensor:
@@ -316,7 +344,7 @@ def _hf_gdn_gating(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
 TORCH_CALLS: dict[str, Callable[..., Any]] = {
     "RMSNormFwdOp": lambda x, w, shape, eps: F.rms_norm(x, shape, w, eps),
     "GroupNormFwdOp": lambda x, w, b, groups, eps: F.group_norm(x, groups, w, b, eps),
-    "SoftmaxFwdOp": lambda x, dim, dtype: torch.softmax(x, dim, dtype=dtype),
+    "SoftmaxFwdOp": lambda x, dim, dtype: torch.softmax(x, dim, dtype=_torch_dtype(dtype)),
     "SumFwdOp": _sum,
     "ReciprocalFwdOp": lambda x, out: torch.reciprocal(x) if out is None else torch.reciprocal(x, out=out),
     "SiluAndMulFwdOp": _silu_and_mul,
@@ -331,44 +359,67 @@ TORCH_CALLS: dict[str, Callable[..., Any]] = {
 }
 
 
-def ops_table(kernels: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[list[str]]:
+@dataclass
+class OpCase:
+    """One workload row and dtype case of an op in :data:`TORCH_CALLS`: the op, its call, and the kernel
+    launch the call makes (``launch.args`` is what the torch baseline gets too); ``skipped`` says why a row
+    too large for ``--max-mb`` has none of them."""
+
+    name: str
+    label: str
+    skipped: str = ""
+    op: Any = None
+    call_args: list[Any] = field(default_factory=list)
+    launch: Any = None
+
+
+def op_cases(ops: list[str], max_mb: float, first_only: bool) -> Iterator[OpCase]:
+    """Every workload row and dtype case of ``ops`` as the ops table races them (``first_only``: each op's
+    first case that fits)."""
     from tileops_core import load_manifest
     from tileops_core.bench.baselines import capture_launches
     from tileops_core.bench.workloads import dtype_cases, instantiate
     from tileops_core.plugins import ensure_plugins_loaded
 
     ensure_plugins_loaded()  # before the first plan: loading bumps the registry generation plans key on
-    rows = []
     manifest = load_manifest()
-    for name in TORCH_CALLS:
-        if args.op and name not in args.op:
-            continue
+    for name in ops:
         spec = manifest[name]
         op_cls = getattr(importlib.import_module(spec.source["op"]), name)
-        for row in spec.workloads:
-            for case in dtype_cases(row):
-                meta = instantiate(spec, row, case, meta_only=True)
-                size = sum(m.numel() * m.itemsize for m in meta.inputs.values())
-                label = f"{name.removesuffix('FwdOp')} {meta.name.split('-', 1)[-1]}"
-                if size > args.max_mb * 2**20:
-                    rows.append([label, f"skipped: {size / 2**20:.0f} MB of inputs > --max-mb"])
-                    continue
-                inst = instantiate(spec, row, case, rng=torch.Generator().manual_seed(2))
-                op = op_cls(**inst.op_kwargs)
-                call_args = inst.call_args(spec)
-                op(*call_args)
-                (launch,) = capture_launches(op, call_args)
-                a = launch.args
-                candidates = {"torch": lambda a=a: TORCH_CALLS[name](*a)}
-                for kname, classes in kernels.items():
-                    candidates[kname] = lambda fn=kernel_for(classes[name], launch.call), a=a: fn(*a)
-                candidates["op"] = lambda: op(*call_args)
-                rows.append([label] + _figures(race(candidates, args.rounds, args.sample_s, args.budget_s),
-                                               kernels, with_op=True))
-                if args.quick:
-                    break
-            if args.quick:
+        for row, case in ((row, case) for row in spec.workloads for case in dtype_cases(row)):
+            meta = instantiate(spec, row, case, meta_only=True)
+            size = sum(m.numel() * m.itemsize for m in meta.inputs.values())
+            label = f"{name.removesuffix('FwdOp')} {meta.name.split('-', 1)[-1]}"
+            if size > max_mb * 2**20:
+                yield OpCase(name, label, skipped=f"skipped: {size / 2**20:.0f} MB of inputs > --max-mb")
+                continue
+            inst = instantiate(spec, row, case, rng=torch.Generator().manual_seed(2))
+            op = op_cls(**inst.op_kwargs)
+            call_args = inst.call_args(spec)
+            op(*call_args)
+            (launch,) = capture_launches(op, call_args)
+            yield OpCase(name, label, op=op, call_args=call_args, launch=launch)
+            if first_only:
                 break
+
+
+def ops_table(kernels: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[list[str]]:
+    rows = []
+    for c in op_cases([n for n in TORCH_CALLS if not args.op or n in args.op], args.max_mb, args.quick):
+        if c.skipped:
+            rows.append([c.label, c.skipped])
+            continue
+        a, name = c.launch.args, c.name
+        why = baseline_mismatch(TORCH_CALLS[name], kernel_for(kernels["after"][name], c.launch.call), list(a))
+        if why is not None:
+            rows.append([c.label, f"not timed: the torch baseline differs from the reference kernel ({why})"])
+            continue
+        candidates = {"torch": lambda a=a: TORCH_CALLS[name](*a)}
+        for kname, classes in kernels.items():
+            candidates[kname] = lambda fn=kernel_for(classes[name], c.launch.call), a=a: fn(*a)
+        candidates["op"] = lambda: c.op(*c.call_args)
+        rows.append([c.label] + _figures(race(candidates, args.rounds, args.sample_s, args.budget_s),
+                                         kernels, with_op=True))
     return rows
 
 
