@@ -454,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only this op in the ops table (repeatable)")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved samples per candidate; the median is shown")
     parser.add_argument("--sample-ms", type=float, default=20.0, help="length of one sample (a loop of calls)")
-    parser.add_argument("--budget-s", type=float, default=20.0, help="stop sampling a row after this long (>= 3 rounds)")
+    parser.add_argument("--budget-s", type=float, default=20.0,
+                        help="stop sampling a row after this long (>= 3 rounds)")
     parser.add_argument("--max-mb", type=float, default=64.0, help="skip op rows with more input bytes than this")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, the same for every candidate")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
@@ -475,13 +476,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.before:
             kernels = {"before": kernel_classes(kernels_of_revision(args.before, Path(tmp))), **kernels}
         names = list(kernels)
-        print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.clock} clock; median µs per call of "
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.clock} clock; "
+              f"median µs per call of "
               f"{args.rounds} interleaved samples; ratio = torch / candidate (> 1: faster than torch)"
               + (f"; before = {args.before}" if args.before else ""))
         cols = [c for n in names for c in (f"{n} µs", f"{n} ×")]
         tables = args.only or ["rgdr", "conv", "ssd", "ops"]
         if "rgdr" in tables:
-            _print_table("RecurrentGatedDeltaRule: reference kernel vs HF-style torch loop (bf16 in, fp32 state, g, l2norm)",
+            _print_table("RecurrentGatedDeltaRule: reference kernel vs HF-style torch loop "
+                         "(bf16 in, fp32 state, g, l2norm)",
                          ["row", "HF µs"] + cols, rgdr_table(kernels, args))
         if "conv" in tables:
             _print_table("CausalConv1dUpdate: reference kernel vs HF's torch causal_conv1d_update (decode, SiLU, bias)",
