@@ -43,7 +43,8 @@ ROWS = {
     "8 x 512, lengths, init": ([512] * 8, "lengths", True),
     "8 x 512, lengths, no init": ([512] * 8, "lengths", False),
     # The no-init rows' work through the initial-state program: every flag False, as vLLM passes fresh prompts
-    # (the no-init batches read 72-74% of the copy on the H200 where this program reads 83-87% with flags set).
+    # (the no-init program read 72-74% of the copy on the H200 where this one reads 83-87%; since the
+    # thirty-ninth session the no-init rows above run this program too: conv1d.batch_key).
     "8 x 512, cu_seqlens, init key, every flag False": ([512] * 8, "cu_seqlens", True, "fresh"),
     "8 x ~512 off the chunk boundaries, cu_seqlens, init": ([509, 515, 507, 517, 505, 519, 503, 521], "cu_seqlens",
                                                              True),
