@@ -410,13 +410,14 @@ def ops_table(kernels: dict[str, dict[str, Any]], args: argparse.Namespace) -> l
             rows.append([c.label, c.skipped])
             continue
         a, name = c.launch.args, c.name
-        why = baseline_mismatch(TORCH_CALLS[name], kernel_for(kernels["after"][name], c.launch.call), list(a))
+        fns = {kname: kernel_for(classes[name], c.launch.call) for kname, classes in kernels.items()}
+        why = baseline_mismatch(TORCH_CALLS[name], fns["after"], list(a))
         if why is not None:
             rows.append([c.label, f"not timed: the torch baseline differs from the reference kernel ({why})"])
             continue
         candidates = {"torch": lambda a=a: TORCH_CALLS[name](*a)}
-        for kname, classes in kernels.items():
-            candidates[kname] = lambda fn=kernel_for(classes[name], c.launch.call), a=a: fn(*a)
+        for kname, fn in fns.items():
+            candidates[kname] = lambda fn=fn, a=a: fn(*a)
         candidates["op"] = lambda: c.op(*c.call_args)
         rows.append([c.label] + _figures(race(candidates, args.rounds, args.sample_s, args.budget_s),
                                          kernels, with_op=True))

@@ -41,7 +41,12 @@ def cases():
 
 @pytest.fixture(scope="module")
 def first_cases(cases):
-    return {c.name: c for c in reversed(cases) if not c.skipped}
+    """Each op's first checked case."""
+    firsts: dict = {}
+    for c in cases:
+        if not c.skipped:
+            firsts.setdefault(c.name, c)
+    return firsts
 
 
 @pytest.fixture(scope="module")

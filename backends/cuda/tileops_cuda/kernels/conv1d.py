@@ -250,12 +250,17 @@ def with_start_order(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey:
     return replace(key, end_rows_first=True, unrolled_starts=True)
 
 
+def _has_narrow_program(key: ConvVarlenBuildKey) -> bool:
+    """Whether ``one_sequence_threads`` names a program apart from the batch program's."""
+    return bool(key.one_sequence_threads) and key.one_sequence_threads != key.threads
+
+
 def one_sequence_key(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey | None:
     """The key of the program a one-sequence call of ``key`` runs, or None where it runs ``key``'s.
     Without initial states its one start is token 0 with no slot read before it, and either start
     field cost the 4k prompt 40.1-40.6 -> 47.8-48.4 us on the H200 (88% -> 73% of the copy): that
     program runs its start plainly."""
-    if not key.one_sequence_threads or key.one_sequence_threads == key.threads:
+    if not _has_narrow_program(key):
         return None
     return replace(key, threads=key.one_sequence_threads, one_sequence_threads=0, few_sequences=1,
                    end_rows_first=key.end_rows_first and key.has_init,
@@ -279,7 +284,7 @@ def few_sequences_key(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey | None:
     """The key of the program a call of 2 to ``few_sequences`` sequences runs, or None where the batch
     program serves it: ``batch_key``'s program (its start order, initial states read) at
     ``one_sequence_threads``."""
-    if key.few_sequences < 2 or not key.one_sequence_threads or key.one_sequence_threads == key.threads:
+    if key.few_sequences < 2 or not _has_narrow_program(key):
         return None
     return replace(batch_key(key), threads=key.one_sequence_threads, one_sequence_threads=0, few_sequences=1)
 
