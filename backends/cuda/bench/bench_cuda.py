@@ -218,7 +218,11 @@ def bench_rgdr(copy_gbps: float, fla_fn, gen, heads, batches, tbs, states, tilin
                                 row["fla_error"] = f"{type(exc).__name__}: {exc}"[:300]
                                 fcalls = None
                         us = time_graph(calls, warmup_ms=RGDR_WARMUP_MS)
-                        row.update(us=us, bytes=foot, GBps=foot / (us * 1e-6) / 1e9, nsets=nsets)
+                        # the measure before the fortieth session (the graph of the sets alone, each replay's
+                        # start gap carried by its nsets calls), kept beside the row for a session or two
+                        us_per_replay = time_graph(calls, per_replay=True)
+                        row.update(us=us, bytes=foot, GBps=foot / (us * 1e-6) / 1e9, nsets=nsets,
+                                   us_per_replay=us_per_replay)
                         row["frac_copy"] = row["GBps"] / copy_gbps
                         if tb in RESULTS.get("fan", {}):
                             row["frac_fan"] = row["GBps"] / RESULTS["fan"][tb]["GBps"]
@@ -488,7 +492,8 @@ def table() -> str:
         ip = RESULTS["in_place"]["GBps"]
         lines.append(f"in-place copy, each element written back to its own address (a T_b=1 row's traffic): {ip:.0f} GB/s "
                      f"({100 * ip / cp:.1f}% of the copy ceiling)")
-    lines.append("RGDR  NK/NV state  B  Tb |   us    GB/s  %copy  %fan |  FLA us  x-vs-FLA | ok  state_err  (ref32)   out_err (ref32)")
+    lines.append("RGDR  NK/NV state  B  Tb |   us    GB/s  %copy  %fan |  FLA us  x-vs-FLA | ok  state_err  (ref32)   "
+                 "out_err (ref32) | us a replay alone (graph of nsets calls)")
     for r in RESULTS["rgdr"]:
         if "us" not in r:
             lines.append(f"      {r['NK']}/{r['NV']} {r['state'][:4]} {r['B']:>3} {r['Tb']} | ERROR {r.get('error', '')[:80]}")
@@ -497,7 +502,8 @@ def table() -> str:
             f"      {r['NK']:>2}/{r['NV']:<2} {r['state'][:4]} {r['B']:>3} {r['Tb']} | {r['us']:7.1f} {r['GBps']:6.0f} "
             f"{100 * r['frac_copy']:5.1f} {100 * r.get('frac_fan', float('nan')):5.1f} | {r.get('fla_us', float('nan')):7.1f} {r.get('speedup_vs_fla', float('nan')):6.2f} | "
             f"{'Y' if r.get('ok') else 'N'} {r.get('state_err', float('nan')):9.2e} ({r.get('state_err_ref32', float('nan')):.1e}) "
-            f"{r.get('out_err', float('nan')):8.2e} ({r.get('out_err_ref32', float('nan')):.1e})"
+            f"{r.get('out_err', float('nan')):8.2e} ({r.get('out_err_ref32', float('nan')):.1e}) | "
+            f"{r.get('us_per_replay', float('nan')):7.1f} ({r.get('nsets', 0)})"
         )
     for r in RESULTS["rgdr"]:
         if "host_us" in r:

@@ -3,6 +3,7 @@ RGDR workload rows' keys, byte counts and input sets (see bench_cuda.py)."""
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -18,7 +19,7 @@ for _p in (str(_BACKENDS / "cuda"), str(_BACKENDS / "cpu_ref")):
 from tileops_cuda.kernels.rgdr import RGDRBuildKey  # noqa: E402
 from tileops_cuda.testing import rgdr_case  # noqa: E402
 
-__all__ = ["L2_BYTES", "RESULTS", "RGDR_WARMUP_MS", "ROTATE_BYTES", "calls_on", "captured", "fla_bytes",
+__all__ = ["GRAPH_MIN_US", "L2_BYTES", "RESULTS", "RGDR_WARMUP_MS", "ROTATE_BYTES", "calls_on", "captured", "fla_bytes",
            "graph_bench_start", "host_overhead", "log", "replay_times", "rgdr_bytes", "rgdr_calls", "rgdr_key",
            "report_rows", "rgdr_check_cases", "same_size_copy", "time_graph", "warm_up"]
 
@@ -92,16 +93,33 @@ def warm_up(g: torch.cuda.CUDAGraph, warmup_ms: float) -> float:
 RGDR_WARMUP_MS = 200.0
 
 
-def time_graph(calls, target_ms: float = 40.0, max_replays: int = 200, warmup_ms: float = 0.0) -> float:
-    """Median device time per call (µs): one CUDA graph holds all ``calls`` (one per input
-    set); replayed many times, each replay timed with events. ``warmup_ms`` of untimed replays
-    come first: a large RGDR row run right after ``check_rgdr`` stays about 10% slower for its
-    first 40-50 ms of replays on the H200, on the same data and pool as the fast replays after
-    (``rgdr_history.py``, session 33), so the rows the bench checks first warm up."""
+#: Device time one timed graph covers at least (µs). Each replay is timed between two events, and the stream idles
+#: from the start event until the graph's first kernel (the host still launching the graph): a gap of some
+#: microseconds in every replay (``graph_gap.py``). A graph of one 80 µs call carried all of it, one of eight
+#: calls an eighth, so rows and the copies they are a % of differed by the gap's share, not by their kernels.
+#: Repeating the calls until the graph covers this long makes the gap's share under 1% for every row alike.
+GRAPH_MIN_US = 1000.0
+
+
+def time_graph(calls, target_ms: float = 40.0, max_replays: int = 200, warmup_ms: float = 0.0,
+               per_replay: bool = False) -> float:
+    """Median device time per call (µs): one CUDA graph holds all ``calls`` (one per input set),
+    repeated in order until the graph covers ``GRAPH_MIN_US`` (a call is revisited only after every
+    other set); replayed many times, each replay timed with events. ``per_replay``: the graph holds
+    ``calls`` once (the measure until the fortieth session, which carries the replay's start gap
+    divided by ``len(calls)``). ``warmup_ms`` of untimed replays come first: a large RGDR row run
+    right after ``check_rgdr`` stays about 10% slower for its first 40-50 ms of replays on the H200,
+    on the same data and pool as the fast replays after (``rgdr_history.py``, session 33), so the
+    rows the bench checks first warm up."""
     g = captured(calls)
     est = warm_up(g, warmup_ms)
+    repeat = 1 if per_replay else min(64, max(1, math.ceil(GRAPH_MIN_US / (est * 1e3))))
+    if repeat > 1:
+        del g
+        g = captured(list(calls) * repeat)
+        est *= repeat
     n = int(max(10, min(max_replays, target_ms / est)))
-    times = replay_times(g, n, len(calls))
+    times = replay_times(g, n, len(calls) * repeat)
     del g
     return statistics.median(times)
 
@@ -155,10 +173,12 @@ def rgdr_check_cases(key, gen, decode: int = 33):
         yield rgdr_case(key, lengths, device="cuda", generator=gen, padding=0.1, pad_first_of=1)
 
 
-def same_size_copy(moved: int) -> float:
+def same_size_copy(moved: int, calls: int | None = None) -> float:
     """Graph µs of a copy moving ``moved`` bytes (half read, half written), rotated over buffers: the
-    baseline an experiment's row is a % of."""
-    n = max(1, min(64, -(-ROTATE_BYTES // moved)))
+    baseline an experiment's row is a % of. ``calls``: the copies one graph holds (default: enough
+    buffers to touch ``ROTATE_BYTES``); give the row's own count, since each replay's per-call time
+    carries the replay's start gap divided by its calls (``graph_gap.py``)."""
+    n = calls or max(1, min(64, -(-ROTATE_BYTES // moved)))
     srcs = [torch.randn(max(1, moved // 4), device="cuda").to(torch.bfloat16) for _ in range(n)]
     dsts = [torch.empty_like(a) for a in srcs]
     us = time_graph([lambda a=a, b=b: torch.mul(a, 1, out=b) for a, b in zip(srcs, dsts)])

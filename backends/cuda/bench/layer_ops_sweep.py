@@ -45,6 +45,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import math
 import os
 import re
 import statistics
@@ -64,7 +65,7 @@ for _p in (_ROOT / "backends" / "cuda", _ROOT / "backends" / "cpu_ref", _ROOT / 
         sys.path.insert(0, str(_p))
 
 from catalogue_references import REFERENCES, TOLERANCE, relative_error  # noqa: E402
-from cuda_bench_common import captured, replay_times, warm_up  # noqa: E402
+from cuda_bench_common import time_graph  # noqa: E402
 
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
 from tileops_cuda.kernels.block_shapes import block_shape_of  # noqa: E402
@@ -352,16 +353,13 @@ def rotations(nbytes: float) -> int:
 
 def graph_us(sets: list, fn: Callable[..., Any], replays: int = 20, warmup_ms: float = 0.0) -> float:
     """Per-call time as ``tileops bench`` measures it: one CUDA graph of back-to-back calls
-    ``fn(*args)``, one per argument set of ``sets``, replayed after ``warmup_ms`` of untimed replays
-    (``--warmup-ms``: a large RGDR row reads 10% slow for its first 40-50 ms of replays after a check,
-    ``rgdr_history.py``; a sweep at 0 and at 200 says whether these rows have such a phase); the
-    median per call."""
-    graph = captured([lambda args=args: fn(*args) for args in sets])
-    if warmup_ms > 0:
-        warm_up(graph, warmup_ms)
-    times = replay_times(graph, replays, len(sets))
-    del graph
-    return statistics.median(times)
+    ``fn(*args)``, one per argument set of ``sets``, repeated until the graph covers
+    ``cuda_bench_common.GRAPH_MIN_US`` (so a replay's start gap is under 1% of it), replayed after
+    ``warmup_ms`` of untimed replays (``--warmup-ms``: a large RGDR row reads 10% slow for its first
+    40-50 ms of replays after a check, ``rgdr_history.py``; a sweep at 0 and at 200 says whether these
+    rows have such a phase); the median per call over ``replays`` replays."""
+    return time_graph([lambda args=args: fn(*args) for args in sets], target_ms=math.inf, max_replays=replays,
+                      warmup_ms=warmup_ms)
 
 
 class Copies:

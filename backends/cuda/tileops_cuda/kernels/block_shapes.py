@@ -48,7 +48,9 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # 42.94 against 45.55 in the eleventh session (session-2026-12-03d); at 8 sequences 64 threads lost both times
     # (50.73 and 51.70 us against 45.58 and 46.34), so batches keep 128. With the start order of the thirty-eighth
     # session, 64 threads led 2-8 prompts by 0.1-0.6 us in one H200 run and lost 16 and 64 prompts (0.4, 3.4 us;
-    # session-2026-12-06e s39c2): few_sequences=8 would take them; not registered before a second run.
+    # session-2026-12-06e s39c2). few_sequences=8 (that program for 2-8 prompts only) in two more H200 runs
+    # (session-2026-12-06f s40b, s40c): the 8-prompt row 42.59 -> 42.79 and 42.61 -> 42.34 us, the 2-4 prompt rows
+    # split too (0.2-0.6 us either way): no lead in both runs, so not registered.
     "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 128, "chunk": 64,
                                            "one_sequence_threads": 64}),),
     # The lanes program at a 40-register cap with the warp's own (token, frequency) table, the 2π-reduced

@@ -105,8 +105,9 @@ class ConvVarlenBuildKey:
     #: The most sequences a call may hold for the ``one_sequence_threads`` shape to serve it too (1:
     #: one-sequence calls only): a batch of 2 to ``few_sequences`` runs ``few_sequences_key``'s
     #: program, the batch program at those threads. With the start order of the thirty-eighth session
-    #: the 64-thread shape led the 2-8 prompt rows by 0.1-0.6 us and lost 16 and 64 prompts (one H200
-    #: run, session-2026-12-06e s39c2); a host shape, no sync.
+    #: the 64-thread shape lost 16 and 64 prompts and was 0.25-0.4 us faster on the 2-8 prompt rows on
+    #: average over three H200 runs (19 of 24 row comparisons), but not on the 8-prompt row in every run
+    #: (sessions 2026-12-06e s39c2, 2026-12-06f s40b/s40c): not registered. A host shape, no sync.
     few_sequences: int = 1
     #: A start's final-window rows of ``x`` (its sequence's last ``W - 1``) loaded before its slot,
     #: so that they travel beside the slot read and the pool read that depends on it instead of
