@@ -149,10 +149,9 @@ def main() -> None:
         if isinstance(built, BaseException):
             print(f"build failed {way}: {built!r}"[:400], flush=True)
     moved = 2 * T * D * 2  # x read, out written (the windows are noise beside them)
-    # The copy rotates over as many buffers as the rows over input sets. Until the fortieth session it held 2 calls a
-    # graph against the rows' 8, so the rows carried an eighth of a replay's start gap and the copy half of it
-    # (graph_gap.py); time_graph now fills every graph to GRAPH_MIN_US.
-    copy_us = same_size_copy(moved, calls=SETS)
+    # Until the fortieth session the copy's graph held 2 calls against the rows' 8, so the rows carried an eighth of
+    # a replay's start gap and the copy half of it (graph_gap.py); time_graph now fills every graph to GRAPH_MIN_US.
+    copy_us = same_size_copy(moved)
     print(f"same-size copy ({moved / 2**20:.0f} MiB moved): {copy_us:.2f} us", flush=True)
     results = []
     for label, (lengths, style, init, *variant) in rows.items():

@@ -173,12 +173,10 @@ def rgdr_check_cases(key, gen, decode: int = 33):
         yield rgdr_case(key, lengths, device="cuda", generator=gen, padding=0.1, pad_first_of=1)
 
 
-def same_size_copy(moved: int, calls: int | None = None) -> float:
+def same_size_copy(moved: int) -> float:
     """Graph µs of a copy moving ``moved`` bytes (half read, half written), rotated over buffers: the
-    baseline an experiment's row is a % of. ``calls``: the copies one graph holds (default: enough
-    buffers to touch ``ROTATE_BYTES``); give the row's own count, since each replay's per-call time
-    carries the replay's start gap divided by its calls (``graph_gap.py``)."""
-    n = calls or max(1, min(64, -(-ROTATE_BYTES // moved)))
+    baseline an experiment's row is a % of."""
+    n = max(1, min(64, -(-ROTATE_BYTES // moved)))
     srcs = [torch.randn(max(1, moved // 4), device="cuda").to(torch.bfloat16) for _ in range(n)]
     dsts = [torch.empty_like(a) for a in srcs]
     us = time_graph([lambda a=a, b=b: torch.mul(a, 1, out=b) for a, b in zip(srcs, dsts)])

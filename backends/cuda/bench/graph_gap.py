@@ -4,10 +4,11 @@ Every graph-timed row here is ``(replay time) / (calls in the graph)``, each rep
 (``cuda_bench_common.replay_times``). If the stream sits idle between the start event and the graph's first
 kernel (the host still launching the graph), that gap is in every replay, and a row's per-call time carries
 ``gap / calls``. A row and the copy it is a % of then differ by more than their kernels when they hold different
-numbers of calls (``conv_varlen_layouts.py``: 8 input sets against the copy's 2). This script measures the gap:
-the same copy of each size in graphs of 1, 2, 4, 8 and 16 calls (distinct buffers), each replay timed alone,
-and again as groups of back-to-back replays between two events (the host launches ahead, so the stream
-never waits), and by ``time_graph``, which repeats the calls until the graph covers ``GRAPH_MIN_US``.
+numbers of calls (``conv_varlen_layouts.py`` until the fortieth session: 8 input sets against the copy's 2).
+This script measures the gap: the same copy of each size in graphs of 1, 2, 4, 8 and 16 calls (distinct
+buffers), each replay timed alone, and again as groups of back-to-back replays between two events (the host
+launches ahead, so the stream never waits), and by ``time_graph``, which repeats the calls until the graph
+covers ``GRAPH_MIN_US``.
 ``t(n) = k + gap / n`` fits the first; the other two should show no ``1 / n`` term.
 
     python3 graph_gap.py [--sizes-mb 33.6,135,268]     (in backends/cuda/bench, the project installed)
