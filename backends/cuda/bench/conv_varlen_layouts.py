@@ -54,7 +54,8 @@ ROWS = {
     "64 x 64, cu_seqlens, init": ([64] * 64, "cu_seqlens", True),
 }
 
-#: The same form: one extra start moved through the grid (64-token chunks; chunk 32 is the middle).
+#: The same form: one extra start moved through the grid (the labels count 64-token chunks, the registered chunk
+#: until the forty-first session; 16 since: chunk 32 of the labels is chunk 128).
 POSITION_ROWS = {
     "1 x 4096, cu_seqlens, init": ([4096], "cu_seqlens", True),
     "1 x 4096, cu_seqlens, no init": ([4096], "cu_seqlens", False),

@@ -106,18 +106,20 @@ def _norm_candidates() -> list[dict[str, Any]]:
 
 
 def _conv_varlen_candidates() -> list[dict[str, Any]]:
-    """Varlen shapes beside the registered one (128 threads x chunk 64 x 4-row groups, one group
-    ahead in registers, 128 registers: 76-78% of the same-size copy on both 4k rows, one wave at
-    25% occupancy by ncu). Rings of asynchronous row copies, explicit 128-bit stores and tighter
-    register bounds measured no better (tenth session, NOTES.md) and were dropped, as were 8- and
-    4-byte vectors a thread (slower on both rows: results/session-2026-12-03d/conv_sweep.log);
-    these vary the threads. First the registered shape without TileLang's bounds checks
-    (``unchecked_index``; helper unchecked-kernels, NOTES "Unchecked accesses in the memory-bound
-    kernels": 2352 -> 1480 static SASS instructions, the group loop 1845 -> 1011, at 4k 8 sequences).
-    The first is the registered key with the plain start order (``with_start_order``; the sweep's base
-    has every block-shape field at its default); ``plan_sweep`` times the registered key as a
-    programmatic dependent too, as it ran from the launch policy until the thirty-eighth session."""
-    return [{"one_sequence_threads": 64}, {"unchecked_index": True}, {"threads": 256}, {"threads": 64}]
+    """Varlen shapes beside the registered one (128 threads x chunk 16 x 4-row groups, one group
+    ahead in registers, 128 registers; chunk 64 until the forty-first session: a 4k call was then one
+    wave streaming all of ``x`` at once, 78-81% of the same-size copy on an H100, 83-87% at chunk 16;
+    NOTES.md). Rings of asynchronous row copies, explicit 128-bit stores and tighter register bounds
+    measured no better (tenth session) and were dropped, as were 8- and 4-byte vectors a thread
+    (slower on both rows: results/session-2026-12-03d/conv_sweep.log); these vary the chunk and the
+    threads. First the registered shape without TileLang's bounds checks (``unchecked_index``; helper
+    unchecked-kernels, NOTES "Unchecked accesses in the memory-bound kernels": 2352 -> 1480 static SASS
+    instructions, the group loop 1845 -> 1011, at 4k 8 sequences). The first is the registered key with
+    the plain start order (``with_start_order``; the sweep's base has every block-shape field at its
+    default); ``plan_sweep`` times the registered key as a programmatic dependent too, as it ran from
+    the launch policy until the thirty-eighth session."""
+    return [{"one_sequence_threads": 64}, {"unchecked_index": True}, {"chunk": 32}, {"chunk": 64}, {"threads": 256},
+            {"threads": 64}]
 
 #: The registered decode-conv shape (block_shapes.py): without TileLang's bounds checks (registered), and that
 #: launched as a programmatic dependent (``dependent_launch``, seventeenth session: the launch and block

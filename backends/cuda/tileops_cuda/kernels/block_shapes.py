@@ -51,7 +51,14 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # session-2026-12-06e s39c2). few_sequences=8 (that program for 2-8 prompts only) in two more H200 runs
     # (session-2026-12-06f s40b, s40c): the 8-prompt row 42.59 -> 42.79 and 42.61 -> 42.34 us, the 2-4 prompt rows
     # split too (0.2-0.6 us either way): no lead in both runs, so not registered.
-    "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 128, "chunk": 64,
+    # Chunks of 16 tokens since the forty-first session (session-2026-12-06g, H100, graph time): a 4k call at chunk 64
+    # is one wave of 512 programs streaming the whole of x at once, and that structure alone, with no convolution,
+    # reads at 91% of the same-size copy where 16-token chunks (several waves) read at 96-99% (conv_structure.py,
+    # s41c-s41f). The program itself, chunk 16 against 64 in one run on every convlayouts row (s41g): 1 prompt 86.9%
+    # against 81.5%, 2-8 prompts 83.5-84.8% against 78.9-81.0%, 16 prompts 81.7 against 78.5, 64 prompts 77.5 against
+    # 77.1; and in another run (s41f) 86.8 / 83.8% against 81.8 / 78.9% (chunk 32: 86.9 / 83.0%; chunk 8: 78.2 /
+    # 71.4%). The sixth session's H200 sweep had found longer chunks faster, for the program of then.
+    "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 128, "chunk": 16,
                                            "one_sequence_threads": 64}),),
     # The lanes program at a 40-register cap with the warp's own (token, frequency) table, the 2π-reduced
     # hardware sincos, the rotation partners as one vector and the rotation in 16-bit instructions: the fastest

@@ -90,11 +90,12 @@ class ConvVarlenBuildKey:
     #: Threads per program (each owns one 16-byte vector of channels), ``chunk`` tokens a program
     #: loaded ``tokens`` rows at a time while the previous rows are computed, and a cap on
     #: registers per thread (0 = none): sweep parameters (``bench/layer_ops_sweep.py``); these
-    #: defaults are the H200's best at 4k tokens in 8 sequences (kernels/block_shapes.py).
+    #: defaults are the registered shape (kernels/block_shapes.py). Short chunks make a 4k call several
+    #: waves of programs rather than one wave streaming all of ``x`` at once (forty-first session).
     threads: int = 128
     tokens: int = 4
     registers: int = 128
-    chunk: int = 64
+    chunk: int = 16
     #: As ``ConvUpdateBuildKey.unchecked_index`` and ``ConvUpdateBuildKey.dependent_launch``.
     unchecked_index: bool = False
     dependent_launch: bool = False
