@@ -122,6 +122,11 @@ class ConvVarlenBuildKey:
     #: call on an H100 (padding slots, NOTES.md, thirty-seventh session). The same bits; registered
     #: with ``end_rows_first`` (``with_start_order``, thirty-eighth session).
     unrolled_starts: bool = False
+    #: The chunk's second group of rows loaded with the first, before the search, where the plain
+    #: program issues it only after the search's last barrier: at 16-token chunks (four groups) a
+    #: program's search is a large part of its life, and the second group's latency then overlaps it
+    #: too (forty-first session; not yet measured). The same bits. Chunks of one group ignore it.
+    early_next_group: bool = False
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:

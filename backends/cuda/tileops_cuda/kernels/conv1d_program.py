@@ -326,7 +326,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     nothing in flight while it computes and stores; on the H200 such a tiled program reached
     60-61% of the same-size copy at 4k tokens where this one reaches 67-77% (backends/cuda/
     NOTES.md, sixth session of 2026-12-02). Here a program runs ``chunk`` tokens in groups of ``tokens``: group
-    ``g + 1``'s rows are loaded (16 bytes a thread a row) while group ``g`` is computed, the
+    ``g + 1``'s rows are loaded (16 bytes a thread a row) while group ``g`` is computed (``early_next_group``:
+    group 1's with group 0's, before the search), the
     window before the current token rolls in float32 registers, so the only re-read is
     ``W - 1`` rows a chunk, and the search runs once a chunk.
 
@@ -454,6 +455,19 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                 token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, xe, accv, ov,
                       xt, 0, g * G + i, t0 + g * G + i, c0, True)
 
+    early = key.early_next_group and NG > 1
+
+    @T.macro
+    def load_group(x, xn, t0, g, c0):
+        """Group ``g``'s rows of the chunk at ``t0`` into ``xn`` (zeros past T)."""
+        for i in T.unroll(G):
+            if t0 + g * G + i < Tn:
+                for e in T.vectorized(VC):
+                    xn[i * VC + e] = x[t0 + g * G + i, c0 + e]
+            else:
+                for e in T.vectorized(VC):
+                    xn[i * VC + e] = T.cast(0, dt)
+
     @T.prim_func
     def conv_varlen(
         x: T.StridedTensor((Tn, D), (XS, 1), dt),
@@ -494,6 +508,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             xt = T.alloc_local((VC,), dt)  # the current row on a group's slow path
             accv = T.alloc_local((VC,), f32)
             ov = T.alloc_local((VC,), dt)
+            if early:
+                xn = T.alloc_local((G * VC,), dt)  # the next group's rows, in flight during this group
             # -- loads that need no metadata first: taps, the window rows before the chunk, the
             # first group; in flight during the search ------------------------------------------
             if c0 < D:
@@ -514,6 +530,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                     else:
                         for e in T.vectorized(VC):
                             xs[i * VC + e] = T.cast(0, dt)
+                if early:  # the second group too (ConvVarlenBuildKey.early_next_group): it needs no metadata
+                    load_group(x, xn, t0, 1, c0)
             # -- each token's role (see the docstring), one binary search a token over the prefix
             # sums as the spec reads them, cummax(clip(cu_seqlens)) (its first TH entries in shared
             # memory; lengths-style metadata of fewer than TH sequences is turned into them here,
@@ -556,16 +574,11 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             if c0 < D:
                 for q in T.unroll(VC * W):
                     wf[q] = T.cast(wv[q], f32)
-                xn = T.alloc_local((G * VC,), dt)  # the next group's rows, in flight during this group
+                if not early:
+                    xn = T.alloc_local((G * VC,), dt)  # the next group's rows, in flight during this group
                 for g in T.serial(NG + 1):  # the chunk's groups, then its head tokens past the end
-                    if g + 1 < NG:
-                        for i in T.unroll(G):
-                            if t0 + (g + 1) * G + i < Tn:
-                                for e in T.vectorized(VC):
-                                    xn[i * VC + e] = x[t0 + (g + 1) * G + i, c0 + e]
-                            else:
-                                for e in T.vectorized(VC):
-                                    xn[i * VC + e] = T.cast(0, dt)
+                    if g + 1 < NG and (not early or g > 0):  # (early: group 1's rows are in flight already)
+                        load_group(x, xn, t0, g + 1, c0)
                     elif g + 1 == NG:
                         for i in T.unroll(G):
                             if i < E and code[C + i] >= 0:
