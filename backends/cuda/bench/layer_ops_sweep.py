@@ -192,16 +192,21 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
                        (512, 4), (64, 8), (1024, 1))),
         *({"threads": t, "vectors": v, "fast_math": True}
           for t, v in ((256, 2), (128, 1), (128, 4), (128, 8), (256, 8), (512, 1)))]),
-    # Update: B = 256 is 2056 programs of 128 threads, 2.6 waves at 76-79 registers (ncu: latency-bound). One
+    # Update: B = 256 is 2056 programs of 128 threads, 2.6 waves at 76-84 registers (ncu: latency-bound). One
     # wave needs 32 registers (ptxas for sm_90a: 88 bytes spilled; 40 registers, 12 programs an SM: 48 bytes).
     # Several sequences a program, their loads issued together, measured 2-30% slower (tenth session, NOTES).
     # The windows through shared memory as the block's consecutive vectors, and 8-byte vectors a thread,
     # measured no faster (results/session-2026-12-03d/conv_sweep.log) and were deleted.
     # First the registered shape without TileLang's bounds checks (``unchecked_index``: 80 -> 74 registers,
     # 4 of the token loop's guards gone; NOTES "Unchecked accesses in the memory-bound kernels").
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [_CONV_DEPENDENT, _CONV_UNCHECKED, {"threads": 64},
+    # The registered shape at 64 registers (ptxas: no spill; 8 programs an SM, 1.95 waves instead of 2.6 at 84):
+    # the varlen conv read 92% of the copy as one wave of streaming programs and 95-100% as about two, and
+    # 88.8% at 1.3 (conv_structure.py, forty-first session, H100).
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [_CONV_DEPENDENT, _CONV_UNCHECKED,
+                                                    {**_CONV_DEPENDENT, "registers": 64}, {"threads": 64},
                                                     {"threads": 64, "registers": 0}, {"registers": 40}]),
-    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [_CONV_DEPENDENT, _CONV_UNCHECKED, {"threads": 64},
+    ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [_CONV_DEPENDENT, _CONV_UNCHECKED,
+                                                        {**_CONV_DEPENDENT, "registers": 64}, {"threads": 64},
                                                         {"registers": 0}]),
     # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, the next group in flight.
     ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq", _conv_varlen_candidates()),
