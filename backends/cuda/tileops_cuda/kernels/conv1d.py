@@ -19,8 +19,8 @@ import functools
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from ._common import (ELEM_BYTES, arch_refusal, cached_build, compile_many, compile_prim_func, dependent_launch_refusal,
-                      direct_entry)
+from ._common import (ELEM_BYTES, GRID_YZ_MAX, arch_refusal, cached_build, compile_many, compile_prim_func,
+                      dependent_launch_refusal, direct_entry)
 from ._row_views import packed
 from .conv1d_program import conv_update_program, conv_varlen_program
 
@@ -323,6 +323,11 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any], one_fn: Ca
     def run(x: Any, conv_state: Any, weight: Any, actual_seq_lengths: Any, conv_state_indices: Any,
             has_initial_state: Any = None, bias: Any = None, activation: Any = None, seq_lens_style: Any = None,
             out: Any = None) -> Any:
+        if -(-x.shape[0] // key.chunk) > GRID_YZ_MAX:  # the chunks run along grid y, which holds 65535
+            raise ValueError(f"causal conv1d varlen TileLang kernel: {x.shape[0]} tokens make more than "
+                             f"{GRID_YZ_MAX} chunks of {key.chunk} along the grid's y axis; pass at most "
+                             f"{GRID_YZ_MAX * key.chunk} tokens a call (a prefill split into calls, each "
+                             "sequence's final window carried in its pool slot)")
         out = launch.out_of(x, out)
         if x.shape[0] == 0:
             return out
