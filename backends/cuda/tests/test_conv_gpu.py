@@ -100,14 +100,16 @@ def _compare_unchecked(op: str, before, pool_after, out, params, arch: str, **ti
     ``end_rows_first`` one (a start's final-window rows loaded before its slot) and the
     ``unrolled_starts`` one (a start's group unrolled from its rows in registers), both together (the
     registered batch program, ``with_start_order``), the ``early_next_group`` one (the chunk's second
-    group of rows loaded before the search), and for a call without initial states the
+    group of rows loaded before the search), the ``flat_grid`` one (every program along grid x), and for
+    a call without initial states the
     initial-state program (its flags the launcher's one-element zero dummy), each on a copy of
     ``before`` (the inputs as they were before the checked program ran), write the bits the checked
     one wrote: ``out`` and the whole pool (``pool_after``)."""
     import torch
 
     start_orders = [{"end_rows_first": True}, {"unrolled_starts": True},
-                    {"end_rows_first": True, "unrolled_starts": True}, {"early_next_group": True}]
+                    {"end_rows_first": True, "unrolled_starts": True}, {"early_next_group": True},
+                    {"flat_grid": True}]
     # a call without initial states through the initial-state program (the launcher's zero dummy as the flags)
     fresh = [{"has_init": True}] if before.get("has_initial_state") is None else []
     twins = [{"unchecked_index": True}] + (start_orders + fresh if op == VARLEN else [])

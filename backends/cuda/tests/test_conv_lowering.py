@@ -54,6 +54,17 @@ def test_early_next_group_loads_the_second_group_before_the_search(meta_lengths)
         ConvVarlenBuildKey(**{**one.__dict__, "early_next_group": True})))
 
 
+def test_flat_grid_lays_every_varlen_program_along_x_in_the_same_order():
+    """``flat_grid``: one grid axis, the program's channel block its index modulo the blocks, its chunk the
+    quotient (channel blocks still varying fastest); the plain grid puts the chunks along y."""
+    key = ConvVarlenBuildKey("bfloat16", 1088, 4, True, True, True, "int64", "int32", False, "sm_90")
+    plain = _source(conv_varlen_program(key))
+    flat = _source(conv_varlen_program(ConvVarlenBuildKey(**{**key.__dict__, "flat_grid": True})))
+    assert "blockIdx.y" in plain and "blockIdx.y" not in flat
+    blocks = -(-1088 // (key.threads * 8))
+    assert f"((int)blockIdx.x) % {blocks})" in flat and f"((int)blockIdx.x) / {blocks})" in flat
+
+
 @pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
 def test_the_update_program_lowers_for_sm_90(style):
     key = ConvUpdateBuildKey("bfloat16", 8200, 4, True, True, style, "int32", "int32", "int32", "sm_90")

@@ -194,6 +194,11 @@ def test_a_varlen_conv_call_of_more_chunks_than_grid_y_holds_is_refused_by_name_
     assert not seen
     run(torch.randn(3, D).bfloat16(), pool, weight, torch.tensor([3]).int(), slots)  # a call within it launches
     assert len(seen) == 1
+    # a flat grid (every program along x) takes such a call: the launcher hands it to the program
+    flat = conv1d._make_varlen_run(conv1d.ConvVarlenBuildKey(**{**key.__dict__, "flat_grid": True}),
+                                   lambda *args: seen.append(args))
+    flat(torch.zeros(1, D).bfloat16().expand(most + 1, D), pool, weight, torch.tensor([most + 1]).int(), slots)
+    assert len(seen) == 2 and seen[1][0].shape[0] == most + 1
 
 
 def test_conv_launch_copies_contiguous_rows_at_a_misaligned_start_into_aligned_memory():

@@ -127,6 +127,10 @@ class ConvVarlenBuildKey:
     #: program's search is a large part of its life, and the second group's latency then overlaps it
     #: too (forty-first session; not yet measured). The same bits. Chunks of one group ignore it.
     early_next_group: bool = False
+    #: Every program along grid x (channel blocks still varying fastest: the same order of programs),
+    #: where the plain grid puts the chunks along y, which holds 65535 of them: 1,048,560 tokens a call
+    #: at 16-token chunks, past which the launcher refuses the call. Not yet run on a GPU.
+    flat_grid: bool = False
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
@@ -323,7 +327,7 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any], one_fn: Ca
     def run(x: Any, conv_state: Any, weight: Any, actual_seq_lengths: Any, conv_state_indices: Any,
             has_initial_state: Any = None, bias: Any = None, activation: Any = None, seq_lens_style: Any = None,
             out: Any = None) -> Any:
-        if -(-x.shape[0] // key.chunk) > GRID_YZ_MAX:  # the chunks run along grid y, which holds 65535
+        if not key.flat_grid and -(-x.shape[0] // key.chunk) > GRID_YZ_MAX:  # chunks along grid y: 65535
             raise ValueError(f"causal conv1d varlen TileLang kernel: {x.shape[0]} tokens make more than "
                              f"{GRID_YZ_MAX} chunks of {key.chunk} along the grid's y axis; pass at most "
                              f"{GRID_YZ_MAX * key.chunk} tokens a call (a prefill split into calls, each "

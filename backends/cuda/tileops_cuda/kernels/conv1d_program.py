@@ -468,6 +468,20 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                 for e in T.vectorized(VC):
                     xn[i * VC + e] = T.cast(0, dt)
 
+    flat = key.flat_grid
+    # The grid: channel blocks along x, chunks along y (65535 at most: 1,048,560 tokens at chunk 16), or with
+    # ``flat_grid`` both along x, channel blocks still varying fastest (the same order of programs).
+    GX = NCB * T.ceildiv(Tn, C) if flat else NCB
+    GY = 1 if flat else T.ceildiv(Tn, C)
+
+    def first_channel(gx, tid):
+        """The thread's first channel in program ``gx`` of the grid."""
+        return ((T.truncmod(gx, NCB) if flat else gx) * TH + tid) * VC
+
+    def first_token(gx, gy):
+        """The first token of the chunk of program ``(gx, gy)``."""
+        return (T.truncdiv(gx, NCB) if flat else gy) * C
+
     @T.prim_func
     def conv_varlen(
         x: T.StridedTensor((Tn, D), (XS, 1), dt),
@@ -484,13 +498,13 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     ):
         T.assume(XS % VC == 0)  # the launcher passes only rows of whole 16-byte vectors
         annotate_pass_configs(key.unchecked_index)  # in bounds by construction: the module's "Bounds"
-        with T.Kernel(NCB, T.ceildiv(Tn, C), threads=TH) as (bx, by):
+        with T.Kernel(GX, GY, threads=TH) as (bx, by):
             if key.registers:
                 T.annotate_min_blocks_per_sm(programs_at_registers(TH, key.registers))
             dependent_launch(key.dependent_launch)
             tid = T.get_thread_binding()
-            c0 = (bx * TH + tid) * VC
-            t0 = by * C
+            c0 = first_channel(bx, tid)
+            t0 = first_token(bx, by)
             cus = T.alloc_shared((TH,), i32)  # cu_seqlens' first TH entries: the search's steps
             code = T.alloc_shared((C + E,), i32)
             ends = T.alloc_shared((C + E,), i32)  # where each token's sequence ends (read at first tokens)
