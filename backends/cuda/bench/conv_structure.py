@@ -33,9 +33,9 @@ from tileops_cuda.kernels._common import annotate_pass_configs, compile_many, co
 
 VC = 8  # bf16 channels a thread: one 16-byte vector a row
 
-#: name -> (threads, tokens a group, groups ahead, chunk, min programs an SM, work[, resident]). The first is the
-#: varlen program's layout until the forty-first session (128 threads, chunk 64, groups of 4 rows, one group ahead,
-#: 4 programs an SM); chunk 16 (``t128-g4-a1-c16``) is the registered one since.
+#: name -> (threads, tokens a group, groups ahead, chunk, min programs an SM, work[, resident[, rounds]]). The first
+#: is the varlen program's layout until the forty-first session (128 threads, chunk 64, groups of 4 rows, one group
+#: ahead, 4 programs an SM); chunk 16 (``t128-g4-a1-c16``) is the registered one since.
 #: ``resident`` caps the programs an SM by the shared memory each takes (a 4k call's 512 programs of 64-token
 #: chunks are one wave; at 2 an SM, two).
 STRUCTURES = {
@@ -76,16 +76,26 @@ STRUCTURES = {
     "t64-g4-a1-c16-b16": (64, 4, 1, 16, 16, 1),
     "t256-g4-a1-c16-b4": (256, 4, 1, 16, 4, 1),
     "t128-g4-a1-c16-b8-w8": (128, 4, 1, 16, 8, 8),
+    # What is left between the registered conv (chunk 16: 84-87% on an H100) and its structure (96-99%): the
+    # arithmetic at its four programs an SM, and its metadata search before the group loop (``rounds``).
+    "t128-g4-a1-c16-r4-w8": (128, 4, 1, 16, 4, 8, 4),
+    "t128-g4-a1-c16-r4-p2": (128, 4, 1, 16, 4, 1, 4, 2),
+    "t128-g4-a1-c16-r4-p5": (128, 4, 1, 16, 4, 1, 4, 5),
+    "t128-g4-a1-c16-r4-w8-p5": (128, 4, 1, 16, 4, 8, 4, 5),
+    "t128-g4-a1-c64-p5": (128, 4, 1, 64, 4, 1, 0, 5),
 }
 
 #: The registered program's rows timed beside them (conv_varlen_layouts' labels).
 CONV_ROWS = ("1 x 4096, lengths, no init (the 1-prompt row)", "8 x 512, cu_seqlens, init (the 8-prompt row)")
 
 
-def structure_program(threads: int, tokens: int, ahead: int, chunk: int, blocks: int, work: int, resident: int = 0):
+def structure_program(threads: int, tokens: int, ahead: int, chunk: int, blocks: int, work: int, resident: int = 0,
+                      rounds: int = 0):
     """``kern(x, out, a, b)`` over ``[T, D]`` bf16 (T dynamic), laid out as the module docstring says; with
     ``resident``, each program also takes enough shared memory (a row of the window through it) that at most
-    ``resident`` share an SM."""
+    ``resident`` share an SM; with ``rounds``, the program runs that many dependent rounds before its group loop
+    (a global read whose row depends on the round before, then two barriers), as the varlen program's metadata
+    search does (a ``cu`` read, scans and five barriers), its first loads in flight meanwhile."""
     import tilelang.language as T
 
     dt, f32 = "bfloat16", "float32"
@@ -123,6 +133,15 @@ def structure_program(threads: int, tokens: int, ahead: int, chunk: int, blocks:
                 held[tid * VC + e] = win[e]
             for g in T.unroll(min(ahead, ng)):
                 load(x, bufs, g, t0, g, c0)
+            if rounds:
+                row = T.alloc_var("int32")
+                row = 0
+                for _ in T.unroll(rounds):  # each round's read waits for the last: its row is 0 at run time (b = -0)
+                    T.sync_threads()
+                    for e in T.vectorized(VC):
+                        held[tid * VC + e] = x[T.min(t0 + row, Tn - 1), c0 + e]
+                    T.sync_threads()
+                    row = T.cast(T.cast(held[((tid + 1) % threads) * VC], f32) * b, "int32")
             for g in T.unroll(ng):  # unrolled: each group's buffer is a constant register set
                 if g + ahead < ng:
                     load(x, bufs, (g + ahead) % nbuf, t0, g + ahead, c0)
