@@ -101,10 +101,9 @@ def _compare_unchecked(op: str, before, pool_after, out, params, arch: str, **ti
     ``unrolled_starts`` one (a start's group unrolled from its rows in registers), both together (the
     registered batch program, ``with_start_order``), the ``early_next_group`` one (the chunk's second
     group of rows loaded before the search), the ``flat_grid`` one (every program along grid x), and for
-    a call without initial states the
-    initial-state program (its flags the launcher's one-element zero dummy), each on a copy of
-    ``before`` (the inputs as they were before the checked program ran), write the bits the checked
-    one wrote: ``out`` and the whole pool (``pool_after``)."""
+    a call without initial states the initial-state program (its flags the launcher's one-element zero
+    dummy), each on a copy of ``before`` (the inputs as they were before the checked program ran), write
+    the bits the checked one wrote: ``out`` and the whole pool (``pool_after``)."""
     import torch
 
     start_orders = [{"end_rows_first": True}, {"unrolled_starts": True},

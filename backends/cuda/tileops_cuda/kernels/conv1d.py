@@ -322,15 +322,17 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any], one_fn: Ca
     one_fn = one_fn or fn
     few_fn = few_fn or fn
     few = key.few_sequences
+    # The plain grid's chunks run along y, which holds GRID_YZ_MAX of them; a flat grid has no such bound.
+    most = None if key.flat_grid else GRID_YZ_MAX * key.chunk
     torch = launch.torch
 
     def run(x: Any, conv_state: Any, weight: Any, actual_seq_lengths: Any, conv_state_indices: Any,
             has_initial_state: Any = None, bias: Any = None, activation: Any = None, seq_lens_style: Any = None,
             out: Any = None) -> Any:
-        if not key.flat_grid and -(-x.shape[0] // key.chunk) > GRID_YZ_MAX:  # chunks along grid y: 65535
+        if most is not None and x.shape[0] > most:
             raise ValueError(f"causal conv1d varlen TileLang kernel: {x.shape[0]} tokens make more than "
                              f"{GRID_YZ_MAX} chunks of {key.chunk} along the grid's y axis; pass at most "
-                             f"{GRID_YZ_MAX * key.chunk} tokens a call (a prefill split into calls, each "
+                             f"{most} tokens a call (a prefill split into calls, each "
                              "sequence's final window carried in its pool slot)")
         out = launch.out_of(x, out)
         if x.shape[0] == 0:
