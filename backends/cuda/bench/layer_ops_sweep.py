@@ -118,8 +118,8 @@ def _conv_varlen_candidates() -> list[dict[str, Any]]:
     the plain start order (``with_start_order``; the sweep's base has every block-shape field at its
     default); ``plan_sweep`` times the registered key as a programmatic dependent too, as it ran from
     the launch policy until the thirty-eighth session."""
-    return [{"one_sequence_threads": 64}, {"unchecked_index": True}, {"chunk": 32}, {"chunk": 64}, {"threads": 256},
-            {"threads": 64}]
+    return [{"tanh_silu": True}, {"one_sequence_threads": 64}, {"unchecked_index": True}, {"chunk": 32}, {"chunk": 64},
+            {"threads": 256}, {"threads": 64}]
 
 #: The registered decode-conv shape (block_shapes.py): without TileLang's bounds checks (registered), and that
 #: launched as a programmatic dependent (``dependent_launch``, seventeenth session: the launch and block
@@ -203,9 +203,11 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # the varlen conv read 92% of the copy as one wave of streaming programs and 95-100% as about two, and
     # 88.8% at 1.3 (conv_structure.py, forty-first session, H100).
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [_CONV_DEPENDENT, _CONV_UNCHECKED,
+                                                    {**_CONV_DEPENDENT, "tanh_silu": True},
                                                     {**_CONV_DEPENDENT, "registers": 64}, {"threads": 64},
                                                     {"threads": 64, "registers": 0}, {"registers": 40}]),
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t2-mtp", [_CONV_DEPENDENT, _CONV_UNCHECKED,
+                                                        {**_CONV_DEPENDENT, "tanh_silu": True},
                                                         {**_CONV_DEPENDENT, "registers": 64}, {"threads": 64},
                                                         {"registers": 0}]),
     # Varlen: ``chunk`` tokens a program in groups of ``tokens`` rows, the next group in flight.

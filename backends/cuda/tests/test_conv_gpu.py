@@ -93,22 +93,37 @@ def _check(op: str, inputs, params, arch: str, **tile) -> None:
     got = inputs["conv_state"].cpu()
     assert torch.equal(got.view(torch.uint8), expected["conv_state"].to(got.dtype).view(torch.uint8))
     _compare_unchecked(op, before, inputs["conv_state"], out, params, arch, **tile)
+    if params["activation"] == "silu" and out.dtype != torch.float32:
+        _check_tanh_silu(op, before, expected, params, arch, **tile)
+
+
+def _check_tanh_silu(op: str, before, expected, params, arch: str, **tile) -> None:
+    """The ``tanh_silu`` program (SiLU through one ``tanh.approx``) on a copy of ``before``: ``out`` within the
+    tolerance of the float64 reference, the pool bit for bit (the windows never pass through SiLU)."""
+    import torch
+
+    inputs = dict(before, conv_state=before["conv_state"].clone())
+    out = _call(op, _launcher(op, inputs, params, arch, **{**tile, "tanh_silu": True}), inputs, params,
+                torch.full_like(inputs["x"], float("nan"), memory_format=torch.contiguous_format))
+    torch.cuda.synchronize()
+    err = relative_error(out.cpu(), expected["out"])
+    assert err <= TOLERANCE[out.dtype], f"the tanh_silu program's out relative error {err:.3g}"
+    got = inputs["conv_state"].cpu()
+    assert torch.equal(got.view(torch.uint8), expected["conv_state"].to(got.dtype).view(torch.uint8))
 
 
 def _compare_unchecked(op: str, before, pool_after, out, params, arch: str, **tile) -> None:
     """The ``unchecked_index`` program (no TileLang bounds checks), and for the varlen op the
     ``end_rows_first`` one (a start's final-window rows loaded before its slot) and the
     ``unrolled_starts`` one (a start's group unrolled from its rows in registers), both together (the
-    registered batch program, ``with_start_order``), the ``early_next_group`` one (the chunk's second
-    group of rows loaded before the search), the ``flat_grid`` one (every program along grid x), and for
+    registered batch program, ``with_start_order``), the ``flat_grid`` one (every program along grid x), and for
     a call without initial states the initial-state program (its flags the launcher's one-element zero
     dummy), each on a copy of ``before`` (the inputs as they were before the checked program ran), write
     the bits the checked one wrote: ``out`` and the whole pool (``pool_after``)."""
     import torch
 
     start_orders = [{"end_rows_first": True}, {"unrolled_starts": True},
-                    {"end_rows_first": True, "unrolled_starts": True}, {"early_next_group": True},
-                    {"flat_grid": True}]
+                    {"end_rows_first": True, "unrolled_starts": True}, {"flat_grid": True}]
     # a call without initial states through the initial-state program (the launcher's zero dummy as the flags)
     fresh = [{"has_init": True}] if before.get("has_initial_state") is None else []
     twins = [{"unchecked_index": True}] + (start_orders + fresh if op == VARLEN else [])

@@ -35,23 +35,20 @@ def test_the_varlen_program_lowers_for_sm_90(meta_lengths, twin):
     assert ("xt[" in source) == (twin != "unrolled_starts")
 
 
-@pytest.mark.parametrize("meta_lengths", [False, True], ids=["cu", "lengths"])
-def test_early_next_group_loads_the_second_group_before_the_search(meta_lengths):
-    """With ``early_next_group`` the chunk's second group of rows (``xn``) is loaded before the search's
-    first barrier, and not again in the group loop; without it, only after the search's last barrier."""
-    def first(source: str, what: str) -> int:
-        return source.index(what, source.index("__global__"))
-
-    key = ConvVarlenBuildKey("bfloat16", 1088, 4, True, True, True, "int64", "int32", meta_lengths, "sm_90")
-    plain = _source(conv_varlen_program(key))
-    early = _source(conv_varlen_program(ConvVarlenBuildKey(**{**key.__dict__, "early_next_group": True})))
-    assert first(early, "*(uint4*)(xn + ") < first(early, "__syncthreads()")
-    assert early.count("*(uint4*)(xn + ") > plain.count("*(uint4*)(xn + ")  # the loop's own loads stay, for g > 0
-    assert first(plain, "*(uint4*)(xn + ") > plain.rindex("__syncthreads()")
-    # a chunk of one group has no second group: the flag changes nothing
-    one = ConvVarlenBuildKey(**{**key.__dict__, "tokens": 4, "chunk": 4})
-    assert _source(conv_varlen_program(one)) == _source(conv_varlen_program(
-        ConvVarlenBuildKey(**{**one.__dict__, "early_next_group": True})))
+@pytest.mark.parametrize("program", ["update", "varlen"])
+def test_the_tanh_silu_takes_one_tanh_approx_an_element_where_silu_takes_an_exp_and_a_reciprocal(program):
+    if program == "update":
+        key, build = ConvUpdateBuildKey("bfloat16", 8200, 4, True, True, "lengths", "int32", "int32", None,
+                                        "sm_90"), conv_update_program
+    else:
+        key, build = ConvVarlenBuildKey("bfloat16", 1088, 4, True, True, True, "int64", "int32", False,
+                                        "sm_90"), conv_varlen_program
+    plain = _source(build(key))
+    tanh = _source(build(ConvUpdateBuildKey(**{**key.__dict__, "tanh_silu": True}) if program == "update"
+                         else ConvVarlenBuildKey(**{**key.__dict__, "tanh_silu": True})))
+    assert "__expf(" in plain and "tl_tanh_approx" not in plain
+    assert "__expf(" not in tanh and 'asm("tanh.approx.f32 %0, %1;"' in tanh
+    assert tanh.count("tl_tanh_approx(") == plain.count("__expf(") + 1  # each SiLU's exp, and the definition
 
 
 def test_flat_grid_lays_every_varlen_program_along_x_in_the_same_order():

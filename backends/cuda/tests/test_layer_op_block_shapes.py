@@ -19,7 +19,7 @@ from tileops_core.kernels import CallSpec, registry
 from tileops_core.plugins import ensure_plugins_loaded
 from tileops_cuda import registered
 from tileops_cuda.kernels import block_shapes, gated_rmsnorm, zero_centred_rmsnorm
-from tileops_cuda.kernels.conv1d import ConvVarlenBuildKey, conv_refusal, fitted_to_width
+from tileops_cuda.kernels.conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey, conv_refusal, fitted_to_width
 from tileops_cuda.kernels.block_shapes import block_shape_of, with_block_shape
 from tileops_cuda.kernels.zero_centred_rmsnorm import ZeroCentredRMSNormBuildKey, zero_centred_rmsnorm_refusal
 
@@ -93,6 +93,16 @@ def test_the_zero_centred_norm_refuses_block_shapes_it_has_no_program_for(fields
 ], ids=["no-chunk", "partial-group", "narrow-group", "threads", "one-sequence-threads", "few-sequences"])
 def test_the_varlen_conv_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in conv_refusal(ConvVarlenBuildKey("bfloat16", 1024, 4, **fields))
+
+
+@pytest.mark.parametrize("key_class", [ConvUpdateBuildKey, ConvVarlenBuildKey])
+def test_the_tanh_silu_is_refused_for_float32_outputs_and_without_silu(key_class):
+    # tanh.approx's 2**-11 suits 16-bit outputs (bf16 tolerance 1.6e-2, fp16 2e-3), not float32's 2e-5
+    assert conv_refusal(key_class("bfloat16", 1024, 4, tanh_silu=True)) is None
+    assert conv_refusal(key_class("float16", 1024, 4, tanh_silu=True)) is None
+    for fields in ({"dtype": "float32"}, {"silu": False}):
+        reason = conv_refusal(replace(key_class("bfloat16", 1024, 4, tanh_silu=True), **fields))
+        assert reason is not None and "tanh_silu approximates SiLU to 2**-11" in reason
 
 
 def test_a_varlen_call_of_one_sequence_runs_its_own_program_and_a_batch_the_keys():

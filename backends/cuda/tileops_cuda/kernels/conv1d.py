@@ -67,6 +67,8 @@ class ConvUpdateBuildKey:
     #: conv_sweep.log). The launch policy turns it on for the update, a decode-step kernel, and the varlen
     #: class opts out (``launches_as_dependent``, registered.py).
     dependent_launch: bool = False
+    #: As ``ConvVarlenBuildKey.tanh_silu``.
+    tanh_silu: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,15 +124,15 @@ class ConvVarlenBuildKey:
     #: call on an H100 (padding slots, NOTES.md, thirty-seventh session). The same bits; registered
     #: with ``end_rows_first`` (``with_start_order``, thirty-eighth session).
     unrolled_starts: bool = False
-    #: The chunk's second group of rows loaded with the first, before the search, where the plain
-    #: program issues it only after the search's last barrier: at 16-token chunks (four groups) a
-    #: program's search is a large part of its life, and the second group's latency then overlaps it
-    #: too (forty-first session; not yet measured). The same bits. Chunks of one group ignore it.
-    early_next_group: bool = False
     #: Every program along grid x (channel blocks still varying fastest: the same order of programs),
     #: where the plain grid puts the chunks along y, which holds 65535 of them: 1,048,560 tokens a call
     #: at 16-token chunks, past which the launcher refuses the call. Not yet run on a GPU.
     flat_grid: bool = False
+    #: SiLU as ``h + h · tanh(h)`` with ``h = x / 2`` and one ``tanh.approx.f32`` (one MUFU operation an
+    #: element where ``x · rcp(1 + exp(-x))`` takes two: the H100 conv read 2-2.5 µs faster without SiLU at 4k
+    #: tokens, forty-second session). Its relative error (2**-11) suits 16-bit outputs only: refused for
+    #: float32. A candidate.
+    tanh_silu: bool = False
 
 
 def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
@@ -157,6 +159,9 @@ def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
             key.tokens >= key.width - 1 and 0 < key.chunk <= _MAX_CHUNK and key.chunk % key.tokens == 0):
         return (f"{name}: tokens={key.tokens} must be at least W - 1 and chunk={key.chunk} a positive multiple "
                 f"of tokens up to {_MAX_CHUNK}; use the defaults")
+    if key.tanh_silu and (key.dtype == "float32" or not key.silu):
+        return (f"{name}: tanh_silu approximates SiLU to 2**-11, for 16-bit outputs with SiLU only "
+                f"(dtype={key.dtype}, silu={key.silu}); build without it")
     return (dependent_launch_refusal(key.dependent_launch, name, key.arch, "build without dependent_launch")
             or arch_refusal(name, key.arch))
 

@@ -88,6 +88,12 @@ if TYPE_CHECKING:
 __all__ = ["conv_update_program", "conv_varlen_program"]
 
 
+#: ``tl_tanh_approx``: PTX's ``tanh.approx.f32`` (one MUFU operation; relative error 2**-11), which CUDA's math
+#: library offers under no name (``ConvVarlenBuildKey.tanh_silu``).
+_TANH_APPROX = ("__device__ __forceinline__ float tl_tanh_approx(float x) {\n"
+                "  float y;\n  asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n  return y;\n}\n")
+
+
 def _lanes(dtype: str) -> int:
     return 16 // {"float16": 2, "bfloat16": 2, "float32": 4}[dtype]
 
@@ -213,6 +219,8 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
         with T.Kernel(NCB, NB + 1, threads=TH) as (bx, by):
             if key.registers:
                 T.annotate_min_blocks_per_sm(programs_at_registers(TH, key.registers))
+            if key.tanh_silu:
+                T.import_source(_TANH_APPROX)
             dependent_launch(key.dependent_launch)
             tid = T.get_thread_binding()
             c0 = (bx * TH + tid) * VC
@@ -290,7 +298,10 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
                             for k in T.unroll(W1):
                                 accv[i] = accv[i] + T.cast(wv[i * W + k], f32) * T.cast(sv[i * W1 + k], f32)
                             accv[i] = accv[i] + T.cast(wv[i * W + W1], f32) * T.cast(xc[i], f32)
-                            if key.silu:
+                            if key.silu and key.tanh_silu:
+                                accv[i] = accv[i] * T.float32(0.5)
+                                accv[i] = accv[i] + accv[i] * T.call_extern(f32, "tl_tanh_approx", accv[i])
+                            elif key.silu:
                                 accv[i] = accv[i] * T.fast_rcp(T.float32(1) + T.__exp(-accv[i]))
                             ov[i] = T.cast(accv[i], dt)
                         for e in T.vectorized(VC):
@@ -326,8 +337,7 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
     nothing in flight while it computes and stores; on the H200 such a tiled program reached
     60-61% of the same-size copy at 4k tokens where this one reaches 67-77% (backends/cuda/
     NOTES.md, sixth session of 2026-12-02). Here a program runs ``chunk`` tokens in groups of ``tokens``: group
-    ``g + 1``'s rows are loaded (16 bytes a thread a row) while group ``g`` is computed (``early_next_group``:
-    group 1's with group 0's, before the search), the
+    ``g + 1``'s rows are loaded (16 bytes a thread a row) while group ``g`` is computed, the
     window before the current token rolls in float32 registers, so the only re-read is
     ``W - 1`` rows a chunk, and the search runs once a chunk.
 
@@ -416,7 +426,10 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                 for k in T.unroll(W1):
                     accv[v] = accv[v] + wf[v * W + k] * xw[k * VC + v]
                 accv[v] = accv[v] + wf[v * W + W1] * T.cast(rows[r * VC + v], f32)
-                if key.silu:
+                if key.silu and key.tanh_silu:
+                    accv[v] = accv[v] * T.float32(0.5)
+                    accv[v] = accv[v] + accv[v] * T.call_extern(f32, "tl_tanh_approx", accv[v])
+                elif key.silu:
                     accv[v] = accv[v] * T.fast_rcp(T.float32(1) + T.__exp(-accv[v]))
                 ov[v] = T.cast(accv[v], dt)
             for e in T.vectorized(VC):
@@ -454,8 +467,6 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                         xt[e] = T.cast(0, dt)
                 token(x, pool, slots, has_init, out, code, ends, wf, bv, xw, nv, xr, xe, accv, ov,
                       xt, 0, g * G + i, t0 + g * G + i, c0, True)
-
-    early = key.early_next_group and NG > 1
 
     @T.macro
     def load_group(x, xn, t0, g, c0):
@@ -501,6 +512,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
         with T.Kernel(GX, GY, threads=TH) as (bx, by):
             if key.registers:
                 T.annotate_min_blocks_per_sm(programs_at_registers(TH, key.registers))
+            if key.tanh_silu:
+                T.import_source(_TANH_APPROX)
             dependent_launch(key.dependent_launch)
             tid = T.get_thread_binding()
             c0 = first_channel(bx, tid)
@@ -522,8 +535,6 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             xt = T.alloc_local((VC,), dt)  # the current row on a group's slow path
             accv = T.alloc_local((VC,), f32)
             ov = T.alloc_local((VC,), dt)
-            if early:
-                xn = T.alloc_local((G * VC,), dt)  # the next group's rows, in flight during this group
             # -- loads that need no metadata first: taps, the window rows before the chunk, the
             # first group; in flight during the search ------------------------------------------
             if c0 < D:
@@ -544,8 +555,6 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                     else:
                         for e in T.vectorized(VC):
                             xs[i * VC + e] = T.cast(0, dt)
-                if early:  # the second group too (ConvVarlenBuildKey.early_next_group): it needs no metadata
-                    load_group(x, xn, t0, 1, c0)
             # -- each token's role (see the docstring), one binary search a token over the prefix
             # sums as the spec reads them, cummax(clip(cu_seqlens)) (its first TH entries in shared
             # memory; lengths-style metadata of fewer than TH sequences is turned into them here,
@@ -588,10 +597,9 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
             if c0 < D:
                 for q in T.unroll(VC * W):
                     wf[q] = T.cast(wv[q], f32)
-                if not early:
-                    xn = T.alloc_local((G * VC,), dt)  # the next group's rows, in flight during this group
+                xn = T.alloc_local((G * VC,), dt)  # the next group's rows, in flight during this group
                 for g in T.serial(NG + 1):  # the chunk's groups, then its head tokens past the end
-                    if g + 1 < NG and (not early or g > 0):  # (early: group 1's rows are in flight already)
+                    if g + 1 < NG:
                         load_group(x, xn, t0, g + 1, c0)
                     elif g + 1 == NG:
                         for i in T.unroll(G):

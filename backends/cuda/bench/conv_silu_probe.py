@@ -1,0 +1,52 @@
+"""Is the varlen conv's SiLU (two MUFU operations an element) what holds it under its layout's ceiling?
+
+The registered program and the same key without SiLU on the 1- and 8-prompt 4k rows, each checked against the
+CPU reference of its own activation, timed in CUDA graphs beside the same-size copy (forty-second session).
+
+    python3 conv_silu_probe.py
+"""
+
+import dataclasses
+
+import torch
+from conv_varlen_layouts import ROWS, SETS, T, D, call, inputs, launcher
+from cuda_bench_common import same_size_copy, time_graph
+from tileops_cpu_ref.conv import causal_conv1d_varlen
+
+from tileops_cuda.kernels.conv1d import build_conv_varlen
+
+
+def checked(run, c, style, activation):
+    pool = c["conv_state"].clone()
+    out = torch.full_like(c["x"], float("nan"))
+    run(c["x"], pool, c["weight"], c["actual_seq_lengths"], c["conv_state_indices"], c["has_initial_state"], None,
+        activation, style, out)
+    ref = causal_conv1d_varlen(c["x"].float().cpu(), c["conv_state"].float().cpu(), c["weight"].float().cpu(),
+                               c["actual_seq_lengths"].cpu(), c["conv_state_indices"].cpu(),
+                               None if c["has_initial_state"] is None else c["has_initial_state"].cpu(),
+                               activation=activation, seq_lens_style=style)
+    return ((out.float().cpu() - ref).abs() / (1 + ref.abs())).max().item()
+
+
+def main() -> None:
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(17)
+    copy_us = same_size_copy(2 * T * D * 2)
+    print(f"same-size copy: {copy_us:.2f} us", flush=True)
+    for label in ("1 x 4096, lengths, no init (the 1-prompt row)", "8 x 512, cu_seqlens, init (the 8-prompt row)"):
+        lengths, style, init = ROWS[label]
+        sets = [inputs(lengths, style, init, gen) for _ in range(SETS)]
+        base = launcher(style, init)
+        ways = {"registered": base, "tanh_silu": build_conv_varlen(dataclasses.replace(base.key, tanh_silu=True)),
+                "no SiLU": build_conv_varlen(dataclasses.replace(base.key, silu=False))}
+        for name in [*ways, *ways]:
+            built = ways[name]
+            err = checked(built.run, sets[0], style, None if name == "no SiLU" else "silu")
+            outs = [torch.empty_like(c["x"]) for c in sets]
+            us = time_graph([lambda c=c, o=o, run=built.run: call(run, c, style, o) for c, o in zip(sets, outs)],
+                            warmup_ms=100)
+            print(f"{label:48s} {name:10s} err {err:.2g}  {us:7.2f} us  {100 * copy_us / us:5.1f}%", flush=True)
+
+
+if __name__ == "__main__":
+    main()
