@@ -157,8 +157,10 @@ _QK_CANDIDATES = [
 #: top-10 bf16, ~300 at E=256, against the candidates program's ~650-780), one token (warp) a program, without
 #: TileLang's bounds checks, launched as a programmatic dependent. Then the logits program plain and with each
 #: of the two fields alone (thirty-first session: plain won Qwen3.5's 4k row by 0.9 us, the pair its 64-token
-#: row), and at 2-8 tokens a program (4 also plainly): a one-warp block caps an SM at 32 resident warps, and a
-#: 4k-token call (one wave) leaves the early-launched blocks of a dependent next call one slot an SM. Then the
+#: row), and at 2-16 tokens a program (4-16 also plainly): a one-warp block caps an SM at 32 resident warps, and a
+#: 4k-token call (one wave) leaves the early-launched blocks of a dependent next call one slot an SM; under Nsight
+#: Compute the 4k rows' warps were resident two thirds of the time a one-wave grid allows, and E=256's 31% fewer
+#: instructions a warp ran in E=512's time (forty-second session, H100). Then the
 #: candidates program (registered until the thirty-first session; 48 registers at E=512, 38 at E=256, no spills) at its
 #: registered shape until then and at 1-4 tokens a program.
 _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
@@ -166,8 +168,9 @@ _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": Tru
                        {"program": "logits", "tokens": 1, "unchecked_index": True},
                        {"program": "logits", "tokens": 1, "dependent_launch": True},
                        *({"program": "logits", "tokens": t, "unchecked_index": True, "dependent_launch": True}
-                         for t in (2, 4, 8)),
+                         for t in (2, 4, 8, 16)),
                        {"program": "logits", "tokens": 4},
+                       *({"program": "logits", "tokens": t, "unchecked_index": True} for t in (4, 8, 16)),
                        {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
                        *({"program": "candidates", "tokens": t} for t in (1, 2, 4))]
 
