@@ -178,27 +178,32 @@ def test_conv_launch_over_a_pool_of_no_slots_runs_every_token_as_padding(varlen)
     assert seen and seen[0][1].shape == (0, D * (W - 1))
 
 
-def test_a_varlen_conv_call_of_more_chunks_than_grid_y_holds_is_refused_by_name_before_any_work():
-    """The varlen program's chunks run along grid y (65535 at most): past that a call raises a clear error,
-    not the driver's launch failure, and allocates nothing (x here is one row expanded: no memory)."""
+def test_a_varlen_conv_call_of_more_chunks_than_grid_y_holds_runs_the_flat_grid_programs(monkeypatch):
+    """The varlen program's chunks run along grid y (65535 at most): past that the launcher hands the call, every
+    argument as given, to the same key's programs laid along grid x (``flat_grid``), where the driver would
+    refuse the launch (x here is one row expanded: no memory)."""
+    from types import SimpleNamespace
+
     from tileops_cuda.kernels import conv1d
 
     D, W = 64, 4
     key = conv1d.ConvVarlenBuildKey("bfloat16", D, W, True, False, "lengths", "int32", "int32")
-    seen = []
+    seen, flat_calls, built = [], [], []
+
+    def build(k):
+        built.append(k)
+        return SimpleNamespace(run=conv1d._make_varlen_run(k, lambda *args: flat_calls.append(args)))
+
+    monkeypatch.setattr(conv1d, "build_conv_varlen", build)
     run = conv1d._make_varlen_run(key, lambda *args: seen.append(args))
     pool, weight, slots = torch.zeros(1, D, W - 1).bfloat16(), torch.randn(D, W).bfloat16(), torch.zeros(1).int()
     most = 65535 * key.chunk
-    with pytest.raises(ValueError, match=f"more than 65535 chunks of {key.chunk}.*at most {most} tokens"):
-        run(torch.zeros(1, D).bfloat16().expand(most + 1, D), pool, weight, torch.tensor([most + 1]).int(), slots)
-    assert not seen
-    run(torch.randn(3, D).bfloat16(), pool, weight, torch.tensor([3]).int(), slots)  # a call within it launches
-    assert len(seen) == 1
-    # a flat grid (every program along x) takes such a call: the launcher hands it to the program
-    flat = conv1d._make_varlen_run(conv1d.ConvVarlenBuildKey(**{**key.__dict__, "flat_grid": True}),
-                                   lambda *args: seen.append(args))
-    flat(torch.zeros(1, D).bfloat16().expand(most + 1, D), pool, weight, torch.tensor([most + 1]).int(), slots)
-    assert len(seen) == 2 and seen[1][0].shape[0] == most + 1
+    run(torch.randn(3, D).bfloat16(), pool, weight, torch.tensor([3]).int(), slots)  # within it: its own program
+    assert len(seen) == 1 and not built
+    x = torch.zeros(1, D).bfloat16().expand(most + 1, D)
+    out = run(x, pool, weight, torch.tensor([most + 1]).int(), slots, None, None, "silu", "lengths")
+    assert len(seen) == 1 and built == [conv1d.ConvVarlenBuildKey(**{**key.__dict__, "flat_grid": True})]
+    assert len(flat_calls) == 1 and flat_calls[0][0].shape[0] == most + 1 and flat_calls[0][7] is out
 
 
 def test_conv_launch_copies_contiguous_rows_at_a_misaligned_start_into_aligned_memory():

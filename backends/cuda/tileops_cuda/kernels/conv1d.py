@@ -126,7 +126,8 @@ class ConvVarlenBuildKey:
     unrolled_starts: bool = False
     #: Every program along grid x (channel blocks still varying fastest: the same order of programs),
     #: where the plain grid puts the chunks along y, which holds 65535 of them: 1,048,560 tokens a call
-    #: at 16-token chunks, past which the launcher refuses the call. Not yet run on a GPU.
+    #: at 16-token chunks. The launcher runs a longer call through the same key with this set (the same bits
+    #: on every conv GPU test; 1-4 us slower at 4k tokens on an H100, forty-second session).
     flat_grid: bool = False
     #: SiLU as ``h + h · tanh(h)`` with ``h = x / 2`` and one ``tanh.approx.f32`` (one MUFU operation an
     #: element where ``x · rcp(1 + exp(-x))`` takes two: the H100 conv read 2-2.5 µs faster without SiLU at 4k
@@ -335,10 +336,12 @@ def _make_varlen_run(key: ConvVarlenBuildKey, fn: Callable[..., Any], one_fn: Ca
             has_initial_state: Any = None, bias: Any = None, activation: Any = None, seq_lens_style: Any = None,
             out: Any = None) -> Any:
         if most is not None and x.shape[0] > most:
-            raise ValueError(f"causal conv1d varlen TileLang kernel: {x.shape[0]} tokens make more than "
-                             f"{GRID_YZ_MAX} chunks of {key.chunk} along the grid's y axis; pass at most "
-                             f"{most} tokens a call (a prefill split into calls, each "
-                             "sequence's final window carried in its pool slot)")
+            # More chunks than grid y holds: the same programs with every program along x (``flat_grid``, the
+            # same bits; 1-4 us slower than these at 4k tokens on an H100, forty-second session), built on the
+            # first such call.
+            return build_conv_varlen(replace(key, flat_grid=True)).run(
+                x, conv_state, weight, actual_seq_lengths, conv_state_indices, has_initial_state, bias, activation,
+                seq_lens_style, out)
         out = launch.out_of(x, out)
         if x.shape[0] == 0:
             return out
