@@ -11,7 +11,8 @@ Host-side decisions (build keys, refusals, the launchers) live in
 * ``x`` is a strided ``[T, D]`` view (row stride ``XS``, unit channel stride): a slice of the
   projection output is read in place. ``out`` is contiguous.
 * float32 math; bias and SiLU in float32 (``x · rcp(1 + exp(-x))`` with the approximate
-  exp and reciprocal: ~1e-6 relative, far under every output dtype's tolerance); one
+  exp and reciprocal: ~1e-6 relative, far under every output dtype's tolerance; with ``tanh_silu``,
+  16-bit outputs only, ``h + h · tanh(h)`` at ``h = x / 2`` with one ``tanh.approx``: 2**-11); one
   rounding to the output dtype.
 * Nothing depends on B, T or the pool size at compile time.
 * Metadata, unchecked included, is read as the specs' rule (``tileops_cpu_ref.rgdr.clipped_bounds``),
