@@ -171,6 +171,14 @@ _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": Tru
                          for t in (2, 4, 8, 16)),
                        {"program": "logits", "tokens": 4},
                        *({"program": "logits", "tokens": t, "unchecked_index": True} for t in (4, 8, 16)),
+                       # a long program for calls of 1024 tokens and more (long_from): the registered key, and 4
+                       # tokens a program below it (won the 64-token rows in the thirty-second session)
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_plain": True},
+                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 1},
+                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 1, "long_plain": True},
                        {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
                        *({"program": "candidates", "tokens": t} for t in (1, 2, 4))]
 

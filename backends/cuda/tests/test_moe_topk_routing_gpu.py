@@ -33,13 +33,24 @@ SHAPES = [*({"program": "candidates", "tokens": t} for t in (1, 4, 8)),
           {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
           # the logits program (selection on the logits' keys): plain and as the sweep races it
           {"program": "logits", "tokens": 1}, {"program": "logits", "tokens": 4},
-          {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True}]
+          {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
+          # with a long program (calls of 1024 tokens and more): four tokens a program below, one plainly from there
+          {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
+           "long_tokens": 1, "long_plain": True}]
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 
 def _shape_id(shape: dict) -> str:
     return (f"{shape['program']}-tokens{shape['tokens']}" + ("-unchecked" if shape.get("unchecked_index") else "")
-            + ("-dependent" if shape.get("dependent_launch") else ""))
+            + ("-dependent" if shape.get("dependent_launch") else "")
+            + (f"-long{shape['long_from']}" if shape.get("long_from") else ""))
+
+
+def _rounds_of(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey:
+    """The rounds program of ``key``'s row: the reference of every warp program's ids (and, for the candidates
+    program, weights)."""
+    return dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False,
+                               long_from=0, long_tokens=0, long_plain=False)
 
 
 def _spec_rows() -> list:
@@ -102,8 +113,7 @@ def _assert_bits_of_rounds(key: MoETopKRoutingBuildKey, logits: torch.Tensor) ->
     weights of every token whose rounds weights are finite within tolerance of them, the others' bit for
     bit); returns them."""
     weights, ids = _route(key, logits)
-    want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False,
-                                                        dependent_launch=False), logits)
+    want_weights, want_ids = _route(_rounds_of(key), logits)
     bits = _BITS[logits.dtype]
     differ = weights.view(bits) != want_weights.view(bits)
     if key.program == "logits":
@@ -210,8 +220,7 @@ def test_the_logits_program_keeps_random_tokens_on_its_fast_path(cuda_device, ge
     logits = torch.randn(4096, E, device="cuda", generator=gen)
     key = _key(dtype, E, top_k, True, "int64", cuda_device[1], **shape)
     weights, _ = _assert_bits_of_rounds(key, logits)
-    want, _ = _route(dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False,
-                                         dependent_launch=False), logits)
+    want, _ = _route(_rounds_of(key), logits)
     differ = (weights.view(torch.int32) != want.view(torch.int32)).any(1).float().mean().item()
     assert differ > 0.5, f"{key}: only {differ:.1%} of random tokens took the fast path"
 
@@ -238,8 +247,7 @@ def test_a_last_program_with_fewer_tokens_than_warps_writes_only_its_tokens(cuda
     weights = torch.full((T + 8, 10), float("nan"), dtype=torch.bfloat16, device="cuda")
     ids = torch.full((T + 8, 10), -1, dtype=torch.int64, device="cuda")
     build_moe_topk_routing(key).run(logits, 10, True, torch.int64, weights[:T], ids[:T])
-    want_weights, want_ids = _route(dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False,
-                                                        dependent_launch=False), logits)
+    want_weights, want_ids = _route(_rounds_of(key), logits)
     assert torch.equal(ids[:T], want_ids)
     if program == "candidates":
         assert torch.equal(weights[:T].view(torch.int16), want_weights.view(torch.int16))

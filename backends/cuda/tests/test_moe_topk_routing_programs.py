@@ -39,11 +39,48 @@ def test_the_registered_key_takes_its_program_from_the_block_shapes_table(monkey
     # launched plainly where the arch cannot launch a dependent
     plain = dataclasses.replace(registered, arch="sm_80", dependent_launch=False)
     assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10, "sm_80")) == plain
+    # Qwen3.5's E=256 rows (512 bytes): calls of 1024 tokens and more run the same program launched plainly
+    assert TileLangMoETopKRouting.key(_call("bfloat16", 256, 8)) == dataclasses.replace(
+        registered, experts=256, top_k=8, long_from=1024, long_plain=True)
     monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangMoETopKRouting",
                         ((None, {"program": "candidates", "tokens": 8}),))
     # the registered keys launch as dependents where the program can (tileops_cuda.launch_policy)
     assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10)) == dataclasses.replace(_CANDIDATES, tokens=8,
                                                                                          dependent_launch=True)
+
+
+def test_a_long_program_serves_calls_of_long_from_tokens_and_more(monkeypatch):
+    """``long_from``: the launcher compiles the key's program and its long one (``long_tokens`` tokens a program,
+    plain where ``long_plain``) and hands each call to one by its token count, every argument as given."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from tileops_cuda.kernels import moe_topk_routing
+
+    key = dataclasses.replace(_NEXT, program="logits", tokens=4, dependent_launch=True, long_from=1024,
+                              long_tokens=1, long_plain=True)
+    assert moe_topk_routing_refusal(key) is None
+    short = dataclasses.replace(key, long_from=0, long_tokens=0, long_plain=False)
+    long = dataclasses.replace(short, tokens=1, dependent_launch=False)
+    assert moe_topk_routing.long_program_key(key) == long and moe_topk_routing.long_program_key(short) is None
+    # long_tokens 0 keeps the key's tokens; a plain key's long program is plain
+    assert moe_topk_routing.long_program_key(dataclasses.replace(key, long_tokens=0, long_plain=False)) == \
+        dataclasses.replace(long, tokens=4, dependent_launch=True)
+    calls, built = [], []
+
+    def build(name, k, *rest):
+        built.append(k)
+        return SimpleNamespace(run=lambda logits, *args, k=k: calls.append((k, logits.shape[0], args)))
+
+    monkeypatch.setattr(moe_topk_routing, "build_run_launcher", build)
+    launcher = moe_topk_routing.build_moe_topk_routing(key)
+    assert sorted(built, key=lambda k: k.tokens) == [long, short]
+    for T in (1, 1023, 1024, 4096):
+        launcher.run(torch.empty(T, 512, dtype=torch.bfloat16), 10, True, torch.int64, "w", "i")
+    assert [(k, T) for k, T, _ in calls] == [(short, 1), (short, 1023), (long, 1024), (long, 4096)]
+    assert all(args == (10, True, torch.int64, "w", "i") for _, _, args in calls)
+    assert moe_topk_routing.build_moe_topk_routing(key) is launcher  # built once a process
 
 
 @pytest.mark.parametrize("program", ["candidates", "logits"])
@@ -120,8 +157,14 @@ def test_a_word_of_two_16_bit_logits_orders_both_halves_as_each_logit_alone():
     ({"program": "logits", "top_k": 32}, "the logits program ranks top_k + 1 <= 32 lanes (top_k=32)"),
     ({"program": "candidates", "dependent_launch": True, "arch": "sm_80"},
      "dependent_launch needs programmatic dependent launch (sm_90, sm_90a), not sm_80; drop dependent_launch"),
+    ({"program": "logits", "long_tokens": 4}, "long_from=0 must be a token count (0: no long program) and set where"),
+    ({"program": "logits", "long_from": -1}, "long_from=-1 must be a token count"),
+    ({"long_from": 1024}, "long_from is a field of the candidates and logits programs (program='rounds')"),
+    ({"program": "logits", "long_from": 1024, "long_tokens": 33},
+     "the long program (long_tokens=33) takes 0-32 tokens a program (tokens=33)"),
 ], ids=["program", "tokens", "experts", "top_k", "unchecked-rounds", "dependent-rounds", "logits-tokens",
-        "logits-experts", "logits-top_k", "dependent-sm80"])
+        "logits-experts", "logits-top_k", "dependent-sm80", "long-fields-without-long-from", "long-from-negative",
+        "long-rounds", "long-tokens"])
 def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in moe_topk_routing_refusal(dataclasses.replace(_NEXT, **fields))
 

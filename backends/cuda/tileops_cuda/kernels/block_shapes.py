@@ -85,8 +85,16 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # tokens; Qwen3.5 E=256 5.54 against 5.55 at 4k (a tie; launched plainly it reads 4.6, but the policy's
     # measurement is the whole step's), 1.56 against 2.12 at 64 tokens. Ids bit for bit the rounds program's,
     # weights within tolerance of them (341 GPU tests, s31a route_tests.log).
-    "TileLangMoETopKRouting": ((None, {"program": "logits", "tokens": 1, "unchecked_index": True,
-                                       "dependent_launch": True}),),
+    # Rows of 512 bytes and less (Qwen3.5-35B's E=256 in bf16) run calls of 1024 tokens and more launched plainly
+    # (``long_from``; forty-second session): on the H200 its 4k row took 4.57 / 4.49 us plainly against 5.47 / 5.40
+    # as a dependent in two runs (thirty-ninth session, s39b and s39d ``launchab``; 54% of the same-size copy
+    # against 45%), while its 64-token row took 1.43 / 1.39 as a dependent against 1.90 / 1.85. Qwen3-Next's E=512
+    # tied both ways at 4k (5.48 / 5.42 against 5.48 / 5.49) and keeps one program. Between 64 and 4096 tokens
+    # nothing was timed: 1024 is a quarter of a one-wave grid of one-warp programs.
+    "TileLangMoETopKRouting": ((512, {"program": "logits", "tokens": 1, "unchecked_index": True,
+                                      "dependent_launch": True, "long_from": 1024, "long_plain": True}),
+                               (None, {"program": "logits", "tokens": 1, "unchecked_index": True,
+                                       "dependent_launch": True})),
 }
 
 

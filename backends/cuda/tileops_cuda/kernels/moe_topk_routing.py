@@ -7,20 +7,22 @@ One token a warp-sized program at the model rows; three programs (the build key'
 ``"logits"``, measured 1.2-1.4x faster than ``"candidates"`` on an H100 and that 1.4-1.9x faster than
 ``"rounds"`` on the H200; ``"rounds"`` serves keys the warp programs cannot hold.
 Specialised on the logits' dtype, the ids' dtype, E, top_k and renormalize; the token count
-is dynamic.
+is dynamic. A key may carry a second program for long calls (``long_from``), which the launcher
+(:class:`ByTokenCount`) runs by the call's token count.
 """
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import arch_refusal, dependent_launch_refusal
+from ._common import arch_refusal, cached_build, compile_many, dependent_launch_refusal
 from ._launcher import RunLauncher, build_run_launcher
 from ._row_views import packed
 from .moe_topk_routing_program import candidates_misfit, routing_plan, routing_program
 
-__all__ = ["MoETopKRoutingBuildKey", "build_moe_topk_routing", "moe_topk_routing_refusal",
-           "with_fitting_routing_program"]
+__all__ = ["ByTokenCount", "MoETopKRoutingBuildKey", "build_moe_topk_routing", "long_program_key",
+           "moe_topk_routing_refusal", "with_fitting_routing_program"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
 _ID_DTYPES = ("int32", "int64")
@@ -53,6 +55,30 @@ class MoETopKRoutingBuildKey:
     #: same bits. Hopper only; registered (block_shapes.py: 1.04-1.37x in graphs of back-to-back calls,
     #: but 0.85x for the logits program at Qwen3.5's 4k row).
     dependent_launch: bool = False
+    #: A second program for long calls: a call of at least ``long_from`` tokens (0: none) runs this key's
+    #: program at ``long_tokens`` tokens a program (0: ``tokens``), launched plainly where ``long_plain``; the
+    #: same bits (the ids and weights a token gets do not depend on its program's width or launch). The
+    #: launcher picks by the call's token count, which a build key (shapes only) cannot: one wave of 4k one-warp
+    #: programs ran Qwen3.5's row 0.8-1.0 µs faster launched plainly (H200, thirty-ninth session, twice) while
+    #: the 64-token rows gain as dependents, and 4 tokens a program won the 64-token rows (thirty-second and
+    #: thirty-third sessions) where one token a program won Qwen3-Next's 4k row (thirty-third).
+    long_from: int = 0
+    long_tokens: int = 0
+    long_plain: bool = False
+
+
+def _without_long(key: MoETopKRoutingBuildKey, **changes: Any) -> MoETopKRoutingBuildKey:
+    """``key`` with ``changes`` and no long program (``MoETopKRoutingBuildKey.long_from``)."""
+    return dataclasses.replace(key, long_from=0, long_tokens=0, long_plain=False, **changes)
+
+
+def long_program_key(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey | None:
+    """The key of the program a call of at least ``key.long_from`` tokens runs, or None where every call
+    runs ``key``'s."""
+    if not key.long_from:
+        return None
+    return _without_long(key, tokens=key.long_tokens or key.tokens,
+                         dependent_launch=key.dependent_launch and not key.long_plain)
 
 
 def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
@@ -72,6 +98,12 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
         if getattr(key, field) and key.program not in _WARP_PROGRAMS:
             return (f"{_NAME}: {field} is a field of the candidates and logits programs (program={key.program!r}); "
                     "drop it")
+    if key.long_from < 0 or (not key.long_from and (key.long_tokens or key.long_plain)):
+        return (f"{_NAME}: long_from={key.long_from} must be a token count (0: no long program) and set where "
+                f"long_tokens={key.long_tokens} or long_plain={key.long_plain} is; set it or drop them")
+    if key.long_from and key.program not in _WARP_PROGRAMS:
+        return (f"{_NAME}: long_from is a field of the candidates and logits programs (program={key.program!r}); "
+                "drop it")
     reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
     if reason is not None:
         return reason
@@ -79,6 +111,9 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
         why = candidates_misfit(key)
         if why:
             return f"{_NAME}: the {key.program} program {why}; use program='rounds'"
+    long = long_program_key(key)
+    if long is not None and candidates_misfit(long):
+        return f"{_NAME}: the long program (long_tokens={key.long_tokens}) {candidates_misfit(long)}"
     return arch_refusal(_NAME, key.arch)
 
 
@@ -88,7 +123,7 @@ def with_fitting_routing_program(key: MoETopKRoutingBuildKey) -> MoETopKRoutingB
     candidates program's fields (a ``rounds`` key with ``dependent_launch`` was refused into the CPU
     reference until 2026-12-04e)."""
     if key.program in _WARP_PROGRAMS and routing_plan(key) is not None and candidates_misfit(key):
-        return dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False)
+        return _without_long(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False)
     return key
 
 
@@ -114,6 +149,38 @@ def _make_run(key: MoETopKRoutingBuildKey, fn: Any) -> Any:
     return moe_topk_routing
 
 
-def build_moe_topk_routing(key: MoETopKRoutingBuildKey) -> RunLauncher:
-    """Compile once per process and return the launcher; ValueError with the refusal reason."""
-    return build_run_launcher("moe_topk_routing", key, moe_topk_routing_refusal, routing_program, _make_run)
+class ByTokenCount:
+    """The launcher of a key with a long program (``MoETopKRoutingBuildKey.long_from``): ``run`` hands a
+    call of at least ``long_from`` tokens to ``long``'s run and the others to ``short``'s."""
+
+    __slots__ = ("key", "short", "long", "run")
+
+    def __init__(self, key: MoETopKRoutingBuildKey, short: RunLauncher, long: RunLauncher) -> None:
+        self.key, self.short, self.long = key, short, long
+        short_run, long_run, most = short.run, long.run, key.long_from
+
+        def run(router_logits: Any, *args: Any) -> Any:
+            return (long_run if router_logits.shape[0] >= most else short_run)(router_logits, *args)
+
+        self.run = run
+
+
+def build_moe_topk_routing(key: MoETopKRoutingBuildKey) -> RunLauncher | ByTokenCount:
+    """Compile once per process and return the launcher (with a long program, both compiled concurrently);
+    ValueError with the refusal reason."""
+    long = long_program_key(key)
+    if long is None:
+        return build_run_launcher("moe_topk_routing", key, moe_topk_routing_refusal, routing_program, _make_run)
+    reason = moe_topk_routing_refusal(key)
+    if reason is not None:
+        raise ValueError(reason)
+    short = _without_long(key)
+
+    def make() -> ByTokenCount:
+        built = compile_many([functools.partial(build_moe_topk_routing, k) for k in (short, long)])
+        failed = [b for b in built if isinstance(b, BaseException)]
+        if failed:
+            raise failed[0]
+        return ByTokenCount(key, *built)
+
+    return cached_build(("moe_topk_routing", key), make)
