@@ -1,9 +1,10 @@
 """Is the varlen conv's SiLU (two MUFU operations an element) what holds it under its layout's ceiling?
 
-The registered program and the same key without SiLU on the 1- and 8-prompt 4k rows, each checked against the
-CPU reference of its own activation, timed in CUDA graphs beside the same-size copy (forty-second session).
+The registered program, the same key with ``tanh_silu`` (one ``tanh.approx`` an element) and without SiLU, on the
+1- and 8-prompt 4k rows, each checked against the CPU reference of its own activation, timed in CUDA graphs beside
+the same-size copy, each twice, interleaved (forty-second session: without SiLU the H100 ran 2-2.5 us faster).
 
-    python3 conv_silu_probe.py
+    python3 conv_silu_probe.py   (or: bash benchmarks/gpu/run.sh convsilu)
 """
 
 import dataclasses
