@@ -111,21 +111,21 @@ def inputs(lengths, style: str, init: bool, gen, variant: str = "") -> dict:
             "has_initial_state": ((torch.arange(B) % 3 != 1) & (variant != "fresh")).cuda() if init else None}
 
 
-def call(run, c: dict, style: str, out):
+def call(run, c: dict, style: str, out, activation: str | None = "silu"):
     return run(c["x"], c["conv_state"], c["weight"], c["actual_seq_lengths"], c["conv_state_indices"],
-               c["has_initial_state"], None, "silu", style, out)
+               c["has_initial_state"], None, activation, style, out)
 
 
-def check(run, c: dict, style: str) -> str | None:
+def check(run, c: dict, style: str, activation: str | None = "silu") -> str | None:
+    """Why ``run``'s output or final windows differ from the CPU reference of ``activation`` (SiLU or none), or None."""
     pool = c["conv_state"].clone()
     ref_pool = c["conv_state"].float().cpu()
     out = torch.full_like(c["x"], float("nan"))
-    run(c["x"], pool, c["weight"], c["actual_seq_lengths"], c["conv_state_indices"], c["has_initial_state"], None,
-        "silu", style, out)
+    call(run, dict(c, conv_state=pool), style, out, activation)
     ref = causal_conv1d_varlen(c["x"].float().cpu(), ref_pool, c["weight"].float().cpu(),
                                c["actual_seq_lengths"].cpu(), c["conv_state_indices"].cpu(),
                                None if c["has_initial_state"] is None else c["has_initial_state"].cpu(),
-                               activation="silu", seq_lens_style=style)
+                               activation=activation, seq_lens_style=style)
     err = ((out.float().cpu() - ref).abs() / (1 + ref.abs())).max().item()
     if not err <= 1e-2:  # bf16 rounding of the output: 2 ** -8 relative
         return f"output off by {err:.3g} (relative to 1 + |reference|)"

@@ -79,7 +79,8 @@ def _call(op: str, run, inputs, params, out):
 
 def _check(op: str, inputs, params, arch: str, **tile) -> None:
     """The kernel against the float64 reference (``out`` within tolerance, the pool bit for bit),
-    and its unchecked-index program bit for bit against it."""
+    its unchecked-index program bit for bit against it, and where it runs SiLU into 16-bit outputs its
+    ``tanh_silu`` program (SiLU through one ``tanh.approx``) against the reference too."""
     import torch
 
     originals = {n: t.cpu().clone() for n, t in inputs.items()}
@@ -88,28 +89,33 @@ def _check(op: str, inputs, params, arch: str, **tile) -> None:
     _call(op, _launcher(op, inputs, params, arch, **tile), inputs, params, out)
     torch.cuda.synchronize()
     expected = REFERENCES[op](None, originals, params)
-    err = relative_error(out.cpu(), expected["out"])
-    assert err <= TOLERANCE[out.dtype], f"out relative error {err:.3g}"
-    got = inputs["conv_state"].cpu()
-    assert torch.equal(got.view(torch.uint8), expected["conv_state"].to(got.dtype).view(torch.uint8))
+    _assert_matches_reference("the kernel", out, inputs["conv_state"], expected)
     _compare_unchecked(op, before, inputs["conv_state"], out, params, arch, **tile)
     if params["activation"] == "silu" and out.dtype != torch.float32:
-        _check_tanh_silu(op, before, expected, params, arch, **tile)
+        # (the windows never pass through SiLU: its pool too is the reference's, bit for bit)
+        got, pool = _run_on_copy(op, before, params, arch, out, **{**tile, "tanh_silu": True})
+        _assert_matches_reference("the tanh_silu program", got, pool, expected)
 
 
-def _check_tanh_silu(op: str, before, expected, params, arch: str, **tile) -> None:
-    """The ``tanh_silu`` program (SiLU through one ``tanh.approx``) on a copy of ``before``: ``out`` within the
-    tolerance of the float64 reference, the pool bit for bit (the windows never pass through SiLU)."""
+def _assert_matches_reference(what: str, out, pool, expected) -> None:
+    """``out`` within the conformance tolerance of the float64 reference, ``pool`` its pool bit for bit."""
+    import torch
+
+    err = relative_error(out.cpu(), expected["out"])
+    assert err <= TOLERANCE[out.dtype], f"{what}'s out relative error {err:.3g}"
+    got = pool.cpu()
+    assert torch.equal(got.view(torch.uint8), expected["conv_state"].to(got.dtype).view(torch.uint8))
+
+
+def _run_on_copy(op: str, before, params, arch: str, like, **tile):
+    """``(out, pool)`` of ``tile``'s program run on a copy of ``before`` (the inputs as they were before the
+    checked program ran), its output written over NaNs in ``like``'s layout."""
     import torch
 
     inputs = dict(before, conv_state=before["conv_state"].clone())
-    out = _call(op, _launcher(op, inputs, params, arch, **{**tile, "tanh_silu": True}), inputs, params,
-                torch.full_like(inputs["x"], float("nan"), memory_format=torch.contiguous_format))
+    got = _call(op, _launcher(op, inputs, params, arch, **tile), inputs, params, torch.full_like(like, float("nan")))
     torch.cuda.synchronize()
-    err = relative_error(out.cpu(), expected["out"])
-    assert err <= TOLERANCE[out.dtype], f"the tanh_silu program's out relative error {err:.3g}"
-    got = inputs["conv_state"].cpu()
-    assert torch.equal(got.view(torch.uint8), expected["conv_state"].to(got.dtype).view(torch.uint8))
+    return got, inputs["conv_state"]
 
 
 def _compare_unchecked(op: str, before, pool_after, out, params, arch: str, **tile) -> None:
@@ -118,8 +124,8 @@ def _compare_unchecked(op: str, before, pool_after, out, params, arch: str, **ti
     ``unrolled_starts`` one (a start's group unrolled from its rows in registers), both together (the
     registered batch program, ``with_start_order``), the ``flat_grid`` one (every program along grid x), and for
     a call without initial states the initial-state program (its flags the launcher's one-element zero
-    dummy), each on a copy of ``before`` (the inputs as they were before the checked program ran), write
-    the bits the checked one wrote: ``out`` and the whole pool (``pool_after``)."""
+    dummy), each on a copy of ``before``, write the bits the checked one wrote: ``out`` and the whole pool
+    (``pool_after``)."""
     import torch
 
     start_orders = [{"end_rows_first": True}, {"unrolled_starts": True},
@@ -128,12 +134,9 @@ def _compare_unchecked(op: str, before, pool_after, out, params, arch: str, **ti
     fresh = [{"has_init": True}] if before.get("has_initial_state") is None else []
     twins = [{"unchecked_index": True}] + (start_orders + fresh if op == VARLEN else [])
     for twin in twins:
-        inputs = dict(before, conv_state=before["conv_state"].clone())
-        got = _call(op, _launcher(op, inputs, params, arch, **{**tile, **twin}), inputs, params,
-                    torch.full_like(out, float("nan")))
-        torch.cuda.synchronize()
+        got, pool = _run_on_copy(op, before, params, arch, out, **{**tile, **twin})
         assert torch.equal(got.view(torch.uint8), out.view(torch.uint8)), f"the {twin} program's out differs"
-        assert torch.equal(inputs["conv_state"].view(torch.uint8), pool_after.view(torch.uint8)), \
+        assert torch.equal(pool.view(torch.uint8), pool_after.view(torch.uint8)), \
             f"the {twin} program's pool differs"
 
 

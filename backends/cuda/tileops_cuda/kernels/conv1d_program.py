@@ -482,8 +482,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
 
     flat = key.flat_grid
     # The grid: channel blocks along x, chunks along y (65535 at most: 1,048,560 tokens at chunk 16; the launcher
-    # runs a longer call flat), or with
-    # ``flat_grid`` both along x, channel blocks still varying fastest (the same order of programs).
+    # runs a longer call flat), or with ``flat_grid`` both along x, channel blocks still varying fastest (the same
+    # order of programs).
     GX = NCB * T.ceildiv(Tn, C) if flat else NCB
     GY = 1 if flat else T.ceildiv(Tn, C)
 

@@ -112,8 +112,9 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
         if why:
             return f"{_NAME}: the {key.program} program {why}; use program='rounds'"
     long = long_program_key(key)
-    if long is not None and candidates_misfit(long):
-        return f"{_NAME}: the long program (long_tokens={key.long_tokens}) {candidates_misfit(long)}"
+    why = candidates_misfit(long) if long is not None else None
+    if why:
+        return f"{_NAME}: the long program (long_tokens={key.long_tokens}) {why}"
     return arch_refusal(_NAME, key.arch)
 
 
