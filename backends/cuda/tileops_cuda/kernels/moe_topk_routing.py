@@ -128,11 +128,13 @@ def with_fitting_routing_program(key: MoETopKRoutingBuildKey) -> MoETopKRoutingB
     return key
 
 
-def _make_run(key: MoETopKRoutingBuildKey, fn: Any) -> Any:
-    """The interface-shaped launch function around the compiled ``fn`` (see ``registered``)."""
+def _make_run(key: MoETopKRoutingBuildKey, fn: Any, long_fn: Any = None) -> Any:
+    """The interface-shaped launch function around the compiled ``fn`` (see ``registered``); ``long_fn``,
+    where given, serves calls of at least ``key.long_from`` tokens."""
     import torch
 
     K = key.top_k
+    most = key.long_from if long_fn is not None else None
 
     def moe_topk_routing(router_logits: Any, top_k: int, renormalize: bool, ids_dtype: Any,
                          topk_weights: Any = None, topk_ids: Any = None) -> Any:
@@ -144,26 +146,23 @@ def _make_run(key: MoETopKRoutingBuildKey, fn: Any) -> Any:
         if T:
             if not router_logits.is_contiguous() or router_logits.data_ptr() % 16:
                 router_logits = packed(router_logits)  # (read in 16-byte vectors)
-            fn(router_logits, topk_weights, topk_ids)
+            (long_fn if most is not None and T >= most else fn)(router_logits, topk_weights, topk_ids)
         return topk_weights, topk_ids
 
     return moe_topk_routing
 
 
 class ByTokenCount:
-    """The launcher of a key with a long program (``MoETopKRoutingBuildKey.long_from``): ``run`` hands a
-    call of at least ``long_from`` tokens to ``long``'s run and the others to ``short``'s."""
+    """The launcher of a key with a long program (``MoETopKRoutingBuildKey.long_from``): ``run`` launches
+    ``long``'s compiled function for a call of at least ``long_from`` tokens and ``short``'s for the others,
+    the choice made in the one launch function: 0.03 us a call on the CPU machine, where a frame of its own
+    in front of two launch functions cost 0.30."""
 
     __slots__ = ("key", "short", "long", "run")
 
     def __init__(self, key: MoETopKRoutingBuildKey, short: RunLauncher, long: RunLauncher) -> None:
         self.key, self.short, self.long = key, short, long
-        short_run, long_run, most = short.run, long.run, key.long_from
-
-        def run(router_logits: Any, *args: Any) -> Any:
-            return (long_run if router_logits.shape[0] >= most else short_run)(router_logits, *args)
-
-        self.run = run
+        self.run = _make_run(key, short.fn, long.fn)
 
 
 def build_moe_topk_routing(key: MoETopKRoutingBuildKey) -> RunLauncher | ByTokenCount:
