@@ -117,11 +117,12 @@ def _conv_varlen_candidates() -> list[dict[str, Any]]:
     instructions, the group loop 1845 -> 1011, at 4k 8 sequences). The first is the registered key with
     the plain start order (``with_start_order``; the sweep's base has every block-shape field at its
     default); ``plan_sweep`` times the registered key as a programmatic dependent too, as it ran from
-    the launch policy until the thirty-eighth session. First of all the registered key itself with ``tanh_silu``
-    (SiLU through one ``tanh.approx``: the conv ran 2-2.5 us faster without SiLU on an H100, forty-second session)."""
-    return [{"one_sequence_threads": 64, "end_rows_first": True, "unrolled_starts": True, "tanh_silu": True},
-            {"one_sequence_threads": 64}, {"unchecked_index": True}, {"chunk": 32}, {"chunk": 64}, {"threads": 256},
-            {"threads": 64}]
+    the launch policy until the thirty-eighth session. First of all the registered key with SiLU through ``exp``
+    and a reciprocal (``tanh_silu`` off: registered since the forty-third session), then the chunks with the
+    registered key's other fields, so that a chunk is compared like for like on the H200."""
+    registered = {"one_sequence_threads": 64, "end_rows_first": True, "unrolled_starts": True, "tanh_silu": True}
+    return [{**registered, "tanh_silu": False}, {**registered, "chunk": 32}, {**registered, "chunk": 64},
+            {"one_sequence_threads": 64}, {"unchecked_index": True}, {"threads": 256}, {"threads": 64}]
 
 #: The registered decode-conv shape (block_shapes.py): without TileLang's bounds checks (registered), and that
 #: launched as a programmatic dependent (``dependent_launch``, seventeenth session: the launch and block
@@ -157,32 +158,36 @@ _QK_CANDIDATES = [
 #: MoE routing (E=512 top-10 and E=256 top-8 in bf16). The registered shape first: the logits program (issue 21:
 #: selection on the logits' keys, expf for the top_k + 1 only; ~450 fast-path SASS instructions a token at E=512
 #: top-10 bf16, ~300 at E=256, against the candidates program's ~650-780), one token (warp) a program, without
-#: TileLang's bounds checks, launched as a programmatic dependent. Then the logits program plain and with each
-#: of the two fields alone (thirty-first session: plain won Qwen3.5's 4k row by 0.9 us, the pair its 64-token
-#: row), and at 2-16 tokens a program (4-16 also plainly): a one-warp block caps an SM at 32 resident warps, and a
+#: TileLang's bounds checks, launched as a programmatic dependent (both keys' shape until the forty-third session).
+#: Then the logits program plain and without bounds checks alone (thirty-first session: plain won Qwen3.5's 4k row
+#: by 0.9 us, the dependent its 64-token row), E=256's registered key, and at 2-16 tokens a program (4-16 also plainly): a one-warp block caps an SM at 32 resident warps, and a
 #: 4k-token call (one wave) leaves the early-launched blocks of a dependent next call one slot an SM; under Nsight
 #: Compute the 4k rows' warps were resident two thirds of the time a one-wave grid allows, and E=256's 31% fewer
-#: instructions a warp ran in E=512's time (forty-second session, H100). Then the
-#: candidates program (registered until the thirty-first session; 48 registers at E=512, 38 at E=256, no spills) at its
-#: registered shape until then and at 1-4 tokens a program.
+#: instructions a warp ran in E=512's time (forty-second session, H100). Last the candidates program (registered
+#: until the thirty-first session; 48 registers at E=512, 38 at E=256, no spills) at its registered shape until then
+#: (it lost every row at 1-4 tokens a program in every sweep since).
 _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
                        {"program": "logits", "tokens": 1},
                        {"program": "logits", "tokens": 1, "unchecked_index": True},
-                       {"program": "logits", "tokens": 1, "dependent_launch": True},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_plain": True},
                        *({"program": "logits", "tokens": t, "unchecked_index": True, "dependent_launch": True}
                          for t in (2, 4, 8, 16)),
                        {"program": "logits", "tokens": 4},
                        *({"program": "logits", "tokens": t, "unchecked_index": True} for t in (4, 8, 16)),
-                       # a long program for calls of 1024 tokens and more (long_from): the registered key, and 4
-                       # tokens a program below it (won the 64-token rows in the thirty-second session)
-                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_plain": True},
+                       # long programs for calls of 1024 tokens and more (long_from), beside the registered keys (E=512
+                       # and E=256 above): 4 tokens a program below and one above, and on an H100 (forty-third
+                       # session) 16 tokens a program led both 4k rows, as a dependent at E=512 (5.02 us against
+                       # 5.29) and plainly at E=256 (4.12 against 4.39)
                        {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 1},
                        {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 1, "long_plain": True},
-                       {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
-                       *({"program": "candidates", "tokens": t} for t in (1, 2, 4))]
+                        "long_from": 1024, "long_tokens": 16},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 16, "long_plain": True},
+                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 16, "long_plain": True},
+                       {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True}]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
 #: key (the others keep the build key's defaults); the registered block shape is always first.

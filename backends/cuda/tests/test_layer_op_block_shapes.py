@@ -191,6 +191,22 @@ def test_the_registered_varlen_conv_runs_one_sequence_at_64_threads_and_batches_
     assert (key.threads, key.one_sequence_threads) == (128, 64) and conv_refusal(key) is None
 
 
+@pytest.mark.parametrize("dtype,activation,tanh", [("bfloat16", "silu", True), ("float16", "silu", True),
+                                                    ("float32", "silu", False), ("bfloat16", None, False)])
+def test_the_registered_varlen_conv_runs_silu_through_tanh_into_16_bit_outputs_only(dtype, activation, tanh):
+    """``with_tanh_silu``: 2-3 points of the copy on both 4k rows (H100); its 2**-11 error is refused for float32,
+    and a key without SiLU has nothing to approximate. Every program the launcher picks keeps the field."""
+    from tileops_cuda.kernels.conv1d import batch_key, one_sequence_key
+
+    key = registered.TileLangCausalConv1dVarlen.key(CallSpec(
+        "CausalConv1dVarlenFwdOp", "causal_conv1d_varlen", "cuda", "sm_90",
+        {"x": dtype, "actual_seq_lengths": "int32", "conv_state_indices": "int32"}, {"D": 8192, "W": 4},
+        {"activation": activation, "has_bias": False, "has_has_initial_state": False, "seq_lens_style": "lengths"}))
+    assert conv_refusal(key) is None
+    one = one_sequence_key(key)
+    assert one is not None and {key.tanh_silu, batch_key(key).tanh_silu, one.tanh_silu} == {tanh}
+
+
 @pytest.mark.parametrize("has_init", [False, True], ids=["no-init", "init"])
 def test_the_registered_varlen_conv_orders_and_unrolls_its_starts_except_one_sequence_without_initial_states(has_init):
     """Measured on the H200 (``with_start_order``, ``one_sequence_key``): the end rows first and the

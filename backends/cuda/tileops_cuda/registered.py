@@ -46,7 +46,7 @@ from tileops_core.ops.reduction import SoftmaxKernel, SumKernel
 
 from ._tilelang_impl import TileLangImpl, rows_of
 from .kernels.conv1d import (ConvUpdateBuildKey, ConvVarlenBuildKey, build_conv_update, build_conv_varlen, conv_refusal,
-                             fitted_to_width, with_start_order)
+                             fitted_to_width, with_start_order, with_tanh_silu)
 from .kernels._common import ELEM_BYTES, GRID_YZ_MAX
 from .kernels._row_views import head_view, packed, row_view
 from .kernels.block_shapes import with_block_shape
@@ -434,7 +434,8 @@ class TileLangCausalConv1dVarlen(TileLangImpl, CausalConv1dVarlenKernel):
         key = ConvVarlenBuildKey(d["x"], int(call.dims["D"]), int(call.dims["W"]), f["activation"] == "silu",
                                  bool(f["has_bias"]), bool(f["has_has_initial_state"]), d["actual_seq_lengths"],
                                  d["conv_state_indices"], f["seq_lens_style"] != "cu_seqlens", call.arch)
-        return with_start_order(fitted_to_width(with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.dim))))
+        shaped = fitted_to_width(with_block_shape(cls.__name__, key, _row_bytes(key.dtype, key.dim)))
+        return with_tanh_silu(with_start_order(shaped))
 
     @classmethod
     def launcher(cls, key: ConvVarlenBuildKey) -> Callable[..., Any]:

@@ -25,7 +25,8 @@ from ._row_views import packed
 from .conv1d_program import conv_update_program, conv_varlen_program
 
 __all__ = ["ConvUpdateBuildKey", "ConvVarlenBuildKey", "batch_key", "build_conv_update", "build_conv_varlen",
-           "conv_refusal", "few_sequences_key", "fitted_to_width", "one_sequence_key", "with_start_order"]
+           "conv_refusal", "few_sequences_key", "fitted_to_width", "one_sequence_key", "with_start_order",
+           "with_tanh_silu"]
 
 _DTYPES = ("float16", "bfloat16", "float32")
 _INDEX_DTYPES = ("int32", "int64")
@@ -132,7 +133,7 @@ class ConvVarlenBuildKey:
     #: SiLU as ``h + h · tanh(h)`` with ``h = x / 2`` and one ``tanh.approx.f32`` (one MUFU operation an
     #: element where ``x · rcp(1 + exp(-x))`` takes two: the H100 conv read 2-2.5 µs faster without SiLU at 4k
     #: tokens, forty-second session). Its relative error (2**-11) suits 16-bit outputs only: refused for
-    #: float32. A candidate.
+    #: float32. Registered for 16-bit outputs (``with_tanh_silu``).
     tanh_silu: bool = False
 
 
@@ -265,6 +266,16 @@ def with_start_order(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey:
     ``sm_90`` and the targets are the H200's. ``CONV_TWIN=end_rows_first run.sh convtwin`` times it
     again."""
     return replace(key, end_rows_first=True, unrolled_starts=True)
+
+
+def with_tanh_silu(key: ConvVarlenBuildKey) -> ConvVarlenBuildKey:
+    """``key`` with ``tanh_silu`` where it runs SiLU into 16-bit outputs (float32 keeps ``exp``). On an H100
+    (bench/results/session-2026-12-06i, s43a) it won both 4k rows in three timings of one run: the 1-prompt row
+    53.7-53.8 -> 52.2-52.3 us (87.6 -> 90.2% of the same-size copy) and 53.60 -> 52.25 in the sweep (86.7 -> 89.0%),
+    the 8-prompt row 55.6-56.0 -> 54.0 us (84.2-84.7 -> 87.2-87.3%) and 55.82 -> 54.21 (83.7 -> 86.1%): within
+    0.4-0.9 us of no SiLU at all. Every conv GPU test ran it against float64 (108 passed). The update, which waits
+    on its pool reads rather than on its arithmetic, tied with it (15.04 / 15.10 us, 22.69 / 22.70): not there."""
+    return replace(key, tanh_silu=key.silu and key.dtype != "float32")
 
 
 def _has_narrow_program(key: ConvVarlenBuildKey) -> bool:
