@@ -90,11 +90,15 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # as a dependent in two runs (thirty-ninth session, s39b and s39d ``launchab``; 54% of the same-size copy
     # against 45%), while its 64-token row took 1.43 / 1.39 as a dependent against 1.90 / 1.85. Qwen3-Next's E=512
     # tied both ways at 4k (5.48 / 5.42 against 5.48 / 5.49) and keeps one program. Between 64 and 4096 tokens
-    # nothing was timed: 1024 is a quarter of a one-wave grid of one-warp programs.
+    # nothing was timed: 1024 is a quarter of a one-wave grid of one-warp programs. On an H100 (forty-third session,
+    # session-2026-12-06i s43b route_sweep.log, graph time) that key read Qwen3.5's 4k row at 4.39 us (58.1%) against
+    # 5.28 (48.3%) for the one dependent program. Qwen3-Next's E=512 runs 4 tokens a program below 1024 tokens: its
+    # 64-token row 1.42 us against 1.53 (82.3% against 76.5%; on the H200 in the thirty-second session, 86.7%), its
+    # 4k row through one token a program 5.28 against 5.29. Qwen3.5's 64-token row tied at 4 (1.40 against 1.38).
     "TileLangMoETopKRouting": ((512, {"program": "logits", "tokens": 1, "unchecked_index": True,
                                       "dependent_launch": True, "long_from": 1024, "long_plain": True}),
-                               (None, {"program": "logits", "tokens": 1, "unchecked_index": True,
-                                       "dependent_launch": True})),
+                               (None, {"program": "logits", "tokens": 4, "unchecked_index": True,
+                                       "dependent_launch": True, "long_from": 1024, "long_tokens": 1})),
 }
 
 
