@@ -106,20 +106,18 @@ def _norm_candidates() -> list[dict[str, Any]]:
 
 
 def _conv_varlen_candidates() -> list[dict[str, Any]]:
-    """Varlen shapes beside the registered one (128 threads x chunk 16 x 4-row groups, one group
-    ahead in registers, 128 registers; chunk 64 until the forty-first session: a 4k call was then one
-    wave streaming all of ``x`` at once, 78-81% of the same-size copy on an H100, 83-87% at chunk 16;
-    NOTES.md). Rings of asynchronous row copies, explicit 128-bit stores and tighter register bounds
-    measured no better (tenth session) and were dropped, as were 8- and 4-byte vectors a thread
-    (slower on both rows: results/session-2026-12-03d/conv_sweep.log); these vary the chunk and the
-    threads. First the registered shape without TileLang's bounds checks (``unchecked_index``; helper
-    unchecked-kernels, NOTES "Unchecked accesses in the memory-bound kernels": 2352 -> 1480 static SASS
-    instructions, the group loop 1845 -> 1011, at 4k 8 sequences). The first is the registered key with
-    the plain start order (``with_start_order``; the sweep's base has every block-shape field at its
-    default); ``plan_sweep`` times the registered key as a programmatic dependent too, as it ran from
-    the launch policy until the thirty-eighth session. First of all the registered key with SiLU through ``exp``
-    and a reciprocal (``tanh_silu`` off: registered since the forty-third session), then the chunks with the
-    registered key's other fields, so that a chunk is compared like for like on the H200."""
+    """Varlen shapes beside the registered one (128 threads x chunk 16 x 4-row groups, one group ahead in
+    registers, 128 registers, 64 threads for one sequence, the start order of ``with_start_order``, SiLU through
+    ``tanh.approx``). First that key with SiLU through ``exp`` and a reciprocal (``tanh_silu`` off, as registered
+    until the forty-third session), then chunks of 32 and 64 with its other fields (chunk 64 until the forty-first
+    session: a 4k call was then one wave streaming all of ``x`` at once, 78-81% of the same-size copy on an H100
+    against 83-87% at chunk 16; NOTES.md), so that the H200 compares chunks like for like. Then the older shapes,
+    every other field at its default (the sweep's base): 64 threads for one sequence alone, no bounds checks
+    (``unchecked_index``: 2352 -> 1480 static SASS instructions at 4k 8 sequences, NOTES "Unchecked accesses in
+    the memory-bound kernels", yet slower in every sweep), and 256 or 64 threads. ``plan_sweep`` times the
+    registered key as a programmatic dependent too. Rings of asynchronous row copies, explicit 128-bit stores,
+    tighter register bounds (tenth session) and 8- or 4-byte vectors a thread (results/session-2026-12-03d) measured
+    no better and were dropped."""
     registered = {"one_sequence_threads": 64, "end_rows_first": True, "unrolled_starts": True, "tanh_silu": True}
     return [{**registered, "tanh_silu": False}, {**registered, "chunk": 32}, {**registered, "chunk": 64},
             {"one_sequence_threads": 64}, {"unchecked_index": True}, {"threads": 256}, {"threads": 64}]
@@ -221,6 +219,8 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # the varlen conv read 92% of the copy as one wave of streaming programs and 95-100% as about two, and
     # 88.8% at 1.3 (conv_structure.py, forty-first session, H100). Each also with ``tanh_silu`` (one MUFU op an
     # element for SiLU's two; 784 -> 752 static SASS instructions at 84 registers, sm_90a; forty-second session).
+    # On an H100 (forty-third session, s43a) tanh_silu tied (15.10 / 22.70 us against 15.04 / 22.69) and 64
+    # registers lost both rows (17.1 / 30.7 us): kept for the H200, whose larger copy rate wants more in flight.
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [_CONV_DEPENDENT, _CONV_UNCHECKED,
                                                     {**_CONV_DEPENDENT, "tanh_silu": True},
                                                     {**_CONV_DEPENDENT, "registers": 64, "tanh_silu": True},
