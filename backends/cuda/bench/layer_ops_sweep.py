@@ -173,10 +173,10 @@ _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": Tru
                          for t in (2, 4, 8, 16)),
                        {"program": "logits", "tokens": 4},
                        *({"program": "logits", "tokens": t, "unchecked_index": True} for t in (4, 8, 16)),
-                       # long programs for calls of 1024 tokens and more (long_from), beside the registered keys (E=512
-                       # and E=256 above): 4 tokens a program below and one above, and on an H100 (forty-third
-                       # session) 16 tokens a program led both 4k rows, as a dependent at E=512 (5.02 us against
-                       # 5.29) and plainly at E=256 (4.12 against 4.39)
+                       # long programs for calls of 1024 tokens and more (long_from): E=512's key until the
+                       # forty-third session's second run (4 tokens a program below, one above), then 16 tokens a
+                       # program above, which led both 4k rows in two H100 runs and is registered (block_shapes.py;
+                       # as a dependent at E=512, plainly at E=256), and 16 plainly below 4
                        {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 1},
                        {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,

@@ -34,16 +34,20 @@ SHAPES = [*({"program": "candidates", "tokens": t} for t in (1, 4, 8)),
           # the logits program (selection on the logits' keys): plain and as the sweep races it
           {"program": "logits", "tokens": 1}, {"program": "logits", "tokens": 4},
           {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
-          # with a long program (calls of 1024 tokens and more): four tokens a program below, one plainly from there
+          # with a long program (calls of 1024 tokens and more): four tokens a program below, one plainly from there;
+          # and as E=512 registers it, sixteen tokens a program from there as a dependent
           {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
-           "long_tokens": 1, "long_plain": True}]
+           "long_tokens": 1, "long_plain": True},
+          {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
+           "long_tokens": 16}]
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 
 def _shape_id(shape: dict) -> str:
     return (f"{shape['program']}-tokens{shape['tokens']}" + ("-unchecked" if shape.get("unchecked_index") else "")
             + ("-dependent" if shape.get("dependent_launch") else "")
-            + (f"-long{shape['long_from']}" if shape.get("long_from") else ""))
+            + (f"-long{shape['long_from']}x{shape.get('long_tokens', 0)}" if shape.get("long_from") else "")
+            + ("-plain" if shape.get("long_plain") else ""))
 
 
 def _rounds_of(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey:

@@ -95,10 +95,15 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # 5.28 (48.3%) for the one dependent program. Qwen3-Next's E=512 runs 4 tokens a program below 1024 tokens: its
     # 64-token row 1.42 us against 1.53 (82.3% against 76.5%; on the H200 in the thirty-second session, 86.7%), its
     # 4k row through one token a program 5.28 against 5.29. Qwen3.5's 64-token row tied at 4 (1.40 against 1.38).
+    # Both long programs run 16 tokens a program (512-thread blocks: a fourth of the blocks a one-wave call
+    # schedules; s43b and s43c, two H100 runs): Qwen3-Next 4k 5.02 / 5.08 us (67.0 / 67.1%) against one token a
+    # program's 5.29 / 5.34 (63.7 / 63.9%), as a dependent (plainly 5.81 / 5.87); Qwen3.5 4k plainly 4.12 / 4.15 us
+    # (61.9 / 62.1%) against 4.39 / 4.45 (58.1 / 57.9%).
     "TileLangMoETopKRouting": ((512, {"program": "logits", "tokens": 1, "unchecked_index": True,
-                                      "dependent_launch": True, "long_from": 1024, "long_plain": True}),
+                                      "dependent_launch": True, "long_from": 1024, "long_tokens": 16,
+                                      "long_plain": True}),
                                (None, {"program": "logits", "tokens": 4, "unchecked_index": True,
-                                       "dependent_launch": True, "long_from": 1024, "long_tokens": 1})),
+                                       "dependent_launch": True, "long_from": 1024, "long_tokens": 16})),
 }
 
 
