@@ -185,6 +185,11 @@ _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": Tru
                         "long_from": 1024, "long_tokens": 16, "long_plain": True},
                        {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 16, "long_plain": True},
+                       # 32 tokens a program above 1024 (1024-thread blocks: a 4k call is 128 of them, one an SM)
+                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 32},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 32, "long_plain": True},
                        {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True}]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
