@@ -123,6 +123,54 @@ def test_the_heads_network_leaves_a_lanes_largest_keys_sorted(count, depth):
         assert [values[h] for h in heads] == want
 
 
+@pytest.mark.parametrize("per,top_k,depth", [(16, 10, 4), (16, 10, 2), (8, 8, 4), (8, 8, 2), (4, 11, 2)])
+def test_rounds_over_lanes_heads_refilled_below_the_popped_key_select_the_warps_top_k(per, top_k, depth):
+    """The logits program's selection with ``heads`` (a model of its steps 3-4 on 32 lanes): each lane's
+    ``depth`` largest keys by the network, top_k rounds popping the warp's largest head, and after each
+    round from the depth-th a refill of every lane whose first head is gone, from its keys below the
+    round's max. Each round takes the next of the warp's largest keys, whichever lanes hold them (lanes
+    holding many of them included), and after the rounds every lane's heads are its largest unpopped
+    keys, at least one where any is left (what the outsider's search reads)."""
+    import random
+
+    from tileops_cuda.kernels.moe_topk_routing_program import _heads_network
+
+    steps, slots = _heads_network(per, depth)
+    empty = float("-inf")
+
+    def heads_of(keys: list) -> list:
+        keys = list(keys)
+        for op, a, b in steps:
+            keys[a], keys[b] = (max(keys[a], keys[b]), min(keys[a], keys[b])) if op == "ce" else \
+                (max(keys[a], keys[b]), keys[b])
+        return [keys[h] for h in slots]
+
+    rng = random.Random(per * 100 + top_k * 10 + depth)
+    for trial in range(300):
+        values = rng.sample(range(100000), 32 * per)
+        if trial % 3 == 0:  # a few lanes holding most of the selection
+            values.sort(reverse=True)
+            values = values[:per] + values[per:2 * per] + rng.sample(values[2 * per:], 30 * per)
+        lanes = [values[lane * per:(lane + 1) * per] for lane in range(32)]
+        heads = [heads_of(keys) for keys in lanes]
+        chosen = []
+        for r in range(top_k):
+            best = max(h[0] for h in heads)
+            chosen.append(best)
+            for h in heads:
+                if h[0] == best:
+                    h[:] = h[1:] + [empty]
+            if r >= depth - 1:
+                for lane, h in enumerate(heads):
+                    if h[0] == empty:
+                        h[:] = heads_of([k if k < best else empty for k in lanes[lane]])
+        assert chosen == sorted(values, reverse=True)[:top_k]
+        for lane, h in enumerate(heads):  # each lane's heads: its largest unpopped keys, one at least if any
+            known = [k for k in h if k != empty]
+            remaining = sorted((k for k in lanes[lane] if k not in chosen), reverse=True)
+            assert known == remaining[:len(known)] and (known or not remaining)
+
+
 @pytest.mark.parametrize("count,depth", [(16, 6), (16, 3), (4, 8), (8, 0)])
 def test_the_heads_network_refuses_a_depth_its_merges_cannot_sort(count, depth):
     from tileops_cuda.kernels.moe_topk_routing_program import _heads_network
@@ -164,9 +212,11 @@ def test_a_word_of_two_16_bit_logits_orders_both_halves_as_each_logit_alone():
     ({"long_from": 1024}, "long_from is a field of the candidates and logits programs (program='rounds')"),
     ({"program": "logits", "long_from": 1024, "long_tokens": 33},
      "the long program (long_tokens=33) takes 0-32 tokens a program (tokens=33)"),
+    ({"program": "logits", "heads": 3}, "heads=3 is 2, 4 or 8 heads a lane of the logits program (0: its default)"),
+    ({"program": "candidates", "heads": 4}, "heads=4 is 2, 4 or 8 heads a lane of the logits program"),
 ], ids=["program", "tokens", "experts", "top_k", "unchecked-rounds", "dependent-rounds", "logits-tokens",
         "logits-experts", "logits-top_k", "dependent-sm80", "long-fields-without-long-from", "long-from-negative",
-        "long-rounds", "long-tokens"])
+        "long-rounds", "long-tokens", "heads-3", "heads-candidates"])
 def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in moe_topk_routing_refusal(dataclasses.replace(_NEXT, **fields))
 
@@ -306,8 +356,9 @@ def test_the_logits_program_of_16_bit_logits_reads_16_byte_vectors_and_reduces_3
     assert re.search(r"\bint keys\[\d+\];", source)  # one redux.sync a round, not a shuffle butterfly
 
 
-@pytest.mark.parametrize("key", [*_LOWERED[:2], _LOGITS[0], _LOGITS[2]],
-                         ids=[f"{p}-{row}" for p in ("candidates", "logits")
+@pytest.mark.parametrize("key", [*_LOWERED[:2], _LOGITS[0], _LOGITS[2],
+                                 *(dataclasses.replace(_LOGITS[i], tokens=16, heads=4) for i in (0, 2))],
+                         ids=[f"{p}-{row}" for p in ("candidates", "logits", "logits-heads4")
                               for row in ("qwen3-next-E512-k10", "qwen3.5-E256-k8")])
 def test_the_warp_programs_of_the_model_rows_spill_nothing_for_sm_90a(key, tmp_path):
     pytest.importorskip("tilelang")
@@ -325,3 +376,16 @@ def test_the_warp_programs_of_the_model_rows_spill_nothing_for_sm_90a(key, tmp_p
     assert spills and all(a == "0" and b == "0" for a, b in spills), out.stderr
     # At most 64: 32 warps an SM, so 4096 tokens are one wave on 132 SMs.
     assert registers and max(registers) <= 64, out.stderr
+
+
+@pytest.mark.parametrize("heads", [2, 4])
+def test_a_logits_program_of_fewer_heads_refills_a_lane_from_its_row_after_a_vote_a_round(heads):
+    """``heads``: from the round a lane can first run out (the heads-th), one vote a round, and a refill
+    (the row read again, the lane's keys below the popped one, the network) only under it; the first fill
+    and the fallback as before. At 16 tokens a program the bound keeps 32 warps an SM resident."""
+    key = dataclasses.replace(_LOGITS[0], tokens=16, heads=heads)  # Qwen3-Next: E=512 top-10, 16 keys a lane
+    source = _lowered(key)
+    assert source.count("__any_sync") == (10 - heads + 1) + 2  # the rounds' votes, the NaN-key and outsider tests
+    assert "__launch_bounds__(512, 2)" in source
+    base = _lowered(dataclasses.replace(key, heads=0))
+    assert "__any_sync" in base and "__launch_bounds__(512, 2)" not in base

@@ -66,7 +66,7 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
-from ._common import ELEM_BYTES, annotate_pass_configs, dependent_launch
+from ._common import ELEM_BYTES, annotate_pass_configs, dependent_launch, programs_at_registers
 
 if TYPE_CHECKING:
     from .moe_topk_routing import MoETopKRoutingBuildKey
@@ -472,7 +472,8 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
     HI_NINF = _ordered(_INF_BITS[dt] | FLAG, VB)
     PAD = HI_NINF << VB
     EMPTY, MARK = -(1 << (2 * VB - 1)), (1 << (2 * VB - 1)) - 1
-    D = min(_HEADS, PER)
+    D = min(key.heads or _HEADS, PER)
+    REFILL = bool(key.heads) and PER > D  # a lane that pops its last head refills from its row (below)
     STEPS, H = _heads_network(PER, D)
     K1 = min(K + 1, E)  # lanes holding a key: the top_k and the first outsider of another logit
     M = T.dynamic("M")
@@ -488,28 +489,14 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
         bits = T.if_then_else(hv >= 0, hv, hv ^ KC(MAG))
         return T.cast(T.reinterpret(dt, T.cast(bits, ut)), f32)
 
-    @T.prim_func
-    def moe_topk_routing(router_logits: T.Tensor((M, E), dt), topk_weights: T.Tensor((M, K), dt),
-                         topk_ids: T.Tensor((M, K), idt)):
-        annotate_pass_configs(key.unchecked_index, {"tl.disable_thread_storage_sync": True})
-        with T.Kernel(T.ceildiv(M, TOK), threads=32 * TOK) as bx:
-            dependent_launch(key.dependent_launch)
-            tid = T.get_thread_binding()
-            raw = T.alloc_local((PER,), dt)
-            keys = T.alloc_local((PER,), kt)
-            base = T.alloc_local((NV,), kt)
-            uw = T.alloc_local((2,), "uint32")  # a word of two 16-bit logits, its signs
-            kv = T.alloc_local((7,), kt)  # swap, the round's best, the lane's key, the lane min, its outsider, top,
-            #                                   the lane's last head before the rounds
-            fv = T.alloc_local((6,), f32)  # max logit, e, the next lane's e, sum, weight, renorm sum
-            iv = T.alloc_local((4,), i32)  # the round's winner, slow, fast, the lane's id
-            ev = T.alloc_local((PER,), f32)  # the rounds selection (the fallback)
-            rkeys = T.alloc_local((PER,), "int64")
-            rbest = T.alloc_local((1,), "int64")
-            slots = T.alloc_shared((TOK, 2 * K), i32)  # the fallback's chosen probabilities' bits, then ids
-            w = tid // 32
-            lane = tid % 32
-            tok = T.min(bx * TOK + w, M - 1)
+    def lane_heads_macro(refill: bool) -> Any:
+        """A TileLang macro ``(router_logits, raw, keys, base, uw, kv, tok, lane)``: steps 1-3 of the program
+        for a lane; with ``refill``, the lane's keys below ``kv[1]`` only (the key it has just popped: every
+        larger one it held was popped before it), its row read again (from L1 or L2: the program read it at
+        its start) and ``base`` and the lane's least key ``kv[3]`` kept from the first fill."""
+
+        @T.macro
+        def lane_heads(router_logits, raw, keys, base, uw, kv, tok, lane):
             # 1. The row as the candidates program loads it, every load first.
             for i in T.unroll(NV):
                 for j in T.vectorized(vw):
@@ -517,9 +504,10 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
                         if PADDED else router_logits[tok, i * 32 * vw + lane * vw + j]
             # 2. Keys. base[i] ^ j is the low half of expert (i, lane, j): E - 1 - expert ends in vw - 1
             #    ones (vw divides E), so subtracting j < vw is an exclusive or.
-            for i in T.unroll(NV):
-                base[i] = KC(FLAG | (E - 1)) - T.cast(i * 32 * vw + lane * vw, kt)
-            kv[3] = KC(MARK)
+            if not refill:
+                for i in T.unroll(NV):
+                    base[i] = KC(FLAG | (E - 1)) - T.cast(i * 32 * vw + lane * vw, kt)
+                kv[3] = KC(MARK)
             for r in T.unroll(PER) if not WORDS else list(range(PER)):
                 if WORDS and r % 2 == 0:
                     # Two 16-bit logits a word (lo = r, hi = r + 1), both ordered at once: a half's sign
@@ -537,7 +525,10 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
                 keys[r] = kv[0] | (base[r // vw] ^ KC(r % vw))
                 if PADDED:
                     keys[r] = T.if_then_else(expert(r, lane) < E, keys[r], KC(PAD))
-                kv[3] = T.min(kv[3], keys[r])
+                if refill:
+                    keys[r] = T.if_then_else(keys[r] < kv[1], keys[r], KC(EMPTY))
+                else:
+                    kv[3] = T.min(kv[3], keys[r])
             # 3. The lane's D largest keys, sorted, in slots H (a fixed network of max/min).
             for op, a, b in STEPS:
                 if op == "ce":
@@ -548,6 +539,39 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
                     keys[a] = T.max(keys[a], keys[b])
             if PER > D:
                 kv[6] = keys[H[D - 1]]
+
+        return lane_heads
+
+    first_fill, refill = lane_heads_macro(False), lane_heads_macro(True)
+
+    @T.prim_func
+    def moe_topk_routing(router_logits: T.Tensor((M, E), dt), topk_weights: T.Tensor((M, K), dt),
+                         topk_ids: T.Tensor((M, K), idt)):
+        annotate_pass_configs(key.unchecked_index, {"tl.disable_thread_storage_sync": True})
+        with T.Kernel(T.ceildiv(M, TOK), threads=32 * TOK) as bx:
+            if REFILL:
+                # The refills' row reads and key building held 68 registers at E=512 bf16 (55 without them): at
+                # 512 threads one program an SM. Bounded to 64, so that 32 warps an SM stay resident.
+                T.annotate_min_blocks_per_sm(programs_at_registers(32 * TOK, 64))
+            dependent_launch(key.dependent_launch)
+            tid = T.get_thread_binding()
+            raw = T.alloc_local((PER,), dt)
+            keys = T.alloc_local((PER,), kt)
+            base = T.alloc_local((NV,), kt)
+            uw = T.alloc_local((2,), "uint32")  # a word of two 16-bit logits, its signs
+            kv = T.alloc_local((7,), kt)  # swap, the round's best, the lane's key, the lane min, its outsider, top,
+            #                                   the lane's last head before the rounds
+            fv = T.alloc_local((6,), f32)  # max logit, e, the next lane's e, sum, weight, renorm sum
+            iv = T.alloc_local((4,), i32)  # the round's winner, slow, fast, the lane's id
+            ev = T.alloc_local((PER,), f32)  # the rounds selection (the fallback)
+            rkeys = T.alloc_local((PER,), "int64")
+            rbest = T.alloc_local((1,), "int64")
+            slots = T.alloc_shared((TOK, 2 * K), i32)  # the fallback's chosen probabilities' bits, then ids
+            w = tid // 32
+            lane = tid % 32
+            tok = T.min(bx * TOK + w, M - 1)
+            # 1-3. The row, its keys, the lane's D largest sorted in slots H.
+            first_fill(router_logits, raw, keys, base, uw, kv, tok, lane)
             # 4. top_k rounds over the lanes' first heads (keys are unique: one lane wins each);
             #    lane k keeps round k's key.
             kv[2] = KC(EMPTY)
@@ -560,10 +584,20 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
                 for d in list(range(D - 1)):
                     keys[H[d]] = T.if_then_else(iv[0] == 1, keys[H[d + 1]], keys[H[d]])
                 keys[H[D - 1]] = T.if_then_else(iv[0] == 1, KC(EMPTY), keys[H[D - 1]])
+                if REFILL and r >= D - 1:
+                    # (``heads``) A lane that has just popped its last head takes its next D keys from its row
+                    # before the next round (and before the outsider's search, after the last): one vote a round
+                    # from the D-th, the refill itself only in a token that needs it. The test is "below PAD"
+                    # (EMPTY, or a NaN key with the sign set, whose row falls back anyway): TVM's simplifier
+                    # overflows on an equality with int32's least value. A refill is exact in any lane at any
+                    # round: every key of the lane at or above this round's max was popped before.
+                    if T.any_sync(keys[H[0]] < KC(PAD)) != 0:
+                        if keys[H[0]] < KC(PAD):
+                            refill(router_logits, raw, keys, base, uw, kv, tok, lane)
             # 5. The first outsider of another logit than the k-th's: the largest key below the k-th's
             #    logit (its low half cleared); unknown where a lane holds more keys than heads and its
-            #    last head before the rounds is not below it (a lane that ran out of heads included:
-            #    that head was a winner, at or above the k-th).
+            #    last head before the rounds (with ``heads``: at its last refill) is not below it (a lane
+            #    that ran out of heads included: that head was a winner, at or above the k-th).
             kv[0] = T.shift_left(T.shift_right(kv[1], KC(VB)), KC(VB))
             kv[4] = KC(EMPTY)
             for d in list(range(D - 1, -1, -1)):
