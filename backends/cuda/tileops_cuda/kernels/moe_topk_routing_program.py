@@ -57,7 +57,8 @@ serves keys the warp programs cannot hold and is their reference: ids and, for `
   (ordered by id in both). Otherwise (ties of -0 and +0, underflow, logits a few ulp apart,
   non-finite rows) the warp runs ``rounds``' selection on the reloaded row, bit for bit ``rounds``.
   Fast path, static SASS for sm_90a: ~450 instructions at E=512 top-10 bf16, ~300 at E=256 top-8
-  (the candidates program ~650).
+  (the candidates program ~650). With ``heads`` (2 or 4 heads a lane, a candidate): a lane that pops its
+  last head refills its heads from its row, below the key it popped, so a token never falls back for it.
 
 tilelang is imported inside the builders, never at module import.
 """
