@@ -232,6 +232,28 @@ def test_the_logits_program_keeps_random_tokens_on_its_fast_path(cuda_device, ge
     assert differ > 0.5, f"{key}: only {differ:.1%} of random tokens took the fast path"
 
 
+@pytest.mark.parametrize("E,top_k", [(512, 10), (256, 8)], ids=["E512", "E256"])
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s["program"] == "logits"], ids=_shape_id)
+def test_a_lane_holding_most_of_the_selection_gives_the_rounds_ids(cuda_device, gen, shape, E, top_k):
+    """Tokens whose top_k + 1 lie in one lane's experts (every other token), or half of them: that lane pops
+    all its heads and, with ``heads``, refills and pops again (or the token falls back); ids bit for bit
+    the rounds program's, weights within tolerance of them."""
+    vw, per = 8, E // 32  # bf16: 16-byte vectors of 8 experts, a lane's per experts
+    logits = torch.randn(256, E, device="cuda", generator=gen).clamp(max=3.0)
+    held = []
+    for t in range(256):
+        lane = t % 32
+        experts = [(r // vw) * 32 * vw + lane * vw + r % vw for r in range(per)]
+        count = min(top_k + 1, per) if t % 2 else top_k // 2 + 1
+        order = torch.randperm(count, generator=gen, device="cuda").float()
+        logits[t, experts[:count]] = 4.0 + 0.25 * order  # distinct in bf16, above every other logit
+        held.append(set(experts[:count]))
+    _, ids = _assert_bits_of_rounds(_key("bfloat16", E, top_k, True, "int64", cuda_device[1], **shape),
+                                    logits.bfloat16())
+    chosen = ids.cpu().tolist()
+    assert all(len(held[t] & set(chosen[t])) == min(len(held[t]), top_k) for t in range(256))  # as built
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
 def test_non_finite_logits_take_the_rounds_selection_bit_for_bit(cuda_device, gen, shape):
     E, top_k = 256, 8
