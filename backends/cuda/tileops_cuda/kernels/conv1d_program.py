@@ -95,6 +95,17 @@ _TANH_APPROX = ("__device__ __forceinline__ float tl_tanh_approx(float x) {\n"
                 "  float y;\n  asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n  return y;\n}\n")
 
 
+def _silu(key: "ConvUpdateBuildKey | ConvVarlenBuildKey", acc: Any) -> Any:
+    """SiLU of the float32 ``acc`` as both programs compute it: ``acc · rcp(1 + exp(-acc))`` with the approximate
+    exp and reciprocal, or with ``tanh_silu`` ``h + h · tanh(h)`` at ``h = acc / 2`` (``tl_tanh_approx``)."""
+    import tilelang.language as T
+
+    if key.tanh_silu:
+        h = acc * T.float32(0.5)
+        return h + h * T.call_extern("float32", "tl_tanh_approx", h)
+    return acc * T.fast_rcp(T.float32(1) + T.__exp(-acc))
+
+
 def _lanes(dtype: str) -> int:
     return 16 // {"float16": 2, "bfloat16": 2, "float32": 4}[dtype]
 
@@ -299,11 +310,8 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
                             for k in T.unroll(W1):
                                 accv[i] = accv[i] + T.cast(wv[i * W + k], f32) * T.cast(sv[i * W1 + k], f32)
                             accv[i] = accv[i] + T.cast(wv[i * W + W1], f32) * T.cast(xc[i], f32)
-                            if key.silu and key.tanh_silu:
-                                accv[i] = accv[i] * T.float32(0.5)
-                                accv[i] = accv[i] + accv[i] * T.call_extern(f32, "tl_tanh_approx", accv[i])
-                            elif key.silu:
-                                accv[i] = accv[i] * T.fast_rcp(T.float32(1) + T.__exp(-accv[i]))
+                            if key.silu:
+                                accv[i] = _silu(key, accv[i])
                             ov[i] = T.cast(accv[i], dt)
                         for e in T.vectorized(VC):
                             out[t, c0 + e] = ov[e]
@@ -427,11 +435,8 @@ def conv_varlen_program(key: "ConvVarlenBuildKey") -> Any:  # noqa: C901 - one k
                 for k in T.unroll(W1):
                     accv[v] = accv[v] + wf[v * W + k] * xw[k * VC + v]
                 accv[v] = accv[v] + wf[v * W + W1] * T.cast(rows[r * VC + v], f32)
-                if key.silu and key.tanh_silu:
-                    accv[v] = accv[v] * T.float32(0.5)
-                    accv[v] = accv[v] + accv[v] * T.call_extern(f32, "tl_tanh_approx", accv[v])
-                elif key.silu:
-                    accv[v] = accv[v] * T.fast_rcp(T.float32(1) + T.__exp(-accv[v]))
+                if key.silu:
+                    accv[v] = _silu(key, accv[v])
                 ov[v] = T.cast(accv[v], dt)
             for e in T.vectorized(VC):
                 out[t, c0 + e] = ov[e]
