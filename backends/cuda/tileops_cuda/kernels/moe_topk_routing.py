@@ -67,8 +67,8 @@ class MoETopKRoutingBuildKey:
     long_plain: bool = False
     #: The logits program's heads a lane (0: 8, and a token whose lane holds more of its selection than 8 runs
     #: the rounds selection). 2 or 4: a lane that pops its last head refills it from its row, so that no token
-    #: falls back for it; the heads network and each round's shift shrink with the heads (the fast path ~15%
-    #: fewer instructions at E=512 top-10 with 4). The same ids and weights. A candidate (forty-third session).
+    #: falls back for it; the heads network and each round's shift shrink with the heads (the fast path ~14%
+    #: fewer static instructions at E=512 top-10 with 4, not yet timed). The same ids and weights. A candidate.
     heads: int = 0
 
 
