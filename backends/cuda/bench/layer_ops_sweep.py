@@ -158,10 +158,11 @@ _QK_CANDIDATES = [
 #: top-10 bf16, ~300 at E=256, against the candidates program's ~650-780), one token (warp) a program, without
 #: TileLang's bounds checks, launched as a programmatic dependent (both keys' shape until the forty-third session).
 #: Then the logits program plain and without bounds checks alone (thirty-first session: plain won Qwen3.5's 4k row
-#: by 0.9 us, the dependent its 64-token row), E=256's registered key, and at 2-16 tokens a program (4-16 also plainly): a one-warp block caps an SM at 32 resident warps, and a
-#: 4k-token call (one wave) leaves the early-launched blocks of a dependent next call one slot an SM; under Nsight
-#: Compute the 4k rows' warps were resident two thirds of the time a one-wave grid allows, and E=256's 31% fewer
-#: instructions a warp ran in E=512's time (forty-second session, H100). Last the candidates program (registered
+#: by 0.9 us, the dependent its 64-token row), E=256's registered key, and at 2-16 tokens a program (4-16 also
+#: plainly): a one-warp block caps an SM at 32 resident warps, and a 4k-token call (one wave) leaves the
+#: early-launched blocks of a dependent next call one slot an SM; under Nsight Compute the 4k rows' warps were
+#: resident two thirds of the time a one-wave grid allows, and E=256's 31% fewer instructions a warp ran in E=512's
+#: time (forty-second session, H100). Last the candidates program (registered
 #: until the thirty-first session; 48 registers at E=512, 38 at E=256, no spills) at its registered shape until then
 #: (it lost every row at 1-4 tokens a program in every sweep since).
 _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
@@ -176,7 +177,8 @@ _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": Tru
                        # long programs for calls of 1024 tokens and more (long_from): E=512's key until the
                        # forty-third session's second run (4 tokens a program below, one above), then 16 tokens a
                        # program above, which led both 4k rows in two H100 runs and is registered (block_shapes.py;
-                       # as a dependent at E=512, plainly at E=256), and 16 plainly below 4
+                       # as a dependent at E=512; at E=256 plainly, its key until the forty-fourth session), and 16
+                       # plainly below 4
                        {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 1},
                        {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
@@ -185,7 +187,8 @@ _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": Tru
                         "long_from": 1024, "long_tokens": 16, "long_plain": True},
                        {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 16, "long_plain": True},
-                       # 32 tokens a program above 1024 (1024-thread blocks: a 4k call is 128 of them, one an SM)
+                       # 32 tokens a program above 1024 (1024-thread blocks: a 4k call is 128 of them, one an SM;
+                       # E=256's key since the forty-fourth session, 3.50 us against 4.11 at 4k on an H100)
                        {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 32},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
@@ -196,6 +199,8 @@ _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": Tru
                         "long_from": 1024, "long_tokens": 16, "heads": 4},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 16, "long_plain": True, "heads": 4},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 32, "heads": 4},
                        {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True}]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build

@@ -40,6 +40,9 @@ SHAPES = [*({"program": "candidates", "tokens": t} for t in (1, 4, 8)),
            "long_tokens": 1, "long_plain": True},
           {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
            "long_tokens": 16},
+          # and as E=256 registers it: one token a program below, 32 (1024-thread blocks) from there, as dependents
+          {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
+           "long_tokens": 32},
           # fewer heads a lane, refilled from the row: 4 (a candidate), and 2, where most tokens refill some lane
           {"program": "logits", "tokens": 4, "unchecked_index": True, "heads": 4},
           {"program": "logits", "tokens": 1, "heads": 2}]

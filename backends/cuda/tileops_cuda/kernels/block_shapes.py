@@ -101,9 +101,16 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # (61.9 / 62.1%) against 4.39 / 4.45 (58.1 / 57.9%).
     # Rows wider than Qwen3-Next's 1 KiB (float32 logits at E=512: 96 registers, where one 16-token program would
     # hold an SM alone) keep the one program measured before, untimed in these forms.
+    # Qwen3.5's long program then went to 32 tokens a program launched as a dependent (1024-thread blocks, a 4k
+    # call 128 of them, one an SM; forty-fourth session, session-2026-12-06j s44a and s44b route_sweep.json, two
+    # H100 runs, graph time): 3.50 / 3.50 us (73.1%) against 4.11 / 4.10 (62.2 / 62.3%) for 16 plainly and 4.36
+    # (58.7 / 58.6%) for 16 as a dependent; 32 plainly 4.17. Registered, it read 3.51 / 3.52 us (73.0%) in two
+    # more runs (s44c, s44d; its GPU tests: 34 passed, s44c). At E=512 32 tokens lost (5.21 / 5.19 against 5.03).
+    # With 4 heads a lane (``heads``) the same form read 3.29 us (77.8%) in s44c and 5.05 in s44d, where every
+    # 4-head form lost 1.1-1.2 us on that run's random logits: a token refilling a lane (rare: some lane holding 5
+    # of the 8) holds the one-wave call. Not registered.
     "TileLangMoETopKRouting": ((512, {"program": "logits", "tokens": 1, "unchecked_index": True,
-                                      "dependent_launch": True, "long_from": 1024, "long_tokens": 16,
-                                      "long_plain": True}),
+                                      "dependent_launch": True, "long_from": 1024, "long_tokens": 32}),
                                (1024, {"program": "logits", "tokens": 4, "unchecked_index": True,
                                        "dependent_launch": True, "long_from": 1024, "long_tokens": 16}),
                                (None, {"program": "logits", "tokens": 1, "unchecked_index": True,
