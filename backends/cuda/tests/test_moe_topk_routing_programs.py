@@ -173,6 +173,59 @@ def test_rounds_over_lanes_heads_refilled_below_the_popped_key_select_the_warps_
             assert known == remaining[:len(known)] and (known or not remaining)
 
 
+@pytest.mark.parametrize("per,top_k,depth", [(16, 10, 4), (8, 8, 4), (8, 8, 2), (16, 10, 8)])
+def test_the_outsider_of_a_refilled_selection_is_exact_where_logits_tie(per, top_k, depth):
+    """The logits program's step 5 with ``heads`` (a model on 32 lanes, keys ``(logit, -expert)`` with many equal
+    logits): the first outsider, the largest key of a logit below the k-th's, taken from each lane's heads, and
+    from its keys below that logit where its last head at its last fill is not below it (the lane reads its row
+    again), equals the largest such key of the whole row on every token; and the lanes that read their heads
+    only hold their own largest key there among them."""
+    import random
+
+    from tileops_cuda.kernels.moe_topk_routing_program import _heads_network
+
+    steps, slots = _heads_network(per, depth)
+    empty = (float("-inf"), 0)
+
+    def heads_of(keys: list) -> list:
+        keys = list(keys)
+        for op, a, b in steps:
+            keys[a], keys[b] = (max(keys[a], keys[b]), min(keys[a], keys[b])) if op == "ce" else \
+                (max(keys[a], keys[b]), keys[b])
+        return [keys[h] for h in slots]
+
+    rng = random.Random(per * 100 + top_k * 10 + depth)
+    reread = 0
+    for trial in range(400):
+        logits = [rng.randint(0, (40, 12, 3)[trial % 3]) for _ in range(32 * per)]  # runs of equal logits
+        lanes = [[(logits[lane * per + i], -(lane * per + i)) for i in range(per)] for lane in range(32)]
+        heads = [heads_of(keys) for keys in lanes]
+        last = [h[depth - 1] for h in heads]  # each lane's last head at its last fill (kv[6])
+        for r in range(top_k):
+            best = max(h[0] for h in heads)
+            for h in heads:
+                if h[0] == best:
+                    h[:] = h[1:] + [empty]
+            if r >= depth - 1:
+                for lane, h in enumerate(heads):
+                    if h[0] == empty:
+                        h[:] = heads_of([k if k < best else empty for k in lanes[lane]])
+                        last[lane] = h[depth - 1]
+        kth = best[0]
+        found = []
+        for lane, h in enumerate(heads):
+            from_heads = max((k for k in h if k[0] < kth), default=empty)
+            below = max((k for k in lanes[lane] if k[0] < kth), default=empty)
+            if per > depth and last[lane][0] >= kth:
+                reread += 1
+                from_heads = heads_of([k if k[0] < kth else empty for k in lanes[lane]])[0]
+            else:
+                assert from_heads == below, (trial, lane)
+            found.append(from_heads)
+        assert max(found) == max((k for lane in lanes for k in lane if k[0] < kth), default=empty), trial
+    assert reread or per == depth  # the rows reach the reread
+
+
 @pytest.mark.parametrize("count,depth", [(16, 6), (16, 3), (4, 8), (8, 0)])
 def test_the_heads_network_refuses_a_depth_its_merges_cannot_sort(count, depth):
     from tileops_cuda.kernels.moe_topk_routing_program import _heads_network

@@ -597,17 +597,30 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
                             refill(router_logits, raw, keys, base, uw, kv, tok, lane)
             # 5. The first outsider of another logit than the k-th's: the largest key below the k-th's
             #    logit (its low half cleared); unknown where a lane holds more keys than heads and its
-            #    last head before the rounds (with ``heads``: at its last refill) is not below it (a lane
-            #    that ran out of heads included: that head was a winner, at or above the k-th).
+            #    last head before the rounds is not below it (a lane that ran out of heads included: that
+            #    head was a winner, at or above the k-th), and the token falls back; with ``heads`` such a
+            #    lane (its last head at its last fill) reads its row again for it.
             kv[0] = T.shift_left(T.shift_right(kv[1], KC(VB)), KC(VB))
             kv[4] = KC(EMPTY)
             for d in list(range(D - 1, -1, -1)):
                 kv[4] = T.if_then_else(keys[H[d]] < kv[0], keys[H[d]], kv[4])
+            if REFILL:
+                # (``heads``) A lane whose last head at its last fill is not below the k-th's logit (it holds a
+                # key of that logit, or of a larger one that lost on its id, among its heads: a tie about once in
+                # 10k random bf16 tokens at E=256, heads 4) may hold the outsider among its other keys: it fills
+                # its heads once more from its keys below that logit, whose first is its largest there. Without
+                # it those tokens fell back, 1.1-1.2 us a 4k call that held one (forty-fourth session, s44d). Its
+                # heads are not read again (the rounds are over); nor is kv[1] after kv[0].
+                if T.any_sync(kv[6] >= kv[0]) != 0:
+                    if kv[6] >= kv[0]:
+                        kv[1] = kv[0]
+                        refill(router_logits, raw, keys, base, uw, kv, tok, lane)
+                        kv[4] = keys[H[0]]
             kv[4] = T.warp_reduce_max(kv[4])
             if K1 > K:
                 kv[2] = T.if_then_else(lane == K, kv[4], kv[2])
             iv[1] = T.if_then_else(T.any_sync(kv[3] < KC(PAD)) != 0, 1, 0)  # a NaN with the sign set
-            if PER > D:
+            if PER > D and not REFILL:
                 iv[1] = iv[1] | T.if_then_else(T.any_sync(kv[6] >= kv[0]) != 0, 1, 0)
             # 6. e = exp(l - max) of the lane's key; the order check against the next lane's.
             fv[0] = logit_of(kv[5])
