@@ -436,11 +436,13 @@ def test_the_warp_programs_of_the_model_rows_spill_nothing_for_sm_90a(key, tmp_p
 @pytest.mark.parametrize("heads", [2, 4])
 def test_a_logits_program_of_fewer_heads_refills_a_lane_from_its_row_after_a_vote_a_round(heads):
     """``heads``: from the round a lane can first run out (the heads-th), one vote a round, and a refill
-    (the row read again, the lane's keys below the popped one, the network) only under it; the first fill
+    (the row read again, the lane's keys below the popped one, the network) only under it, those rounds one
+    rolled loop (one copy of the refill in the program, and one for the outsider's search); the first fill
     and the fallback as before. At 16 tokens a program the bound keeps 32 warps an SM resident."""
     key = dataclasses.replace(_LOGITS[0], tokens=16, heads=heads)  # Qwen3-Next: E=512 top-10, 16 keys a lane
     source = _lowered(key)
-    assert source.count("__any_sync") == (10 - heads + 1) + 2  # the rounds' votes, the NaN-key and outsider tests
+    assert f"for (int r = {heads - 1}; r < 10; ++r)" in source
+    assert source.count("__any_sync") == 1 + 2  # the rounds' vote; the outsider's search again, the NaN-key test
     assert "__launch_bounds__(512, 2)" in source
     base = _lowered(dataclasses.replace(key, heads=0))
     assert "__any_sync" in base and "__launch_bounds__(512, 2)" not in base

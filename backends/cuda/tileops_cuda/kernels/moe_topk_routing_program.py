@@ -545,14 +545,28 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
 
     first_fill, refill = lane_heads_macro(False), lane_heads_macro(True)
 
+    @T.macro
+    def pop_round(keys, kv, iv, lane, r, first):
+        """Round ``r`` of step 4: the warp's largest head (``kv[1]``; the row's largest, ``kv[5]``, in the
+        ``first``), kept by lane ``r`` (``kv[2]``) and popped by the lane holding it."""
+        kv[1] = T.warp_reduce_max(keys[H[0]])
+        if first:
+            kv[5] = kv[1]
+        kv[2] = T.if_then_else(lane == r, kv[1], kv[2])
+        iv[0] = T.if_then_else(keys[H[0]] == kv[1], 1, 0)
+        for d in list(range(D - 1)):
+            keys[H[d]] = T.if_then_else(iv[0] == 1, keys[H[d + 1]], keys[H[d]])
+        keys[H[D - 1]] = T.if_then_else(iv[0] == 1, KC(EMPTY), keys[H[D - 1]])
+
     @T.prim_func
     def moe_topk_routing(router_logits: T.Tensor((M, E), dt), topk_weights: T.Tensor((M, K), dt),
                          topk_ids: T.Tensor((M, K), idt)):
         annotate_pass_configs(key.unchecked_index, {"tl.disable_thread_storage_sync": True})
         with T.Kernel(T.ceildiv(M, TOK), threads=32 * TOK) as bx:
             if REFILL:
-                # The refills' row reads and key building held 68 registers at E=512 bf16 (55 without them): at
-                # 512 threads one program an SM. Bounded to 64, so that 32 warps an SM stay resident.
+                # The refills' row reads and key building held 68 registers at E=512 bf16 (55 without them) while
+                # each round had its own copy: at 512 threads one program an SM. Bounded to 64, so that 32 warps an
+                # SM stay resident (51 since the rounds that refill are one loop).
                 T.annotate_min_blocks_per_sm(programs_at_registers(32 * TOK, 64))
             dependent_launch(key.dependent_launch)
             tid = T.get_thread_binding()
@@ -576,22 +590,19 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
             # 4. top_k rounds over the lanes' first heads (keys are unique: one lane wins each);
             #    lane k keeps round k's key.
             kv[2] = KC(EMPTY)
-            for r in list(range(K)):
-                kv[1] = T.warp_reduce_max(keys[H[0]])
-                if r == 0:
-                    kv[5] = kv[1]
-                kv[2] = T.if_then_else(lane == r, kv[1], kv[2])
-                iv[0] = T.if_then_else(keys[H[0]] == kv[1], 1, 0)
-                for d in list(range(D - 1)):
-                    keys[H[d]] = T.if_then_else(iv[0] == 1, keys[H[d + 1]], keys[H[d]])
-                keys[H[D - 1]] = T.if_then_else(iv[0] == 1, KC(EMPTY), keys[H[D - 1]])
-                if REFILL and r >= D - 1:
-                    # (``heads``) A lane that has just popped its last head takes its next D keys from its row
-                    # before the next round (and before the outsider's search, after the last): one vote a round
-                    # from the D-th, the refill itself only in a token that needs it. The test is "below PAD"
-                    # (EMPTY, or a NaN key with the sign set, whose row falls back anyway): TVM's simplifier
-                    # overflows on an equality with int32's least value. A refill is exact in any lane at any
-                    # round: every key of the lane at or above this round's max was popped before.
+            for r in list(range(min(K, D - 1) if REFILL else K)):
+                pop_round(keys, kv, iv, lane, r, r == 0)
+            if REFILL:
+                # (``heads``) From the D-th round a lane may pop its last head: it then takes its next D keys from
+                # its row before the next round (and before the outsider's search, after the last): one vote a
+                # round, the refill itself only in a token that needs it. The test is "below PAD" (EMPTY, or a
+                # NaN key with the sign set, whose row falls back anyway): TVM's simplifier overflows on an
+                # equality with int32's least value. A refill is exact in any lane at any round: every key of the
+                # lane at or above this round's max was popped before. These rounds are one rolled loop, so the
+                # program holds one copy of the refill, not one a round (E=512 top-10 bf16: 2592 static SASS
+                # instructions with seven, forty-fourth session).
+                for r in T.serial(D - 1, K):
+                    pop_round(keys, kv, iv, lane, r, False)
                     if T.any_sync(keys[H[0]] < KC(PAD)) != 0:
                         if keys[H[0]] < KC(PAD):
                             refill(router_logits, raw, keys, base, uw, kv, tok, lane)
