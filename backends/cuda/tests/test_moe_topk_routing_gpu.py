@@ -257,6 +257,41 @@ def test_a_lane_holding_most_of_the_selection_gives_the_rounds_ids(cuda_device, 
     assert all(len(held[t] & set(chosen[t])) == min(len(held[t]), top_k) for t in range(256))  # as built
 
 
+@pytest.mark.parametrize("E,top_k", [(512, 10), (256, 8)], ids=["E512", "E256"])
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s.get("heads")], ids=_shape_id)
+def test_a_lane_whose_last_head_ties_the_kth_logit_keeps_the_token_on_the_fast_path(cuda_device, gen, shape, E,
+                                                                                   top_k):
+    """``heads``: a lane holding three of the top_k, then a key of the k-th's logit that loses to it on its id,
+    then the first outsider (every token). Its last head is not below the k-th's logit, so its heads cannot tell
+    the outsider: the lane reads its row again for it, where the token fell back before (forty-fourth session).
+    Ids bit for bit the rounds program's; the weights take the fast path's bits (float32 logits: its butterfly
+    sum differs from rounds' in the last bits on nearly every token), not the fallback's."""
+    vw, per, T = 4, E // 32, 256  # float32: 16-byte vectors of 4 experts
+    logits = (torch.randn(T, E, device="cuda", generator=gen) * 0.5 - 2.0).clamp(max=0.0)
+
+    def experts_of(lane: int) -> list:
+        return [(r // vw) * 32 * vw + lane * vw + r % vw for r in range(per)]
+
+    for t in range(T):
+        lane = t % 32
+        mine = experts_of(lane)
+        logits[t, mine[:3]] = torch.tensor([6.0, 5.5, 5.0], device="cuda")
+        for i in range(top_k - 4):  # the other winners, in other lanes
+            logits[t, experts_of((lane + 2 + i) % 32)[0]] = 4.5 - 0.05 * i
+        kth = experts_of((lane + 1) % 32)[0]
+        assert kth < mine[-1]
+        logits[t, kth] = 4.0
+        logits[t, mine[-1]] = 4.0  # the k-th's logit at a higher id: below the k-th, the lane's fourth key
+        logits[t, mine[3]] = 3.5  # the first outsider, among the lane's keys past its heads
+    key = _key("float32", E, top_k, True, "int64", cuda_device[1], **shape)
+    weights, ids = _assert_bits_of_rounds(key, logits)
+    assert bool((ids == torch.tensor([experts_of((t % 32 + 1) % 32)[0] for t in range(T)],
+                                     device="cuda")[:, None]).any(1).all())
+    want, _ = _route(_rounds_of(key), logits)
+    differ = (weights.view(torch.int32) != want.view(torch.int32)).any(1).float().mean().item()
+    assert differ > 0.5, f"{key}: only {differ:.1%} of the tokens took the fast path"
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
 def test_non_finite_logits_take_the_rounds_selection_bit_for_bit(cuda_device, gen, shape):
     E, top_k = 256, 8
