@@ -617,11 +617,12 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
                 kv[4] = T.if_then_else(keys[H[d]] < kv[0], keys[H[d]], kv[4])
             if REFILL:
                 # (``heads``) A lane whose last head at its last fill is not below the k-th's logit (it holds a
-                # key of that logit, or of a larger one that lost on its id, among its heads: a tie about once in
-                # 10k random bf16 tokens at E=256, heads 4) may hold the outsider among its other keys: it fills
-                # its heads once more from its keys below that logit, whose first is its largest there. Without
-                # it those tokens fell back, 1.1-1.2 us a 4k call that held one (forty-fourth session, s44d). Its
-                # heads are not read again (the rounds are over); nor is kv[1] after kv[0].
+                # key of that logit that lost on its id among its heads: rare, one token in the fourth of four
+                # random 4k rows at E=256, heads 4) may hold the outsider among its other keys: it fills its heads
+                # once more from its keys below that logit, whose first is its largest there. Without it such a
+                # token fell back, 1.1-1.2 us a 4k call that held one (forty-fourth session, s44d: its seed's rows
+                # drawn again on the CPU hold that one token; 4-8 lanes a call refilled on every seed). Its heads
+                # are not read again (the rounds are over); nor is kv[1] after kv[0].
                 if T.any_sync(kv[6] >= kv[0]) != 0:
                     if kv[6] >= kv[0]:
                         kv[1] = kv[0]
