@@ -107,8 +107,8 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # (58.7 / 58.6%) for 16 as a dependent; 32 plainly 4.17. Registered, it read 3.51 / 3.52 us (73.0%) in two
     # more runs (s44c, s44d; its GPU tests: 34 passed, s44c). At E=512 32 tokens lost (5.21 / 5.19 against 5.03).
     # With 4 heads a lane (``heads``) the same form read 3.29 us (77.8%) in s44c and 5.05 in s44d, where every
-    # 4-head form lost 1.1-1.2 us on that run's random logits: a token refilling a lane (rare: some lane holding 5
-    # of the 8) holds the one-wave call. Not registered.
+    # 4-head form lost 1.1-1.2 us on that run's random logits: one token, a tie at the k-th logit, fell back to the
+    # rounds selection and held the one-wave call (such a lane reads its row again since). Not registered.
     "TileLangMoETopKRouting": ((512, {"program": "logits", "tokens": 1, "unchecked_index": True,
                                       "dependent_launch": True, "long_from": 1024, "long_tokens": 32}),
                                (1024, {"program": "logits", "tokens": 4, "unchecked_index": True,
