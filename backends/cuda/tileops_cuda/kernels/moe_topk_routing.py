@@ -71,8 +71,8 @@ class MoETopKRoutingBuildKey:
     #: fewer static instructions at E=512 top-10 with 4). The same ids and weights. A candidate: on an H100
     #: (forty-fourth session) 4 heads won Qwen3.5's 4k row by 0.2 us on three seeds and lost 1.1-1.2 us on a
     #: fourth (a tie at the k-th logit sent a token to the rounds selection: since, the lane reads its row
-    #: again), and lost Qwen3-Next's by 2.3-3.3 us (a program of 2592 static SASS instructions, a refill copy a
-    #: round; 1504 since the rounds that refill are one loop). Not yet timed since either change.
+    #: again), and lost Qwen3-Next's by 2.3-3.3 us, where the program held 2592 static SASS instructions (a refill
+    #: copy a round; 1504 since the rounds that refill are one loop). Not yet timed since either change.
     heads: int = 0
 
 
