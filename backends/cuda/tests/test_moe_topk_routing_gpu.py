@@ -235,6 +235,11 @@ def test_the_logits_program_keeps_random_tokens_on_its_fast_path(cuda_device, ge
     assert differ > 0.5, f"{key}: only {differ:.1%} of random tokens took the fast path"
 
 
+def _lane_experts(vw: int, per: int, lane: int) -> list:
+    """The experts a lane of the warp programs holds, in its order (vectors of ``vw``; ``_warp_layout``)."""
+    return [(r // vw) * 32 * vw + lane * vw + r % vw for r in range(per)]
+
+
 @pytest.mark.parametrize("E,top_k", [(512, 10), (256, 8)], ids=["E512", "E256"])
 @pytest.mark.parametrize("shape", [s for s in SHAPES if s["program"] == "logits"], ids=_shape_id)
 def test_a_lane_holding_most_of_the_selection_gives_the_rounds_ids(cuda_device, gen, shape, E, top_k):
@@ -246,7 +251,7 @@ def test_a_lane_holding_most_of_the_selection_gives_the_rounds_ids(cuda_device, 
     held = []
     for t in range(256):
         lane = t % 32
-        experts = [(r // vw) * 32 * vw + lane * vw + r % vw for r in range(per)]
+        experts = _lane_experts(vw, per, lane)
         count = min(top_k + 1, per) if t % 2 else top_k // 2 + 1
         order = torch.randperm(count, generator=gen, device="cuda").float()
         logits[t, experts[:count]] = 4.0 + 0.25 * order  # distinct in bf16, above every other logit
@@ -270,7 +275,7 @@ def test_a_lane_whose_last_head_ties_the_kth_logit_keeps_the_token_on_the_fast_p
     logits = (torch.randn(T, E, device="cuda", generator=gen) * 0.5 - 2.0).clamp(max=0.0)
 
     def experts_of(lane: int) -> list:
-        return [(r // vw) * 32 * vw + lane * vw + r % vw for r in range(per)]
+        return _lane_experts(vw, per, lane)
 
     for t in range(T):
         lane = t % 32

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+from typing import Any, Callable
 
 import pytest
 
@@ -108,21 +109,54 @@ def test_the_logits_program_serves_the_model_rows_both_ways(dtype, renormalize):
         assert moe_topk_routing_refusal(key) is None and with_fitting_routing_program(key) == key
 
 
+def _network_model(count: int, depth: int) -> Callable[[list], list]:
+    """The logits program's heads network as Python: a lane's keys -> its ``depth`` largest, sorted."""
+    from tileops_cuda.kernels.moe_topk_routing_program import _heads_network
+
+    steps, slots = _heads_network(count, depth)
+
+    def heads_of(keys: list) -> list:
+        keys = list(keys)
+        for op, a, b in steps:
+            keys[a], keys[b] = (max(keys[a], keys[b]), min(keys[a], keys[b])) if op == "ce" else \
+                (max(keys[a], keys[b]), keys[b])
+        return [keys[h] for h in slots]
+
+    return heads_of
+
+
+def _rounds_model(lanes: list, depth: int, top_k: int, empty: Any) -> tuple[list, list, list]:
+    """The logits program's steps 3-4 with ``heads`` on 32 lanes' keys: each lane's ``depth`` largest by the
+    network, top_k rounds popping the warp's largest head, and after each round from the depth-th a refill of
+    every lane whose first head is gone, from its keys below the round's max. Returns the rounds' keys, each
+    lane's heads after them, and each lane's last head at its last fill (the program's ``kv[6]``)."""
+    heads_of = _network_model(len(lanes[0]), depth)
+    heads = [heads_of(keys) for keys in lanes]
+    last = [h[depth - 1] for h in heads]
+    chosen = []
+    for r in range(top_k):
+        best = max(h[0] for h in heads)
+        chosen.append(best)
+        for h in heads:
+            if h[0] == best:
+                h[:] = h[1:] + [empty]
+        if r >= depth - 1:
+            for lane, h in enumerate(heads):
+                if h[0] == empty:
+                    h[:] = heads_of([k if k < best else empty for k in lanes[lane]])
+                    last[lane] = h[depth - 1]
+    return chosen, heads, last
+
+
 @pytest.mark.parametrize("count,depth", [(c, d) for c in (4, 8, 12, 16) for d in (1, 2, 4, 8) if d <= c])
 def test_the_heads_network_leaves_a_lanes_largest_keys_sorted(count, depth):
     import random
 
-    from tileops_cuda.kernels.moe_topk_routing_program import _heads_network
-
-    steps, heads = _heads_network(count, depth)
+    heads_of = _network_model(count, depth)
     rng = random.Random(count * 10 + depth)
     for _ in range(200):
         values = [rng.randint(0, 5) for _ in range(count)]  # many ties
-        want = sorted(values, reverse=True)[:depth]
-        for op, a, b in steps:
-            values[a], values[b] = (max(values[a], values[b]), min(values[a], values[b])) if op == "ce" else \
-                (max(values[a], values[b]), values[b])
-        assert [values[h] for h in heads] == want
+        assert heads_of(values) == sorted(values, reverse=True)[:depth]
 
 
 @pytest.mark.parametrize("per,top_k,depth", [(16, 10, 4), (16, 10, 2), (8, 8, 4), (8, 8, 2), (4, 11, 2)])
@@ -135,18 +169,7 @@ def test_rounds_over_lanes_heads_refilled_below_the_popped_key_select_the_warps_
     keys, at least one where any is left (what the outsider's search reads)."""
     import random
 
-    from tileops_cuda.kernels.moe_topk_routing_program import _heads_network
-
-    steps, slots = _heads_network(per, depth)
     empty = float("-inf")
-
-    def heads_of(keys: list) -> list:
-        keys = list(keys)
-        for op, a, b in steps:
-            keys[a], keys[b] = (max(keys[a], keys[b]), min(keys[a], keys[b])) if op == "ce" else \
-                (max(keys[a], keys[b]), keys[b])
-        return [keys[h] for h in slots]
-
     rng = random.Random(per * 100 + top_k * 10 + depth)
     for trial in range(300):
         values = rng.sample(range(100000), 32 * per)
@@ -154,18 +177,7 @@ def test_rounds_over_lanes_heads_refilled_below_the_popped_key_select_the_warps_
             values.sort(reverse=True)
             values = values[:per] + values[per:2 * per] + rng.sample(values[2 * per:], 30 * per)
         lanes = [values[lane * per:(lane + 1) * per] for lane in range(32)]
-        heads = [heads_of(keys) for keys in lanes]
-        chosen = []
-        for r in range(top_k):
-            best = max(h[0] for h in heads)
-            chosen.append(best)
-            for h in heads:
-                if h[0] == best:
-                    h[:] = h[1:] + [empty]
-            if r >= depth - 1:
-                for lane, h in enumerate(heads):
-                    if h[0] == empty:
-                        h[:] = heads_of([k if k < best else empty for k in lanes[lane]])
+        chosen, heads, _ = _rounds_model(lanes, depth, top_k, empty)
         assert chosen == sorted(values, reverse=True)[:top_k]
         for lane, h in enumerate(heads):  # each lane's heads: its largest unpopped keys, one at least if any
             known = [k for k in h if k != empty]
@@ -182,36 +194,15 @@ def test_the_outsider_of_a_refilled_selection_is_exact_where_logits_tie(per, top
     only hold their own largest key there among them."""
     import random
 
-    from tileops_cuda.kernels.moe_topk_routing_program import _heads_network
-
-    steps, slots = _heads_network(per, depth)
     empty = (float("-inf"), 0)
-
-    def heads_of(keys: list) -> list:
-        keys = list(keys)
-        for op, a, b in steps:
-            keys[a], keys[b] = (max(keys[a], keys[b]), min(keys[a], keys[b])) if op == "ce" else \
-                (max(keys[a], keys[b]), keys[b])
-        return [keys[h] for h in slots]
-
+    heads_of = _network_model(per, depth)
     rng = random.Random(per * 100 + top_k * 10 + depth)
     reread = 0
     for trial in range(400):
         logits = [rng.randint(0, (40, 12, 3)[trial % 3]) for _ in range(32 * per)]  # runs of equal logits
         lanes = [[(logits[lane * per + i], -(lane * per + i)) for i in range(per)] for lane in range(32)]
-        heads = [heads_of(keys) for keys in lanes]
-        last = [h[depth - 1] for h in heads]  # each lane's last head at its last fill (kv[6])
-        for r in range(top_k):
-            best = max(h[0] for h in heads)
-            for h in heads:
-                if h[0] == best:
-                    h[:] = h[1:] + [empty]
-            if r >= depth - 1:
-                for lane, h in enumerate(heads):
-                    if h[0] == empty:
-                        h[:] = heads_of([k if k < best else empty for k in lanes[lane]])
-                        last[lane] = h[depth - 1]
-        kth = best[0]
+        chosen, heads, last = _rounds_model(lanes, depth, top_k, empty)
+        kth = chosen[-1][0]
         found = []
         for lane, h in enumerate(heads):
             from_heads = max((k for k in h if k[0] < kth), default=empty)
