@@ -320,3 +320,56 @@ def test_a_calls_plan_is_the_rules_schedule_its_tiling_and_that_tilings_splits()
 
     pinned = DecodeSchedule(combine="parallel", splits=8)
     assert call_plan(_key(schedule=pinned), 1, None, 4096, no_count)[2:] == (8, 512)
+
+
+# -- The lanes program (CUDA cores, every row a thread loads issued at once) -----------------------
+
+def test_the_lanes_schedule_gets_32_position_tiles_two_programs_an_sm_contiguous_and_at_any_block_size():
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule, planned_splits, split_tiling
+
+    lanes = DecodeSchedule(combine="parallel", program="lanes")
+    for paged, block in ((False, None), (True, 16), (True, 3)):
+        key = _key(paged=paged, table_dtype="int32" if paged else None, schedule=lanes)
+        assert decode_refusal(key) is None
+        page, tiling = split_tiling(key, lanes, block)
+        assert page == block  # rows are read one by one: any block size, compiled in
+        assert (tiling.lanes, tiling.block_n, tiling.threads, tiling.resident, tiling.launch_bound) == (
+            True, 32, 128, 2, 2)
+    # B=1 at 4k: 128 splits of one tile, 256 programs on the H200's 132 multiprocessors, two an SM.
+    assert planned_splits(1, 2, 4096, tiling, H200_SMS) == (128, 32)
+
+
+@pytest.mark.parametrize("dtype,head_dim,block_n", [("bfloat16", 256, 32), ("bfloat16", 128, 32), ("float16", 16, 64),
+                                                    ("bfloat16", 64, 32), ("float16", 32, 32)])
+def test_a_lanes_tile_holds_whole_rows_of_16_byte_vectors_over_the_warps(dtype, head_dim, block_n):
+    from tileops_cuda.kernels.attention_decode_lanes import lanes_shape
+
+    shape = lanes_shape(dtype, head_dim, 128)
+    assert shape.vector * shape.row_lanes == head_dim and shape.row_lanes * shape.warp_rows == 32
+    assert shape.block_n == block_n == shape.warps * shape.warp_rows * shape.rows
+
+
+@pytest.mark.parametrize("changes,tail", [
+    (dict(head_dim=48), "reads a row of 48 channels as 16-byte vectors of 8 bfloat16 over a power-of-two count of at "
+                        "most 32 lanes; pin program='tiles'"),
+    (dict(head_dim=160), "reads a row of 160 channels"),
+    (dict(num_q_heads=32, num_kv_heads=2), "holds 16 query heads x 8 channels a thread, more than 64 (registers); "
+                                           "pin program='tiles'"),
+])
+def test_a_key_the_lanes_program_cannot_hold_is_refused_naming_the_fix(changes, tail):
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule
+
+    reason = decode_refusal(_key(**changes, schedule=DecodeSchedule(program="lanes")))
+    assert reason is not None and tail in reason
+
+
+@pytest.mark.parametrize("changes,word", [
+    (dict(program="simt"), "program='simt' is not one of"), (dict(program="lanes", block_h=16), "block_h=16"),
+    (dict(program="lanes", paged_tiles="gather"), "paged_tiles='gather'"),
+    (dict(program="lanes", stages=3), "stages=3"),
+])
+def test_lanes_schedule_fields_of_the_tiles_programs_are_refused_by_name(changes, word):
+    from tileops_cuda.kernels.attention_decode import DecodeSchedule
+
+    with pytest.raises(ValueError, match=word):
+        DecodeSchedule(**changes)
