@@ -37,9 +37,7 @@ program: 16 score rows, the rule's schedule at B <= 8), ``par-bh16-sl`` (the sam
 partials loaded beside the log-sum-exps, a program a 64-channel slice); paged (16-token blocks)
 ``serial`` (16-position tiles, 8 stages, serial combine), ``par`` (same tiles, parallel
 combine), ``gather`` (64-position tiles gathered from 4 blocks, parallel combine), ``gather-bh16`` (the light
-program's 32-position tiles gathered from 2 blocks), ``gather-bh16-sl`` (the same with the sliced combine);
-``par-lanes`` / paged ``lanes``: the lanes program (CUDA cores, every row a thread loads issued at once; rows
-read one by one, so any block size), parallel combine.
+program's 32-position tiles gathered from 2 blocks), ``gather-bh16-sl`` (the same with the sliced combine).
 """
 
 from __future__ import annotations
@@ -76,13 +74,11 @@ BLOCK = 16  # the paged rows' block size (vLLM's default)
 CONTIGUOUS = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
               ("par-3st", DecodeSchedule(stages=3, combine="parallel")),
               ("par-bh16", DecodeSchedule(combine="parallel", block_h=16)),
-              ("par-bh16-sl", DecodeSchedule(combine="sliced", block_h=16)),
-              ("par-lanes", DecodeSchedule(combine="parallel", program="lanes"))]
+              ("par-bh16-sl", DecodeSchedule(combine="sliced", block_h=16))]
 PAGED = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
          ("gather", DecodeSchedule(paged_tiles="gather", combine="parallel")),
          ("gather-bh16", DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16)),
-         ("gather-bh16-sl", DecodeSchedule(paged_tiles="gather", combine="sliced", block_h=16)),
-         ("lanes", DecodeSchedule(combine="parallel", program="lanes"))]
+         ("gather-bh16-sl", DecodeSchedule(paged_tiles="gather", combine="sliced", block_h=16))]
 
 #: (B, context, paged): the issue's range, B = 1 … 64 at 4k … 32k, both layouts; the last three, the small
 #: batches between B=1 (where the light program is the rule's) and B=16, for where its rule should end.

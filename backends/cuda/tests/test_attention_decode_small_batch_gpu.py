@@ -30,13 +30,11 @@ _NAMES = ("query", "key", "value", "key_cache", "value_cache", "cache_seqlens", 
 
 #: The candidates by the sweep's names: the light program (16-token paged blocks: loaded row by row), and over
 #: paged blocks gathered (``light_page_layout``; contiguous keys run the same program as ``par-bh16``); each beside
-#: the sliced combine (partials loaded with the log-sum-exps, a program a 64-channel slice); and the lanes program
-#: (CUDA cores, rows read one by one: contiguous and at any block size).
+#: the sliced combine (partials loaded with the log-sum-exps, a program a 64-channel slice).
 CANDIDATES = {"par-bh16": DecodeSchedule(combine="parallel", block_h=16),
               "gather-bh16": DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16),
               "par-bh16-sliced": DecodeSchedule(combine="sliced", block_h=16),
-              "gather-bh16-sliced": DecodeSchedule(paged_tiles="gather", combine="sliced", block_h=16),
-              "par-lanes": DecodeSchedule(combine="parallel", program="lanes")}
+              "gather-bh16-sliced": DecodeSchedule(paged_tiles="gather", combine="sliced", block_h=16)}
 _PARALLEL = DecodeSchedule(combine="parallel")
 
 
@@ -245,7 +243,7 @@ def test_the_default_schedule_at_small_batch_chains_decode_steps_on_one_cache_in
 
 #: Every program unchecked metadata reaches: the light split program and the 64-row one with each combine,
 #: one split (the split pass writes the output), and on 16-token blocks gathered, row by row (the light
-#: program's ``block`` tiles) and inside 64-token blocks (bulk copies); the lanes program, split and whole.
+#: program's ``block`` tiles) and inside 64-token blocks (bulk copies).
 UNCHECKED_RUNS = {
     "contiguous-light": (None, DecodeSchedule(combine="parallel", block_h=16, splits=4)),
     "contiguous-light-sliced": (None, DecodeSchedule(combine="sliced", block_h=16, splits=4)),
@@ -255,9 +253,6 @@ UNCHECKED_RUNS = {
     "paged16-light-rows": (16, DecodeSchedule(combine="parallel", block_h=16, splits=4)),
     "paged16-gathered": (16, DecodeSchedule(paged_tiles="gather", combine="parallel", splits=4)),
     "paged64-bulk": (64, DecodeSchedule(combine="parallel", splits=4)),
-    "contiguous-lanes": (None, DecodeSchedule(combine="parallel", program="lanes", splits=4)),
-    "contiguous-lanes-one-split": (None, DecodeSchedule(program="lanes", splits=1)),
-    "paged16-lanes": (16, DecodeSchedule(combine="parallel", program="lanes", splits=4)),
 }
 _PAGED_RUNS = [name for name, (block, _) in UNCHECKED_RUNS.items() if block is not None]
 _UNCHECKED_CAPACITY = 192  # positions a sequence: 12 blocks of 16, 3 of 64

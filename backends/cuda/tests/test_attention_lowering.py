@@ -21,7 +21,6 @@ tilelang = pytest.importorskip("tilelang")
 from tileops_cuda.kernels.attention_decode import (  # noqa: E402
     DecodeBuildKey, DecodeSchedule, default_tiling, page_layout, split_tiling,
 )
-from tileops_cuda.kernels.attention_decode_lanes import decode_lanes_split_program  # noqa: E402
 from tileops_cuda.kernels.attention_decode_program import (  # noqa: E402
     decode_combine_program, decode_parallel_combine_program, decode_sliced_combine_program, decode_split_program,
 )
@@ -138,36 +137,6 @@ def test_the_light_paged_split_program_multiplies_on_mma_and_reads_the_block_tab
 
 def test_ptxas_fits_three_gathered_light_split_programs_an_sm_without_spills(tmp_path):
     report = _ptxas_report(_light_paged_source(16, "gather"), tmp_path)
-    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
-
-
-_LANES = DecodeSchedule(combine="parallel", program="lanes")
-
-
-def _lanes_source(block: int | None) -> str:
-    from lowered_source import lowered_source
-
-    key = _QWEN_PAGED if block else _QWEN_DECODE
-    page, tiling = split_tiling(key, _LANES, block)
-    return lowered_source(lambda key: decode_lanes_split_program(key, tiling, page), key)
-
-
-@pytest.mark.parametrize("block", [None, 16, 3], ids=["contiguous", "paged16", "paged3"])
-def test_the_lanes_program_loads_its_rows_in_16_byte_vectors_and_multiplies_on_cuda_cores(block):
-    source = _lanes_source(block)
-    assert "tma_load" not in source and "mma" not in source and "cp_async" not in source
-    assert "__launch_bounds__(128, 2)" in source
-    assert source.count("*(uint4*)(kr + ") == 1 and source.count("*(uint4*)(vr + ") == 1  # one unrolled load each
-    assert ("block_table[" in source) == (block is not None)
-    # Qwen's 8 query heads over 32 lanes: three halving exchanges and two plain ones a row (9 shuffles, not 40).
-    assert source.count("__shfl_xor_sync") == 5
-
-
-@pytest.mark.parametrize("block", [None, 16], ids=["contiguous", "paged16"])
-def test_ptxas_fits_two_lanes_programs_an_sm_without_spills(block, tmp_path):
-    report = _ptxas_report(_lanes_source(block), tmp_path)
-    registers = int(re.search(r"Used (\d+) registers", report).group(1))
-    assert registers * 128 * 2 <= 65536, report
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
 
 

@@ -31,13 +31,12 @@ from typing import Any, Callable
 from ._attention_common import FlatCache, attention_refusal, compile_arch
 from ._common import cached_build, compile_prim_func, dependent_launch_refusal, direct_entry
 from ._row_views import packed
-from .attention_decode_lanes import decode_lanes_split_program, lanes_refusal, lanes_shape
 from .attention_decode_program import (
     COMBINE_THREADS, LOG2E, decode_combine_program, decode_parallel_combine_program, decode_sliced_combine_program,
     decode_split_program,
 )
 
-__all__ = ["COMBINES", "PROGRAMS", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "DecodeTiling", "PAGED_TILES",
+__all__ = ["COMBINES", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "DecodeTiling", "PAGED_TILES",
            "SCHEDULE_RULES", "SCORE_ROWS", "ScheduleRule", "build_attention_decode", "decode_refusal", "default_tiling",
            "call_plan", "page_layout", "planned_splits", "schedule_for", "schedule_refusal", "split_plan",
            "split_tiling"]
@@ -56,11 +55,6 @@ assert MAX_SPLITS <= COMBINE_THREADS  # the parallel combine gives each split on
 #: split launch, its last program of a head merging, was measured 50-100x slower on the H200 and
 #: deleted: NOTES.md "Attention decode at small batch".)
 COMBINES = ("serial", "parallel", "sliced")
-
-#: The split programs: ``tiles`` (tensor cores: key/value tiles streamed through shared memory, see
-#: :data:`SCORE_ROWS`) or ``lanes`` (CUDA cores: every row a thread loads issued at once into registers;
-#: :mod:`~.attention_decode_lanes`, a candidate for small batches, not yet timed on a GPU).
-PROGRAMS = ("tiles", "lanes")
 
 #: Score rows of a split program: 64 (one wgmma tile, the group's query heads zero-padded) or 16
 #: (the light program, one mma tile: for groups of at most 16 query heads).
@@ -90,8 +84,6 @@ class DecodeSchedule:
     tiles :func:`split_plan` gives a split (fewer, longer splits: less setup and combine work).
     ``splits``: a pinned split count (a sweep's candidate), else the plan's. ``block_h``: one of
     :data:`SCORE_ROWS`; 16 is the light split program (2 stages; paged: :func:`light_page_layout`).
-    ``program``: one of :data:`PROGRAMS`; the ``lanes`` program reads rows one by one at any block size
-    (``stages``, ``paged_tiles`` and ``block_h`` are the tiles programs').
     """
 
     stages: int = 2
@@ -100,14 +92,8 @@ class DecodeSchedule:
     min_split_tiles: int = 1
     splits: int | None = None
     block_h: int = 64
-    program: str = "tiles"
 
     def __post_init__(self) -> None:
-        if self.program not in PROGRAMS:
-            raise ValueError(f"DecodeSchedule.program={self.program!r} is not one of {PROGRAMS}")
-        if self.program == "lanes" and (self.stages, self.paged_tiles, self.block_h) != (2, "block", 64):
-            raise ValueError(f"DecodeSchedule(program='lanes', stages={self.stages}, paged_tiles={self.paged_tiles!r}, "
-                             f"block_h={self.block_h}): those fields are the tiles programs'; drop them")
         if self.stages not in (2, 3):
             raise ValueError(f"DecodeSchedule.stages={self.stages}: 2 or 3 (shared memory holds no more)")
         if self.paged_tiles not in PAGED_TILES:
@@ -182,8 +168,6 @@ class DecodeTiling:
     launch_bound: int = 1
     long_resident: int = 0
     long_split_tiles: int = 0
-    #: The lanes program (:mod:`~.attention_decode_lanes`; ``block_n`` its tile, :func:`lanes_tiling`).
-    lanes: bool = False
 
 
 #: The light program's tiling: 16 score rows, 32-position tiles in 2 stages (74 KiB of shared
@@ -219,19 +203,6 @@ SCHEDULE_RULES: tuple[ScheduleRule, ...] = (
     ScheduleRule(DecodeSchedule(combine="parallel"), paged=False),
     ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="parallel"), paged=True),
 )
-
-
-#: Threads of a lanes program: 128 hold a 32-position tile of Qwen's heads (D 256, 8 query heads a
-#: key/value head) in 254 registers (ptxas, no spill), two programs an SM.
-LANES_THREADS = 128
-
-
-def lanes_tiling(key: DecodeBuildKey) -> DecodeTiling:
-    """The lanes program's tiling for ``key`` (its tile follows the head size: :func:`lanes_shape`):
-    two programs an SM, in registers and in the split plan."""
-    shape = lanes_shape(key.dtype, key.head_dim, LANES_THREADS)
-    return DecodeTiling(block_h=0, block_n=shape.block_n, stages=1, threads=LANES_THREADS, resident=2, launch_bound=2,
-                        lanes=True)
 
 
 def default_tiling(key: DecodeBuildKey) -> DecodeTiling:
@@ -273,8 +244,6 @@ def light_page_layout(block_size: int, paged_tiles: str = "block") -> tuple[int,
 def split_tiling(key: DecodeBuildKey, schedule: DecodeSchedule, block_size: int | None) -> tuple[int | None, DecodeTiling]:
     """``(page, tiling)`` of the split program a call with ``schedule`` runs: contiguous
     (``block_size`` None) or paged."""
-    if schedule.program == "lanes":
-        return block_size, lanes_tiling(key)
     light = schedule.block_h != default_tiling(key).block_h
     if block_size is None:
         return None, LIGHT_TILING if light else dataclasses.replace(default_tiling(key), stages=schedule.stages)
@@ -306,8 +275,6 @@ def schedule_refusal(key: DecodeBuildKey, schedule: DecodeSchedule) -> str | Non
     split. A pinned schedule's refusal is the key's; a rule's lets the call fall through to the
     next rule (:func:`schedule_for`)."""
     name = "attention decode TileLang kernel"
-    if schedule.program == "lanes":
-        return lanes_refusal(key.dtype, key.head_dim, key.num_q_heads // key.num_kv_heads)
     light = schedule.block_h != default_tiling(key).block_h
     if light and key.num_q_heads // key.num_kv_heads > schedule.block_h:
         return (f"{name}: {key.num_q_heads // key.num_kv_heads} query heads a key/value head exceed "
@@ -559,8 +526,8 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
 
         def programs(block_size: int | None, schedule: DecodeSchedule) -> Callable[..., Any]:
             page, tiling = split_tiling(base, schedule, block_size)
-            program = decode_lanes_split_program if tiling.lanes else decode_split_program
-            return compiled(("attention_decode_split", base, page, tiling), lambda: program(base, tiling, page))
+            return compiled(("attention_decode_split", base, page, tiling),
+                            lambda: decode_split_program(base, tiling, page))
 
         for schedule in reachable_schedules(key):
             combines(schedule.combine)
