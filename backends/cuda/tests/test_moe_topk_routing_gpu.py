@@ -43,6 +43,12 @@ SHAPES = [*({"program": "candidates", "tokens": t} for t in (1, 4, 8)),
           # and as E=256 registers it: one token a program below, 32 (1024-thread blocks) from there, as dependents
           {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
            "long_tokens": 32},
+          # both with 4 heads a lane in the long program (``long_heads``), as they are registered since the forty-fifth
+          # session
+          {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
+           "long_tokens": 16, "long_heads": 4},
+          {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
+           "long_tokens": 32, "long_heads": 4},
           # fewer heads a lane, refilled from the row: 4 (a candidate), and 2, where most tokens refill some lane
           {"program": "logits", "tokens": 4, "unchecked_index": True, "heads": 4},
           {"program": "logits", "tokens": 1, "heads": 2}]
@@ -53,14 +59,15 @@ def _shape_id(shape: dict) -> str:
     return (f"{shape['program']}-tokens{shape['tokens']}" + ("-unchecked" if shape.get("unchecked_index") else "")
             + ("-dependent" if shape.get("dependent_launch") else "")
             + (f"-long{shape['long_from']}x{shape.get('long_tokens', 0)}" if shape.get("long_from") else "")
-            + ("-plain" if shape.get("long_plain") else "") + (f"-heads{shape['heads']}" if shape.get("heads") else ""))
+            + ("-plain" if shape.get("long_plain") else "") + (f"-heads{shape['heads']}" if shape.get("heads") else "")
+            + (f"-longheads{shape['long_heads']}" if shape.get("long_heads") else ""))
 
 
 def _rounds_of(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey:
     """The rounds program of ``key``'s row: the reference of every warp program's ids (and, for the candidates
     program, weights)."""
     return dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False,
-                               long_from=0, long_tokens=0, long_plain=False, heads=0)
+                               long_from=0, long_tokens=0, long_plain=False, heads=0, long_heads=0)
 
 
 def _spec_rows() -> list:

@@ -88,6 +88,25 @@ def test_a_long_program_serves_calls_of_long_from_tokens_and_more(monkeypatch):
     assert moe_topk_routing.build_moe_topk_routing(key) is launcher  # built once a process
 
 
+def test_long_heads_are_the_long_programs_heads_and_the_short_program_keeps_its_own():
+    from tileops_cuda.kernels import moe_topk_routing
+
+    key = dataclasses.replace(_NEXT, program="logits", tokens=4, dependent_launch=True, long_from=1024,
+                              long_tokens=16, long_heads=4)
+    assert moe_topk_routing_refusal(key) is None
+    assert moe_topk_routing.long_program_key(key) == dataclasses.replace(
+        key, tokens=16, long_from=0, long_tokens=0, long_heads=0, heads=4)
+    assert moe_topk_routing.long_program_key(dataclasses.replace(key, long_heads=0, heads=2)).heads == 2
+
+
+@pytest.mark.parametrize("changes", [dict(long_heads=3), dict(long_from=0, long_tokens=0), dict(program="candidates")],
+                         ids=["not-a-power", "no-long-program", "candidates"])
+def test_long_heads_outside_the_logits_programs_long_program_are_refused_by_name(changes):
+    key = dataclasses.replace(_NEXT, program="logits", tokens=4, long_from=1024, long_tokens=16, long_heads=4)
+    reason = moe_topk_routing_refusal(dataclasses.replace(key, **changes))
+    assert reason is not None and "long_heads=" in reason and reason.endswith("drop it")
+
+
 @pytest.mark.parametrize("program", ["candidates", "logits"])
 @pytest.mark.parametrize("dtype,experts,top_k", [("float32", 1024, 8), ("bfloat16", 64, 40)],
                          ids=["two-warps-a-token", "top_k-past-31"])

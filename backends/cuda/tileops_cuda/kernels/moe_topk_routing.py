@@ -68,17 +68,23 @@ class MoETopKRoutingBuildKey:
     #: The logits program's heads a lane (0: 8, and a token whose lane holds more of its selection than 8 runs
     #: the rounds selection). 2 or 4: a lane that pops its last head refills it from its row, so that no token
     #: falls back for it; the heads network and each round's shift shrink with the heads (the fast path ~14%
-    #: fewer static instructions at E=512 top-10 with 4). The same ids and weights. A candidate: on an H100
-    #: (forty-fourth session) 4 heads won Qwen3.5's 4k row by 0.2 us on three seeds and lost 1.1-1.2 us on a
-    #: fourth (a tie at the k-th logit sent a token to the rounds selection: since, the lane reads its row
-    #: again), and lost Qwen3-Next's by 2.3-3.3 us, where the program held 2592 static SASS instructions (a refill
-    #: copy a round; 1504 since the rounds that refill are one loop). Not yet timed since either change.
+    #: fewer static instructions at E=512 top-10 with 4). The same ids and weights. On an H100 (forty-fourth
+    #: session) 4 heads won Qwen3.5's 4k row by 0.2 us on three seeds and lost 1.1-1.2 us on a fourth (a tie at
+    #: the k-th logit sent a token to the rounds selection: since, the lane reads its row again), and lost
+    #: Qwen3-Next's by 2.3-3.3 us, where the program held 2592 static SASS instructions (a refill copy a round;
+    #: 1504 since the rounds that refill are one loop). With both changes (forty-fifth session) 4 heads won both
+    #: 4k rows and lost both 64-token rows: :attr:`long_heads`.
     heads: int = 0
+    #: The long program's heads a lane (0: :attr:`heads`). A one-wave 64-token call waits for its slowest warp,
+    #: and a lane refilling its heads is one more row read on that path: with 4 heads the 64-token rows lost
+    #: 0.07-0.47 us on an H100 (forty-fifth session, s45a1 and s45b1 route_sweep.json) where the 4k rows gained
+    #: 0.1-0.2 us (many warps an SM hide a refill).
+    long_heads: int = 0
 
 
 def _without_long(key: MoETopKRoutingBuildKey, **changes: Any) -> MoETopKRoutingBuildKey:
     """``key`` with ``changes`` and no long program (``MoETopKRoutingBuildKey.long_from``)."""
-    return dataclasses.replace(key, long_from=0, long_tokens=0, long_plain=False, **changes)
+    return dataclasses.replace(key, long_from=0, long_tokens=0, long_plain=False, long_heads=0, **changes)
 
 
 def long_program_key(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey | None:
@@ -87,7 +93,7 @@ def long_program_key(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey | No
     if not key.long_from:
         return None
     return _without_long(key, tokens=key.long_tokens or key.tokens,
-                         dependent_launch=key.dependent_launch and not key.long_plain)
+                         dependent_launch=key.dependent_launch and not key.long_plain, heads=key.long_heads or key.heads)
 
 
 def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
@@ -116,6 +122,9 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
     if key.heads not in (0, 2, 4, 8) or (key.heads and key.program != "logits"):
         return (f"{_NAME}: heads={key.heads} is 2, 4 or 8 heads a lane of the logits program (0: its default); "
                 "drop it")
+    if key.long_heads not in (0, 2, 4, 8) or (key.long_heads and (key.program != "logits" or not key.long_from)):
+        return (f"{_NAME}: long_heads={key.long_heads} is 2, 4 or 8 heads a lane of the logits program's long "
+                "program (0: heads; set where long_from is); drop it")
     reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
     if reason is not None:
         return reason
