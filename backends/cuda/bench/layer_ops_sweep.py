@@ -201,12 +201,11 @@ _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": Tru
                         "long_from": 1024, "long_tokens": 16, "long_plain": True, "heads": 4},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 32, "heads": 4},
-                       # the registered forms with 4 heads in the long program only (``long_heads``: the 64-token
-                       # rows lost with 4, the 4k rows won; forty-fifth session)
-                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 16, "long_heads": 4},
+                       # E=256's registered form with 8 heads in its long program too, as it was until the
+                       # forty-fifth session (``long_heads`` 4 registered since; E=512's is among the long forms
+                       # above)
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 32, "long_heads": 4},
+                        "long_from": 1024, "long_tokens": 32},
                        {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True}]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build

@@ -108,11 +108,19 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # more runs (s44c, s44d; its GPU tests: 34 passed, s44c). At E=512 32 tokens lost (5.21 / 5.19 against 5.03).
     # With 4 heads a lane (``heads``) the same form read 3.29 us (77.8%) in s44c and 5.05 in s44d, where every
     # 4-head form lost 1.1-1.2 us on that run's random logits: one token, a tie at the k-th logit, fell back to the
-    # rounds selection and held the one-wave call (such a lane reads its row again since). Not registered.
+    # rounds selection and held the one-wave call (such a lane reads its row again since).
+    # With that reread and the refilling rounds one loop, both long programs run 4 heads a lane (``long_heads``;
+    # forty-fifth session, session-2026-12-06k s45a1 and s45b1 route_sweep.json, two H100 runs on two seeds, graph
+    # time): Qwen3-Next 4k 4.83 / 4.84 us (70.5 / 69.7%) against 5.04 / 5.00 (67.6 / 67.4%), Qwen3.5 4k 3.42 / 3.41
+    # (75.6 / 74.8%) against 3.52 / 3.48 (73.4 / 73.3%). The short programs keep 8: with 4 the 64-token rows lost
+    # (E=512 1.63 / 1.89 against 1.43 / 1.42 us, E=256 1.43-1.55 against 1.36). Both registered forms' GPU tests
+    # passed (ids bit for bit against the rounds program, weights against float64: 68, s45d, `-k longheads`).
     "TileLangMoETopKRouting": ((512, {"program": "logits", "tokens": 1, "unchecked_index": True,
-                                      "dependent_launch": True, "long_from": 1024, "long_tokens": 32}),
+                                      "dependent_launch": True, "long_from": 1024, "long_tokens": 32,
+                                      "long_heads": 4}),
                                (1024, {"program": "logits", "tokens": 4, "unchecked_index": True,
-                                       "dependent_launch": True, "long_from": 1024, "long_tokens": 16}),
+                                       "dependent_launch": True, "long_from": 1024, "long_tokens": 16,
+                                       "long_heads": 4}),
                                (None, {"program": "logits", "tokens": 1, "unchecked_index": True,
                                        "dependent_launch": True})),
 }
