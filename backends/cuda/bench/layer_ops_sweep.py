@@ -201,6 +201,12 @@ _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": Tru
                         "long_from": 1024, "long_tokens": 16, "long_plain": True, "heads": 4},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 32, "heads": 4},
+                       # the registered forms with 2 heads a lane in the long program (4 registered: the fast path
+                       # shrinks again, and most tokens refill some lane a round or two)
+                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 16, "long_heads": 2},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 32, "long_heads": 2},
                        # E=256's registered form with 8 heads in its long program too, as it was until the
                        # forty-fifth session (``long_heads`` 4 registered since; E=512's is among the long forms
                        # above)
