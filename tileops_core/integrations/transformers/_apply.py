@@ -18,6 +18,7 @@ from ._gdn import GDNOps, _Metadata, patch_gated_delta_net
 from ._mlp import patch_mlp
 from ._moe import patch_experts, patch_router, patch_sparse_moe_block, use_tileops_experts
 from ._norms import patch_decoder_layer, patch_rms_norm
+from ._op_pool import OpPool
 from ._plain import LinearOps, patch_embedding, patch_linear
 from ._report import TileOpsReport
 from ._serving import recording_calls
@@ -161,8 +162,9 @@ def _walk(model: nn.Module, classes: dict[str, type], report: TileOpsReport, eve
     vision tower's modules are other classes, and stay HF's."""
     model_config: Any = model.config
     config: Any = model_config.get_text_config(decoder=True)
+    pool = OpPool()  # the norms', MoE blocks' and Linears' ops, one instance for every layer (planned once a shape)
     gdn_ops, metadata, silu_and_mul, linears = GDNOps(float(config.rms_norm_eps)), _Metadata(), SiluAndMulFwdOp(), \
-        LinearOps()
+        LinearOps(pool)
     cache_problem = cache_has_linear_attention_layers()
     rotaries = tuple(c for role, c in classes.items() if role.endswith("RotaryEmbedding"))
     text_name, text = _text_model(model, classes)
@@ -175,17 +177,17 @@ def _walk(model: nn.Module, classes: dict[str, type], report: TileOpsReport, eve
         if isinstance(m, classes.get("GatedDeltaNet", ())):
             routes = patch_gated_delta_net(name, m, gdn_ops, metadata, cache_problem, checks)
         elif isinstance(m, classes.get("SparseMoeBlock", ())):
-            routes = patch_sparse_moe_block(name, m, every_module)
+            routes = patch_sparse_moe_block(name, m, every_module, pool)
         elif isinstance(m, classes.get("MLP", ())):
             routes = patch_mlp(name, m, silu_and_mul, linears, every_module)
         elif isinstance(m, classes.get("Experts", ())):
-            routes = patch_experts(name, m)
+            routes = patch_experts(name, m, pool)
         elif isinstance(m, classes.get("TopKRouter", ())):
-            routes = patch_router(name, m)
+            routes = patch_router(name, m, pool)
         elif isinstance(m, classes.get("RMSNorm", ())):
-            routes = patch_rms_norm(name, m)
+            routes = patch_rms_norm(name, m, pool)
         elif isinstance(m, classes.get("DecoderLayer", ())):
-            routes = patch_decoder_layer(name, m)
+            routes = patch_decoder_layer(name, m, pool)
         elif isinstance(m, classes.get("Attention", ())):
             routes = patch_attention(name, m)
         elif type(m) is nn.Linear:

@@ -27,6 +27,7 @@ from ...ops.gemm import LinearFwdOp
 from ...ops.moe import (
     MoEGroupedExpertsFwdOp, MoEPermuteFwdOp, MoESharedExpertFwdOp, MoETopKRoutingFwdOp, MoEUnpermuteFwdOp,
 )
+from ._op_pool import OpPool
 from ._report import Route
 from ._serving import serving
 
@@ -45,13 +46,13 @@ def _act_name(m: Any) -> str | None:
 
 
 class _ExpertOps:
-    """The three ops of one experts module's forward and its weights (built per module: ``num_experts``
-    is a param)."""
+    """The three ops of one experts module's forward (``pool``'s: ``num_experts`` is a param) and its
+    weights."""
 
-    def __init__(self, m: Any) -> None:
-        self.permute = MoEPermuteFwdOp(num_experts=m.num_experts)
-        self.grouped = MoEGroupedExpertsFwdOp()
-        self.unpermute = MoEUnpermuteFwdOp()
+    def __init__(self, m: Any, pool: OpPool) -> None:
+        self.permute = pool.get(MoEPermuteFwdOp, num_experts=m.num_experts)
+        self.grouped = pool.get(MoEGroupedExpertsFwdOp)
+        self.unpermute = pool.get(MoEUnpermuteFwdOp)
         self.weights = (m.gate_up_proj, m.down_proj)  # looked up once (nn.Module attribute lookups cost per call)
 
     def __call__(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
@@ -111,13 +112,13 @@ def _experts_layout_problem(m: Any) -> str | None:
     return None
 
 
-def patch_experts(name: str, m: Any) -> list[Route]:
+def patch_experts(name: str, m: Any, pool: OpPool) -> list[Route]:
     """Give the module its ops (the ``"tileops"`` experts implementation runs them) where kernels serve them."""
     kind, piece = type(m).__name__, "experts"
     problem = _experts_layout_problem(m)
     if problem is not None:
         return [Route(name, kind, piece, None, None, problem)]
-    ops = _ExpertOps(m)
+    ops = _ExpertOps(m, pool)
     kernels: list[str] = []
     for op, args in ops.example_calls(m):
         answer = serving(op, *args)
@@ -139,11 +140,11 @@ def _router_forward(m: Any, op: MoETopKRoutingFwdOp) -> Callable[[torch.Tensor],
     return forward
 
 
-def patch_router(name: str, m: Any) -> list[Route]:
-    """HF's top-k router (softmax, top-k, renormalisation) as MoETopKRoutingFwdOp."""
+def patch_router(name: str, m: Any, pool: OpPool) -> list[Route]:
+    """HF's top-k router (softmax, top-k, renormalisation) as MoETopKRoutingFwdOp (``pool``'s)."""
     kind = type(m).__name__
     # Qwen3.5-MoE always renormalises (its router has no norm_topk_prob attribute)
-    op = MoETopKRoutingFwdOp(top_k=m.top_k, renormalize=bool(getattr(m, "norm_topk_prob", True)))
+    op = pool.get(MoETopKRoutingFwdOp, top_k=int(m.top_k), renormalize=bool(getattr(m, "norm_topk_prob", True)))
     w = m.weight
     answer = serving(op, torch.empty(1, m.num_experts, dtype=w.dtype, device=w.device))
     if not answer.ok:
@@ -170,18 +171,18 @@ def _shared_expert_problem(m: Any) -> str | None:
 
 
 class _BlockOps:
-    """The ops of one sparse MoE block's forward (built per block: experts and top-k are params).
+    """The ops of one sparse MoE block's forward (``pool``'s: experts and top-k are params).
     ``logits`` is None where torch's matmul forms the router's logits."""
 
-    def __init__(self, m: Any, linear_logits: bool) -> None:
+    def __init__(self, m: Any, linear_logits: bool, pool: OpPool) -> None:
         router = m.gate
-        self.logits = (LinearFwdOp(in_features=router.hidden_dim, out_features=router.num_experts)
+        self.logits = (pool.get(LinearFwdOp, in_features=int(router.hidden_dim), out_features=int(router.num_experts))
                        if linear_logits else None)
         # Qwen3.5-MoE always renormalises (its router has no norm_topk_prob attribute)
         renormalize = bool(getattr(router, "norm_topk_prob", True))
-        self.routing = MoETopKRoutingFwdOp(top_k=router.top_k, renormalize=renormalize)
-        self.experts = _ExpertOps(m.experts)
-        self.shared = MoESharedExpertFwdOp()
+        self.routing = pool.get(MoETopKRoutingFwdOp, top_k=int(router.top_k), renormalize=renormalize)
+        self.experts = _ExpertOps(m.experts, pool)
+        self.shared = pool.get(MoESharedExpertFwdOp)
 
     def example_calls(self, m: Any) -> list[tuple[str, Any, tuple[Any, ...]]]:
         """``(piece, op, args)``: each op with small tensors of the block's dtype and device."""
@@ -232,7 +233,7 @@ def _router_ran(router: Any, x: torch.Tensor, output: tuple[torch.Tensor, ...]) 
             hook(router, (x,), output)
 
 
-def patch_sparse_moe_block(name: str, m: Any, every_module: bool) -> list[Route]:
+def patch_sparse_moe_block(name: str, m: Any, every_module: bool, pool: OpPool) -> list[Route]:
     """Run the whole block on the MoE ops (its router, experts and shared expert are no longer called),
     where the block's layout allows it and a kernel serves every op; else one route that says why
     (the walk then routes the block's modules one by one)."""
@@ -240,7 +241,7 @@ def patch_sparse_moe_block(name: str, m: Any, every_module: bool) -> list[Route]
     problem = _shared_expert_problem(m) or _experts_layout_problem(m.experts)
     if problem is not None:
         return [Route(name, kind, "block", None, None, problem)]
-    ops = _BlockOps(m, every_module)
+    ops = _BlockOps(m, every_module, pool)
     kernels: dict[str, list[str]] = {}
     for piece, op, args in ops.example_calls(m):
         answer = serving(op, *args)

@@ -18,6 +18,7 @@ import torch
 from torch.nn.modules.module import _global_forward_hooks
 
 from ...ops.gated_delta_net import FusedAddZeroCentredRMSNormFwdOp, ZeroCentredRMSNormFwdOp
+from ._op_pool import OpPool
 from ._report import Route
 from ._serving import serving
 from ._compat import cache_keyword
@@ -29,10 +30,10 @@ def _example(weight: torch.Tensor) -> torch.Tensor:
     return torch.empty(1, weight.shape[0], dtype=weight.dtype, device=weight.device)
 
 
-def patch_rms_norm(name: str, m: Any) -> list[Route]:
-    """A zero-centred RMSNorm module as ZeroCentredRMSNormFwdOp, where a kernel serves it."""
+def patch_rms_norm(name: str, m: Any, pool: OpPool) -> list[Route]:
+    """A zero-centred RMSNorm module as ZeroCentredRMSNormFwdOp (``pool``'s), where a kernel serves it."""
     kind = type(m).__name__
-    op = ZeroCentredRMSNormFwdOp(eps=float(m.eps))
+    op = pool.get(ZeroCentredRMSNormFwdOp, eps=float(m.eps))
     answer = serving(op, _example(m.weight), m.weight)
     if not answer.ok:
         return [Route(name, kind, "norm", type(op).__name__, None, answer.reason)]
@@ -76,12 +77,12 @@ def _layer_forward(layer: Any, op: FusedAddZeroCentredRMSNormFwdOp, cache_name: 
     return forward
 
 
-def patch_decoder_layer(name: str, layer: Any) -> list[Route]:
-    """Fuse the first residual add into ``post_attention_layernorm``, where a kernel serves it."""
+def patch_decoder_layer(name: str, layer: Any, pool: OpPool) -> list[Route]:
+    """Fuse the first residual add into ``post_attention_layernorm`` (``pool``'s op), where a kernel serves it."""
     kind = type(layer).__name__
     cache_name = cache_keyword(type(layer).forward, "cache", "past_key_values")
     norm = layer.post_attention_layernorm
-    op = FusedAddZeroCentredRMSNormFwdOp(eps=float(norm.eps))
+    op = pool.get(FusedAddZeroCentredRMSNormFwdOp, eps=float(norm.eps))
     x = _example(norm.weight)
     answer = serving(op, x, x.clone(), norm.weight)
     if not answer.ok:

@@ -19,6 +19,7 @@ import torch
 
 from ...ops.gemm import LinearFwdOp
 from ...ops.moe import MoEUnpermuteFwdOp
+from ._op_pool import OpPool
 from ._report import Route
 from ._serving import Serving, serving
 
@@ -28,17 +29,14 @@ _KEPT = "every_module=True routes it"
 
 
 class LinearOps:
-    """One LinearFwdOp per ``(in_features, out_features)`` (the op's params), shared by a model's Linears."""
+    """One LinearFwdOp per ``(in_features, out_features)`` (the op's params), shared by a model's Linears
+    (and its MoE blocks' router logits): ``pool``'s."""
 
-    def __init__(self) -> None:
-        self._ops: dict[tuple[int, int], LinearFwdOp] = {}
+    def __init__(self, pool: OpPool) -> None:
+        self._pool = pool
 
     def __call__(self, in_features: int, out_features: int) -> LinearFwdOp:
-        key = (in_features, out_features)
-        op = self._ops.get(key)
-        if op is None:
-            op = self._ops[key] = LinearFwdOp(in_features=in_features, out_features=out_features)
-        return op
+        return self._pool.get(LinearFwdOp, in_features=int(in_features), out_features=int(out_features))
 
     def serving_for(self, weight: torch.Tensor, used: bool) -> tuple[LinearFwdOp, Serving]:
         """The op for a ``[out, in]`` weight and the kernel that would serve it (planned, never run;

@@ -32,6 +32,7 @@ import torch
 from ...ops.gated_delta_net import FusedAddZeroCentredRMSNormFwdOp
 from ._attention import AttentionLayer, AttentionOps
 from ._gdn import GDNOps, _gdn_forward, _Metadata
+from ._op_pool import OpPool
 from ._static_pools import AttentionKV, StaticGDNCache, StaticPools
 
 __all__ = ["StaticStep"]
@@ -52,8 +53,9 @@ class StaticStep:
         _without_contents_checks(*vars(gdn_ops).values())
         metadata = self._metadata = _Metadata()
         self._gdn = {i: _gdn_forward(inner.layers[i].linear_attn, gdn_ops, metadata) for i in pools.gdn}
-        self._add_norm = {i: FusedAddZeroCentredRMSNormFwdOp(eps=float(layer.post_attention_layernorm.eps),
-                                                             check_contents=False)
+        pool = OpPool()  # one add-norm op for the layers of one eps (planned once a shape, not once a layer)
+        self._add_norm = {i: pool.get(FusedAddZeroCentredRMSNormFwdOp, eps=float(layer.post_attention_layernorm.eps),
+                                      check_contents=False)
                           for i, layer in enumerate(inner.layers)}
         self._attention: dict[int, AttentionLayer] = {}
         self._rope_rows = 1
