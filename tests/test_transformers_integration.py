@@ -375,7 +375,8 @@ def test_the_layers_share_their_ops_so_a_new_prompt_length_plans_once_per_op_not
     pool = OpPool()
     assert pool.get(ZeroCentredRMSNormFwdOp, eps=1e-6) is pool.get(ZeroCentredRMSNormFwdOp, eps=1e-6)
     assert pool.get(ZeroCentredRMSNormFwdOp, eps=1e-5) is not pool.get(ZeroCentredRMSNormFwdOp, eps=1e-6)
-    assert len(pool) == 2
+    assert pool.get(ZeroCentredRMSNormFwdOp, role="q_norm", eps=1e-6) is not pool.get(ZeroCentredRMSNormFwdOp, eps=1e-6)
+    assert len(pool) == 3
     planned: list[str] = []
     plan = OpDef.plan
 

@@ -33,7 +33,7 @@ def _example(weight: torch.Tensor) -> torch.Tensor:
 def patch_rms_norm(name: str, m: Any, pool: OpPool) -> list[Route]:
     """A zero-centred RMSNorm module as ZeroCentredRMSNormFwdOp (``pool``'s), where a kernel serves it."""
     kind = type(m).__name__
-    op = pool.get(ZeroCentredRMSNormFwdOp, eps=float(m.eps))
+    op = pool.get(ZeroCentredRMSNormFwdOp, role=name.rsplit(".", 1)[-1], eps=float(m.eps))  # one a module name
     answer = serving(op, _example(m.weight), m.weight)
     if not answer.ok:
         return [Route(name, kind, "norm", type(op).__name__, None, answer.reason)]

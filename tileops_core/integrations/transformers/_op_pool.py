@@ -23,10 +23,13 @@ class OpPool:
     def __init__(self) -> None:
         self._ops: dict[tuple[Any, ...], Any] = {}
 
-    def get(self, cls: type[_Op], **params: Any) -> _Op:
-        """The pool's instance of ``cls(**params)`` (the arguments are hashable: numbers, strings,
-        tuples)."""
-        key = (cls, *sorted(params.items()))
+    def get(self, cls: type[_Op], role: str = "", **params: Any) -> _Op:
+        """The pool's instance of ``cls(**params)`` for ``role`` (the arguments are hashable: numbers,
+        strings, tuples). ``role`` keeps apart the modules of one construction that a layer calls with
+        other shapes (an attention's q/k norms beside the layer norms, where those modules are patched):
+        an instance called with one shape keeps its last plan's matcher; alternating shapes, it would look
+        its plans up by key at every change."""
+        key = (cls, role, *sorted(params.items()))
         op = self._ops.get(key)
         if op is None:
             op = self._ops[key] = cls(**params)
