@@ -4,7 +4,8 @@ el ncusrc
 # kernels through its op (row_profile.py), exported per SASS instruction (`--page source --print-source sass
 # --csv`) and summarised by backends/cuda/bench/ncu_sass_hotspots.py: the attention decode at B=1 4k (a split
 # program's ~7 k-cycle chain, then the combine), the paged prefill 4k B=4 (~27 k cycles fixed a program) and
-# Qwen3-Next's routing at 4k. NCUSRC_ROWS picks rows as SET:LABEL. About 3 minutes.
+# Qwen3-Next's routing at 4k. NCUSRC_ROWS picks rows as SET:LABEL (e.g. rgdr:qwen3.5-b128-t2-bf16state, issue 16).
+# About 3 minutes.
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 for item in ${NCUSRC_ROWS:-decode:qwen3-next-b1-4k prefill:qwen3-next-paged-4k-b4 routing:qwen3-next-80b-prefill-4k}; do
     set_=${item%%:*}; row=${item#*:}; name=src_$row

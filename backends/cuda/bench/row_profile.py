@@ -7,7 +7,7 @@ script runs each row of a set through its op (so the registered kernel and build
 once untimed (build and first launch), then once inside an NVTX range named after the row;
 ``benchmarks/gpu/prefix.sh``'s ``ncu_row_set`` profiles exactly those ranges.
 
-    python3 row_profile.py {conv,decode,experts,prefill,routing} [--rows LABEL,...] [--build-only | --labels]
+    python3 row_profile.py {conv,decode,experts,prefill,rgdr,routing} [--rows LABEL,...] [--build-only | --labels]
 """
 
 import argparse
@@ -48,6 +48,12 @@ ROW_SETS = {
         ("MoETopKRoutingFwdOp", "qwen3-next-80b-prefill-4k"),
         ("MoETopKRoutingFwdOp", "qwen3.5-35b-prefill-4k"),
         ("MoETopKRoutingFwdOp", "qwen3-next-80b-decode-b64"),
+    ),
+    # Issue 16: RGDR's large rows, below their targets at B=128 (bf16 80-87%, fp32 87-91% of the copy on the H200) where
+    # the best layout without the recurrence reads 86-93%: where a program's warps wait (ncusrc).
+    "rgdr": (
+        ("RecurrentGatedDeltaRuleFwdOp", "qwen3.5-b128-t2-bf16state"),
+        ("RecurrentGatedDeltaRuleFwdOp", "qwen3.5-b128-t1-fp32state"),
     ),
     # Issue 21's model at decode: the MoE experts' warp-per-feature programs read their weights at 50-60% of the
     # same-size copy where the skinny linear program reads a weight at 80-90% (2026-12-04e): the routed experts
