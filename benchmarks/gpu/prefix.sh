@@ -32,6 +32,8 @@ rgdr_gpu_tests() {
     grep -E "PASSED|FAILED|ERROR|[0-9]+ (passed|failed)" "$log" | sed -E 's/.*::/  /' | tail -24
     sed -n '/= FAILURES =/,/short test summary/p' "$log" | grep -E "^E |assert|Error" | head -20
 }
+# ncu_bin: the Nsight Compute command line on this machine (on the PATH or in a CUDA or Nsight Compute install).
+ncu_bin() { command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1; }
 # ncu_row_set SET LOG [NCU_ARGS...]: Nsight Compute counters of row_profile.py SET's rows (each launched once
 # through its op after an unprofiled build-and-launch; only those NVTX ranges are profiled), into $out/LOG, and
 # the lines that matter printed: per kernel its time, DRAM and SM throughput, issue slots, occupancy, waves,
@@ -39,7 +41,7 @@ rgdr_gpu_tests() {
 ncu_row_set() {
     local set=$1 log="$out/$2"; shift 2
     local ncu include=() stalls="" s
-    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    ncu=$(ncu_bin)
     (cd backends/cuda/bench && timeout ${NCU_BUILD_S:-150} python3 row_profile.py "$set" --build-only 2>&1 | tail -2)
     for r in $(cd backends/cuda/bench && python3 row_profile.py "$set" --labels); do include+=(--nvtx-include "$r/"); done
     for s in long_scoreboard barrier short_scoreboard wait lg_throttle mio_throttle math_pipe_throttle membar sleeping drain; do

@@ -4,7 +4,7 @@ el ncu
 # minutes. The H200 machines run on Firecracker, where ncu reads counters with --clock-control none.
 OUT=${OUT:-$out}; mkdir -p "$OUT"
 export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tlc} PYTHONUNBUFFERED=1
-NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+NCU=$(ncu_bin)
 ROWS=${NCU_ROWS:-$(cd backends/cuda/bench && python3 -c "import rgdr_profile as r; print(r.DEFAULT_ROWS)")}
 cd backends/cuda/bench
 timeout 200 python3 rgdr_profile.py --rows "$ROWS" --build-only 2>&1 | tail -2

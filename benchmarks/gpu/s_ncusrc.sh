@@ -6,7 +6,7 @@ el ncusrc
 # program's ~7 k-cycle chain, then the combine), the paged prefill 4k B=4 (~27 k cycles fixed a program) and
 # Qwen3-Next's routing at 4k. NCUSRC_ROWS picks rows as SET:LABEL (e.g. rgdr:qwen3.5-b128-t2-bf16state, issue 16).
 # About 3 minutes.
-ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+ncu=$(ncu_bin)
 for item in ${NCUSRC_ROWS:-decode:qwen3-next-b1-4k prefill:qwen3-next-paged-4k-b4 routing:qwen3-next-80b-prefill-4k}; do
     set_=${item%%:*}; row=${item#*:}; name=src_$row
     el "ncusrc $row"

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -30,10 +29,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_bench_common import ROTATE_BYTES, log, same_size_copy, time_graph  # noqa: E402
+from row_profile import row_op  # noqa: E402
 
 from tileops_core import load_manifest  # noqa: E402
 from tileops_core.bench.roofline import roofline_of_row  # noqa: E402
-from tileops_core.bench.workloads import instantiate  # noqa: E402
 from tileops_core.workloads import dtype_cases  # noqa: E402
 
 #: The rows timed by default: the decode rows furthest from the copy (issue 21), then rows whose kernels hold
@@ -64,16 +63,13 @@ def row_calls(op_name: str, label: str) -> tuple[list, float]:
     row's roofline bytes."""
     spec = load_manifest()[op_name]
     row = next(r for r in spec.workloads if r.label == label)
-    case = dtype_cases(row)[0]
-    moved = float(roofline_of_row(spec, row, case).bytes)
-    module = importlib.import_module(spec.source["op"])
+    moved = float(roofline_of_row(spec, row, dtype_cases(row)[0]).bytes)
     sets = max(1, min(32, -(-ROTATE_BYTES // max(1, int(moved)))))
     calls = []
     for seed in range(sets):
-        inst = instantiate(spec, row, case, device="cuda", rng=torch.Generator().manual_seed(100 + seed))
-        op = getattr(module, op_name)(**inst.op_kwargs)
-        op(**inst.inputs)  # builds, selects, and the first launch outside the graph
-        calls.append(lambda op=op, inputs=inst.inputs: op(**inputs))
+        op, inputs = row_op(op_name, label, seed=100 + seed)
+        op(**inputs)  # builds, selects, and the first launch outside the graph
+        calls.append(lambda op=op, inputs=inputs: op(**inputs))
     torch.cuda.synchronize()
     return calls, moved
 

@@ -66,6 +66,17 @@ ROW_SETS = {
 }
 
 
+def row_op(op_name: str, label: str, seed: int = 17) -> tuple[object, dict]:
+    """``(op, inputs)`` of the workload row ``label`` of ``op_name`` on the GPU: the op built from the row's
+    construction arguments (so the registered kernel and build key serve it), its first dtype case, inputs drawn
+    with ``seed``."""
+    spec = load_manifest()[op_name]
+    module = importlib.import_module(spec.source["op"])
+    row = next(r for r in spec.workloads if r.label == label)
+    inst = instantiate(spec, row, dtype_cases(row)[0], device="cuda", rng=torch.Generator().manual_seed(seed))
+    return getattr(module, op_name)(**inst.op_kwargs), inst.inputs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("set", choices=sorted(ROW_SETS))
@@ -78,21 +89,16 @@ def main() -> None:
         print("\n".join(label for _, label in rows))
         return
     wanted = set(args.rows.split(",")) if args.rows else {label for _, label in rows}
-    manifest = load_manifest()
     for op_name, label in rows:
         if label not in wanted:
             continue
-        spec = manifest[op_name]
-        module = importlib.import_module(spec.source["op"])
-        row = next(r for r in spec.workloads if r.label == label)
-        inst = instantiate(spec, row, dtype_cases(row)[0], device="cuda", rng=torch.Generator().manual_seed(17))
-        op = getattr(module, op_name)(**inst.op_kwargs)
-        op(**inst.inputs)
+        op, inputs = row_op(op_name, label)
+        op(**inputs)
         torch.cuda.synchronize()
         if args.build_only:
             continue
         with torch.cuda.nvtx.range(label):
-            op(**inst.inputs)
+            op(**inputs)
         torch.cuda.synchronize()
         print("row", op_name, label, flush=True)
 

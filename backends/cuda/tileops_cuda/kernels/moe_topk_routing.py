@@ -92,8 +92,8 @@ def long_program_key(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey | No
     runs ``key``'s."""
     if not key.long_from:
         return None
-    return _without_long(key, tokens=key.long_tokens or key.tokens,
-                         dependent_launch=key.dependent_launch and not key.long_plain, heads=key.long_heads or key.heads)
+    return _without_long(key, tokens=key.long_tokens or key.tokens, heads=key.long_heads or key.heads,
+                         dependent_launch=key.dependent_launch and not key.long_plain)
 
 
 def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
