@@ -9,7 +9,7 @@ dependent: ``tileops_cuda.launch_policy``), or with ``--plain`` every key's fiel
 other. The outputs are the same bits by construction (every access still follows the previous kernel); the
 script's own equality and logits checks say so, and ``tests/test_dependent_step_gpu.py`` checks the bits.
 
-    python backends/cuda/bench/dependent_step.py [--plain] [--prefer-shared] -- <hf_gpu_decode.py arguments>
+    python backends/cuda/bench/dependent_step.py [--plain] -- <hf_gpu_decode.py arguments>
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ _ROOT = Path(__file__).resolve().parents[3]
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--plain", action="store_true", help="no kernel as a programmatic dependent")
-    p.add_argument("--prefer-shared", action="store_true",
-                   help="the context's cache configuration CU_FUNC_CACHE_PREFER_SHARED (carveout_probe.py)")
     a, rest = p.parse_known_args(argv)
     rest = [x for x in rest if x != "--"]
     sys.path.insert(0, str(_ROOT / "benchmarks"))
@@ -33,15 +31,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from tileops_cuda.launch_policy import dependent_launches
 
-    if a.prefer_shared:
-        import torch
-        from carveout_probe import set_preference
-
-        torch.zeros(1, device="cuda")  # the primary context, current on this thread
-        set_preference("shared")
     with dependent_launches(not a.plain):  # the whole run: its plans and kernels are made inside
-        print(f"registered keys {'plain' if a.plain else 'dependent where they can'}"
-              f"{', every kernel preferring shared memory' if a.prefer_shared else ''}", flush=True)
+        print(f"registered keys {'plain' if a.plain else 'dependent where they can'}", flush=True)
         return hf_gpu_decode.main(rest)
 
 
