@@ -58,7 +58,14 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # against 81.5%, 2-8 prompts 83.5-84.8% against 78.9-81.0%, 16 prompts 81.7 against 78.5, 64 prompts 77.5 against
     # 77.1; and in another run (s41f) 86.8 / 83.8% against 81.8 / 78.9% (chunk 32: 86.9 / 83.0%; chunk 8: 78.2 /
     # 71.4%). The sixth session's H200 sweep had found longer chunks faster, for the program of then.
-    "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 128, "chunk": 16,
+    # Back to chunks of 64 on the H200's evidence (forty-seventh session, session-2026-12-06m, graph time against the
+    # same-size copy): chunk 64 beside the registered chunk 16 on every convlayouts and convpos row (s47d) won all 23,
+    # by 3.8-5.5 us: 1 prompt 39.01 us (85.9%) against 42.81 (78.3%), 8 prompts 40.45 (82.8%) against 44.35 (75.5%),
+    # 64 prompts 42.37 (79.1%) against 47.84 (70.0%); every row of both checked against the CPU reference. The issue's
+    # sweep in the same session (s47a) led with chunk 64 on both rows too (85.8% / 82.3% against 78.8% / 76.1%).
+    # The H200 is the card the targets are set on; on an H100 chunk 16 leads by up to 5 points (above), and the
+    # build key, a rule on shapes and the arch, cannot tell the two sm_90 cards apart.
+    "TileLangCausalConv1dVarlen": ((None, {"threads": 128, "tokens": 4, "registers": 128, "chunk": 64,
                                            "one_sequence_threads": 64}),),
     # The lanes program at a 40-register cap with the warp's own (token, frequency) table, the 2π-reduced
     # hardware sincos, the rotation partners as one vector and the rotation in 16-bit instructions: the fastest
