@@ -406,3 +406,45 @@ def test_ptxas_fits_two_q64_programs_an_sm_without_spills(key, tmp_path):
     # Two programs, each with the system's 1 KiB reserve, in an H100/H200 SM's 228 KiB.
     assert _dynamic_shared_bytes(lowered) == 96 * 1024  # Q 32 KiB, two K and two V stages of 16 KiB
     assert 2 * (_dynamic_shared_bytes(lowered) + static + 1024) <= 228 * 1024
+
+
+def _ptx(source: str, tmp_path: pathlib.Path) -> str:
+    """The PTX nvcc makes of ``source`` for sm_90a (TileLang's headers)."""
+    import os
+
+    root = pathlib.Path(os.path.dirname(tilelang.__file__))
+    cu = tmp_path / "kernel.cu"
+    cu.write_text(source)
+    done = subprocess.run([_nvcc(), "-gencode", "arch=compute_90a,code=sm_90a", "-std=c++17", "-ptx",
+                           f"-I{root / 'src'}", f"-I{root / '3rdparty' / 'cutlass' / 'include'}", "-DENABLE_BF16",
+                           str(cu), "-o", str(tmp_path / "kernel.ptx")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return (tmp_path / "kernel.ptx").read_text()
+
+
+def _pipelined(key: PrefillBuildKey) -> tuple[PrefillBuildKey, object]:
+    key = dataclasses.replace(key, program="pipelined")
+    return key, prefill_tiling(key)
+
+
+#: Each attention program's source and the reciprocals its epilogue takes: one a row a thread holds, per
+#: warpgroup of 64 rows (two row fragments a thread in a wgmma or mma accumulator).
+_EPILOGUES = {
+    "overlap-paged": (lambda: _overlap_source(_OVERLAP_KEYS[1]), 4),
+    "q64-paged": (lambda: _q64_source(_Q64_KEYS[1]), 2),
+    "pipelined": (lambda: _source(prefill_attention_program(*_pipelined(_OVERLAP_KEYS[0]))), 2),
+    "decode-light": (lambda: _decode_split_source(_LIGHT), 2),
+    "decode-64": (lambda: _decode_split_source(DecodeSchedule(combine="parallel")), 2),
+}
+
+
+
+@pytest.mark.parametrize("program", list(_EPILOGUES))
+def test_the_attention_epilogues_divide_once_a_row_not_once_an_element(program, tmp_path):
+    """An element-wise ``acc_o / l_sum`` compiles to IEEE division chains (``div.rn.f32``: ``MUFU.RCP``, ``FCHK``,
+    a branch to a slow path), 128 a thread in a 64 x 256 accumulator: a quarter of the paged prefill's warp-stall
+    samples on the H200 (``attention_decode_program.row_reciprocals``). The epilogues take a reciprocal a row."""
+    source, reciprocals = _EPILOGUES[program]
+    ptx = _ptx(source(), tmp_path)
+    assert "div.rn.f32" not in ptx
+    assert ptx.count("rcp.rn.f32") == reciprocals

@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COMBINE_THREADS", "LOG2E", "SLICE_CHANNELS", "WGMMA_ROWS", "decode_combine_program",
            "decode_parallel_combine_program", "decode_sliced_combine_program", "decode_split_program",
-           "lane_sums_macro", "online_softmax_step", "split_weights_macro"]
+           "lane_sums_macro", "online_softmax_step", "row_reciprocals", "split_weights_macro"]
 
 #: log2(e): scores are exponentiated with exp2 after folding this into the softmax scale.
 LOG2E = 1.4426950408889634
@@ -111,6 +111,28 @@ def online_softmax_statistics(rows: int, cols: int) -> Any:
             l_sum[i] = l_sum[i] * rescale[i] + row_sum[i]
 
     return statistics
+
+
+def row_reciprocals(rows: int) -> Any:
+    """The TileLang macro ``inverted(l_sum)``: each row's running sum replaced by its reciprocal, so that the
+    output is ``acc_o * l_sum`` (a multiply an element) rather than ``acc_o / l_sum``.
+
+    Why: nvcc compiles a float32 division to IEEE's correctly rounded sequence (``MUFU.RCP``, ``FCHK``, four
+    ``FFMA`` and a branch to a slow path), each in its own branch region, so an epilogue that divides every
+    element of a 64 x 256 accumulator runs 128 such chains a thread one after another. Nsight Compute's
+    warp-stall samples on the H200 (forty-seventh session, ``session-2026-12-06m/s47b``) put 24% of the paged
+    prefill's attention kernel in those chains (2,060 of its consumer's 5,400 SASS instructions) and 9% of the
+    B=1 decode split. One division a row and a multiply an element differ from the division by at most an
+    ulp of float32 before the output is rounded to its 16-bit dtype. Valid rows have ``l_sum >= 1`` (their
+    largest score contributes ``exp2(0)``); rows nobody writes may become inf."""
+    import tilelang.language as T
+
+    @T.macro
+    def inverted(l_sum: Any):
+        for i in T.Parallel(rows):
+            l_sum[i] = T.float32(1) / l_sum[i]
+
+    return inverted
 
 
 def online_softmax_step(rows: int, cols: int, dim: int) -> Any:
@@ -155,6 +177,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
     B, NL, TB, MB, S = (T.dynamic(n) for n in ("B", "NL", "TB", "MB", "S"))
     NEG = -T.infinity(f32)
     softmax_step = online_softmax_step(BH, BN, D)
+    inverted = row_reciprocals(BH)
     # Bulk copies (TMA) bring whole tiles as the slots held them before the step: position n
     # is then taken from the inputs and the value rows past it zeroed. Gathered rows (cp.async,
     # generic proxy) read slot n after this program wrote it, ordered by a thread barrier, and
@@ -297,17 +320,19 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                 T.gemm(acc_p, v_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
 
             if S == 1:
+                inverted(l_sum)
                 for i, d in T.Parallel(BH, D):
                     if i < G:
-                        out[b, h * G + i, d] = T.if_then_else(n >= 0, T.cast(acc_o[i, d] / l_sum[i], dt),
+                        out[b, h * G + i, d] = T.if_then_else(n >= 0, T.cast(acc_o[i, d] * l_sum[i], dt),
                                                               T.cast(0, dt))
             elif active:
-                for i, d in T.Parallel(BH, D):
-                    if i < G:
-                        o_part[sid, b, h * G + i, d] = acc_o[i, d] / l_sum[i]
                 for i in T.Parallel(BH):
                     if i < G:
                         lse_part[sid, b, h * G + i] = T.log2(l_sum[i]) + m_cur[i]
+                inverted(l_sum)
+                for i, d in T.Parallel(BH, D):
+                    if i < G:
+                        o_part[sid, b, h * G + i, d] = acc_o[i, d] * l_sum[i]
 
     return decode_split
 

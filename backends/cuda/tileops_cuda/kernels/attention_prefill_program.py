@@ -40,7 +40,7 @@ tilelang is imported inside the builders, never at module import.
 from typing import TYPE_CHECKING, Any
 
 from ._index_metadata import clip_tokens, narrowed_index
-from .attention_decode_program import online_softmax_step
+from .attention_decode_program import online_softmax_step, row_reciprocals
 
 if TYPE_CHECKING:
     from .attention_prefill import PrefillBuildKey, PrefillTiling
@@ -371,6 +371,7 @@ def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -
     BM, BN = tiling.block_m, tiling.block_n
     NEG = -T.infinity(f32)
     softmax_step = online_softmax_step(BM, BN, D)
+    inverted = row_reciprocals(BM)
     causal_scores = causal_scaled_scores(BM, BN)
 
     @T.macro
@@ -405,8 +406,9 @@ def prefill_attention_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -
                     v_s[i, d] = T.if_then_else(k0 + i < length, v_s[i, d], T.cast(0, dt))
             T.gemm(acc_p, v_s, acc_o, policy=T.GemmWarpPolicy.FullRow)
         if q0 < length:
+            inverted(l_sum)
             for i, d in T.Parallel(BM, D):
                 if q0 + i < length:
-                    out[start + q0 + i, hq, d] = T.cast(acc_o[i, d] / l_sum[i], dt)
+                    out[start + q0 + i, hq, d] = T.cast(acc_o[i, d] * l_sum[i], dt)
 
     return attention_entry(key, tiling, tiling.threads, pipelined)

@@ -20,7 +20,7 @@ tilelang is imported inside the builders, never at module import.
 
 from typing import TYPE_CHECKING, Any
 
-from .attention_decode_program import online_softmax_statistics
+from .attention_decode_program import online_softmax_statistics, row_reciprocals
 from .attention_prefill_program import attention_entry, cache_rows_writer, causal_scaled_scores
 
 if TYPE_CHECKING:
@@ -147,6 +147,7 @@ def consumer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", register
     NEG = -T.infinity(f32)
     softmax_statistics = online_softmax_statistics(WM, BN)
     causal_scores = causal_scaled_scores(WM, BN)
+    inverted = row_reciprocals(WM)
 
     @T.macro
     def scores(wg: int, j: Any, q_s: Any, k_s: Any, k_full: Any, acc_s: Any):
@@ -232,9 +233,10 @@ def consumer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", register
             value_products(last, v_s, acc_p, acc_os)
             T.wait_wgmma(0)
             values_done(last, v_empty, acc_os)
+            inverted(l_sum)
             for c in blocks:
                 for i, d in T.Parallel(WM, DV):
-                    q_s[i, _offset(d, c * DV)] = T.cast(acc_os[c][i, d] / l_sum[i], dt)
+                    q_s[i, _offset(d, c * DV)] = T.cast(acc_os[c][i, d] * l_sum[i], dt)
             T.sync_threads(barrier_id=1 + wg, arrive_count=128)
             for i, d in T.Parallel(WM, D):
                 if r0 + i < length:
