@@ -15,7 +15,7 @@ from tileops_core.ops.moe import (
     MoEGroupedExpertsKernel, MoEPermuteKernel, MoESharedExpertKernel, MoETopKRoutingKernel, MoEUnpermuteKernel,
 )
 
-from ._tilelang_impl import TileLangImpl, rows_of
+from ._tilelang_impl import TileLangImpl
 from .kernels._common import ELEM_BYTES
 from .kernels.attention_decode import DecodeBuildKey, build_attention_decode, decode_refusal
 from .kernels.attention_prefill import PrefillBuildKey, build_attention_prefill, prefill_refusal

@@ -30,7 +30,6 @@ keys dominate (each alone ~1.6e-3). The GPU tests allow 8e-3 and 1.6e-2.
 
 # No `from __future__ import annotations`: dataclass field types stay plain classes here.
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
