@@ -1,11 +1,11 @@
 el attnpre
 # attnpre (issue 21): the attention prefill settings (PrefillBuildKey.program:grid:tile_counts:cache_write) timed
 # beside SDPA's cuDNN, flash and efficient backends on the same prompts at 4k and 16k (B=1 contiguous, B=4 paged 16),
-# with a summary table of the speed vs SDPA's best (target >= 0.9): the default 'pipelined:tiles:torch:launch', the
-# 'overlap' program (the softmax of one key tile while the P·V product of the previous one runs) on the 'heads' grid
-# with the tile counts made by one 'kernel', and the same writing the caches from its producer warpgroup
-# ('attention': no cache-write launch; issue 21's candidate for the paged B=4 rows), and the 'q64' program (64 query
-# rows a program, two programs an SM) both ways. ATTNPRE_SETTINGS overrides.
+# with a summary table of the speed vs SDPA's best (target >= 0.9): the 'pipelined:tiles:torch:launch' program it
+# replaced, the build key's default 'overlap:heads:kernel:launch' (the softmax of one key tile while the P·V product of
+# the previous one runs, on the 'heads' grid, the tile counts made by one 'kernel'), the same writing the caches from
+# its producer warpgroup ('attention': no cache-write launch), and the 'q64' program (64 query rows a program, two
+# programs an SM) both ways. ATTNPRE_SETTINGS overrides.
 # Then the prefill GPU tests of the settings PREFILL_TEST_SETTINGS names (default: the default setting; all three
 # need more than 240 s of compiling), their kernels compiled concurrently first. The bench goes first so its numbers come back even if the tests run long; its builds fill TileLang's cache
 # for the tests' Qwen3-Next keys. ATTNPRE_TEST_S (default 240) bounds the tests. About 7 minutes.
