@@ -326,18 +326,24 @@ def _nvcc() -> str:
     return nvcc
 
 
-def _ptxas_report(source: str, tmp_path: pathlib.Path) -> str:
-    """ptxas's verbose report of ``source`` compiled for sm_90a (TileLang's headers)."""
+def _nvcc_sm90a(source: str, tmp_path: pathlib.Path, *mode: str, output: str) -> str:
+    """nvcc's messages for ``source`` compiled for sm_90a with TileLang's headers, ``mode`` (``-c``, ``-ptx``, ...)
+    writing ``tmp_path / output``."""
     import os
 
     root = pathlib.Path(os.path.dirname(tilelang.__file__))
     cu = tmp_path / "kernel.cu"
     cu.write_text(source)
-    done = subprocess.run([_nvcc(), "-gencode", "arch=compute_90a,code=sm_90a", "-std=c++17", "-c", "-Xptxas", "-v",
+    done = subprocess.run([_nvcc(), "-gencode", "arch=compute_90a,code=sm_90a", "-std=c++17", *mode,
                            f"-I{root / 'src'}", f"-I{root / '3rdparty' / 'cutlass' / 'include'}", "-DENABLE_BF16",
-                           str(cu), "-o", str(tmp_path / "kernel.o")], capture_output=True, text=True, timeout=600)
+                           str(cu), "-o", str(tmp_path / output)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stderr + done.stdout
+
+
+def _ptxas_report(source: str, tmp_path: pathlib.Path) -> str:
+    """ptxas's verbose report of ``source`` compiled for sm_90a (TileLang's headers)."""
+    return _nvcc_sm90a(source, tmp_path, "-c", "-Xptxas", "-v", output="kernel.o")
 
 
 @pytest.mark.parametrize("key", [*_OVERLAP_KEYS[:2], _WRITING_KEYS[1]], ids=[*_IDS[:2], "qwen-paged-writes-caches"])
@@ -410,33 +416,21 @@ def test_ptxas_fits_two_q64_programs_an_sm_without_spills(key, tmp_path):
 
 def _ptx(source: str, tmp_path: pathlib.Path) -> str:
     """The PTX nvcc makes of ``source`` for sm_90a (TileLang's headers)."""
-    import os
-
-    root = pathlib.Path(os.path.dirname(tilelang.__file__))
-    cu = tmp_path / "kernel.cu"
-    cu.write_text(source)
-    done = subprocess.run([_nvcc(), "-gencode", "arch=compute_90a,code=sm_90a", "-std=c++17", "-ptx",
-                           f"-I{root / 'src'}", f"-I{root / '3rdparty' / 'cutlass' / 'include'}", "-DENABLE_BF16",
-                           str(cu), "-o", str(tmp_path / "kernel.ptx")], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _nvcc_sm90a(source, tmp_path, "-ptx", output="kernel.ptx")
     return (tmp_path / "kernel.ptx").read_text()
 
 
-def _pipelined(key: PrefillBuildKey) -> tuple[PrefillBuildKey, object]:
-    key = dataclasses.replace(key, program="pipelined")
-    return key, prefill_tiling(key)
-
+_PIPELINED_KEY = dataclasses.replace(_OVERLAP_KEYS[0], program="pipelined")
 
 #: Each attention program's source and the reciprocals its epilogue takes: one a row a thread holds, per
 #: warpgroup of 64 rows (two row fragments a thread in a wgmma or mma accumulator).
 _EPILOGUES = {
     "overlap-paged": (lambda: _overlap_source(_OVERLAP_KEYS[1]), 4),
     "q64-paged": (lambda: _q64_source(_Q64_KEYS[1]), 2),
-    "pipelined": (lambda: _source(prefill_attention_program(*_pipelined(_OVERLAP_KEYS[0]))), 2),
+    "pipelined": (lambda: _source(prefill_attention_program(_PIPELINED_KEY, prefill_tiling(_PIPELINED_KEY))), 2),
     "decode-light": (lambda: _decode_split_source(_LIGHT), 2),
     "decode-64": (lambda: _decode_split_source(DecodeSchedule(combine="parallel")), 2),
 }
-
 
 
 @pytest.mark.parametrize("program", list(_EPILOGUES))
