@@ -5,13 +5,12 @@ el attnpre
 # replaced, the build key's default 'overlap:heads:kernel:launch' (the softmax of one key tile while the P·V product of
 # the previous one runs, on the 'heads' grid, the tile counts made by one 'kernel'), the same writing the caches from
 # its producer warpgroup ('attention': no cache-write launch), and the 'q64' program (64 query rows a program, two
-# programs an SM) both ways, and the default and q64 with their output tiles written by bulk stores (a fifth field,
-# out_store 'bulk'). ATTNPRE_SETTINGS overrides.
+# programs an SM) both ways. ATTNPRE_SETTINGS overrides.
 # Then the prefill GPU tests of the settings PREFILL_TEST_SETTINGS names (default: the default setting; all three
 # need more than 240 s of compiling), their kernels compiled concurrently first. The bench goes first so its numbers come back even if the tests run long; its builds fill TileLang's cache
 # for the tests' Qwen3-Next keys. ATTNPRE_TEST_S (default 240) bounds the tests. About 7 minutes.
 timeout -s INT -k 10 ${ATTNPRE_BENCH_S:-180} python3 -u backends/cuda/bench/attention_bench.py --no-decode --reps 50 \
-    --settings "${ATTNPRE_SETTINGS:-pipelined:tiles:torch:launch,overlap:heads:kernel:launch,overlap:heads:torch:attention,overlap:heads:kernel:attention,q64:heads:kernel:launch,q64:heads:kernel:attention,overlap:heads:kernel:launch:bulk,q64:heads:kernel:launch:bulk}" \
+    --settings "${ATTNPRE_SETTINGS:-pipelined:tiles:torch:launch,overlap:heads:kernel:launch,overlap:heads:torch:attention,overlap:heads:kernel:attention,q64:heads:kernel:launch,q64:heads:kernel:attention}" \
     --json "$out/attnpre_bench.json" > "$out/attnpre_bench.log" 2>&1
 grep -E "FAILED|Error" "$out/attnpre_bench.log" | head -6
 # The summary, or (a setting that hung or crashed ends the bench early) what was measured before.

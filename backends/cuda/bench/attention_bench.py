@@ -8,10 +8,10 @@ Usage (from the repository root, tilelang and a CUDA GPU present)::
         [--settings pipelined:tiles:torch,overlap:heads:kernel:attention]
 
 Prefill rows are timed with their cache write, once per setting named
-(``program:grid:tile_counts[:cache_write][:out_store]``, the build key's five fields, the cache write
-``launch`` and the output store ``threads`` when left out; default: every combination of
-``PREFILL_PROGRAMS`` x ``PREFILL_GRIDS`` x ``PREFILL_TILE_COUNTS`` x ``PREFILL_CACHE_WRITES`` the key
-accepts, all compiled concurrently first); SDPA's three backends get the same prompts as a batch
+(``program:grid:tile_counts[:cache_write]``, the build key's four fields, the cache write ``launch``
+when left out; default: every combination of ``PREFILL_PROGRAMS`` x ``PREFILL_GRIDS`` x
+``PREFILL_TILE_COUNTS`` x ``PREFILL_CACHE_WRITES`` the key accepts, all compiled concurrently
+first); SDPA's three backends get the same prompts as a batch
 (``[B, heads, T / B, D]``, causal, GQA) and no cache write. A summary table closes the run:
 each row and setting, its time and its speed as a multiple of SDPA's best.
 
@@ -240,8 +240,8 @@ def prefill_error(inputs: dict, out: torch.Tensor, B: int) -> float:
 
 
 def bench_prefill(timer: Timer, arch: str, settings: list[str], results: list) -> None:
-    """Each ``program:grid:tile_counts[:cache_write][:out_store]`` setting and SDPA's backends on every prefill
-    row, then the summary."""
+    """Each ``program:grid:tile_counts[:cache_write]`` setting and SDPA's backends on every prefill row, then
+    the summary."""
     from tileops_cuda.kernels._common import compile_many
     from tileops_cuda.kernels.attention_prefill import PrefillBuildKey, build_attention_prefill
 
@@ -252,8 +252,8 @@ def bench_prefill(timer: Timer, arch: str, settings: list[str], results: list) -
     keys = [key(b, p) for b in (None, 16) for p in settings]
     for k, failure in zip(keys, compile_many([lambda k=k: build_attention_prefill(k) for k in keys])):
         if isinstance(failure, Exception):
-            setting = f"{k.program}:{k.grid}:{k.tile_counts}:{k.cache_write}:{k.out_store}"
-            log(f"prefill build paged={k.paged} {setting} FAILED: {type(failure).__name__}: {failure}")
+            log(f"prefill build paged={k.paged} {k.program}:{k.grid}:{k.tile_counts}:{k.cache_write} FAILED: "
+                f"{type(failure).__name__}: {failure}")
     gen = torch.Generator(device="cuda")
     gen.seed()
     summary = []
@@ -299,21 +299,6 @@ def known_settings() -> list[str]:
     return [":".join(setting.values()) for setting in PREFILL_SETTINGS]
 
 
-def is_known_setting(setting: str) -> bool:
-    """Whether ``setting`` is a known setting, one without its cache write (``launch``), or a known
-    setting with the key's ``out_store`` as a fifth field that the key accepts for its program."""
-    from tileops_cuda.kernels.attention_prefill import PREFILL_OUT_STORES, PREFILL_WRITING_PROGRAMS
-
-    parts = setting.split(":")
-    if len(parts) == 5:
-        *parts, store = parts
-        if store not in PREFILL_OUT_STORES or (store != "threads" and parts[0] not in PREFILL_WRITING_PROGRAMS):
-            return False
-    if len(parts) == 3:
-        parts.append("launch")
-    return ":".join(parts) in known_settings()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=50)
@@ -336,11 +321,10 @@ def main() -> None:
         bench_decode(timer, copy_bw, arch, results)
     if not args.no_prefill:
         settings = known_settings() if args.settings is None else args.settings.split(",")
-        unknown = [s for s in settings if not is_known_setting(s)]
+        unknown = [s for s in settings if s not in known_settings() and f"{s}:launch" not in known_settings()]
         if unknown:
             parser.error(f"--settings: {unknown} not among {known_settings()} (a setting without its last field "
-                         f"writes the caches with their own launch; a fifth field names the warp-specialised "
-                         f"programs' out_store)")
+                         f"writes the caches with their own launch)")
         bench_prefill(timer, arch, settings, results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

@@ -219,25 +219,6 @@ def test_the_overlap_prefill_program_waits_for_the_scores_with_the_value_product
     assert "tma_load" in source and "warpgroup_reg_alloc<240>" in source
     steady = source[source.index("wait_wgmma<1>") - 3000 : source.index("wait_wgmma<1>")]
     assert "wgmma_rs" in steady and "wgmma_ss" in steady  # both products issued before the wait for one
-    assert "tma_store(" not in source  # out_store="threads": the output by the threads' row stores
-
-
-@pytest.mark.parametrize("program", ["overlap", "q64"])
-def test_a_bulk_output_store_writes_whole_tiles_by_tma_after_a_proxy_fence_and_the_end_tile_by_rows(program):
-    key = PrefillBuildKey("bfloat16", 16, 2, 256, True, "int64", "int32", program=program, out_store="bulk")
-    source = _source(PREFILL_PROGRAMS[program](key, prefill_tiling(key)))
-    store = source.rindex("tma_store(")
-    fence = source.rindex("fence_proxy_async", 0, store)
-    assert "__sync_thread_partial" in source[fence:store]  # the tile's writers fence, meet, then one thread stores
-    assert "tma_store_wait" in source[store:]  # the elected thread keeps the tile alive until it is read
-    assert "*(uint4*)(out + " in source[store:]  # the sequence's end tile: row stores, rows past the end skipped
-
-
-def test_only_the_warp_specialised_programs_write_their_output_by_bulk_stores():
-    with pytest.raises(ValueError, match="out_store='bulk' needs a program with a producer warpgroup"):
-        PrefillBuildKey("bfloat16", 16, 2, 256, program="pipelined", grid="tiles", out_store="bulk")
-    with pytest.raises(ValueError, match="out_store='tma' is not one of"):
-        PrefillBuildKey("bfloat16", 16, 2, 256, out_store="tma")
 
 
 def test_the_build_key_defaults_to_the_overlap_program_on_the_heads_grid_with_the_tile_count_kernel():

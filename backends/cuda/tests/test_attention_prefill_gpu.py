@@ -26,30 +26,28 @@ from attention_cases import build_key_of, compare_with_reference, workload_insta
 from catalogue_references import TOLERANCE, relative_error  # noqa: E402  (the path attention_cases adds)
 
 PREFILL = "AttentionPrefillFwdOp"
-#: The build key's own settings (its five fields' defaults).
+#: The build key's own settings (its four fields' defaults).
 _KEY_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PrefillBuildKey)
-                 if f.name in ("program", "grid", "tile_counts", "cache_write", "out_store")}
+                 if f.name in ("program", "grid", "tile_counts", "cache_write")}
 _PREFILL_ARGS = ("query", "key", "value", "key_cache", "value_cache", "cu_seqlens", "slot_mapping")
 #: (NQ, NKV, D, dtype) beside Qwen3-Next's: grouped fp16 at D=128, one head a group at D=48.
 _PREFILL_GROUPS = [(8, 1, 128, "float16"), (4, 4, 48, "bfloat16")]
 
 #: The settings (build-key fields beside the call's) every test runs: the default (the overlap program on
 #: the heads grid, tile counts by kernel), the pipelined program it replaced, the overlap program
-#: writing the caches itself, the q64 program (64 query rows a program, two an SM) both ways, and the
-#: default and q64 writing whole output tiles with bulk stores (``out_store="bulk"``).
+#: writing the caches itself, and the q64 program (64 query rows a program, two an SM) both ways.
 #: ``PREFILL_TEST_SETTINGS`` (names, comma-separated) keeps some of them, and the ragged test only their
 #: full settings: a device call cannot compile all the kernels in its slot.
 _ALL_SETTINGS = {"default": {}, "pipelined": {"program": "pipelined", "grid": "tiles", "tile_counts": "torch"},
                  "overlap-writes-caches": {"cache_write": "attention"}, "q64": {"program": "q64"},
-                 "q64-writes-caches": {"program": "q64", "cache_write": "attention"},
-                 "bulk-store": {"out_store": "bulk"}, "q64-bulk-store": {"program": "q64", "out_store": "bulk"}}
+                 "q64-writes-caches": {"program": "q64", "cache_write": "attention"}}
 _NAMED = os.environ.get("PREFILL_TEST_SETTINGS", ",".join(_ALL_SETTINGS)).split(",")
 if set(_NAMED) - set(_ALL_SETTINGS):
     raise ValueError(f"PREFILL_TEST_SETTINGS names {sorted(set(_NAMED) - set(_ALL_SETTINGS))}, "
                      f"not among {list(_ALL_SETTINGS)}")
 _SETTINGS = {n: _ALL_SETTINGS[n] for n in _NAMED}
-_RAGGED_SETTINGS = [] if "PREFILL_TEST_SETTINGS" in os.environ else [{**_KEY_DEFAULTS, **c} for c in PREFILL_SETTINGS]
-_RAGGED_SETTINGS += [c for c in ({**_KEY_DEFAULTS, **s} for s in _SETTINGS.values()) if c not in _RAGGED_SETTINGS]
+_RAGGED_SETTINGS = [c for c in PREFILL_SETTINGS if "PREFILL_TEST_SETTINGS" not in os.environ
+                    or any(c == {**_KEY_DEFAULTS, **s} for s in _SETTINGS.values())]
 
 
 @pytest.fixture(scope="module")

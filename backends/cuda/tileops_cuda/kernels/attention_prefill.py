@@ -29,9 +29,8 @@ from .attention_prefill_warpspec import (
     Q64_PROGRAMS_PER_SM, prefill_attention_overlap_program, prefill_attention_q64_program, value_blocks_refusal,
 )
 
-__all__ = ["PREFILL_CACHE_WRITES", "PREFILL_OUT_STORES", "PREFILL_SETTINGS", "PREFILL_GRIDS", "PREFILL_PROGRAMS",
-           "PREFILL_TILE_COUNTS", "PREFILL_WRITING_PROGRAMS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling",
-           "Q64_TILING",
+__all__ = ["PREFILL_CACHE_WRITES", "PREFILL_SETTINGS", "PREFILL_GRIDS", "PREFILL_PROGRAMS", "PREFILL_TILE_COUNTS",
+           "PREFILL_WRITING_PROGRAMS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "Q64_TILING",
            "build_attention_prefill", "default_tiling", "prefill_refusal"]
 
 #: Tokens a cache-write program copies, and its threads.
@@ -65,12 +64,6 @@ PREFILL_TILE_COUNTS = ("torch", "kernel")
 #: candidate for the short paged rows).
 PREFILL_CACHE_WRITES = ("launch", "attention")
 
-#: How the warp-specialised programs (:data:`PREFILL_WRITING_PROGRAMS`) write a consumer's output tile
-#: from shared memory: ``threads`` (each thread's 16-byte row stores, ~47 instructions a store in SASS; the
-#: default) or ``bulk`` (one elected thread's TMA stores where the tile lies wholly inside its sequence;
-#: issue 21's candidate for the epilogue, 9% of the paged prefill's warp samples in the forty-seventh session).
-PREFILL_OUT_STORES = ("threads", "bulk")
-
 
 @dataclass(frozen=True)
 class PrefillBuildKey:
@@ -79,8 +72,7 @@ class PrefillBuildKey:
     attention's; the cache write is the same for all); ``tile_counts`` one of
     :data:`PREFILL_TILE_COUNTS` (the launcher's); ``cache_write`` one of :data:`PREFILL_CACHE_WRITES`
     (``attention`` only with a program of :data:`PREFILL_WRITING_PROGRAMS`, whose producer warpgroup writes
-    the rows); ``out_store`` one of :data:`PREFILL_OUT_STORES` (``bulk`` only with those programs). The
-    settings tables (:data:`PREFILL_SETTINGS`) leave ``out_store`` at its default."""
+    the rows)."""
 
     dtype: str
     num_q_heads: int
@@ -97,22 +89,20 @@ class PrefillBuildKey:
     grid: str = "heads"
     tile_counts: str = "kernel"
     cache_write: str = "launch"
-    out_store: str = "threads"
 
     def __post_init__(self) -> None:
-        choices = {"program": tuple(PREFILL_PROGRAMS), "grid": PREFILL_GRIDS, "tile_counts": PREFILL_TILE_COUNTS,
-                   "cache_write": PREFILL_CACHE_WRITES, "out_store": PREFILL_OUT_STORES}
-        for name, table in choices.items():
-            if getattr(self, name) not in table:
-                raise ValueError(f"PrefillBuildKey.{name}={getattr(self, name)!r} is not one of {table}")
-        # The choices only the warp-specialised programs (a producer warpgroup, consumers staging the output) make.
-        needs = {"cache_write": ("attention", "launch", "it writes the cache rows"),
-                 "out_store": ("bulk", "threads", "its consumers stage the output tile")}
-        for name, (value, fallback, why) in needs.items():
-            if getattr(self, name) == value and self.program not in PREFILL_WRITING_PROGRAMS:
-                raise ValueError(f"PrefillBuildKey.{name}={value!r} needs a program with a producer warpgroup "
-                                 f"{PREFILL_WRITING_PROGRAMS} ({why}), not program={self.program!r}; use "
-                                 f"{name}={fallback!r}")
+        if self.program not in PREFILL_PROGRAMS:
+            raise ValueError(f"PrefillBuildKey.program={self.program!r} is not one of {tuple(PREFILL_PROGRAMS)}")
+        if self.grid not in PREFILL_GRIDS:
+            raise ValueError(f"PrefillBuildKey.grid={self.grid!r} is not one of {PREFILL_GRIDS}")
+        if self.tile_counts not in PREFILL_TILE_COUNTS:
+            raise ValueError(f"PrefillBuildKey.tile_counts={self.tile_counts!r} is not one of {PREFILL_TILE_COUNTS}")
+        if self.cache_write not in PREFILL_CACHE_WRITES:
+            raise ValueError(f"PrefillBuildKey.cache_write={self.cache_write!r} is not one of {PREFILL_CACHE_WRITES}")
+        if self.cache_write == "attention" and self.program not in PREFILL_WRITING_PROGRAMS:
+            raise ValueError(f"PrefillBuildKey.cache_write='attention' needs a program with a producer warpgroup "
+                             f"{PREFILL_WRITING_PROGRAMS} (it writes the cache rows), not program={self.program!r}; "
+                             f"use cache_write='launch'")
 
 
 def _accepted_settings() -> tuple[dict[str, str], ...]:
@@ -263,8 +253,7 @@ def build_attention_prefill(key: PrefillBuildKey) -> PrefillLauncher:
         kernels: dict[str, Any] = {}
         if key.cache_write == "launch":
             cache_key = dataclasses.replace(key, program=PrefillBuildKey.program, grid=PrefillBuildKey.grid,
-                                            tile_counts=PrefillBuildKey.tile_counts,
-                                            out_store=PrefillBuildKey.out_store)
+                                            tile_counts=PrefillBuildKey.tile_counts)
             kernels["cache"] = cached_build(("attention_prefill_cache", cache_key), lambda: compile_prim_func(
                 prefill_cache_program(key, CACHE_TOKENS, CACHE_THREADS), arch))
         kernels["attention"] = cached_build(("attention_prefill_attention", dataclasses.replace(

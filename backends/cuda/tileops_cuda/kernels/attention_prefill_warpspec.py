@@ -136,8 +136,7 @@ def consumer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", register
     wait for it, rescale ``O`` and round ``P_j`` to the input dtype. Each K and V stage's empty
     barrier counts one arrival a consumer warp. The output is staged through the warpgroup's query
     tile in shared memory and written with 16-byte row stores (rows past the sequence's end are not
-    written); with the key's ``out_store`` ``"bulk"`` a tile wholly inside its sequence is written by
-    one thread's bulk (TMA) stores instead, the warpgroup's other threads done at the barrier."""
+    written)."""
     import tilelang.language as T
 
     dt, f32 = key.dtype, "float32"
@@ -149,7 +148,6 @@ def consumer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", register
     softmax_statistics = online_softmax_statistics(WM, BN)
     causal_scores = causal_scaled_scores(WM, BN)
     inverted = row_reciprocals(WM)
-    bulk_store = key.out_store == "bulk"
 
     @T.macro
     def scores(wg: int, j: Any, q_s: Any, k_s: Any, k_full: Any, acc_s: Any):
@@ -239,15 +237,10 @@ def consumer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", register
             for c in blocks:
                 for i, d in T.Parallel(WM, DV):
                     q_s[i, _offset(d, c * DV)] = T.cast(acc_os[c][i, d] * l_sum[i], dt)
-            if bulk_store:
-                T.fence_proxy_async()  # the tile's generic stores, before the bulk store reads it
             T.sync_threads(barrier_id=1 + wg, arrive_count=128)
-            if bulk_store and r0 + WM <= length:  # a whole tile: one elected thread's bulk stores
-                T.copy(q_s, out[start + r0 : start + r0 + WM, hq, :])
-            else:  # the sequence's end tile: rows past it belong to the next sequence, not written
-                for i, d in T.Parallel(WM, D):
-                    if r0 + i < length:
-                        out[start + r0 + i, hq, d] = q_s[i, d]
+            for i, d in T.Parallel(WM, D):
+                if r0 + i < length:
+                    out[start + r0 + i, hq, d] = q_s[i, d]
 
     return consumer
 
