@@ -37,7 +37,6 @@ class FamilyCheck:
     def __init__(self, ctx: SpecContext) -> None:
         self.ctx = ctx
         self.selected: dict[str, set[Any]] = {}
-        self.excluded_selected: dict[str, set[Any]] = {}
 
     def visit(self, combo: Combination, branch: Branch | None) -> list[Diagnostic]:
         if branch is None:
