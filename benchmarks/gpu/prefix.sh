@@ -9,6 +9,12 @@ if [ ! -f /tmp/site/.done ] && [ ! -f .device/bundle.tar.xz ]; then
 fi
 if [ ! -f /tmp/site/.done ]; then tar -C /tmp/site -xJf .device/bundle.tar.xz && touch /tmp/site/.done; fi
 export PYTHONPATH=/tmp/site TILELANG_CACHE_DIR=/tmp/tlc PYTHONUNBUFFERED=1
+# A TileLang cache compiled on the CPU machine (benchmarks/gpu/prebuild_here.py), where carried: the kernels it
+# holds are loaded instead of compiled; a key it lacks compiles here as before.
+if [ -f .device/tlcache.tar.xz ] && [ ! -f /tmp/tlc/.seeded ]; then
+    mkdir -p /tmp/tlc && tar -C /tmp/tlc -xJf .device/tlcache.tar.xz && touch /tmp/tlc/.seeded \
+        && echo "prefix.sh: TileLang cache seeded with $(find /tmp/tlc -name executable.so | wc -l) kernels"
+fi
 # install_tree DIR LOG: the project and both backends of the tree at DIR, installed editable and offline over
 # whatever was installed (pip's output in LOG, its tail printed on failure). The A/B sections install an older
 # tree's copy with it and this one's again.

@@ -1,0 +1,75 @@
+"""Compile the attention GPU tests' kernels on this CPU machine, into a TileLang cache that the device carries.
+
+A device call starts on a fresh machine with an empty kernel cache, so the first minutes of a test section are
+compiling: the prefill tests' prebuild took 108 s of their 126 s on an H100 (forty-ninth session). TileLang's
+disk cache keys a kernel by its PrimFunc's script, the target, the pass configs and TileLang's version, not by
+the machine, and the executable it stores links nothing but libc, so kernels compiled here for ``sm_90a`` (nvcc 13
+here and there) can be loaded there. This script runs the prebuild fixtures of the named test modules (each
+module's ``prebuilt(arch, prebuild_all)``, so the keys are exactly the ones the tests build; the modules read
+``PREFILL_TEST_SETTINGS`` as they do on the device) with ``TILELANG_CACHE_DIR`` pointing at a fresh directory,
+then packs it into ``.device/tlcache.tar.xz``, which ``prefix.sh`` unpacks into the device's cache. A key that
+misses there is compiled there as before; nothing depends on a hit.
+
+Run from the repository root with the project's venv and tilelang 0.1.15 beside it (nvcc on the PATH), e.g.
+``PATH=/usr/local/bin:$PATH PYTHONPATH=/work/tlvenv/lib/python3.11/site-packages .venv/bin/python
+benchmarks/gpu/prebuild_here.py prefill``
+(module names: ``prefill``, ``decode``, ``decode_small``). The prefill module with two settings
+(``PREFILL_TEST_SETTINGS=default,overlap-writes-caches``) took 457 s on two cores: 26 kernels, 0.5 MiB packed,
+and a build here from the unpacked archive loaded in 1.5 s, not compiled. The decode modules are untried.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = {"prefill": "test_attention_prefill_gpu", "decode": "test_attention_gpu",
+           "decode_small": "test_attention_decode_small_batch_gpu"}
+#: The arch the device's ``cuda_device`` fixture reports on an H100 or H200.
+DEVICE_ARCH = "sm_90"
+
+
+def _prebuild(module_name: str) -> None:
+    """Run ``module_name``'s prebuild fixture body as its tests would on the device."""
+    sys.path.insert(0, str(ROOT / "backends" / "cuda" / "tests"))  # the tests' helpers
+    module = importlib.import_module(module_name)
+    fixture = module.prebuilt
+    body = getattr(getattr(fixture, "__pytest_wrapped__", None), "obj", None) or getattr(fixture, "__wrapped__", None)
+    if body is None:
+        raise SystemExit(f"{module_name}.prebuilt: cannot reach the fixture's function (pytest changed?)")
+    body(DEVICE_ARCH, True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("modules", nargs="+", choices=sorted(MODULES))
+    ap.add_argument("--out", default=str(ROOT / ".device" / "tlcache.tar.xz"))
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tlcache-") as cache:
+        os.environ["TILELANG_CACHE_DIR"] = cache  # before tilelang is imported
+        t0 = time.time()
+        for name in args.modules:
+            _prebuild(MODULES[name])
+            print(f"{name}: compiled by {time.time() - t0:.0f} s", flush=True)
+        entries = sorted(p.parent.name for p in Path(cache).rglob("executable.so"))
+        if not entries:
+            raise SystemExit("nothing compiled: no executable.so in the cache (see the errors above)")
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_name(out.name + ".partial")
+        with tarfile.open(partial, "w:xz") as tar:
+            tar.add(cache, arcname=".")
+        partial.replace(out)  # never a half-written archive where prefix.sh looks
+    print(f"{out}: {len(entries)} kernels, {out.stat().st_size / 2**20:.1f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
