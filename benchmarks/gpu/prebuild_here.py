@@ -38,7 +38,6 @@ DEVICE_ARCH = "sm_90"
 
 def _prebuild(module_name: str) -> None:
     """Run ``module_name``'s prebuild fixture body as its tests would on the device."""
-    sys.path.insert(0, str(ROOT / "backends" / "cuda" / "tests"))  # the tests' helpers
     module = importlib.import_module(module_name)
     fixture = module.prebuilt
     body = getattr(getattr(fixture, "__pytest_wrapped__", None), "obj", None) or getattr(fixture, "__wrapped__", None)
@@ -52,6 +51,7 @@ def main() -> int:
     ap.add_argument("modules", nargs="+", choices=sorted(MODULES))
     ap.add_argument("--out", default=str(ROOT / ".device" / "tlcache.tar.xz"))
     args = ap.parse_args()
+    sys.path.insert(0, str(ROOT / "backends" / "cuda" / "tests"))  # the test modules and their helpers
     with tempfile.TemporaryDirectory(prefix="tlcache-") as cache:
         os.environ["TILELANG_CACHE_DIR"] = cache  # before tilelang is imported
         t0 = time.time()
