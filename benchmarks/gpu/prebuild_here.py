@@ -13,9 +13,11 @@ misses there is compiled there as before; nothing depends on a hit.
 Run from the repository root with the project's venv and tilelang 0.1.15 beside it (nvcc on the PATH), e.g.
 ``PATH=/usr/local/bin:$PATH PYTHONPATH=/work/tlvenv/lib/python3.11/site-packages .venv/bin/python
 benchmarks/gpu/prebuild_here.py prefill``
-(module names: ``prefill``, ``decode``, ``decode_small``). The prefill module with two settings
+(module names: ``prefill``, ``decode``, ``decode_small``; ``--keep`` adds to the archive instead of replacing
+it). The prefill module with two settings
 (``PREFILL_TEST_SETTINGS=default,overlap-writes-caches``) took 457 s on two cores: 26 kernels, 0.5 MiB packed,
-and a build here from the unpacked archive loaded in 1.5 s, not compiled. The decode modules are untried.
+and a build here from the unpacked archive loaded in 1.5 s, not compiled. The decode modules added to it
+(``--keep decode decode_small``) compiled 32 more kernels in 97 s (58 in all, 1.4 MiB).
 """
 
 from __future__ import annotations
@@ -50,10 +52,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("modules", nargs="+", choices=sorted(MODULES))
     ap.add_argument("--out", default=str(ROOT / ".device" / "tlcache.tar.xz"))
+    ap.add_argument("--keep", action="store_true",
+                    help="start from the kernels already in --out, so the archive holds both (a union, not a rebuild)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "backends" / "cuda" / "tests"))  # the test modules and their helpers
     with tempfile.TemporaryDirectory(prefix="tlcache-") as cache:
         os.environ["TILELANG_CACHE_DIR"] = cache  # before tilelang is imported
+        if args.keep and Path(args.out).exists():
+            with tarfile.open(args.out) as tar:
+                tar.extractall(cache, filter="data")
         t0 = time.time()
         for name in args.modules:
             _prebuild(MODULES[name])
