@@ -5,7 +5,8 @@ el attnpre
 # replaced, the build key's default 'overlap:heads:kernel:launch' (the softmax of one key tile while the P·V product of
 # the previous one runs, on the 'heads' grid, the tile counts made by one 'kernel'), the same writing the caches from
 # its producer warpgroup ('attention': no cache-write launch), and the 'q64' program (64 query rows a program, two
-# programs an SM) both ways. ATTNPRE_SETTINGS overrides.
+# programs an SM) both ways. ATTNPRE_SETTINGS overrides; a fifth field after 'launch' is the key's attention_writes_upto
+# (e.g. 'overlap:heads:kernel:launch:4096': the attention writes the caches where the mean prompt is at most 4096).
 # Then the prefill GPU tests of the settings PREFILL_TEST_SETTINGS names (default: the default setting; all three
 # need more than 240 s of compiling), their kernels compiled concurrently first. The bench goes first so its numbers come back even if the tests run long; its builds fill TileLang's cache
 # for the tests' Qwen3-Next keys. ATTNPRE_TEST_S (default 240) bounds the tests. About 7 minutes.

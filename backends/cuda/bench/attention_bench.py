@@ -8,8 +8,9 @@ Usage (from the repository root, tilelang and a CUDA GPU present)::
         [--settings pipelined:tiles:torch,overlap:heads:kernel:attention]
 
 Prefill rows are timed with their cache write, once per setting named
-(``program:grid:tile_counts[:cache_write]``, the build key's four fields, the cache write ``launch``
-when left out; default: every combination of ``PREFILL_PROGRAMS`` x ``PREFILL_GRIDS`` x
+(``program:grid:tile_counts[:cache_write[:attention_writes_upto]]``, the build key's fields, the cache write
+``launch`` when left out; e.g. ``overlap:heads:kernel:launch:4096`` writes the caches from the attention
+where the mean prompt is at most 4096 tokens; default: every combination of ``PREFILL_PROGRAMS`` x ``PREFILL_GRIDS`` x
 ``PREFILL_TILE_COUNTS`` x ``PREFILL_CACHE_WRITES`` the key accepts, all compiled concurrently
 first); SDPA's three backends get the same prompts as a batch
 (``[B, heads, T / B, D]``, causal, GQA) and no cache write. A summary table closes the run:
@@ -246,8 +247,10 @@ def bench_prefill(timer: Timer, arch: str, settings: list[str], results: list) -
     from tileops_cuda.kernels.attention_prefill import PrefillBuildKey, build_attention_prefill
 
     def key(block: int | None, setting: str) -> PrefillBuildKey:
+        fields = setting.split(":")
+        upto = int(fields.pop()) if len(fields) == 5 else 0
         return PrefillBuildKey("bfloat16", NQ, NKV, D, block is not None, "int32",
-                               None if block is None else "int32", arch, *setting.split(":"))
+                               None if block is None else "int32", arch, *fields, attention_writes_upto=int(upto))
 
     keys = [key(b, p) for b in (None, 16) for p in settings]
     for k, failure in zip(keys, compile_many([lambda k=k: build_attention_prefill(k) for k in keys])):
@@ -299,6 +302,17 @@ def known_settings() -> list[str]:
     return [":".join(setting.values()) for setting in PREFILL_SETTINGS]
 
 
+def _known_setting(setting: str) -> bool:
+    """``setting`` names a key: its first fields one of :func:`known_settings` (the cache write ``launch`` when
+    left out), then optionally ``attention_writes_upto`` (tokens) after a launched cache write."""
+    fields = setting.split(":")
+    if len(fields) == 5:
+        head = ":".join(fields[:4])
+        return fields[4].isdigit() and fields[3] == "launch" and f"{fields[0]}:{fields[1]}:{fields[2]}:attention" \
+            in known_settings() and head in known_settings()
+    return setting in known_settings() or f"{setting}:launch" in known_settings()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=50)
@@ -306,7 +320,8 @@ def main() -> None:
     parser.add_argument("--no-prefill", action="store_true")
     parser.add_argument("--no-decode", action="store_true")
     parser.add_argument("--settings", default=None,
-                        help="comma-separated prefill settings program:grid:tile_counts (default: all)")
+                        help="comma-separated prefill settings program:grid:tile_counts[:cache_write[:upto]] "
+                             "(default: all)")
     args = parser.parse_args()
     if args.reps < 50:
         parser.error("--reps must be >= 50 (medians over fewer are not reported)")
@@ -321,10 +336,11 @@ def main() -> None:
         bench_decode(timer, copy_bw, arch, results)
     if not args.no_prefill:
         settings = known_settings() if args.settings is None else args.settings.split(",")
-        unknown = [s for s in settings if s not in known_settings() and f"{s}:launch" not in known_settings()]
+        unknown = [s for s in settings if not _known_setting(s)]
         if unknown:
-            parser.error(f"--settings: {unknown} not among {known_settings()} (a setting without its last field "
-                         f"writes the caches with their own launch)")
+            parser.error(f"--settings: {unknown} not among {known_settings()} (a setting without its cache_write "
+                         f"writes the caches with their own launch; a fifth field, the key's attention_writes_upto, "
+                         f"follows a launched cache write of a program that can write them)")
         bench_prefill(timer, arch, settings, results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

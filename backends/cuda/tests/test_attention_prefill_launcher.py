@@ -82,3 +82,39 @@ def test_the_tile_count_program_runs_first_and_its_prompts_are_what_the_programs
 def test_no_prompt_launches_the_zeroing_alone_whatever_the_one_entry_says():
     assert _launch([37], "kernel", "launch") == [("cache", [37])]
     assert _launch([37], "torch", "attention") == []
+
+
+def _choices(upto: int, T: int, cu: list[int]) -> list[str]:
+    """Which of the two runs a key with ``attention_writes_upto=upto`` calls for T tokens and ``cu``."""
+    calls: list[str] = []
+    run = attention_prefill._choose_by_prompt_length(upto, lambda *a: calls.append("short"),
+                                                     lambda *a: calls.append("long"))
+    run(torch.empty(T, 4, 64), None, None, None, None, torch.tensor(cu), None, None)
+    return calls
+
+
+@pytest.mark.parametrize("T,cu,want", [
+    (4096, [0, 4096], "short"),  # a mean prompt of exactly the bound
+    (4097, [0, 4097], "long"),
+    (4096, [0, 1024, 2048, 3072, 4096], "short"),
+    (16384, [0, 4096, 8192, 12288, 16384], "short"),
+    (16385, [0, 4096, 8192, 12288, 16385], "long"),
+    (16384, [0, 16384], "long"),
+    (300, [7], "long"),  # no prompt: the launched cache write zeroes every output
+])
+def test_the_mean_prompt_length_picks_who_writes_the_caches(T, cu, want):
+    assert _choices(4096, T, cu) == [want]
+
+
+def test_the_short_prompt_key_writes_the_caches_and_chooses_nothing_itself():
+    key = PrefillBuildKey("bfloat16", 16, 2, 256, attention_writes_upto=4096)
+    assert attention_prefill.short_prompt_key(key) == PrefillBuildKey("bfloat16", 16, 2, 256,
+                                                                      cache_write="attention")
+    assert attention_prefill.short_prompt_key(PrefillBuildKey("bfloat16", 16, 2, 256)) is None
+
+
+@pytest.mark.parametrize("fields", [{"cache_write": "attention"}, {"program": "pipelined"}, {}])
+def test_a_key_refuses_a_bound_it_cannot_serve(fields):
+    upto = -1 if not fields else 4096
+    with pytest.raises(ValueError, match="attention_writes_upto"):
+        PrefillBuildKey("bfloat16", 16, 2, 256, attention_writes_upto=upto, **fields)

@@ -31,7 +31,7 @@ from .attention_prefill_warpspec import (
 
 __all__ = ["PREFILL_CACHE_WRITES", "PREFILL_SETTINGS", "PREFILL_GRIDS", "PREFILL_PROGRAMS", "PREFILL_TILE_COUNTS",
            "PREFILL_WRITING_PROGRAMS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "Q64_TILING",
-           "build_attention_prefill", "default_tiling", "prefill_refusal"]
+           "build_attention_prefill", "default_tiling", "prefill_refusal", "short_prompt_key"]
 
 #: Tokens a cache-write program copies, and its threads.
 CACHE_TOKENS, CACHE_THREADS = 16, 256
@@ -89,6 +89,14 @@ class PrefillBuildKey:
     grid: str = "heads"
     tile_counts: str = "kernel"
     cache_write: str = "launch"
+    #: A call whose mean prompt length (``T / B`` tokens, known on the host) is at most this runs the key's
+    #: program writing the caches itself (``cache_write="attention"``), a longer one launches the cache write (0:
+    #: the key's ``cache_write`` serves every call). Set only with ``cache_write="launch"`` and a program of
+    #: :data:`PREFILL_WRITING_PROGRAMS`. Issue 21's candidate from the forty-ninth session (H100): the writing
+    #: program took 5 us off both 4k-token rows (paged 4k B=4 0.91x -> 0.97x of cuDNN), tied four 4k prompts and
+    #: lost a 16k prompt by 7.8%; the build key holds no B or T, so the choice is the launcher's, as routing
+    #: chooses its long program by token count.
+    attention_writes_upto: int = 0
 
     def __post_init__(self) -> None:
         if self.program not in PREFILL_PROGRAMS:
@@ -103,6 +111,13 @@ class PrefillBuildKey:
             raise ValueError(f"PrefillBuildKey.cache_write='attention' needs a program with a producer warpgroup "
                              f"{PREFILL_WRITING_PROGRAMS} (it writes the cache rows), not program={self.program!r}; "
                              f"use cache_write='launch'")
+        if self.attention_writes_upto < 0 or (self.attention_writes_upto and (
+                self.cache_write != "launch" or self.program not in PREFILL_WRITING_PROGRAMS)):
+            raise ValueError(f"PrefillBuildKey.attention_writes_upto={self.attention_writes_upto} is a mean prompt "
+                             f"length in tokens (0: none) below which a program of {PREFILL_WRITING_PROGRAMS} "
+                             f"writes the caches in place of the launched cache write: it needs "
+                             f"cache_write='launch' (not {self.cache_write!r}) and such a program (not "
+                             f"{self.program!r})")
 
 
 def _accepted_settings() -> tuple[dict[str, str], ...]:
@@ -161,7 +176,8 @@ def prefill_refusal(key: PrefillBuildKey) -> str | None:
 
 class PrefillLauncher:
     """The compiled kernels of one build key by name (``cache`` unless the attention writes the
-    caches, ``attention``, ``tiles`` with ``tile_counts="kernel"``) and ``run``: the interface's
+    caches, ``attention``, ``tiles`` with ``tile_counts="kernel"``, ``attention_short`` with
+    ``attention_writes_upto``: the program that writes the caches) and ``run``: the interface's
     arguments, then ``out`` (allocated when None); writes ``out`` and the caches in place on the
     current stream."""
 
@@ -173,6 +189,28 @@ class PrefillLauncher:
     def source(self, name: str = "attention") -> str:
         """The generated CUDA source of the kernel ``name`` (a key of ``kernels``)."""
         return self.kernels[name].get_kernel_source()
+
+
+def short_prompt_key(key: PrefillBuildKey) -> PrefillBuildKey | None:
+    """The key whose launcher serves ``key``'s calls of mean prompt length at most
+    ``key.attention_writes_upto`` (its program writing the caches), or None where every call runs ``key``."""
+    if not key.attention_writes_upto:
+        return None
+    return dataclasses.replace(key, cache_write="attention", attention_writes_upto=0)
+
+
+def _choose_by_prompt_length(upto: int, short_run: Callable[..., Any],
+                             long_run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` of a key with ``attention_writes_upto=upto``: ``short_run`` where ``T <= upto · B`` (T and B read
+    from the shapes, no device read), else ``long_run`` (a call of no prompt too: its zeroing launch)."""
+
+    def attention_prefill(query: Any, key: Any, value: Any, key_cache: Any, value_cache: Any, cu_seqlens: Any,
+                          slot_mapping: Any, scale: Any, out: Any = None) -> Any:
+        B = cu_seqlens.shape[0] - 1
+        run = short_run if B > 0 and query.shape[0] <= upto * B else long_run
+        return run(query, key, value, key_cache, value_cache, cu_seqlens, slot_mapping, scale, out)
+
+    return attention_prefill
 
 
 def _make_run(key: PrefillBuildKey, attention_fn: Callable[..., Any], cache_fn: Callable[..., Any] | None = None,
@@ -244,6 +282,15 @@ def build_attention_prefill(key: PrefillBuildKey) -> PrefillLauncher:
     reason = prefill_refusal(key)
     if reason is not None:
         raise ValueError(reason)
+    short_key = short_prompt_key(key)
+    if short_key is not None:  # two launchers, each built (and cached) as its own key
+        def choose() -> PrefillLauncher:
+            long = build_attention_prefill(dataclasses.replace(key, attention_writes_upto=0))
+            short = build_attention_prefill(short_key)
+            return PrefillLauncher(key, {**long.kernels, "attention_short": short.kernels["attention"]},
+                                   _choose_by_prompt_length(key.attention_writes_upto, short.run, long.run))
+
+        return cached_build(("attention_prefill", key), choose)
 
     def make() -> PrefillLauncher:
         # Each kernel is built once for the key fields it depends on: the cache write for neither the
