@@ -9,16 +9,16 @@ if [ ! -f /tmp/site/.done ] && [ ! -f .device/bundle.tar.xz ]; then
 fi
 if [ ! -f /tmp/site/.done ]; then tar -C /tmp/site -xJf .device/bundle.tar.xz && touch /tmp/site/.done; fi
 export PYTHONPATH=/tmp/site TILELANG_CACHE_DIR=/tmp/tlc PYTHONUNBUFFERED=1
-# A TileLang cache compiled on the CPU machine (benchmarks/gpu/prebuild_here.py), where carried: the kernels it
-# holds are loaded instead of compiled; a key it lacks compiles here as before.
-if [ -f .device/tlcache.tar.xz ] && [ ! -f /tmp/tlc/.seeded ]; then
-    mkdir -p /tmp/tlc && tar -C /tmp/tlc -xJf .device/tlcache.tar.xz && touch /tmp/tlc/.seeded \
-        && echo "prefix.sh: kernel cache seeded with $(find /tmp/tlc -name executable.so | wc -l) kernels"
-fi
 # kernel_cache_count: the kernels in the cache now; run.sh prints it at the end, so a call shows whether its sections
 # compiled anything the seed lacked (more than seeded) or only loaded (as many). (Not "TileLang" in these lines:
 # device calls filter TileLang's own log lines out, and the fiftieth session's filter took the seed line with them.)
 kernel_cache_count() { find /tmp/tlc -name executable.so 2>/dev/null | wc -l; }
+# A TileLang cache compiled on the CPU machine (benchmarks/gpu/prebuild_here.py), where carried: the kernels it
+# holds are loaded instead of compiled; a key it lacks compiles here as before.
+if [ -f .device/tlcache.tar.xz ] && [ ! -f /tmp/tlc/.seeded ]; then
+    mkdir -p /tmp/tlc && tar -C /tmp/tlc -xJf .device/tlcache.tar.xz && touch /tmp/tlc/.seeded \
+        && echo "prefix.sh: kernel cache seeded with $(kernel_cache_count) kernels"
+fi
 # install_tree DIR LOG: the project and both backends of the tree at DIR, installed editable and offline over
 # whatever was installed (pip's output in LOG, its tail printed on failure). The A/B sections install an older
 # tree's copy with it and this one's again.

@@ -49,6 +49,9 @@ for _p in (str(_BACKENDS / "cuda"), str(_BACKENDS / "cpu_ref")):
 from tileops_cuda.kernels.attention_decode import (  # noqa: E402
     DecodeBuildKey, build_attention_decode, call_plan,
 )
+from tileops_cuda.kernels.attention_prefill import (  # noqa: E402
+    PREFILL_SETTINGS, PrefillBuildKey, build_attention_prefill,
+)
 
 NQ, NKV, D = 16, 2, 256
 #: The manifest's Qwen3-Next decode rows: (label, B, context, block size or None for contiguous).
@@ -244,13 +247,9 @@ def bench_prefill(timer: Timer, arch: str, settings: list[str], results: list) -
     """Each ``program:grid:tile_counts[:cache_write]`` setting and SDPA's backends on every prefill row, then
     the summary."""
     from tileops_cuda.kernels._common import compile_many
-    from tileops_cuda.kernels.attention_prefill import PrefillBuildKey, build_attention_prefill
 
     def key(block: int | None, setting: str) -> PrefillBuildKey:
-        fields = setting.split(":")
-        upto = int(fields.pop()) if len(fields) == 5 else 0
-        return PrefillBuildKey("bfloat16", NQ, NKV, D, block is not None, "int32",
-                               None if block is None else "int32", arch, *fields, attention_writes_upto=int(upto))
+        return _setting_key(setting, block is not None, arch)
 
     keys = [key(b, p) for b in (None, 16) for p in settings]
     for k, failure in zip(keys, compile_many([lambda k=k: build_attention_prefill(k) for k in keys])):
@@ -297,20 +296,28 @@ def bench_prefill(timer: Timer, arch: str, settings: list[str], results: list) -
 
 def known_settings() -> list[str]:
     """Every ``program:grid:tile_counts:cache_write`` the prefill build key accepts."""
-    from tileops_cuda.kernels.attention_prefill import PREFILL_SETTINGS
 
     return [":".join(setting.values()) for setting in PREFILL_SETTINGS]
 
 
-def _known_setting(setting: str) -> bool:
-    """``setting`` names a key: its first fields one of :func:`known_settings` (the cache write ``launch`` when
-    left out), then optionally ``attention_writes_upto`` (tokens) after a launched cache write."""
+def _setting_key(setting: str, paged: bool, arch: str) -> PrefillBuildKey:
+    """The Qwen3-Next build key that ``program:grid:tile_counts[:cache_write[:attention_writes_upto]]`` names;
+    ValueError (the key's own reason) for one it refuses."""
     fields = setting.split(":")
-    if len(fields) == 5:
-        head = ":".join(fields[:4])
-        return fields[4].isdigit() and fields[3] == "launch" and f"{fields[0]}:{fields[1]}:{fields[2]}:attention" \
-            in known_settings() and head in known_settings()
-    return setting in known_settings() or f"{setting}:launch" in known_settings()
+    if not 3 <= len(fields) <= 5 or (len(fields) == 5 and not fields[4].isdigit()):
+        raise ValueError(f"{setting!r} is not program:grid:tile_counts[:cache_write[:attention_writes_upto]]")
+    upto = int(fields.pop()) if len(fields) == 5 else 0
+    return PrefillBuildKey("bfloat16", NQ, NKV, D, paged, "int32", "int32" if paged else None, arch, *fields,
+                           attention_writes_upto=upto)
+
+
+def _known_setting(setting: str) -> bool:
+    """``setting`` names a key the build key accepts (its own checks, not a second copy of them)."""
+    try:
+        _setting_key(setting, False, "sm_90")
+    except ValueError:
+        return False
+    return True
 
 
 def main() -> None:
