@@ -4,9 +4,10 @@ without one).
 Every AttentionPrefillFwdOp workload row and ragged, padded and partly covered batches run
 through the launcher with a NaN-poisoned ``out``, with the default setting and with each other
 one (``_SETTINGS``: the pipelined program the default replaced, the default writing the caches
-from its producer warpgroup, always or where the mean prompt is short, and the q64 program, two
-64-row programs an SM, launching the cache write or writing the caches itself; the same checks, the same tolerances:
-the conformance suite's, float16 2e-3, bfloat16 1.6e-2, relative); the caches bit for bit. The
+from its producer warpgroup, always or where the mean prompt is short (the op's registered key), and the
+q64 program, two 64-row programs an SM, launching the cache write or writing the caches itself; the same
+checks, the same tolerances: the conformance suite's, float16 2e-3, bfloat16 1.6e-2, relative); the caches
+bit for bit. The
 reference is float64 on the device: causal attention within each prompt. Every kernel the module
 runs is compiled up front, concurrently (``prebuilt``).
 """
@@ -19,7 +20,8 @@ import os
 import pytest
 
 from tileops_cuda.kernels.attention_prefill import (
-    PREFILL_SETTINGS, PrefillBuildKey, build_attention_prefill, default_tiling, prefill_refusal,
+    PREFILL_SETTINGS, REGISTERED_ATTENTION_WRITES_UPTO, PrefillBuildKey, build_attention_prefill, default_tiling,
+    prefill_refusal,
 )
 
 from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
@@ -35,15 +37,15 @@ _PREFILL_GROUPS = [(8, 1, 128, "float16"), (4, 4, 48, "bfloat16")]
 
 #: The settings (build-key fields beside the call's) every test runs: the default (the overlap program on
 #: the heads grid, tile counts by kernel), the pipelined program it replaced, the overlap program
-#: writing the caches itself, that choice made per call (``overlap-writes-short``: the attention writes them
-#: where the mean prompt is at most 4096 tokens, so the Qwen3-Next rows take both ways, 16k B=1 the launched
-#: write; its kernels are the first two settings'), and the q64 program (64 query rows a program, two an SM)
-#: both ways.
+#: writing the caches itself, that choice made per call as the op registers it (``registered``: the attention
+#: writes them where the mean prompt is at most ``REGISTERED_ATTENTION_WRITES_UPTO`` tokens, so the Qwen3-Next
+#: rows take both ways, 16k B=1 the launched write; its kernels are the first two settings'), and the q64 program
+#: (64 query rows a program, two an SM) both ways.
 #: ``PREFILL_TEST_SETTINGS`` (names, comma-separated) keeps some of them, and the ragged test only their
 #: full settings: a device call cannot compile all the kernels in its slot.
 _ALL_SETTINGS = {"default": {}, "pipelined": {"program": "pipelined", "grid": "tiles", "tile_counts": "torch"},
                  "overlap-writes-caches": {"cache_write": "attention"},
-                 "overlap-writes-short": {"attention_writes_upto": 4096}, "q64": {"program": "q64"},
+                 "registered": {"attention_writes_upto": REGISTERED_ATTENTION_WRITES_UPTO}, "q64": {"program": "q64"},
                  "q64-writes-caches": {"program": "q64", "cache_write": "attention"}}
 _NAMED = os.environ.get("PREFILL_TEST_SETTINGS", ",".join(_ALL_SETTINGS)).split(",")
 if set(_NAMED) - set(_ALL_SETTINGS):

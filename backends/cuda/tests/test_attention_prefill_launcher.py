@@ -118,3 +118,18 @@ def test_a_key_refuses_a_bound_it_cannot_serve(fields):
     upto = -1 if not fields else 4096
     with pytest.raises(ValueError, match="attention_writes_upto"):
         PrefillBuildKey("bfloat16", 16, 2, 256, attention_writes_upto=upto, **fields)
+
+
+def test_the_ops_prefill_rows_select_the_key_with_the_registered_bound():
+    """Every spec row of the prefill op that TileLang serves on Hopper (float32 rows stay on the reference) runs the
+    overlap program choosing who writes the caches per call (``REGISTERED_ATTENTION_WRITES_UPTO``)."""
+    from tileops_core.kernels import select_kernel
+    from tileops_cuda.spec_rows import cuda_calls
+
+    chosen = [(select_kernel(interface, call).chosen, call)
+              for _, _, interface, call in cuda_calls(("AttentionPrefillFwdOp",), "sm_90a")]
+    keys = [impl.entry_for(call).build_key[1] for impl, call in chosen if hasattr(impl, "program_key")]
+    assert len(keys) >= len(chosen) // 2 and all(isinstance(k, PrefillBuildKey) for k in keys)
+    assert {(k.program, k.cache_write, k.attention_writes_upto) for k in keys} == {
+        ("overlap", "launch", attention_prefill.REGISTERED_ATTENTION_WRITES_UPTO)}
+    assert all(attention_prefill.short_prompt_key(k) is not None for k in keys)

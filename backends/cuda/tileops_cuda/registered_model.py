@@ -18,7 +18,8 @@ from tileops_core.ops.moe import (
 from ._tilelang_impl import TileLangImpl
 from .kernels._common import ELEM_BYTES
 from .kernels.attention_decode import DecodeBuildKey, build_attention_decode, decode_refusal
-from .kernels.attention_prefill import PrefillBuildKey, build_attention_prefill, prefill_refusal
+from .kernels.attention_prefill import (
+    REGISTERED_ATTENTION_WRITES_UPTO, PrefillBuildKey, build_attention_prefill, prefill_refusal)
 from .kernels.chunk_gdr import ChunkGDRBuildKey, build_chunk_gdr, chunk_gdr_refusal
 from .kernels.moe_grouped_experts import (
     MoEGroupedExpertsBuildKey, build_moe_grouped_experts, moe_grouped_experts_refusal, skinny_max_rows,
@@ -225,7 +226,8 @@ class TileLangAttentionPrefill(TileLangImpl, AttentionPrefillKernel):
     def program_key(cls, call: CallSpec) -> PrefillBuildKey:
         d, paged = call.dtypes, bool(call.flags.get("has_slot_mapping"))
         return PrefillBuildKey(d["query"], int(call.dims["NQ"]), int(call.dims["NKV"]), int(call.dims["D"]), paged,
-                               d["cu_seqlens"], d["slot_mapping"] if paged else None, call.arch)
+                               d["cu_seqlens"], d["slot_mapping"] if paged else None, call.arch,
+                               attention_writes_upto=REGISTERED_ATTENTION_WRITES_UPTO)
 
     @classmethod
     def reason(cls, call: CallSpec, key: PrefillBuildKey) -> str | None:

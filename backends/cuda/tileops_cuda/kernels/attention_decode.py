@@ -50,10 +50,12 @@ assert MAX_SPLITS <= COMBINE_THREADS  # the parallel combine gives each split on
 #: ``parallel`` (splits read at once, see
 #: :func:`~.attention_decode_program.decode_parallel_combine_program`) or ``sliced`` (the partials
 #: loaded beside the log-sum-exps, a program per 64-channel slice of a head:
-#: :func:`~.attention_decode_program.decode_sliced_combine_program`; a candidate for B <= 8, not yet
-#: timed on the H200). (A combine folded into the
-#: split launch, its last program of a head merging, was measured 50-100x slower on the H200 and
-#: deleted: NOTES.md "Attention decode at small batch".)
+#: :func:`~.attention_decode_program.decode_sliced_combine_program`; a candidate for B <= 8 that no
+#: rule takes: beside the light program it won only the 32k B=1 rows, by 3-7%, and lost the others
+#: by up to 15%, on the H200 and on an H100: ``session-2026-12-05c/decsmall_sweep.log``,
+#: ``session-2026-12-07d/s51c_decsmall_sweep.log``). (A combine folded into the split launch, its
+#: last program of a head merging, was measured 50-100x slower on the H200 and deleted: NOTES.md
+#: "Attention decode at small batch".)
 COMBINES = ("serial", "parallel", "sliced")
 
 #: Score rows of a split program: 64 (one wgmma tile, the group's query heads zero-padded) or 16

@@ -31,7 +31,8 @@ from .attention_prefill_warpspec import (
 
 __all__ = ["PREFILL_CACHE_WRITES", "PREFILL_SETTINGS", "PREFILL_GRIDS", "PREFILL_PROGRAMS", "PREFILL_TILE_COUNTS",
            "PREFILL_WRITING_PROGRAMS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "Q64_TILING",
-           "build_attention_prefill", "default_tiling", "prefill_refusal", "short_prompt_key"]
+           "REGISTERED_ATTENTION_WRITES_UPTO", "build_attention_prefill", "default_tiling", "prefill_refusal",
+           "short_prompt_key"]
 
 #: Tokens a cache-write program copies, and its threads.
 CACHE_TOKENS, CACHE_THREADS = 16, 256
@@ -92,10 +93,8 @@ class PrefillBuildKey:
     #: A call whose mean prompt length (``T / B`` tokens, known on the host) is at most this runs the key's
     #: program writing the caches itself (``cache_write="attention"``), a longer one launches the cache write (0:
     #: the key's ``cache_write`` serves every call). Set only with ``cache_write="launch"`` and a program of
-    #: :data:`PREFILL_WRITING_PROGRAMS`. Issue 21's candidate from the forty-ninth session (H100): the writing
-    #: program took 5 us off both 4k-token rows (paged 4k B=4 0.91x -> 0.97x of cuDNN), tied four 4k prompts and
-    #: lost a 16k prompt by 7.8%; the build key holds no B or T, so the choice is the launcher's, as routing
-    #: chooses its long program by token count.
+    #: :data:`PREFILL_WRITING_PROGRAMS`. The build key holds no B or T, so the choice is the launcher's, as routing
+    #: chooses its long program by token count; the op's registered key sets :data:`REGISTERED_ATTENTION_WRITES_UPTO`.
     attention_writes_upto: int = 0
 
     def __post_init__(self) -> None:
@@ -137,6 +136,14 @@ def _accepted_settings() -> tuple[dict[str, str], ...]:
 #: Every (program, grid, tile_counts, cache_write) a build key accepts, as keyword dicts in the
 #: order of the four choices' tables (the benches' and tests' settings).
 PREFILL_SETTINGS = _accepted_settings()
+
+#: The ``attention_writes_upto`` of the key the op registers (``TileLangAttentionPrefill.program_key``): prompts of
+#: at most 4096 tokens on average write the caches from the attention, longer ones launch the cache write. Measured
+#: on an H100 in two runs (forty-ninth session; fifty-first, s51b ``attnpre_bench.log``, SDPA's best is cuDNN): the
+#: writing program took 4-6 us off both 4k-token rows (4k B=1 231.8 -> 225.8 us, paged 4k B=4 94.9 -> 90.6 us:
+#: 0.91x -> 0.96x of cuDNN) and lost the 16k B=1 prompt by 3.6-7.8%, which the bound leaves on the launched write.
+#: Not yet timed on an H200 (issue 21's card): its attnpre run confirms or moves the bound.
+REGISTERED_ATTENTION_WRITES_UPTO = 4096
 
 
 @dataclass(frozen=True)
