@@ -549,6 +549,9 @@ def main() -> int:
     ap.add_argument("--no-others", action="store_true")
     ap.add_argument("--quick", action="store_true", help="a few rows only")
     ap.add_argument("--batches", default=None, help="the RGDR table's batch sizes, comma-separated")
+    ap.add_argument("--tbs", default=None, help="the RGDR table's tokens a sequence (T_b), comma-separated")
+    ap.add_argument("--heads", default="16/32,8/16",
+                    help="the RGDR table's NK/NV pairs, comma-separated (issue 16's rows are 16/32)")
     ap.add_argument("--host", action="store_true", help="host µs per call of each launch layer")
     ap.add_argument("--no-table", action="store_true", help="stop after the host numbers and the sweep")
     args = ap.parse_args()
@@ -580,6 +583,9 @@ def main() -> int:
     batches, tbs = ([1, 256], [1, 8]) if args.quick else ([1, 8, 32, 128, 256], [1, 2, 4, 8])
     if args.batches:
         batches = [int(b) for b in args.batches.split(",")]
+    if args.tbs:
+        tbs = [int(t) for t in args.tbs.split(",")]
+    heads = [(int(nk), int(nv)) for nk, nv in (pair.split("/") for pair in args.heads.split(","))]
     RESULTS["fan"] = fan_ceilings(tbs)
     RESULTS["in_place"] = in_place_ceiling()
     gen = torch.Generator(device="cuda")
@@ -603,7 +609,7 @@ def main() -> int:
     RESULTS["default_schedules"] = {st: asdict(default_schedule(rgdr_key(16, 32, st))) for st in ("float32", "bfloat16")}
 
     for st in ("float32", "bfloat16"):
-        bench_rgdr(cp, fla_fn, gen, [(16, 32), (8, 16)], batches, tbs, [st], tiling=schedules.get(st))
+        bench_rgdr(cp, fla_fn, gen, heads, batches, tbs, [st], tiling=schedules.get(st))
     _dump(args.json)
     if not args.no_others:
         bench_others(cp, not args.no_compile)
