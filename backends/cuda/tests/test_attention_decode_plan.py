@@ -104,11 +104,17 @@ def test_the_first_matching_rule_picks_the_schedule_else_the_measured_default():
     assert schedule_for(_key(), 17, 8192, rules) == DecodeSchedule()
     assert schedule_for(_key(), 1, 8193, rules) == DecodeSchedule()
     assert schedule_for(_key(paged=True, table_dtype="int32"), 64, 32768, rules) == paged
-    # the measured rule: the light program up to 8 sequences, parallel combine everywhere, gathered paged tiles
+    # the measured rule: the light program up to 8 sequences, gathered paged tiles, the parallel combine but for
+    # one sequence past 16k positions, which takes the sliced one
     paged_key = _key(paged=True, table_dtype="int32")
     for B in (1, 8):
         assert schedule_for(_key(), B, 4096) == DecodeSchedule(combine="parallel", block_h=16)
-        assert schedule_for(paged_key, B, 32768) == DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16)
+        assert schedule_for(_key(), B, 16384) == DecodeSchedule(combine="parallel", block_h=16)
+    assert schedule_for(paged_key, 8, 32768) == DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16)
+    assert schedule_for(paged_key, 1, 16384) == DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16)
+    assert schedule_for(paged_key, 1, 16400) == DecodeSchedule(paged_tiles="gather", combine="sliced", block_h=16)
+    assert schedule_for(_key(), 1, 32768) == DecodeSchedule(combine="sliced", block_h=16)
+    assert schedule_for(_key(), 2, 32768) == DecodeSchedule(combine="parallel", block_h=16)
     assert schedule_for(_key(), 9, 4096) == DecodeSchedule(combine="parallel")
     assert schedule_for(paged_key, 9, 32768) == DecodeSchedule(paged_tiles="gather", combine="parallel")
 
@@ -167,6 +173,7 @@ def test_a_key_the_light_program_refuses_falls_through_to_the_next_rule(changes)
     assert schedule_for(_key(**changes), 1, 4096) == DecodeSchedule(combine="parallel")
     assert reachable_schedules(_key(**changes)) == (DecodeSchedule(combine="parallel"),)
     assert reachable_schedules(_key()) == (DecodeSchedule(combine="parallel", block_h=16),
+                                           DecodeSchedule(combine="sliced", block_h=16),
                                            DecodeSchedule(combine="parallel"))
 
 

@@ -50,10 +50,9 @@ assert MAX_SPLITS <= COMBINE_THREADS  # the parallel combine gives each split on
 #: ``parallel`` (splits read at once, see
 #: :func:`~.attention_decode_program.decode_parallel_combine_program`) or ``sliced`` (the partials
 #: loaded beside the log-sum-exps, a program per 64-channel slice of a head:
-#: :func:`~.attention_decode_program.decode_sliced_combine_program`; a candidate for B <= 8 that no
-#: rule takes: beside the light program it won only the 32k B=1 rows, by 3-7%, and lost the others
-#: by up to 15%, on the H200 and on an H100: ``session-2026-12-05c/decsmall_sweep.log``,
-#: ``session-2026-12-07d/s51c_decsmall_sweep.log``). (A combine folded into the split launch, its
+#: :func:`~.attention_decode_program.decode_sliced_combine_program`; beside the light program it won
+#: only the 32k B=1 rows, by 3-7%, and lost the others by up to 15%, on the H200 and on an H100, so
+#: :data:`SCHEDULE_RULES` gives it one sequence past 16k positions). (A combine folded into the split launch, its
 #: last program of a head merging, was measured 50-100x slower on the H200 and deleted: NOTES.md
 #: "Attention decode at small batch".)
 COMBINES = ("serial", "parallel", "sliced")
@@ -198,9 +197,19 @@ LIGHT_TILING = DecodeTiling(block_h=16, block_n=32, stages=2, resident=1, launch
 #: their plans, one run): B=1 4k / 8k / 32k 1.14x / 1.13x / 1.04x, B=2 8k 1.07x, B=4 8k 1.05x, B=8
 #: 4k 1.12x; paged (16-token blocks, the light program gathering 32-position tiles) B=1 4k 1.23x,
 #: B=1 32k 1.11x, B=8 32k 1.04x. The GPU tests (49 passed) chain the rule's B=1, B=8 and paged
-#: B=8 decode steps in a CUDA graph.
+#: B=8 decode steps in a CUDA graph. One sequence past 16k positions takes the sliced combine
+#: (:data:`COMBINES`), the only rows it won, on both cards and both layouts, at the rule's splits (graph
+#: time): H200 32k 26.92 against 28.81 us contiguous, 26.54 against 27.71 paged
+#: (``session-2026-12-05c/decsmall_sweep.log``); H100 32.35 against 33.59, 31.81 against 32.80
+#: (``session-2026-12-07d/s51c_decsmall_sweep.log``). It lost the 4k and 8k rows on both (by 0.2-0.6 us); 16k
+#: was not timed, so the bound keeps it on the parallel combine.
 SCHEDULE_RULES: tuple[ScheduleRule, ...] = (
+    ScheduleRule(DecodeSchedule(combine="parallel", block_h=16), paged=False, max_batch=1, max_capacity=16384),
+    ScheduleRule(DecodeSchedule(combine="sliced", block_h=16), paged=False, max_batch=1),
     ScheduleRule(DecodeSchedule(combine="parallel", block_h=16), paged=False, max_batch=8),
+    ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16), paged=True, max_batch=1,
+                 max_capacity=16384),
+    ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="sliced", block_h=16), paged=True, max_batch=1),
     ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16), paged=True, max_batch=8),
     ScheduleRule(DecodeSchedule(combine="parallel"), paged=False),
     ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="parallel"), paged=True),
