@@ -34,7 +34,8 @@ printed; the JSON is rewritten after every row):
 Candidates (``DecodeSchedule`` fields): contiguous ``serial`` (2 stages, serial combine),
 ``par`` (parallel combine), ``par-3st`` (3 stages, parallel combine), ``par-bh16`` (the light split
 program: 16 score rows, the rule's schedule at B <= 8), ``par-bh16-sl`` (the same with the sliced combine:
-partials loaded beside the log-sum-exps, a program a 64-channel slice); paged (16-token blocks)
+partials loaded beside the log-sum-exps, a program a 64-channel slice), ``gather-bh16`` and ``gather-bh16-sl`` (the
+light program reading the contiguous rows with asynchronous copies, as over paged blocks); paged (16-token blocks)
 ``serial`` (16-position tiles, 8 stages, serial combine), ``par`` (same tiles, parallel
 combine), ``gather`` (64-position tiles gathered from 4 blocks, parallel combine), ``gather-bh16`` (the light
 program's 32-position tiles gathered from 2 blocks), ``gather-bh16-sl`` (the same with the sliced combine).
@@ -70,15 +71,18 @@ BLOCK = 16  # the paged rows' block size (vLLM's default)
 
 #: (label, schedule) per layout; the first is the first kernel's (the serial combine), the baseline of the ratios.
 #: The small-batch candidate (issue 21; NOTES "Attention decode at small batch"): ``par-bh16`` the light split
-#: program (16 score rows), the rule's schedule at B <= 8; ``-sl`` the same with the sliced combine.
+#: program (16 score rows), the rule's schedule at B <= 8; ``-sl`` the same with the sliced combine;
+#: contiguous ``gather-bh16`` its tiles gathered row by row (cp.async, one stage) as over paged blocks.
 CONTIGUOUS = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
               ("par-3st", DecodeSchedule(stages=3, combine="parallel")),
               ("par-bh16", DecodeSchedule(combine="parallel", block_h=16)),
-              ("par-bh16-sl", DecodeSchedule(combine="sliced", block_h=16))]
+              ("par-bh16-sl", DecodeSchedule(combine="sliced", block_h=16)),
+              ("gather-bh16", DecodeSchedule(tiles="gather", combine="parallel", block_h=16)),
+              ("gather-bh16-sl", DecodeSchedule(tiles="gather", combine="sliced", block_h=16))]
 PAGED = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
-         ("gather", DecodeSchedule(paged_tiles="gather", combine="parallel")),
-         ("gather-bh16", DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16)),
-         ("gather-bh16-sl", DecodeSchedule(paged_tiles="gather", combine="sliced", block_h=16))]
+         ("gather", DecodeSchedule(tiles="gather", combine="parallel")),
+         ("gather-bh16", DecodeSchedule(tiles="gather", combine="parallel", block_h=16)),
+         ("gather-bh16-sl", DecodeSchedule(tiles="gather", combine="sliced", block_h=16))]
 
 #: (B, context, paged): the issue's range, B = 1 … 64 at 4k … 32k, both layouts; the last three, the small
 #: batches between B=1 (where the light program is the rule's) and B=16, for where its rule should end.

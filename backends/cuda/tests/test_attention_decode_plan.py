@@ -98,7 +98,7 @@ def test_the_first_matching_rule_picks_the_schedule_else_the_measured_default():
     from tileops_cuda.kernels.attention_decode import DecodeSchedule, ScheduleRule, schedule_for
 
     small = DecodeSchedule(combine="parallel")
-    paged = DecodeSchedule(paged_tiles="gather")
+    paged = DecodeSchedule(tiles="gather")
     rules = (ScheduleRule(small, max_batch=16, max_capacity=8192), ScheduleRule(paged, paged=True))
     assert schedule_for(_key(), 16, 8192, rules) == small
     assert schedule_for(_key(), 17, 8192, rules) == DecodeSchedule()
@@ -110,17 +110,17 @@ def test_the_first_matching_rule_picks_the_schedule_else_the_measured_default():
     for B in (1, 8):
         assert schedule_for(_key(), B, 4096) == DecodeSchedule(combine="parallel", block_h=16)
         assert schedule_for(_key(), B, 16384) == DecodeSchedule(combine="parallel", block_h=16)
-    assert schedule_for(paged_key, 8, 32768) == DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16)
-    assert schedule_for(paged_key, 1, 16384) == DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16)
-    assert schedule_for(paged_key, 1, 16400) == DecodeSchedule(paged_tiles="gather", combine="sliced", block_h=16)
+    assert schedule_for(paged_key, 8, 32768) == DecodeSchedule(tiles="gather", combine="parallel", block_h=16)
+    assert schedule_for(paged_key, 1, 16384) == DecodeSchedule(tiles="gather", combine="parallel", block_h=16)
+    assert schedule_for(paged_key, 1, 16400) == DecodeSchedule(tiles="gather", combine="sliced", block_h=16)
     assert schedule_for(_key(), 1, 32768) == DecodeSchedule(combine="sliced", block_h=16)
     assert schedule_for(_key(), 2, 32768) == DecodeSchedule(combine="parallel", block_h=16)
     assert schedule_for(_key(), 9, 4096) == DecodeSchedule(combine="parallel")
-    assert schedule_for(paged_key, 9, 32768) == DecodeSchedule(paged_tiles="gather", combine="parallel")
+    assert schedule_for(paged_key, 9, 32768) == DecodeSchedule(tiles="gather", combine="parallel")
 
 
 @pytest.mark.parametrize("changes,word", [
-    (dict(stages=4), "stages=4"), (dict(paged_tiles="rows"), "paged_tiles='rows'"),
+    (dict(stages=4), "stages=4"), (dict(tiles="rows"), "tiles='rows'"),
     (dict(combine="fused"), "combine='fused'"), (dict(min_split_tiles=0), "min_split_tiles=0"),
     (dict(splits=MAX_SPLITS + 1), f"splits={MAX_SPLITS + 1}"), (dict(block_h=32), "block_h=32"),
     (dict(block_h=16, stages=3), "the light program runs 2 stages"),
@@ -180,7 +180,7 @@ def test_a_key_the_light_program_refuses_falls_through_to_the_next_rule(changes)
 def test_the_programs_prepared_are_every_schedule_a_rule_can_pick_for_the_layout(monkeypatch):
     from tileops_cuda.kernels import attention_decode as ad
 
-    contiguous, paged = ad.DecodeSchedule(stages=3), ad.DecodeSchedule(paged_tiles="gather")
+    contiguous, paged = ad.DecodeSchedule(stages=3), ad.DecodeSchedule(tiles="gather")
     small = ad.DecodeSchedule(stages=3, combine="parallel")
     monkeypatch.setattr(ad, "SCHEDULE_RULES", (ad.ScheduleRule(small, paged=False, max_batch=4),
                                                ad.ScheduleRule(paged, paged=True)))
@@ -288,7 +288,7 @@ def test_a_tiling_without_a_long_split_fill_plans_as_split_plan():
 def test_the_light_program_pages_32_position_tiles_inside_a_block_or_gathers_them(block, tiles, page, gather, block_n):
     from tileops_cuda.kernels.attention_decode import LIGHT_TILING, DecodeSchedule, split_tiling
 
-    schedule = DecodeSchedule(paged_tiles=tiles, combine="parallel", block_h=16)
+    schedule = DecodeSchedule(tiles=tiles, combine="parallel", block_h=16)
     key = _key(paged=True, table_dtype="int32", schedule=schedule)
     assert decode_refusal(key) is None
     got_page, tiling = split_tiling(key, schedule, block)
@@ -318,7 +318,7 @@ def test_a_calls_plan_is_the_rules_schedule_its_tiling_and_that_tilings_splits()
     assert call_plan(_key(), 1, None, 4096, lambda: H200_SMS) == (light, LIGHT_TILING, 64, 64)
     paged = _key(paged=True, table_dtype="int32")
     schedule, tiling, splits, chunk = call_plan(paged, 64, 16, 32768, lambda: H200_SMS)
-    assert schedule == DecodeSchedule(paged_tiles="gather", combine="parallel")
+    assert schedule == DecodeSchedule(tiles="gather", combine="parallel")
     assert tiling == page_layout(16, "gather")[1]
     assert (splits, chunk) == split_plan(64, 2, 32768, 64, 2 * H200_SMS)
 
@@ -327,3 +327,21 @@ def test_a_calls_plan_is_the_rules_schedule_its_tiling_and_that_tilings_splits()
 
     pinned = DecodeSchedule(combine="parallel", splits=8)
     assert call_plan(_key(schedule=pinned), 1, None, 4096, no_count)[2:] == (8, 512)
+
+
+def test_a_contiguous_key_gathers_its_tiles_with_the_light_program_only():
+    """``tiles="gather"`` on a contiguous key: the light program's tiles read row by row (one stage, as over paged
+    blocks); the 64-row program has no gathered contiguous form, and a schedule asking for it is refused by name."""
+    from tileops_cuda.kernels.attention_decode import (
+        GATHERED_LIGHT_TILING, LIGHT_TILING, DecodeSchedule, schedule_refusal, split_tiling,
+    )
+
+    light = DecodeSchedule(tiles="gather", combine="parallel", block_h=16)
+    assert split_tiling(_key(), light, None) == (None, GATHERED_LIGHT_TILING)
+    assert GATHERED_LIGHT_TILING.gather and GATHERED_LIGHT_TILING.stages == 1
+    assert split_tiling(_key(), DecodeSchedule(combine="parallel", block_h=16), None) == (None, LIGHT_TILING)
+    assert schedule_refusal(_key(), light) is None
+    reason = schedule_refusal(_key(), DecodeSchedule(tiles="gather", combine="parallel"))
+    assert reason is not None and "tiles='gather'" in reason and "block_h=16" in reason
+    assert "tiles='gather'" in (decode_refusal(_key(schedule=DecodeSchedule(tiles="gather"))) or "")  # pinned
+    assert schedule_refusal(_key(paged=True, table_dtype="int32"), DecodeSchedule(tiles="gather")) is None

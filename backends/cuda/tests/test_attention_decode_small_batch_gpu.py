@@ -28,13 +28,14 @@ DECODE = "AttentionDecodeFwdOp"
 _MAX_TOKENS = 1 << 18  # as test_attention_gpu.py: larger rows are the bench's
 _NAMES = ("query", "key", "value", "key_cache", "value_cache", "cache_seqlens", "block_table")
 
-#: The candidates by the sweep's names: the light program (16-token paged blocks: loaded row by row), and over
-#: paged blocks gathered (``light_page_layout``; contiguous keys run the same program as ``par-bh16``); each beside
-#: the sliced combine (partials loaded with the log-sum-exps, a program a 64-channel slice).
+#: The candidates by the sweep's names: the light program (16-token paged blocks: loaded row by row), and its tiles
+#: gathered row by row with asynchronous copies (``tiles="gather"``: over paged blocks ``light_page_layout``, on
+#: contiguous keys from their rows, fifty-first session); each beside the sliced combine (partials loaded with the
+#: log-sum-exps, a program a 64-channel slice).
 CANDIDATES = {"par-bh16": DecodeSchedule(combine="parallel", block_h=16),
-              "gather-bh16": DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16),
+              "gather-bh16": DecodeSchedule(tiles="gather", combine="parallel", block_h=16),
               "par-bh16-sliced": DecodeSchedule(combine="sliced", block_h=16),
-              "gather-bh16-sliced": DecodeSchedule(paged_tiles="gather", combine="sliced", block_h=16)}
+              "gather-bh16-sliced": DecodeSchedule(tiles="gather", combine="sliced", block_h=16)}
 _PARALLEL = DecodeSchedule(combine="parallel")
 
 
@@ -247,11 +248,12 @@ def test_the_default_schedule_at_small_batch_chains_decode_steps_on_one_cache_in
 UNCHECKED_RUNS = {
     "contiguous-light": (None, DecodeSchedule(combine="parallel", block_h=16, splits=4)),
     "contiguous-light-sliced": (None, DecodeSchedule(combine="sliced", block_h=16, splits=4)),
+    "contiguous-light-gathered": (None, DecodeSchedule(tiles="gather", combine="parallel", block_h=16, splits=4)),
     "contiguous-serial": (None, DecodeSchedule(splits=4)),
     "contiguous-one-split": (None, DecodeSchedule(splits=1)),
-    "paged16-light-gathered": (16, DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16, splits=4)),
+    "paged16-light-gathered": (16, DecodeSchedule(tiles="gather", combine="parallel", block_h=16, splits=4)),
     "paged16-light-rows": (16, DecodeSchedule(combine="parallel", block_h=16, splits=4)),
-    "paged16-gathered": (16, DecodeSchedule(paged_tiles="gather", combine="parallel", splits=4)),
+    "paged16-gathered": (16, DecodeSchedule(tiles="gather", combine="parallel", splits=4)),
     "paged64-bulk": (64, DecodeSchedule(combine="parallel", splits=4)),
 }
 _PAGED_RUNS = [name for name, (block, _) in UNCHECKED_RUNS.items() if block is not None]

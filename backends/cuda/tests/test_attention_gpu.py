@@ -17,7 +17,7 @@ import dataclasses
 import pytest
 
 from tileops_cuda.kernels.attention_decode import (
-    COMBINES, PAGED_TILES, DecodeBuildKey, DecodeSchedule, build_attention_decode, decode_refusal,
+    COMBINES, TILE_READS, DecodeBuildKey, DecodeSchedule, build_attention_decode, decode_refusal,
 )
 
 from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
@@ -119,12 +119,12 @@ def test_ragged_lengths_tile_edges_and_padding_rows_across_splits(block, arch, c
 #: each with either combine; a pinned split count runs the combine on this short batch too.
 _SCHEDULE_CASES = ([(None, DecodeSchedule(stages=st, combine=c, splits=sp)) for st in (2, 3) for c in COMBINES
                     for sp in (None, 4)]
-                   + [(block, DecodeSchedule(paged_tiles=t, combine=c, splits=4)) for block in (16, 48)
-                      for t in PAGED_TILES for c in COMBINES])
+                   + [(block, DecodeSchedule(tiles=t, combine=c, splits=4)) for block in (16, 48)
+                      for t in TILE_READS for c in COMBINES])
 
 
 @pytest.mark.parametrize("block,schedule", _SCHEDULE_CASES,
-                         ids=[f"{block or 'contiguous'}-{s.stages}st-{s.paged_tiles}-{s.combine}-{s.splits}sp"
+                         ids=[f"{block or 'contiguous'}-{s.stages}st-{s.tiles}-{s.combine}-{s.splits}sp"
                               for block, s in _SCHEDULE_CASES])
 def test_every_schedule_matches_the_reference_on_ragged_lengths(block, schedule, arch, cuda_device, gen):
     _check(decode_batch(cuda_device[0], gen, _RAGGED, block=block), None, arch, schedule)

@@ -121,9 +121,25 @@ _QWEN_PAGED = DecodeBuildKey("bfloat16", 16, 2, 256, True, "int32", "int32")
 def _light_paged_source(block: int, tiles: str) -> str:
     from lowered_source import lowered_source
 
-    schedule = DecodeSchedule(paged_tiles=tiles, combine="parallel", block_h=16)
+    schedule = DecodeSchedule(tiles=tiles, combine="parallel", block_h=16)
     page, tiling = split_tiling(_QWEN_PAGED, schedule, block)
     return lowered_source(lambda key: decode_split_program(key, tiling, page), _QWEN_PAGED)
+
+
+def test_the_contiguous_light_program_gathers_its_rows_with_asynchronous_copies():
+    """``tiles="gather"`` on a contiguous key: no bulk copy of the caches, cp.async rows, no block table read, the
+    light program's mma and launch bounds (the bulk one, beside it, streams its tiles with TMA)."""
+    from lowered_source import lowered_source
+
+    key = DecodeBuildKey("bfloat16", 16, 2, 256)
+    sources = {}
+    for tiles in ("gather", "block"):
+        _, tiling = split_tiling(key, DecodeSchedule(tiles=tiles, combine="parallel", block_h=16), None)
+        sources[tiles] = lowered_source(lambda key: decode_split_program(key, tiling, None), key)
+    gathered, bulk = sources["gather"], sources["block"]
+    assert "tma_load(" not in gathered and "cp_async" in gathered and "block_table[" not in gathered
+    assert "tl::mma_sync<" in gathered and re.search(r"__launch_bounds__\(\d+, 3\)", gathered)
+    assert "tma_load(" in bulk
 
 
 @pytest.mark.parametrize("block,tiles,bulk", [(16, "gather", False), (64, "gather", True), (16, "block", False)],
@@ -183,7 +199,7 @@ def test_a_paged_split_program_reaches_the_caches_only_through_a_clamped_block_e
     from lowered_source import lowered_source
 
     key = DecodeBuildKey("bfloat16", 16, 2, 256, True, "int32", table)
-    page, tiling = split_tiling(key, DecodeSchedule(paged_tiles=tiles, block_h=rows), block)
+    page, tiling = split_tiling(key, DecodeSchedule(tiles=tiles, block_h=rows), block)
     source = lowered_source(lambda key: decode_split_program(key, tiling, page), key)
     uint = "uint64_t" if table == "int64" else "uint"
     addressing = [line for line in source.splitlines()

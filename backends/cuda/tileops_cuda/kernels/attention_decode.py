@@ -36,7 +36,7 @@ from .attention_decode_program import (
     decode_split_program,
 )
 
-__all__ = ["COMBINES", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "DecodeTiling", "PAGED_TILES",
+__all__ = ["COMBINES", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "DecodeTiling", "TILE_READS",
            "SCHEDULE_RULES", "SCORE_ROWS", "ScheduleRule", "build_attention_decode", "decode_refusal", "default_tiling",
            "call_plan", "page_layout", "planned_splits", "schedule_for", "schedule_refusal", "split_plan",
            "split_tiling"]
@@ -65,11 +65,14 @@ SCORE_ROWS = (64, 16)
 #: columns into 8-column mma tiles (TileLang finds no warp partition otherwise).
 LIGHT_HEAD_DIM_STEP = 32
 
-#: How a paged tile is read when the block size is not a multiple of 64: ``block`` (tiles inside
-#: one block, one bulk copy each: 16-position tiles for 16-token blocks; row by row, synchronous,
-#: for block sizes no tile divides) or ``gather`` (64-position tiles gathered row by row from any
-#: blocks with asynchronous copies; the slot the step writes is read back).
-PAGED_TILES = ("block", "gather")
+#: How a split program reads its tiles: ``block`` (one bulk copy a tile: a contiguous key's tiles, or paged
+#: tiles inside one block, 16-position tiles for 16-token blocks; row by row, synchronous, for block sizes no
+#: tile divides) or ``gather`` (tiles gathered row by row with asynchronous copies, one stage: a paged key's
+#: from any blocks where the block size is not a multiple of the tile, a contiguous key's from its rows; the
+#: slot the step writes is read back). A contiguous key gathers with the light program only: at B=1 4k the
+#: paged gathered light program ran 8-14% faster than the contiguous bulk one on both cards (s05c, s51c;
+#: s51h: its split launch alone 6.64 against 8.34 us), the contiguous candidate of the fifty-first session.
+TILE_READS = ("block", "gather")
 
 #: Call shapes whose plans one launcher keeps (a plan is a few small Python objects).
 MAX_PLANS = 4096
@@ -80,15 +83,15 @@ class DecodeSchedule:
     """How a call is run; :func:`schedule_for` picks one from host shapes.
 
     ``stages``: the contiguous pipeline's depth (64-position tiles: 2 = 128 KiB of K and V in
-    flight, 3 = 192 KiB, the most that fits beside the query tile). ``paged_tiles``: one of
-    :data:`PAGED_TILES`. ``combine``: one of :data:`COMBINES`. ``min_split_tiles``: the fewest
+    flight, 3 = 192 KiB, the most that fits beside the query tile). ``tiles``: one of
+    :data:`TILE_READS`. ``combine``: one of :data:`COMBINES`. ``min_split_tiles``: the fewest
     tiles :func:`split_plan` gives a split (fewer, longer splits: less setup and combine work).
     ``splits``: a pinned split count (a sweep's candidate), else the plan's. ``block_h``: one of
     :data:`SCORE_ROWS`; 16 is the light split program (2 stages; paged: :func:`light_page_layout`).
     """
 
     stages: int = 2
-    paged_tiles: str = "block"
+    tiles: str = "block"
     combine: str = "serial"
     min_split_tiles: int = 1
     splits: int | None = None
@@ -97,8 +100,8 @@ class DecodeSchedule:
     def __post_init__(self) -> None:
         if self.stages not in (2, 3):
             raise ValueError(f"DecodeSchedule.stages={self.stages}: 2 or 3 (shared memory holds no more)")
-        if self.paged_tiles not in PAGED_TILES:
-            raise ValueError(f"DecodeSchedule.paged_tiles={self.paged_tiles!r} is not one of {PAGED_TILES}")
+        if self.tiles not in TILE_READS:
+            raise ValueError(f"DecodeSchedule.tiles={self.tiles!r} is not one of {TILE_READS}")
         if self.combine not in COMBINES:
             raise ValueError(f"DecodeSchedule.combine={self.combine!r} is not one of {COMBINES}")
         if self.min_split_tiles < 1:
@@ -152,7 +155,7 @@ class DecodeTiling:
     """How a split program is laid out: ``block_h`` score rows (the group's query heads,
     zero-padded to a tensor-core tile: 64 for wgmma, 16 for the light program's mma, see
     :data:`LIGHT_TILING`), ``block_n`` cache positions a pipeline stage,
-    ``stages`` stages; ``gather``: paged tiles gathered row by row (see :data:`PAGED_TILES`);
+    ``stages`` stages; ``gather``: paged tiles gathered row by row (see :data:`TILE_READS`);
     ``resident``: programs a multiprocessor runs at once, which :func:`split_plan` fills (the
     gathered program's single stage leaves shared memory for two); ``launch_bound``: the programs
     an SM whose registers the compiler must fit (``__launch_bounds__``; the light program's);
@@ -181,6 +184,8 @@ class DecodeTiling:
 #: 31.99 -> 27.80 paged; B=8 4k 29.31 -> 27.12; paged B=8 32k 172.67 -> 135.60).
 LIGHT_TILING = DecodeTiling(block_h=16, block_n=32, stages=2, resident=1, launch_bound=3, long_resident=2,
                             long_split_tiles=8)
+#: The light program reading its tiles row by row with asynchronous copies (``tiles="gather"``), one stage.
+GATHERED_LIGHT_TILING = dataclasses.replace(LIGHT_TILING, stages=1, gather=True)
 
 
 #: The rule: the first matching entry whose schedule the key does not refuse (the light program
@@ -207,12 +212,12 @@ SCHEDULE_RULES: tuple[ScheduleRule, ...] = (
     ScheduleRule(DecodeSchedule(combine="parallel", block_h=16), paged=False, max_batch=1, max_capacity=16384),
     ScheduleRule(DecodeSchedule(combine="sliced", block_h=16), paged=False, max_batch=1),
     ScheduleRule(DecodeSchedule(combine="parallel", block_h=16), paged=False, max_batch=8),
-    ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16), paged=True, max_batch=1,
+    ScheduleRule(DecodeSchedule(tiles="gather", combine="parallel", block_h=16), paged=True, max_batch=1,
                  max_capacity=16384),
-    ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="sliced", block_h=16), paged=True, max_batch=1),
-    ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="parallel", block_h=16), paged=True, max_batch=8),
+    ScheduleRule(DecodeSchedule(tiles="gather", combine="sliced", block_h=16), paged=True, max_batch=1),
+    ScheduleRule(DecodeSchedule(tiles="gather", combine="parallel", block_h=16), paged=True, max_batch=8),
     ScheduleRule(DecodeSchedule(combine="parallel"), paged=False),
-    ScheduleRule(DecodeSchedule(paged_tiles="gather", combine="parallel"), paged=True),
+    ScheduleRule(DecodeSchedule(tiles="gather", combine="parallel"), paged=True),
 )
 
 
@@ -221,7 +226,7 @@ def default_tiling(key: DecodeBuildKey) -> DecodeTiling:
     return DecodeTiling()
 
 
-def page_layout(block_size: int, paged_tiles: str = "block") -> tuple[int, DecodeTiling]:
+def page_layout(block_size: int, tiles: str = "block") -> tuple[int, DecodeTiling]:
     """``(page, tiling)`` of the paged programs for blocks of ``block_size`` tokens.
 
     ``block``: tiles of the largest of 64, 32, 16 positions that divides the block (a tile inside
@@ -231,7 +236,7 @@ def page_layout(block_size: int, paged_tiles: str = "block") -> tuple[int, Decod
     deepest software pipeline TileLang 0.1.15 generates for them), for block sizes that are not
     a multiple of 64 (those are one bulk copy a tile either way).
     """
-    if paged_tiles == "gather" and block_size % 64:
+    if tiles == "gather" and block_size % 64:
         return block_size, DecodeTiling(stages=1, gather=True, resident=2)
     for block_n in (64, 32, 16):
         if block_size % block_n == 0:
@@ -239,7 +244,7 @@ def page_layout(block_size: int, paged_tiles: str = "block") -> tuple[int, Decod
     return 0, DecodeTiling()
 
 
-def light_page_layout(block_size: int, paged_tiles: str = "block") -> tuple[int, DecodeTiling]:
+def light_page_layout(block_size: int, tiles: str = "block") -> tuple[int, DecodeTiling]:
     """``(page, tiling)`` of the light program (:data:`LIGHT_TILING`) for blocks of ``block_size``
     tokens, as :func:`page_layout` lays out the 64-row one: 32-position tiles inside one block (one
     bulk copy) where 32 divides the block; for other block sizes (vLLM's 16) the tiles gathered
@@ -247,8 +252,8 @@ def light_page_layout(block_size: int, paged_tiles: str = "block") -> tuple[int,
     loaded row by row (``block``: page 0, the mma's 32 columns leave no smaller tile)."""
     if block_size % LIGHT_TILING.block_n == 0:
         return block_size, LIGHT_TILING
-    if paged_tiles == "gather":
-        return block_size, dataclasses.replace(LIGHT_TILING, stages=1, gather=True)
+    if tiles == "gather":
+        return block_size, GATHERED_LIGHT_TILING
     return 0, LIGHT_TILING
 
 
@@ -257,10 +262,12 @@ def split_tiling(key: DecodeBuildKey, schedule: DecodeSchedule, block_size: int 
     (``block_size`` None) or paged."""
     light = schedule.block_h != default_tiling(key).block_h
     if block_size is None:
-        return None, LIGHT_TILING if light else dataclasses.replace(default_tiling(key), stages=schedule.stages)
+        if light:
+            return None, GATHERED_LIGHT_TILING if schedule.tiles == "gather" else LIGHT_TILING
+        return None, dataclasses.replace(default_tiling(key), stages=schedule.stages)
     if light:
-        return light_page_layout(block_size, schedule.paged_tiles)
-    return page_layout(block_size, schedule.paged_tiles)
+        return light_page_layout(block_size, schedule.tiles)
+    return page_layout(block_size, schedule.tiles)
 
 
 def decode_refusal(key: DecodeBuildKey) -> str | None:
@@ -283,13 +290,16 @@ def decode_refusal(key: DecodeBuildKey) -> str | None:
 def schedule_refusal(key: DecodeBuildKey, schedule: DecodeSchedule) -> str | None:
     """Why ``schedule`` cannot serve ``key`` (a key the kernels serve), or None: the light program
     (``block_h`` 16) is written for groups of at most 16 query heads and head sizes its warps
-    split. A pinned schedule's refusal is the key's; a rule's lets the call fall through to the
-    next rule (:func:`schedule_for`)."""
+    split, and only it gathers a contiguous key's tiles. A pinned schedule's refusal is the key's;
+    a rule's lets the call fall through to the next rule (:func:`schedule_for`)."""
     name = "attention decode TileLang kernel"
     light = schedule.block_h != default_tiling(key).block_h
     if light and key.num_q_heads // key.num_kv_heads > schedule.block_h:
         return (f"{name}: {key.num_q_heads // key.num_kv_heads} query heads a key/value head exceed "
                 f"DecodeSchedule.block_h={schedule.block_h}; pin block_h=64")
+    if not light and not key.paged and schedule.tiles == "gather":
+        return (f"{name}: DecodeSchedule(tiles='gather') gathers a contiguous key's tiles with the light program "
+                f"only; pin block_h=16 or drop tiles")
     if light and key.head_dim % LIGHT_HEAD_DIM_STEP:
         return (f"{name}: DecodeSchedule.block_h={schedule.block_h} spreads the value product's {key.head_dim} "
                 f"columns over 4 warps of 8-column mma tiles (a multiple of {LIGHT_HEAD_DIM_STEP}); pin block_h=64")

@@ -162,7 +162,8 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
     ``cache_len`` is L: the capacity (contiguous) or the block size (paged); ``capacity`` is a
     sequence's positions (L, or M · L paged): a length at or past it is padding.
 
-    ``page``: None for the contiguous layout (a tile is ``BN`` consecutive rows: one bulk copy);
+    ``page``: None for the contiguous layout (a tile is ``BN`` consecutive rows: one bulk copy, or
+    ``tiling.gather``: the rows gathered as the paged layout's are);
     the block size for the paged layout when ``BN`` divides it (a tile lies inside one block:
     one bulk copy); 0 for any other block size (each row's address computed on its own and
     loaded synchronously: correct, slower).
@@ -182,7 +183,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
     # is then taken from the inputs and the value rows past it zeroed. Gathered rows (cp.async,
     # generic proxy) read slot n after this program wrote it, ordered by a thread barrier, and
     # clamp rows past n to row n, whose value is finite, so nothing needs replacing.
-    bulk = page is None or (page > 0 and not tiling.gather)
+    bulk = not tiling.gather and (page is None or page > 0)
     light = BH < WGMMA_ROWS
 
     def pool_blocks(blocks: Any) -> Any:
@@ -217,7 +218,7 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
         replace and mask them; gathered rows: position n as this program wrote it, rows past n
         copies of row n (masked by the callers); row by row: position n comes from ``new``, rows
         past ``hi`` are zeros."""
-        if page is None:
+        if page is None and bulk:
             T.copy(cache[b * cache_len + base : b * cache_len + base + BN, h, :], tile)
         elif bulk:  # BN divides the block size: a tile lies inside one block
             T.copy(cache[flat_row(table, b, base, cache_len, blocks) :
