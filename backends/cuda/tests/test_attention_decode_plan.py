@@ -104,16 +104,18 @@ def test_the_first_matching_rule_picks_the_schedule_else_the_measured_default():
     assert schedule_for(_key(), 17, 8192, rules) == DecodeSchedule()
     assert schedule_for(_key(), 1, 8193, rules) == DecodeSchedule()
     assert schedule_for(_key(paged=True, table_dtype="int32"), 64, 32768, rules) == paged
-    # the measured rule: the light program up to 8 sequences, gathered paged tiles, the parallel combine but for
-    # one sequence past 16k positions, which takes the sliced one
+    # the measured rule: the light program up to 8 sequences, its tiles gathered (contiguous: but at B=2), the
+    # parallel combine but for one sequence past 16k positions, which takes the sliced one
     paged_key = _key(paged=True, table_dtype="int32")
-    for B in (1, 8):
-        assert schedule_for(_key(), B, 4096) == DecodeSchedule(combine="parallel", block_h=16)
-        assert schedule_for(_key(), B, 16384) == DecodeSchedule(combine="parallel", block_h=16)
+    gathered = DecodeSchedule(tiles="gather", combine="parallel", block_h=16)
+    for B in (1, 3, 8):
+        assert schedule_for(_key(), B, 4096) == gathered
+        assert schedule_for(_key(), B, 16384) == gathered
+    assert schedule_for(_key(), 2, 8192) == DecodeSchedule(combine="parallel", block_h=16)
     assert schedule_for(paged_key, 8, 32768) == DecodeSchedule(tiles="gather", combine="parallel", block_h=16)
     assert schedule_for(paged_key, 1, 16384) == DecodeSchedule(tiles="gather", combine="parallel", block_h=16)
     assert schedule_for(paged_key, 1, 16400) == DecodeSchedule(tiles="gather", combine="sliced", block_h=16)
-    assert schedule_for(_key(), 1, 32768) == DecodeSchedule(combine="sliced", block_h=16)
+    assert schedule_for(_key(), 1, 32768) == DecodeSchedule(tiles="gather", combine="sliced", block_h=16)
     assert schedule_for(_key(), 2, 32768) == DecodeSchedule(combine="parallel", block_h=16)
     assert schedule_for(_key(), 9, 4096) == DecodeSchedule(combine="parallel")
     assert schedule_for(paged_key, 9, 32768) == DecodeSchedule(tiles="gather", combine="parallel")
@@ -172,8 +174,9 @@ def test_a_key_the_light_program_refuses_falls_through_to_the_next_rule(changes)
     assert decode_refusal(_key(**changes)) is None
     assert schedule_for(_key(**changes), 1, 4096) == DecodeSchedule(combine="parallel")
     assert reachable_schedules(_key(**changes)) == (DecodeSchedule(combine="parallel"),)
-    assert reachable_schedules(_key()) == (DecodeSchedule(combine="parallel", block_h=16),
-                                           DecodeSchedule(combine="sliced", block_h=16),
+    assert reachable_schedules(_key()) == (DecodeSchedule(tiles="gather", combine="parallel", block_h=16),
+                                           DecodeSchedule(tiles="gather", combine="sliced", block_h=16),
+                                           DecodeSchedule(combine="parallel", block_h=16),
                                            DecodeSchedule(combine="parallel"))
 
 
@@ -312,10 +315,13 @@ def test_a_head_size_the_light_programs_warps_cannot_split_is_refused():
 
 
 def test_a_calls_plan_is_the_rules_schedule_its_tiling_and_that_tilings_splits():
-    from tileops_cuda.kernels.attention_decode import LIGHT_TILING, DecodeSchedule, call_plan, page_layout
+    from tileops_cuda.kernels.attention_decode import (
+        GATHERED_LIGHT_TILING, LIGHT_TILING, DecodeSchedule, call_plan, page_layout,
+    )
 
-    light = DecodeSchedule(combine="parallel", block_h=16)
-    assert call_plan(_key(), 1, None, 4096, lambda: H200_SMS) == (light, LIGHT_TILING, 64, 64)
+    light = DecodeSchedule(tiles="gather", combine="parallel", block_h=16)
+    assert call_plan(_key(), 1, None, 4096, lambda: H200_SMS) == (light, GATHERED_LIGHT_TILING, 64, 64)
+    assert call_plan(_key(), 2, None, 8192, lambda: H200_SMS)[1] == LIGHT_TILING
     paged = _key(paged=True, table_dtype="int32")
     schedule, tiling, splits, chunk = call_plan(paged, 64, 16, 32768, lambda: H200_SMS)
     assert schedule == DecodeSchedule(tiles="gather", combine="parallel")

@@ -208,10 +208,17 @@ GATHERED_LIGHT_TILING = dataclasses.replace(LIGHT_TILING, stages=1, gather=True)
 #: (``session-2026-12-05c/decsmall_sweep.log``); H100 32.35 against 33.59, 31.81 against 32.80
 #: (``session-2026-12-07d/s51c_decsmall_sweep.log``). It lost the 4k and 8k rows on both (by 0.2-0.6 us); 16k
 #: was not timed, so the bound keeps it on the parallel combine.
+#: On the contiguous layout the light program gathers its rows (``tiles="gather"``) but at B=2, where the bulk
+#: copies stay: an H100 sweep (``session-2026-12-07d/s51i_ga_sweep.log``, graph time at the rule's splits, both
+#: checked against float64 in its GPU tests) read B=1 4k 10.51 against 12.74 us, 8k 13.28 against 15.25, 32k
+#: (sliced) 30.79 against 32.19, B=4 8k 30.05 against 31.48, B=8 4k 30.67 against 31.65, and B=2 8k 19.26 against
+#: 18.61. On the H200 the paged gathered program led the contiguous bulk one at B=1 4k by 8% (s05c).
 SCHEDULE_RULES: tuple[ScheduleRule, ...] = (
-    ScheduleRule(DecodeSchedule(combine="parallel", block_h=16), paged=False, max_batch=1, max_capacity=16384),
-    ScheduleRule(DecodeSchedule(combine="sliced", block_h=16), paged=False, max_batch=1),
-    ScheduleRule(DecodeSchedule(combine="parallel", block_h=16), paged=False, max_batch=8),
+    ScheduleRule(DecodeSchedule(tiles="gather", combine="parallel", block_h=16), paged=False, max_batch=1,
+                 max_capacity=16384),
+    ScheduleRule(DecodeSchedule(tiles="gather", combine="sliced", block_h=16), paged=False, max_batch=1),
+    ScheduleRule(DecodeSchedule(combine="parallel", block_h=16), paged=False, max_batch=2),
+    ScheduleRule(DecodeSchedule(tiles="gather", combine="parallel", block_h=16), paged=False, max_batch=8),
     ScheduleRule(DecodeSchedule(tiles="gather", combine="parallel", block_h=16), paged=True, max_batch=1,
                  max_capacity=16384),
     ScheduleRule(DecodeSchedule(tiles="gather", combine="sliced", block_h=16), paged=True, max_batch=1),
