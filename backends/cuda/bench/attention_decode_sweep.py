@@ -32,7 +32,8 @@ printed; the JSON is rewritten after every row):
 5. Prints, per row, the best candidate by graph time and by event time.
 
 Candidates (``DecodeSchedule`` fields): contiguous ``serial`` (2 stages, serial combine),
-``par`` (parallel combine), ``par-3st`` (3 stages, parallel combine), ``par-bh16`` (the light split
+``par`` (parallel combine), ``par-3st`` (3 stages, parallel combine), ``gather`` (its tiles gathered row by
+row, one stage, two programs an SM), ``par-bh16`` (the light split
 program: 16 score rows, the rule's schedule at B <= 8), ``par-bh16-sl`` (the same with the sliced combine:
 partials loaded beside the log-sum-exps, a program a 64-channel slice), ``gather-bh16`` and ``gather-bh16-sl`` (the
 light program reading the contiguous rows with asynchronous copies, as over paged blocks); paged (16-token blocks)
@@ -72,9 +73,11 @@ BLOCK = 16  # the paged rows' block size (vLLM's default)
 #: (label, schedule) per layout; the first is the first kernel's (the serial combine), the baseline of the ratios.
 #: The small-batch candidate (issue 21; NOTES "Attention decode at small batch"): ``par-bh16`` the light split
 #: program (16 score rows), the rule's schedule at B <= 8; ``-sl`` the same with the sliced combine;
-#: contiguous ``gather-bh16`` its tiles gathered row by row (cp.async, one stage) as over paged blocks.
+#: contiguous ``gather-bh16`` and ``gather`` (the 64-row program) their tiles gathered row by row (cp.async, one
+#: stage) as over paged blocks.
 CONTIGUOUS = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
               ("par-3st", DecodeSchedule(stages=3, combine="parallel")),
+              ("gather", DecodeSchedule(tiles="gather", combine="parallel")),
               ("par-bh16", DecodeSchedule(combine="parallel", block_h=16)),
               ("par-bh16-sl", DecodeSchedule(combine="sliced", block_h=16)),
               ("gather-bh16", DecodeSchedule(tiles="gather", combine="parallel", block_h=16)),

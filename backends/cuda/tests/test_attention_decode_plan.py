@@ -335,19 +335,19 @@ def test_a_calls_plan_is_the_rules_schedule_its_tiling_and_that_tilings_splits()
     assert call_plan(_key(schedule=pinned), 1, None, 4096, no_count)[2:] == (8, 512)
 
 
-def test_a_contiguous_key_gathers_its_tiles_with_the_light_program_only():
-    """``tiles="gather"`` on a contiguous key: the light program's tiles read row by row (one stage, as over paged
-    blocks); the 64-row program has no gathered contiguous form, and a schedule asking for it is refused by name."""
+def test_a_contiguous_key_gathers_its_tiles_as_over_paged_blocks():
+    """``tiles="gather"`` on a contiguous key: its tiles read row by row, one stage, as the paged layout's gathered
+    programs read theirs (the light program and the 64-row one, which fills two programs an SM)."""
     from tileops_cuda.kernels.attention_decode import (
-        GATHERED_LIGHT_TILING, LIGHT_TILING, DecodeSchedule, schedule_refusal, split_tiling,
+        GATHERED_LIGHT_TILING, GATHERED_TILING, LIGHT_TILING, DecodeSchedule, page_layout, schedule_refusal,
+        split_tiling,
     )
 
     light = DecodeSchedule(tiles="gather", combine="parallel", block_h=16)
     assert split_tiling(_key(), light, None) == (None, GATHERED_LIGHT_TILING)
     assert GATHERED_LIGHT_TILING.gather and GATHERED_LIGHT_TILING.stages == 1
     assert split_tiling(_key(), DecodeSchedule(combine="parallel", block_h=16), None) == (None, LIGHT_TILING)
-    assert schedule_refusal(_key(), light) is None
-    reason = schedule_refusal(_key(), DecodeSchedule(tiles="gather", combine="parallel"))
-    assert reason is not None and "tiles='gather'" in reason and "block_h=16" in reason
-    assert "tiles='gather'" in (decode_refusal(_key(schedule=DecodeSchedule(tiles="gather"))) or "")  # pinned
-    assert schedule_refusal(_key(paged=True, table_dtype="int32"), DecodeSchedule(tiles="gather")) is None
+    full = DecodeSchedule(tiles="gather", combine="parallel")
+    assert split_tiling(_key(), full, None) == (None, GATHERED_TILING) and page_layout(16, "gather")[1] == GATHERED_TILING
+    assert (GATHERED_TILING.stages, GATHERED_TILING.resident, GATHERED_TILING.block_h) == (1, 2, 64)
+    assert schedule_refusal(_key(), light) is None and schedule_refusal(_key(), full) is None

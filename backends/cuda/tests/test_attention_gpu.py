@@ -114,11 +114,13 @@ def test_ragged_lengths_tile_edges_and_padding_rows_across_splits(block, arch, c
 
 
 
-#: Every schedule the rule can pick, on the layouts it changes: the contiguous pipeline's depths,
-#: paged tiles by block or gathered (16-token blocks, and 48, which no 64-position tile divides),
+#: Every schedule the rule can pick, on the layouts it changes: the contiguous pipeline's depths and its
+#: tiles gathered, paged tiles by block or gathered (16-token blocks, and 48, which no 64-position tile divides),
 #: each with either combine; a pinned split count runs the combine on this short batch too.
 _SCHEDULE_CASES = ([(None, DecodeSchedule(stages=st, combine=c, splits=sp)) for st in (2, 3) for c in COMBINES
                     for sp in (None, 4)]
+                   + [(None, DecodeSchedule(tiles="gather", combine=c, splits=sp)) for c in COMBINES
+                      for sp in (None, 4)]
                    + [(block, DecodeSchedule(tiles=t, combine=c, splits=4)) for block in (16, 48)
                       for t in TILE_READS for c in COMBINES])
 

@@ -126,19 +126,24 @@ def _light_paged_source(block: int, tiles: str) -> str:
     return lowered_source(lambda key: decode_split_program(key, tiling, page), _QWEN_PAGED)
 
 
-def test_the_contiguous_light_program_gathers_its_rows_with_asynchronous_copies():
+@pytest.mark.parametrize("rows", [16, 64], ids=["light", "64-row"])
+def test_a_contiguous_split_program_gathers_its_rows_with_asynchronous_copies(rows):
     """``tiles="gather"`` on a contiguous key: no bulk copy of the caches, cp.async rows, no block table read, the
-    light program's mma and launch bounds (the bulk one, beside it, streams its tiles with TMA)."""
+    program's own products (the light one's mma and launch bounds, the 64-row one's wgmma); the bulk program beside
+    it streams its tiles with TMA."""
     from lowered_source import lowered_source
 
     key = DecodeBuildKey("bfloat16", 16, 2, 256)
     sources = {}
     for tiles in ("gather", "block"):
-        _, tiling = split_tiling(key, DecodeSchedule(tiles=tiles, combine="parallel", block_h=16), None)
+        _, tiling = split_tiling(key, DecodeSchedule(tiles=tiles, combine="parallel", block_h=rows), None)
         sources[tiles] = lowered_source(lambda key: decode_split_program(key, tiling, None), key)
     gathered, bulk = sources["gather"], sources["block"]
     assert "tma_load(" not in gathered and "cp_async" in gathered and "block_table[" not in gathered
-    assert "tl::mma_sync<" in gathered and re.search(r"__launch_bounds__\(\d+, 3\)", gathered)
+    if rows == 16:
+        assert "tl::mma_sync<" in gathered and re.search(r"__launch_bounds__\(\d+, 3\)", gathered)
+    else:
+        assert "wgmma" in gathered
     assert "tma_load(" in bulk
 
 

@@ -36,7 +36,8 @@ from .attention_decode_program import (
     decode_split_program,
 )
 
-__all__ = ["COMBINES", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "DecodeTiling", "TILE_READS",
+__all__ = ["COMBINES", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "DecodeTiling", "GATHERED_LIGHT_TILING",
+           "GATHERED_TILING", "LIGHT_TILING", "TILE_READS",
            "SCHEDULE_RULES", "SCORE_ROWS", "ScheduleRule", "build_attention_decode", "decode_refusal", "default_tiling",
            "call_plan", "page_layout", "planned_splits", "schedule_for", "schedule_refusal", "split_plan",
            "split_tiling"]
@@ -69,9 +70,10 @@ LIGHT_HEAD_DIM_STEP = 32
 #: tiles inside one block, 16-position tiles for 16-token blocks; row by row, synchronous, for block sizes no
 #: tile divides) or ``gather`` (tiles gathered row by row with asynchronous copies, one stage: a paged key's
 #: from any blocks where the block size is not a multiple of the tile, a contiguous key's from its rows; the
-#: slot the step writes is read back). A contiguous key gathers with the light program only: at B=1 4k the
-#: paged gathered light program ran 8-14% faster than the contiguous bulk one on both cards (s05c, s51c;
-#: s51h: its split launch alone 6.64 against 8.34 us), the contiguous candidate of the fifty-first session.
+#: slot the step writes is read back). At B=1 4k the paged gathered light program ran 8-14% faster than the
+#: contiguous bulk one on both cards (s05c, s51c; s51h: its split launch alone 6.64 against 8.34 us), so since
+#: the fifty-first session a contiguous key gathers too (the light program and the 64-row one, each as over
+#: paged blocks: :data:`GATHERED_LIGHT_TILING`, :data:`GATHERED_TILING`).
 TILE_READS = ("block", "gather")
 
 #: Call shapes whose plans one launcher keeps (a plan is a few small Python objects).
@@ -186,6 +188,9 @@ LIGHT_TILING = DecodeTiling(block_h=16, block_n=32, stages=2, resident=1, launch
                             long_split_tiles=8)
 #: The light program reading its tiles row by row with asynchronous copies (``tiles="gather"``), one stage.
 GATHERED_LIGHT_TILING = dataclasses.replace(LIGHT_TILING, stages=1, gather=True)
+#: The 64-row program gathering its tiles: one stage (the deepest software pipeline TileLang 0.1.15 generates
+#: for them) leaves shared memory for two programs an SM.
+GATHERED_TILING = DecodeTiling(stages=1, gather=True, resident=2)
 
 
 #: The rule: the first matching entry whose schedule the key does not refuse (the light program
@@ -244,7 +249,7 @@ def page_layout(block_size: int, tiles: str = "block") -> tuple[int, DecodeTilin
     a multiple of 64 (those are one bulk copy a tile either way).
     """
     if tiles == "gather" and block_size % 64:
-        return block_size, DecodeTiling(stages=1, gather=True, resident=2)
+        return block_size, GATHERED_TILING
     for block_n in (64, 32, 16):
         if block_size % block_n == 0:
             return block_size, DecodeTiling(block_n=block_n, stages=2 * 64 // block_n)
@@ -269,9 +274,9 @@ def split_tiling(key: DecodeBuildKey, schedule: DecodeSchedule, block_size: int 
     (``block_size`` None) or paged."""
     light = schedule.block_h != default_tiling(key).block_h
     if block_size is None:
-        if light:
-            return None, GATHERED_LIGHT_TILING if schedule.tiles == "gather" else LIGHT_TILING
-        return None, dataclasses.replace(default_tiling(key), stages=schedule.stages)
+        if schedule.tiles == "gather":
+            return None, GATHERED_LIGHT_TILING if light else GATHERED_TILING
+        return None, LIGHT_TILING if light else dataclasses.replace(default_tiling(key), stages=schedule.stages)
     if light:
         return light_page_layout(block_size, schedule.tiles)
     return page_layout(block_size, schedule.tiles)
@@ -297,16 +302,13 @@ def decode_refusal(key: DecodeBuildKey) -> str | None:
 def schedule_refusal(key: DecodeBuildKey, schedule: DecodeSchedule) -> str | None:
     """Why ``schedule`` cannot serve ``key`` (a key the kernels serve), or None: the light program
     (``block_h`` 16) is written for groups of at most 16 query heads and head sizes its warps
-    split, and only it gathers a contiguous key's tiles. A pinned schedule's refusal is the key's;
-    a rule's lets the call fall through to the next rule (:func:`schedule_for`)."""
+    split. A pinned schedule's refusal is the key's; a rule's lets the call fall through to the
+    next rule (:func:`schedule_for`)."""
     name = "attention decode TileLang kernel"
     light = schedule.block_h != default_tiling(key).block_h
     if light and key.num_q_heads // key.num_kv_heads > schedule.block_h:
         return (f"{name}: {key.num_q_heads // key.num_kv_heads} query heads a key/value head exceed "
                 f"DecodeSchedule.block_h={schedule.block_h}; pin block_h=64")
-    if not light and not key.paged and schedule.tiles == "gather":
-        return (f"{name}: DecodeSchedule(tiles='gather') gathers a contiguous key's tiles with the light program "
-                f"only; pin block_h=16 or drop tiles")
     if light and key.head_dim % LIGHT_HEAD_DIM_STEP:
         return (f"{name}: DecodeSchedule.block_h={schedule.block_h} spreads the value product's {key.head_dim} "
                 f"columns over 4 warps of 8-column mma tiles (a multiple of {LIGHT_HEAD_DIM_STEP}); pin block_h=64")
