@@ -18,6 +18,11 @@ it). The prefill module with two settings
 (``PREFILL_TEST_SETTINGS=default,overlap-writes-caches``) took 457 s on two cores: 26 kernels, 0.5 MiB packed,
 and a build here from the unpacked archive loaded in 1.5 s, not compiled. The decode modules added to it
 (``--keep decode decode_small``) compiled 32 more kernels in 97 s (58 in all, 1.4 MiB).
+
+Kernels no test module's fixture names (the conv tests build theirs test by test) can come back from a device
+call instead: ``KEEP_KERNELS=1 bash benchmarks/gpu/run.sh ...`` packs the kernels the call compiled into
+``$OUT/tlcache_new.tar.xz`` (inside the call's ``logs.tar.gz``), and ``--merge`` adds them to the archive here.
+Keep the archive and the bundle under the 64 MiB that travels (the bundle is 45 MiB).
 """
 
 from __future__ import annotations
@@ -50,16 +55,23 @@ def _prebuild(module_name: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("modules", nargs="+", choices=sorted(MODULES))
+    ap.add_argument("modules", nargs="*", help=f"test modules whose kernels to compile: {', '.join(sorted(MODULES))}")
     ap.add_argument("--out", default=str(ROOT / ".device" / "tlcache.tar.xz"))
     ap.add_argument("--keep", action="store_true",
                     help="start from the kernels already in --out, so the archive holds both (a union, not a rebuild)")
+    ap.add_argument("--merge", nargs="+", default=[], metavar="ARCHIVE",
+                    help="add the kernels of these archives (a device call's tlcache_new.tar.xz, run.sh KEEP_KERNELS=1) "
+                         "to --out's, compiling nothing")
     args = ap.parse_args()
+    if not args.modules and not args.merge:
+        ap.error("name test modules to compile, or --merge archives")
+    if set(args.modules) - set(MODULES):
+        ap.error(f"no test module {sorted(set(args.modules) - set(MODULES))}; the modules: {sorted(MODULES)}")
     sys.path.insert(0, str(ROOT / "backends" / "cuda" / "tests"))  # the test modules and their helpers
     with tempfile.TemporaryDirectory(prefix="tlcache-") as cache:
         os.environ["TILELANG_CACHE_DIR"] = cache  # before tilelang is imported
-        if args.keep and Path(args.out).exists():
-            with tarfile.open(args.out) as tar:
+        for archive in ([args.out] if (args.keep or args.merge) and Path(args.out).exists() else []) + args.merge:
+            with tarfile.open(archive) as tar:
                 tar.extractall(cache, filter="data")
         t0 = time.time()
         for name in args.modules:
