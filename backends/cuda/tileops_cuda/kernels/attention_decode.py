@@ -157,7 +157,7 @@ class DecodeTiling:
     """How a split program is laid out: ``block_h`` score rows (the group's query heads,
     zero-padded to a tensor-core tile: 64 for wgmma, 16 for the light program's mma, see
     :data:`LIGHT_TILING`), ``block_n`` cache positions a pipeline stage,
-    ``stages`` stages; ``gather``: paged tiles gathered row by row (see :data:`TILE_READS`);
+    ``stages`` stages; ``gather``: tiles gathered row by row (see :data:`TILE_READS`);
     ``resident``: programs a multiprocessor runs at once, which :func:`split_plan` fills (the
     gathered program's single stage leaves shared memory for two); ``launch_bound``: the programs
     an SM whose registers the compiler must fit (``__launch_bounds__``; the light program's);
@@ -212,7 +212,8 @@ GATHERED_TILING = DecodeTiling(stages=1, gather=True, resident=2)
 #: time): H200 32k 26.92 against 28.81 us contiguous, 26.54 against 27.71 paged
 #: (``session-2026-12-05c/decsmall_sweep.log``); H100 32.35 against 33.59, 31.81 against 32.80
 #: (``session-2026-12-07d/s51c_decsmall_sweep.log``). It lost the 4k and 8k rows on both (by 0.2-0.6 us); 16k
-#: was not timed, so the bound keeps it on the parallel combine.
+#: was not timed, so the bound keeps it on the parallel combine. Beside the gathered light program (below) it
+#: won the contiguous 32k row too (s51i: 30.79 against 31.70 us).
 #: On the contiguous layout the light program gathers its rows (``tiles="gather"``) but at B=2, where the bulk
 #: copies stay: an H100 sweep (``session-2026-12-07d/s51i_ga_sweep.log``, graph time at the rule's splits, both
 #: checked against float64 in its GPU tests) read B=1 4k 10.51 against 12.74 us, 8k 13.28 against 15.25, 32k
