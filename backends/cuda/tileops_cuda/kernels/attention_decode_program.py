@@ -345,7 +345,7 @@ def decode_combine_program(key: "DecodeBuildKey", tiling: "DecodeTiling") -> Any
     outside ``[0, capacity)``, as the split pass reads it) gets zeros."""
     import tilelang.language as T
 
-    dt, f32, i32 = key.dtype, "float32", "int32"
+    dt, f32 = key.dtype, "float32"
     NQ, D = key.num_q_heads, key.head_dim
     TH = tiling.combine_threads
     PER = (D + TH - 1) // TH
@@ -476,7 +476,7 @@ def decode_parallel_combine_program(key: "DecodeBuildKey") -> Any:
     """
     import tilelang.language as T
 
-    dt, f32, i32 = key.dtype, "float32", "int32"
+    dt, f32 = key.dtype, "float32"
     NQ, D = key.num_q_heads, key.head_dim
     TH, VEC, UNROLL = COMBINE_THREADS, 4, 8
     CH, LANES = _vectors_and_lanes(D)
@@ -553,7 +553,7 @@ def decode_sliced_combine_program(key: "DecodeBuildKey") -> Any:
     """
     import tilelang.language as T
 
-    dt, f32, i32 = key.dtype, "float32", "int32"
+    dt, f32 = key.dtype, "float32"
     NQ, D = key.num_q_heads, key.head_dim
     TH, VEC, U = COMBINE_THREADS, 4, _PREFETCH
     DC = SLICE_CHANNELS if D % SLICE_CHANNELS == 0 else D  # channels a program
