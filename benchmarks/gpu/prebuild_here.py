@@ -21,7 +21,7 @@ and a build here from the unpacked archive loaded in 1.5 s, not compiled. The de
 
 Kernels no test module's fixture names (the conv tests build theirs test by test) can come back from a device
 call instead: ``KEEP_KERNELS=1 bash benchmarks/gpu/run.sh ...`` packs the kernels the call compiled into
-``$OUT/tlcache_new.tar.xz`` (inside the call's ``logs.tar.gz``), and ``--merge`` adds them to the archive here.
+``$OUT/tlcache_new.tar.xz`` (beside the call's ``logs.tar.gz``), and ``--merge`` adds them to the archive here.
 Keep the archive and the bundle under the 64 MiB that travels (the bundle is 45 MiB).
 """
 
