@@ -60,8 +60,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true",
                     help="start from the kernels already in --out, so the archive holds both (a union, not a rebuild)")
     ap.add_argument("--merge", nargs="+", default=[], metavar="ARCHIVE",
-                    help="add the kernels of these archives (a device call's tlcache_new.tar.xz, run.sh KEEP_KERNELS=1) "
-                         "to --out's, compiling nothing")
+                    help="add the kernels of these archives (a device call's tlcache_new.tar.xz, from run.sh "
+                         "with KEEP_KERNELS=1) to --out's, compiling nothing")
     args = ap.parse_args()
     if not args.modules and not args.merge:
         ap.error("name test modules to compile, or --merge archives")
