@@ -1,17 +1,18 @@
 el attnpre
-# attnpre (issue 21): the attention prefill settings (PrefillBuildKey.program:grid:tile_counts:cache_write) timed
-# beside SDPA's cuDNN, flash and efficient backends on the same prompts at 4k and 16k (B=1 contiguous, B=4 paged 16),
-# with a summary table of the speed vs SDPA's best (target >= 0.9): the 'pipelined:tiles:torch:launch' program it
-# replaced, the build key's default 'overlap:heads:kernel:launch' (the softmax of one key tile while the P·V product of
-# the previous one runs, on the 'heads' grid, the tile counts made by one 'kernel'), the same writing the caches from
-# its producer warpgroup ('attention': no cache-write launch), and the 'q64' program (64 query rows a program, two
-# programs an SM) both ways. ATTNPRE_SETTINGS overrides; a fifth field after 'launch' is the key's attention_writes_upto
-# (e.g. 'overlap:heads:kernel:launch:4096': the attention writes the caches where the mean prompt is at most 4096).
-# Then the prefill GPU tests of the settings PREFILL_TEST_SETTINGS names (default: the default setting; all three
-# need more than 240 s of compiling), their kernels compiled concurrently first. The bench goes first so its numbers come back even if the tests run long; its builds fill TileLang's cache
-# for the tests' Qwen3-Next keys. ATTNPRE_TEST_S (default 240) bounds the tests. About 7 minutes.
+# attnpre (issue 21): the attention prefill settings (PrefillBuildKey.program:grid:tile_counts:cache_write[:upto])
+# timed beside SDPA's cuDNN, flash and efficient backends on the same prompts at 4k and 16k (B=1 contiguous, B=4 paged
+# 16), with a summary table of the speed vs SDPA's best (target >= 0.9). By default: the op's registered key
+# ('overlap:heads:kernel:launch:4096': the overlap program on the 'heads' grid, tile counts made by one 'kernel', the
+# caches written by the attention where the mean prompt is at most 4096 tokens, by their own launch past it), the
+# same always launching the cache write and always writing from the attention, and the 'q64' program (64 query rows a
+# program, two programs an SM). ATTNPRE_SETTINGS overrides. Then the prefill GPU tests of the settings
+# PREFILL_TEST_SETTINGS names (default: the default setting), their kernels compiled concurrently first (the carried
+# kernel archive holds the Qwen3-Next ones). The bench goes first so its numbers come back even if the tests run long.
+# ATTNPRE_TEST_S (default 240) bounds the tests. About 2.5 minutes with the carried archive.
+attnpre_default=overlap:heads:kernel:launch:4096,overlap:heads:kernel:launch,overlap:heads:kernel:attention
+attnpre_default+=,q64:heads:kernel:launch
 timeout -s INT -k 10 ${ATTNPRE_BENCH_S:-180} python3 -u backends/cuda/bench/attention_bench.py --no-decode --reps 50 \
-    --settings "${ATTNPRE_SETTINGS:-pipelined:tiles:torch:launch,overlap:heads:kernel:launch,overlap:heads:torch:attention,overlap:heads:kernel:attention,q64:heads:kernel:launch,q64:heads:kernel:attention}" \
+    --settings "${ATTNPRE_SETTINGS:-$attnpre_default}" \
     --json "$out/attnpre_bench.json" > "$out/attnpre_bench.log" 2>&1
 grep -E "FAILED|Error" "$out/attnpre_bench.log" | head -6
 # The summary, or (a setting that hung or crashed ends the bench early) what was measured before.

@@ -11,7 +11,8 @@ Prefill rows are timed with their cache write, once per setting named
 (``program:grid:tile_counts[:cache_write[:attention_writes_upto]]``, the build key's fields, the cache write
 ``launch`` when left out; e.g. ``overlap:heads:kernel:launch:4096`` writes the caches from the attention
 where the mean prompt is at most 4096 tokens; default: every combination of ``PREFILL_PROGRAMS`` x ``PREFILL_GRIDS`` x
-``PREFILL_TILE_COUNTS`` x ``PREFILL_CACHE_WRITES`` the key accepts, all compiled concurrently
+``PREFILL_TILE_COUNTS`` x ``PREFILL_CACHE_WRITES`` the key accepts and the op's registered key (its per-call bound),
+all compiled concurrently
 first); SDPA's three backends get the same prompts as a batch
 (``[B, heads, T / B, D]``, causal, GQA) and no cache write. A summary table closes the run:
 each row and setting, its time and its speed as a multiple of SDPA's best.
@@ -50,7 +51,7 @@ from tileops_cuda.kernels.attention_decode import (  # noqa: E402
     DecodeBuildKey, build_attention_decode, call_plan,
 )
 from tileops_cuda.kernels.attention_prefill import (  # noqa: E402
-    PREFILL_SETTINGS, PrefillBuildKey, build_attention_prefill,
+    PREFILL_SETTINGS, REGISTERED_ATTENTION_WRITES_UPTO, PrefillBuildKey, build_attention_prefill,
 )
 
 NQ, NKV, D = 16, 2, 256
@@ -300,6 +301,12 @@ def known_settings() -> list[str]:
     return [":".join(setting.values()) for setting in PREFILL_SETTINGS]
 
 
+def registered_setting() -> str:
+    """The setting of the key the op registers: the key's default fields and the registered per-call bound."""
+    key = PrefillBuildKey("bfloat16", NQ, NKV, D)
+    return f"{key.program}:{key.grid}:{key.tile_counts}:{key.cache_write}:{REGISTERED_ATTENTION_WRITES_UPTO}"
+
+
 def _setting_key(setting: str, paged: bool, arch: str) -> PrefillBuildKey:
     """The Qwen3-Next build key that ``program:grid:tile_counts[:cache_write[:attention_writes_upto]]`` names;
     ValueError (the key's own reason) for one it refuses."""
@@ -342,7 +349,7 @@ def main() -> None:
     if not args.no_decode:
         bench_decode(timer, copy_bw, arch, results)
     if not args.no_prefill:
-        settings = known_settings() if args.settings is None else args.settings.split(",")
+        settings = [*known_settings(), registered_setting()] if args.settings is None else args.settings.split(",")
         unknown = [s for s in settings if not _known_setting(s)]
         if unknown:
             parser.error(f"--settings: {unknown} not among {known_settings()} (a setting without its cache_write "
