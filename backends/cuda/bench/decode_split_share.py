@@ -32,7 +32,7 @@ for _p in (str(_HERE), str(_HERE.parents[0] / "tests")):
 
 from attention_bench import decode_inputs, decode_key, log, reference_error  # noqa: E402
 from attention_decode_sweep import BF16_TOLERANCE, NAMES, kv_bytes  # noqa: E402
-from cuda_bench_common import ROTATE_BYTES, time_graph  # noqa: E402
+from cuda_bench_common import ROTATE_BYTES, same_size_copy, time_graph  # noqa: E402
 
 from tileops_cuda.kernels.attention_decode import _make_run, build_attention_decode, call_plan  # noqa: E402
 
@@ -41,23 +41,13 @@ ROWS = [(1, 4096, None), (1, 8192, None), (1, 32768, None), (2, 8192, None), (4,
         (1, 4096, 16), (8, 32768, 16)]
 
 
-def _copy_graph_us(moved: int) -> float:
-    """Graph time (µs a call) of a copy moving ``moved`` bytes (half read, half written), rotated over buffers."""
-    n = max(1, min(32, -(-ROTATE_BYTES // moved)))
-    srcs = [torch.zeros(max(1, moved // 4), device="cuda", dtype=torch.bfloat16) for _ in range(n)]
-    dsts = [torch.empty_like(a) for a in srcs]
-    us = time_graph([lambda a=a, b=b: torch.mul(a, 1, out=b) for a, b in zip(srcs, dsts)])
-    del srcs, dsts
-    return us
-
-
 def bench_row(B: int, context: int, block: int | None, arch: str, dependent: bool, gen: torch.Generator) -> dict:
     key = dataclasses.replace(decode_key(block, arch), dependent_launch=dependent)
     launcher = build_attention_decode(key)
     if block is not None:
         launcher.prepare(block)
     # The same launch function with the combine stood in for by nothing: the split launch alone.
-    split_only = _make_run(key, launcher._programs, lambda kind: (lambda *args: None))
+    split_only = _make_run(key, launcher.programs, lambda kind: (lambda *args: None))
     moved = kv_bytes(B, context)
     nsets = max(1, min(32, -(-ROTATE_BYTES // moved)))
     sets = [decode_inputs(B, context, block, gen) for _ in range(nsets)]
@@ -70,7 +60,7 @@ def bench_row(B: int, context: int, block: int | None, arch: str, dependent: boo
     torch.cuda.synchronize()
     err = max(reference_error(sets[0], outs[0], 0), reference_error(sets[0], outs[0], B - 1))
     alone = [lambda s=s, o=o: split_only(*[s[n] for n in NAMES], None, o) for s, o in zip(sets, outs)]
-    whole_us, split_us, copy_us = time_graph(whole), time_graph(alone), _copy_graph_us(moved)
+    whole_us, split_us, copy_us = time_graph(whole), time_graph(alone), same_size_copy(moved)
     row = dict(B=B, context=context, block=block, dependent=dependent, combine=schedule.combine,
                block_h=schedule.block_h, splits=splits, rel_err=err, ok=err <= BF16_TOLERANCE,
                whole_us=round(whole_us, 2), split_us=round(split_us, 2), copy_us=round(copy_us, 2),

@@ -416,14 +416,16 @@ def pinned_split(capacity: int, block_n: int, splits: int) -> tuple[int, int]:
 
 class DecodeLauncher:
     """The compiled kernels of one build key and ``run``: the interface's arguments, then ``out``
-    (allocated when None); writes ``out`` and the caches in place on the current stream."""
+    (allocated when None); writes ``out`` and the caches in place on the current stream.
+    ``programs(block_size, schedule)``: the compiled split function of a layout and schedule (compiled on
+    first use; a bench that times the split launch alone builds its own run from it)."""
 
     def __init__(self, key: DecodeBuildKey, kernels: list[Any], run: Callable[..., Any],
                  programs: Callable[[int | None, DecodeSchedule], Any]) -> None:
         self.key = key
         self.kernels = kernels
         self.run = run
-        self._programs = programs
+        self.programs = programs
 
     def prepare(self, block_size: int) -> None:
         """Compile the paged split programs for ``block_size`` now (every schedule the rule can
@@ -432,7 +434,7 @@ class DecodeLauncher:
         if not self.key.paged:
             raise ValueError(f"attention decode TileLang kernel: {self.key} is contiguous; it has no block size")
         for schedule in reachable_schedules(self.key):
-            self._programs(block_size, schedule)
+            self.programs(block_size, schedule)
 
     def source(self, index: int = 0) -> str:
         """The generated CUDA source of a kernel, in the order they were compiled (the combine
