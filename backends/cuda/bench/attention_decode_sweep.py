@@ -74,21 +74,14 @@ BLOCK = 16  # the paged rows' block size (vLLM's default)
 #: The small-batch candidate (issue 21; NOTES "Attention decode at small batch"): ``par-bh16`` the light split
 #: program (16 score rows), the rule's schedule at B <= 8; ``-sl`` the same with the sliced combine;
 #: contiguous ``gather-bh16`` and ``gather`` (the 64-row program) their tiles gathered row by row (cp.async, one
-#: stage) as over paged blocks; ``-pfN`` the program asking L2 for its split's first N tiles before it reads its
-#: length (``DecodeSchedule.prefetch``, fifty-second session).
+#: stage) as over paged blocks.
 CONTIGUOUS = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
               ("par-3st", DecodeSchedule(stages=3, combine="parallel")),
               ("gather", DecodeSchedule(tiles="gather", combine="parallel")),
               ("par-bh16", DecodeSchedule(combine="parallel", block_h=16)),
               ("par-bh16-sl", DecodeSchedule(combine="sliced", block_h=16)),
               ("gather-bh16", DecodeSchedule(tiles="gather", combine="parallel", block_h=16)),
-              ("gather-bh16-sl", DecodeSchedule(tiles="gather", combine="sliced", block_h=16)),
-              ("gather-bh16-pf2", DecodeSchedule(tiles="gather", combine="parallel", block_h=16, prefetch=2)),
-              ("gather-bh16-pf4", DecodeSchedule(tiles="gather", combine="parallel", block_h=16, prefetch=4)),
-              ("gather-bh16-pf8", DecodeSchedule(tiles="gather", combine="parallel", block_h=16, prefetch=8)),
-              ("gather-bh16-sl-pf8", DecodeSchedule(tiles="gather", combine="sliced", block_h=16, prefetch=8)),
-              ("par-bh16-pf4", DecodeSchedule(combine="parallel", block_h=16, prefetch=4)),
-              ("par-pf2", DecodeSchedule(combine="parallel", prefetch=2))]
+              ("gather-bh16-sl", DecodeSchedule(tiles="gather", combine="sliced", block_h=16))]
 PAGED = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
          ("gather", DecodeSchedule(tiles="gather", combine="parallel")),
          ("gather-bh16", DecodeSchedule(tiles="gather", combine="parallel", block_h=16)),

@@ -126,7 +126,6 @@ def test_the_first_matching_rule_picks_the_schedule_else_the_measured_default():
     (dict(combine="fused"), "combine='fused'"), (dict(min_split_tiles=0), "min_split_tiles=0"),
     (dict(splits=MAX_SPLITS + 1), f"splits={MAX_SPLITS + 1}"), (dict(block_h=32), "block_h=32"),
     (dict(block_h=16, stages=3), "the light program runs 2 stages"),
-    (dict(prefetch=-1), r"prefetch=-1 must lie in \[0, 8\]"), (dict(prefetch=9), "prefetch=9"),
 ])
 def test_schedule_fields_outside_their_choices_are_refused_by_name(changes, word):
     from tileops_cuda.kernels.attention_decode import DecodeSchedule
@@ -352,24 +351,3 @@ def test_a_contiguous_key_gathers_its_tiles_as_over_paged_blocks():
     assert split_tiling(_key(), full, None) == (None, GATHERED_TILING) and page_layout(16, "gather")[1] == GATHERED_TILING
     assert (GATHERED_TILING.stages, GATHERED_TILING.resident, GATHERED_TILING.block_h) == (1, 2, 64)
     assert schedule_refusal(_key(), light) is None and schedule_refusal(_key(), full) is None
-
-
-def test_a_prefetching_schedule_keeps_its_tiling_but_for_the_prefetch_and_paged_keys_refuse_it():
-    """``prefetch`` asks L2 for a contiguous split's first tiles: the same tiling (a program of its own, keyed by
-    it) with the tile count, no prefetch where the schedule asks none, and a paged key refuses it by name (its
-    rows' addresses wait for the block table)."""
-    import dataclasses
-
-    from tileops_cuda.kernels.attention_decode import (
-        GATHERED_LIGHT_TILING, LIGHT_TILING, DecodeSchedule, schedule_refusal, split_tiling,
-    )
-
-    gathered = DecodeSchedule(tiles="gather", combine="parallel", block_h=16, prefetch=4)
-    assert split_tiling(_key(), gathered, None) == (None, dataclasses.replace(GATHERED_LIGHT_TILING, prefetch=4))
-    bulk = DecodeSchedule(combine="parallel", block_h=16, prefetch=2)
-    assert split_tiling(_key(), bulk, None)[1] == dataclasses.replace(LIGHT_TILING, prefetch=2)
-    assert GATHERED_LIGHT_TILING.prefetch == LIGHT_TILING.prefetch == 0
-    assert schedule_refusal(_key(), gathered) is None
-    paged = _key(paged=True, table_dtype="int32", schedule=gathered)
-    assert decode_refusal(paged).endswith("DecodeSchedule.prefetch=4 addresses a contiguous cache's rows (a paged "
-                                          "one's wait for their block table); drop prefetch")

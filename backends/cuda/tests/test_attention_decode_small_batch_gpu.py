@@ -31,13 +31,11 @@ _NAMES = ("query", "key", "value", "key_cache", "value_cache", "cache_seqlens", 
 #: The candidates by the sweep's names: the light program (16-token paged blocks: loaded row by row), and its tiles
 #: gathered row by row with asynchronous copies (``tiles="gather"``: over paged blocks ``light_page_layout``, on
 #: contiguous keys from their rows, fifty-first session); each beside the sliced combine (partials loaded with the
-#: log-sum-exps, a program a 64-channel slice); and the gathered light program asking L2 for its first 4 tiles
-#: before it reads its length (``prefetch``, fifty-second session: contiguous keys only, paged ones refuse it).
+#: log-sum-exps, a program a 64-channel slice).
 CANDIDATES = {"par-bh16": DecodeSchedule(combine="parallel", block_h=16),
               "gather-bh16": DecodeSchedule(tiles="gather", combine="parallel", block_h=16),
               "par-bh16-sliced": DecodeSchedule(combine="sliced", block_h=16),
-              "gather-bh16-sliced": DecodeSchedule(tiles="gather", combine="sliced", block_h=16),
-              "gather-bh16-pf4": DecodeSchedule(tiles="gather", combine="parallel", block_h=16, prefetch=4)}
+              "gather-bh16-sliced": DecodeSchedule(tiles="gather", combine="sliced", block_h=16)}
 _PARALLEL = DecodeSchedule(combine="parallel")
 
 
@@ -251,9 +249,6 @@ UNCHECKED_RUNS = {
     "contiguous-light": (None, DecodeSchedule(combine="parallel", block_h=16, splits=4)),
     "contiguous-light-sliced": (None, DecodeSchedule(combine="sliced", block_h=16, splits=4)),
     "contiguous-light-gathered": (None, DecodeSchedule(tiles="gather", combine="parallel", block_h=16, splits=4)),
-    "contiguous-light-prefetch": (None, DecodeSchedule(tiles="gather", combine="parallel", block_h=16, splits=4,
-                                                       prefetch=8)),
-    "contiguous-prefetch": (None, DecodeSchedule(combine="parallel", splits=4, prefetch=2)),
     "contiguous-serial": (None, DecodeSchedule(splits=4)),
     "contiguous-one-split": (None, DecodeSchedule(splits=1)),
     "paged16-light-gathered": (16, DecodeSchedule(tiles="gather", combine="parallel", block_h=16, splits=4)),

@@ -121,14 +121,13 @@ _SCHEDULE_CASES = ([(None, DecodeSchedule(stages=st, combine=c, splits=sp)) for 
                     for sp in (None, 4)]
                    + [(None, DecodeSchedule(tiles="gather", combine=c, splits=sp)) for c in COMBINES
                       for sp in (None, 4)]
-                   + [(None, DecodeSchedule(tiles=t, combine="parallel", splits=4, prefetch=2)) for t in TILE_READS]
                    + [(block, DecodeSchedule(tiles=t, combine=c, splits=4)) for block in (16, 48)
                       for t in TILE_READS for c in COMBINES])
 
 
 @pytest.mark.parametrize("block,schedule", _SCHEDULE_CASES,
                          ids=[f"{block or 'contiguous'}-{s.stages}st-{s.tiles}-{s.combine}-{s.splits}sp"
-                              + (f"-pf{s.prefetch}" if s.prefetch else "") for block, s in _SCHEDULE_CASES])
+                              for block, s in _SCHEDULE_CASES])
 def test_every_schedule_matches_the_reference_on_ragged_lengths(block, schedule, arch, cuda_device, gen):
     _check(decode_batch(cuda_device[0], gen, _RAGGED, block=block), None, arch, schedule)
 

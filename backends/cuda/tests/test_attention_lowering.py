@@ -161,27 +161,6 @@ def test_ptxas_fits_three_gathered_light_split_programs_an_sm_without_spills(tmp
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
 
 
-@pytest.mark.parametrize("tiles,rows", [("gather", 16), ("block", 16), ("block", 64)],
-                         ids=["light-gathered", "light-bulk", "64-row"])
-def test_a_prefetching_split_program_asks_l2_for_its_first_tiles_before_it_reads_its_length(tiles, rows):
-    """``prefetch``: the program's first statements ask L2 for its split's first tiles of both caches
-    (``prefetch.global.L2``), before the wait for the previous kernel and the length's load; without it no prefetch
-    is emitted."""
-    from lowered_source import lowered_source
-
-    key = DecodeBuildKey("bfloat16", 16, 2, 256, dependent_launch=True)
-    sources = {}
-    for prefetch in (0, 4):
-        _, tiling = split_tiling(key, DecodeSchedule(tiles=tiles, combine="parallel", block_h=rows,
-                                                     prefetch=prefetch), None)
-        sources[prefetch] = lowered_source(lambda key: decode_split_program(key, tiling, None), key)
-    asked, plain = sources[4], sources[0]
-    assert "prefetch.global.L2" in asked and "tl_prefetch_l2(" not in plain
-    first = asked.index("tl_prefetch_l2((")
-    assert asked.count("tl_prefetch_l2((") == 2  # the keys' lines, then the values'
-    assert first < asked.index("cache_seqlens[") and first < asked.index("cudaGridDependencySynchronize();")
-
-
 def test_the_contiguous_split_program_reads_no_block_table():
     assert "block_table[" not in _decode_split_source(DecodeSchedule(combine="parallel"))
 

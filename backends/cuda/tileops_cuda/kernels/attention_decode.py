@@ -76,10 +76,6 @@ LIGHT_HEAD_DIM_STEP = 32
 #: paged blocks: :data:`GATHERED_LIGHT_TILING`, :data:`GATHERED_TILING`).
 TILE_READS = ("block", "gather")
 
-#: The most tiles a split program prefetches (:attr:`DecodeSchedule.prefetch`): 8 light tiles of both caches are
-#: 256 KiB a program at the Qwen3-Next key, a few MiB of L2 a wave.
-MAX_PREFETCH_TILES = 8
-
 #: Call shapes whose plans one launcher keeps (a plan is a few small Python objects).
 MAX_PLANS = 4096
 
@@ -94,8 +90,6 @@ class DecodeSchedule:
     tiles :func:`split_plan` gives a split (fewer, longer splits: less setup and combine work).
     ``splits``: a pinned split count (a sweep's candidate), else the plan's. ``block_h``: one of
     :data:`SCORE_ROWS`; 16 is the light split program (2 stages; paged: :func:`light_page_layout`).
-    ``prefetch``: tiles of its split a contiguous split program asks L2 for before it reads its length
-    (:attr:`DecodeTiling.prefetch`; 0: none).
     """
 
     stages: int = 2
@@ -104,7 +98,6 @@ class DecodeSchedule:
     min_split_tiles: int = 1
     splits: int | None = None
     block_h: int = 64
-    prefetch: int = 0
 
     def __post_init__(self) -> None:
         if self.stages not in (2, 3):
@@ -119,8 +112,6 @@ class DecodeSchedule:
             raise ValueError(f"DecodeSchedule.splits={self.splits} must lie in [1, {MAX_SPLITS}]")
         if self.block_h not in SCORE_ROWS:
             raise ValueError(f"DecodeSchedule.block_h={self.block_h} is not one of {SCORE_ROWS}")
-        if not 0 <= self.prefetch <= MAX_PREFETCH_TILES:
-            raise ValueError(f"DecodeSchedule.prefetch={self.prefetch} must lie in [0, {MAX_PREFETCH_TILES}]")
         if self.block_h != 64 and self.stages != LIGHT_TILING.stages:
             raise ValueError(f"DecodeSchedule(block_h={self.block_h}, stages={self.stages}): the light program "
                              f"runs {LIGHT_TILING.stages} stages (3 programs an SM leave no shared memory "
@@ -171,9 +162,7 @@ class DecodeTiling:
     gathered program's single stage leaves shared memory for two); ``launch_bound``: the programs
     an SM whose registers the compiler must fit (``__launch_bounds__``; the light program's);
     ``long_resident``: programs an SM the plan fills instead where every split still owns at least
-    ``long_split_tiles`` tiles (0: never; :func:`planned_splits`); ``prefetch``: the first tiles of its split
-    a contiguous program asks L2 for (``prefetch.global.L2``) before it reads its length, whose latency its
-    first loads otherwise wait behind (0: none; the paged programs ignore it)."""
+    ``long_split_tiles`` tiles (0: never; :func:`planned_splits`)."""
 
     block_h: int = 64
     block_n: int = 64
@@ -185,7 +174,6 @@ class DecodeTiling:
     launch_bound: int = 1
     long_resident: int = 0
     long_split_tiles: int = 0
-    prefetch: int = 0
 
 
 #: The light program's tiling: 16 score rows, 32-position tiles in 2 stages (74 KiB of shared
@@ -288,10 +276,8 @@ def split_tiling(key: DecodeBuildKey, schedule: DecodeSchedule, block_size: int 
     light = schedule.block_h != default_tiling(key).block_h
     if block_size is None:
         if schedule.tiles == "gather":
-            tiling = GATHERED_LIGHT_TILING if light else GATHERED_TILING
-        else:
-            tiling = LIGHT_TILING if light else dataclasses.replace(default_tiling(key), stages=schedule.stages)
-        return None, dataclasses.replace(tiling, prefetch=schedule.prefetch) if schedule.prefetch else tiling
+            return None, GATHERED_LIGHT_TILING if light else GATHERED_TILING
+        return None, LIGHT_TILING if light else dataclasses.replace(default_tiling(key), stages=schedule.stages)
     if light:
         return light_page_layout(block_size, schedule.tiles)
     return page_layout(block_size, schedule.tiles)
@@ -327,9 +313,6 @@ def schedule_refusal(key: DecodeBuildKey, schedule: DecodeSchedule) -> str | Non
     if light and key.head_dim % LIGHT_HEAD_DIM_STEP:
         return (f"{name}: DecodeSchedule.block_h={schedule.block_h} spreads the value product's {key.head_dim} "
                 f"columns over 4 warps of 8-column mma tiles (a multiple of {LIGHT_HEAD_DIM_STEP}); pin block_h=64")
-    if schedule.prefetch and key.paged:
-        return (f"{name}: DecodeSchedule.prefetch={schedule.prefetch} addresses a contiguous cache's rows (a paged "
-                f"one's wait for their block table); drop prefetch")
     return None
 
 

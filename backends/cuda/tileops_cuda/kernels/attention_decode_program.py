@@ -86,14 +86,6 @@ COMBINE_THREADS = 256
 #: that are a multiple of it are cut into ``D / SLICE_CHANNELS`` programs a query head; others stay whole.
 SLICE_CHANNELS = 64
 
-#: A device function asking L2 for the 128-byte line holding an address (``prefetch.global.L2``: a hint; no
-#: register waits for it). The split program passes addresses inside the caches only.
-_PREFETCH_L2 = ("__device__ __forceinline__ void tl_prefetch_l2(const void* p) {\n"
-                "  asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(p));\n}\n")
-
-#: Bytes of an L2 line: the prefetch's unit.
-L2_LINE_BYTES = 128
-
 #: Splits a lane of the sliced combine holds in registers: its first loads cover ``lanes · _PREFETCH``
 #: splits (128 at 64-channel slices), issued beside the log-sum-exps.
 _PREFETCH = 8
@@ -242,31 +234,6 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                                                         h, d]),
                     T.cast(0, dt))
 
-    # Prefetch (``tiling.prefetch``, contiguous layout): a line is ``LINE_ELEMS`` channels of one row, ``ROW_LINES`` a
-    # row, ``TILE_LINES`` a tile of one cache; the program's threads take lines in turn over ``PF_ROUNDS``.
-    PF_TILES = tiling.prefetch if page is None else 0
-    ELEM = 2 if dt in ("float16", "bfloat16") else 4
-    LINE_ELEMS = min(D, L2_LINE_BYTES // ELEM)
-    ROW_LINES = -(-D // LINE_ELEMS)
-    TILE_LINES = BN * ROW_LINES
-    PF_ROUNDS = -(-PF_TILES * TILE_LINES // TH)
-
-    @T.macro
-    def prefetch_first_tiles(key_cache: Any, value_cache: Any, b: Any, h: Any, sid: Any, cache_len: Any,
-                             capacity: Any, chunk: Any):
-        """Ask L2 for the first ``PF_TILES`` tiles of split ``sid``'s keys and values (rows past the split or the
-        capacity clamped to its last row: every address lies in the cache) before the program reads its length,
-        so that the pipeline's first loads, which wait for the length, find their lines in L2 or on their way.
-        Why: a short split's life is mostly its first load's latency behind the length's (NOTES, s51d)."""
-        last = T.max(T.min(sid * chunk + chunk, capacity) - 1, 0)
-        for cache in (key_cache, value_cache):
-            for r in T.unroll(PF_ROUNDS):
-                line = r * TH + T.get_thread_binding()
-                if line < PF_TILES * TILE_LINES:
-                    row = T.min(sid * chunk + line // ROW_LINES, last)
-                    T.evaluate(T.call_extern("handle", "tl_prefetch_l2", T.address_of(
-                        cache[b * cache_len + row, h, line % ROW_LINES * LINE_ELEMS])))
-
     @T.prim_func
     def decode_split(
         query: T.Tensor((B, NQ, D), dt),
@@ -288,11 +255,6 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
             if light:
                 T.annotate_min_blocks_per_sm(tiling.launch_bound)
                 T.no_set_max_nreg()
-            if PF_TILES:
-                # Before the wait for the stream's previous kernel too: a prefetch only moves lines into L2, the
-                # point of coherence, so it cannot read ahead of that kernel's writes (none of which it needs).
-                T.import_source(_PREFETCH_L2)
-                prefetch_first_tiles(key_cache, value_cache, b, h, sid, cache_len, capacity, chunk)
             dependent_launch(DEPENDENT)
             q_s = T.alloc_shared((BH, D), dt)
             k_s = T.alloc_shared((BN, D), dt)
