@@ -65,7 +65,7 @@ from decode_cases import decode_batch, decode_reference, poison_unread  # noqa: 
 
 from tileops_cuda.kernels._common import compile_many  # noqa: E402
 from tileops_cuda.kernels.attention_decode import (  # noqa: E402
-    DecodeSchedule, build_attention_decode, planned_splits, split_tiling,
+    MAX_SPLITS, DecodeSchedule, build_attention_decode, planned_splits, split_tiling,
 )
 
 BLOCK = 16  # the paged rows' block size (vLLM's default)
@@ -172,12 +172,17 @@ def check_all(results: dict, names: set[str]) -> set[str]:
     return passed
 
 
-def split_options(B: int, capacity: int, block_n: int, slots: int) -> list[int | None]:
+def split_options(B: int, capacity: int, block_n: int, slots: int, sms: int = 0, most: int = 1) -> list[int | None]:
     """The plan (None) and pinned split counts from about 1/8 of a wave to 2 waves of programs
-    (``slots``: programs the plan fills, multiprocessors times the tiling's ``resident``)."""
+    (``slots``: programs the plan fills, multiprocessors times the tiling's ``resident``), then the counts that
+    fill one wave at 1 to ``most`` programs an SM (``sms`` multiprocessors; the light tiling's launch bounds
+    allow 3, its plan fills at most 2: whether a third program an SM, more loads in flight, pays on a card
+    with more bandwidth)."""
     tiles = -(-capacity // block_n)
     units = B * NKV
     pinned = [s for s in (1, 2, 4, 8, 16, 32, 64, 128, 256) if s <= tiles and slots // 8 <= units * s <= 2 * slots]
+    waves = [k * sms // units for k in range(1, most + 1) if sms]
+    pinned += [s for s in waves if 1 <= s <= min(tiles, MAX_SPLITS) and s not in pinned]
     return [None, *pinned]
 
 
@@ -212,7 +217,8 @@ def bench_row(B: int, context: int, paged: bool, timer: Timer, copy_bw: float, a
         tiling = split_tiling(decode_key(block, arch), schedule, block)[1]
         block_n = tiling.block_n
         planned = planned_splits(B, NKV, capacity, tiling, sms, schedule.min_split_tiles)[0]
-        options = [None] if index == 0 else split_options(B, capacity, block_n, sms * tiling.resident)
+        options = [None] if index == 0 else split_options(B, capacity, block_n, sms * tiling.resident, sms,
+                                                          max(tiling.resident, tiling.launch_bound))
         for pinned in options:
             if pinned == planned:
                 continue  # the plan's own count, measured as "plan"
