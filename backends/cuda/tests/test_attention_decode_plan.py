@@ -351,3 +351,44 @@ def test_a_contiguous_key_gathers_its_tiles_as_over_paged_blocks():
     assert split_tiling(_key(), full, None) == (None, GATHERED_TILING) and page_layout(16, "gather")[1] == GATHERED_TILING
     assert (GATHERED_TILING.stages, GATHERED_TILING.resident, GATHERED_TILING.block_h) == (1, 2, 64)
     assert schedule_refusal(_key(), light) is None and schedule_refusal(_key(), full) is None
+
+
+def test_the_tail_merge_is_the_gathered_light_program_on_a_contiguous_key_and_others_refuse_it_by_name():
+    """``combine="tail"``: the gathered light tiling with ``tail`` set (a program of its own); the bulk copies, the
+    64-row program and a paged key refuse it, naming what to pin."""
+    import dataclasses
+
+    from tileops_cuda.kernels.attention_decode import (
+        GATHERED_LIGHT_TILING, DecodeSchedule, schedule_refusal, split_tiling,
+    )
+
+    tail = DecodeSchedule(tiles="gather", combine="tail", block_h=16)
+    assert split_tiling(_key(), tail, None) == (None, dataclasses.replace(GATHERED_LIGHT_TILING, tail=True))
+    assert schedule_refusal(_key(), tail) is None
+    fix = ("merges in the gathered light program on a contiguous cache (its counters take the block table's "
+           "place); pin tiles='gather', block_h=16 on a contiguous key, or another combine")
+    for schedule in (DecodeSchedule(combine="tail", block_h=16), DecodeSchedule(tiles="gather", combine="tail")):
+        assert schedule_refusal(_key(), schedule).endswith(fix)
+    assert decode_refusal(_key(paged=True, table_dtype="int32", schedule=tail)).endswith(fix)
+
+
+@pytest.mark.parametrize("batch,capacity,planned,splits", [
+    (1, 4096, 64, 64),     # the plan fits: 128 programs
+    (1, 32768, 128, 128),  # 128 splits: one thread a split's log-sum-exp at 128 threads
+    (2, 8192, 29, 29),
+    (64, 4096, 2, 2),      # 256 programs of 396 places
+    (100, 8192, 5, 1),     # 1000 programs would not all be on the SMs at once: one split writes the output itself
+])
+def test_a_tail_merging_plan_keeps_its_grid_on_the_multiprocessors_at_once(batch, capacity, planned, splits):
+    """A merger waits for the other programs of its group, so a tail-merging grid is never larger than the programs
+    the SMs hold at once (3 light programs an SM) and never more splits than a merger's threads; a plan inside those
+    bounds is the light plan's."""
+    from tileops_cuda.kernels.attention_decode import (
+        GATHERED_LIGHT_TILING, DecodeSchedule, call_plan, planned_splits, tail_splits,
+    )
+
+    tail = DecodeSchedule(tiles="gather", combine="tail", block_h=16)
+    assert planned_splits(batch, 2, capacity, GATHERED_LIGHT_TILING, H200_SMS)[0] == planned
+    got = call_plan(_key(schedule=tail), batch, None, capacity, lambda: H200_SMS)[2]
+    assert got == splits == tail_splits(planned, batch, 2, GATHERED_LIGHT_TILING, H200_SMS)
+    assert batch * 2 * got <= 3 * H200_SMS or got == 1
