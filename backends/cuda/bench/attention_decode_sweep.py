@@ -74,16 +74,14 @@ BLOCK = 16  # the paged rows' block size (vLLM's default)
 #: The small-batch candidate (issue 21; NOTES "Attention decode at small batch"): ``par-bh16`` the light split
 #: program (16 score rows), the rule's schedule at B <= 8; ``-sl`` the same with the sliced combine;
 #: contiguous ``gather-bh16`` and ``gather`` (the 64-row program) their tiles gathered row by row (cp.async, one
-#: stage) as over paged blocks; ``gather-bh16-tail`` the gathered light program merging its splits in its own
-#: launch (the last programs of a group, once all have arrived: ``combine="tail"``, fifty-second session).
+#: stage) as over paged blocks.
 CONTIGUOUS = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
               ("par-3st", DecodeSchedule(stages=3, combine="parallel")),
               ("gather", DecodeSchedule(tiles="gather", combine="parallel")),
               ("par-bh16", DecodeSchedule(combine="parallel", block_h=16)),
               ("par-bh16-sl", DecodeSchedule(combine="sliced", block_h=16)),
               ("gather-bh16", DecodeSchedule(tiles="gather", combine="parallel", block_h=16)),
-              ("gather-bh16-sl", DecodeSchedule(tiles="gather", combine="sliced", block_h=16)),
-              ("gather-bh16-tail", DecodeSchedule(tiles="gather", combine="tail", block_h=16))]
+              ("gather-bh16-sl", DecodeSchedule(tiles="gather", combine="sliced", block_h=16))]
 PAGED = [("serial", DecodeSchedule()), ("par", DecodeSchedule(combine="parallel")),
          ("gather", DecodeSchedule(tiles="gather", combine="parallel")),
          ("gather-bh16", DecodeSchedule(tiles="gather", combine="parallel", block_h=16)),

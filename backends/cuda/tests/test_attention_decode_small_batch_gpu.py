@@ -31,13 +31,11 @@ _NAMES = ("query", "key", "value", "key_cache", "value_cache", "cache_seqlens", 
 #: The candidates by the sweep's names: the light program (16-token paged blocks: loaded row by row), and its tiles
 #: gathered row by row with asynchronous copies (``tiles="gather"``: over paged blocks ``light_page_layout``, on
 #: contiguous keys from their rows, fifty-first session); each beside the sliced combine (partials loaded with the
-#: log-sum-exps, a program a 64-channel slice), and the gathered program merging its splits in its own launch (``tail``:
-#: the last programs of a group merge once all have arrived; fifty-second session).
+#: log-sum-exps, a program a 64-channel slice).
 CANDIDATES = {"par-bh16": DecodeSchedule(combine="parallel", block_h=16),
               "gather-bh16": DecodeSchedule(tiles="gather", combine="parallel", block_h=16),
               "par-bh16-sliced": DecodeSchedule(combine="sliced", block_h=16),
-              "gather-bh16-sliced": DecodeSchedule(tiles="gather", combine="sliced", block_h=16),
-              "gather-bh16-tail": DecodeSchedule(tiles="gather", combine="tail", block_h=16)}
+              "gather-bh16-sliced": DecodeSchedule(tiles="gather", combine="sliced", block_h=16)}
 _PARALLEL = DecodeSchedule(combine="parallel")
 
 
@@ -171,13 +169,10 @@ def test_an_empty_batch_launches_nothing_and_returns_out(name, arch, cuda_device
 
 # The rule's light-program calls: one sequence (splits one program an SM), eight (8-tile splits, two an SM), and
 # eight over 16-token blocks (tiles gathered, two an SM); paged lengths stay inside their last block for six steps.
-# Then the tail merge pinned (its counters reused step after step and replay after replay, zeroed by each launch).
 DEFAULT_SCHEDULE_STEPS = {
-    "b1": ([3000], None, None),
-    "b8-long-splits": ([4000, 3500, 100, 1601, 2048, 17, 4080, 3199], None, None),
-    "paged-b8-long-splits": ([4000, 3504, 96, 1600, 2048, 16, 4064, 3200], 16, None),
-    "b2-tail": ([3000, 1500], None, CANDIDATES["gather-bh16-tail"]),
-    "b3-tail-padding": ([3000, -1, 40], None, CANDIDATES["gather-bh16-tail"]),
+    "b1": ([3000], None),
+    "b8-long-splits": ([4000, 3500, 100, 1601, 2048, 17, 4080, 3199], None),
+    "paged-b8-long-splits": ([4000, 3504, 96, 1600, 2048, 16, 4064, 3200], 16),
 }
 
 
@@ -192,11 +187,10 @@ def test_the_default_schedule_at_small_batch_chains_decode_steps_on_one_cache_in
 
     from tileops_cuda.kernels.attention_decode import call_plan
 
-    lengths, block, pinned = DEFAULT_SCHEDULE_STEPS[case]
+    lengths, block = DEFAULT_SCHEDULE_STEPS[case]
     first = decode_batch(cuda_device[0], gen, lengths, block=block, capacity=4096)
     poison_unread(first)
-    key = dataclasses.replace(build_key_of(DecodeBuildKey, first, "cache_seqlens", "block_table", arch),
-                              schedule=pinned)
+    key = build_key_of(DecodeBuildKey, first, "cache_seqlens", "block_table", arch)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     schedule, tiling, _, chunk = call_plan(key, len(lengths), block, 4096, lambda: sms)
     assert schedule.block_h == 16 and (chunk >= 8 * tiling.block_n) == (len(lengths) == 8)
@@ -242,27 +236,6 @@ def test_the_default_schedule_at_small_batch_chains_decode_steps_on_one_cache_in
     assert_replays_like_eager(lambda: chain(caches, outs), reset, check)
 
 
-def test_the_tail_merge_on_two_streams_at_once_counts_in_each_streams_own_counters(arch, cuda_device, gen):
-    """The tail merge's counters are a stream's: one call shape launched on two streams with no order between
-    them (each call repeated, so their launches overlap) gives each stream the output it gets alone, bit for bit."""
-    import torch
-
-    schedule = CANDIDATES["gather-bh16-tail"]
-    batches = [decode_batch(cuda_device[0], gen, [3000, 1500], capacity=4096) for _ in range(2)]
-    run = build_attention_decode(_pinned_key(batches[0], arch, schedule)).run
-    alone = [_run(inputs, arch, schedule) for inputs in batches]
-    streams = [torch.cuda.Stream() for _ in batches]
-    outs = [torch.full_like(inputs["query"], float("nan")) for inputs in batches]
-    caches = [{n: inputs[n].clone() for n in ("key_cache", "value_cache")} for inputs in batches]
-    torch.cuda.synchronize()
-    for _ in range(20):
-        for stream, inputs, cache, out in zip(streams, batches, caches, outs):
-            with torch.cuda.stream(stream):
-                run(*[cache.get(n, inputs[n]) for n in _NAMES], None, out)
-    torch.cuda.synchronize()
-    assert all(torch.equal(out, want) for out, want in zip(outs, alone))
-
-
 # -- Unchecked metadata (the launcher is called directly, as with contents checks off) ---------------
 # A length at or past the capacity is padding: nothing written, zeros out; through a block-table entry
 # outside [0, N) nothing is read or written (that sequence's output is unspecified). Either way every other
@@ -276,7 +249,6 @@ UNCHECKED_RUNS = {
     "contiguous-light": (None, DecodeSchedule(combine="parallel", block_h=16, splits=4)),
     "contiguous-light-sliced": (None, DecodeSchedule(combine="sliced", block_h=16, splits=4)),
     "contiguous-light-gathered": (None, DecodeSchedule(tiles="gather", combine="parallel", block_h=16, splits=4)),
-    "contiguous-light-tail": (None, DecodeSchedule(tiles="gather", combine="tail", block_h=16, splits=4)),
     "contiguous-serial": (None, DecodeSchedule(splits=4)),
     "contiguous-one-split": (None, DecodeSchedule(splits=1)),
     "paged16-light-gathered": (16, DecodeSchedule(tiles="gather", combine="parallel", block_h=16, splits=4)),

@@ -116,22 +116,18 @@ def test_ragged_lengths_tile_edges_and_padding_rows_across_splits(block, arch, c
 
 #: Every schedule the rule can pick, on the layouts it changes: the contiguous pipeline's depths and its
 #: tiles gathered, paged tiles by block or gathered (16-token blocks, and 48, which no 64-position tile divides),
-#: each with every combine launch; a pinned split count runs the combine on this short batch too. Then the
-#: gathered light program merging in its own launch (``tail``, contiguous only).
-_LAUNCHED = [c for c in COMBINES if c != "tail"]
-_SCHEDULE_CASES = ([(None, DecodeSchedule(stages=st, combine=c, splits=sp)) for st in (2, 3) for c in _LAUNCHED
+#: each with either combine; a pinned split count runs the combine on this short batch too.
+_SCHEDULE_CASES = ([(None, DecodeSchedule(stages=st, combine=c, splits=sp)) for st in (2, 3) for c in COMBINES
                     for sp in (None, 4)]
-                   + [(None, DecodeSchedule(tiles="gather", combine=c, splits=sp)) for c in _LAUNCHED
+                   + [(None, DecodeSchedule(tiles="gather", combine=c, splits=sp)) for c in COMBINES
                       for sp in (None, 4)]
                    + [(block, DecodeSchedule(tiles=t, combine=c, splits=4)) for block in (16, 48)
-                      for t in TILE_READS for c in _LAUNCHED]
-                   + [(None, DecodeSchedule(tiles="gather", combine="tail", block_h=16, splits=sp))
-                      for sp in (None, 2, 4)])
+                      for t in TILE_READS for c in COMBINES])
 
 
 @pytest.mark.parametrize("block,schedule", _SCHEDULE_CASES,
                          ids=[f"{block or 'contiguous'}-{s.stages}st-{s.tiles}-{s.combine}-{s.splits}sp"
-                              + ("-bh16" if s.block_h == 16 else "") for block, s in _SCHEDULE_CASES])
+                              for block, s in _SCHEDULE_CASES])
 def test_every_schedule_matches_the_reference_on_ragged_lengths(block, schedule, arch, cuda_device, gen):
     _check(decode_batch(cuda_device[0], gen, _RAGGED, block=block), None, arch, schedule)
 

@@ -161,32 +161,6 @@ def test_ptxas_fits_three_gathered_light_split_programs_an_sm_without_spills(tmp
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
 
 
-def _tail_source() -> str:
-    from lowered_source import lowered_source
-
-    key = DecodeBuildKey("bfloat16", 16, 2, 256, dependent_launch=True)
-    _, tiling = split_tiling(key, DecodeSchedule(tiles="gather", combine="tail", block_h=16), None)
-    return lowered_source(lambda key: decode_split_program(key, tiling, None), key)
-
-
-def test_a_tail_merging_split_program_arrives_after_its_partials_and_its_last_programs_merge():
-    """``combine="tail"``: after its partial's stores every program fences them and arrives on its group's counter
-    (the block table's place), the last ones wait for the count, merge from the partials and the log-sum-exps into
-    ``out``, and the last merger zeroes the counters; the program without it has none of that."""
-    source = _tail_source()
-    stores, arrive = source.index("*(float2*)(o_part + "), source.index("tl_arrive((&(block_table[")
-    assert stores < source.index("tl_fence_gpu();", stores) < arrive < source.index("tl_wait_count((&(block_table[")
-    body = source[arrive:]
-    assert "lse_part[" in body and "*(uint2*)(out + " in body and "*(float4*)(o_part + " in body
-    assert body.count("] = 0;") >= 2  # the last merger's reset of both counters
-    assert "tl_arrive" not in _decode_split_source(DecodeSchedule(tiles="gather", combine="parallel", block_h=16))
-
-
-def test_ptxas_fits_three_tail_merging_light_split_programs_an_sm_without_spills(tmp_path):
-    report = _ptxas_report(_tail_source(), tmp_path)
-    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
-
-
 def test_the_contiguous_split_program_reads_no_block_table():
     assert "block_table[" not in _decode_split_source(DecodeSchedule(combine="parallel"))
 

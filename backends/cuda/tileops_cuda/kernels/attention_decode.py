@@ -40,7 +40,6 @@ __all__ = ["COMBINES", "DecodeBuildKey", "DecodeLauncher", "DecodeSchedule", "De
            "GATHERED_TILING", "LIGHT_TILING", "TILE_READS",
            "SCHEDULE_RULES", "SCORE_ROWS", "ScheduleRule", "build_attention_decode", "decode_refusal", "default_tiling",
            "call_plan", "page_layout", "planned_splits", "schedule_for", "schedule_refusal", "split_plan",
-           "tail_splits",
            "split_tiling"]
 
 #: The most splits one sequence's context is cut into (bounds the partials and the combine loop).
@@ -56,13 +55,8 @@ assert MAX_SPLITS <= COMBINE_THREADS  # the parallel combine gives each split on
 #: only the 32k B=1 rows, by 3-7%, and lost the others by up to 15%, on the H200 and on an H100, so
 #: :data:`SCHEDULE_RULES` gives it one sequence past 16k positions). (A combine folded into the split launch, its
 #: last program of a head merging, was measured 50-100x slower on the H200 and deleted: NOTES.md
-#: "Attention decode at small batch".) ``tail``: no second launch; the split launch's last programs of each
-#: (sequence, key/value head) merge its splits, a 64-channel slice of a query head at a time as the sliced combine
-#: does, once all have arrived (a device-scope counter a group, ``block_table``'s place in the contiguous layout):
-#: the gathered light program on contiguous keys, its grid planned within the programs the SMs hold at once
-#: (:func:`tail_splits`). The fifteenth session's fold had one thread merge its elements over all splits, a chain
-#: of dependent loads (about 12 us at 64 splits); here a merger's loads are the sliced combine's, one round trip.
-COMBINES = ("serial", "parallel", "sliced", "tail")
+#: "Attention decode at small batch".)
+COMBINES = ("serial", "parallel", "sliced")
 
 #: Score rows of a split program: 64 (one wgmma tile, the group's query heads zero-padded) or 16
 #: (the light program, one mma tile: for groups of at most 16 query heads).
@@ -168,8 +162,7 @@ class DecodeTiling:
     gathered program's single stage leaves shared memory for two); ``launch_bound``: the programs
     an SM whose registers the compiler must fit (``__launch_bounds__``; the light program's);
     ``long_resident``: programs an SM the plan fills instead where every split still owns at least
-    ``long_split_tiles`` tiles (0: never; :func:`planned_splits`); ``tail``: the program merges its group's
-    splits itself (``combine="tail"``, :data:`COMBINES`)."""
+    ``long_split_tiles`` tiles (0: never; :func:`planned_splits`)."""
 
     block_h: int = 64
     block_n: int = 64
@@ -181,7 +174,6 @@ class DecodeTiling:
     launch_bound: int = 1
     long_resident: int = 0
     long_split_tiles: int = 0
-    tail: bool = False
 
 
 #: The light program's tiling: 16 score rows, 32-position tiles in 2 stages (74 KiB of shared
@@ -284,8 +276,6 @@ def split_tiling(key: DecodeBuildKey, schedule: DecodeSchedule, block_size: int 
     light = schedule.block_h != default_tiling(key).block_h
     if block_size is None:
         if schedule.tiles == "gather":
-            if schedule.combine == "tail":
-                return None, dataclasses.replace(GATHERED_LIGHT_TILING, tail=True)
             return None, GATHERED_LIGHT_TILING if light else GATHERED_TILING
         return None, LIGHT_TILING if light else dataclasses.replace(default_tiling(key), stages=schedule.stages)
     if light:
@@ -323,10 +313,6 @@ def schedule_refusal(key: DecodeBuildKey, schedule: DecodeSchedule) -> str | Non
     if light and key.head_dim % LIGHT_HEAD_DIM_STEP:
         return (f"{name}: DecodeSchedule.block_h={schedule.block_h} spreads the value product's {key.head_dim} "
                 f"columns over 4 warps of 8-column mma tiles (a multiple of {LIGHT_HEAD_DIM_STEP}); pin block_h=64")
-    if schedule.combine == "tail" and (key.paged or schedule.tiles != "gather" or not light):
-        return (f"{name}: DecodeSchedule(combine='tail') merges in the gathered light program on a contiguous "
-                f"cache (its counters take the block table's place); pin tiles='gather', block_h=16 on a "
-                f"contiguous key, or another combine")
     return None
 
 
@@ -405,14 +391,6 @@ def planned_splits(batch: int, kv_heads: int, capacity: int, tiling: DecodeTilin
     return split_plan(batch, kv_heads, capacity, tiling.block_n, sms * tiling.resident, min_split_tiles)
 
 
-def tail_splits(splits: int, batch: int, kv_heads: int, tiling: DecodeTiling, sms: int) -> int:
-    """The splits a tail-merging call (``tiling.tail``) runs: at most ``splits``, at most the program's threads (a
-    merger gives each split's log-sum-exp one thread), and few enough that every program of the grid is on an SM
-    at once (``tiling.launch_bound`` an SM): a merger waits for its group's other programs, which must not need
-    its place. At least 1 (one split writes the output itself: no merge)."""
-    return max(1, min(splits, tiling.threads, sms * tiling.launch_bound // max(1, batch * kv_heads)))
-
-
 def call_plan(key: DecodeBuildKey, batch: int, block_size: int | None, capacity: int,
               sms: Callable[[], int]) -> tuple[DecodeSchedule, DecodeTiling, int, int]:
     """``(schedule, split tiling, splits, chunk)`` of a call of ``batch`` sequences over ``capacity``
@@ -425,10 +403,6 @@ def call_plan(key: DecodeBuildKey, batch: int, block_size: int | None, capacity:
         splits, chunk = pinned_split(capacity, tiling.block_n, schedule.splits)
     else:
         splits, chunk = planned_splits(batch, key.num_kv_heads, capacity, tiling, sms(), schedule.min_split_tiles)
-    if tiling.tail:
-        asked = tail_splits(splits, batch, key.num_kv_heads, tiling, sms())
-        if asked < splits:
-            splits, chunk = pinned_split(capacity, tiling.block_n, asked)
     return schedule, tiling, splits, chunk
 
 
@@ -468,14 +442,13 @@ class DecodeLauncher:
         return self.kernels[index].get_kernel_source()
 
 
-#: What one call shape runs: the split function, the combine function (None: the split launch merges), splits,
-#: chunk, and the
+#: What one call shape runs: the split function, the combine function, splits, chunk, and the
 #: allocators of its two partial workspaces (``[splits, B, NQ, D]``, ``[splits, B, NQ]`` float32).
-_Plan = tuple[Callable[..., Any], Callable[..., Any] | None, int, int, Callable[[], Any], Callable[[], Any]]
+_Plan = tuple[Callable[..., Any], Callable[..., Any], int, int, Callable[[], Any], Callable[[], Any]]
 
 
 def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedule], Callable[..., Any]],
-              combines: Callable[[str], Callable[..., Any] | None]) -> Callable[..., Any]:
+              combines: Callable[[str], Callable[..., Any]]) -> Callable[..., Any]:
     """The launch function. ``programs(block_size, schedule)`` returns the compiled split
     function for a layout (None: contiguous) and schedule, ``combines(kind)`` a combine function;
     both compile on first use. A call shape's plan (schedule, programs, splits) is made once and
@@ -487,7 +460,6 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
     D, NQ, NKV = key.head_dim, key.num_q_heads, key.num_kv_heads
     sms: dict[Any, int] = {}
     dummies: dict[Any, Any] = {}
-    counters: dict[tuple[Any, int], Any] = {}
     plans: dict[tuple[Any, ...], _Plan] = {}
 
     def multiprocessors(device: Any) -> int:
@@ -500,16 +472,6 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         t = dummies.get(device)
         if t is None:
             t = dummies[device] = torch.zeros((1, 1), dtype=torch.int32, device=device)
-        return t
-
-    def tail_counters(device: Any, groups: int) -> Any:
-        """The tail merge's counters (``[groups, 2]`` int32, zero between launches: the last merger of a group
-        zeroes its pair) for the current stream: launches on one stream never overlap their memory accesses,
-        launches on two may, so each stream (a graph capture's too) has its own."""
-        stream = torch.cuda.current_stream(device).cuda_stream
-        t = counters.get((device, stream))
-        if t is None or t.shape[0] < groups:
-            t = counters[(device, stream)] = torch.zeros((groups, 2), dtype=torch.int32, device=device)
         return t
 
     def plan(B: int, block_size: int | None, capacity: int, device: Any) -> _Plan:
@@ -543,10 +505,7 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         vc = FlatCache("attention decode TileLang kernel", value_cache, NKV, D)
         o_part = o_alloc()
         lse_part = lse_alloc()
-        if block_table is not None:
-            table = block_table.contiguous()
-        else:
-            table = dummy_table(dev) if combine_fn is not None or splits == 1 else tail_counters(dev, B * NKV)
+        table = dummy_table(dev) if block_table is None else block_table.contiguous()
         scale_log2 = (D ** -0.5 if scale is None else float(scale)) * LOG2E
         seqlens = cache_seqlens.contiguous()
         # The new rows are read in 16-byte vectors: packed and 16-byte aligned (the metadata: any contiguous start).
@@ -555,7 +514,7 @@ def _make_run(key: DecodeBuildKey, programs: Callable[[int | None, DecodeSchedul
         # The capacity bounds the lengths in the programs (unchecked metadata: one at or past it is padding).
         split_fn(query, key, value, kc.flat, vc.flat, seqlens, table, o_part,
                  lse_part, out, L, capacity, chunk, scale_log2)
-        if splits > 1 and combine_fn is not None:  # (the tail merge ran in the split launch)
+        if splits > 1:
             combine_fn(o_part, lse_part, seqlens, out, capacity, chunk)
         kc.write_back()
         vc.write_back()
@@ -590,10 +549,8 @@ def build_attention_decode(key: DecodeBuildKey) -> DecodeLauncher:
                 kernels.append(kernel)
             return fn
 
-        def combines(kind: str) -> Callable[..., Any] | None:
+        def combines(kind: str) -> Callable[..., Any]:
             identity = ("attention_decode_combine", base, kind)
-            if kind == "tail":
-                return None  # merged in the split launch
             if kind == "parallel":
                 return compiled(identity, lambda: decode_parallel_combine_program(base))
             if kind == "sliced":

@@ -27,13 +27,6 @@ split's normalised float32 partial output and its log2-sum-exp, and the combine 
 program per (query head, sequence)) merges the ``n // chunk + 1`` active splits and rounds
 once; padding sequences get zeros there.
 
-Tail merge (``DecodeTiling.tail``, ``combine="tail"``, the gathered light program on a contiguous cache): no
-combine launch. After its partial's stores every program of a (sequence, key/value head) arrives on the group's
-counter (``block_table``'s place: ``[B · NKV, 2]`` int32, zero between launches); the last ``min(S, G · D / 64)``
-to arrive each merge (query head, 64-channel slice) pairs as the sliced combine does, once the count reaches
-``S``, and the last to finish zeroes the counters. The launcher keeps such a grid within the programs the SMs hold
-at once, so a merger's wait never holds the place of a program it waits for.
-
 Light program (``DecodeTiling.block_h`` 16, issue 21): at B=1 the 64-row program pads the 8
 query heads of a group 8x and holds one program an SM (240 registers, 12.5% occupancy, issue
 slots 6% busy: latency-bound). Sixteen score rows are one mma tile (wgmma needs 64), the
@@ -92,21 +85,6 @@ COMBINE_THREADS = 256
 #: Channels of a row a sliced-combine program merges (:func:`decode_sliced_combine_program`): head sizes
 #: that are a multiple of it are cut into ``D / SLICE_CHANNELS`` programs a query head; others stay whole.
 SLICE_CHANNELS = 64
-
-#: The device functions of the tail merge (:func:`decode_split_program` with ``combine="tail"``): a device-scope
-#: fence, an acquire-release arrival on a counter returning the count before it, and a wait (acquire loads) for a
-#: counter to reach a value.
-_TAIL_SYNC = (
-    "__device__ __forceinline__ void tl_fence_gpu() { __threadfence(); }\n"
-    "__device__ __forceinline__ int tl_arrive(int* c) {\n"
-    "  int old;\n"
-    "  asm volatile(\"atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\" : \"=r\"(old) : \"l\"(c) : \"memory\");\n"
-    "  return old;\n}\n"
-    "__device__ __forceinline__ void tl_wait_count(int* c, int n) {\n"
-    "  int v;\n"
-    "  do {\n"
-    "    asm volatile(\"ld.acquire.gpu.global.s32 %0, [%1];\" : \"=r\"(v) : \"l\"(c) : \"memory\");\n"
-    "  } while (v < n);\n}\n")
 
 #: Splits a lane of the sliced combine holds in registers: its first loads cover ``lanes · _PREFETCH``
 #: splits (128 at 64-channel slices), issued beside the log-sum-exps.
@@ -256,50 +234,6 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                                                         h, d]),
                     T.cast(0, dt))
 
-    # The tail merge (``tiling.tail``, contiguous): the last programs of a (sequence, key/value head) merge its
-    # splits, a 64-channel slice of one query head at a time, as the sliced combine does (its layout at TH threads).
-    TAIL = tiling.tail and page is None
-    DC = SLICE_CHANNELS if D % SLICE_CHANNELS == 0 else D
-    DS = D // DC
-    CH = DC // 4
-    LANES = TH // CH
-    U, VEC = _PREFETCH, 4
-    PAIRS = G * DS  # (query head, slice) pairs of a group
-    if TAIL:
-        split_weights = split_weights_macro(TH)
-        lane_sums_out = lane_sums_macro(LANES, CH, dt)
-
-    @T.macro
-    def merge_pair(o_part: Any, lse_part: Any, out: Any, b: Any, q: Any, ds: Any, active: Any, S: Any, tid: Any,
-                   w_s: Any, warp_s: Any, sum_s: Any, part: Any, acc: Any):
-        """Query head ``q``'s slice ``ds`` of sequence ``b`` from its ``active`` splits' partials: the sliced combine's
-        body (``decode_sliced_combine_program``) at this program's ``TH`` threads."""
-        last = T.max(active - 1, 0)
-        lane = tid // CH
-        c = ds * DC + (tid % CH) * VEC
-        for u in T.unroll(U):
-            for v in T.vectorized(VEC):
-                part[u * VEC + v] = o_part[T.min(u * LANES + lane, last), b, q, c + v]
-        split_weights(T.if_then_else(tid < active, lse_part[T.min(tid, S - 1), b, q], NEG), active, tid, warp_s,
-                      w_s)
-        for v in T.vectorized(VEC):
-            acc[v] = T.float32(0)
-        if lane < LANES:
-            for r in T.serial(T.ceildiv(active, LANES * U)):
-                if r > 0:
-                    for u in T.unroll(U):
-                        for v in T.vectorized(VEC):
-                            part[u * VEC + v] = o_part[T.min(r * LANES * U + u * LANES + lane, last), b, q, c + v]
-                for u in T.unroll(U):
-                    for v in T.unroll(VEC):
-                        acc[v] = acc[v] + T.if_then_else(
-                            r * LANES * U + u * LANES + lane < active,
-                            w_s[T.min(r * LANES * U + u * LANES + lane, TH - 1)] * part[u * VEC + v], T.float32(0))
-            for v in T.vectorized(VEC):
-                sum_s[lane, (tid % CH) * VEC + v] = acc[v]
-        lane_sums_out(sum_s, acc, tid, out, b, q, ds * DC)
-        T.sync_threads()  # sum_s and w_s are reused by the next pair
-
     @T.prim_func
     def decode_split(
         query: T.Tensor((B, NQ, D), dt),
@@ -336,15 +270,6 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
             row_sum = T.alloc_fragment((BH,), f32)
             l_sum = T.alloc_fragment((BH,), f32)
             blocks = T.alloc_var(i32)  # the row-by-row program's pool blocks (pool_blocks)
-            if TAIL:
-                T.import_source(_TAIL_SYNC)
-                ticket_s = T.alloc_shared((1,), i32)
-                w_s = T.alloc_shared((TH,), f32)
-                warp_s = T.alloc_shared((2, TH // 32), f32)
-                sum_s = T.alloc_shared((LANES, DC), f32)
-                part = T.alloc_local((U * VEC,), f32)
-                acc = T.alloc_local((VEC,), f32)
-                rank = T.alloc_var(i32)
 
             # The queries first: their loads do not wait for the length's (the write below
             # branches on it), so both latencies overlap before the pipeline starts.
@@ -409,37 +334,6 @@ def decode_split_program(key: "DecodeBuildKey", tiling: "DecodeTiling", page: in
                 for i, d in T.Parallel(BH, D):
                     if i < G:
                         o_part[sid, b, h * G + i, d] = acc_o[i, d] * l_sum[i]
-            if TAIL and S > 1:
-                # Every program of the group arrives (counters[g, 0]) once its partial is out (each thread's stores
-                # fenced at device scope before the barrier, the arrival acquire-release); the last min(S, PAIRS)
-                # to arrive merge the group's (query head, slice) pairs in turn once all S have (the last needs no
-                # wait). The plan keeps a tail-merging grid within the programs the SMs hold at once, so a waiting
-                # program never holds the place of one it waits for. The last merger to finish zeroes both counters
-                # for the next launch (kernels on one stream do not overlap their memory accesses).
-                g = b * NKV + h
-                tid = T.get_thread_binding()
-                T.evaluate(T.call_extern("handle", "tl_fence_gpu"))
-                T.sync_threads()
-                if tid == 0:
-                    ticket_s[0] = T.call_extern(i32, "tl_arrive", T.access_ptr(block_table[g, 0], "rw"))
-                T.sync_threads()
-                rank = ticket_s[0] - (S - T.min(S, PAIRS))
-                if rank >= 0:
-                    if tid == 0 and rank < T.min(S, PAIRS) - 1:
-                        T.evaluate(T.call_extern("handle", "tl_wait_count", T.access_ptr(block_table[g, 0], "rw"), S))
-                    T.sync_threads()
-                    for p in T.serial(T.ceildiv(PAIRS - rank, T.min(S, PAIRS))):
-                        merge_pair(o_part, lse_part, out, b, h * G + (rank + p * T.min(S, PAIRS)) // DS,
-                                   (rank + p * T.min(S, PAIRS)) % DS,
-                                   T.if_then_else(n >= 0, T.min(n // chunk + 1, S), 0), S, tid, w_s, warp_s, sum_s,
-                                   part, acc)
-                    T.evaluate(T.call_extern("handle", "tl_fence_gpu"))
-                    T.sync_threads()
-                    if tid == 0:
-                        merged = T.call_extern(i32, "tl_arrive", T.access_ptr(block_table[g, 1], "rw"))
-                        if merged == T.min(S, PAIRS) - 1:
-                            block_table[g, 0] = 0
-                            block_table[g, 1] = 0
 
     return decode_split
 
