@@ -9,8 +9,9 @@ el route
 # graphs beside the same-size copy; medians). One process for the tests: xdist workers would compile the same
 # kernels each. ~6 minutes (the tests took 178 s on an H100 in the thirtieth session, 146 s in the forty-third with
 # three shapes fewer than now: the 16-token long form, `heads` 4 and 2 came after, and the test of a lane holding
-# most of the selection).
-timeout -s INT ${ROUTE_TEST_S:-300} python3 -m pytest -rA -p no:cacheprovider backends/cuda/tests/test_moe_topk_routing_gpu.py \
-    backends/cuda/tests/test_moe_topk_routing_programs.py > "$out/route_tests.log" 2>&1
+# most of the selection). ROUTE_TEST_K narrows the tests (`-k`).
+timeout -s INT ${ROUTE_TEST_S:-300} python3 -m pytest -rA -p no:cacheprovider ${ROUTE_TEST_K:+-k "$ROUTE_TEST_K"} \
+    backends/cuda/tests/test_moe_topk_routing_gpu.py backends/cuda/tests/test_moe_topk_routing_programs.py \
+    > "$out/route_tests.log" 2>&1
 grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)|INTERNALERROR> [A-Z]" "$out/route_tests.log" | tail -15
 source benchmarks/gpu/s_routesweep.sh

@@ -207,6 +207,12 @@ _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": Tru
                         "long_from": 1024, "long_tokens": 16, "long_heads": 2},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 32, "long_heads": 2},
+                       # the registered long forms running the refilling rounds only for a token whose lane ran dry
+                       # before the last round (``late_refill``, fifty-second session: the rounds unrolled unchecked)
+                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "late_refill": True},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 32, "long_heads": 4, "late_refill": True},
                        # E=256's registered form with 8 heads in its long program too, as it was until the
                        # forty-fifth session (``long_heads`` 4 registered since; E=512's is among the long forms
                        # above)

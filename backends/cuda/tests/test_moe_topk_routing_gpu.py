@@ -51,7 +51,14 @@ SHAPES = [*({"program": "candidates", "tokens": t} for t in (1, 4, 8)),
            "long_tokens": 32, "long_heads": 4},
           # fewer heads a lane, refilled from the row: 4 (a candidate), and 2, where most tokens refill some lane
           {"program": "logits", "tokens": 4, "unchecked_index": True, "heads": 4},
-          {"program": "logits", "tokens": 1, "heads": 2}]
+          {"program": "logits", "tokens": 1, "heads": 2},
+          # the refilling rounds only for a token whose lane ran dry before the last round (``late_refill``): the
+          # registered long forms, and 2 heads a lane (most tokens start again)
+          {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
+           "long_tokens": 16, "long_heads": 4, "late_refill": True},
+          {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
+           "long_tokens": 32, "long_heads": 4, "late_refill": True},
+          {"program": "logits", "tokens": 1, "heads": 2, "late_refill": True}]
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 
@@ -60,14 +67,16 @@ def _shape_id(shape: dict) -> str:
             + ("-dependent" if shape.get("dependent_launch") else "")
             + (f"-long{shape['long_from']}x{shape.get('long_tokens', 0)}" if shape.get("long_from") else "")
             + ("-plain" if shape.get("long_plain") else "") + (f"-heads{shape['heads']}" if shape.get("heads") else "")
-            + (f"-longheads{shape['long_heads']}" if shape.get("long_heads") else ""))
+            + (f"-longheads{shape['long_heads']}" if shape.get("long_heads") else "")
+            + ("-late" if shape.get("late_refill") else ""))
 
 
 def _rounds_of(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey:
     """The rounds program of ``key``'s row: the reference of every warp program's ids (and, for the candidates
     program, weights)."""
     return dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False,
-                               long_from=0, long_tokens=0, long_plain=False, heads=0, long_heads=0)
+                               long_from=0, long_tokens=0, long_plain=False, heads=0, long_heads=0,
+                               late_refill=False)
 
 
 def _spec_rows() -> list:

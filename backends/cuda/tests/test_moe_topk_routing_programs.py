@@ -99,6 +99,24 @@ def test_long_heads_are_the_long_programs_heads_and_the_short_program_keeps_its_
     assert moe_topk_routing.long_program_key(dataclasses.replace(key, long_heads=0, heads=2)).heads == 2
 
 
+def test_late_refill_goes_with_the_program_of_fewer_heads_and_is_refused_without_one():
+    """``late_refill`` orders the rounds of a program with fewer heads a lane: the long program of a key with
+    ``long_heads`` keeps it, the short 8-head program drops it (the same program either way), and a key with no
+    such program is refused by name."""
+    from tileops_cuda.kernels import moe_topk_routing
+
+    key = dataclasses.replace(_NEXT, program="logits", tokens=4, dependent_launch=True, long_from=1024,
+                              long_tokens=16, long_heads=4, late_refill=True)
+    assert moe_topk_routing_refusal(key) is None
+    assert moe_topk_routing.long_program_key(key).late_refill
+    assert moe_topk_routing._without_long(key) == dataclasses.replace(
+        key, long_from=0, long_tokens=0, long_heads=0, late_refill=False)
+    assert moe_topk_routing_refusal(dataclasses.replace(_NEXT, program="logits", heads=4, late_refill=True)) is None
+    reason = moe_topk_routing_refusal(dataclasses.replace(_NEXT, program="logits", late_refill=True))
+    assert reason.endswith("late_refill reorders the rounds of a logits program with fewer heads a lane (heads or "
+                           "long_heads 2 or 4); set one or drop it")
+
+
 @pytest.mark.parametrize("changes", [dict(long_heads=3), dict(long_from=0, long_tokens=0), dict(program="candidates")],
                          ids=["not-a-power", "no-long-program", "candidates"])
 def test_long_heads_outside_the_logits_programs_long_program_are_refused_by_name(changes):
@@ -422,8 +440,10 @@ def test_the_logits_program_of_16_bit_logits_reads_16_byte_vectors_and_reduces_3
 
 
 @pytest.mark.parametrize("key", [*_LOWERED[:2], _LOGITS[0], _LOGITS[2],
-                                 *(dataclasses.replace(_LOGITS[i], tokens=16, heads=4) for i in (0, 2))],
-                         ids=[f"{p}-{row}" for p in ("candidates", "logits", "logits-heads4")
+                                 *(dataclasses.replace(_LOGITS[i], tokens=16, heads=4) for i in (0, 2)),
+                                 *(dataclasses.replace(_LOGITS[i], tokens=16, heads=4, late_refill=True)
+                                   for i in (0, 2))],
+                         ids=[f"{p}-{row}" for p in ("candidates", "logits", "logits-heads4", "logits-heads4-late")
                               for row in ("qwen3-next-E512-k10", "qwen3.5-E256-k8")])
 def test_the_warp_programs_of_the_model_rows_spill_nothing_for_sm_90a(key, tmp_path):
     pytest.importorskip("tilelang")
@@ -456,3 +476,16 @@ def test_a_logits_program_of_fewer_heads_refills_a_lane_from_its_row_after_a_vot
     assert "__launch_bounds__(512, 2)" in source
     base = _lowered(dataclasses.replace(key, heads=0))
     assert "__any_sync" in base and "__launch_bounds__(512, 2)" not in base
+
+
+def test_a_late_refilling_program_runs_its_rounds_unrolled_and_the_refilling_rounds_only_for_a_dry_lane():
+    """``late_refill``: the first top_k - 1 rounds unrolled with no vote, one vote (a lane ran dry), and under it the
+    token again from its row with the refilling rounds (their rolled loop and its vote); else the last round."""
+    key = dataclasses.replace(_LOGITS[0], tokens=16, heads=4, late_refill=True)  # E=512 top-10, 16 keys a lane
+    source = _lowered(key)
+    first_loop = source.index("for (int r = 3; r < 10; ++r)")
+    assert source.count("for (int r = 3; r < 10; ++r)") == 1  # the refilling rounds: once, under the dry vote
+    dry_vote = source.index("__any_sync")
+    assert dry_vote < first_loop
+    assert source.count("__any_sync") == 1 + 1 + 2  # the dry vote, the refilling rounds', the outsider's, NaN keys
+    assert source.count("tl::warp_reduce_max") >= 10 + 4  # each round unrolled; the refilling rounds (3 + a loop)

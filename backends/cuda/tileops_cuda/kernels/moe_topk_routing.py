@@ -80,11 +80,19 @@ class MoETopKRoutingBuildKey:
     #: 0.07-0.47 us on an H100 (forty-fifth session, s45a1 and s45b1 route_sweep.json) where the 4k rows gained
     #: 0.1-0.2 us (many warps an SM hide a refill).
     long_heads: int = 0
+    #: With fewer heads a lane (``heads`` / ``long_heads``): the top_k rounds but the last run unrolled with no
+    #: refill vote, and a token whose lane ran dry before the last round starts again with the refilling rounds.
+    #: Why: the refilling rounds are one rolled loop with a vote a round (about 20 instructions a round at E=512
+    #: top-10 against 8 unrolled), and routing's 4k rows are issue-bound (447 warp instructions a token, s51d);
+    #: a lane pops 4 heads within 9 rounds for about one token in a few hundred. The same ids and weights.
+    late_refill: bool = False
 
 
 def _without_long(key: MoETopKRoutingBuildKey, **changes: Any) -> MoETopKRoutingBuildKey:
-    """``key`` with ``changes`` and no long program (``MoETopKRoutingBuildKey.long_from``)."""
-    return dataclasses.replace(key, long_from=0, long_tokens=0, long_plain=False, long_heads=0, **changes)
+    """``key`` with ``changes`` and no long program (``MoETopKRoutingBuildKey.long_from``); ``late_refill`` only
+    where the program keeps fewer heads a lane (it orders no rounds of the 8-head program)."""
+    short = dataclasses.replace(key, long_from=0, long_tokens=0, long_plain=False, long_heads=0, **changes)
+    return short if short.heads else dataclasses.replace(short, late_refill=False)
 
 
 def long_program_key(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey | None:
@@ -125,6 +133,9 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
     if key.long_heads not in (0, 2, 4, 8) or (key.long_heads and (key.program != "logits" or not key.long_from)):
         return (f"{_NAME}: long_heads={key.long_heads} is 2, 4 or 8 heads a lane of the logits program's long "
                 "program (0: heads; set where long_from is); drop it")
+    if key.late_refill and not (key.heads or key.long_heads):
+        return (f"{_NAME}: late_refill reorders the rounds of a logits program with fewer heads a lane (heads or "
+                "long_heads 2 or 4); set one or drop it")
     reason = dependent_launch_refusal(key.dependent_launch, _NAME, key.arch, "drop dependent_launch")
     if reason is not None:
         return reason
@@ -146,7 +157,7 @@ def with_fitting_routing_program(key: MoETopKRoutingBuildKey) -> MoETopKRoutingB
     reference until 2026-12-04e)."""
     if key.program in _WARP_PROGRAMS and routing_plan(key) is not None and candidates_misfit(key):
         return _without_long(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False,
-                             heads=0)
+                             heads=0, late_refill=False)
     return key
 
 

@@ -475,6 +475,7 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
     EMPTY, MARK = -(1 << (2 * VB - 1)), (1 << (2 * VB - 1)) - 1
     D = min(key.heads or _HEADS, PER)
     REFILL = bool(key.heads) and PER > D  # a lane that pops its last head refills from its row (below)
+    LATE = REFILL and key.late_refill  # the rounds unrolled unchecked; a lane run dry redoes the token (below)
     STEPS, H = _heads_network(PER, D)
     K1 = min(K + 1, E)  # lanes holding a key: the top_k and the first outsider of another logit
     M = T.dynamic("M")
@@ -558,6 +559,24 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
             keys[H[d]] = T.if_then_else(iv[0] == 1, keys[H[d + 1]], keys[H[d]])
         keys[H[D - 1]] = T.if_then_else(iv[0] == 1, KC(EMPTY), keys[H[D - 1]])
 
+    @T.macro
+    def refilling_rounds(router_logits, raw, keys, base, uw, kv, iv, tok, lane):
+        """Step 4 with ``heads``: the first D - 1 rounds (no lane can run dry in them), then from the D-th round a
+        lane may pop its last head: it then takes its next D keys from its row before the next round (and before
+        the outsider's search, after the last): one vote a round, the refill itself only in a token that needs
+        it. The test is "below PAD" (EMPTY, or a NaN key with the sign set, whose row falls back anyway): TVM's
+        simplifier overflows on an equality with int32's least value. A refill is exact in any lane at any round:
+        every key of the lane at or above this round's max was popped before. These rounds are one rolled loop,
+        so the program holds one copy of the refill, not one a round (E=512 top-10 bf16: 2592 static SASS
+        instructions with seven, forty-fourth session)."""
+        for r in list(range(min(K, D - 1))):
+            pop_round(keys, kv, iv, lane, r, r == 0)
+        for r in T.serial(D - 1, K):
+            pop_round(keys, kv, iv, lane, r, False)
+            if T.any_sync(keys[H[0]] < KC(PAD)) != 0:
+                if keys[H[0]] < KC(PAD):
+                    refill(router_logits, raw, keys, base, uw, kv, tok, lane)
+
     @T.prim_func
     def moe_topk_routing(router_logits: T.Tensor((M, E), dt), topk_weights: T.Tensor((M, K), dt),
                          topk_ids: T.Tensor((M, K), idt)):
@@ -590,22 +609,27 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
             # 4. top_k rounds over the lanes' first heads (keys are unique: one lane wins each);
             #    lane k keeps round k's key.
             kv[2] = KC(EMPTY)
-            for r in list(range(min(K, D - 1) if REFILL else K)):
-                pop_round(keys, kv, iv, lane, r, r == 0)
-            if REFILL:
-                # (``heads``) From the D-th round a lane may pop its last head: it then takes its next D keys from
-                # its row before the next round (and before the outsider's search, after the last): one vote a
-                # round, the refill itself only in a token that needs it. The test is "below PAD" (EMPTY, or a
-                # NaN key with the sign set, whose row falls back anyway): TVM's simplifier overflows on an
-                # equality with int32's least value. A refill is exact in any lane at any round: every key of the
-                # lane at or above this round's max was popped before. These rounds are one rolled loop, so the
-                # program holds one copy of the refill, not one a round (E=512 top-10 bf16: 2592 static SASS
-                # instructions with seven, forty-fourth session).
-                for r in T.serial(D - 1, K):
-                    pop_round(keys, kv, iv, lane, r, False)
-                    if T.any_sync(keys[H[0]] < KC(PAD)) != 0:
-                        if keys[H[0]] < KC(PAD):
-                            refill(router_logits, raw, keys, base, uw, kv, tok, lane)
+            if LATE:
+                # (``late_refill``) The rounds but the last, unrolled with no refill vote: a lane that pops its D-th
+                # head before the last round offers EMPTY after it, so if any lane is dry then, the rounds since may
+                # have passed over its next keys, and the token starts again from its row with the refilling rounds
+                # (one token in a few hundred at E=512 top-10 with 4 heads); otherwise the last round, whose dry
+                # lanes step 5 rereads as before. The same ids and weights as the refilling rounds: only which tokens
+                # run them changes.
+                for r in list(range(K - 1)):
+                    pop_round(keys, kv, iv, lane, r, r == 0)
+                iv[1] = T.if_then_else(T.any_sync(keys[H[0]] < KC(PAD)) != 0, 1, 0)
+                if iv[1] == 0:
+                    pop_round(keys, kv, iv, lane, K - 1, K == 1)
+                else:
+                    first_fill(router_logits, raw, keys, base, uw, kv, tok, lane)
+                    kv[2] = KC(EMPTY)
+                    refilling_rounds(router_logits, raw, keys, base, uw, kv, iv, tok, lane)
+            elif REFILL:
+                refilling_rounds(router_logits, raw, keys, base, uw, kv, iv, tok, lane)
+            else:
+                for r in list(range(K)):
+                    pop_round(keys, kv, iv, lane, r, r == 0)
             # 5. The first outsider of another logit than the k-th's: the largest key below the k-th's
             #    logit (its low half cleared); unknown where a lane holds more keys than heads and its
             #    last head before the rounds is not below it (a lane that ran out of heads included: that
