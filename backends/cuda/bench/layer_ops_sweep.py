@@ -165,7 +165,14 @@ _QK_CANDIDATES = [
 #: time (forty-second session, H100). Last the candidates program (registered
 #: until the thirty-first session; 48 registers at E=512, 38 at E=256, no spills) at its registered shape until then
 #: (it lost every row at 1-4 tokens a program in every sweep since).
-_ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
+_ROUTING_CANDIDATES = [# first (``--candidates 2`` times them alone beside the registered key): both registered long
+                       # forms running the refilling rounds only for a token whose lane ran dry before the last round
+                       # (``late_refill``, fifty-second session: the rounds unrolled with no vote)
+                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "late_refill": True},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 32, "long_heads": 4, "late_refill": True},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
                        {"program": "logits", "tokens": 1},
                        {"program": "logits", "tokens": 1, "unchecked_index": True},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
@@ -207,12 +214,6 @@ _ROUTING_CANDIDATES = [{"program": "logits", "tokens": 1, "unchecked_index": Tru
                         "long_from": 1024, "long_tokens": 16, "long_heads": 2},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 32, "long_heads": 2},
-                       # the registered long forms running the refilling rounds only for a token whose lane ran dry
-                       # before the last round (``late_refill``, fifty-second session: the rounds unrolled unchecked)
-                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "late_refill": True},
-                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 32, "long_heads": 4, "late_refill": True},
                        # E=256's registered form with 8 heads in its long program too, as it was until the
                        # forty-fifth session (``long_heads`` 4 registered since; E=512's is among the long forms
                        # above)
