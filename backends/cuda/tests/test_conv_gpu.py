@@ -331,6 +331,44 @@ def test_update_partial_blocks_padding_and_a_shared_slot_match_the_reference(sty
     _check(UPDATE, inputs, {"activation": "silu", "seq_lens_style": style}, arch)
 
 
+@pytest.mark.parametrize("ragged", [False, True], ids=["uniform", "ragged"])
+@pytest.mark.parametrize("tokens,speculate", [(1, 1), (2, 2), (3, 2), (2, 4)], ids=["t1", "t2", "t3-past-k", "t2-k4"])
+@pytest.mark.parametrize("style", ["lengths", "cu_seqlens"])
+def test_a_speculating_update_matches_the_reference_and_the_plain_programs_bits(style, tokens, speculate, ragged, arch,
+                                                                                cuda_device, gen):
+    """``speculate`` (the window guessed at a sequence's T // B-th token): 48 sequences of ``tokens`` tokens with
+    accepted counts in [1, tokens] and padding slots, where the guess holds for every sequence (more tokens than
+    ``speculate``: it never does), and ragged (an empty sequence and a longer one early: every sequence after them
+    misses it): against the float64 reference (pool bit for bit), and bit for bit the plain program's."""
+    import torch
+
+    dev = cuda_device[0]
+    B, D, W = 48, 1024 + 64, 4
+    lengths = [tokens] * B
+    if ragged:
+        lengths[3], lengths[7] = 0, tokens + 1
+    T = sum(lengths)
+    meta = torch.tensor(lengths, device=dev, dtype=torch.int32)
+    if style == "cu_seqlens":
+        meta = torch.nn.functional.pad(meta.cumsum(0), (1, 0)).int()
+    slots = torch.randperm(T + 5, device=dev, generator=gen)[:T].int()
+    slots[::11] = -1
+    accepted = torch.randint(1, tokens + 1, (B,), device=dev, generator=gen, dtype=torch.int32)
+    inputs = dict(x=torch.randn(T, D, device=dev, generator=gen).bfloat16(),
+                  conv_state=torch.randn(T + 5, D, W - 1, device=dev, generator=gen).bfloat16(),
+                  weight=torch.randn(D, W, device=dev, generator=gen).bfloat16(), actual_seq_lengths=meta,
+                  conv_state_indices=slots, bias=torch.randn(D, device=dev, generator=gen).bfloat16())
+    if tokens > 1:
+        inputs["num_accepted_tokens"] = accepted
+    params = {"activation": "silu", "seq_lens_style": style}
+    before = dict(inputs, conv_state=inputs["conv_state"].clone())
+    _check(UPDATE, inputs, params, arch, speculate=speculate)
+    spec_out, spec_pool = _run_on_copy(UPDATE, before, params, arch, inputs["x"], speculate=speculate)
+    plain_out, plain_pool = _run_on_copy(UPDATE, before, params, arch, inputs["x"])
+    assert torch.equal(spec_out.view(torch.int16), plain_out.view(torch.int16))
+    assert torch.equal(spec_pool.view(torch.int16), plain_pool.view(torch.int16))
+
+
 @pytest.mark.parametrize("op", [UPDATE, VARLEN])
 def test_a_strided_slice_of_a_projection_is_read_in_place_and_gives_the_same_result(op, arch, cuda_device, gen):
     import torch
@@ -572,6 +610,18 @@ def _check_unchecked(op: str, style: str, meta, accepted: list | None, dtype: st
     assert relative_error(out.cpu(), ref_out.to(torch.float64)) <= TOLERANCE[out.dtype]
     assert torch.equal(got.view(torch.uint8), ref_pool.view(torch.uint8))
     _compare_unchecked(op, before, inputs["conv_state"], out, params, arch, **tile)
+
+
+@pytest.mark.parametrize("case", list(_UNCHECKED_META))
+def test_unchecked_metadata_through_a_speculating_update_matches_the_clipping_reference(case, arch, cuda_device, gen):
+    """The unchecked metadata cases through the update guessing its windows (``speculate``): a guess on clipped
+    spans holds or misses, and either way the result is the spec's rule."""
+    import torch
+
+    style, meta = _UNCHECKED_META[case]
+    B = len(meta) - (style == "cu_seqlens")
+    _check_unchecked(UPDATE, style, torch.tensor(meta, dtype=torch.int32, device=cuda_device[0]),
+                     [0, 99, -3, 2, 1][:B], "bfloat16", _UNCHECKED_T, arch, cuda_device[0], gen, speculate=2)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -5,6 +5,7 @@ before a GPU run."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -175,3 +176,28 @@ def test_a_64_bit_slot_is_tested_against_the_pool_in_its_own_dtype_before_it_bec
     narrow = lowered_source(program, replace(key, unchecked_index=True))
     assert "< ((int64_t)S)" not in narrow and "(int)slots[" not in narrow
     assert ("int sl = slots[((int64_t)t)];" in narrow) == (program is conv_update_program)
+
+
+@pytest.mark.parametrize("speculate,accepted", [(1, None), (2, "int32"), (4, "int64")], ids=["t1", "t2-mtp", "t4-mtp"])
+def test_a_speculating_update_loads_its_guessed_window_before_the_metadatas_barrier(speculate, accepted):
+    """``speculate``: the guessed tokens' slots (one load each), the guessed first x row and the window at the
+    guessed slot go out before the barrier of the earlier entries' reduction; after it the guess is kept only where
+    the start and the length agree, else the slot and the window are loaded as before. Without it neither."""
+    key = dataclasses.replace(_UPDATE_MTP, accepted_dtype=accepted, unchecked_index=True, speculate=speculate)
+    source = _source(conv_update_program(key))
+    barrier = source.index("__syncthreads();")
+    candidates = re.search(r"cand\[(j|0)\] = ", source)
+    assert candidates and candidates.start() < barrier and "slots[" in source[candidates.start():barrier]
+    assert source.index("*(uint4*)(svg + ") < barrier and source.index("*(uint4*)(xg + ") < barrier
+    hit = source.index("hit = ", barrier)
+    assert hit < source.index("(pool + ", hit)  # the window loaded as before only past the guess
+    plain = _source(conv_update_program(dataclasses.replace(key, speculate=0)))
+    assert "cand[" not in plain and "svg" not in plain
+
+
+def test_a_speculation_outside_its_range_is_refused_by_name():
+    from tileops_cuda.kernels.conv1d import conv_refusal
+
+    assert conv_refusal(dataclasses.replace(_UPDATE_MTP, speculate=9)).endswith(
+        "speculate=9 is the tokens a sequence the update guesses, 0 to 8; use the defaults")
+    assert conv_refusal(dataclasses.replace(_UPDATE_MTP, speculate=8)) is None

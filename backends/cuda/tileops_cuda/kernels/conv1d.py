@@ -34,6 +34,9 @@ _MAX_WIDTH = 8
 _INT32_LIMIT = 2**31 - 1
 #: The varlen program keeps two ints a token of its chunk in shared memory.
 _MAX_CHUNK = 4096
+#: The most tokens a sequence the update's speculative window guesses (``ConvUpdateBuildKey.speculate``): its slot
+#: candidates are loaded at once, one register each.
+_MAX_SPECULATE = 8
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,14 @@ class ConvUpdateBuildKey:
     dependent_launch: bool = False
     #: As ``ConvVarlenBuildKey.tanh_silu``.
     tanh_silu: bool = False
+    #: Speculative first window (0: none; k: up to k tokens a sequence). A program's chain is the metadata (a
+    #: sequence's start sums the earlier lengths), then its first token's slot, then the window there, then the
+    #: convolution: three dependent round trips before any state moves. With ``speculate`` the program guesses
+    #: that every sequence holds ``T // B`` tokens (decode, MTP), loads the slot candidates of its guessed tokens
+    #: (at most k), its guessed first x row and the window at the guessed slot beside the metadata, and keeps them
+    #: where the metadata agrees (the same start, length and accepted token), else loads them as before: the
+    #: same bits either way, one round trip fewer where the guess holds. Not yet timed (fifty-second session).
+    speculate: int = 0
 
 
 @dataclass(frozen=True)
@@ -161,6 +172,9 @@ def conv_refusal(key: "ConvUpdateBuildKey | ConvVarlenBuildKey") -> str | None:
             key.tokens >= key.width - 1 and 0 < key.chunk <= _MAX_CHUNK and key.chunk % key.tokens == 0):
         return (f"{name}: tokens={key.tokens} must be at least W - 1 and chunk={key.chunk} a positive multiple "
                 f"of tokens up to {_MAX_CHUNK}; use the defaults")
+    if isinstance(key, ConvUpdateBuildKey) and not 0 <= key.speculate <= _MAX_SPECULATE:
+        return (f"{name}: speculate={key.speculate} is the tokens a sequence the update guesses, 0 to "
+                f"{_MAX_SPECULATE}; use the defaults")
     if key.tanh_silu and (key.dtype == "float32" or not key.silu):
         return (f"{name}: tanh_silu approximates SiLU to 2**-11, for 16-bit outputs with SiLU only "
                 f"(dtype={key.dtype}, silu={key.silu}); build without it")

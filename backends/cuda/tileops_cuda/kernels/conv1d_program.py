@@ -183,7 +183,9 @@ def _find_sequence(threads: int, Tn: Any) -> Any:
 
 def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one kernel, read top to bottom
     """The decode PrimFunc: ``(x, pool, weight, bias, seq_meta, slots, nacc, out)``; absent
-    optional inputs are passed as one-element dummies the program never reads."""
+    optional inputs are passed as one-element dummies the program never reads. With ``key.speculate``
+    the first window, its slot and the first x row are loaded at a guessed start beside the metadata and
+    kept where the metadata agrees (:attr:`ConvUpdateBuildKey.speculate`): the same bits."""
     import tilelang.language as T
 
     i32, f32, dt = "int32", "float32", key.dtype
@@ -197,6 +199,7 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
     Tn, XS, S, BM, NA, NBIAS = (T.dynamic(n) for n in ("T", "XS", "S", "BM", "NA", "NBIAS"))
     NB = BM if lengths_style else BM - 1
     load_taps = _load_taps(key)
+    SPEC = key.speculate  # (ConvUpdateBuildKey.speculate: the speculative first window)
 
     def combine(a, b):
         """The reduction of the earlier sequences' clipped entries into a start (both in ``[0, T]``)."""
@@ -251,6 +254,13 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             accv = T.alloc_local((VC,), f32)
             ov = T.alloc_local((VC,), dt)
             zero = T.alloc_local((VC,), dt)
+            if SPEC:
+                cand = T.alloc_local((SPEC,), i32)  # the guessed tokens' slots
+                svg = T.alloc_local((VC * W1,), dt)  # the window at the guessed first slot
+                xg = T.alloc_local((VC,), dt)  # the guessed first token's x
+                slot_g = T.alloc_var(i32)
+                acc_g = T.alloc_var(i32)
+                hit = T.alloc_var(i32)
             # -- where sequence `by` starts and ends (for by == NB: the end of the last one) -----
             # Every load that does not depend on another is issued first: the chain
             # metadata -> slot -> window is the decode step's latency, paid once per program.
@@ -262,6 +272,26 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             else:
                 own = clip_tokens(seq_meta[T.max(T.min(by, BM - 1), 0)], Tn)
                 acc_n = clip_tokens(nacc[T.max(T.min(by, NA - 1), 0)], Tn, 1) if has_acc else 1
+            if SPEC:
+                # The guess (ConvUpdateBuildKey.speculate): every sequence holds T // B tokens, so this one starts at
+                # by * (T // B). Its slot candidates, its first x row and the window at its first accepted token's
+                # slot are loaded now, beside the metadata below, not after it; kept only where the metadata agrees.
+                gl = Tn // T.max(NB, 1)
+                acc_g = T.max(T.min(acc_n, gl), 1)
+                slot_g = -1
+                if Tn > 0 and by < NB and gl > 0:  # (not on acc_g: the candidates go out beside its load)
+                    for j in T.unroll(SPEC):
+                        cand[j] = narrowed_index(slots[T.min(by * gl + j, Tn - 1)], S)
+                    for j in T.unroll(SPEC):
+                        slot_g = T.if_then_else(acc_g == j + 1, cand[j], slot_g)
+                    if c0 < D:
+                        for e in T.vectorized(VC):
+                            xg[e] = x[T.min(by * gl, Tn - 1), c0 + e]
+                        for p in T.unroll(W1):
+                            for e in T.vectorized(VC):
+                                svg[p * VC + e] = T.if_then_else(
+                                    slot_g >= 0 and slot_g < S, pool[T.max(slot_g, 0), c0 * W1 + p * VC + e],
+                                    T.cast(0, dt))
             # The start is the earlier entries reduced (the spec's rule, every entry clipped into
             # [0, T] first): lengths summed saturating at T, prefix sums' maximum with cu[by] (a
             # decreasing entry starts no sequence below an earlier one). Valid metadata: the plain sum,
@@ -293,18 +323,43 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
 
             # -- the initial window: the slot of the first accepted token, zeros if padding -------
             acc_n = T.max(T.min(acc_n, L), 1)
-            slot0 = T.if_then_else(L > 0, narrowed_index(slots[T.max(T.min(s + acc_n - 1, Tn - 1), 0)], S), -1)
+            if SPEC:
+                # The guess held where this sequence starts at the guessed token and holds T // B of them: its first
+                # accepted token is then the guessed one, and its slot, x row and window are the ones loaded.
+                hit = T.if_then_else(Tn > 0 and by < NB and gl > 0 and acc_g <= SPEC and L > 0 and s == by * gl
+                                     and L == gl, 1, 0)
+                slot0 = T.if_then_else(hit == 1, slot_g, T.if_then_else(
+                    L > 0, narrowed_index(slots[T.max(T.min(s + acc_n - 1, Tn - 1), 0)], S), -1))
+            else:
+                slot0 = T.if_then_else(L > 0, narrowed_index(slots[T.max(T.min(s + acc_n - 1, Tn - 1), 0)], S), -1)
             if c0 < D:
                 if by < NB:
-                    for p in T.unroll(W1):
-                        for e in T.vectorized(VC):
-                            sv[p * VC + e] = T.if_then_else(
-                                slot0 >= 0 and slot0 < S, pool[T.max(slot0, 0), c0 * W1 + p * VC + e], T.cast(0, dt)
-                            )
+                    if SPEC:
+                        if hit == 1:
+                            for p in T.unroll(W1):
+                                for e in T.vectorized(VC):
+                                    sv[p * VC + e] = svg[p * VC + e]
+                        else:
+                            for p in T.unroll(W1):
+                                for e in T.vectorized(VC):
+                                    sv[p * VC + e] = T.if_then_else(
+                                        slot0 >= 0 and slot0 < S, pool[T.max(slot0, 0), c0 * W1 + p * VC + e],
+                                        T.cast(0, dt))
+                    else:
+                        for p in T.unroll(W1):
+                            for e in T.vectorized(VC):
+                                sv[p * VC + e] = T.if_then_else(
+                                    slot0 >= 0 and slot0 < S, pool[T.max(slot0, 0), c0 * W1 + p * VC + e],
+                                    T.cast(0, dt)
+                                )
                     for j in T.serial(L):
                         t = s + j
-                        for e in T.vectorized(VC):
-                            xc[e] = x[t, c0 + e]
+                        if SPEC:
+                            for e in T.vectorized(VC):
+                                xc[e] = T.if_then_else(hit == 1 and j == 0, xg[e], x[t, c0 + e])
+                        else:
+                            for e in T.vectorized(VC):
+                                xc[e] = x[t, c0 + e]
                         for i in T.unroll(VC):
                             accv[i] = T.cast(bv[i], f32) if key.has_bias else T.float32(0)
                             for k in T.unroll(W1):
