@@ -218,6 +218,17 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
             for e in T.vectorized(VC):
                 out[s + t, c0 + e] = zero[e]
 
+    @T.macro
+    def load_window(pool, window, slot, c0):
+        """A thread's window (its channels' W - 1 rows) at ``slot`` of the pool, zeros where the slot is padding
+        or outside the pool: the speculating program's two window loads (the guessed one, and the one where the
+        guess missed)."""
+        for p in T.unroll(W1):
+            for e in T.vectorized(VC):
+                window[p * VC + e] = T.if_then_else(
+                    slot >= 0 and slot < S, pool[T.max(slot, 0), c0 * W1 + p * VC + e], T.cast(0, dt)
+                )
+
     @T.prim_func
     def conv_update(
         x: T.StridedTensor((Tn, D), (XS, 1), dt),
@@ -287,11 +298,7 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
                     if c0 < D:
                         for e in T.vectorized(VC):
                             xg[e] = x[T.min(by * gl, Tn - 1), c0 + e]
-                        for p in T.unroll(W1):
-                            for e in T.vectorized(VC):
-                                svg[p * VC + e] = T.if_then_else(
-                                    slot_g >= 0 and slot_g < S, pool[T.max(slot_g, 0), c0 * W1 + p * VC + e],
-                                    T.cast(0, dt))
+                        load_window(pool, svg, slot_g, c0)
             # The start is the earlier entries reduced (the spec's rule, every entry clipped into
             # [0, T] first): lengths summed saturating at T, prefix sums' maximum with cu[by] (a
             # decreasing entry starts no sequence below an earlier one). Valid metadata: the plain sum,
@@ -340,12 +347,8 @@ def conv_update_program(key: "ConvUpdateBuildKey") -> Any:  # noqa: C901 - one k
                                 for e in T.vectorized(VC):
                                     sv[p * VC + e] = svg[p * VC + e]
                         else:
-                            for p in T.unroll(W1):
-                                for e in T.vectorized(VC):
-                                    sv[p * VC + e] = T.if_then_else(
-                                        slot0 >= 0 and slot0 < S, pool[T.max(slot0, 0), c0 * W1 + p * VC + e],
-                                        T.cast(0, dt))
-                    else:
+                            load_window(pool, sv, slot0, c0)
+                    else:  # (inline, not the macro: its argument binding would change the registered CUDA)
                         for p in T.unroll(W1):
                             for e in T.vectorized(VC):
                                 sv[p * VC + e] = T.if_then_else(

@@ -157,7 +157,7 @@ def with_fitting_routing_program(key: MoETopKRoutingBuildKey) -> MoETopKRoutingB
     reference until 2026-12-04e)."""
     if key.program in _WARP_PROGRAMS and routing_plan(key) is not None and candidates_misfit(key):
         return _without_long(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False,
-                             heads=0, late_refill=False)
+                             heads=0)
     return key
 
 
