@@ -165,13 +165,13 @@ _QK_CANDIDATES = [
 #: time (forty-second session, H100). Last the candidates program (registered
 #: until the thirty-first session; 48 registers at E=512, 38 at E=256, no spills) at its registered shape until then
 #: (it lost every row at 1-4 tokens a program in every sweep since).
-_ROUTING_CANDIDATES = [# first (``--candidates 2`` times them alone beside the registered key): both registered long
-                       # forms running the refilling rounds only for a token whose lane ran dry before the last round
-                       # (``late_refill``, fifty-second session: the rounds unrolled with no vote)
+_ROUTING_CANDIDATES = [# first (``--candidates 2`` times them alone beside the registered key): both long forms
+                       # with the other ``late_refill`` (the refilling rounds only for a token whose lane ran dry
+                       # before the last round; fifty-second session, registered for E=256 in the fifty-third)
                        {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 16, "long_heads": 4, "late_refill": True},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 32, "long_heads": 4, "late_refill": True},
+                        "long_from": 1024, "long_tokens": 32, "long_heads": 4},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
                        {"program": "logits", "tokens": 1},
                        {"program": "logits", "tokens": 1, "unchecked_index": True},

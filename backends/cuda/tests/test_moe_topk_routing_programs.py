@@ -43,8 +43,9 @@ def test_the_registered_key_takes_its_program_from_the_block_shapes_table(monkey
     plain = dataclasses.replace(registered, arch="sm_80", dependent_launch=False)
     assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10, "sm_80")) == plain
     # Qwen3.5's E=256 rows (512 bytes): calls of 1024 tokens and more run 32 tokens a program as a dependent, 4 heads
+    # a lane, the refilling rounds only for a lane run dry
     assert TileLangMoETopKRouting.key(_call("bfloat16", 256, 8)) == dataclasses.replace(
-        one_token, experts=256, top_k=8, long_from=1024, long_tokens=32, long_heads=4)
+        one_token, experts=256, top_k=8, long_from=1024, long_tokens=32, long_heads=4, late_refill=True)
     # rows wider than 1 KiB (float32 logits at E=512) keep one program, one token a program
     assert TileLangMoETopKRouting.key(_call("float32", 512, 10)) == dataclasses.replace(one_token, dtype="float32")
     monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangMoETopKRouting",

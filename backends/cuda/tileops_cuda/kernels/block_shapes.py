@@ -122,9 +122,14 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # (75.6 / 74.8%) against 3.52 / 3.48 (73.4 / 73.3%). The short programs keep 8: with 4 the 64-token rows lost
     # (E=512 1.63 / 1.89 against 1.43 / 1.42 us, E=256 1.43-1.55 against 1.36). Both registered forms' GPU tests
     # passed (ids bit for bit against the rounds program, weights against float64: 68, s45d, `-k longheads`).
+    # Qwen3.5's long program then ran its rounds unrolled, the refilling rounds only for a token whose lane ran dry
+    # before the last round (``late_refill``; fifty-second and fifty-third sessions, session-2026-12-07e s52i and
+    # session-2026-12-07f s53h route_sweep.json, two H100 runs, graph time): 4k 3.31 / 3.30 us (77.1 / 77.2% of the
+    # same-size copy) against 3.41 / 3.41 (74.8 / 74.6%); its GPU tests passed (108, s52i: ids bit for bit against
+    # the rounds program). Qwen3-Next's lost one run and tied the other (5.07 against 4.83, 4.73 against 4.76 us).
     "TileLangMoETopKRouting": ((512, {"program": "logits", "tokens": 1, "unchecked_index": True,
                                       "dependent_launch": True, "long_from": 1024, "long_tokens": 32,
-                                      "long_heads": 4}),
+                                      "long_heads": 4, "late_refill": True}),
                                (1024, {"program": "logits", "tokens": 4, "unchecked_index": True,
                                        "dependent_launch": True, "long_from": 1024, "long_tokens": 16,
                                        "long_heads": 4}),
