@@ -79,7 +79,8 @@ class ConvUpdateBuildKey:
     #: that every sequence holds ``T // B`` tokens (decode, MTP), loads the slot candidates of its guessed tokens
     #: (at most k), its guessed first x row and the window at the guessed slot beside the metadata, and keeps them
     #: where the metadata agrees (the same start, length and accepted token), else loads them as before: the
-    #: same bits either way, one round trip fewer where the guess holds. Not yet timed (fifty-second session).
+    #: same bits either way, one round trip fewer where the guess holds. On an H100, whose update rows are not
+    #: latency-bound, it lost by 1.5-2.6% (fifty-third session, s53h); not yet timed on the H200.
     speculate: int = 0
 
 
