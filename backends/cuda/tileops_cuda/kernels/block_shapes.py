@@ -126,7 +126,8 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # before the last round (``late_refill``; fifty-second and fifty-third sessions, session-2026-12-07e s52i and
     # session-2026-12-07f s53h route_sweep.json, two H100 runs, graph time): 4k 3.31 / 3.30 us (77.1 / 77.2% of the
     # same-size copy) against 3.41 / 3.41 (74.8 / 74.6%); its GPU tests passed (108, s52i: ids bit for bit against
-    # the rounds program). Qwen3-Next's lost one run and tied the other (5.07 against 4.83, 4.73 against 4.76 us).
+    # the rounds program). Registered, it read 3.20 us (80.3%) in a third run (s53i). Qwen3-Next's lost two runs and
+    # tied one (5.07 against 4.83, 4.88 against 4.82, 4.73 against 4.76 us) and keeps the rounds' refill votes.
     "TileLangMoETopKRouting": ((512, {"program": "logits", "tokens": 1, "unchecked_index": True,
                                       "dependent_launch": True, "long_from": 1024, "long_tokens": 32,
                                       "long_heads": 4, "late_refill": True}),
