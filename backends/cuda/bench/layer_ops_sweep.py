@@ -255,9 +255,10 @@ SWEEP: list[tuple[str, str, list[dict[str, Any]]]] = [
     # element for SiLU's two; 784 -> 752 static SASS instructions at 84 registers, sm_90a; forty-second session).
     # On an H100 (forty-third session, s43a) tanh_silu tied (15.10 / 22.70 us against 15.04 / 22.69) and 64
     # registers lost both rows (17.1 / 30.7 us): kept for the H200, whose larger copy rate wants more in flight.
-    # Then the window guessed at the T // B-th token (``speculate``, fifty-second session, not yet timed): the slot,
-    # x row and window loads beside the metadata's, one dependent round trip fewer where the guess holds, as in
-    # decode; first after the registered shape's two forms.
+    # Then the window guessed at the T // B-th token (``speculate``, fifty-second session): the slot, x row and
+    # window loads beside the metadata's, one dependent round trip fewer where the guess holds, as in decode; first
+    # after the registered shape's two forms. On an H100 it lost both rows (s53h: 15.33 / 23.35 us against 15.10 /
+    # 22.76); kept for the H200's update rows (79-81% of the copy in a graph, s47a).
     ("CausalConv1dUpdateFwdOp", "qwen3.5-b256-t1", [_CONV_DEPENDENT, _CONV_UNCHECKED,
                                                     {**_CONV_DEPENDENT, "speculate": 1},
                                                     {**_CONV_DEPENDENT, "tanh_silu": True},
