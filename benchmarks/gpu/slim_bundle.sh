@@ -9,7 +9,8 @@ set -euo pipefail
 bundle=.device/bundle.tar.xz
 [ -f "$bundle" ] || { echo "slim_bundle.sh: no $bundle; run ../shared/tools/device-bundle.sh first" >&2; exit 2; }
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# A run that fails leaves the bundle as it was: the new archive is written beside it and moved over it last.
+trap 'rm -rf "$work" "$bundle.new"' EXIT
 tar -C "$work" -xJf "$bundle"
 rm -rf "$work"/z3_solver-*.data
 lib="$work/z3/lib"
