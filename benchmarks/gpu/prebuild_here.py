@@ -13,8 +13,8 @@ misses there is compiled there as before; nothing depends on a hit.
 Run from the repository root with the project's venv and tilelang 0.1.15 beside it (nvcc on the PATH), e.g.
 ``PATH=/usr/local/bin:$PATH PYTHONPATH=/work/tlvenv/lib/python3.11/site-packages .venv/bin/python
 benchmarks/gpu/prebuild_here.py prefill``
-(module names: ``prefill``, ``decode``, ``decode_small``; ``--keep`` adds to the archive instead of replacing
-it). The prefill module with two settings
+(module names: ``prefill``, ``decode``, ``decode_small``, and ``rgdr_table`` for the RGDR bench's kernels;
+``--keep`` adds to the archive instead of replacing it). The prefill module with two settings
 (``PREFILL_TEST_SETTINGS=default,overlap-writes-caches``) took 457 s on two cores: 26 kernels, 0.5 MiB packed,
 and a build here from the unpacked archive loaded in 1.5 s, not compiled. The decode modules added to it
 (``--keep decode decode_small``) compiled 32 more kernels in 97 s (58 in all, 1.4 MiB).
@@ -39,6 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = {"prefill": "test_attention_prefill_gpu", "decode": "test_attention_gpu",
            "decode_small": "test_attention_decode_small_batch_gpu"}
+#: Targets that are no test module: the RGDR kernels ``bench_cuda.py --no-sweep --no-others`` (``run.sh rgdrtable``)
+#: compiles first, 22 of them in 32 s of an H100 call (s51e).
+BENCH_TARGETS = ("rgdr_table",)
 #: The arch the device's ``cuda_device`` fixture reports on an H100 or H200.
 DEVICE_ARCH = "sm_90"
 
@@ -53,9 +56,28 @@ def _prebuild(module_name: str) -> None:
     body(DEVICE_ARCH, True)
 
 
+def _prebuild_rgdr_table() -> None:
+    """Compile the RGDR kernels of ``bench_cuda.py``'s ``precompile({}, others=False)``: each workload key's default
+    schedule's tilings (its rows' heads 16/32 and 8/16, fp32 and bf16 state). The programs only: ``build_rgdr``
+    would also make the launcher, which asks the GPU for its SM count."""
+    sys.path.insert(0, str(ROOT / "backends" / "cuda" / "bench"))
+    from cuda_bench_common import rgdr_key
+    from tileops_cuda.kernels._common import compile_many, compile_prim_func
+    from tileops_cuda.kernels.rgdr import default_schedule
+    from tileops_cuda.kernels.rgdr_program import rgdr_program
+
+    keys = [rgdr_key(nk, nv, st) for st in ("float32", "bfloat16") for nk, nv in ((16, 32), (8, 16))]
+    thunks = [lambda k=k, t=t: compile_prim_func(rgdr_program(k, t), k.arch)
+              for k in keys for t in default_schedule(k).tilings()]
+    bad = [r for r in compile_many(thunks) if isinstance(r, Exception)]
+    if bad:
+        raise SystemExit(f"rgdr_table: {len(bad)} of {len(thunks)} builds failed; the first: {bad[0]!r}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("modules", nargs="*", help=f"test modules whose kernels to compile: {', '.join(sorted(MODULES))}")
+    ap.add_argument("modules", nargs="*", help="test modules whose kernels to compile: "
+                    f"{', '.join(sorted(MODULES))}; or {', '.join(BENCH_TARGETS)}")
     ap.add_argument("--out", default=str(ROOT / ".device" / "tlcache.tar.xz"))
     ap.add_argument("--keep", action="store_true",
                     help="start from the kernels already in --out, so the archive holds both (a union, not a rebuild)")
@@ -65,8 +87,9 @@ def main() -> int:
     args = ap.parse_args()
     if not args.modules and not args.merge:
         ap.error("name test modules to compile, or --merge archives")
-    if set(args.modules) - set(MODULES):
-        ap.error(f"no test module {sorted(set(args.modules) - set(MODULES))}; the modules: {sorted(MODULES)}")
+    unknown = set(args.modules) - set(MODULES) - set(BENCH_TARGETS)
+    if unknown:
+        ap.error(f"no test module {sorted(unknown)}; the modules: {sorted(MODULES)}, and {list(BENCH_TARGETS)}")
     sys.path.insert(0, str(ROOT / "backends" / "cuda" / "tests"))  # the test modules and their helpers
     with tempfile.TemporaryDirectory(prefix="tlcache-") as cache:
         os.environ["TILELANG_CACHE_DIR"] = cache  # before tilelang is imported
@@ -75,7 +98,7 @@ def main() -> int:
                 tar.extractall(cache, filter="data")
         t0 = time.time()
         for name in args.modules:
-            _prebuild(MODULES[name])
+            _prebuild_rgdr_table() if name == "rgdr_table" else _prebuild(MODULES[name])
             print(f"{name}: compiled by {time.time() - t0:.0f} s", flush=True)
         entries = sorted(p.parent.name for p in Path(cache).rglob("executable.so"))
         if not entries:
