@@ -8,17 +8,19 @@ el attnpre
 # program, two programs an SM). ATTNPRE_SETTINGS overrides. Then the prefill GPU tests of the settings
 # PREFILL_TEST_SETTINGS names (default: the default setting), their kernels compiled concurrently first (the carried
 # kernel archive holds the Qwen3-Next ones). The bench goes first so its numbers come back even if the tests run long.
-# ATTNPRE_TEST_S (default 240) bounds the tests; ATTNPRE_TESTS=0 skips them (a bench-only call). About 2.5 minutes
-# with the carried archive.
-attnpre_default=overlap:heads:kernel:launch:4096,overlap:heads:kernel:launch,overlap:heads:kernel:attention
-attnpre_default+=,q64:heads:kernel:launch
-timeout -s INT -k 10 ${ATTNPRE_BENCH_S:-180} python3 -u backends/cuda/bench/attention_bench.py --no-decode --reps 50 \
-    --settings "${ATTNPRE_SETTINGS:-$attnpre_default}" \
-    --json "$out/attnpre_bench.json" > "$out/attnpre_bench.log" 2>&1
-grep -E "FAILED|Error" "$out/attnpre_bench.log" | head -6
-# The summary, or (a setting that hung or crashed ends the bench early) what was measured before.
-if grep -q "prefill summary" "$out/attnpre_bench.log"; then sed -n '/prefill summary/,$p' "$out/attnpre_bench.log"
-else grep -E "TFLOP/s|sdpa " "$out/attnpre_bench.log" | tail -24; fi
+# ATTNPRE_TEST_S (default 240) bounds the tests; ATTNPRE_TESTS=0 skips them (a bench-only call), ATTNPRE_BENCH=0
+# the bench (a tests-only call). About 2.5 minutes with the carried archive.
+if [ "${ATTNPRE_BENCH:-1}" != 0 ]; then
+    attnpre_default=overlap:heads:kernel:launch:4096,overlap:heads:kernel:launch,overlap:heads:kernel:attention
+    attnpre_default+=,q64:heads:kernel:launch
+    timeout -s INT -k 10 ${ATTNPRE_BENCH_S:-180} python3 -u backends/cuda/bench/attention_bench.py --no-decode \
+        --reps 50 --settings "${ATTNPRE_SETTINGS:-$attnpre_default}" \
+        --json "$out/attnpre_bench.json" > "$out/attnpre_bench.log" 2>&1
+    grep -E "FAILED|Error" "$out/attnpre_bench.log" | head -6
+    # The summary, or (a setting that hung or crashed ends the bench early) what was measured before.
+    if grep -q "prefill summary" "$out/attnpre_bench.log"; then sed -n '/prefill summary/,$p' "$out/attnpre_bench.log"
+    else grep -E "TFLOP/s|sdpa " "$out/attnpre_bench.log" | tail -24; fi
+fi
 if [ "${ATTNPRE_TESTS:-1}" != 0 ]; then
     el attnpre-tests
     # --durations: the first test's setup is the concurrent prebuild; faulthandler: a test past 120 s (a hung kernel,
