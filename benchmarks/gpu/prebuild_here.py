@@ -39,9 +39,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = {"prefill": "test_attention_prefill_gpu", "decode": "test_attention_gpu",
            "decode_small": "test_attention_decode_small_batch_gpu"}
-#: Targets that are no test module: the RGDR kernels ``bench_cuda.py --no-sweep --no-others`` (``run.sh rgdrtable``)
-#: compiles first, 22 of them in 32 s of an H100 call (s51e).
-BENCH_TARGETS = ("rgdr_table",)
 #: The arch the device's ``cuda_device`` fixture reports on an H100 or H200.
 DEVICE_ARCH = "sm_90"
 
@@ -57,21 +54,25 @@ def _prebuild(module_name: str) -> None:
 
 
 def _prebuild_rgdr_table() -> None:
-    """Compile the RGDR kernels of ``bench_cuda.py``'s ``precompile({}, others=False)``: each workload key's default
-    schedule's tilings (its rows' heads 16/32 and 8/16, fp32 and bf16 state). The programs only: ``build_rgdr``
-    would also make the launcher, which asks the GPU for its SM count."""
+    """Compile the RGDR kernels ``bench_cuda.py`` builds before any row (``cuda_bench_common.rgdr_workload_keys``'
+    default schedules). The programs only: ``build_rgdr`` would also make the launcher, which asks the GPU for its SM
+    count."""
     sys.path.insert(0, str(ROOT / "backends" / "cuda" / "bench"))
-    from cuda_bench_common import rgdr_key
+    from cuda_bench_common import rgdr_workload_keys
     from tileops_cuda.kernels._common import compile_many, compile_prim_func
     from tileops_cuda.kernels.rgdr import default_schedule
     from tileops_cuda.kernels.rgdr_program import rgdr_program
 
-    keys = [rgdr_key(nk, nv, st) for st in ("float32", "bfloat16") for nk, nv in ((16, 32), (8, 16))]
     thunks = [lambda k=k, t=t: compile_prim_func(rgdr_program(k, t), k.arch)
-              for k in keys for t in default_schedule(k).tilings()]
+              for k in rgdr_workload_keys() for t in default_schedule(k).tilings()]
     bad = [r for r in compile_many(thunks) if isinstance(r, Exception)]
     if bad:
         raise SystemExit(f"rgdr_table: {len(bad)} of {len(thunks)} builds failed; the first: {bad[0]!r}")
+
+
+#: Targets that are no test module, by name: the RGDR kernels ``bench_cuda.py --no-sweep --no-others`` (``run.sh
+#: rgdrtable``) compiles first, 22 of them in 32 s of an H100 call (s51e).
+BENCH_TARGETS = {"rgdr_table": _prebuild_rgdr_table}
 
 
 def main() -> int:
@@ -98,7 +99,7 @@ def main() -> int:
                 tar.extractall(cache, filter="data")
         t0 = time.time()
         for name in args.modules:
-            _prebuild_rgdr_table() if name == "rgdr_table" else _prebuild(MODULES[name])
+            BENCH_TARGETS[name]() if name in BENCH_TARGETS else _prebuild(MODULES[name])
             print(f"{name}: compiled by {time.time() - t0:.0f} s", flush=True)
         entries = sorted(p.parent.name for p in Path(cache).rglob("executable.so"))
         if not entries:

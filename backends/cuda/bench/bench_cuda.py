@@ -48,6 +48,7 @@ from tileops_cuda.testing import check_rgdr, rel_err, rgdr_case  # noqa: E402
 
 from cuda_bench_common import (  # noqa: E402
     RESULTS, RGDR_WARMUP_MS, ROTATE_BYTES, fla_bytes, host_overhead, log, rgdr_bytes, rgdr_calls, rgdr_key, time_graph,
+    rgdr_workload_keys,
 )
 from fan_copy import BLOCK, fan_copy_kernel, fan_destinations  # noqa: E402
 from rgdr_sweep import SWEEP, bench_host, choose_schedule, sweep_rgdr  # noqa: E402
@@ -431,10 +432,9 @@ def precompile(sweep_tilings, others: bool = True):
     for st, tilings in sweep_tilings.items():
         for t in tilings:
             thunks.append(lambda k=rgdr_key(16, 32, st), t=t: build_rgdr(k, t))
-    for st in ("float32", "bfloat16"):
-        for nk, nv in ((16, 32), (8, 16)):
-            for t in default_schedule(rgdr_key(nk, nv, st)).tilings():
-                thunks.append(lambda k=rgdr_key(nk, nv, st), t=t: build_rgdr(k, t))
+    for key in rgdr_workload_keys():
+        for t in default_schedule(key).tilings():
+            thunks.append(lambda k=key, t=t: build_rgdr(k, t))
     thunks += [] if not others else [
         lambda: kr.build_rmsnorm(kr.RMSNormBuildKey("bfloat16", 8192, False)),
         lambda: kr.build_rmsnorm(kr.RMSNormBuildKey("bfloat16", 4096, True)),

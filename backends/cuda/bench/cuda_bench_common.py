@@ -21,7 +21,7 @@ from tileops_cuda.testing import rgdr_case  # noqa: E402
 
 __all__ = ["GRAPH_MIN_US", "L2_BYTES", "RESULTS", "RGDR_WARMUP_MS", "ROTATE_BYTES", "calls_on", "captured", "fla_bytes",
            "graph_bench_start", "host_overhead", "log", "replay_times", "rgdr_bytes", "rgdr_calls", "rgdr_key",
-           "report_rows", "rgdr_check_cases", "same_size_copy", "time_graph", "warm_up"]
+           "rgdr_workload_keys", "report_rows", "rgdr_check_cases", "same_size_copy", "time_graph", "warm_up"]
 
 L2_BYTES = 60 * 2**20
 ROTATE_BYTES = 4 * L2_BYTES  # each timed graph touches at least this much distinct memory
@@ -151,6 +151,12 @@ def report_rows(json_path: str | None, results: dict, header: str, rows: list) -
 def rgdr_key(nk: int, nv: int, state: str) -> RGDRBuildKey:
     """The workload rows' key: bf16 inputs, g present, in-kernel q/k l2norm (as Qwen3-Next)."""
     return RGDRBuildKey("bfloat16", state, nk, nv, 128, 128, "lengths", "int32", "int32", None, True, None, True)
+
+
+def rgdr_workload_keys() -> list[RGDRBuildKey]:
+    """The keys whose default schedules bench_cuda.py compiles before any row (fp32 and bf16 state, heads 16/32 and
+    8/16); benchmarks/gpu/prebuild_here.py compiles the same ones into the kernel cache the device call carries."""
+    return [rgdr_key(nk, nv, st) for st in ("float32", "bfloat16") for nk, nv in ((16, 32), (8, 16))]
 
 
 def rgdr_bytes(B, tb, nk, nv, state_bytes, in_bytes=2, dk=128, dv=128):
