@@ -3,16 +3,15 @@ el attnpre
 # timed beside SDPA's cuDNN, flash and efficient backends on the same prompts at 4k and 16k (B=1 contiguous, B=4 paged
 # 16), with a summary table of the speed vs SDPA's best (target >= 0.9). By default: the op's registered key
 # ('overlap:heads:kernel:launch:4096': the overlap program on the 'heads' grid, tile counts made by one 'kernel', the
-# caches written by the attention where the mean prompt is at most 4096 tokens, by their own launch past it), the
-# same always launching the cache write and always writing from the attention, and the 'q64' program (64 query rows a
-# program, two programs an SM). ATTNPRE_SETTINGS overrides. Then the prefill GPU tests of the settings
-# PREFILL_TEST_SETTINGS names (default: the default setting), their kernels compiled concurrently first (the carried
-# kernel archive holds the Qwen3-Next ones). The bench goes first so its numbers come back even if the tests run long.
+# caches written by the attention where the mean prompt is at most 4096 tokens, by their own launch past it), and the
+# same always launching the cache write and always writing from the attention. ATTNPRE_SETTINGS overrides. Then the
+# prefill GPU tests of the settings PREFILL_TEST_SETTINGS names (default: the default setting), their kernels compiled
+# concurrently first (the carried kernel archive holds the Qwen3-Next ones). The bench goes first so its numbers come
+# back even if the tests run long.
 # ATTNPRE_TEST_S (default 240) bounds the tests; ATTNPRE_TESTS=0 skips them (a bench-only call), ATTNPRE_BENCH=0
 # the bench (a tests-only call). About 2.5 minutes with the carried archive.
 if [ "${ATTNPRE_BENCH:-1}" != 0 ]; then
     attnpre_default=overlap:heads:kernel:launch:4096,overlap:heads:kernel:launch,overlap:heads:kernel:attention
-    attnpre_default+=,q64:heads:kernel:launch
     timeout -s INT -k 10 ${ATTNPRE_BENCH_S:-180} python3 -u backends/cuda/bench/attention_bench.py --no-decode \
         --reps 50 --settings "${ATTNPRE_SETTINGS:-$attnpre_default}" \
         --json "$out/attnpre_bench.json" > "$out/attnpre_bench.log" 2>&1

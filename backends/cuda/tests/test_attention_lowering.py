@@ -3,8 +3,7 @@ layouts meant to stream the cache with bulk copies do (a TMA pipeline), gathered
 stream with asynchronous copies (cp.async), and the row-by-row paged fallback does neither.
 The overlap prefill program keeps one product in flight through its softmax, also once ptxas
 has compiled it (nvcc for sm_90a, when present: no serialised wgmma, no spills), and with
-``cache_write="attention"`` writes the caches from its producer warpgroup. The q64 program (one consumer
-warpgroup of 64 rows) is sized for two programs an SM: launch bounds, registers after ptxas, shared memory."""
+``cache_write="attention"`` writes the caches from its producer warpgroup."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from tileops_cuda.kernels.attention_decode_program import (  # noqa: E402
 )
 from tileops_cuda.kernels.attention_prefill import (  # noqa: E402
     CACHE_THREADS, CACHE_TOKENS, PREFILL_CACHE_WRITES, PREFILL_GRIDS, PREFILL_PROGRAMS, PREFILL_SETTINGS,
-    PrefillBuildKey, prefill_refusal,
+    PrefillBuildKey,
 )
 from tileops_cuda.kernels.attention_prefill import default_tiling as prefill_tiling  # noqa: E402
 from tileops_cuda.kernels.attention_prefill_program import (  # noqa: E402
@@ -252,7 +251,7 @@ def test_the_build_key_defaults_to_the_overlap_program_on_the_heads_grid_with_th
 def test_an_unknown_prefill_program_is_refused_with_the_choices():
     with pytest.raises(ValueError) as info:
         PrefillBuildKey("bfloat16", 16, 2, 256, program="pingpong")
-    assert str(info.value) == "PrefillBuildKey.program='pingpong' is not one of ('pipelined', 'overlap', 'q64')"
+    assert str(info.value) == "PrefillBuildKey.program='pingpong' is not one of ('pipelined', 'overlap')"
 
 
 def test_an_unknown_maker_of_tile_counts_is_refused_with_the_choices():
@@ -281,13 +280,13 @@ def test_only_the_programs_with_a_producer_warpgroup_write_the_caches_themselves
     with pytest.raises(ValueError) as info:
         PrefillBuildKey("bfloat16", 16, 2, 256, program="pipelined", cache_write="attention")
     assert str(info.value) == ("PrefillBuildKey.cache_write='attention' needs a program with a producer warpgroup "
-                               "('overlap', 'q64') (it writes the cache rows), not program='pipelined'; "
+                               "(program='overlap': it writes the cache rows), not program='pipelined'; "
                                "use cache_write='launch'")
-    assert PrefillBuildKey("bfloat16", 16, 2, 256, program="q64", cache_write="attention").program == "q64"
+    assert PrefillBuildKey("bfloat16", 16, 2, 256, program="overlap", cache_write="attention").program == "overlap"
 
 
 def test_the_settings_are_every_combination_of_the_four_choices_but_the_pipelined_program_writing_caches():
-    assert len(PREFILL_SETTINGS) == 3 * 2 * 2 * 2 - 2 * 2
+    assert len(PREFILL_SETTINGS) == 2 * 2 * 2 * 2 - 2 * 2
     assert {s["cache_write"] for s in PREFILL_SETTINGS if s["program"] == "pipelined"} == {"launch"}
     assert PREFILL_SETTINGS[0] == {"program": "pipelined", "grid": "tiles", "tile_counts": "torch", "cache_write": "launch"}
 
@@ -375,66 +374,6 @@ def test_ptxas_keeps_the_overlap_programs_products_asynchronous_and_spills_nothi
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
 
 
-#: The q64 program's keys: Qwen3-Next's (both layouts, int64 offsets, writing the caches) and the GPU tests' others.
-_Q64_KEYS = [dataclasses.replace(key, program="q64") for key in (*_OVERLAP_KEYS, _WRITING_KEYS[1])]
-_Q64_IDS = [*_IDS, "qwen-paged-writes-caches"]
-
-
-def _q64_source(key: PrefillBuildKey) -> str:
-    return _source(PREFILL_PROGRAMS["q64"](key, prefill_tiling(key)))
-
-
-def test_the_q64_program_counts_its_query_tiles_by_64_rows():
-    key = PrefillBuildKey("bfloat16", 16, 2, 256, program="q64")
-    assert (prefill_tiling(key).block_m, prefill_tiling(key).block_n) == (64, 32)
-    assert prefill_tiling(dataclasses.replace(key, program="overlap")).block_m == 128
-
-
-@pytest.mark.parametrize("D", [144, 192])
-def test_the_q64_program_refuses_a_head_size_its_value_blocks_cannot_split(D):
-    reason = prefill_refusal(PrefillBuildKey("bfloat16", 16, 2, D, program="q64"))
-    assert reason == ("attention prefill TileLang kernel: program='q64': at 2 programs an SM the P·V product is "
-                      "issued as 2 column blocks (the registers a thread has at launch), each a multiple of 64 "
-                      f"columns (the V tile's swizzle atom), which D={D} does not split into; use program='overlap'")
-    assert prefill_refusal(PrefillBuildKey("bfloat16", 16, 2, D, program="overlap")) is None
-
-
-@pytest.mark.parametrize("key", _Q64_KEYS, ids=_Q64_IDS)
-def test_the_q64_program_asks_for_two_programs_an_sm_and_keeps_a_value_product_in_flight(key):
-    source = _q64_source(key)
-    assert "__launch_bounds__(256, 2)" in source
-    assert "warpgroup_reg_dealloc<24>" in source and "warpgroup_reg_alloc<232>" in source
-    blocks = 2 if key.head_dim > 128 else 1
-    steady = source[source.index(f"wait_wgmma<{blocks}>") - 4000 : source.index(f"wait_wgmma<{blocks}>")]
-    assert steady.count("wgmma_rs") == blocks and "wgmma_ss" in steady
-    assert ("*(uint4*)(key_cache + " in source) == (key.cache_write == "attention")
-
-
-def _q64_lowered(key: PrefillBuildKey):
-    with tilelang.tvm.target.Target(_TARGET):
-        return tilelang.lower(PREFILL_PROGRAMS["q64"](key, prefill_tiling(key)), target=_TARGET)
-
-
-def _dynamic_shared_bytes(lowered) -> int:
-    """The dynamic shared memory a lowered program launches with (TileLang's kernel attribute)."""
-    return max(int(f.attrs["dyn_shared_memory_buf"]) for f in lowered.device_mod.functions.values()
-               if "dyn_shared_memory_buf" in f.attrs)
-
-
-@pytest.mark.parametrize("key", [_Q64_KEYS[1], _Q64_KEYS[-1]], ids=["qwen-paged-int64", "qwen-paged-writes-caches"])
-def test_ptxas_fits_two_q64_programs_an_sm_without_spills(key, tmp_path):
-    lowered = _q64_lowered(key)
-    report = _ptxas_report(lowered.kernel_source, tmp_path)
-    assert "C7514" not in report and "C7517" not in report and "C7508" not in report, report
-    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
-    registers = int(re.search(r"Used (\d+) registers", report).group(1))
-    static = int(re.search(r"registers, used \d+ barriers, (\d+) bytes smem", report).group(1))
-    assert registers * 256 * 2 <= 65536  # two programs of 256 threads at their launch count
-    # Two programs, each with the system's 1 KiB reserve, in an H100/H200 SM's 228 KiB.
-    assert _dynamic_shared_bytes(lowered) == 96 * 1024  # Q 32 KiB, two K and two V stages of 16 KiB
-    assert 2 * (_dynamic_shared_bytes(lowered) + static + 1024) <= 228 * 1024
-
-
 def _ptx(source: str, tmp_path: pathlib.Path) -> str:
     """The PTX nvcc makes of ``source`` for sm_90a (TileLang's headers)."""
     _nvcc_sm90a(source, tmp_path, "-ptx", output="kernel.ptx")
@@ -447,7 +386,6 @@ _PIPELINED_KEY = dataclasses.replace(_OVERLAP_KEYS[0], program="pipelined")
 #: warpgroup of 64 rows (two row fragments a thread in a wgmma or mma accumulator).
 _EPILOGUES = {
     "overlap-paged": (lambda: _overlap_source(_OVERLAP_KEYS[1]), 4),
-    "q64-paged": (lambda: _q64_source(_Q64_KEYS[1]), 2),
     "pipelined": (lambda: _source(prefill_attention_program(_PIPELINED_KEY, prefill_tiling(_PIPELINED_KEY))), 2),
     "decode-light": (lambda: _decode_split_source(_LIGHT), 2),
     "decode-64": (lambda: _decode_split_source(DecodeSchedule(combine="parallel")), 2),

@@ -4,12 +4,10 @@ without one).
 Every AttentionPrefillFwdOp workload row and ragged, padded and partly covered batches run
 through the launcher with a NaN-poisoned ``out``, with the default setting and with each other
 one (``_SETTINGS``: the pipelined program the default replaced, the default writing the caches
-from its producer warpgroup, always or where the mean prompt is short (the op's registered key), and the
-q64 program, two 64-row programs an SM, launching the cache write or writing the caches itself; the same
+from its producer warpgroup, always or where the mean prompt is short (the op's registered key); the same
 checks, the same tolerances: the conformance suite's, float16 2e-3, bfloat16 1.6e-2, relative); the caches
-bit for bit. The
-reference is float64 on the device: causal attention within each prompt. Every kernel the module
-runs is compiled up front, concurrently (``prebuilt``).
+bit for bit. The reference is float64 on the device: causal attention within each prompt. Every kernel
+the module runs is compiled up front, concurrently (``prebuilt``).
 """
 
 from __future__ import annotations
@@ -20,8 +18,8 @@ import os
 import pytest
 
 from tileops_cuda.kernels.attention_prefill import (
-    PREFILL_SETTINGS, REGISTERED_ATTENTION_WRITES_UPTO, PrefillBuildKey, build_attention_prefill, default_tiling,
-    prefill_refusal,
+    PREFILL_PROGRAMS, PREFILL_SETTINGS, REGISTERED_ATTENTION_WRITES_UPTO, PrefillBuildKey, build_attention_prefill,
+    default_tiling, prefill_refusal,
 )
 
 from attention_cases import build_key_of, compare_with_reference, workload_instance, workload_rows
@@ -39,14 +37,12 @@ _PREFILL_GROUPS = [(8, 1, 128, "float16"), (4, 4, 48, "bfloat16")]
 #: the heads grid, tile counts by kernel), the pipelined program it replaced, the overlap program
 #: writing the caches itself, that choice made per call as the op registers it (``registered``: the attention
 #: writes them where the mean prompt is at most ``REGISTERED_ATTENTION_WRITES_UPTO`` tokens, so the Qwen3-Next
-#: rows take both ways, 16k B=1 the launched write; its kernels are the first two settings'), and the q64 program
-#: (64 query rows a program, two an SM) both ways.
+#: rows take both ways, 16k B=1 the launched write; its kernels are the first two settings').
 #: ``PREFILL_TEST_SETTINGS`` (names, comma-separated) keeps some of them, and the ragged test only their
 #: full settings: a device call cannot compile all the kernels in its slot.
 _ALL_SETTINGS = {"default": {}, "pipelined": {"program": "pipelined", "grid": "tiles", "tile_counts": "torch"},
                  "overlap-writes-caches": {"cache_write": "attention"},
-                 "registered": {"attention_writes_upto": REGISTERED_ATTENTION_WRITES_UPTO}, "q64": {"program": "q64"},
-                 "q64-writes-caches": {"program": "q64", "cache_write": "attention"}}
+                 "registered": {"attention_writes_upto": REGISTERED_ATTENTION_WRITES_UPTO}}
 _NAMED = os.environ.get("PREFILL_TEST_SETTINGS", ",".join(_ALL_SETTINGS)).split(",")
 if set(_NAMED) - set(_ALL_SETTINGS):
     raise ValueError(f"PREFILL_TEST_SETTINGS names {sorted(set(_NAMED) - set(_ALL_SETTINGS))}, "
@@ -184,7 +180,7 @@ def _prefill_batch(device, gen, lengths, block=None, pad=(), T_extra=0, NQ=16, N
 
 #: One key tile (the overlap program's loop never runs), a second warpgroup with no row inside
 #: its prompt, value tiles crossing the end, and 16 key tiles (every pipeline stage's barriers
-#: through several phases); 63/64/65 and 127/129 are the q64 program's query-tile edges too.
+#: through several phases).
 _RAGGED_LENGTHS = [1, 0, 63, 64, 65, 127, 129, 300, 1000]
 
 
@@ -195,16 +191,20 @@ def test_prefill_ragged_prompts_tile_edges_empty_and_padded_prompts(block, setti
     _check_prefill(inputs, None, arch, setting)
 
 
+#: The attention programs' query tiles (rows a program, which the tile counts count by).
+_QUERY_TILES = sorted({default_tiling(PrefillBuildKey("bfloat16", 16, 2, 256, program=p)).block_m
+                       for p in PREFILL_PROGRAMS})
+
+
 @pytest.fixture(scope="module")
 def tile_count_kernels(arch):
-    """The tile-count kernel for either offsets dtype and each program's query tile (128 rows, q64's 64),
+    """The tile-count kernel for either offsets dtype and each program's query tile (:data:`_QUERY_TILES`),
     compiled alone (no attention behind it)."""
     from tileops_cuda.kernels._attention_common import compile_arch
     from tileops_cuda.kernels._common import compile_many, compile_prim_func
     from tileops_cuda.kernels.attention_prefill_program import prefill_tile_counts_program
 
-    variants = [(d, default_tiling(PrefillBuildKey("bfloat16", 16, 2, 256, program=p)).block_m)
-                for d in ("int32", "int64") for p in ("overlap", "q64")]
+    variants = [(d, m) for d in ("int32", "int64") for m in _QUERY_TILES]
     built = compile_many([lambda d=d, m=m: compile_prim_func(prefill_tile_counts_program(
         PrefillBuildKey("bfloat16", 16, 2, 256, cu_dtype=d), m), compile_arch(arch)) for d, m in variants])
     return dict(zip(variants, built))
@@ -212,7 +212,7 @@ def tile_count_kernels(arch):
 
 @pytest.mark.parametrize("B", [1, 9, 1023, 1024, 3000])
 @pytest.mark.parametrize("cu_dtype", ["int32", "int64"])
-@pytest.mark.parametrize("block_m", [128, 64])
+@pytest.mark.parametrize("block_m", _QUERY_TILES)
 @pytest.mark.parametrize("order", ["valid", "unchecked"])
 def test_the_tile_count_kernel_makes_the_clipped_prefix_sums_the_torch_path_makes(order, B, cu_dtype, block_m,
                                                                                   tile_count_kernels, cuda_device,

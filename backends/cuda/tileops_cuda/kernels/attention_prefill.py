@@ -25,12 +25,10 @@ from ._common import cached_build, compile_prim_func, direct_entry
 from ._row_views import packed
 from .attention_decode_program import LOG2E
 from .attention_prefill_program import prefill_attention_program, prefill_cache_program, prefill_tile_counts_program
-from .attention_prefill_warpspec import (
-    Q64_PROGRAMS_PER_SM, prefill_attention_overlap_program, prefill_attention_q64_program, value_blocks_refusal,
-)
+from .attention_prefill_warpspec import prefill_attention_overlap_program
 
 __all__ = ["PREFILL_CACHE_WRITES", "PREFILL_SETTINGS", "PREFILL_GRIDS", "PREFILL_PROGRAMS", "PREFILL_TILE_COUNTS",
-           "PREFILL_WRITING_PROGRAMS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling", "Q64_TILING",
+           "PREFILL_WRITING_PROGRAMS", "PrefillBuildKey", "PrefillLauncher", "PrefillTiling",
            "REGISTERED_ATTENTION_WRITES_UPTO", "build_attention_prefill", "default_tiling", "prefill_refusal",
            "short_prompt_key"]
 
@@ -38,18 +36,15 @@ __all__ = ["PREFILL_CACHE_WRITES", "PREFILL_SETTINGS", "PREFILL_GRIDS", "PREFILL
 CACHE_TOKENS, CACHE_THREADS = 16, 256
 
 #: The attention programs a key can name. ``pipelined``: TileLang's automatic warp-specialised
-#: pipeline, each product waited for as it is issued (the default until the other is measured
-#: faster on the H200); ``overlap``: the pipeline written out, the softmax of key tile j running
-#: while the P·V product of tile j - 1 does (issue 21); ``q64``: that pipeline with one consumer
-#: warpgroup of 64 query rows and 32-key stages, small enough that two programs share an SM and one's
-#: fixed phases run under the other's main loop (issue 21's candidate for the short paged rows; on the H200,
-#: fourteenth session: 0.73x of cuDNN against overlap's 0.67x on paged 4k B=4, 15-30% slower on the 4k-token
-#: sequences, so not the default).
-PREFILL_PROGRAMS = {"pipelined": prefill_attention_program, "overlap": prefill_attention_overlap_program,
-                    "q64": prefill_attention_q64_program}
+#: pipeline, each product waited for as it is issued (the default until ``overlap`` was measured
+#: faster); ``overlap`` (the default): the pipeline written out, the softmax of key tile j running
+#: while the P·V product of tile j - 1 does (issue 21).
+PREFILL_PROGRAMS = {"pipelined": prefill_attention_program, "overlap": prefill_attention_overlap_program}
 
 #: The programs with a producer warpgroup, which can write the caches once its loads are issued.
-PREFILL_WRITING_PROGRAMS = ("overlap", "q64")
+PREFILL_WRITING_PROGRAMS = ("overlap",)
+#: Those programs as a refusal names them.
+_WRITING_CHOICES = " or ".join(f"program={program!r}" for program in PREFILL_WRITING_PROGRAMS)
 
 #: The attention grid's orders a key can name: ``tiles`` (query tiles the fastest axis; the
 #: default) or ``heads`` (the heads of one query tile launched together; issue 21's candidate).
@@ -108,13 +103,13 @@ class PrefillBuildKey:
             raise ValueError(f"PrefillBuildKey.cache_write={self.cache_write!r} is not one of {PREFILL_CACHE_WRITES}")
         if self.cache_write == "attention" and self.program not in PREFILL_WRITING_PROGRAMS:
             raise ValueError(f"PrefillBuildKey.cache_write='attention' needs a program with a producer warpgroup "
-                             f"{PREFILL_WRITING_PROGRAMS} (it writes the cache rows), not program={self.program!r}; "
+                             f"({_WRITING_CHOICES}: it writes the cache rows), not program={self.program!r}; "
                              f"use cache_write='launch'")
         if self.attention_writes_upto < 0 or (self.attention_writes_upto and (
                 self.cache_write != "launch" or self.program not in PREFILL_WRITING_PROGRAMS)):
             raise ValueError(f"PrefillBuildKey.attention_writes_upto={self.attention_writes_upto} is a mean prompt "
-                             f"length in tokens (0: none) below which a program of {PREFILL_WRITING_PROGRAMS} "
-                             f"writes the caches in place of the launched cache write: it needs "
+                             f"length in tokens (0: none) below which a program with a producer warpgroup "
+                             f"({_WRITING_CHOICES}) writes the caches in place of the launched cache write: it needs "
                              f"cache_write='launch' (not {self.cache_write!r}) and such a program (not "
                              f"{self.program!r})")
 
@@ -158,27 +153,17 @@ class PrefillTiling:
     threads: int = 256
 
 
-#: The q64 program's tiling: one consumer warpgroup, 32-key stages (two K and two V stages of 16 KiB
-#: and the 32 KiB query tile at D = 256: 96 KiB, so two programs fit an SM's 228 KiB).
-Q64_TILING = PrefillTiling(block_m=64, block_n=32, stages=2, threads=128)
-
-
 def default_tiling(key: PrefillBuildKey) -> PrefillTiling:
     """The tiling of ``key``'s attention program (the launcher sizes the grid and counts the query
-    tiles by its ``block_m``)."""
-    return Q64_TILING if key.program == "q64" else PrefillTiling()
+    tiles by its ``block_m``): every program's is the default :class:`PrefillTiling`."""
+    return PrefillTiling()
 
 
 def prefill_refusal(key: PrefillBuildKey) -> str | None:
     """Why the prefill kernels cannot serve ``key`` (a sentence naming the fix), or None."""
-    name = "attention prefill TileLang kernel"
-    reason = attention_refusal(name, key.dtype, key.num_q_heads, key.num_kv_heads, key.head_dim,
-                               {"cu_dtype": key.cu_dtype, "slot_dtype": key.slot_dtype}, key.paged, "slot_dtype",
-                               default_tiling(key).block_m, key.arch)
-    if reason is None and key.program == "q64":
-        blocks = value_blocks_refusal(key.head_dim, Q64_PROGRAMS_PER_SM)
-        reason = None if blocks is None else f"{name}: program='q64': {blocks}"
-    return reason
+    return attention_refusal("attention prefill TileLang kernel", key.dtype, key.num_q_heads, key.num_kv_heads,
+                             key.head_dim, {"cu_dtype": key.cu_dtype, "slot_dtype": key.slot_dtype}, key.paged,
+                             "slot_dtype", default_tiling(key).block_m, key.arch)
 
 
 class PrefillLauncher:

@@ -8,10 +8,8 @@ the build key's ``program`` picks it.
 With the key's ``cache_write`` ``"attention"`` its producer warpgroup also does the cache write's
 job once its loads are issued (:func:`.attention_prefill_program.cache_rows_writer`), and the cache-write
 program is not launched.
-:func:`prefill_attention_q64_program` is that pipeline with one consumer warpgroup (64 query rows, 32-key
-stages): 96 KiB of shared memory and 128 registers a thread at launch, so two programs share an SM and one's
-fixed phases (query load, first tiles, epilogue) run under the other's key-tile loop. Both are
-:func:`warp_specialised_attention` (shared producer and consumer macros).
+The program (:func:`prefill_attention_overlap_program`) is one producer warpgroup
+(:func:`producer_warpgroup`) and two consumer warpgroups of 64 query rows (:func:`consumer_warpgroup`).
 
 tilelang is imported inside the builders, never at module import.
 """
@@ -26,27 +24,23 @@ from .attention_prefill_program import attention_entry, cache_rows_writer, causa
 if TYPE_CHECKING:
     from .attention_prefill import PrefillBuildKey, PrefillTiling
 
-__all__ = ["consumer_registers", "consumer_warpgroup", "prefill_attention_overlap_program",
-           "prefill_attention_q64_program", "producer_warpgroup", "Q64_PROGRAMS_PER_SM", "value_blocks",
-           "value_blocks_refusal", "warp_specialised_attention"]
+__all__ = ["CONSUMER_REGISTERS", "consumer_warpgroup", "prefill_attention_overlap_program", "producer_warpgroup"]
 
 
-#: Rows of a consumer warpgroup's tensor-core tile (wgmma's M) in the warp-specialised programs.
+#: Rows of a consumer warpgroup's tensor-core tile (wgmma's M) in the warp-specialised program.
 CONSUMER_ROWS = 64
 #: Threads of a warpgroup (the unit ``setmaxnreg`` reallocates registers by).
 WARPGROUP = 128
+#: Consumer warpgroups of the warp-specialised program (:data:`CONSUMER_ROWS` query rows each).
+CONSUMERS = 2
 #: Registers a producer thread keeps after ``setmaxnreg``; what it gives back goes to the consumers.
 PRODUCER_REGISTERS = 24
-
-
-def consumer_registers(consumers: int, programs_per_sm: int) -> int:
-    """Registers a consumer thread can take with ``setmaxnreg`` in a program of one producer and
-    ``consumers`` consumer warpgroups, ``programs_per_sm`` programs sharing an SM's 64 Ki registers:
-    ptxas gives every thread ``65536 / (programs · threads)`` at launch (rounded down to 8), the
-    producer gives back all but :data:`PRODUCER_REGISTERS`, the consumers share that evenly. One
-    program of two consumers: 168 at launch, 240 a consumer; two programs of one: 128, 232."""
-    launch = 65536 // (programs_per_sm * (consumers + 1) * WARPGROUP) // 8 * 8
-    return (launch * (consumers + 1) - PRODUCER_REGISTERS) // consumers // 8 * 8
+#: Registers a thread has at launch: ptxas gives each of the program's threads (a producer and :data:`CONSUMERS`
+#: consumer warpgroups, one program an SM) an equal share of the SM's 64 Ki, rounded down to 8 (168).
+LAUNCH_REGISTERS = 65536 // ((CONSUMERS + 1) * WARPGROUP) // 8 * 8
+#: Registers a consumer thread takes with ``setmaxnreg``: the producer gives back all but
+#: :data:`PRODUCER_REGISTERS` of its :data:`LAUNCH_REGISTERS`, the consumers share that evenly (240).
+CONSUMER_REGISTERS = (LAUNCH_REGISTERS * (CONSUMERS + 1) - PRODUCER_REGISTERS) // CONSUMERS // 8 * 8
 
 
 def _offset(base: Any, rows: int) -> Any:
@@ -54,39 +48,10 @@ def _offset(base: Any, rows: int) -> Any:
     return base + rows if rows else base
 
 
-def _value_columns(v_s: Any, stage: Any, block: int, columns: int, blocks: int) -> Any:
-    """V stage ``stage``'s columns of output block ``block`` (all of them for one block)."""
-    return v_s[stage, :, :] if blocks == 1 else v_s[stage, :, block * columns : (block + 1) * columns]
-
-
-#: Programs an SM the q64 program is sized for (shared memory and registers both allow it).
-Q64_PROGRAMS_PER_SM = 2
-
-
-def value_blocks(head_dim: int, programs_per_sm: int) -> int:
-    """Column blocks the P·V product of a consumer warpgroup is issued in. ptxas fits each instruction into
-    the registers a thread has at launch, not the ``setmaxnreg`` count of its region: a 64 x 256 float32
-    accumulator (128 registers) plus the product's operands needs 158, more than the 128 of two programs an
-    SM, so there the product is issued as 128-column blocks (64 accumulator registers each)."""
-    return 2 if programs_per_sm > 1 and head_dim > 128 else 1
-
-
-def value_blocks_refusal(head_dim: int, programs_per_sm: int) -> str | None:
-    """Why a warp-specialised program run ``programs_per_sm`` an SM cannot split a ``head_dim``-column
-    output into its :func:`value_blocks` (each a multiple of the shared V tile's 64-column swizzle
-    atom), or None."""
-    blocks = value_blocks(head_dim, programs_per_sm)
-    if blocks > 1 and head_dim % (64 * blocks):
-        return (f"at {programs_per_sm} programs an SM the P·V product is issued as {blocks} column blocks (the "
-                f"registers a thread has at launch), each a multiple of 64 columns (the V tile's swizzle atom), "
-                f"which D={head_dim} does not split into; use program='overlap'")
-    return None
-
-
-def producer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", consumers: int) -> Any:
+def producer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:
     """The TileLang macro ``producer(tx, q_tiles, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty,
     query, key_new, value_new, out, hq, h, start, length, q0, tiles, b, bx, cache)`` of the
-    warp-specialised programs: its warpgroup keeps :data:`PRODUCER_REGISTERS`, loads the query
+    warp-specialised program: its warpgroup keeps :data:`PRODUCER_REGISTERS`, loads the query
     tile's 64-row parts (``q_tiles``, one a consumer) onto ``q_full``, then streams the K and V
     tiles through their ``stages``-deep rings (a stage refilled once its empty barrier says every
     consumer warp is done with it); with the key's ``cache_write`` ``"attention"`` it then writes
@@ -96,7 +61,7 @@ def producer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", consumer
     BN, S = tiling.block_n, tiling.stages
     writes_caches = key.cache_write == "attention"
     write_caches = cache_rows_writer(key, tiling, WARPGROUP)
-    parts = tuple(range(consumers))
+    parts = tuple(range(CONSUMERS))
 
     @T.macro
     def producer(tx: Any, q_tiles: Any, k_s: Any, v_s: Any, q_full: Any, k_full: Any, k_empty: Any, v_full: Any,
@@ -123,13 +88,12 @@ def producer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", consumer
     return producer
 
 
-def consumer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", registers: int, value_blocks: int) -> Any:
+def consumer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:
     """The TileLang macro ``consumer(wg, q_s, k_s, v_s, q_full, k_full, k_empty, v_full, v_empty,
-    acc_s, acc_p, acc_os, m_cur, m_prev, rescale, row_sum, l_sum, out, start, length, q0, hq, tiles,
-    scale_log2)`` of the warp-specialised programs: consumer warpgroup ``wg`` (``registers`` a thread
-    by ``setmaxnreg``) owns query rows ``q0 + 64 · wg ..`` and overlaps the softmax of key tile j with
-    the P·V product of tile j - 1, as FlashAttention-3 does. ``acc_os`` is the output accumulator as
-    ``value_blocks`` column blocks of ``D / value_blocks``, one tensor-core product each.
+    acc_s, acc_p, acc_o, m_cur, m_prev, rescale, row_sum, l_sum, out, start, length, q0, hq, tiles,
+    scale_log2)`` of the warp-specialised program: consumer warpgroup ``wg`` (:data:`CONSUMER_REGISTERS`
+    a thread by ``setmaxnreg``) owns query rows ``q0 + 64 · wg ..`` and overlaps the softmax of key tile j
+    with the P·V product of tile j - 1, as FlashAttention-3 does. ``acc_o`` is the output accumulator.
 
     Per step j: issue ``S_j = Q·K_jᵀ`` and ``O += P_{j-1}·V_{j-1}`` (asynchronous wgmma), wait for
     ``S_j`` only, run the softmax statistics of ``S_j`` in float32 while the P·V product runs, then
@@ -142,8 +106,6 @@ def consumer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", register
     dt, f32 = key.dtype, "float32"
     D = key.head_dim
     WM, BN, S = CONSUMER_ROWS, tiling.block_n, tiling.stages
-    DV = D // value_blocks  # output columns of one accumulator block
-    blocks = tuple(range(value_blocks))  # a Python tuple: loops over it unroll as the program is built
     NEG = -T.infinity(f32)
     softmax_statistics = online_softmax_statistics(WM, BN)
     causal_scores = causal_scaled_scores(WM, BN)
@@ -168,42 +130,38 @@ def consumer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", register
         softmax_statistics(acc_s, m_cur, m_prev, rescale, row_sum, l_sum)
 
     @T.macro
-    def value_products(j: Any, v_s: Any, acc_p: Any, acc_os: Any):
-        """Issue ``O += P_j·V_j``, one asynchronous product a column block."""
-        for c in blocks:
-            T.wgmma_gemm(acc_p, _value_columns(v_s, j % S, c, DV, value_blocks), acc_os[c],
-                         policy=T.GemmWarpPolicy.FullRow)
+    def value_product(j: Any, v_s: Any, acc_p: Any, acc_o: Any):
+        """Issue ``O += P_j·V_j`` (one asynchronous product)."""
+        T.wgmma_gemm(acc_p, v_s[j % S, :, :], acc_o, policy=T.GemmWarpPolicy.FullRow)
 
     @T.macro
-    def values(j: Any, v_s: Any, v_full: Any, acc_p: Any, acc_os: Any):
+    def values(j: Any, v_s: Any, v_full: Any, acc_p: Any, acc_o: Any):
         """Issue ``O += P_j·V_j`` (asynchronous)."""
         T.barrier_wait(v_full[j % S], (j // S) & 1)
-        value_products(j, v_s, acc_p, acc_os)
+        value_product(j, v_s, acc_p, acc_o)
 
     @T.macro
-    def values_done(j: Any, v_empty: Any, acc_os: Any):
-        for c in blocks:
-            T.warpgroup_fence_operand(acc_os[c], num_regs=WM * DV // 128)
+    def values_done(j: Any, v_empty: Any, acc_o: Any):
+        T.warpgroup_fence_operand(acc_o, num_regs=WM * D // 128)
         if T.get_thread_binding() % 32 == 0:
             T.mbarrier_arrive(v_empty[j % S])
 
     @T.macro
     def consumer(wg: int, q_s: Any, k_s: Any, v_s: Any, q_full: Any, k_full: Any, k_empty: Any, v_full: Any,
-                 v_empty: Any, acc_s: Any, acc_p: Any, acc_os: Any, m_cur: Any, m_prev: Any, rescale: Any,
+                 v_empty: Any, acc_s: Any, acc_p: Any, acc_o: Any, m_cur: Any, m_prev: Any, rescale: Any,
                  row_sum: Any, l_sum: Any, out: Any, start: Any, length: Any, q0: Any, hq: Any, tiles: Any,
                  scale_log2: Any):
         """One consumer warpgroup's rows: tile 0, the overlapped steady state (straight-line, so
         ptxas keeps the products asynchronous), its last P·V product, the output."""
-        T.inc_max_nreg(registers)
+        T.inc_max_nreg(CONSUMER_REGISTERS)
         r0 = q0 + wg * WM  # this warpgroup's first query row
-        # Key tiles with a key at or before one of this warpgroup's rows: with two consumers the first skips
+        # Key tiles with a key at or before one of this warpgroup's rows: the first warpgroup skips
         # the program's last tile when it lies wholly after its rows (every score masked). Its stage is never
         # refilled (the producer waits on an empty barrier only for a tile ``stages`` later), so the
         # other warpgroup alone releasing it deadlocks nothing.
         mine = T.min(tiles, T.ceildiv(r0 + WM, BN))
         if tiles > 0:
-            for c in blocks:
-                T.fill(acc_os[c], 0)
+            T.fill(acc_o, 0)
             T.fill(l_sum, 0)
             T.fill(m_cur, NEG)
             T.barrier_wait(q_full[0], 0)
@@ -213,14 +171,13 @@ def consumer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", register
             T.copy(acc_s, acc_p)
             for j in T.serial(1, mine):
                 scores(wg, j, q_s, k_s, k_full, acc_s)
-                values(j - 1, v_s, v_full, acc_p, acc_os)
-                T.wait_wgmma(value_blocks)  # S_j landed; the value products may still run
+                values(j - 1, v_s, v_full, acc_p, acc_o)
+                T.wait_wgmma(1)  # S_j landed; the value product may still run
                 statistics(wg, j, k_empty, acc_s, m_cur, m_prev, rescale, row_sum, l_sum, r0, length, scale_log2)
                 T.wait_wgmma(0)
-                values_done(j - 1, v_empty, acc_os)
-                for c in blocks:
-                    for i, d in T.Parallel(WM, DV):
-                        acc_os[c][i, d] *= rescale[i]
+                values_done(j - 1, v_empty, acc_o)
+                for i, d in T.Parallel(WM, D):
+                    acc_o[i, d] *= rescale[i]
                 T.copy(acc_s, acc_p)
             last = mine - 1
             T.barrier_wait(v_full[last % S], (last // S) & 1)
@@ -230,13 +187,12 @@ def consumer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", register
                         v_s[last % S, i, d] = T.cast(0, dt)
                 T.fence_proxy_async()
                 T.sync_threads(barrier_id=1 + wg, arrive_count=128)
-            value_products(last, v_s, acc_p, acc_os)
+            value_product(last, v_s, acc_p, acc_o)
             T.wait_wgmma(0)
-            values_done(last, v_empty, acc_os)
+            values_done(last, v_empty, acc_o)
             inverted(l_sum)
-            for c in blocks:
-                for i, d in T.Parallel(WM, DV):
-                    q_s[i, _offset(d, c * DV)] = T.cast(acc_os[c][i, d] * l_sum[i], dt)
+            for i, d in T.Parallel(WM, D):
+                q_s[i, d] = T.cast(acc_o[i, d] * l_sum[i], dt)
             T.sync_threads(barrier_id=1 + wg, arrive_count=128)
             for i, d in T.Parallel(WM, D):
                 if r0 + i < length:
@@ -245,56 +201,45 @@ def consumer_warpgroup(key: "PrefillBuildKey", tiling: "PrefillTiling", register
     return consumer
 
 
-def warp_specialised_attention(key: "PrefillBuildKey", tiling: "PrefillTiling", consumers: int,
-                               programs_per_sm: int) -> Any:
-    """The attention PrimFunc (:func:`attention_entry`'s) of a producer warpgroup
-    (:func:`producer_warpgroup`) and ``consumers`` consumer warpgroups of 64 query rows
-    (:func:`consumer_warpgroup`), registers split for ``programs_per_sm`` programs an SM (above
-    one, the launch bounds ask ptxas for it)."""
+def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:
+    """The attention PrimFunc with its pipeline written out (same parameters, grid and
+    semantics as :func:`prefill_attention_program`): warpgroup 0 loads (TMA,
+    :func:`producer_warpgroup`), warpgroups 1 and 2 own 64 query rows each (:func:`consumer_warpgroup`:
+    the softmax of key tile j overlaps the P·V product of tile j - 1); 128 query rows a program, one
+    program an SM (193 KiB of shared memory with 64-key stages at D = 256). The K and V ring
+    (``stages`` deep each) has full/empty barriers of its own, so a K stage is refilled as soon as both
+    warpgroups' score products are done with it."""
     import tilelang.language as T
 
     dt, f32 = key.dtype, "float32"
     D = key.head_dim
     BM, BN, S = tiling.block_m, tiling.block_n, tiling.stages
     WM = CONSUMER_ROWS
-    if (BM, tiling.threads) != (consumers * WM, consumers * WARPGROUP):
-        raise ValueError(f"a warp-specialised prefill program of {consumers} consumer warpgroup(s) of {WM} query rows "
-                         f"needs block_m={consumers * WM}, threads={consumers * WARPGROUP}, not block_m={BM}, "
+    if (BM, tiling.threads) != (CONSUMERS * WM, CONSUMERS * WARPGROUP):
+        raise ValueError(f"the warp-specialised prefill program of {CONSUMERS} consumer warpgroups of {WM} query rows "
+                         f"needs block_m={CONSUMERS * WM}, threads={CONSUMERS * WARPGROUP}, not block_m={BM}, "
                          f"threads={tiling.threads}")
-    consumer_warps = consumers * WARPGROUP // 32
-    producer = producer_warpgroup(key, tiling, consumers)
-    reason = value_blocks_refusal(D, programs_per_sm)
-    if reason is not None:
-        raise ValueError(reason)
-    value_parts = value_blocks(D, programs_per_sm)
-    DV = D // value_parts
-    consumer = consumer_warpgroup(key, tiling, consumer_registers(consumers, programs_per_sm), value_parts)
+    consumer_warps = CONSUMERS * WARPGROUP // 32
+    producer = producer_warpgroup(key, tiling)
+    consumer = consumer_warpgroup(key, tiling)
 
     @T.macro
     def warp_specialised(query: Any, key_new: Any, value_new: Any, out: Any, scale_log2: Any, hq: Any, h: Any,
                          start: Any, length: Any, q0: Any, tiles: Any, b: Any, bx: Any, cache: Any):
-        if programs_per_sm > 1:
-            T.annotate_min_blocks_per_sm(programs_per_sm)
         # Each consumer warpgroup's query tile and fragments are its own buffers, named by the
         # assignment (TileLang lays a fragment out over the threads of the branch that uses it).
         q_s0 = T.alloc_shared((WM, D), dt)
-        if consumers == 2:
-            q_s1 = T.alloc_shared((WM, D), dt)
+        q_s1 = T.alloc_shared((WM, D), dt)
         k_s = T.alloc_shared((S, BN, D), dt)
         v_s = T.alloc_shared((S, BN, D), dt)
         acc_s0 = T.alloc_fragment((WM, BN), f32)
         acc_p0 = T.alloc_fragment((WM, BN), dt)
-        acc_o0 = T.alloc_fragment((WM, DV), f32)
-        if value_parts == 2:  # the output's upper columns, their own product (value_blocks)
-            acc_o0_hi = T.alloc_fragment((WM, DV), f32)
-        acc_os0 = (acc_o0,) if value_parts == 1 else (acc_o0, acc_o0_hi)
-        if consumers == 2:
-            acc_s1 = T.alloc_fragment((WM, BN), f32)
-            acc_p1 = T.alloc_fragment((WM, BN), dt)
-            acc_o1 = T.alloc_fragment((WM, D), f32)
+        acc_o0 = T.alloc_fragment((WM, D), f32)
+        acc_s1 = T.alloc_fragment((WM, BN), f32)
+        acc_p1 = T.alloc_fragment((WM, BN), dt)
+        acc_o1 = T.alloc_fragment((WM, D), f32)
         stats0 = [T.alloc_fragment((WM,), f32) for _ in range(5)]
-        if consumers == 2:
-            stats1 = [T.alloc_fragment((WM,), f32) for _ in range(5)]
+        stats1 = [T.alloc_fragment((WM,), f32) for _ in range(5)]
         # full: the producer's 128 threads arrive (and the bytes land); empty: lane 0 of each
         # consumer warp arrives when its products no longer read the stage.
         q_full = T.alloc_barrier([WARPGROUP])
@@ -304,39 +249,15 @@ def warp_specialised_attention(key: "PrefillBuildKey", tiling: "PrefillTiling", 
         v_empty = T.alloc_barrier([consumer_warps] * S)
         ring = (k_s, v_s, q_full, k_full, k_empty, v_full, v_empty)
         rest = (out, start, length, q0, hq, tiles, scale_log2)
-        rows0 = (0, q_s0, *ring, acc_s0, acc_p0, acc_os0, *stats0, *rest)
 
         tx = T.get_thread_binding()
         if tx < WARPGROUP:
-            producer(tx, (q_s0,) if consumers == 1 else (q_s0, q_s1), *ring, query, key_new, value_new, out, hq, h,
-                     start, length, q0, tiles, b, bx, cache)
-        elif consumers == 1:
-            consumer(*rows0)
+            producer(tx, (q_s0, q_s1), *ring, query, key_new, value_new, out, hq, h, start, length, q0, tiles, b,
+                     bx, cache)
         elif tx < 2 * WARPGROUP:
-            consumer(*rows0)
+            consumer(0, q_s0, *ring, acc_s0, acc_p0, acc_o0, *stats0, *rest)
         else:
-            consumer(1, q_s1, *ring, acc_s1, acc_p1, (acc_o1,), *stats1, *rest)
+            consumer(1, q_s1, *ring, acc_s1, acc_p1, acc_o1, *stats1, *rest)
 
     # The consumers' threads and a producer warpgroup, as TileLang's automatic pipeline launches.
     return attention_entry(key, tiling, tiling.threads + WARPGROUP, warp_specialised)
-
-
-def prefill_attention_overlap_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:
-    """The attention PrimFunc with its pipeline written out (same parameters, grid and
-    semantics as :func:`prefill_attention_program`): warpgroup 0 loads (TMA), warpgroups 1
-    and 2 own 64 query rows each (:func:`consumer_warpgroup`: the softmax of key tile j overlaps
-    the P·V product of tile j - 1); 128 query rows a program, one program an SM (193 KiB of
-    shared memory with 64-key stages at D = 256). The K and V ring (``stages`` deep each) has
-    full/empty barriers of its own, so a K stage is refilled as soon as both warpgroups' score
-    products are done with it."""
-    return warp_specialised_attention(key, tiling, consumers=2, programs_per_sm=1)
-
-
-def prefill_attention_q64_program(key: "PrefillBuildKey", tiling: "PrefillTiling") -> Any:
-    """The overlap program's pipeline with one consumer warpgroup: 64 query rows a program, the
-    producer and that consumer (256 threads) sized so that two programs share an SM, one's fixed
-    phases (query load, first K/V latency, the unoverlapped first score tile and last P·V product,
-    the epilogue) running under the other's main loop. At D = 256 with 32-key stages: 96 KiB of
-    shared memory (Q 32, two K and two V stages of 16), 128 registers a thread at launch, 232 a
-    consumer thread after ``setmaxnreg`` (its 64 x 256 float32 accumulator takes 128)."""
-    return warp_specialised_attention(key, tiling, consumers=1, programs_per_sm=Q64_PROGRAMS_PER_SM)
