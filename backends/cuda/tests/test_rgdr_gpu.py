@@ -286,6 +286,7 @@ LEAN_CANDIDATES = {
     # ones as their decode steps run them.
     "bf16-stream-8rows-pdl-speculative-streaming-stores": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, True, **LEAN,
                                                                                   **PDL, **SS)),
+    "bf16-stream-8rows-pdl-streaming-stores": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, **LEAN, **PDL, **SS)),
     "bf16-tiled-large-streaming-stores": ("bfloat16", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **SS)),
     "fp32-tiled-small-pdl-speculative-streaming-stores": ("float32", RGDRTiling(128, 16, 2, 8, False, True,
                                                                                 **TILED_LEAN, **PDL, **SS)),
