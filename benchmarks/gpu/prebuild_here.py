@@ -13,8 +13,7 @@ misses there is compiled there as before; nothing depends on a hit.
 Run from the repository root with the project's venv and tilelang 0.1.15 beside it (nvcc on the PATH), e.g.
 ``PATH=/usr/local/bin:$PATH PYTHONPATH=/work/tlvenv/lib/python3.11/site-packages .venv/bin/python
 benchmarks/gpu/prebuild_here.py prefill``
-(module names: ``prefill``, ``decode``, ``decode_small``; ``rgdr_table``, ``rgdr_two_tokens`` and
-``rgdr_streaming_stores`` for RGDR benches' kernels;
+(module names: ``prefill``, ``decode``, ``decode_small``, and ``rgdr_table`` / ``rgdr_two_tokens`` for RGDR benches';
 ``--keep`` adds to the archive instead of replacing it). The prefill module with two settings
 (``PREFILL_TEST_SETTINGS=default,overlap-writes-caches``) took 457 s on two cores: 26 kernels, 0.5 MiB packed,
 and a build here from the unpacked archive loaded in 1.5 s, not compiled. The decode modules added to it
@@ -29,7 +28,6 @@ Keep the archive and the bundle under the 64 MiB that travels (the bundle is 45 
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import os
 import sys
@@ -72,29 +70,27 @@ def _prebuild_rgdr_table() -> None:
         raise SystemExit(f"rgdr_table: {len(bad)} of {len(thunks)} builds failed; the first: {bad[0]!r}")
 
 
-def _prebuild_rgdr_round(name: str) -> None:
-    """Compile round ``name`` of ``rgdr_lean.py`` (``--round name``): each candidate and its plain tiling, for the
-    workload key of its state dtype (the programs only, as above)."""
+def _prebuild_rgdr_two_tokens() -> None:
+    """Compile round 7 of ``rgdr_lean.py`` (``--round two_tokens``, ``run.sh rgdr7``): each candidate and its plain
+    tiling, for the bf16 workload key (the programs only, as above)."""
     sys.path.insert(0, str(ROOT / "backends" / "cuda" / "bench"))
     from cuda_bench_common import rgdr_key
-    from rgdr_lean import ROUNDS, plain
+    from rgdr_lean import plain
+    from rgdr_sweep import TWO_TOKEN_CANDIDATES
     from tileops_cuda.kernels._common import compile_many, compile_prim_func
     from tileops_cuda.kernels.rgdr_program import rgdr_program
 
-    builds = dict.fromkeys((rgdr_key(16, 32, st), t) for st, named in ROUNDS[name][0].items()
-                           for c in named.values() for t in (c, plain(c)))
-    bad = [r for r in compile_many([lambda k=k, t=t: compile_prim_func(rgdr_program(k, t), k.arch) for k, t in builds])
+    key = rgdr_key(16, 32, "bfloat16")
+    tilings = dict.fromkeys(t for c in TWO_TOKEN_CANDIDATES["bfloat16"].values() for t in (c, plain(c)))
+    bad = [r for r in compile_many([lambda t=t: compile_prim_func(rgdr_program(key, t), key.arch) for t in tilings])
            if isinstance(r, Exception)]
     if bad:
-        raise SystemExit(f"rgdr round {name}: {len(bad)} of {len(builds)} builds failed; the first: {bad[0]!r}")
+        raise SystemExit(f"rgdr_two_tokens: {len(bad)} of {len(tilings)} builds failed; the first: {bad[0]!r}")
 
 
 #: Targets that are no test module, by name: the RGDR kernels ``bench_cuda.py --no-sweep --no-others`` (``run.sh
-#: rgdrtable``) compiles first, 22 of them in 32 s of an H100 call (s51e); the candidates of ``rgdr_lean.py``'s rounds 7
-#: and 8 (``run.sh rgdr7``, ``run.sh rgdr8``).
-BENCH_TARGETS = {"rgdr_table": _prebuild_rgdr_table,
-                 "rgdr_two_tokens": functools.partial(_prebuild_rgdr_round, "two_tokens"),
-                 "rgdr_streaming_stores": functools.partial(_prebuild_rgdr_round, "streaming_stores")}
+#: rgdrtable``) compiles first, 22 of them in 32 s of an H100 call (s51e); round 7's candidates (``run.sh rgdr7``).
+BENCH_TARGETS = {"rgdr_table": _prebuild_rgdr_table, "rgdr_two_tokens": _prebuild_rgdr_two_tokens}
 
 
 def main() -> int:

@@ -26,16 +26,13 @@ transposed (sequences on ``blockIdx.x``): 0.954-0.979x the default schedule on e
 Round 7 (``--round two_tokens``: ``rgdr_sweep.TWO_TOKEN_CANDIDATES`` on ``TWO_TOKEN_ROWS_TIMED``): bf16's rows of
 two tokens a sequence, the short role's neighbours.
 
-Round 8 (``--round streaming_stores``: ``rgdr_sweep.STREAMING_STORE_CANDIDATES``): the roles at B >= 32 with the
-state written through cache-streaming stores, each on the rows its role serves.
-
 Per state dtype: every candidate is built (concurrently), checked against float64 on a decode step
 and a ragged batch (NaN-poisoned output, untouched slots bit-identical) and for bit equality with
 the tiling it leans; a candidate that fails either is not timed. Each row then times the default
 schedule and every candidate of that row on the same rotated input sets (CUDA-graph replay medians), in turn
 over ``--rounds``, beside a copy of the same bytes. One JSON line per measurement, a table last.
 
-    python3 rgdr_lean.py [--states bfloat16,float32] [--rounds 3] [--json out.json] [--round lean|two_tokens|streaming_stores]
+    python3 rgdr_lean.py [--states bfloat16,float32] [--rounds 3] [--json out.json] [--round lean|two_tokens]
 """
 
 import functools
@@ -45,10 +42,7 @@ from dataclasses import asdict, fields, replace
 
 from cuda_bench_common import experiment_args, report_rows, rgdr_check_cases, rgdr_key
 from rgdr_speculate import same_bits, time_row
-from rgdr_sweep import (
-    LEAN_CANDIDATES, LEAN_FIELDS, LEAN_ROWS, STREAMING_STORE_CANDIDATES, STREAMING_STORE_ROWS, TWO_TOKEN_CANDIDATES,
-    TWO_TOKEN_ROWS,
-)
+from rgdr_sweep import LEAN_CANDIDATES, LEAN_FIELDS, LEAN_ROWS, TWO_TOKEN_CANDIDATES, TWO_TOKEN_ROWS
 
 from tileops_cuda.kernels._common import compile_many
 from tileops_cuda.kernels.rgdr import RGDRTiling, build_rgdr
@@ -61,9 +55,7 @@ ROWS = [(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (32, 1), (64, 1), (128, 1), (25
 TWO_TOKEN_ROWS_TIMED = [(32, 2), (64, 2), (128, 2), (256, 2), (128, 1), (256, 1)]
 #: --round -> (candidates by state dtype, the rows each candidate is timed on, the rows of the round)
 ROUNDS = {"lean": (LEAN_CANDIDATES, LEAN_ROWS, ROWS),
-          "two_tokens": (TWO_TOKEN_CANDIDATES, TWO_TOKEN_ROWS, TWO_TOKEN_ROWS_TIMED),
-          "streaming_stores": (STREAMING_STORE_CANDIDATES, STREAMING_STORE_ROWS,
-                               [(32, 1), (128, 1), (256, 1), (32, 2), (128, 2), (256, 2), (128, 4), (256, 4)])}
+          "two_tokens": (TWO_TOKEN_CANDIDATES, TWO_TOKEN_ROWS, TWO_TOKEN_ROWS_TIMED)}
 
 
 def plain(tiling):

@@ -15,8 +15,8 @@ from tileops_cuda.kernels.rgdr import STREAM_CUTS, TILED_CUTS, RGDRSchedule, RGD
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
 __all__ = ["BASELINE_SCHEDULES", "LEAN", "LEAN_CANDIDATES", "LEAN_FIELDS", "LEAN_ROWS", "ROUND2", "TILED_LEAN",
-           "STREAMING_STORE_CANDIDATES", "STREAMING_STORE_ROWS", "TWO_TOKEN_CANDIDATES", "TWO_TOKEN_ROWS",
-           "SWEEP", "SWEEP_B", "SWEEP_TB", "bench_host", "choose_schedule", "sweep_rgdr"]
+           "TWO_TOKEN_CANDIDATES", "TWO_TOKEN_ROWS", "SWEEP", "SWEEP_B", "SWEEP_TB", "bench_host", "choose_schedule",
+           "sweep_rgdr"]
 
 # Tilings swept per state dtype (NK16/NV32 rows): the contenders of the first sweep (see
 # NOTES.md) and a few neighbours (more blocks per SM, a longer streamed chunk).
@@ -46,8 +46,7 @@ ROUND2 = dict(unpack_bits=True, row_deltas=True, stage_live_warps=True)
 _PDL = dict(dependent_launch=True)
 _SPEC = dict(speculate=True)
 _FEW = ((1, 1), (2, 1), (4, 1), (8, 1))
-_SS = dict(streaming_stores=True)
-LEAN_FIELDS = (*LEAN, *ROUND2, *_PDL, *_SS)
+LEAN_FIELDS = (*LEAN, *ROUND2, *_PDL)
 LEAN_CANDIDATES = {
     "bfloat16": {
         "small1-pdl-spec": RGDRTiling(128, 16, 1, 8, **_SPEC, **TILED_LEAN, **_PDL),
@@ -83,24 +82,6 @@ TWO_TOKEN_CANDIDATES = {
     },
 }
 TWO_TOKEN_ROWS = {"bfloat16": {}}  # every candidate on every row of rgdr_lean.py's --round two_tokens
-#: Round 8 (fifty-fifth session): every registered role at B >= 32 with its state written through cache-streaming
-#: stores (``RGDRTiling.streaming_stores``), on the rows it serves; issue 16's rows under target on an H100 are
-#: those that write the most (T_b = 2 and 4: the state written T_b times, read once).
-STREAMING_STORE_CANDIDATES = {
-    "bfloat16": {"short-ss-spec": RGDRTiling(128, 16, 8, 4, True, True, **LEAN, **_PDL, **_SS),
-                 "short-ss": RGDRTiling(128, 16, 8, 4, True, **LEAN, **_PDL, **_SS),
-                 "large-ss": RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **_SS)},
-    "float32": {"short-ss-spec": RGDRTiling(128, 16, 2, 8, False, True, **TILED_LEAN, **_PDL, **_SS),
-                "large-ss": RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **_SS)},
-}
-#: Each candidate's rows: its role's, as the launcher runs it (decode steps speculating; bf16's B=32 decode step runs
-#: a program of its own, RGDRSchedule.decode_steps, so it is not a row here).
-STREAMING_STORE_ROWS = {
-    "bfloat16": {"short-ss-spec": ((128, 1), (256, 1)), "short-ss": ((32, 2), (128, 2), (256, 2)),
-                 "large-ss": ((128, 4), (256, 4))},
-    "float32": {"short-ss-spec": ((32, 1), (128, 1), (256, 1)),
-                "large-ss": ((32, 2), (128, 2), (256, 2), (128, 4), (256, 4))},
-}
 for _st, _named in LEAN_CANDIDATES.items():
     SWEEP[_st] += [t for t in _named.values() if t not in SWEEP[_st]]
 SWEEP_B = [1, 8, 32, 128, 256]

@@ -252,7 +252,7 @@ def test_the_default_schedule_on_decode_steps_of_every_role_matches_float64(stat
 # tiling it leans, which must give the very same bits (same arithmetic in the same order).
 LEAN, TILED_LEAN = STREAM_CUTS, TILED_CUTS
 UB, RD, SW = dict(unpack_bits=True), dict(row_deltas=True), dict(stage_live_warps=True)
-PDL, SS = dict(dependent_launch=True), dict(streaming_stores=True)
+PDL = dict(dependent_launch=True)
 LEAN_CANDIDATES = {
     "bf16-stream-lean": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, **LEAN)),
     "bf16-stream-lean-8rows": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, **LEAN)),  # bf16's short role
@@ -282,15 +282,6 @@ LEAN_CANDIDATES = {
     # Round 5: bf16's decode steps of one sequence and of 16..63 (RGDRSchedule.decode_steps).
     "bf16-tiled-1row-pdl-speculative": ("bfloat16", RGDRTiling(128, 16, 1, 8, False, True, **TILED_LEAN, **PDL)),
     "bf16-stream-4rows-pdl-speculative": ("bfloat16", RGDRTiling(128, 16, 4, 6, True, True, **LEAN, **PDL)),
-    # Round 8: the roles at B >= 32 with cache-streaming state stores (RGDRTiling.streaming_stores), the speculating
-    # ones as their decode steps run them.
-    "bf16-stream-8rows-pdl-speculative-streaming-stores": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, True, **LEAN,
-                                                                                  **PDL, **SS)),
-    "bf16-stream-8rows-pdl-streaming-stores": ("bfloat16", RGDRTiling(128, 16, 8, 4, True, **LEAN, **PDL, **SS)),
-    "bf16-tiled-large-streaming-stores": ("bfloat16", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **SS)),
-    "fp32-tiled-small-pdl-speculative-streaming-stores": ("float32", RGDRTiling(128, 16, 2, 8, False, True,
-                                                                                **TILED_LEAN, **PDL, **SS)),
-    "fp32-tiled-large-streaming-stores": ("float32", RGDRTiling(128, 16, 8, 4, **TILED_LEAN, **SS)),
 }  # fmt: skip
 
 
@@ -300,7 +291,7 @@ def _plain(tiling: RGDRTiling) -> RGDRTiling:
 
     return replace(tiling, exact_tokens=False, unchecked_index=False, pingpong=False, flat_rows=False,
                    reduce_rows="butterfly", unpack_bits=False, row_deltas=False, stage_live_warps=False,
-                   dependent_launch=False, streaming_stores=False)  # fmt: skip
+                   dependent_launch=False)  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(LEAN_CANDIDATES))

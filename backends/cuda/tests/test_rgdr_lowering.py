@@ -166,35 +166,3 @@ def test_dependent_launch_is_refused_where_the_arch_has_no_programmatic_dependen
     key = RGDRBuildKey("bfloat16", "bfloat16", 16, 32, 128, 128, arch="sm_80")
     assert "drop dependent_launch" in rgdr_refusal(key, RGDRTiling(128, 16, 2, 8, dependent_launch=True))
     assert rgdr_refusal(key, RGDRTiling(128, 16, 2, 8)) is None
-
-
-# Round 8 (``RGDRTiling.streaming_stores``): every state store of the registered bf16 short and fp32 large programs
-# leaves through the cache-streaming vector store, and none as a plain vector store.
-_STATE_VECTOR_STORE = r"\*\((?:uint4|float4)\*\)\((?:state|state_rows) \+[^;]*\) = "
-
-
-@pytest.mark.parametrize("state,tiling", [
-    ("bfloat16", RGDRTiling(128, 16, 8, 4, True, **STREAM_CUTS, dependent_launch=True)),
-    ("float32", RGDRTiling(128, 16, 8, 4, **TILED_CUTS)),
-], ids=["bf16-short", "fp32-large"])  # fmt: skip
-def test_streaming_stores_writes_every_state_vector_through_the_cache_streaming_store(state, tiling):
-    import re
-    from dataclasses import replace
-
-    from lowered_source import lowered_source
-
-    key = RGDRBuildKey("bfloat16", state, 16, 32, 128, 128, use_qk_l2norm=True)
-    plain, streaming = (lowered_source(lambda k, t=t: rgdr_program(k, t), key)
-                        for t in (tiling, replace(tiling, streaming_stores=True)))  # fmt: skip
-    assert re.search(_STATE_VECTOR_STORE, plain) and "tl_store_cs_v4" not in plain
-    assert not re.search(_STATE_VECTOR_STORE, streaming)
-    assert "st.global.cs.v4.b32" in streaming and streaming.count("tl_store_cs_v4((&(state") >= 1
-
-
-def test_streaming_stores_is_refused_where_a_lane_holds_less_than_16_bytes_of_a_row():
-    from tileops_cuda.kernels.rgdr import rgdr_refusal
-
-    key = RGDRBuildKey("bfloat16", "bfloat16", 1, 2, 64, 32)  # 4 columns a lane at 16 lanes a row: 8 bytes
-    reason = rgdr_refusal(key, RGDRTiling(128, 16, 2, 8, streaming_stores=True))
-    assert reason is not None and reason.endswith("lower threads_per_row or drop streaming_stores")
-    assert rgdr_refusal(key, RGDRTiling(128, 8, 2, 8, streaming_stores=True)) is None

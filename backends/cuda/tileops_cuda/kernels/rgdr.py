@@ -162,12 +162,6 @@ class RGDRTiling:
     row groups hold a live token (a decode step: the first warp, the others skip to the state), a
     warp-uniform branch; the skipped rows of the staging buffer are never read.
 
-    ``streaming_stores`` (fifty-fifth session; off by default, the program's CUDA then unchanged): the state's
-    slot writes are ``st.global.cs`` stores (PTX's cache-streaming hint: the lines are evicted from L2 first and
-    not kept in L1), one 16-byte store a vector as before. A row at T_b tokens a sequence writes the state T_b
-    times and reads it once, and no write is read again in the call, so the hint tells L2 which lines to give up
-    first. The same values to the same addresses: the same bits.
-
     ``dependent_launch``: the program is launched as a programmatic dependent of the stream's
     previous kernel (``cudaGridDependencySynchronize`` before its first memory access, then
     ``cudaTriggerProgrammaticLaunchCompletion``), so its launch and block scheduling overlap that
@@ -190,7 +184,6 @@ class RGDRTiling:
     unpack_bits: bool = False
     row_deltas: bool = False
     stage_live_warps: bool = False
-    streaming_stores: bool = False
     dependent_launch: bool = False
 
     def __post_init__(self) -> None:
@@ -396,13 +389,6 @@ def rgdr_refusal(key: RGDRBuildKey, tiling: RGDRTiling | None = None) -> str | N
         return (
             "RGDR TileLang kernel: row_deltas computes each row's delta on the lanes where a transposed reduction "
             "ends its total; set reduce_rows='transpose' or drop row_deltas"
-        )
-    if tiling.streaming_stores and key.head_k_dim // tpr * _ELEM_BYTES[key.state_dtype] % 16:
-        return (
-            f"RGDR TileLang kernel: streaming_stores writes a lane's state columns as 16-byte vectors, but "
-            f"head_k_dim={key.head_k_dim} at threads_per_row={tpr} gives a lane "
-            f"{key.head_k_dim // tpr * _ELEM_BYTES[key.state_dtype]} bytes a row; lower threads_per_row or drop "
-            f"streaming_stores"
         )
     rows = tiling.rows_per_thread
     if tiling.reduce_rows == "transpose" and (rows & (rows - 1) or rows > tpr):

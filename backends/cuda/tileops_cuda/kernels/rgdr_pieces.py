@@ -26,18 +26,10 @@ from ._index_metadata import clip_tokens, index_or_padding
 if TYPE_CHECKING:
     from .rgdr import RGDRBuildKey
 
-__all__ = ["L2NORM_EPS", "STREAMING_STORE_SOURCE", "pow2_at_most", "rgdr_pieces"]
+__all__ = ["L2NORM_EPS", "pow2_at_most", "rgdr_pieces"]
 
 #: The epsilon of the in-kernel q/k l2 normalisation (the reference's value).
 L2NORM_EPS = 1e-6
-
-#: ``RGDRTiling.streaming_stores``' device function (the program imports it with ``T.import_source``): one 16-byte
-#: store of four 32-bit words with PTX's cache-streaming hint, which CUDA's math headers name only for whole vector
-#: types (``__stcs``), not for words a program holds in registers.
-STREAMING_STORE_SOURCE = (
-    "__device__ __forceinline__ void tl_store_cs_v4(void* dst, unsigned a, unsigned b, unsigned c, unsigned d) {\n"
-    "  asm volatile(\"st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};\" :: \"l\"(dst), \"r\"(a), \"r\"(b), \"r\"(c), "
-    "\"r\"(d) : \"memory\");\n}\n")
 
 
 def pow2_at_most(n: int, cap: int) -> int:
@@ -50,14 +42,12 @@ def pow2_at_most(n: int, cap: int) -> int:
 
 def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa: C901 - one set of macros
                 speculate: bool = False, reduce_rows: str = "butterfly", unpack_bits: bool = False,
-                row_deltas: bool = False, stage_live_warps: bool = False,
-                streaming_stores: bool = False) -> SimpleNamespace:
+                row_deltas: bool = False, stage_live_warps: bool = False) -> SimpleNamespace:
     """The shared macros for ``key`` on ``threads`` threads, ``tpr`` lanes per state row and
     ``rows`` rows per thread (see the module docstring); also the derived sizes.
     ``speculate``: the program guesses the decode layout (:func:`guess_missed`).
     ``reduce_rows``: how a token's row sums cross the lanes (``RGDRTiling.reduce_rows``).
-    ``unpack_bits``, ``row_deltas``, ``stage_live_warps``, ``streaming_stores``: ``RGDRTiling``'s fields of those
-    names (the program imports :data:`STREAMING_STORE_SOURCE` with the last)."""
+    ``unpack_bits``, ``row_deltas``, ``stage_live_warps``: ``RGDRTiling``'s fields of those names."""
     import tilelang.language as T
 
     f32, i32 = "float32", "int32"
@@ -429,25 +419,14 @@ def rgdr_pieces(key: "RGDRBuildKey", threads: int, tpr: int, rows: int,  # noqa:
         for r in T.unroll(R):
             acc[r] = T.shfl_sync(own, r * SPAN, TPR)
 
-    PER_WORD = 4 // _ELEM_BYTES[sdt]  # state elements a 32-bit word
-
     @T.macro
     def store_state(state, Sx, sl_s, w_s, c2, lane, rg, h, v_row0):
-        """This thread's rows of staged token ``c2``'s state into its slot, if it writes one. With
-        ``streaming_stores`` each 16-byte vector leaves as four 32-bit words of a ``uint32`` view of ``Sx``
-        (TileLang then declares the registers as words and reaches the elements through pointer casts, as
-        ``unpack_bits`` does), through :data:`STREAMING_STORE_SOURCE`'s store."""
+        """This thread's rows of staged token ``c2``'s state into its slot, if it writes one."""
         if w_s[c2] != 0:
             for r in T.unroll(R):
                 for cc in T.unroll(EPT // SV):
-                    if streaming_stores:
-                        T.call_extern("handle", "tl_store_cs_v4",
-                                      T.address_of(state[sl_s[c2], h, v_row0 + r * ROWS + rg, col(cc, lane, SV, 0)]),
-                                      *[T.view(Sx, (R, EPT // PER_WORD), "uint32")[r, (cc * SV) // PER_WORD + w]
-                                        for w in range(4)])
-                    else:
-                        for e in T.vectorized(SV):
-                            state[sl_s[c2], h, v_row0 + r * ROWS + rg, col(cc, lane, SV, e)] = Sx[r, cc * SV + e]
+                    for e in T.vectorized(SV):
+                        state[sl_s[c2], h, v_row0 + r * ROWS + rg, col(cc, lane, SV, e)] = Sx[r, cc * SV + e]
 
     @T.macro
     def token_step(state, out, Sx, kq, xq, dvec, pacc, acc, qk_s, v_s, sl_s, w_s, c2, lane, rg, h, v_row0, s_row0,

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._common import ELEM_BYTES as _ELEM_BYTES
 from ._common import annotate_pass_configs, dependent_launch
-from .rgdr_pieces import L2NORM_EPS, STREAMING_STORE_SOURCE, pow2_at_most, rgdr_pieces
+from .rgdr_pieces import L2NORM_EPS, pow2_at_most, rgdr_pieces
 
 if TYPE_CHECKING:
     from .rgdr import RGDRBuildKey, RGDRTiling
@@ -56,7 +56,7 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
     THREADS, TPR, R = tiling.threads, tiling.threads_per_row, tiling.rows_per_thread
     speculate = tiling.speculate
     P = rgdr_pieces(key, THREADS, TPR, R, speculate, tiling.reduce_rows, tiling.unpack_bits, tiling.row_deltas,
-                    tiling.stage_live_warps, tiling.streaming_stores)
+                    tiling.stage_live_warps)
     ROWS, C, EPT, SV, GV, NWARP, PS, col = P.ROWS, P.C, P.EPT, P.SV, P.GV, P.NWARP, P.PS, P.col  # see rgdr_pieces
     BV = tiling.block_v
     NVT = DV // BV
@@ -82,8 +82,6 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
         annotate_pass_configs(tiling.unchecked_index)  # in bounds by construction: RGDRTiling
         with T.Kernel(NV * NVT, NB, threads=THREADS) as (bx, by):
             T.annotate_min_blocks_per_sm(tiling.min_blocks)
-            if tiling.streaming_stores:
-                T.import_source(STREAMING_STORE_SOURCE)
             dependent_launch(tiling.dependent_launch)
             tid = T.get_thread_binding()
             lane = tid % TPR
@@ -254,8 +252,6 @@ def rgdr_program(key: "RGDRBuildKey", tiling: "RGDRTiling") -> Any:  # noqa: C90
         annotate_pass_configs(tiling.unchecked_index)  # in bounds by construction: RGDRTiling
         with T.Kernel(NK * splits, NB, threads=THREADS) as (bx, by):
             T.annotate_min_blocks_per_sm(tiling.min_blocks)
-            if tiling.streaming_stores:
-                T.import_source(STREAMING_STORE_SOURCE)
             dependent_launch(tiling.dependent_launch)
             tid = T.get_thread_binding()
             lane = tid % TPR
