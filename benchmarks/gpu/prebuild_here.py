@@ -53,39 +53,39 @@ def _prebuild(module_name: str) -> None:
     body(DEVICE_ARCH, True)
 
 
-def _prebuild_rgdr_table() -> None:
-    """Compile the RGDR kernels ``bench_cuda.py`` builds before any row (``cuda_bench_common.rgdr_workload_keys``'
-    default schedules). The programs only: ``build_rgdr`` would also make the launcher, which asks the GPU for its SM
-    count."""
-    sys.path.insert(0, str(ROOT / "backends" / "cuda" / "bench"))
-    from cuda_bench_common import rgdr_workload_keys
+def _compile_rgdr_programs(target: str, builds: list) -> None:
+    """Compile the RGDR programs of ``builds`` (``(key, tiling)`` pairs) concurrently, failing ``target`` if any
+    fails. The programs only: ``build_rgdr`` would also make the launcher, which asks the GPU for its SM count."""
     from tileops_cuda.kernels._common import compile_many, compile_prim_func
-    from tileops_cuda.kernels.rgdr import default_schedule
     from tileops_cuda.kernels.rgdr_program import rgdr_program
 
-    thunks = [lambda k=k, t=t: compile_prim_func(rgdr_program(k, t), k.arch)
-              for k in rgdr_workload_keys() for t in default_schedule(k).tilings()]
-    bad = [r for r in compile_many(thunks) if isinstance(r, Exception)]
+    bad = [r for r in compile_many([lambda k=k, t=t: compile_prim_func(rgdr_program(k, t), k.arch) for k, t in builds])
+           if isinstance(r, Exception)]
     if bad:
-        raise SystemExit(f"rgdr_table: {len(bad)} of {len(thunks)} builds failed; the first: {bad[0]!r}")
+        raise SystemExit(f"{target}: {len(bad)} of {len(builds)} builds failed; the first: {bad[0]!r}")
+
+
+def _prebuild_rgdr_table() -> None:
+    """Compile the RGDR kernels ``bench_cuda.py`` builds before any row (``cuda_bench_common.rgdr_workload_keys``'
+    default schedules)."""
+    sys.path.insert(0, str(ROOT / "backends" / "cuda" / "bench"))
+    from cuda_bench_common import rgdr_workload_keys
+    from tileops_cuda.kernels.rgdr import default_schedule
+
+    _compile_rgdr_programs("rgdr_table", [(k, t) for k in rgdr_workload_keys() for t in default_schedule(k).tilings()])
 
 
 def _prebuild_rgdr_two_tokens() -> None:
     """Compile round 7 of ``rgdr_lean.py`` (``--round two_tokens``, ``run.sh rgdr7``): each candidate and its plain
-    tiling, for the bf16 workload key (the programs only, as above)."""
+    tiling, for the bf16 workload key."""
     sys.path.insert(0, str(ROOT / "backends" / "cuda" / "bench"))
     from cuda_bench_common import rgdr_key
     from rgdr_lean import plain
     from rgdr_sweep import TWO_TOKEN_CANDIDATES
-    from tileops_cuda.kernels._common import compile_many, compile_prim_func
-    from tileops_cuda.kernels.rgdr_program import rgdr_program
 
     key = rgdr_key(16, 32, "bfloat16")
     tilings = dict.fromkeys(t for c in TWO_TOKEN_CANDIDATES["bfloat16"].values() for t in (c, plain(c)))
-    bad = [r for r in compile_many([lambda t=t: compile_prim_func(rgdr_program(key, t), key.arch) for t in tilings])
-           if isinstance(r, Exception)]
-    if bad:
-        raise SystemExit(f"rgdr_two_tokens: {len(bad)} of {len(tilings)} builds failed; the first: {bad[0]!r}")
+    _compile_rgdr_programs("rgdr_two_tokens", [(key, t) for t in tilings])
 
 
 #: Targets that are no test module, by name: the RGDR kernels ``bench_cuda.py --no-sweep --no-others`` (``run.sh
