@@ -13,7 +13,7 @@ misses there is compiled there as before; nothing depends on a hit.
 Run from the repository root with the project's venv and tilelang 0.1.15 beside it (nvcc on the PATH), e.g.
 ``PATH=/usr/local/bin:$PATH PYTHONPATH=/work/tlvenv/lib/python3.11/site-packages .venv/bin/python
 benchmarks/gpu/prebuild_here.py prefill``
-(module names: ``prefill``, ``decode``, ``decode_small``, and ``rgdr_table`` / ``rgdr_two_tokens`` for RGDR benches';
+(module names: ``prefill``, ``decode``, ``decode_small``, and ``rgdr_table`` for the RGDR bench's kernels;
 ``--keep`` adds to the archive instead of replacing it). The prefill module with two settings
 (``PREFILL_TEST_SETTINGS=default,overlap-writes-caches``) took 457 s on two cores: 26 kernels, 0.5 MiB packed,
 and a build here from the unpacked archive loaded in 1.5 s, not compiled. The decode modules added to it
@@ -53,44 +53,26 @@ def _prebuild(module_name: str) -> None:
     body(DEVICE_ARCH, True)
 
 
-def _compile_rgdr_programs(target: str, builds: list) -> None:
-    """Compile the RGDR programs of ``builds`` (``(key, tiling)`` pairs) concurrently, failing ``target`` if any
-    fails. The programs only: ``build_rgdr`` would also make the launcher, which asks the GPU for its SM count."""
-    from tileops_cuda.kernels._common import compile_many, compile_prim_func
-    from tileops_cuda.kernels.rgdr_program import rgdr_program
-
-    bad = [r for r in compile_many([lambda k=k, t=t: compile_prim_func(rgdr_program(k, t), k.arch) for k, t in builds])
-           if isinstance(r, Exception)]
-    if bad:
-        raise SystemExit(f"{target}: {len(bad)} of {len(builds)} builds failed; the first: {bad[0]!r}")
-
-
 def _prebuild_rgdr_table() -> None:
     """Compile the RGDR kernels ``bench_cuda.py`` builds before any row (``cuda_bench_common.rgdr_workload_keys``'
-    default schedules)."""
+    default schedules). The programs only: ``build_rgdr`` would also make the launcher, which asks the GPU for its SM
+    count."""
     sys.path.insert(0, str(ROOT / "backends" / "cuda" / "bench"))
     from cuda_bench_common import rgdr_workload_keys
+    from tileops_cuda.kernels._common import compile_many, compile_prim_func
     from tileops_cuda.kernels.rgdr import default_schedule
+    from tileops_cuda.kernels.rgdr_program import rgdr_program
 
-    _compile_rgdr_programs("rgdr_table", [(k, t) for k in rgdr_workload_keys() for t in default_schedule(k).tilings()])
-
-
-def _prebuild_rgdr_two_tokens() -> None:
-    """Compile round 7 of ``rgdr_lean.py`` (``--round two_tokens``, ``run.sh rgdr7``): each candidate and its plain
-    tiling, for the bf16 workload key."""
-    sys.path.insert(0, str(ROOT / "backends" / "cuda" / "bench"))
-    from cuda_bench_common import rgdr_key
-    from rgdr_lean import plain
-    from rgdr_sweep import TWO_TOKEN_CANDIDATES
-
-    key = rgdr_key(16, 32, "bfloat16")
-    tilings = dict.fromkeys(t for c in TWO_TOKEN_CANDIDATES["bfloat16"].values() for t in (c, plain(c)))
-    _compile_rgdr_programs("rgdr_two_tokens", [(key, t) for t in tilings])
+    thunks = [lambda k=k, t=t: compile_prim_func(rgdr_program(k, t), k.arch)
+              for k in rgdr_workload_keys() for t in default_schedule(k).tilings()]
+    bad = [r for r in compile_many(thunks) if isinstance(r, Exception)]
+    if bad:
+        raise SystemExit(f"rgdr_table: {len(bad)} of {len(thunks)} builds failed; the first: {bad[0]!r}")
 
 
 #: Targets that are no test module, by name: the RGDR kernels ``bench_cuda.py --no-sweep --no-others`` (``run.sh
-#: rgdrtable``) compiles first, 22 of them in 32 s of an H100 call (s51e); round 7's candidates (``run.sh rgdr7``).
-BENCH_TARGETS = {"rgdr_table": _prebuild_rgdr_table, "rgdr_two_tokens": _prebuild_rgdr_two_tokens}
+#: rgdrtable``) compiles first, 22 of them in 32 s of an H100 call (s51e).
+BENCH_TARGETS = {"rgdr_table": _prebuild_rgdr_table}
 
 
 def main() -> int:

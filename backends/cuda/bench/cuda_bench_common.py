@@ -125,16 +125,13 @@ def time_graph(calls, target_ms: float = 40.0, max_replays: int = 200, warmup_ms
 
 
 # ----------------------------------------------------------------------------- RGDR
-def experiment_args(doc: str, **extra: dict) -> tuple[argparse.Namespace, torch.Generator]:
-    """The command line every RGDR timing experiment takes (``--states``, ``--rounds``, ``--json``, and
-    ``extra``: option name -> ``add_argument``'s keywords) and its seeded CUDA generator (seed 16: the
-    experiments draw the same inputs)."""
+def experiment_args(doc: str) -> tuple[argparse.Namespace, torch.Generator]:
+    """The command line every RGDR timing experiment takes (``--states``, ``--rounds``, ``--json``)
+    and its seeded CUDA generator (seed 16: the experiments draw the same inputs)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--states", default="float32,bfloat16")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default=None)
-    for name, keywords in extra.items():
-        ap.add_argument(f"--{name}", **keywords)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(16)
     return ap.parse_args(), gen

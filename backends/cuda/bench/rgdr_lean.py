@@ -23,8 +23,8 @@ issue 16's targets.
 Round 6 (thirty-third session, deleted since): the tiled roles of the rows at B >= 128 with their grid
 transposed (sequences on ``blockIdx.x``): 0.954-0.979x the default schedule on every row it was timed on.
 
-Round 7 (``--round two_tokens``: ``rgdr_sweep.TWO_TOKEN_CANDIDATES`` on ``TWO_TOKEN_ROWS_TIMED``): bf16's rows of
-two tokens a sequence, the short role's neighbours.
+Round 7 (fifty-fifth session, deleted since): bf16's two-token rows through the short role's neighbours (occupancy
+3 and 5, 256 threads, 32 lanes a row, 4 rows a lane, round 2's fields): none led a row by more than 0.5% on an H100.
 
 Per state dtype: every candidate is built (concurrently), checked against float64 on a decode step
 and a ragged batch (NaN-poisoned output, untouched slots bit-identical) and for bit equality with
@@ -32,7 +32,7 @@ the tiling it leans; a candidate that fails either is not timed. Each row then t
 schedule and every candidate of that row on the same rotated input sets (CUDA-graph replay medians), in turn
 over ``--rounds``, beside a copy of the same bytes. One JSON line per measurement, a table last.
 
-    python3 rgdr_lean.py [--states bfloat16,float32] [--rounds 3] [--json out.json] [--round lean|two_tokens]
+    python3 rgdr_lean.py [--states bfloat16,float32] [--rounds 3] [--json out.json]
 """
 
 import functools
@@ -42,7 +42,7 @@ from dataclasses import asdict, fields, replace
 
 from cuda_bench_common import experiment_args, report_rows, rgdr_check_cases, rgdr_key
 from rgdr_speculate import same_bits, time_row
-from rgdr_sweep import LEAN_CANDIDATES, LEAN_FIELDS, LEAN_ROWS, TWO_TOKEN_CANDIDATES, TWO_TOKEN_ROWS
+from rgdr_sweep import LEAN_CANDIDATES, LEAN_FIELDS, LEAN_ROWS
 
 from tileops_cuda.kernels._common import compile_many
 from tileops_cuda.kernels.rgdr import RGDRTiling, build_rgdr
@@ -50,12 +50,6 @@ from tileops_cuda.testing import check_rgdr
 
 ROWS = [(1, 1), (2, 1), (4, 1), (8, 1), (16, 1), (32, 1), (64, 1), (128, 1), (256, 1), (32, 2), (64, 2), (128, 2),
         (256, 2), (128, 4), (256, 4)]
-#: Round 7's rows: the two-token rows of the short role, and its one-token rows beside them (a candidate that wins
-#: both could replace the role; one that wins only T_b=2 would need a role of its own).
-TWO_TOKEN_ROWS_TIMED = [(32, 2), (64, 2), (128, 2), (256, 2), (128, 1), (256, 1)]
-#: --round -> (candidates by state dtype, the rows each candidate is timed on, the rows of the round)
-ROUNDS = {"lean": (LEAN_CANDIDATES, LEAN_ROWS, ROWS),
-          "two_tokens": (TWO_TOKEN_CANDIDATES, TWO_TOKEN_ROWS, TWO_TOKEN_ROWS_TIMED)}
 
 
 def plain(tiling):
@@ -64,12 +58,11 @@ def plain(tiling):
 
 
 def main() -> None:
-    args, gen = experiment_args(__doc__, round=dict(choices=sorted(ROUNDS), default="lean"))
-    candidates, candidate_rows, round_rows = ROUNDS[args.round]
+    args, gen = experiment_args(__doc__)
     results, table = {"checks": [], "rows": []}, []
     for st in args.states.split(","):
         key = rgdr_key(16, 32, st)
-        named = candidates[st]
+        named = LEAN_CANDIDATES[st]
         todo = [("default", None)] + list(named.items()) + [(f"plain:{n}", plain(t)) for n, t in named.items()]
         built = compile_many([functools.partial(build_rgdr, key, t) for _, t in todo])
         got = {}
@@ -94,9 +87,8 @@ def main() -> None:
                 ok = ok and res["ok"] and same
             if ok:
                 launchers[name] = got[name]
-        for B, tb in round_rows:
-            on_row = {n: b for n, b in launchers.items()
-                      if n == "default" or (B, tb) in candidate_rows[st].get(n, round_rows)}
+        for B, tb in ROWS:
+            on_row = {n: b for n, b in launchers.items() if n == "default" or (B, tb) in LEAN_ROWS[st].get(n, ROWS)}
             foot, copy, times = time_row(on_row, key, B, tb, gen, args.rounds)
             row = {"state": st, "B": B, "Tb": tb, "bytes": foot, "copy_us": copy, "us": times}
             results["rows"].append(row)

@@ -14,9 +14,7 @@ from tileops_cuda.kernels import rmsnorm as kr
 from tileops_cuda.kernels.rgdr import STREAM_CUTS, TILED_CUTS, RGDRSchedule, RGDRTiling, build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
-__all__ = ["BASELINE_SCHEDULES", "LEAN", "LEAN_CANDIDATES", "LEAN_FIELDS", "LEAN_ROWS", "ROUND2", "TILED_LEAN",
-           "TWO_TOKEN_CANDIDATES", "TWO_TOKEN_ROWS", "SWEEP", "SWEEP_B", "SWEEP_TB", "bench_host", "choose_schedule",
-           "sweep_rgdr"]
+__all__ = ["BASELINE_SCHEDULES", "LEAN", "LEAN_CANDIDATES", "LEAN_FIELDS", "LEAN_ROWS", "ROUND2", "TILED_LEAN", "SWEEP", "SWEEP_B", "SWEEP_TB", "bench_host", "choose_schedule", "sweep_rgdr"]
 
 # Tilings swept per state dtype (NK16/NV32 rows): the contenders of the first sweep (see
 # NOTES.md) and a few neighbours (more blocks per SM, a longer streamed chunk).
@@ -66,22 +64,6 @@ LEAN_ROWS = {
                  "large-pdl-spec": ((32, 1),)},
     "float32": {"small1-pdl-spec": _FEW},
 }
-#: Round 7 (fifty-fifth session): bf16's two-token rows, the last RGDR rows under issue 16's target on an H100 with
-#: room left (B=128 / 256 T_b=2 at 88.9 / 89.7% of the copy, 93.3-94.2% of the copy that reads once and writes
-#: twice, which itself reaches 95.3%; NOTES.md). The registered short role (the streamed program, 8 rows a lane, 4
-#: programs an SM, every cut, a programmatic dependent) serves them; the candidates vary its occupancy, its threads,
-#: its lanes a row, its rows a lane, and add round 2's fields. None speculates (these rows are not decode steps).
-TWO_TOKEN_CANDIDATES = {
-    "bfloat16": {
-        "short-mb3": RGDRTiling(128, 16, 8, 3, True, **LEAN, **_PDL),
-        "short-mb5": RGDRTiling(128, 16, 8, 5, True, **LEAN, **_PDL),
-        "short-round2": RGDRTiling(128, 16, 8, 4, True, **LEAN, **ROUND2, **_PDL),
-        "short-t256": RGDRTiling(256, 16, 8, 2, True, **LEAN, **_PDL),
-        "short-tpr32": RGDRTiling(128, 32, 8, 4, True, **LEAN, **_PDL),
-        "short-rows4": RGDRTiling(128, 16, 4, 6, True, **LEAN, **_PDL),
-    },
-}
-TWO_TOKEN_ROWS = {"bfloat16": {}}  # every candidate on every row of rgdr_lean.py's --round two_tokens
 for _st, _named in LEAN_CANDIDATES.items():
     SWEEP[_st] += [t for t in _named.values() if t not in SWEEP[_st]]
 SWEEP_B = [1, 8, 32, 128, 256]
