@@ -76,6 +76,7 @@ from tileops_core.bench.baselines import capture_launches  # noqa: E402
 from tileops_core.bench.roofline import roofline_of_row  # noqa: E402
 from tileops_core.bench.workloads import instantiate, plan_row  # noqa: E402
 from tileops_core.kernels import CallSpec, select_kernel  # noqa: E402
+from tileops_core.spec.nodes import WorkloadRow  # noqa: E402
 from tileops_core.workloads import dtype_cases  # noqa: E402
 
 FLUSH_BYTES = 256 * 2**20
@@ -337,10 +338,19 @@ def _launch_flipped(key: Any) -> Any:
     return with_dependent_launch(key, not key.dependent_launch)
 
 
-def plan_sweep(arch: str, only: str = "", most: int | None = None) -> list[SweepRow]:
+def _at_tokens(row: WorkloadRow, tokens: int) -> WorkloadRow:
+    """``row`` with ``T`` tokens in place of its own, labelled so (``--tokens``)."""
+    return WorkloadRow(row.index, {**row.values, "T": tokens, "label": f"{row.label}@T={tokens}"}, row.loc)
+
+
+def plan_sweep(arch: str, only: str = "", most: int | None = None, tokens: tuple[int, ...] = ()) -> list[SweepRow]:
     """Every sweep entry's candidates (build keys for ``arch``) and the rows each is checked on:
     the entries whose ``op/row label`` contains ``only``, the registered block shape and it launched
-    the other way (``_launch_flipped``), then the first ``most`` candidates of each (all when None)."""
+    the other way (``_launch_flipped``), then the first ``most`` candidates of each (all when None).
+
+    With ``tokens``, each matching entry whose row has a token count ``T`` is timed at each of those
+    counts instead, every other dim its own, and checked on that row alone: how a row's time over its
+    copy grows with the tokens of a call (``--tokens``; the routing model in NOTES, fifty-sixth session)."""
     manifest = load_manifest()
     rows = []
     for op_name, label, configs in SWEEP:
@@ -348,28 +358,39 @@ def plan_sweep(arch: str, only: str = "", most: int | None = None) -> list[Sweep
             continue
         spec = manifest[op_name]
         timed = next(r for r in spec.workloads if r.label == label)
-        interface, call = _call_spec(spec, timed, dtype_cases(timed)[0], arch)
-        impl = select_kernel(interface, call).chosen
-        registered = impl.key(call)
-        base = _without_block_shape(registered)
-        cases = [(timed, dtype_cases(timed)[0])]
-        for row in spec.workloads:
-            for case in dtype_cases(row):
-                if (row, case) != cases[0]:
-                    other_interface, other_call = _call_spec(spec, row, case, arch)
-                    other = select_kernel(other_interface, other_call).chosen
-                    if other is impl and _without_block_shape(other.key(other_call)) == base:
-                        cases.append((row, case))
-        candidates = [Candidate("registered", registered)]
-        flipped = _launch_flipped(registered)
-        if flipped is not None:
-            candidates.append(Candidate(f"registered, dependent_launch={flipped.dependent_launch}", flipped))
-        for cfg in configs[:most]:
-            key = dataclasses.replace(base, **cfg)
-            if all(key != c.key for c in candidates):  # the registered key, flipped or not, once
-                candidates.append(Candidate(json.dumps(cfg), key))
-        rows.append(SweepRow(op_name, label, spec, impl, cases, candidates))
+        if tokens and "T" in timed.values:
+            rows.extend(_entry(arch, op_name, spec, _at_tokens(timed, t), configs, most, same_kernel_rows=False)
+                        for t in tokens)
+        elif not tokens:
+            rows.append(_entry(arch, op_name, spec, timed, configs, most))
     return rows
+
+
+def _entry(arch: str, op_name: str, spec: Any, timed: WorkloadRow, configs: list[dict[str, Any]], most: int | None,
+           same_kernel_rows: bool = True) -> SweepRow:
+    """One sweep entry on ``timed``: its candidates, checked on every workload row that builds the same
+    kernel where ``same_kernel_rows``, else on ``timed`` alone."""
+    interface, call = _call_spec(spec, timed, dtype_cases(timed)[0], arch)
+    impl = select_kernel(interface, call).chosen
+    registered = impl.key(call)
+    base = _without_block_shape(registered)
+    cases = [(timed, dtype_cases(timed)[0])]
+    for row in spec.workloads if same_kernel_rows else ():
+        for case in dtype_cases(row):
+            if (row, case) != cases[0]:
+                other_interface, other_call = _call_spec(spec, row, case, arch)
+                other = select_kernel(other_interface, other_call).chosen
+                if other is impl and _without_block_shape(other.key(other_call)) == base:
+                    cases.append((row, case))
+    candidates = [Candidate("registered", registered)]
+    flipped = _launch_flipped(registered)
+    if flipped is not None:
+        candidates.append(Candidate(f"registered, dependent_launch={flipped.dependent_launch}", flipped))
+    for cfg in configs[:most]:
+        key = dataclasses.replace(base, **cfg)
+        if all(key != c.key for c in candidates):  # the registered key, flipped or not, once
+            candidates.append(Candidate(json.dumps(cfg), key))
+    return SweepRow(op_name, timed.label, spec, impl, cases, candidates)
 
 
 def build_all(rows: list[SweepRow]) -> float:
@@ -652,6 +673,9 @@ def main() -> int:
     ap.add_argument("--compile-only", action="store_true", help="no GPU: compile, print registers and spills")
     ap.add_argument("--arch", default="sm_90a", help="the arch --compile-only builds for")
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "layer_ops_sweep.json"))
+    ap.add_argument("--tokens", default="", help="comma-separated token counts: each matching entry with a token "
+                    "count T timed at these instead (e.g. --only MoETopKRoutingFwdOp/qwen3-next-80b-prefill "
+                    "--tokens 1024,2048,4096,8192)")
     ap.add_argument("--warmup-ms", type=float, default=0.0,
                     help="untimed graph replays before the timed ones, in ms (kernels and copies alike)")
     opts = ap.parse_args()
@@ -659,7 +683,8 @@ def main() -> int:
         return compile_only(opts.arch, opts.only, opts.candidates)
     started = time.perf_counter()
     major, minor = torch.cuda.get_device_capability()
-    rows = plan_sweep(f"sm_{major}{minor}", opts.only, opts.candidates)
+    tokens = tuple(int(t) for t in opts.tokens.split(",") if t)
+    rows = plan_sweep(f"sm_{major}{minor}", opts.only, opts.candidates, tokens)
     log(f"{sum(len(r.candidates) for r in rows)} candidates in {len(rows)} rows; {torch.cuda.get_device_name()}")
     log(f"compiled in {build_all(rows):.0f} s")
     timer = Timer(opts.reps)
