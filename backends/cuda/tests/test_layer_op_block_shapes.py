@@ -279,6 +279,24 @@ def test_a_sweep_row_is_checked_on_every_workload_row_that_builds_the_same_kerne
     assert "qwen3-next-80b-decode-m1" not in labels  # hidden 2048: another kernel
 
 
+
+@needs_cuda_backend
+def test_a_sweep_at_other_token_counts_times_the_rows_entries_there_each_checked_on_itself():
+    rows = _sweep().plan_sweep("sm_90", "MoETopKRoutingFwdOp/qwen3", 0, (512, 8192))
+    assert [r.label for r in rows] == [f"{label}@T={t}" for label in ("qwen3-next-80b-prefill-4k",
+                                                                      "qwen3.5-35b-prefill-4k",
+                                                                      "qwen3-next-80b-decode-b64",
+                                                                      "qwen3.5-35b-decode-b64") for t in (512, 8192)]
+    for r in rows:
+        (row, _), = r.cases  # no other workload row: the derived one alone
+        assert row.label == r.label and row.values["T"] == int(r.label.rsplit("=", 1)[1])
+        assert {k: v for k, v in row.values.items() if k not in ("T", "label")} == {
+            k: v for k, v in next(w for w in r.spec.workloads if w.label == r.label.split("@")[0]).values.items()
+            if k not in ("T", "label")}
+        assert [c.name for c in r.candidates][0] == "registered"
+    # An entry whose row has no token count is left out, not timed at its own size.
+    assert _sweep().plan_sweep("sm_90", "GDNGatingFwdOp", 0, (1024,)) == []
+
 _VARIANTS = [
     (zero_centred_rmsnorm, ZeroCentredRMSNormBuildKey("bfloat16", 4096, True, "sm_90a", passes=2, rows=2), "x"),
     (zero_centred_rmsnorm, ZeroCentredRMSNormBuildKey("float32", 2048, False, "sm_90a", passes=2, programs=264), "x"),
