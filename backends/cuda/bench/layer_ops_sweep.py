@@ -4,6 +4,10 @@ of the same size in the same run.
 
 Usage (on a GPU machine, from the repository root, the project installed):
     python3 backends/cuda/bench/layer_ops_sweep.py [--reps 60] [--only Gated] [--budget 200] [--json PATH]
+At other token counts than the rows' own (each matching entry whose row has a token count ``T``, its registered
+key only with ``--candidates 0``; ``run.sh routetokens``):
+    python3 backends/cuda/bench/layer_ops_sweep.py --only MoETopKRoutingFwdOp/qwen3-next-80b-prefill --candidates 0 \
+        --tokens 1024,2048,4096,8192
 Without a GPU (lowers, compiles and assembles every candidate; registers, spills, load widths):
     python3 backends/cuda/bench/layer_ops_sweep.py --compile-only [--arch sm_90a]
 
