@@ -3,7 +3,8 @@
 # its copy grows in proportion to the tokens (issue time after the loads) or stays about constant (the last rows'
 # dependent chain): NOTES, fifty-sixth session. ROUTETOKENS="..." picks the token counts,
 # ROUTETOKENS_CANDIDATES=N adds the sweep's first N routing candidates (3: the short program alone among them).
-# From 1024 tokens every row runs the key's long program (long_from); the 512-token row runs its short one, a reference point off the slope.
+# From 1024 tokens every row runs the key's long program (long_from); the 512-token row runs its short one, a
+# reference point off the slope.
 el routetokens
 for row in qwen3-next-80b-prefill qwen3.5-35b-prefill; do
     timeout -s INT ${ROUTETOKENS_S:-100} python3 -u backends/cuda/bench/layer_ops_sweep.py \
