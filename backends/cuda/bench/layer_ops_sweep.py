@@ -362,11 +362,11 @@ def plan_sweep(arch: str, only: str = "", most: int | None = None, tokens: tuple
             continue
         spec = manifest[op_name]
         timed = next(r for r in spec.workloads if r.label == label)
-        if tokens and "T" in timed.values:
+        if not tokens:
+            rows.append(_entry(arch, op_name, spec, timed, configs, most))
+        elif "T" in timed.values:
             rows.extend(_entry(arch, op_name, spec, _at_tokens(timed, t), configs, most, same_kernel_rows=False)
                         for t in tokens)
-        elif not tokens:
-            rows.append(_entry(arch, op_name, spec, timed, configs, most))
     return rows
 
 

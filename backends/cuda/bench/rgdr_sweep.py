@@ -14,7 +14,8 @@ from tileops_cuda.kernels import rmsnorm as kr
 from tileops_cuda.kernels.rgdr import STREAM_CUTS, TILED_CUTS, RGDRSchedule, RGDRTiling, build_rgdr
 from tileops_cuda.testing import check_rgdr, rgdr_case
 
-__all__ = ["BASELINE_SCHEDULES", "LEAN", "LEAN_CANDIDATES", "LEAN_FIELDS", "LEAN_ROWS", "ROUND2", "TILED_LEAN", "SWEEP", "SWEEP_B", "SWEEP_TB", "bench_host", "choose_schedule", "sweep_rgdr"]
+__all__ = ["BASELINE_SCHEDULES", "LEAN", "LEAN_CANDIDATES", "LEAN_FIELDS", "LEAN_ROWS", "ROUND2", "TILED_LEAN", "SWEEP",
+           "SWEEP_B", "SWEEP_TB", "bench_host", "choose_schedule", "sweep_rgdr"]
 
 # Tilings swept per state dtype (NK16/NV32 rows): the contenders of the first sweep (see
 # NOTES.md) and a few neighbours (more blocks per SM, a longer streamed chunk).
