@@ -13,8 +13,11 @@ misses there is compiled there as before; nothing depends on a hit.
 Run from the repository root with the project's venv and tilelang 0.1.15 beside it (nvcc on the PATH), e.g.
 ``PATH=/usr/local/bin:$PATH PYTHONPATH=/work/tlvenv/lib/python3.11/site-packages .venv/bin/python
 benchmarks/gpu/prebuild_here.py prefill``
-(module names: ``prefill``, ``decode``, ``decode_small``, and ``rgdr_table`` for the RGDR bench's kernels;
-``--keep`` adds to the archive instead of replacing it). The prefill module with two settings
+(module names: ``prefill``, ``decode``, ``decode_small``, ``rgdr_table`` for the RGDR bench's kernels, and
+``sweep:ONLY[:MOST]`` for a ``layer_ops_sweep.py --only ONLY --candidates MOST`` call's; ``--keep`` adds to the
+archive instead of replacing it). A new checkout has no ``.device``: ``rgdr_table sweep:CausalConv1d sweep:MoETopK:3
+decode_small`` built the cache of the fifty-eighth session's first calls (77 kernels from the first three in about
+4 minutes here). The prefill module with two settings
 (``PREFILL_TEST_SETTINGS=default,overlap-writes-caches``) took 457 s on two cores: 26 kernels, 0.5 MiB packed,
 and a build here from the unpacked archive loaded in 1.5 s, not compiled. The decode modules added to it
 (``--keep decode decode_small``) compiled 32 more kernels in 97 s (58 in all, 1.4 MiB).
@@ -28,12 +31,14 @@ Keep the archive and the bundle under the 64 MiB that travels (the bundle is 45 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,15 +75,52 @@ def _prebuild_rgdr_table() -> None:
         raise SystemExit(f"rgdr_table: {len(bad)} of {len(thunks)} builds failed; the first: {bad[0]!r}")
 
 
+def _prebuild_sweep(only: str, most: int | None) -> None:
+    """Compile the candidates ``layer_ops_sweep.py --only ONLY [--candidates MOST]`` builds on the device before it
+    times any (the registered keys, flipped, then the candidates of every matching entry), for the arch the device
+    reports: the conv sweep compiles every candidate first, most of a conv call's minutes on an empty cache."""
+    sys.path.insert(0, str(ROOT / "backends" / "cuda" / "bench"))
+    from layer_ops_sweep import build_all, plan_sweep
+
+    rows = plan_sweep(DEVICE_ARCH, only, most)
+    if not rows:
+        raise SystemExit(f"sweep:{only}: no sweep entry matches")
+    build_all(rows)
+    # A candidate that fails to build here fails there too, where the sweep reports it: the others are still kept.
+    for r in rows:
+        for c in r.candidates:
+            if isinstance(c.fn, Exception) and not str(c.fn).startswith("refused:"):
+                print(f"sweep:{only}: {r.op} {r.label} {c.name} failed: {str(c.fn)[:200]}", flush=True)
+
+
+def _sweep_target(name: str) -> Callable[[], None] | None:
+    """``sweep:ONLY`` or ``sweep:ONLY:MOST`` (the ``--only`` and ``--candidates`` of a device call's
+    ``layer_ops_sweep.py``: ``sweep:CausalConv1d`` for ``run.sh conv``, ``sweep:MoETopK:2`` for ``routesweep`` with
+    ``ROUTE_CANDIDATES=2``), or None for another name."""
+    parts = name.split(":")
+    if parts[0] != "sweep" or len(parts) not in (2, 3) or not parts[1] or (len(parts) == 3 and not parts[2].isdigit()):
+        return None
+    return functools.partial(_prebuild_sweep, parts[1], int(parts[2]) if len(parts) == 3 else None)
+
+
 #: Targets that are no test module, by name: the RGDR kernels ``bench_cuda.py --no-sweep --no-others`` (``run.sh
-#: rgdrtable``) compiles first, 22 of them in 32 s of an H100 call (s51e).
+#: rgdrtable``) compiles first, 22 of them in 32 s of an H100 call (s51e); and ``sweep:ONLY[:MOST]``, a
+#: ``layer_ops_sweep.py`` call's candidates (``_sweep_target``).
 BENCH_TARGETS = {"rgdr_table": _prebuild_rgdr_table}
+
+
+def _target(name: str) -> Callable[[], None] | None:
+    """The function that compiles target ``name``'s kernels, or None where no module or target has that name."""
+    if name in MODULES:
+        return functools.partial(_prebuild, MODULES[name])
+    return BENCH_TARGETS.get(name) or _sweep_target(name)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("modules", nargs="*", help="test modules whose kernels to compile: "
-                    f"{', '.join(sorted(MODULES))}; or {', '.join(BENCH_TARGETS)}")
+                    f"{', '.join(sorted(MODULES))}; or {', '.join(BENCH_TARGETS)}; or sweep:ONLY[:MOST] "
+                    "(a layer_ops_sweep.py call's candidates)")
     ap.add_argument("--out", default=str(ROOT / ".device" / "tlcache.tar.xz"))
     ap.add_argument("--keep", action="store_true",
                     help="start from the kernels already in --out, so the archive holds both (a union, not a rebuild)")
@@ -88,9 +130,10 @@ def main() -> int:
     args = ap.parse_args()
     if not args.modules and not args.merge:
         ap.error("name test modules to compile, or --merge archives")
-    unknown = set(args.modules) - set(MODULES) - set(BENCH_TARGETS)
+    unknown = [name for name in args.modules if _target(name) is None]
     if unknown:
-        ap.error(f"no test module {sorted(unknown)}; the modules: {sorted(MODULES)}, and {list(BENCH_TARGETS)}")
+        ap.error(f"no test module {unknown}; the modules: {sorted(MODULES)}, {list(BENCH_TARGETS)}, and "
+                 "sweep:ONLY[:MOST]")
     sys.path.insert(0, str(ROOT / "backends" / "cuda" / "tests"))  # the test modules and their helpers
     with tempfile.TemporaryDirectory(prefix="tlcache-") as cache:
         os.environ["TILELANG_CACHE_DIR"] = cache  # before tilelang is imported
@@ -99,7 +142,9 @@ def main() -> int:
                 tar.extractall(cache, filter="data")
         t0 = time.time()
         for name in args.modules:
-            BENCH_TARGETS[name]() if name in BENCH_TARGETS else _prebuild(MODULES[name])
+            target = _target(name)
+            assert target is not None  # checked above
+            target()
             print(f"{name}: compiled by {time.time() - t0:.0f} s", flush=True)
         entries = sorted(p.parent.name for p in Path(cache).rglob("executable.so"))
         if not entries:
