@@ -14,8 +14,8 @@ Run from the repository root with the project's venv and tilelang 0.1.15 beside 
 ``PATH=/usr/local/bin:$PATH PYTHONPATH=/work/tlvenv/lib/python3.11/site-packages .venv/bin/python
 benchmarks/gpu/prebuild_here.py prefill``
 (module names: ``prefill``, ``decode``, ``decode_small``, ``rgdr_table`` for the RGDR bench's kernels, and
-``sweep:ONLY[:MOST]`` for a ``layer_ops_sweep.py --only ONLY --candidates MOST`` call's; ``--keep`` adds to the
-archive instead of replacing it). A new checkout has no ``.device``: ``rgdr_table sweep:CausalConv1d sweep:MoETopK:3
+``sweep:ONLY[:MOST[:FIELD]]`` for a ``layer_ops_sweep.py --only ONLY --candidates MOST --with-field FIELD`` call's;
+``--keep`` adds to the archive instead of replacing it). A new checkout has no ``.device``: ``rgdr_table sweep:CausalConv1d sweep:MoETopK:3
 decode_small`` built the cache of the fifty-eighth session's first calls (77 kernels from the first three in about
 4 minutes here). The prefill module with two settings
 (``PREFILL_TEST_SETTINGS=default,overlap-writes-caches``) took 457 s on two cores: 26 kernels, 0.5 MiB packed,
@@ -75,14 +75,15 @@ def _prebuild_rgdr_table() -> None:
         raise SystemExit(f"rgdr_table: {len(bad)} of {len(thunks)} builds failed; the first: {bad[0]!r}")
 
 
-def _prebuild_sweep(only: str, most: int | None) -> None:
-    """Compile the candidates ``layer_ops_sweep.py --only ONLY [--candidates MOST]`` builds on the device before it
+def _prebuild_sweep(only: str, most: int | None, with_field: str = "") -> None:
+    """Compile the candidates ``layer_ops_sweep.py --only ONLY [--candidates MOST [--with-field FIELD]]`` builds on
+    the device before it
     times any (the registered keys, flipped, then the candidates of every matching entry), for the arch the device
     reports: the conv sweep compiles every candidate first, most of a conv call's minutes on an empty cache."""
     sys.path.insert(0, str(ROOT / "backends" / "cuda" / "bench"))
     from layer_ops_sweep import build_all, plan_sweep
 
-    rows = plan_sweep(DEVICE_ARCH, only, most)
+    rows = plan_sweep(DEVICE_ARCH, only, most, with_field=with_field)
     if not rows:
         raise SystemExit(f"sweep:{only}: no sweep entry matches")
     build_all(rows)
@@ -94,17 +95,19 @@ def _prebuild_sweep(only: str, most: int | None) -> None:
 
 
 def _sweep_target(name: str) -> Callable[[], None] | None:
-    """``sweep:ONLY`` or ``sweep:ONLY:MOST`` (the ``--only`` and ``--candidates`` of a device call's
-    ``layer_ops_sweep.py``: ``sweep:CausalConv1d`` for ``run.sh conv``, ``sweep:MoETopK:2`` for ``routesweep`` with
-    ``ROUTE_CANDIDATES=2``), or None for another name."""
+    """``sweep:ONLY``, ``sweep:ONLY:MOST`` or ``sweep:ONLY:MOST:FIELD`` (the ``--only``, ``--candidates`` and
+    ``--with-field`` of a device call's ``layer_ops_sweep.py``: ``sweep:CausalConv1d`` for ``run.sh conv``,
+    ``sweep:MoETopK:2`` for ``routesweep`` with ``ROUTE_CANDIDATES=2``), or None for another name."""
     parts = name.split(":")
-    if parts[0] != "sweep" or len(parts) not in (2, 3) or not parts[1] or (len(parts) == 3 and not parts[2].isdigit()):
+    if parts[0] != "sweep" or len(parts) not in (2, 3, 4) or not parts[1] or \
+            (len(parts) >= 3 and not parts[2].isdigit()) or (len(parts) == 4 and not parts[3]):
         return None
-    return functools.partial(_prebuild_sweep, parts[1], int(parts[2]) if len(parts) == 3 else None)
+    return functools.partial(_prebuild_sweep, parts[1], int(parts[2]) if len(parts) >= 3 else None,
+                             parts[3] if len(parts) == 4 else "")
 
 
 #: Targets that are no test module, by name: the RGDR kernels ``bench_cuda.py --no-sweep --no-others`` (``run.sh
-#: rgdrtable``) compiles first, 22 of them in 32 s of an H100 call (s51e); and ``sweep:ONLY[:MOST]``, a
+#: rgdrtable``) compiles first, 22 of them in 32 s of an H100 call (s51e); and ``sweep:ONLY[:MOST[:FIELD]]``, a
 #: ``layer_ops_sweep.py`` call's candidates (``_sweep_target``).
 BENCH_TARGETS = {"rgdr_table": _prebuild_rgdr_table}
 
@@ -119,7 +122,7 @@ def _target(name: str) -> Callable[[], None] | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("modules", nargs="*", help="test modules whose kernels to compile: "
-                    f"{', '.join(sorted(MODULES))}; or {', '.join(BENCH_TARGETS)}; or sweep:ONLY[:MOST] "
+                    f"{', '.join(sorted(MODULES))}; or {', '.join(BENCH_TARGETS)}; or sweep:ONLY[:MOST[:FIELD]] "
                     "(a layer_ops_sweep.py call's candidates)")
     ap.add_argument("--out", default=str(ROOT / ".device" / "tlcache.tar.xz"))
     ap.add_argument("--keep", action="store_true",
@@ -133,7 +136,7 @@ def main() -> int:
     unknown = [name for name in args.modules if _target(name) is None]
     if unknown:
         ap.error(f"no test module {unknown}; the modules: {sorted(MODULES)}, {list(BENCH_TARGETS)}, and "
-                 "sweep:ONLY[:MOST]")
+                 "sweep:ONLY[:MOST[:FIELD]]")
     sys.path.insert(0, str(ROOT / "backends" / "cuda" / "tests"))  # the test modules and their helpers
     with tempfile.TemporaryDirectory(prefix="tlcache-") as cache:
         os.environ["TILELANG_CACHE_DIR"] = cache  # before tilelang is imported

@@ -9,6 +9,7 @@ el routetokens
 for row in qwen3-next-80b-prefill qwen3.5-35b-prefill; do
     timeout -s INT ${ROUTETOKENS_S:-100} python3 -u backends/cuda/bench/layer_ops_sweep.py \
         --only "MoETopKRoutingFwdOp/$row" --candidates ${ROUTETOKENS_CANDIDATES:-0} \
+        ${ROUTETOKENS_WITH:+--with-field $ROUTETOKENS_WITH} \
         --tokens ${ROUTETOKENS:-512,1024,2048,4096,8192,16384} --reps 40 --budget 90 \
         --json "$out/route_tokens_$row.json" 2>&1 | grep --line-buffered -v "TileLang:tilelang.jit" \
         > "$out/route_tokens_$row.log"

@@ -224,7 +224,19 @@ _ROUTING_CANDIDATES = [# first (``--candidates 2`` times them alone beside the r
                        # above)
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 32},
-                       {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True}]
+                       {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
+                       # the registered forms with each warp looping over 2 or 4 rows, the next row's logits loaded
+                       # while it selects the current one's (``warp_tokens``, fifty-eighth session: the rows at 4-16k
+                       # tokens lose about 1.3 us a wave of programs over their copy, s57a); 16 or 32 warps a program
+                       # over 32-64 rows. ``--candidates 0 --with-field warp_tokens`` times them alone.
+                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "warp_tokens": 2},
+                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "warp_tokens": 4},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 32, "long_heads": 4, "late_refill": True, "warp_tokens": 2},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "late_refill": True, "warp_tokens": 4}]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
 #: key (the others keep the build key's defaults); the registered block shape is always first.
@@ -347,10 +359,12 @@ def _at_tokens(row: WorkloadRow, tokens: int) -> WorkloadRow:
     return WorkloadRow(row.index, {**row.values, "T": tokens, "label": f"{row.label}@T={tokens}"}, row.loc)
 
 
-def plan_sweep(arch: str, only: str = "", most: int | None = None, tokens: tuple[int, ...] = ()) -> list[SweepRow]:
+def plan_sweep(arch: str, only: str = "", most: int | None = None, tokens: tuple[int, ...] = (),
+               with_field: str = "") -> list[SweepRow]:
     """Every sweep entry's candidates (build keys for ``arch``) and the rows each is checked on:
     the entries whose ``op/row label`` contains ``only``, the registered block shape and it launched
-    the other way (``_launch_flipped``), then the first ``most`` candidates of each (all when None).
+    the other way (``_launch_flipped``), then the first ``most`` candidates of each (all when None) and, past them,
+    those that set the field ``with_field`` (``--with-field``: a new field's candidates without the whole list).
 
     With ``tokens``, each matching entry whose row has a token count ``T`` is timed at each of those
     counts instead, every other dim its own, and checked on that row alone: how a row's time over its
@@ -362,18 +376,19 @@ def plan_sweep(arch: str, only: str = "", most: int | None = None, tokens: tuple
             continue
         spec = manifest[op_name]
         timed = next(r for r in spec.workloads if r.label == label)
+        chosen = configs[:most] + [c for c in configs[most:] if with_field in c] if most is not None else configs
         if not tokens:
-            rows.append(_entry(arch, op_name, spec, timed, configs, most))
+            rows.append(_entry(arch, op_name, spec, timed, chosen))
         elif "T" in timed.values:
-            rows.extend(_entry(arch, op_name, spec, _at_tokens(timed, t), configs, most, same_kernel_rows=False)
+            rows.extend(_entry(arch, op_name, spec, _at_tokens(timed, t), chosen, same_kernel_rows=False)
                         for t in tokens)
     return rows
 
 
-def _entry(arch: str, op_name: str, spec: Any, timed: WorkloadRow, configs: list[dict[str, Any]], most: int | None,
+def _entry(arch: str, op_name: str, spec: Any, timed: WorkloadRow, configs: list[dict[str, Any]],
            same_kernel_rows: bool = True) -> SweepRow:
-    """One sweep entry on ``timed``: its candidates, checked on every workload row that builds the same
-    kernel where ``same_kernel_rows``, else on ``timed`` alone."""
+    """One sweep entry on ``timed``: the registered key, flipped, and ``configs``, checked on every workload row that
+    builds the same kernel where ``same_kernel_rows``, else on ``timed`` alone."""
     interface, call = _call_spec(spec, timed, dtype_cases(timed)[0], arch)
     impl = select_kernel(interface, call).chosen
     registered = impl.key(call)
@@ -390,7 +405,7 @@ def _entry(arch: str, op_name: str, spec: Any, timed: WorkloadRow, configs: list
     flipped = _launch_flipped(registered)
     if flipped is not None:
         candidates.append(Candidate(f"registered, dependent_launch={flipped.dependent_launch}", flipped))
-    for cfg in configs[:most]:
+    for cfg in configs:
         key = dataclasses.replace(base, **cfg)
         if all(key != c.key for c in candidates):  # the registered key, flipped or not, once
             candidates.append(Candidate(json.dumps(cfg), key))
@@ -673,6 +688,8 @@ def main() -> int:
     ap.add_argument("--only", default="", help="substring of 'op/row label' (QKNorm, QKNormRopeFwdOp/qwen3.5)")
     ap.add_argument("--candidates", type=int, default=None, help="the first N candidates of a row (beside the "
                     "registered block shape); default all")
+    ap.add_argument("--with-field", default="", help="also time the candidates past --candidates that set this "
+                    "block-shape field (e.g. warp_tokens)")
     ap.add_argument("--budget", type=float, default=200, help="seconds after which no candidate is timed")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: compile, print registers and spills")
     ap.add_argument("--arch", default="sm_90a", help="the arch --compile-only builds for")
@@ -688,7 +705,7 @@ def main() -> int:
     started = time.perf_counter()
     major, minor = torch.cuda.get_device_capability()
     tokens = tuple(int(t) for t in opts.tokens.split(",") if t)
-    rows = plan_sweep(f"sm_{major}{minor}", opts.only, opts.candidates, tokens)
+    rows = plan_sweep(f"sm_{major}{minor}", opts.only, opts.candidates, tokens, opts.with_field)
     log(f"{sum(len(r.candidates) for r in rows)} candidates in {len(rows)} rows; {torch.cuda.get_device_name()}")
     log(f"compiled in {build_all(rows):.0f} s")
     timer = Timer(opts.reps)

@@ -297,6 +297,21 @@ def test_a_sweep_at_other_token_counts_times_the_rows_entries_there_each_checked
     # An entry whose row has no token count is left out, not timed at its own size.
     assert _sweep().plan_sweep("sm_90", "GDNGatingFwdOp", 0, (1024,)) == []
 
+
+@needs_cuda_backend
+def test_a_sweep_with_a_field_adds_the_candidates_past_the_first_that_set_it():
+    sweep = _sweep()
+    (first,) = sweep.plan_sweep("sm_90", "MoETopKRoutingFwdOp/qwen3-next-80b-prefill", 1)
+    (row,) = sweep.plan_sweep("sm_90", "MoETopKRoutingFwdOp/qwen3-next-80b-prefill", 1, (), "warp_tokens")
+    assert row.candidates[:len(first.candidates)] == first.candidates
+    added = row.candidates[len(first.candidates):]
+    looping = [c for c in sweep._ROUTING_CANDIDATES[1:] if "warp_tokens" in c]
+    assert len(added) == len(looping) >= 2
+    assert all(c.key.warp_tokens in (2, 4) for c in added)
+    # Without a count, every candidate, as before.
+    assert len(sweep.plan_sweep("sm_90", "MoETopKRoutingFwdOp/qwen3-next-80b-prefill", None, (), "warp_tokens")[0]
+               .candidates) == len(sweep.plan_sweep("sm_90", "MoETopKRoutingFwdOp/qwen3-next-80b-prefill")[0].candidates)
+
 _VARIANTS = [
     (zero_centred_rmsnorm, ZeroCentredRMSNormBuildKey("bfloat16", 4096, True, "sm_90a", passes=2, rows=2), "x"),
     (zero_centred_rmsnorm, ZeroCentredRMSNormBuildKey("float32", 2048, False, "sm_90a", passes=2, programs=264), "x"),
