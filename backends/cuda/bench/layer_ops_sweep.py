@@ -225,18 +225,21 @@ _ROUTING_CANDIDATES = [# first (``--candidates 2`` times them alone beside the r
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 32},
                        {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
-                       # the registered forms with each warp looping over 2 or 4 rows, the next row's logits loaded
-                       # while it selects the current one's (``warp_tokens``, fifty-eighth session: the rows at 4-16k
-                       # tokens lose about 1.3 us a wave of programs over their copy, s57a); 16 or 32 warps a program
-                       # over 32-64 rows. ``--candidates 0 --with-field warp_tokens`` times them alone.
+                       # the registered forms with each warp of the long program looping over 2 or 4 rows, the next
+                       # row's logits loaded while it selects the current one's (``long_warp_tokens``, fifty-eighth
+                       # session: the rows at 4-16k tokens lose about 1.3 us a wave of programs over their copy,
+                       # s57a); 16 or 32 warps a program over 32-64 rows. ``--candidates 0 --with-field
+                       # long_warp_tokens`` times them alone.
                        {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "warp_tokens": 2},
+                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "long_warp_tokens": 2},
                        {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "warp_tokens": 4},
+                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "long_warp_tokens": 4},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 32, "long_heads": 4, "late_refill": True, "warp_tokens": 2},
+                        "long_from": 1024, "long_tokens": 32, "long_heads": 4, "late_refill": True,
+                        "long_warp_tokens": 2},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "late_refill": True, "warp_tokens": 4}]
+                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "late_refill": True,
+                        "long_warp_tokens": 4}]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
 #: key (the others keep the build key's defaults); the registered block shape is always first.

@@ -59,12 +59,14 @@ SHAPES = [*({"program": "candidates", "tokens": t} for t in (1, 4, 8)),
           {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
            "long_tokens": 32, "long_heads": 4, "late_refill": True},
           {"program": "logits", "tokens": 1, "heads": 2, "late_refill": True},
-          # each warp looping over rows, the next one's logits loaded while it selects (``warp_tokens``): the registered
-          # forms with 2 and 4 rows a warp
+          # each warp of the long program looping over rows, the next one's logits loaded while it selects
+          # (``long_warp_tokens``): the registered forms with 2 and 4 rows a warp; and every program looping (4 rows)
           {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
-           "long_tokens": 16, "long_heads": 4, "warp_tokens": 2},
+           "long_tokens": 16, "long_heads": 4, "long_warp_tokens": 2},
           {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
-           "long_tokens": 16, "long_heads": 4, "late_refill": True, "warp_tokens": 4}]
+           "long_tokens": 16, "long_heads": 4, "late_refill": True, "long_warp_tokens": 4},
+          {"program": "logits", "tokens": 2, "unchecked_index": True, "heads": 4, "late_refill": True,
+           "warp_tokens": 4}]
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 
@@ -75,7 +77,8 @@ def _shape_id(shape: dict) -> str:
             + ("-plain" if shape.get("long_plain") else "") + (f"-heads{shape['heads']}" if shape.get("heads") else "")
             + (f"-longheads{shape['long_heads']}" if shape.get("long_heads") else "")
             + ("-late" if shape.get("late_refill") else "")
-            + (f"-loop{shape['warp_tokens']}" if shape.get("warp_tokens") else ""))
+            + (f"-loop{shape['warp_tokens']}" if shape.get("warp_tokens") else "")
+            + (f"-longloop{shape['long_warp_tokens']}" if shape.get("long_warp_tokens") else ""))
 
 
 def _rounds_of(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey:
@@ -83,7 +86,7 @@ def _rounds_of(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey:
     program, weights)."""
     return dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False,
                                long_from=0, long_tokens=0, long_plain=False, heads=0, long_heads=0,
-                               late_refill=False, warp_tokens=0)
+                               late_refill=False, warp_tokens=0, long_warp_tokens=0)
 
 
 def _spec_rows() -> list:

@@ -100,6 +100,20 @@ def test_long_heads_are_the_long_programs_heads_and_the_short_program_keeps_its_
     assert moe_topk_routing.long_program_key(dataclasses.replace(key, long_heads=0, heads=2)).heads == 2
 
 
+def test_long_warp_tokens_are_the_long_programs_rows_a_warp_and_the_short_program_keeps_its_own():
+    from tileops_cuda.kernels import moe_topk_routing
+
+    key = dataclasses.replace(_NEXT, program="logits", tokens=4, dependent_launch=True, long_from=1024,
+                              long_tokens=16, long_heads=4, long_warp_tokens=4)
+    assert moe_topk_routing_refusal(key) is None
+    assert moe_topk_routing.long_program_key(key) == dataclasses.replace(
+        key, tokens=16, long_from=0, long_tokens=0, long_heads=0, heads=4, long_warp_tokens=0, warp_tokens=4)
+    assert moe_topk_routing._without_long(key).warp_tokens == 0  # the short program: one row a warp
+    both = dataclasses.replace(key, long_warp_tokens=0, warp_tokens=2)
+    assert moe_topk_routing.long_program_key(both).warp_tokens == 2
+    assert moe_topk_routing._without_long(both).warp_tokens == 2
+
+
 def test_late_refill_goes_with_the_program_of_fewer_heads_and_is_refused_without_one():
     """``late_refill`` orders the rounds of a program with fewer heads a lane: the long program of a key with
     ``long_heads`` keeps it, the short 8-head program drops it (the same program either way), and a key with no
@@ -300,9 +314,13 @@ def test_a_word_of_two_16_bit_logits_orders_both_halves_as_each_logit_alone():
     ({"program": "candidates", "heads": 4}, "heads=4 is 2, 4 or 8 heads a lane of the logits program"),
     ({"program": "logits", "warp_tokens": 3}, "warp_tokens=3 is 1, 2, 4 or 8 rows a warp of the logits program"),
     ({"program": "candidates", "warp_tokens": 2}, "warp_tokens=2 is 1, 2, 4 or 8 rows a warp of the logits program"),
+    ({"program": "logits", "long_warp_tokens": 2}, "long_warp_tokens=2 is 1, 2, 4 or 8 rows a warp of the logits "
+                                                   "program's long program (0: warp_tokens; set where long_from is)"),
+    ({"program": "logits", "long_from": 1024, "long_warp_tokens": 16}, "long_warp_tokens=16 is 1, 2, 4 or 8 rows"),
 ], ids=["program", "tokens", "experts", "top_k", "unchecked-rounds", "dependent-rounds", "logits-tokens",
         "logits-experts", "logits-top_k", "dependent-sm80", "long-fields-without-long-from", "long-from-negative",
-        "long-rounds", "long-tokens", "heads-3", "heads-candidates", "warp-tokens-3", "warp-tokens-candidates"])
+        "long-rounds", "long-tokens", "heads-3", "heads-candidates", "warp-tokens-3", "warp-tokens-candidates",
+        "long-warp-tokens-without-long-from", "long-warp-tokens-16"])
 def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in moe_topk_routing_refusal(dataclasses.replace(_NEXT, **fields))
 

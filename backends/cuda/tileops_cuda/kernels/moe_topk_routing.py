@@ -92,12 +92,16 @@ class MoETopKRoutingBuildKey:
     #: wave's selections ran after its rows landed; a warp that loops over rows keeps loads in flight across its
     #: selections. The same ids and weights (a row's result does not depend on which warp runs it).
     warp_tokens: int = 0
+    #: The long program's rows a warp (0: :attr:`warp_tokens`): the waves that a loop over rows would spare are those of
+    #: long calls, while a short call's programs are fewer than the SMs hold already.
+    long_warp_tokens: int = 0
 
 
 def _without_long(key: MoETopKRoutingBuildKey, **changes: Any) -> MoETopKRoutingBuildKey:
     """``key`` with ``changes`` and no long program (``MoETopKRoutingBuildKey.long_from``); ``late_refill`` only
     where the program keeps fewer heads a lane (it orders no rounds of the 8-head program)."""
-    short = dataclasses.replace(key, long_from=0, long_tokens=0, long_plain=False, long_heads=0, **changes)
+    short = dataclasses.replace(key, long_from=0, long_tokens=0, long_plain=False, long_heads=0, long_warp_tokens=0,
+                                **changes)
     return short if short.heads else dataclasses.replace(short, late_refill=False)
 
 
@@ -107,7 +111,8 @@ def long_program_key(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey | No
     if not key.long_from:
         return None
     return _without_long(key, tokens=key.long_tokens or key.tokens, heads=key.long_heads or key.heads,
-                         dependent_launch=key.dependent_launch and not key.long_plain)
+                         dependent_launch=key.dependent_launch and not key.long_plain,
+                         warp_tokens=key.long_warp_tokens or key.warp_tokens)
 
 
 def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
@@ -142,6 +147,10 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
     if key.warp_tokens not in (0, 1, 2, 4, 8) or (key.warp_tokens and key.program != "logits"):
         return (f"{_NAME}: warp_tokens={key.warp_tokens} is 1, 2, 4 or 8 rows a warp of the logits program (0: one); "
                 "drop it")
+    if key.long_warp_tokens not in (0, 1, 2, 4, 8) or (key.long_warp_tokens and (key.program != "logits"
+                                                                                 or not key.long_from)):
+        return (f"{_NAME}: long_warp_tokens={key.long_warp_tokens} is 1, 2, 4 or 8 rows a warp of the logits "
+                "program's long program (0: warp_tokens; set where long_from is); drop it")
     if key.late_refill and not (key.heads or key.long_heads):
         return (f"{_NAME}: late_refill reorders the rounds of a logits program with fewer heads a lane (heads or "
                 "long_heads 2 or 4); set one or drop it")
