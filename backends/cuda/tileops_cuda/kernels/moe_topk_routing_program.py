@@ -458,7 +458,8 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
 
     Bounds (``unchecked_index``): as in the candidates program, rows ``tok`` in ``[0, M)``, logits
     read only below E, outputs at ``[tok, lane < K]``; the slots are written at ``k < K`` and
-    ``K + k`` and read at ``lane < K``."""
+    ``K + k`` and read at ``lane < K``. With ``warp_tokens`` a warp's rows are ``bx * TOK * warp_tokens + j * TOK
+    + w``, each clamped to ``M - 1`` as one row a warp is (the row loaded ahead too), and stored only below M."""
     import tilelang.language as T
 
     E, K, dt, idt, f32, i32 = key.experts, key.top_k, key.dtype, key.ids_dtype, "float32", "int32"
