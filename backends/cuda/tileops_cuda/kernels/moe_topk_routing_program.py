@@ -588,8 +588,8 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
 
     def token_macro(loaded: bool) -> Any:
         """A TileLang macro ``(router_logits, topk_weights, topk_ids, <the program's locals>, tok, row, lane, w)``:
-        steps 1-7 for row ``tok`` (``row`` clamped to the last one; nothing is stored where ``row`` is past it), its
-        logits in ``raw`` already where ``loaded``."""
+        steps 1-7 for row ``row``, read as ``tok`` (``row`` clamped to the last row: nothing is stored where ``row`` is
+        past it), its logits in ``raw`` already where ``loaded``."""
         fill = loaded_fill if loaded else first_fill
 
         @T.macro
