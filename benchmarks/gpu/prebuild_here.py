@@ -15,9 +15,8 @@ Run from the repository root with the project's venv and tilelang 0.1.15 beside 
 benchmarks/gpu/prebuild_here.py prefill``
 (module names: ``prefill``, ``decode``, ``decode_small``, ``rgdr_table`` for the RGDR bench's kernels, and
 ``sweep:ONLY[:MOST[:FIELD]]`` for a ``layer_ops_sweep.py --only ONLY --candidates MOST --with-field FIELD`` call's;
-``--keep`` adds to the archive instead of replacing it). A new checkout has no ``.device``: ``rgdr_table sweep:CausalConv1d sweep:MoETopK:3
-decode_small`` built the cache of the fifty-eighth session's first calls (77 kernels from the first three in about
-4 minutes here). The prefill module with two settings
+``--keep`` adds to the archive instead of replacing it). A new checkout has no ``.device``: ``prepare_here.sh`` runs
+this script with the targets of the queued calls. The prefill module with two settings
 (``PREFILL_TEST_SETTINGS=default,overlap-writes-caches``) took 457 s on two cores: 26 kernels, 0.5 MiB packed,
 and a build here from the unpacked archive loaded in 1.5 s, not compiled. The decode modules added to it
 (``--keep decode decode_small``) compiled 32 more kernels in 97 s (58 in all, 1.4 MiB).
@@ -77,9 +76,9 @@ def _prebuild_rgdr_table() -> None:
 
 def _prebuild_sweep(only: str, most: int | None, with_field: str = "") -> None:
     """Compile the candidates ``layer_ops_sweep.py --only ONLY [--candidates MOST [--with-field FIELD]]`` builds on
-    the device before it
-    times any (the registered keys, flipped, then the candidates of every matching entry), for the arch the device
-    reports: the conv sweep compiles every candidate first, most of a conv call's minutes on an empty cache."""
+    the device before it times any (the registered keys, flipped, then the candidates of every matching entry), for
+    the arch the device reports: the conv sweep compiles every candidate first, most of a conv call's minutes on an
+    empty cache."""
     sys.path.insert(0, str(ROOT / "backends" / "cuda" / "bench"))
     from layer_ops_sweep import build_all, plan_sweep
 
@@ -133,7 +132,8 @@ def main() -> int:
     args = ap.parse_args()
     if not args.modules and not args.merge:
         ap.error("name test modules to compile, or --merge archives")
-    unknown = [name for name in args.modules if _target(name) is None]
+    targets = {name: _target(name) for name in args.modules}
+    unknown = [name for name, target in targets.items() if target is None]
     if unknown:
         ap.error(f"no test module {unknown}; the modules: {sorted(MODULES)}, {list(BENCH_TARGETS)}, and "
                  "sweep:ONLY[:MOST[:FIELD]]")
@@ -144,9 +144,8 @@ def main() -> int:
             with tarfile.open(archive) as tar:
                 tar.extractall(cache, filter="data")
         t0 = time.time()
-        for name in args.modules:
-            target = _target(name)
-            assert target is not None  # checked above
+        for name, target in targets.items():
+            assert target is not None  # the unknown names ended the run above
             target()
             print(f"{name}: compiled by {time.time() - t0:.0f} s", flush=True)
         entries = sorted(p.parent.name for p in Path(cache).rglob("executable.so"))

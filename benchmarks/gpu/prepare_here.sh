@@ -27,8 +27,7 @@ prebuild() { PATH=/usr/local/bin:$PATH PYTHONPATH=$site .venv/bin/python benchma
 if [ ! -f .device/tlcache.tar.xz ]; then
     # Into a file beside it first: a run cut short leaves no cache that step 3 would then skip.
     partial=.device/tlcache.preparing.tar.xz
-    prebuild --out "$partial" rgdr_table sweep:CausalConv1d sweep:MoETopK:3 \
-        sweep:MoETopKRoutingFwdOp/qwen:3:long_warp_tokens decode_small
+    prebuild --out "$partial" rgdr_table sweep:CausalConv1d sweep:MoETopK:3:long_warp_tokens decode_small
     PREFILL_TEST_SETTINGS=registered prebuild --out "$partial" --keep prefill
     mv "$partial" .device/tlcache.tar.xz
 fi

@@ -692,7 +692,7 @@ def main() -> int:
     ap.add_argument("--candidates", type=int, default=None, help="the first N candidates of a row (beside the "
                     "registered block shape); default all")
     ap.add_argument("--with-field", default="", help="also time the candidates past --candidates that set this "
-                    "block-shape field (e.g. warp_tokens)")
+                    "block-shape field (e.g. long_warp_tokens)")
     ap.add_argument("--budget", type=float, default=200, help="seconds after which no candidate is timed")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: compile, print registers and spills")
     ap.add_argument("--arch", default="sm_90a", help="the arch --compile-only builds for")
