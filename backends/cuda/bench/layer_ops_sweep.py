@@ -174,9 +174,19 @@ _ROUTING_CANDIDATES = [# first (``--candidates 2`` times them alone beside the r
                        # with the other ``late_refill`` (the refilling rounds only for a token whose lane ran dry
                        # before the last round; fifty-second session, registered for E=256 in the fifty-third)
                        {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "late_refill": True},
+                        "long_from": 2048, "long_tokens": 16, "long_heads": 4, "late_refill": True},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 32, "long_heads": 4},
+                        "long_from": 2048, "long_tokens": 32, "long_heads": 4},
+                       # then where the long programs start (``long_from``; 2048 since the fifty-ninth session, when
+                       # the short programs led both rows at 1024 tokens, s59a): both registered forms from 1024 as
+                       # before, and E=256's from 4096 (it tied the short program at 2048); ``--candidates 5`` with
+                       # ``--tokens`` times them beside the registered key
+                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 16, "long_heads": 4},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 1024, "long_tokens": 32, "long_heads": 4, "late_refill": True},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 4096, "long_tokens": 32, "long_heads": 4, "late_refill": True},
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
                        {"program": "logits", "tokens": 1},
                        {"program": "logits", "tokens": 1, "unchecked_index": True},

@@ -36,16 +36,16 @@ def _call(dtype: str, experts: int, top_k: int, arch: str = "sm_90a") -> CallSpe
 
 def test_the_registered_key_takes_its_program_from_the_block_shapes_table(monkeypatch):
     one_token = dataclasses.replace(_NEXT, program="logits", tokens=1, unchecked_index=True, dependent_launch=True)
-    # Qwen3-Next's E=512 rows: 4 tokens a program, 16 a program with 4 heads a lane from 1024 tokens on
-    registered = dataclasses.replace(one_token, tokens=4, long_from=1024, long_tokens=16, long_heads=4)
+    # Qwen3-Next's E=512 rows: 4 tokens a program, 16 a program with 4 heads a lane from 2048 tokens on
+    registered = dataclasses.replace(one_token, tokens=4, long_from=2048, long_tokens=16, long_heads=4)
     assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10)) == registered
     # launched plainly where the arch cannot launch a dependent
     plain = dataclasses.replace(registered, arch="sm_80", dependent_launch=False)
     assert TileLangMoETopKRouting.key(_call("bfloat16", 512, 10, "sm_80")) == plain
-    # Qwen3.5's E=256 rows (512 bytes): calls of 1024 tokens and more run 32 tokens a program as a dependent, 4 heads
+    # Qwen3.5's E=256 rows (512 bytes): calls of 2048 tokens and more run 32 tokens a program as a dependent, 4 heads
     # a lane, the refilling rounds only for a lane run dry
     assert TileLangMoETopKRouting.key(_call("bfloat16", 256, 8)) == dataclasses.replace(
-        one_token, experts=256, top_k=8, long_from=1024, long_tokens=32, long_heads=4, late_refill=True)
+        one_token, experts=256, top_k=8, long_from=2048, long_tokens=32, long_heads=4, late_refill=True)
     # rows wider than 1 KiB (float32 logits at E=512) keep one program, one token a program
     assert TileLangMoETopKRouting.key(_call("float32", 512, 10)) == dataclasses.replace(one_token, dtype="float32")
     monkeypatch.setitem(block_shapes.BLOCK_SHAPES, "TileLangMoETopKRouting",

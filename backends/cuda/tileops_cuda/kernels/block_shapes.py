@@ -128,11 +128,16 @@ BLOCK_SHAPES: dict[str, tuple[tuple[int | None, dict[str, Any]], ...]] = {
     # same-size copy) against 3.41 / 3.41 (74.8 / 74.6%); its GPU tests passed (108, s52i: ids bit for bit against
     # the rounds program). Registered, it read 3.20 us (80.3%) in a third run (s53i). Qwen3-Next's lost two runs and
     # tied one (5.07 against 4.83, 4.88 against 4.82, 4.73 against 4.76 us) and keeps the rounds' refill votes.
+    # Both long programs start at 2048 tokens (fifty-ninth session, session-2026-12-08a s59a route_tokens_*.json,
+    # H100, graph time; the calls of 1k-16k tokens a row): at 1024 tokens the long programs are 32 (E=256) and 64
+    # (E=512) programs on 132 SMs, and one token a program read 1.74 us (75.4% of the same-size copy) against 2.73
+    # (48.1%) at E=256 and 2.41 (81.9%) against 2.71 (73.0%) at E=512. At 2048 the long program held E=512 (3.31
+    # against 4.11 us) and E=256 tied it (2.86 against 2.75).
     "TileLangMoETopKRouting": ((512, {"program": "logits", "tokens": 1, "unchecked_index": True,
-                                      "dependent_launch": True, "long_from": 1024, "long_tokens": 32,
+                                      "dependent_launch": True, "long_from": 2048, "long_tokens": 32,
                                       "long_heads": 4, "late_refill": True}),
                                (1024, {"program": "logits", "tokens": 4, "unchecked_index": True,
-                                       "dependent_launch": True, "long_from": 1024, "long_tokens": 16,
+                                       "dependent_launch": True, "long_from": 2048, "long_tokens": 16,
                                        "long_heads": 4}),
                                (None, {"program": "logits", "tokens": 1, "unchecked_index": True,
                                        "dependent_launch": True})),
