@@ -2,9 +2,9 @@
 # beside its same-size copy in CUDA graphs (layer_ops_sweep.py --tokens; about 2 minutes). Whether a row's time over
 # its copy grows in proportion to the tokens (issue time after the loads) or stays about constant (the last rows'
 # dependent chain): NOTES, fifty-sixth session. ROUTETOKENS="..." picks the token counts,
-# ROUTETOKENS_CANDIDATES=N adds the sweep's first N routing candidates (3: the short program alone among them).
-# From 1024 tokens every row runs the key's long program (long_from); the 512-token row runs its short one, a
-# reference point off the slope.
+# ROUTETOKENS_CANDIDATES=N adds the sweep's first N routing candidates (5: the long programs from 1024 and E=256's
+# from 4096 among them; 6: the short program too). From 2048 tokens every row runs the key's long program
+# (long_from); the rows below run its short one.
 el routetokens
 for row in qwen3-next-80b-prefill qwen3.5-35b-prefill; do
     timeout -s INT ${ROUTETOKENS_S:-100} python3 -u backends/cuda/bench/layer_ops_sweep.py \

@@ -234,22 +234,7 @@ _ROUTING_CANDIDATES = [# first (``--candidates 2`` times them alone beside the r
                        # above)
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 32},
-                       {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
-                       # the registered forms with each warp of the long program looping over 2 or 4 rows, the next
-                       # row's logits loaded while it selects the current one's (``long_warp_tokens``, fifty-eighth
-                       # session: the rows at 4-16k tokens lose about 1.3 us a wave of programs over their copy,
-                       # s57a); 16 or 32 warps a program over 32-64 rows. ``--candidates 0 --with-field
-                       # long_warp_tokens`` times them alone.
-                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "long_warp_tokens": 2},
-                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "long_warp_tokens": 4},
-                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 32, "long_heads": 4, "late_refill": True,
-                        "long_warp_tokens": 2},
-                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
-                        "long_from": 1024, "long_tokens": 16, "long_heads": 4, "late_refill": True,
-                        "long_warp_tokens": 4}]
+                       {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True}]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
 #: key (the others keep the build key's defaults); the registered block shape is always first.
@@ -702,7 +687,7 @@ def main() -> int:
     ap.add_argument("--candidates", type=int, default=None, help="the first N candidates of a row (beside the "
                     "registered block shape); default all")
     ap.add_argument("--with-field", default="", help="also time the candidates past --candidates that set this "
-                    "block-shape field (e.g. long_warp_tokens)")
+                    "block-shape field (e.g. long_plain)")
     ap.add_argument("--budget", type=float, default=200, help="seconds after which no candidate is timed")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: compile, print registers and spills")
     ap.add_argument("--arch", default="sm_90a", help="the arch --compile-only builds for")

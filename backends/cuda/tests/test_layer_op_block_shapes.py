@@ -302,15 +302,15 @@ def test_a_sweep_at_other_token_counts_times_the_rows_entries_there_each_checked
 def test_a_sweep_with_a_field_adds_the_candidates_past_the_first_that_set_it():
     sweep = _sweep()
     (first,) = sweep.plan_sweep("sm_90", "MoETopKRoutingFwdOp/qwen3-next-80b-prefill", 1)
-    (row,) = sweep.plan_sweep("sm_90", "MoETopKRoutingFwdOp/qwen3-next-80b-prefill", 1, (), "long_warp_tokens")
+    (row,) = sweep.plan_sweep("sm_90", "MoETopKRoutingFwdOp/qwen3-next-80b-prefill", 1, (), "long_plain")
     assert row.candidates[:len(first.candidates)] == first.candidates
     added = row.candidates[len(first.candidates):]
-    looping = [c for c in sweep._ROUTING_CANDIDATES[1:] if "long_warp_tokens" in c]
-    assert len(added) == len(looping) >= 2
-    assert all(c.key.long_warp_tokens in (2, 4) and not c.key.warp_tokens for c in added)
+    plain = [c for c in sweep._ROUTING_CANDIDATES[1:] if "long_plain" in c]
+    assert len(added) == len(plain) >= 2
+    assert all(c.key.long_plain for c in added)
     # Without a count, every candidate, as before.
     entry = "MoETopKRoutingFwdOp/qwen3-next-80b-prefill"
-    (every,) = sweep.plan_sweep("sm_90", entry, None, (), "long_warp_tokens")
+    (every,) = sweep.plan_sweep("sm_90", entry, None, (), "long_plain")
     assert len(every.candidates) == len(sweep.plan_sweep("sm_90", entry)[0].candidates)
 
 

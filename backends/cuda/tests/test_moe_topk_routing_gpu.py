@@ -58,15 +58,7 @@ SHAPES = [*({"program": "candidates", "tokens": t} for t in (1, 4, 8)),
            "long_tokens": 16, "long_heads": 4, "late_refill": True},
           {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
            "long_tokens": 32, "long_heads": 4, "late_refill": True},
-          {"program": "logits", "tokens": 1, "heads": 2, "late_refill": True},
-          # each warp of the long program looping over rows, the next one's logits loaded while it selects
-          # (``long_warp_tokens``): the registered forms with 2 and 4 rows a warp; and every program looping (4 rows)
-          {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
-           "long_tokens": 16, "long_heads": 4, "long_warp_tokens": 2},
-          {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True, "long_from": 1024,
-           "long_tokens": 16, "long_heads": 4, "late_refill": True, "long_warp_tokens": 4},
-          {"program": "logits", "tokens": 2, "unchecked_index": True, "heads": 4, "late_refill": True,
-           "warp_tokens": 4}]
+          {"program": "logits", "tokens": 1, "heads": 2, "late_refill": True}]
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 
@@ -76,9 +68,7 @@ def _shape_id(shape: dict) -> str:
             + (f"-long{shape['long_from']}x{shape.get('long_tokens', 0)}" if shape.get("long_from") else "")
             + ("-plain" if shape.get("long_plain") else "") + (f"-heads{shape['heads']}" if shape.get("heads") else "")
             + (f"-longheads{shape['long_heads']}" if shape.get("long_heads") else "")
-            + ("-late" if shape.get("late_refill") else "")
-            + (f"-loop{shape['warp_tokens']}" if shape.get("warp_tokens") else "")
-            + (f"-longloop{shape['long_warp_tokens']}" if shape.get("long_warp_tokens") else ""))
+            + ("-late" if shape.get("late_refill") else ""))
 
 
 def _rounds_of(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey:
@@ -86,7 +76,7 @@ def _rounds_of(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey:
     program, weights)."""
     return dataclasses.replace(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False,
                                long_from=0, long_tokens=0, long_plain=False, heads=0, long_heads=0,
-                               late_refill=False, warp_tokens=0, long_warp_tokens=0)
+                               late_refill=False)
 
 
 def _spec_rows() -> list:
@@ -334,15 +324,12 @@ def test_non_finite_logits_take_the_rounds_selection_bit_for_bit(cuda_device, ge
     _assert_bits_of_rounds(_key("bfloat16", E, top_k, True, "int64", cuda_device[1], **shape), logits.bfloat16())
 
 
-@pytest.mark.parametrize("program", ["candidates", "logits", "logits-loop"])
+@pytest.mark.parametrize("program", ["candidates", "logits"])
 @pytest.mark.parametrize("unchecked", [False, True], ids=["checked", "unchecked"])
 @pytest.mark.parametrize("T", [1, 3, 33, 4099])
 def test_a_last_program_with_fewer_tokens_than_warps_writes_only_its_tokens(cuda_device, gen, T, unchecked, program):
-    """A program of 8 warps (with ``warp_tokens``, 8 warps of 4 rows: 32 rows, the last loop steps of the last
-    program past T) stores only the rows below T."""
-    loop = {"warp_tokens": 4} if program == "logits-loop" else {}
-    key = _key("bfloat16", 512, 10, True, "int64", cuda_device[1], program=program.split("-")[0], tokens=8,
-               unchecked_index=unchecked, **loop)
+    key = _key("bfloat16", 512, 10, True, "int64", cuda_device[1], program=program, tokens=8,
+               unchecked_index=unchecked)
     logits = torch.randn(T, 512, device="cuda", generator=gen).bfloat16()
     # Outputs are the first T rows of poisoned buffers 8 rows longer: the rows past T stay poisoned.
     weights = torch.full((T + 8, 10), float("nan"), dtype=torch.bfloat16, device="cuda")

@@ -100,20 +100,6 @@ def test_long_heads_are_the_long_programs_heads_and_the_short_program_keeps_its_
     assert moe_topk_routing.long_program_key(dataclasses.replace(key, long_heads=0, heads=2)).heads == 2
 
 
-def test_long_warp_tokens_are_the_long_programs_rows_a_warp_and_the_short_program_keeps_its_own():
-    from tileops_cuda.kernels import moe_topk_routing
-
-    key = dataclasses.replace(_NEXT, program="logits", tokens=4, dependent_launch=True, long_from=1024,
-                              long_tokens=16, long_heads=4, long_warp_tokens=4)
-    assert moe_topk_routing_refusal(key) is None
-    assert moe_topk_routing.long_program_key(key) == dataclasses.replace(
-        key, tokens=16, long_from=0, long_tokens=0, long_heads=0, heads=4, long_warp_tokens=0, warp_tokens=4)
-    assert moe_topk_routing._without_long(key).warp_tokens == 0  # the short program: one row a warp
-    both = dataclasses.replace(key, long_warp_tokens=0, warp_tokens=2)
-    assert moe_topk_routing.long_program_key(both).warp_tokens == 2
-    assert moe_topk_routing._without_long(both).warp_tokens == 2
-
-
 def test_late_refill_goes_with_the_program_of_fewer_heads_and_is_refused_without_one():
     """``late_refill`` orders the rounds of a program with fewer heads a lane: the long program of a key with
     ``long_heads`` keeps it, the short 8-head program drops it (the same program either way), and a key with no
@@ -312,15 +298,9 @@ def test_a_word_of_two_16_bit_logits_orders_both_halves_as_each_logit_alone():
      "the long program (long_tokens=33) takes 0-32 tokens a program (tokens=33)"),
     ({"program": "logits", "heads": 3}, "heads=3 is 2, 4 or 8 heads a lane of the logits program (0: its default)"),
     ({"program": "candidates", "heads": 4}, "heads=4 is 2, 4 or 8 heads a lane of the logits program"),
-    ({"program": "logits", "warp_tokens": 3}, "warp_tokens=3 is 1, 2, 4 or 8 rows a warp of the logits program"),
-    ({"program": "candidates", "warp_tokens": 2}, "warp_tokens=2 is 1, 2, 4 or 8 rows a warp of the logits program"),
-    ({"program": "logits", "long_warp_tokens": 2}, "long_warp_tokens=2 is 1, 2, 4 or 8 rows a warp of the logits "
-                                                   "program's long program (0: warp_tokens; set where long_from is)"),
-    ({"program": "logits", "long_from": 1024, "long_warp_tokens": 16}, "long_warp_tokens=16 is 1, 2, 4 or 8 rows"),
 ], ids=["program", "tokens", "experts", "top_k", "unchecked-rounds", "dependent-rounds", "logits-tokens",
         "logits-experts", "logits-top_k", "dependent-sm80", "long-fields-without-long-from", "long-from-negative",
-        "long-rounds", "long-tokens", "heads-3", "heads-candidates", "warp-tokens-3", "warp-tokens-candidates",
-        "long-warp-tokens-without-long-from", "long-warp-tokens-16"])
+        "long-rounds", "long-tokens", "heads-3", "heads-candidates"])
 def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in moe_topk_routing_refusal(dataclasses.replace(_NEXT, **fields))
 
@@ -413,9 +393,6 @@ def test_a_key_that_falls_back_to_rounds_drops_unchecked_index():
     key = dataclasses.replace(_CANDIDATES, experts=1024, dtype="float32", unchecked_index=True)
     assert with_fitting_routing_program(key) == dataclasses.replace(key, program="rounds", tokens=0,
                                                                     unchecked_index=False)
-    looping = dataclasses.replace(key, program="logits", warp_tokens=2)
-    assert with_fitting_routing_program(looping) == dataclasses.replace(key, program="rounds", tokens=0,
-                                                                        unchecked_index=False)
 
 
 def test_a_dependent_launch_candidates_program_waits_before_its_first_memory_access():
@@ -466,11 +443,8 @@ def test_the_logits_program_of_16_bit_logits_reads_16_byte_vectors_and_reduces_3
 @pytest.mark.parametrize("key", [*_LOWERED[:2], _LOGITS[0], _LOGITS[2],
                                  *(dataclasses.replace(_LOGITS[i], tokens=16, heads=4) for i in (0, 2)),
                                  *(dataclasses.replace(_LOGITS[i], tokens=16, heads=4, late_refill=True)
-                                   for i in (0, 2)),
-                                 *(dataclasses.replace(_LOGITS[i], tokens=16, heads=4, warp_tokens=2)
                                    for i in (0, 2))],
-                         ids=[f"{p}-{row}" for p in ("candidates", "logits", "logits-heads4", "logits-heads4-late",
-                                                     "logits-heads4-loop2")
+                         ids=[f"{p}-{row}" for p in ("candidates", "logits", "logits-heads4", "logits-heads4-late")
                               for row in ("qwen3-next-E512-k10", "qwen3.5-E256-k8")])
 def test_the_warp_programs_of_the_model_rows_spill_nothing_for_sm_90a(key, tmp_path):
     pytest.importorskip("tilelang")
@@ -516,24 +490,3 @@ def test_a_late_refilling_program_runs_its_rounds_unrolled_and_the_refilling_rou
     assert dry_vote < first_loop
     assert source.count("__any_sync") == 1 + 1 + 2  # the dry vote, the refilling rounds', the outsider's, NaN keys
     assert source.count("tl::warp_reduce_max") >= 10 + 4  # each round unrolled; the refilling rounds (3 + a loop)
-
-
-@pytest.mark.parametrize("loop", [2, 4])
-def test_a_warp_looping_over_rows_loads_the_next_rows_logits_before_selecting_the_current_ones(loop):
-    """``warp_tokens``: a program holds tokens x warp_tokens rows (its grid shrinks so); warp w runs rows
-    bx * stride + j * tokens + w, j < warp_tokens, in one loop whose step copies the row loaded ahead, then loads
-    the next row's logits (the last step loads none) before the first round of its own selection, and ends with
-    the warp's sync (the fallback's slots are reused by the next row)."""
-    from tileops_cuda.kernels.moe_topk_routing_program import routing_program
-    from lowered_source import grid_extents
-
-    key = dataclasses.replace(_LOGITS[0], tokens=16, heads=4, warp_tokens=loop)  # E=512 top-10
-    source = _lowered(key)
-    step = source.index(f"for (int j = 0; j < {loop}; ++j)")
-    ahead_load = source.index("*(uint4*)(ahead + ", step)
-    assert source.index("*(uint4*)(ahead + ") < step  # the first row, before the loop
-    assert source.index(f"if (j < {loop - 1})", step) < ahead_load < source.index("tl::warp_reduce_max", step)
-    assert "(((int64_t)j) * (int64_t)16)) + (((int64_t)((int)threadIdx.x)) >> (int64_t)5)) + (int64_t)16)" in source
-    assert source.rstrip().endswith("__syncwarp();\n  }\n}")  # the loop's last statement
-    assert source.count("__syncwarp()") == 2  # and the fallback's slots
-    assert str(grid_extents(routing_program(key))["blockIdx.x"]) == f"(M + {16 * loop} - 1) // {16 * loop}"

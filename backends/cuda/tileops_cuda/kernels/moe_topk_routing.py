@@ -86,22 +86,12 @@ class MoETopKRoutingBuildKey:
     #: top-10 against 8 unrolled), and routing's 4k rows are issue-bound (447 warp instructions a token, s51d);
     #: a lane pops 4 heads within 9 rounds for about one token in a few hundred. The same ids and weights.
     late_refill: bool = False
-    #: The logits program's rows a warp runs one after another (0: one), the next row's logits loaded while the warp
-    #: selects the current one's: a program then holds ``tokens * warp_tokens`` rows. Why: Qwen3-Next's routing rows
-    #: lose about 1.3 us a wave of programs over their copy at 4-16k tokens (fifty-seventh session, s57a), as if each
-    #: wave's selections ran after its rows landed; a warp that loops over rows keeps loads in flight across its
-    #: selections. The same ids and weights (a row's result does not depend on which warp runs it).
-    warp_tokens: int = 0
-    #: The long program's rows a warp (0: :attr:`warp_tokens`): the waves that a loop over rows would spare are those of
-    #: long calls, while a short call's programs are fewer than the SMs hold already.
-    long_warp_tokens: int = 0
 
 
 def _without_long(key: MoETopKRoutingBuildKey, **changes: Any) -> MoETopKRoutingBuildKey:
     """``key`` with ``changes`` and no long program (``MoETopKRoutingBuildKey.long_from``); ``late_refill`` only
     where the program keeps fewer heads a lane (it orders no rounds of the 8-head program)."""
-    short = dataclasses.replace(key, long_from=0, long_tokens=0, long_plain=False, long_heads=0, long_warp_tokens=0,
-                                **changes)
+    short = dataclasses.replace(key, long_from=0, long_tokens=0, long_plain=False, long_heads=0, **changes)
     return short if short.heads else dataclasses.replace(short, late_refill=False)
 
 
@@ -111,8 +101,7 @@ def long_program_key(key: MoETopKRoutingBuildKey) -> MoETopKRoutingBuildKey | No
     if not key.long_from:
         return None
     return _without_long(key, tokens=key.long_tokens or key.tokens, heads=key.long_heads or key.heads,
-                         dependent_launch=key.dependent_launch and not key.long_plain,
-                         warp_tokens=key.long_warp_tokens or key.warp_tokens)
+                         dependent_launch=key.dependent_launch and not key.long_plain)
 
 
 def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
@@ -144,13 +133,6 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
     if key.long_heads not in (0, 2, 4, 8) or (key.long_heads and (key.program != "logits" or not key.long_from)):
         return (f"{_NAME}: long_heads={key.long_heads} is 2, 4 or 8 heads a lane of the logits program's long "
                 "program (0: heads; set where long_from is); drop it")
-    if key.warp_tokens not in (0, 1, 2, 4, 8) or (key.warp_tokens and key.program != "logits"):
-        return (f"{_NAME}: warp_tokens={key.warp_tokens} is 1, 2, 4 or 8 rows a warp of the logits program (0: one); "
-                "drop it")
-    if key.long_warp_tokens not in (0, 1, 2, 4, 8) or (key.long_warp_tokens and (key.program != "logits"
-                                                                                 or not key.long_from)):
-        return (f"{_NAME}: long_warp_tokens={key.long_warp_tokens} is 1, 2, 4 or 8 rows a warp of the logits "
-                "program's long program (0: warp_tokens; set where long_from is); drop it")
     if key.late_refill and not (key.heads or key.long_heads):
         return (f"{_NAME}: late_refill reorders the rounds of a logits program with fewer heads a lane (heads or "
                 "long_heads 2 or 4); set one or drop it")
@@ -175,7 +157,7 @@ def with_fitting_routing_program(key: MoETopKRoutingBuildKey) -> MoETopKRoutingB
     reference until 2026-12-04e)."""
     if key.program in _WARP_PROGRAMS and routing_plan(key) is not None and candidates_misfit(key):
         return _without_long(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False,
-                             heads=0, warp_tokens=0)
+                             heads=0)
     return key
 
 

@@ -458,8 +458,7 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
 
     Bounds (``unchecked_index``): as in the candidates program, rows ``tok`` in ``[0, M)``, logits
     read only below E, outputs at ``[tok, lane < K]``; the slots are written at ``k < K`` and
-    ``K + k`` and read at ``lane < K``. With ``warp_tokens`` a warp's rows are ``bx * TOK * warp_tokens + j * TOK
-    + w``, each clamped to ``M - 1`` as one row a warp is (the row loaded ahead too), and stored only below M."""
+    ``K + k`` and read at ``lane < K``."""
     import tilelang.language as T
 
     E, K, dt, idt, f32, i32 = key.experts, key.top_k, key.dtype, key.ids_dtype, "float32", "int32"
@@ -479,8 +478,6 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
     LATE = REFILL and key.late_refill  # the rounds unrolled unchecked; a lane run dry redoes the token (below)
     STEPS, H = _heads_network(PER, D)
     K1 = min(K + 1, E)  # lanes holding a key: the top_k and the first outsider of another logit
-    LOOP = key.warp_tokens or 1  # rows a warp runs one after another
-    STRIDE = TOK * LOOP  # rows a program
     M = T.dynamic("M")
     KC = T.int64 if VB == 32 else T.int32  # a key constant
     # Keys built from 32-bit words of two logits: static SASS of the fast path 375 -> 364 a token at E=512
@@ -494,25 +491,19 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
         bits = T.if_then_else(hv >= 0, hv, hv ^ KC(MAG))
         return T.cast(T.reinterpret(dt, T.cast(bits, ut)), f32)
 
-    @T.macro
-    def load_row(router_logits, raw, tok, lane):
-        """Step 1: row ``tok``'s logits of a lane, as the candidates program loads them, every load first."""
-        for i in T.unroll(NV):
-            for j in T.vectorized(vw):
-                raw[i * vw + j] = router_logits[tok, T.min(i * 32 * vw + lane * vw + j, E - 1)] \
-                    if PADDED else router_logits[tok, i * 32 * vw + lane * vw + j]
-
-    def lane_heads_macro(refill: bool, loaded: bool = False) -> Any:
+    def lane_heads_macro(refill: bool) -> Any:
         """A TileLang macro ``(router_logits, raw, keys, base, uw, kv, tok, lane)``: steps 1-3 of the program
         for a lane; with ``refill``, the lane's keys below ``kv[1]`` only (the key it has just popped: every
         larger one it held was popped before it), its row read again (from L1 or L2: the program read it at
-        its start) and ``base`` and the lane's least key ``kv[3]`` kept from the first fill; with ``loaded``,
-        steps 2-3 on the row ``raw`` holds already (``warp_tokens``)."""
+        its start) and ``base`` and the lane's least key ``kv[3]`` kept from the first fill."""
 
         @T.macro
         def lane_heads(router_logits, raw, keys, base, uw, kv, tok, lane):
-            if not loaded:
-                load_row(router_logits, raw, tok, lane)
+            # 1. The row as the candidates program loads it, every load first.
+            for i in T.unroll(NV):
+                for j in T.vectorized(vw):
+                    raw[i * vw + j] = router_logits[tok, T.min(i * 32 * vw + lane * vw + j, E - 1)] \
+                        if PADDED else router_logits[tok, i * 32 * vw + lane * vw + j]
             # 2. Keys. base[i] ^ j is the low half of expert (i, lane, j): E - 1 - expert ends in vw - 1
             #    ones (vw divides E), so subtracting j < vw is an exclusive or.
             if not refill:
@@ -553,7 +544,7 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
 
         return lane_heads
 
-    first_fill, refill, loaded_fill = lane_heads_macro(False), lane_heads_macro(True), lane_heads_macro(False, True)
+    first_fill, refill = lane_heads_macro(False), lane_heads_macro(True)
 
     @T.macro
     def pop_round(keys, kv, iv, lane, r, first):
@@ -586,18 +577,35 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
                 if keys[H[0]] < KC(PAD):
                     refill(router_logits, raw, keys, base, uw, kv, tok, lane)
 
-    def token_macro(loaded: bool) -> Any:
-        """A TileLang macro ``(router_logits, topk_weights, topk_ids, <the program's locals>, tok, row, lane, w)``:
-        steps 1-7 for row ``row``, read as ``tok`` (``row`` clamped to the last row: nothing is stored where ``row`` is
-        past it), its logits in ``raw`` already where ``loaded``."""
-        fill = loaded_fill if loaded else first_fill
-
-        @T.macro
-        def route_token(router_logits, topk_weights, topk_ids, raw, keys, base, uw, kv, fv, iv, ev, rkeys, rbest,
-                        slots, tok, row, lane, w):
-            # 1-3. The row (loaded already where a warp loops over tokens), its keys, the lane's D largest sorted in
-            #      slots H.
-            fill(router_logits, raw, keys, base, uw, kv, tok, lane)
+    @T.prim_func
+    def moe_topk_routing(router_logits: T.Tensor((M, E), dt), topk_weights: T.Tensor((M, K), dt),
+                         topk_ids: T.Tensor((M, K), idt)):
+        annotate_pass_configs(key.unchecked_index, {"tl.disable_thread_storage_sync": True})
+        with T.Kernel(T.ceildiv(M, TOK), threads=32 * TOK) as bx:
+            if REFILL:
+                # The refills' row reads and key building held 68 registers at E=512 bf16 (55 without them) while
+                # each round had its own copy: at 512 threads one program an SM. Bounded to 64, so that 32 warps an
+                # SM stay resident (51 since the rounds that refill are one loop).
+                T.annotate_min_blocks_per_sm(programs_at_registers(32 * TOK, 64))
+            dependent_launch(key.dependent_launch)
+            tid = T.get_thread_binding()
+            raw = T.alloc_local((PER,), dt)
+            keys = T.alloc_local((PER,), kt)
+            base = T.alloc_local((NV,), kt)
+            uw = T.alloc_local((2,), "uint32")  # a word of two 16-bit logits, its signs
+            kv = T.alloc_local((7,), kt)  # swap, the round's best, the lane's key, the lane min, its outsider, top,
+            #                                   the lane's last head before the rounds
+            fv = T.alloc_local((6,), f32)  # max logit, e, the next lane's e, sum, weight, renorm sum
+            iv = T.alloc_local((4,), i32)  # the round's winner, slow, fast, the lane's id
+            ev = T.alloc_local((PER,), f32)  # the rounds selection (the fallback)
+            rkeys = T.alloc_local((PER,), "int64")
+            rbest = T.alloc_local((1,), "int64")
+            slots = T.alloc_shared((TOK, 2 * K), i32)  # the fallback's chosen probabilities' bits, then ids
+            w = tid // 32
+            lane = tid % 32
+            tok = T.min(bx * TOK + w, M - 1)
+            # 1-3. The row, its keys, the lane's D largest sorted in slots H.
+            first_fill(router_logits, raw, keys, base, uw, kv, tok, lane)
             # 4. top_k rounds over the lanes' first heads (keys are unique: one lane wins each);
             #    lane k keeps round k's key.
             kv[2] = KC(EMPTY)
@@ -698,57 +706,8 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
                     if key.renormalize:
                         fv[4] = fv[4] / fv[5]
                     iv[3] = slots[w, K + lane]
-            if lane < K and row < M:
+            if lane < K and bx * TOK + w < M:
                 topk_weights[tok, lane] = T.cast(fv[4], dt)
                 topk_ids[tok, lane] = T.cast(iv[3], idt)
-
-        return route_token
-
-    route_token = token_macro(False)
-    route_loaded_token = token_macro(True)
-
-    @T.prim_func
-    def moe_topk_routing(router_logits: T.Tensor((M, E), dt), topk_weights: T.Tensor((M, K), dt),
-                         topk_ids: T.Tensor((M, K), idt)):
-        annotate_pass_configs(key.unchecked_index, {"tl.disable_thread_storage_sync": True})
-        with T.Kernel(T.ceildiv(M, STRIDE), threads=32 * TOK) as bx:
-            if REFILL:
-                # The refills' row reads and key building held 68 registers at E=512 bf16 (55 without them) while
-                # each round had its own copy: at 512 threads one program an SM. Bounded to 64, so that 32 warps an
-                # SM stay resident (51 since the rounds that refill are one loop).
-                T.annotate_min_blocks_per_sm(programs_at_registers(32 * TOK, 64))
-            dependent_launch(key.dependent_launch)
-            tid = T.get_thread_binding()
-            raw = T.alloc_local((PER,), dt)
-            keys = T.alloc_local((PER,), kt)
-            base = T.alloc_local((NV,), kt)
-            uw = T.alloc_local((2,), "uint32")  # a word of two 16-bit logits, its signs
-            kv = T.alloc_local((7,), kt)  # swap, the round's best, the lane's key, the lane min, its outsider, top,
-            #                                   the lane's last head before the rounds
-            fv = T.alloc_local((6,), f32)  # max logit, e, the next lane's e, sum, weight, renorm sum
-            iv = T.alloc_local((4,), i32)  # the round's winner, slow, fast, the lane's id
-            ev = T.alloc_local((PER,), f32)  # the rounds selection (the fallback)
-            rkeys = T.alloc_local((PER,), "int64")
-            rbest = T.alloc_local((1,), "int64")
-            slots = T.alloc_shared((TOK, 2 * K), i32)  # the fallback's chosen probabilities' bits, then ids
-            w = tid // 32
-            lane = tid % 32
-            if LOOP == 1:
-                route_token(router_logits, topk_weights, topk_ids, raw, keys, base, uw, kv, fv, iv, ev, rkeys, rbest,
-                            slots, T.min(bx * TOK + w, M - 1), bx * TOK + w, lane, w)
-            else:
-                # (``warp_tokens``) Warp w of program bx runs rows bx * STRIDE + j * TOK + w for j < LOOP, each row's
-                # logits loaded while the warp selects the previous row's.
-                ahead = T.alloc_local((PER,), dt)
-                load_row(router_logits, ahead, T.min(bx * STRIDE + w, M - 1), lane)
-                for j in T.serial(LOOP):
-                    for r in T.unroll(PER):
-                        raw[r] = ahead[r]
-                    if j + 1 < LOOP:
-                        load_row(router_logits, ahead, T.min(bx * STRIDE + (j + 1) * TOK + w, M - 1), lane)
-                    route_loaded_token(router_logits, topk_weights, topk_ids, raw, keys, base, uw, kv, fv, iv, ev,
-                                       rkeys, rbest, slots, T.min(bx * STRIDE + j * TOK + w, M - 1),
-                                       bx * STRIDE + j * TOK + w, lane, w)
-                    T.sync_warp()  # the fallback's slots: this row's reads before the next row's writes
 
     return moe_topk_routing
