@@ -54,7 +54,8 @@ ncu_row_set() {
     ncu=$(ncu_bin)
     (cd backends/cuda/bench && timeout ${NCU_BUILD_S:-150} python3 row_profile.py "$set" --build-only 2>&1 | tail -2)
     for r in $(cd backends/cuda/bench && python3 row_profile.py "$set" --labels); do include+=(--nvtx-include "$r/"); done
-    for s in long_scoreboard barrier short_scoreboard wait lg_throttle mio_throttle math_pipe_throttle membar sleeping drain; do
+    for s in long_scoreboard barrier short_scoreboard wait lg_throttle mio_throttle math_pipe_throttle membar sleeping drain \
+            not_selected selected branch_resolving no_instruction dispatch_stall; do
         stalls+="smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio,"
     done
     (cd backends/cuda/bench && timeout ${NCU_S:-240} "$ncu" --clock-control none --nvtx "${include[@]}" "$@" \

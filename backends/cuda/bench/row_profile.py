@@ -7,11 +7,14 @@ script runs each row of a set through its op (so the registered kernel and build
 once untimed (build and first launch), then once inside an NVTX range named after the row;
 ``benchmarks/gpu/prefix.sh``'s ``ncu_row_set`` profiles exactly those ranges.
 
-    python3 row_profile.py {conv,decode,experts,prefill,rgdr,routing} [--rows LABEL,...] [--build-only | --labels]
+    python3 row_profile.py {conv,decode,experts,prefill,rgdr,routing,routingforms} [--rows LABEL,...]
+        [--build-only | --labels]
 """
 
 import argparse
+import contextlib
 import importlib
+from typing import Any, Iterator
 
 import torch
 
@@ -19,8 +22,9 @@ from tileops_core import load_manifest
 from tileops_core.bench.workloads import instantiate
 from tileops_core.workloads import dtype_cases
 
-#: Set name -> (op, row label) of the rows it profiles.
-ROW_SETS = {
+#: Set name -> the rows it profiles: (op, row label), or (op, row label, {kernel class: block-shape fields}) for the
+#: row served by that class's registered block shapes with those fields laid over them (``laid_over``).
+ROW_SETS: dict[str, tuple[tuple[Any, ...], ...]] = {
     # Issue 17: the conv rows measured against the copy.
     "conv": (
         ("CausalConv1dVarlenFwdOp", "qwen3.5-prefill-4k-8seq"),
@@ -48,6 +52,16 @@ ROW_SETS = {
         ("MoETopKRoutingFwdOp", "qwen3-next-80b-prefill-4k"),
         ("MoETopKRoutingFwdOp", "qwen3.5-35b-prefill-4k"),
         ("MoETopKRoutingFwdOp", "qwen3-next-80b-decode-b64"),
+    ),
+    # Issue 21: Qwen3-Next's 4k routing row (70% of the same-size copy) through three forms of its long program. Two
+    # readings part on them (NOTES, fifty-ninth session): ``late_refill`` runs about 63 fewer instructions a token
+    # (444 -> 381 on the fast path, static SASS) with the same chain of ten reductions, and 8 heads a lane about 44
+    # more with a deeper network; the first tied the registered form in three H100 sweeps, the second lost by 0.2 us.
+    # Issue slots busy and the stall reasons of each say whether the row waits on issue or on its warps' chains.
+    "routingforms": (
+        ("MoETopKRoutingFwdOp", "qwen3-next-80b-prefill-4k"),
+        ("MoETopKRoutingFwdOp", "qwen3-next-80b-prefill-4k", {"TileLangMoETopKRouting": {"late_refill": True}}),
+        ("MoETopKRoutingFwdOp", "qwen3-next-80b-prefill-4k", {"TileLangMoETopKRouting": {"long_heads": 8}}),
     ),
     # Issue 16: RGDR's large rows, below their targets at B=128 (bf16 80-87%, fp32 87-91% of the copy on the H200) where
     # the best layout without the recurrence reads 86-93%: where a program's warps wait (ncusrc).
@@ -77,6 +91,28 @@ def row_op(op_name: str, label: str, seed: int = 17) -> tuple[object, dict]:
     return getattr(module, op_name)(**inst.op_kwargs), inst.inputs
 
 
+def range_name(row: tuple[Any, ...]) -> str:
+    """The NVTX range a row is profiled in: its label, then each laid-over field as ``.name-value`` (booleans as
+    0/1), so that the forms of one row are told apart and ncu's ``--nvtx-include NAME/`` takes the name as it is."""
+    fields = {k: v for per_class in (row[2] if len(row) > 2 else {}).values() for k, v in per_class.items()}
+    return row[1] + "".join(f".{k}-{int(v) if isinstance(v, bool) else v}" for k, v in fields.items())
+
+
+@contextlib.contextmanager
+def laid_over(overrides: dict[str, dict[str, Any]]) -> Iterator[None]:
+    """Within the block, each named kernel class's registered block shapes (``block_shapes.BLOCK_SHAPES``, read at
+    every key) carry ``overrides[class]``'s fields over their own, every row width alike; restored after."""
+    from tileops_cuda.kernels import block_shapes
+
+    saved = {name: block_shapes.BLOCK_SHAPES[name] for name in overrides}
+    try:
+        for name, fields in overrides.items():
+            block_shapes.BLOCK_SHAPES[name] = tuple((bound, {**shape, **fields}) for bound, shape in saved[name])
+        yield
+    finally:
+        block_shapes.BLOCK_SHAPES.update(saved)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("set", choices=sorted(ROW_SETS))
@@ -86,21 +122,23 @@ def main() -> None:
     args = ap.parse_args()
     rows = ROW_SETS[args.set]
     if args.labels:
-        print("\n".join(label for _, label in rows))
+        print("\n".join(range_name(row) for row in rows))
         return
-    wanted = set(args.rows.split(",")) if args.rows else {label for _, label in rows}
-    for op_name, label in rows:
+    wanted = set(args.rows.split(",")) if args.rows else {row[1] for row in rows}
+    for row in rows:
+        op_name, label = row[:2]
         if label not in wanted:
             continue
-        op, inputs = row_op(op_name, label)
-        op(**inputs)
-        torch.cuda.synchronize()
-        if args.build_only:
-            continue
-        with torch.cuda.nvtx.range(label):
+        with laid_over(row[2] if len(row) > 2 else {}):
+            op, inputs = row_op(op_name, label)
             op(**inputs)
-        torch.cuda.synchronize()
-        print("row", op_name, label, flush=True)
+            torch.cuda.synchronize()
+            if args.build_only:
+                continue
+            with torch.cuda.nvtx.range(range_name(row)):
+                op(**inputs)
+            torch.cuda.synchronize()
+        print("row", op_name, range_name(row), flush=True)
 
 
 if __name__ == "__main__":
