@@ -63,6 +63,6 @@ ncu_row_set() {
         --section LaunchStats --section WarpStateStats --metrics "${stalls}dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum,sm__warps_launched.sum" \
         python3 row_profile.py "$set" > "$log" 2>&1)
     echo "ncu rc=$? ($ncu)"
-    grep -E "^row |_kernel|kernel\b|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Grid Size|Waves Per SM|Warp Cycles Per Issued|stalled_|dram__bytes|inst_executed|warps_launched|==ERROR|==WARNING" \
+    grep -E "^row |_kernel|kernel\b|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Grid Size|Waves Per SM|Warp Cycles Per Issued|highest-utilized pipeline|stalled_|dram__bytes|inst_executed|warps_launched|==ERROR|==WARNING" \
         "$log" | sed -E 's/ +/ /g' | head -160
 }
