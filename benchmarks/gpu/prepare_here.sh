@@ -6,8 +6,9 @@
 #   2. .venv (scripts/setup.sh), and a Python 3.11 with tilelang 0.1.15 and the CUDA disassemblers to compile kernels
 #      here, at $TLVENV (default /work/tlvenv: outside the checkout, since what git does not ignore travels);
 #   3. .device/tlcache.tar.xz: the kernels of the queued calls' sections (prebuild_here.py; about 20 minutes on two
-#      cores): the RGDR table's, the conv and routing sweeps' (the routing token sweep's first five candidates), the
-#      small-batch decode tests', then the prefill tests' under PREFILL_TEST_SETTINGS=registered.
+#      cores): the RGDR table's, the conv and routing sweeps' (the routing token sweep's first five candidates and
+#      the lean_rounds ones), the small-batch decode tests', then the prefill tests' under
+#      PREFILL_TEST_SETTINGS=registered.
 # Run from anywhere in the checkout; nvcc 13 at /usr/local/bin.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
@@ -27,7 +28,7 @@ prebuild() { PATH=/usr/local/bin:$PATH PYTHONPATH=$site .venv/bin/python benchma
 if [ ! -f .device/tlcache.tar.xz ]; then
     # Into a file beside it first: a run cut short leaves no cache that step 3 would then skip.
     partial=.device/tlcache.preparing.tar.xz
-    prebuild --out "$partial" rgdr_table sweep:CausalConv1d sweep:MoETopK:5 decode_small
+    prebuild --out "$partial" rgdr_table sweep:CausalConv1d sweep:MoETopK:5:lean_rounds decode_small
     PREFILL_TEST_SETTINGS=registered prebuild --out "$partial" --keep prefill
     mv "$partial" .device/tlcache.tar.xz
 fi

@@ -234,7 +234,18 @@ _ROUTING_CANDIDATES = [# first (``--candidates 2`` times them alone beside the r
                        # above)
                        {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
                         "long_from": 1024, "long_tokens": 32},
-                       {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True}]
+                       {"program": "candidates", "tokens": 1, "unchecked_index": True, "dependent_launch": True},
+                       # the registered forms with the rounds' record and pops off the ALU pipe (``lean_rounds``,
+                       # fifty-ninth session: about 38 fewer ALU instructions a token at E=512, 55 more in all), E=512's
+                       # with the late refill too; ``--candidates 0 --with-field lean_rounds`` times them alone
+                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 2048, "long_tokens": 16, "long_heads": 4, "lean_rounds": True},
+                       {"program": "logits", "tokens": 4, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 2048, "long_tokens": 16, "long_heads": 4, "late_refill": True,
+                        "lean_rounds": True},
+                       {"program": "logits", "tokens": 1, "unchecked_index": True, "dependent_launch": True,
+                        "long_from": 2048, "long_tokens": 32, "long_heads": 4, "late_refill": True,
+                        "lean_rounds": True}]
 
 #: (op, row label, candidates): each candidate is the block-shape fields it sets on the build
 #: key (the others keep the build key's defaults); the registered block shape is always first.

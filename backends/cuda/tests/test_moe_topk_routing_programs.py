@@ -298,9 +298,12 @@ def test_a_word_of_two_16_bit_logits_orders_both_halves_as_each_logit_alone():
      "the long program (long_tokens=33) takes 0-32 tokens a program (tokens=33)"),
     ({"program": "logits", "heads": 3}, "heads=3 is 2, 4 or 8 heads a lane of the logits program (0: its default)"),
     ({"program": "candidates", "heads": 4}, "heads=4 is 2, 4 or 8 heads a lane of the logits program"),
+    ({"program": "candidates", "lean_rounds": True}, "lean_rounds is a field of the logits program on 16-bit logits "
+                                                     "(program='candidates', dtype=bfloat16"),
+    ({"program": "logits", "dtype": "float32", "lean_rounds": True}, "(program='logits', dtype=float32: 32-bit keys)"),
 ], ids=["program", "tokens", "experts", "top_k", "unchecked-rounds", "dependent-rounds", "logits-tokens",
         "logits-experts", "logits-top_k", "dependent-sm80", "long-fields-without-long-from", "long-from-negative",
-        "long-rounds", "long-tokens", "heads-3", "heads-candidates"])
+        "long-rounds", "long-tokens", "heads-3", "heads-candidates", "lean-candidates", "lean-float32"])
 def test_the_kernel_refuses_block_shapes_it_has_no_program_for(fields, reason):
     assert reason in moe_topk_routing_refusal(dataclasses.replace(_NEXT, **fields))
 
@@ -393,6 +396,9 @@ def test_a_key_that_falls_back_to_rounds_drops_unchecked_index():
     key = dataclasses.replace(_CANDIDATES, experts=1024, dtype="float32", unchecked_index=True)
     assert with_fitting_routing_program(key) == dataclasses.replace(key, program="rounds", tokens=0,
                                                                     unchecked_index=False)
+    lean = dataclasses.replace(key, experts=2048, dtype="bfloat16", program="logits", lean_rounds=True)
+    assert with_fitting_routing_program(lean) == dataclasses.replace(lean, program="rounds", tokens=0,
+                                                                     unchecked_index=False, lean_rounds=False)
 
 
 def test_a_dependent_launch_candidates_program_waits_before_its_first_memory_access():
@@ -443,8 +449,11 @@ def test_the_logits_program_of_16_bit_logits_reads_16_byte_vectors_and_reduces_3
 @pytest.mark.parametrize("key", [*_LOWERED[:2], _LOGITS[0], _LOGITS[2],
                                  *(dataclasses.replace(_LOGITS[i], tokens=16, heads=4) for i in (0, 2)),
                                  *(dataclasses.replace(_LOGITS[i], tokens=16, heads=4, late_refill=True)
+                                   for i in (0, 2)),
+                                 *(dataclasses.replace(_LOGITS[i], tokens=16, heads=4, lean_rounds=True)
                                    for i in (0, 2))],
-                         ids=[f"{p}-{row}" for p in ("candidates", "logits", "logits-heads4", "logits-heads4-late")
+                         ids=[f"{p}-{row}" for p in ("candidates", "logits", "logits-heads4", "logits-heads4-late",
+                                                     "logits-heads4-lean")
                               for row in ("qwen3-next-E512-k10", "qwen3.5-E256-k8")])
 def test_the_warp_programs_of_the_model_rows_spill_nothing_for_sm_90a(key, tmp_path):
     pytest.importorskip("tilelang")
@@ -490,3 +499,25 @@ def test_a_late_refilling_program_runs_its_rounds_unrolled_and_the_refilling_rou
     assert dry_vote < first_loop
     assert source.count("__any_sync") == 1 + 1 + 2  # the dry vote, the refilling rounds', the outsider's, NaN keys
     assert source.count("tl::warp_reduce_max") >= 10 + 4  # each round unrolled; the refilling rounds (3 + a loop)
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["rolled", "late"])
+def test_lean_rounds_store_each_rounds_maximum_once_a_warp_and_pop_heads_through_mad(late):
+    """``lean_rounds``: each round's maximum goes to the warp's slot 2K + r, written by every lane with the same
+    value (no compare and select a lane and round), and lane r < K reads slot 2K + r after the rounds; the winning
+    lane's heads move up through two ``mad.lo.s32`` a head (the FMA pipe), the last one taking EMPTY; the slots are
+    the fallback's buffer, 3K a warp (one buffer: no second allocation for TileLang to lay over it)."""
+    key = dataclasses.replace(_LOGITS[0], tokens=16, heads=4, late_refill=late, lean_rounds=True)  # E=512 top-10
+    source = _lowered(key)
+    plain = _lowered(dataclasses.replace(key, lean_rounds=False))
+    assert "tl_mad_s32" not in plain and 'asm("mad.lo.s32' in source
+    assert source.count("__shared__") == plain.count("__shared__") == 1
+    assert "* 30)" in source and "* 20)" in plain  # a warp's row of the slots: 3K entries (2K without)
+    stores = re.findall(r"slots\[[^\]]*\] = kv\[1\];", source)
+    assert "* 30) + 20)] = kv[1];" in stores[0] and "* 30) + 21)] = kv[1];" in stores[1]
+    assert source.count("tl_mad_s32(iv[0], tl_mad_s32(keys[") == 4 * len(stores)  # each round pops 4 heads
+    assert source.count("tl_mad_s32(keys[2], -1, -2147483648)") == len(stores)  # the last head takes EMPTY
+    read = source.index("+ (((int)threadIdx.x) & 31)) + 20)]")  # lane r < K reads slot 2K + r
+    rounds = source[source.index("tl::warp_reduce_max(keys["):read]
+    # no lane keeps a round's maximum by a select of its own (the plain program's ``kv[2] = lane == r ? ...``)
+    assert "= kv[2];" not in rounds and "= kv[2];" in plain[plain.index("tl::warp_reduce_max(keys["):]

@@ -86,6 +86,14 @@ class MoETopKRoutingBuildKey:
     #: top-10 against 8 unrolled), and routing's 4k rows are issue-bound (447 warp instructions a token, s51d);
     #: a lane pops 4 heads within 9 rounds for about one token in a few hundred. The same ids and weights.
     late_refill: bool = False
+    #: The logits program's rounds with less work on the ALU pipe (16-bit logits): each round's maximum stored to
+    #: a shared slot by the whole warp (lane r reads slot r after the rounds) in place of a compare and a select
+    #: a lane and round, and the winning lane's heads shifted by integer multiply-adds on the FMA pipe (``mad``:
+    #: head + won x (next - head)) in place of a select a head. Why: on sm_90 the ALU pipe takes a warp instruction
+    #: every other cycle, and Qwen3-Next's 4k row keeps it the busiest pipe (35.3% against 23.5% of issue slots,
+    #: s42c; 293 of the fast path's 444 instructions a token): 255 of 499 at E=512 top-10 with 4 heads (sm_90a
+    #: SASS), the rest mostly on the FMA pipe. The same ids and weights.
+    lean_rounds: bool = False
 
 
 def _without_long(key: MoETopKRoutingBuildKey, **changes: Any) -> MoETopKRoutingBuildKey:
@@ -133,6 +141,9 @@ def moe_topk_routing_refusal(key: MoETopKRoutingBuildKey) -> str | None:
     if key.long_heads not in (0, 2, 4, 8) or (key.long_heads and (key.program != "logits" or not key.long_from)):
         return (f"{_NAME}: long_heads={key.long_heads} is 2, 4 or 8 heads a lane of the logits program's long "
                 "program (0: heads; set where long_from is); drop it")
+    if key.lean_rounds and (key.program != "logits" or key.dtype == "float32"):
+        return (f"{_NAME}: lean_rounds is a field of the logits program on 16-bit logits (program={key.program!r}, "
+                f"dtype={key.dtype}: 32-bit keys); drop it")
     if key.late_refill and not (key.heads or key.long_heads):
         return (f"{_NAME}: late_refill reorders the rounds of a logits program with fewer heads a lane (heads or "
                 "long_heads 2 or 4); set one or drop it")
@@ -157,7 +168,7 @@ def with_fitting_routing_program(key: MoETopKRoutingBuildKey) -> MoETopKRoutingB
     reference until 2026-12-04e)."""
     if key.program in _WARP_PROGRAMS and routing_plan(key) is not None and candidates_misfit(key):
         return _without_long(key, program="rounds", tokens=0, unchecked_index=False, dependent_launch=False,
-                             heads=0)
+                             heads=0, lean_rounds=False)
     return key
 
 

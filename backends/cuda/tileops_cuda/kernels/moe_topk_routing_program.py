@@ -440,6 +440,13 @@ _MARGIN = 1.0 + 2.0**-18
 _LEAST_E = 2.0**-100
 
 
+#: ``tl_mad_s32``: PTX's ``mad.lo.s32`` (``a * b + c``, wrapping), opaque to the compiler's own rewriting: written
+#: as C its 0/1 multiplier turns back into a select on the ALU pipe (``MoETopKRoutingBuildKey.lean_rounds``).
+_MAD_S32 = ("__device__ __forceinline__ int tl_mad_s32(int a, int b, int c) {\n"
+            "  int d;\n  asm(\"mad.lo.s32 %0, %1, %2, %3;\" : \"=r\"(d) : \"r\"(a), \"r\"(b), \"r\"(c));\n"
+            "  return d;\n}\n")
+
+
 def _logits_program(key: "MoETopKRoutingBuildKey"):
     """The ``logits`` program (module docstring): the candidates program's warps, rows and layout;
     the selection on integer keys of the logits, the exponentials of the top_k + 1 only.
@@ -476,6 +483,7 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
     D = min(key.heads or _HEADS, PER)
     REFILL = bool(key.heads) and PER > D  # a lane that pops its last head refills from its row (below)
     LATE = REFILL and key.late_refill  # the rounds unrolled unchecked; a lane run dry redoes the token (below)
+    LEAN = key.lean_rounds  # the rounds' record and pops off the ALU pipe (pop_round)
     STEPS, H = _heads_network(PER, D)
     K1 = min(K + 1, E)  # lanes holding a key: the top_k and the first outsider of another logit
     M = T.dynamic("M")
@@ -546,21 +554,34 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
 
     first_fill, refill = lane_heads_macro(False), lane_heads_macro(True)
 
+    def mad(a, b, c):
+        """``a * b + c`` on the FMA pipe (``tl_mad_s32``)."""
+        return T.call_extern(kt, "tl_mad_s32", a, b, c)
+
     @T.macro
-    def pop_round(keys, kv, iv, lane, r, first):
+    def pop_round(keys, kv, iv, slots, w, lane, r, first):
         """Round ``r`` of step 4: the warp's largest head (``kv[1]``; the row's largest, ``kv[5]``, in the
-        ``first``), kept by lane ``r`` (``kv[2]``) and popped by the lane holding it."""
+        ``first``), kept by lane ``r`` (``kv[2]``; with ``lean_rounds`` stored to ``slots[w, 2K + r]`` by every
+        lane) and popped by the lane holding it (with ``lean_rounds``, head d + won x (head d+1 - head d) in
+        ``mad``s)."""
         kv[1] = T.warp_reduce_max(keys[H[0]])
         if first:
             kv[5] = kv[1]
-        kv[2] = T.if_then_else(lane == r, kv[1], kv[2])
-        iv[0] = T.if_then_else(keys[H[0]] == kv[1], 1, 0)
-        for d in list(range(D - 1)):
-            keys[H[d]] = T.if_then_else(iv[0] == 1, keys[H[d + 1]], keys[H[d]])
-        keys[H[D - 1]] = T.if_then_else(iv[0] == 1, KC(EMPTY), keys[H[D - 1]])
+        if LEAN:
+            slots[w, 2 * K + r] = kv[1]
+            iv[0] = T.if_then_else(keys[H[0]] == kv[1], 1, 0)
+            for d in list(range(D - 1)):
+                keys[H[d]] = mad(iv[0], mad(keys[H[d]], KC(-1), keys[H[d + 1]]), keys[H[d]])
+            keys[H[D - 1]] = mad(iv[0], mad(keys[H[D - 1]], KC(-1), KC(EMPTY)), keys[H[D - 1]])
+        else:
+            kv[2] = T.if_then_else(lane == r, kv[1], kv[2])
+            iv[0] = T.if_then_else(keys[H[0]] == kv[1], 1, 0)
+            for d in list(range(D - 1)):
+                keys[H[d]] = T.if_then_else(iv[0] == 1, keys[H[d + 1]], keys[H[d]])
+            keys[H[D - 1]] = T.if_then_else(iv[0] == 1, KC(EMPTY), keys[H[D - 1]])
 
     @T.macro
-    def refilling_rounds(router_logits, raw, keys, base, uw, kv, iv, tok, lane):
+    def refilling_rounds(router_logits, raw, keys, base, uw, kv, iv, slots, w, tok, lane):
         """Step 4 with ``heads``: the first D - 1 rounds (no lane can run dry in them), then from the D-th round a
         lane may pop its last head: it then takes its next D keys from its row before the next round (and before
         the outsider's search, after the last): one vote a round, the refill itself only in a token that needs
@@ -570,9 +591,9 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
         so the program holds one copy of the refill, not one a round (E=512 top-10 bf16: 2592 static SASS
         instructions with seven, forty-fourth session)."""
         for r in list(range(min(K, D - 1))):
-            pop_round(keys, kv, iv, lane, r, r == 0)
+            pop_round(keys, kv, iv, slots, w, lane, r, r == 0)
         for r in T.serial(D - 1, K):
-            pop_round(keys, kv, iv, lane, r, False)
+            pop_round(keys, kv, iv, slots, w, lane, r, False)
             if T.any_sync(keys[H[0]] < KC(PAD)) != 0:
                 if keys[H[0]] < KC(PAD):
                     refill(router_logits, raw, keys, base, uw, kv, tok, lane)
@@ -587,6 +608,8 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
                 # each round had its own copy: at 512 threads one program an SM. Bounded to 64, so that 32 warps an
                 # SM stay resident (51 since the rounds that refill are one loop).
                 T.annotate_min_blocks_per_sm(programs_at_registers(32 * TOK, 64))
+            if LEAN:
+                T.import_source(_MAD_S32)
             dependent_launch(key.dependent_launch)
             tid = T.get_thread_binding()
             raw = T.alloc_local((PER,), dt)
@@ -600,7 +623,9 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
             ev = T.alloc_local((PER,), f32)  # the rounds selection (the fallback)
             rkeys = T.alloc_local((PER,), "int64")
             rbest = T.alloc_local((1,), "int64")
-            slots = T.alloc_shared((TOK, 2 * K), i32)  # the fallback's chosen probabilities' bits, then ids
+            # The fallback's chosen probabilities' bits, then ids; with ``lean_rounds`` then each round's maximum (one
+            # buffer: TileLang's planner would lay a second one over this one, and the warps are not in step).
+            slots = T.alloc_shared((TOK, (3 if LEAN else 2) * K), i32)
             w = tid // 32
             lane = tid % 32
             tok = T.min(bx * TOK + w, M - 1)
@@ -617,19 +642,22 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
                 # lanes step 5 rereads as before. The same ids and weights as the refilling rounds: only which tokens
                 # run them changes.
                 for r in list(range(K - 1)):
-                    pop_round(keys, kv, iv, lane, r, r == 0)
+                    pop_round(keys, kv, iv, slots, w, lane, r, r == 0)
                 iv[1] = T.if_then_else(T.any_sync(keys[H[0]] < KC(PAD)) != 0, 1, 0)
                 if iv[1] == 0:
-                    pop_round(keys, kv, iv, lane, K - 1, K == 1)
+                    pop_round(keys, kv, iv, slots, w, lane, K - 1, K == 1)
                 else:
                     first_fill(router_logits, raw, keys, base, uw, kv, tok, lane)
                     kv[2] = KC(EMPTY)
-                    refilling_rounds(router_logits, raw, keys, base, uw, kv, iv, tok, lane)
+                    refilling_rounds(router_logits, raw, keys, base, uw, kv, iv, slots, w, tok, lane)
             elif REFILL:
-                refilling_rounds(router_logits, raw, keys, base, uw, kv, iv, tok, lane)
+                refilling_rounds(router_logits, raw, keys, base, uw, kv, iv, slots, w, tok, lane)
             else:
                 for r in list(range(K)):
-                    pop_round(keys, kv, iv, lane, r, r == 0)
+                    pop_round(keys, kv, iv, slots, w, lane, r, r == 0)
+            if LEAN:
+                # Each lane wrote every slot with the warp's one value, so lane r reads its own write of round r.
+                kv[2] = T.if_then_else(lane < K, slots[w, 2 * K + T.min(lane, K - 1)], KC(EMPTY))
             # 5. The first outsider of another logit than the k-th's: the largest key below the k-th's
             #    logit (its low half cleared); unknown where a lane holds more keys than heads and its
             #    last head before the rounds is not below it (a lane that ran out of heads included: that
