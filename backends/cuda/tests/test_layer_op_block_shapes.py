@@ -7,10 +7,7 @@ sm_90a reading their rows in 16-byte vectors (where tilelang is installed)."""
 from __future__ import annotations
 
 import functools
-import importlib.util
-import pathlib
 import shutil
-import sys
 from dataclasses import replace
 
 import pytest
@@ -22,6 +19,7 @@ from tileops_cuda.kernels import block_shapes, gated_rmsnorm, zero_centred_rmsno
 from tileops_cuda.kernels.conv1d import ConvUpdateBuildKey, ConvVarlenBuildKey, conv_refusal, fitted_to_width
 from tileops_cuda.kernels.block_shapes import block_shape_of, with_block_shape
 from tileops_cuda.kernels.zero_centred_rmsnorm import ZeroCentredRMSNormBuildKey, zero_centred_rmsnorm_refusal
+from bench_scripts import bench_script
 
 ensure_plugins_loaded()
 needs_cuda_backend = pytest.mark.skipif("cuda" not in registry.backends(), reason="tileops-cuda is not installed")
@@ -30,12 +28,7 @@ needs_cuda_backend = pytest.mark.skipif("cuda" not in registry.backends(), reaso
 @functools.cache
 def _sweep():
     """The sweep script as a module (it lives with the benches, not in a package)."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "layer_ops_sweep.py"
-    spec = importlib.util.spec_from_file_location("layer_ops_sweep", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("layer_ops_sweep")
 
 
 def _norm_call(hidden: int) -> CallSpec:

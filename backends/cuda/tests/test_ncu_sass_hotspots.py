@@ -6,25 +6,20 @@ another, or lost the reasons, would send a session after the wrong instruction. 
 instruction), for two kernels, so the test runs without a GPU.
 """
 
-import importlib.util
-import pathlib
 import sys
 
 import pytest
 
-BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench"
+from bench_scripts import bench_script
+
 HEADER = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)",
           "Instructions Executed", "stall_long_sb", "stall_barrier", "stall_wait"]
 
 
 @pytest.fixture(scope="module")
 def hotspots():
-    spec = importlib.util.spec_from_file_location("ncu_sass_hotspots", BENCH / "ncu_sass_hotspots.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (its dataclass resolves annotations through the module)
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    yield bench_script("ncu_sass_hotspots")
+    sys.modules.pop("ncu_sass_hotspots", None)
 
 
 def _csv(tmp_path, kernels):

@@ -5,26 +5,18 @@ then puts the table back (the profile of one form must not leak into the next ro
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import pathlib
 import re
-import sys
 
 import pytest
 
 from tileops_core.kernels import CallSpec
 from tileops_cuda.kernels import block_shapes
 from tileops_cuda.registered_model import TileLangMoETopKRouting
+from bench_scripts import bench_script
 
 
 def _row_profile():
-    """The profiling script as a module (it lives with the benches, not in a package)."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "row_profile.py"
-    spec = importlib.util.spec_from_file_location("row_profile", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("row_profile")
 
 
 def _next_4k() -> CallSpec:

@@ -3,11 +3,9 @@ encodings dropped), opcodes go to their pipes by family, and a path counts its r
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-
 import pytest
+
+from bench_scripts import bench_script
 
 _SASS = """
         code for sm_90a
@@ -24,12 +22,7 @@ _SASS = """
 
 
 def _tool():
-    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "sass_pipes.py"
-    spec = importlib.util.spec_from_file_location("sass_pipes", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("sass_pipes")
 
 
 def test_a_listing_is_the_instructions_and_each_goes_to_its_pipe():
