@@ -465,7 +465,8 @@ def _logits_program(key: "MoETopKRoutingBuildKey"):
 
     Bounds (``unchecked_index``): as in the candidates program, rows ``tok`` in ``[0, M)``, logits
     read only below E, outputs at ``[tok, lane < K]``; the slots are written at ``k < K`` and
-    ``K + k`` and read at ``lane < K``."""
+    ``K + k`` and read at ``lane < K`` (with ``lean_rounds`` also at ``2K + r``, r < K, and read at
+    ``2K + lane``, lane < K)."""
     import tilelang.language as T
 
     E, K, dt, idt, f32, i32 = key.experts, key.top_k, key.dtype, key.ids_dtype, "float32", "int32"
