@@ -641,28 +641,37 @@ def _source_of(key: Any) -> str:
                 gdn_gating.GDNGatingBuildKey: gdn_gating.build_gdn_gating,
                 moe_topk_routing.MoETopKRoutingBuildKey: moe_topk_routing.build_moe_topk_routing}
     if type(key) in builders:
-        return builders[type(key)](key).kernel.get_kernel_source()
+        built = builders[type(key)](key)
+        # A routing key with a long program builds two launchers (ByTokenCount): its own program is the short one.
+        return getattr(built, "short", built).kernel.get_kernel_source()
     if isinstance(key, qk_norm_rope.QKNormRopeBuildKey):
         return qk_norm_rope.build_qk_norm_rope(key).kernel.get_kernel_source()
     build = conv1d.build_conv_update if isinstance(key, conv1d.ConvUpdateBuildKey) else conv1d.build_conv_varlen
     return build(key).source()
 
 
+def nvcc_cubin(source: str, arch: str, cubin: Path) -> str:
+    """Compile a kernel's generated CUDA into ``cubin`` with nvcc (TileLang's and CUTLASS's headers) and return
+    ``ptxas -v``'s report; RuntimeError with nvcc's output where it fails."""
+    from tilelang.env import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH
+
+    cu = cubin.with_suffix(".cu")
+    cu.write_text(source)
+    out = subprocess.run(["nvcc", "--cubin", "-O3", "-std=c++20", f"-arch={arch}", "-I" + TILELANG_TEMPLATE_PATH,
+                          "-I" + CUTLASS_INCLUDE_DIR, "-Xptxas", "-v", "-o", str(cubin), str(cu)],
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(out.stderr[-2000:])
+    return out.stderr
+
+
 def ptxas_report(source: str, arch: str) -> dict[str, Any]:
     """Registers and spill bytes from ``ptxas -v`` on a kernel's generated CUDA, and the widths
     of its global loads (``*(uint4*)(x + ...)`` is a 16-byte load of x), by buffer."""
-    from tilelang.env import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH
-
     with tempfile.TemporaryDirectory() as tmp:
-        cu = Path(tmp) / "k.cu"
-        cu.write_text(source)
-        out = subprocess.run(["nvcc", "--cubin", "-O3", "-std=c++20", f"-arch={arch}", "-I" + TILELANG_TEMPLATE_PATH,
-                              "-I" + CUTLASS_INCLUDE_DIR, "-Xptxas", "-v", "-o", str(Path(tmp) / "k.cubin"), str(cu)],
-                             capture_output=True, text=True)
-    if out.returncode:
-        raise RuntimeError(out.stderr[-2000:])
-    regs = [int(m) for m in re.findall(r"Used (\d+) registers", out.stderr)]
-    spills = [int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out.stderr)]
+        report = nvcc_cubin(source, arch, Path(tmp) / "k.cubin")
+    regs = [int(m) for m in re.findall(r"Used (\d+) registers", report)]
+    spills = [int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)]
     params = set(re.findall(r"\* __restrict__ (\w+)", source))
     loads: dict[str, set[str]] = {}
     for width, buf in re.findall(r"=\s*\*\((\w+)\*\)\((\w+) \+", source):

@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tileops_cuda from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # layer_ops_sweep's nvcc_cubin
 
 #: Opcode families by the pipe that issues them on sm_90 (64 results a clock an SM for the integer ALU family, 128
 #: for float32 on the FMA pipe, by NVIDIA's throughput table; ``IMAD`` and its moves, shifts and adds on the FMA
@@ -97,7 +98,7 @@ def _cuobjdump() -> str:
 
 def routing_sass(fields: dict) -> tuple[str, str]:
     """(ptxas's report, cuobjdump's SASS) of the routing program of ``fields`` (a MoETopKRoutingBuildKey's)."""
-    from tilelang.env import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH
+    from layer_ops_sweep import nvcc_cubin
     from tileops_cuda.kernels._common import compile_prim_func
     from tileops_cuda.kernels.moe_topk_routing import MoETopKRoutingBuildKey
     from tileops_cuda.kernels.moe_topk_routing_program import routing_program
@@ -105,15 +106,10 @@ def routing_sass(fields: dict) -> tuple[str, str]:
     key = MoETopKRoutingBuildKey(**fields)
     source = compile_prim_func(routing_program(key), key.arch).get_kernel_source()
     with tempfile.TemporaryDirectory() as tmp:
-        cu, cubin = Path(tmp, "routing.cu"), Path(tmp, "routing.cubin")
-        cu.write_text(source)
-        built = subprocess.run(["nvcc", "--cubin", "-O3", "-std=c++17", f"-arch={key.arch}", "-DENABLE_BF16",
-                                f"-I{TILELANG_TEMPLATE_PATH}", f"-I{CUTLASS_INCLUDE_DIR}", "-Xptxas", "-v",
-                                "-o", str(cubin), str(cu)], capture_output=True, text=True)
-        if built.returncode:
-            raise SystemExit(built.stderr[-2000:])
+        cubin = Path(tmp, "routing.cubin")
+        ptxas = nvcc_cubin(source, key.arch, cubin)
         sass = subprocess.run([_cuobjdump(), "-sass", str(cubin)], capture_output=True, text=True, check=True)
-    report = "\n".join(line for line in built.stderr.splitlines() if "registers" in line or "spill" in line)
+    report = "\n".join(line for line in ptxas.splitlines() if "registers" in line or "spill" in line)
     return report, sass.stdout
 
 

@@ -98,11 +98,15 @@ def _spec_rows() -> list:
     return rows
 
 
+def _has_program(shape: dict, dtype: str) -> bool:
+    """Whether ``shape`` has a program for ``dtype`` logits (``lean_rounds`` keeps to 16-bit logits)."""
+    return not (shape.get("lean_rounds") and dtype == "float32")
+
+
 def _key(dtype: str, experts: int, top_k: int, renormalize: bool, ids_dtype: str, arch: str,
          **shape) -> MoETopKRoutingBuildKey:
-    """The build key of a case; a case whose shape has no program for its logits (``lean_rounds`` on float32)
-    is skipped."""
-    if shape.get("lean_rounds") and dtype == "float32":
+    """The build key of a case; a case whose shape has no program for its logits is skipped."""
+    if not _has_program(shape, dtype):
         pytest.skip("lean_rounds keeps to 16-bit logits")
     return MoETopKRoutingBuildKey(dtype, ids_dtype, experts, top_k, renormalize, arch, **shape)
 
@@ -130,7 +134,7 @@ def _prebuilt(cuda_device, request):
     selected = [item.callspec.params.get("shape") for item in request.session.items if hasattr(item, "callspec")]
     shapes = [{}, *(s for s in SHAPES if s in selected)]
     keys = [MoETopKRoutingBuildKey(d, i, e, k, r, arch, **shape) for d, e, k, r, i in sorted(bases)
-            for shape in shapes if not (shape.get("lean_rounds") and d == "float32")]
+            for shape in shapes if _has_program(shape, d)]
     failed = [built for built in compile_many([functools.partial(build_moe_topk_routing, k) for k in keys])
               if isinstance(built, BaseException)]
     assert not failed, failed[0]
